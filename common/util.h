@@ -1,0 +1,50 @@
+/* util.h: small helpers every module uses: deterministic random numbers,
+ * monotonic time, checked allocation, file-system helpers. */
+#ifndef WF_UTIL_H
+#define WF_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- deterministic random numbers (same stream on every machine) ---- */
+
+/* Mix a 64-bit value (splitmix64 finaliser): a good hash of small ints. */
+uint64_t wf_hash64(uint64_t x);
+/* Hash of several values: wf_hash3(seed, a, b) keys streams by purpose. */
+uint64_t wf_hash3(uint64_t seed, uint64_t a, uint64_t b);
+
+typedef struct wf_rng {
+	uint64_t s; /* state; any value is valid */
+} wf_rng;
+
+void wf_rng_seed(wf_rng *r, uint64_t seed);
+uint64_t wf_rng_u64(wf_rng *r);
+/* Uniform in [0, 1). */
+double wf_rng_uniform(wf_rng *r);
+/* Uniform integer in [0, n). */
+uint64_t wf_rng_below(wf_rng *r, uint64_t n);
+/* Standard normal (Box-Muller). */
+double wf_rng_normal(wf_rng *r);
+
+/* ---- time ---- */
+
+/* Monotonic clock in seconds. */
+double wf_now(void);
+
+/* ---- files ---- */
+
+/* mkdir -p; returns 0 or WF_EIO (errno kept). */
+int wf_mkdirs(const char *path);
+/* 1 when path exists (any type). */
+int wf_exists(const char *path);
+/* fsync a file or directory by path; returns 0 or WF_EIO. */
+int wf_fsync_path(const char *path);
+/* Read a whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL). */
+int wf_read_file(const char *path, char **data, size_t *len);
+
+/* ---- misc ---- */
+#define WF_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define WF_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define WF_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+
+#endif

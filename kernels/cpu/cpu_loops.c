@@ -1,0 +1,437 @@
+/* cpu_loops.c: memory-bound ops of the cpu backend as OpenMP loops. oneDNN
+ * would add a primitive, a plan and a dispatch for work that one pass over
+ * memory does; these loops are as fast and keep the ops plan-free. */
+#include "kernels/cpu/cpu_loops.h"
+
+#include "common/util.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Below this many elements a parallel region costs more than it saves. */
+#define PAR_MIN 32768
+
+/* ---- memory ------------------------------------------------------------ */
+
+void *wf_cpu_alloc(wf_backend *be, size_t bytes)
+{
+	size_t sz = (bytes + 63) / 64 * 64;
+	if (sz == 0)
+		sz = 64;
+	void *p = aligned_alloc(64, sz);
+	if (!p) {
+		wf_errf(&be->err, WF_ENOMEM, "cpu: out of memory allocating %zu bytes", bytes);
+		return NULL;
+	}
+	memset(p, 0, sz);
+	return p;
+}
+
+void wf_cpu_free(wf_backend *be, void *p)
+{
+	free(p);
+}
+
+int wf_cpu_copy_in(wf_backend *be, void *dst, const void *src, size_t bytes)
+{
+	if (bytes && dst != src)
+		memmove(dst, src, bytes);
+	return 0;
+}
+
+int wf_cpu_zero(wf_backend *be, void *p, size_t bytes)
+{
+	if (bytes)
+		memset(p, 0, bytes);
+	return 0;
+}
+
+int wf_cpu_sync(wf_backend *be)
+{
+	return 0;
+}
+
+/* ---- elementwise ------------------------------------------------------- */
+
+void wf_cpu_add_into(float *y, const float *x, size_t n)
+{
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+	for (size_t i = 0; i < n; i++)
+		y[i] += x[i];
+}
+
+int wf_cpu_act_forward(wf_backend *be, wf_act_kind kind, size_t n, float *y, const float *x)
+{
+	if (kind == WF_ACT_RELU) {
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+		for (size_t i = 0; i < n; i++)
+			y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+	} else if (kind == WF_ACT_RELU6) {
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+		for (size_t i = 0; i < n; i++)
+			y[i] = x[i] > 0.0f ? (x[i] < 6.0f ? x[i] : 6.0f) : 0.0f;
+	} else {
+		return wf_errf(&be->err, WF_EINVAL, "cpu act_forward: unknown activation %d",
+			       (int)kind);
+	}
+	return 0;
+}
+
+int wf_cpu_act_backward(wf_backend *be, wf_act_kind kind, size_t n, float *dx, const float *dy,
+			const float *y)
+{
+	if (kind == WF_ACT_RELU) {
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+		for (size_t i = 0; i < n; i++)
+			dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+	} else if (kind == WF_ACT_RELU6) {
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+		for (size_t i = 0; i < n; i++)
+			dx[i] = (y[i] > 0.0f && y[i] < 6.0f) ? dy[i] : 0.0f;
+	} else {
+		return wf_errf(&be->err, WF_EINVAL, "cpu act_backward: unknown activation %d",
+			       (int)kind);
+	}
+	return 0;
+}
+
+int wf_cpu_add(wf_backend *be, size_t n, float *y, const float *a, const float *b)
+{
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+	for (size_t i = 0; i < n; i++)
+		y[i] = a[i] + b[i];
+	return 0;
+}
+
+int wf_cpu_accumulate(wf_backend *be, size_t n, float *y, const float *x)
+{
+	wf_cpu_add_into(y, x, n);
+	return 0;
+}
+
+int wf_cpu_scale(wf_backend *be, size_t n, float *y, const float *x, float alpha)
+{
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+	for (size_t i = 0; i < n; i++)
+		y[i] = alpha * x[i];
+	return 0;
+}
+
+/* ---- concat, pad/crop, global average pool ----------------------------- */
+
+static int check_widths(wf_backend *be, const char *op, int k, const int *widths, size_t *total)
+{
+	if (k <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "cpu %s: k = %d inputs (expected > 0)", op, k);
+	*total = 0;
+	for (int i = 0; i < k; i++) {
+		if (widths[i] < 0)
+			return wf_errf(&be->err, WF_EINVAL, "cpu %s: widths[%d] = %d is negative",
+				       op, i, widths[i]);
+		*total += (size_t)widths[i];
+	}
+	return 0;
+}
+
+int wf_cpu_concat_forward(wf_backend *be, size_t rows, int k, const int *widths, float *y,
+			  const float *const *xs)
+{
+	size_t total;
+	int rc = check_widths(be, "concat_forward", k, widths, &total);
+	if (rc)
+		return rc;
+#pragma omp parallel for if (rows * total > PAR_MIN) schedule(static)
+	for (size_t r = 0; r < rows; r++) {
+		float *dst = y + r * total;
+		for (int i = 0; i < k; i++) {
+			size_t wi = (size_t)widths[i];
+			memcpy(dst, xs[i] + r * wi, wi * sizeof(float));
+			dst += wi;
+		}
+	}
+	return 0;
+}
+
+int wf_cpu_concat_backward(wf_backend *be, size_t rows, int k, const int *widths, float *const *dxs,
+			   const float *dy)
+{
+	size_t total;
+	int rc = check_widths(be, "concat_backward", k, widths, &total);
+	if (rc)
+		return rc;
+#pragma omp parallel for if (rows * total > PAR_MIN) schedule(static)
+	for (size_t r = 0; r < rows; r++) {
+		const float *src = dy + r * total;
+		for (int i = 0; i < k; i++) {
+			size_t wi = (size_t)widths[i];
+			if (dxs[i])
+				memcpy(dxs[i] + r * wi, src, wi * sizeof(float));
+			src += wi;
+		}
+	}
+	return 0;
+}
+
+int wf_cpu_gap_forward(wf_backend *be, int n, int hw, int c, float *y, const float *x)
+{
+	if (n <= 0 || hw <= 0 || c <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "cpu gap_forward: bad shape n=%d hw=%d c=%d", n,
+			       hw, c);
+	float inv = 1.0f / (float)hw;
+#pragma omp parallel for if ((size_t)n * hw * c > PAR_MIN) schedule(static)
+	for (int i = 0; i < n; i++) {
+		float *yi = y + (size_t)i * c;
+		const float *xi = x + (size_t)i * hw * c;
+		for (int ch = 0; ch < c; ch++)
+			yi[ch] = 0.0f;
+		for (int p = 0; p < hw; p++)
+			for (int ch = 0; ch < c; ch++)
+				yi[ch] += xi[(size_t)p * c + ch];
+		for (int ch = 0; ch < c; ch++)
+			yi[ch] *= inv;
+	}
+	return 0;
+}
+
+int wf_cpu_gap_backward(wf_backend *be, int n, int hw, int c, float *dx, const float *dy)
+{
+	if (n <= 0 || hw <= 0 || c <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "cpu gap_backward: bad shape n=%d hw=%d c=%d",
+			       n, hw, c);
+	float inv = 1.0f / (float)hw;
+#pragma omp parallel for collapse(2) if ((size_t)n * hw * c > PAR_MIN) schedule(static)
+	for (int i = 0; i < n; i++)
+		for (int p = 0; p < hw; p++) {
+			float *dxp = dx + ((size_t)i * hw + p) * c;
+			const float *dyi = dy + (size_t)i * c;
+			for (int ch = 0; ch < c; ch++)
+				dxp[ch] = dyi[ch] * inv;
+		}
+	return 0;
+}
+
+static int pad_out_shape(wf_backend *be, const char *op, const wf_pad_desc *d, int *oh, int *ow)
+{
+	*oh = d->h + d->pt + d->pb;
+	*ow = d->w + d->pl + d->pr;
+	if (d->n <= 0 || d->h <= 0 || d->w <= 0 || d->c <= 0 || *oh <= 0 || *ow <= 0)
+		return wf_errf(&be->err, WF_EINVAL,
+			       "cpu %s: bad shape [%d,%d,%d,%d] with pads t%d b%d l%d r%d "
+			       "(output %dx%d)",
+			       op, d->n, d->h, d->w, d->c, d->pt, d->pb, d->pl, d->pr, *oh, *ow);
+	return 0;
+}
+
+/* Copy one output row of pad (or one input row of its backward): dst has
+ * dst_w pixels, src has src_w, src pixel j lands at dst pixel j + off; pixels
+ * of dst that no src pixel reaches become zero. */
+static void pad_row(float *dst, int dst_w, const float *src, int src_w, int off, int c)
+{
+	int lo = off > 0 ? off : 0;	     /* first dst pixel that has a source */
+	int hi = WF_MIN(dst_w, src_w + off); /* one past the last */
+	if (hi < lo)
+		hi = lo;
+	memset(dst, 0, (size_t)lo * c * sizeof(float));
+	if (hi > lo)
+		memcpy(dst + (size_t)lo * c, src + (size_t)(lo - off) * c,
+		       (size_t)(hi - lo) * c * sizeof(float));
+	memset(dst + (size_t)hi * c, 0, (size_t)(dst_w - hi) * c * sizeof(float));
+}
+
+/* Shared by forward (src = x, off = +pads) and backward (src = dy, off = -pads). */
+static void pad_copy(float *dst, int dh, int dw, const float *src, int sh, int sw, int off_h,
+		     int off_w, int n, int c)
+{
+#pragma omp parallel for collapse(2) if ((size_t)n * dh * dw * c > PAR_MIN) schedule(static)
+	for (int i = 0; i < n; i++)
+		for (int r = 0; r < dh; r++) {
+			float *drow = dst + ((size_t)i * dh + r) * dw * c;
+			int sr = r - off_h;
+			if (sr < 0 || sr >= sh)
+				memset(drow, 0, (size_t)dw * c * sizeof(float));
+			else
+				pad_row(drow, dw, src + ((size_t)i * sh + sr) * sw * c, sw, off_w,
+					c);
+		}
+}
+
+int wf_cpu_pad_forward(wf_backend *be, const wf_pad_desc *d, float *y, const float *x)
+{
+	int oh, ow;
+	int rc = pad_out_shape(be, "pad_forward", d, &oh, &ow);
+	if (rc)
+		return rc;
+	pad_copy(y, oh, ow, x, d->h, d->w, d->pt, d->pl, d->n, d->c);
+	return 0;
+}
+
+int wf_cpu_pad_backward(wf_backend *be, const wf_pad_desc *d, float *dx, const float *dy)
+{
+	int oh, ow;
+	int rc = pad_out_shape(be, "pad_backward", d, &oh, &ow);
+	if (rc)
+		return rc;
+	pad_copy(dx, d->h, d->w, dy, oh, ow, -d->pt, -d->pl, d->n, d->c);
+	return 0;
+}
+
+/* ---- dropout ----------------------------------------------------------- */
+
+static int check_rate(wf_backend *be, const char *op, float rate)
+{
+	if (!(rate >= 0.0f && rate < 1.0f))
+		return wf_errf(&be->err, WF_EINVAL, "cpu %s: rate %g outside [0, 1)", op,
+			       (double)rate);
+	return 0;
+}
+
+int wf_cpu_dropout_forward(wf_backend *be, size_t n, float rate, uint64_t seed, float *y,
+			   uint8_t *mask, const float *x)
+{
+	int rc = check_rate(be, "dropout_forward", rate);
+	if (rc)
+		return rc;
+	float s = 1.0f / (1.0f - rate);
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+	for (size_t i = 0; i < n; i++) {
+		int keep = wf_dropout_keep(seed, i, rate);
+		mask[i] = (uint8_t)keep;
+		y[i] = keep ? x[i] * s : 0.0f;
+	}
+	return 0;
+}
+
+int wf_cpu_dropout_backward(wf_backend *be, size_t n, float rate, float *dx, const float *dy,
+			    const uint8_t *mask)
+{
+	int rc = check_rate(be, "dropout_backward", rate);
+	if (rc)
+		return rc;
+	float s = 1.0f / (1.0f - rate);
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+	for (size_t i = 0; i < n; i++)
+		dx[i] = mask[i] ? dy[i] * s : 0.0f;
+	return 0;
+}
+
+/* ---- softmax cross-entropy --------------------------------------------- */
+
+static int check_labels(wf_backend *be, const char *op, int n, int k, const int32_t *labels)
+{
+	for (int i = 0; i < n; i++)
+		if (labels[i] < 0 || labels[i] >= k)
+			return wf_errf(&be->err, WF_EINVAL,
+				       "cpu %s: labels[%d] = %d outside [0, %d)", op, i,
+				       (int)labels[i], k);
+	return 0;
+}
+
+int wf_cpu_softmax_xent_forward(wf_backend *be, int n, int k, float *probs, float *losses,
+				const float *logits, const int32_t *labels)
+{
+	if (n <= 0 || k <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "cpu softmax_xent_forward: bad shape [%d,%d]",
+			       n, k);
+	if (labels) {
+		int rc = check_labels(be, "softmax_xent_forward", n, k, labels);
+		if (rc)
+			return rc;
+	}
+#pragma omp parallel for if ((size_t)n * k > PAR_MIN) schedule(static)
+	for (int i = 0; i < n; i++) {
+		const float *z = logits + (size_t)i * k;
+		float *p = probs + (size_t)i * k;
+		float mx = z[0];
+		for (int j = 1; j < k; j++)
+			mx = z[j] > mx ? z[j] : mx;
+		double sum = 0.0;
+		for (int j = 0; j < k; j++) {
+			p[j] = expf(z[j] - mx);
+			sum += p[j];
+		}
+		float inv = (float)(1.0 / sum);
+		for (int j = 0; j < k; j++)
+			p[j] *= inv;
+		/* log-sum-exp form: exact where probs[label] underflows to 0 */
+		if (labels && losses)
+			losses[i] = (float)(log(sum) - (double)(z[labels[i]] - mx));
+	}
+	return 0;
+}
+
+int wf_cpu_softmax_xent_backward(wf_backend *be, int n, int k, float *dlogits, const float *probs,
+				 const int32_t *labels, float scale)
+{
+	if (n <= 0 || k <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "cpu softmax_xent_backward: bad shape [%d,%d]",
+			       n, k);
+	int rc = check_labels(be, "softmax_xent_backward", n, k, labels);
+	if (rc)
+		return rc;
+#pragma omp parallel for if ((size_t)n * k > PAR_MIN) schedule(static)
+	for (int i = 0; i < n; i++) {
+		const float *p = probs + (size_t)i * k;
+		float *d = dlogits + (size_t)i * k;
+		for (int j = 0; j < k; j++)
+			d[j] = (p[j] - (j == labels[i] ? 1.0f : 0.0f)) * scale;
+	}
+	return 0;
+}
+
+/* ---- optimizer --------------------------------------------------------- */
+
+int wf_cpu_optimizer_update(wf_backend *be, const wf_opt_desc *d, size_t n, float *p,
+			    const float *g, float *m, float *v)
+{
+	const float lr = d->lr, wd = d->weight_decay, gs = d->grad_scale;
+	if (d->kind == WF_OPT_SGD) {
+		const float mu = d->momentum;
+		if (mu != 0.0f && !m)
+			return wf_errf(&be->err, WF_EINVAL,
+				       "cpu optimizer_update: sgd momentum %g needs slot m (NULL)",
+				       (double)mu);
+		if (mu == 0.0f) {
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+			for (size_t i = 0; i < n; i++)
+				p[i] -= lr * (g[i] * gs + wd * p[i]);
+		} else if (d->nesterov) {
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+			for (size_t i = 0; i < n; i++) {
+				float gi = g[i] * gs + wd * p[i];
+				m[i] = mu * m[i] + gi;
+				p[i] -= lr * (gi + mu * m[i]);
+			}
+		} else {
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+			for (size_t i = 0; i < n; i++) {
+				float gi = g[i] * gs + wd * p[i];
+				m[i] = mu * m[i] + gi;
+				p[i] -= lr * m[i];
+			}
+		}
+		return 0;
+	}
+	if (d->kind != WF_OPT_ADAM && d->kind != WF_OPT_ADAMW)
+		return wf_errf(&be->err, WF_EINVAL, "cpu optimizer_update: unknown optimizer %d",
+			       (int)d->kind);
+	if (!m || !v)
+		return wf_errf(&be->err, WF_EINVAL, "cpu optimizer_update: adam needs slots m, v");
+	if (d->step < 1)
+		return wf_errf(&be->err, WF_EINVAL,
+			       "cpu optimizer_update: adam step %ld (expected >= 1)", d->step);
+	const float b1 = d->beta1, b2 = d->beta2, eps = d->eps;
+	const float c1 = (float)(1.0 - pow((double)b1, (double)d->step));
+	const float c2 = (float)(1.0 - pow((double)b2, (double)d->step));
+	const float l2 = d->kind == WF_OPT_ADAM ? wd : 0.0f;   /* L2 into the gradient */
+	const float dwd = d->kind == WF_OPT_ADAMW ? wd : 0.0f; /* decoupled decay */
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+	for (size_t i = 0; i < n; i++) {
+		float gi = g[i] * gs + l2 * p[i];
+		m[i] = b1 * m[i] + (1.0f - b1) * gi;
+		v[i] = b2 * v[i] + (1.0f - b2) * gi * gi;
+		float mh = m[i] / c1, vh = v[i] / c2;
+		p[i] -= lr * (mh / (sqrtf(vh) + eps) + dwd * p[i]);
+	}
+	return 0;
+}

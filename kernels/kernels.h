@@ -1,0 +1,236 @@
+/* kernels.h: the op table. Every op of DESIGN section 3, forward and backward,
+ * behind one table of function pointers per backend (ref, cpu, cuda), chosen
+ * once at start.
+ *
+ * How to read this header
+ * - Layout: activations NHWC [N,H,W,C]; conv kernels HWIO [KH,KW,C/groups,OC];
+ *   dense kernels [IN,OUT]; all float32. Whatever leaves a backend is in this
+ *   layout; a backend may keep a private layout only inside its own plans.
+ * - Memory: pointers passed to ops are backend memory (wf_backend.alloc). For
+ *   ref and cpu that is host memory; for cuda it is device memory.
+ * - Plans: ops that need set-up take a `wf_plan **plan` slot owned by the
+ *   caller (one slot per op instance, initially NULL). The backend builds its
+ *   plan on first call, rebuilds it when the descriptor changes, and reuses it
+ *   otherwise; free it with wf_backend_plan_free(). ref ignores plans.
+ * - Gradients: parameter gradients (dw, db, dgamma, dbeta) ACCUMULATE (+=), so
+ *   micro-batches sum and one memset zeroes them all. Input gradients (dx)
+ *   are OVERWRITTEN (=); pass dx = NULL when no input gradient is needed.
+ * - Errors: ops return 0 or a negative WF_E* code and describe the cause in
+ *   be->err.
+ * - Threads: one backend instance is used by one thread at a time.
+ */
+#ifndef WF_KERNELS_H
+#define WF_KERNELS_H
+
+#include "common/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct wf_backend wf_backend;
+typedef struct wf_plan wf_plan; /* backend-private state of one op instance */
+
+/* ---- descriptors ---------------------------------------------------- */
+
+typedef struct wf_conv_desc {
+	int n, h, w, c;         /* input [N,H,W,C] */
+	int oc, oh, ow;         /* output [N,OH,OW,OC] */
+	int kh, kw;             /* kernel size */
+	int sh, sw;             /* strides */
+	int dh, dw;             /* dilations (1 = none) */
+	int groups;             /* c and oc divisible by groups; depthwise: groups = c */
+	int pt, pb, pl, pr;     /* zero padding top/bottom/left/right */
+	int bias;               /* 1 when a bias [OC] is added */
+} wf_conv_desc;
+
+typedef struct wf_dense_desc {
+	int n;     /* rows (batch) */
+	int in;    /* input features */
+	int out;   /* output features */
+	int bias;  /* 1 when a bias [OUT] is added */
+} wf_dense_desc;
+
+typedef struct wf_bn_desc {
+	int n, h, w, c;  /* input [N,H,W,C]; statistics are per channel over N*H*W */
+	float eps;       /* added to the variance (Keras default 1e-3) */
+	float momentum;  /* running = momentum*running + (1-momentum)*batch (Keras 0.99) */
+} wf_bn_desc;
+
+typedef enum { WF_POOL_MAX, WF_POOL_AVG } wf_pool_kind;
+
+typedef struct wf_pool_desc {
+	wf_pool_kind kind;
+	int n, h, w, c;      /* input */
+	int oh, ow;          /* output */
+	int kh, kw, sh, sw;  /* window and strides */
+	int pt, pb, pl, pr;  /* padding; max ignores it, avg excludes it from the count */
+} wf_pool_desc;
+
+/* Zero padding (positive) and cropping (negative) of H and W. */
+typedef struct wf_pad_desc {
+	int n, h, w, c;      /* input */
+	int pt, pb, pl, pr;  /* rows/cols added (>0) or removed (<0) per side */
+} wf_pad_desc;
+
+typedef enum { WF_ACT_RELU, WF_ACT_RELU6 } wf_act_kind;
+
+typedef enum { WF_OPT_SGD, WF_OPT_ADAM, WF_OPT_ADAMW } wf_opt_kind;
+
+typedef struct wf_opt_desc {
+	wf_opt_kind kind;
+	float lr;            /* learning rate for this step */
+	float momentum;      /* SGD; 0 = plain SGD (m unused, may be NULL) */
+	int nesterov;        /* SGD */
+	float beta1, beta2;  /* Adam/AdamW */
+	float eps;           /* Adam/AdamW */
+	float weight_decay;  /* SGD/Adam: L2 added to the gradient; AdamW: decoupled */
+	long step;           /* 1-based step count, for Adam bias correction */
+	float grad_scale;    /* gradients are multiplied by this first (1 = as is) */
+} wf_opt_desc;
+
+/* Fill conv geometry. same != 0 computes Keras `same` padding
+ * (out = ceil(in/stride), extra pad at bottom/right); otherwise `valid`
+ * with explicit zero padding pad_h/pad_w on both sides. */
+void wf_conv_desc_init(wf_conv_desc *d, int n, int h, int w, int c, int oc, int kh, int kw,
+		       int sh, int sw, int dh, int dw, int groups, int same, int pad_h,
+		       int pad_w, int bias);
+/* Fill pool geometry; same as for conv (pads only with same). */
+void wf_pool_desc_init(wf_pool_desc *d, wf_pool_kind kind, int n, int h, int w, int c, int kh,
+		       int kw, int sh, int sw, int same);
+
+/* Keras `same` padding for one axis: output size and pad before/after. */
+void wf_same_pad(int in, int k, int stride, int dilation, int *out, int *before, int *after);
+
+/* ---- the table ------------------------------------------------------ */
+
+typedef struct wf_backend_ops {
+	/* memory */
+	void *(*alloc)(wf_backend *be, size_t bytes); /* zeroed, 64-byte aligned */
+	void (*free)(wf_backend *be, void *p);
+	int (*to_device)(wf_backend *be, void *dst, const void *src_host, size_t bytes);
+	int (*to_host)(wf_backend *be, void *dst_host, const void *src, size_t bytes);
+	int (*zero)(wf_backend *be, void *p, size_t bytes);
+	int (*copy)(wf_backend *be, void *dst, const void *src, size_t bytes);
+	int (*sync)(wf_backend *be); /* wait for queued work (no-op on host) */
+	void (*plan_free)(wf_backend *be, wf_plan *plan);
+	void (*destroy)(wf_backend *be); /* release be->ctx; may be NULL */
+
+	/* y[N,OH,OW,OC] = conv(x[N,H,W,C], w[KH,KW,C/g,OC]) + b[OC] */
+	int (*conv2d_forward)(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
+			      const float *x, const float *w, const float *b);
+	/* dx = (dy conv^T w); dw += x (*) dy; db += sum dy. dx, dw, db may be NULL. */
+	int (*conv2d_backward)(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *dx,
+			       float *dw, float *db, const float *dy, const float *x,
+			       const float *w);
+
+	/* y[N,OUT] = x[N,IN] w[IN,OUT] + b[OUT] */
+	int (*dense_forward)(wf_backend *be, wf_plan **plan, const wf_dense_desc *d, float *y,
+			     const float *x, const float *w, const float *b);
+	int (*dense_backward)(wf_backend *be, wf_plan **plan, const wf_dense_desc *d, float *dx,
+			      float *dw, float *db, const float *dy, const float *x,
+			      const float *w);
+
+	/* Batch norm. training: normalise with batch statistics, write
+	 * save_mean/save_invstd [C] for backward and update run_mean/run_var
+	 * (unbiased variance); inference: use run_mean/run_var (save_* unused). */
+	int (*batchnorm_forward)(wf_backend *be, wf_plan **plan, const wf_bn_desc *d, int training,
+				 float *y, float *save_mean, float *save_invstd, const float *x,
+				 const float *gamma, const float *beta, float *run_mean,
+				 float *run_var);
+	/* Backward of the training-mode forward. */
+	int (*batchnorm_backward)(wf_backend *be, wf_plan **plan, const wf_bn_desc *d, float *dx,
+				  float *dgamma, float *dbeta, const float *dy, const float *x,
+				  const float *gamma, const float *save_mean,
+				  const float *save_invstd);
+
+	/* Elementwise activation over n floats; y may alias x. Backward reads
+	 * the forward OUTPUT y (so in-place forward is allowed); dx may alias dy. */
+	int (*act_forward)(wf_backend *be, wf_act_kind kind, size_t n, float *y, const float *x);
+	int (*act_backward)(wf_backend *be, wf_act_kind kind, size_t n, float *dx, const float *dy,
+			    const float *y);
+
+	/* y = a + b over n floats (y may alias a or b). */
+	int (*add)(wf_backend *be, size_t n, float *y, const float *a, const float *b);
+	/* y += x over n floats. */
+	int (*accumulate)(wf_backend *be, size_t n, float *y, const float *x);
+	/* y = alpha * x over n floats (y may alias x). */
+	int (*scale)(wf_backend *be, size_t n, float *y, const float *x, float alpha);
+
+	/* Channel concat: xs[i] is [rows, widths[i]], y is [rows, sum widths]. */
+	int (*concat_forward)(wf_backend *be, size_t rows, int k, const int *widths, float *y,
+			      const float *const *xs);
+	/* Split dy back; dxs[i] may be NULL (no gradient wanted). */
+	int (*concat_backward)(wf_backend *be, size_t rows, int k, const int *widths,
+			       float *const *dxs, const float *dy);
+
+	/* Max/avg pooling; backward reads x and y (max uses them to find the argmax). */
+	int (*pool_forward)(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *y,
+			    const float *x);
+	int (*pool_backward)(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *dx,
+			     const float *dy, const float *x, const float *y);
+
+	/* Global average pool: x [N,HW,C] -> y [N,C]. */
+	int (*gap_forward)(wf_backend *be, int n, int hw, int c, float *y, const float *x);
+	int (*gap_backward)(wf_backend *be, int n, int hw, int c, float *dx, const float *dy);
+
+	/* Zero padding / cropping of H and W (wf_pad_desc). */
+	int (*pad_forward)(wf_backend *be, const wf_pad_desc *d, float *y, const float *x);
+	int (*pad_backward)(wf_backend *be, const wf_pad_desc *d, float *dx, const float *dy);
+
+	/* Inverted dropout: keep with probability 1-rate, scale kept by
+	 * 1/(1-rate). mask[i] (1 kept, 0 dropped) is a pure function of
+	 * (seed, i): wf_dropout_keep(seed, i, rate), identical on every backend. */
+	int (*dropout_forward)(wf_backend *be, size_t n, float rate, uint64_t seed, float *y,
+			       uint8_t *mask, const float *x);
+	int (*dropout_backward)(wf_backend *be, size_t n, float rate, float *dx, const float *dy,
+				const uint8_t *mask);
+
+	/* Softmax over the last axis of logits [N,K] into probs [N,K]. When
+	 * labels [N] is not NULL, also the per-sample cross-entropy into
+	 * losses [N] (backend memory). */
+	int (*softmax_xent_forward)(wf_backend *be, int n, int k, float *probs, float *losses,
+				    const float *logits, const int32_t *labels);
+	/* dlogits = (probs - onehot(labels)) * scale. */
+	int (*softmax_xent_backward)(wf_backend *be, int n, int k, float *dlogits,
+				     const float *probs, const int32_t *labels, float scale);
+
+	/* One optimizer step over n parameters: p -= update(g); m, v are the
+	 * optimizer slots (SGD momentum: m; Adam: m and v). */
+	int (*optimizer_update)(wf_backend *be, const wf_opt_desc *d, size_t n, float *p,
+				const float *g, float *m, float *v);
+} wf_backend_ops;
+
+struct wf_backend {
+	const char *name;          /* "ref", "cpu", "cuda" */
+	const wf_backend_ops *ops;
+	void *ctx;                 /* backend-private */
+	int threads;               /* worker threads (cpu); 0 = library default */
+	wf_err err;                /* cause of the last failed op */
+};
+
+/* ---- choosing and owning a backend ------------------------------------ */
+
+/* Create backend `name` ("ref", "cpu", "cuda", or "auto": cuda when usable,
+ * else cpu). threads: 0 = default. Fails naming what is not built or usable. */
+int wf_backend_create(wf_backend **out, const char *name, int threads, wf_err *err);
+void wf_backend_free(wf_backend *be);
+void wf_backend_plan_free(wf_backend *be, wf_plan **plan); /* sets *plan = NULL */
+/* Names of the backends built into this binary, e.g. "ref cpu". */
+const char *wf_backend_list(void);
+
+/* The deterministic dropout mask shared by every backend. */
+static inline int wf_dropout_keep(uint64_t seed, uint64_t i, float rate)
+{
+	uint64_t x = seed + 0x9e3779b97f4a7c15ULL * (i + 1);
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	x ^= x >> 31;
+	return (double)(x >> 11) * (1.0 / 9007199254740992.0) >= (double)rate;
+}
+
+/* Backend constructors, each in its own folder (registered in kernels.c). */
+int wf_backend_ref_init(wf_backend *be, wf_err *err);
+int wf_backend_cpu_init(wf_backend *be, wf_err *err);
+int wf_backend_cuda_init(wf_backend *be, wf_err *err);
+
+#endif

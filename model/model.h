@@ -1,0 +1,180 @@
+/* model.h: the network. A DAG of named layers (like a Keras functional
+ * model), its flat parameter layout, the model zoo, and the model file.
+ *
+ * Parameters: every trainable float lives in one contiguous buffer, with a
+ * table of named views ("conv1/kernel"). Views are laid out in REVERSE
+ * topological order (the last layer's parameters at offset 0), so backward
+ * finishes gradients in one ascending sweep: the gradient range [0, k) is
+ * complete as soon as backward has passed the layers that own it.
+ * Non-trainable state (batch-norm moving mean/variance) lives in a second
+ * buffer with its own views. The graph's single output is the logits [N,K];
+ * softmax is applied by the loss and by the server.
+ *
+ * Threads: a wf_model is read-only once built and may be shared by threads;
+ * a wf_exec is used by one thread at a time. */
+#ifndef WF_MODEL_H
+#define WF_MODEL_H
+
+#include "common/error.h"
+#include "kernels/kernels.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WF_NAME_MAX 128
+#define WF_MAX_INPUTS 16
+
+typedef enum {
+	WF_LAYER_INPUT,     /* the image input [N,H,W,C] */
+	WF_LAYER_CONV2D,    /* filters, kernel [kh,kw], strides, dilation, groups, padding, use_bias */
+	WF_LAYER_DENSE,     /* units, use_bias; input [N,F] (flatten first) */
+	WF_LAYER_BATCHNORM, /* epsilon, momentum */
+	WF_LAYER_RELU,
+	WF_LAYER_RELU6,
+	WF_LAYER_ADD,       /* 2+ inputs of one shape */
+	WF_LAYER_CONCAT,    /* 2+ inputs, channel axis */
+	WF_LAYER_MAXPOOL,   /* pool [kh,kw], strides, padding */
+	WF_LAYER_AVGPOOL,
+	WF_LAYER_GAP,       /* global average pool -> [N,C] */
+	WF_LAYER_FLATTEN,   /* [N,H,W,C] -> [N,H*W*C], no copy */
+	WF_LAYER_ZEROPAD,   /* padding [[t,b],[l,r]] */
+	WF_LAYER_CROP,      /* cropping [[t,b],[l,r]] */
+	WF_LAYER_DROPOUT,   /* rate; identity in inference */
+	WF_LAYER__COUNT
+} wf_layer_type;
+
+typedef struct wf_layer {
+	char name[WF_NAME_MAX];
+	wf_layer_type type;
+	int ninputs;
+	int inputs[WF_MAX_INPUTS]; /* indices of producer layers (topological order) */
+	/* config (meaning depends on type) */
+	int filters, units;            /* conv output channels / dense units */
+	int kh, kw, sh, sw, dh, dw;    /* conv/pool window, strides, dilation */
+	int groups;                    /* conv groups (1 = normal) */
+	int same;                      /* padding: 1 = Keras same, 0 = valid */
+	int use_bias;
+	int pad[4];                    /* zeropad/crop: top, bottom, left, right */
+	float eps, momentum;           /* batch norm */
+	float rate;                    /* dropout */
+	/* output shape per sample: [h,w,c] (dense/gap/flatten: h = w = 1) */
+	int oh, ow, oc;
+	/* parameter views, indices into wf_model.views (-1 when absent) */
+	int p_kernel, p_bias, p_gamma, p_beta; /* trainable */
+	int s_mean, s_var;                     /* non-trainable */
+} wf_layer;
+
+typedef struct wf_view {
+	char name[2 * WF_NAME_MAX]; /* "<layer>/<param>", as in the model file */
+	int trainable;              /* 1: params buffer, 0: state buffer */
+	size_t offset;              /* floats from the start of its buffer */
+	size_t count;               /* floats */
+	int ndim;
+	int shape[4];               /* Keras layout: HWIO, (in,out), (C) */
+} wf_view;
+
+typedef struct wf_model {
+	int in_h, in_w, in_c; /* input image */
+	int classes;          /* logits width */
+	int nlayers;
+	wf_layer *layers;     /* topological order; layers[0] is the input */
+	int output;           /* index of the logits layer */
+	int nviews;
+	wf_view *views;
+	size_t nparams;       /* trainable floats */
+	size_t nstate;        /* non-trainable floats */
+	float *params;        /* host [nparams] */
+	float *state;         /* host [nstate] */
+	char *graph_json;     /* canonical graph JSON (what the model file stores) */
+} wf_model;
+
+/* Metadata kept beside the weights in model.h5 (DESIGN section 4). */
+typedef struct wf_model_meta {
+	long trained_steps;
+	int nclasses;
+	char **class_names;    /* [nclasses] label strings, may be NULL */
+	/* preprocessing: pixel' = (pixel * scale - mean[c]) / std[c] */
+	float scale;           /* usually 1/255 */
+	float mean[4], std[4]; /* per channel */
+	char channel_order[8]; /* "RGB" */
+} wf_model_meta;
+
+/* ---- building ---- */
+
+/* Parse a graph JSON document (format in model/graph.c), infer shapes,
+ * lay out parameters. Errors name the layer and the field. */
+int wf_model_from_json(wf_model **out, const char *graph_json, wf_err *err);
+/* A built-in model: "mlp", "smallcnn", "resnet20", "resnet56" (and the zoo). */
+int wf_model_zoo(wf_model **out, const char *name, int h, int w, int c, int classes,
+		 wf_err *err);
+/* Names of the built-in models, space separated. */
+const char *wf_model_zoo_names(void);
+void wf_model_free(wf_model *m);
+/* Initialise parameters deterministically from seed (He-normal conv,
+ * Glorot-uniform dense, zero biases, BN gamma 1 beta 0 mean 0 var 1). */
+void wf_model_init_params(wf_model *m, uint64_t seed);
+/* View by name, or NULL. */
+const wf_view *wf_model_view(const wf_model *m, const char *name);
+/* Forward FLOPs per sample (multiply-add = 2), for throughput reports. */
+double wf_model_flops(const wf_model *m);
+
+void wf_model_meta_init(wf_model_meta *meta); /* scale 1/255, mean 0, std 1, RGB */
+void wf_model_meta_free(wf_model_meta *meta);
+
+/* ---- the model file (HDF5) ---- */
+
+#define WF_MODEL_FORMAT 1
+
+/* Write model (graph, weights, state, meta) to path, via a temporary file
+ * renamed into place. */
+int wf_model_save(const wf_model *m, const wf_model_meta *meta, const char *path, wf_err *err);
+/* Read a model file; meta may be NULL. Truncated, corrupt or wrong-version
+ * files fail with a message naming the file and what is wrong. */
+int wf_model_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err *err);
+
+/* ---- the executor ---- */
+
+typedef struct wf_exec wf_exec;
+
+/* Called during backward each time the ascending gradient prefix
+ * [0, done) grows (floats). */
+typedef void (*wf_grad_ready_fn)(void *arg, size_t done);
+
+/* An executor of model m on backend be for batches up to max_batch. It
+ * plans one activation arena for max_batch. training = 0 builds an
+ * inference-only executor (no gradient memory). The executor's parameter,
+ * gradient and state buffers live in backend memory: on host backends
+ * params/state ARE m->params/m->state. */
+int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, int training,
+		   wf_err *err);
+void wf_exec_free(wf_exec *ex);
+
+/* Forward n <= max_batch samples. images: host [n,H,W,C] float, already
+ * preprocessed. training selects batch-norm mode and dropout; dropout_seed
+ * keys the masks (use wf_hash3(seed, step, micro)). */
+int wf_exec_forward(wf_exec *ex, const float *images, int n, int training,
+		    uint64_t dropout_seed);
+/* After forward: host copy of logits [n,K] / softmax probabilities [n,K]. */
+int wf_exec_logits(wf_exec *ex, float *out);
+int wf_exec_probs(wf_exec *ex, float *out);
+/* After forward: mean loss and number of correct top-1 predictions for
+ * labels [n] (host). Also prepares backward. */
+int wf_exec_loss(wf_exec *ex, const int32_t *labels, float *loss, int *correct);
+/* Backward of the last forward+loss. Parameter gradients ACCUMULATE into
+ * the gradient buffer, scaled by grad_scale (1/global batch when summing
+ * micro-batches). ready (may be NULL) is called as the gradient prefix grows. */
+int wf_exec_backward(wf_exec *ex, float grad_scale, wf_grad_ready_fn ready, void *arg);
+
+/* Buffers in backend memory, [m->nparams] / [m->nstate]. */
+float *wf_exec_params(wf_exec *ex);
+float *wf_exec_grads(wf_exec *ex);
+float *wf_exec_state(wf_exec *ex);
+int wf_exec_zero_grads(wf_exec *ex);
+/* Copy params and state between backend memory and m->params/m->state
+ * (no-ops on host backends). */
+int wf_exec_params_to_host(wf_exec *ex);
+int wf_exec_params_from_host(wf_exec *ex);
+wf_backend *wf_exec_backend(wf_exec *ex);
+const char *wf_exec_error(wf_exec *ex); /* cause of the last failure */
+
+#endif

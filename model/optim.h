@@ -1,0 +1,40 @@
+/* optim.h: optimizers and learning-rate schedules over ranges of the flat
+ * parameter vector. The same code runs in a single process, on every
+ * allreduce rank and on each parameter server for its chunks. */
+#ifndef WF_OPTIM_H
+#define WF_OPTIM_H
+
+#include "kernels/kernels.h"
+
+#include <stddef.h>
+
+typedef enum { WF_SCHED_CONSTANT, WF_SCHED_STEP, WF_SCHED_COSINE } wf_sched_kind;
+
+typedef struct wf_optim_cfg {
+	wf_opt_kind kind;       /* sgd, adam, adamw */
+	double lr;              /* base learning rate */
+	double momentum;        /* sgd */
+	int nesterov;           /* sgd */
+	double beta1, beta2, eps; /* adam, adamw (0.9, 0.999, 1e-7 as Keras) */
+	double weight_decay;
+	wf_sched_kind schedule;
+	long warmup_steps;      /* linear warm-up from 0 to lr */
+	long total_steps;       /* cosine: decays to min_lr at this step */
+	double min_lr;          /* cosine floor */
+	long decay_steps;       /* step: multiply by decay_rate every decay_steps */
+	double decay_rate;
+} wf_optim_cfg;
+
+/* Defaults: sgd lr 0.1 momentum 0.9, constant schedule. */
+void wf_optim_cfg_default(wf_optim_cfg *c);
+/* Learning rate at 0-based step (the step about to be applied). */
+double wf_optim_lr(const wf_optim_cfg *c, long step);
+/* Optimizer slots per parameter: 0 (plain SGD), 1 (momentum), 2 (Adam). */
+int wf_optim_slots(const wf_optim_cfg *c);
+/* Apply step `step` (0-based) to n parameters p with gradients g (summed
+ * over the global batch and multiplied by grad_scale first); m, v are the
+ * slots (NULL where wf_optim_slots says unused). */
+int wf_optim_apply(wf_backend *be, const wf_optim_cfg *c, long step, size_t n, float *p,
+		   const float *g, float *m, float *v, float grad_scale);
+
+#endif

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs every Debian package weft needs to build, test and benchmark.
+# Idempotent: packages already present are not reinstalled; safe to run again.
+set -euo pipefail
+
+PKGS=(
+  build-essential cmake pkg-config
+  libdnnl-dev            # oneDNN: CPU kernels
+  libhdf5-dev hdf5-tools # model and dataset files
+  libjansson-dev         # JSON: configs, TF_CONFIG, graphs, HTTP bodies
+  libzmq3-dev            # parameter-server transport
+  openmpi-bin libopenmpi-dev # allreduce on CPUs, mpirun
+  libmicrohttpd-dev      # weft-serve HTTP
+  libjpeg-dev            # JPEG decoding (libjpeg-turbo)
+  clang libclang-rt-14-dev # libFuzzer targets and sanitizers
+  curl python3
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  echo "setup-deps: installing ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,416 @@
+/* test_cpu_vs_ref.c: every op of the cpu (oneDNN) backend against the ref
+ * backend: the shared op cases, resnet-sized shapes that take oneDNN's fast
+ * paths, random conv and pool geometries, plan reuse and rebuild, and errors.
+ * Forward outputs, updated state, input gradients and accumulated parameter
+ * gradients are all compared. */
+#include "tests/kernels/op_cases.h"
+#include "tests/test.h"
+
+static wf_backend *ref_be, *cpu_be;
+
+/* |a - b| <= tol * max(1, max|b|) element by element: conv and batch-norm sums
+ * are long, so the bound scales with the tensor's magnitude. */
+static int close_tensor(const char *cname, const char *what, const wf_opc_tensor *a,
+			const wf_opc_tensor *b, double tol)
+{
+	if (a->len != b->len) {
+		fprintf(stderr, "%s: %s: length %zu vs %zu\n", cname, what, a->len, b->len);
+		return 0;
+	}
+	double mx = 1.0;
+	for (size_t i = 0; i < b->len; i++)
+		mx = fmax(mx, fabs(b->host[i]));
+	for (size_t i = 0; i < a->len; i++) {
+		double d = fabs((double)a->host[i] - b->host[i]);
+		if (!(d <= tol * mx)) {
+			fprintf(stderr, "%s: %s %s[%zu]: cpu %.9g ref %.9g (|d| %.3g > %.3g)\n",
+				cname, what, a->name ? a->name : "?", i, a->host[i], b->host[i], d,
+				tol * mx);
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* Run case c on both backends with the same inputs; compare everything. */
+static void check_case(const wf_opc_case *c, uint64_t seed, double tol)
+{
+	wf_opc_io a, b;
+	wf_err err = {0};
+	wf_opc_io_init(c, &a, seed);
+	wf_opc_io_init(c, &b, seed);
+	int rc = wf_opc_run(cpu_be, c, &a, 1, &err);
+	WF_CHECK_MSG(rc == 0, "%s", err.msg);
+	if (rc == 0) {
+		rc = wf_opc_run(ref_be, c, &b, 1, &err);
+		WF_CHECK_MSG(rc == 0, "%s", err.msg);
+	}
+	if (rc == 0) {
+		for (int i = 0; i < a.n_out; i++)
+			WF_CHECK_MSG(close_tensor(c->name, "out", &a.out[i], &b.out[i], tol), "%s",
+				     c->name);
+		for (int i = 0; c->backward && i < a.n_in; i++)
+			WF_CHECK_MSG(close_tensor(c->name, "din", &a.din[i], &b.din[i], tol), "%s",
+				     c->name);
+		for (int i = 0; c->backward && i < a.n_param; i++)
+			WF_CHECK_MSG(
+				close_tensor(c->name, "dparam", &a.dparam[i], &b.dparam[i], tol),
+				"%s", c->name);
+	}
+	wf_opc_io_free(&a);
+	wf_opc_io_free(&b);
+}
+
+static void test_every_shared_case_matches_ref(void)
+{
+	wf_opc_case c;
+	int n = 0;
+	for (int i = 0; wf_opc_get(i, &c) == 0; i++, n++)
+		check_case(&c, 1000 + (uint64_t)i, 1e-4);
+	WF_CHECK(n > 30);
+}
+
+static void conv_case(wf_opc_case *c, const char *name, int n, int h, int w, int ch, int oc, int k,
+		      int s, int dil, int groups, int same, int pad, int bias)
+{
+	memset(c, 0, sizeof(*c));
+	snprintf(c->name, sizeof(c->name), "%.63s", name);
+	c->kind = WF_OPC_CONV;
+	c->backward = 1;
+	wf_conv_desc_init(&c->conv, n, h, w, ch, oc, k, k, s, s, dil, dil, groups, same, pad, pad,
+			  bias);
+}
+
+/* Shapes of a resnet20 on 32x32 images (batch cut to 4 so ref stays quick):
+ * channel counts that are multiples of 8/16 take oneDNN's JIT kernels and
+ * blocked weight layouts, which the small odd cases do not reach. */
+static void test_resnet_shapes_match_ref(void)
+{
+	wf_opc_case c;
+	conv_case(&c, "rn_conv3x3_32x32x16", 4, 32, 32, 16, 16, 3, 1, 1, 1, 1, 0, 0);
+	check_case(&c, 1, 1e-4);
+	conv_case(&c, "rn_conv3x3_s2_16to32", 4, 32, 32, 16, 32, 3, 2, 1, 1, 1, 0, 1);
+	check_case(&c, 2, 1e-4);
+	conv_case(&c, "rn_conv1x1_s2_proj", 4, 16, 16, 32, 64, 1, 2, 1, 1, 1, 0, 0);
+	check_case(&c, 3, 1e-4);
+	conv_case(&c, "rn_conv3x3_8x8x64", 4, 8, 8, 64, 64, 3, 1, 1, 1, 1, 0, 1);
+	check_case(&c, 4, 1e-4);
+	conv_case(&c, "rn_depthwise_32", 4, 16, 16, 32, 32, 3, 1, 1, 32, 1, 0, 1);
+	check_case(&c, 5, 1e-4);
+	conv_case(&c, "rn_stem_3to16_nobias_no_dx", 4, 32, 32, 3, 16, 3, 1, 1, 1, 1, 0, 0);
+	c.no_dx = 1;
+	check_case(&c, 6, 1e-4);
+
+	memset(&c, 0, sizeof(c));
+	snprintf(c.name, sizeof(c.name), "rn_batchnorm_train_64");
+	c.kind = WF_OPC_BN, c.backward = 1, c.training = 1;
+	c.bn = (wf_bn_desc){.n = 4, .h = 8, .w = 8, .c = 64, .eps = 1e-3f, .momentum = 0.99f};
+	check_case(&c, 7, 1e-4);
+	c.training = 0, c.backward = 0;
+	snprintf(c.name, sizeof(c.name), "rn_batchnorm_infer_64");
+	check_case(&c, 8, 1e-4);
+
+	memset(&c, 0, sizeof(c));
+	snprintf(c.name, sizeof(c.name), "rn_dense_64_10");
+	c.kind = WF_OPC_DENSE, c.backward = 1;
+	c.dense = (wf_dense_desc){.n = 16, .in = 64, .out = 10, .bias = 1};
+	check_case(&c, 9, 1e-4);
+
+	memset(&c, 0, sizeof(c));
+	snprintf(c.name, sizeof(c.name), "rn_maxpool_same_64");
+	c.kind = WF_OPC_POOL, c.backward = 1;
+	wf_pool_desc_init(&c.pool, WF_POOL_MAX, 2, 9, 9, 64, 3, 3, 2, 2, 1);
+	check_case(&c, 10, 1e-4);
+	snprintf(c.name, sizeof(c.name), "rn_avgpool_same_64");
+	c.pool.kind = WF_POOL_AVG;
+	check_case(&c, 11, 1e-4);
+}
+
+/* Random geometries: odd sizes, strides 1-2, dilation 1-2, groups, same/valid. */
+static void test_random_conv_and_pool_geometries(void)
+{
+	wf_rng r;
+	wf_rng_seed(&r, 77);
+	for (int t = 0; t < 24; t++) {
+		int g = (int)wf_rng_below(&r, 3) + 1;
+		int ch = g * ((int)wf_rng_below(&r, 3) + 1);
+		int oc = g * ((int)wf_rng_below(&r, 3) + 1);
+		int k = (int)wf_rng_below(&r, 4) + 1;
+		int s = (int)wf_rng_below(&r, 2) + 1;
+		int dil = k > 1 ? (int)wf_rng_below(&r, 2) + 1 : 1;
+		int same = (int)wf_rng_below(&r, 2);
+		int pad = same ? 0 : (int)wf_rng_below(&r, (uint64_t)k);
+		int h = (k - 1) * dil + 1 + (int)wf_rng_below(&r, 6);
+		int w = (k - 1) * dil + 1 + (int)wf_rng_below(&r, 6);
+		char name[160];
+		snprintf(name, sizeof(name), "rand_conv%d_k%d_s%d_d%d_g%d_%s", t, k, s, dil, g,
+			 same ? "same" : "valid");
+		wf_opc_case c;
+		conv_case(&c, name, 1 + (int)wf_rng_below(&r, 3), h, w, ch, oc, k, s, dil, g, same,
+			  pad, (int)wf_rng_below(&r, 2));
+		check_case(&c, 500 + (uint64_t)t, 1e-4);
+	}
+	for (int t = 0; t < 12; t++) {
+		wf_opc_case c;
+		memset(&c, 0, sizeof(c));
+		int k = (int)wf_rng_below(&r, 3) + 1, s = (int)wf_rng_below(&r, 3) + 1;
+		int same = (int)wf_rng_below(&r, 2);
+		wf_pool_kind kind = t % 2 ? WF_POOL_AVG : WF_POOL_MAX;
+		char name[160];
+		snprintf(name, sizeof(name), "rand_%spool%d_k%d_s%d_%s",
+			 kind == WF_POOL_MAX ? "max" : "avg", t, k, s, same ? "same" : "valid");
+		snprintf(c.name, sizeof(c.name), "%.63s", name);
+		c.kind = WF_OPC_POOL, c.backward = 1;
+		wf_pool_desc_init(&c.pool, kind, 1 + (int)wf_rng_below(&r, 2),
+				  k + (int)wf_rng_below(&r, 6), k + (int)wf_rng_below(&r, 6),
+				  1 + (int)wf_rng_below(&r, 5), k, k, s, s, same);
+		check_case(&c, 900 + (uint64_t)t, 1e-4);
+	}
+}
+
+/* ---- plans --------------------------------------------------------------- */
+
+static float *rnd(size_t n, uint64_t seed)
+{
+	wf_rng r;
+	wf_rng_seed(&r, seed);
+	float *p = malloc((n ? n : 1) * sizeof(float));
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)wf_rng_normal(&r);
+	return p;
+}
+
+static double max_rel_diff(const float *a, const float *b, size_t n)
+{
+	double mx = 1.0, d = 0.0;
+	for (size_t i = 0; i < n; i++)
+		mx = fmax(mx, fabs(b[i]));
+	for (size_t i = 0; i < n; i++)
+		d = fmax(d, fabs((double)a[i] - b[i]));
+	return d / mx;
+}
+
+/* One conv forward + backward on both backends, the cpu one through `slot`
+ * (shared by forward and backward, as an executor may do). Returns 1 when
+ * all outputs and gradients match. */
+static int conv_step(wf_plan **slot, int n, uint64_t seed)
+{
+	wf_conv_desc d;
+	wf_conv_desc_init(&d, n, 9, 8, 8, 16, 3, 3, 2, 2, 1, 1, 1, 1, 0, 0, 1);
+	size_t xl = (size_t)n * 9 * 8 * 8, yl = (size_t)n * d.oh * d.ow * 16, wl = 3 * 3 * 8 * 16;
+	float *x = rnd(xl, seed), *w = rnd(wl, seed + 1), *b = rnd(16, seed + 2);
+	float *dy = rnd(yl, seed + 3);
+	float *y1 = calloc(yl, 4), *y2 = calloc(yl, 4), *dx1 = calloc(xl, 4), *dx2 = calloc(xl, 4);
+	float *dw1 = calloc(wl, 4), *dw2 = calloc(wl, 4), *db1 = calloc(16, 4),
+	      *db2 = calloc(16, 4);
+	wf_plan *rp = NULL;
+	int ok = cpu_be->ops->conv2d_forward(cpu_be, slot, &d, y1, x, w, b) == 0 &&
+		 cpu_be->ops->conv2d_backward(cpu_be, slot, &d, dx1, dw1, db1, dy, x, w) == 0 &&
+		 ref_be->ops->conv2d_forward(ref_be, &rp, &d, y2, x, w, b) == 0 &&
+		 ref_be->ops->conv2d_backward(ref_be, &rp, &d, dx2, dw2, db2, dy, x, w) == 0;
+	ok = ok && max_rel_diff(y1, y2, yl) < 1e-4 && max_rel_diff(dx1, dx2, xl) < 1e-4 &&
+	     max_rel_diff(dw1, dw2, wl) < 1e-4 && max_rel_diff(db1, db2, 16) < 1e-4;
+	wf_backend_plan_free(ref_be, &rp);
+	free(x), free(w), free(b), free(dy), free(y1), free(y2), free(dx1), free(dx2);
+	free(dw1), free(dw2), free(db1), free(db2);
+	return ok;
+}
+
+static void test_conv_plan_reused_then_rebuilt_on_batch_change(void)
+{
+	wf_plan *slot = NULL;
+	WF_CHECK(conv_step(&slot, 2, 1));
+	wf_plan *first = slot;
+	WF_CHECK(first != NULL);
+	WF_CHECK(conv_step(&slot, 2, 11)); /* same shape, new data: same plan */
+	WF_CHECK(slot == first);
+	WF_CHECK(conv_step(&slot, 5, 21)); /* batch 5: a new plan */
+	WF_CHECK(slot != first);
+	wf_plan *second = slot;
+	WF_CHECK(conv_step(&slot, 5, 31));
+	WF_CHECK(slot == second);
+	WF_CHECK(conv_step(&slot, 2, 41)); /* and back */
+	WF_CHECK(slot != second);
+	wf_backend_plan_free(cpu_be, &slot);
+	WF_CHECK(slot == NULL);
+}
+
+/* Dense, batch norm and pooling: twice at batch 3, then at batch 6, each
+ * compared with ref; the plan pointer shows reuse and rebuild. */
+static void test_dense_bn_pool_plans_follow_batch_size(void)
+{
+	wf_plan *dslot = NULL, *bslot = NULL, *pslot = NULL, *rp = NULL;
+	wf_plan *prev_d = NULL, *prev_b = NULL, *prev_p = NULL;
+	const int batches[3] = {3, 3, 6};
+	for (int t = 0; t < 3; t++) {
+		int n = batches[t];
+		/* dense 12 -> 7 */
+		wf_dense_desc dd = {.n = n, .in = 12, .out = 7, .bias = 1};
+		float *x = rnd((size_t)n * 12, 100 + t), *w = rnd(84, 200 + t),
+		      *b = rnd(7, 300 + t);
+		float *y1 = calloc((size_t)n * 7, 4), *y2 = calloc((size_t)n * 7, 4);
+		WF_CHECK(cpu_be->ops->dense_forward(cpu_be, &dslot, &dd, y1, x, w, b) == 0);
+		WF_CHECK(ref_be->ops->dense_forward(ref_be, &rp, &dd, y2, x, w, b) == 0);
+		WF_CHECK(max_rel_diff(y1, y2, (size_t)n * 7) < 1e-5);
+		free(x), free(w), free(b), free(y1), free(y2);
+
+		/* batch norm on [n,5,4,16], training then inference in the same slot */
+		wf_bn_desc bd = {.n = n, .h = 5, .w = 4, .c = 16, .eps = 1e-3f, .momentum = 0.9f};
+		size_t xl = (size_t)n * 5 * 4 * 16;
+		float *bx = rnd(xl, 400 + t), *g = rnd(16, 500 + t), *be_ = rnd(16, 600 + t);
+		float *by1 = calloc(xl, 4), *by2 = calloc(xl, 4);
+		float sm1[16], si1[16], sm2[16], si2[16], rm1[16] = {0}, rv1[16], rm2[16] = {0},
+							  rv2[16];
+		for (int i = 0; i < 16; i++)
+			rv1[i] = rv2[i] = 1.0f;
+		WF_CHECK(cpu_be->ops->batchnorm_forward(cpu_be, &bslot, &bd, 1, by1, sm1, si1, bx,
+							g, be_, rm1, rv1) == 0);
+		WF_CHECK(ref_be->ops->batchnorm_forward(ref_be, &rp, &bd, 1, by2, sm2, si2, bx, g,
+							be_, rm2, rv2) == 0);
+		WF_CHECK(max_rel_diff(by1, by2, xl) < 1e-4);
+		WF_CHECK(max_rel_diff(rv1, rv2, 16) < 1e-5);
+		WF_CHECK(cpu_be->ops->batchnorm_forward(cpu_be, &bslot, &bd, 0, by1, NULL, NULL, bx,
+							g, be_, rm1, rv1) == 0);
+		WF_CHECK(ref_be->ops->batchnorm_forward(ref_be, &rp, &bd, 0, by2, NULL, NULL, bx, g,
+							be_, rm2, rv2) == 0);
+		WF_CHECK(max_rel_diff(by1, by2, xl) < 1e-4);
+		free(bx), free(g), free(be_), free(by1), free(by2);
+
+		/* max pool 3x3/2 same on [n,7,7,16] */
+		wf_pool_desc pd;
+		wf_pool_desc_init(&pd, WF_POOL_MAX, n, 7, 7, 16, 3, 3, 2, 2, 1);
+		size_t pxl = (size_t)n * 7 * 7 * 16, pyl = (size_t)n * pd.oh * pd.ow * 16;
+		float *px = rnd(pxl, 700 + t), *py1 = calloc(pyl, 4), *py2 = calloc(pyl, 4);
+		float *pdy = rnd(pyl, 800 + t), *pdx1 = calloc(pxl, 4), *pdx2 = calloc(pxl, 4);
+		WF_CHECK(cpu_be->ops->pool_forward(cpu_be, &pslot, &pd, py1, px) == 0);
+		WF_CHECK(cpu_be->ops->pool_backward(cpu_be, &pslot, &pd, pdx1, pdy, px, py1) == 0);
+		WF_CHECK(ref_be->ops->pool_forward(ref_be, &rp, &pd, py2, px) == 0);
+		WF_CHECK(ref_be->ops->pool_backward(ref_be, &rp, &pd, pdx2, pdy, px, py2) == 0);
+		WF_CHECK(max_rel_diff(py1, py2, pyl) == 0.0);
+		WF_CHECK(max_rel_diff(pdx1, pdx2, pxl) < 1e-6);
+		free(px), free(py1), free(py2), free(pdy), free(pdx1), free(pdx2);
+
+		if (t == 1) { /* same batch as before: the plans were kept */
+			WF_CHECK(dslot == prev_d);
+			WF_CHECK(bslot == prev_b);
+			WF_CHECK(pslot == prev_p);
+		} else if (t == 2) { /* batch changed: rebuilt */
+			WF_CHECK(dslot != prev_d);
+			WF_CHECK(bslot != prev_b);
+			WF_CHECK(pslot != prev_p);
+		}
+		prev_d = dslot, prev_b = bslot, prev_p = pslot;
+	}
+	wf_backend_plan_free(cpu_be, &dslot);
+	wf_backend_plan_free(cpu_be, &bslot);
+	wf_backend_plan_free(cpu_be, &pslot);
+	wf_backend_plan_free(ref_be, &rp);
+}
+
+/* Conv backward asked for one gradient at a time (the others NULL) gives the
+ * same dx, dw and db as ref, and leaves what it was not asked for alone. */
+static void test_conv_backward_one_gradient_at_a_time(void)
+{
+	wf_conv_desc d;
+	wf_conv_desc_init(&d, 3, 10, 10, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1);
+	size_t xl = (size_t)3 * 10 * 10 * 16, wl = 3 * 3 * 16 * 16;
+	float *x = rnd(xl, 1), *w = rnd(wl, 2), *dy = rnd(xl, 3);
+	float *dx1 = calloc(xl, 4), *dx2 = calloc(xl, 4), *dw1 = rnd(wl, 4), *dw2 = rnd(wl, 4);
+	float db1[16] = {0}, db2[16] = {0};
+	memcpy(dw2, dw1, wl * 4);
+	wf_plan *slot = NULL, *rp = NULL;
+	const wf_backend_ops *c = cpu_be->ops, *r = ref_be->ops;
+	WF_CHECK(c->conv2d_backward(cpu_be, &slot, &d, dx1, NULL, NULL, dy, x, w) == 0);
+	WF_CHECK(r->conv2d_backward(ref_be, &rp, &d, dx2, NULL, NULL, dy, x, w) == 0);
+	WF_CHECK(max_rel_diff(dx1, dx2, xl) < 1e-4);
+	WF_CHECK(max_rel_diff(dw1, dw2, wl) == 0.0); /* untouched */
+	WF_CHECK(c->conv2d_backward(cpu_be, &slot, &d, NULL, NULL, db1, dy, x, w) == 0);
+	WF_CHECK(r->conv2d_backward(ref_be, &rp, &d, NULL, NULL, db2, dy, x, w) == 0);
+	WF_CHECK(max_rel_diff(db1, db2, 16) < 1e-4);
+	WF_CHECK(max_rel_diff(dw1, dw2, wl) == 0.0);
+	WF_CHECK(c->conv2d_backward(cpu_be, &slot, &d, NULL, dw1, NULL, dy, x, w) == 0);
+	WF_CHECK(r->conv2d_backward(ref_be, &rp, &d, NULL, dw2, NULL, dy, x, w) == 0);
+	WF_CHECK(max_rel_diff(dw1, dw2, wl) < 1e-4);
+	/* twice more: the += contract holds across calls */
+	WF_CHECK(c->conv2d_backward(cpu_be, &slot, &d, NULL, dw1, db1, dy, x, w) == 0);
+	WF_CHECK(r->conv2d_backward(ref_be, &rp, &d, NULL, dw2, db2, dy, x, w) == 0);
+	WF_CHECK(max_rel_diff(dw1, dw2, wl) < 1e-4);
+	WF_CHECK(max_rel_diff(db1, db2, 16) < 1e-4);
+	wf_backend_plan_free(cpu_be, &slot);
+	free(x), free(w), free(dy), free(dx1), free(dx2), free(dw1), free(dw2);
+}
+
+/* A plan slot handed from one op kind to another is rebuilt, not misused. */
+static void test_plan_slot_switching_op_kind_is_rebuilt(void)
+{
+	wf_plan *slot = NULL;
+	WF_CHECK(conv_step(&slot, 2, 5));
+	wf_dense_desc dd = {.n = 2, .in = 3, .out = 2, .bias = 0};
+	float x[6] = {1, 2, 3, 4, 5, 6}, w[6] = {1, 0, 0, 1, 1, 1}, y[4];
+	WF_CHECK(cpu_be->ops->dense_forward(cpu_be, &slot, &dd, y, x, w, NULL) == 0);
+	WF_CHECK_NEAR(y[0], 1 + 3, 1e-6);
+	WF_CHECK_NEAR(y[1], 2 + 3, 1e-6);
+	WF_CHECK_NEAR(y[2], 4 + 6, 1e-6);
+	WF_CHECK_NEAR(y[3], 5 + 6, 1e-6);
+	wf_backend_plan_free(cpu_be, &slot);
+}
+
+/* ---- errors ----------------------------------------------------------------- */
+
+static void test_bad_descriptors_fail_with_a_message(void)
+{
+	wf_plan *slot = NULL;
+	wf_conv_desc d;
+	wf_conv_desc_init(&d, 1, 5, 5, 6, 4, 3, 3, 1, 1, 1, 1, 4, 0, 1, 1, 0); /* 4 !| 6 */
+	float buf[1024] = {0};
+	wf_err_clear(&cpu_be->err);
+	int rc = cpu_be->ops->conv2d_forward(cpu_be, &slot, &d, buf, buf, buf, NULL);
+	WF_CHECK_INT(rc, WF_EINVAL);
+	WF_CHECK_MSG(strstr(cpu_be->err.msg, "groups=4") != NULL, "%s", cpu_be->err.msg);
+	WF_CHECK(slot == NULL);
+
+	wf_conv_desc_init(&d, 1, 5, 5, 4, 4, 3, 3, 1, 1, 1, 1, 1, 0, 0, 0, 0);
+	d.oh = 5; /* inconsistent with valid 3x3 */
+	rc = cpu_be->ops->conv2d_forward(cpu_be, &slot, &d, buf, buf, buf, NULL);
+	WF_CHECK_INT(rc, WF_EINVAL);
+	WF_CHECK_MSG(strstr(cpu_be->err.msg, "expected 3x3") != NULL, "%s", cpu_be->err.msg);
+
+	wf_pool_desc pd;
+	wf_pool_desc_init(&pd, WF_POOL_MAX, 1, 4, 4, 2, 2, 2, 2, 2, 0);
+	pd.ow = 7;
+	rc = cpu_be->ops->pool_forward(cpu_be, &slot, &pd, buf, buf);
+	WF_CHECK_INT(rc, WF_EINVAL);
+
+	int32_t labels[2] = {0, 9};
+	rc = cpu_be->ops->softmax_xent_forward(cpu_be, 2, 3, buf, buf + 8, buf + 16, labels);
+	WF_CHECK_INT(rc, WF_EINVAL);
+	WF_CHECK_MSG(strstr(cpu_be->err.msg, "labels[1] = 9") != NULL, "%s", cpu_be->err.msg);
+
+	rc = cpu_be->ops->dropout_forward(cpu_be, 4, 1.0f, 1, buf, (uint8_t *)(buf + 8), buf);
+	WF_CHECK_INT(rc, WF_EINVAL);
+	wf_backend_plan_free(cpu_be, &slot);
+}
+
+int main(void)
+{
+	wf_err err = {0};
+	if (wf_backend_create(&cpu_be, "cpu", 2, &err) != 0) {
+		fprintf(stderr, "skip: cpu backend not built: %s\n", err.msg);
+		return 77;
+	}
+	if (wf_backend_create(&ref_be, "ref", 0, &err) != 0) {
+		fprintf(stderr, "ref backend: %s\n", err.msg);
+		return 1;
+	}
+	WF_RUN(test_every_shared_case_matches_ref);
+	WF_RUN(test_resnet_shapes_match_ref);
+	WF_RUN(test_random_conv_and_pool_geometries);
+	WF_RUN(test_conv_plan_reused_then_rebuilt_on_batch_change);
+	WF_RUN(test_dense_bn_pool_plans_follow_batch_size);
+	WF_RUN(test_conv_backward_one_gradient_at_a_time);
+	WF_RUN(test_plan_slot_switching_op_kind_is_rebuilt);
+	WF_RUN(test_bad_descriptors_fail_with_a_message);
+	wf_backend_free(cpu_be);
+	wf_backend_free(ref_be);
+	return wf_test_summary();
+}

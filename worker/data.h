@@ -1,0 +1,103 @@
+/* data.h: the dataset file (HDF5: `images` uint8 [N,H,W,C], `labels` int32
+ * [N], attribute `classes`), its converters, and the reader that feeds a
+ * worker: deterministic order, a prefetch thread, augmentation.
+ *
+ * Order (DESIGN section 5): epoch e uses permutation(seed, e) of [0, N);
+ * global batch b of an epoch is samples [b*G, (b+1)*G) of it (the remainder
+ * of an epoch is dropped); a reader takes `slices` consecutive slices of
+ * length `batch` starting at slice `first`, so G = batch * total_slices.
+ * Training step s reads epoch s / steps_per_epoch, batch s % steps_per_epoch.
+ * Augmentation (random crop after zero padding, horizontal flip) is a pure
+ * function of (seed, epoch, sample index), so any reader sees the same bytes. */
+#ifndef WF_DATA_H
+#define WF_DATA_H
+
+#include "common/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct wf_dataset wf_dataset;
+
+typedef struct wf_dataset_info {
+	long count;        /* N */
+	int h, w, c;       /* image shape */
+	int nclasses;      /* from the `classes` attribute */
+	char **classes;    /* [nclasses] label strings (owned by the dataset) */
+} wf_dataset_info;
+
+/* Open a dataset file for reading; checks shapes, types and labels range.
+ * Errors name the file and the dataset or attribute at fault. */
+int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err);
+void wf_dataset_close(wf_dataset *ds);
+const wf_dataset_info *wf_dataset_info_get(const wf_dataset *ds);
+/* Read samples [start, start+n) in file order (uint8 images, int32 labels).
+ * Thread-safe. */
+int wf_dataset_read(wf_dataset *ds, long start, long n, uint8_t *images, int32_t *labels,
+		    wf_err *err);
+/* Read the samples whose indices are idx[0..n) (any order). Thread-safe. */
+int wf_dataset_gather(wf_dataset *ds, const long *idx, long n, uint8_t *images,
+		      int32_t *labels, wf_err *err);
+
+/* Writer: create a dataset file of count samples of h x w x c with class
+ * names, then append samples in order, then close (temporary name renamed
+ * into place on close). Chunked so readers can stream. */
+typedef struct wf_dataset_writer wf_dataset_writer;
+int wf_dataset_create(wf_dataset_writer **out, const char *path, long count, int h, int w,
+		      int c, int nclasses, const char *const *classes, wf_err *err);
+int wf_dataset_append(wf_dataset_writer *wr, const uint8_t *images, const int32_t *labels,
+		      long n, wf_err *err);
+int wf_dataset_writer_close(wf_dataset_writer *wr, wf_err *err); /* frees wr */
+
+/* Converters (`weft data ...`). */
+typedef struct wf_synth_cfg {
+	long count;   /* samples */
+	int size;     /* images are size x size x 3 */
+	uint64_t seed;
+	int classes;  /* <= 10 */
+} wf_synth_cfg;
+int wf_data_synth(const char *out_path, const wf_synth_cfg *cfg, wf_err *err);
+/* CIFAR-10 binary batches (files of 3073-byte records) into one dataset. */
+int wf_data_cifar10(const char *out_path, const char *const *batch_files, int nfiles,
+		    wf_err *err);
+
+/* ---- the reader ---- */
+
+typedef struct wf_reader_cfg {
+	int batch;          /* samples per slice (per-worker batch size) */
+	int first;          /* first slice this reader takes */
+	int slices;         /* consecutive slices this reader takes */
+	int total_slices;   /* slices per global batch (workers x accumulation) */
+	uint64_t seed;
+	int shuffle;        /* 0: file order, every sample once (evaluation) */
+	int augment;        /* random crop with padding `pad` and horizontal flip */
+	int pad;            /* crop padding in pixels (4) */
+	long start_step;    /* the first step to read (resume) */
+	float scale;        /* preprocessing: (pixel*scale - mean[c]) / std[c] */
+	float mean[4], std[4];
+	int prefetch;       /* batches read ahead (>= 1) */
+} wf_reader_cfg;
+
+/* One batch: images float [n,H,W,C] preprocessed, labels [n]. */
+typedef struct wf_batch {
+	long step;    /* training step (shuffle) or batch index (eval) */
+	long epoch;
+	int n;        /* samples in this batch (batch * slices; eval: last may be short) */
+	float *images;
+	int32_t *labels;
+} wf_batch;
+
+typedef struct wf_reader wf_reader;
+
+void wf_reader_cfg_default(wf_reader_cfg *cfg);
+/* Start a reader thread over ds (which must outlive the reader). */
+int wf_reader_create(wf_reader **out, wf_dataset *ds, const wf_reader_cfg *cfg, wf_err *err);
+/* Next batch in order; blocks until ready. Returns 1 with *b filled, 0 at the
+ * end (eval readers only), or a negative code. *b stays valid until the next
+ * call. */
+int wf_reader_next(wf_reader *r, wf_batch **b, wf_err *err);
+/* Steps per epoch for this configuration. */
+long wf_reader_steps_per_epoch(const wf_reader *r);
+void wf_reader_free(wf_reader *r);
+
+#endif
