@@ -1,8 +1,77 @@
-/* main.c: the `weft` command (placeholder until the trainer lands). */
-#include <stdio.h>
+/* main.c: the `weft` command: a table of subcommands, each a function in
+ * trainer/ (or, for the roles added later, their own modules). Only main
+ * turns a status into the process exit code (DESIGN section 11). */
+#include "common/error.h"
+#include "common/log.h"
+#include "trainer/commands.h"
 
-int main(void)
+#include <hdf5.h>
+#include <stdio.h>
+#include <string.h>
+
+typedef struct command {
+	const char *name;
+	int (*run)(int argc, char **argv, wf_err *err); /* NULL: not in this build yet */
+	const char *summary;
+} command;
+
+static const command commands[] = {
+	{"train", wf_cmd_train, "train a model from a config file (one process)"},
+	{"eval", wf_cmd_eval, "loss and accuracy of a model file on a dataset"},
+	{"data", wf_cmd_data, "make dataset files (synth, cifar10)"},
+	{"inspect", wf_cmd_inspect, "describe or dump a model file"},
+	{"launch", NULL, "start a local cluster of parameter servers and workers"},
+	{"ps", NULL, "run a parameter server"},
+	{"export", NULL, "write a serving model (batch norm folded)"},
+	{"import-keras", NULL, "convert a Keras .h5 model"},
+	{"version", wf_cmd_version, "print the version and built-in backends"},
+};
+
+static void usage(FILE *out)
 {
-	fprintf(stderr, "weft: not built yet\n");
-	return 1;
+	fprintf(out, "usage: weft <command> [options]\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		fprintf(out, "  %-13s %s%s\n", commands[i].name, commands[i].summary,
+			commands[i].run ? "" : " (not available yet)");
+	fprintf(out, "\n`weft <command> --help` documents each command's flags.\n"
+		     "Exit codes: 0 success, 1-127 permanent error, 130 stopped by a signal,\n"
+		     "138 transient error (a restart may help).\n");
+}
+
+int main(int argc, char **argv)
+{
+	wf_err err = {0};
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors are reported through wf_err */
+	if (argc < 2) {
+		usage(stderr);
+		return wf_exit_status(WF_EINVAL);
+	}
+	if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+	    strcmp(argv[1], "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	if (strcmp(argv[1], "--version") == 0)
+		argv[1] = "version";
+	const command *cmd = NULL;
+	for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+		if (strcmp(argv[1], commands[i].name) == 0)
+			cmd = &commands[i];
+	int rc;
+	if (!cmd)
+		rc = wf_errf(&err, WF_EINVAL, "unknown command '%s' (see weft --help)", argv[1]);
+	else if (!cmd->run)
+		rc = wf_errf(&err, WF_ENOTSUP, "%s: not available in this build yet", cmd->name);
+	else
+		rc = cmd->run(argc - 1, argv + 1, &err);
+	if (rc == 1) /* --help printed */
+		return 0;
+	if (rc != 0) {
+		if (rc == WF_ESTOPPED)
+			fprintf(stderr, "weft: stopped\n");
+		else
+			fprintf(stderr, "weft: error: %s\n",
+				err.msg[0] ? err.msg : wf_strerror(rc));
+	}
+	return wf_exit_status(rc);
 }

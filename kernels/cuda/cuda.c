@@ -1,0 +1,620 @@
+/* cuda.c: the CUDA backend's table: device selection and context, memory,
+ * the check functions, and the ops that run our own kernels (cuda_kernels.cu).
+ * Convolution, dense and batch norm (cuDNN, cuBLAS) are in cuda_dnn.c.
+ *
+ * Everything is queued on one stream per backend; only to_host and sync wait
+ * for it. A bad label seen by the loss kernels is reported by the next
+ * to_host or sync, which already wait, so no op synchronises on its own. */
+#include "kernels/cuda/cuda_priv.h"
+
+#include <library_types.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- check functions ---------------------------------------------------------- */
+
+int wf_cuda_check(wf_err *err, cudaError_t status, const char *call, const char *file, int line)
+{
+	if (status == cudaSuccess)
+		return 0;
+	int code = status == cudaErrorMemoryAllocation ? WF_ENOMEM : WF_EINTERNAL;
+	return wf_errf(err, code, "cuda: %s failed at %s:%d: %s (%s)", call, file, line,
+		       cudaGetErrorString(status), cudaGetErrorName(status));
+}
+
+int wf_cublas_check(wf_err *err, cublasStatus_t status, const char *call, const char *file,
+		    int line)
+{
+	if (status == CUBLAS_STATUS_SUCCESS)
+		return 0;
+	int code = status == CUBLAS_STATUS_ALLOC_FAILED ? WF_ENOMEM : WF_EINTERNAL;
+	return wf_errf(err, code, "cublas: %s failed at %s:%d: %s (%s)", call, file, line,
+		       cublasGetStatusString(status), cublasGetStatusName(status));
+}
+
+int wf_cudnn_check(wf_err *err, cudnnStatus_t status, const char *call, const char *file, int line)
+{
+	if (status == CUDNN_STATUS_SUCCESS)
+		return 0;
+	int code = status == CUDNN_STATUS_ALLOC_FAILED ? WF_ENOMEM : WF_EINTERNAL;
+	char detail[256] = "";
+	cudnnGetLastErrorString(detail, sizeof(detail));
+	return wf_errf(err, code, "cudnn: %s failed at %s:%d: %s%s%s", call, file, line,
+		       cudnnGetErrorString(status), detail[0] ? ": " : "", detail);
+}
+
+/* ---- shared buffers ----------------------------------------------------------------- */
+
+static int grow(wf_backend *be, void **buf, size_t *have, size_t bytes, const char *what)
+{
+	if (bytes <= *have)
+		return 0;
+	bytes = (bytes + 255) / 256 * 256;
+	void *p = NULL;
+	cudaError_t st = cudaMalloc(&p, bytes);
+	if (st != cudaSuccess)
+		return wf_errf(&be->err, WF_ENOMEM, "cuda: cannot allocate %zu bytes of %s: %s",
+			       bytes, what, cudaGetErrorString(st));
+	if (*buf)
+		cudaFree(*buf); /* waits for the ops that used it */
+	*buf = p;
+	*have = bytes;
+	return 0;
+}
+
+int wf_cuda_reserve_ws(wf_backend *be, size_t bytes)
+{
+	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
+	return grow(be, &cx->ws, &cx->ws_bytes, bytes, "cuDNN workspace");
+}
+
+int wf_cuda_reserve_scratch(wf_backend *be, size_t bytes)
+{
+	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
+	return grow(be, &cx->scratch, &cx->scratch_bytes, bytes, "scratch");
+}
+
+int wf_cuda_reserve_ones(wf_backend *be, size_t len)
+{
+	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
+	if (len <= cx->ones_len)
+		return 0;
+	size_t have = cx->ones_len * sizeof(float);
+	void *p = cx->ones;
+	int rc = grow(be, &p, &have, len * sizeof(float), "ones");
+	if (rc)
+		return rc;
+	cx->ones = p;
+	cx->ones_len = have / sizeof(float);
+	return WF_CU(be, wfk_fill(cx->stream, cx->ones_len, cx->ones, 1.0f));
+}
+
+/* ---- memory ---------------------------------------------------------------------------- */
+
+static void *cu_alloc(wf_backend *be, size_t bytes)
+{
+	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
+	void *p = NULL;
+	size_t rounded = bytes ? (bytes + 63) / 64 * 64 : 64;
+	if (WF_CU(be, cudaMalloc(&p, rounded)))
+		return NULL;
+	/* on the stream: ordered before any op that uses p */
+	if (WF_CU(be, cudaMemsetAsync(p, 0, rounded, cx->stream))) {
+		cudaFree(p);
+		return NULL;
+	}
+	return p;
+}
+
+static void cu_free(wf_backend *be, void *p)
+{
+	if (p)
+		cudaFree(p);
+}
+
+/* Report (once) a bad label recorded by the loss kernels; call after the
+ * stream has been waited for. */
+static int check_bad_label(wf_backend *be)
+{
+	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
+	if (!cx->bad_host[0])
+		return 0;
+	int row = cx->bad_host[0] - 1, label = cx->bad_host[1];
+	cx->bad_host[0] = cx->bad_host[1] = 0;
+	cudaMemsetAsync(cx->bad, 0, 2 * sizeof(int), cx->stream);
+	return wf_errf(&be->err, WF_EINVAL, "softmax_xent: labels[%d]=%d is outside [0, classes)",
+		       row, label);
+}
+
+static int cu_sync(wf_backend *be)
+{
+	int rc = WF_CU(be, cudaStreamSynchronize(wf_cuda_ctx_of(be)->stream));
+	return rc ? rc : check_bad_label(be);
+}
+
+static int cu_to_device(wf_backend *be, void *dst, const void *src, size_t bytes)
+{
+	if (!bytes)
+		return 0;
+	/* pageable source: returns once src has been staged, so the caller may reuse it */
+	return WF_CU(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice,
+					 wf_cuda_ctx_of(be)->stream));
+}
+
+static int cu_to_host(wf_backend *be, void *dst, const void *src, size_t bytes)
+{
+	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
+	int rc = 0;
+	if (bytes)
+		rc = WF_CU(be,
+			   cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cx->stream));
+	return rc ? rc : cu_sync(be);
+}
+
+static int cu_zero(wf_backend *be, void *p, size_t bytes)
+{
+	if (!bytes)
+		return 0;
+	return WF_CU(be, cudaMemsetAsync(p, 0, bytes, wf_cuda_ctx_of(be)->stream));
+}
+
+static int cu_copy(wf_backend *be, void *dst, const void *src, size_t bytes)
+{
+	if (!bytes || dst == src)
+		return 0;
+	return WF_CU(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice,
+					 wf_cuda_ctx_of(be)->stream));
+}
+
+/* ---- argument checks (the device never sees a bad shape) --------------------------------- */
+
+static int check_act(wf_backend *be, wf_act_kind kind)
+{
+	if (kind != WF_ACT_RELU && kind != WF_ACT_RELU6)
+		return wf_errf(&be->err, WF_EINVAL, "act: kind=%d is not relu or relu6", (int)kind);
+	return 0;
+}
+
+static int check_pool(wf_backend *be, const wf_pool_desc *d)
+{
+	if (d->kind != WF_POOL_MAX && d->kind != WF_POOL_AVG)
+		return wf_errf(&be->err, WF_EINVAL, "pool: kind=%d is not max or avg",
+			       (int)d->kind);
+	if (d->n <= 0 || d->h <= 0 || d->w <= 0 || d->c <= 0 || d->oh <= 0 || d->ow <= 0 ||
+	    d->kh <= 0 || d->kw <= 0 || d->sh <= 0 || d->sw <= 0)
+		return wf_errf(&be->err, WF_EINVAL,
+			       "pool: n=%d h=%d w=%d c=%d oh=%d ow=%d kh=%d kw=%d sh=%d sw=%d must "
+			       "all be positive",
+			       d->n, d->h, d->w, d->c, d->oh, d->ow, d->kh, d->kw, d->sh, d->sw);
+	if (d->pt < 0 || d->pb < 0 || d->pl < 0 || d->pr < 0 || d->pt >= d->kh || d->pb >= d->kh ||
+	    d->pl >= d->kw || d->pr >= d->kw)
+		return wf_errf(&be->err, WF_EINVAL,
+			       "pool: padding %d/%d/%d/%d must be in [0, window %dx%d)", d->pt,
+			       d->pb, d->pl, d->pr, d->kh, d->kw);
+	int oh = (d->h + d->pt + d->pb - d->kh) / d->sh + 1;
+	int ow = (d->w + d->pl + d->pr - d->kw) / d->sw + 1;
+	if (d->h + d->pt + d->pb < d->kh || d->w + d->pl + d->pr < d->kw || d->oh != oh ||
+	    d->ow != ow)
+		return wf_errf(&be->err, WF_EINVAL,
+			       "pool: output %dx%d does not match input %dx%d, window %dx%d, "
+			       "strides %dx%d, pads %d/%d/%d/%d (expected %dx%d)",
+			       d->oh, d->ow, d->h, d->w, d->kh, d->kw, d->sh, d->sw, d->pt, d->pb,
+			       d->pl, d->pr, oh, ow);
+	return 0;
+}
+
+static int check_pad(wf_backend *be, const wf_pad_desc *d)
+{
+	if (d->n <= 0 || d->h <= 0 || d->w <= 0 || d->c <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "pad: n=%d h=%d w=%d c=%d must be positive",
+			       d->n, d->h, d->w, d->c);
+	if (d->h + d->pt + d->pb <= 0 || d->w + d->pl + d->pr <= 0)
+		return wf_errf(&be->err, WF_EINVAL,
+			       "pad: %dx%d with pads %d/%d/%d/%d leaves nothing", d->h, d->w, d->pt,
+			       d->pb, d->pl, d->pr);
+	return 0;
+}
+
+static int check_rate(wf_backend *be, float rate)
+{
+	if (!(rate >= 0.0f && rate < 1.0f))
+		return wf_errf(&be->err, WF_EINVAL, "dropout: rate=%g must be in [0, 1)",
+			       (double)rate);
+	return 0;
+}
+
+/* ---- ops on our own kernels ---------------------------------------------------------------- */
+
+#define STREAM(be) (wf_cuda_ctx_of(be)->stream)
+
+static int cu_act_forward(wf_backend *be, wf_act_kind kind, size_t n, float *y, const float *x)
+{
+	int rc = check_act(be, kind);
+	return rc ? rc : WF_CU(be, wfk_act_forward(STREAM(be), kind == WF_ACT_RELU6, n, y, x));
+}
+
+static int cu_act_backward(wf_backend *be, wf_act_kind kind, size_t n, float *dx, const float *dy,
+			   const float *y)
+{
+	int rc = check_act(be, kind);
+	return rc ? rc
+		  : WF_CU(be, wfk_act_backward(STREAM(be), kind == WF_ACT_RELU6, n, dx, dy, y));
+}
+
+static int cu_add(wf_backend *be, size_t n, float *y, const float *a, const float *b)
+{
+	return WF_CU(be, wfk_add(STREAM(be), n, y, a, b));
+}
+
+static int cu_accumulate(wf_backend *be, size_t n, float *y, const float *x)
+{
+	return WF_CU(be, wfk_accumulate(STREAM(be), n, y, x));
+}
+
+static int cu_scale(wf_backend *be, size_t n, float *y, const float *x, float alpha)
+{
+	return WF_CU(be, wfk_scale(STREAM(be), n, y, x, alpha));
+}
+
+static int check_concat(wf_backend *be, int k, const int *widths, size_t *total)
+{
+	if (k <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "concat: k=%d inputs must be positive", k);
+	*total = 0;
+	for (int i = 0; i < k; i++) {
+		if (widths[i] <= 0)
+			return wf_errf(&be->err, WF_EINVAL,
+				       "concat: widths[%d]=%d must be positive", i, widths[i]);
+		*total += (size_t)widths[i];
+	}
+	return 0;
+}
+
+static int cu_concat_forward(wf_backend *be, size_t rows, int k, const int *widths, float *y,
+			     const float *const *xs)
+{
+	size_t total, off = 0;
+	int rc = check_concat(be, k, widths, &total);
+	for (int i = 0; i < k && !rc; i++) {
+		rc = WF_CU(be, wfk_concat_in(STREAM(be), rows, widths[i], total, off, y, xs[i]));
+		off += (size_t)widths[i];
+	}
+	return rc;
+}
+
+static int cu_concat_backward(wf_backend *be, size_t rows, int k, const int *widths,
+			      float *const *dxs, const float *dy)
+{
+	size_t total, off = 0;
+	int rc = check_concat(be, k, widths, &total);
+	for (int i = 0; i < k && !rc; i++) {
+		if (dxs[i])
+			rc = WF_CU(be, wfk_concat_out(STREAM(be), rows, widths[i], total, off,
+						      dxs[i], dy));
+		off += (size_t)widths[i];
+	}
+	return rc;
+}
+
+static int cu_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *y,
+			   const float *x)
+{
+	int rc = check_pool(be, d);
+	return rc ? rc : WF_CU(be, wfk_pool_forward(STREAM(be), d, y, x));
+}
+
+static int cu_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *dx,
+			    const float *dy, const float *x, const float *y)
+{
+	int rc = check_pool(be, d);
+	return rc ? rc : WF_CU(be, wfk_pool_backward(STREAM(be), d, dx, dy, x));
+}
+
+static int cu_gap_forward(wf_backend *be, int n, int hw, int c, float *y, const float *x)
+{
+	if (n <= 0 || hw <= 0 || c <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "gap: n=%d hw=%d c=%d must be positive", n, hw,
+			       c);
+	return WF_CU(be, wfk_gap_forward(STREAM(be), n, hw, c, y, x));
+}
+
+static int cu_gap_backward(wf_backend *be, int n, int hw, int c, float *dx, const float *dy)
+{
+	if (n <= 0 || hw <= 0 || c <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "gap: n=%d hw=%d c=%d must be positive", n, hw,
+			       c);
+	return WF_CU(be, wfk_gap_backward(STREAM(be), n, hw, c, dx, dy));
+}
+
+static int cu_pad_forward(wf_backend *be, const wf_pad_desc *d, float *y, const float *x)
+{
+	int rc = check_pad(be, d);
+	return rc ? rc : WF_CU(be, wfk_pad_forward(STREAM(be), d, y, x));
+}
+
+static int cu_pad_backward(wf_backend *be, const wf_pad_desc *d, float *dx, const float *dy)
+{
+	int rc = check_pad(be, d);
+	return rc ? rc : WF_CU(be, wfk_pad_backward(STREAM(be), d, dx, dy));
+}
+
+static int cu_dropout_forward(wf_backend *be, size_t n, float rate, uint64_t seed, float *y,
+			      uint8_t *mask, const float *x)
+{
+	int rc = check_rate(be, rate);
+	return rc ? rc : WF_CU(be, wfk_dropout_forward(STREAM(be), n, rate, seed, y, mask, x));
+}
+
+static int cu_dropout_backward(wf_backend *be, size_t n, float rate, float *dx, const float *dy,
+			       const uint8_t *mask)
+{
+	int rc = check_rate(be, rate);
+	return rc ? rc : WF_CU(be, wfk_dropout_backward(STREAM(be), n, rate, dx, dy, mask));
+}
+
+/* After a loss kernel: bring the bad-label record home with the stream's
+ * next wait (to_host or sync check it). */
+static int fetch_bad(wf_backend *be)
+{
+	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
+	return WF_CU(be, cudaMemcpyAsync(cx->bad_host, cx->bad, 2 * sizeof(int),
+					 cudaMemcpyDeviceToHost, cx->stream));
+}
+
+static int cu_softmax_xent_forward(wf_backend *be, int n, int k, float *probs, float *losses,
+				   const float *logits, const int32_t *labels)
+{
+	if (n <= 0 || k <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "softmax_xent: n=%d k=%d must be positive", n,
+			       k);
+	int rc = WF_CU(be, wfk_softmax_xent_forward(STREAM(be), n, k, probs, losses, logits, labels,
+						    wf_cuda_ctx_of(be)->bad));
+	return rc ? rc : (labels && losses ? fetch_bad(be) : 0);
+}
+
+static int cu_softmax_xent_backward(wf_backend *be, int n, int k, float *dlogits,
+				    const float *probs, const int32_t *labels, float scale)
+{
+	if (!labels)
+		return wf_errf(&be->err, WF_EINVAL, "softmax_xent: labels must not be NULL");
+	if (n <= 0 || k <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "softmax_xent: n=%d k=%d must be positive", n,
+			       k);
+	int rc = WF_CU(be, wfk_softmax_xent_backward(STREAM(be), n, k, dlogits, probs, labels,
+						     scale, wf_cuda_ctx_of(be)->bad));
+	return rc ? rc : fetch_bad(be);
+}
+
+static int cu_optimizer_update(wf_backend *be, const wf_opt_desc *d, size_t n, float *p,
+			       const float *g, float *m, float *v)
+{
+	double c1 = 1.0, c2 = 1.0;
+	switch (d->kind) {
+	case WF_OPT_SGD:
+		if (d->momentum != 0.0f && !m)
+			return wf_errf(&be->err, WF_EINVAL,
+				       "optimizer: sgd with momentum=%g needs the m slot",
+				       (double)d->momentum);
+		break;
+	case WF_OPT_ADAM:
+	case WF_OPT_ADAMW:
+		if (!m || !v)
+			return wf_errf(&be->err, WF_EINVAL,
+				       "optimizer: adam needs the m and v slots");
+		if (d->step < 1)
+			return wf_errf(&be->err, WF_EINVAL,
+				       "optimizer: step=%ld must be >= 1 for adam bias correction",
+				       d->step);
+		c1 = 1.0 - pow((double)d->beta1, (double)d->step);
+		c2 = 1.0 - pow((double)d->beta2, (double)d->step);
+		break;
+	default:
+		return wf_errf(&be->err, WF_EINVAL, "optimizer: kind=%d is not sgd, adam or adamw",
+			       (int)d->kind);
+	}
+	return WF_CU(be, wfk_optimizer(STREAM(be), d, c1, c2, n, p, g, m, v));
+}
+
+/* ---- the table ------------------------------------------------------------------------------- */
+
+static void cu_destroy(wf_backend *be);
+
+static const wf_backend_ops cuda_ops = {
+	.alloc = cu_alloc,
+	.free = cu_free,
+	.to_device = cu_to_device,
+	.to_host = cu_to_host,
+	.zero = cu_zero,
+	.copy = cu_copy,
+	.sync = cu_sync,
+	.plan_free = wf_cuda_plan_free,
+	.destroy = cu_destroy,
+	.conv2d_forward = wf_cuda_conv2d_forward,
+	.conv2d_backward = wf_cuda_conv2d_backward,
+	.dense_forward = wf_cuda_dense_forward,
+	.dense_backward = wf_cuda_dense_backward,
+	.batchnorm_forward = wf_cuda_batchnorm_forward,
+	.batchnorm_backward = wf_cuda_batchnorm_backward,
+	.act_forward = cu_act_forward,
+	.act_backward = cu_act_backward,
+	.add = cu_add,
+	.accumulate = cu_accumulate,
+	.scale = cu_scale,
+	.concat_forward = cu_concat_forward,
+	.concat_backward = cu_concat_backward,
+	.pool_forward = cu_pool_forward,
+	.pool_backward = cu_pool_backward,
+	.gap_forward = cu_gap_forward,
+	.gap_backward = cu_gap_backward,
+	.pad_forward = cu_pad_forward,
+	.pad_backward = cu_pad_backward,
+	.dropout_forward = cu_dropout_forward,
+	.dropout_backward = cu_dropout_backward,
+	.softmax_xent_forward = cu_softmax_xent_forward,
+	.softmax_xent_backward = cu_softmax_xent_backward,
+	.optimizer_update = cu_optimizer_update,
+};
+
+/* ---- precision ---------------------------------------------------------------------------------
+ */
+
+int wf_precision_parse(const char *name, wf_precision *out, wf_err *err)
+{
+	static const struct {
+		const char *name;
+		wf_precision p;
+	} names[] = {{"fp32", WF_PREC_FP32},   {"float32", WF_PREC_FP32},  {"tf32", WF_PREC_TF32},
+		     {"bf16", WF_PREC_BF16},   {"bfloat16", WF_PREC_BF16}, {"fp16", WF_PREC_FP16},
+		     {"float16", WF_PREC_FP16}};
+	for (size_t i = 0; name && i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(name, names[i].name) == 0) {
+			*out = names[i].p;
+			return 0;
+		}
+	return wf_errf(err, WF_EINVAL, "precision '%s' is not one of fp32, tf32, bf16, fp16",
+		       name ? name : "(null)");
+}
+
+const char *wf_precision_name(wf_precision p)
+{
+	switch (p) {
+	case WF_PREC_TF32: return "tf32";
+	case WF_PREC_BF16: return "bf16";
+	case WF_PREC_FP16: return "fp16";
+	default: return "fp32";
+	}
+}
+
+int wf_backend_cuda_set_precision(wf_backend *be, wf_precision p, wf_err *err)
+{
+	if (!be || be->ops != &cuda_ops)
+		return wf_errf(err, WF_EINVAL, "precision %s needs the cuda device (this is %s)",
+			       wf_precision_name(p), be && be->name ? be->name : "no backend");
+	if (p < WF_PREC_FP32 || p > WF_PREC_FP16)
+		return wf_errf(err, WF_EINVAL, "precision %d is not a wf_precision", (int)p);
+	wf_cuda_ctx_of(be)->prec = p;
+	return 0;
+}
+
+wf_precision wf_backend_cuda_precision(const wf_backend *be)
+{
+	return be && be->ops == &cuda_ops ? ((const wf_cuda_ctx *)be->ctx)->prec : WF_PREC_FP32;
+}
+
+const char *wf_backend_cuda_describe(const wf_backend *be)
+{
+	return be && be->ops == &cuda_ops ? ((const wf_cuda_ctx *)be->ctx)->describe
+					  : "not a cuda backend";
+}
+
+/* ---- creating and destroying
+ * ---------------------------------------------------------------------- */
+
+static void cu_destroy(wf_backend *be)
+{
+	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
+	if (!cx)
+		return;
+	if (cx->stream)
+		cudaStreamSynchronize(cx->stream);
+	if (cx->cudnn)
+		cudnnDestroy(cx->cudnn);
+	if (cx->cublas)
+		cublasDestroy(cx->cublas);
+	cudaFree(cx->ws);
+	cudaFree(cx->scratch);
+	cudaFree(cx->ones);
+	cudaFree(cx->bad);
+	if (cx->bad_host)
+		cudaFreeHost(cx->bad_host);
+	if (cx->stream)
+		cudaStreamDestroy(cx->stream);
+	free(cx);
+	be->ctx = NULL;
+}
+
+/* The GPU this process uses: under mpirun the local rank picks one (so
+ * ranks on one node spread over its GPUs), else WEFT_CUDA_DEVICE, else 0. */
+static int pick_device(int count)
+{
+	const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
+			      "SLURM_LOCALID", "LOCAL_RANK"};
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
+		const char *v = getenv(vars[i]);
+		if (v && *v)
+			return atoi(v) % count;
+	}
+	const char *v = getenv("WEFT_CUDA_DEVICE");
+	return v && *v ? atoi(v) % count : 0;
+}
+
+int wf_backend_cuda_init(wf_backend *be, wf_err *err)
+{
+	if (!be)
+		return wf_errf(err, WF_EINVAL, "cuda: backend is NULL");
+	int count = 0;
+	cudaError_t st = cudaGetDeviceCount(&count);
+	if (st != cudaSuccess)
+		return wf_errf(err, WF_ENOTSUP, "no usable CUDA device: %s",
+			       cudaGetErrorString(st));
+	if (count <= 0)
+		return wf_errf(err, WF_ENOTSUP, "no usable CUDA device: %s",
+			       cudaGetErrorString(cudaErrorNoDevice));
+	wf_cuda_ctx *cx = calloc(1, sizeof(*cx));
+	if (!cx)
+		return wf_errf(err, WF_ENOMEM, "cuda: out of memory creating the context");
+	be->name = "cuda";
+	be->ops = &cuda_ops;
+	be->ctx = cx;
+	wf_err_clear(&be->err);
+	cx->device = pick_device(count);
+	int rc = 0;
+	st = cudaSetDevice(cx->device);
+	if (st == cudaSuccess)
+		st = cudaFree(NULL); /* creates the context: the first real use of the device */
+	if (st != cudaSuccess) {
+		rc = wf_errf(err, WF_ENOTSUP, "no usable CUDA device: device %d: %s", cx->device,
+			     cudaGetErrorString(st));
+		goto fail;
+	}
+	if ((rc = WF_CU(be, cudaStreamCreateWithFlags(&cx->stream, cudaStreamNonBlocking))) ||
+	    (rc = WF_CUBLAS(be, cublasCreate(&cx->cublas))) ||
+	    (rc = WF_CUBLAS(be, cublasSetStream(cx->cublas, cx->stream))) ||
+	    (rc = WF_CUDNN(be, cudnnCreate(&cx->cudnn))) ||
+	    (rc = WF_CUDNN(be, cudnnSetStream(cx->cudnn, cx->stream))) ||
+	    (rc = WF_CU(be, cudaMalloc((void **)&cx->bad, 2 * sizeof(int)))) ||
+	    (rc = WF_CU(be, cudaMemset(cx->bad, 0, 2 * sizeof(int)))) ||
+	    (rc = WF_CU(be, cudaMallocHost((void **)&cx->bad_host, 2 * sizeof(int)))))
+		goto fail_copy;
+	cx->bad_host[0] = cx->bad_host[1] = 0;
+
+	const char *prec = getenv("WEFT_PRECISION");
+	if (prec && *prec && (rc = wf_precision_parse(prec, &cx->prec, err)) != 0) {
+		wf_err_wrap(err, "WEFT_PRECISION");
+		goto fail;
+	}
+	struct cudaDeviceProp prop;
+	if ((rc = WF_CU(be, cudaGetDeviceProperties(&prop, cx->device))))
+		goto fail_copy;
+	int cublas_ver = 0;
+	cublasGetVersion(cx->cublas, &cublas_ver);
+	size_t cudnn_ver = cudnnGetVersion();
+	snprintf(cx->describe, sizeof(cx->describe),
+		 "%.120s (device %d of %d), sm_%d%d, %.0f GiB, cuDNN %zu.%zu.%zu, cuBLAS %d.%d, "
+		 "precision %s",
+		 prop.name, cx->device, count, prop.major, prop.minor,
+		 (double)prop.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), cudnn_ver / 10000,
+		 cudnn_ver / 100 % 100, cudnn_ver % 100, cublas_ver / 10000, cublas_ver / 100 % 100,
+		 wf_precision_name(cx->prec));
+	return 0;
+
+fail_copy:
+	wf_errf(err, rc, "cuda: setting up device %d: %s", cx->device, be->err.msg);
+fail:
+	cu_destroy(be);
+	be->ops = NULL;
+	be->name = NULL;
+	return rc;
+}

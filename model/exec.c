@@ -1,0 +1,838 @@
+/* exec.c: the executor. Runs a model's layers forward in topological order
+ * and backward in reverse on one backend's ops, over memory planned once at
+ * create for max_batch samples.
+ *
+ * Memory: one activation arena holds every layer output, batch-norm saved
+ * statistics, dropout masks, the labels, probabilities and per-sample losses.
+ * A training executor keeps every output for backward; an inference executor
+ * reuses an output's memory once its last consumer has run. flatten (always)
+ * and dropout (in inference) alias their input. A second arena holds the
+ * activation gradients, each live from its first write in backward order to
+ * its own layer's backward, plus one scratch tensor for inputs with several
+ * consumers: ops overwrite dx, so the first consumer writes the gradient and
+ * later ones write the scratch and accumulate it. Nothing is allocated per
+ * step. */
+#include "model/model.h"
+#include "model/model_priv.h"
+
+#include "common/util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct wf_exec {
+	wf_model *m;
+	wf_backend *be;
+	int max_batch;
+	int training;			  /* built with gradient memory */
+	int host;			  /* params/state are m->params/m->state */
+	float *params, *grads, *state;	  /* backend [nparams] / [nparams] / [nstate] */
+	void *arena, *garena;		  /* backend: activations; activation gradients */
+	float **act;			  /* [nlayers] output now (aliases set per forward) */
+	float **own;			  /* [nlayers] own output memory, NULL for aliases */
+	float **dact;			  /* [nlayers] output gradient (training) */
+	float *scratch;			  /* [max_batch * largest output] (training) */
+	float **save_mean, **save_invstd; /* [nlayers] batch norm [C] (training) */
+	uint8_t **mask;			  /* [nlayers] dropout masks (training) */
+	wf_plan **plans;		  /* [nlayers]: one slot per layer, forward and backward */
+	char *need_grad;		  /* [nlayers] some parameter lies at or before it */
+	char *gdone;			  /* [nlayers] gradient written in this backward */
+	size_t *pend;		   /* [nlayers] end of the layer's trainable floats, 0 if none */
+	int32_t *labels;	   /* backend [max_batch] */
+	float *probs, *losses;	   /* backend [max_batch, K] / [max_batch] */
+	float *h_probs, *h_losses; /* host copies */
+	int n;			   /* batch of the last forward, 0 before any */
+	int fwd_training;	   /* mode of the last forward */
+	int have_loss;		   /* wf_exec_loss ran after the last forward */
+	wf_err err;
+};
+
+/* ---- memory planning ---------------------------------------------------- */
+
+#define ALIGN 64
+
+static size_t align_up(size_t x)
+{
+	return (x + ALIGN - 1) & ~(size_t)(ALIGN - 1);
+}
+
+/* A first-fit planner of offsets in one arena; blocks are kept sorted. */
+typedef struct planner {
+	size_t top; /* arena size so far (bytes) */
+	int nlive;
+	size_t *boff, *bsize; /* live blocks, sorted by offset */
+	int *bid;
+} planner;
+
+static int planner_init(planner *p, int cap)
+{
+	memset(p, 0, sizeof(*p));
+	p->boff = malloc(sizeof(size_t) * (size_t)cap);
+	p->bsize = malloc(sizeof(size_t) * (size_t)cap);
+	p->bid = malloc(sizeof(int) * (size_t)cap);
+	return p->boff && p->bsize && p->bid ? 0 : WF_ENOMEM;
+}
+
+static void planner_free(planner *p)
+{
+	free(p->boff);
+	free(p->bsize);
+	free(p->bid);
+}
+
+/* Offset of a new live block of bytes for id. */
+static size_t planner_alloc(planner *p, int id, size_t bytes)
+{
+	bytes = align_up(bytes ? bytes : 1);
+	size_t off = 0;
+	int at = 0;
+	for (; at < p->nlive; at++) {
+		if (p->boff[at] - off >= bytes)
+			break;
+		off = p->boff[at] + p->bsize[at];
+	}
+	memmove(p->boff + at + 1, p->boff + at, sizeof(size_t) * (size_t)(p->nlive - at));
+	memmove(p->bsize + at + 1, p->bsize + at, sizeof(size_t) * (size_t)(p->nlive - at));
+	memmove(p->bid + at + 1, p->bid + at, sizeof(int) * (size_t)(p->nlive - at));
+	p->boff[at] = off, p->bsize[at] = bytes, p->bid[at] = id;
+	p->nlive++;
+	if (off + bytes > p->top)
+		p->top = off + bytes;
+	return off;
+}
+
+static void planner_release(planner *p, int id)
+{
+	for (int at = 0; at < p->nlive; at++) {
+		if (p->bid[at] != id)
+			continue;
+		p->nlive--;
+		memmove(p->boff + at, p->boff + at + 1, sizeof(size_t) * (size_t)(p->nlive - at));
+		memmove(p->bsize + at, p->bsize + at + 1, sizeof(size_t) * (size_t)(p->nlive - at));
+		memmove(p->bid + at, p->bid + at + 1, sizeof(int) * (size_t)(p->nlive - at));
+		return;
+	}
+}
+
+/* Offsets are planned first and stored in the pointer arrays; this turns
+ * them into pointers once the arena exists. */
+#define REBASE(ptr, base) ((ptr) = (void *)((char *)(base) + (uintptr_t)(ptr)))
+#define OFFSET(x)	  ((void *)(uintptr_t)(x))
+
+/* Does layer i alias its input's memory? */
+static int is_alias(const wf_exec *ex, int i)
+{
+	wf_layer_type t = ex->m->layers[i].type;
+	return t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !ex->training);
+}
+
+/* Plan the activation arena; returns its size in bytes. */
+static int plan_activations(wf_exec *ex, size_t *bytes)
+{
+	wf_model *m = ex->m;
+	int nl = m->nlayers, rc = WF_ENOMEM;
+	size_t B = (size_t)ex->max_batch;
+	int *owner = calloc((size_t)nl, sizeof(int));
+	int *last = calloc((size_t)nl, sizeof(int));
+	planner p;
+	if (planner_init(&p, 4 * nl + 8) || !owner || !last)
+		goto done;
+	for (int i = 0; i < nl; i++) {
+		owner[i] = is_alias(ex, i) ? owner[m->layers[i].inputs[0]] : i;
+		last[i] = i;
+	}
+	for (int i = 0; i < nl; i++)
+		for (int k = 0; k < m->layers[i].ninputs; k++)
+			last[owner[m->layers[i].inputs[k]]] = i;
+	last[owner[m->output]] = nl; /* logits are read after forward */
+	for (int i = 0; i < nl; i++) {
+		const wf_layer *l = &m->layers[i];
+		if (owner[i] == i)
+			ex->own[i] =
+				OFFSET(planner_alloc(&p, i, B * wf_layer_size(l) * sizeof(float)));
+		if (ex->training && l->type == WF_LAYER_BATCHNORM) {
+			ex->save_mean[i] =
+				OFFSET(planner_alloc(&p, nl + 2 * i, sizeof(float) * l->oc));
+			ex->save_invstd[i] =
+				OFFSET(planner_alloc(&p, nl + 2 * i + 1, sizeof(float) * l->oc));
+		}
+		if (ex->training && l->type == WF_LAYER_DROPOUT)
+			ex->mask[i] = OFFSET(planner_alloc(&p, 3 * nl + i, B * wf_layer_size(l)));
+		/* an inference executor frees what no later layer reads */
+		if (!ex->training)
+			for (int j = 0; j <= i; j++)
+				if (owner[j] == j && last[j] == i)
+					planner_release(&p, j);
+	}
+	ex->labels = OFFSET(planner_alloc(&p, 4 * nl, B * sizeof(int32_t)));
+	ex->probs = OFFSET(planner_alloc(&p, 4 * nl + 1, B * (size_t)m->classes * sizeof(float)));
+	ex->losses = OFFSET(planner_alloc(&p, 4 * nl + 2, B * sizeof(float)));
+	*bytes = p.top;
+	rc = 0;
+done:
+	planner_free(&p);
+	free(owner);
+	free(last);
+	return rc;
+}
+
+/* Plan activation gradients in backward order: dact[j] lives from the
+ * backward of its last consumer to its own. */
+static int plan_gradients(wf_exec *ex, size_t *bytes)
+{
+	wf_model *m = ex->m;
+	int nl = m->nlayers;
+	size_t B = (size_t)ex->max_batch, largest = 0;
+	planner p;
+	if (planner_init(&p, nl + 2)) {
+		planner_free(&p);
+		return WF_ENOMEM;
+	}
+	char *placed = ex->gdone; /* borrowed: reset below */
+	memset(placed, 0, (size_t)nl);
+	for (int i = 0; i < nl; i++)
+		largest = WF_MAX(largest, wf_layer_size(&m->layers[i]));
+	ex->scratch = OFFSET(planner_alloc(&p, nl, B * largest * sizeof(float)));
+	ex->dact[m->output] =
+		OFFSET(planner_alloc(&p, m->output, B * wf_layer_size(&m->layers[m->output]) * 4));
+	placed[m->output] = 1;
+	for (int i = nl - 1; i >= 1; i--) {
+		const wf_layer *l = &m->layers[i];
+		for (int k = 0; k < l->ninputs; k++) {
+			int j = l->inputs[k];
+			if (placed[j] || !ex->need_grad[j])
+				continue;
+			placed[j] = 1;
+			ex->dact[j] = OFFSET(planner_alloc(
+				&p, j, B * wf_layer_size(&m->layers[j]) * sizeof(float)));
+		}
+		planner_release(&p, i);
+	}
+	memset(placed, 0, (size_t)nl);
+	*bytes = p.top;
+	planner_free(&p);
+	return 0;
+}
+
+/* ---- create / free ------------------------------------------------------ */
+
+static int exec_fail(wf_exec *ex, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int exec_fail(wf_exec *ex, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(ex->err.msg, sizeof(ex->err.msg), fmt, ap);
+	va_end(ap);
+	ex->err.code = code;
+	return code;
+}
+
+/* An op of layer i failed: keep the backend's message, name the layer. */
+static int op_fail(wf_exec *ex, int rc, int i, const char *dir)
+{
+	const wf_layer *l = &ex->m->layers[i];
+	return exec_fail(ex, rc, "layer '%s' (%s) %s on %s: %s", l->name,
+			 wf_layer_type_name(l->type), dir, ex->be->name,
+			 ex->be->err.msg[0] ? ex->be->err.msg : wf_strerror(rc));
+}
+
+void wf_exec_free(wf_exec *ex)
+{
+	if (!ex)
+		return;
+	wf_backend *be = ex->be;
+	if (ex->plans)
+		for (int i = 0; i < ex->m->nlayers; i++)
+			wf_backend_plan_free(be, &ex->plans[i]);
+	if (!ex->host) {
+		be->ops->free(be, ex->params);
+		be->ops->free(be, ex->state);
+	}
+	be->ops->free(be, ex->grads);
+	be->ops->free(be, ex->arena);
+	be->ops->free(be, ex->garena);
+	free(ex->plans);
+	free(ex->act);
+	free(ex->own);
+	free(ex->dact);
+	free(ex->save_mean);
+	free(ex->save_invstd);
+	free(ex->mask);
+	free(ex->need_grad);
+	free(ex->gdone);
+	free(ex->pend);
+	free(ex->h_probs);
+	free(ex->h_losses);
+	free(ex);
+}
+
+static void *balloc(wf_backend *be, size_t bytes)
+{
+	return be->ops->alloc(be, bytes ? bytes : ALIGN);
+}
+
+int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, int training,
+		   wf_err *err)
+{
+	*out = NULL;
+	if (max_batch < 1 || max_batch > (1 << 20))
+		return wf_errf(err, WF_EINVAL, "executor: max_batch %d is out of range [1, %d]",
+			       max_batch, 1 << 20);
+	int nl = m->nlayers, rc = WF_ENOMEM;
+	size_t K = (size_t)m->classes, B = (size_t)max_batch;
+	wf_exec *ex = calloc(1, sizeof(*ex));
+	if (!ex)
+		return wf_errf(err, WF_ENOMEM, "executor: out of memory");
+	ex->m = m, ex->be = be, ex->max_batch = max_batch, ex->training = training != 0;
+	ex->host = strcmp(be->name, "ref") == 0 || strcmp(be->name, "cpu") == 0;
+	ex->plans = calloc((size_t)nl, sizeof(*ex->plans));
+	ex->act = calloc((size_t)nl, sizeof(*ex->act));
+	ex->own = calloc((size_t)nl, sizeof(*ex->own));
+	ex->dact = calloc((size_t)nl, sizeof(*ex->dact));
+	ex->save_mean = calloc((size_t)nl, sizeof(*ex->save_mean));
+	ex->save_invstd = calloc((size_t)nl, sizeof(*ex->save_invstd));
+	ex->mask = calloc((size_t)nl, sizeof(*ex->mask));
+	ex->need_grad = calloc((size_t)nl, 1);
+	ex->gdone = calloc((size_t)nl, 1);
+	ex->pend = calloc((size_t)nl, sizeof(*ex->pend));
+	ex->h_probs = malloc(sizeof(float) * B * K);
+	ex->h_losses = malloc(sizeof(float) * B);
+	if (!ex->plans || !ex->act || !ex->own || !ex->dact || !ex->save_mean || !ex->save_invstd ||
+	    !ex->mask || !ex->need_grad || !ex->gdone || !ex->pend || !ex->h_probs ||
+	    !ex->h_losses) {
+		wf_errf(err, rc, "executor: out of memory");
+		goto fail;
+	}
+	for (int i = 0; i < nl; i++) {
+		const wf_layer *l = &m->layers[i];
+		int views[4] = {l->p_kernel, l->p_bias, l->p_gamma, l->p_beta};
+		for (int k = 0; k < 4; k++)
+			if (views[k] >= 0)
+				ex->pend[i] = WF_MAX(ex->pend[i], m->views[views[k]].offset +
+									  m->views[views[k]].count);
+		ex->need_grad[i] = ex->pend[i] > 0;
+		for (int k = 0; k < l->ninputs; k++)
+			ex->need_grad[i] |= ex->need_grad[l->inputs[k]];
+	}
+
+	size_t abytes = 0, gbytes = 0;
+	if (plan_activations(ex, &abytes) || (training && plan_gradients(ex, &gbytes))) {
+		wf_errf(err, rc, "executor: out of memory planning %d layers", nl);
+		goto fail;
+	}
+	ex->arena = balloc(be, abytes);
+	if (training) {
+		ex->garena = balloc(be, gbytes);
+		ex->grads = balloc(be, m->nparams * sizeof(float));
+	}
+	if (ex->host) {
+		ex->params = m->params;
+		ex->state = m->state;
+	} else {
+		ex->params = balloc(be, m->nparams * sizeof(float));
+		ex->state = balloc(be, m->nstate * sizeof(float));
+	}
+	if (!ex->arena || (training && (!ex->garena || !ex->grads)) || !ex->params || !ex->state) {
+		wf_errf(err, rc,
+			"executor: out of %s memory for batch %d (%.1f MiB activations, %.1f MiB "
+			"gradients)",
+			be->name, max_batch, abytes / 1048576.0, gbytes / 1048576.0);
+		goto fail;
+	}
+	for (int i = 0; i < nl; i++) {
+		if (ex->own[i] || !is_alias(ex, i))
+			REBASE(ex->own[i], ex->arena);
+		ex->act[i] = ex->own[i] ? ex->own[i] : ex->act[m->layers[i].inputs[0]];
+		if (ex->save_mean[i] || m->layers[i].type == WF_LAYER_BATCHNORM) {
+			if (training) {
+				REBASE(ex->save_mean[i], ex->arena);
+				REBASE(ex->save_invstd[i], ex->arena);
+			}
+		}
+		if (training && m->layers[i].type == WF_LAYER_DROPOUT)
+			REBASE(ex->mask[i], ex->arena);
+		if (training && (ex->need_grad[i] || i == m->output))
+			REBASE(ex->dact[i], ex->garena);
+	}
+	REBASE(ex->labels, ex->arena);
+	REBASE(ex->probs, ex->arena);
+	REBASE(ex->losses, ex->arena);
+	if (training)
+		REBASE(ex->scratch, ex->garena);
+	if (!ex->host && (rc = wf_exec_params_from_host(ex)) != 0) {
+		wf_errf(err, rc, "executor: %s", ex->err.msg);
+		goto fail;
+	}
+	*out = ex;
+	return 0;
+fail:
+	wf_exec_free(ex);
+	return rc;
+}
+
+/* ---- forward ------------------------------------------------------------ */
+
+static const float *pv(const wf_exec *ex, int view)
+{
+	return view >= 0 ? ex->params + ex->m->views[view].offset : NULL;
+}
+
+static float *gv(const wf_exec *ex, int view)
+{
+	return view >= 0 ? ex->grads + ex->m->views[view].offset : NULL;
+}
+
+static void conv_desc(const wf_exec *ex, int i, int n, wf_conv_desc *d)
+{
+	const wf_layer *l = &ex->m->layers[i], *x = &ex->m->layers[l->inputs[0]];
+	wf_conv_desc_init(d, n, x->oh, x->ow, x->oc, l->filters, l->kh, l->kw, l->sh, l->sw, l->dh,
+			  l->dw, l->groups, l->same, 0, 0, l->use_bias);
+}
+
+static void dense_desc(const wf_exec *ex, int i, int n, wf_dense_desc *d)
+{
+	const wf_layer *l = &ex->m->layers[i];
+	d->n = n;
+	d->in = ex->m->layers[l->inputs[0]].oc;
+	d->out = l->units;
+	d->bias = l->use_bias;
+}
+
+static void bn_desc(const wf_exec *ex, int i, int n, wf_bn_desc *d)
+{
+	const wf_layer *l = &ex->m->layers[i];
+	d->n = n, d->h = l->oh, d->w = l->ow, d->c = l->oc;
+	d->eps = l->eps;
+	d->momentum = l->momentum;
+}
+
+static void pool_desc(const wf_exec *ex, int i, int n, wf_pool_desc *d)
+{
+	const wf_layer *l = &ex->m->layers[i], *x = &ex->m->layers[l->inputs[0]];
+	wf_pool_desc_init(d, l->type == WF_LAYER_MAXPOOL ? WF_POOL_MAX : WF_POOL_AVG, n, x->oh,
+			  x->ow, x->oc, l->kh, l->kw, l->sh, l->sw, l->same);
+}
+
+static void pad_desc(const wf_exec *ex, int i, int n, wf_pad_desc *d)
+{
+	const wf_layer *l = &ex->m->layers[i], *x = &ex->m->layers[l->inputs[0]];
+	int s = l->type == WF_LAYER_CROP ? -1 : 1;
+	d->n = n, d->h = x->oh, d->w = x->ow, d->c = x->oc;
+	d->pt = s * l->pad[0], d->pb = s * l->pad[1], d->pl = s * l->pad[2], d->pr = s * l->pad[3];
+}
+
+static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
+{
+	wf_model *m = ex->m;
+	wf_backend *be = ex->be;
+	const wf_backend_ops *op = be->ops;
+	const wf_layer *l = &m->layers[i];
+	wf_plan **plan = &ex->plans[i];
+	float *y = ex->act[i];
+	const float *x = l->ninputs ? ex->act[l->inputs[0]] : NULL;
+	size_t sz = (size_t)n * wf_layer_size(l);
+	union {
+		wf_conv_desc conv;
+		wf_dense_desc dense;
+		wf_bn_desc bn;
+		wf_pool_desc pool;
+		wf_pad_desc pad;
+	} d;
+
+	switch (l->type) {
+	case WF_LAYER_INPUT: return 0;
+	case WF_LAYER_CONV2D:
+		conv_desc(ex, i, n, &d.conv);
+		return op->conv2d_forward(be, plan, &d.conv, y, x, pv(ex, l->p_kernel),
+					  pv(ex, l->p_bias));
+	case WF_LAYER_DENSE:
+		dense_desc(ex, i, n, &d.dense);
+		return op->dense_forward(be, plan, &d.dense, y, x, pv(ex, l->p_kernel),
+					 pv(ex, l->p_bias));
+	case WF_LAYER_BATCHNORM:
+		bn_desc(ex, i, n, &d.bn);
+		return op->batchnorm_forward(be, plan, &d.bn, training, y, ex->save_mean[i],
+					     ex->save_invstd[i], x, pv(ex, l->p_gamma),
+					     pv(ex, l->p_beta),
+					     ex->state + m->views[l->s_mean].offset,
+					     ex->state + m->views[l->s_var].offset);
+	case WF_LAYER_RELU:
+	case WF_LAYER_RELU6:
+		return op->act_forward(be, l->type == WF_LAYER_RELU ? WF_ACT_RELU : WF_ACT_RELU6,
+				       sz, y, x);
+	case WF_LAYER_ADD: {
+		int rc = op->add(be, sz, y, x, ex->act[l->inputs[1]]);
+		for (int k = 2; k < l->ninputs && rc == 0; k++)
+			rc = op->accumulate(be, sz, y, ex->act[l->inputs[k]]);
+		return rc;
+	}
+	case WF_LAYER_CONCAT: {
+		int widths[WF_MAX_INPUTS] = {0};
+		const float *xs[WF_MAX_INPUTS] = {0};
+		for (int k = 0; k < l->ninputs; k++) {
+			widths[k] = m->layers[l->inputs[k]].oc;
+			xs[k] = ex->act[l->inputs[k]];
+		}
+		return op->concat_forward(be, (size_t)n * l->oh * l->ow, l->ninputs, widths, y, xs);
+	}
+	case WF_LAYER_MAXPOOL:
+	case WF_LAYER_AVGPOOL:
+		pool_desc(ex, i, n, &d.pool);
+		return op->pool_forward(be, plan, &d.pool, y, x);
+	case WF_LAYER_GAP: {
+		const wf_layer *xl = &m->layers[l->inputs[0]];
+		return op->gap_forward(be, n, xl->oh * xl->ow, xl->oc, y, x);
+	}
+	case WF_LAYER_FLATTEN: return 0; /* aliases its input */
+	case WF_LAYER_ZEROPAD:
+	case WF_LAYER_CROP: pad_desc(ex, i, n, &d.pad); return op->pad_forward(be, &d.pad, y, x);
+	case WF_LAYER_DROPOUT:
+		if (!training)
+			return 0; /* aliases its input */
+		return op->dropout_forward(be, sz, l->rate, wf_hash3(seed, (uint64_t)i, 0x64726f70),
+					   y, ex->mask[i], x);
+	default: return WF_EINTERNAL;
+	}
+}
+
+int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint64_t dropout_seed)
+{
+	wf_model *m = ex->m;
+	wf_backend *be = ex->be;
+	ex->n = 0;
+	ex->have_loss = 0;
+	if (n < 1 || n > ex->max_batch)
+		return exec_fail(ex, WF_EINVAL, "forward: batch %d is out of range [1, %d]", n,
+				 ex->max_batch);
+	if (training && !ex->training)
+		return exec_fail(ex, WF_EINVAL,
+				 "forward: training mode needs an executor created for training");
+	/* dropout aliases its input in inference only; flatten always */
+	for (int i = 0; i < m->nlayers; i++) {
+		wf_layer_type t = m->layers[i].type;
+		if (t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !training))
+			ex->act[i] = ex->act[m->layers[i].inputs[0]];
+		else
+			ex->act[i] = ex->own[i];
+	}
+	size_t bytes = (size_t)n * wf_layer_size(&m->layers[0]) * sizeof(float);
+	int rc = be->ops->to_device(be, ex->act[0], images, bytes);
+	if (rc)
+		return op_fail(ex, rc, 0, "copy to device");
+	for (int i = 1; i < m->nlayers; i++) {
+		be->err.msg[0] = '\0';
+		if ((rc = layer_forward(ex, i, n, training, dropout_seed)) != 0)
+			return op_fail(ex, rc, i, "forward");
+	}
+	ex->n = n;
+	ex->fwd_training = training != 0;
+	return 0;
+}
+
+/* ---- outputs and loss --------------------------------------------------- */
+
+int wf_exec_logits(wf_exec *ex, float *out)
+{
+	if (!ex->n)
+		return exec_fail(ex, WF_EINVAL, "logits: no forward has run");
+	size_t bytes = (size_t)ex->n * ex->m->classes * sizeof(float);
+	int rc = ex->be->ops->to_host(ex->be, out, ex->act[ex->m->output], bytes);
+	return rc ? op_fail(ex, rc, ex->m->output, "copy to host") : 0;
+}
+
+int wf_exec_probs(wf_exec *ex, float *out)
+{
+	if (!ex->n)
+		return exec_fail(ex, WF_EINVAL, "probs: no forward has run");
+	wf_backend *be = ex->be;
+	int n = ex->n, k = ex->m->classes;
+	int rc = be->ops->softmax_xent_forward(be, n, k, ex->probs, ex->losses,
+					       ex->act[ex->m->output], NULL);
+	if (!rc)
+		rc = be->ops->to_host(be, out, ex->probs, (size_t)n * k * sizeof(float));
+	return rc ? op_fail(ex, rc, ex->m->output, "softmax") : 0;
+}
+
+int wf_exec_loss(wf_exec *ex, const int32_t *labels, float *loss, int *correct)
+{
+	wf_backend *be = ex->be;
+	int n = ex->n, k = ex->m->classes, rc;
+	if (!n)
+		return exec_fail(ex, WF_EINVAL, "loss: no forward has run");
+	for (int i = 0; i < n; i++)
+		if (labels[i] < 0 || labels[i] >= k)
+			return exec_fail(ex, WF_EINVAL,
+					 "loss: labels[%d] = %d is outside [0, %d) (the model has "
+					 "%d classes)",
+					 i, (int)labels[i], k, k);
+	if ((rc = be->ops->to_device(be, ex->labels, labels, (size_t)n * sizeof(int32_t))) ||
+	    (rc = be->ops->softmax_xent_forward(be, n, k, ex->probs, ex->losses,
+						ex->act[ex->m->output], ex->labels)) ||
+	    (rc = be->ops->to_host(be, ex->h_losses, ex->losses, (size_t)n * sizeof(float))) ||
+	    (rc = be->ops->to_host(be, ex->h_probs, ex->probs, (size_t)n * k * sizeof(float))))
+		return op_fail(ex, rc, ex->m->output, "loss");
+	double sum = 0;
+	int good = 0;
+	for (int i = 0; i < n; i++) {
+		const float *p = ex->h_probs + (size_t)i * k;
+		int best = 0;
+		for (int c = 1; c < k; c++)
+			if (p[c] > p[best])
+				best = c;
+		good += best == labels[i];
+		sum += ex->h_losses[i];
+	}
+	if (loss)
+		*loss = (float)(sum / n);
+	if (correct)
+		*correct = good;
+	ex->have_loss = 1;
+	return 0;
+}
+
+/* ---- backward ----------------------------------------------------------- */
+
+/* Where layer i writes the gradient of its input j: straight into dact[j] the
+ * first time in this backward, else into scratch (*acc = 1: accumulate after).
+ * NULL when no parameter lies before j. */
+static float *dx_target(wf_exec *ex, int j, int *acc)
+{
+	*acc = 0;
+	if (!ex->need_grad[j])
+		return NULL;
+	if (!ex->gdone[j]) {
+		ex->gdone[j] = 1;
+		return ex->dact[j];
+	}
+	*acc = 1;
+	return ex->scratch;
+}
+
+static int dx_finish(wf_exec *ex, int j, int acc, int n)
+{
+	if (!acc)
+		return 0;
+	size_t sz = (size_t)n * wf_layer_size(&ex->m->layers[j]);
+	return ex->be->ops->accumulate(ex->be, sz, ex->dact[j], ex->scratch);
+}
+
+/* dx_j = dy (add, flatten): a copy on first write, else accumulate straight from dy. */
+static int pass_through(wf_exec *ex, int j, const float *dy, int n)
+{
+	if (!ex->need_grad[j])
+		return 0;
+	size_t sz = (size_t)n * wf_layer_size(&ex->m->layers[j]);
+	if (!ex->gdone[j]) {
+		ex->gdone[j] = 1;
+		return ex->be->ops->copy(ex->be, ex->dact[j], dy, sz * sizeof(float));
+	}
+	return ex->be->ops->accumulate(ex->be, sz, ex->dact[j], dy);
+}
+
+static int concat_backward(wf_exec *ex, int i, int n, const float *dy)
+{
+	const wf_layer *l = &ex->m->layers[i];
+	const wf_backend_ops *op = ex->be->ops;
+	int widths[WF_MAX_INPUTS] = {0}, later[WF_MAX_INPUTS] = {0}, nlater = 0, rc;
+	float *dxs[WF_MAX_INPUTS] = {0};
+	size_t rows = (size_t)n * l->oh * l->ow;
+	for (int k = 0; k < l->ninputs; k++) {
+		int j = l->inputs[k], acc;
+		widths[k] = ex->m->layers[j].oc;
+		dxs[k] = dx_target(ex, j, &acc);
+		if (acc) {
+			dxs[k] = NULL;
+			later[nlater++] = k;
+		}
+	}
+	if ((rc = op->concat_backward(ex->be, rows, l->ninputs, widths, dxs, dy)))
+		return rc;
+	/* inputs seen before (say the same tensor twice): one split each into scratch */
+	for (int a = 0; a < nlater; a++) {
+		for (int k = 0; k < l->ninputs; k++)
+			dxs[k] = k == later[a] ? ex->scratch : NULL;
+		if ((rc = op->concat_backward(ex->be, rows, l->ninputs, widths, dxs, dy)) ||
+		    (rc = dx_finish(ex, l->inputs[later[a]], 1, n)))
+			return rc;
+	}
+	return 0;
+}
+
+static int layer_backward(wf_exec *ex, int i, int n)
+{
+	wf_model *m = ex->m;
+	wf_backend *be = ex->be;
+	const wf_backend_ops *op = be->ops;
+	const wf_layer *l = &m->layers[i];
+	wf_plan **plan = &ex->plans[i];
+	const float *dy = ex->dact[i], *y = ex->act[i];
+	int j = l->ninputs ? l->inputs[0] : 0, acc = 0, rc;
+	const float *x = l->ninputs ? ex->act[j] : NULL;
+	size_t sz = (size_t)n * wf_layer_size(l);
+	union {
+		wf_conv_desc conv;
+		wf_dense_desc dense;
+		wf_bn_desc bn;
+		wf_pool_desc pool;
+		wf_pad_desc pad;
+	} d;
+
+	switch (l->type) {
+	case WF_LAYER_ADD:
+		for (int k = 0; k < l->ninputs; k++)
+			if ((rc = pass_through(ex, l->inputs[k], dy, n)))
+				return rc;
+		return 0;
+	case WF_LAYER_FLATTEN: return pass_through(ex, j, dy, n);
+	case WF_LAYER_CONCAT: return concat_backward(ex, i, n, dy);
+	default: break;
+	}
+
+	float *dx = l->ninputs ? dx_target(ex, j, &acc) : NULL;
+	if (!dx && ex->pend[i] == 0)
+		return 0; /* nothing upstream wants a gradient */
+	switch (l->type) {
+	case WF_LAYER_CONV2D:
+		conv_desc(ex, i, n, &d.conv);
+		rc = op->conv2d_backward(be, plan, &d.conv, dx, gv(ex, l->p_kernel),
+					 gv(ex, l->p_bias), dy, x, pv(ex, l->p_kernel));
+		break;
+	case WF_LAYER_DENSE:
+		dense_desc(ex, i, n, &d.dense);
+		rc = op->dense_backward(be, plan, &d.dense, dx, gv(ex, l->p_kernel),
+					gv(ex, l->p_bias), dy, x, pv(ex, l->p_kernel));
+		break;
+	case WF_LAYER_BATCHNORM:
+		bn_desc(ex, i, n, &d.bn);
+		rc = op->batchnorm_backward(be, plan, &d.bn, dx, gv(ex, l->p_gamma),
+					    gv(ex, l->p_beta), dy, x, pv(ex, l->p_gamma),
+					    ex->save_mean[i], ex->save_invstd[i]);
+		break;
+	case WF_LAYER_RELU:
+	case WF_LAYER_RELU6:
+		rc = op->act_backward(be, l->type == WF_LAYER_RELU ? WF_ACT_RELU : WF_ACT_RELU6, sz,
+				      dx, dy, y);
+		break;
+	case WF_LAYER_MAXPOOL:
+	case WF_LAYER_AVGPOOL:
+		pool_desc(ex, i, n, &d.pool);
+		rc = op->pool_backward(be, plan, &d.pool, dx, dy, x, y);
+		break;
+	case WF_LAYER_GAP: {
+		const wf_layer *xl = &m->layers[j];
+		rc = op->gap_backward(be, n, xl->oh * xl->ow, xl->oc, dx, dy);
+		break;
+	}
+	case WF_LAYER_ZEROPAD:
+	case WF_LAYER_CROP:
+		pad_desc(ex, i, n, &d.pad);
+		rc = op->pad_backward(be, &d.pad, dx, dy);
+		break;
+	case WF_LAYER_DROPOUT:
+		rc = op->dropout_backward(be, sz, l->rate, dx, dy, ex->mask[i]);
+		break;
+	default: rc = WF_EINTERNAL;
+	}
+	if (rc == 0 && dx)
+		rc = dx_finish(ex, j, acc, n);
+	return rc;
+}
+
+int wf_exec_backward(wf_exec *ex, float grad_scale, wf_grad_ready_fn ready, void *arg)
+{
+	wf_model *m = ex->m;
+	wf_backend *be = ex->be;
+	int n = ex->n, rc;
+	if (!ex->training)
+		return exec_fail(ex, WF_EINVAL, "backward: the executor was created for inference");
+	if (!n || !ex->have_loss)
+		return exec_fail(ex, WF_EINVAL, "backward: run forward and loss first");
+	if (!ex->fwd_training)
+		return exec_fail(ex, WF_EINVAL, "backward: the last forward ran in inference mode");
+	memset(ex->gdone, 0, (size_t)m->nlayers);
+	be->err.msg[0] = '\0';
+	rc = be->ops->softmax_xent_backward(be, n, m->classes, ex->dact[m->output], ex->probs,
+					    ex->labels, grad_scale);
+	if (rc)
+		return op_fail(ex, rc, m->output, "loss backward");
+	ex->gdone[m->output] = 1;
+	size_t done = 0;
+	for (int i = m->nlayers - 1; i >= 1; i--) {
+		if (!ex->gdone[i])
+			continue; /* no parameter downstream of... nothing reached it */
+		be->err.msg[0] = '\0';
+		if ((rc = layer_backward(ex, i, n)) != 0)
+			return op_fail(ex, rc, i, "backward");
+		if (ex->pend[i] > done) {
+			done = ex->pend[i];
+			if (ready) {
+				if ((rc = be->ops->sync(be)) != 0)
+					return op_fail(ex, rc, i, "sync");
+				ready(arg, done);
+			}
+		}
+	}
+	ex->have_loss = 0; /* one backward per forward+loss */
+	return 0;
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
+float *wf_exec_params(wf_exec *ex)
+{
+	return ex->params;
+}
+
+float *wf_exec_grads(wf_exec *ex)
+{
+	return ex->grads;
+}
+
+float *wf_exec_state(wf_exec *ex)
+{
+	return ex->state;
+}
+
+int wf_exec_zero_grads(wf_exec *ex)
+{
+	if (!ex->grads)
+		return exec_fail(ex, WF_EINVAL,
+				 "zero_grads: the executor was created for inference");
+	int rc = ex->be->ops->zero(ex->be, ex->grads, ex->m->nparams * sizeof(float));
+	return rc ? exec_fail(ex, rc, "zero_grads: %s", ex->be->err.msg) : 0;
+}
+
+int wf_exec_params_to_host(wf_exec *ex)
+{
+	if (ex->host)
+		return 0;
+	wf_backend *be = ex->be;
+	int rc = be->ops->to_host(be, ex->m->params, ex->params, ex->m->nparams * sizeof(float));
+	if (!rc)
+		rc = be->ops->to_host(be, ex->m->state, ex->state, ex->m->nstate * sizeof(float));
+	return rc ? exec_fail(ex, rc, "params to host: %s", be->err.msg) : 0;
+}
+
+int wf_exec_params_from_host(wf_exec *ex)
+{
+	if (ex->host)
+		return 0;
+	wf_backend *be = ex->be;
+	int rc = be->ops->to_device(be, ex->params, ex->m->params, ex->m->nparams * sizeof(float));
+	if (!rc)
+		rc = be->ops->to_device(be, ex->state, ex->m->state, ex->m->nstate * sizeof(float));
+	return rc ? exec_fail(ex, rc, "params to device: %s", be->err.msg) : 0;
+}
+
+wf_backend *wf_exec_backend(wf_exec *ex)
+{
+	return ex->be;
+}
+
+const char *wf_exec_error(wf_exec *ex)
+{
+	return ex->err.msg;
+}

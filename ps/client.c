@@ -1,0 +1,686 @@
+/* client.c: DEALER sockets to the parameter servers, request tracking by
+ * tag, reply validation, and the optional heartbeat thread. */
+#include "ps/client.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+/* One outstanding request. Slots: chunk k uses slot k, the state pseudo
+ * chunk slot nchunks, server-wide ops of server s slot nchunks + 1 + s. */
+typedef struct pending {
+	int used, done;
+	int server;
+	uint32_t tag;
+	uint16_t op;
+	uint32_t chunk;
+	long step;	 /* request step */
+	int rc;		 /* reply status */
+	char msg[1024];	 /* error text of the reply */
+	long reply_step; /* step field of the reply */
+	int stale;
+} pending;
+
+struct wf_ps_client {
+	wf_ps_client_cfg cfg;
+	char **endpoints;
+	void *zctx;
+	void **socks;
+	int cap;
+	pending *pend;
+	uint32_t gen;
+	uint64_t *floats; /* [nchunks] */
+	wf_ps_limits lim;
+	int stale;
+	wf_ps_stats *stats_out;
+	pthread_t hb;
+	int hb_started;
+	atomic_int hb_stop;
+	zmq_msg_t frames[1 + WF_PS_MAX_FRAMES];
+};
+
+static int nchunks_of(const wf_ps_client *c)
+{
+	return c->cfg.pl ? c->cfg.pl->nchunks : 0;
+}
+
+static int slot_server(const wf_ps_client *c, int s)
+{
+	return nchunks_of(c) + 1 + s;
+}
+
+/* ---- sending ------------------------------------------------------------ */
+
+static void req_hdr(const wf_ps_client *c, wf_ps_hdr *h, uint16_t op, uint32_t chunk, long step)
+{
+	memset(h, 0, sizeof(*h));
+	h->version = WF_PS_VERSION;
+	h->op = op;
+	h->sender = WF_PS_SENDER(c->cfg.role, c->cfg.index);
+	h->job_id = c->cfg.job_id;
+	h->chunk = chunk;
+	h->step = step;
+}
+
+static int send_frames(void *sock, const uint8_t *hb, const void *const *f, const size_t *sz,
+		       int nf, int zero_copy)
+{
+	if (zmq_send(sock, hb, WF_PS_HEADER_BYTES, nf ? ZMQ_SNDMORE : 0) < 0)
+		return -1;
+	for (int i = 0; i < nf; i++) {
+		zmq_msg_t m;
+		int rc;
+		if (zero_copy) {
+			rc = zmq_msg_init_data(&m, (void *)f[i], sz[i], NULL, NULL);
+		} else {
+			rc = zmq_msg_init_size(&m, sz[i]);
+			if (!rc)
+				memcpy(zmq_msg_data(&m), f[i], sz[i]);
+		}
+		if (rc < 0)
+			return -1;
+		if (zmq_msg_send(&m, sock, i + 1 < nf ? ZMQ_SNDMORE : 0) < 0) {
+			zmq_msg_close(&m);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Send request h (+ frames) to server s tracked in slot. */
+static int send_req(wf_ps_client *c, int s, int slot, wf_ps_hdr *h, const void *const *f,
+		    const size_t *sz, int nf, int zero_copy, wf_err *err)
+{
+	pending *p = &c->pend[slot];
+	if (p->used && !p->done)
+		return wf_errf(err, WF_EINVAL,
+			       "ps client: a %s for %s is already outstanding on ps %d (%s)",
+			       wf_ps_op_name(p->op),
+			       slot < nchunks_of(c) ? "this chunk" : "this server", s,
+			       c->endpoints[s]);
+	uint32_t span = UINT32_MAX / (uint32_t)c->cap;
+	c->gen = c->gen % span + 1;
+	h->tag = (uint32_t)slot + (uint32_t)c->cap * (c->gen % span);
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	wf_ps_hdr_encode(h, hb, f, sz, nf);
+	*p = (pending){.used = 1,
+		       .server = s,
+		       .tag = h->tag,
+		       .op = h->op,
+		       .chunk = h->chunk,
+		       .step = (long)h->step,
+		       .reply_step = -1};
+	if (send_frames(c->socks[s], hb, f, sz, nf, zero_copy) < 0) {
+		p->used = 0;
+		return wf_errf(err, WF_ETRANSIENT, "ps %d (%s): sending %s failed: %s", s,
+			       c->endpoints[s], wf_ps_op_name(h->op), zmq_strerror(zmq_errno()));
+	}
+	return 0;
+}
+
+/* ---- receiving ---------------------------------------------------------- */
+
+static void apply_reply(wf_ps_client *c, pending *p, const wf_ps_msg *m)
+{
+	const wf_ps_hdr *h = &m->hdr;
+	p->done = 1;
+	p->reply_step = (long)h->step;
+	if (h->flags & WF_PS_FLAG_ERROR) {
+		int code = -(int)h->aux;
+		p->rc = (code <= WF_EINVAL && code >= WF_ESTOPPED) ? code : WF_EINTERNAL;
+		size_t n = m->nframes ? WF_MIN(m->size[0], sizeof(p->msg) - 1) : 0;
+		if (n)
+			memcpy(p->msg, m->frame[0], n);
+		p->msg[n] = '\0';
+		return;
+	}
+	p->stale = (h->flags & WF_PS_FLAG_STALE) != 0;
+	if (h->op == WF_PS_OP_PUSH_PULL || h->op == WF_PS_OP_PULL) {
+		float *dst = h->chunk == WF_PS_STATE_CHUNK
+				     ? c->cfg.state
+				     : c->cfg.params + c->cfg.pl->chunks[h->chunk].offset;
+		if (dst)
+			memcpy(dst, m->frame[0], m->size[0]);
+		if ((h->flags & WF_PS_FLAG_STATE) && c->cfg.state && m->nframes > 1)
+			memcpy(c->cfg.state, m->frame[1], m->size[1]);
+	} else if (h->op == WF_PS_OP_STATS && c->stats_out) {
+		wf_err e = {0};
+		if (wf_ps_stats_from_json(c->stats_out, m->frame[0], m->size[0], &e)) {
+			p->rc = e.code;
+			snprintf(p->msg, sizeof(p->msg), "%.1000s", e.msg);
+		}
+	}
+}
+
+/* Read every waiting reply on server s's socket. */
+static void drain(wf_ps_client *c, int s)
+{
+	for (;;) {
+		int n = 0, more = 1, overflow = 0;
+		while (more) {
+			zmq_msg_t extra, *m = n < 1 + WF_PS_MAX_FRAMES ? &c->frames[n] : &extra;
+			zmq_msg_init(m);
+			if (zmq_msg_recv(m, c->socks[s], n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+				zmq_msg_close(m);
+				for (int i = 0; i < n; i++)
+					zmq_msg_close(&c->frames[i]);
+				return;
+			}
+			more = zmq_msg_more(m);
+			if (m == &extra) {
+				zmq_msg_close(m);
+				overflow = 1;
+			} else {
+				n++;
+			}
+		}
+		const void *ptr[1 + WF_PS_MAX_FRAMES];
+		size_t size[1 + WF_PS_MAX_FRAMES];
+		for (int i = 0; i < n; i++) {
+			ptr[i] = zmq_msg_data(&c->frames[i]);
+			size[i] = zmq_msg_size(&c->frames[i]);
+		}
+		wf_ps_msg m;
+		wf_err e = {0};
+		int reason = 0;
+		memset(&m, 0, sizeof(m));
+		int rc = overflow ? -1 : wf_ps_msg_parse(&m, ptr, size, n, &c->lim, &reason, &e);
+		uint32_t slot = m.hdr.tag % (uint32_t)c->cap;
+		pending *p = &c->pend[slot];
+		int mine = p->used && !p->done && p->tag == m.hdr.tag && p->server == s;
+		if (rc) {
+			wf_warn("ps client: bad reply from ps %d (%s): %s", s, c->endpoints[s],
+				overflow ? "too many frames" : e.msg);
+			if (mine) {
+				p->done = 1;
+				p->rc = WF_EFORMAT;
+				snprintf(p->msg, sizeof(p->msg), "bad reply: %.1000s", e.msg);
+			}
+		} else if (mine) {
+			apply_reply(c, p, &m);
+		}
+		for (int i = 0; i < n; i++)
+			zmq_msg_close(&c->frames[i]);
+	}
+}
+
+/* Wait until every used slot is done or timeout seconds pass. On timeout
+ * the unanswered slots are dropped and WF_ETRANSIENT names their servers.
+ * Otherwise returns the first error reply. Slots are freed either way. */
+static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
+{
+	double deadline = wf_now() + timeout;
+	zmq_pollitem_t items[c->cfg.nservers];
+	for (int s = 0; s < c->cfg.nservers; s++)
+		items[s] = (zmq_pollitem_t){.socket = c->socks[s], .events = ZMQ_POLLIN};
+	int rc = 0;
+	for (;;) {
+		int open = 0;
+		for (int i = 0; i < c->cap; i++)
+			open += c->pend[i].used && !c->pend[i].done;
+		if (!open)
+			break;
+		double left = deadline - wf_now();
+		if (left <= 0) {
+			char names[1024];
+			size_t k = 0;
+			int last = -1;
+			names[0] = '\0';
+			for (int i = 0; i < c->cap; i++) {
+				pending *p = &c->pend[i];
+				if (!p->used || p->done)
+					continue;
+				if (p->server != last && k + 64 < sizeof(names))
+					k += (size_t)snprintf(names + k, sizeof(names) - k,
+							      "%sps %d (%s) %s", k ? ", " : "",
+							      p->server, c->endpoints[p->server],
+							      wf_ps_op_name(p->op));
+				last = p->server;
+				p->used = 0;
+			}
+			rc = wf_errf(err, WF_ETRANSIENT, "no reply within %.1f s from %s", timeout,
+				     names);
+			if (!quiet)
+				wf_warn("ps client: %s", err ? err->msg : "timeout");
+			break;
+		}
+		long ms = (long)(left * 1000) + 1;
+		if (zmq_poll(items, c->cfg.nservers, ms > 1000 ? 1000 : ms) < 0 &&
+		    zmq_errno() != EINTR) {
+			rc = wf_errf(err, WF_EINTERNAL, "ps client: zmq_poll: %s",
+				     zmq_strerror(zmq_errno()));
+			break;
+		}
+		for (int s = 0; s < c->cfg.nservers; s++)
+			if (items[s].revents & ZMQ_POLLIN)
+				drain(c, s);
+	}
+	c->stale = 0;
+	for (int i = 0; i < c->cap; i++) {
+		pending *p = &c->pend[i];
+		if (!p->used || !p->done)
+			continue;
+		c->stale += p->stale;
+		if (p->rc && !rc)
+			rc = wf_errf(err, p->rc, "ps %d (%s): %s refused: %s", p->server,
+				     c->endpoints[p->server], wf_ps_op_name(p->op), p->msg);
+	}
+	return rc;
+}
+
+/* Release done slots after their results were read. */
+static void clear_slots(wf_ps_client *c)
+{
+	for (int i = 0; i < c->cap; i++)
+		if (c->pend[i].done)
+			c->pend[i].used = 0;
+}
+
+static double timeout_of(const wf_ps_client *c)
+{
+	return c->cfg.timeout > 0 ? c->cfg.timeout : 300;
+}
+
+/* One server-wide request (no payload unless text) to every server, or to
+ * server only when only >= 0; waits for all replies. */
+static int to_servers(wf_ps_client *c, int only, uint16_t op, long step, const char *text,
+		      wf_err *err)
+{
+	int rc = 0;
+	for (int s = 0; s < c->cfg.nservers && !rc; s++) {
+		if (only >= 0 && s != only)
+			continue;
+		wf_ps_hdr h;
+		req_hdr(c, &h, op, 0, step);
+		const void *f[1] = {text};
+		size_t sz[1] = {text ? strlen(text) : 0};
+		int nf = text && sz[0] ? 1 : 0;
+		h.dtype = nf ? WF_PS_DTYPE_BYTES : WF_PS_DTYPE_NONE;
+		rc = send_req(c, s, slot_server(c, s), &h, f, sz, nf, 0, err);
+	}
+	int wrc = wait_slots(c, timeout_of(c), 0, rc ? NULL : err);
+	return rc ? rc : wrc;
+}
+
+/* ---- heartbeat thread --------------------------------------------------- */
+
+static void *hb_main(void *arg)
+{
+	wf_ps_client *c = arg;
+	int n = c->cfg.nservers, linger = 0;
+	void *socks[n];
+	zmq_pollitem_t items[n];
+	for (int s = 0; s < n; s++) {
+		socks[s] = zmq_socket(c->zctx, ZMQ_DEALER);
+		if (socks[s]) {
+			zmq_setsockopt(socks[s], ZMQ_LINGER, &linger, sizeof(linger));
+			zmq_connect(socks[s], c->endpoints[s]);
+		}
+		items[s] = (zmq_pollitem_t){.socket = socks[s], .events = ZMQ_POLLIN};
+	}
+	uint32_t tag = 0;
+	char buf[WF_PS_HEADER_BYTES];
+	while (!atomic_load(&c->hb_stop)) {
+		for (int s = 0; s < n; s++) {
+			if (!socks[s])
+				continue;
+			wf_ps_hdr h;
+			uint8_t hb[WF_PS_HEADER_BYTES];
+			req_hdr(c, &h, WF_PS_OP_HEARTBEAT, 0, 0);
+			h.tag = ++tag;
+			wf_ps_hdr_encode(&h, hb, NULL, NULL, 0);
+			zmq_send(socks[s], hb, sizeof(hb), ZMQ_DONTWAIT);
+		}
+		double until = wf_now() + c->cfg.heartbeat_interval;
+		while (!atomic_load(&c->hb_stop)) {
+			double left = until - wf_now();
+			if (left <= 0)
+				break;
+			long ms = (long)(left * 1000) + 1;
+			if (zmq_poll(items, n, ms > 100 ? 100 : ms) <= 0)
+				continue;
+			for (int s = 0; s < n; s++) /* replies are only drained */
+				while (socks[s] &&
+				       zmq_recv(socks[s], buf, sizeof(buf), ZMQ_DONTWAIT) >= 0)
+					;
+		}
+	}
+	for (int s = 0; s < n; s++)
+		if (socks[s])
+			zmq_close(socks[s]);
+	return NULL;
+}
+
+/* ---- public ------------------------------------------------------------- */
+
+int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err *err)
+{
+	*out = NULL;
+	if (cfg->nservers < 1 || !cfg->endpoints)
+		return wf_errf(err, WF_EINVAL, "ps client: no parameter servers given");
+	if (cfg->pl && cfg->pl->nservers != cfg->nservers)
+		return wf_errf(err, WF_EINVAL, "ps client: placement is for %d servers, %d given",
+			       cfg->pl->nservers, cfg->nservers);
+	if (cfg->pl && !cfg->params)
+		return wf_errf(err, WF_EINVAL, "ps client: a placement needs a params buffer");
+	wf_ps_client *c = calloc(1, sizeof(*c));
+	if (!c)
+		return wf_errf(err, WF_ENOMEM, "ps client: out of memory");
+	c->cfg = *cfg;
+	int rc = WF_ENOMEM, nc = cfg->pl ? cfg->pl->nchunks : 0;
+	c->cap = nc + 1 + cfg->nservers;
+	c->pend = calloc((size_t)c->cap, sizeof(*c->pend));
+	c->endpoints = calloc((size_t)cfg->nservers, sizeof(*c->endpoints));
+	c->socks = calloc((size_t)cfg->nservers, sizeof(*c->socks));
+	c->floats = calloc((size_t)nc + 1, sizeof(*c->floats));
+	if (!c->pend || !c->endpoints || !c->socks || !c->floats)
+		goto fail;
+	for (int i = 0; i < nc; i++)
+		c->floats[i] = cfg->pl->chunks[i].count;
+	c->lim = (wf_ps_limits){.job_id = cfg->job_id,
+				.nchunks = (uint32_t)nc,
+				.chunk_floats = c->floats,
+				.state_floats = cfg->nstate,
+				.nslots = cfg->nslots,
+				.is_reply = 1};
+	if (!(c->zctx = zmq_ctx_new())) {
+		rc = wf_errf(err, WF_EINTERNAL, "ps client: zmq_ctx_new: %s",
+			     zmq_strerror(zmq_errno()));
+		goto fail;
+	}
+	for (int s = 0; s < cfg->nservers; s++) {
+		int linger = 0, ivl = 100, ivl_max = 2000;
+		if (!(c->endpoints[s] = strdup(cfg->endpoints[s])))
+			goto fail;
+		c->socks[s] = zmq_socket(c->zctx, ZMQ_DEALER);
+		if (!c->socks[s] ||
+		    zmq_setsockopt(c->socks[s], ZMQ_LINGER, &linger, sizeof(linger)) ||
+		    zmq_setsockopt(c->socks[s], ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) ||
+		    zmq_setsockopt(c->socks[s], ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) ||
+		    zmq_connect(c->socks[s], cfg->endpoints[s])) {
+			rc = wf_errf(err, WF_EINVAL,
+				     "ps client: cannot connect to ps %d at \"%s\": %s", s,
+				     cfg->endpoints[s], zmq_strerror(zmq_errno()));
+			goto fail;
+		}
+	}
+	if (cfg->heartbeat_interval > 0) {
+		if (pthread_create(&c->hb, NULL, hb_main, c)) {
+			rc = wf_errf(err, WF_EINTERNAL, "ps client: cannot start heartbeat thread");
+			goto fail;
+		}
+		c->hb_started = 1;
+	}
+	*out = c;
+	return 0;
+fail:
+	if (rc == WF_ENOMEM)
+		wf_errf(err, rc, "ps client: out of memory");
+	wf_ps_client_free(c);
+	return rc;
+}
+
+void wf_ps_client_free(wf_ps_client *c)
+{
+	if (!c)
+		return;
+	if (c->hb_started) {
+		atomic_store(&c->hb_stop, 1);
+		pthread_join(c->hb, NULL);
+	}
+	for (int s = 0; c->socks && s < c->cfg.nservers; s++)
+		if (c->socks[s])
+			zmq_close(c->socks[s]);
+	if (c->zctx)
+		zmq_ctx_term(c->zctx);
+	for (int s = 0; c->endpoints && s < c->cfg.nservers; s++)
+		free(c->endpoints[s]);
+	free(c->endpoints);
+	free(c->socks);
+	free(c->pend);
+	free(c->floats);
+	free(c);
+}
+
+int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *err)
+{
+	int n = c->cfg.nservers;
+	double limit = c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : 120;
+	double deadline = wf_now() + limit;
+	int answered[n];
+	long got[n];
+	memset(answered, 0, sizeof(answered));
+	int left = n, tries = 0;
+	while (left > 0) {
+		int rc = 0;
+		for (int s = 0; s < n && !rc; s++) {
+			if (answered[s])
+				continue;
+			wf_ps_hdr h;
+			req_hdr(c, &h, WF_PS_OP_REGISTER, 0, 0);
+			rc = send_req(c, s, slot_server(c, s), &h, NULL, NULL, 0, 0, err);
+		}
+		if (rc)
+			return rc;
+		double wait = WF_MIN(1.0 + tries, deadline - wf_now());
+		if (wait < 0.05)
+			wait = 0.05;
+		wf_err e = {0};
+		rc = wait_slots(c, wait, 1, &e);
+		for (int s = 0; s < n; s++) {
+			pending *p = &c->pend[slot_server(c, s)];
+			if (p->used && p->done && !p->rc && !answered[s]) {
+				answered[s] = 1;
+				got[s] = p->reply_step;
+				left--;
+			}
+		}
+		clear_slots(c);
+		if (rc && rc != WF_ETRANSIENT)
+			return wf_errf(err, rc, "%s", e.msg);
+		if (left && wf_now() >= deadline)
+			return wf_errf(err, WF_ETRANSIENT,
+				       "register: %d of %d parameter servers did not answer within "
+				       "%.0f s (%s%s)",
+				       left, n, limit, e.msg[0] ? "last: " : "", e.msg);
+		tries++;
+	}
+	long m = 0;
+	for (int s = 0; s < n; s++) {
+		if (steps)
+			steps[s] = got[s];
+		if (got[s] < 0 || m < 0)
+			m = -1;
+		else if (s == 0 || got[s] < m)
+			m = got[s];
+	}
+	if (min_step)
+		*min_step = m;
+	return 0;
+}
+
+int wf_ps_client_init(wf_ps_client *c, const float *params, const float *const *slots,
+		      const float *state, long step, wf_err *err)
+{
+	const wf_ps_placement *pl = c->cfg.pl;
+	int rc = 0;
+	if (!pl)
+		return wf_errf(err, WF_EINVAL, "ps client: init needs a placement");
+	/* one outstanding init per chunk; send all, then wait */
+	for (int k = 0; k < pl->nchunks && !rc; k++) {
+		const wf_ps_chunk *ch = &pl->chunks[k];
+		wf_ps_hdr h;
+		const void *f[3];
+		size_t sz[3];
+		int nf = 1;
+		f[0] = params + ch->offset;
+		sz[0] = ch->count * sizeof(float);
+		for (int j = 0; slots && j < c->cfg.nslots && j < 2; j++, nf++) {
+			f[nf] = slots[j] + ch->offset;
+			sz[nf] = sz[0];
+		}
+		req_hdr(c, &h, WF_PS_OP_INIT, (uint32_t)k, step);
+		h.dtype = WF_PS_DTYPE_F32;
+		rc = send_req(c, ch->server, k, &h, f, sz, nf, 1, err);
+	}
+	if (!rc && state && c->cfg.nstate) {
+		wf_ps_hdr h;
+		const void *f[1] = {state};
+		size_t sz[1] = {c->cfg.nstate * sizeof(float)};
+		req_hdr(c, &h, WF_PS_OP_INIT, WF_PS_STATE_CHUNK, step);
+		h.dtype = WF_PS_DTYPE_F32;
+		rc = send_req(c, 0, pl->nchunks, &h, f, sz, 1, 1, err);
+	}
+	int wrc = wait_slots(c, timeout_of(c), 0, rc ? NULL : err);
+	clear_slots(c);
+	return rc ? rc : wrc;
+}
+
+int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads, long step,
+				 int with_state, wf_err *err)
+{
+	const wf_ps_placement *pl = c->cfg.pl;
+	if (!pl || chunk < 0 || chunk >= pl->nchunks)
+		return wf_errf(err, WF_EINVAL, "ps client: chunk %d out of range [0, %d)", chunk,
+			       pl ? pl->nchunks : 0);
+	const wf_ps_chunk *ch = &pl->chunks[chunk];
+	if (with_state && (ch->server != 0 || !c->cfg.state || !c->cfg.nstate))
+		return wf_errf(err, WF_EINVAL,
+			       "ps client: the state rides on a chunk of ps 0 (chunk %d is on ps "
+			       "%d) and needs cfg.state",
+			       chunk, ch->server);
+	wf_ps_hdr h;
+	const void *f[2] = {grads + ch->offset, c->cfg.state};
+	size_t sz[2] = {ch->count * sizeof(float), c->cfg.nstate * sizeof(float)};
+	req_hdr(c, &h, WF_PS_OP_PUSH_PULL, (uint32_t)chunk, step);
+	h.dtype = WF_PS_DTYPE_F32;
+	h.aux = (uint32_t)(c->cfg.samples > 0 ? c->cfg.samples : 0);
+	if (with_state)
+		h.flags |= WF_PS_FLAG_STATE;
+	return send_req(c, ch->server, chunk, &h, f, sz, with_state ? 2 : 1, 1, err);
+}
+
+int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err)
+{
+	int rc = wait_slots(c, timeout_of(c), 0, err);
+	clear_slots(c);
+	return rc;
+}
+
+int wf_ps_client_stale_count(const wf_ps_client *c)
+{
+	return c->stale;
+}
+
+/* Pull chunk k (or every chunk when k < 0; the state when state != 0). */
+static int pull(wf_ps_client *c, int chunk, int state, long *version, wf_err *err)
+{
+	const wf_ps_placement *pl = c->cfg.pl;
+	int rc = 0, nc = nchunks_of(c);
+	if (!pl)
+		return wf_errf(err, WF_EINVAL, "ps client: pull needs a placement");
+	if (chunk >= nc)
+		return wf_errf(err, WF_EINVAL, "ps client: chunk %d out of range [0, %d)", chunk,
+			       nc);
+	for (int k = 0; k < nc && !rc && !state; k++) {
+		if (chunk >= 0 && chunk != k)
+			continue;
+		wf_ps_hdr h;
+		req_hdr(c, &h, WF_PS_OP_PULL, (uint32_t)k, 0);
+		rc = send_req(c, pl->chunks[k].server, k, &h, NULL, NULL, 0, 0, err);
+	}
+	if (state) {
+		if (!c->cfg.state || !c->cfg.nstate)
+			return wf_errf(err, WF_EINVAL,
+				       "ps client: pulling the state needs cfg.state");
+		wf_ps_hdr h;
+		req_hdr(c, &h, WF_PS_OP_PULL, WF_PS_STATE_CHUNK, 0);
+		rc = send_req(c, 0, nc, &h, NULL, NULL, 0, 0, err);
+	}
+	int wrc = wait_slots(c, timeout_of(c), 0, rc ? NULL : err);
+	if (version) {
+		long m = -1;
+		for (int i = 0; i < c->cap; i++)
+			if (c->pend[i].used && c->pend[i].done &&
+			    (m < 0 || c->pend[i].reply_step < m))
+				m = c->pend[i].reply_step;
+		*version = m;
+	}
+	clear_slots(c);
+	return rc ? rc : wrc;
+}
+
+int wf_ps_client_pull(wf_ps_client *c, int chunk, long *version, wf_err *err)
+{
+	return pull(c, chunk, 0, version, err);
+}
+
+int wf_ps_client_pull_state(wf_ps_client *c, wf_err *err)
+{
+	return pull(c, -1, 1, NULL, err);
+}
+
+int wf_ps_client_barrier(wf_ps_client *c, long step, wf_err *err)
+{
+	int rc = to_servers(c, -1, WF_PS_OP_BARRIER, step, NULL, err);
+	clear_slots(c);
+	return rc;
+}
+
+int wf_ps_client_checkpoint(wf_ps_client *c, const char *dir, long step, wf_err *err)
+{
+	int rc = to_servers(c, -1, WF_PS_OP_CHECKPOINT, step, dir, err);
+	clear_slots(c);
+	return rc;
+}
+
+int wf_ps_client_restore(wf_ps_client *c, const char *dir, long step, long *restored, wf_err *err)
+{
+	int rc = to_servers(c, -1, WF_PS_OP_RESTORE, step, dir, err);
+	long got = -2;
+	for (int s = 0; !rc && s < c->cfg.nservers; s++) {
+		long st = c->pend[slot_server(c, s)].reply_step;
+		if (got != -2 && st != got)
+			rc = wf_errf(err, WF_EFORMAT,
+				     "restore: servers restored different steps (%ld and %ld)", got,
+				     st);
+		got = st;
+	}
+	if (!rc && restored)
+		*restored = got;
+	clear_slots(c);
+	return rc;
+}
+
+int wf_ps_client_stats(wf_ps_client *c, int s, wf_ps_stats *out, wf_err *err)
+{
+	if (s < 0 || s >= c->cfg.nservers)
+		return wf_errf(err, WF_EINVAL, "ps client: no server %d", s);
+	memset(out, 0, sizeof(*out));
+	c->stats_out = out;
+	int rc = to_servers(c, s, WF_PS_OP_STATS, 0, NULL, err);
+	c->stats_out = NULL;
+	clear_slots(c);
+	return rc;
+}
+
+int wf_ps_client_shutdown(wf_ps_client *c, wf_err *err)
+{
+	int rc = to_servers(c, -1, WF_PS_OP_SHUTDOWN, 0, NULL, err);
+	clear_slots(c);
+	return rc;
+}
+
+int wf_ps_client_heartbeat(wf_ps_client *c, wf_err *err)
+{
+	int rc = to_servers(c, -1, WF_PS_OP_HEARTBEAT, 0, NULL, err);
+	clear_slots(c);
+	return rc;
+}

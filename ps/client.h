@@ -1,0 +1,83 @@
+/* client.h: a worker's (or the chief's) connection to the parameter servers:
+ * one ZeroMQ DEALER per server. Gradient chunks are pushed as soon as
+ * backward has finished them (push_pull_async, zero-copy: the gradient
+ * memory is sent in place) and the new values land straight in the caller's
+ * parameter buffer when wait_all collects the replies.
+ *
+ * Threads: a client is used by one thread at a time. With
+ * heartbeat_interval > 0 it runs one internal thread with its own sockets
+ * that sends heartbeats; nothing of it is shared with the caller. */
+#ifndef WF_PS_CLIENT_H
+#define WF_PS_CLIENT_H
+
+#include "common/error.h"
+#include "ps/placement.h"
+#include "ps/proto.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct wf_ps_client wf_ps_client;
+
+typedef struct wf_ps_client_cfg {
+	int nservers;
+	const char *const *endpoints; /* [nservers] "tcp://host:port", server i at [i] */
+	uint64_t job_id;
+	int role;		   /* WF_PS_ROLE_WORKER, _CHIEF or _TOOL */
+	int index;		   /* worker index for role worker */
+	const wf_ps_placement *pl; /* chunks and their servers (kept, not copied) */
+	float *params;		   /* host [pl->nparams]: replies land here */
+	float *state;		   /* host [nstate], or NULL */
+	size_t nstate;		   /* non-trainable floats (kept by server 0) */
+	int nslots;		   /* optimizer slots init may send */
+	int samples;		   /* samples each pushed gradient sums over */
+	double timeout;		   /* seconds to wait for a reply; 0: 300 */
+	double connect_timeout;	   /* seconds register keeps retrying; 0: 120 */
+	double heartbeat_interval; /* seconds; 0: no heartbeat thread */
+} wf_ps_client_cfg;
+
+/* Create the sockets and connect (ZeroMQ connects in the background, so the
+ * servers may come up later). Starts the heartbeat thread if asked. */
+int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err *err);
+void wf_ps_client_free(wf_ps_client *c); /* accepts NULL */
+
+/* Register with every server, retrying until connect_timeout. steps
+ * ([nservers], may be NULL) receives each server's step (-1: not yet
+ * initialized); *min_step the lowest (-1 if any is uninitialized). */
+int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *err);
+/* Chief: seed every chunk with params (+ slots[k] [nparams] each, may be
+ * NULL: zeros) at version step, and the state (if nstate) on server 0. */
+int wf_ps_client_init(wf_ps_client *c, const float *params, const float *const *slots,
+		      const float *state, long step, wf_err *err);
+/* Push chunk's gradient (grads is the whole [nparams] buffer; only the
+ * chunk's range is read, in place, so it must stay untouched until
+ * wait_all returns) for step; with_state attaches cfg->state (the chunk must
+ * live on server 0). Returns at once; the reply is collected by wait_all. */
+int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads, long step,
+				 int with_state, wf_err *err);
+/* Wait for every outstanding reply; values are copied into cfg->params
+ * (and cfg->state). The first error is returned (WF_ETRANSIENT on timeout,
+ * naming the server). */
+int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err);
+/* Replies of the last wait_all that were flagged stale (pushed step was past). */
+int wf_ps_client_stale_count(const wf_ps_client *c);
+/* Pull chunk (or -1: every chunk) into params; *version (may be NULL)
+ * gets the lowest version seen. */
+int wf_ps_client_pull(wf_ps_client *c, int chunk, long *version, wf_err *err);
+/* Pull the non-trainable state (kept by server 0) into cfg->state. */
+int wf_ps_client_pull_state(wf_ps_client *c, wf_err *err);
+/* Wait until every live worker reached the barrier on every server. */
+int wf_ps_client_barrier(wf_ps_client *c, long step, wf_err *err);
+/* Every server writes its shard of step under dir (see ps/shard.h). */
+int wf_ps_client_checkpoint(wf_ps_client *c, const char *dir, long step, wf_err *err);
+/* Every server restores step (-1: newest complete) from dir (NULL: its own
+ * restore_dir); *restored gets the step (all servers must agree). */
+int wf_ps_client_restore(wf_ps_client *c, const char *dir, long step, long *restored, wf_err *err);
+/* Statistics of server s; free with wf_ps_stats_free. */
+int wf_ps_client_stats(wf_ps_client *c, int s, wf_ps_stats *out, wf_err *err);
+/* Tell every server to exit (each replies first). */
+int wf_ps_client_shutdown(wf_ps_client *c, wf_err *err);
+/* One heartbeat to every server, waiting for the replies. */
+int wf_ps_client_heartbeat(wf_ps_client *c, wf_err *err);
+
+#endif

@@ -1,0 +1,598 @@
+/* proto.c: header encoding, CRC32C, message validation, stats JSON. */
+#include "ps/proto.h"
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __SSE4_2__
+#include <nmmintrin.h>
+#endif
+
+/* ---- names ------------------------------------------------------------ */
+
+static const char *const op_names[WF_PS_OP__COUNT] = {
+	[0] = "none",
+	[WF_PS_OP_REGISTER] = "register",
+	[WF_PS_OP_INIT] = "init",
+	[WF_PS_OP_PUSH_PULL] = "push_pull",
+	[WF_PS_OP_PULL] = "pull",
+	[WF_PS_OP_BARRIER] = "barrier",
+	[WF_PS_OP_CHECKPOINT] = "checkpoint",
+	[WF_PS_OP_RESTORE] = "restore",
+	[WF_PS_OP_STATS] = "stats",
+	[WF_PS_OP_SHUTDOWN] = "shutdown",
+	[WF_PS_OP_HEARTBEAT] = "heartbeat",
+};
+
+static const char *const reject_names[WF_PS_REJECT__COUNT] = {
+	[WF_PS_REJECT_FRAMES] = "frames",
+	[WF_PS_REJECT_HEADER] = "header",
+	[WF_PS_REJECT_MAGIC] = "magic",
+	[WF_PS_REJECT_VERSION] = "version",
+	[WF_PS_REJECT_OP] = "op",
+	[WF_PS_REJECT_JOB] = "job",
+	[WF_PS_REJECT_SENDER] = "sender",
+	[WF_PS_REJECT_CHUNK] = "chunk",
+	[WF_PS_REJECT_BYTES] = "bytes",
+	[WF_PS_REJECT_DTYPE] = "dtype",
+	[WF_PS_REJECT_CHECKSUM] = "checksum",
+	[WF_PS_REJECT_STATE] = "state",
+};
+
+const char *wf_ps_op_name(int op)
+{
+	if (op <= 0 || op >= WF_PS_OP__COUNT)
+		return "unknown";
+	return op_names[op];
+}
+
+const char *wf_ps_reject_name(int reason)
+{
+	if (reason < 0 || reason >= WF_PS_REJECT__COUNT)
+		return "unknown";
+	return reject_names[reason];
+}
+
+/* ---- CRC32C ------------------------------------------------------------- */
+
+#ifdef __SSE4_2__
+/* Three independent lanes of LANE bytes keep the crc32 unit busy (its
+ * latency is 3 cycles, its throughput 1); the lanes are joined with the
+ * linear "append LANE zero bytes" operator, precomputed as 4 byte tables. */
+#define LANE 8192
+static uint32_t shift_tab[4][256];
+static pthread_once_t shift_once = PTHREAD_ONCE_INIT;
+
+static uint32_t crc_raw(uint32_t c, const uint8_t *p, size_t n)
+{
+	uint64_t c64 = c;
+	for (; n >= 8; n -= 8, p += 8) {
+		uint64_t w;
+		memcpy(&w, p, 8);
+		c64 = _mm_crc32_u64(c64, w);
+	}
+	c = (uint32_t)c64;
+	while (n--)
+		c = _mm_crc32_u8(c, *p++);
+	return c;
+}
+
+static void shift_init(void)
+{
+	static const uint8_t zeros[LANE];
+	uint32_t col[32];
+	for (int i = 0; i < 32; i++)
+		col[i] = crc_raw(1u << i, zeros, LANE);
+	for (int j = 0; j < 4; j++)
+		for (int b = 0; b < 256; b++) {
+			uint32_t v = 0;
+			for (int k = 0; k < 8; k++)
+				if (b & (1 << k))
+					v ^= col[8 * j + k];
+			shift_tab[j][b] = v;
+		}
+}
+
+static uint32_t shift_lane(uint32_t x)
+{
+	return shift_tab[0][x & 0xff] ^ shift_tab[1][(x >> 8) & 0xff] ^
+	       shift_tab[2][(x >> 16) & 0xff] ^ shift_tab[3][x >> 24];
+}
+
+uint32_t wf_ps_crc32c(uint32_t crc, const void *data, size_t n)
+{
+	const uint8_t *p = data;
+	uint32_t c = ~crc;
+	if (n >= 3 * LANE) {
+		pthread_once(&shift_once, shift_init);
+		while (n >= 3 * LANE) {
+			uint64_t a = c, b = 0, d = 0, w0, w1, w2;
+			for (size_t i = 0; i < LANE; i += 8) {
+				memcpy(&w0, p + i, 8);
+				memcpy(&w1, p + LANE + i, 8);
+				memcpy(&w2, p + 2 * LANE + i, 8);
+				a = _mm_crc32_u64(a, w0);
+				b = _mm_crc32_u64(b, w1);
+				d = _mm_crc32_u64(d, w2);
+			}
+			c = shift_lane(shift_lane((uint32_t)a) ^ (uint32_t)b) ^ (uint32_t)d;
+			p += 3 * LANE;
+			n -= 3 * LANE;
+		}
+	}
+	return ~crc_raw(c, p, n);
+}
+#else
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_table_init(void)
+{
+	for (uint32_t i = 0; i < 256; i++) {
+		uint32_t c = i;
+		for (int k = 0; k < 8; k++)
+			c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
+		crc_table[i] = c;
+	}
+}
+
+uint32_t wf_ps_crc32c(uint32_t crc, const void *data, size_t n)
+{
+	const uint8_t *p = data;
+	uint32_t c = ~crc;
+	pthread_once(&crc_once, crc_table_init);
+	while (n--)
+		c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
+	return ~c;
+}
+#endif
+
+/* ---- header ------------------------------------------------------------- */
+
+static void put16(uint8_t *p, uint16_t v)
+{
+	p[0] = (uint8_t)v;
+	p[1] = (uint8_t)(v >> 8);
+}
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static uint16_t get16(const uint8_t *p)
+{
+	return (uint16_t)(p[0] | (p[1] << 8));
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	uint32_t v = 0;
+	for (int i = 3; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = (v << 8) | p[i];
+	return v;
+}
+
+static void hdr_write(const wf_ps_hdr *h, uint8_t *out, uint32_t checksum)
+{
+	memset(out, 0, WF_PS_HEADER_BYTES);
+	put32(out + 0, WF_PS_MAGIC);
+	put16(out + 4, h->version);
+	put16(out + 6, h->op);
+	put32(out + 8, h->flags);
+	put32(out + 12, h->sender);
+	put64(out + 16, h->job_id);
+	put64(out + 24, (uint64_t)h->step);
+	put32(out + 32, h->chunk);
+	put16(out + 36, h->dtype);
+	put64(out + 40, h->payload_bytes);
+	put32(out + 48, h->tag);
+	put32(out + 52, h->nframes);
+	put32(out + 56, checksum);
+	put32(out + 60, h->aux);
+}
+
+uint32_t wf_ps_payload_crc(const void *const *frames, const size_t *sizes, int nframes)
+{
+	uint32_t crc = 0;
+	for (int i = 0; i < nframes; i++)
+		crc = wf_ps_crc32c(crc, frames[i], sizes[i]);
+	return crc;
+}
+
+/* The message checksum: the payload CRC continued over the header bytes
+ * with the checksum field zeroed. */
+static uint32_t hdr_checksum(const uint8_t *hdr, uint32_t payload_crc)
+{
+	uint8_t tmp[WF_PS_HEADER_BYTES];
+	memcpy(tmp, hdr, sizeof(tmp));
+	memset(tmp + 56, 0, 4);
+	return wf_ps_crc32c(payload_crc, tmp, sizeof(tmp));
+}
+
+void wf_ps_hdr_encode_crc(wf_ps_hdr *h, uint8_t out[WF_PS_HEADER_BYTES], uint32_t payload_crc,
+			  uint64_t payload_bytes, int nframes)
+{
+	if (!h->version)
+		h->version = WF_PS_VERSION;
+	h->payload_bytes = payload_bytes;
+	h->nframes = (uint32_t)nframes;
+	hdr_write(h, out, 0);
+	h->checksum = hdr_checksum(out, payload_crc);
+	put32(out + 56, h->checksum);
+}
+
+void wf_ps_hdr_encode(wf_ps_hdr *h, uint8_t out[WF_PS_HEADER_BYTES], const void *const *frames,
+		      const size_t *sizes, int nframes)
+{
+	uint64_t total = 0;
+	for (int i = 0; i < nframes; i++)
+		total += sizes[i];
+	wf_ps_hdr_encode_crc(h, out, wf_ps_payload_crc(frames, sizes, nframes), total, nframes);
+}
+
+void wf_ps_hdr_decode(wf_ps_hdr *h, const uint8_t in[WF_PS_HEADER_BYTES])
+{
+	h->version = get16(in + 4);
+	h->op = get16(in + 6);
+	h->flags = get32(in + 8);
+	h->sender = get32(in + 12);
+	h->job_id = get64(in + 16);
+	h->step = (int64_t)get64(in + 24);
+	h->chunk = get32(in + 32);
+	h->dtype = get16(in + 36);
+	h->payload_bytes = get64(in + 40);
+	h->tag = get32(in + 48);
+	h->nframes = get32(in + 52);
+	h->checksum = get32(in + 56);
+	h->aux = get32(in + 60);
+}
+
+/* ---- validation --------------------------------------------------------- */
+
+#define REJECT(r, ...)                                                                             \
+	do {                                                                                       \
+		*reason = (r);                                                                     \
+		return wf_errf(err, WF_EFORMAT, __VA_ARGS__);                                      \
+	} while (0)
+
+/* Expected payload shape of a message: frame counts, dtype and per-frame sizes. */
+typedef struct shape {
+	int min_frames, max_frames;
+	int dtype;
+	uint64_t frame_bytes[WF_PS_MAX_FRAMES]; /* 0 = any size up to max_text */
+	int chunk_op;				/* chunk field must name a chunk */
+	int allow_state_chunk;
+	int fault; /* reason when the shape is invalid */
+	const char *why;
+} shape;
+
+/* Floats of chunk c as seen by this receiver, 0 when not held. */
+static uint64_t chunk_floats_of(const wf_ps_limits *lim, uint32_t c)
+{
+	if (c == WF_PS_STATE_CHUNK)
+		return lim->state_floats;
+	if (c >= lim->nchunks || !lim->chunk_floats)
+		return 0;
+	return lim->chunk_floats[c];
+}
+
+static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s)
+{
+	memset(s, 0, sizeof(*s));
+	int reply = lim->is_reply;
+	int state = (h->flags & WF_PS_FLAG_STATE) != 0;
+	uint64_t cb = 4 * chunk_floats_of(lim, h->chunk);
+	uint64_t sb = 4 * lim->state_floats;
+	s->dtype = WF_PS_DTYPE_NONE;
+	if (reply && (h->flags & WF_PS_FLAG_ERROR)) {
+		s->max_frames = 1;
+		s->dtype = WF_PS_DTYPE_BYTES;
+		return;
+	}
+	switch (h->op) {
+	case WF_PS_OP_INIT:
+		s->chunk_op = 1;
+		s->allow_state_chunk = 1;
+		if (reply)
+			break;
+		s->dtype = WF_PS_DTYPE_F32;
+		s->min_frames = 1;
+		s->max_frames = h->chunk == WF_PS_STATE_CHUNK ? 1 : 1 + lim->nslots;
+		for (int i = 0; i < s->max_frames; i++)
+			s->frame_bytes[i] = cb;
+		break;
+	case WF_PS_OP_PUSH_PULL:
+		s->chunk_op = 1;
+		s->dtype = WF_PS_DTYPE_F32;
+		s->min_frames = s->max_frames = 1 + state;
+		s->frame_bytes[0] = cb;
+		s->frame_bytes[1] = sb;
+		if (state && !lim->state_floats) {
+			s->fault = WF_PS_REJECT_BYTES;
+			s->why = "state frame but no state vector here";
+		}
+		break;
+	case WF_PS_OP_PULL:
+		s->chunk_op = 1;
+		s->allow_state_chunk = 1;
+		if (!reply)
+			break;
+		s->dtype = WF_PS_DTYPE_F32;
+		s->min_frames = s->max_frames = 1;
+		s->frame_bytes[0] = cb;
+		break;
+	case WF_PS_OP_CHECKPOINT:
+	case WF_PS_OP_RESTORE:
+		if (reply)
+			break;
+		s->dtype = WF_PS_DTYPE_BYTES;
+		s->min_frames = h->op == WF_PS_OP_CHECKPOINT;
+		s->max_frames = 1;
+		break;
+	case WF_PS_OP_STATS:
+		if (!reply)
+			break;
+		s->dtype = WF_PS_DTYPE_BYTES;
+		s->min_frames = s->max_frames = 1;
+		break;
+	default: /* register, barrier, shutdown, heartbeat: no payload */ break;
+	}
+	if (state && h->op != WF_PS_OP_PUSH_PULL) {
+		s->fault = WF_PS_REJECT_OP;
+		s->why = "flag state on an op other than push_pull";
+	}
+}
+
+static int check_flags(const wf_ps_hdr *h, const wf_ps_limits *lim)
+{
+	if (h->flags & ~(uint32_t)WF_PS_FLAG__ALL)
+		return 0;
+	if (lim->is_reply)
+		return (h->flags & WF_PS_FLAG_REPLY) != 0;
+	return (h->flags & (WF_PS_FLAG_REPLY | WF_PS_FLAG_ERROR | WF_PS_FLAG_STALE)) == 0;
+}
+
+int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *sizes, int n,
+		    const wf_ps_limits *lim, int *reason, wf_err *err)
+{
+	int dummy;
+	if (!reason)
+		reason = &dummy;
+	memset(msg, 0, sizeof(*msg));
+	if (n < 1)
+		REJECT(WF_PS_REJECT_FRAMES, "message has no frames");
+	if (n - 1 > WF_PS_MAX_FRAMES)
+		REJECT(WF_PS_REJECT_FRAMES, "message has %d payload frames (at most %d)", n - 1,
+		       WF_PS_MAX_FRAMES);
+	if (sizes[0] != WF_PS_HEADER_BYTES)
+		REJECT(WF_PS_REJECT_HEADER, "header frame is %zu bytes, expected %d", sizes[0],
+		       WF_PS_HEADER_BYTES);
+	const uint8_t *raw = frames[0];
+	wf_ps_hdr *h = &msg->hdr;
+	wf_ps_hdr_decode(h, raw);
+	uint32_t magic = get32(raw);
+	if (magic != WF_PS_MAGIC)
+		REJECT(WF_PS_REJECT_MAGIC, "bad magic 0x%08x (expected \"WEFT\")", magic);
+	if (h->version != WF_PS_VERSION)
+		REJECT(WF_PS_REJECT_VERSION, "protocol version %u, this build speaks %d",
+		       h->version, WF_PS_VERSION);
+	if (h->op < 1 || h->op >= WF_PS_OP__COUNT)
+		REJECT(WF_PS_REJECT_OP, "unknown op %u", h->op);
+	if (!check_flags(h, lim))
+		REJECT(WF_PS_REJECT_OP, "flags 0x%x not valid on a %s %s", h->flags,
+		       wf_ps_op_name(h->op), lim->is_reply ? "reply" : "request");
+	if (h->job_id != lim->job_id)
+		REJECT(WF_PS_REJECT_JOB, "job id %llu, this job is %llu",
+		       (unsigned long long)h->job_id, (unsigned long long)lim->job_id);
+	if (!lim->is_reply) {
+		int role = WF_PS_SENDER_ROLE(h->sender), idx = WF_PS_SENDER_INDEX(h->sender);
+		if (role < WF_PS_ROLE_WORKER || role > WF_PS_ROLE_TOOL)
+			REJECT(WF_PS_REJECT_SENDER, "sender role %d unknown", role);
+		if (role == WF_PS_ROLE_WORKER && lim->nworkers > 0 && idx >= lim->nworkers)
+			REJECT(WF_PS_REJECT_SENDER, "worker index %d out of range [0, %d)", idx,
+			       lim->nworkers);
+	}
+	shape s;
+	expected_shape(h, lim, &s);
+	if (s.fault)
+		REJECT(s.fault, "%s", s.why);
+	if (s.chunk_op) {
+		int is_state = h->chunk == WF_PS_STATE_CHUNK;
+		if ((is_state && !s.allow_state_chunk) || chunk_floats_of(lim, h->chunk) == 0)
+			REJECT(WF_PS_REJECT_CHUNK,
+			       "chunk %u out of range or not held here (%u chunks)", h->chunk,
+			       lim->nchunks);
+	}
+	int np = n - 1;
+	if ((uint32_t)np != h->nframes)
+		REJECT(WF_PS_REJECT_FRAMES, "header says %u payload frames, message has %d",
+		       h->nframes, np);
+	if (np < s.min_frames || np > s.max_frames)
+		REJECT(WF_PS_REJECT_FRAMES, "%s %s takes %d..%d payload frames, got %d",
+		       wf_ps_op_name(h->op), lim->is_reply ? "reply" : "request", s.min_frames,
+		       s.max_frames, np);
+	uint64_t total = 0;
+	uint64_t max_text = lim->max_text ? lim->max_text : (1u << 20);
+	for (int i = 0; i < np; i++) {
+		total += sizes[i + 1];
+		if (s.dtype == WF_PS_DTYPE_F32 && sizes[i + 1] != s.frame_bytes[i])
+			REJECT(WF_PS_REJECT_BYTES,
+			       "payload frame %d is %zu bytes, chunk %u needs %llu bytes", i,
+			       sizes[i + 1], h->chunk, (unsigned long long)s.frame_bytes[i]);
+		if (s.dtype == WF_PS_DTYPE_BYTES && sizes[i + 1] > max_text)
+			REJECT(WF_PS_REJECT_BYTES, "text payload of %zu bytes (at most %llu)",
+			       sizes[i + 1], (unsigned long long)max_text);
+	}
+	if (total != h->payload_bytes)
+		REJECT(WF_PS_REJECT_BYTES, "header says %llu payload bytes, frames hold %llu",
+		       (unsigned long long)h->payload_bytes, (unsigned long long)total);
+	int want_dtype = np ? s.dtype : WF_PS_DTYPE_NONE;
+	if (h->dtype != want_dtype)
+		REJECT(WF_PS_REJECT_DTYPE, "dtype %u, %s expects %d", h->dtype,
+		       wf_ps_op_name(h->op), want_dtype);
+	uint32_t crc = hdr_checksum(raw, wf_ps_payload_crc(frames + 1, sizes + 1, np));
+	if (crc != h->checksum)
+		REJECT(WF_PS_REJECT_CHECKSUM, "checksum 0x%08x, computed 0x%08x", h->checksum, crc);
+	msg->nframes = np;
+	for (int i = 0; i < np; i++) {
+		msg->frame[i] = frames[i + 1];
+		msg->size[i] = sizes[i + 1];
+	}
+	return 0;
+}
+
+/* ---- stats ------------------------------------------------------------ */
+
+int wf_ps_stats_to_json(const wf_ps_stats *s, char **out, wf_err *err)
+{
+	json_t *o = json_object(), *steps = json_array(), *alive = json_array(),
+	       *rej = json_object();
+	int rc = WF_ENOMEM;
+	if (!o || !steps || !alive || !rej)
+		goto cleanup;
+	for (int w = 0; w < s->nworkers; w++) {
+		json_array_append_new(steps, json_integer(s->worker_step[w]));
+		json_array_append_new(alive, json_integer(s->worker_alive[w]));
+	}
+	for (int r = 0; r < WF_PS_REJECT__COUNT; r++)
+		json_object_set_new(rej, wf_ps_reject_name(r),
+				    json_integer((json_int_t)s->rejected[r]));
+	json_object_set_new(o, "server", json_integer(s->server));
+	json_object_set_new(o, "nservers", json_integer(s->nservers));
+	json_object_set_new(o, "uptime", json_real(s->uptime));
+	json_object_set_new(o, "pushes", json_integer((json_int_t)s->pushes));
+	json_object_set_new(o, "pulls", json_integer((json_int_t)s->pulls));
+	json_object_set_new(o, "bytes_in", json_integer((json_int_t)s->bytes_in));
+	json_object_set_new(o, "bytes_out", json_integer((json_int_t)s->bytes_out));
+	json_object_set_new(o, "held", json_integer(s->held));
+	json_object_set_new(o, "version_min", json_integer(s->version_min));
+	json_object_set_new(o, "version_max", json_integer(s->version_max));
+	json_object_set_new(o, "worker_step", steps);
+	json_object_set_new(o, "worker_alive", alive);
+	json_object_set_new(o, "rejected", rej);
+	steps = alive = rej = NULL;
+	*out = json_dumps(o, JSON_COMPACT);
+	rc = *out ? 0 : WF_ENOMEM;
+cleanup:
+	json_decref(steps);
+	json_decref(alive);
+	json_decref(rej);
+	json_decref(o);
+	if (rc)
+		wf_errf(err, rc, "stats: out of memory");
+	return rc;
+}
+
+static long jint(json_t *o, const char *key)
+{
+	json_t *v = json_object_get(o, key);
+	return json_is_integer(v) ? (long)json_integer_value(v) : 0;
+}
+
+int wf_ps_stats_from_json(wf_ps_stats *s, const char *json, size_t len, wf_err *err)
+{
+	memset(s, 0, sizeof(*s));
+	json_error_t jerr;
+	json_t *o = json_loadb(json, len, 0, &jerr);
+	if (!json_is_object(o)) {
+		json_decref(o);
+		return wf_errf(err, WF_EFORMAT, "stats reply is not a JSON object: %s", jerr.text);
+	}
+	s->server = (int)jint(o, "server");
+	s->nservers = (int)jint(o, "nservers");
+	s->uptime = json_number_value(json_object_get(o, "uptime"));
+	s->pushes = (uint64_t)jint(o, "pushes");
+	s->pulls = (uint64_t)jint(o, "pulls");
+	s->bytes_in = (uint64_t)jint(o, "bytes_in");
+	s->bytes_out = (uint64_t)jint(o, "bytes_out");
+	s->held = (int)jint(o, "held");
+	s->version_min = jint(o, "version_min");
+	s->version_max = jint(o, "version_max");
+	if (s->uptime > 0) {
+		s->push_rate = (double)s->pushes / s->uptime;
+		s->pull_rate = (double)s->pulls / s->uptime;
+	}
+	json_t *steps = json_object_get(o, "worker_step");
+	json_t *alive = json_object_get(o, "worker_alive");
+	size_t nw = json_array_size(steps);
+	if (nw && nw == json_array_size(alive)) {
+		s->worker_step = calloc(nw, sizeof(*s->worker_step));
+		s->worker_alive = calloc(nw, sizeof(*s->worker_alive));
+		if (!s->worker_step || !s->worker_alive) {
+			json_decref(o);
+			wf_ps_stats_free(s);
+			return wf_errf(err, WF_ENOMEM, "stats: out of memory");
+		}
+		s->nworkers = (int)nw;
+		for (size_t i = 0; i < nw; i++) {
+			s->worker_step[i] = (long)json_integer_value(json_array_get(steps, i));
+			s->worker_alive[i] = (int)json_integer_value(json_array_get(alive, i));
+		}
+	}
+	json_t *rej = json_object_get(o, "rejected");
+	for (int r = 0; r < WF_PS_REJECT__COUNT; r++)
+		s->rejected[r] = (uint64_t)jint(rej, wf_ps_reject_name(r));
+	json_decref(o);
+	return 0;
+}
+
+void wf_ps_stats_free(wf_ps_stats *s)
+{
+	if (!s)
+		return;
+	free(s->worker_step);
+	free(s->worker_alive);
+	s->worker_step = NULL;
+	s->worker_alive = NULL;
+	s->nworkers = 0;
+}
+
+void wf_ps_stats_format(const wf_ps_stats *s, char *buf, size_t n)
+{
+	size_t k = 0;
+#define OUT(...)                                                                                   \
+	do {                                                                                       \
+		if (k < n)                                                                         \
+			k += (size_t)snprintf(buf + k, n - k, __VA_ARGS__);                        \
+	} while (0)
+	OUT("ps %d/%d: up %.1f s, %.1f push/s, %.1f pull/s, in %.1f MB, out %.1f MB, held %d, "
+	    "step %ld..%ld",
+	    s->server, s->nservers, s->uptime, s->push_rate, s->pull_rate, s->bytes_in / 1e6,
+	    s->bytes_out / 1e6, s->held, s->version_min, s->version_max);
+	OUT(", workers [");
+	for (int w = 0; w < s->nworkers; w++)
+		OUT("%s%d:%ld%s", w ? " " : "", w, s->worker_step[w],
+		    s->worker_alive[w] == 0  ? "(dead)"
+		    : s->worker_alive[w] < 0 ? "(new)"
+					     : "");
+	OUT("]");
+	uint64_t total = 0;
+	for (int r = 0; r < WF_PS_REJECT__COUNT; r++)
+		total += s->rejected[r];
+	if (total) {
+		OUT(", rejected:");
+		for (int r = 0; r < WF_PS_REJECT__COUNT; r++)
+			if (s->rejected[r])
+				OUT(" %s=%llu", wf_ps_reject_name(r),
+				    (unsigned long long)s->rejected[r]);
+	}
+#undef OUT
+}

@@ -1,0 +1,188 @@
+/* proto.h: the parameter-server wire protocol. A message is one fixed 64-byte
+ * little-endian header frame followed by 0..WF_PS_MAX_FRAMES payload frames.
+ * This module encodes and validates headers; it knows nothing about sockets,
+ * so the parser can be fuzzed on plain buffers.
+ *
+ * Header layout (all little-endian):
+ *   0  u32 magic "WEFT"        4  u16 version        6  u16 op
+ *   8  u32 flags               12 u32 sender (role << 24 | index)
+ *   16 u64 job id              24 i64 step
+ *   32 u32 chunk               36 u16 dtype          38 u16 reserved (0)
+ *   40 u64 payload bytes (sum of payload frames)
+ *   48 u32 tag (request id, echoed by the reply)
+ *   52 u32 payload frame count
+ *   56 u32 checksum            60 u32 aux (push: samples summed; error: -code)
+ * checksum = CRC32C (Castagnoli, reflected, init ~0, final ~) over every
+ * payload frame in order, continued over the 64 header bytes with the
+ * checksum field set to zero (payload first, so a server replying the same
+ * values to many workers hashes them once).
+ *
+ * Payloads per op (request -> reply; "values" = the chunk's floats):
+ *   register   -                       -> -           (reply step: server step, chunk: nchunks)
+ *   init       values [+ slots]        -> -           (step = version to start at)
+ *   push_pull  grad [+ state]          -> values [+ state]  (flag STATE)
+ *   pull       -                       -> values      (reply step: version)
+ *   barrier    -                       -> -
+ *   checkpoint dir (bytes)             -> -           (step = N)
+ *   restore    dir (bytes)             -> -           (step = N or -1 newest; reply step)
+ *   stats      -                       -> JSON (bytes)
+ *   shutdown   -                       -> -
+ *   heartbeat  -                       -> -
+ *   any error reply: flag ERROR, aux = -code, one frame of text.
+ * The state pseudo-chunk WF_PS_STATE_CHUNK (non-trainable state, kept by
+ * server 0) can be the target of init and pull. */
+#ifndef WF_PS_PROTO_H
+#define WF_PS_PROTO_H
+
+#include "common/error.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WF_PS_MAGIC	   0x54464557u /* bytes 'W','E','F','T' */
+#define WF_PS_VERSION	   1
+#define WF_PS_HEADER_BYTES 64
+#define WF_PS_MAX_FRAMES   4 /* payload frames per message */
+#define WF_PS_STATE_CHUNK  0xffffffffu
+
+typedef enum {
+	WF_PS_OP_REGISTER = 1,
+	WF_PS_OP_INIT,
+	WF_PS_OP_PUSH_PULL,
+	WF_PS_OP_PULL,
+	WF_PS_OP_BARRIER,
+	WF_PS_OP_CHECKPOINT,
+	WF_PS_OP_RESTORE,
+	WF_PS_OP_STATS,
+	WF_PS_OP_SHUTDOWN,
+	WF_PS_OP_HEARTBEAT,
+	WF_PS_OP__COUNT
+} wf_ps_op;
+
+enum {
+	WF_PS_FLAG_REPLY = 1u << 0, /* a reply to the request with the same tag */
+	WF_PS_FLAG_ERROR = 1u << 1, /* error reply: aux = -code, payload = text */
+	WF_PS_FLAG_STATE = 1u << 2, /* an extra frame with the state vector */
+	WF_PS_FLAG_STALE = 1u << 3, /* push for a past step: ignored, values are current */
+	WF_PS_FLAG__ALL = 0xf,
+};
+
+typedef enum { WF_PS_DTYPE_NONE = 0, WF_PS_DTYPE_F32 = 1, WF_PS_DTYPE_BYTES = 2 } wf_ps_dtype;
+
+typedef enum {
+	WF_PS_ROLE_WORKER = 1, /* counts in membership; index = worker index */
+	WF_PS_ROLE_CHIEF = 2,  /* coordination only */
+	WF_PS_ROLE_TOOL = 3,   /* stats, benchmarks, tests */
+} wf_ps_role;
+
+#define WF_PS_SENDER(role, index) (((uint32_t)(role) << 24) | ((uint32_t)(index)&0xffffffu))
+#define WF_PS_SENDER_ROLE(s)	  ((int)((s) >> 24))
+#define WF_PS_SENDER_INDEX(s)	  ((int)((s)&0xffffffu))
+
+/* Why a message was rejected (counted per reason in the server's stats). */
+typedef enum {
+	WF_PS_REJECT_FRAMES, /* frame count wrong for the op or above the maximum */
+	WF_PS_REJECT_HEADER, /* header frame not 64 bytes */
+	WF_PS_REJECT_MAGIC,
+	WF_PS_REJECT_VERSION,
+	WF_PS_REJECT_OP,     /* unknown op or flags */
+	WF_PS_REJECT_JOB,    /* job id of another job */
+	WF_PS_REJECT_SENDER, /* unknown role or worker index out of range */
+	WF_PS_REJECT_CHUNK,  /* chunk index out of range or not on this server */
+	WF_PS_REJECT_BYTES,  /* byte count vs frames or vs the chunk's size */
+	WF_PS_REJECT_DTYPE,
+	WF_PS_REJECT_CHECKSUM,
+	WF_PS_REJECT_STATE, /* protocol state: duplicate push, server behind... */
+	WF_PS_REJECT__COUNT
+} wf_ps_reject;
+
+/* Decoded header. */
+typedef struct wf_ps_hdr {
+	uint16_t version;
+	uint16_t op;	 /* wf_ps_op */
+	uint32_t flags;	 /* WF_PS_FLAG_* */
+	uint32_t sender; /* WF_PS_SENDER(role, index) */
+	uint64_t job_id;
+	int64_t step;
+	uint32_t chunk;
+	uint16_t dtype; /* wf_ps_dtype */
+	uint64_t payload_bytes;
+	uint32_t tag;
+	uint32_t nframes; /* payload frames */
+	uint32_t checksum;
+	uint32_t aux;
+} wf_ps_hdr;
+
+/* What the receiver knows, for validation. */
+typedef struct wf_ps_limits {
+	uint64_t job_id;
+	uint32_t nchunks;	      /* global chunk count */
+	const uint64_t *chunk_floats; /* [nchunks]; 0 = not held here (server) */
+	uint64_t state_floats;	      /* state vector length; 0 = none here */
+	int nslots;		      /* optimizer slots an init may carry */
+	int nworkers;		      /* worker indices must be below this (0: any) */
+	int is_reply;		      /* validating replies (client side) */
+	uint32_t max_text;	      /* longest bytes payload (0: 1 MiB) */
+} wf_ps_limits;
+
+/* A parsed message: header plus pointers into the caller's frames (no copy). */
+typedef struct wf_ps_msg {
+	wf_ps_hdr hdr;
+	int nframes;
+	const void *frame[WF_PS_MAX_FRAMES];
+	size_t size[WF_PS_MAX_FRAMES]; /* bytes */
+} wf_ps_msg;
+
+/* Name of an op / reject reason, for logs and stats ("push_pull", "checksum"). */
+const char *wf_ps_op_name(int op);
+const char *wf_ps_reject_name(int reason);
+
+/* CRC32C continuing from crc (start with 0); hardware-accelerated with SSE4.2. */
+uint32_t wf_ps_crc32c(uint32_t crc, const void *data, size_t n);
+
+/* Fill h->payload_bytes, nframes, checksum from the frames and write the
+ * 64-byte encoding to out. */
+void wf_ps_hdr_encode(wf_ps_hdr *h, uint8_t out[WF_PS_HEADER_BYTES], const void *const *frames,
+		      const size_t *sizes, int nframes);
+/* CRC32C of the payload frames (the first part of the checksum). */
+uint32_t wf_ps_payload_crc(const void *const *frames, const size_t *sizes, int nframes);
+/* As wf_ps_hdr_encode with the payload CRC and byte count already known. */
+void wf_ps_hdr_encode_crc(wf_ps_hdr *h, uint8_t out[WF_PS_HEADER_BYTES], uint32_t payload_crc,
+			  uint64_t payload_bytes, int nframes);
+/* Decode 64 bytes without validation. */
+void wf_ps_hdr_decode(wf_ps_hdr *h, const uint8_t in[WF_PS_HEADER_BYTES]);
+
+/* Validate frames[0] (the header) and frames[1..n) (payload) against lim:
+ * frame counts, header size, magic, version, op, flags, job id, sender,
+ * chunk range, byte counts, dtype, checksum. On success fills msg and
+ * returns 0; otherwise returns WF_EFORMAT, sets *reason and describes the
+ * fault in err. When the header decoded, msg->hdr is filled even on failure
+ * (so the error reply can echo op and tag). Never reads outside the frames. */
+int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *sizes, int n,
+		    const wf_ps_limits *lim, int *reason, wf_err *err);
+
+/* ---- statistics (the stats op's reply, JSON on the wire) ---- */
+
+typedef struct wf_ps_stats {
+	int server, nservers;
+	double uptime;		       /* seconds */
+	uint64_t pushes, pulls;	       /* since start */
+	double push_rate, pull_rate;   /* per second, since start */
+	uint64_t bytes_in, bytes_out;  /* payload+header bytes */
+	int held;		       /* replies held (queue depth) */
+	long version_min, version_max; /* over the server's chunks */
+	int nworkers;
+	long *worker_step; /* [nworkers] last step pushed, -1 none */
+	int *worker_alive; /* [nworkers] 1 alive, 0 dead, -1 never seen */
+	uint64_t rejected[WF_PS_REJECT__COUNT];
+} wf_ps_stats;
+
+/* JSON text of s (malloc'd, caller frees) / parse it back (fills s; free
+ * with wf_ps_stats_free). */
+int wf_ps_stats_to_json(const wf_ps_stats *s, char **out, wf_err *err);
+int wf_ps_stats_from_json(wf_ps_stats *s, const char *json, size_t len, wf_err *err);
+void wf_ps_stats_free(wf_ps_stats *s);
+/* One log line: "ps 0/2: up 12.0 s, 3.1k push/s ... rejected: checksum=2". */
+void wf_ps_stats_format(const wf_ps_stats *s, char *buf, size_t n);
+
+#endif

@@ -1,0 +1,70 @@
+/* server.h: a parameter server. One process keeps its share of the chunks
+ * (ps/placement.h) of the flat parameter vector: per chunk the values, the
+ * optimizer slots and a version (steps applied). It binds a ZeroMQ ROUTER,
+ * answers the ops of ps/proto.h in a single-threaded event loop, aggregates
+ * gradients (sync, async or ssp:K), averages the non-trainable state (kept by
+ * server 0), tracks worker membership by heartbeat, names stalled workers,
+ * and writes/reads checkpoint shards (ps/shard.h).
+ *
+ * Gradient scale: a push carries the gradient SUMMED over the worker's
+ * samples and, in the header's aux field, how many samples that is (0: the
+ * configured batch). The server applies grad_scale = 1 / (total samples of
+ * the contributors), so W sync workers equal one process with
+ * --accumulate W.
+ *
+ * Sync: a chunk advances when every worker not declared dead has pushed for
+ * its current step; the replies (the new values) are held until then. A push
+ * for a past step is answered with the current values and flag STALE. A
+ * worker silent for heartbeat_timeout is declared dead (it leaves the count
+ * at once, so the step in progress completes without it) and counts again
+ * when it registers. Async: each push applies at once. ssp:K: each push
+ * applies at once, but the reply to a push for step s is held while
+ * s > (slowest live worker's step) + K. */
+#ifndef WF_PS_SERVER_H
+#define WF_PS_SERVER_H
+
+#include "common/error.h"
+#include "model/model.h"
+#include "model/optim.h"
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum { WF_PS_MODE_SYNC, WF_PS_MODE_ASYNC, WF_PS_MODE_SSP } wf_ps_mode;
+
+typedef struct wf_ps_server_cfg {
+	const char *bind;    /* endpoint to bind, e.g. tcp://0.0.0.0:2222 */
+	int index, nservers; /* this server among nservers */
+	uint64_t job_id;     /* messages of other jobs are rejected */
+	int nworkers;	     /* workers in the job */
+	wf_ps_mode mode;
+	int staleness; /* K of ssp:K */
+	wf_optim_cfg optim;
+	const wf_view *views; /* the model's views (placement), may be NULL */
+	int nviews;
+	size_t nparams;		     /* trainable floats */
+	size_t nstate;		     /* non-trainable floats (kept by server 0) */
+	size_t chunk_bytes;	     /* 0: WF_PS_CHUNK_BYTES_DEFAULT */
+	int batch;		     /* samples per push when a push says 0 */
+	double heartbeat_timeout;    /* seconds; 0: never declare a worker dead */
+	double stall_timeout;	     /* seconds; 0: no stall reports */
+	double stats_every;	     /* seconds between stats log lines; 0: none */
+	const char *restore_dir;     /* checkpoint root to restore from at start, or NULL */
+	const char *backend;	     /* optimizer backend; NULL: "cpu" when built, else "ref" */
+	int threads;		     /* backend threads; 0: 1 (the update is memory-bound and
+				      * spinning OpenMP threads starve ZeroMQ's I/O thread) */
+	volatile sig_atomic_t *stop; /* set non-zero (e.g. by a signal) to stop; may be NULL */
+} wf_ps_server_cfg;
+
+/* Defaults: one server, one worker, sync, SGD defaults, 60 s heartbeat
+ * timeout, 120 s stall timeout, stats every 30 s. */
+void wf_ps_server_cfg_default(wf_ps_server_cfg *c);
+/* Parse "sync", "async" or "ssp:K" (K >= 0). */
+int wf_ps_mode_parse(const char *s, wf_ps_mode *mode, int *staleness, wf_err *err);
+/* Run the server until a shutdown op (returns 0), *cfg->stop (WF_ESTOPPED)
+ * or a fatal error (bind failure, bad cfg, restore failure). Bad messages are
+ * never fatal. Call from one thread; it owns its own ZeroMQ context. */
+int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err);
+
+#endif

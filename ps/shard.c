@@ -1,0 +1,285 @@
+/* shard.c: HDF5 checkpoint shards of a parameter server. */
+#include "ps/shard.h"
+
+#include "common/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <hdf5.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *slot_names[2] = {"m", "v"};
+
+/* HDF5 status check: records file, line and the call. */
+#define WF_H5_CHECK(call, ...)                                                                     \
+	do {                                                                                       \
+		if ((call) < 0) {                                                                  \
+			rc = wf_errf(err, WF_EIO, __VA_ARGS__);                                    \
+			wf_err_wrap(err, "%s:%d: %s", __FILE__, __LINE__, #call);                  \
+			goto cleanup;                                                              \
+		}                                                                                  \
+	} while (0)
+
+void wf_ps_shard_path(char *out, size_t n, const char *root, long step, int server, int nservers)
+{
+	snprintf(out, n, "%s/step-%ld/ps-%d-of-%d.h5", root, step, server, nservers);
+}
+
+static int write_attr_long(hid_t obj, const char *name, long v)
+{
+	hid_t sp = H5Screate(H5S_SCALAR);
+	if (sp < 0)
+		return -1;
+	hid_t a = H5Acreate2(obj, name, H5T_NATIVE_LONG, sp, H5P_DEFAULT, H5P_DEFAULT);
+	int rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_LONG, &v);
+	if (a >= 0)
+		H5Aclose(a);
+	H5Sclose(sp);
+	return rc < 0 ? -1 : 0;
+}
+
+static int read_attr_long(hid_t obj, const char *name, long *v)
+{
+	if (H5Aexists(obj, name) <= 0)
+		return -1;
+	hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+	if (a < 0)
+		return -1;
+	int rc = H5Aread(a, H5T_NATIVE_LONG, v);
+	H5Aclose(a);
+	return rc < 0 ? -1 : 0;
+}
+
+static int write_floats(hid_t loc, const char *name, const float *p, size_t n)
+{
+	hsize_t dims[1] = {n};
+	hid_t sp = H5Screate_simple(1, dims, NULL);
+	if (sp < 0)
+		return -1;
+	hid_t d = H5Dcreate2(loc, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+	int rc = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, p);
+	if (d >= 0)
+		H5Dclose(d);
+	H5Sclose(sp);
+	return rc < 0 ? -1 : 0;
+}
+
+/* Read dataset name of exactly n floats; -2 when the size differs. */
+static int read_floats(hid_t loc, const char *name, float *p, size_t n)
+{
+	if (H5Lexists(loc, name, H5P_DEFAULT) <= 0)
+		return -1;
+	hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
+	if (d < 0)
+		return -1;
+	hid_t sp = H5Dget_space(d);
+	hsize_t dims[1] = {0};
+	int rc = -1;
+	if (sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1) {
+		H5Sget_simple_extent_dims(sp, dims, NULL);
+		rc = dims[0] != n
+			     ? -2
+			     : (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, p) < 0
+					? -1
+					: 0);
+	}
+	if (sp >= 0)
+		H5Sclose(sp);
+	H5Dclose(d);
+	return rc;
+}
+
+int wf_ps_shard_save(const char *path, int server, int nservers, long step,
+		     const wf_ps_shard_chunk *chunks, int nchunks, int nslots, const float *state,
+		     size_t nstate, wf_err *err)
+{
+	char tmp[4096], dir[4096], name[64];
+	int rc = 0;
+	hid_t f = -1, g = -1, cg = -1;
+	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+	snprintf(dir, sizeof(dir), "%s", path);
+	char *d = dirname(dir);
+	if (wf_mkdirs(d))
+		return wf_errf(err, WF_EIO, "checkpoint: cannot create %s: %s", d, strerror(errno));
+	H5E_BEGIN_TRY
+	{
+		f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+	}
+	H5E_END_TRY;
+	WF_H5_CHECK(f, "checkpoint: cannot create %s", tmp);
+	WF_H5_CHECK(write_attr_long(f, "weft_ps_format", WF_PS_SHARD_FORMAT), "writing %s", tmp);
+	WF_H5_CHECK(write_attr_long(f, "server", server), "writing %s", tmp);
+	WF_H5_CHECK(write_attr_long(f, "nservers", nservers), "writing %s", tmp);
+	WF_H5_CHECK(write_attr_long(f, "step", step), "writing %s", tmp);
+	WF_H5_CHECK(write_attr_long(f, "nslots", nslots), "writing %s", tmp);
+	WF_H5_CHECK(g = H5Gcreate2(f, "chunks", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+		    "writing %s", tmp);
+	for (int i = 0; i < nchunks; i++) {
+		const wf_ps_shard_chunk *c = &chunks[i];
+		snprintf(name, sizeof(name), "%d", c->index);
+		WF_H5_CHECK(cg = H5Gcreate2(g, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+			    "writing chunk %d to %s", c->index, tmp);
+		WF_H5_CHECK(write_attr_long(cg, "offset", (long)c->offset), "writing %s", tmp);
+		WF_H5_CHECK(write_attr_long(cg, "count", (long)c->count), "writing %s", tmp);
+		WF_H5_CHECK(write_attr_long(cg, "version", c->version), "writing %s", tmp);
+		WF_H5_CHECK(write_floats(cg, "values", c->values, c->count), "writing %s", tmp);
+		for (int s = 0; s < nslots; s++)
+			WF_H5_CHECK(write_floats(cg, slot_names[s], c->slot[s], c->count),
+				    "writing %s", tmp);
+		H5Gclose(cg);
+		cg = -1;
+	}
+	if (nstate && state)
+		WF_H5_CHECK(write_floats(f, "state", state, nstate), "writing %s", tmp);
+	H5Gclose(g);
+	g = -1;
+	WF_H5_CHECK(H5Fclose(f), "closing %s", tmp);
+	f = -1;
+	if (wf_fsync_path(tmp) || rename(tmp, path) || wf_fsync_path(d)) {
+		rc = wf_errf(err, WF_EIO, "checkpoint: cannot sync and rename %s to %s: %s", tmp,
+			     path, strerror(errno));
+		goto cleanup;
+	}
+	return 0;
+cleanup:
+	if (cg >= 0)
+		H5Gclose(cg);
+	if (g >= 0)
+		H5Gclose(g);
+	if (f >= 0)
+		H5Fclose(f);
+	unlink(tmp);
+	return rc;
+}
+
+int wf_ps_shard_load(const char *path, int server, int nservers, wf_ps_shard_chunk *chunks,
+		     int nchunks, int nslots, float *state, size_t nstate, long *step, wf_err *err)
+{
+	int rc = 0;
+	hid_t f = -1, cg = -1;
+	long fmt = 0, srv = -1, nsrv = -1, nsl = -1, st = -1;
+	char name[64];
+	H5E_BEGIN_TRY
+	{
+		f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+	}
+	H5E_END_TRY;
+	if (f < 0)
+		return wf_errf(err, WF_EIO, "restore: cannot open %s", path);
+	H5E_BEGIN_TRY
+	{
+		if (read_attr_long(f, "weft_ps_format", &fmt) ||
+		    read_attr_long(f, "server", &srv) || read_attr_long(f, "nservers", &nsrv) ||
+		    read_attr_long(f, "nslots", &nsl) || read_attr_long(f, "step", &st))
+			rc = wf_errf(err, WF_EFORMAT, "restore: %s lacks the shard attributes",
+				     path);
+	}
+	H5E_END_TRY;
+	if (rc)
+		goto cleanup;
+	if (fmt != WF_PS_SHARD_FORMAT || srv != server || nsrv != nservers || nsl != nslots) {
+		rc = wf_errf(err, WF_EFORMAT,
+			     "restore: %s is format %ld of server %ld/%ld with %ld slots; expected "
+			     "format %d, server %d/%d, %d slots",
+			     path, fmt, srv, nsrv, nsl, WF_PS_SHARD_FORMAT, server, nservers,
+			     nslots);
+		goto cleanup;
+	}
+	for (int i = 0; i < nchunks; i++) {
+		wf_ps_shard_chunk *c = &chunks[i];
+		long off = -1, cnt = -1, ver = -1;
+		snprintf(name, sizeof(name), "chunks/%d", c->index);
+		H5E_BEGIN_TRY
+		{
+			cg = H5Lexists(f, "chunks", H5P_DEFAULT) > 0 &&
+					     H5Lexists(f, name, H5P_DEFAULT) > 0
+				     ? H5Gopen2(f, name, H5P_DEFAULT)
+				     : -1;
+			if (cg >= 0) {
+				read_attr_long(cg, "offset", &off);
+				read_attr_long(cg, "count", &cnt);
+				read_attr_long(cg, "version", &ver);
+			}
+		}
+		H5E_END_TRY;
+		if (cg < 0 || off != (long)c->offset || cnt != (long)c->count || ver < 0) {
+			rc = wf_errf(
+				err, WF_EFORMAT,
+				"restore: %s: chunk %d missing or laid out as [%ld +%ld), this "
+				"server has [%zu +%zu): the model or server count changed",
+				path, c->index, off, cnt, c->offset, c->count);
+			goto cleanup;
+		}
+		int r = read_floats(cg, "values", c->values, c->count);
+		for (int s = 0; s < nslots && !r; s++)
+			r = read_floats(cg, slot_names[s], c->slot[s], c->count);
+		if (r) {
+			rc = wf_errf(err, WF_EFORMAT, "restore: %s: chunk %d: bad values or slots",
+				     path, c->index);
+			goto cleanup;
+		}
+		c->version = ver;
+		H5Gclose(cg);
+		cg = -1;
+	}
+	if (nstate && state && read_floats(f, "state", state, nstate)) {
+		rc = wf_errf(err, WF_EFORMAT,
+			     "restore: %s: dataset state missing or not %zu floats", path, nstate);
+		goto cleanup;
+	}
+	*step = st;
+cleanup:
+	if (cg >= 0)
+		H5Gclose(cg);
+	H5Fclose(f);
+	return rc;
+}
+
+int wf_ps_ckpt_find(const char *root, int server, int nservers, long want_step, long *step,
+		    char *path, size_t n, wf_err *err)
+{
+	DIR *d = opendir(root);
+	if (!d)
+		return wf_errf(err, WF_EIO, "restore: cannot open checkpoint directory %s: %s",
+			       root, strerror(errno));
+	long best = -1;
+	char buf[4096];
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		char *end;
+		if (strncmp(e->d_name, "step-", 5))
+			continue;
+		long s = strtol(e->d_name + 5, &end, 10);
+		if (*end || end == e->d_name + 5 || s < 0)
+			continue;
+		if (want_step >= 0 && s != want_step)
+			continue;
+		snprintf(buf, sizeof(buf), "%s/%s/DONE", root, e->d_name);
+		if (!wf_exists(buf))
+			continue;
+		wf_ps_shard_path(buf, sizeof(buf), root, s, server, nservers);
+		if (!wf_exists(buf))
+			continue;
+		if (s > best)
+			best = s;
+	}
+	closedir(d);
+	if (best < 0) {
+		if (want_step >= 0)
+			return wf_errf(err, WF_EIO,
+				       "restore: %s/step-%ld has no DONE file or no shard "
+				       "ps-%d-of-%d.h5",
+				       root, want_step, server, nservers);
+		return wf_errf(err, WF_EIO,
+			       "restore: no complete checkpoint (step dir with DONE and "
+			       "ps-%d-of-%d.h5) under %s",
+			       server, nservers, root);
+	}
+	*step = best;
+	wf_ps_shard_path(path, n, root, best, server, nservers);
+	return 0;
+}

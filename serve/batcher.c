@@ -1,0 +1,294 @@
+/* batcher.c: the request queue and the batch threads. A job lives on its
+ * caller's stack: it leaves the queue either into a batch (then the caller
+ * waits for the result) or by the caller's timeout, never both. */
+#include "serve/batcher.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+
+typedef struct job {
+	wf_serve_version *v;
+	const float *x; /* [n,H,W,C] */
+	float *logits;	/* [n,K] */
+	int n;
+	int state;
+	int rc;
+	char msg[256];
+	pthread_cond_t done;
+	struct job *next;
+} job;
+
+typedef struct batch_thread {
+	wf_serve_batcher *b;
+	int index; /* slot index in every version */
+	pthread_t tid;
+	int started;
+} batch_thread;
+
+struct wf_serve_batcher {
+	wf_serve_batcher_opts o;
+	wf_serve_metrics *metrics;
+	pthread_mutex_t mu;
+	pthread_cond_t more; /* queue grew, or stop */
+	job *head, *tail;
+	int stop;
+	batch_thread *threads;
+};
+
+static void queue_remove(wf_serve_batcher *b, job *prev, job *j)
+{
+	if (prev)
+		prev->next = j->next;
+	else
+		b->head = j->next;
+	if (b->tail == j)
+		b->tail = prev;
+	j->next = NULL;
+	wf_serve_metrics_queue(b->metrics, -1);
+}
+
+static void abs_deadline(struct timespec *ts, double seconds)
+{
+	clock_gettime(CLOCK_REALTIME, ts);
+	double t = ts->tv_nsec * 1e-9 + seconds;
+	long whole = (long)t;
+	ts->tv_sec += whole;
+	ts->tv_nsec = (long)((t - whole) * 1e9);
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+/* Move queued jobs of version v that fit into the batch (under mu). */
+static int take_more(wf_serve_batcher *b, wf_serve_version *v, job **batch, int *count, int *total,
+		     int cap)
+{
+	int took = 0;
+	job *prev = NULL, *j = b->head;
+	while (j && *total < cap) {
+		job *next = j->next;
+		if (j->v == v && *total + j->n <= cap && *count < cap) {
+			queue_remove(b, prev, j);
+			j->state = JOB_RUNNING;
+			batch[(*count)++] = j;
+			*total += j->n;
+			took = 1;
+		} else {
+			prev = j;
+		}
+		j = next;
+	}
+	return took;
+}
+
+/* Forward rows [0, total) staged in slot->in; logits land in slot->out. */
+static int run_forward(wf_serve_slot *s, const wf_serve_io *io, int total, char *msg, size_t cap)
+{
+	int b = 0;
+	while (b + 1 < s->nbuckets && s->bucket[b] < total)
+		b++;
+	int size = s->bucket[b];
+	size_t per = (size_t)io->h * io->w * io->c;
+	if (size > total)
+		memset(s->in + (size_t)total * per, 0,
+		       (size_t)(size - total) * per * sizeof(float));
+	int rc = wf_exec_forward(s->ex[b], s->in, size, 0, 0);
+	if (rc == 0)
+		rc = wf_exec_logits(s->ex[b], s->out);
+	if (rc)
+		snprintf(msg, cap, "inference failed: %s", wf_exec_error(s->ex[b]));
+	return rc;
+}
+
+/* Run one batch of jobs, all of one version, total samples <= max_batch;
+ * a single job larger than max_batch runs in chunks. */
+static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int total)
+{
+	wf_serve_version *v = batch[0]->v;
+	wf_serve_slot *s = &v->slots[slot];
+	const wf_serve_io *io = &v->io;
+	size_t per = (size_t)io->h * io->w * io->c, k = (size_t)io->classes;
+	int cap = v->max_batch, rc = 0;
+	char msg[256] = "";
+	if (count == 1 && batch[0]->n > cap) {
+		job *j = batch[0];
+		for (int off = 0; off < j->n && !rc; off += cap) {
+			int m = WF_MIN(cap, j->n - off);
+			memcpy(s->in, j->x + (size_t)off * per, (size_t)m * per * sizeof(float));
+			rc = run_forward(s, io, m, msg, sizeof(msg));
+			if (!rc)
+				memcpy(j->logits + (size_t)off * k, s->out,
+				       (size_t)m * k * sizeof(float));
+			wf_serve_metrics_batch(b->metrics, m);
+		}
+	} else {
+		int row = 0;
+		for (int i = 0; i < count; i++) {
+			memcpy(s->in + (size_t)row * per, batch[i]->x,
+			       (size_t)batch[i]->n * per * sizeof(float));
+			row += batch[i]->n;
+		}
+		rc = run_forward(s, io, total, msg, sizeof(msg));
+		row = 0;
+		for (int i = 0; i < count && !rc; i++) {
+			memcpy(batch[i]->logits, s->out + (size_t)row * k,
+			       (size_t)batch[i]->n * k * sizeof(float));
+			row += batch[i]->n;
+		}
+		wf_serve_metrics_batch(b->metrics, total);
+	}
+	pthread_mutex_lock(&b->mu);
+	for (int i = 0; i < count; i++) {
+		batch[i]->rc = rc;
+		snprintf(batch[i]->msg, sizeof(batch[i]->msg), "%s", msg);
+		batch[i]->state = JOB_DONE;
+		pthread_cond_signal(&batch[i]->done);
+	}
+	pthread_mutex_unlock(&b->mu);
+}
+
+static void *batch_main(void *arg)
+{
+	batch_thread *t = arg;
+	wf_serve_batcher *b = t->b;
+	int cap_jobs = b->o.max_batch > 0 ? b->o.max_batch : 1;
+	job **batch = calloc((size_t)cap_jobs, sizeof(*batch));
+	if (!batch) {
+		wf_error("serve: batch thread %d: out of memory", t->index);
+		return NULL;
+	}
+	pthread_mutex_lock(&b->mu);
+	for (;;) {
+		while (!b->head && !b->stop)
+			pthread_cond_wait(&b->more, &b->mu);
+		if (!b->head && b->stop)
+			break;
+		job *first = b->head;
+		queue_remove(b, NULL, first);
+		first->state = JOB_RUNNING;
+		batch[0] = first;
+		int count = 1, total = first->n;
+		int cap = first->v->max_batch;
+		if (b->o.batching && total < cap) {
+			take_more(b, first->v, batch, &count, &total, cap);
+			if (total < cap && b->o.timeout_us > 0) {
+				struct timespec ts;
+				abs_deadline(&ts, b->o.timeout_us * 1e-6);
+				while (total < cap && !b->stop) {
+					if (pthread_cond_timedwait(&b->more, &b->mu, &ts) != 0) {
+						take_more(b, first->v, batch, &count, &total, cap);
+						break;
+					}
+					take_more(b, first->v, batch, &count, &total, cap);
+				}
+			}
+		}
+		pthread_mutex_unlock(&b->mu);
+		run_batch(b, t->index, batch, count, total);
+		pthread_mutex_lock(&b->mu);
+	}
+	pthread_mutex_unlock(&b->mu);
+	free(batch);
+	return NULL;
+}
+
+int wf_serve_batcher_create(wf_serve_batcher **out, const wf_serve_batcher_opts *o,
+			    wf_serve_metrics *metrics, wf_err *err)
+{
+	wf_serve_batcher *b = calloc(1, sizeof(*b));
+	if (!b)
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	b->o = *o;
+	if (b->o.threads < 1)
+		b->o.threads = 1;
+	b->metrics = metrics;
+	pthread_mutex_init(&b->mu, NULL);
+	pthread_cond_init(&b->more, NULL);
+	b->threads = calloc((size_t)b->o.threads, sizeof(*b->threads));
+	if (!b->threads) {
+		wf_serve_batcher_free(b);
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	}
+	for (int i = 0; i < b->o.threads; i++) {
+		b->threads[i].b = b;
+		b->threads[i].index = i;
+		if (pthread_create(&b->threads[i].tid, NULL, batch_main, &b->threads[i]) != 0) {
+			wf_serve_batcher_free(b);
+			return wf_errf(err, WF_EINTERNAL, "cannot start batch thread %d", i);
+		}
+		b->threads[i].started = 1;
+	}
+	*out = b;
+	return 0;
+}
+
+void wf_serve_batcher_free(wf_serve_batcher *b)
+{
+	if (!b)
+		return;
+	pthread_mutex_lock(&b->mu);
+	b->stop = 1;
+	pthread_cond_broadcast(&b->more);
+	pthread_mutex_unlock(&b->mu);
+	for (int i = 0; b->threads && i < b->o.threads; i++)
+		if (b->threads[i].started)
+			pthread_join(b->threads[i].tid, NULL);
+	free(b->threads);
+	pthread_cond_destroy(&b->more);
+	pthread_mutex_destroy(&b->mu);
+	free(b);
+}
+
+int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
+			   float *logits, double timeout_s, wf_err *err)
+{
+	job j = {.v = v, .x = x, .logits = logits, .n = n, .state = JOB_QUEUED};
+	struct timespec ts;
+	int rc = 0;
+	if (v->nslots < b->o.threads)
+		return wf_errf(err, WF_EINTERNAL, "model version %ld has %d slots for %d threads",
+			       v->version, v->nslots, b->o.threads);
+	pthread_cond_init(&j.done, NULL);
+	abs_deadline(&ts, timeout_s);
+	pthread_mutex_lock(&b->mu);
+	if (b->stop) {
+		pthread_mutex_unlock(&b->mu);
+		pthread_cond_destroy(&j.done);
+		return wf_errf(err, WF_ESTOPPED, "the server is shutting down");
+	}
+	if (b->tail)
+		b->tail->next = &j;
+	else
+		b->head = &j;
+	b->tail = &j;
+	wf_serve_metrics_queue(b->metrics, 1);
+	pthread_cond_signal(&b->more);
+	while (j.state != JOB_DONE) {
+		int w = j.state == JOB_QUEUED ? pthread_cond_timedwait(&j.done, &b->mu, &ts)
+					      : pthread_cond_wait(&j.done, &b->mu);
+		if (w != 0 && j.state == JOB_QUEUED) {
+			job *prev = NULL;
+			for (job *q = b->head; q && q != &j; q = q->next)
+				prev = q;
+			queue_remove(b, prev, &j);
+			rc = wf_errf(err, WF_ETRANSIENT,
+				     "request timed out after %.1fs waiting for a batch thread",
+				     timeout_s);
+			break;
+		}
+	}
+	pthread_mutex_unlock(&b->mu);
+	if (j.state == JOB_DONE && j.rc)
+		rc = wf_errf(err, j.rc, "%s", j.msg);
+	pthread_cond_destroy(&j.done);
+	return rc;
+}

@@ -1,0 +1,33 @@
+/* batcher.h: dynamic batching. Requests queue; each batch thread takes up to
+ * max_batch samples of one model version (waiting at most timeout_us for
+ * more), runs one executor forward on its own slot of that version, and hands
+ * each request its rows. Without batching each request runs alone, still on
+ * the batch threads' executors. wf_serve_batcher_infer is thread-safe. */
+#ifndef WF_SERVE_BATCHER_H
+#define WF_SERVE_BATCHER_H
+
+#include "common/error.h"
+#include "serve/metrics.h"
+#include "serve/repo.h"
+
+typedef struct wf_serve_batcher_opts {
+	int threads;	 /* batch threads; a version has one slot per thread */
+	int max_batch;	 /* samples per forward */
+	long timeout_us; /* how long a partial batch waits for more (microseconds) */
+	int batching;	 /* 0: one request per forward */
+} wf_serve_batcher_opts;
+
+typedef struct wf_serve_batcher wf_serve_batcher;
+
+int wf_serve_batcher_create(wf_serve_batcher **out, const wf_serve_batcher_opts *o,
+			    wf_serve_metrics *metrics, wf_err *err);
+/* Stop the threads after the queue drains; then free. */
+void wf_serve_batcher_free(wf_serve_batcher *b);
+
+/* Forward x [n,H,W,C] on version v (the caller holds a reference) into
+ * logits [n,K]. Waits at most timeout_s in the queue (WF_ETRANSIENT when
+ * it expires); once a batch thread took the request it runs to the end. */
+int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
+			   float *logits, double timeout_s, wf_err *err);
+
+#endif

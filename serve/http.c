@@ -1,0 +1,679 @@
+/* http.c: routing and handlers of weft-serve's HTTP API. */
+#include "serve/http.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "serve/request.h"
+
+#include <arpa/inet.h>
+#include <jansson.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WF_SERVE_VERSION "0.1.0"
+#define CT_JSON		 "application/json"
+
+struct wf_serve_http {
+	wf_serve_http_opts o;
+	char *model_name;
+	struct MHD_Daemon *d;
+	wf_serve_repo *repo;
+	wf_serve_batcher *batcher;
+	wf_serve_metrics *metrics;
+	atomic_int draining;
+	atomic_int inflight;
+	int port;
+};
+
+/* ---- routes ---------------------------------------------------------- */
+
+typedef enum {
+	R_UNKNOWN,
+	R_V1_STATUS,
+	R_V1_METADATA,
+	R_V1_PREDICT,
+	R_V1_CLASSIFY,
+	R_V1_REGRESS,
+	R_V2_SERVER,
+	R_V2_LIVE,
+	R_V2_READY,
+	R_V2_MODEL,
+	R_V2_MODEL_READY,
+	R_V2_INFER,
+	R_METRICS,
+} route_kind;
+
+typedef struct route {
+	route_kind kind;
+	char name[256];
+	long version;	 /* 0: the latest */
+	int bad_version; /* /versions/<not a number> */
+} route;
+
+/* rest: "NAME[/versions/V]SUFFIX"; stores NAME and V, returns SUFFIX or NULL. */
+static const char *parse_model_path(const char *rest, route *r)
+{
+	size_t n = strcspn(rest, "/:");
+	if (n == 0 || n >= sizeof(r->name))
+		return NULL;
+	memcpy(r->name, rest, n);
+	r->name[n] = 0;
+	rest += n;
+	if (strncmp(rest, "/versions/", 10) == 0) {
+		rest += 10;
+		size_t d = strcspn(rest, "/:");
+		if (d == 0 || d > 15 || strspn(rest, "0123456789") != d)
+			r->bad_version = 1;
+		else
+			r->version = strtol(rest, NULL, 10);
+		if (r->version <= 0)
+			r->bad_version = 1;
+		rest += d;
+	}
+	return rest;
+}
+
+static wf_serve_endpoint parse_route(const char *url, route *r)
+{
+	memset(r, 0, sizeof(*r));
+	if (strcmp(url, "/metrics") == 0 || strcmp(url, "/monitoring/prometheus/metrics") == 0) {
+		r->kind = R_METRICS;
+		return WF_SERVE_EP_METRICS;
+	}
+	if (strncmp(url, "/v1/models/", 11) == 0) {
+		const char *s = parse_model_path(url + 11, r);
+		if (!s)
+			return WF_SERVE_EP_OTHER;
+		if (*s == 0) {
+			r->kind = R_V1_STATUS;
+			return WF_SERVE_EP_V1_STATUS;
+		}
+		if (strcmp(s, "/metadata") == 0) {
+			r->kind = R_V1_METADATA;
+			return WF_SERVE_EP_V1_METADATA;
+		}
+		if (strcmp(s, ":predict") == 0) {
+			r->kind = R_V1_PREDICT;
+			return WF_SERVE_EP_V1_PREDICT;
+		}
+		if (strcmp(s, ":classify") == 0) {
+			r->kind = R_V1_CLASSIFY;
+			return WF_SERVE_EP_V1_CLASSIFY;
+		}
+		if (strcmp(s, ":regress") == 0) {
+			r->kind = R_V1_REGRESS;
+			return WF_SERVE_EP_V1_CLASSIFY;
+		}
+		return WF_SERVE_EP_OTHER;
+	}
+	if (strcmp(url, "/v2") == 0 || strcmp(url, "/v2/") == 0) {
+		r->kind = R_V2_SERVER;
+		return WF_SERVE_EP_V2_METADATA;
+	}
+	if (strcmp(url, "/v2/health/live") == 0) {
+		r->kind = R_V2_LIVE;
+		return WF_SERVE_EP_V2_HEALTH;
+	}
+	if (strcmp(url, "/v2/health/ready") == 0) {
+		r->kind = R_V2_READY;
+		return WF_SERVE_EP_V2_HEALTH;
+	}
+	if (strncmp(url, "/v2/models/", 11) == 0) {
+		const char *s = parse_model_path(url + 11, r);
+		if (!s)
+			return WF_SERVE_EP_OTHER;
+		if (*s == 0) {
+			r->kind = R_V2_MODEL;
+			return WF_SERVE_EP_V2_METADATA;
+		}
+		if (strcmp(s, "/ready") == 0) {
+			r->kind = R_V2_MODEL_READY;
+			return WF_SERVE_EP_V2_METADATA;
+		}
+		if (strcmp(s, "/infer") == 0) {
+			r->kind = R_V2_INFER;
+			return WF_SERVE_EP_V2_INFER;
+		}
+	}
+	return WF_SERVE_EP_OTHER;
+}
+
+/* ---- per-request state and replies ------------------------------------ */
+
+typedef struct req_ctx {
+	char *body;
+	size_t len, cap;
+	int too_big;
+	double t0;
+	wf_serve_endpoint ep;
+	int replied;
+} req_ctx;
+
+static enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
+				  char *body, size_t len, const char *ctype, size_t header_len)
+{
+	struct MHD_Response *resp;
+	if (!body) {
+		body = strdup("{\"error\":\"out of memory\"}");
+		code = MHD_HTTP_INTERNAL_SERVER_ERROR;
+		len = body ? strlen(body) : 0;
+		ctype = CT_JSON;
+		header_len = 0;
+	}
+	resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+	if (header_len) {
+		char hl[32];
+		snprintf(hl, sizeof(hl), "%zu", header_len);
+		MHD_add_response_header(resp, "Inference-Header-Content-Length", hl);
+	}
+	if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
+					q->ep == WF_SERVE_EP_V1_PREDICT ||
+							q->ep == WF_SERVE_EP_V1_CLASSIFY ||
+							q->ep == WF_SERVE_EP_V2_INFER
+						? "POST"
+						: "GET");
+	enum MHD_Result ret = MHD_queue_response(c, (unsigned)code, resp);
+	MHD_destroy_response(resp);
+	q->replied = 1;
+	wf_serve_metrics_request(h->metrics, q->ep, code, wf_now() - q->t0);
+	return ret;
+}
+
+static enum MHD_Result send_json(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
+				 char *json)
+{
+	return send_reply(h, c, q, code, json, json ? strlen(json) : 0, CT_JSON, 0);
+}
+
+static enum MHD_Result send_jobj(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
+				 json_t *obj)
+{
+	char *s = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(9));
+	json_decref(obj);
+	return send_json(h, c, q, code, s);
+}
+
+__attribute__((format(printf, 5, 6))) static enum MHD_Result
+send_error(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code, const char *fmt, ...)
+{
+	char msg[1200];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return send_json(h, c, q, code, wf_serve_error_json(msg));
+}
+
+/* HTTP status for a library error code. */
+static int http_code(int rc)
+{
+	switch (rc) {
+	case WF_EINVAL: return MHD_HTTP_BAD_REQUEST;
+	case WF_ETRANSIENT:
+	case WF_ESTOPPED: return MHD_HTTP_SERVICE_UNAVAILABLE;
+	default: return MHD_HTTP_INTERNAL_SERVER_ERROR;
+	}
+}
+
+/* ---- status and metadata documents ------------------------------------ */
+
+static json_t *version_status(long version, const char *state, const char *code, const char *msg)
+{
+	char v[32];
+	snprintf(v, sizeof(v), "%ld", version);
+	return json_pack("{sssss{ssss}}", "version", v, "state", state, "status", "error_code",
+			 code, "error_message", msg);
+}
+
+static enum MHD_Result handle_v1_status(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+					const route *r)
+{
+	wf_serve_repo_status st;
+	wf_serve_repo_get_status(h->repo, &st);
+	json_t *list = json_array();
+	long want = r->version;
+	if (st.version && (!want || want == st.version))
+		json_array_append_new(list, version_status(st.version, "AVAILABLE", "OK", ""));
+	if (st.loading_version && (!want || want == st.loading_version))
+		json_array_append_new(list,
+				      version_status(st.loading_version, "LOADING", "OK", ""));
+	if (st.failed_version && (!want || want == st.failed_version) &&
+	    st.failed_version != st.version)
+		json_array_append_new(
+			list, version_status(st.failed_version, "END", "UNKNOWN", st.error));
+	if (json_array_size(list) == 0) {
+		json_decref(list);
+		if (want)
+			return send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+					  "Could not find version %ld of model %s", want, r->name);
+		return send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+				  "Could not find any versions of model %s", r->name);
+	}
+	return send_jobj(h, c, q, MHD_HTTP_OK, json_pack("{so}", "model_version_status", list));
+}
+
+static json_t *tf_tensor_info(const char *name, const int *dims, int ndim)
+{
+	json_t *d = json_array();
+	char s[32], tname[64];
+	for (int i = 0; i < ndim; i++) {
+		snprintf(s, sizeof(s), "%d", dims[i]);
+		json_array_append_new(d, json_pack("{ssss}", "size", s, "name", ""));
+	}
+	snprintf(tname, sizeof(tname), "%s:0", name);
+	return json_pack("{sss{sosb}ss}", "dtype", "DT_FLOAT", "tensor_shape", "dim", d,
+			 "unknown_rank", 0, "name", tname);
+}
+
+static json_t *weft_info(const wf_serve_version *v)
+{
+	json_t *classes = json_array();
+	for (int i = 0; i < v->meta.nclasses && v->meta.class_names; i++)
+		json_array_append_new(
+			classes, json_string(v->meta.class_names[i] ? v->meta.class_names[i] : ""));
+	json_t *mean = json_array(), *std = json_array();
+	for (int i = 0; i < v->io.c && i < 4; i++) {
+		json_array_append_new(mean, json_real(v->meta.mean[i]));
+		json_array_append_new(std, json_real(v->meta.std[i]));
+	}
+	return json_pack("{sos{sfsosossss}sI}", "classes", classes, "preprocessing", "scale",
+			 (double)v->meta.scale, "mean", mean, "std", std, "channel_order",
+			 v->meta.channel_order[0] ? v->meta.channel_order : "RGB", "input",
+			 "numbers are model input after preprocessing; images get it applied",
+			 "trained_steps", (json_int_t)v->meta.trained_steps);
+}
+
+static enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+					  wf_serve_version *v)
+{
+	int in_dims[4] = {-1, v->io.h, v->io.w, v->io.c}, out_dims[2] = {-1, v->io.classes};
+	char ver[32];
+	snprintf(ver, sizeof(ver), "%ld", v->version);
+	json_t *sig = json_pack(
+		"{s{so}s{soso}ss}", "inputs", WF_SERVE_INPUT_NAME,
+		tf_tensor_info(WF_SERVE_INPUT_NAME, in_dims, 4), "outputs", WF_SERVE_OUTPUT_PROBS,
+		tf_tensor_info(WF_SERVE_OUTPUT_PROBS, out_dims, 2), WF_SERVE_OUTPUT_LOGITS,
+		tf_tensor_info(WF_SERVE_OUTPUT_LOGITS, out_dims, 2), "method_name",
+		"tensorflow/serving/predict");
+	json_t *doc = json_pack("{s{ssssss}s{s{s{so}}so}}", "model_spec", "name", h->model_name,
+				"signature_name", "", "version", ver, "metadata", "signature_def",
+				"signature_def", "serving_default", sig, "weft", weft_info(v));
+	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
+}
+
+static enum MHD_Result handle_v2_model(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				       wf_serve_version *v)
+{
+	char ver[32];
+	snprintf(ver, sizeof(ver), "%ld", v->version);
+	json_t *doc =
+		json_pack("{sss[s]sss[{sssss[iiii]}]s[{sssss[ii]},{sssss[ii]}]so}", "name",
+			  h->model_name, "versions", ver, "platform", "weft", "inputs", "name",
+			  WF_SERVE_INPUT_NAME, "datatype", "FP32", "shape", -1, v->io.h, v->io.w,
+			  v->io.c, "outputs", "name", WF_SERVE_OUTPUT_PROBS, "datatype", "FP32",
+			  "shape", -1, v->io.classes, "name", WF_SERVE_OUTPUT_LOGITS, "datatype",
+			  "FP32", "shape", -1, v->io.classes, "parameters", weft_info(v));
+	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
+}
+
+/* ---- inference -------------------------------------------------------- */
+
+/* Run x through v; fills logits and probs [n,K] (malloc'd, caller frees). */
+static int infer(wf_serve_http *h, wf_serve_version *v, const wf_serve_input *in, float **logits,
+		 float **probs, wf_err *err)
+{
+	size_t cnt = (size_t)in->n * v->io.classes;
+	*logits = malloc(cnt * sizeof(float));
+	*probs = malloc(cnt * sizeof(float));
+	if (!*logits || !*probs)
+		return wf_errf(err, WF_ENOMEM, "out of memory for %d results", in->n);
+	int rc = wf_serve_batcher_infer(h->batcher, v, in->x, in->n, *logits, h->o.request_timeout,
+					err);
+	if (rc == 0)
+		wf_serve_softmax(*logits, *probs, in->n, v->io.classes);
+	return rc;
+}
+
+static enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				       const route *r, wf_serve_version *v)
+{
+	wf_serve_tf_req req;
+	wf_err err = {0};
+	float *logits = NULL, *probs = NULL;
+	enum MHD_Result ret;
+	int rc = wf_serve_tf_parse(&v->io, q->body ? q->body : "", q->len, &req, &err);
+	if (rc)
+		return send_error(h, c, q, http_code(rc), "%s", err.msg);
+	rc = infer(h, v, &req.in, &logits, &probs, &err);
+	if (rc) {
+		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
+		goto out;
+	}
+	char *body =
+		r->kind == R_V1_CLASSIFY
+			? wf_serve_tf_classify_reply(probs, req.in.n, v->io.classes,
+						     v->meta.class_names, req.top_k)
+			: wf_serve_tf_predict_reply(probs, req.in.n, v->io.classes, req.columnar);
+	ret = send_json(h, c, q, MHD_HTTP_OK, body);
+out:
+	free(logits);
+	free(probs);
+	wf_serve_tf_req_free(&req);
+	return ret;
+}
+
+static enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				       wf_serve_version *v)
+{
+	wf_serve_kv2_req req;
+	wf_err err = {0};
+	float *logits = NULL, *probs = NULL;
+	enum MHD_Result ret;
+	size_t json_len = q->len;
+	const char *hcl =
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+	if (hcl) {
+		char *end;
+		unsigned long long l = strtoull(hcl, &end, 10);
+		if (*hcl < '0' || *hcl > '9' || *end || l > q->len)
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+					  "bad Inference-Header-Content-Length \"%s\" for a body "
+					  "of %zu bytes",
+					  hcl, q->len);
+		json_len = (size_t)l;
+	}
+	int rc = wf_serve_kv2_parse(&v->io, q->body ? q->body : "", q->len, json_len, &req, &err);
+	if (rc)
+		return send_error(h, c, q, http_code(rc), "%s", err.msg);
+	rc = infer(h, v, &req.in, &logits, &probs, &err);
+	if (rc) {
+		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
+		goto out;
+	}
+	char *body = NULL;
+	size_t len = 0, header_len = 0;
+	rc = wf_serve_kv2_reply(&req, h->model_name, v->version, logits, probs, req.in.n,
+				v->io.classes, v->meta.class_names, &body, &len, &header_len, &err);
+	if (rc)
+		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
+	else
+		ret = send_reply(h, c, q, MHD_HTTP_OK, body, len,
+				 header_len ? "application/octet-stream" : CT_JSON, header_len);
+out:
+	free(logits);
+	free(probs);
+	wf_serve_kv2_req_free(&req);
+	return ret;
+}
+
+/* ---- dispatch --------------------------------------------------------- */
+
+static int model_ready(wf_serve_http *h)
+{
+	wf_serve_repo_status st;
+	wf_serve_repo_get_status(h->repo, &st);
+	return st.version != 0 && !atomic_load(&h->draining);
+}
+
+/* Routes that need a loaded model version. */
+static enum MHD_Result dispatch_model(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				      const route *r)
+{
+	int v1 = r->kind <= R_V1_REGRESS;
+	if (strcmp(r->name, h->model_name) != 0)
+		return v1 ? send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+				       "Servable not found for request: Latest(%s)", r->name)
+			  : send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+				       "Request for unknown model: '%s' is not found", r->name);
+	if (r->bad_version)
+		return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+				  "the version in the URL must be a positive integer");
+	if (r->kind == R_V1_STATUS)
+		return handle_v1_status(h, c, q, r);
+	if (r->kind == R_V1_REGRESS)
+		return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+				  "this model has no regression signature; use :predict or "
+				  ":classify");
+	int inference =
+		r->kind == R_V1_PREDICT || r->kind == R_V1_CLASSIFY || r->kind == R_V2_INFER;
+	if (inference && atomic_load(&h->draining))
+		return send_error(h, c, q, MHD_HTTP_SERVICE_UNAVAILABLE,
+				  "the server is shutting down");
+	wf_serve_version *v = wf_serve_repo_acquire(h->repo, r->version);
+	if (!v) {
+		wf_serve_repo_status st;
+		wf_serve_repo_get_status(h->repo, &st);
+		if (r->kind == R_V2_MODEL_READY && (!r->version || r->version != st.version))
+			return send_jobj(h, c, q, MHD_HTTP_SERVICE_UNAVAILABLE,
+					 json_pack("{sssb}", "name", r->name, "ready", 0));
+		if (!st.version)
+			return send_error(h, c, q, MHD_HTTP_SERVICE_UNAVAILABLE,
+					  "model %s is not ready: %s", r->name,
+					  st.loading_version ? "a version is loading"
+					  : st.failed_version
+						  ? st.error
+						  : "no version found under the base path yet");
+		return v1 ? send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+				       "Servable not found for request: Specific(%s, %ld)", r->name,
+				       r->version)
+			  : send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+				       "Request for unknown model: '%s' version %ld is not found",
+				       r->name, r->version);
+	}
+	enum MHD_Result ret;
+	atomic_fetch_add(&h->inflight, 1);
+	switch (r->kind) {
+	case R_V1_METADATA: ret = handle_v1_metadata(h, c, q, v); break;
+	case R_V1_PREDICT:
+	case R_V1_CLASSIFY: ret = handle_v1_infer(h, c, q, r, v); break;
+	case R_V2_MODEL: ret = handle_v2_model(h, c, q, v); break;
+	case R_V2_MODEL_READY:
+		ret = send_jobj(
+			h, c, q,
+			atomic_load(&h->draining) ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
+			json_pack("{sssb}", "name", r->name, "ready", !atomic_load(&h->draining)));
+		break;
+	case R_V2_INFER: ret = handle_v2_infer(h, c, q, v); break;
+	default: ret = send_error(h, c, q, MHD_HTTP_NOT_FOUND, "no such endpoint");
+	}
+	wf_serve_version_release(v);
+	atomic_fetch_sub(&h->inflight, 1);
+	return ret;
+}
+
+static enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				const char *url, const char *method, const route *r)
+{
+	int is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
+	int is_post = strcmp(method, "POST") == 0;
+	int wants_post = r->kind == R_V1_PREDICT || r->kind == R_V1_CLASSIFY ||
+			 r->kind == R_V1_REGRESS || r->kind == R_V2_INFER;
+	if (r->kind == R_UNKNOWN)
+		return send_error(h, c, q, MHD_HTTP_NOT_FOUND, "Malformed request: %s %s", method,
+				  url);
+	if ((wants_post && !is_post) || (!wants_post && !is_get))
+		return send_error(h, c, q, MHD_HTTP_METHOD_NOT_ALLOWED,
+				  "method %s is not allowed on %s", method, url);
+	if (q->too_big)
+		return send_error(h, c, q, MHD_HTTP_CONTENT_TOO_LARGE,
+				  "request body larger than the limit of %zu bytes", h->o.max_body);
+	switch (r->kind) {
+	case R_METRICS: {
+		wf_serve_repo_status st;
+		wf_serve_repo_get_status(h->repo, &st);
+		char *s = wf_serve_metrics_render(h->metrics, h->model_name, st.version,
+						  model_ready(h), st.swaps);
+		return send_reply(h, c, q, MHD_HTTP_OK, s, s ? strlen(s) : 0,
+				  "text/plain; version=0.0.4", 0);
+	}
+	case R_V2_SERVER:
+		return send_jobj(h, c, q, MHD_HTTP_OK,
+				 json_pack("{sssss[ss]}", "name", "weft-serve", "version",
+					   WF_SERVE_VERSION, "extensions", "binary_tensor_data",
+					   "classification"));
+	case R_V2_LIVE: return send_jobj(h, c, q, MHD_HTTP_OK, json_pack("{sb}", "live", 1));
+	case R_V2_READY: {
+		int ready = model_ready(h);
+		return send_jobj(h, c, q, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
+				 json_pack("{sb}", "ready", ready));
+	}
+	default: return dispatch_model(h, c, q, r);
+	}
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+				  const char *method, const char *version, const char *upload_data,
+				  size_t *upload_data_size, void **con_cls)
+{
+	wf_serve_http *h = cls;
+	req_ctx *q = *con_cls;
+	if (!q) {
+		q = calloc(1, sizeof(*q));
+		if (!q)
+			return MHD_NO;
+		q->t0 = wf_now();
+		*con_cls = q;
+		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+							     MHD_HTTP_HEADER_CONTENT_LENGTH);
+		if (cl && strtoull(cl, NULL, 10) > h->o.max_body) {
+			route r;
+			q->ep = parse_route(url, &r);
+			q->too_big = 1;
+			return send_error(
+				h, c, q, MHD_HTTP_CONTENT_TOO_LARGE,
+				"request body of %s bytes is larger than the limit of %zu "
+				"bytes",
+				cl, h->o.max_body);
+		}
+		return MHD_YES;
+	}
+	if (*upload_data_size) {
+		size_t n = *upload_data_size;
+		*upload_data_size = 0;
+		if (q->replied || q->too_big)
+			return MHD_YES;
+		if (q->len + n > h->o.max_body) {
+			q->too_big = 1;
+			free(q->body);
+			q->body = NULL;
+			q->len = q->cap = 0;
+			return MHD_YES;
+		}
+		if (q->len + n + 1 > q->cap) {
+			size_t cap = q->cap ? q->cap : 4096;
+			while (cap < q->len + n + 1)
+				cap *= 2;
+			char *p = realloc(q->body, cap);
+			if (!p)
+				return MHD_NO;
+			q->body = p;
+			q->cap = cap;
+		}
+		memcpy(q->body + q->len, upload_data, n);
+		q->len += n;
+		q->body[q->len] = 0;
+		return MHD_YES;
+	}
+	if (q->replied)
+		return MHD_YES;
+	route r;
+	q->ep = parse_route(url, &r);
+	return dispatch(h, c, q, url, method, &r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	req_ctx *q = *con_cls;
+	if (!q)
+		return;
+	free(q->body);
+	free(q);
+	*con_cls = NULL;
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	char msg[512];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	size_t n = strlen(msg);
+	while (n && msg[n - 1] == '\n')
+		msg[--n] = 0;
+	wf_debug("serve: http: %s", msg);
+}
+
+int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_serve_repo *repo,
+			wf_serve_batcher *batcher, wf_serve_metrics *metrics, wf_err *err)
+{
+	struct sockaddr_in addr;
+	memset(&addr, 0, sizeof(addr));
+	addr.sin_family = AF_INET;
+	addr.sin_port = htons((uint16_t)o->port);
+	if (inet_pton(AF_INET, o->bind_address, &addr.sin_addr) != 1)
+		return wf_errf(err, WF_EINVAL, "--bind_address %s is not an IPv4 address",
+			       o->bind_address);
+	wf_serve_http *h = calloc(1, sizeof(*h));
+	if (!h)
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	h->o = *o;
+	h->model_name = strdup(o->model_name);
+	h->o.model_name = h->model_name;
+	h->repo = repo;
+	h->batcher = batcher;
+	h->metrics = metrics;
+	atomic_init(&h->draining, 0);
+	atomic_init(&h->inflight, 0);
+	h->d = MHD_start_daemon(
+		MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
+			MHD_USE_ERROR_LOG | MHD_USE_ITC,
+		(uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &addr,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT,
+		(unsigned)(o->idle_timeout > 0 ? o->idle_timeout : 60), MHD_OPTION_CONNECTION_LIMIT,
+		(unsigned)1000, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512,
+		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
+	if (!h->d) {
+		free(h->model_name);
+		free(h);
+		return wf_errf(err, WF_EIO, "cannot listen on %s:%d (port in use?)",
+			       o->bind_address, o->port);
+	}
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+	h->port = info ? info->port : o->port;
+	*out = h;
+	return 0;
+}
+
+int wf_serve_http_port(wf_serve_http *h)
+{
+	return h->port;
+}
+
+void wf_serve_http_drain(wf_serve_http *h)
+{
+	atomic_store(&h->draining, 1);
+}
+
+int wf_serve_http_inflight(wf_serve_http *h)
+{
+	return atomic_load(&h->inflight);
+}
+
+void wf_serve_http_stop(wf_serve_http *h)
+{
+	if (!h)
+		return;
+	MHD_stop_daemon(h->d);
+	free(h->model_name);
+	free(h);
+}

@@ -1,0 +1,190 @@
+/* metrics.c: counters and histograms behind one mutex (updates are rare
+ * compared with a forward pass), rendered on demand. */
+#include "serve/metrics.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_CODE 600
+
+static const double latency_bounds[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+					0.25,  0.5,    1,     2.5,  5,	   10};
+#define NLAT (sizeof(latency_bounds) / sizeof(latency_bounds[0]))
+static const int batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+#define NBATCH (sizeof(batch_bounds) / sizeof(batch_bounds[0]))
+
+static const char *const endpoint_names[WF_SERVE_EP__COUNT] = {
+	"v1_status",   "v1_metadata", "v1_predict", "v1_classify", "v2_health",
+	"v2_metadata", "v2_infer",    "metrics",    "other",
+};
+
+struct wf_serve_metrics {
+	pthread_mutex_t mu;
+	unsigned long requests[WF_SERVE_EP__COUNT][MAX_CODE];
+	unsigned long lat_buckets[WF_SERVE_EP__COUNT][NLAT];
+	unsigned long lat_count[WF_SERVE_EP__COUNT];
+	double lat_sum[WF_SERVE_EP__COUNT];
+	unsigned long batch_buckets[NBATCH];
+	unsigned long batch_count;
+	double batch_sum;
+	int queue;
+};
+
+wf_serve_metrics *wf_serve_metrics_create(void)
+{
+	wf_serve_metrics *m = calloc(1, sizeof(*m));
+	if (m)
+		pthread_mutex_init(&m->mu, NULL);
+	return m;
+}
+
+void wf_serve_metrics_free(wf_serve_metrics *m)
+{
+	if (!m)
+		return;
+	pthread_mutex_destroy(&m->mu);
+	free(m);
+}
+
+void wf_serve_metrics_request(wf_serve_metrics *m, wf_serve_endpoint ep, int code, double seconds)
+{
+	if (!m || ep < 0 || ep >= WF_SERVE_EP__COUNT)
+		return;
+	if (code < 0 || code >= MAX_CODE)
+		code = 0;
+	pthread_mutex_lock(&m->mu);
+	m->requests[ep][code]++;
+	for (size_t i = 0; i < NLAT; i++)
+		if (seconds <= latency_bounds[i])
+			m->lat_buckets[ep][i]++;
+	m->lat_count[ep]++;
+	m->lat_sum[ep] += seconds;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void wf_serve_metrics_batch(wf_serve_metrics *m, int size)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	for (size_t i = 0; i < NBATCH; i++)
+		if (size <= batch_bounds[i])
+			m->batch_buckets[i]++;
+	m->batch_count++;
+	m->batch_sum += size;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void wf_serve_metrics_queue(wf_serve_metrics *m, int delta)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->queue += delta;
+	pthread_mutex_unlock(&m->mu);
+}
+
+int wf_serve_metrics_queue_depth(wf_serve_metrics *m)
+{
+	pthread_mutex_lock(&m->mu);
+	int q = m->queue;
+	pthread_mutex_unlock(&m->mu);
+	return q;
+}
+
+/* A growing text buffer. */
+typedef struct text {
+	char *p;
+	size_t len, cap;
+	int oom;
+} text;
+
+__attribute__((format(printf, 2, 3))) static void put(text *t, const char *fmt, ...)
+{
+	for (;;) {
+		va_list ap;
+		va_start(ap, fmt);
+		int n = t->oom ? 0 : vsnprintf(t->p + t->len, t->cap - t->len, fmt, ap);
+		va_end(ap);
+		if (t->oom || n < 0)
+			return;
+		if ((size_t)n < t->cap - t->len) {
+			t->len += (size_t)n;
+			return;
+		}
+		size_t cap = t->cap * 2 + (size_t)n + 1;
+		char *p = realloc(t->p, cap);
+		if (!p) {
+			t->oom = 1;
+			return;
+		}
+		t->p = p;
+		t->cap = cap;
+	}
+}
+
+char *wf_serve_metrics_render(wf_serve_metrics *m, const char *model, long version, int ready,
+			      long swaps)
+{
+	text t = {.p = malloc(8192), .cap = 8192};
+	if (!t.p)
+		return NULL;
+	t.p[0] = 0;
+	pthread_mutex_lock(&m->mu);
+	put(&t, "# HELP weft_serve_requests_total HTTP requests by endpoint and status code.\n"
+		"# TYPE weft_serve_requests_total counter\n");
+	for (int e = 0; e < WF_SERVE_EP__COUNT; e++)
+		for (int c = 0; c < MAX_CODE; c++)
+			if (m->requests[e][c])
+				put(&t,
+				    "weft_serve_requests_total{endpoint=\"%s\",code=\"%d\"} %lu\n",
+				    endpoint_names[e], c, m->requests[e][c]);
+	put(&t, "# HELP weft_serve_request_duration_seconds Time from request arrival to reply.\n"
+		"# TYPE weft_serve_request_duration_seconds histogram\n");
+	for (int e = 0; e < WF_SERVE_EP__COUNT; e++) {
+		if (!m->lat_count[e])
+			continue;
+		for (size_t i = 0; i < NLAT; i++)
+			put(&t,
+			    "weft_serve_request_duration_seconds_bucket{endpoint=\"%s\",le=\"%g\"} "
+			    "%lu\n",
+			    endpoint_names[e], latency_bounds[i], m->lat_buckets[e][i]);
+		put(&t,
+		    "weft_serve_request_duration_seconds_bucket{endpoint=\"%s\",le=\"+Inf\"} %lu\n"
+		    "weft_serve_request_duration_seconds_sum{endpoint=\"%s\"} %.9g\n"
+		    "weft_serve_request_duration_seconds_count{endpoint=\"%s\"} %lu\n",
+		    endpoint_names[e], m->lat_count[e], endpoint_names[e], m->lat_sum[e],
+		    endpoint_names[e], m->lat_count[e]);
+	}
+	put(&t, "# HELP weft_serve_batch_size Samples per executor forward.\n"
+		"# TYPE weft_serve_batch_size histogram\n");
+	for (size_t i = 0; i < NBATCH; i++)
+		put(&t, "weft_serve_batch_size_bucket{le=\"%d\"} %lu\n", batch_bounds[i],
+		    m->batch_buckets[i]);
+	put(&t,
+	    "weft_serve_batch_size_bucket{le=\"+Inf\"} %lu\nweft_serve_batch_size_sum %.0f\n"
+	    "weft_serve_batch_size_count %lu\n",
+	    m->batch_count, m->batch_sum, m->batch_count);
+	put(&t,
+	    "# HELP weft_serve_queue_depth Requests waiting for a batch thread.\n"
+	    "# TYPE weft_serve_queue_depth gauge\nweft_serve_queue_depth %d\n",
+	    m->queue);
+	pthread_mutex_unlock(&m->mu);
+	put(&t,
+	    "# HELP weft_serve_model_version Version being served (0: none).\n"
+	    "# TYPE weft_serve_model_version gauge\nweft_serve_model_version{model=\"%s\"} %ld\n"
+	    "# HELP weft_serve_model_swaps_total Versions loaded and swapped in.\n"
+	    "# TYPE weft_serve_model_swaps_total counter\n"
+	    "weft_serve_model_swaps_total{model=\"%s\"} %ld\n"
+	    "# HELP weft_serve_ready 1 when the server accepts inference requests.\n"
+	    "# TYPE weft_serve_ready gauge\nweft_serve_ready %d\n",
+	    model, version, model, swaps, ready);
+	if (t.oom) {
+		free(t.p);
+		return NULL;
+	}
+	return t.p;
+}

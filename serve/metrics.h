@@ -1,0 +1,36 @@
+/* metrics.h: Prometheus counters for weft-serve: requests by endpoint and
+ * status code, request latency and batch size histograms, queue depth and
+ * the loaded model version, rendered in the text exposition format.
+ * Thread-safe. */
+#ifndef WF_SERVE_METRICS_H
+#define WF_SERVE_METRICS_H
+
+typedef enum {
+	WF_SERVE_EP_V1_STATUS,	 /* GET /v1/models/m[/versions/v] */
+	WF_SERVE_EP_V1_METADATA, /* GET .../metadata */
+	WF_SERVE_EP_V1_PREDICT,	 /* POST ...:predict */
+	WF_SERVE_EP_V1_CLASSIFY, /* POST ...:classify */
+	WF_SERVE_EP_V2_HEALTH,	 /* /v2/health/live|ready */
+	WF_SERVE_EP_V2_METADATA, /* /v2, /v2/models/m[/versions/v][/ready] */
+	WF_SERVE_EP_V2_INFER,	 /* POST /v2/models/m[/versions/v]/infer */
+	WF_SERVE_EP_METRICS,	 /* /metrics */
+	WF_SERVE_EP_OTHER,	 /* anything else (404s) */
+	WF_SERVE_EP__COUNT
+} wf_serve_endpoint;
+
+typedef struct wf_serve_metrics wf_serve_metrics;
+
+wf_serve_metrics *wf_serve_metrics_create(void);
+void wf_serve_metrics_free(wf_serve_metrics *m);
+/* One finished request: endpoint, HTTP status, seconds from arrival to reply. */
+void wf_serve_metrics_request(wf_serve_metrics *m, wf_serve_endpoint ep, int code, double seconds);
+/* One executor forward over `size` real samples. */
+void wf_serve_metrics_batch(wf_serve_metrics *m, int size);
+/* Requests waiting for a batch thread (+1 queued, -1 taken). */
+void wf_serve_metrics_queue(wf_serve_metrics *m, int delta);
+int wf_serve_metrics_queue_depth(wf_serve_metrics *m);
+/* The text exposition document (malloc'd); version: serving version, 0 none. */
+char *wf_serve_metrics_render(wf_serve_metrics *m, const char *model, long version, int ready,
+			      long swaps);
+
+#endif

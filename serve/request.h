@@ -1,0 +1,89 @@
+/* request.h: the JSON (and binary) bodies of the inference APIs, parsed into
+ * model input and formatted from model output. TensorFlow Serving REST
+ * (:predict, :classify) and KServe v2 (/infer, with the binary-data and
+ * classification extensions). No HTTP here: these are pure functions of their
+ * arguments, thread-safe, and the fuzz target drives them directly.
+ *
+ * What numbers mean: numbers in a TF "instances"/"inputs" body and KServe FP32
+ * tensors are the model's input AFTER preprocessing (as TF Serving feeds them
+ * to the graph unchanged). Raw pixels are sent as images ({"b64": JPEG}, KServe
+ * BYTES) or as KServe UINT8 tensors; those get the model's recorded
+ * preprocessing (and images are resized). */
+#ifndef WF_SERVE_REQUEST_H
+#define WF_SERVE_REQUEST_H
+
+#include "common/error.h"
+#include "serve/image.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The model's one input and its outputs, as the APIs name them. */
+#define WF_SERVE_INPUT_NAME    "input"
+#define WF_SERVE_OUTPUT_PROBS  "probabilities"
+#define WF_SERVE_OUTPUT_LOGITS "logits"
+/* Most input floats one request may carry (bounds memory per request). */
+#define WF_SERVE_MAX_INPUT_FLOATS (1L << 26)
+
+/* A parsed request's input: n samples of model input. */
+typedef struct wf_serve_input {
+	int n;	  /* samples */
+	float *x; /* malloc'd [n,H,W,C], preprocessed */
+} wf_serve_input;
+
+void wf_serve_input_free(wf_serve_input *in);
+
+/* ---- TensorFlow Serving REST ---- */
+
+typedef struct wf_serve_tf_req {
+	wf_serve_input in;
+	int columnar; /* 1: body had "inputs" (reply "outputs"); 0: "instances" */
+	int top_k;    /* :classify: classes per result (body "top_k", default 5) */
+} wf_serve_tf_req;
+
+/* Parse a :predict or :classify body ("instances", "inputs" or, for
+ * classify, "examples"). Errors name the instance and what is wrong. */
+int wf_serve_tf_parse(const wf_serve_io *io, const char *body, size_t len, wf_serve_tf_req *req,
+		      wf_err *err);
+void wf_serve_tf_req_free(wf_serve_tf_req *req);
+/* {"predictions": probs} or {"outputs": probs}; probs [n,K]. malloc'd. */
+char *wf_serve_tf_predict_reply(const float *probs, int n, int k, int columnar);
+/* {"results": [[[label, score], ...] per sample]}, top_k best first. malloc'd. */
+char *wf_serve_tf_classify_reply(const float *probs, int n, int k, char *const *labels, int top_k);
+/* {"error": msg}. malloc'd. */
+char *wf_serve_error_json(const char *msg);
+
+/* ---- KServe v2 ---- */
+
+#define WF_SERVE_MAX_OUTPUTS 2
+
+typedef struct wf_serve_kv2_out {
+	int logits;	    /* 1: "logits", 0: "probabilities" */
+	int binary;	    /* reply in the binary section */
+	int classification; /* > 0: top-k "score:index:label" strings */
+} wf_serve_kv2_out;
+
+typedef struct wf_serve_kv2_req {
+	wf_serve_input in;
+	char id[256]; /* echoed back when present */
+	int has_id;
+	int nout;
+	wf_serve_kv2_out out[WF_SERVE_MAX_OUTPUTS];
+} wf_serve_kv2_req;
+
+/* Parse an /infer body. json_len: bytes of JSON at the start of body (the
+ * Inference-Header-Content-Length; len when there is no binary part). */
+int wf_serve_kv2_parse(const wf_serve_io *io, const char *body, size_t len, size_t json_len,
+		       wf_serve_kv2_req *req, wf_err *err);
+void wf_serve_kv2_req_free(wf_serve_kv2_req *req);
+
+/* Build the /infer reply from logits and probs [n,K]. *header_len is the
+ * JSON part's length when the reply has a binary part, else 0. */
+int wf_serve_kv2_reply(const wf_serve_kv2_req *req, const char *model, long version,
+		       const float *logits, const float *probs, int n, int k, char *const *labels,
+		       char **body, size_t *len, size_t *header_len, wf_err *err);
+
+/* Softmax of logits [n,k] into probs [n,k] (probs may alias logits). */
+void wf_serve_softmax(const float *logits, float *probs, int n, int k);
+
+#endif

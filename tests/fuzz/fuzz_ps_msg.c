@@ -1,0 +1,53 @@
+/* libFuzzer target for wf_ps_msg_parse: the input is split into frames
+ * (a 2-byte length prefix per frame), parsed as a request and as a reply
+ * against fixed limits. The parser must never read outside the frames nor
+ * crash; a message it accepts must re-encode to the same checksum. */
+#include "ps/proto.h"
+
+#include <stdint.h>
+#include <string.h>
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+	static const uint64_t floats[3] = {4, 16, 0};
+	const void *frames[8];
+	size_t sizes[8];
+	int n = 0;
+	while (size >= 2 && n < 8) {
+		size_t len = (size_t)data[0] | ((size_t)data[1] << 8);
+		data += 2;
+		size -= 2;
+		if (len > size)
+			len = size;
+		frames[n] = data;
+		sizes[n] = len;
+		n++;
+		data += len;
+		size -= len;
+	}
+	for (int reply = 0; reply < 2; reply++) {
+		wf_ps_limits lim = {.job_id = 7,
+				    .nchunks = 3,
+				    .chunk_floats = floats,
+				    .state_floats = 2,
+				    .nslots = 2,
+				    .nworkers = 4,
+				    .is_reply = reply,
+				    .max_text = 256};
+		wf_ps_msg m;
+		wf_err err;
+		int reason = -1;
+		if (wf_ps_msg_parse(&m, frames, sizes, n, &lim, &reason, &err) == 0) {
+			uint8_t hb[WF_PS_HEADER_BYTES];
+			wf_ps_hdr h = m.hdr;
+			wf_ps_hdr_encode(&h, hb, m.frame, m.size, m.nframes);
+			if (h.checksum != m.hdr.checksum || memcmp(hb, frames[0], 56))
+				__builtin_trap();
+		} else if (reason < 0 || reason >= WF_PS_REJECT__COUNT) {
+			__builtin_trap();
+		}
+	}
+	return 0;
+}

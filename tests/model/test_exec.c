@@ -1,0 +1,499 @@
+/* test_exec.c: the executor on the ref backend. Whole-network gradients
+ * against central finite differences (residual adds, batch norm, concat of a
+ * tensor with itself, dropout), values computed by hand, batches smaller
+ * than max_batch, the ready() sweep, gradient accumulation, memory reuse of
+ * inference executors, errors; and cpu and cuda against ref where built. */
+#include "model/model.h"
+#include "tests/model/graphs.h"
+#include "tests/test.h"
+
+#include "common/util.h"
+
+#include <stdint.h>
+
+static wf_backend *ref;
+
+static void random_fill(float *p, size_t n, uint64_t seed, double scale)
+{
+	wf_rng r;
+	wf_rng_seed(&r, seed);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)(scale * wf_rng_normal(&r));
+}
+
+static wf_model *zoo(const char *name, int h, int w, int c, int classes)
+{
+	wf_model *m = NULL;
+	wf_err err = {0};
+	if (wf_model_zoo(&m, name, h, w, c, classes, &err))
+		fprintf(stderr, "%s\n", err.msg);
+	return m;
+}
+
+static wf_model *parse(const char *json)
+{
+	wf_model *m = NULL;
+	wf_err err = {0};
+	if (wf_model_from_json(&m, json, &err))
+		fprintf(stderr, "%s\n", err.msg);
+	else
+		wf_model_init_params(m, 3);
+	return m;
+}
+
+static wf_exec *exec_new(wf_model *m, wf_backend *be, int max_batch, int training)
+{
+	wf_exec *ex = NULL;
+	wf_err err = {0};
+	if (wf_exec_create(&ex, m, be, max_batch, training, &err))
+		fprintf(stderr, "exec_create: %s\n", err.msg);
+	return ex;
+}
+
+/* Mean loss of a training-mode forward (fixed dropout seed). */
+static double train_loss(wf_exec *ex, const float *x, const int32_t *y, int n)
+{
+	float loss = NAN;
+	if (wf_exec_forward(ex, x, n, 1, 77) || wf_exec_loss(ex, y, &loss, NULL))
+		fprintf(stderr, "%s\n", wf_exec_error(ex));
+	return loss;
+}
+
+/* Backward's gradients of the mean loss against central differences, for the
+ * few largest-gradient elements of each named view. */
+static void check_gradients(wf_model *m, const char *const *views, int nviews, int n)
+{
+	wf_exec *ex = exec_new(m, ref, n, 1);
+	WF_CHECK(ex != NULL);
+	if (!ex)
+		return;
+	size_t in = (size_t)m->in_h * m->in_w * m->in_c;
+	float *x = malloc(sizeof(float) * in * n);
+	int32_t *y = malloc(sizeof(int32_t) * n);
+	float *g = malloc(sizeof(float) * m->nparams);
+	random_fill(x, in * n, 11, 1.0);
+	for (int i = 0; i < n; i++)
+		y[i] = i % m->classes;
+	WF_CHECK(wf_exec_zero_grads(ex) == 0);
+	train_loss(ex, x, y, n);
+	WF_CHECK_MSG(wf_exec_backward(ex, 1.0f / n, NULL, NULL) == 0, "%s", wf_exec_error(ex));
+	memcpy(g, wf_exec_grads(ex), sizeof(float) * m->nparams);
+	float *p = wf_exec_params(ex);
+	int checked = 0;
+	for (int v = 0; v < nviews; v++) {
+		const wf_view *vw = wf_model_view(m, views[v]);
+		WF_CHECK_MSG(vw && vw->trainable, "no view %s", views[v]);
+		if (!vw)
+			continue;
+		double gmax = 0;
+		for (size_t k = 0; k < vw->count; k++)
+			gmax = fmax(gmax, fabs(g[vw->offset + k]));
+		WF_CHECK_MSG(gmax > 0, "%s: all gradients are zero", views[v]);
+		/* the 3 largest, which finite differences resolve best */
+		size_t pick[3] = {0, 0, 0};
+		for (int t = 0; t < 3; t++) {
+			double best = -1;
+			for (size_t k = 0; k < vw->count; k++) {
+				double a = fabs(g[vw->offset + k]);
+				int taken = 0;
+				for (int u = 0; u < t; u++)
+					taken |= pick[u] == k;
+				if (!taken && a > best)
+					best = a, pick[t] = k;
+			}
+		}
+		for (int t = 0; t < 3 && t < (int)vw->count; t++) {
+			size_t j = vw->offset + pick[t];
+			float saved = p[j];
+			double h = 5e-4 * fmax(1.0, fabs(saved));
+			p[j] = (float)(saved + h);
+			double hp = (double)p[j] - saved;
+			double lp = train_loss(ex, x, y, n);
+			p[j] = (float)(saved - h);
+			double hm = saved - (double)p[j];
+			double lm = train_loss(ex, x, y, n);
+			p[j] = saved;
+			double fd = (lp - lm) / (hp + hm), an = g[j];
+			double tol = 2e-4 + 3e-2 * fmax(fabs(an), fabs(fd));
+			WF_CHECK_MSG(fabs(an - fd) <= tol,
+				     "%s[%zu]: backward %.6g, finite diff %.6g", views[v], pick[t],
+				     an, fd);
+			checked++;
+		}
+	}
+	WF_CHECK(checked > 0);
+	free(x);
+	free(y);
+	free(g);
+	wf_exec_free(ex);
+}
+
+static void test_resnet20_gradients_match_finite_differences(void)
+{
+	wf_model *m = zoo("resnet20", 8, 8, 3, 4);
+	WF_CHECK(m != NULL);
+	if (!m)
+		return;
+	wf_model_init_params(m, 5);
+	/* BN affine parameters away from 1/0, so their gradients are generic */
+	for (int i = 0; i < m->nviews; i++) {
+		const wf_view *v = &m->views[i];
+		if (v->trainable && (strstr(v->name, "/gamma") || strstr(v->name, "/beta")))
+			random_fill(m->params + v->offset, v->count, (uint64_t)i, 0.3);
+		if (v->trainable && strstr(v->name, "/gamma"))
+			for (size_t k = 0; k < v->count; k++)
+				m->params[v->offset + k] += 1.0f;
+	}
+	static const char *const views[] = {
+		"conv1/kernel",
+		"conv1_bn/gamma",
+		"conv1_bn/beta",
+		"stage1_block1_conv1/kernel",
+		"stage1_block3_conv2_bn/gamma",
+		"stage2_block1_conv1/kernel",
+		"stage2_block1_shortcut/kernel",
+		"stage2_block1_shortcut_bn/beta",
+		"stage3_block2_conv2/kernel",
+		"logits/kernel",
+		"logits/bias",
+	};
+	check_gradients(m, views, (int)WF_ARRAY_LEN(views), 4);
+	wf_model_free(m);
+}
+
+static void test_smallcnn_gradients_match_finite_differences(void)
+{
+	wf_model *m = zoo("smallcnn", 8, 8, 3, 5);
+	WF_CHECK(m != NULL);
+	if (!m)
+		return;
+	static const char *const views[] = {"conv1/kernel",  "conv1/bias",    "conv2/kernel",
+					    "dense1/kernel", "logits/kernel", "logits/bias"};
+	check_gradients(m, views, (int)WF_ARRAY_LEN(views), 3);
+	wf_model_free(m);
+}
+
+/* Every layer type; r1 feeds a conv, an add and (twice) a concat. */
+static void test_all_layer_types_gradients_match_finite_differences(void)
+{
+	wf_model *m = parse(kitchen_sink);
+	WF_CHECK(m != NULL);
+	if (!m)
+		return;
+	static const char *const views[] = {"c1/kernel", "c1/bias",   "bn1/gamma",
+					    "bn1/beta",	 "dw/kernel", "d2/kernel",
+					    "d2/bias",	 "bn2/gamma", "logits/kernel"};
+	check_gradients(m, views, (int)WF_ARRAY_LEN(views), 4);
+	wf_model_free(m);
+}
+
+/* input [1,2,2] -> flatten -> dense 3, checked against arithmetic by hand. */
+static void test_dense_logits_loss_and_accuracy_by_hand(void)
+{
+	wf_model *m =
+		parse("{\"format\": 1, \"input_shape\": [1, 2, 2], \"classes\": 3, "
+		      "\"output\": \"fc\", \"layers\": [{\"name\": \"in\", \"type\": "
+		      "\"input\"}, {\"name\": \"f\", \"type\": \"flatten\", \"inputs\": "
+		      "[\"in\"]}, {\"name\": \"fc\", \"type\": \"dense\", \"inputs\": [\"f\"], "
+		      "\"config\": {\"units\": 3}}]}");
+	WF_CHECK(m != NULL);
+	if (!m)
+		return;
+	wf_exec *ex = exec_new(m, ref, 2, 1);
+	const wf_view *k = wf_model_view(m, "fc/kernel"), *b = wf_model_view(m, "fc/bias");
+	for (int i = 0; i < 12; i++)
+		m->params[k->offset + i] = 0.1f * (float)(i - 5);
+	for (int i = 0; i < 3; i++)
+		m->params[b->offset + i] = 0.5f * (float)i;
+	float x[8] = {1, 2, 3, 4, -1, 0, 0.5f, 2};
+	int32_t y[2] = {2, 1};
+	float logits[6], probs[6], loss;
+	int correct = -1;
+	WF_CHECK(wf_exec_forward(ex, x, 2, 0, 0) == 0);
+	WF_CHECK(wf_exec_logits(ex, logits) == 0);
+	WF_CHECK(wf_exec_probs(ex, probs) == 0);
+	WF_CHECK(wf_exec_loss(ex, y, &loss, &correct) == 0);
+	double want_loss = 0;
+	for (int s = 0; s < 2; s++) {
+		double z[3], zmax = -1e30, sum = 0;
+		for (int o = 0; o < 3; o++) {
+			z[o] = 0.5 * o;
+			for (int i = 0; i < 4; i++)
+				z[o] += (double)x[s * 4 + i] * (0.1 * ((i * 3 + o) - 5));
+			WF_CHECK_NEAR(logits[s * 3 + o], z[o], 1e-5);
+			zmax = fmax(zmax, z[o]);
+		}
+		for (int o = 0; o < 3; o++)
+			sum += exp(z[o] - zmax);
+		for (int o = 0; o < 3; o++)
+			WF_CHECK_NEAR(probs[s * 3 + o], exp(z[o] - zmax) / sum, 1e-6);
+		want_loss += -(z[y[s]] - zmax - log(sum)) / 2;
+	}
+	WF_CHECK_NEAR(loss, want_loss, 1e-5);
+	/* logits (1, 2.5, 4) predict label 2; (1.35, 2, 2.65) predict 2, not label 1 */
+	WF_CHECK_INT(correct, 1);
+	wf_exec_free(ex);
+	wf_model_free(m);
+}
+
+/* n < max_batch gives each sample the same logits as the full batch (inference). */
+static void test_smaller_batch_matches(void)
+{
+	wf_model *m = zoo("resnet20", 8, 8, 3, 10);
+	wf_exec *ex = m ? exec_new(m, ref, 6, 0) : NULL;
+	WF_CHECK(ex != NULL);
+	if (!ex) {
+		wf_model_free(m);
+		return;
+	}
+	size_t in = 8 * 8 * 3;
+	float x[6 * 8 * 8 * 3], full[60], part[60], again[60];
+	random_fill(x, 6 * in, 21, 1.0);
+	WF_CHECK(wf_exec_forward(ex, x, 6, 0, 0) == 0 && wf_exec_logits(ex, full) == 0);
+	WF_CHECK(wf_exec_forward(ex, x + 2 * in, 3, 0, 0) == 0 && wf_exec_logits(ex, part) == 0);
+	WF_CHECK(memcmp(full + 20, part, sizeof(float) * 30) == 0);
+	WF_CHECK(wf_exec_forward(ex, x, 6, 0, 0) == 0 && wf_exec_logits(ex, again) == 0);
+	WF_CHECK(memcmp(full, again, sizeof(float) * 60) == 0);
+	wf_exec_free(ex);
+	wf_model_free(m);
+}
+
+/* An inference executor reuses activation memory; its outputs must equal
+ * those of a training executor (which keeps everything) in inference mode. */
+static void test_inference_memory_reuse_is_safe(void)
+{
+	const char *names[] = {"resnet20", "kitchen"};
+	for (int t = 0; t < 2; t++) {
+		wf_model *m = t == 0 ? zoo("resnet20", 8, 8, 3, 10) : parse(kitchen_sink);
+		WF_CHECK(m != NULL);
+		if (!m)
+			continue;
+		wf_exec *a = exec_new(m, ref, 4, 0), *b = exec_new(m, ref, 4, 1);
+		size_t in = (size_t)m->in_h * m->in_w * m->in_c;
+		float *x = malloc(sizeof(float) * in * 4), la[40], lb[40];
+		random_fill(x, in * 4, 5, 1.0);
+		WF_CHECK(a && b);
+		if (a && b) {
+			WF_CHECK(wf_exec_forward(a, x, 4, 0, 0) == 0 && wf_exec_logits(a, la) == 0);
+			WF_CHECK(wf_exec_forward(b, x, 4, 0, 0) == 0 && wf_exec_logits(b, lb) == 0);
+			WF_CHECK_MSG(memcmp(la, lb, sizeof(float) * 4 * m->classes) == 0, "%s",
+				     names[t]);
+		}
+		free(x);
+		wf_exec_free(a);
+		wf_exec_free(b);
+		wf_model_free(m);
+	}
+}
+
+typedef struct ready_log {
+	size_t seen[256];
+	int calls;
+} ready_log;
+
+static void on_ready(void *arg, size_t done)
+{
+	ready_log *r = arg;
+	if (r->calls < 256)
+		r->seen[r->calls] = done;
+	r->calls++;
+}
+
+static void test_ready_sweep_is_monotonic_and_complete(void)
+{
+	wf_model *m = zoo("resnet20", 8, 8, 3, 10);
+	wf_exec *ex = m ? exec_new(m, ref, 2, 1) : NULL;
+	WF_CHECK(ex != NULL);
+	if (!ex) {
+		wf_model_free(m);
+		return;
+	}
+	float x[2 * 8 * 8 * 3];
+	int32_t y[2] = {3, 7};
+	random_fill(x, WF_ARRAY_LEN(x), 8, 1.0);
+	ready_log r = {{0}, 0};
+	train_loss(ex, x, y, 2);
+	WF_CHECK(wf_exec_backward(ex, 0.5f, on_ready, &r) == 0);
+	int owners = 0;
+	for (int i = 0; i < m->nlayers; i++)
+		owners += m->layers[i].p_kernel >= 0 || m->layers[i].p_gamma >= 0;
+	WF_CHECK_INT(r.calls, owners);
+	for (int i = 1; i < r.calls && i < 256; i++)
+		WF_CHECK(r.seen[i] > r.seen[i - 1]);
+	WF_CHECK_INT(r.seen[r.calls - 1], m->nparams);
+	/* the first range completed is the logits layer's, at offset 0 */
+	const wf_view *lb = wf_model_view(m, "logits/bias");
+	WF_CHECK_INT(r.seen[0], lb->offset + lb->count);
+	wf_exec_free(ex);
+	wf_model_free(m);
+}
+
+static void test_gradients_accumulate_until_zeroed(void)
+{
+	wf_model *m = zoo("smallcnn", 8, 8, 3, 4);
+	wf_exec *ex = m ? exec_new(m, ref, 2, 1) : NULL;
+	WF_CHECK(ex != NULL);
+	if (!ex) {
+		wf_model_free(m);
+		return;
+	}
+	float x[2 * 8 * 8 * 3];
+	int32_t y[2] = {0, 3};
+	random_fill(x, WF_ARRAY_LEN(x), 9, 1.0);
+	size_t np = m->nparams;
+	float *once = malloc(sizeof(float) * np);
+	WF_CHECK(wf_exec_zero_grads(ex) == 0);
+	train_loss(ex, x, y, 2);
+	WF_CHECK(wf_exec_backward(ex, 0.5f, NULL, NULL) == 0);
+	memcpy(once, wf_exec_grads(ex), sizeof(float) * np);
+	train_loss(ex, x, y, 2);
+	WF_CHECK(wf_exec_backward(ex, 0.5f, NULL, NULL) == 0);
+	int bad = 0;
+	for (size_t i = 0; i < np; i++)
+		bad += fabsf(wf_exec_grads(ex)[i] - 2 * once[i]) > 1e-6f * (1 + fabsf(once[i]));
+	WF_CHECK_INT(bad, 0);
+	WF_CHECK(wf_exec_zero_grads(ex) == 0);
+	bad = 0;
+	for (size_t i = 0; i < np; i++)
+		bad += wf_exec_grads(ex)[i] != 0.0f;
+	WF_CHECK_INT(bad, 0);
+	free(once);
+	wf_exec_free(ex);
+	wf_model_free(m);
+}
+
+static void test_misuse_fails_with_a_reason(void)
+{
+	wf_model *m = zoo("mlp", 4, 4, 1, 3);
+	wf_exec *inf = m ? exec_new(m, ref, 2, 0) : NULL, *tr = m ? exec_new(m, ref, 2, 1) : NULL;
+	WF_CHECK(inf && tr);
+	if (inf && tr) {
+		float x[3 * 16] = {0};
+		int32_t bad[2] = {0, 3};
+		WF_CHECK(wf_exec_forward(inf, x, 3, 0, 0) == WF_EINVAL);
+		WF_CHECK(strstr(wf_exec_error(inf), "batch 3") != NULL);
+		WF_CHECK(wf_exec_forward(inf, x, 2, 1, 0) == WF_EINVAL);
+		WF_CHECK(wf_exec_backward(inf, 1, NULL, NULL) == WF_EINVAL);
+		WF_CHECK(wf_exec_backward(tr, 1, NULL, NULL) == WF_EINVAL); /* no forward yet */
+		WF_CHECK(wf_exec_forward(tr, x, 2, 0, 0) == 0);
+		WF_CHECK(wf_exec_loss(tr, bad, NULL, NULL) == WF_EINVAL);
+		WF_CHECK(strstr(wf_exec_error(tr), "labels[1] = 3") != NULL);
+		bad[1] = 2;
+		WF_CHECK(wf_exec_loss(tr, bad, NULL, NULL) == 0);
+		WF_CHECK(wf_exec_backward(tr, 1, NULL, NULL) == WF_EINVAL); /* inference forward */
+		WF_CHECK(strstr(wf_exec_error(tr), "inference") != NULL);
+	}
+	wf_exec *none = NULL;
+	wf_err err = {0};
+	if (m)
+		WF_CHECK(wf_exec_create(&none, m, ref, 0, 0, &err) == WF_EINVAL && !none);
+	wf_exec_free(inf);
+	wf_exec_free(tr);
+	wf_model_free(m);
+}
+
+/* Largest |a - b| relative to the largest |b|, with an absolute floor: the
+ * gradient of a bias that feeds batch norm is zero up to rounding. */
+static double max_rel_diff(const float *a, const float *b, size_t n)
+{
+	double mx = 1e-4, d = 0;
+	for (size_t i = 0; i < n; i++) {
+		mx = fmax(mx, fabs(b[i]));
+		d = fmax(d, fabs((double)a[i] - b[i]));
+	}
+	return d / mx;
+}
+
+/* Backend `name` through the executor gives ref's logits, loss and gradients
+ * (for cuda this also runs the executor's device-memory path). */
+static void compare_with_ref(const char *name)
+{
+	if (!strstr(wf_backend_list(), name))
+		WF_SKIP("%s backend not built (built: %s)", name, wf_backend_list());
+	wf_backend *be = NULL;
+	wf_err err = {0};
+	if (wf_backend_create(&be, name, 2, &err))
+		WF_SKIP("%s backend unusable: %s", name, err.msg);
+	const char *names[] = {"resnet20", "smallcnn", "kitchen"};
+	for (int t = 0; t < 3; t++) {
+		wf_model *m = t == 2 ? parse(kitchen_sink) : zoo(names[t], 8, 8, 3, 10);
+		if (!m) {
+			WF_CHECK(0);
+			continue;
+		}
+		int n = 4;
+		wf_exec *a = exec_new(m, ref, n, 1), *b = exec_new(m, be, n, 1);
+		size_t in = (size_t)m->in_h * m->in_w * m->in_c, K = (size_t)m->classes;
+		float *x = malloc(sizeof(float) * in * n), *ga = malloc(sizeof(float) * m->nparams);
+		float *gb = malloc(sizeof(float) * m->nparams);
+		float la[40], lb[40], lossa, lossb;
+		int32_t y[4] = {1, 2, 3, 4};
+		random_fill(x, in * n, 4, 1.0);
+		WF_CHECK(a && b);
+		if (a && b) {
+			WF_CHECK(wf_exec_forward(a, x, n, 0, 0) == 0 && wf_exec_logits(a, la) == 0);
+			WF_CHECK_MSG(wf_exec_forward(b, x, n, 0, 0) == 0, "%s", wf_exec_error(b));
+			WF_CHECK(wf_exec_logits(b, lb) == 0);
+			WF_CHECK_MSG(max_rel_diff(lb, la, n * K) < 1e-4, "%s inference logits",
+				     names[t]);
+			wf_exec_zero_grads(a);
+			wf_exec_zero_grads(b);
+			lossa = (float)train_loss(a, x, y, n);
+			WF_CHECK(wf_exec_backward(a, 1.0f / n, NULL, NULL) == 0);
+			memcpy(ga, wf_exec_grads(a), sizeof(float) * m->nparams);
+			lossb = (float)train_loss(b, x, y, n);
+			WF_CHECK_MSG(wf_exec_backward(b, 1.0f / n, NULL, NULL) == 0, "%s",
+				     wf_exec_error(b));
+			WF_CHECK(be->ops->to_host(be, gb, wf_exec_grads(b),
+						  sizeof(float) * m->nparams) == 0);
+			WF_CHECK_NEAR(lossb, lossa, 1e-4 * (1 + fabs(lossa)));
+			for (int v = 0; v < m->nviews; v++) {
+				const wf_view *w = &m->views[v];
+				if (!w->trainable)
+					continue;
+				double d = max_rel_diff(gb + w->offset, ga + w->offset, w->count);
+				WF_CHECK_MSG(d < 2e-3, "%s on %s: %s gradient differs by %.3g",
+					     names[t], name, w->name, d);
+			}
+		}
+		free(x);
+		free(ga);
+		free(gb);
+		wf_exec_free(a);
+		wf_exec_free(b);
+		wf_model_free(m);
+	}
+	wf_backend_free(be);
+}
+
+static void test_cpu_matches_ref(void)
+{
+	compare_with_ref("cpu");
+}
+
+static void test_cuda_matches_ref(void)
+{
+	compare_with_ref("cuda");
+}
+
+int main(void)
+{
+	wf_err err = {0};
+	if (wf_backend_create(&ref, "ref", 0, &err)) {
+		fprintf(stderr, "ref backend: %s\n", err.msg);
+		return 1;
+	}
+	WF_RUN(test_dense_logits_loss_and_accuracy_by_hand);
+	WF_RUN(test_smallcnn_gradients_match_finite_differences);
+	WF_RUN(test_resnet20_gradients_match_finite_differences);
+	WF_RUN(test_all_layer_types_gradients_match_finite_differences);
+	WF_RUN(test_smaller_batch_matches);
+	WF_RUN(test_inference_memory_reuse_is_safe);
+	WF_RUN(test_ready_sweep_is_monotonic_and_complete);
+	WF_RUN(test_gradients_accumulate_until_zeroed);
+	WF_RUN(test_misuse_fails_with_a_reason);
+	WF_RUN(test_cpu_matches_ref);
+	WF_RUN(test_cuda_matches_ref);
+	wf_backend_free(ref);
+	return wf_test_summary();
+}

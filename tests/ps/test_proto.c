@@ -1,0 +1,379 @@
+/* Wire protocol and placement: encode/parse round trips, every kind of
+ * malformed message rejected for the right reason, stats JSON, and
+ * placement's chunking, balance and determinism. */
+#include "tests/test.h"
+
+#include "ps/placement.h"
+#include "common/util.h"
+#include "ps/proto.h"
+
+#include <stdint.h>
+
+#define JOB 77
+
+static uint64_t floats4[4] = {256, 256, 100, 0}; /* chunk 3 lives elsewhere */
+
+static wf_ps_limits server_limits(void)
+{
+	return (wf_ps_limits){.job_id = JOB,
+			      .nchunks = 4,
+			      .chunk_floats = floats4,
+			      .state_floats = 10,
+			      .nslots = 1,
+			      .nworkers = 2};
+}
+
+/* Encode a push of chunk c with n floats from worker 1 into hb. */
+static void make_push(wf_ps_hdr *h, uint8_t *hb, const float *g, size_t n, uint32_t c)
+{
+	memset(h, 0, sizeof(*h));
+	h->op = WF_PS_OP_PUSH_PULL;
+	h->sender = WF_PS_SENDER(WF_PS_ROLE_WORKER, 1);
+	h->job_id = JOB;
+	h->step = 5;
+	h->chunk = c;
+	h->dtype = WF_PS_DTYPE_F32;
+	h->tag = 1234;
+	h->aux = 32;
+	const void *f[1] = {g};
+	size_t sz[1] = {n * sizeof(float)};
+	wf_ps_hdr_encode(h, hb, f, sz, 1);
+}
+
+static int parse2(const uint8_t *hb, size_t hsize, const float *g, size_t gbytes, int *reason)
+{
+	const void *f[2] = {hb, g};
+	size_t sz[2] = {hsize, gbytes};
+	wf_ps_msg m;
+	wf_err e = {0};
+	wf_ps_limits lim = server_limits();
+	int rc = wf_ps_msg_parse(&m, f, sz, 2, &lim, reason, &e);
+	if (rc)
+		WF_CHECK(e.msg[0] != '\0');
+	return rc;
+}
+
+static void test_crc32c_known_value(void)
+{
+	/* the standard check value of CRC-32C */
+	WF_CHECK_INT(wf_ps_crc32c(0, "123456789", 9), 0xe3069283u);
+	/* incremental equals one-shot */
+	uint32_t a = wf_ps_crc32c(0, "12345", 5);
+	WF_CHECK_INT(wf_ps_crc32c(a, "6789", 4), 0xe3069283u);
+}
+
+static void test_round_trip(void)
+{
+	float g[256];
+	for (int i = 0; i < 256; i++)
+		g[i] = (float)i * 0.5f;
+	wf_ps_hdr h;
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	make_push(&h, hb, g, 256, 1);
+	WF_CHECK(!memcmp(hb, "WEFT", 4));
+	const void *f[2] = {hb, g};
+	size_t sz[2] = {sizeof(hb), sizeof(g)};
+	wf_ps_msg m;
+	wf_err e = {0};
+	int reason = -1;
+	wf_ps_limits lim = server_limits();
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f, sz, 2, &lim, &reason, &e), 0);
+	WF_CHECK_INT(m.hdr.op, WF_PS_OP_PUSH_PULL);
+	WF_CHECK_INT(m.hdr.step, 5);
+	WF_CHECK_INT(m.hdr.chunk, 1);
+	WF_CHECK_INT(m.hdr.tag, 1234);
+	WF_CHECK_INT(m.hdr.aux, 32);
+	WF_CHECK_INT(m.hdr.job_id, JOB);
+	WF_CHECK_INT(WF_PS_SENDER_INDEX(m.hdr.sender), 1);
+	WF_CHECK_INT(m.nframes, 1);
+	WF_CHECK(m.frame[0] == (const void *)g); /* in place, no copy */
+	WF_CHECK_INT(m.hdr.payload_bytes, sizeof(g));
+}
+
+static void test_rejects_each_fault(void)
+{
+	float g[257] = {0};
+	wf_ps_hdr h;
+	uint8_t hb[WF_PS_HEADER_BYTES], bad[WF_PS_HEADER_BYTES];
+	int reason;
+	make_push(&h, hb, g, 256, 0);
+
+	memcpy(bad, hb, sizeof(bad));
+	bad[0] ^= 0xff;
+	WF_CHECK_INT(parse2(bad, 64, g, 1024, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_MAGIC);
+
+	WF_CHECK_INT(parse2(hb, 40, g, 1024, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_HEADER);
+
+	wf_ps_hdr v = h;
+	v.version = 2;
+	const void *f1[1] = {g};
+	size_t s1[1] = {1024};
+	wf_ps_hdr_encode(&v, bad, f1, s1, 1);
+	WF_CHECK_INT(parse2(bad, 64, g, 1024, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_VERSION);
+
+	v = h;
+	v.job_id = JOB + 1;
+	wf_ps_hdr_encode(&v, bad, f1, s1, 1);
+	WF_CHECK_INT(parse2(bad, 64, g, 1024, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_JOB);
+
+	v = h;
+	v.op = 99;
+	wf_ps_hdr_encode(&v, bad, f1, s1, 1);
+	WF_CHECK_INT(parse2(bad, 64, g, 1024, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_OP);
+
+	v = h;
+	v.chunk = 9; /* out of range */
+	wf_ps_hdr_encode(&v, bad, f1, s1, 1);
+	WF_CHECK_INT(parse2(bad, 64, g, 1024, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_CHUNK);
+	v.chunk = 3; /* held by another server */
+	wf_ps_hdr_encode(&v, bad, f1, s1, 1);
+	WF_CHECK_INT(parse2(bad, 64, g, 1024, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_CHUNK);
+
+	v = h;
+	v.sender = WF_PS_SENDER(WF_PS_ROLE_WORKER, 5); /* only 2 workers */
+	wf_ps_hdr_encode(&v, bad, f1, s1, 1);
+	WF_CHECK_INT(parse2(bad, 64, g, 1024, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_SENDER);
+
+	/* a frame one float longer than the chunk, with a consistent header */
+	size_t s2[1] = {1028};
+	wf_ps_hdr_encode(&v, bad, f1, s2, 1);
+	v = h;
+	wf_ps_hdr_encode(&v, bad, f1, s2, 1);
+	WF_CHECK_INT(parse2(bad, 64, g, 1028, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_BYTES);
+	/* header byte count disagrees with the frames (truncated payload) */
+	WF_CHECK_INT(parse2(hb, 64, g, 1024 - 4, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_BYTES);
+
+	v = h;
+	v.dtype = WF_PS_DTYPE_BYTES;
+	wf_ps_hdr_encode(&v, bad, f1, s1, 1);
+	WF_CHECK_INT(parse2(bad, 64, g, 1024, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_DTYPE);
+
+	float g2[256] = {0};
+	g2[7] = 1.0f; /* payload changed after the checksum */
+	WF_CHECK_INT(parse2(hb, 64, g2, 1024, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_CHECKSUM);
+	memcpy(bad, hb, sizeof(bad));
+	bad[24] ^= 1; /* step changed after the checksum */
+	WF_CHECK_INT(parse2(bad, 64, g, 1024, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_CHECKSUM);
+
+	/* extra frames: a second payload frame without the state flag */
+	const void *f3[3] = {hb, g, g};
+	size_t s3[3] = {64, 1024, 1024};
+	const void *fe[2] = {g, g};
+	size_t se[2] = {1024, 1024};
+	v = h;
+	wf_ps_hdr_encode(&v, bad, fe, se, 2);
+	f3[0] = bad;
+	wf_ps_msg m;
+	wf_ps_limits lim = server_limits();
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f3, s3, 3, &lim, &reason, NULL), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_FRAMES);
+	/* far too many frames */
+	const void *f9[9] = {hb, g, g, g, g, g, g, g, g};
+	size_t s9[9] = {64, 4, 4, 4, 4, 4, 4, 4, 4};
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f9, s9, 9, &lim, &reason, NULL), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_FRAMES);
+	/* no frames */
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f9, s9, 0, &lim, &reason, NULL), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_FRAMES);
+}
+
+static void test_state_and_replies(void)
+{
+	float g[256] = {0}, st[10] = {1, 2, 3};
+	wf_ps_hdr h = {.op = WF_PS_OP_PUSH_PULL,
+		       .flags = WF_PS_FLAG_STATE,
+		       .sender = WF_PS_SENDER(WF_PS_ROLE_WORKER, 0),
+		       .job_id = JOB,
+		       .chunk = 0,
+		       .dtype = WF_PS_DTYPE_F32};
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	const void *pf[2] = {g, st};
+	size_t ps[2] = {1024, 40};
+	wf_ps_hdr_encode(&h, hb, pf, ps, 2);
+	const void *f[3] = {hb, g, st};
+	size_t sz[3] = {64, 1024, 40};
+	wf_ps_msg m;
+	int reason;
+	wf_ps_limits lim = server_limits();
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f, sz, 3, &lim, &reason, NULL), 0);
+	WF_CHECK_INT(m.nframes, 2);
+	/* a request must not carry the reply flag */
+	h.flags = WF_PS_FLAG_REPLY;
+	wf_ps_hdr_encode(&h, hb, pf, ps, 1);
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f, sz, 2, &lim, &reason, NULL), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_OP);
+	/* an error reply parses on the client side */
+	lim.is_reply = 1;
+	const char *text = "boom";
+	wf_ps_hdr e = {.op = WF_PS_OP_PULL,
+		       .flags = WF_PS_FLAG_REPLY | WF_PS_FLAG_ERROR,
+		       .job_id = JOB,
+		       .dtype = WF_PS_DTYPE_BYTES,
+		       .aux = (uint32_t)(-WF_EINVAL)};
+	const void *tf[1] = {text};
+	size_t ts[1] = {4};
+	wf_ps_hdr_encode(&e, hb, tf, ts, 1);
+	const void *rf[2] = {hb, text};
+	size_t rs[2] = {64, 4};
+	WF_CHECK_INT(wf_ps_msg_parse(&m, rf, rs, 2, &lim, &reason, NULL), 0);
+	WF_CHECK_INT(-(int)m.hdr.aux, WF_EINVAL);
+}
+
+static void test_stats_json_round_trip(void)
+{
+	long steps[2] = {4, -1};
+	int alive[2] = {1, 0};
+	wf_ps_stats s = {.server = 1,
+			 .nservers = 2,
+			 .uptime = 2.0,
+			 .pushes = 10,
+			 .pulls = 4,
+			 .bytes_in = 1000,
+			 .bytes_out = 2000,
+			 .held = 3,
+			 .version_min = 4,
+			 .version_max = 5,
+			 .nworkers = 2,
+			 .worker_step = steps,
+			 .worker_alive = alive};
+	s.rejected[WF_PS_REJECT_CHECKSUM] = 2;
+	char *json = NULL;
+	WF_CHECK_INT(wf_ps_stats_to_json(&s, &json, NULL), 0);
+	wf_ps_stats t;
+	WF_CHECK_INT(wf_ps_stats_from_json(&t, json, strlen(json), NULL), 0);
+	WF_CHECK_INT(t.pushes, 10);
+	WF_CHECK_NEAR(t.push_rate, 5.0, 1e-9);
+	WF_CHECK_INT(t.held, 3);
+	WF_CHECK_INT(t.nworkers, 2);
+	WF_CHECK_INT(t.worker_step[0], 4);
+	WF_CHECK_INT(t.worker_alive[1], 0);
+	WF_CHECK_INT(t.rejected[WF_PS_REJECT_CHECKSUM], 2);
+	char line[1024];
+	wf_ps_stats_format(&t, line, sizeof(line));
+	WF_CHECK_MSG(strstr(line, "checksum=2") && strstr(line, "1:-1(dead)"), "%s", line);
+	wf_ps_stats_free(&t);
+	free(json);
+	WF_CHECK_INT(wf_ps_stats_from_json(&t, "[1,2", 4, NULL), WF_EFORMAT);
+}
+
+/* ---- placement ---- */
+
+static void make_views(wf_view *v, const size_t *counts, int n, size_t *total)
+{
+	size_t off = 0;
+	for (int i = 0; i < n; i++) {
+		memset(&v[i], 0, sizeof(v[i]));
+		snprintf(v[i].name, sizeof(v[i].name), "layer%d/kernel", i);
+		v[i].trainable = 1;
+		v[i].offset = off;
+		v[i].count = counts[i];
+		off += counts[i];
+	}
+	*total = off;
+}
+
+static void test_placement_respects_views(void)
+{
+	size_t counts[] = {100, 900, 50, 50, 5000, 10, 1024, 3, 700, 400};
+	int nv = (int)WF_ARRAY_LEN(counts);
+	wf_view v[16];
+	size_t total;
+	make_views(v, counts, nv, &total);
+	wf_ps_placement p;
+	WF_CHECK_INT(wf_ps_place(&p, v, nv, total, 3, 4096, NULL), 0);
+	size_t pos = 0, maxc = 0;
+	for (int i = 0; i < p.nchunks; i++) {
+		WF_CHECK_INT(p.chunks[i].offset, pos);
+		WF_CHECK(p.chunks[i].count <= 1024 && p.chunks[i].count > 0);
+		WF_CHECK(p.chunks[i].server >= 0 && p.chunks[i].server < 3);
+		pos += p.chunks[i].count;
+		maxc = WF_MAX(maxc, p.chunks[i].count);
+	}
+	WF_CHECK_INT(pos, total);
+	/* no view that fits in a chunk is split: each lies inside one chunk */
+	for (int k = 0; k < nv; k++) {
+		if (v[k].count > 1024)
+			continue;
+		int inside = 0;
+		for (int i = 0; i < p.nchunks; i++)
+			inside +=
+				p.chunks[i].offset <= v[k].offset &&
+				v[k].offset + v[k].count <= p.chunks[i].offset + p.chunks[i].count;
+		WF_CHECK_MSG(inside == 1, "view %d split", k);
+	}
+	/* balance: loads differ by at most one chunk */
+	size_t lo = p.load[0], hi = p.load[0], sum = 0;
+	for (int s = 0; s < 3; s++) {
+		lo = WF_MIN(lo, p.load[s]);
+		hi = WF_MAX(hi, p.load[s]);
+		sum += p.load[s];
+	}
+	WF_CHECK_INT(sum, total);
+	WF_CHECK_MSG(hi - lo <= maxc, "loads %zu..%zu", lo, hi);
+	/* deterministic */
+	wf_ps_placement q;
+	WF_CHECK_INT(wf_ps_place(&q, v, nv, total, 3, 4096, NULL), 0);
+	WF_CHECK_INT(q.nchunks, p.nchunks);
+	WF_CHECK(!memcmp(q.chunks, p.chunks, (size_t)p.nchunks * sizeof(*p.chunks)));
+	wf_ps_placement_free(&p);
+	wf_ps_placement_free(&q);
+}
+
+static void test_placement_balance_many_servers(void)
+{
+	wf_ps_placement p;
+	size_t n = 25ul << 20; /* 100 MB of floats */
+	for (int ns = 1; ns <= 8; ns++) {
+		WF_CHECK_INT(wf_ps_place(&p, NULL, 0, n, ns, 0, NULL), 0);
+		WF_CHECK_INT(p.nchunks, 25);
+		size_t lo = p.load[0], hi = p.load[0];
+		for (int s = 0; s < ns; s++) {
+			lo = WF_MIN(lo, p.load[s]);
+			hi = WF_MAX(hi, p.load[s]);
+		}
+		WF_CHECK(hi - lo <= (1u << 20));
+		wf_ps_placement_free(&p);
+	}
+}
+
+static void test_placement_bad_input(void)
+{
+	wf_ps_placement p;
+	wf_err e = {0};
+	WF_CHECK_INT(wf_ps_place(&p, NULL, 0, 100, 0, 0, &e), WF_EINVAL);
+	WF_CHECK(strstr(e.msg, "0 parameter servers") != NULL);
+	WF_CHECK_INT(wf_ps_place(&p, NULL, 0, 0, 1, 0, &e), WF_EINVAL);
+	wf_view v[2];
+	size_t counts[] = {10, 10};
+	size_t total;
+	make_views(v, counts, 2, &total);
+	v[1].offset = 5; /* overlaps */
+	WF_CHECK_INT(wf_ps_place(&p, v, 2, total, 1, 0, &e), WF_EINVAL);
+	WF_CHECK(strstr(e.msg, "layer1/kernel") != NULL);
+}
+
+int main(void)
+{
+	WF_RUN(test_crc32c_known_value);
+	WF_RUN(test_round_trip);
+	WF_RUN(test_rejects_each_fault);
+	WF_RUN(test_state_and_replies);
+	WF_RUN(test_stats_json_round_trip);
+	WF_RUN(test_placement_respects_views);
+	WF_RUN(test_placement_balance_many_servers);
+	WF_RUN(test_placement_bad_input);
+	return wf_test_summary();
+}

@@ -1,0 +1,683 @@
+/* Parameter server and client over real ZeroMQ sockets on loopback: each
+ * server is a forked process (killed at the end of its test, even on
+ * failure). Proves: bad messages from a raw DEALER are refused, counted and
+ * leave the values alone; sync aggregation of 2 workers equals one optimizer
+ * step on the summed gradient; async and ssp:K semantics; checkpoint, kill -9
+ * and restore; a dead worker leaves the count; a stalled worker is named. */
+#include "tests/test.h"
+
+#include "common/util.h"
+#include "kernels/kernels.h"
+#include "model/optim.h"
+#include "ps/client.h"
+#include "ps/placement.h"
+#include "ps/server.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define JOB	4242
+#define NPARAMS 1000
+#define CHUNKB	1024 /* 256 floats per chunk: 4 chunks */
+
+static char tmpdir[256];
+static int port_base;
+static pid_t children[8];
+static int nchildren;
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static void sleep_s(double s)
+{
+	struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+	nanosleep(&ts, NULL);
+}
+
+static void kill_children(void)
+{
+	for (int i = 0; i < nchildren; i++) {
+		if (children[i] > 0) {
+			kill(children[i], SIGKILL);
+			waitpid(children[i], NULL, 0);
+		}
+		children[i] = 0;
+	}
+	nchildren = 0;
+}
+
+static void base_cfg(wf_ps_server_cfg *c, int index, int nservers, int nworkers)
+{
+	wf_ps_server_cfg_default(c);
+	c->index = index;
+	c->nservers = nservers;
+	c->nworkers = nworkers;
+	c->job_id = JOB;
+	c->nparams = NPARAMS;
+	c->nstate = 10;
+	c->chunk_bytes = CHUNKB;
+	c->batch = 4;
+	c->stats_every = 0;
+	c->heartbeat_timeout = 30;
+	c->stall_timeout = 0;
+}
+
+static char bind_ep[8][64], conn_ep[8][64];
+
+/* Fork a server process; its stderr goes to tmpdir/ps-<index>.log. */
+static pid_t start_server(wf_ps_server_cfg *c)
+{
+	snprintf(bind_ep[c->index], 64, "tcp://127.0.0.1:%d", port_base + c->index);
+	c->bind = bind_ep[c->index];
+	pid_t pid = fork();
+	if (pid == 0) {
+		char log[512];
+		snprintf(log, sizeof(log), "%s/ps-%d.log", tmpdir, c->index);
+		if (!freopen(log, "a", stderr))
+			_exit(3);
+		wf_err err = {0};
+		int rc = wf_ps_server_run(c, &err);
+		if (rc)
+			fprintf(stderr, "server exit: %s\n", err.msg);
+		fflush(stderr);
+		_exit(rc ? 1 : 0);
+	}
+	children[nchildren++] = pid;
+	return pid;
+}
+
+static const char *const *endpoints(int n)
+{
+	static const char *eps[8];
+	for (int i = 0; i < n; i++) {
+		snprintf(conn_ep[i], 64, "tcp://127.0.0.1:%d", port_base + i);
+		eps[i] = conn_ep[i];
+	}
+	return eps;
+}
+
+static wf_ps_client *make_client(const wf_ps_placement *pl, float *params, float *state, int role,
+				 int index, double hb)
+{
+	wf_ps_client_cfg cc = {.nservers = pl->nservers,
+			       .endpoints = endpoints(pl->nservers),
+			       .job_id = JOB,
+			       .role = role,
+			       .index = index,
+			       .pl = pl,
+			       .params = params,
+			       .state = state,
+			       .nstate = state ? 10 : 0,
+			       .nslots = 1,
+			       .samples = 4,
+			       .timeout = 10,
+			       .connect_timeout = 10,
+			       .heartbeat_interval = hb};
+	wf_ps_client *c = NULL;
+	wf_err e = {0};
+	int rc = wf_ps_client_create(&c, &cc, &e);
+	WF_CHECK_MSG(rc == 0, "%s", e.msg);
+	return c;
+}
+
+static void fill(float *p, size_t n, uint64_t seed)
+{
+	wf_rng r;
+	wf_rng_seed(&r, seed);
+	for (size_t i = 0; i < n; i++)
+		p[i] = (float)wf_rng_normal(&r);
+}
+
+static float max_diff(const float *a, const float *b, size_t n)
+{
+	float m = 0;
+	for (size_t i = 0; i < n; i++)
+		m = fmaxf(m, fabsf(a[i] - b[i]));
+	return m;
+}
+
+static int file_contains(const char *path, const char *a, const char *b)
+{
+	char *data = NULL;
+	size_t len;
+	if (wf_read_file(path, &data, &len))
+		return 0;
+	int found = 0;
+	for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n"))
+		if (strstr(line, a) && (!b || strstr(line, b)))
+			found = 1;
+	free(data);
+	return found;
+}
+
+/* Register and init (chief), returning the initial values in p0. */
+static int setup_job(wf_ps_client *chief, float *p0)
+{
+	wf_err e = {0};
+	long step = 0;
+	int rc = wf_ps_client_register(chief, NULL, &step, &e);
+	WF_CHECK_MSG(rc == 0, "register: %s", e.msg);
+	WF_CHECK_INT(step, -1); /* fresh servers are not initialized */
+	fill(p0, NPARAMS, 1);
+	float st[10];
+	fill(st, 10, 2);
+	rc = rc ? rc : wf_ps_client_init(chief, p0, NULL, st, 0, &e);
+	WF_CHECK_MSG(rc == 0, "init: %s", e.msg);
+	return rc;
+}
+
+/* ---- raw messages ------------------------------------------------------- */
+
+/* Send frames from a raw DEALER and return the reply's flags (-1: no reply). */
+static int raw_exchange(void *sock, const void *const *f, const size_t *sz, int n)
+{
+	for (int i = 0; i < n; i++)
+		zmq_send(sock, f[i], sz[i], i + 1 < n ? ZMQ_SNDMORE : 0);
+	zmq_pollitem_t it = {.socket = sock, .events = ZMQ_POLLIN};
+	if (zmq_poll(&it, 1, 5000) <= 0)
+		return -1;
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	int flags = -1, more = 1, first = 1;
+	while (more) {
+		char buf[2048];
+		int got = zmq_recv(sock, first ? (void *)hb : (void *)buf,
+				   first ? sizeof(hb) : sizeof(buf), 0);
+		if (first && got == WF_PS_HEADER_BYTES) {
+			wf_ps_hdr h;
+			wf_ps_hdr_decode(&h, hb);
+			flags = (int)h.flags;
+		}
+		first = 0;
+		int m = 0;
+		size_t ml = sizeof(m);
+		zmq_getsockopt(sock, ZMQ_RCVMORE, &m, &ml);
+		more = m;
+	}
+	return flags;
+}
+
+static void test_bad_messages_rejected_and_counted(void)
+{
+	wf_ps_server_cfg sc;
+	base_cfg(&sc, 0, 1, 1);
+	start_server(&sc);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	float p0[NPARAMS], params[NPARAMS], st[10];
+	wf_ps_client *chief = make_client(&pl, params, st, WF_PS_ROLE_CHIEF, 0, 0);
+	if (!chief || setup_job(chief, p0))
+		goto cleanup;
+
+	void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
+	int linger = 0;
+	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_connect(sock, conn_ep[0]);
+	float g[256];
+	fill(g, 256, 9);
+	size_t cb = pl.chunks[0].count * sizeof(float); /* 250 floats */
+	wf_ps_hdr h = {.op = WF_PS_OP_PUSH_PULL,
+		       .sender = WF_PS_SENDER(WF_PS_ROLE_WORKER, 0),
+		       .job_id = JOB,
+		       .chunk = 0,
+		       .dtype = WF_PS_DTYPE_F32,
+		       .tag = 7};
+	uint8_t good[64], bad[64];
+	const void *gf[1] = {g};
+	size_t gs[1] = {cb};
+	wf_ps_hdr_encode(&h, good, gf, gs, 1);
+	const void *f[3] = {bad, g, g};
+	size_t sz[3] = {64, cb, cb};
+	int expect[WF_PS_REJECT__COUNT] = {0};
+
+	memcpy(bad, good, 64); /* bad magic */
+	bad[1] ^= 0x55;
+	WF_CHECK(raw_exchange(sock, f, sz, 2) & WF_PS_FLAG_ERROR);
+	expect[WF_PS_REJECT_MAGIC]++;
+	size_t short_sz[2] = {20, cb}; /* short header */
+	WF_CHECK(raw_exchange(sock, f, short_sz, 2) & WF_PS_FLAG_ERROR);
+	expect[WF_PS_REJECT_HEADER]++;
+	wf_ps_hdr v = h; /* wrong version */
+	v.version = 9;
+	wf_ps_hdr_encode(&v, bad, gf, gs, 1);
+	WF_CHECK(raw_exchange(sock, f, sz, 2) & WF_PS_FLAG_ERROR);
+	expect[WF_PS_REJECT_VERSION]++;
+	v = h; /* wrong job */
+	v.job_id = JOB + 1;
+	wf_ps_hdr_encode(&v, bad, gf, gs, 1);
+	WF_CHECK(raw_exchange(sock, f, sz, 2) & WF_PS_FLAG_ERROR);
+	expect[WF_PS_REJECT_JOB]++;
+	v = h; /* unknown op */
+	v.op = 77;
+	wf_ps_hdr_encode(&v, bad, gf, gs, 1);
+	WF_CHECK(raw_exchange(sock, f, sz, 2) & WF_PS_FLAG_ERROR);
+	expect[WF_PS_REJECT_OP]++;
+	v = h; /* chunk out of range */
+	v.chunk = 40;
+	wf_ps_hdr_encode(&v, bad, gf, gs, 1);
+	WF_CHECK(raw_exchange(sock, f, sz, 2) & WF_PS_FLAG_ERROR);
+	expect[WF_PS_REJECT_CHUNK]++;
+	size_t half[1] = {cb / 2}; /* byte count vs the chunk's size */
+	v = h;
+	wf_ps_hdr_encode(&v, bad, gf, half, 1);
+	size_t szh[2] = {64, cb / 2};
+	WF_CHECK(raw_exchange(sock, f, szh, 2) & WF_PS_FLAG_ERROR);
+	expect[WF_PS_REJECT_BYTES]++;
+	memcpy(bad, good, 64); /* truncated payload: header byte count disagrees */
+	WF_CHECK(raw_exchange(sock, f, szh, 2) & WF_PS_FLAG_ERROR);
+	expect[WF_PS_REJECT_BYTES]++;
+	memcpy(bad, good, 64); /* bad checksum */
+	bad[25] ^= 1;
+	WF_CHECK(raw_exchange(sock, f, sz, 2) & WF_PS_FLAG_ERROR);
+	expect[WF_PS_REJECT_CHECKSUM]++;
+	memcpy(bad, good, 64); /* extra frame */
+	WF_CHECK(raw_exchange(sock, f, sz, 3) & WF_PS_FLAG_ERROR);
+	expect[WF_PS_REJECT_FRAMES]++;
+	const void *many[8] = {good, g, g, g, g, g, g, g}; /* far too many frames */
+	size_t many_sz[8] = {64, 4, 4, 4, 4, 4, 4, 4};
+	WF_CHECK(raw_exchange(sock, many, many_sz, 8) & WF_PS_FLAG_ERROR);
+	expect[WF_PS_REJECT_FRAMES]++;
+	zmq_close(sock);
+	zmq_ctx_term(ctx);
+
+	/* the values did not move, and every rejection is counted by reason */
+	memset(params, 0, sizeof(params));
+	wf_err e = {0};
+	long version = -5;
+	WF_CHECK_INT(wf_ps_client_pull(chief, -1, &version, &e), 0);
+	WF_CHECK_INT(version, 0);
+	WF_CHECK(max_diff(params, p0, NPARAMS) == 0.0f);
+	wf_ps_stats stats;
+	WF_CHECK_INT(wf_ps_client_stats(chief, 0, &stats, &e), 0);
+	for (int r = 0; r < WF_PS_REJECT__COUNT; r++)
+		WF_CHECK_MSG(stats.rejected[r] == (uint64_t)expect[r], "reason %s: %llu != %d",
+			     wf_ps_reject_name(r), (unsigned long long)stats.rejected[r],
+			     expect[r]);
+	WF_CHECK_INT(stats.pushes, 0);
+	wf_ps_stats_free(&stats);
+	/* shutdown: the server replies, then exits 0 */
+	WF_CHECK_INT(wf_ps_client_shutdown(chief, &e), 0);
+	int status = -1;
+	waitpid(children[0], &status, 0);
+	children[0] = 0;
+	WF_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+cleanup:
+	wf_ps_client_free(chief);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
+/* ---- sync --------------------------------------------------------------- */
+
+static void test_sync_two_workers_equal_summed_step(void)
+{
+	wf_ps_server_cfg sc[2];
+	for (int i = 0; i < 2; i++) {
+		base_cfg(&sc[i], i, 2, 2);
+		sc[i].backend = "ref";
+		start_server(&sc[i]);
+	}
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], ga[NPARAMS], gb[NPARAMS];
+	static float ref[NPARAMS], mom[NPARAMS], gsum[NPARAMS];
+	float sa[10], sb[10], s0[10];
+	wf_ps_client *a = make_client(&pl, pa, sa, WF_PS_ROLE_WORKER, 0, 0.2);
+	wf_ps_client *b = make_client(&pl, pb, sb, WF_PS_ROLE_WORKER, 1, 0.2);
+	wf_backend *be = NULL;
+	wf_err e = {0};
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+		goto cleanup;
+	WF_CHECK_INT(wf_backend_create(&be, "ref", 0, &e), 0);
+	memcpy(ref, p0, sizeof(ref));
+	wf_optim_cfg oc;
+	wf_optim_cfg_default(&oc); /* sgd 0.1, momentum 0.9: same as the servers */
+	int state_chunk = -1;
+	for (int k = 0; k < pl.nchunks; k++)
+		if (pl.chunks[k].server == 0)
+			state_chunk = k;
+	for (long step = 0; step < 3; step++) {
+		fill(ga, NPARAMS, 100 + (uint64_t)step);
+		fill(gb, NPARAMS, 200 + (uint64_t)step);
+		fill(sa, 10, 300 + (uint64_t)step);
+		fill(sb, 10, 400 + (uint64_t)step);
+		/* ascending chunk order, as backward finishes them */
+		for (int k = 0; k < pl.nchunks; k++) {
+			WF_CHECK_INT(
+				wf_ps_client_push_pull_async(a, k, ga, step, k == state_chunk, &e),
+				0);
+			WF_CHECK_INT(
+				wf_ps_client_push_pull_async(b, k, gb, step, k == state_chunk, &e),
+				0);
+		}
+		for (int i = 0; i < 10; i++)
+			s0[i] = 0.5f * (sa[i] + sb[i]);
+		WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+		WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
+		for (int i = 0; i < NPARAMS; i++)
+			gsum[i] = ga[i] + gb[i];
+		wf_optim_apply(be, &oc, step, NPARAMS, ref, gsum, mom, NULL, 1.0f / 8);
+		WF_CHECK_MSG(max_diff(pa, ref, NPARAMS) < 1e-6f, "step %ld: %g", step,
+			     max_diff(pa, ref, NPARAMS));
+		WF_CHECK(max_diff(pa, pb, NPARAMS) == 0.0f);
+		WF_CHECK(max_diff(sa, s0, 10) < 1e-6f); /* state averaged over workers */
+		WF_CHECK(max_diff(sb, s0, 10) < 1e-6f);
+	}
+	memset(sa, 0, sizeof(sa));
+	WF_CHECK_INT(wf_ps_client_pull_state(a, &e), 0);
+	WF_CHECK(max_diff(sa, s0, 10) < 1e-6f);
+	/* a push for a past step is answered with the current values, flagged stale */
+	WF_CHECK_INT(wf_ps_client_push_pull_async(a, 0, ga, 1, 0, &e), 0);
+	WF_CHECK_INT(wf_ps_client_wait_all(a, &e), 0);
+	WF_CHECK_INT(wf_ps_client_stale_count(a), 1);
+	/* a push for a future step is refused without touching the values */
+	WF_CHECK_INT(wf_ps_client_push_pull_async(a, 0, ga, 9, 0, &e), 0);
+	WF_CHECK_INT(wf_ps_client_wait_all(a, &e), WF_ETRANSIENT);
+	WF_CHECK(strstr(e.msg, "step 9") != NULL);
+cleanup:
+	wf_backend_free(be);
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
+/* ---- async and ssp ------------------------------------------------------ */
+
+static void test_async_applies_each_push(void)
+{
+	wf_ps_server_cfg sc;
+	base_cfg(&sc, 0, 1, 2);
+	sc.mode = WF_PS_MODE_ASYNC;
+	sc.backend = "ref";
+	sc.optim.momentum = 0; /* plain SGD: p -= lr * g / samples */
+	start_server(&sc);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], ga[NPARAMS], want[NPARAMS];
+	wf_err e = {0};
+	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0);
+	if (!a || setup_job(a, p0))
+		goto cleanup;
+	fill(ga, NPARAMS, 5);
+	/* worker 1 never shows up, yet each push applies at once */
+	for (int step = 0; step < 2; step++) {
+		double t0 = wf_now();
+		for (int k = 0; k < pl.nchunks; k++)
+			wf_ps_client_push_pull_async(a, k, ga, step, 0, &e);
+		WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+		WF_CHECK(wf_now() - t0 < 2.0);
+	}
+	for (int i = 0; i < NPARAMS; i++)
+		want[i] = p0[i] - 2 * 0.1f * ga[i] / 4;
+	WF_CHECK_MSG(max_diff(pa, want, NPARAMS) < 1e-5f, "%g", max_diff(pa, want, NPARAMS));
+cleanup:
+	wf_ps_client_free(a);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
+static int held_now(wf_ps_client *tool)
+{
+	wf_ps_stats st;
+	wf_err e = {0};
+	if (wf_ps_client_stats(tool, 0, &st, &e))
+		return -1;
+	int h = st.held;
+	wf_ps_stats_free(&st);
+	return h;
+}
+
+static void test_ssp_bounds_staleness(void)
+{
+	wf_ps_server_cfg sc;
+	base_cfg(&sc, 0, 1, 2);
+	sc.mode = WF_PS_MODE_SSP;
+	sc.staleness = 1;
+	start_server(&sc);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], pt[NPARAMS], g[NPARAMS];
+	wf_err e = {0};
+	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0);
+	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0);
+	wf_ps_client *tool = make_client(&pl, pt, NULL, WF_PS_ROLE_TOOL, 0, 0);
+	if (!a || !b || !tool || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+		goto cleanup;
+	fill(g, NPARAMS, 3);
+	/* step 0 is within the bound (slowest -1 + 1) */
+	wf_ps_client_push_pull_async(a, 0, g, 0, 0, &e);
+	WF_CHECK_INT(wf_ps_client_wait_all(a, &e), 0);
+	WF_CHECK_INT(held_now(tool), 0);
+	/* step 1 is 2 ahead of worker 1 (never pushed): held */
+	WF_CHECK_INT(wf_ps_client_push_pull_async(a, 0, g, 1, 0, &e), 0);
+	sleep_s(0.3);
+	WF_CHECK_INT(held_now(tool), 1);
+	/* worker 1 pushes step 0: the slowest is now 0, so step 1 is released */
+	wf_ps_client_push_pull_async(b, 0, g, 0, 0, &e);
+	WF_CHECK_INT(wf_ps_client_wait_all(b, &e), 0);
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	WF_CHECK_INT(held_now(tool), 0);
+cleanup:
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_client_free(tool);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
+/* ---- checkpoint and restore --------------------------------------------- */
+
+static void sync_step(wf_ps_client *c, const wf_ps_placement *pl, const float *g, long step)
+{
+	wf_err e = {0};
+	for (int k = 0; k < pl->nchunks; k++)
+		wf_ps_client_push_pull_async(c, k, g, step, 0, &e);
+	WF_CHECK_MSG(wf_ps_client_wait_all(c, &e) == 0, "%s", e.msg);
+}
+
+static void test_checkpoint_kill9_restore(void)
+{
+	wf_ps_server_cfg sc[2];
+	char root[512], done[600];
+	snprintf(root, sizeof(root), "%s/ckpt", tmpdir);
+	for (int i = 0; i < 2; i++) {
+		base_cfg(&sc[i], i, 2, 1);
+		sc[i].restore_dir = root;
+		start_server(&sc[i]);
+	}
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
+	static float p0[NPARAMS], pw[NPARAMS], g[NPARAMS], saved[NPARAMS], after[NPARAMS];
+	wf_err e = {0};
+	wf_ps_client *w = make_client(&pl, pw, NULL, WF_PS_ROLE_WORKER, 0, 0);
+	wf_ps_client *w2 = NULL;
+	if (!w || setup_job(w, p0))
+		goto cleanup;
+	fill(g, NPARAMS, 11);
+	sync_step(w, &pl, g, 0);
+	sync_step(w, &pl, g, 1);
+	memcpy(saved, pw, sizeof(saved));
+	WF_CHECK_MSG(wf_ps_client_checkpoint(w, root, 2, &e) == 0, "%s", e.msg);
+	snprintf(done, sizeof(done), "%s/step-2/DONE", root);
+	FILE *f = fopen(done, "w");
+	WF_CHECK(f != NULL);
+	if (f)
+		fclose(f);
+	/* a later checkpoint without DONE must never be loaded */
+	sync_step(w, &pl, g, 2);
+	WF_CHECK_INT(wf_ps_client_checkpoint(w, root, 3, &e), 0);
+	sync_step(w, &pl, g, 3);
+	WF_CHECK(max_diff(pw, saved, NPARAMS) > 0);
+	wf_ps_client_free(w);
+	w = NULL;
+	/* kill -9 server 1, start a new one that restores */
+	kill(children[1], SIGKILL);
+	waitpid(children[1], NULL, 0);
+	children[1] = 0;
+	start_server(&sc[1]);
+	w2 = make_client(&pl, after, NULL, WF_PS_ROLE_WORKER, 0, 0);
+	long steps[2] = {0, 0}, minstep = 0;
+	WF_CHECK_MSG(wf_ps_client_register(w2, steps, &minstep, &e) == 0, "%s", e.msg);
+	WF_CHECK_INT(steps[1], 2); /* the restarted server reports its step */
+	WF_CHECK_INT(steps[0], 4); /* the survivor went on */
+	/* the chief rolls the other servers back too */
+	long restored = -1;
+	WF_CHECK_MSG(wf_ps_client_restore(w2, root, -1, &restored, &e) == 0, "%s", e.msg);
+	WF_CHECK_INT(restored, 2);
+	memset(after, 0, sizeof(after));
+	WF_CHECK_INT(wf_ps_client_pull(w2, -1, NULL, &e), 0);
+	WF_CHECK(max_diff(after, saved, NPARAMS) == 0.0f);
+	/* and training continues from step 2 with the same result as before */
+	sync_step(w2, &pl, g, 2);
+	sync_step(w2, &pl, g, 3);
+	WF_CHECK(max_diff(after, pw, NPARAMS) == 0.0f);
+	/* a restore from an empty directory fails, naming it, and changes nothing */
+	WF_CHECK_INT(wf_ps_client_restore(w2, tmpdir, -1, NULL, &e), WF_EIO);
+	WF_CHECK(strstr(e.msg, tmpdir) != NULL);
+cleanup:
+	wf_ps_client_free(w);
+	wf_ps_client_free(w2);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
+/* ---- membership --------------------------------------------------------- */
+
+static void test_dead_worker_leaves_count(void)
+{
+	wf_ps_server_cfg sc;
+	base_cfg(&sc, 0, 1, 2);
+	sc.heartbeat_timeout = 0.6;
+	sc.backend = "ref";
+	sc.optim.momentum = 0;
+	start_server(&sc);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], g[NPARAMS], want[NPARAMS];
+	wf_err e = {0};
+	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
+	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0); /* no heartbeats */
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+		goto cleanup;
+	fill(g, NPARAMS, 21);
+	double t0 = wf_now();
+	sync_step(a, &pl, g, 0); /* completes once worker 1 is declared dead */
+	double dt = wf_now() - t0;
+	WF_CHECK_MSG(dt > 0.4 && dt < 5, "%.2f s", dt);
+	for (int i = 0; i < NPARAMS; i++)
+		want[i] = p0[i] - 0.1f * g[i] / 4; /* scaled by the one contributor's samples */
+	WF_CHECK_MSG(max_diff(pa, want, NPARAMS) < 1e-6f, "%g", max_diff(pa, want, NPARAMS));
+	char log[512];
+	snprintf(log, sizeof(log), "%s/ps-0.log", tmpdir);
+	WF_CHECK(file_contains(log, "worker 1 silent", "declared dead"));
+	/* the dead worker is refused until it registers again, then counts again */
+	wf_ps_client_push_pull_async(b, 0, g, 1, 0, &e);
+	WF_CHECK_INT(wf_ps_client_wait_all(b, &e), WF_ETRANSIENT);
+	WF_CHECK(strstr(e.msg, "register again") != NULL);
+	WF_CHECK_INT(wf_ps_client_register(b, NULL, NULL, &e), 0);
+	for (int k = 0; k < pl.nchunks; k++) {
+		wf_ps_client_push_pull_async(a, k, g, 1, 0, &e);
+		wf_ps_client_push_pull_async(b, k, g, 1, 0, &e);
+	}
+	WF_CHECK_INT(wf_ps_client_wait_all(a, &e), 0);
+	WF_CHECK_INT(wf_ps_client_wait_all(b, &e), 0);
+	for (int i = 0; i < NPARAMS; i++)
+		want[i] -= 0.1f * (2 * g[i]) / 8;
+	WF_CHECK(max_diff(pa, want, NPARAMS) < 1e-6f);
+	WF_CHECK(max_diff(pb, want, NPARAMS) < 1e-6f);
+cleanup:
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
+static void test_stalled_worker_is_named(void)
+{
+	wf_ps_server_cfg sc;
+	base_cfg(&sc, 0, 1, 2);
+	sc.stall_timeout = 0.3;
+	sc.heartbeat_timeout = 10;
+	start_server(&sc);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], g[NPARAMS];
+	wf_err e = {0};
+	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
+	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0.1);
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+		goto cleanup;
+	fill(g, NPARAMS, 31);
+	for (int k = 0; k < pl.nchunks; k++)
+		wf_ps_client_push_pull_async(a, k, g, 0, 0, &e);
+	wf_ps_client_push_pull_async(b, 0, g, 0, 0, &e); /* b owes chunks 1, 2, 3 */
+	sleep_s(0.9);
+	char log[512];
+	snprintf(log, sizeof(log), "%s/ps-0.log", tmpdir);
+	WF_CHECK_MSG(file_contains(log, "stall: worker 1", "chunks owed (3): 1,2,3"),
+		     "no stall line in %s", log);
+	WF_CHECK(!file_contains(log, "stall: worker 0", NULL));
+	for (int k = 1; k < pl.nchunks; k++)
+		wf_ps_client_push_pull_async(b, k, g, 0, 0, &e);
+	WF_CHECK_INT(wf_ps_client_wait_all(a, &e), 0);
+	WF_CHECK_INT(wf_ps_client_wait_all(b, &e), 0);
+cleanup:
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
+static void test_client_timeout_names_server(void)
+{
+	/* nothing listens on this port */
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	static float p[NPARAMS];
+	wf_ps_client_cfg cc = {.nservers = 1,
+			       .endpoints = endpoints(1),
+			       .job_id = JOB,
+			       .role = WF_PS_ROLE_WORKER,
+			       .pl = &pl,
+			       .params = p,
+			       .timeout = 0.3,
+			       .connect_timeout = 0.5};
+	wf_ps_client *c = NULL;
+	wf_err e = {0};
+	WF_CHECK_INT(wf_ps_client_create(&c, &cc, &e), 0);
+	WF_CHECK_INT(wf_ps_client_register(c, NULL, NULL, &e), WF_ETRANSIENT);
+	WF_CHECK_MSG(strstr(e.msg, "did not answer") != NULL, "%s", e.msg);
+	WF_CHECK_INT(wf_ps_client_pull(c, -1, NULL, &e), WF_ETRANSIENT);
+	WF_CHECK_MSG(strstr(e.msg, conn_ep[0]) != NULL, "%s", e.msg);
+	wf_ps_client_free(c);
+	wf_ps_placement_free(&pl);
+}
+
+int main(void)
+{
+	snprintf(tmpdir, sizeof(tmpdir), "/tmp/weft-test-ps-XXXXXX");
+	if (!mkdtemp(tmpdir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	port_base = 20000 + (int)(getpid() % 2000) * 10;
+	signal(SIGPIPE, SIG_IGN);
+	atexit(kill_children);
+	WF_RUN(test_bad_messages_rejected_and_counted);
+	WF_RUN(test_sync_two_workers_equal_summed_step);
+	WF_RUN(test_async_applies_each_push);
+	WF_RUN(test_ssp_bounds_staleness);
+	WF_RUN(test_checkpoint_kill9_restore);
+	WF_RUN(test_dead_worker_leaves_count);
+	WF_RUN(test_stalled_worker_is_named);
+	WF_RUN(test_client_timeout_names_server);
+	kill_children();
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
+	if (wf_test_failed_tests == 0 && system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", tmpdir);
+	return wf_test_summary();
+}

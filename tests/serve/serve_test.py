@@ -1,0 +1,322 @@
+"""End-to-end checks of weft-serve (driven by test_serve.sh under ctest).
+
+Starts real weft-serve processes on free loopback ports with models written by
+serve_tool, checks every endpoint and error, a hot swap under weft-bench load,
+and a SIGTERM drain. Every process started here is stopped in `finally`."""
+import base64
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+SERVE = os.environ["WEFT_SERVE"]
+TOOL = os.environ["WEFT_SERVE_TOOL"]
+BENCH = os.environ.get("WEFT_BENCH", "")
+failures = []
+procs = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def start_server(base, port, *extra):
+    log = open(os.path.join(os.path.dirname(base), "serve-%d.log" % port), "w")
+    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
+                          "--rest_api_port", str(port), "--bind_address", "127.0.0.1",
+                          *extra], stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if request(port, "GET", "/v2/health/ready")[0] == 200:
+                return p
+        except OSError:
+            pass
+        if p.poll() is not None:
+            break
+        time.sleep(0.1)
+    raise RuntimeError("weft-serve did not become ready; see " + log.name)
+
+
+def request(port, method, path, body=None, headers=None, timeout=60):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        if isinstance(body, str):
+            body = body.encode()
+        c.request(method, path, body=body, headers=headers or {})
+        r = c.getresponse()
+        return r.status, r.read(), dict(r.getheaders())
+    finally:
+        c.close()
+
+
+def jreq(port, method, path, body=None, headers=None):
+    code, data, hdrs = request(port, method, path, body, headers)
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        doc = None
+    return code, doc
+
+
+def error_is(port, method, path, body, code, words, headers=None):
+    got, doc = jreq(port, method, path, body, headers)
+    msg = doc.get("error", "") if isinstance(doc, dict) else ""
+    check(got == code and all(w in msg for w in words),
+          "%s %s -> %d %r (got %d %r)" % (method, path, code, words, got, msg[:120]))
+
+
+def zeros(n):
+    return [[[[0.0] * 3 for _ in range(32)] for _ in range(32)] for _ in range(n)]
+
+
+def api_checks(port, jpeg_b64):
+    code, doc = jreq(port, "GET", "/v2/health/live")
+    check(code == 200 and doc == {"live": True}, "live")
+    code, doc = jreq(port, "GET", "/v1/models/m")
+    check(code == 200 and doc["model_version_status"][0]["version"] == "1"
+          and doc["model_version_status"][0]["state"] == "AVAILABLE"
+          and doc["model_version_status"][0]["status"]["error_code"] == "OK", "v1 status")
+    check(jreq(port, "GET", "/v1/models/m/versions/1")[0] == 200, "v1 status of version 1")
+    error_is(port, "GET", "/v1/models/m/versions/9", None, 404, ["version 9"])
+    error_is(port, "GET", "/v1/models/m/versions/abc", None, 400, ["version"])
+    error_is(port, "GET", "/v1/models/nope", None, 404, ["nope"])
+    code, doc = jreq(port, "GET", "/v1/models/m/metadata")
+    sig = doc["metadata"]["signature_def"]["signature_def"]["serving_default"] if code == 200 else {}
+    dims = [d["size"] for d in sig.get("inputs", {}).get("input", {}).get("tensor_shape", {}).get("dim", [])]
+    check(code == 200 and dims == ["-1", "32", "32", "3"] and doc["model_spec"]["version"] == "1"
+          and len(doc["metadata"]["weft"]["classes"]) == 10, "v1 metadata")
+    check(jreq(port, "GET", "/v1/models/m/versions/1/metadata")[0] == 200, "v1 version metadata")
+
+    # :predict, row and columnar, numbers and JPEG
+    code, doc = jreq(port, "POST", "/v1/models/m:predict", json.dumps({"instances": zeros(2)}))
+    preds = doc.get("predictions", []) if code == 200 else []
+    check(code == 200 and len(preds) == 2 and len(preds[0]) == 10
+          and abs(sum(preds[0]) - 1) < 1e-4, "predict numbers (instances)")
+    code, doc = jreq(port, "POST", "/v1/models/m/versions/1:predict",
+                     json.dumps({"inputs": {"input": zeros(1)}}))
+    check(code == 200 and len(doc["outputs"]) == 1 and
+          max(abs(a - b) for a, b in zip(doc["outputs"][0], preds[0])) < 1e-6,
+          "predict columnar on version 1 matches")
+    code, doc = jreq(port, "POST", "/v1/models/m:predict",
+                     json.dumps({"instances": [{"b64": jpeg_b64}, {"input": {"b64": jpeg_b64}}]}))
+    check(code == 200 and len(doc["predictions"]) == 2 and doc["predictions"][0] == doc["predictions"][1],
+          "predict b64 JPEG")
+    code, doc = jreq(port, "POST", "/v1/models/m:classify",
+                     json.dumps({"instances": [{"b64": jpeg_b64}], "top_k": 3}))
+    res = doc.get("results", [[]])[0] if code == 200 else []
+    check(code == 200 and len(res) == 3 and res[0][0].startswith("class")
+          and res[0][1] >= res[1][1] >= res[2][1], "classify with labels")
+
+    # errors
+    error_is(port, "POST", "/v1/models/m:predict", "{bad json", 400, ["malformed JSON"])
+    error_is(port, "POST", "/v1/models/m:predict", json.dumps({"instances": [[[1, 2, 3]]]}), 400, ["[32][32][3]"])
+    error_is(port, "POST", "/v1/models/m:predict", json.dumps({"instances": [{"b64": "@@@"}]}), 400, ["base64"])
+    error_is(port, "POST", "/v1/models/m:predict",
+             json.dumps({"instances": [{"b64": base64.b64encode(b"\xff\xd8\xff\xe0 not a jpeg").decode()}]}),
+             400, ["JPEG"])
+    error_is(port, "POST", "/v1/models/m:predict",
+             json.dumps({"instances": [{"b64": base64.b64encode(b"\x89PNG\r\n\x1a\n....").decode()}]}),
+             400, ["PNG"])
+    # The server answers 413 from the headers alone and closes: send just the headers.
+    sk = socket.create_connection(("127.0.0.1", port), timeout=30)
+    sk.sendall(b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (2 << 20))
+    sk.sendall(b"{" * 1000)
+    resp = b""
+    while b"}" not in resp.split(b"\r\n\r\n", 1)[-1]:
+        chunk = sk.recv(65536)
+        if not chunk:
+            break
+        resp += chunk
+    sk.close()
+    check(resp.startswith(b"HTTP/1.1 413") and b"larger than the limit" in resp, "oversized body -> 413")
+    error_is(port, "POST", "/v1/models/m/versions/2:predict", json.dumps({"instances": zeros(1)}), 404, ["m, 2"])
+    error_is(port, "POST", "/v1/models/other:predict", json.dumps({"instances": zeros(1)}), 404, ["other"])
+    error_is(port, "GET", "/v1/models/m:predict", None, 405, ["GET"])
+    error_is(port, "GET", "/v1/nothing/here", None, 404, ["Malformed"])
+
+    # KServe v2
+    code, doc = jreq(port, "GET", "/v2")
+    check(code == 200 and "binary_tensor_data" in doc["extensions"], "v2 server metadata")
+    code, doc = jreq(port, "GET", "/v2/models/m")
+    check(code == 200 and doc["versions"] == ["1"] and doc["inputs"][0]["shape"] == [-1, 32, 32, 3]
+          and doc["outputs"][0]["shape"] == [-1, 10], "v2 model metadata")
+    check(jreq(port, "GET", "/v2/models/m/versions/1")[0] == 200, "v2 version metadata")
+    check(jreq(port, "GET", "/v2/models/m/ready")[0] == 200, "v2 model ready")
+    check(jreq(port, "GET", "/v2/models/m/versions/5/ready")[0] == 503, "v2 version 5 not ready")
+    flat = [0.0] * 3072
+    code, doc = jreq(port, "POST", "/v2/models/m/infer", json.dumps(
+        {"id": "q1", "inputs": [{"name": "input", "shape": [1, 32, 32, 3], "datatype": "FP32", "data": flat}]}))
+    out = doc["outputs"][0] if code == 200 else {}
+    check(code == 200 and doc["id"] == "q1" and doc["model_version"] == "1" and out["shape"] == [1, 10]
+          and max(abs(a - b) for a, b in zip(out["data"], preds[0])) < 1e-6, "v2 infer JSON matches :predict")
+    hdr = json.dumps({"inputs": [{"name": "input", "shape": [1, 32, 32, 3], "datatype": "FP32",
+                                  "parameters": {"binary_data_size": 3072 * 4}}],
+                      "outputs": [{"name": "probabilities", "parameters": {"binary_data": True}},
+                                  {"name": "logits", "parameters": {"classification": 2}}]}).encode()
+    code, data, hdrs = request(port, "POST", "/v2/models/m/infer", hdr + bytes(3072 * 4),
+                               {"Inference-Header-Content-Length": str(len(hdr))})
+    hl = int({k.lower(): v for k, v in hdrs.items()}.get("inference-header-content-length", "0"))
+    ok = code == 200 and hl > 0
+    if ok:
+        meta = json.loads(data[:hl])
+        probs = struct.unpack("<10f", data[hl:hl + 40])
+        cls = meta["outputs"][1]["data"]
+        ok = (meta["outputs"][0]["parameters"]["binary_data_size"] == 40 and len(data) == hl + 40
+              and max(abs(a - b) for a, b in zip(probs, preds[0])) < 1e-6
+              and len(cls) == 2 and cls[0].split(":")[2].startswith("class"))
+    check(ok, "v2 infer binary in/out + classification")
+    with open(JPEG, "rb") as f:
+        jpg = f.read()
+    hdr = json.dumps({"inputs": [{"name": "input", "shape": [1], "datatype": "BYTES",
+                                  "parameters": {"binary_data_size": len(jpg) + 4}}]}).encode()
+    code, doc = jreq(port, "POST", "/v2/models/m/versions/1/infer", hdr + struct.pack("<I", len(jpg)) + jpg,
+                     {"Inference-Header-Content-Length": str(len(hdr))})
+    check(code == 200 and doc["outputs"][0]["shape"] == [1, 10], "v2 infer binary JPEG (BYTES)")
+    error_is(port, "POST", "/v2/models/m/infer", json.dumps(
+        {"inputs": [{"name": "input", "shape": [1, 32, 32, 3], "datatype": "INT64", "data": flat}]}), 400, ["INT64"])
+    error_is(port, "POST", "/v2/models/m/infer", json.dumps(
+        {"inputs": [{"name": "input", "shape": [1, 32, 32, 3], "datatype": "FP32", "data": flat[:5]}]}), 400, ["5 values"])
+    error_is(port, "POST", "/v2/models/zz/infer", "{}", 404, ["zz"])
+    error_is(port, "POST", "/v2/models/m/infer", "{}", 400, ["Inference-Header-Content-Length"],
+             {"Inference-Header-Content-Length": "99"})
+
+    code, data, _ = request(port, "GET", "/metrics")
+    text = data.decode()
+    check(code == 200 and 'weft_serve_requests_total{endpoint="v1_predict",code="200"}' in text
+          and 'weft_serve_requests_total{endpoint="v1_predict",code="413"}' in text
+          and "weft_serve_batch_size_bucket" in text and "weft_serve_request_duration_seconds_bucket" in text
+          and 'weft_serve_model_version{model="m"} 1' in text and "weft_serve_queue_depth" in text, "metrics")
+
+
+def hot_swap(port, base, images, tmp):
+    if not BENCH or not os.path.exists(BENCH):
+        print("skip hot swap under load: weft-bench not built")
+        return
+    out = open(os.path.join(tmp, "bench.json"), "w+")
+    bench = subprocess.Popen([BENCH, "--url", "http://127.0.0.1:%d" % port, "--model", "m",
+                              "--protocol", "kserve", "--concurrency", "8", "--duration", "5",
+                              "--images", images, "--json"], stdout=out, stderr=subprocess.STDOUT)
+    procs.append(bench)
+    time.sleep(1.5)
+    staging = os.path.join(base, ".staging-2")
+    os.makedirs(staging)
+    subprocess.check_call([TOOL, "model", "smallcnn", os.path.join(staging, "model.h5"), "2"])
+    os.rename(staging, os.path.join(base, "2"))
+    bench.wait(timeout=60)
+    out.seek(0)
+    lines = out.read().strip().splitlines()
+    res = json.loads(lines[-1]) if lines and lines[-1].startswith("{") else {}
+    print("bench:", lines[-1] if lines else "(no output)")
+    check(res.get("ok", 0) > 50 and res.get("non_2xx", 1) == 0 and res.get("errors", 1) == 0,
+          "hot swap under load: no failed request")
+    check(res.get("versions", {}).get("1", 0) > 0 and res.get("versions", {}).get("2", 0) > 0,
+          "hot swap under load: responses switch from version 1 to 2")
+    code, doc = jreq(port, "GET", "/v1/models/m")
+    check(code == 200 and doc["model_version_status"][0]["version"] == "2", "status shows version 2")
+    check(jreq(port, "GET", "/v1/models/m/versions/1")[0] == 404, "version 1 is gone")
+
+
+def drain(tmp):
+    """A slow request (ref backend, resnet20, 48 samples) in flight when SIGTERM arrives
+    completes; readiness fails meanwhile; the process exits 0."""
+    base = os.path.join(tmp, "slow")
+    os.makedirs(os.path.join(base, "1"))
+    subprocess.check_call([TOOL, "model", "resnet20", os.path.join(base, "1", "model.h5"), "3"])
+    port = free_port()
+    p = start_server(base, port, "--device", "ref", "--max_batch_size", "8", "--num_batch_threads", "1")
+    n = 48
+    hdr = json.dumps({"inputs": [{"name": "input", "shape": [n, 32, 32, 3], "datatype": "UINT8",
+                                  "parameters": {"binary_data_size": n * 3072}}]}).encode()
+    result = {}
+
+    def slow():
+        t = time.time()
+        code, doc = jreq(port, "POST", "/v2/models/m/infer", hdr + bytes(n * 3072),
+                         {"Inference-Header-Content-Length": str(len(hdr))})
+        result["code"], result["doc"], result["t"] = code, doc, time.time() - t
+
+    th = threading.Thread(target=slow)
+    th.start()
+    time.sleep(0.4)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.1)
+    try:
+        ready = request(port, "GET", "/v2/health/ready")[0]
+    except OSError:
+        ready = -1
+    th.join(timeout=120)
+    rc = p.wait(timeout=60)
+    print("slow request took %.2fs" % result.get("t", -1))
+    check(ready == 503 or "code" in result and result.get("t", 0) < 0.5, "readiness fails during drain")
+    check(result.get("code") == 200 and result["doc"]["outputs"][0]["shape"] == [n, 10],
+          "in-flight request completes after SIGTERM")
+    check(rc == 0, "weft-serve exits 0 after draining")
+
+
+def main():
+    global JPEG
+    tmp = tempfile.mkdtemp(prefix="weft-serve-test-")
+    try:
+        base = os.path.join(tmp, "models")
+        os.makedirs(os.path.join(base, "1"))
+        subprocess.check_call([TOOL, "model", "smallcnn", os.path.join(base, "1", "model.h5"), "1"])
+        JPEG = os.path.join(tmp, "a.jpg")
+        subprocess.check_call([TOOL, "jpeg", JPEG, "45", "37", "5"])
+        images = os.path.join(tmp, "images")
+        subprocess.check_call([TOOL, "images", images, "40", "9"])
+        with open(JPEG, "rb") as f:
+            jpeg_b64 = base64.b64encode(f.read()).decode()
+        code = subprocess.run([SERVE, "--model_base_path", base, "--no_such_flag"],
+                              capture_output=True, text=True)
+        check(code.returncode != 0 and "--no_such_flag" in code.stderr, "bad flag is named")
+        code = subprocess.run([SERVE, "--model_base_path", os.path.join(tmp, "missing")],
+                              capture_output=True, text=True)
+        check(code.returncode != 0 and "missing" in code.stderr, "missing base path is named")
+        port = free_port()
+        p = start_server(base, port, "--enable_batching", "--max_batch_size", "8",
+                         "--batch_timeout_micros", "2000", "--file_system_poll_wait_seconds", "0.2",
+                         "--max_request_bytes", str(1 << 20))
+        api_checks(port, jpeg_b64)
+        hot_swap(port, base, images, tmp)
+        p.send_signal(signal.SIGTERM)
+        check(p.wait(timeout=30) == 0, "SIGTERM on an idle server exits 0")
+        drain(tmp)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        if failures:
+            print("logs kept in", tmp)
+            for name in sorted(os.listdir(tmp)):
+                if name.endswith(".log"):
+                    print("----", name)
+                    print(open(os.path.join(tmp, name)).read()[-3000:])
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("%d failures" % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

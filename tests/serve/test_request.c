@@ -1,0 +1,254 @@
+/* test_request.c: weft-serve's request parsers and reply builders: what a
+ * client sends (numbers, base64 JPEG, KServe JSON and binary tensors) becomes
+ * the right model input, and bad bodies give errors that say why. */
+#include "common/util.h"
+#include "serve/request.h"
+#include "tests/test.h"
+
+#include <stdint.h>
+/* jpeglib.h needs stdio.h first */
+#include <jpeglib.h>
+
+static wf_serve_io test_io(void)
+{
+	wf_serve_io io = {.h = 2, .w = 2, .c = 3, .classes = 3, .scale = 1.0f / 255};
+	for (int i = 0; i < 4; i++) {
+		io.mean[i] = 0.5f;
+		io.std[i] = 0.25f;
+	}
+	return io;
+}
+
+/* A solid-colour RGB JPEG of w x h in memory. */
+static unsigned char *solid_jpeg(int w, int h, const unsigned char rgb[3], unsigned long *len)
+{
+	struct jpeg_compress_struct cinfo;
+	struct jpeg_error_mgr jerr;
+	unsigned char *out = NULL;
+	unsigned char *row = malloc((size_t)w * 3);
+	for (int x = 0; x < w; x++)
+		memcpy(row + 3 * x, rgb, 3);
+	cinfo.err = jpeg_std_error(&jerr);
+	jpeg_create_compress(&cinfo);
+	jpeg_mem_dest(&cinfo, &out, len);
+	cinfo.image_width = (JDIMENSION)w;
+	cinfo.image_height = (JDIMENSION)h;
+	cinfo.input_components = 3;
+	cinfo.in_color_space = JCS_RGB;
+	jpeg_set_defaults(&cinfo);
+	jpeg_set_quality(&cinfo, 100, TRUE);
+	jpeg_start_compress(&cinfo, TRUE);
+	while (cinfo.next_scanline < cinfo.image_height)
+		jpeg_write_scanlines(&cinfo, &row, 1);
+	jpeg_finish_compress(&cinfo);
+	jpeg_destroy_compress(&cinfo);
+	free(row);
+	return out;
+}
+
+static void test_base64_roundtrip_and_garbage_rejected(void)
+{
+	const uint8_t data[] = {0, 1, 2, 250, 251, 252, 253};
+	wf_err err = {0};
+	for (size_t n = 0; n <= sizeof(data); n++) {
+		char *s = wf_serve_b64_encode(data, n);
+		uint8_t *back = NULL;
+		size_t blen = 0;
+		WF_CHECK_INT(wf_serve_b64_decode(s, strlen(s), &back, &blen, &err), 0);
+		WF_CHECK_INT(blen, n);
+		WF_CHECK(n == 0 || memcmp(back, data, n) == 0);
+		free(back);
+		free(s);
+	}
+	uint8_t *out = NULL;
+	size_t olen;
+	WF_CHECK_INT(wf_serve_b64_decode("ab$d", 4, &out, &olen, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "base64") != NULL);
+	WF_CHECK_INT(wf_serve_b64_decode("a", 1, &out, &olen, &err), WF_EINVAL);
+	/* URL-safe alphabet is accepted */
+	WF_CHECK_INT(wf_serve_b64_decode("-_8", 3, &out, &olen, &err), 0);
+	free(out);
+}
+
+static void test_tf_instances_are_model_input_unchanged(void)
+{
+	wf_serve_io io = test_io();
+	wf_serve_tf_req req;
+	wf_err err = {0};
+	const char *body = "{\"instances\": [[[[1,2,3],[4,5,6]],[[7,8,9],[10,11,12]]],"
+			   "{\"input\": [[[0,0,0],[0,0,0]],[[0,0,0],[0,0,-1.5]]]}]}";
+	WF_CHECK_INT(wf_serve_tf_parse(&io, body, strlen(body), &req, &err), 0);
+	WF_CHECK_INT(req.in.n, 2);
+	WF_CHECK_INT(req.columnar, 0);
+	WF_CHECK_NEAR(req.in.x[0], 1, 0);
+	WF_CHECK_NEAR(req.in.x[11], 12, 0);
+	WF_CHECK_NEAR(req.in.x[23], -1.5, 0);
+	wf_serve_tf_req_free(&req);
+
+	const char *cols = "{\"inputs\": {\"input\": [[[[1,2,3],[4,5,6]],[[7,8,9],[1,1,1]]]]}}";
+	WF_CHECK_INT(wf_serve_tf_parse(&io, cols, strlen(cols), &req, &err), 0);
+	WF_CHECK_INT(req.columnar, 1);
+	WF_CHECK_INT(req.in.n, 1);
+	wf_serve_tf_req_free(&req);
+}
+
+static void test_tf_bad_bodies_say_why(void)
+{
+	wf_serve_io io = test_io();
+	wf_serve_tf_req req;
+	wf_err err = {0};
+	const char *cases[][2] = {
+		{"{\"instances\": [[[1,2,3]]]}", "[2][2][3]"},
+		{"{\"instances\": [", "malformed JSON"},
+		{"[1,2]", "JSON object"},
+		{"{\"foo\": 1}", "\"instances\""},
+		{"{\"instances\": []}", "no samples"},
+		{"{\"instances\": [[[[1,2,3],[4,5,6]],[[7,8,9],[10,11,\"x\"]]]]}", "not a number"},
+		{"{\"instances\": [{\"b64\": \"!!!!\"}]}", "base64"},
+		{"{\"instances\": [{\"b64\": \"aGVsbG8=\"}]}", "not a JPEG"},
+		{"{\"instances\": [{\"pixels\": [1]}]}", "unknown input \"pixels\""},
+		{"{\"signature_name\": \"other\", \"instances\": [[1]]}", "other"},
+	};
+	for (size_t i = 0; i < WF_ARRAY_LEN(cases); i++) {
+		err.msg[0] = 0;
+		int rc = wf_serve_tf_parse(&io, cases[i][0], strlen(cases[i][0]), &req, &err);
+		WF_CHECK_MSG(rc == WF_EINVAL && strstr(err.msg, cases[i][1]),
+			     "case %zu: rc %d msg \"%s\"", i, rc, err.msg);
+	}
+}
+
+static void test_b64_jpeg_is_decoded_resized_and_preprocessed(void)
+{
+	wf_serve_io io = test_io();
+	const unsigned char rgb[3] = {200, 100, 50};
+	unsigned long len = 0;
+	unsigned char *jpg = solid_jpeg(17, 9, rgb, &len);
+	char *b64 = wf_serve_b64_encode(jpg, len);
+	size_t blen = strlen(b64) + 64;
+	char *body = malloc(blen);
+	snprintf(body, blen, "{\"instances\": [{\"b64\": \"%s\"}]}", b64);
+	wf_serve_tf_req req;
+	wf_err err = {0};
+	WF_CHECK_INT(wf_serve_tf_parse(&io, body, strlen(body), &req, &err), 0);
+	for (int p = 0; p < 4 && req.in.x; p++)
+		for (int c = 0; c < 3; c++) {
+			double want = (rgb[c] / 255.0 - 0.5) / 0.25;
+			WF_CHECK_NEAR(req.in.x[p * 3 + c], want, 4.0 / 255 / 0.25);
+		}
+	wf_serve_tf_req_free(&req);
+	/* a BGR model sees the channels swapped */
+	io.bgr = 1;
+	WF_CHECK_INT(wf_serve_decode_image(&io, jpg, len, (float[12]){0}, &err), 0);
+	float out[12];
+	wf_serve_decode_image(&io, jpg, len, out, &err);
+	WF_CHECK_NEAR(out[0], (50 / 255.0 - 0.5) / 0.25, 4.0 / 255 / 0.25);
+	/* truncated JPEG and PNG are refused with a reason */
+	WF_CHECK_INT(wf_serve_decode_image(&io, jpg, len / 3, out, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "JPEG") != NULL);
+	const uint8_t png[16] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+	WF_CHECK_INT(wf_serve_decode_image(&io, png, sizeof(png), out, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "PNG") != NULL);
+	free(body);
+	free(b64);
+	free(jpg);
+}
+
+static void test_kserve_fp32_json_and_binary_agree(void)
+{
+	wf_serve_io io = test_io();
+	wf_serve_kv2_req a, b;
+	wf_err err = {0};
+	const char *js = "{\"id\":\"r1\",\"inputs\":[{\"name\":\"input\",\"shape\":[1,2,2,3],"
+			 "\"datatype\":\"FP32\",\"data\":[1,2,3,4,5,6,7,8,9,10,11,12]}]}";
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, js, strlen(js), strlen(js), &a, &err), 0);
+	WF_CHECK(a.has_id && strcmp(a.id, "r1") == 0);
+	WF_CHECK_INT(a.nout, 1);
+	WF_CHECK_INT(a.out[0].logits, 0);
+	char head[256];
+	int hl = snprintf(
+		head, sizeof(head),
+		"{\"inputs\":[{\"name\":\"input\",\"shape\":[1,2,2,3],\"datatype\":"
+		"\"FP32\",\"parameters\":{\"binary_data_size\":48}}],\"outputs\":[{\"name\":"
+		"\"logits\",\"parameters\":{\"binary_data\":true}}]}");
+	char body[512];
+	memcpy(body, head, (size_t)hl);
+	for (int i = 0; i < 12; i++) {
+		float v = (float)(i + 1);
+		memcpy(body + hl + 4 * i, &v, 4);
+	}
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, body, (size_t)hl + 48, (size_t)hl, &b, &err), 0);
+	WF_CHECK(a.in.x && b.in.x && memcmp(a.in.x, b.in.x, 48) == 0);
+	WF_CHECK(b.out[0].logits && b.out[0].binary);
+	/* wrong sizes are refused */
+	wf_serve_kv2_req c;
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, body, (size_t)hl + 44, (size_t)hl, &c, &err),
+		     WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "binary_data_size") != NULL);
+	wf_serve_kv2_req_free(&a);
+	wf_serve_kv2_req_free(&b);
+}
+
+static void test_kserve_uint8_gets_preprocessing(void)
+{
+	wf_serve_io io = test_io();
+	wf_serve_kv2_req r;
+	wf_err err = {0};
+	const char *js = "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,2,2,3],\"datatype\":"
+			 "\"UINT8\",\"data\":[[[[255,0,51],[0,0,0]],[[0,0,0],[0,0,0]]]]}]}";
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, js, strlen(js), strlen(js), &r, &err), 0);
+	if (r.in.x) {
+		WF_CHECK_NEAR(r.in.x[0], (1.0 - 0.5) / 0.25, 1e-5);
+		WF_CHECK_NEAR(r.in.x[1], (0.0 - 0.5) / 0.25, 1e-5);
+		WF_CHECK_NEAR(r.in.x[2], (0.2 - 0.5) / 0.25, 1e-5);
+	}
+	wf_serve_kv2_req_free(&r);
+	const char *bad = "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,2,2,3],\"datatype\":"
+			  "\"UINT8\",\"data\":[256,0,0,0,0,0,0,0,0,0,0,0]}]}";
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, bad, strlen(bad), strlen(bad), &r, &err), WF_EINVAL);
+	const char *wrong = "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,3,2,3],\"datatype\":"
+			    "\"FP32\",\"data\":[1]}]}";
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, wrong, strlen(wrong), strlen(wrong), &r, &err),
+		     WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "[N,2,2,3]") != NULL);
+}
+
+static void test_replies_carry_probabilities_labels_and_binary(void)
+{
+	float logits[6] = {0, 1, 3, 2, 0, 0}, probs[6];
+	char *labels[3] = {"cat", "dog", "eel"};
+	wf_serve_softmax(logits, probs, 2, 3);
+	WF_CHECK_NEAR(probs[0] + probs[1] + probs[2], 1, 1e-6);
+	WF_CHECK(probs[2] > probs[1]);
+	char *s = wf_serve_tf_classify_reply(probs, 2, 3, labels, 2);
+	WF_CHECK(s && strstr(s, "{\"results\":[[[\"eel\",") == s);
+	free(s);
+	s = wf_serve_tf_predict_reply(probs, 2, 3, 1);
+	WF_CHECK(s && strncmp(s, "{\"outputs\":[[", 13) == 0);
+	free(s);
+
+	wf_serve_kv2_req req = {
+		.nout = 2, .out = {{.logits = 0, .classification = 1}, {.logits = 1, .binary = 1}}};
+	char *body = NULL;
+	size_t len = 0, hl = 0;
+	wf_err err = {0};
+	WF_CHECK_INT(wf_serve_kv2_reply(&req, "m", 7, logits, probs, 2, 3, labels, &body, &len, &hl,
+					&err),
+		     0);
+	WF_CHECK(hl > 0 && len == hl + 24);
+	WF_CHECK(body && strstr(body, "\"model_version\":\"7\"") != NULL);
+	WF_CHECK(body && strstr(body, ":2:eel\"") != NULL);
+	WF_CHECK(body && memcmp(body + hl, logits, 24) == 0);
+	free(body);
+}
+
+int main(void)
+{
+	WF_RUN(test_base64_roundtrip_and_garbage_rejected);
+	WF_RUN(test_tf_instances_are_model_input_unchanged);
+	WF_RUN(test_tf_bad_bodies_say_why);
+	WF_RUN(test_b64_jpeg_is_decoded_resized_and_preprocessed);
+	WF_RUN(test_kserve_fp32_json_and_binary_agree);
+	WF_RUN(test_kserve_uint8_gets_preprocessing);
+	WF_RUN(test_replies_carry_probabilities_labels_and_binary);
+	return wf_test_summary();
+}

@@ -1,0 +1,24 @@
+# lib.sh: shared set-up of the trainer's script tests. Source it; it gives
+# $WORK (a fresh directory, removed on exit), fail(), and make_synth().
+set -euo pipefail
+: "${WEFT:?set WEFT to the weft binary}"
+: "${WEFT_SRC:?set WEFT_SRC to the source tree}"
+WORK=$(mktemp -d /tmp/weft-test.XXXXXX)
+cleanup() { rm -rf "$WORK"; }
+trap cleanup EXIT
+cd "$WORK"
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+
+# make_synth FILE COUNT SIZE SEED
+make_synth() {
+	"$WEFT" data synth --out "$1" --count "$2" --size "$3" --seed "$4" >/dev/null
+}
+
+# last_metric FILE KEY: KEY of the last line of a metrics.jsonl
+last_metric() {
+	python3 -c 'import json,sys; print(json.loads(open(sys.argv[1]).read().splitlines()[-1])[sys.argv[2]])' "$1" "$2"
+}

@@ -1,0 +1,25 @@
+# test_cli.sh: --help everywhere, unknown commands and flags are named,
+# exit codes follow DESIGN section 11.
+. "$WEFT_SRC/tests/trainer/lib.sh"
+"$WEFT" --help | grep -q "train" || fail "weft --help lists no commands"
+for c in train eval inspect version "data synth" "data cifar10" data; do
+	"$WEFT" $c --help >help.txt || fail "weft $c --help failed"
+	grep -q "usage" help.txt || fail "weft $c --help has no usage"
+done
+"$WEFT" train --help | grep -q -- "--accumulate" || fail "train --help misses --accumulate"
+"$WEFT" train --help-config | grep -q "optimizer.schedule.warmup_steps" || fail "no key reference"
+
+expect_error() { # want-substring command...
+	local want=$1 rc=0
+	shift
+	"$@" >out.txt 2>err.txt || rc=$?
+	[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "$*: exit $rc, want 1..127"
+	grep -q -- "$want" err.txt || fail "$*: error does not mention '$want': $(cat err.txt)"
+}
+expect_error "unknown command 'trian'" "$WEFT" trian
+expect_error "unknown flag '--lr'" "$WEFT" train --config x.json --lr 3
+expect_error "--config FILE is required" "$WEFT" train
+expect_error "flag --threads: expected an integer" "$WEFT" train --threads many
+expect_error "not available" "$WEFT" launch
+"$WEFT" version | grep -q "^weft " || fail "version"
+echo ok

@@ -1,0 +1,30 @@
+/* checkpoint.h: training checkpoints (DESIGN section 8). A checkpoint is
+ * <dir>/step-<N>/ holding the strategy's optimizer state, model.h5 and, last,
+ * an empty DONE file; every file is written under a temporary name, fsync'd
+ * and renamed, then the directory is fsync'd. A directory without DONE is
+ * never loaded. */
+#ifndef WF_CHECKPOINT_H
+#define WF_CHECKPOINT_H
+
+#include "common/error.h"
+#include "model/model.h"
+#include "worker/exchange.h"
+
+#include <stddef.h>
+
+/* Newest complete checkpoint under dir: returns 1 and fills *step and
+ * path (its directory), 0 when there is none (or dir does not exist). */
+int wf_ckpt_latest(const char *dir, long *step, char *path, size_t n, wf_err *err);
+/* Write checkpoint `step` (steps completed) of executor ex: the exchange's
+ * state, then (chief only) model.h5 with meta->trained_steps = step, then
+ * DONE; then keep only the newest `keep` complete checkpoints. */
+int wf_ckpt_save(const char *dir, long step, wf_exec *ex, wf_model *m, wf_model_meta *meta,
+		 wf_exchange *x, int keep, wf_err *err);
+/* Load step_dir/model.h5 into m and the executor (params and state); the
+ * file's graph must be m's. */
+int wf_ckpt_load_model(const char *step_dir, wf_exec *ex, wf_model *m, wf_err *err);
+/* Delete all but the newest keep complete checkpoints, and incomplete ones
+ * older than the newest complete one. */
+int wf_ckpt_prune(const char *dir, int keep, wf_err *err);
+
+#endif

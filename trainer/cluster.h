@@ -1,0 +1,74 @@
+/* cluster.h: who is who in a training cluster. Parses TF_CONFIG exactly as
+ * TensorFlow and Kubeflow write it (chief/worker/ps/evaluator lists, the
+ * sparse worker map, "environment"), or derives the role and index without
+ * it (mpirun's OMPI_COMM_WORLD_*, a Kubernetes Indexed Job's
+ * JOB_COMPLETION_INDEX), and resolves host names into tcp:// endpoints
+ * with retries and backoff (pods come up before their DNS does). */
+#ifndef WF_CLUSTER_H
+#define WF_CLUSTER_H
+
+#include "common/error.h"
+
+#include <stddef.h>
+
+typedef enum {
+	WF_ROLE_NONE = 0,
+	WF_ROLE_CHIEF,
+	WF_ROLE_WORKER,
+	WF_ROLE_PS,
+	WF_ROLE_EVALUATOR,
+	WF_ROLE__COUNT
+} wf_role;
+
+/* Where the role and index came from. A later source (StatefulSet ordinal
+ * from the host name) adds an enum value and a branch in wf_cluster_from_env. */
+typedef enum {
+	WF_CLUSTER_SRC_NONE = 0, /* single process */
+	WF_CLUSTER_SRC_TF_CONFIG,
+	WF_CLUSTER_SRC_MPI,	 /* OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK */
+	WF_CLUSTER_SRC_JOB_INDEX /* JOB_COMPLETION_INDEX (Indexed Job) */
+} wf_cluster_source;
+
+/* Addresses of one job type. Kubeflow's sparse form may leave holes: addr[i]
+ * is NULL for an index the map does not list. */
+typedef struct wf_cluster_job {
+	int n;	     /* highest index + 1 */
+	char **addr; /* [n] "host:port" as written, or NULL */
+} wf_cluster_job;
+
+typedef struct wf_cluster {
+	wf_cluster_source source;
+	wf_cluster_job jobs[WF_ROLE__COUNT]; /* indexed by wf_role; [NONE] unused */
+	wf_role role;			     /* this process */
+	int index;			     /* within its role */
+	int is_chief;			     /* the chief, or worker 0 when there is no chief */
+	int world_size; /* MPI / Indexed Job: processes; TF_CONFIG: chief + workers */
+	int rank;	/* MPI / Indexed Job rank; TF_CONFIG: chief 0, worker i -> i + nchief */
+	int local_rank; /* MPI local rank (GPU choice), else 0 */
+	char environment[64]; /* TF_CONFIG "environment" ("cloud"), or "" */
+} wf_cluster;
+
+/* Name of a role as TF_CONFIG spells it ("chief", "worker", "ps", "evaluator"). */
+const char *wf_role_name(wf_role r);
+/* Parse a TF_CONFIG document. Errors name the field: not JSON, missing
+ * cluster or task, unknown task type, index out of range, duplicate
+ * address, malformed host:port. */
+int wf_cluster_parse_tf_config(wf_cluster *c, const char *json, wf_err *err);
+/* From the environment: TF_CONFIG if set, else OMPI_COMM_WORLD_*, else
+ * JOB_COMPLETION_INDEX, else a single process (source NONE, worker 0, chief). */
+int wf_cluster_from_env(wf_cluster *c, wf_err *err);
+/* Check the cluster fits the strategy ("parameter_server", "allreduce",
+ * "local"): a parameter_server strategy needs ps tasks and a worker or chief. */
+int wf_cluster_validate(const wf_cluster *c, const char *strategy, wf_err *err);
+/* Workers that train: chief (if any) + workers listed. */
+int wf_cluster_num_trainers(const wf_cluster *c);
+/* Resolve "host:port" into "tcp://ip:port", trying `attempts` times with
+ * exponential backoff starting at backoff seconds. WF_ETRANSIENT naming the
+ * host when it never resolves; WF_EINVAL when malformed. */
+int wf_cluster_resolve(const char *hostport, int attempts, double backoff, char *endpoint, size_t n,
+		       wf_err *err);
+/* Split and check "host:port" ("[v6]:port" too); host receives the host. */
+int wf_cluster_split_hostport(const char *hostport, char *host, size_t n, int *port);
+void wf_cluster_free(wf_cluster *c);
+
+#endif

@@ -1,0 +1,508 @@
+#include "trainer/config.h"
+
+#include "common/json.h"
+#include "model/model.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the schema -------------------------------------------------------- */
+
+typedef enum { T_STR, T_INT, T_NUM, T_BOOL } key_type;
+
+typedef struct key_def {
+	const char *path; /* "optimizer.schedule.name" */
+	key_type type;
+	size_t offset;	 /* into wf_config */
+	size_t size;	 /* strings: buffer bytes */
+	const char *def; /* default, as JSON text */
+	const char *doc; /* one line for the reference */
+} key_def;
+
+#define F(field) offsetof(wf_config, field), sizeof(((wf_config *)0)->field)
+
+static const key_def keys[] = {
+	{"model.name", T_STR, F(model.name), "\"smallcnn\"",
+	 "model from the zoo (`weft train --help` lists them)"},
+	{"model.classes", T_INT, F(model.classes), "0",
+	 "number of classes; 0 takes it from the train data, otherwise it must match the data"},
+	{"data.train", T_STR, F(data.train), "\"\"", "training dataset file (required)"},
+	{"data.eval", T_STR, F(data.eval), "\"\"", "evaluation dataset file; empty: no evaluation"},
+	{"data.augment", T_BOOL, F(data.augment), "false",
+	 "random crop (after zero padding) and horizontal flip of training images"},
+	{"data.crop_padding", T_INT, F(data.crop_padding), "4",
+	 "zero padding in pixels before the random crop"},
+	{"train.batch_size", T_INT, F(train.batch_size), "64",
+	 "samples per micro-batch, per worker"},
+	{"train.steps", T_INT, F(train.steps), "1000", "optimizer steps in the whole run"},
+	{"train.seed", T_INT, F(train.seed), "1",
+	 "seed of initialisation, data order, augmentation and dropout"},
+	{"train.eval_every_steps", T_INT, F(train.eval_every_steps), "0",
+	 "evaluate every N steps; 0: only at the end"},
+	{"train.threads", T_INT, F(train.threads), "0", "CPU threads; 0: library default"},
+	{"train.device", T_STR, F(train.device), "\"auto\"",
+	 "kernel backend: cpu, ref, cuda or auto (cuda when usable, else cpu)"},
+	{"train.accumulate", T_INT, F(train.accumulate), "1",
+	 "micro-batches summed before each optimizer step"},
+	{"optimizer.name", T_STR, F(optimizer.name), "\"sgd\"", "sgd, adam or adamw"},
+	{"optimizer.lr", T_NUM, F(optimizer.lr), "0.1", "base learning rate"},
+	{"optimizer.momentum", T_NUM, F(optimizer.momentum), "0.9", "SGD momentum; 0: plain SGD"},
+	{"optimizer.nesterov", T_BOOL, F(optimizer.nesterov), "false", "SGD Nesterov momentum"},
+	{"optimizer.beta1", T_NUM, F(optimizer.beta1), "0.9", "Adam/AdamW first moment decay"},
+	{"optimizer.beta2", T_NUM, F(optimizer.beta2), "0.999", "Adam/AdamW second moment decay"},
+	{"optimizer.epsilon", T_NUM, F(optimizer.epsilon), "1e-07", "Adam/AdamW epsilon"},
+	{"optimizer.weight_decay", T_NUM, F(optimizer.weight_decay), "0",
+	 "L2 added to the gradient (SGD, Adam); decoupled decay (AdamW)"},
+	{"optimizer.schedule.name", T_STR, F(optimizer.schedule.name), "\"constant\"",
+	 "learning-rate schedule: constant, step or cosine"},
+	{"optimizer.schedule.warmup_steps", T_INT, F(optimizer.schedule.warmup_steps), "0",
+	 "linear warm-up from 0 to lr over this many steps"},
+	{"optimizer.schedule.decay_steps", T_INT, F(optimizer.schedule.decay_steps), "0",
+	 "step: multiply lr by decay_rate every decay_steps steps"},
+	{"optimizer.schedule.decay_rate", T_NUM, F(optimizer.schedule.decay_rate), "0.1",
+	 "step: the factor applied every decay_steps"},
+	{"optimizer.schedule.min_lr", T_NUM, F(optimizer.schedule.min_lr), "0",
+	 "cosine: the learning rate reached at the last step"},
+	{"strategy.name", T_STR, F(strategy.name), "\"local\"",
+	 "local, parameter_server or allreduce"},
+	{"strategy.mode", T_STR, F(strategy.mode), "\"sync\"",
+	 "parameter_server: sync, async or ssp:K (at most K steps ahead)"},
+	{"strategy.bucket_mb", T_NUM, F(strategy.bucket_mb), "25",
+	 "allreduce: gradient bucket size in MiB"},
+	{"checkpoint.dir", T_STR, F(checkpoint.dir), "\"run/ckpt\"",
+	 "directory of the step-N checkpoint directories"},
+	{"checkpoint.every_steps", T_INT, F(checkpoint.every_steps), "0",
+	 "checkpoint every N steps; 0: only at the end (and on SIGINT/SIGTERM)"},
+	{"checkpoint.keep", T_INT, F(checkpoint.keep), "3", "complete checkpoints kept"},
+	{"log.dir", T_STR, F(log.dir), "\"run/logs\"",
+	 "metrics.jsonl, TensorBoard events and the resolved config.json"},
+	{"log.every_steps", T_INT, F(log.every_steps), "10", "log metrics every N steps"},
+	{"export.dir", T_STR, F(export_.dir), "\"run/export\"",
+	 "where `weft export` writes the serving model"},
+};
+
+static const char *type_name(key_type t)
+{
+	switch (t) {
+	case T_STR: return "string";
+	case T_INT: return "integer";
+	case T_NUM: return "number";
+	case T_BOOL: return "boolean";
+	}
+	return "?";
+}
+
+static const key_def *find_key(const char *path)
+{
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (strcmp(keys[i].path, path) == 0)
+			return &keys[i];
+	return NULL;
+}
+
+/* 1 when path names a section (an object holding keys). */
+static int is_section(const char *path)
+{
+	size_t n = strlen(path);
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		if (strncmp(keys[i].path, path, n) == 0 && keys[i].path[n] == '.')
+			return 1;
+	return 0;
+}
+
+/* ---- setting values ---------------------------------------------------- */
+
+static int set_value(wf_config *c, const key_def *k, const json_t *v, const char *raw, wf_err *err)
+{
+	char *field = (char *)c + k->offset;
+	switch (k->type) {
+	case T_STR: {
+		const char *s = json_is_string(v) ? json_string_value(v) : raw;
+		if (!s)
+			return wf_errf(err, WF_EINVAL, "%s: expected a string, got %s", k->path,
+				       wf_json_type_name(v));
+		if (strlen(s) >= k->size)
+			return wf_errf(err, WF_EINVAL,
+				       "%s: value too long (%zu bytes, at most %zu)", k->path,
+				       strlen(s), k->size - 1);
+		strcpy(field, s);
+		return 0;
+	}
+	case T_INT: {
+		double d;
+		if (json_is_integer(v)) {
+			*(long *)field = (long)json_integer_value(v);
+			return 0;
+		}
+		if (json_is_real(v) && fabs(d = json_real_value(v)) < 9e15 &&
+		    d == (double)(long)d) {
+			*(long *)field = (long)d;
+			return 0;
+		}
+		if (json_is_real(v))
+			return wf_errf(err, WF_EINVAL, "%s: expected an integer, got %g", k->path,
+				       json_real_value(v));
+		return wf_errf(err, WF_EINVAL, "%s: expected an integer, got %s", k->path,
+			       wf_json_type_name(v));
+	}
+	case T_NUM:
+		if (!json_is_number(v))
+			return wf_errf(err, WF_EINVAL, "%s: expected a number, got %s", k->path,
+				       wf_json_type_name(v));
+		*(double *)field = json_number_value(v);
+		return 0;
+	case T_BOOL:
+		if (!json_is_boolean(v))
+			return wf_errf(err, WF_EINVAL, "%s: expected a boolean, got %s", k->path,
+				       wf_json_type_name(v));
+		*(int *)field = json_is_true(v);
+		return 0;
+	}
+	return wf_errf(err, WF_EINTERNAL, "%s: bad schema type", k->path);
+}
+
+static int unknown_key(const char *path, const char *section, wf_err *err)
+{
+	char known[1024] = "";
+	size_t n = strlen(section), used = 0;
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		const char *p = keys[i].path;
+		if (n && (strncmp(p, section, n) != 0 || p[n] != '.'))
+			continue;
+		const char *rest = n ? p + n + 1 : p;
+		size_t len = strcspn(rest, ".");
+		/* list each direct child once */
+		char child[64];
+		snprintf(child, sizeof(child), "%.*s", (int)len, rest);
+		int seen = 0;
+		for (const char *s = known; (s = strstr(s, child)) != NULL; s += len) {
+			if ((s == known || s[-1] == ' ') && (s[len] == ',' || s[len] == '\0')) {
+				seen = 1;
+				break;
+			}
+		}
+		if (!seen && used + len + 3 < sizeof(known))
+			used += (size_t)snprintf(known + used, sizeof(known) - used, "%s%s",
+						 used ? ", " : "", child);
+	}
+	return wf_errf(err, WF_EINVAL, "%s: unknown key (known %s%s: %s)", path,
+		       n ? "keys in " : "sections", section, known);
+}
+
+/* Merge obj (the section at prefix, "" for the root) into c. */
+static int merge(wf_config *c, const json_t *obj, const char *prefix, wf_err *err)
+{
+	const char *key;
+	json_t *v;
+	json_object_foreach((json_t *)obj, key, v)
+	{
+		char path[256];
+		wf_json_path(path, sizeof(path), prefix, key);
+		if (is_section(path)) {
+			if (!json_is_object(v))
+				return wf_errf(err, WF_EINVAL, "%s: expected an object, got %s",
+					       path, wf_json_type_name(v));
+			int rc = merge(c, v, path, err);
+			if (rc != 0)
+				return rc;
+			continue;
+		}
+		const key_def *k = find_key(path);
+		if (!k)
+			return unknown_key(path, prefix, err);
+		int rc = set_value(c, k, v, NULL, err);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
+}
+
+void wf_config_default(wf_config *c)
+{
+	memset(c, 0, sizeof(*c));
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		json_t *v = json_loads(keys[i].def, JSON_DECODE_ANY, NULL);
+		set_value(c, &keys[i], v, NULL, NULL);
+		json_decref(v);
+	}
+}
+
+static int merge_root(wf_config *c, json_t *root, const char *origin, wf_err *err)
+{
+	int rc;
+	if (!json_is_object(root))
+		rc = wf_errf(err, WF_EINVAL, "%s: the config must be a JSON object, got %s", origin,
+			     wf_json_type_name(root));
+	else
+		rc = merge(c, root, "", err);
+	json_decref(root);
+	return rc;
+}
+
+int wf_config_load_file(wf_config *c, const char *path, wf_err *err)
+{
+	json_t *root;
+	int rc = wf_json_load_file(&root, path, err);
+	if (rc != 0)
+		return rc;
+	rc = merge_root(c, root, path, err);
+	if (rc != 0 && strncmp(err ? err->msg : "", path, strlen(path)) != 0)
+		wf_err_wrap(err, "%s", path);
+	return rc;
+}
+
+int wf_config_load_string(wf_config *c, const char *text, const char *origin, wf_err *err)
+{
+	json_t *root;
+	int rc = wf_json_load_string(&root, text, origin, err);
+	if (rc != 0)
+		return rc;
+	return merge_root(c, root, origin, err);
+}
+
+int wf_config_set(wf_config *c, const char *assignment, wf_err *err)
+{
+	const char *eq = strchr(assignment, '=');
+	if (!eq || eq == assignment)
+		return wf_errf(err, WF_EINVAL, "--set %s: expected key=value", assignment);
+	char path[256];
+	size_t n = (size_t)(eq - assignment);
+	if (n >= sizeof(path))
+		return wf_errf(err, WF_EINVAL, "--set: key too long");
+	memcpy(path, assignment, n);
+	path[n] = '\0';
+	const char *raw = eq + 1;
+	json_t *v = json_loads(raw, JSON_DECODE_ANY, NULL);
+	int rc;
+	if (is_section(path)) {
+		if (json_is_object(v))
+			rc = merge(c, v, path, err);
+		else
+			rc = wf_errf(err, WF_EINVAL, "%s: expected an object, got %s", path,
+				     v ? wf_json_type_name(v) : "string");
+	} else {
+		const key_def *k = find_key(path);
+		if (!k) {
+			const char *dot = strrchr(path, '.');
+			char section[256] = "";
+			if (dot)
+				snprintf(section, sizeof(section), "%.*s", (int)(dot - path), path);
+			rc = unknown_key(path, section, err);
+		} else if (!v) {
+			json_t *s = json_string(raw);
+			rc = s ? set_value(c, k, s, raw, err)
+			       : wf_errf(err, WF_EINVAL, "%s: value is not valid UTF-8", path);
+			json_decref(s);
+		} else {
+			rc = set_value(c, k, v, raw, err);
+		}
+	}
+	json_decref(v);
+	if (rc != 0)
+		wf_err_wrap(err, "--set");
+	return rc;
+}
+
+/* ---- validation -------------------------------------------------------- */
+
+static int one_of(const char *v, const char *choices)
+{
+	size_t n = strlen(v);
+	for (const char *s = choices; *s;) {
+		size_t len = strcspn(s, " ");
+		if (len == n && strncmp(s, v, n) == 0)
+			return 1;
+		s += len;
+		while (*s == ' ')
+			s++;
+	}
+	return 0;
+}
+
+#define NEED(cond, ...)                                                                            \
+	do {                                                                                       \
+		if (!(cond))                                                                       \
+			return wf_errf(err, WF_EINVAL, __VA_ARGS__);                               \
+	} while (0)
+
+int wf_config_validate(wf_config *c, wf_err *err)
+{
+	const char *zoo = wf_model_zoo_names();
+	NEED(one_of(c->model.name, zoo), "model.name: unknown model '%s' (known: %s)",
+	     c->model.name, zoo);
+	NEED(c->model.classes >= 0 && c->model.classes <= 1000000,
+	     "model.classes: must be >= 1 (or 0: from the data), got %ld", c->model.classes);
+	NEED(c->data.train[0], "data.train: required (path of the training dataset file)");
+	NEED(c->data.crop_padding >= 0 && c->data.crop_padding <= 1024,
+	     "data.crop_padding: must be in [0, 1024], got %ld", c->data.crop_padding);
+	NEED(c->train.batch_size >= 1 && c->train.batch_size <= 1 << 20,
+	     "train.batch_size: must be >= 1, got %ld", c->train.batch_size);
+	NEED(c->train.steps >= 1, "train.steps: must be >= 1, got %ld", c->train.steps);
+	NEED(c->train.seed >= 0, "train.seed: must be >= 0, got %ld", c->train.seed);
+	NEED(c->train.eval_every_steps >= 0, "train.eval_every_steps: must be >= 0, got %ld",
+	     c->train.eval_every_steps);
+	NEED(c->train.threads >= 0 && c->train.threads <= 4096,
+	     "train.threads: must be in [0, 4096], got %ld", c->train.threads);
+	NEED(one_of(c->train.device, "cpu ref cuda auto"),
+	     "train.device: expected cpu, ref, cuda or auto, got '%s'", c->train.device);
+	NEED(c->train.accumulate >= 1 && c->train.accumulate <= 65536,
+	     "train.accumulate: must be in [1, 65536], got %ld", c->train.accumulate);
+	NEED(c->train.batch_size * c->train.accumulate <= 1 << 22,
+	     "train.batch_size * train.accumulate: too large (%ld)",
+	     c->train.batch_size * c->train.accumulate);
+
+	NEED(one_of(c->optimizer.name, "sgd adam adamw"),
+	     "optimizer.name: expected sgd, adam or adamw, got '%s'", c->optimizer.name);
+	NEED(c->optimizer.lr > 0 && c->optimizer.lr < 1e6, "optimizer.lr: must be > 0, got %g",
+	     c->optimizer.lr);
+	NEED(c->optimizer.momentum >= 0 && c->optimizer.momentum < 1,
+	     "optimizer.momentum: must be in [0, 1), got %g", c->optimizer.momentum);
+	NEED(c->optimizer.beta1 >= 0 && c->optimizer.beta1 < 1,
+	     "optimizer.beta1: must be in [0, 1), got %g", c->optimizer.beta1);
+	NEED(c->optimizer.beta2 >= 0 && c->optimizer.beta2 < 1,
+	     "optimizer.beta2: must be in [0, 1), got %g", c->optimizer.beta2);
+	NEED(c->optimizer.epsilon > 0, "optimizer.epsilon: must be > 0, got %g",
+	     c->optimizer.epsilon);
+	NEED(c->optimizer.weight_decay >= 0, "optimizer.weight_decay: must be >= 0, got %g",
+	     c->optimizer.weight_decay);
+	NEED(!(c->optimizer.nesterov && c->optimizer.momentum == 0),
+	     "optimizer.nesterov: needs optimizer.momentum > 0");
+	NEED(one_of(c->optimizer.schedule.name, "constant step cosine"),
+	     "optimizer.schedule.name: expected constant, step or cosine, got '%s'",
+	     c->optimizer.schedule.name);
+	NEED(c->optimizer.schedule.warmup_steps >= 0,
+	     "optimizer.schedule.warmup_steps: must be >= 0, got %ld",
+	     c->optimizer.schedule.warmup_steps);
+	NEED(c->optimizer.schedule.decay_steps >= 0,
+	     "optimizer.schedule.decay_steps: must be >= 0, got %ld",
+	     c->optimizer.schedule.decay_steps);
+	NEED(strcmp(c->optimizer.schedule.name, "step") != 0 ||
+		     c->optimizer.schedule.decay_steps > 0,
+	     "optimizer.schedule.decay_steps: the step schedule needs decay_steps >= 1");
+	NEED(c->optimizer.schedule.decay_rate > 0,
+	     "optimizer.schedule.decay_rate: must be > 0, got %g",
+	     c->optimizer.schedule.decay_rate);
+	NEED(c->optimizer.schedule.min_lr >= 0 && c->optimizer.schedule.min_lr <= c->optimizer.lr,
+	     "optimizer.schedule.min_lr: must be in [0, optimizer.lr], got %g",
+	     c->optimizer.schedule.min_lr);
+
+	NEED(one_of(c->strategy.name, "local parameter_server allreduce"),
+	     "strategy.name: expected local, parameter_server or allreduce, got '%s'",
+	     c->strategy.name);
+	c->strategy.staleness = 0;
+	if (strncmp(c->strategy.mode, "ssp:", 4) == 0) {
+		char *end;
+		errno = 0;
+		long k = strtol(c->strategy.mode + 4, &end, 10);
+		NEED(c->strategy.mode[4] >= '0' && c->strategy.mode[4] <= '9' && *end == '\0' &&
+			     errno == 0 && k >= 1 && k <= 1000000,
+		     "strategy.mode: ssp:K needs an integer K >= 1, got '%s'", c->strategy.mode);
+		c->strategy.staleness = k;
+	} else {
+		NEED(one_of(c->strategy.mode, "sync async"),
+		     "strategy.mode: expected sync, async or ssp:K, got '%s'", c->strategy.mode);
+	}
+	NEED(c->strategy.bucket_mb > 0 && c->strategy.bucket_mb <= 4096,
+	     "strategy.bucket_mb: must be in (0, 4096], got %g", c->strategy.bucket_mb);
+
+	NEED(c->checkpoint.dir[0], "checkpoint.dir: must not be empty");
+	NEED(c->checkpoint.every_steps >= 0, "checkpoint.every_steps: must be >= 0, got %ld",
+	     c->checkpoint.every_steps);
+	NEED(c->checkpoint.keep >= 1, "checkpoint.keep: must be >= 1, got %ld", c->checkpoint.keep);
+	NEED(c->log.dir[0], "log.dir: must not be empty");
+	NEED(c->log.every_steps >= 1, "log.every_steps: must be >= 1, got %ld", c->log.every_steps);
+	NEED(c->export_.dir[0], "export.dir: must not be empty");
+	return 0;
+}
+
+int wf_config_parse_string(wf_config *c, const char *text, wf_err *err)
+{
+	wf_config_default(c);
+	int rc = wf_config_load_string(c, text, "config", err);
+	return rc != 0 ? rc : wf_config_validate(c, err);
+}
+
+/* ---- output ------------------------------------------------------------ */
+
+static json_t *value_json(const wf_config *c, const key_def *k)
+{
+	const char *field = (const char *)c + k->offset;
+	switch (k->type) {
+	case T_STR: return json_string(field);
+	case T_INT: return json_integer(*(const long *)field);
+	case T_NUM: return json_real(*(const double *)field);
+	case T_BOOL: return json_boolean(*(const int *)field);
+	}
+	return json_null();
+}
+
+json_t *wf_config_to_json(const wf_config *c)
+{
+	json_t *root = json_object();
+	for (size_t i = 0; root && i < sizeof(keys) / sizeof(keys[0]); i++) {
+		json_t *obj = root;
+		char part[256];
+		const char *p = keys[i].path;
+		for (;;) {
+			size_t len = strcspn(p, ".");
+			snprintf(part, sizeof(part), "%.*s", (int)len, p);
+			if (p[len] == '\0')
+				break;
+			json_t *sub = json_object_get(obj, part);
+			if (!sub) {
+				sub = json_object();
+				json_object_set_new(obj, part, sub);
+			}
+			obj = sub;
+			p += len + 1;
+		}
+		json_object_set_new(obj, part, value_json(c, &keys[i]));
+	}
+	return root;
+}
+
+int wf_config_write(const wf_config *c, const char *path, wf_err *err)
+{
+	json_t *root = wf_config_to_json(c);
+	if (!root)
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	int rc = json_dump_file(root, path, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+	json_decref(root);
+	if (rc != 0)
+		return wf_errf(err, WF_EIO, "%s: cannot write: %s", path, strerror(errno));
+	return 0;
+}
+
+void wf_config_optim(const wf_config *c, wf_optim_cfg *o)
+{
+	wf_optim_cfg_default(o);
+	o->kind = strcmp(c->optimizer.name, "adam") == 0    ? WF_OPT_ADAM
+		  : strcmp(c->optimizer.name, "adamw") == 0 ? WF_OPT_ADAMW
+							    : WF_OPT_SGD;
+	o->lr = c->optimizer.lr;
+	o->momentum = c->optimizer.momentum;
+	o->nesterov = c->optimizer.nesterov;
+	o->beta1 = c->optimizer.beta1;
+	o->beta2 = c->optimizer.beta2;
+	o->eps = c->optimizer.epsilon;
+	o->weight_decay = c->optimizer.weight_decay;
+	o->schedule = strcmp(c->optimizer.schedule.name, "step") == 0	  ? WF_SCHED_STEP
+		      : strcmp(c->optimizer.schedule.name, "cosine") == 0 ? WF_SCHED_COSINE
+									  : WF_SCHED_CONSTANT;
+	o->warmup_steps = c->optimizer.schedule.warmup_steps;
+	o->total_steps = c->train.steps;
+	o->min_lr = c->optimizer.schedule.min_lr;
+	o->decay_steps = c->optimizer.schedule.decay_steps;
+	o->decay_rate = c->optimizer.schedule.decay_rate;
+}
+
+void wf_config_print_reference(FILE *out)
+{
+	fprintf(out, "| key | type | default | meaning |\n|---|---|---|---|\n");
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
+		fprintf(out, "| `%s` | %s | `%s` | %s |\n", keys[i].path, type_name(keys[i].type),
+			keys[i].def, keys[i].doc);
+}

@@ -1,0 +1,91 @@
+/* config.h: the training config (DESIGN section 6): one JSON file, every key
+ * with a default, `--set a.b=v` overrides, and errors that name the full key
+ * path. The schema is one table in config.c, which also prints the reference
+ * (`weft train --help-config`). */
+#ifndef WF_CONFIG_H
+#define WF_CONFIG_H
+
+#include "common/error.h"
+#include "model/optim.h"
+
+#include <jansson.h>
+#include <stdio.h>
+
+#define WF_CFG_PATH_MAX 1024
+
+typedef struct wf_config {
+	struct {
+		char name[64];
+		long classes; /* 0: from the data file */
+	} model;
+	struct {
+		char train[WF_CFG_PATH_MAX];
+		char eval[WF_CFG_PATH_MAX]; /* "" = no evaluation */
+		int augment;
+		long crop_padding; /* pixels */
+	} data;
+	struct {
+		long batch_size; /* per worker, per micro-batch */
+		long steps;
+		long seed;
+		long eval_every_steps; /* 0: only at the end */
+		long threads;	       /* 0: library default */
+		char device[16];       /* cpu, ref, cuda, auto */
+		long accumulate;       /* micro-batches per step */
+	} train;
+	struct {
+		char name[16]; /* sgd, adam, adamw */
+		double lr, momentum;
+		int nesterov;
+		double beta1, beta2, epsilon, weight_decay;
+		struct {
+			char name[16]; /* constant, step, cosine */
+			long warmup_steps, decay_steps;
+			double decay_rate, min_lr;
+		} schedule;
+	} optimizer;
+	struct {
+		char name[32];	/* local, parameter_server, allreduce */
+		char mode[16];	/* sync, async, ssp:K */
+		long staleness; /* K of ssp:K, 0 otherwise (derived) */
+		double bucket_mb;
+	} strategy;
+	struct {
+		char dir[WF_CFG_PATH_MAX];
+		long every_steps; /* 0: only at the end */
+		long keep;
+	} checkpoint;
+	struct {
+		char dir[WF_CFG_PATH_MAX];
+		long every_steps;
+	} log;
+	struct {
+		char dir[WF_CFG_PATH_MAX];
+	} export_;
+} wf_config;
+
+/* Every key at its default. */
+void wf_config_default(wf_config *c);
+/* Merge a JSON file into c. Syntax errors name file:line:column; unknown
+ * keys and wrong types name the key path. Does not validate values. */
+int wf_config_load_file(wf_config *c, const char *path, wf_err *err);
+/* Merge a JSON document given as text (origin names it in errors). */
+int wf_config_load_string(wf_config *c, const char *text, const char *origin, wf_err *err);
+/* Apply one "a.b=value" override (value parsed as JSON when it parses,
+ * else taken as a string). */
+int wf_config_set(wf_config *c, const char *assignment, wf_err *err);
+/* Check values (ranges, names, required keys); fills derived fields. Does not
+ * touch the file system. */
+int wf_config_validate(wf_config *c, wf_err *err);
+/* Defaults + text + validate: what the fuzz target drives. */
+int wf_config_parse_string(wf_config *c, const char *text, wf_err *err);
+/* The resolved config as a JSON object (every key); caller decrefs. */
+json_t *wf_config_to_json(const wf_config *c);
+/* Write the resolved config to path (pretty JSON). */
+int wf_config_write(const wf_config *c, const char *path, wf_err *err);
+/* The optimizer settings as optim.h wants them (total_steps = train.steps). */
+void wf_config_optim(const wf_config *c, wf_optim_cfg *o);
+/* Print the key reference (markdown table: key, type, default, meaning). */
+void wf_config_print_reference(FILE *out);
+
+#endif

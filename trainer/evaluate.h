@@ -1,0 +1,25 @@
+/* evaluate.h: loss and top-1 accuracy of a model over a whole dataset, in
+ * inference mode (batch-norm running statistics, no dropout). Used by the
+ * training loop and by `weft eval`. */
+#ifndef WF_EVALUATE_H
+#define WF_EVALUATE_H
+
+#include "common/error.h"
+#include "model/model.h"
+#include "worker/data.h"
+
+typedef struct wf_eval_result {
+	double loss;	 /* mean over samples */
+	double accuracy; /* top-1, 0..1 */
+	long count;	 /* samples seen */
+} wf_eval_result;
+
+/* Run ex (max_batch >= batch) over every sample of ds in file order, with
+ * meta's preprocessing. */
+int wf_evaluate(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
+		wf_eval_result *r, wf_err *err);
+/* Check that ds's images and classes fit model m; errors name both shapes
+ * and `what` (e.g. "data.eval"). */
+int wf_check_data_fits(const wf_model *m, const wf_dataset *ds, const char *what, wf_err *err);
+
+#endif

@@ -1,0 +1,486 @@
+#include "trainer/train.h"
+
+#include "common/log.h"
+#include "common/progress.h"
+#include "common/tfevents.h"
+#include "common/util.h"
+#include "model/model.h"
+#include "model/optim.h"
+#include "trainer/checkpoint.h"
+#include "trainer/evaluate.h"
+#include "trainer/strategy.h"
+#include "worker/data.h"
+#include "worker/exchange.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Preprocessing recorded in the model file and used by eval and serve:
+ * pixel' = (pixel / 255 - 0.5) / 0.25. */
+#define PREP_MEAN 0.5f
+#define PREP_STD  0.25f
+
+static volatile sig_atomic_t stop_requested;
+
+void wf_train_request_stop(void)
+{
+	stop_requested = 1;
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+/* Everything a run owns, released in reverse order by run_free(). */
+typedef struct run {
+	const wf_config *cfg;
+	wf_dataset *train_ds, *eval_ds;
+	wf_backend *be;
+	wf_model *m;
+	wf_model_meta meta;
+	wf_exec *ex;
+	wf_exchange *x;
+	wf_reader *rd;
+	FILE *metrics;
+	wf_tfevents *tb;
+	wf_optim_cfg optim;
+	long start; /* 0-based step to run next */
+	long steps_per_epoch;
+	wf_progress prog;
+} run;
+
+static void run_free(run *r)
+{
+	wf_reader_free(r->rd);
+	wf_exchange_free(r->x);
+	if (r->ex)
+		wf_exec_free(r->ex);
+	if (r->m)
+		wf_model_free(r->m);
+	wf_model_meta_free(&r->meta);
+	if (r->be)
+		wf_backend_free(r->be);
+	if (r->eval_ds)
+		wf_dataset_close(r->eval_ds);
+	if (r->train_ds)
+		wf_dataset_close(r->train_ds);
+	if (r->metrics)
+		fclose(r->metrics);
+	wf_tfevents_close(r->tb);
+}
+
+/* ---- set-up ------------------------------------------------------------ */
+
+static int open_data(run *r, wf_err *err)
+{
+	const wf_config *c = r->cfg;
+	int rc = wf_dataset_open(&r->train_ds, c->data.train, err);
+	if (rc != 0)
+		return wf_err_wrap(err, "data.train"), rc;
+	const wf_dataset_info *ti = wf_dataset_info_get(r->train_ds);
+	if (c->model.classes > 0 && c->model.classes != ti->nclasses)
+		return wf_errf(err, WF_EINVAL,
+			       "model.classes: is %ld but data.train (%s) has %d classes",
+			       c->model.classes, c->data.train, ti->nclasses);
+	long global = c->train.batch_size * c->train.accumulate;
+	if (ti->count < global)
+		return wf_errf(err, WF_EINVAL,
+			       "data.train: %s has %ld samples, fewer than one step's batch "
+			       "(train.batch_size %ld x train.accumulate %ld)",
+			       c->data.train, ti->count, c->train.batch_size, c->train.accumulate);
+	if (!c->data.eval[0])
+		return 0;
+	rc = wf_dataset_open(&r->eval_ds, c->data.eval, err);
+	if (rc != 0)
+		return wf_err_wrap(err, "data.eval"), rc;
+	const wf_dataset_info *ei = wf_dataset_info_get(r->eval_ds);
+	if (ei->h != ti->h || ei->w != ti->w || ei->c != ti->c || ei->nclasses != ti->nclasses)
+		return wf_errf(err, WF_EINVAL,
+			       "data.eval: %s holds %dx%dx%d images of %d classes, data.train %s "
+			       "holds %dx%dx%d images of %d classes",
+			       c->data.eval, ei->h, ei->w, ei->c, ei->nclasses, c->data.train,
+			       ti->h, ti->w, ti->c, ti->nclasses);
+	return 0;
+}
+
+static int build_model(run *r, wf_err *err)
+{
+	const wf_config *c = r->cfg;
+	const wf_dataset_info *ti = wf_dataset_info_get(r->train_ds);
+	int rc = wf_backend_create(&r->be, c->train.device, (int)c->train.threads, err);
+	if (rc != 0)
+		return wf_err_wrap(err, "train.device"), rc;
+	rc = wf_model_zoo(&r->m, c->model.name, ti->h, ti->w, ti->c, ti->nclasses, err);
+	if (rc != 0)
+		return wf_err_wrap(err, "model.name: %s on %dx%dx%d images of %d classes",
+				   c->model.name, ti->h, ti->w, ti->c, ti->nclasses),
+		       rc;
+	wf_model_init_params(r->m, (uint64_t)c->train.seed);
+
+	wf_model_meta_init(&r->meta);
+	r->meta.scale = 1.0f / 255.0f;
+	for (int i = 0; i < 4; i++) {
+		r->meta.mean[i] = PREP_MEAN;
+		r->meta.std[i] = PREP_STD;
+	}
+	r->meta.nclasses = ti->nclasses;
+	if (ti->classes) {
+		r->meta.class_names = calloc((size_t)ti->nclasses, sizeof(char *));
+		if (!r->meta.class_names)
+			return wf_errf(err, WF_ENOMEM, "out of memory");
+		for (int i = 0; i < ti->nclasses; i++)
+			if (ti->classes[i] && !(r->meta.class_names[i] = strdup(ti->classes[i])))
+				return wf_errf(err, WF_ENOMEM, "out of memory");
+	}
+	rc = wf_exec_create(&r->ex, r->m, r->be, (int)c->train.batch_size, 1, err);
+	if (rc != 0)
+		return wf_err_wrap(err, "model %s, batch %ld", c->model.name, c->train.batch_size),
+		       rc;
+	wf_config_optim(c, &r->optim);
+	return wf_strategy_exchange_create(&r->x, c, r->ex, r->m, &r->optim, err);
+}
+
+/* Load the newest complete checkpoint when asked, then let the exchange set
+ * the starting step. */
+static int restore(run *r, const wf_train_opts *opts, wf_err *err)
+{
+	const wf_config *c = r->cfg;
+	char dir[4200];
+	long step = 0;
+	int found = 0;
+	if (opts->resume) {
+		found = wf_ckpt_latest(c->checkpoint.dir, &step, dir, sizeof(dir), err);
+		if (found < 0)
+			return found;
+		if (!found)
+			wf_info("--resume: no complete checkpoint in %s: starting fresh",
+				c->checkpoint.dir);
+	}
+	if (found) {
+		int rc = wf_ckpt_load_model(dir, r->ex, r->m, err);
+		if (rc != 0)
+			return rc;
+	}
+	int rc = wf_exchange_start(r->x, found ? dir : NULL, step, &r->start, err);
+	if (rc != 0)
+		return rc;
+	if (found)
+		wf_info("resuming from %s (step %ld of %ld)", dir, r->start, c->train.steps);
+	return 0;
+}
+
+static int open_reader(run *r, wf_err *err)
+{
+	const wf_config *c = r->cfg;
+	wf_reader_cfg rc_cfg;
+	wf_reader_cfg_default(&rc_cfg);
+	rc_cfg.batch = (int)c->train.batch_size;
+	rc_cfg.first = r->x->rank * (int)c->train.accumulate;
+	rc_cfg.slices = (int)c->train.accumulate;
+	rc_cfg.total_slices = (int)c->train.accumulate * r->x->workers;
+	rc_cfg.seed = (uint64_t)c->train.seed;
+	rc_cfg.shuffle = 1;
+	rc_cfg.augment = c->data.augment;
+	rc_cfg.pad = (int)c->data.crop_padding;
+	rc_cfg.start_step = r->start;
+	rc_cfg.scale = r->meta.scale;
+	memcpy(rc_cfg.mean, r->meta.mean, sizeof(rc_cfg.mean));
+	memcpy(rc_cfg.std, r->meta.std, sizeof(rc_cfg.std));
+	rc_cfg.prefetch = 2;
+	int rc = wf_reader_create(&r->rd, r->train_ds, &rc_cfg, err);
+	if (rc != 0)
+		return wf_err_wrap(err, "data.train"), rc;
+	r->steps_per_epoch = wf_reader_steps_per_epoch(r->rd);
+	if (r->steps_per_epoch < 1)
+		r->steps_per_epoch = 1;
+	return 0;
+}
+
+/* A resumed run appends to metrics.jsonl; drop the lines past the step it
+ * resumes from (written after that checkpoint by the run that died), so
+ * every step appears once. */
+static int trim_metrics(const char *path, long start, wf_err *err)
+{
+	char *data;
+	size_t len;
+	if (wf_read_file(path, &data, &len) != 0)
+		return 0; /* nothing to trim */
+	FILE *f = fopen(path, "w");
+	if (!f) {
+		free(data);
+		return wf_errf(err, WF_EIO, "%s: cannot rewrite: %s", path, strerror(errno));
+	}
+	for (char *line = data, *next; line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		json_t *j = json_loads(line, 0, NULL);
+		json_t *step = j ? json_object_get(j, "step") : NULL;
+		if (!json_is_integer(step) || json_integer_value(step) <= start)
+			fprintf(f, "%s\n", line);
+		json_decref(j);
+	}
+	free(data);
+	if (fclose(f) != 0)
+		return wf_errf(err, WF_EIO, "%s: cannot rewrite: %s", path, strerror(errno));
+	return 0;
+}
+
+static int open_logs(run *r, int appending, wf_err *err)
+{
+	const wf_config *c = r->cfg;
+	char path[4200];
+	if (wf_mkdirs(c->log.dir) != 0)
+		return wf_errf(err, WF_EIO, "log.dir: cannot create %s: %s", c->log.dir,
+			       strerror(errno));
+	if (wf_mkdirs(c->checkpoint.dir) != 0)
+		return wf_errf(err, WF_EIO, "checkpoint.dir: cannot create %s: %s",
+			       c->checkpoint.dir, strerror(errno));
+	snprintf(path, sizeof(path), "%s/config.json", c->log.dir);
+	int rc = wf_config_write(c, path, err);
+	if (rc != 0)
+		return rc;
+	snprintf(path, sizeof(path), "%s/metrics.jsonl", c->log.dir);
+	if (appending && (rc = trim_metrics(path, r->start, err)) != 0)
+		return rc;
+	r->metrics = fopen(path, appending ? "a" : "w");
+	if (!r->metrics)
+		return wf_errf(err, WF_EIO, "%s: cannot open: %s", path, strerror(errno));
+	return wf_tfevents_open(&r->tb, c->log.dir, err);
+}
+
+/* ---- logging ----------------------------------------------------------- */
+
+typedef struct window {
+	double loss_sum; /* sum over samples */
+	long correct, samples;
+	double t0; /* wf_now() at the window's start */
+} window;
+
+static void json_num(FILE *f, const char *key, double v)
+{
+	if (isfinite(v))
+		fprintf(f, ",\"%s\":%.9g", key, v);
+	else
+		fprintf(f, ",\"%s\":null", key);
+}
+
+static int log_metrics(run *r, long step, const wf_progress_stats *s, const wf_eval_result *ev,
+		       wf_err *err)
+{
+	fprintf(r->metrics, "{\"step\":%ld", step);
+	json_num(r->metrics, "epoch", s->epoch);
+	json_num(r->metrics, "loss", s->loss);
+	json_num(r->metrics, "accuracy", s->accuracy);
+	json_num(r->metrics, "lr", s->lr);
+	json_num(r->metrics, "images_per_sec", s->ips);
+	if (ev) {
+		json_num(r->metrics, "eval_loss", ev->loss);
+		json_num(r->metrics, "eval_accuracy", ev->accuracy);
+	}
+	fprintf(r->metrics, "}\n");
+	if (fflush(r->metrics) != 0)
+		return wf_errf(err, WF_EIO, "%s/metrics.jsonl: write failed: %s", r->cfg->log.dir,
+			       strerror(errno));
+	const char *tags[] = {"loss",  "accuracy",  "learning_rate", "images_per_sec",
+			      "epoch", "eval_loss", "eval_accuracy"};
+	float vals[] = {(float)s->loss,
+			(float)s->accuracy,
+			(float)s->lr,
+			(float)s->ips,
+			(float)s->epoch,
+			ev ? (float)ev->loss : 0,
+			ev ? (float)ev->accuracy : 0};
+	int rc = wf_tfevents_scalars(r->tb, step, ev ? 7 : 5, tags, vals, err);
+	return rc != 0 ? rc : wf_tfevents_flush(r->tb, err);
+}
+
+static int evaluate(run *r, long step, wf_eval_result *ev, wf_err *err)
+{
+	int rc = wf_evaluate(r->ex, r->eval_ds, &r->meta, (int)r->cfg->train.batch_size, ev, err);
+	if (rc != 0)
+		return wf_err_wrap(err, "evaluating at step %ld", step), rc;
+	wf_progress_message(&r->prog, "eval   step %ld: loss %.4f  accuracy %.4f  (%ld samples)",
+			    step, ev->loss, ev->accuracy, ev->count);
+	return 0;
+}
+
+/* ---- the loop ---------------------------------------------------------- */
+
+/* One optimizer step: every micro-batch forward/backward, then the exchange. */
+static int train_step(run *r, long step, wf_batch *b, window *w, wf_err *err)
+{
+	const wf_config *c = r->cfg;
+	int bs = (int)c->train.batch_size, acc = (int)c->train.accumulate;
+	size_t sample = (size_t)r->m->in_h * (size_t)r->m->in_w * (size_t)r->m->in_c;
+	float scale = 1.0f / (float)(bs * acc);
+	if (b->n != bs * acc)
+		return wf_errf(err, WF_EINTERNAL, "reader gave %d samples at step %ld, want %d",
+			       b->n, step, bs * acc);
+	if (wf_exec_zero_grads(r->ex) != 0)
+		goto exec_failed;
+	for (int k = 0; k < acc; k++) {
+		float loss;
+		int correct;
+		const float *img = b->images + (size_t)k * (size_t)bs * sample;
+		uint64_t seed = wf_hash3((uint64_t)c->train.seed, (uint64_t)step, (uint64_t)k);
+		if (wf_exec_forward(r->ex, img, bs, 1, seed) != 0 ||
+		    wf_exec_loss(r->ex, b->labels + (size_t)k * (size_t)bs, &loss, &correct) != 0)
+			goto exec_failed;
+		int last = k == acc - 1;
+		if (wf_exec_backward(r->ex, scale, last ? wf_exchange_grad_ready : NULL,
+				     last ? r->x : NULL) != 0)
+			goto exec_failed;
+		if (!isfinite(loss))
+			return wf_errf(err, WF_EINVAL,
+				       "loss is %f at step %ld: training diverged (lower "
+				       "optimizer.lr?)",
+				       (double)loss, step + 1);
+		w->loss_sum += (double)loss * bs;
+		w->correct += correct;
+		w->samples += bs;
+	}
+	return wf_exchange_step(r->x, step, err);
+exec_failed:
+	return wf_errf(err, WF_EINTERNAL, "step %ld: %s", step + 1, wf_exec_error(r->ex));
+}
+
+static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
+{
+	const wf_config *c = r->cfg;
+	long steps = c->train.steps;
+	int chief = r->x->is_chief, rc = 0;
+	window w = {0, 0, 0, wf_now()};
+	wf_eval_result ev;
+	wf_progress_stats s = {0};
+	for (long step = r->start; step < steps; step++) {
+		wf_batch *b;
+		rc = wf_reader_next(r->rd, &b, err);
+		if (rc <= 0) {
+			if (rc == 0)
+				rc = wf_errf(err, WF_EINTERNAL, "train reader ended at step %ld",
+					     step);
+			return rc;
+		}
+		if ((rc = train_step(r, step, b, &w, err)) != 0)
+			return rc;
+
+		long done = step + 1;
+		double el = wf_now() - w.t0;
+		s.step = done;
+		s.epoch = (double)done / (double)r->steps_per_epoch;
+		s.loss = w.samples ? w.loss_sum / (double)w.samples : 0;
+		s.accuracy = w.samples ? (double)w.correct / (double)w.samples : 0;
+		s.ips = el > 0 ? (double)w.samples / el : 0;
+		s.lr = wf_optim_lr(&r->optim, step);
+		wf_progress_update(&r->prog, &s);
+
+		int evals =
+			r->eval_ds && (done == steps || (c->train.eval_every_steps > 0 &&
+							 done % c->train.eval_every_steps == 0));
+		int logs = done % c->log.every_steps == 0 || done == steps || evals;
+		if (evals && (rc = evaluate(r, done, &ev, err)) != 0)
+			return rc;
+		if (logs && chief && (rc = log_metrics(r, done, &s, evals ? &ev : NULL, err)) != 0)
+			return rc;
+		if (logs) {
+			res->loss = s.loss;
+			res->accuracy = s.accuracy;
+			w = (window){0, 0, 0, wf_now()};
+		}
+		if (evals) {
+			res->eval_loss = ev.loss;
+			res->eval_accuracy = ev.accuracy;
+		}
+		res->steps_done = done;
+
+		int periodic =
+			c->checkpoint.every_steps > 0 && done % c->checkpoint.every_steps == 0;
+		int stop_here = stop_at > 0 && done == stop_at;
+		if (periodic || done == steps || stop_requested || stop_here) {
+			rc = wf_ckpt_save(c->checkpoint.dir, done, r->ex, r->m, &r->meta, r->x,
+					  (int)c->checkpoint.keep, err);
+			if (rc != 0)
+				return rc;
+		}
+		if (stop_requested && done < steps) {
+			wf_progress_message(
+				&r->prog,
+				"stopped at step %ld: checkpoint written to %s/step-%ld; "
+				"continue with --resume",
+				done, c->checkpoint.dir, done);
+			return WF_ESTOPPED;
+		}
+		if (stop_here && done < steps) {
+			wf_progress_message(&r->prog,
+					    "paused at step %ld as asked: checkpoint written to "
+					    "%s/step-%ld; continue with --resume",
+					    done, c->checkpoint.dir, done);
+			return 0;
+		}
+	}
+	return 0;
+}
+
+int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *res, wf_err *err)
+{
+	run r;
+	memset(&r, 0, sizeof(r));
+	r.cfg = cfg;
+	memset(res, 0, sizeof(*res));
+	res->eval_loss = res->eval_accuracy = -1;
+	stop_requested = 0;
+
+	struct sigaction sa, old_int, old_term;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sa.sa_flags = (int)SA_RESETHAND; /* a second Ctrl-C stops at once */
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+
+	int rc = wf_strategy_check(cfg, err);
+	if (rc == 0)
+		rc = open_data(&r, err);
+	if (rc == 0)
+		rc = build_model(&r, err);
+	if (rc == 0)
+		rc = restore(&r, opts, err);
+	if (rc == 0)
+		rc = open_reader(&r, err);
+	if (rc == 0 && r.x->is_chief)
+		rc = open_logs(&r, r.start > 0, err);
+	if (rc != 0)
+		goto done;
+
+	const wf_dataset_info *ti = wf_dataset_info_get(r.train_ds);
+	wf_info("training %s (%zu parameters) on %s: %ld samples of %dx%dx%d, %d classes; "
+		"device %s, batch %ld x %ld, %ld steps (%ld per epoch)",
+		cfg->model.name, r.m->nparams, cfg->data.train, ti->count, ti->h, ti->w, ti->c,
+		ti->nclasses, r.be->name, cfg->train.batch_size, cfg->train.accumulate,
+		cfg->train.steps, r.steps_per_epoch);
+	res->steps_done = r.start;
+	wf_progress_init(&r.prog, stderr, opts->tty, r.start, cfg->train.steps,
+			 cfg->log.every_steps);
+	if (r.start >= cfg->train.steps) {
+		wf_info("already trained %ld of %ld steps: nothing to do", r.start,
+			cfg->train.steps);
+	} else {
+		rc = loop(&r, opts->stop_at, res, err);
+		wf_progress_finish(&r.prog);
+	}
+	if (rc == 0)
+		rc = wf_exchange_finish(r.x, err);
+done:
+	run_free(&r);
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	return rc;
+}

@@ -1,0 +1,812 @@
+/* data.c: the dataset file (HDF5) — opening and checking it, reading samples
+ * from memory or streaming them from the chunked file, and the writer the
+ * converters use. Every HDF5 call holds one global lock: a serial HDF5 need
+ * not be thread-safe, and the reader thread reads while the main thread may
+ * open another file. */
+#include "worker/data.h"
+
+#include "common/util.h"
+
+#include <hdf5.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define DATA_MEMORY_MB_DEFAULT 1024	 /* MiB of image bytes loaded at open */
+#define CHUNK_TARGET_BYTES     (1 << 20) /* bytes per images chunk, about */
+#define CHUNK_MAX_IMAGES       256
+#define LABEL_CHUNK	       65536
+#define CHUNK_CACHE_BYTES      (16 << 20)
+#define CHUNK_CACHE_SLOTS      1009
+
+/* ------------------------------------------------------------------------ */
+/* HDF5 lock and errors                                                      */
+
+static pthread_mutex_t h5_mutex = PTHREAD_MUTEX_INITIALIZER;
+static _Thread_local int h5_quiet; /* a thread-safe HDF5 keeps error settings per thread */
+
+/* Take the HDF5 lock; a thread's first call also turns HDF5's own printing off. */
+static void h5_lock(void)
+{
+	pthread_mutex_lock(&h5_mutex);
+	if (!h5_quiet) {
+		H5open();
+		H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+		h5_quiet = 1;
+	}
+}
+
+static void h5_unlock(void)
+{
+	pthread_mutex_unlock(&h5_mutex);
+}
+
+static herr_t h5_walk_cb(unsigned n, const H5E_error2_t *e, void *data)
+{
+	char *buf = data;
+	if (n == 0 && e->desc)
+		snprintf(buf, 256, "%s", e->desc);
+	return 0;
+}
+
+/* Record our message plus HDF5's innermost one and where we were. Call with
+ * the lock held, right after the failing call (the next call clears it). */
+static int h5_errf(wf_err *err, int code, const char *src, int line, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+static int h5_errf(wf_err *err, int code, const char *src, int line, const char *fmt, ...)
+{
+	char what[768], lib[256] = "";
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk_cb, lib);
+	const char *base = strrchr(src, '/');
+	if (lib[0])
+		return wf_errf(err, code, "%s: HDF5: %s (%s:%d)", what, lib, base ? base + 1 : src,
+			       line);
+	return wf_errf(err, code, "%s (%s:%d)", what, base ? base + 1 : src, line);
+}
+
+#define WF_H5_FAIL(err, code, ...) h5_errf(err, code, __FILE__, __LINE__, __VA_ARGS__)
+
+static void h5_close_id(hid_t *id, herr_t (*fn)(hid_t))
+{
+	if (*id >= 0)
+		fn(*id);
+	*id = H5I_INVALID_HID;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading                                                                   */
+
+typedef struct gather_ent {
+	long idx; /* sample index in the file */
+	long pos; /* position in the caller's output */
+} gather_ent;
+
+struct wf_dataset {
+	char *path;
+	wf_dataset_info info;
+	size_t sample_bytes; /* h*w*c */
+	int32_t *labels;     /* [N], always in memory */
+	uint8_t *images;     /* [N,H,W,C] when under the memory budget, else NULL */
+	hid_t file, dimages; /* open only while streaming */
+	/* gather scratch, guarded by the HDF5 lock, grown (never per batch once warm) */
+	gather_ent *order;
+	long order_cap;
+	uint8_t *scratch;
+	size_t scratch_cap;
+};
+
+static size_t memory_budget(void)
+{
+	const char *s = getenv("WEFT_DATA_MEMORY_MB");
+	long mb = DATA_MEMORY_MB_DEFAULT;
+	if (s && *s) {
+		char *end;
+		long v = strtol(s, &end, 10);
+		if (*end == '\0' && v >= 0)
+			mb = v;
+	}
+	return (size_t)mb << 20;
+}
+
+static const char *type_class_name(H5T_class_t c)
+{
+	switch (c) {
+	case H5T_INTEGER: return "integer";
+	case H5T_FLOAT: return "float";
+	case H5T_STRING: return "string";
+	case H5T_COMPOUND: return "compound";
+	case H5T_ENUM: return "enum";
+	case H5T_ARRAY: return "array";
+	case H5T_VLEN: return "vlen";
+	default: return "other";
+	}
+}
+
+/* Open dataset `name`, check its element type (class, size (0: any), sign
+ * (-1: any); want_name says it in words) and rank, and return its dims. Lock
+ * held. */
+static int open_checked(hid_t file, const char *path, const char *name, H5T_class_t want_class,
+			size_t want_size, int want_unsigned, const char *want_name, int want_rank,
+			hsize_t *dims, hid_t dapl, hid_t *out, wf_err *err)
+{
+	int rc = 0;
+	hid_t d = H5I_INVALID_HID, t = H5I_INVALID_HID, s = H5I_INVALID_HID;
+	hid_t p = H5I_INVALID_HID;
+	htri_t ex = H5Lexists(file, name, H5P_DEFAULT);
+	if (ex <= 0) {
+		rc = wf_errf(err, WF_EFORMAT, "%s: dataset `%s` is missing", path, name);
+		goto out;
+	}
+	d = H5Dopen2(file, name, dapl);
+	if (d < 0) {
+		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: cannot open `%s` as a dataset", path, name);
+		goto out;
+	}
+	t = H5Dget_type(d);
+	s = H5Dget_space(d);
+	if (t < 0 || s < 0) {
+		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: cannot read type/shape of `%s`", path, name);
+		goto out;
+	}
+	H5T_class_t cls = H5Tget_class(t);
+	size_t size = H5Tget_size(t);
+	int is_unsigned = cls == H5T_INTEGER && H5Tget_sign(t) == H5T_SGN_NONE;
+	if (cls != want_class || (want_size && size != want_size) ||
+	    (cls == H5T_INTEGER && want_unsigned >= 0 && is_unsigned != want_unsigned)) {
+		rc = wf_errf(err, WF_EFORMAT,
+			     "%s: dataset `%s` has type %s%s of %zu bytes, want %s", path, name,
+			     cls == H5T_INTEGER ? (is_unsigned ? "unsigned " : "signed ") : "",
+			     type_class_name(cls), size, want_name);
+		goto out;
+	}
+	if (H5Sget_simple_extent_type(s) != H5S_SIMPLE) {
+		rc = wf_errf(err, WF_EFORMAT, "%s: dataset `%s` is not a simple array", path, name);
+		goto out;
+	}
+	int rank = H5Sget_simple_extent_ndims(s);
+	if (rank != want_rank) {
+		rc = wf_errf(err, WF_EFORMAT, "%s: dataset `%s` has rank %d, want %d", path, name,
+			     rank, want_rank);
+		goto out;
+	}
+	H5Sget_simple_extent_dims(s, dims, NULL);
+	/* An unfiltered dataset must hold all its bytes: less means a truncated or
+	 * unfinished file whose missing samples would read as fill values. */
+	hsize_t need = size;
+	for (int i = 0; i < rank; i++) {
+		if (__builtin_mul_overflow(need, dims[i], &need)) {
+			rc = wf_errf(err, WF_EFORMAT, "%s: dataset `%s` is too large", path, name);
+			goto out;
+		}
+	}
+	p = H5Dget_create_plist(d);
+	if (p >= 0 && H5Pget_nfilters(p) == 0 && H5Dget_storage_size(d) < need) {
+		rc = wf_errf(
+			err, WF_EFORMAT,
+			"%s: dataset `%s` stores %llu of its %llu bytes (truncated or unfinished "
+			"file?)",
+			path, name, (unsigned long long)H5Dget_storage_size(d),
+			(unsigned long long)need);
+		goto out;
+	}
+	*out = d;
+	d = H5I_INVALID_HID;
+out:
+	h5_close_id(&p, H5Pclose);
+	h5_close_id(&s, H5Sclose);
+	h5_close_id(&t, H5Tclose);
+	h5_close_id(&d, H5Dclose);
+	return rc;
+}
+
+static void free_classes(char **classes, int n)
+{
+	if (!classes)
+		return;
+	for (int i = 0; i < n; i++)
+		free(classes[i]);
+	free(classes);
+}
+
+/* Read the root attribute `classes`: a 1-D array of strings, variable or
+ * fixed length. Lock held. */
+static int read_classes(hid_t file, const char *path, char ***out, int *nout, wf_err *err)
+{
+	int rc = 0, n = 0;
+	hid_t a = H5I_INVALID_HID, t = H5I_INVALID_HID, s = H5I_INVALID_HID;
+	hid_t mt = H5I_INVALID_HID;
+	char **vbuf = NULL, *fbuf = NULL, **classes = NULL;
+	if (H5Aexists(file, "classes") <= 0) {
+		rc = wf_errf(err, WF_EFORMAT, "%s: attribute `classes` is missing", path);
+		goto out;
+	}
+	a = H5Aopen(file, "classes", H5P_DEFAULT);
+	if (a < 0) {
+		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: cannot open attribute `classes`", path);
+		goto out;
+	}
+	t = H5Aget_type(a);
+	s = H5Aget_space(a);
+	if (t < 0 || s < 0 || H5Tget_class(t) != H5T_STRING) {
+		rc = wf_errf(err, WF_EFORMAT, "%s: attribute `classes` is not an array of strings",
+			     path);
+		goto out;
+	}
+	hsize_t dim = 0;
+	if (H5Sget_simple_extent_ndims(s) != 1 || H5Sget_simple_extent_dims(s, &dim, NULL) < 0 ||
+	    dim < 1 || dim > 1000000) {
+		rc = wf_errf(err, WF_EFORMAT,
+			     "%s: attribute `classes` must be a 1-D array of 1 or more strings",
+			     path);
+		goto out;
+	}
+	n = (int)dim;
+	classes = calloc((size_t)n, sizeof(*classes));
+	mt = H5Tcopy(H5T_C_S1);
+	if (!classes || mt < 0 || H5Tset_cset(mt, H5Tget_cset(t)) < 0) {
+		rc = wf_errf(err, WF_ENOMEM, "%s: out of memory reading `classes`", path);
+		goto out;
+	}
+	if (H5Tis_variable_str(t) > 0) {
+		vbuf = calloc((size_t)n, sizeof(*vbuf));
+		if (!vbuf || H5Tset_size(mt, H5T_VARIABLE) < 0) {
+			rc = wf_errf(err, WF_ENOMEM, "%s: out of memory reading `classes`", path);
+			goto out;
+		}
+		if (H5Aread(a, mt, vbuf) < 0) {
+			rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: cannot read attribute `classes`",
+					path);
+			goto out;
+		}
+		for (int i = 0; i < n; i++)
+			classes[i] = strdup(vbuf[i] ? vbuf[i] : "");
+		H5Dvlen_reclaim(mt, s, H5P_DEFAULT, vbuf);
+	} else {
+		size_t len = H5Tget_size(t);
+		if (len == 0 || len > 4096) {
+			rc = wf_errf(err, WF_EFORMAT,
+				     "%s: attribute `classes` has strings of %zu bytes", path, len);
+			goto out;
+		}
+		fbuf = calloc((size_t)n, len + 1);
+		if (!fbuf || H5Tset_size(mt, len + 1) < 0 ||
+		    H5Tset_strpad(mt, H5T_STR_NULLTERM) < 0) {
+			rc = wf_errf(err, WF_ENOMEM, "%s: out of memory reading `classes`", path);
+			goto out;
+		}
+		if (H5Aread(a, mt, fbuf) < 0) {
+			rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: cannot read attribute `classes`",
+					path);
+			goto out;
+		}
+		for (int i = 0; i < n; i++) {
+			char *p = fbuf + (size_t)i * (len + 1);
+			p[len] = '\0';
+			classes[i] = strdup(p);
+		}
+	}
+	for (int i = 0; i < n; i++) {
+		if (!classes[i]) {
+			rc = wf_errf(err, WF_ENOMEM, "%s: out of memory reading `classes`", path);
+			goto out;
+		}
+	}
+	*out = classes;
+	*nout = n;
+	classes = NULL;
+out:
+	free_classes(classes, n);
+	free(vbuf);
+	free(fbuf);
+	h5_close_id(&mt, H5Tclose);
+	h5_close_id(&s, H5Sclose);
+	h5_close_id(&t, H5Tclose);
+	h5_close_id(&a, H5Aclose);
+	return rc;
+}
+
+/* Read images [start, start+n) of an open dataset into dst. Lock held. */
+static int read_image_range(wf_dataset *ds, hid_t d, long start, long n, uint8_t *dst, wf_err *err)
+{
+	int rc = 0;
+	const wf_dataset_info *in = &ds->info;
+	hsize_t off[4] = {(hsize_t)start, 0, 0, 0};
+	hsize_t cnt[4] = {(hsize_t)n, (hsize_t)in->h, (hsize_t)in->w, (hsize_t)in->c};
+	hid_t fs = H5Dget_space(d), ms = H5Screate_simple(4, cnt, NULL);
+	if (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, cnt, NULL) < 0 ||
+	    H5Dread(d, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, dst) < 0)
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: reading `images` [%ld, %ld)", ds->path, start,
+				start + n);
+	h5_close_id(&ms, H5Sclose);
+	h5_close_id(&fs, H5Sclose);
+	return rc;
+}
+
+int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
+{
+	int rc = 0;
+	hid_t file = H5I_INVALID_HID, dimg = H5I_INVALID_HID, dlab = H5I_INVALID_HID;
+	hid_t dapl = H5I_INVALID_HID;
+	*out = NULL;
+	wf_dataset *ds = calloc(1, sizeof(*ds));
+	if (!ds)
+		return wf_errf(err, WF_ENOMEM, "%s: out of memory", path);
+	ds->file = ds->dimages = H5I_INVALID_HID;
+	ds->path = strdup(path);
+	if (!ds->path) {
+		free(ds);
+		return wf_errf(err, WF_ENOMEM, "%s: out of memory", path);
+	}
+	if (!wf_exists(path)) {
+		rc = wf_errf(err, WF_EIO, "%s: no such dataset file", path);
+		goto fail_unlocked;
+	}
+
+	h5_lock();
+	if (H5Fis_hdf5(path) <= 0) {
+		rc = wf_errf(err, WF_EFORMAT, "%s: not an HDF5 file", path);
+		goto fail;
+	}
+	file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+	if (file < 0) {
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot open", path);
+		goto fail;
+	}
+	dapl = H5Pcreate(H5P_DATASET_ACCESS);
+	if (dapl < 0 || H5Pset_chunk_cache(dapl, CHUNK_CACHE_SLOTS, CHUNK_CACHE_BYTES, 1.0) < 0) {
+		rc = WF_H5_FAIL(err, WF_EINTERNAL, "%s: cannot set the chunk cache", path);
+		goto fail;
+	}
+	hsize_t idims[4], ldims[1];
+	rc = open_checked(file, path, "images", H5T_INTEGER, 1, 1, "uint8", 4, idims, dapl, &dimg,
+			  err);
+	if (rc)
+		goto fail;
+	rc = open_checked(file, path, "labels", H5T_INTEGER, 0, -1, "an integer type (int32)", 1,
+			  ldims, H5P_DEFAULT, &dlab, err);
+	if (rc)
+		goto fail;
+	wf_dataset_info *in = &ds->info;
+	if (idims[0] != ldims[0]) {
+		rc = wf_errf(err, WF_EFORMAT, "%s: `images` has %llu samples but `labels` has %llu",
+			     path, (unsigned long long)idims[0], (unsigned long long)ldims[0]);
+		goto fail;
+	}
+	if (idims[1] < 1 || idims[2] < 1 || idims[1] > 65536 || idims[2] > 65536 || idims[3] < 1 ||
+	    idims[3] > 4) {
+		rc = wf_errf(
+			err, WF_EFORMAT,
+			"%s: `images` shape [N,%llu,%llu,%llu] is not [N,H,W,C] with C in 1..4",
+			path, (unsigned long long)idims[1], (unsigned long long)idims[2],
+			(unsigned long long)idims[3]);
+		goto fail;
+	}
+	if (idims[0] > (hsize_t)1 << 40) {
+		rc = wf_errf(err, WF_EFORMAT, "%s: `images` has %llu samples: too many", path,
+			     (unsigned long long)idims[0]);
+		goto fail;
+	}
+	in->count = (long)idims[0];
+	in->h = (int)idims[1];
+	in->w = (int)idims[2];
+	in->c = (int)idims[3];
+	ds->sample_bytes = (size_t)in->h * in->w * in->c;
+	rc = read_classes(file, path, &in->classes, &in->nclasses, err);
+	if (rc)
+		goto fail;
+
+	ds->labels = malloc(sizeof(*ds->labels) * (size_t)(in->count ? in->count : 1));
+	if (!ds->labels) {
+		rc = wf_errf(err, WF_ENOMEM, "%s: out of memory for %ld labels", path, in->count);
+		goto fail;
+	}
+	if (in->count &&
+	    H5Dread(dlab, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, ds->labels) < 0) {
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: reading `labels`", path);
+		goto fail;
+	}
+	for (long i = 0; i < in->count; i++) {
+		if (ds->labels[i] < 0 || ds->labels[i] >= in->nclasses) {
+			rc = wf_errf(
+				err, WF_EFORMAT,
+				"%s: `labels`[%ld] = %d is outside [0, %d) (the `classes` count)",
+				path, i, ds->labels[i], in->nclasses);
+			goto fail;
+		}
+	}
+
+	size_t bytes = ds->sample_bytes * (size_t)in->count;
+	if (bytes <= memory_budget()) {
+		ds->images = malloc(bytes ? bytes : 1);
+		if (!ds->images) {
+			rc = wf_errf(err, WF_ENOMEM, "%s: out of memory for %zu image bytes", path,
+				     bytes);
+			goto fail;
+		}
+		if (in->count) {
+			rc = read_image_range(ds, dimg, 0, in->count, ds->images, err);
+			if (rc)
+				goto fail;
+		}
+		h5_close_id(&dimg, H5Dclose);
+		h5_close_id(&file, H5Fclose);
+	} else {
+		ds->file = file;
+		ds->dimages = dimg;
+		file = dimg = H5I_INVALID_HID;
+	}
+	h5_close_id(&dlab, H5Dclose);
+	h5_close_id(&dapl, H5Pclose);
+	h5_unlock();
+	*out = ds;
+	return 0;
+
+fail:
+	h5_close_id(&dlab, H5Dclose);
+	h5_close_id(&dimg, H5Dclose);
+	h5_close_id(&dapl, H5Pclose);
+	h5_close_id(&file, H5Fclose);
+	h5_unlock();
+fail_unlocked:
+	wf_dataset_close(ds);
+	return rc;
+}
+
+void wf_dataset_close(wf_dataset *ds)
+{
+	if (!ds)
+		return;
+	if (ds->dimages >= 0 || ds->file >= 0) {
+		h5_lock();
+		h5_close_id(&ds->dimages, H5Dclose);
+		h5_close_id(&ds->file, H5Fclose);
+		h5_unlock();
+	}
+	free_classes(ds->info.classes, ds->info.nclasses);
+	free(ds->labels);
+	free(ds->images);
+	free(ds->order);
+	free(ds->scratch);
+	free(ds->path);
+	free(ds);
+}
+
+const wf_dataset_info *wf_dataset_info_get(const wf_dataset *ds)
+{
+	return &ds->info;
+}
+
+int wf_dataset_read(wf_dataset *ds, long start, long n, uint8_t *images, int32_t *labels,
+		    wf_err *err)
+{
+	if (start < 0 || n < 0 || start > ds->info.count || n > ds->info.count - start)
+		return wf_errf(err, WF_EINVAL, "%s: read of [%ld, %ld) outside [0, %ld)", ds->path,
+			       start, start + n, ds->info.count);
+	if (n == 0)
+		return 0;
+	if (labels)
+		memcpy(labels, ds->labels + start, sizeof(*labels) * (size_t)n);
+	if (!images)
+		return 0;
+	if (ds->images) {
+		memcpy(images, ds->images + (size_t)start * ds->sample_bytes,
+		       ds->sample_bytes * (size_t)n);
+		return 0;
+	}
+	h5_lock();
+	int rc = read_image_range(ds, ds->dimages, start, n, images, err);
+	h5_unlock();
+	return rc;
+}
+
+static int cmp_gather(const void *a, const void *b)
+{
+	const gather_ent *x = a, *y = b;
+	if (x->idx != y->idx)
+		return x->idx < y->idx ? -1 : 1;
+	return x->pos < y->pos ? -1 : x->pos > y->pos;
+}
+
+/* Streaming gather: sort the indices, select each run of consecutive samples
+ * as one hyperslab, read them all in one call (HDF5 walks the chunks in file
+ * order through its chunk cache), then scatter to the caller's order. */
+static int gather_stream(wf_dataset *ds, const long *idx, long n, uint8_t *images, wf_err *err)
+{
+	int rc = 0;
+	const wf_dataset_info *in = &ds->info;
+	size_t sb = ds->sample_bytes;
+	hid_t fs = H5I_INVALID_HID, ms = H5I_INVALID_HID;
+	if (n > ds->order_cap) {
+		gather_ent *o = realloc(ds->order, sizeof(*o) * (size_t)n);
+		if (!o)
+			return wf_errf(err, WF_ENOMEM, "%s: out of memory gathering %ld", ds->path,
+				       n);
+		ds->order = o;
+		ds->order_cap = n;
+	}
+	if ((size_t)n * sb > ds->scratch_cap) {
+		uint8_t *s = realloc(ds->scratch, (size_t)n * sb);
+		if (!s)
+			return wf_errf(err, WF_ENOMEM, "%s: out of memory gathering %ld", ds->path,
+				       n);
+		ds->scratch = s;
+		ds->scratch_cap = (size_t)n * sb;
+	}
+	for (long k = 0; k < n; k++) {
+		ds->order[k].idx = idx[k];
+		ds->order[k].pos = k;
+	}
+	qsort(ds->order, (size_t)n, sizeof(*ds->order), cmp_gather);
+
+	fs = H5Dget_space(ds->dimages);
+	if (fs < 0 || H5Sselect_none(fs) < 0)
+		goto h5fail;
+	long uniq = 0;
+	for (long k = 0; k < n;) {
+		long first = ds->order[k].idx, last = first;
+		while (k < n && ds->order[k].idx <= last + 1) {
+			last = ds->order[k].idx;
+			k++;
+		}
+		hsize_t off[4] = {(hsize_t)first, 0, 0, 0};
+		hsize_t cnt[4] = {(hsize_t)(last - first + 1), (hsize_t)in->h, (hsize_t)in->w,
+				  (hsize_t)in->c};
+		if (H5Sselect_hyperslab(fs, H5S_SELECT_OR, off, NULL, cnt, NULL) < 0)
+			goto h5fail;
+		uniq += last - first + 1;
+	}
+	hsize_t mdim = (hsize_t)uniq * sb;
+	ms = H5Screate_simple(1, &mdim, NULL);
+	if (ms < 0 || H5Dread(ds->dimages, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, ds->scratch) < 0)
+		goto h5fail;
+	long u = -1, prev = -1;
+	for (long k = 0; k < n; k++) {
+		if (ds->order[k].idx != prev) {
+			u++;
+			prev = ds->order[k].idx;
+		}
+		memcpy(images + (size_t)ds->order[k].pos * sb, ds->scratch + (size_t)u * sb, sb);
+	}
+	goto out;
+h5fail:
+	rc = WF_H5_FAIL(err, WF_EIO, "%s: gathering %ld samples from `images`", ds->path, n);
+out:
+	h5_close_id(&ms, H5Sclose);
+	h5_close_id(&fs, H5Sclose);
+	return rc;
+}
+
+int wf_dataset_gather(wf_dataset *ds, const long *idx, long n, uint8_t *images, int32_t *labels,
+		      wf_err *err)
+{
+	for (long k = 0; k < n; k++) {
+		if (idx[k] < 0 || idx[k] >= ds->info.count)
+			return wf_errf(err, WF_EINVAL, "%s: sample index %ld outside [0, %ld)",
+				       ds->path, idx[k], ds->info.count);
+	}
+	if (labels) {
+		for (long k = 0; k < n; k++)
+			labels[k] = ds->labels[idx[k]];
+	}
+	if (!images || n == 0)
+		return 0;
+	if (ds->images) {
+		for (long k = 0; k < n; k++)
+			memcpy(images + (size_t)k * ds->sample_bytes,
+			       ds->images + (size_t)idx[k] * ds->sample_bytes, ds->sample_bytes);
+		return 0;
+	}
+	h5_lock();
+	int rc = gather_stream(ds, idx, n, images, err);
+	h5_unlock();
+	return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writing                                                                   */
+
+struct wf_dataset_writer {
+	char *path;
+	char *tmp; /* written here, renamed to path on close */
+	hid_t file, dimages, dlabels;
+	long count, written;
+	int h, w, c, nclasses;
+};
+
+static void writer_discard(wf_dataset_writer *wr)
+{
+	h5_lock();
+	h5_close_id(&wr->dimages, H5Dclose);
+	h5_close_id(&wr->dlabels, H5Dclose);
+	h5_close_id(&wr->file, H5Fclose);
+	h5_unlock();
+	if (wr->tmp)
+		unlink(wr->tmp);
+	free(wr->tmp);
+	free(wr->path);
+	free(wr);
+}
+
+/* Create a chunked dataset of the given rank and element type. Lock held. */
+static hid_t create_chunked(hid_t file, const char *name, hid_t type, int rank, const hsize_t *dims,
+			    const hsize_t *chunk)
+{
+	hid_t d = H5I_INVALID_HID;
+	hid_t s = H5Screate_simple(rank, dims, NULL);
+	hid_t p = H5Pcreate(H5P_DATASET_CREATE);
+	if (s >= 0 && p >= 0 && H5Pset_chunk(p, rank, chunk) >= 0 &&
+	    H5Pset_fill_time(p, H5D_FILL_TIME_NEVER) >= 0)
+		d = H5Dcreate2(file, name, type, s, H5P_DEFAULT, p, H5P_DEFAULT);
+	h5_close_id(&p, H5Pclose);
+	h5_close_id(&s, H5Sclose);
+	return d;
+}
+
+int wf_dataset_create(wf_dataset_writer **out, const char *path, long count, int h, int w, int c,
+		      int nclasses, const char *const *classes, wf_err *err)
+{
+	int rc = 0;
+	hid_t st = H5I_INVALID_HID, sp = H5I_INVALID_HID, at = H5I_INVALID_HID;
+	*out = NULL;
+	if (count < 1 || h < 1 || w < 1 || c < 1 || c > 4 || h > 65536 || w > 65536)
+		return wf_errf(err, WF_EINVAL,
+			       "%s: bad dataset shape [%ld,%d,%d,%d] (want N >= 1, C in 1..4)",
+			       path, count, h, w, c);
+	if (nclasses < 1 || !classes)
+		return wf_errf(err, WF_EINVAL, "%s: a dataset needs 1 or more class names", path);
+	for (int i = 0; i < nclasses; i++) {
+		if (!classes[i])
+			return wf_errf(err, WF_EINVAL, "%s: class name %d is NULL", path, i);
+	}
+	wf_dataset_writer *wr = calloc(1, sizeof(*wr));
+	if (!wr)
+		return wf_errf(err, WF_ENOMEM, "%s: out of memory", path);
+	wr->file = wr->dimages = wr->dlabels = H5I_INVALID_HID;
+	wr->count = count;
+	wr->h = h;
+	wr->w = w;
+	wr->c = c;
+	wr->nclasses = nclasses;
+	size_t tlen = strlen(path) + 32;
+	wr->path = strdup(path);
+	wr->tmp = malloc(tlen);
+	if (!wr->path || !wr->tmp) {
+		free(wr->tmp);
+		wr->tmp = NULL;
+		writer_discard(wr);
+		return wf_errf(err, WF_ENOMEM, "%s: out of memory", path);
+	}
+	snprintf(wr->tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
+
+	h5_lock();
+	wr->file = H5Fcreate(wr->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+	if (wr->file < 0) {
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create %s", path, wr->tmp);
+		goto out;
+	}
+	size_t sb = (size_t)h * w * c;
+	hsize_t per = CHUNK_TARGET_BYTES / sb;
+	per = per < 1 ? 1 : per > CHUNK_MAX_IMAGES ? CHUNK_MAX_IMAGES : per;
+	per = per > (hsize_t)count ? (hsize_t)count : per;
+	hsize_t idims[4] = {(hsize_t)count, (hsize_t)h, (hsize_t)w, (hsize_t)c};
+	hsize_t ichunk[4] = {per, (hsize_t)h, (hsize_t)w, (hsize_t)c};
+	hsize_t ldims[1] = {(hsize_t)count};
+	hsize_t lchunk[1] = {(hsize_t)(count < LABEL_CHUNK ? count : LABEL_CHUNK)};
+	wr->dimages = create_chunked(wr->file, "images", H5T_STD_U8LE, 4, idims, ichunk);
+	if (wr->dimages < 0) {
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create dataset `images`", path);
+		goto out;
+	}
+	wr->dlabels = create_chunked(wr->file, "labels", H5T_STD_I32LE, 1, ldims, lchunk);
+	if (wr->dlabels < 0) {
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create dataset `labels`", path);
+		goto out;
+	}
+	hsize_t nc = (hsize_t)nclasses;
+	st = H5Tcopy(H5T_C_S1);
+	sp = H5Screate_simple(1, &nc, NULL);
+	if (st < 0 || sp < 0 || H5Tset_size(st, H5T_VARIABLE) < 0 ||
+	    H5Tset_cset(st, H5T_CSET_UTF8) < 0 ||
+	    (at = H5Acreate2(wr->file, "classes", st, sp, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
+	    H5Awrite(at, st, classes) < 0) {
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot write attribute `classes`", path);
+		goto out;
+	}
+out:
+	h5_close_id(&at, H5Aclose);
+	h5_close_id(&sp, H5Sclose);
+	h5_close_id(&st, H5Tclose);
+	h5_unlock();
+	if (rc) {
+		writer_discard(wr);
+		return rc;
+	}
+	*out = wr;
+	return 0;
+}
+
+int wf_dataset_append(wf_dataset_writer *wr, const uint8_t *images, const int32_t *labels, long n,
+		      wf_err *err)
+{
+	int rc = 0;
+	if (n < 0 || n > wr->count - wr->written)
+		return wf_errf(err, WF_EINVAL,
+			       "%s: appending %ld samples after %ld exceeds the declared %ld",
+			       wr->path, n, wr->written, wr->count);
+	for (long i = 0; i < n; i++) {
+		if (labels[i] < 0 || labels[i] >= wr->nclasses)
+			return wf_errf(err, WF_EINVAL,
+				       "%s: label of sample %ld is %d, outside [0, %d)", wr->path,
+				       wr->written + i, labels[i], wr->nclasses);
+	}
+	if (n == 0)
+		return 0;
+	h5_lock();
+	hid_t fs = H5I_INVALID_HID, ms = H5I_INVALID_HID;
+	hsize_t off[4] = {(hsize_t)wr->written, 0, 0, 0};
+	hsize_t cnt[4] = {(hsize_t)n, (hsize_t)wr->h, (hsize_t)wr->w, (hsize_t)wr->c};
+	fs = H5Dget_space(wr->dimages);
+	ms = H5Screate_simple(4, cnt, NULL);
+	if (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, cnt, NULL) < 0 ||
+	    H5Dwrite(wr->dimages, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, images) < 0) {
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: writing `images` at %ld", wr->path, wr->written);
+		goto out;
+	}
+	h5_close_id(&ms, H5Sclose);
+	h5_close_id(&fs, H5Sclose);
+	fs = H5Dget_space(wr->dlabels);
+	ms = H5Screate_simple(1, cnt, NULL);
+	if (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, cnt, NULL) < 0 ||
+	    H5Dwrite(wr->dlabels, H5T_NATIVE_INT32, ms, fs, H5P_DEFAULT, labels) < 0) {
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: writing `labels` at %ld", wr->path, wr->written);
+		goto out;
+	}
+	wr->written += n;
+out:
+	h5_close_id(&ms, H5Sclose);
+	h5_close_id(&fs, H5Sclose);
+	h5_unlock();
+	return rc;
+}
+
+int wf_dataset_writer_close(wf_dataset_writer *wr, wf_err *err)
+{
+	int rc = 0;
+	if (!wr)
+		return 0;
+	if (wr->written != wr->count) {
+		rc = wf_errf(err, WF_EINVAL, "%s: %ld samples written but %ld were declared",
+			     wr->path, wr->written, wr->count);
+		writer_discard(wr);
+		return rc;
+	}
+	h5_lock();
+	h5_close_id(&wr->dimages, H5Dclose);
+	h5_close_id(&wr->dlabels, H5Dclose);
+	herr_t st = H5Fclose(wr->file);
+	wr->file = H5I_INVALID_HID;
+	if (st < 0)
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: closing %s", wr->path, wr->tmp);
+	h5_unlock();
+	if (!rc && wf_fsync_path(wr->tmp) != 0)
+		rc = wf_errf(err, WF_EIO, "%s: fsync of %s: %s", wr->path, wr->tmp,
+			     strerror(errno));
+	if (!rc && rename(wr->tmp, wr->path) != 0)
+		rc = wf_errf(err, WF_EIO, "%s: rename from %s: %s", wr->path, wr->tmp,
+			     strerror(errno));
+	if (!rc) {
+		free(wr->tmp);
+		wr->tmp = NULL; /* renamed: nothing to remove */
+	}
+	writer_discard(wr);
+	return rc;
+}

@@ -1,0 +1,95 @@
+/* exchange.h: gradient exchange, the part of a training step that differs
+ * between strategies. A wf_exchange is a table of functions plus a context
+ * (backends: local, mpi, nccl, ps), chosen once at start; the training loop
+ * calls only the wrappers below and knows nothing of the strategy.
+ *
+ * One step, as the trainer drives it:
+ *   zero grads; for each micro-batch: forward, loss, backward(grad_scale =
+ *   1 / (batch * accumulate)), the last backward passing wf_exchange_grad_ready
+ *   so a finished gradient prefix [0, done) can be shipped early;
+ *   then wf_exchange_step(step), after which the executor's parameters are
+ *   the ones to use for the next step.
+ * Each worker's gradient is thus the mean over its own samples; exchanges
+ * that combine workers AVERAGE them (allreduce mean, parameter-server mean).
+ *
+ * Threads: an exchange is driven by one thread (grad_ready is called from
+ * inside wf_exec_backward on that thread). */
+#ifndef WF_EXCHANGE_H
+#define WF_EXCHANGE_H
+
+#include "common/error.h"
+#include "model/model.h"
+#include "model/optim.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct wf_exchange wf_exchange;
+
+typedef struct wf_exchange_ops {
+	/* Bring params and optimizer state to the starting point. resume_dir is
+	 * a complete checkpoint step directory whose model.h5 the trainer has
+	 * already loaded into the executor (NULL: fresh start, params freshly
+	 * initialised from the seed). Sets *start_step to the 0-based step to
+	 * run next (the checkpoint's step, or 0). */
+	int (*start)(wf_exchange *x, const char *resume_dir, long resume_step, long *start_step,
+		     wf_err *err);
+	/* The gradient prefix [0, done) floats is final for this step. May be NULL. */
+	void (*grad_ready)(wf_exchange *x, size_t done);
+	/* Finish step (0-based): combine gradients, update params (and, where
+	 * workers differ, batch-norm state) in the executor. */
+	int (*step)(wf_exchange *x, long step, wf_err *err);
+	/* Write this strategy's optimizer state for `step` completed steps into
+	 * the checkpoint directory dir (before the trainer writes model.h5 and
+	 * DONE). Called on every worker; writes only where the strategy wants. */
+	int (*save)(wf_exchange *x, const char *dir, long step, wf_err *err);
+	/* The run ended normally (ps: tell servers to shut down). May be NULL. */
+	int (*finish)(wf_exchange *x, wf_err *err);
+	void (*free)(wf_exchange *x); /* frees x and its context */
+} wf_exchange_ops;
+
+struct wf_exchange {
+	const char *name; /* "local", "parameter_server", "allreduce" */
+	const wf_exchange_ops *ops;
+	void *ctx;    /* backend-private */
+	int rank;     /* this worker's index in [0, workers) */
+	int workers;  /* data-parallel workers (reader slices) */
+	int is_chief; /* writes checkpoints, metrics and the model */
+};
+
+/* Wrappers: the trainer calls these, never the table directly. */
+int wf_exchange_start(wf_exchange *x, const char *resume_dir, long resume_step, long *start_step,
+		      wf_err *err);
+/* A wf_grad_ready_fn: pass it to wf_exec_backward with arg = the exchange. */
+void wf_exchange_grad_ready(void *x, size_t done);
+int wf_exchange_step(wf_exchange *x, long step, wf_err *err);
+int wf_exchange_save(wf_exchange *x, const char *dir, long step, wf_err *err);
+int wf_exchange_finish(wf_exchange *x, wf_err *err);
+void wf_exchange_free(wf_exchange *x); /* accepts NULL */
+
+/* ---- local: one process, the optimizer applied in place ---------------- */
+
+/* An exchange over executor ex of model m (both must outlive it) applying
+ * cfg with wf_optim_apply over the whole vector; slots m, v in backend
+ * memory. Its checkpoint file is <dir>/optimizer.h5. */
+int wf_exchange_local_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
+			     const wf_optim_cfg *cfg, wf_err *err);
+
+/* ---- the optimizer-state file (shared by local and allreduce) ----------- */
+
+#define WF_OPTIM_FILE "optimizer.h5"
+
+/* Hash of everything in cfg that shapes the update (kind, hyper-parameters,
+ * schedule): stored beside the slots to detect a changed config on resume. */
+uint64_t wf_optim_cfg_hash(const wf_optim_cfg *cfg);
+/* Write slots (host memory; nslots of m, v used, n floats each), the step and
+ * cfg's hash to path: temporary file, fsync, rename. */
+int wf_optim_state_save(const char *path, const wf_optim_cfg *cfg, long step, size_t n, int nslots,
+			const float *m, const float *v, wf_err *err);
+/* Read them back into host buffers of n floats; fails naming the file when
+ * the file is corrupt or n / nslots / the optimizer kind differ; warns when
+ * only hyper-parameters changed. *step receives the stored step. */
+int wf_optim_state_load(const char *path, const wf_optim_cfg *cfg, size_t n, int nslots, float *m,
+			float *v, long *step, wf_err *err);
+
+#endif

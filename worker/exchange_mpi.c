@@ -1,0 +1,831 @@
+/* exchange_mpi.c: allreduce data parallelism over MPI (CPUs), the MPI world
+ * of the process, and the stall inspector.
+ *
+ * A step: the first grad_ready call (forward is over) starts a non-blocking
+ * sum of the batch-norm running statistics; each gradient bucket (a
+ * contiguous range of strategy.bucket_mb MiB of the flat gradient buffer)
+ * starts its MPI_Iallreduce (in place, sum) as soon as backward has finished
+ * it, and later grad_ready calls progress them with MPI_Testall (Open MPI's
+ * non-blocking collectives advance only inside MPI calls). step() posts what
+ * is left, waits, divides the statistics by the world size and applies the
+ * optimizer with grad_scale = 1/size: the mean of the ranks' mean gradients.
+ * The statistics are thus averaged every step (a few KiB), so ranks stay
+ * identical and evaluation or a checkpoint on any rank sees the same model.
+ *
+ * Stall inspector: every wait is a loop over MPI_Test with a deadline.
+ * Before waiting, a rank tells the coordinator (rank 0) the sequence number
+ * of the collective it has reached, and rank 0 tells everyone; so when the
+ * deadline passes, rank 0 names the ranks that never arrived (and the bucket
+ * it waits on), the other ranks name rank 0 when it is the one missing, and
+ * the step fails with WF_ETRANSIENT: the process exits 138 and mpirun ends
+ * the job instead of hanging. */
+#include "worker/exchange_mpi.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TAG_HEARTBEAT 7301
+#define MAX_NAMED     16 /* ranks listed by name in a stall message */
+
+/* ---- the MPI world ----------------------------------------------------- */
+
+static struct {
+	int ready;   /* wf_mpi_world_get succeeded once */
+	int we_init; /* this module called MPI_Init_thread */
+	int failed;  /* a collective failed: never MPI_Finalize */
+	wf_mpi_world w;
+	MPI_Comm comm;	/* a duplicate of MPI_COMM_WORLD, errors returned */
+	double timeout; /* stall timeout, seconds */
+} g;
+
+/* Record an MPI failure: file, line, the call and MPI's own text. */
+#define MPI_CHECK(call, err, ...)                                                                  \
+	do {                                                                                       \
+		int mpi_rc_ = (call);                                                              \
+		if (mpi_rc_ != MPI_SUCCESS)                                                        \
+			return mpi_fail(err, mpi_rc_, __FILE__, __LINE__, __VA_ARGS__);            \
+	} while (0)
+
+static int mpi_fail(wf_err *err, int mpi_rc, const char *file, int line, const char *fmt, ...)
+	__attribute__((format(printf, 5, 6)));
+
+static int mpi_fail(wf_err *err, int mpi_rc, const char *file, int line, const char *fmt, ...)
+{
+	char what[512], text[MPI_MAX_ERROR_STRING];
+	int len = 0;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	if (MPI_Error_string(mpi_rc, text, &len) != MPI_SUCCESS)
+		snprintf(text, sizeof(text), "MPI error %d", mpi_rc);
+	g.failed = 1;
+	/* A failed MPI call here means a peer vanished or the network broke. */
+	return wf_errf(err, WF_ETRANSIENT, "rank %d: %s: %s (%s:%d)", g.w.rank, what, text, file,
+		       line);
+}
+
+static long env_long(const char *name, long dflt)
+{
+	const char *s = getenv(name);
+	if (!s || !*s)
+		return dflt;
+	char *end;
+	long v = strtol(s, &end, 10);
+	return *end == '\0' ? v : dflt;
+}
+
+static double stall_timeout(void)
+{
+	const char *s = getenv("WEFT_STALL_TIMEOUT");
+	if (s && *s) {
+		char *end;
+		double v = strtod(s, &end);
+		if (*end == '\0' && v > 0)
+			return v;
+		wf_warn("WEFT_STALL_TIMEOUT=%s is not a positive number of seconds: using %g", s,
+			WF_MPI_STALL_TIMEOUT_DEFAULT);
+	}
+	return WF_MPI_STALL_TIMEOUT_DEFAULT;
+}
+
+int wf_mpi_world_get(wf_mpi_world *w, wf_err *err)
+{
+	if (g.ready) {
+		*w = g.w;
+		return 0;
+	}
+	int inited = 0;
+	MPI_Initialized(&inited);
+	int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE");
+	g.timeout = stall_timeout();
+	if (!inited && !launched) {
+		g.w = (wf_mpi_world){.rank = 0, .size = 1, .local_rank = 0, .active = 0};
+		g.ready = 1;
+		*w = g.w;
+		return 0;
+	}
+	if (!inited) {
+		int provided = 0;
+		if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+			return wf_errf(err, WF_ETRANSIENT, "MPI_Init_thread failed");
+		g.we_init = 1;
+	}
+	MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g.comm), err, "duplicating MPI_COMM_WORLD");
+	MPI_CHECK(MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN), err, "MPI error handler");
+	MPI_CHECK(MPI_Comm_rank(g.comm, &g.w.rank), err, "MPI_Comm_rank");
+	MPI_CHECK(MPI_Comm_size(g.comm, &g.w.size), err, "MPI_Comm_size");
+	MPI_Comm local;
+	MPI_CHECK(
+		MPI_Comm_split_type(g.comm, MPI_COMM_TYPE_SHARED, g.w.rank, MPI_INFO_NULL, &local),
+		err, "splitting the ranks of this host");
+	MPI_Comm_rank(local, &g.w.local_rank);
+	MPI_Comm_free(&local);
+	long env_local = env_long("OMPI_COMM_WORLD_LOCAL_RANK", -1);
+	if (env_local >= 0 && env_local != g.w.local_rank)
+		wf_debug("local rank %d from MPI, %ld from OMPI_COMM_WORLD_LOCAL_RANK",
+			 g.w.local_rank, env_local);
+	g.w.active = 1;
+	g.ready = 1;
+	*w = g.w;
+	if (g.w.size > 1) {
+		char prefix[32];
+		snprintf(prefix, sizeof(prefix), "rank %d", g.w.rank);
+		wf_log_set_prefix(prefix);
+	}
+	return 0;
+}
+
+void wf_mpi_mark_failed(void)
+{
+	g.failed = 1;
+}
+
+/* ---- heartbeats: who reached which collective -------------------------- */
+
+/* Each rank numbers the collectives it enters (seq: 1, 2, ...); every rank
+ * enters the same ones in the same order. Non-zero ranks send their seq to
+ * rank 0 and rank 0 sends its seq to all, so at a timeout rank 0 knows every
+ * rank's progress and the others know rank 0's. */
+typedef struct heartbeat {
+	long seq;	   /* collectives this rank has entered */
+	int npeers;	   /* ranks tracked: all others (rank 0), or rank 0 */
+	int *peer;	   /* [npeers] rank numbers */
+	long *last;	   /* [npeers] newest seq heard from each */
+	double *heard;	   /* [npeers] wf_now() of the last message from each */
+	double sent_at;	   /* wf_now() of our last heartbeat */
+	long *rbuf;	   /* [npeers] receive buffers */
+	MPI_Request *rreq; /* [npeers] persistent receives */
+	long *sbuf;	   /* [npeers] send buffers */
+	MPI_Request *sreq; /* [npeers] sends in flight (or MPI_REQUEST_NULL) */
+	int started;
+} heartbeat;
+
+static void hb_free(heartbeat *h)
+{
+	for (int i = 0; h->rreq && i < h->npeers; i++) {
+		if (h->rreq[i] == MPI_REQUEST_NULL)
+			continue;
+		if (h->started && !g.failed) {
+			MPI_Cancel(&h->rreq[i]);
+			MPI_Wait(&h->rreq[i], MPI_STATUS_IGNORE);
+		}
+		if (!g.failed)
+			MPI_Request_free(&h->rreq[i]);
+	}
+	for (int i = 0; h->sreq && i < h->npeers && !g.failed; i++)
+		if (h->sreq[i] != MPI_REQUEST_NULL)
+			MPI_Wait(&h->sreq[i], MPI_STATUS_IGNORE);
+	free(h->peer);
+	free(h->last);
+	free(h->heard);
+	free(h->rbuf);
+	free(h->rreq);
+	free(h->sbuf);
+	free(h->sreq);
+	memset(h, 0, sizeof(*h));
+}
+
+static int hb_init(heartbeat *h, wf_err *err)
+{
+	memset(h, 0, sizeof(*h));
+	if (g.w.size < 2)
+		return 0;
+	int n = g.w.rank == 0 ? g.w.size - 1 : 1;
+	h->peer = calloc((size_t)n, sizeof(*h->peer));
+	h->last = calloc((size_t)n, sizeof(*h->last));
+	h->heard = calloc((size_t)n, sizeof(*h->heard));
+	h->rbuf = calloc((size_t)n, sizeof(*h->rbuf));
+	h->rreq = calloc((size_t)n, sizeof(*h->rreq));
+	h->sbuf = calloc((size_t)n, sizeof(*h->sbuf));
+	h->sreq = calloc((size_t)n, sizeof(*h->sreq));
+	if (!h->peer || !h->last || !h->heard || !h->rbuf || !h->rreq || !h->sbuf || !h->sreq) {
+		hb_free(h);
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	}
+	h->npeers = n;
+	double now = wf_now();
+	for (int i = 0; i < n; i++) {
+		h->peer[i] = g.w.rank == 0 ? i + 1 : 0;
+		h->rreq[i] = h->sreq[i] = MPI_REQUEST_NULL;
+		h->heard[i] = now;
+	}
+	for (int i = 0; i < n; i++)
+		MPI_CHECK(MPI_Recv_init(&h->rbuf[i], 1, MPI_LONG, h->peer[i], TAG_HEARTBEAT, g.comm,
+					&h->rreq[i]),
+			  err, "heartbeat receive from rank %d", h->peer[i]);
+	MPI_CHECK(MPI_Startall(n, h->rreq), err, "starting heartbeat receives");
+	h->started = 1;
+	return 0;
+}
+
+/* Take in every heartbeat that has arrived. */
+static int hb_poll(heartbeat *h, wf_err *err)
+{
+	for (;;) {
+		int any = 0;
+		for (int i = 0; i < h->npeers; i++) {
+			int flag = 0;
+			MPI_CHECK(MPI_Test(&h->rreq[i], &flag, MPI_STATUS_IGNORE), err,
+				  "heartbeat from rank %d", h->peer[i]);
+			if (!flag)
+				continue;
+			if (h->rbuf[i] > h->last[i])
+				h->last[i] = h->rbuf[i];
+			h->heard[i] = wf_now();
+			MPI_CHECK(MPI_Start(&h->rreq[i]), err, "heartbeat receive");
+			any = 1;
+		}
+		if (!any)
+			return 0;
+	}
+}
+
+/* Tell the tracked peers our seq (on entering a collective, and every
+ * HB_PERIOD while waiting in one, so a rank that stops is noticed). */
+#define HB_PERIOD 0.5 /* seconds */
+
+static int hb_send(heartbeat *h, wf_err *err)
+{
+	h->sent_at = wf_now();
+	for (int i = 0; i < h->npeers; i++) {
+		if (h->sreq[i] != MPI_REQUEST_NULL) {
+			int done = 0;
+			MPI_CHECK(MPI_Test(&h->sreq[i], &done, MPI_STATUS_IGNORE), err,
+				  "heartbeat to rank %d", h->peer[i]);
+			if (!done) /* still in flight: the next one carries a newer seq */
+				continue;
+		}
+		h->sbuf[i] = h->seq;
+		MPI_CHECK(MPI_Isend(&h->sbuf[i], 1, MPI_LONG, h->peer[i], TAG_HEARTBEAT, g.comm,
+				    &h->sreq[i]),
+			  err, "heartbeat to rank %d", h->peer[i]);
+	}
+	return hb_poll(h, err);
+}
+
+/* Enter the next collective. */
+static int hb_enter(heartbeat *h, wf_err *err)
+{
+	h->seq++;
+	return hb_send(h, err);
+}
+
+/* "1, 3": the tracked ranks that have not entered collective seq (silent =
+ * 0), or that entered it but have not been heard of for `silent` seconds.
+ * *their_seq: the lowest seq among them; *quiet: the longest silence. */
+static int hb_missing(const heartbeat *h, long seq, double silent, char *buf, size_t n,
+		      long *their_seq, double *quiet)
+{
+	int count = 0;
+	size_t len = 0;
+	double now = wf_now();
+	buf[0] = '\0';
+	*their_seq = seq;
+	*quiet = 0;
+	for (int i = 0; i < h->npeers; i++) {
+		if (silent > 0 ? h->last[i] < seq || now - h->heard[i] < silent : h->last[i] >= seq)
+			continue;
+		if (h->last[i] < *their_seq)
+			*their_seq = h->last[i];
+		if (now - h->heard[i] > *quiet)
+			*quiet = now - h->heard[i];
+		if (count < MAX_NAMED && len < n)
+			len += (size_t)snprintf(buf + len, n - len, "%s%d", count ? ", " : "",
+						h->peer[i]);
+		else if (count == MAX_NAMED && len < n)
+			len += (size_t)snprintf(buf + len, n - len, ", ...");
+		count++;
+	}
+	return count;
+}
+
+/* ---- waiting with a deadline ------------------------------------------ */
+
+typedef struct waiter {
+	heartbeat hb;
+	char phase[160]; /* what the current collective is, for messages */
+	long phase_seq;	 /* its heartbeat seq */
+} waiter;
+
+/* Describe why the requests did not complete in time; idx is the first one
+ * still pending. Names the ranks that never reached the collective, then
+ * those that reached it but fell silent (stopped, or stuck inside MPI).
+ * Fills err (WF_ETRANSIENT) and logs it. */
+static int stall_report(waiter *wt, int idx, const char *(*label)(void *, int, char *, size_t),
+			void *arg, double waited, wf_err *err)
+{
+	char lbuf[160] = "it", late[256], mute[256], what[600] = "";
+	if (label)
+		label(arg, idx, lbuf, sizeof(lbuf));
+	long late_seq = 0, mute_seq = 0;
+	double quiet = 0, unused = 0;
+	double silent = WF_MIN(2.0, 0.5 * g.timeout);
+	int nlate = hb_missing(&wt->hb, wt->phase_seq, 0, late, sizeof(late), &late_seq, &unused);
+	int nmute =
+		hb_missing(&wt->hb, wt->phase_seq, silent, mute, sizeof(mute), &mute_seq, &quiet);
+	size_t len = 0;
+	if (nlate > 0)
+		len += (size_t)snprintf(what, sizeof(what),
+					"rank%s %s did not reach %s (%s last reached collective "
+					"%ld, rank %d is at %ld)",
+					nlate > 1 ? "s" : "", late, wt->phase,
+					nlate > 1 ? "the slowest" : "it", late_seq, g.w.rank,
+					wt->phase_seq);
+	if (nmute > 0 && len < sizeof(what))
+		len += (size_t)snprintf(what + len, sizeof(what) - len,
+					"%srank%s %s reached %s but stopped responding (silent for "
+					"%.0f s)",
+					len ? "; " : "", nmute > 1 ? "s" : "", mute, wt->phase,
+					quiet);
+	if (!len)
+		snprintf(what, sizeof(what), "%s did not complete: %s", wt->phase,
+			 g.w.rank == 0 ? "every rank reached it and is alive; the network may be "
+					 "stuck"
+				       : "rank 0 is alive and names the missing rank");
+	g.failed = 1;
+	int rc = wf_errf(err, WF_ETRANSIENT,
+			 "stall: %s; rank %d waited %.0f s on %s. Exiting 138 (transient)", what,
+			 g.w.rank, waited, lbuf);
+	wf_error("%s", err ? err->msg : "stall");
+	return rc;
+}
+
+/* Wait for reqs[0..n) (MPI_REQUEST_NULL entries are done) with the stall
+ * timeout; label(arg, i, ...) describes request i in a stall message. Rank 0
+ * waits the timeout, the others a little longer, so that when rank 0 is
+ * alive it is the one that names the missing rank. */
+static int wait_all(waiter *wt, int n, MPI_Request *reqs,
+		    const char *(*label)(void *, int, char *, size_t), void *arg, wf_err *err)
+{
+	double t0 = wf_now();
+	double limit = g.timeout + (g.w.rank == 0 ? 0 : WF_MIN(5.0, 0.25 * g.timeout));
+	for (long spins = 0;; spins++) {
+		int done = 0;
+		MPI_CHECK(MPI_Testall(n, reqs, &done, MPI_STATUSES_IGNORE), err, "waiting for %s",
+			  wt->phase);
+		if (done)
+			return 0;
+		if ((spins & 63) == 0) {
+			int rc = wf_now() - wt->hb.sent_at > HB_PERIOD ? hb_send(&wt->hb, err)
+								       : hb_poll(&wt->hb, err);
+			if (rc != 0)
+				return rc;
+			double waited = wf_now() - t0;
+			if (waited > limit) {
+				/* Testall is all-or-nothing: find the first pending one. */
+				int first = 0;
+				for (; first < n - 1; first++) {
+					int f = 1;
+					if (reqs[first] != MPI_REQUEST_NULL)
+						MPI_Test(&reqs[first], &f, MPI_STATUS_IGNORE);
+					if (!f)
+						break;
+				}
+				return stall_report(wt, first, label, arg, waited, err);
+			}
+		}
+		if (spins > 256)
+			sched_yield(); /* leave the core to a peer when oversubscribed */
+	}
+}
+
+/* Enter a collective named by fmt: number it and tell the peers. */
+static int enter_phase(waiter *wt, wf_err *err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int enter_phase(waiter *wt, wf_err *err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(wt->phase, sizeof(wt->phase), fmt, ap);
+	va_end(ap);
+	int rc = hb_enter(&wt->hb, err);
+	wt->phase_seq = wt->hb.seq;
+	return rc;
+}
+
+/* A whole-job barrier (non-blocking, with the stall timeout). */
+static int barrier(waiter *wt, const char *what, wf_err *err)
+{
+	if (g.w.size < 2)
+		return 0;
+	int rc = enter_phase(wt, err, "%s", what);
+	if (rc != 0)
+		return rc;
+	MPI_Request r;
+	MPI_CHECK(MPI_Ibarrier(g.comm, &r), err, "%s", what);
+	return wait_all(wt, 1, &r, NULL, NULL, err);
+}
+
+/* Broadcast n floats/bytes in pieces MPI's int counts can hold. */
+static int bcast_chunks(waiter *wt, void *buf, size_t bytes, int root, wf_err *err)
+{
+	char *p = buf;
+	const size_t piece = (size_t)1 << 30;
+	while (bytes > 0) {
+		size_t k = WF_MIN(bytes, piece);
+		MPI_Request r;
+		MPI_CHECK(MPI_Ibcast(p, (int)k, MPI_BYTE, root, g.comm, &r), err, "%s", wt->phase);
+		int rc = wait_all(wt, 1, &r, NULL, NULL, err);
+		if (rc != 0)
+			return rc;
+		p += k;
+		bytes -= k;
+	}
+	return 0;
+}
+
+/* The world's own waiter for wf_mpi_bcast (the NCCL bootstrap). */
+static waiter world_waiter;
+static int world_waiter_ready;
+
+int wf_mpi_bcast(void *buf, size_t bytes, int root, const char *what, wf_err *err)
+{
+	if (!g.ready || !g.w.active || g.w.size < 2)
+		return 0;
+	if (!world_waiter_ready) {
+		int rc = hb_init(&world_waiter.hb, err);
+		if (rc != 0)
+			return rc;
+		world_waiter_ready = 1;
+	}
+	int rc = enter_phase(&world_waiter, err, "the broadcast of %s", what);
+	return rc != 0 ? rc : bcast_chunks(&world_waiter, buf, bytes, root, err);
+}
+
+void wf_mpi_world_finalize(void)
+{
+	if (world_waiter_ready) {
+		hb_free(&world_waiter.hb);
+		world_waiter_ready = 0;
+	}
+	if (!g.ready || !g.w.active)
+		return;
+	if (g.failed) /* peers may be gone or stuck: leave; mpirun ends the job */
+		return;
+	MPI_Comm_free(&g.comm);
+	if (g.we_init)
+		MPI_Finalize();
+	g.ready = 0;
+}
+
+/* ---- the exchange ------------------------------------------------------ */
+
+typedef struct mpi_ctx {
+	wf_exec *ex;
+	wf_backend *be;
+	const wf_model *m;
+	wf_optim_cfg cfg;
+	size_t n;      /* parameters (floats) */
+	size_t nstate; /* batch-norm statistics (floats) */
+	int nslots;    /* 0, 1 or 2 */
+	float *slot_m; /* backend (host) memory [n] or NULL */
+	float *slot_v;
+	size_t bucket; /* floats per gradient bucket */
+	int nbuckets;
+	MPI_Request *reqs; /* [1 + nbuckets]: statistics, then the buckets */
+	int posted;	   /* buckets started this step */
+	int stats_posted;  /* statistics sum started this step */
+	long cur_step;	   /* step being computed (for messages) */
+	int pending_rc;	   /* an MPI failure inside grad_ready, reported by step() */
+	wf_err pending;
+	int finished; /* finish() succeeded: MPI may be finalised */
+	waiter wt;
+} mpi_ctx;
+
+static size_t bucket_lo(const mpi_ctx *c, int b)
+{
+	return (size_t)b * c->bucket;
+}
+
+static size_t bucket_hi(const mpi_ctx *c, int b)
+{
+	return WF_MIN(c->n, (size_t)(b + 1) * c->bucket);
+}
+
+static const char *req_label(void *arg, int i, char *buf, size_t n)
+{
+	const mpi_ctx *c = arg;
+	if (i == 0)
+		snprintf(buf, n, "the batch-norm statistics (%zu floats)", c->nstate);
+	else
+		snprintf(buf, n, "gradient bucket %d of %d (floats [%zu, %zu))", i - 1, c->nbuckets,
+			 bucket_lo(c, i - 1), bucket_hi(c, i - 1));
+	return buf;
+}
+
+static int post_stats(mpi_ctx *c, wf_err *err)
+{
+	c->stats_posted = 1;
+	if (c->nstate == 0)
+		return 0;
+	MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, wf_exec_state(c->ex), (int)c->nstate, MPI_FLOAT,
+				 MPI_SUM, g.comm, &c->reqs[0]),
+		  err, "batch-norm statistics of step %ld", c->cur_step + 1);
+	return 0;
+}
+
+/* Start every bucket that lies inside the finished prefix [0, done). */
+static int post_buckets(mpi_ctx *c, size_t done, wf_err *err)
+{
+	float *grads = wf_exec_grads(c->ex);
+	while (c->posted < c->nbuckets && bucket_hi(c, c->posted) <= done) {
+		int b = c->posted;
+		size_t lo = bucket_lo(c, b);
+		MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, grads + lo, (int)(bucket_hi(c, b) - lo),
+					 MPI_FLOAT, MPI_SUM, g.comm, &c->reqs[1 + b]),
+			  err, "gradient bucket %d of step %ld", b, c->cur_step + 1);
+		c->posted++;
+	}
+	return 0;
+}
+
+static void mpi_grad_ready(wf_exchange *x, size_t done)
+{
+	mpi_ctx *c = x->ctx;
+	if (g.w.size < 2 || c->pending_rc != 0)
+		return;
+	int rc = 0;
+	if (!c->stats_posted)
+		rc = post_stats(c, &c->pending);
+	int before = c->posted;
+	if (rc == 0)
+		rc = post_buckets(c, done, &c->pending);
+	int flag = 0;
+	/* Progress what is in flight: libnbc advances only inside MPI calls. */
+	if (rc == 0 && (before > 0 || c->posted > 0) &&
+	    MPI_Testall(1 + c->posted, c->reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+		rc = wf_errf(&c->pending, WF_ETRANSIENT,
+			     "rank %d: a peer vanished during the allreduce of step %ld", g.w.rank,
+			     c->cur_step + 1);
+	c->pending_rc = rc;
+}
+
+static int mpi_step(wf_exchange *x, long step, wf_err *err)
+{
+	mpi_ctx *c = x->ctx;
+	int rc = 0;
+	float inv = 1.0f / (float)g.w.size;
+	if (g.w.size > 1) {
+		c->cur_step = step;
+		if (c->pending_rc != 0) {
+			*err = c->pending;
+			g.failed = 1;
+			return c->pending_rc;
+		}
+		rc = enter_phase(&c->wt, err, "the allreduce of step %ld", step + 1);
+		if (rc == 0 && !c->stats_posted)
+			rc = post_stats(c, err);
+		if (rc == 0)
+			rc = post_buckets(c, c->n, err);
+		if (rc == 0)
+			rc = wait_all(&c->wt, 1 + c->nbuckets, c->reqs, req_label, c, err);
+		c->posted = 0;
+		c->stats_posted = 0;
+		c->cur_step = step + 1;
+		if (rc != 0)
+			return rc;
+		if (c->nstate && c->be->ops->scale(c->be, c->nstate, wf_exec_state(c->ex),
+						   wf_exec_state(c->ex), inv) != 0)
+			return wf_errf(err, WF_EINTERNAL, "averaging batch-norm statistics: %s",
+				       c->be->err.msg);
+	}
+	rc = wf_optim_apply(c->be, &c->cfg, step, c->n, wf_exec_params(c->ex), wf_exec_grads(c->ex),
+			    c->slot_m, c->slot_v, inv);
+	if (rc != 0)
+		return wf_errf(err, rc, "optimizer step %ld: %s", step + 1, c->be->err.msg);
+	return 0;
+}
+
+/* What rank 0 tells every rank before the starting state. */
+typedef struct start_header {
+	int64_t step; /* 0-based step to run next */
+	int64_t nparams, nstate;
+	uint64_t optim_hash; /* wf_optim_cfg_hash: ranks must agree */
+	int32_t nslots;
+	int32_t resumed;
+} start_header;
+
+static int mpi_start(wf_exchange *x, const char *resume_dir, long resume_step, long *start_step,
+		     wf_err *err)
+{
+	mpi_ctx *c = x->ctx;
+	size_t bytes = c->n * sizeof(float);
+	*start_step = 0;
+	if (c->slot_m)
+		memset(c->slot_m, 0, bytes);
+	if (c->slot_v)
+		memset(c->slot_v, 0, bytes);
+	long step = 0;
+	if (resume_dir && g.w.rank == 0) {
+		char path[4200];
+		snprintf(path, sizeof(path), "%s/%s", resume_dir, WF_OPTIM_FILE);
+		int rc = wf_optim_state_load(path, &c->cfg, c->n, c->nslots, c->slot_m, c->slot_v,
+					     &step, err);
+		if (rc != 0)
+			return rc;
+		if (step != resume_step)
+			return wf_errf(err, WF_EFORMAT,
+				       "%s: holds step %ld, its directory says step %ld", path,
+				       step, resume_step);
+	}
+	if (g.w.size < 2) {
+		*start_step = step;
+		return 0;
+	}
+	start_header h = {.step = step,
+			  .nparams = (int64_t)c->n,
+			  .nstate = (int64_t)c->nstate,
+			  .optim_hash = wf_optim_cfg_hash(&c->cfg),
+			  .nslots = c->nslots,
+			  .resumed = resume_dir != NULL};
+	start_header mine = h;
+	int rc = enter_phase(&c->wt, err, "the start-up broadcast from rank 0");
+	if (rc == 0)
+		rc = bcast_chunks(&c->wt, &h, sizeof(h), 0, err);
+	if (rc != 0)
+		return rc;
+	if (g.w.rank != 0) {
+		if (h.nparams != mine.nparams || h.nstate != mine.nstate)
+			return wf_errf(
+				err, WF_EINVAL,
+				"rank %d: model has %lld parameters and %lld statistics, rank "
+				"0's has %lld and %lld: every rank must run the same config",
+				g.w.rank, (long long)mine.nparams, (long long)mine.nstate,
+				(long long)h.nparams, (long long)h.nstate);
+		if (h.optim_hash != mine.optim_hash || h.nslots != mine.nslots)
+			return wf_errf(
+				err, WF_EINVAL,
+				"rank %d: optimizer settings differ from rank 0's: every rank "
+				"must run the same config",
+				g.w.rank);
+		if (h.resumed != mine.resumed || (h.resumed && h.step != resume_step))
+			wf_warn("rank %d: %s; using rank 0's (step %lld)", g.w.rank,
+				mine.resumed ? "my checkpoint differs from rank 0's"
+					     : "rank 0 resumes from a checkpoint I do not see",
+				(long long)h.step);
+	}
+	/* Rank 0's parameters, statistics and slots, so every rank starts equal. */
+	if (wf_exec_params_to_host(c->ex) != 0)
+		return wf_errf(err, WF_EINTERNAL, "reading parameters: %s", wf_exec_error(c->ex));
+	rc = bcast_chunks(&c->wt, c->m->params, bytes, 0, err);
+	if (rc == 0 && c->nstate)
+		rc = bcast_chunks(&c->wt, c->m->state, c->nstate * sizeof(float), 0, err);
+	if (rc == 0 && c->slot_m)
+		rc = bcast_chunks(&c->wt, c->slot_m, bytes, 0, err);
+	if (rc == 0 && c->slot_v)
+		rc = bcast_chunks(&c->wt, c->slot_v, bytes, 0, err);
+	if (rc != 0)
+		return rc;
+	if (wf_exec_params_from_host(c->ex) != 0)
+		return wf_errf(err, WF_EINTERNAL, "restoring parameters: %s", wf_exec_error(c->ex));
+	*start_step = (long)h.step;
+	c->cur_step = *start_step;
+	if (g.w.rank == 0)
+		wf_info("allreduce: %d ranks, %d gradient bucket%s of up to %.2f MiB, %zu "
+			"parameters; stall timeout %.0f s",
+			g.w.size, c->nbuckets, c->nbuckets == 1 ? "" : "s",
+			(double)c->bucket * sizeof(float) / (1024.0 * 1024.0), c->n, g.timeout);
+	return 0;
+}
+
+/* Every rank enters save() before rank 0 writes anything: the trainer's
+ * non-chief ranks touch the step directory (un-completing a re-written
+ * step) before calling save, so this barrier orders that before rank 0's
+ * DONE. Only rank 0 writes optimizer.h5 (the slots are equal everywhere). */
+static int mpi_save(wf_exchange *x, const char *dir, long step, wf_err *err)
+{
+	mpi_ctx *c = x->ctx;
+	char what[96];
+	snprintf(what, sizeof(what), "the checkpoint of step %ld", step);
+	int rc = barrier(&c->wt, what, err);
+	if (rc != 0 || g.w.rank != 0)
+		return rc;
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/%s", dir, WF_OPTIM_FILE);
+	return wf_optim_state_save(path, &c->cfg, step, c->n, c->nslots, c->slot_m, c->slot_v, err);
+}
+
+/* After the last barrier: take in the peers' last heartbeats, so no message
+ * is left unreceived at MPI_Finalize (bounded: they were sent already). */
+static void hb_drain(heartbeat *h, wf_err *err)
+{
+	double t0 = wf_now();
+	for (;;) {
+		if (hb_poll(h, err) != 0)
+			return;
+		int all = 1;
+		for (int i = 0; i < h->npeers; i++)
+			all &= h->last[i] >= h->seq;
+		if (all || wf_now() - t0 > 1.0)
+			return;
+		sched_yield();
+	}
+}
+
+static int mpi_finish(wf_exchange *x, wf_err *err)
+{
+	mpi_ctx *c = x->ctx;
+	int rc = barrier(&c->wt, "the end of training", err);
+	if (rc == 0) {
+		hb_drain(&c->wt.hb, err);
+		c->finished = 1;
+	}
+	return rc;
+}
+
+static void mpi_free(wf_exchange *x)
+{
+	mpi_ctx *c = x->ctx;
+	if (c) {
+		if (!c->finished)
+			g.failed = 1; /* ended early: peers may still be in a collective */
+		hb_free(&c->wt.hb);
+		if (c->slot_m)
+			c->be->ops->free(c->be, c->slot_m);
+		if (c->slot_v)
+			c->be->ops->free(c->be, c->slot_v);
+		free(c->reqs);
+		free(c);
+		wf_mpi_world_finalize();
+	}
+	free(x);
+}
+
+static const wf_exchange_ops mpi_ops = {
+	.start = mpi_start,
+	.grad_ready = mpi_grad_ready,
+	.step = mpi_step,
+	.save = mpi_save,
+	.finish = mpi_finish,
+	.free = mpi_free,
+};
+
+int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
+			   const wf_optim_cfg *cfg, double bucket_mb, wf_err *err)
+{
+	*out = NULL;
+	wf_backend *be = wf_exec_backend(ex);
+	if (strcmp(be->name, "cpu") != 0 && strcmp(be->name, "ref") != 0)
+		return wf_errf(err, WF_ENOTSUP,
+			       "strategy.name allreduce on device '%s' needs NCCL; this weft "
+			       "was built without it",
+			       be->name);
+	wf_mpi_world w;
+	int rc = wf_mpi_world_get(&w, err);
+	if (rc != 0)
+		return rc;
+	wf_exchange *x = calloc(1, sizeof(*x));
+	mpi_ctx *c = calloc(1, sizeof(*c));
+	if (!x || !c) {
+		free(x);
+		free(c);
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	}
+	x->name = "allreduce";
+	x->ops = &mpi_ops;
+	x->ctx = c;
+	x->rank = w.rank;
+	x->workers = w.size;
+	x->is_chief = w.rank == 0;
+	c->ex = ex;
+	c->be = be;
+	c->m = m;
+	c->cfg = *cfg;
+	c->n = m->nparams;
+	c->nstate = m->nstate;
+	c->nslots = wf_optim_slots(cfg);
+	double floats = bucket_mb * 1024.0 * 1024.0 / sizeof(float);
+	c->bucket = floats < 1024 ? 1024 : floats > INT_MAX ? (size_t)INT_MAX : (size_t)floats;
+	c->nbuckets = c->n ? (int)((c->n + c->bucket - 1) / c->bucket) : 0;
+	c->reqs = malloc((size_t)(1 + c->nbuckets) * sizeof(*c->reqs));
+	size_t bytes = (c->n ? c->n : 1) * sizeof(float);
+	if (!c->reqs)
+		goto nomem;
+	for (int i = 0; i <= c->nbuckets; i++)
+		c->reqs[i] = MPI_REQUEST_NULL;
+	if (c->nslots >= 1 && !(c->slot_m = be->ops->alloc(be, bytes)))
+		goto nomem;
+	if (c->nslots >= 2 && !(c->slot_v = be->ops->alloc(be, bytes)))
+		goto nomem;
+	if ((rc = hb_init(&c->wt.hb, err)) != 0) {
+		c->finished = 1; /* nothing is in flight yet */
+		mpi_free(x);
+		return rc;
+	}
+	*out = x;
+	return 0;
+nomem:
+	wf_errf(err, WF_ENOMEM, "out of memory for the allreduce of %zu parameters", c->n);
+	mpi_free(x);
+	return WF_ENOMEM;
+}

@@ -1,0 +1,95 @@
+/* exchange_mpi.h: the allreduce exchange on CPUs (DESIGN section 9) and the
+ * process's MPI world, which the NCCL exchange also uses to bootstrap.
+ * Every rank holds all parameters; each step the gradient buffer is
+ * averaged across ranks in buckets started while backward still runs, then
+ * every rank applies the same optimizer step, so ranks stay identical.
+ * Only exchange_mpi.c includes <mpi.h>; a build without MPI gets the stubs
+ * below, which say so.
+ *
+ * Threads: MPI is initialised with MPI_THREAD_FUNNELED; every function here
+ * must be called from the training thread. */
+#ifndef WF_EXCHANGE_MPI_H
+#define WF_EXCHANGE_MPI_H
+
+#include "worker/exchange.h"
+
+#include <stddef.h>
+
+/* Seconds a rank waits for its peers inside one collective before naming
+ * the missing rank(s) and failing with WF_ETRANSIENT (exit 138). Read from
+ * the environment variable WEFT_STALL_TIMEOUT, else this default. */
+#define WF_MPI_STALL_TIMEOUT_DEFAULT 60.0
+
+/* This process's place in the job. */
+typedef struct wf_mpi_world {
+	int rank;	/* in [0, size) */
+	int size;	/* processes in the job (1 without mpirun) */
+	int local_rank; /* rank among the processes of this host (GPU choice) */
+	int active;	/* 1: MPI is initialised and used; 0: a world of one, no MPI */
+} wf_mpi_world;
+
+#ifdef WEFT_HAVE_MPI
+
+/* 0: the allreduce strategy is built in. */
+static inline int wf_exchange_mpi_check(wf_err *err)
+{
+	return 0;
+}
+/* Initialise MPI once (MPI_Init_thread when started by mpirun, i.e. when
+ * OMPI_COMM_WORLD_SIZE or PMIX_RANK is set; otherwise a world of one without
+ * MPI) and describe the world. Later calls return the same world. */
+int wf_mpi_world_get(wf_mpi_world *w, wf_err *err);
+/* Broadcast bytes from root to every rank, waiting at most the stall
+ * timeout; what names the data in errors. No-op in a world of one. */
+int wf_mpi_bcast(void *buf, size_t bytes, int root, const char *what, wf_err *err);
+/* Mark the job failed: free() will then not call MPI_Finalize (which would
+ * wait for peers that are gone), so the process can exit with its code. */
+void wf_mpi_mark_failed(void);
+/* MPI_Finalize if this module initialised MPI and nothing failed. */
+void wf_mpi_world_finalize(void);
+
+/* The allreduce exchange over executor ex (a host-memory backend: ref or
+ * cpu) of model m, applying cfg on every rank. bucket_mb: gradient bucket
+ * size in MiB (strategy.bucket_mb). rank 0 is the chief; its checkpoint
+ * file is <dir>/optimizer.h5, the same file the local exchange writes. */
+int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
+			   const wf_optim_cfg *cfg, double bucket_mb, wf_err *err);
+
+#else /* built without MPI */
+
+#define WF_MPI_MISSING                                                                             \
+	"strategy.name: allreduce needs MPI; this weft was built without it (install "             \
+	"libopenmpi-dev: scripts/setup-deps.sh, then rebuild)"
+
+static inline int wf_exchange_mpi_check(wf_err *err)
+{
+	return wf_errf(err, WF_ENOTSUP, WF_MPI_MISSING);
+}
+static inline int wf_mpi_world_get(wf_mpi_world *w, wf_err *err)
+{
+	w->rank = 0;
+	w->size = 1;
+	w->local_rank = 0;
+	w->active = 0;
+	return 0;
+}
+static inline int wf_mpi_bcast(void *buf, size_t bytes, int root, const char *what, wf_err *err)
+{
+	return 0;
+}
+static inline void wf_mpi_mark_failed(void)
+{
+}
+static inline void wf_mpi_world_finalize(void)
+{
+}
+static inline int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
+					 const wf_optim_cfg *cfg, double bucket_mb, wf_err *err)
+{
+	*out = NULL;
+	return wf_errf(err, WF_ENOTSUP, WF_MPI_MISSING);
+}
+
+#endif
+
+#endif

@@ -1,0 +1,46 @@
+/* exchange_nccl.h: the allreduce exchange on GPUs (DESIGN section 9): the
+ * same contract as the MPI exchange (exchange_mpi.h), with gradients,
+ * statistics and optimizer slots in device memory and averaged by NCCL on a
+ * dedicated stream. The NCCL unique id is broadcast over MPI (mpirun); the
+ * TF_CONFIG rendezvous for Kubernetes without MPI is not built yet.
+ * Only exchange_nccl.c includes <nccl.h> and the CUDA runtime; a build
+ * without NCCL gets the stubs below, which say so.
+ *
+ * Threads: call everything from the training thread. */
+#ifndef WF_EXCHANGE_NCCL_H
+#define WF_EXCHANGE_NCCL_H
+
+#include "worker/exchange.h"
+
+#ifdef WEFT_HAVE_NCCL
+
+/* Make GPU (local_rank mod the number of GPUs) current; call it before any
+ * other CUDA call of the process (the cuda backend's creation). */
+int wf_nccl_select_device(int local_rank, wf_err *err);
+
+/* The NCCL allreduce exchange over executor ex (the cuda backend) of model
+ * m, applying cfg on every rank; bucket_mb as strategy.bucket_mb. Joins the
+ * NCCL communicator of all ranks (a collective call). */
+int wf_exchange_nccl_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
+			    const wf_optim_cfg *cfg, double bucket_mb, wf_err *err);
+
+#else /* built without NCCL */
+
+#define WF_NCCL_MISSING                                                                            \
+	"strategy.name: allreduce on cuda needs NCCL; this weft was built without it "             \
+	"(it needs the CUDA toolkit, NCCL and MPI at build time)"
+
+static inline int wf_nccl_select_device(int local_rank, wf_err *err)
+{
+	return wf_errf(err, WF_ENOTSUP, WF_NCCL_MISSING);
+}
+static inline int wf_exchange_nccl_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
+					  const wf_optim_cfg *cfg, double bucket_mb, wf_err *err)
+{
+	*out = NULL;
+	return wf_errf(err, WF_ENOTSUP, WF_NCCL_MISSING);
+}
+
+#endif
+
+#endif

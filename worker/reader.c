@@ -1,0 +1,356 @@
+/* reader.c: the reader thread of data.h. One producer thread fills a ring of
+ * prefetch + 1 batch slots (the extra one is the batch the consumer holds),
+ * all allocated at create; the main thread takes them in order with
+ * wf_reader_next. Order and augmentation follow data.h exactly. */
+#include "worker/data.h"
+
+#include "common/util.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define PERM_KEY	    0x5045524dULL /* "PERM": permutation stream */
+#define AUGMENT_KEY	    0x415547ULL	  /* "AUG": per-sample augmentation stream */
+#define READER_MAX_PREFETCH 64
+
+struct wf_reader {
+	wf_dataset *ds;
+	wf_reader_cfg cfg;
+	int h, w, c;
+	long count;	      /* N */
+	long per_batch;	      /* samples in one of this reader's batches: batch * slices */
+	long global;	      /* G = batch * total_slices */
+	long steps_per_epoch; /* shuffle: floor(N / G); eval: batches this reader yields */
+	size_t sample_bytes;  /* h*w*c */
+	float lut[4][256];    /* preprocessed value of each channel and pixel value */
+
+	/* producer-only state */
+	long *perm; /* [N] permutation of perm_epoch (shuffle only) */
+	long perm_epoch;
+	long *idx;    /* [per_batch] sample indices of the batch being made */
+	uint8_t *raw; /* [per_batch, H, W, C] gathered bytes */
+
+	/* the ring: slots [head, head + filled) are ready; with held, the consumer
+	 * is using slots[head] */
+	int nslots;
+	wf_batch *slots;
+	int head, filled, held;
+	int stop, done, failed;
+	wf_err thread_err;
+	pthread_mutex_t mu;
+	pthread_cond_t can_fill, can_take;
+	pthread_t thread;
+	int thread_started;
+};
+
+void wf_reader_cfg_default(wf_reader_cfg *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->batch = 32;
+	cfg->first = 0;
+	cfg->slices = 1;
+	cfg->total_slices = 1;
+	cfg->seed = 1;
+	cfg->shuffle = 1;
+	cfg->augment = 0;
+	cfg->pad = 4;
+	cfg->start_step = 0;
+	cfg->scale = 1.0f / 255.0f;
+	for (int i = 0; i < 4; i++) {
+		cfg->mean[i] = 0.0f;
+		cfg->std[i] = 1.0f;
+	}
+	cfg->prefetch = 2;
+}
+
+long wf_reader_steps_per_epoch(const wf_reader *r)
+{
+	return r->steps_per_epoch;
+}
+
+/* permutation(seed, epoch): Fisher-Yates over [0, N). */
+static void make_perm(wf_reader *r, long epoch)
+{
+	wf_rng g;
+	wf_rng_seed(&g, wf_hash3(r->cfg.seed, (uint64_t)epoch, PERM_KEY));
+	for (long i = 0; i < r->count; i++)
+		r->perm[i] = i;
+	for (long i = r->count - 1; i > 0; i--) {
+		long j = (long)wf_rng_below(&g, (uint64_t)i + 1);
+		long t = r->perm[i];
+		r->perm[i] = r->perm[j];
+		r->perm[j] = t;
+	}
+	r->perm_epoch = epoch;
+}
+
+/* Crop (offsets in [0, 2*pad] of the zero-padded image), flip, preprocess. */
+static void augment_sample(const wf_reader *r, const uint8_t *src, float *dst, long epoch,
+			   long index)
+{
+	const int h = r->h, w = r->w, c = r->c, pad = r->cfg.pad;
+	wf_rng g;
+	wf_rng_seed(&g, wf_hash3(r->cfg.seed ^ AUGMENT_KEY, (uint64_t)epoch, (uint64_t)index));
+	int oy = (int)wf_rng_below(&g, (uint64_t)(2 * pad + 1));
+	int ox = (int)wf_rng_below(&g, (uint64_t)(2 * pad + 1));
+	int flip = wf_rng_uniform(&g) < 0.5;
+	for (int y = 0; y < h; y++) {
+		int sy = y + oy - pad;
+		for (int x = 0; x < w; x++) {
+			int sx = (flip ? w - 1 - x : x) + ox - pad;
+			float *o = dst + ((size_t)y * w + x) * c;
+			if (sy < 0 || sy >= h || sx < 0 || sx >= w) {
+				for (int ch = 0; ch < c; ch++)
+					o[ch] = r->lut[ch][0];
+			} else {
+				const uint8_t *p = src + ((size_t)sy * w + sx) * c;
+				for (int ch = 0; ch < c; ch++)
+					o[ch] = r->lut[ch][p[ch]];
+			}
+		}
+	}
+}
+
+static void preprocess_sample(const wf_reader *r, const uint8_t *src, float *dst)
+{
+	const int c = r->c;
+	size_t pixels = (size_t)r->h * r->w;
+	for (size_t p = 0; p < pixels; p++)
+		for (int ch = 0; ch < c; ch++)
+			dst[p * c + ch] = r->lut[ch][src[p * c + ch]];
+}
+
+/* Fill slot b with training step / eval batch `step`. */
+static int produce(wf_reader *r, long step, wf_batch *b, wf_err *err)
+{
+	int rc;
+	long epoch = 0, n;
+	const wf_reader_cfg *cfg = &r->cfg;
+	if (cfg->shuffle) {
+		epoch = step / r->steps_per_epoch;
+		long bi = step % r->steps_per_epoch;
+		if (epoch != r->perm_epoch)
+			make_perm(r, epoch);
+		n = r->per_batch;
+		const long *src = r->perm + bi * r->global + (long)cfg->first * cfg->batch;
+		memcpy(r->idx, src, sizeof(*r->idx) * (size_t)n);
+		rc = wf_dataset_gather(r->ds, r->idx, n, r->raw, b->labels, err);
+	} else {
+		long begin = step * r->global + (long)cfg->first * cfg->batch;
+		n = WF_MIN(r->per_batch, r->count - begin);
+		for (long k = 0; k < n; k++)
+			r->idx[k] = begin + k;
+		rc = wf_dataset_read(r->ds, begin, n, r->raw, b->labels, err);
+	}
+	if (rc)
+		return rc;
+	size_t floats = r->sample_bytes;
+	for (long k = 0; k < n; k++) {
+		const uint8_t *s = r->raw + (size_t)k * r->sample_bytes;
+		float *d = b->images + (size_t)k * floats;
+		if (cfg->augment)
+			augment_sample(r, s, d, epoch, r->idx[k]);
+		else
+			preprocess_sample(r, s, d);
+	}
+	b->step = step;
+	b->epoch = epoch;
+	b->n = (int)n;
+	return 0;
+}
+
+static void *reader_main(void *arg)
+{
+	wf_reader *r = arg;
+	wf_err err;
+	wf_err_clear(&err);
+	for (long step = r->cfg.start_step;; step++) {
+		pthread_mutex_lock(&r->mu);
+		if (!r->cfg.shuffle && step >= r->steps_per_epoch)
+			r->done = 1;
+		while (!r->stop && !r->done && r->filled == r->nslots)
+			pthread_cond_wait(&r->can_fill, &r->mu);
+		if (r->stop || r->done) {
+			pthread_cond_broadcast(&r->can_take);
+			pthread_mutex_unlock(&r->mu);
+			break;
+		}
+		wf_batch *b = &r->slots[(r->head + r->filled) % r->nslots];
+		pthread_mutex_unlock(&r->mu);
+
+		int rc = produce(r, step, b, &err);
+
+		pthread_mutex_lock(&r->mu);
+		if (rc) {
+			r->failed = rc;
+			r->thread_err = err;
+		} else {
+			r->filled++;
+		}
+		pthread_cond_broadcast(&r->can_take);
+		pthread_mutex_unlock(&r->mu);
+		if (rc)
+			break;
+	}
+	return NULL;
+}
+
+static int check_cfg(const wf_reader_cfg *cfg, const wf_dataset_info *in, wf_err *err)
+{
+	if (cfg->batch < 1)
+		return wf_errf(err, WF_EINVAL, "reader: batch = %d, want >= 1", cfg->batch);
+	if (cfg->total_slices < 1 || cfg->slices < 1 || cfg->first < 0 ||
+	    cfg->first + cfg->slices > cfg->total_slices)
+		return wf_errf(err, WF_EINVAL,
+			       "reader: slices [%d, %d) do not fit in total_slices = %d",
+			       cfg->first, cfg->first + cfg->slices, cfg->total_slices);
+	if (cfg->prefetch < 1 || cfg->prefetch > READER_MAX_PREFETCH)
+		return wf_errf(err, WF_EINVAL, "reader: prefetch = %d, want 1..%d", cfg->prefetch,
+			       READER_MAX_PREFETCH);
+	if (cfg->augment && (cfg->pad < 0 || cfg->pad > 4096))
+		return wf_errf(err, WF_EINVAL, "reader: pad = %d, want 0..4096", cfg->pad);
+	if (cfg->start_step < 0)
+		return wf_errf(err, WF_EINVAL, "reader: start_step = %ld, want >= 0",
+			       cfg->start_step);
+	if (!isfinite(cfg->scale))
+		return wf_errf(err, WF_EINVAL, "reader: scale is not finite");
+	for (int ch = 0; ch < in->c; ch++) {
+		if (!isfinite(cfg->mean[ch]) || !isfinite(cfg->std[ch]) || cfg->std[ch] == 0.0f)
+			return wf_errf(err, WF_EINVAL,
+				       "reader: mean[%d] = %g, std[%d] = %g: want "
+				       "finite values and std != 0",
+				       ch, cfg->mean[ch], ch, cfg->std[ch]);
+	}
+	if (in->c > 4)
+		return wf_errf(err, WF_EINVAL, "reader: %d channels, want 1..4", in->c);
+	return 0;
+}
+
+int wf_reader_create(wf_reader **out, wf_dataset *ds, const wf_reader_cfg *cfg, wf_err *err)
+{
+	int rc = 0;
+	*out = NULL;
+	const wf_dataset_info *in = wf_dataset_info_get(ds);
+	rc = check_cfg(cfg, in, err);
+	if (rc)
+		return rc;
+	wf_reader *r = calloc(1, sizeof(*r));
+	if (!r)
+		return wf_errf(err, WF_ENOMEM, "reader: out of memory");
+	r->ds = ds;
+	r->cfg = *cfg;
+	r->h = in->h;
+	r->w = in->w;
+	r->c = in->c;
+	r->count = in->count;
+	r->per_batch = (long)cfg->batch * cfg->slices;
+	r->global = (long)cfg->batch * cfg->total_slices;
+	r->sample_bytes = (size_t)in->h * in->w * in->c;
+	r->perm_epoch = -1;
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->can_fill, NULL);
+	pthread_cond_init(&r->can_take, NULL);
+	for (int ch = 0; ch < r->c; ch++)
+		for (int v = 0; v < 256; v++)
+			r->lut[ch][v] = ((float)v * cfg->scale - cfg->mean[ch]) / cfg->std[ch];
+
+	if (cfg->shuffle) {
+		r->steps_per_epoch = r->count / r->global;
+		if (r->steps_per_epoch < 1) {
+			rc = wf_errf(err, WF_EINVAL,
+				     "reader: the dataset has %ld samples, fewer than one global "
+				     "batch of %ld (batch %d x %d slices)",
+				     r->count, r->global, cfg->batch, cfg->total_slices);
+			goto fail;
+		}
+		r->perm = malloc(sizeof(*r->perm) * (size_t)r->count);
+		if (!r->perm)
+			goto oom;
+	} else {
+		long first = (long)cfg->first * cfg->batch;
+		r->steps_per_epoch =
+			r->count > first ? (r->count - first + r->global - 1) / r->global : 0;
+	}
+	r->idx = malloc(sizeof(*r->idx) * (size_t)r->per_batch);
+	r->raw = malloc(r->sample_bytes * (size_t)r->per_batch);
+	r->nslots = cfg->prefetch + 1;
+	r->slots = calloc((size_t)r->nslots, sizeof(*r->slots));
+	if (!r->idx || !r->raw || !r->slots)
+		goto oom;
+	for (int i = 0; i < r->nslots; i++) {
+		r->slots[i].images = malloc(sizeof(float) * r->sample_bytes * (size_t)r->per_batch);
+		r->slots[i].labels = malloc(sizeof(int32_t) * (size_t)r->per_batch);
+		if (!r->slots[i].images || !r->slots[i].labels)
+			goto oom;
+	}
+	if (pthread_create(&r->thread, NULL, reader_main, r) != 0) {
+		rc = wf_errf(err, WF_EINTERNAL, "reader: cannot start the reader thread");
+		goto fail;
+	}
+	r->thread_started = 1;
+	*out = r;
+	return 0;
+oom:
+	rc = wf_errf(err, WF_ENOMEM, "reader: out of memory for %d slots of %ld samples",
+		     cfg->prefetch + 1, r->per_batch);
+fail:
+	wf_reader_free(r);
+	return rc;
+}
+
+int wf_reader_next(wf_reader *r, wf_batch **b, wf_err *err)
+{
+	int rc;
+	*b = NULL;
+	pthread_mutex_lock(&r->mu);
+	if (r->held) {
+		r->head = (r->head + 1) % r->nslots;
+		r->filled--;
+		r->held = 0;
+		pthread_cond_signal(&r->can_fill);
+	}
+	while (r->filled == 0 && !r->done && !r->failed)
+		pthread_cond_wait(&r->can_take, &r->mu);
+	if (r->filled > 0) {
+		r->held = 1;
+		*b = &r->slots[r->head];
+		rc = 1;
+	} else if (r->failed) {
+		rc = r->failed;
+		if (err)
+			*err = r->thread_err;
+	} else {
+		rc = 0;
+	}
+	pthread_mutex_unlock(&r->mu);
+	return rc;
+}
+
+void wf_reader_free(wf_reader *r)
+{
+	if (!r)
+		return;
+	if (r->thread_started) {
+		pthread_mutex_lock(&r->mu);
+		r->stop = 1;
+		pthread_cond_broadcast(&r->can_fill);
+		pthread_mutex_unlock(&r->mu);
+		pthread_join(r->thread, NULL);
+	}
+	if (r->slots) {
+		for (int i = 0; i < r->nslots; i++) {
+			free(r->slots[i].images);
+			free(r->slots[i].labels);
+		}
+	}
+	free(r->slots);
+	free(r->perm);
+	free(r->idx);
+	free(r->raw);
+	pthread_cond_destroy(&r->can_take);
+	pthread_cond_destroy(&r->can_fill);
+	pthread_mutex_destroy(&r->mu);
+	free(r);
+}
