@@ -74,7 +74,7 @@ for r in $(seq "$ROUNDS"); do
 	R[one]+=" $(one_run)"
 	for b in $BUCKETS; do R[ar$b]+=" $(ar_run "$b")"; done
 	[ "$HAVE_TORCH" = 1 ] && R[torch]+=" $(torch_run)"
-	echo "round $r: one process${R[one]##* }  $(for b in $BUCKETS; do v=${R[ar$b]}; echo -n "bucket $b:${v##* }  "; done)$([ "$HAVE_TORCH" = 1 ] && echo "torch:${R[torch]##* }")"
+	echo "round $r: one process:${R[one]##* }  $(for b in $BUCKETS; do v=${R[ar$b]}; echo -n "bucket $b:${v##* }  "; done)$([ "$HAVE_TORCH" = 1 ] && echo "torch:${R[torch]##* }")"
 done
 
 one=$(med ${R[one]})

@@ -1,10 +1,12 @@
 /* weft_bench.c: weft-bench, a load generator for weft-serve (or any server
  * speaking the TF Serving REST or KServe v2 protocol). N client threads, each
  * with one keep-alive connection, send a fixed number of requests or run for
- * a duration; JPEG files or random raw tensors. Prints throughput, latency
- * percentiles, non-2xx counts, the model versions that answered and, when
- * the JPEGs sit in one folder per class, the top-1 accuracy. */
+ * a duration; JPEG files, the images of a dataset file (.h5, DESIGN section
+ * 5) or random raw tensors. Prints throughput, latency percentiles, non-2xx
+ * counts, the model versions that answered and, when the inputs carry labels
+ * (a dataset file, or JPEGs in one folder per class), the top-1 accuracy. */
 #include "common/util.h"
+#include "worker/data.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -22,12 +24,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-/* One prepared request body and, when known, the true class. */
+/* One prepared request body and, when known, the true classes. */
 typedef struct payload {
 	char *body;
 	size_t len;
 	size_t header_len; /* KServe binary: JSON part length, else 0 */
-	int label;	   /* -1 when unknown */
+	int n;		   /* samples in the request */
+	int *labels;	   /* [n] true classes, -1 when unknown; NULL: all unknown */
 } payload;
 
 #define MAX_VERSIONS 16
@@ -40,8 +43,11 @@ typedef struct bench {
 	double duration; /* seconds */
 	int batch;	 /* samples per request (raw tensors) */
 	const char *images;
+	const char *dataset; /* .h5 dataset file */
+	long limit;	     /* dataset samples to use, 0: all */
 	int h, w, c, classes;
 	char **class_names;
+	float scale, mean[4], std[4]; /* the model's preprocessing (TF JSON numbers) */
 	payload *payloads;
 	int npayloads;
 	char path[512];
@@ -50,7 +56,7 @@ typedef struct bench {
 	pthread_mutex_t mu;
 	double *lat; /* seconds, one per finished request */
 	long nlat, cap_lat;
-	long ok, non2xx, neterr, correct, labelled, codes[600];
+	long ok, ok_samples, non2xx, neterr, correct, labelled, codes[600];
 	long version_ids[MAX_VERSIONS], version_counts[MAX_VERSIONS];
 	int nversions;
 } bench;
@@ -258,7 +264,18 @@ static int fetch_metadata(bench *b)
 		json_object_get(json_array_get(json_object_get(root, "inputs"), 0), "shape");
 	json_t *oshape =
 		json_object_get(json_array_get(json_object_get(root, "outputs"), 0), "shape");
-	json_t *classes = json_object_get(json_object_get(root, "parameters"), "classes");
+	json_t *params = json_object_get(root, "parameters");
+	json_t *classes = json_object_get(params, "classes");
+	json_t *pre = json_object_get(params, "preprocessing");
+	b->scale = 1.0f / 255.0f;
+	for (int i = 0; i < 4; i++) {
+		b->mean[i] =
+			(float)json_number_value(json_array_get(json_object_get(pre, "mean"), i));
+		json_t *sd = json_array_get(json_object_get(pre, "std"), i);
+		b->std[i] = sd ? (float)json_number_value(sd) : 1.0f;
+	}
+	if (json_is_number(json_object_get(pre, "scale")))
+		b->scale = (float)json_number_value(json_object_get(pre, "scale"));
 	int rc = -1;
 	if (json_array_size(shape) == 4 && json_array_size(oshape) == 2) {
 		b->h = (int)json_integer_value(json_array_get(shape, 1));
@@ -307,10 +324,20 @@ static char *b64(const unsigned char *d, size_t n)
 	return s;
 }
 
-static void add_payload(bench *b, char *body, size_t len, size_t header_len, int label)
+/* Takes ownership of body and labels. */
+static void add_payload(bench *b, char *body, size_t len, size_t header_len, int n, int *labels)
 {
 	b->payloads = realloc(b->payloads, sizeof(*b->payloads) * (size_t)(b->npayloads + 1));
-	b->payloads[b->npayloads++] = (payload){body, len, header_len, label};
+	b->payloads[b->npayloads++] = (payload){body, len, header_len, n, labels};
+}
+
+static int *one_label(int label)
+{
+	if (label < 0)
+		return NULL;
+	int *l = malloc(sizeof(*l));
+	*l = label;
+	return l;
 }
 
 static int add_image(bench *b, const char *path, int label)
@@ -331,14 +358,14 @@ static int add_image(bench *b, const char *path, int label)
 		memcpy(body, head, (size_t)hl);
 		memcpy(body + hl, &l32, 4);
 		memcpy(body + hl + 4, data, n);
-		add_payload(b, body, (size_t)hl + 4 + n, (size_t)hl, label);
+		add_payload(b, body, (size_t)hl + 4 + n, (size_t)hl, 1, one_label(label));
 	} else {
 		char *s = b64((unsigned char *)data, n);
 		size_t len = strlen(s) + 64;
 		char *body = malloc(len);
 		int bl = snprintf(body, len, "{\"instances\":[{\"b64\":\"%s\"}]}", s);
 		free(s);
-		add_payload(b, body, (size_t)bl, 0, label);
+		add_payload(b, body, (size_t)bl, 0, 1, one_label(label));
 	}
 	free(data);
 	return 0;
@@ -388,63 +415,156 @@ static int load_images(bench *b, const char *dir, int depth, int label)
 	return 0;
 }
 
+/* A TF Serving :predict body of n images x [n,H,W,C] (numbers). */
+static char *tf_body(const bench *b, const float *x, int n)
+{
+	json_t *inst = json_array();
+	size_t per = (size_t)b->h * b->w * b->c;
+	for (int s = 0; s < n; s++) {
+		json_t *img = json_array();
+		for (int y = 0; y < b->h; y++) {
+			json_t *row = json_array();
+			for (int xx = 0; xx < b->w; xx++) {
+				json_t *px = json_array();
+				const float *v = x + per * s + ((size_t)y * b->w + xx) * b->c;
+				for (int ch = 0; ch < b->c; ch++)
+					json_array_append_new(px, json_real(v[ch]));
+				json_array_append_new(row, px);
+			}
+			json_array_append_new(img, row);
+		}
+		json_array_append_new(inst, img);
+	}
+	json_t *root = json_pack("{so}", "instances", inst);
+	char *body = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(6));
+	json_decref(root);
+	return body;
+}
+
+/* A KServe binary body: one tensor of n images in dtype (FP32 or UINT8). */
+static char *kserve_body(const bench *b, const void *x, int n, const char *dtype, size_t elem,
+			 size_t *len, size_t *header_len)
+{
+	size_t bytes = (size_t)n * b->h * b->w * b->c * elem;
+	char head[512];
+	int hl = snprintf(head, sizeof(head),
+			  "{\"inputs\":[{\"name\":\"input\",\"shape\":[%d,%d,%d,%d],"
+			  "\"datatype\":\"%s\",\"parameters\":{\"binary_data_size\":%zu}}],"
+			  "\"outputs\":[{\"name\":\"probabilities\"}]}",
+			  n, b->h, b->w, b->c, dtype, bytes);
+	char *body = malloc((size_t)hl + bytes);
+	memcpy(body, head, (size_t)hl);
+	memcpy(body + hl, x, bytes);
+	*len = (size_t)hl + bytes;
+	*header_len = (size_t)hl;
+	return body;
+}
+
 static void make_raw(bench *b)
 {
-	size_t per = (size_t)b->h * b->w * b->c, count = per * (size_t)b->batch;
+	size_t count = (size_t)b->h * b->w * b->c * (size_t)b->batch;
 	float *x = malloc(count * sizeof(float));
 	wf_rng r;
 	wf_rng_seed(&r, 1);
 	for (int k = 0; k < 8; k++) {
 		for (size_t i = 0; i < count; i++)
 			x[i] = (float)wf_rng_normal(&r);
+		size_t len, hl = 0;
+		char *body;
 		if (b->kserve) {
-			char head[512];
-			int hl = snprintf(
-				head, sizeof(head),
-				"{\"inputs\":[{\"name\":\"input\",\"shape\":[%d,%d,%d,%d],"
-				"\"datatype\":\"FP32\",\"parameters\":{\"binary_data_size\":"
-				"%zu}}],\"outputs\":[{\"name\":\"probabilities\"}]}",
-				b->batch, b->h, b->w, b->c, count * sizeof(float));
-			char *body = malloc((size_t)hl + count * sizeof(float));
-			memcpy(body, head, (size_t)hl);
-			memcpy(body + hl, x, count * sizeof(float));
-			add_payload(b, body, (size_t)hl + count * sizeof(float), (size_t)hl, -1);
+			body = kserve_body(b, x, b->batch, "FP32", sizeof(float), &len, &hl);
 		} else {
-			json_t *inst = json_array();
-			for (int s = 0; s < b->batch; s++) {
-				json_t *img = json_array();
-				for (int y = 0; y < b->h; y++) {
-					json_t *row = json_array();
-					for (int xx = 0; xx < b->w; xx++) {
-						json_t *px = json_array();
-						for (int ch = 0; ch < b->c; ch++)
-							json_array_append_new(
-								px, json_real(x[per * s +
-										((size_t)y * b->w +
-										 xx) * b->c +
-										ch]));
-						json_array_append_new(row, px);
-					}
-					json_array_append_new(img, row);
-				}
-				json_array_append_new(inst, img);
-			}
-			json_t *root = json_pack("{so}", "instances", inst);
-			char *s = json_dumps(root, JSON_COMPACT | JSON_REAL_PRECISION(6));
-			json_decref(root);
-			add_payload(b, s, strlen(s), 0, -1);
+			body = tf_body(b, x, b->batch);
+			len = strlen(body);
 		}
+		add_payload(b, body, len, hl, b->batch, NULL);
 	}
 	free(x);
 }
 
+/* The images of a dataset file, b->batch per request, with their labels.
+ * KServe: raw UINT8 pixels (the server applies the model's preprocessing);
+ * TF: numbers, preprocessed here as the model's metadata says. */
+static int load_dataset(bench *b)
+{
+	wf_err err = {0};
+	wf_dataset *ds = NULL;
+	if (wf_dataset_open(&ds, b->dataset, &err)) {
+		fprintf(stderr, "weft-bench: --dataset: %s\n", err.msg);
+		return -1;
+	}
+	const wf_dataset_info *in = wf_dataset_info_get(ds);
+	int rc = -1;
+	if (in->h != b->h || in->w != b->w || in->c != b->c || in->nclasses != b->classes) {
+		fprintf(stderr,
+			"weft-bench: --dataset %s holds %dx%dx%d images of %d classes; the model "
+			"takes %dx%dx%d and predicts %d classes\n",
+			b->dataset, in->h, in->w, in->c, in->nclasses, b->h, b->w, b->c,
+			b->classes);
+		goto close;
+	}
+	long total = b->limit > 0 && b->limit < in->count ? b->limit : in->count;
+	size_t per = (size_t)in->h * in->w * in->c;
+	uint8_t *img = malloc(per * (size_t)b->batch);
+	float *x = malloc(sizeof(float) * per * (size_t)b->batch);
+	for (long start = 0; start < total; start += b->batch) {
+		int n = (int)WF_MIN((long)b->batch, total - start);
+		int *labels = malloc(sizeof(*labels) * (size_t)n);
+		int32_t *l32 = malloc(sizeof(*l32) * (size_t)n);
+		if (wf_dataset_read(ds, start, n, img, l32, &err)) {
+			fprintf(stderr, "weft-bench: --dataset: %s\n", err.msg);
+			free(labels);
+			free(l32);
+			goto free_bufs;
+		}
+		for (int i = 0; i < n; i++)
+			labels[i] = l32[i];
+		free(l32);
+		size_t len, hl = 0;
+		char *body;
+		if (b->kserve) {
+			body = kserve_body(b, img, n, "UINT8", 1, &len, &hl);
+		} else {
+			for (size_t i = 0; i < per * (size_t)n; i++) {
+				int ch = (int)(i % (size_t)b->c) % 4;
+				x[i] = ((float)img[i] * b->scale - b->mean[ch]) / b->std[ch];
+			}
+			body = tf_body(b, x, n);
+			len = strlen(body);
+		}
+		add_payload(b, body, len, hl, n, labels);
+	}
+	rc = 0;
+free_bufs:
+	free(img);
+	free(x);
+close:
+	wf_dataset_close(ds);
+	return rc;
+}
+
 /* ---- running ---------------------------------------------------------------- */
 
-/* Top-1 class of the first sample and the answering version from a reply. */
-static void read_reply(bench *b, const char *body, size_t len, size_t header_len, int *top,
-		       long *version)
+/* Score of class j of sample i in a reply (JSON rows, a flat JSON array, or
+ * a binary section that may be unaligned). */
+static float reply_score(const json_t *rows, const json_t *flat, const char *bin, int classes,
+			 int i, int j)
 {
-	*top = -1;
+	if (bin) {
+		float v;
+		memcpy(&v, bin + sizeof(float) * ((size_t)i * classes + j), sizeof(v));
+		return v;
+	}
+	if (rows)
+		return (float)json_number_value(json_array_get(json_array_get(rows, i), j));
+	return (float)json_number_value(json_array_get(flat, (size_t)i * classes + j));
+}
+
+/* The answering version of a reply and how many of p's labelled samples it
+ * classified right (top-1). */
+static void read_reply(bench *b, const char *body, size_t len, size_t header_len, const payload *p,
+		       long *correct, long *labelled, long *version)
+{
 	*version = -1;
 	json_t *root = json_loadb(body, header_len ? header_len : len, 0, NULL);
 	if (!root)
@@ -452,24 +572,37 @@ static void read_reply(bench *b, const char *body, size_t len, size_t header_len
 	const char *v = json_string_value(json_object_get(root, "model_version"));
 	if (v)
 		*version = strtol(v, NULL, 10);
-	const float *bin = NULL;
-	json_t *vals = NULL;
+	const char *bin = NULL;
+	json_t *rows = NULL, *flat = NULL;
+	size_t need = sizeof(float) * (size_t)b->classes * (size_t)p->n;
 	if (b->kserve) {
 		json_t *o = json_array_get(json_object_get(root, "outputs"), 0);
-		vals = json_object_get(o, "data");
-		if (!vals && header_len && len - header_len >= sizeof(float) * (size_t)b->classes)
-			bin = (const float *)(body + header_len);
+		flat = json_object_get(o, "data");
+		if (!flat && header_len && len - header_len >= need)
+			bin = body + header_len;
+		if (!bin && json_array_size(flat) < (size_t)b->classes * (size_t)p->n)
+			goto out;
 	} else {
-		vals = json_array_get(json_object_get(root, "predictions"), 0);
+		rows = json_object_get(root, "predictions");
+		if (json_array_size(rows) < (size_t)p->n)
+			goto out;
 	}
-	float best = -1;
-	for (int j = 0; j < b->classes; j++) {
-		float p = bin ? bin[j] : (float)json_number_value(json_array_get(vals, j));
-		if (j == 0 || p > best) {
-			best = p;
-			*top = j;
+	for (int i = 0; p->labels && i < p->n; i++) {
+		if (p->labels[i] < 0)
+			continue;
+		int top = 0;
+		float best = reply_score(rows, flat, bin, b->classes, i, 0);
+		for (int j = 1; j < b->classes; j++) {
+			float s = reply_score(rows, flat, bin, b->classes, i, j);
+			if (s > best) {
+				best = s;
+				top = j;
+			}
 		}
+		(*labelled)++;
+		*correct += top == p->labels[i];
 	}
+out:
 	json_decref(root);
 }
 
@@ -478,7 +611,8 @@ static void *client_main(void *arg)
 	bench *b = arg;
 	conn c = {.fd = -1};
 	double *lat = NULL;
-	long nlat = 0, cap = 0, ok = 0, non2xx = 0, neterr = 0, correct = 0, labelled = 0;
+	long nlat = 0, cap = 0, ok = 0, ok_samples = 0, non2xx = 0, neterr = 0, correct = 0,
+	     labelled = 0;
 	long codes[600] = {0};
 	long vids[MAX_VERSIONS], vcounts[MAX_VERSIONS];
 	int nv = 0;
@@ -506,14 +640,10 @@ static void *client_main(void *arg)
 		lat[nlat++] = dt;
 		codes[code > 0 && code < 600 ? code : 0]++;
 		if (code / 100 == 2) {
-			int top;
 			long ver;
 			ok++;
-			read_reply(b, body, len, hl, &top, &ver);
-			if (p->label >= 0) {
-				labelled++;
-				correct += top == p->label;
-			}
+			ok_samples += p->n;
+			read_reply(b, body, len, hl, p, &correct, &labelled, &ver);
 			if (ver >= 0) {
 				int k = 0;
 				while (k < nv && vids[k] != ver)
@@ -542,6 +672,7 @@ static void *client_main(void *arg)
 		memcpy(b->lat + b->nlat, lat, sizeof(double) * (size_t)nlat);
 	b->nlat += nlat;
 	b->ok += ok;
+	b->ok_samples += ok_samples;
 	b->non2xx += non2xx;
 	b->neterr += neterr;
 	b->correct += correct;
@@ -590,18 +721,22 @@ static void usage(FILE *f)
 		"                      (binary tensors) (default tf)\n"
 		"  --concurrency N     client threads, one keep-alive connection each (default "
 		"50)\n"
-		"  --requests N        requests in all (default 1000)\n"
+		"  --requests N        requests in all (default 1000; with --dataset, one pass)\n"
 		"  --duration S        run for S seconds instead of a request count\n"
 		"  --images DIR        JPEG files in DIR, or in DIR/<class>/ (then accuracy is\n"
 		"                      reported); without it random raw tensors are sent\n"
-		"  --batch N           samples per raw-tensor request (default 1)\n"
+		"  --dataset FILE.h5   the images of a weft dataset file with their labels\n"
+		"                      (accuracy is reported): KServe sends raw UINT8 pixels,\n"
+		"                      TF numbers preprocessed as the model's metadata says\n"
+		"  --limit N           use the first N samples of --dataset (default all)\n"
+		"  --batch N           samples per raw-tensor or --dataset request (default 1)\n"
 		"  --json              print the result as one JSON line\n");
 }
 
 int main(int argc, char **argv)
 {
 	bench b = {.concurrency = 50, .requests = 1000, .batch = 1};
-	int as_json = 0;
+	int as_json = 0, count_given = 0;
 	const char *url = "http://127.0.0.1:8501", *model = "default";
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -626,13 +761,19 @@ int main(int argc, char **argv)
 			b.kserve = !strcmp(v, "kserve");
 		else if (!strcmp(a, "--concurrency") && atoi(v) > 0)
 			b.concurrency = atoi(v);
-		else if (!strcmp(a, "--requests") && atol(v) > 0)
+		else if (!strcmp(a, "--requests") && atol(v) > 0) {
 			b.requests = atol(v);
-		else if (!strcmp(a, "--duration") && atof(v) > 0) {
+			count_given = 1;
+		} else if (!strcmp(a, "--duration") && atof(v) > 0) {
 			b.duration = atof(v);
 			b.requests = 0;
+			count_given = 1;
 		} else if (!strcmp(a, "--images"))
 			b.images = v;
+		else if (!strcmp(a, "--dataset"))
+			b.dataset = v;
+		else if (!strcmp(a, "--limit") && atol(v) > 0)
+			b.limit = atol(v);
 		else if (!strcmp(a, "--batch") && atoi(v) > 0)
 			b.batch = atoi(v);
 		else {
@@ -649,9 +790,18 @@ int main(int argc, char **argv)
 		snprintf(b.path, sizeof(b.path), "/v2/models/%s/infer", b.model);
 	else
 		snprintf(b.path, sizeof(b.path), "/v1/models/%s:predict", b.model);
+	if (b.images && b.dataset) {
+		fprintf(stderr, "weft-bench: give --images or --dataset, not both\n");
+		return 1;
+	}
 	if (fetch_metadata(&b))
 		return 1;
-	if (b.images) {
+	if (b.dataset) {
+		if (load_dataset(&b))
+			return 1;
+		if (!count_given)
+			b.requests = b.npayloads;
+	} else if (b.images) {
 		if (load_images(&b, b.images, 0, -1))
 			return 1;
 		if (!b.npayloads) {
@@ -671,14 +821,13 @@ int main(int argc, char **argv)
 		pthread_join(tids[i], NULL);
 	double el = wf_now() - t0;
 	qsort(b.lat, (size_t)b.nlat, sizeof(double), cmp_double);
-	int samples = b.images ? 1 : b.batch;
-	double rps = b.ok / el;
+	double rps = b.ok / el, ips = b.ok_samples / el;
 	if (as_json) {
 		printf("{\"requests\":%ld,\"ok\":%ld,\"non_2xx\":%ld,\"errors\":%ld,\"seconds\":%."
 		       "3f,"
 		       "\"requests_per_sec\":%.2f,\"images_per_sec\":%.2f,\"p50_ms\":%.3f,"
 		       "\"p90_ms\":%.3f,\"p99_ms\":%.3f,\"max_ms\":%.3f",
-		       b.nlat + b.neterr, b.ok, b.non2xx, b.neterr, el, rps, rps * samples,
+		       b.nlat + b.neterr, b.ok, b.non2xx, b.neterr, el, rps, ips,
 		       1e3 * pct(b.lat, b.nlat, 0.5), 1e3 * pct(b.lat, b.nlat, 0.9),
 		       1e3 * pct(b.lat, b.nlat, 0.99), 1e3 * (b.nlat ? b.lat[b.nlat - 1] : 0));
 		if (b.labelled)
@@ -690,9 +839,12 @@ int main(int argc, char **argv)
 		printf("}}\n");
 	} else {
 		printf("weft-bench: %s %s, %d clients, %ld requests in %.2fs\n",
-		       b.kserve ? "kserve" : "tf", b.images ? "jpeg" : "raw", b.concurrency,
-		       b.nlat + b.neterr, el);
-		printf("  throughput  %.1f requests/s, %.1f images/s\n", rps, rps * samples);
+		       b.kserve ? "kserve" : "tf",
+		       b.images	   ? "jpeg"
+		       : b.dataset ? "dataset"
+				   : "raw",
+		       b.concurrency, b.nlat + b.neterr, el);
+		printf("  throughput  %.1f requests/s, %.1f images/s\n", rps, ips);
 		printf("  latency ms  p50 %.2f  p90 %.2f  p99 %.2f  max %.2f\n",
 		       1e3 * pct(b.lat, b.nlat, 0.5), 1e3 * pct(b.lat, b.nlat, 0.9),
 		       1e3 * pct(b.lat, b.nlat, 0.99), 1e3 * (b.nlat ? b.lat[b.nlat - 1] : 0));

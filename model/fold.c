@@ -14,6 +14,7 @@ typedef struct fold_plan {
 	int *removed; /* 1: the layer disappears */
 	int *alias;   /* removed layer -> the layer whose output replaces it */
 	int *folded;  /* conv/dense index -> the batch norm folded into it, or -1 */
+	int *offset;  /* conv/dense index -> its first channel in that batch norm */
 } fold_plan;
 
 static void plan_free(fold_plan *p)
@@ -21,6 +22,21 @@ static void plan_free(fold_plan *p)
 	free(p->removed);
 	free(p->alias);
 	free(p->folded);
+	free(p->offset);
+}
+
+/* Every input of concat layer c is a conv2d/dense used only there. */
+static int concat_foldable(const wf_model *m, int c, const int *consumers, const fold_plan *p)
+{
+	const wf_layer *cat = &m->layers[c];
+	for (int k = 0; k < cat->ninputs; k++) {
+		int s = cat->inputs[k];
+		wf_layer_type t = m->layers[s].type;
+		if ((t != WF_LAYER_CONV2D && t != WF_LAYER_DENSE) || consumers[s] != 1 ||
+		    p->folded[s] >= 0)
+			return 0;
+	}
+	return 1;
 }
 
 static int plan_build(const wf_model *m, fold_plan *p)
@@ -30,7 +46,8 @@ static int plan_build(const wf_model *m, fold_plan *p)
 	p->removed = calloc((size_t)n, sizeof(int));
 	p->alias = malloc(sizeof(int) * (size_t)n);
 	p->folded = malloc(sizeof(int) * (size_t)n);
-	if (!consumers || !p->removed || !p->alias || !p->folded) {
+	p->offset = calloc((size_t)n, sizeof(int));
+	if (!consumers || !p->removed || !p->alias || !p->folded || !p->offset) {
 		free(consumers);
 		plan_free(p);
 		return WF_ENOMEM;
@@ -54,6 +71,18 @@ static int plan_build(const wf_model *m, fold_plan *p)
 				p->removed[i] = 1;
 				p->alias[i] = src;
 				p->folded[src] = i;
+			} else if (t == WF_LAYER_CONCAT && consumers[src] == 1 &&
+				   src != m->output && concat_foldable(m, src, consumers, p)) {
+				/* concat of convs (NASNet's adjust blocks): fold each
+				 * conv's slice of the channels into it */
+				const wf_layer *cat = &m->layers[src];
+				p->removed[i] = 1;
+				p->alias[i] = src;
+				for (int k = 0, off = 0; k < cat->ninputs; k++) {
+					p->folded[cat->inputs[k]] = i;
+					p->offset[cat->inputs[k]] = off;
+					off += m->layers[cat->inputs[k]].oc;
+				}
 			}
 		}
 	}
@@ -133,9 +162,10 @@ static float *view_data_mut(wf_model *m, const wf_view *w)
 	return (w->trainable ? m->params : m->state) + w->offset;
 }
 
-/* Rewrite kernel and bias of out's layer `name` folding batch norm bn of in. */
-static int fold_params(const wf_model *in, const wf_layer *src, const wf_layer *bn, wf_model *out,
-		       wf_err *err)
+/* Rewrite kernel and bias of out's layer `name` folding batch norm bn of in
+ * (its channels from off on). */
+static int fold_params(const wf_model *in, const wf_layer *src, const wf_layer *bn, int off,
+		       wf_model *out, wf_err *err)
 {
 	char name[2 * WF_NAME_MAX + 8];
 	int oc = src->type == WF_LAYER_CONV2D ? src->filters : src->units;
@@ -148,9 +178,9 @@ static int fold_params(const wf_model *in, const wf_layer *src, const wf_layer *
 			       "fold: layer '%s' has no kernel/bias to fold into", src->name);
 	const float *k0 = view_data(in, src->p_kernel);
 	const float *b0 = src->p_bias >= 0 ? view_data(in, src->p_bias) : NULL;
-	const float *gamma = bn->p_gamma >= 0 ? view_data(in, bn->p_gamma) : NULL;
-	const float *beta = bn->p_beta >= 0 ? view_data(in, bn->p_beta) : NULL;
-	const float *mean = view_data(in, bn->s_mean), *var = view_data(in, bn->s_var);
+	const float *gamma = bn->p_gamma >= 0 ? view_data(in, bn->p_gamma) + off : NULL;
+	const float *beta = bn->p_beta >= 0 ? view_data(in, bn->p_beta) + off : NULL;
+	const float *mean = view_data(in, bn->s_mean) + off, *var = view_data(in, bn->s_var) + off;
 	float *k = view_data_mut(out, kw), *b = view_data_mut(out, bw);
 	for (int c = 0; c < oc; c++) {
 		double s = (gamma ? gamma[c] : 1.0) / sqrt((double)var[c] + bn->eps);
@@ -186,7 +216,7 @@ int wf_model_fold_for_inference(const wf_model *in, wf_model **out, wf_err *err)
 	for (int i = 0; i < in->nlayers; i++) {
 		if (p.folded[i] < 0)
 			continue;
-		rc = fold_params(in, &in->layers[i], &in->layers[p.folded[i]], m, err);
+		rc = fold_params(in, &in->layers[i], &in->layers[p.folded[i]], p.offset[i], m, err);
 		if (rc)
 			goto out;
 	}

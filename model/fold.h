@@ -10,7 +10,8 @@
 
 /* Build *out (a new model with its own graph JSON, parameters and state)
  * from in, which is left unchanged. Batch norms that do not directly follow
- * a conv2d/dense used by nothing else are kept. */
+ * a conv2d/dense used by nothing else, or a concat of such layers (folded
+ * slice by slice), are kept. */
 int wf_model_fold_for_inference(const wf_model *in, wf_model **out, wf_err *err);
 /* Layers the fold would remove (folded batch norms + dropouts). */
 int wf_model_fold_count(const wf_model *in);

@@ -104,9 +104,27 @@ typedef struct wf_model_meta {
 /* Parse a graph JSON document (format in model/graph.c), infer shapes,
  * lay out parameters. Errors name the layer and the field. */
 int wf_model_from_json(wf_model **out, const char *graph_json, wf_err *err);
-/* A built-in model: "mlp", "smallcnn", "resnet20", "resnet56" (and the zoo). */
+/* A built-in model: "mlp", "smallcnn", "resnet20", "resnet56", and the
+ * Keras applications "mobilenetv2", "nasnetmobile", "nasnetlarge",
+ * "resnet50", "resnet152" (layer for layer as tf.keras.applications builds
+ * them). h, w or c = 0 take the model's default input size. */
 int wf_model_zoo(wf_model **out, const char *name, int h, int w, int c, int classes,
 		 wf_err *err);
+/* Options of a built-in model. */
+typedef struct wf_zoo_opts {
+	int include_top; /* 1: the classifier head; 0: no head, the output is the globally
+			    average-pooled features [N,C] (Keras include_top=False,
+			    pooling='avg') and classes is ignored */
+	float alpha;     /* mobilenetv2 width multiplier (0 = 1.0) */
+} wf_zoo_opts;
+#define WF_ZOO_OPTS_DEFAULT {1, 1.0f}
+/* wf_model_zoo with options (NULL = WF_ZOO_OPTS_DEFAULT). */
+int wf_model_zoo_ex(wf_model **out, const char *name, int h, int w, int c, int classes,
+		    const wf_zoo_opts *opts, wf_err *err);
+/* A built-in model's default input [h,w,c] and, when meta is not NULL, its
+ * preprocessing as Keras applications define it (other fields untouched). */
+int wf_model_zoo_info(const char *name, int *h, int *w, int *c, wf_model_meta *meta,
+		      wf_err *err);
 /* Names of the built-in models, space separated. */
 const char *wf_model_zoo_names(void);
 void wf_model_free(wf_model *m);

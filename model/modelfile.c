@@ -3,6 +3,7 @@
  * datasets weights/<layer>/<param> (float32, Keras layout; state too).
  * Written to a temporary name, synced and renamed; read with every HDF5
  * failure turned into a message that names the file and the cause. */
+#include "model/keras.h"
 #include "model/model.h"
 #include "model/model_priv.h"
 
@@ -536,9 +537,12 @@ static int load_open(hid_t f, wf_model **out, wf_model_meta *meta, const char *p
 	long long fmt, shape[3];
 	char *graph = NULL;
 	wf_model *m = NULL;
-	if (H5Aexists(f, "weft_format") <= 0)
+	if (H5Aexists(f, "weft_format") <= 0) {
+		if (wf_keras_is_model_file(f)) /* model.save('x.h5') from Keras */
+			return wf_keras_load_h5(f, out, meta, path, err);
 		return wf_errf(err, WF_EFORMAT,
 			       "%s: not a weft model file (no weft_format attribute)", path);
+	}
 	if ((rc = read_int_attr(f, "weft_format", &fmt, 1, path, err)))
 		return rc;
 	if (fmt != WF_MODEL_FORMAT)

@@ -26,6 +26,7 @@ typedef struct pending {
 	char msg[1024];	 /* error text of the reply */
 	long reply_step; /* step field of the reply */
 	int stale;
+	uint32_t inc;	 /* the server's incarnation when sent (0: not known yet) */
 } pending;
 
 struct wf_ps_client {
@@ -43,6 +44,9 @@ struct wf_ps_client {
 	pthread_t hb;
 	int hb_started;
 	atomic_int hb_stop;
+	_Atomic uint32_t *inc; /* [nservers] incarnation in the last heartbeat reply, 0 none */
+	_Atomic int64_t *seen; /* [nservers] ms (wf_now) of the last heartbeat reply, 0 none */
+	double server_timeout; /* seconds of heartbeat silence that make a server gone */
 	zmq_msg_t frames[1 + WF_PS_MAX_FRAMES];
 };
 
@@ -116,7 +120,8 @@ static int send_req(wf_ps_client *c, int s, int slot, wf_ps_hdr *h, const void *
 		       .op = h->op,
 		       .chunk = h->chunk,
 		       .step = (long)h->step,
-		       .reply_step = -1};
+		       .reply_step = -1,
+		       .inc = c->inc ? atomic_load(&c->inc[s]) : 0};
 	if (send_frames(c->socks[s], hb, f, sz, nf, zero_copy) < 0) {
 		p->used = 0;
 		return wf_errf(err, WF_ETRANSIENT, "ps %d (%s): sending %s failed: %s", s,
@@ -211,6 +216,34 @@ static void drain(wf_ps_client *c, int s)
 	}
 }
 
+/* With heartbeats on: fail the open requests of a server that restarted
+ * (its incarnation changed since they were sent: their replies will never
+ * come) or fell silent for server_timeout, naming it. */
+static void check_servers(wf_ps_client *c)
+{
+	if (!c->hb_started)
+		return;
+	int64_t now = (int64_t)(wf_now() * 1000);
+	for (int i = 0; i < c->cap; i++) {
+		pending *p = &c->pend[i];
+		if (!p->used || p->done)
+			continue;
+		uint32_t inc = atomic_load(&c->inc[p->server]);
+		int64_t seen = atomic_load(&c->seen[p->server]);
+		const char *why = NULL;
+		if (p->inc && inc && inc != p->inc)
+			why = "restarted";
+		else if (seen && (double)(now - seen) > 1000.0 * c->server_timeout)
+			why = "stopped answering heartbeats";
+		if (!why)
+			continue;
+		p->done = 1;
+		p->rc = WF_ETRANSIENT;
+		snprintf(p->msg, sizeof(p->msg), "the server %s while a %s was outstanding", why,
+			 wf_ps_op_name(p->op));
+	}
+}
+
 /* Wait until every used slot is done or timeout seconds pass. On timeout
  * the unanswered slots are dropped and WF_ETRANSIENT names their servers.
  * Otherwise returns the first error reply. Slots are freed either way. */
@@ -261,6 +294,7 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
 		for (int s = 0; s < c->cfg.nservers; s++)
 			if (items[s].revents & ZMQ_POLLIN)
 				drain(c, s);
+		check_servers(c);
 	}
 	c->stale = 0;
 	for (int i = 0; i < c->cap; i++) {
@@ -326,7 +360,7 @@ static void *hb_main(void *arg)
 		items[s] = (zmq_pollitem_t){.socket = socks[s], .events = ZMQ_POLLIN};
 	}
 	uint32_t tag = 0;
-	char buf[WF_PS_HEADER_BYTES];
+	uint8_t buf[WF_PS_HEADER_BYTES];
 	while (!atomic_load(&c->hb_stop)) {
 		for (int s = 0; s < n; s++) {
 			if (!socks[s])
@@ -346,10 +380,20 @@ static void *hb_main(void *arg)
 			long ms = (long)(left * 1000) + 1;
 			if (zmq_poll(items, n, ms > 100 ? 100 : ms) <= 0)
 				continue;
-			for (int s = 0; s < n; s++) /* replies are only drained */
+			for (int s = 0; s < n; s++) { /* note who answered, and as whom */
+				int got;
 				while (socks[s] &&
-				       zmq_recv(socks[s], buf, sizeof(buf), ZMQ_DONTWAIT) >= 0)
-					;
+				       (got = zmq_recv(socks[s], buf, sizeof(buf), ZMQ_DONTWAIT)) >= 0) {
+					wf_ps_hdr h;
+					if (got != WF_PS_HEADER_BYTES)
+						continue;
+					wf_ps_hdr_decode(&h, buf);
+					if (h.op != WF_PS_OP_HEARTBEAT || (h.flags & WF_PS_FLAG_ERROR))
+						continue;
+					atomic_store(&c->inc[s], h.aux);
+					atomic_store(&c->seen[s], (int64_t)(wf_now() * 1000));
+				}
+			}
 		}
 	}
 	for (int s = 0; s < n; s++)
@@ -380,8 +424,12 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	c->endpoints = calloc((size_t)cfg->nservers, sizeof(*c->endpoints));
 	c->socks = calloc((size_t)cfg->nservers, sizeof(*c->socks));
 	c->floats = calloc((size_t)nc + 1, sizeof(*c->floats));
-	if (!c->pend || !c->endpoints || !c->socks || !c->floats)
+	c->inc = calloc((size_t)cfg->nservers, sizeof(*c->inc));
+	c->seen = calloc((size_t)cfg->nservers, sizeof(*c->seen));
+	if (!c->pend || !c->endpoints || !c->socks || !c->floats || !c->inc || !c->seen)
 		goto fail;
+	c->server_timeout = cfg->server_timeout > 0 ? cfg->server_timeout
+		: WF_MAX(5.0, 10.0 * cfg->heartbeat_interval);
 	for (int i = 0; i < nc; i++)
 		c->floats[i] = cfg->pl->chunks[i].count;
 	c->lim = (wf_ps_limits){.job_id = cfg->job_id,
@@ -446,6 +494,8 @@ void wf_ps_client_free(wf_ps_client *c)
 	free(c->socks);
 	free(c->pend);
 	free(c->floats);
+	free((void *)c->inc);
+	free((void *)c->seen);
 	free(c);
 }
 

@@ -34,6 +34,10 @@ typedef struct wf_ps_client_cfg {
 	double timeout;		   /* seconds to wait for a reply; 0: 300 */
 	double connect_timeout;	   /* seconds register keeps retrying; 0: 120 */
 	double heartbeat_interval; /* seconds; 0: no heartbeat thread */
+	double server_timeout;	   /* seconds without heartbeat replies after which a
+				    * server's outstanding requests fail; 0: max(5, 10 x
+				    * heartbeat_interval). A restarted server (new
+				    * incarnation) fails them at once. */
 } wf_ps_client_cfg;
 
 /* Create the sockets and connect (ZeroMQ connects in the background, so the
@@ -57,7 +61,7 @@ int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads,
 				 int with_state, wf_err *err);
 /* Wait for every outstanding reply; values are copied into cfg->params
  * (and cfg->state). The first error is returned (WF_ETRANSIENT on timeout,
- * naming the server). */
+ * or, with heartbeats, when a server restarted or fell silent, naming it). */
 int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err);
 /* Replies of the last wait_all that were flagged stale (pushed step was past). */
 int wf_ps_client_stale_count(const wf_ps_client *c);

@@ -596,3 +596,25 @@ void wf_ps_stats_format(const wf_ps_stats *s, char *buf, size_t n)
 	}
 #undef OUT
 }
+
+const void *wf_ps_align(const void *p, size_t n, wf_ps_scratch *s)
+{
+	if (((uintptr_t)p & 3) == 0)
+		return p;
+	if (n > s->cap) {
+		void *nb = realloc(s->buf, n);
+		if (!nb)
+			return NULL;
+		s->buf = nb;
+		s->cap = n;
+	}
+	memcpy(s->buf, p, n);
+	return s->buf;
+}
+
+void wf_ps_scratch_free(wf_ps_scratch *s)
+{
+	free(s->buf);
+	s->buf = NULL;
+	s->cap = 0;
+}

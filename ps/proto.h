@@ -152,6 +152,18 @@ void wf_ps_hdr_encode_crc(wf_ps_hdr *h, uint8_t out[WF_PS_HEADER_BYTES], uint32_
 /* Decode 64 bytes without validation. */
 void wf_ps_hdr_decode(wf_ps_hdr *h, const uint8_t in[WF_PS_HEADER_BYTES]);
 
+/* ZeroMQ hands received frames at any byte offset (its zero-copy receive
+ * points into the socket's read buffer), but payloads are read as floats.
+ * One scratch buffer per payload frame, grown to the largest frame once and
+ * reused: wf_ps_align returns p itself when it is 4-byte aligned, else a copy
+ * in s (NULL when the scratch cannot grow). */
+typedef struct wf_ps_scratch {
+	void *buf;
+	size_t cap; /* bytes */
+} wf_ps_scratch;
+const void *wf_ps_align(const void *p, size_t n, wf_ps_scratch *s);
+void wf_ps_scratch_free(wf_ps_scratch *s);
+
 /* Validate frames[0] (the header) and frames[1..n) (payload) against lim:
  * frame counts, header size, magic, version, op, flags, job id, sender,
  * chunk range, byte counts, dtype, checksum. On success fills msg and

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #define RID_MAX	   256
@@ -90,9 +91,11 @@ typedef struct server {
 	uint64_t rejected_total;
 	int held_count;
 	long restored_step;
+	uint32_t incarnation; /* random per process: heartbeat replies carry it in aux */
 	double start, last_stats, last_stall_check;
 	int running;
 	zmq_msg_t frames[MAX_RECV];
+	wf_ps_scratch align[MAX_RECV]; /* aligned copies of misaligned payload frames */
 	char text[PATH_BYTES];
 } server;
 
@@ -432,6 +435,14 @@ static void op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 			    "worker %d pushed chunk %d again before its reply", w, c->gidx);
 		return;
 	}
+	if (s->cfg->mode == WF_PS_MODE_SYNC && c->pushed[w] && h->step == c->version) {
+		/* a restarted worker pushes again what its previous process pushed
+		 * already for this step: that gradient counts once, this one only
+		 * waits for the step's values */
+		hold(s, &c->held[w], rid, rid_len, h);
+		sync_try_complete(s, c);
+		return;
+	}
 	long samples = h->aux ? (long)h->aux : (s->cfg->batch > 0 ? s->cfg->batch : 1);
 	const float *grad = m->frame[0];
 	const float *st = (h->flags & WF_PS_FLAG_STATE) ? m->frame[1] : NULL;
@@ -743,6 +754,16 @@ static void log_stats(server *s)
 
 /* ---- dispatch ----------------------------------------------------------- */
 
+/* A worker registers at start and after a failure: replies still held for
+ * it were owed to a request it no longer waits for (its process may even be
+ * a new one), so they are dropped; what it pushed still counts. */
+static void forget_replies(server *s, int w)
+{
+	for (int i = 0; i < s->nchunks; i++)
+		release(s, &s->chunks[i].held[w]);
+	release(s, &s->workers[w].barrier);
+}
+
 static void handle(server *s, int n, int overflow)
 {
 	const uint8_t *rid = zmq_msg_data(&s->frames[0]);
@@ -755,8 +776,13 @@ static void handle(server *s, int n, int overflow)
 	if (rid_len > RID_MAX)
 		return; /* not a ZeroMQ routing id */
 	for (int i = 1; i < n; i++) {
-		ptr[i - 1] = zmq_msg_data(&s->frames[i]);
 		size[i - 1] = zmq_msg_size(&s->frames[i]);
+		ptr[i - 1] = wf_ps_align(zmq_msg_data(&s->frames[i]), size[i - 1], &s->align[i]);
+		if (!ptr[i - 1]) {
+			wf_warn("ps %d: out of memory copying a %zu-byte payload: message dropped",
+				s->cfg->index, size[i - 1]);
+			return;
+		}
 	}
 	int rc = overflow ? wf_errf(&e, WF_EFORMAT, "more than %d payload frames", WF_PS_MAX_FRAMES)
 			  : wf_ps_msg_parse(&m, ptr, size, n - 1, &s->lim, &reason, &e);
@@ -785,6 +811,7 @@ static void handle(server *s, int n, int overflow)
 			if (wk->alive == 0)
 				wf_info("ps %d: worker %d registered again: it counts from now",
 					s->cfg->index, w);
+			forget_replies(s, w);
 			wk->alive = 1;
 			wk->stall_step = -1;
 		} else if (wk->alive == 0) {
@@ -835,7 +862,7 @@ static void handle(server *s, int n, int overflow)
 		send_ok(s, rid, rid_len, h, server_step(s), 0);
 		s->running = 0;
 		break;
-	case WF_PS_OP_HEARTBEAT: send_ok(s, rid, rid_len, h, server_step(s), 0); break;
+	case WF_PS_OP_HEARTBEAT: send_ok(s, rid, rid_len, h, server_step(s), s->incarnation); break;
 	default: break;
 	}
 }
@@ -1011,6 +1038,8 @@ static void server_free(server *s)
 		free(c->pushed);
 		free(c->held);
 	}
+	for (int i = 0; i < MAX_RECV; i++)
+		wf_ps_scratch_free(&s->align[i]);
 	free(s->chunks);
 	free(s->shards);
 	free(s->local);
@@ -1094,6 +1123,9 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 		: cfg->mode == WF_PS_MODE_ASYNC ? "async"
 						: "ssp");
 	s->start = s->last_stats = s->last_stall_check = wf_now();
+	s->incarnation = (uint32_t)wf_hash3((uint64_t)getpid(), (uint64_t)(s->start * 1e6),
+					    (uint64_t)cfg->index) |
+			 1u; /* never 0: 0 means "not known" to clients */
 	s->running = 1;
 	while (s->running) {
 		if (cfg->stop && *cfg->stop) {

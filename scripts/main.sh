@@ -8,14 +8,15 @@ bash scripts/build.sh
 WEFT=${BUILD:-build}/weft
 RUN=${RUN:-run}
 mkdir -p "$RUN/data"
-echo "== making a synthetic data set (10 classes of shapes, 32x32x3)"
-[ -f "$RUN/data/train.h5" ] || $WEFT data synth --out "$RUN/data/train.h5" --count 12000 --size 32 --seed 1
-[ -f "$RUN/data/eval.h5" ] || $WEFT data synth --out "$RUN/data/eval.h5" --count 2000 --size 32 --seed 2
-echo "== training smallcnn"
+echo "== making a synthetic data set (10 classes of shapes and patterns, 16x16x3)"
+[ -f "$RUN/data/synth-train.h5" ] || $WEFT data synth --out "$RUN/data/synth-train.h5" --count 4000 --size 16 --seed 1
+[ -f "$RUN/data/synth-eval.h5" ] || $WEFT data synth --out "$RUN/data/synth-eval.h5" --count 500 --size 16 --seed 2
+rm -rf "$RUN/ckpt" "$RUN/logs"
+echo "== training smallcnn (configs/synth-smallcnn.json)"
 $WEFT train --config configs/synth-smallcnn.json \
-	--set data.train="$RUN/data/train.h5" --set data.eval="$RUN/data/eval.h5" \
+	--set data.train="$RUN/data/synth-train.h5" --set data.eval="$RUN/data/synth-eval.h5" \
 	--set checkpoint.dir="$RUN/ckpt" --set log.dir="$RUN/logs"
-echo "== evaluating the last checkpoint"
 last=$(ls -d "$RUN"/ckpt/step-* | sort -t- -k2 -n | tail -1)
-$WEFT eval --model "$last/model.h5" --data "$RUN/data/eval.h5"
+echo "== evaluating $last/model.h5"
+$WEFT eval --model "$last/model.h5" --data "$RUN/data/synth-eval.h5"
 echo "== done: metrics in $RUN/logs/metrics.jsonl (tensorboard --logdir $RUN/logs), model in $last/model.h5"

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "common/util.h"
 
+#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@ typedef struct job {
 	int n;
 	int state;
 	int rc;
+	double t_in, t_run; /* wf_now() when queued / taken by a batch thread */
 	char msg[256];
 	pthread_cond_t done;
 	struct job *next;
@@ -79,6 +81,7 @@ static int take_more(wf_serve_batcher *b, wf_serve_version *v, job **batch, int 
 		if (j->v == v && *total + j->n <= cap && *count < cap) {
 			queue_remove(b, prev, j);
 			j->state = JOB_RUNNING;
+			j->t_run = wf_now();
 			batch[(*count)++] = j;
 			*total += j->n;
 			took = 1;
@@ -166,6 +169,10 @@ static void *batch_main(void *arg)
 		wf_error("serve: batch thread %d: out of memory", t->index);
 		return NULL;
 	}
+	/* OpenMP's thread count is per thread: the backend set it in the thread
+	 * that loaded the model, so set it again here where the forwards run. */
+	if (b->o.compute_threads > 0)
+		omp_set_num_threads(b->o.compute_threads);
 	pthread_mutex_lock(&b->mu);
 	for (;;) {
 		while (!b->head && !b->stop)
@@ -175,6 +182,7 @@ static void *batch_main(void *arg)
 		job *first = b->head;
 		queue_remove(b, NULL, first);
 		first->state = JOB_RUNNING;
+		first->t_run = wf_now();
 		batch[0] = first;
 		int count = 1, total = first->n;
 		int cap = first->v->max_batch;
@@ -251,7 +259,7 @@ void wf_serve_batcher_free(wf_serve_batcher *b)
 int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
 			   float *logits, double timeout_s, wf_err *err)
 {
-	job j = {.v = v, .x = x, .logits = logits, .n = n, .state = JOB_QUEUED};
+	job j = {.v = v, .x = x, .logits = logits, .n = n, .state = JOB_QUEUED, .t_in = wf_now()};
 	struct timespec ts;
 	int rc = 0;
 	if (v->nslots < b->o.threads)
@@ -287,6 +295,8 @@ int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float
 		}
 	}
 	pthread_mutex_unlock(&b->mu);
+	if (j.state == JOB_DONE)
+		wf_serve_metrics_queue_time(b->metrics, j.t_run - j.t_in);
 	if (j.state == JOB_DONE && j.rc)
 		rc = wf_errf(err, j.rc, "%s", j.msg);
 	pthread_cond_destroy(&j.done);

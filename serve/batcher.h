@@ -11,10 +11,11 @@
 #include "serve/repo.h"
 
 typedef struct wf_serve_batcher_opts {
-	int threads;	 /* batch threads; a version has one slot per thread */
-	int max_batch;	 /* samples per forward */
-	long timeout_us; /* how long a partial batch waits for more (microseconds) */
-	int batching;	 /* 0: one request per forward */
+	int threads;	     /* batch threads; a version has one slot per thread */
+	int max_batch;	     /* samples per forward */
+	long timeout_us;     /* how long a partial batch waits for more (microseconds) */
+	int batching;	     /* 0: one request per forward */
+	int compute_threads; /* CPU threads of each batch thread's forwards (0: the default) */
 } wf_serve_batcher_opts;
 
 typedef struct wf_serve_batcher wf_serve_batcher;

@@ -270,6 +270,7 @@ int main(int argc, char **argv)
 		.max_batch = f.max_batch,
 		.timeout_us = f.batching ? f.timeout_us : 0,
 		.batching = f.batching,
+		.compute_threads = f.threads,
 	};
 	wf_serve_http_opts ho = {
 		.bind_address = f.bind_address,

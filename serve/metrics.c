@@ -30,6 +30,8 @@ struct wf_serve_metrics {
 	unsigned long batch_buckets[NBATCH];
 	unsigned long batch_count;
 	double batch_sum;
+	unsigned long queue_buckets[NLAT], queue_count;
+	double queue_sum; /* seconds */
 	int queue;
 };
 
@@ -75,6 +77,19 @@ void wf_serve_metrics_batch(wf_serve_metrics *m, int size)
 			m->batch_buckets[i]++;
 	m->batch_count++;
 	m->batch_sum += size;
+	pthread_mutex_unlock(&m->mu);
+}
+
+void wf_serve_metrics_queue_time(wf_serve_metrics *m, double seconds)
+{
+	if (!m)
+		return;
+	pthread_mutex_lock(&m->mu);
+	for (size_t i = 0; i < NLAT; i++)
+		if (seconds <= latency_bounds[i])
+			m->queue_buckets[i]++;
+	m->queue_count++;
+	m->queue_sum += seconds;
 	pthread_mutex_unlock(&m->mu);
 }
 
@@ -168,6 +183,48 @@ char *wf_serve_metrics_render(wf_serve_metrics *m, const char *model, long versi
 	    "weft_serve_batch_size_bucket{le=\"+Inf\"} %lu\nweft_serve_batch_size_sum %.0f\n"
 	    "weft_serve_batch_size_count %lu\n",
 	    m->batch_count, m->batch_sum, m->batch_count);
+	put(&t, "# HELP weft_serve_queue_duration_seconds Time a request waited for a batch "
+		"thread.\n# TYPE weft_serve_queue_duration_seconds histogram\n");
+	for (size_t i = 0; i < NLAT; i++)
+		put(&t, "weft_serve_queue_duration_seconds_bucket{le=\"%g\"} %lu\n",
+		    latency_bounds[i], m->queue_buckets[i]);
+	put(&t,
+	    "weft_serve_queue_duration_seconds_bucket{le=\"+Inf\"} %lu\n"
+	    "weft_serve_queue_duration_seconds_sum %.9g\nweft_serve_queue_duration_seconds_count "
+	    "%lu\n",
+	    m->queue_count, m->queue_sum, m->queue_count);
+	/* Triton's names: inference requests are :predict, :classify and /infer. */
+	unsigned long ok = 0, failed = 0;
+	double dur = 0;
+	const wf_serve_endpoint infer_eps[] = {WF_SERVE_EP_V1_PREDICT, WF_SERVE_EP_V1_CLASSIFY,
+					       WF_SERVE_EP_V2_INFER};
+	for (size_t k = 0; k < sizeof(infer_eps) / sizeof(infer_eps[0]); k++) {
+		wf_serve_endpoint e = infer_eps[k];
+		for (int c = 0; c < MAX_CODE; c++)
+			*(c >= 200 && c < 300 ? &ok : &failed) += m->requests[e][c];
+		dur += m->lat_sum[e];
+	}
+	put(&t,
+	    "# HELP nv_inference_request_success Successful inference requests (Triton name).\n"
+	    "# TYPE nv_inference_request_success counter\n"
+	    "nv_inference_request_success{model=\"%s\",version=\"%ld\"} %lu\n"
+	    "# HELP nv_inference_request_failure Failed inference requests (Triton name).\n"
+	    "# TYPE nv_inference_request_failure counter\n"
+	    "nv_inference_request_failure{model=\"%s\",version=\"%ld\"} %lu\n"
+	    "# HELP nv_inference_count Samples inferred (Triton name).\n"
+	    "# TYPE nv_inference_count counter\n"
+	    "nv_inference_count{model=\"%s\",version=\"%ld\"} %.0f\n"
+	    "# HELP nv_inference_exec_count Batched forwards run (Triton name).\n"
+	    "# TYPE nv_inference_exec_count counter\n"
+	    "nv_inference_exec_count{model=\"%s\",version=\"%ld\"} %lu\n"
+	    "# HELP nv_inference_request_duration_us Cumulative inference request time.\n"
+	    "# TYPE nv_inference_request_duration_us counter\n"
+	    "nv_inference_request_duration_us{model=\"%s\",version=\"%ld\"} %.0f\n"
+	    "# HELP nv_inference_queue_duration_us Cumulative time requests waited in the queue.\n"
+	    "# TYPE nv_inference_queue_duration_us counter\n"
+	    "nv_inference_queue_duration_us{model=\"%s\",version=\"%ld\"} %.0f\n",
+	    model, version, ok, model, version, failed, model, version, m->batch_sum, model,
+	    version, m->batch_count, model, version, dur * 1e6, model, version, m->queue_sum * 1e6);
 	put(&t,
 	    "# HELP weft_serve_queue_depth Requests waiting for a batch thread.\n"
 	    "# TYPE weft_serve_queue_depth gauge\nweft_serve_queue_depth %d\n",

@@ -1,7 +1,9 @@
 /* metrics.h: Prometheus counters for weft-serve: requests by endpoint and
  * status code, request latency and batch size histograms, queue depth and
- * the loaded model version, rendered in the text exposition format.
- * Thread-safe. */
+ * queue time, the loaded model version and swaps, rendered in the text
+ * exposition format, plus Triton's nv_inference_* names for the counters that
+ * map (success/failure, inference and execution counts, cumulative request
+ * and queue microseconds). Thread-safe. */
 #ifndef WF_SERVE_METRICS_H
 #define WF_SERVE_METRICS_H
 
@@ -26,6 +28,8 @@ void wf_serve_metrics_free(wf_serve_metrics *m);
 void wf_serve_metrics_request(wf_serve_metrics *m, wf_serve_endpoint ep, int code, double seconds);
 /* One executor forward over `size` real samples. */
 void wf_serve_metrics_batch(wf_serve_metrics *m, int size);
+/* Seconds one request waited in the queue before a batch thread took it. */
+void wf_serve_metrics_queue_time(wf_serve_metrics *m, double seconds);
 /* Requests waiting for a batch thread (+1 queued, -1 taken). */
 void wf_serve_metrics_queue(wf_serve_metrics *m, int delta);
 int wf_serve_metrics_queue_depth(wf_serve_metrics *m);

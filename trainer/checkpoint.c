@@ -175,6 +175,10 @@ int wf_ckpt_save(const char *dir, long step, wf_exec *ex, wf_model *m, wf_model_
 {
 	char sdir[CKPT_PATH_MAX], path[CKPT_FILE_MAX];
 	snprintf(sdir, sizeof(sdir), "%s/step-%ld", dir, step);
+	/* Only the chief touches the directory: other workers of a cluster may
+	 * reach this step after the chief completed it (parameter servers). */
+	if (!x->is_chief)
+		return wf_exchange_save(x, sdir, step, err);
 	if (wf_mkdirs(sdir) != 0)
 		return wf_errf(err, WF_EIO, "%s: cannot create: %s", sdir, strerror(errno));
 	/* Rewriting a step (a resumed run reaching it again): un-complete it first. */
@@ -187,8 +191,6 @@ int wf_ckpt_save(const char *dir, long step, wf_exec *ex, wf_model *m, wf_model_
 	int rc = wf_exchange_save(x, sdir, step, err);
 	if (rc != 0)
 		return rc;
-	if (!x->is_chief)
-		return 0;
 	if (wf_exec_params_to_host(ex) != 0)
 		return wf_errf(err, WF_EINTERNAL, "checkpoint: copying parameters: %s",
 			       wf_exec_error(ex));

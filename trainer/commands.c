@@ -6,6 +6,7 @@
 #include "trainer/cli.h"
 #include "trainer/config.h"
 #include "trainer/evaluate.h"
+#include "trainer/role.h"
 #include "trainer/train.h"
 #include "worker/data.h"
 
@@ -47,9 +48,12 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		 "plain progress lines even on a terminal"},
 		{0},
 	};
-	char models[512];
+	char models[800];
 	snprintf(models, sizeof(models),
 		 "Train a model as the config says, in this process (strategy.name local).\n"
+		 "With TF_CONFIG (strategy.name parameter_server) the process becomes its task:\n"
+		 "chief or worker trains against the parameter servers, ps serves, evaluator\n"
+		 "evaluates new checkpoints; `weft launch` starts such a cluster locally.\n"
 		 "Writes metrics.jsonl, TensorBoard events and config.json to log.dir and\n"
 		 "step-N checkpoints to checkpoint.dir. SIGINT/SIGTERM finish the current step,\n"
 		 "write a checkpoint and exit 130. Models: %s.",
@@ -96,8 +100,9 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		goto free_lists;
 	}
 	wf_train_opts opts = {.resume = resume, .tty = no_tty ? 0 : -1, .stop_at = stop_at};
-	rc = wf_train(&cfg, &opts, &res, err);
-	if (rc == 0) {
+	int trained = 0; /* 0: this process was a ps or an evaluator (TF_CONFIG) */
+	rc = wf_role_run(&cfg, &opts, &res, &trained, err);
+	if (rc == 0 && trained) {
 		printf("trained %ld steps: loss %.4f accuracy %.4f", res.steps_done, res.loss,
 		       res.accuracy);
 		if (res.eval_loss >= 0)

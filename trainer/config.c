@@ -80,8 +80,9 @@ static const key_def keys[] = {
 	{"log.dir", T_STR, F(log.dir), "\"run/logs\"",
 	 "metrics.jsonl, TensorBoard events and the resolved config.json"},
 	{"log.every_steps", T_INT, F(log.every_steps), "10", "log metrics every N steps"},
-	{"export.dir", T_STR, F(export_.dir), "\"run/export\"",
-	 "where `weft export` writes the serving model"},
+	{"export.dir", T_STR, F(export_.dir), "\"\"",
+	 "at the end of training, export the model as the next version under this "
+	 "BASE/NAME directory (weft-serve's --model_base_path); empty: no export"},
 };
 
 static const char *type_name(key_type t)
@@ -414,7 +415,6 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	NEED(c->checkpoint.keep >= 1, "checkpoint.keep: must be >= 1, got %ld", c->checkpoint.keep);
 	NEED(c->log.dir[0], "log.dir: must not be empty");
 	NEED(c->log.every_steps >= 1, "log.every_steps: must be >= 1, got %ld", c->log.every_steps);
-	NEED(c->export_.dir[0], "export.dir: must not be empty");
 	return 0;
 }
 

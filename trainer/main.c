@@ -3,7 +3,11 @@
  * turns a status into the process exit code (DESIGN section 11). */
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/cmd_model.h"
 #include "trainer/commands.h"
+#include "trainer/launch.h"
+#include "trainer/role.h"
+#include "trainer/export.h"
 
 #include <hdf5.h>
 #include <stdio.h>
@@ -20,10 +24,11 @@ static const command commands[] = {
 	{"eval", wf_cmd_eval, "loss and accuracy of a model file on a dataset"},
 	{"data", wf_cmd_data, "make dataset files (synth, cifar10)"},
 	{"inspect", wf_cmd_inspect, "describe or dump a model file"},
-	{"launch", NULL, "start a local cluster of parameter servers and workers"},
-	{"ps", NULL, "run a parameter server"},
-	{"export", NULL, "write a serving model (batch norm folded)"},
-	{"import-keras", NULL, "convert a Keras .h5 model"},
+	{"launch", wf_cmd_launch, "start a local cluster of parameter servers and workers"},
+	{"ps", wf_cmd_ps, "run a parameter server (the ps task of TF_CONFIG)"},
+	{"export", wf_cmd_export, "write a serving model version (batch norm folded)"},
+	{"import-keras", wf_cmd_import_keras, "convert a Keras .h5 model to a weft model file"},
+	{"summary", wf_cmd_summary, "layers, output shapes and parameter counts of a model"},
 	{"version", wf_cmd_version, "print the version and built-in backends"},
 };
 

@@ -1,5 +1,6 @@
 #include "trainer/strategy.h"
 
+#include "trainer/role.h"
 #include "worker/exchange_mpi.h"
 #include "worker/exchange_nccl.h"
 
@@ -11,6 +12,8 @@ int wf_strategy_check(const wf_config *cfg, wf_err *err)
 		return 0;
 	if (strcmp(cfg->strategy.name, "allreduce") == 0)
 		return wf_exchange_mpi_check(err);
+	if (strcmp(cfg->strategy.name, "parameter_server") == 0)
+		return 0;
 	return wf_errf(err, WF_ENOTSUP,
 		       "strategy.name: '%s' is not available yet in this build (use \"local\")",
 		       cfg->strategy.name);
@@ -29,5 +32,7 @@ int wf_strategy_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec
 						       err);
 		return wf_exchange_mpi_create(out, ex, m, optim, cfg->strategy.bucket_mb, err);
 	}
+	if (strcmp(cfg->strategy.name, "parameter_server") == 0)
+		return wf_role_ps_exchange_create(out, cfg, ex, m, err);
 	return wf_exchange_local_create(out, ex, m, optim, err);
 }

@@ -8,6 +8,7 @@
 #include "model/optim.h"
 #include "trainer/checkpoint.h"
 #include "trainer/evaluate.h"
+#include "trainer/export.h"
 #include "trainer/strategy.h"
 #include "worker/data.h"
 #include "worker/exchange.h"
@@ -352,6 +353,30 @@ exec_failed:
 	return wf_errf(err, WF_EINTERNAL, "step %ld: %s", step + 1, wf_exec_error(r->ex));
 }
 
+/* The exchange moved the job from step `from` to step `to` (its model is in
+ * the executor): the reader restarts there, reading what a run at that step
+ * reads, and the chief drops the metrics lines past it. */
+static int rewind_to(run *r, long from, long to, wf_err *err)
+{
+	wf_progress_message(&r->prog, "step %ld: the job continues from step %ld", from, to);
+	r->x->rolled_back = 0;
+	wf_reader_free(r->rd);
+	r->rd = NULL;
+	r->start = to;
+	if (r->metrics) {
+		char path[WF_CFG_PATH_MAX + 32];
+		snprintf(path, sizeof(path), "%s/metrics.jsonl", r->cfg->log.dir);
+		fclose(r->metrics);
+		r->metrics = NULL;
+		int rc = trim_metrics(path, to, err);
+		if (rc != 0)
+			return rc;
+		if (!(r->metrics = fopen(path, "a")))
+			return wf_errf(err, WF_EIO, "%s: cannot open: %s", path, strerror(errno));
+	}
+	return open_reader(r, err);
+}
+
 static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 {
 	const wf_config *c = r->cfg;
@@ -382,9 +407,16 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		s.lr = wf_optim_lr(&r->optim, step);
 		wf_progress_update(&r->prog, &s);
 
-		int evals =
-			r->eval_ds && (done == steps || (c->train.eval_every_steps > 0 &&
-							 done % c->train.eval_every_steps == 0));
+		if (r->x->rolled_back) { /* ps: a server restarted; the job went back */
+			if ((rc = rewind_to(r, step, r->x->rollback_step, err)) != 0)
+				return rc;
+			step = r->start - 1;
+			w = (window){0, 0, 0, wf_now()};
+			continue;
+		}
+		int evals = chief && r->eval_ds &&
+			    (done == steps || (c->train.eval_every_steps > 0 &&
+					       done % c->train.eval_every_steps == 0));
 		int logs = done % c->log.every_steps == 0 || done == steps || evals;
 		if (evals && (rc = evaluate(r, done, &ev, err)) != 0)
 			return rc;
@@ -478,6 +510,9 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 	}
 	if (rc == 0)
 		rc = wf_exchange_finish(r.x, err);
+	if (rc == 0 && r.x->is_chief && cfg->export_.dir[0] && r.start < cfg->train.steps &&
+	    res->steps_done == cfg->train.steps) /* finished here: the next serving version */
+		rc = wf_export_after_training(r.ex, r.m, &r.meta, cfg->export_.dir, err);
 done:
 	run_free(&r);
 	sigaction(SIGINT, &old_int, NULL);

@@ -55,6 +55,12 @@ struct wf_exchange {
 	int rank;     /* this worker's index in [0, workers) */
 	int workers;  /* data-parallel workers (reader slices) */
 	int is_chief; /* writes checkpoints, metrics and the model */
+	/* Set by step() when the job moved to another step instead (ps: a server
+	 * restarted from a checkpoint and every worker rolls back to it): the
+	 * executor holds that step's model; the trainer restarts its reader at
+	 * rollback_step and clears the flag. */
+	int rolled_back;
+	long rollback_step;
 };
 
 /* Wrappers: the trainer calls these, never the table directly. */

@@ -1,5 +1,5 @@
-# test_stall.sh: a rank that stops (SIGSTOP: alive but never reaching the next
-# allreduce) is named by rank 0 with the bucket it waits on, and the job exits
+# test_stall.sh: a rank that stops (SIGSTOP) before the next allreduce, or
+# inside it, is named by rank 0 with the bucket it waits on, and the job exits
 # 138 within the stall timeout; a rank killed mid-run (SIGKILL) makes mpirun
 # exit non-zero within the timeout, naming the rank. Never a hang.
 . "$WEFT_SRC/tests/allreduce/lib.sh"
@@ -53,6 +53,21 @@ grep -Eq "stall: rank 1 (did not reach|reached) the allreduce of step" stop.err 
 	{ cat stop.err; fail "rank 0 did not name rank 1"; }
 grep -q "gradient bucket" stop.err || fail "the message does not name the bucket"
 [ "$ELAPSED" -le 15 ] || fail "took ${ELAPSED}s with a 4 s stall timeout"
+
+# 1b. Rank 1 stops while it waits inside the allreduce (rank 0 held back
+# meanwhile): rank 0 names it as reached-but-silent.
+start_job mute
+PID0=$(rank_pid 0)
+kill -STOP "$PID0"
+sleep 0.5
+kill -STOP "$PID1"
+kill -CONT "$PID0"
+wait_job 20
+kill -KILL "$PID1" 2>/dev/null || true
+echo "rank 1 stopped while waiting: mpirun exit $RC after ${ELAPSED}s"
+[ "$RC" -eq 138 ] || { cat mute.err; fail "exit $RC after a silent rank, want 138"; }
+grep -Eq "stall: rank 1 (reached .* but stopped responding|did not reach)" mute.err ||
+	{ cat mute.err; fail "rank 0 did not name the silent rank 1"; }
 
 # 2. Rank 1 is killed: the others exit non-zero, naming it.
 start_job kill

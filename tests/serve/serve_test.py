@@ -205,7 +205,10 @@ def api_checks(port, jpeg_b64):
     check(code == 200 and 'weft_serve_requests_total{endpoint="v1_predict",code="200"}' in text
           and 'weft_serve_requests_total{endpoint="v1_predict",code="413"}' in text
           and "weft_serve_batch_size_bucket" in text and "weft_serve_request_duration_seconds_bucket" in text
-          and 'weft_serve_model_version{model="m"} 1' in text and "weft_serve_queue_depth" in text, "metrics")
+          and 'weft_serve_model_version{model="m"} 1' in text and "weft_serve_queue_depth" in text
+          and "weft_serve_queue_duration_seconds_count" in text
+          and 'nv_inference_request_success{model="m",version="1"}' in text
+          and 'nv_inference_exec_count{model="m",version="1"}' in text, "metrics")
 
 
 def hot_swap(port, base, images, tmp):

@@ -41,7 +41,7 @@ expect_error "model.classes: is 7 but data.train (train.h5) has 10 classes" \
 	"$WEFT" train --config ok.json --set model.classes=7
 expect_error "data.eval: other.h5 holds 12x12x3" "$WEFT" train --config ok.json \
 	--set data.eval=other.h5
-expect_error "not available yet" "$WEFT" train --config ok.json \
+expect_error "parameter_server needs a cluster: set TF_CONFIG" "$WEFT" train --config ok.json \
 	--set strategy.name=parameter_server
 
 # A model whose input does not fit the data.

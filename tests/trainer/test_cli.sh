@@ -20,6 +20,6 @@ expect_error "unknown command 'trian'" "$WEFT" trian
 expect_error "unknown flag '--lr'" "$WEFT" train --config x.json --lr 3
 expect_error "--config FILE is required" "$WEFT" train
 expect_error "flag --threads: expected an integer" "$WEFT" train --threads many
-expect_error "not available" "$WEFT" launch
+expect_error "launch: --config FILE is required" "$WEFT" launch
 "$WEFT" version | grep -q "^weft " || fail "version"
 echo ok

@@ -1,0 +1,208 @@
+/* bench_zoo: the Keras applications of the zoo on one backend: inference
+ * images/s at batch 1 and 32 and training images/s at batch 16 (forward,
+ * loss, backward, SGD with momentum), each network at its Keras input size;
+ * and, where Debian's python3-torch is installed, the same measurements of
+ * ResNet50 and MobileNetV2 written out in bench/torch_zoo.py, in the same run,
+ * with the ratio weft / torch. Timings are medians over the repetitions.
+ *
+ *   bench_zoo [--models mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge]
+ *             [--infer-batch 1,32] [--train-batch 16] [--threads 2] [--reps 5]
+ *             [--device cpu|cuda] [--no-peer] [--no-train]
+ */
+#include "common/util.h"
+#include "kernels/kernels.h"
+#include "model/model.h"
+#include "model/optim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(*v), cmp_double);
+	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Images/s of inference (training = 0) or training steps at batch b. */
+static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps, double *ips)
+{
+	wf_err err = {0};
+	wf_exec *ex = NULL;
+	size_t per = (size_t)m->in_h * m->in_w * m->in_c;
+	float *x = malloc(sizeof(float) * per * (size_t)b);
+	int32_t *y = malloc(sizeof(int32_t) * (size_t)b);
+	double *t = malloc(sizeof(double) * (size_t)(reps + 1));
+	float *mom = NULL;
+	int rc = x && y && t ? 0 : WF_ENOMEM;
+	wf_rng r;
+	wf_rng_seed(&r, 7);
+	for (size_t i = 0; !rc && i < per * (size_t)b; i++)
+		x[i] = (float)wf_rng_normal(&r);
+	for (int i = 0; !rc && i < b; i++)
+		y[i] = (int32_t)wf_rng_below(&r, (uint64_t)m->classes);
+	if (!rc && (rc = wf_exec_create(&ex, m, be, b, training, &err)) != 0)
+		fprintf(stderr, "bench_zoo: %s\n", err.msg);
+	if (!rc && training && !(mom = be->ops->alloc(be, sizeof(float) * m->nparams)))
+		rc = WF_ENOMEM;
+	wf_optim_cfg oc;
+	wf_optim_cfg_default(&oc);
+	oc.lr = 0.001;
+	for (int s = 0; !rc && s <= reps; s++) { /* s = 0: warm-up (plans, first touch) */
+		double t0 = wf_now();
+		if (training) {
+			float loss;
+			rc = wf_exec_zero_grads(ex);
+			rc = rc ? rc : wf_exec_forward(ex, x, b, 1, (uint64_t)s);
+			rc = rc ? rc : wf_exec_loss(ex, y, &loss, NULL);
+			rc = rc ? rc : wf_exec_backward(ex, 1.0f / (float)b, NULL, NULL);
+			rc = rc ? rc
+				: wf_optim_apply(be, &oc, s, m->nparams, wf_exec_params(ex),
+						 wf_exec_grads(ex), mom, NULL, 1.0f);
+		} else {
+			rc = wf_exec_forward(ex, x, b, 0, 0);
+		}
+		be->ops->sync(be);
+		t[s] = wf_now() - t0;
+	}
+	if (rc && ex)
+		fprintf(stderr, "bench_zoo: %s\n", wf_exec_error(ex));
+	if (!rc)
+		*ips = b / median(t + 1, reps);
+	if (mom)
+		be->ops->free(be, mom);
+	wf_exec_free(ex);
+	free(x);
+	free(y);
+	free(t);
+	return rc;
+}
+
+/* The torch peer's output (JSON lines), run once for all models. */
+static char peer_out[8192];
+
+static void run_peer(const char *models, const char *infer, int train_batch, int threads, int reps)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd),
+		 "/usr/bin/python3 -c 'import torch' 2>/dev/null && /usr/bin/python3 "
+		 "%s/torch_zoo.py --models %s --infer-batch %s --train-batch %d --threads %d "
+		 "--reps %d 2>/dev/null",
+		 WEFT_BENCH_DIR, models, infer, train_batch, threads, reps);
+	FILE *p = popen(cmd, "r");
+	if (!p)
+		return;
+	size_t n = fread(peer_out, 1, sizeof(peer_out) - 1, p);
+	peer_out[n] = '\0';
+	pclose(p);
+}
+
+static double peer(const char *model, const char *mode, int batch)
+{
+	char key[160];
+	snprintf(key, sizeof(key),
+		 "{\"model\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
+		 "\"images_per_sec\": ",
+		 model, mode, batch);
+	const char *at = strstr(peer_out, key);
+	return at ? atof(at + strlen(key)) : 0;
+}
+
+static void row(const char *model, const char *mode, int batch, double ips, double gf)
+{
+	double tp = peer(model, mode, batch);
+	printf("%-13s %-6s %6d %12.2f %10.1f", model, mode, batch, ips, gf);
+	if (tp > 0)
+		printf(" %12.2f %7.2fx\n", tp, ips / tp);
+	else
+		printf(" %12s %8s\n", "-", "-");
+	fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+	const char *models = "mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge";
+	const char *infer = "1,32", *device = "cpu";
+	int train_batch = 16, threads = 2, reps = 5, use_peer = 1;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--models") && v)
+			models = v, i++;
+		else if (!strcmp(a, "--infer-batch") && v)
+			infer = v, i++;
+		else if (!strcmp(a, "--train-batch") && v)
+			train_batch = atoi(v), i++;
+		else if (!strcmp(a, "--threads") && v)
+			threads = atoi(v), i++;
+		else if (!strcmp(a, "--reps") && v)
+			reps = atoi(v), i++;
+		else if (!strcmp(a, "--device") && v)
+			device = v, i++;
+		else if (!strcmp(a, "--no-peer"))
+			use_peer = 0;
+		else if (!strcmp(a, "--no-train"))
+			train_batch = 0;
+		else {
+			fprintf(stderr, "usage: bench_zoo [--models a,b] [--infer-batch 1,32] "
+					"[--train-batch N] [--threads N] [--reps N] "
+					"[--device cpu|cuda] [--no-peer] [--no-train]\n");
+			return strcmp(a, "--help") ? 2 : 0;
+		}
+	}
+	if (reps < 1 || threads < 1) {
+		fprintf(stderr, "bench_zoo: --reps and --threads must be >= 1\n");
+		return 2;
+	}
+	wf_err err = {0};
+	wf_backend *be = NULL;
+	if (wf_backend_create(&be, device, threads, &err) != 0) {
+		fprintf(stderr, "bench_zoo: %s\n", err.msg);
+		return 1;
+	}
+	if (use_peer && strcmp(device, "cpu") == 0)
+		run_peer(models, infer, train_batch, threads, reps);
+	printf("bench_zoo: %s backend, %d threads, medians of %d repetitions; torch: "
+	       "bench/torch_zoo.py (resnet50, mobilenetv2)\n",
+	       be->name, threads, reps);
+	printf("%-13s %-6s %6s %12s %10s %12s %8s\n", "model", "mode", "batch", "weft img/s",
+	       "GFLOP/s", "torch img/s", "ratio");
+	char list[512];
+	snprintf(list, sizeof(list), "%s", models);
+	int rc = 0;
+	for (char *save = NULL, *name = strtok_r(list, ",", &save); name;
+	     name = strtok_r(NULL, ",", &save)) {
+		wf_model *m = NULL;
+		if (wf_model_zoo(&m, name, 0, 0, 3, 1000, &err) != 0) {
+			fprintf(stderr, "bench_zoo: %s\n", err.msg);
+			rc = 1;
+			continue;
+		}
+		double f = wf_model_flops(m) / 1e9, ips = 0;
+		char bl[64];
+		snprintf(bl, sizeof(bl), "%s", infer);
+		for (char *s2 = NULL, *bs = strtok_r(bl, ",", &s2); bs;
+		     bs = strtok_r(NULL, ",", &s2)) {
+			int b = atoi(bs);
+			if (b >= 1 && bench_one(be, m, b, 0, reps, &ips) == 0)
+				row(name, "infer", b, ips, ips * f);
+			else
+				rc = 1;
+		}
+		if (train_batch > 0) {
+			/* fewer repetitions: a training step of the large nets takes long */
+			if (bench_one(be, m, train_batch, 1, reps > 2 ? 2 : reps, &ips) == 0)
+				row(name, "train", train_batch, ips, 3 * ips * f);
+			else
+				rc = 1;
+		}
+		wf_model_free(m);
+	}
+	wf_backend_free(be);
+	return rc;
+}

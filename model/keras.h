@@ -1,0 +1,25 @@
+/* keras.h: import of Keras model files written by model.save('x.h5') (the
+ * legacy HDF5 format of Keras 2 and Keras 3) into a weft model: the graph
+ * from the root `model_config` JSON, the weights from `model_weights`, and
+ * the preprocessing from leading Rescaling/Normalization layers (or, for the
+ * Keras applications, from the model's name). A layer weft cannot run is an
+ * error naming the layer and its Keras class, never a silently wrong model. */
+#ifndef WF_KERAS_H
+#define WF_KERAS_H
+
+#include "common/error.h"
+#include "model/model.h"
+
+#include <stdint.h>
+
+/* 1 when the open HDF5 file (an hid_t) is a Keras model file: a root
+ * model_config attribute and no weft_format. */
+int wf_keras_is_model_file(int64_t file);
+/* Import the Keras model file at path; meta (may be NULL) receives the
+ * preprocessing. Errors name the file, and the layer and class at fault. */
+int wf_keras_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err *err);
+/* The same on an HDF5 file already open (hid_t); path is for messages. */
+int wf_keras_load_h5(int64_t file, wf_model **out, wf_model_meta *meta, const char *path,
+		     wf_err *err);
+
+#endif

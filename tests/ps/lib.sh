@@ -1,0 +1,64 @@
+# lib.sh: shared set-up of the parameter-server script tests. Source it; it
+# gives $WORK (a fresh directory), fail(), make_synth(), and launch_bg /
+# wait_for / pid_of to drive `weft launch` in the background. Every process
+# started here is killed on exit, even on failure (launch runs in its own
+# process group; its children die with it through PR_SET_PDEATHSIG).
+set -euo pipefail
+: "${WEFT:?set WEFT to the weft binary}"
+: "${WEFT_SRC:?set WEFT_SRC to the source tree}"
+WORK=$(mktemp -d /tmp/weft-ps-test.XXXXXX)
+LAUNCH_PIDS=()
+cleanup() {
+	for p in "${LAUNCH_PIDS[@]+"${LAUNCH_PIDS[@]}"}"; do
+		kill -9 -- "-$p" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
+	rm -rf "$WORK"
+}
+trap cleanup EXIT
+cd "$WORK"
+
+fail() {
+	echo "FAIL: $*" >&2
+	for f in "$WORK"/*.log; do
+		[ -f "$f" ] && { echo "--- $f (last 40 lines)" >&2; tail -40 "$f" >&2; }
+	done
+	exit 1
+}
+
+# make_synth FILE COUNT SIZE SEED
+make_synth() {
+	"$WEFT" data synth --out "$1" --count "$2" --size "$3" --seed "$4" >/dev/null
+}
+
+# launch_bg LOG ARGS...: `weft launch ARGS` in the background, in its own
+# process group; its pid is $LAUNCH_PID.
+launch_bg() {
+	local log=$1
+	shift
+	setsid "$WEFT" launch "$@" >"$log" 2>&1 &
+	LAUNCH_PID=$!
+	LAUNCH_PIDS+=("$LAUNCH_PID")
+}
+
+# wait_for LOG REGEX SECONDS: until a line of LOG matches (fails otherwise).
+wait_for() {
+	local i
+	for ((i = 0; i < $3 * 10; i++)); do
+		grep -qE "$2" "$1" 2>/dev/null && return 0
+		sleep 0.1
+	done
+	fail "no line matching '$2' in $1 within $3 s"
+}
+
+# pid_of LOG NAME: pid of the latest process NAME ("worker:1") launch started.
+pid_of() {
+	grep -oE "\[launch\] $2 started \(pid [0-9]+" "$1" | tail -1 | grep -oE "[0-9]+$"
+}
+
+# eval_accuracy METRICS: eval_accuracy of the last line of a metrics.jsonl that has one
+eval_accuracy() {
+	python3 -c 'import json,sys
+acc=[json.loads(l)["eval_accuracy"] for l in open(sys.argv[1]) if "eval_accuracy" in l]
+print(acc[-1])' "$1"
+}

@@ -1,0 +1,26 @@
+# test_kill_worker.sh: a worker killed with SIGKILL mid-run is restarted by
+# `weft launch` with the same TF_CONFIG, rejoins at the servers' current step
+# and the job finishes; the chief's checkpoints are complete.
+. "$WEFT_SRC/tests/ps/lib.sh"
+mkdir -p data
+make_synth data/train.h5 4000 32 1
+make_synth data/eval.h5 1000 32 2
+launch_bg launch.log --ps 1 --workers 2 --config "$WEFT_SRC/configs/synth-smallcnn.json" \
+	--set data.train=data/train.h5 --set data.eval=data/eval.h5 --set train.steps=300 \
+	--set train.eval_every_steps=300 --set checkpoint.dir=run/ckpt --set checkpoint.every_steps=50 \
+	--set log.dir=run/logs --set log.every_steps=10
+wait_for launch.log '\[worker:1\] step +100/' 60
+pid=$(pid_of launch.log worker:1)
+[ -n "$pid" ] || fail "no pid for worker:1"
+kill -9 "$pid"
+rc=0
+wait "$LAUNCH_PID" || rc=$?
+[ $rc = 0 ] || fail "launch exited $rc"
+grep -q "\[launch\] worker:1 was killed by signal 9.*restarting" launch.log ||
+	fail "the killed worker was not restarted"
+grep -qE "\[worker:1\] ps: worker 1 joins at the servers' step [1-9]" launch.log ||
+	fail "the restarted worker did not rejoin at the servers' step"
+grep -q "\[worker:1\] trained 300 steps" launch.log || fail "the restarted worker did not finish"
+[ -f run/ckpt/step-300/DONE ] || fail "no complete final checkpoint"
+acc=$(eval_accuracy run/logs/metrics.jsonl)
+echo "ok: eval accuracy $acc"

@@ -1,0 +1,354 @@
+/* export.c: checkpoint -> serving model: pick the checkpoint, fold, write a
+ * new version directory atomically. */
+#include "trainer/export.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "model/fold.h"
+#include "trainer/checkpoint.h"
+#include "trainer/cli.h"
+#include "worker/data.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define EXPORT_PATH_MAX 4096
+#define EXPORT_FILE_MAX (EXPORT_PATH_MAX + 64)
+#define EXPORT_TRIES	1000 /* version numbers tried when racing another export */
+
+/* ---- version directories ------------------------------------------------ */
+
+/* 1 when s is a version name: digits only, no leading zero, fits a long. */
+static int parse_version(const char *s, long *v)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 15 || strspn(s, "0123456789") != n || s[0] == '0')
+		return 0;
+	*v = strtol(s, NULL, 10);
+	return 1;
+}
+
+/* Highest numeric entry of base (0 when none or base is missing). Any
+ * numeric entry counts, with or without a model file, so a version that is
+ * half there (copied by hand, or failed to load) is never reused. */
+static int highest_version(const char *base, long *best, wf_err *err)
+{
+	*best = 0;
+	DIR *d = opendir(base);
+	if (!d) {
+		if (errno == ENOENT)
+			return 0;
+		return wf_errf(err, WF_EIO, "%s: cannot list: %s", base, strerror(errno));
+	}
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		long v;
+		if (parse_version(e->d_name, &v) && v > *best)
+			*best = v;
+	}
+	closedir(d);
+	return 0;
+}
+
+/* rm of the temporary directory: it holds plain files only. */
+static void remove_tmp_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (d) {
+		struct dirent *e;
+		char p[EXPORT_FILE_MAX + 256];
+		while ((e = readdir(d)) != NULL) {
+			if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+				continue;
+			snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+			unlink(p);
+		}
+		closedir(d);
+	}
+	rmdir(dir);
+}
+
+/* rename(2) that fails with EEXIST instead of replacing an (empty) target
+ * directory; falls back to a check then rename where the kernel or file
+ * system lacks RENAME_NOREPLACE. */
+static int rename_noreplace(const char *from, const char *to)
+{
+#ifdef RENAME_NOREPLACE
+	if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
+		return 0;
+	if (errno != EINVAL && errno != ENOSYS)
+		return -1;
+#endif
+	if (wf_exists(to)) {
+		errno = EEXIST;
+		return -1;
+	}
+	return rename(from, to);
+}
+
+int wf_export_parse_out(const char *out, char *base, size_t n, long *version, wf_err *err)
+{
+	size_t len = strlen(out);
+	while (len > 1 && out[len - 1] == '/')
+		len--;
+	if (len == 0 || len >= n || len >= EXPORT_PATH_MAX)
+		return wf_errf(err, WF_EINVAL, "--out: \"%s\" is empty or too long", out);
+	char buf[EXPORT_PATH_MAX];
+	memcpy(buf, out, len);
+	buf[len] = '\0';
+	char *slash = strrchr(buf, '/');
+	const char *last = slash ? slash + 1 : buf;
+	*version = 0;
+	if (strspn(last, "0123456789") == strlen(last)) {
+		if (!parse_version(last, version))
+			return wf_errf(err, WF_EINVAL,
+				       "--out %s: version \"%s\" must be an integer >= 1 without "
+				       "leading zeros",
+				       out, last);
+		if (!slash || slash == buf)
+			return wf_errf(err, WF_EINVAL,
+				       "--out %s: expected BASE/NAME/VERSION or BASE/NAME", out);
+		*slash = '\0';
+	}
+	snprintf(base, n, "%s", buf);
+	return 0;
+}
+
+/* ---- export ------------------------------------------------------------- */
+
+int wf_export_model(const wf_model *m, const wf_model_meta *meta, const char *base, long version,
+		    long *written, char *path, size_t n, wf_err *err)
+{
+	char tmp[EXPORT_FILE_MAX], file[EXPORT_FILE_MAX + 16], dst[EXPORT_FILE_MAX];
+	wf_model *folded = NULL;
+	int rc;
+	if (strlen(base) >= EXPORT_PATH_MAX)
+		return wf_errf(err, WF_EINVAL, "export: directory name too long: %.64s...", base);
+	if (wf_mkdirs(base) != 0)
+		return wf_errf(err, WF_EIO, "export: cannot create %s: %s", base, strerror(errno));
+	if (version > 0) {
+		snprintf(dst, sizeof(dst), "%s/%ld", base, version);
+		if (wf_exists(dst))
+			return wf_errf(err, WF_EINVAL,
+				       "export: %s already exists (a served version is never "
+				       "replaced: pick another version, or give only BASE/NAME "
+				       "for the next one)",
+				       dst);
+	}
+	if ((rc = wf_model_fold_for_inference(m, &folded, err)) != 0)
+		return wf_err_wrap(err, "export"), rc;
+
+	/* Dot-names are not versions: weft-serve ignores the directory meanwhile. */
+	snprintf(tmp, sizeof(tmp), "%s/.export-%ld-%llx", base, (long)getpid(),
+		 (unsigned long long)wf_hash64((uint64_t)(wf_now() * 1e9)));
+	if (mkdir(tmp, 0755) != 0) {
+		rc = wf_errf(err, WF_EIO, "export: cannot create %s: %s", tmp, strerror(errno));
+		goto free_folded;
+	}
+	snprintf(file, sizeof(file), "%s/model.h5", tmp);
+	if ((rc = wf_model_save(folded, meta, file, err)) != 0)
+		goto remove_tmp;
+	if (wf_fsync_path(file) != 0 || wf_fsync_path(tmp) != 0) {
+		rc = wf_errf(err, WF_EIO, "export: fsync of %s failed: %s", file, strerror(errno));
+		goto remove_tmp;
+	}
+	long v = version;
+	for (int tries = 0;; tries++) {
+		if (version == 0) {
+			long hi;
+			if ((rc = highest_version(base, &hi, err)) != 0)
+				goto remove_tmp;
+			v = hi + 1;
+		}
+		snprintf(dst, sizeof(dst), "%s/%ld", base, v);
+		if (rename_noreplace(tmp, dst) == 0)
+			break;
+		/* EEXIST: another export took this number first; take the next. */
+		if (errno != EEXIST || version > 0 || tries >= EXPORT_TRIES) {
+			rc = wf_errf(err, WF_EIO, "export: cannot rename %s to %s: %s", tmp, dst,
+				     strerror(errno));
+			goto remove_tmp;
+		}
+	}
+	if (wf_fsync_path(base) != 0) {
+		rc = wf_errf(err, WF_EIO, "export: fsync of %s failed: %s", base, strerror(errno));
+		goto free_folded;
+	}
+	*written = v;
+	if (path)
+		snprintf(path, n, "%s/model.h5", dst);
+	goto free_folded;
+remove_tmp:
+	remove_tmp_dir(tmp);
+free_folded:
+	wf_model_free(folded);
+	return rc;
+}
+
+int wf_export_after_training(wf_exec *ex, const wf_model *m, const wf_model_meta *meta,
+			     const char *dir, wf_err *err)
+{
+	char path[EXPORT_FILE_MAX + 16];
+	long v;
+	if (wf_exec_params_to_host(ex) != 0)
+		return wf_errf(err, WF_EINTERNAL, "export: copying parameters: %s",
+			       wf_exec_error(ex));
+	int rc = wf_export_model(m, meta, dir, 0, &v, path, sizeof(path), err);
+	if (rc != 0)
+		return wf_err_wrap(err, "export.dir"), rc;
+	wf_info("exported version %ld (step %ld, batch norm folded) to %s", v, meta->trained_steps,
+		path);
+	return 0;
+}
+
+/* ---- weft export -------------------------------------------------------- */
+
+/* The checkpoint directory to export: step (> 0) or the newest complete. */
+static int pick_checkpoint(const char *dir, long step, char *out, size_t n, wf_err *err)
+{
+	if (step > 0) {
+		char done[EXPORT_FILE_MAX];
+		snprintf(out, n, "%s/step-%ld", dir, step);
+		snprintf(done, sizeof(done), "%s/DONE", out);
+		if (!wf_exists(out))
+			return wf_errf(err, WF_EINVAL, "--step %ld: %s does not exist", step, out);
+		if (!wf_exists(done))
+			return wf_errf(err, WF_EINVAL,
+				       "--step %ld: %s is incomplete (no DONE file): it is never "
+				       "loaded",
+				       step, out);
+		return 0;
+	}
+	long found_step;
+	int found = wf_ckpt_latest(dir, &found_step, out, n, err);
+	if (found < 0)
+		return found;
+	if (!found)
+		return wf_errf(err, WF_EINVAL,
+			       "--checkpoint %s: no complete checkpoint (step-N/ with a DONE file)",
+			       dir);
+	return 0;
+}
+
+/* Class labels from a dataset file, when the model has none (or to check
+ * that the ones it has agree in number). */
+static int labels_from_data(const wf_model *m, wf_model_meta *meta, const char *data, wf_err *err)
+{
+	wf_dataset *ds = NULL;
+	int rc = wf_dataset_open(&ds, data, err);
+	if (rc != 0)
+		return wf_err_wrap(err, "--data"), rc;
+	const wf_dataset_info *in = wf_dataset_info_get(ds);
+	if (in->nclasses != m->classes) {
+		rc = wf_errf(err, WF_EINVAL, "--data %s: has %d classes but the model predicts %d",
+			     data, in->nclasses, m->classes);
+		goto close;
+	}
+	if (!in->classes) {
+		rc = wf_errf(err, WF_EINVAL, "--data %s: has no `classes` attribute", data);
+		goto close;
+	}
+	char **names = calloc((size_t)in->nclasses, sizeof(*names));
+	if (!names) {
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+		goto close;
+	}
+	for (int i = 0; i < in->nclasses; i++)
+		if (!(names[i] = strdup(in->classes[i] ? in->classes[i] : ""))) {
+			for (int k = 0; k < i; k++)
+				free(names[k]);
+			free(names);
+			rc = wf_errf(err, WF_ENOMEM, "out of memory");
+			goto close;
+		}
+	for (int i = 0; i < meta->nclasses && meta->class_names; i++)
+		free(meta->class_names[i]);
+	free(meta->class_names);
+	meta->class_names = names;
+	meta->nclasses = in->nclasses;
+close:
+	wf_dataset_close(ds);
+	return rc;
+}
+
+int wf_cmd_export(int argc, char **argv, wf_err *err)
+{
+	const char *ckpt = NULL, *model_path = NULL, *out = NULL, *data = NULL;
+	long step = 0;
+	wf_cli_list pos = {0};
+	const wf_flag flags[] = {
+		{"checkpoint", WF_FLAG_STR, &ckpt, "DIR",
+		 "checkpoint.dir of a run: exports its newest complete step-N/"},
+		{"step", WF_FLAG_INT, &step, "N", "export step-N/ instead of the newest"},
+		{"model", WF_FLAG_STR, &model_path, "FILE",
+		 "export this model file instead of a checkpoint"},
+		{"out", WF_FLAG_STR, &out, "BASE/NAME[/VERSION]",
+		 "model directory to write (required); without VERSION, one more than the "
+		 "highest version already there (1 for a new one)"},
+		{"data", WF_FLAG_STR, &data, "FILE",
+		 "take the class labels from this dataset file (when the model has none)"},
+		{0},
+	};
+	const wf_command_help help = {
+		"weft export (--checkpoint DIR [--step N] | --model FILE) --out "
+		"BASE/NAME[/VERSION]",
+		"Write a serving model for weft-serve --model_base_path BASE/NAME: batch norm is\n"
+		"folded into the convolution (or dense layer) before it, dropout is dropped, the\n"
+		"class labels and preprocessing are kept. The version directory appears at once\n"
+		"and complete (written under a hidden name, then renamed); an existing version\n"
+		"is never replaced. Predictions equal the checkpoint's within float rounding."};
+	char base[EXPORT_PATH_MAX], src[EXPORT_PATH_MAX], file[EXPORT_FILE_MAX + 16];
+	long version = 0, written = 0;
+	wf_model *m = NULL;
+	wf_model_meta meta;
+	wf_model_meta_init(&meta);
+	int rc = wf_cli_parse(&help, flags, argc, argv, &pos, 0, err);
+	if (rc != 0)
+		goto cleanup;
+	if (!out || (!ckpt == !model_path)) {
+		rc = wf_errf(
+			err, WF_EINVAL,
+			"export: --out and one of --checkpoint DIR or --model FILE are required "
+			"(see --help)");
+		goto cleanup;
+	}
+	if (step < 0 || (step > 0 && !ckpt)) {
+		rc = wf_errf(err, WF_EINVAL, "export: --step N needs --checkpoint and N >= 1");
+		goto cleanup;
+	}
+	if ((rc = wf_export_parse_out(out, base, sizeof(base), &version, err)) != 0)
+		goto cleanup;
+	if (ckpt) {
+		char dir[EXPORT_PATH_MAX - 16];
+		if ((rc = pick_checkpoint(ckpt, step, dir, sizeof(dir), err)) != 0)
+			goto cleanup;
+		snprintf(src, sizeof(src), "%s/model.h5", dir);
+	} else {
+		snprintf(src, sizeof(src), "%s", model_path);
+	}
+	if ((rc = wf_model_load(&m, &meta, src, err)) != 0)
+		goto cleanup;
+	if (data && (rc = labels_from_data(m, &meta, data, err)) != 0)
+		goto cleanup;
+	if (!meta.class_names || meta.nclasses != m->classes)
+		wf_warn("%s has no class labels: :classify answers with class indices (give --data "
+			"FILE to take them from a dataset)",
+			src);
+	int removed = wf_model_fold_count(m);
+	if ((rc = wf_export_model(m, &meta, base, version, &written, file, sizeof(file), err)) != 0)
+		goto cleanup;
+	printf("exported %s (trained %ld steps; %d layers folded or dropped) to %s: version %ld "
+	       "of %s\n",
+	       src, meta.trained_steps, removed, file, written, base);
+cleanup:
+	wf_model_free(m);
+	wf_model_meta_free(&meta);
+	wf_cli_list_free(&pos);
+	return rc;
+}

@@ -1,0 +1,569 @@
+/* launch.c: `weft launch`: a parameter-server cluster as child processes of
+ * this one. Each child runs `weft ps` or `weft train` with its TF_CONFIG;
+ * its stdout/stderr come back through pipes and are printed line by line
+ * with "[role:index] " in front. Children sit in their own process groups
+ * (a terminal's Ctrl-C reaches only the launcher, which forwards it once)
+ * and die with the launcher (PR_SET_PDEATHSIG). */
+#include "trainer/launch.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "trainer/cli.h"
+#include "trainer/config.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MAX_PROCS      64
+#define LINE_MAX_BYTES 8192
+#define MAX_ARGS       256
+
+typedef enum { KIND_PS, KIND_CHIEF, KIND_WORKER } kind;
+
+typedef struct child {
+	kind kind;
+	int index;
+	char name[32]; /* "worker:1" */
+	char tf_config[4096];
+	pid_t pid; /* 0: not running */
+	int fd[2]; /* stdout, stderr pipes; -1 closed */
+	char buf[2][LINE_MAX_BYTES];
+	size_t len[2];
+	int restarts;
+	int exited; /* and will not be restarted */
+	int code;   /* exit status as a shell reports it (128 + signal when killed) */
+} child;
+
+typedef struct launcher {
+	child ch[MAX_PROCS];
+	int n, nps, ntrainers;
+	char exe[4096];
+	const char *argv[MAX_ARGS]; /* the shared part of the children's arguments */
+	int argc;
+	char threads_arg[32];
+	int resume, max_restarts;
+	int stopping;	   /* 0, or the signal we forwarded / are stopping with */
+	double stop_since; /* wf_now() when stopping began */
+	double ps_grace;   /* when the trainers were all done */
+	int fail_code;	   /* first permanent failure's status, 0 none */
+	char fail_name[32];
+} launcher;
+
+static volatile sig_atomic_t got_signal;
+
+static void on_signal(int sig)
+{
+	got_signal = sig;
+}
+
+/* ---- ports and TF_CONFIG ----------------------------------------------------- */
+
+/* n free loopback TCP ports (held open together, so they differ). */
+static int free_ports(int *ports, int n, wf_err *err)
+{
+	int fds[MAX_PROCS], rc = 0, k = 0;
+	for (; k < n; k++) {
+		struct sockaddr_in a = {.sin_family = AF_INET};
+		socklen_t len = sizeof(a);
+		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		fds[k] = socket(AF_INET, SOCK_STREAM, 0);
+		if (fds[k] < 0 || bind(fds[k], (struct sockaddr *)&a, sizeof(a)) != 0 ||
+		    getsockname(fds[k], (struct sockaddr *)&a, &len) != 0) {
+			rc = wf_errf(err, WF_ETRANSIENT, "launch: no free loopback port: %s",
+				     strerror(errno));
+			if (fds[k] >= 0)
+				close(fds[k]);
+			break;
+		}
+		ports[k] = ntohs(a.sin_port);
+	}
+	for (int i = 0; i < k; i++)
+		close(fds[i]);
+	return rc;
+}
+
+/* Every child's TF_CONFIG: the same cluster, its own task. */
+static void tf_configs(launcher *l, const int *ports)
+{
+	static const char *const names[3] = {"ps", "chief", "worker"};
+	char list[3][1500];
+	for (int j = 0; j < 3; j++) {
+		size_t k = 0;
+		list[j][0] = '\0';
+		for (int i = 0; i < l->n; i++)
+			if ((int)l->ch[i].kind == j)
+				k += (size_t)snprintf(list[j] + k, sizeof(list[j]) - k,
+						      "%s\"127.0.0.1:%d\"", k ? ", " : "",
+						      ports[i]);
+	}
+	for (int i = 0; i < l->n; i++) {
+		child *c = &l->ch[i];
+		size_t k = (size_t)snprintf(c->tf_config, sizeof(c->tf_config), "{\"cluster\": {");
+		int first = 1;
+		for (int j = 0; j < 3; j++) {
+			if (!list[j][0])
+				continue;
+			k += (size_t)snprintf(c->tf_config + k, sizeof(c->tf_config) - k,
+					      "%s\"%s\": [%s]", first ? "" : ", ", names[j],
+					      list[j]);
+			first = 0;
+		}
+		snprintf(c->tf_config + k, sizeof(c->tf_config) - k,
+			 "}, \"task\": {\"type\": \"%s\", \"index\": %d}, \"environment\": "
+			 "\"local\"}",
+			 names[c->kind], c->index);
+	}
+}
+
+/* ---- children ------------------------------------------------------------------ */
+
+static void spawn(launcher *l, child *c, int resume)
+{
+	int out[2], errp[2];
+	if (pipe(out) != 0 || pipe(errp) != 0) {
+		wf_error("launch: pipe: %s", strerror(errno));
+		c->exited = 1;
+		c->code = 1;
+		return;
+	}
+	pid_t parent = getpid();
+	pid_t pid = fork();
+	if (pid == 0) {
+		setpgid(0, 0);
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		if (getppid() != parent)
+			_exit(WF_EXIT_TRANSIENT);
+		dup2(out[1], 1);
+		dup2(errp[1], 2);
+		close(out[0]);
+		close(out[1]);
+		close(errp[0]);
+		close(errp[1]);
+		signal(SIGINT, SIG_DFL);
+		signal(SIGTERM, SIG_DFL);
+		setenv("TF_CONFIG", c->tf_config, 1);
+		setenv("WEFT_LAUNCH", "1", 1);
+		const char *argv[MAX_ARGS + 8];
+		int n = 0;
+		argv[n++] = l->exe;
+		argv[n++] = c->kind == KIND_PS ? "ps" : "train";
+		for (int i = 0; i < l->argc; i++)
+			argv[n++] = l->argv[i];
+		if (c->kind == KIND_PS) {
+			setenv("OMP_NUM_THREADS", "1", 1);
+		} else {
+			setenv("OMP_NUM_THREADS", l->threads_arg, 1);
+			argv[n++] = "--threads";
+			argv[n++] = l->threads_arg;
+			argv[n++] = "--no-progress-line";
+			if (resume)
+				argv[n++] = "--resume";
+		}
+		argv[n] = NULL;
+		execv(l->exe, (char *const *)argv);
+		fprintf(stderr, "launch: cannot run %s: %s\n", l->exe, strerror(errno));
+		_exit(127);
+	}
+	close(out[1]);
+	close(errp[1]);
+	if (pid < 0) {
+		wf_error("launch: fork: %s", strerror(errno));
+		close(out[0]);
+		close(errp[0]);
+		c->exited = 1;
+		c->code = 1;
+		return;
+	}
+	c->pid = pid;
+	c->fd[0] = out[0];
+	c->fd[1] = errp[0];
+	c->len[0] = c->len[1] = 0;
+	fcntl(out[0], F_SETFL, O_NONBLOCK);
+	fcntl(errp[0], F_SETFL, O_NONBLOCK);
+	fprintf(stderr, "[launch] %s started (pid %d)%s\n", c->name, (int)pid,
+		resume ? " with --resume" : "");
+}
+
+static void emit(child *c, int which, const char *line, size_t n)
+{
+	FILE *f = which == 0 ? stdout : stderr;
+	fprintf(f, "[%s] %.*s\n", c->name, (int)n, line);
+	fflush(f);
+}
+
+/* Read what is waiting on a child's pipe; print complete lines (all of it at EOF). */
+static void pump(child *c, int which)
+{
+	for (;;) {
+		size_t room = sizeof(c->buf[which]) - c->len[which];
+		ssize_t r = read(c->fd[which], c->buf[which] + c->len[which], room);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			if (r == 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) {
+				if (c->len[which])
+					emit(c, which, c->buf[which], c->len[which]);
+				c->len[which] = 0;
+				close(c->fd[which]);
+				c->fd[which] = -1;
+			}
+			return;
+		}
+		c->len[which] += (size_t)r;
+		char *start = c->buf[which], *nl;
+		size_t left = c->len[which];
+		while ((nl = memchr(start, '\n', left)) != NULL) {
+			size_t n = (size_t)(nl - start);
+			if (n && start[n - 1] == '\r')
+				n--;
+			emit(c, which, start, n);
+			left -= (size_t)(nl - start) + 1;
+			start = nl + 1;
+		}
+		if (left == sizeof(c->buf[which])) { /* a line longer than the buffer */
+			emit(c, which, start, left);
+			left = 0;
+		}
+		memmove(c->buf[which], start, left);
+		c->len[which] = left;
+	}
+}
+
+static void signal_children(launcher *l, int trainers, int servers, int sig)
+{
+	for (int i = 0; i < l->n; i++) {
+		child *c = &l->ch[i];
+		int is_ps = c->kind == KIND_PS;
+		if (c->pid > 0 && ((is_ps && servers) || (!is_ps && trainers)))
+			kill(c->pid, sig);
+	}
+}
+
+static int running(const launcher *l, int trainers, int servers)
+{
+	int n = 0;
+	for (int i = 0; i < l->n; i++) {
+		int is_ps = l->ch[i].kind == KIND_PS;
+		n += l->ch[i].pid > 0 && ((is_ps && servers) || (!is_ps && trainers));
+	}
+	return n;
+}
+
+/* Stop the whole cluster: trainers first (they checkpoint), servers after. */
+static void stop_all(launcher *l, int sig)
+{
+	if (l->stopping)
+		return;
+	l->stopping = sig;
+	l->stop_since = wf_now();
+	signal_children(l, 1, 0, sig);
+}
+
+static int chief_index(const launcher *l)
+{
+	for (int i = 0; i < l->n; i++)
+		if (l->ch[i].kind == KIND_CHIEF)
+			return i;
+	for (int i = 0; i < l->n; i++)
+		if (l->ch[i].kind == KIND_WORKER && l->ch[i].index == 0)
+			return i;
+	return -1;
+}
+
+/* A child ended with wait status st: restart it, finish it, or stop everything. */
+static void reap(launcher *l, child *c, int st)
+{
+	for (int w = 0; w < 2; w++)
+		if (c->fd[w] >= 0)
+			pump(c, w);
+	c->pid = 0;
+	int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	char how[64];
+	if (WIFEXITED(st))
+		snprintf(how, sizeof(how), "exited with status %d", code);
+	else
+		snprintf(how, sizeof(how), "was killed by signal %d (%s)", WTERMSIG(st),
+			 strsignal(WTERMSIG(st)));
+	int transient = !WIFEXITED(st) || code == WF_EXIT_TRANSIENT;
+	if (!l->stopping && transient && c->restarts < l->max_restarts) {
+		c->restarts++;
+		fprintf(stderr, "[launch] %s %s: restarting it (%d of %d)\n", c->name, how,
+			c->restarts, l->max_restarts);
+		/* a restarted chief resumes from the newest checkpoint and rolls the
+		 * cluster back to it; workers and servers take the servers' state */
+		spawn(l, c, (int)(c - l->ch) == chief_index(l));
+		return;
+	}
+	c->exited = 1;
+	c->code = code;
+	fprintf(stderr, "[launch] %s %s\n", c->name, how);
+	if (code != 0 && !l->stopping) {
+		if (!l->fail_code) {
+			l->fail_code = code;
+			snprintf(l->fail_name, sizeof(l->fail_name), "%s", c->name);
+		}
+		fprintf(stderr, "[launch] stopping the cluster\n");
+		stop_all(l, SIGTERM);
+	}
+}
+
+/* ---- the loop -------------------------------------------------------------------- */
+
+static void run_loop(launcher *l)
+{
+	int signals_seen = 0;
+	for (;;) {
+		if (got_signal) {
+			int sig = got_signal;
+			got_signal = 0;
+			if (++signals_seen > 1 || l->stopping) {
+				fprintf(stderr, "[launch] %s again: killing every process\n",
+					strsignal(sig));
+				signal_children(l, 1, 1, SIGKILL);
+			} else {
+				fprintf(stderr,
+					"[launch] %s: stopping the cluster (trainers "
+					"checkpoint, then the servers stop)\n",
+					strsignal(sig));
+				stop_all(l, sig);
+			}
+		}
+		struct pollfd pf[2 * MAX_PROCS];
+		child *who[2 * MAX_PROCS];
+		int which[2 * MAX_PROCS], np = 0;
+		for (int i = 0; i < l->n; i++)
+			for (int w = 0; w < 2; w++)
+				if (l->ch[i].fd[w] >= 0) {
+					pf[np] = (struct pollfd){.fd = l->ch[i].fd[w],
+								 .events = POLLIN};
+					who[np] = &l->ch[i];
+					which[np++] = w;
+				}
+		if (poll(pf, (nfds_t)np, 100) > 0)
+			for (int i = 0; i < np; i++)
+				if (pf[i].revents & (POLLIN | POLLHUP | POLLERR))
+					pump(who[i], which[i]);
+		int st;
+		pid_t pid;
+		while ((pid = waitpid(-1, &st, WNOHANG)) > 0)
+			for (int i = 0; i < l->n; i++)
+				if (l->ch[i].pid == pid)
+					reap(l, &l->ch[i], st);
+		double now = wf_now();
+		int trainers = running(l, 1, 0), servers = running(l, 0, 1);
+		if (!trainers && !servers)
+			break;
+		if (!trainers && servers) {
+			/* the chief shut the servers down; a stopped or failed job tells them */
+			if (l->ps_grace == 0) {
+				l->ps_grace = now;
+				if (l->stopping || l->fail_code)
+					signal_children(l, 0, 1, SIGTERM);
+			} else if (now - l->ps_grace > 15) {
+				fprintf(stderr, "[launch] servers still running 15 s after the "
+						"trainers ended: stopping them\n");
+				signal_children(l, 0, 1,
+						now - l->ps_grace > 25 ? SIGKILL : SIGTERM);
+			}
+		}
+		if (l->stopping && now - l->stop_since > 60 && trainers) {
+			fprintf(stderr, "[launch] trainers still running 60 s after the stop: "
+					"killing them\n");
+			signal_children(l, 1, 0, SIGKILL);
+		}
+	}
+}
+
+/* The status code of a child back into a WF_E* code (main() maps it again). */
+static int code_to_rc(int code)
+{
+	switch (code) {
+	case 0: return 0;
+	case 2: return WF_EINVAL;
+	case 3: return WF_EIO;
+	case 4: return WF_EFORMAT;
+	case 5: return WF_ENOMEM;
+	case 6: return WF_ENOTSUP;
+	case 130: return WF_ESTOPPED;
+	case WF_EXIT_TRANSIENT: return WF_ETRANSIENT;
+	default: return code > 128 ? WF_ETRANSIENT : WF_EINTERNAL;
+	}
+}
+
+/* ---- weft launch ------------------------------------------------------------------- */
+
+int wf_cmd_launch(int argc, char **argv, wf_err *err)
+{
+	const char *config = NULL, *device = NULL;
+	long nps = 1, nworkers = 2, threads = 0, max_restarts = 3;
+	int chief = 0, resume = 0;
+	wf_cli_list sets = {0}, pos = {0};
+	const wf_flag flags[] = {
+		{"config", WF_FLAG_STR, &config, "FILE", "training config (JSON; required)"},
+		{"ps", WF_FLAG_INT, &nps, "N", "parameter servers (1)"},
+		{"workers", WF_FLAG_INT, &nworkers, "M",
+		 "workers (2); without --chief, worker 0 is the chief"},
+		{"chief", WF_FLAG_BOOL, &chief, NULL,
+		 "start a separate chief task as well (it trains too)"},
+		{"set", WF_FLAG_LIST, &sets, "KEY=VALUE",
+		 "override a config key in every process (repeatable)"},
+		{"device", WF_FLAG_STR, &device, "cpu|ref|cuda|auto", "the trainers' device"},
+		{"threads", WF_FLAG_INT, &threads, "N",
+		 "CPU threads of the whole cluster, split evenly between the trainers (default: "
+		 "the CPUs online); each server uses one"},
+		{"resume", WF_FLAG_BOOL, &resume, NULL,
+		 "continue from the newest complete checkpoint in checkpoint.dir"},
+		{"max-restarts", WF_FLAG_INT, &max_restarts, "K",
+		 "restart a process that dies of a signal or exits 138 up to K times (3)"},
+		{0},
+	};
+	const wf_command_help help = {
+		"weft launch --ps N --workers M [--chief] --config FILE [--set KEY=VALUE ...] "
+		"[options]",
+		"Start a parameter-server training cluster on this machine: N `weft ps` and M\n"
+		"(+1 with --chief) `weft train` processes on free loopback ports, each with its\n"
+		"TF_CONFIG and strategy.name parameter_server. Their output is printed line by\n"
+		"line as \"[ps:0] ...\", \"[worker:1] ...\". A process that dies of a signal or\n"
+		"exits 138 is restarted with the same TF_CONFIG (a worker rejoins; a server\n"
+		"reloads the last complete checkpoint and the chief rolls every worker back\n"
+		"to it). A permanent failure (exit 1-127) stops them all. SIGINT/SIGTERM are\n"
+		"forwarded: the trainers checkpoint and stop, then the servers. Exits with the\n"
+		"chief's status."};
+	launcher *l = NULL;
+	int rc = wf_cli_parse(&help, flags, argc, argv, &pos, 0, err);
+	if (rc != 0)
+		goto cleanup;
+	if (!config) {
+		rc = wf_errf(err, WF_EINVAL, "launch: --config FILE is required (see --help)");
+		goto cleanup;
+	}
+	if (nps < 1 || nworkers < (chief ? 0 : 1) || nps + nworkers + chief > MAX_PROCS ||
+	    max_restarts < 0 || threads < 0) {
+		rc = wf_errf(
+			err, WF_EINVAL,
+			"launch: need --ps >= 1, --workers >= 1 (or --chief), at most %d "
+			"processes, --max-restarts >= 0, --threads >= 0 (got %ld, %ld, %ld, %ld)",
+			MAX_PROCS, nps, nworkers, max_restarts, threads);
+		goto cleanup;
+	}
+	/* check the config once here, rather than fail in every process */
+	wf_config cfg;
+	wf_config_default(&cfg);
+	if ((rc = wf_config_load_file(&cfg, config, err)) != 0)
+		goto cleanup;
+	for (int i = 0; i < sets.n; i++)
+		if ((rc = wf_config_set(&cfg, sets.items[i], err)) != 0)
+			goto cleanup;
+	if (strcmp(cfg.strategy.name, "local") != 0 &&
+	    strcmp(cfg.strategy.name, "parameter_server") != 0) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "strategy.name: \"%s\": weft launch runs parameter servers (allreduce "
+			     "runs under mpirun)",
+			     cfg.strategy.name);
+		goto cleanup;
+	}
+	if ((rc = wf_config_set(&cfg, "strategy.name=parameter_server", err)) != 0 ||
+	    (rc = wf_config_validate(&cfg, err)) != 0) {
+		wf_err_wrap(err, "%s", config);
+		goto cleanup;
+	}
+
+	if (!(l = calloc(1, sizeof(*l)))) {
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+		goto cleanup;
+	}
+	ssize_t n = readlink("/proc/self/exe", l->exe, sizeof(l->exe) - 1);
+	if (n <= 0) {
+		rc = wf_errf(err, WF_EINTERNAL, "launch: cannot find the weft binary: %s",
+			     strerror(errno));
+		goto cleanup;
+	}
+	l->exe[n] = '\0';
+	l->max_restarts = (int)max_restarts;
+	l->resume = resume;
+	l->argv[l->argc++] = "--config";
+	l->argv[l->argc++] = config;
+	for (int i = 0; i < sets.n && l->argc + 4 < MAX_ARGS - 8; i++) {
+		l->argv[l->argc++] = "--set";
+		l->argv[l->argc++] = sets.items[i];
+	}
+	l->argv[l->argc++] = "--set";
+	l->argv[l->argc++] = "strategy.name=parameter_server";
+	if (device) {
+		l->argv[l->argc++] = "--set";
+		static char dev[64];
+		snprintf(dev, sizeof(dev), "train.device=%s", device);
+		l->argv[l->argc++] = dev;
+	}
+	long cpus = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
+	long per = cpus / (nworkers + chief);
+	snprintf(l->threads_arg, sizeof(l->threads_arg), "%ld", per > 0 ? per : 1);
+
+	for (int i = 0; i < nps; i++)
+		l->ch[l->n++] = (child){.kind = KIND_PS, .index = i};
+	if (chief)
+		l->ch[l->n++] = (child){.kind = KIND_CHIEF, .index = 0};
+	for (int i = 0; i < nworkers; i++)
+		l->ch[l->n++] = (child){.kind = KIND_WORKER, .index = i};
+	l->nps = (int)nps;
+	l->ntrainers = (int)(nworkers + chief);
+	int ports[MAX_PROCS];
+	if ((rc = free_ports(ports, l->n, err)) != 0)
+		goto cleanup;
+	tf_configs(l, ports);
+	for (int i = 0; i < l->n; i++) {
+		child *c = &l->ch[i];
+		static const char *const names[3] = {"ps", "chief", "worker"};
+		snprintf(c->name, sizeof(c->name), "%s:%d", names[c->kind], c->index);
+		c->fd[0] = c->fd[1] = -1;
+	}
+	fprintf(stderr,
+		"[launch] %ld ps, %ld worker%s%s on 127.0.0.1 (%s threads per trainer); "
+		"TF_CONFIG cluster: %.*s\n",
+		nps, nworkers, nworkers == 1 ? "" : "s", chief ? " + chief" : "", l->threads_arg,
+		(int)(strstr(l->ch[0].tf_config, ", \"task\"") - l->ch[0].tf_config),
+		l->ch[0].tf_config);
+
+	struct sigaction sa, old_int, old_term;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	got_signal = 0;
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+	for (int i = 0; i < l->n; i++)
+		spawn(l, &l->ch[i], resume && l->ch[i].kind != KIND_PS);
+	run_loop(l);
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+
+	int ci = chief_index(l);
+	int code = ci >= 0 ? l->ch[ci].code : 1;
+	if (code == 0 && l->fail_code)
+		code = l->fail_code;
+	rc = code_to_rc(code);
+	if (rc == WF_ESTOPPED)
+		wf_errf(err, rc, "launch: stopped");
+	else if (rc != 0)
+		wf_errf(err, rc, "launch: %s exited with status %d (see its log above)",
+			l->fail_name[0] ? l->fail_name : l->ch[ci].name,
+			l->fail_code ? l->fail_code : code);
+	else
+		fprintf(stderr, "[launch] done: every process exited 0\n");
+cleanup:
+	free(l);
+	wf_cli_list_free(&sets);
+	wf_cli_list_free(&pos);
+	return rc;
+}

@@ -1,0 +1,477 @@
+/* role.c: role dispatch from the cluster spec, the ps role (server loop),
+ * the evaluator role, and the parameter-server exchange's set-up. */
+#include "trainer/role.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "model/model.h"
+#include "ps/server.h"
+#include "trainer/checkpoint.h"
+#include "trainer/cli.h"
+#include "trainer/evaluate.h"
+#include "worker/data.h"
+#include "worker/exchange_ps.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Seconds from an environment variable (a tuning knob documented in the
+ * README), or def when unset or malformed. */
+static double env_seconds(const char *name, double def)
+{
+	const char *s = getenv(name);
+	if (!s || !*s)
+		return def;
+	char *end;
+	double v = strtod(s, &end);
+	if (*end || v < 0) {
+		wf_warn("%s=\"%s\" is not a number of seconds: using %g", name, s, def);
+		return def;
+	}
+	return v;
+}
+
+/* Log lines name the role ("worker:1"), except under `weft launch`, which
+ * prefixes every line of its children itself. */
+static void set_log_prefix(const char *role, int index)
+{
+	char prefix[64];
+	if (getenv("WEFT_LAUNCH"))
+		return;
+	snprintf(prefix, sizeof(prefix), "%s:%d", role, index);
+	wf_log_set_prefix(prefix);
+}
+
+/* Chunk size cap of the parameter vector (servers and workers must agree):
+ * WEFT_PS_CHUNK_BYTES, else 1 MiB: small enough that pushes start early in
+ * backward and that a few servers share even a small model. */
+static size_t chunk_bytes(void)
+{
+	const char *s = getenv("WEFT_PS_CHUNK_BYTES");
+	if (s && *s) {
+		char *end;
+		long long v = strtoll(s, &end, 10);
+		if (!*end && v >= 1024)
+			return (size_t)v;
+		wf_warn("WEFT_PS_CHUNK_BYTES=\"%s\" is not a byte count >= 1024: using 1 MiB", s);
+	}
+	return (size_t)1 << 20;
+}
+
+/* ---- the cluster --------------------------------------------------------- */
+
+static uint64_t fnv(uint64_t h, const char *s)
+{
+	for (; s && *s; s++)
+		h = (h ^ (uint8_t)*s) * 1099511628211ull;
+	return (h ^ '|') * 1099511628211ull;
+}
+
+uint64_t wf_role_job_id(const wf_config *cfg, const wf_cluster *c)
+{
+	uint64_t h = fnv(14695981039346656037ull, cfg->model.name);
+	static const wf_role roles[] = {WF_ROLE_PS, WF_ROLE_CHIEF, WF_ROLE_WORKER};
+	for (size_t r = 0; r < sizeof(roles) / sizeof(roles[0]); r++)
+		for (int i = 0; i < c->jobs[roles[r]].n; i++)
+			h = fnv(h, c->jobs[roles[r]].addr[i] ? c->jobs[roles[r]].addr[i] : "-");
+	return h ? h : 1;
+}
+
+int wf_role_num_workers(const wf_cluster *c)
+{
+	return c->jobs[WF_ROLE_CHIEF].n + c->jobs[WF_ROLE_WORKER].n;
+}
+
+/* The cluster of a parameter-server job: TF_CONFIG with ps tasks. */
+static int ps_cluster(wf_cluster *c, const wf_config *cfg, wf_err *err)
+{
+	int rc = wf_cluster_from_env(c, err);
+	if (rc != 0)
+		return rc;
+	if (c->source != WF_CLUSTER_SRC_TF_CONFIG) {
+		wf_cluster_free(c);
+		return wf_errf(
+			err, WF_EINVAL,
+			"strategy.name parameter_server needs a cluster: set TF_CONFIG (with "
+			"cluster.ps) or start the job with `weft launch --ps N --workers M`");
+	}
+	if ((rc = wf_cluster_validate(c, cfg->strategy.name, err)) != 0)
+		wf_cluster_free(c);
+	return rc;
+}
+
+/* tcp:// endpoints of every ps task (malloc'd array of strings). */
+static int ps_endpoints(const wf_cluster *c, char ***out, wf_err *err)
+{
+	const wf_cluster_job *j = &c->jobs[WF_ROLE_PS];
+	char **ep = calloc((size_t)j->n, sizeof(*ep));
+	if (!ep)
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	for (int i = 0; i < j->n; i++) {
+		char buf[512];
+		int rc = !j->addr[i]
+				 ? wf_errf(err, WF_EINVAL,
+					   "TF_CONFIG: cluster.ps has no task %d (the ps list "
+					   "must be dense)",
+					   i)
+				 : wf_cluster_resolve(j->addr[i], 8, 0.25, buf, sizeof(buf), err);
+		if (rc == 0 && !(ep[i] = strdup(buf)))
+			rc = wf_errf(err, WF_ENOMEM, "out of memory");
+		if (rc != 0) {
+			for (int k = 0; k < i; k++)
+				free(ep[k]);
+			free(ep);
+			return rc;
+		}
+	}
+	*out = ep;
+	return 0;
+}
+
+/* The model the job trains, built from the config and the training data's
+ * shape (servers need its parameter layout). */
+static int job_model(const wf_config *cfg, wf_model **m, wf_err *err)
+{
+	wf_dataset *ds = NULL;
+	int rc = wf_dataset_open(&ds, cfg->data.train, err);
+	if (rc != 0)
+		return wf_err_wrap(err, "data.train"), rc;
+	const wf_dataset_info *ti = wf_dataset_info_get(ds);
+	rc = wf_model_zoo(m, cfg->model.name, ti->h, ti->w, ti->c, ti->nclasses, err);
+	if (rc != 0)
+		wf_err_wrap(err, "model.name");
+	wf_dataset_close(ds);
+	return rc;
+}
+
+int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex,
+			       const wf_model *m, wf_err *err)
+{
+	wf_cluster c;
+	char **ep = NULL;
+	int rc = ps_cluster(&c, cfg, err);
+	if (rc != 0)
+		return rc;
+	if (c.role != WF_ROLE_CHIEF && c.role != WF_ROLE_WORKER) {
+		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: task.type %s does not train",
+			     wf_role_name(c.role));
+		goto cleanup;
+	}
+	if ((rc = ps_endpoints(&c, &ep, err)) != 0)
+		goto cleanup;
+	wf_exchange_ps_cfg pc = {
+		.nservers = c.jobs[WF_ROLE_PS].n,
+		.endpoints = (const char *const *)ep,
+		.job_id = wf_role_job_id(cfg, &c),
+		.rank = c.rank,
+		.workers = wf_role_num_workers(&c),
+		.is_chief = c.is_chief,
+		.mode = cfg->strategy.mode,
+		.ckpt_dir = cfg->checkpoint.dir,
+		.chunk_bytes = chunk_bytes(),
+		.timeout = env_seconds("WEFT_PS_TIMEOUT", 300),
+		.connect_timeout = env_seconds("WEFT_PS_CONNECT_TIMEOUT", 120),
+		.heartbeat_interval = 0.5,
+		.server_timeout = env_seconds("WEFT_PS_SERVER_TIMEOUT", 5),
+	};
+	rc = wf_exchange_ps_create(out, ex, m, &pc, err);
+cleanup:
+	for (int i = 0; ep && i < c.jobs[WF_ROLE_PS].n; i++)
+		free(ep[i]);
+	free(ep);
+	wf_cluster_free(&c);
+	return rc;
+}
+
+/* ---- the ps role ----------------------------------------------------------- */
+
+static volatile sig_atomic_t ps_stop;
+
+static void on_stop_signal(int sig)
+{
+	(void)sig;
+	ps_stop = 1;
+}
+
+typedef struct ps_opts {
+	double stats_every, heartbeat_timeout, stall_timeout; /* seconds */
+} ps_opts;
+
+static int run_ps(const wf_config *cfg, const wf_cluster *c, const ps_opts *po, wf_err *err)
+{
+	wf_model *m = NULL;
+	char host[256], bind[300];
+	int port = 0, rc;
+	const char *addr = c->jobs[WF_ROLE_PS].addr[c->index];
+	if (wf_cluster_split_hostport(addr, host, sizeof(host), &port) != 0)
+		return wf_errf(err, WF_EINVAL, "TF_CONFIG: cluster.ps[%d] \"%s\" is not host:port",
+			       c->index, addr);
+	snprintf(bind, sizeof(bind), "tcp://*:%d", port);
+	if ((rc = job_model(cfg, &m, err)) != 0)
+		return rc;
+	wf_ps_server_cfg sc;
+	wf_ps_server_cfg_default(&sc);
+	sc.bind = bind;
+	sc.index = c->index;
+	sc.nservers = c->jobs[WF_ROLE_PS].n;
+	sc.job_id = wf_role_job_id(cfg, c);
+	sc.nworkers = wf_role_num_workers(c);
+	if ((rc = wf_ps_mode_parse(cfg->strategy.mode, &sc.mode, &sc.staleness, err)) != 0)
+		goto cleanup;
+	wf_config_optim(cfg, &sc.optim);
+	sc.views = m->views;
+	sc.nviews = m->nviews;
+	sc.nparams = m->nparams;
+	sc.nstate = m->nstate;
+	sc.chunk_bytes = chunk_bytes();
+	sc.batch = (int)(cfg->train.batch_size * cfg->train.accumulate);
+	sc.heartbeat_timeout = po->heartbeat_timeout;
+	sc.stall_timeout = po->stall_timeout;
+	sc.stats_every = po->stats_every;
+	sc.restore_dir = cfg->checkpoint.dir;
+	sc.threads = 1;
+	sc.stop = &ps_stop;
+
+	struct sigaction sa, old_int, old_term;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	ps_stop = 0;
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+	wf_info("ps %d of %d: %s (%zu parameters, %zu state) for %d workers, job %016llx", c->index,
+		sc.nservers, cfg->model.name, m->nparams, m->nstate, sc.nworkers,
+		(unsigned long long)sc.job_id);
+	rc = wf_ps_server_run(&sc, err);
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	if (rc == 0)
+		wf_info("ps %d: shut down by the chief", c->index);
+cleanup:
+	wf_model_free(m);
+	return rc;
+}
+
+static void ps_opts_default(ps_opts *po)
+{
+	po->stats_every = env_seconds("WEFT_PS_STATS_EVERY", 30);
+	po->heartbeat_timeout = env_seconds("WEFT_PS_HEARTBEAT_TIMEOUT", 10);
+	po->stall_timeout = env_seconds("WEFT_PS_STALL_TIMEOUT", 60);
+}
+
+/* ---- the evaluator role ---------------------------------------------------- */
+
+/* Evaluate checkpoint step-N/model.h5 on data.eval; one line to stdout and to
+ * log.dir/eval.jsonl. */
+static int eval_checkpoint(const wf_config *cfg, const char *dir, long step, wf_err *err)
+{
+	char path[4400];
+	wf_model *m = NULL;
+	wf_model_meta meta;
+	wf_dataset *ds = NULL;
+	wf_backend *be = NULL;
+	wf_exec *ex = NULL;
+	wf_eval_result r;
+	int rc;
+	wf_model_meta_init(&meta);
+	snprintf(path, sizeof(path), "%s/model.h5", dir);
+	if ((rc = wf_model_load(&m, &meta, path, err)) != 0)
+		goto cleanup;
+	if ((rc = wf_dataset_open(&ds, cfg->data.eval, err)) != 0)
+		goto cleanup;
+	if ((rc = wf_backend_create(&be, cfg->train.device, (int)cfg->train.threads, err)) != 0)
+		goto cleanup;
+	if ((rc = wf_exec_create(&ex, m, be, (int)cfg->train.batch_size, 0, err)) != 0)
+		goto cleanup;
+	if ((rc = wf_evaluate(ex, ds, &meta, (int)cfg->train.batch_size, &r, err)) != 0)
+		goto cleanup;
+	printf("evaluator: step %ld: eval_loss %.4f eval_accuracy %.4f (%ld samples)\n", step,
+	       r.loss, r.accuracy, r.count);
+	fflush(stdout);
+	snprintf(path, sizeof(path), "%s/eval.jsonl", cfg->log.dir);
+	if (wf_mkdirs(cfg->log.dir) == 0) {
+		FILE *f = fopen(path, "a");
+		if (f) {
+			fprintf(f, "{\"step\":%ld,\"eval_loss\":%.9g,\"eval_accuracy\":%.9g}\n",
+				step, r.loss, r.accuracy);
+			fclose(f);
+		}
+	}
+cleanup:
+	if (ex)
+		wf_exec_free(ex);
+	if (be)
+		wf_backend_free(be);
+	if (ds)
+		wf_dataset_close(ds);
+	if (m)
+		wf_model_free(m);
+	wf_model_meta_free(&meta);
+	return rc;
+}
+
+/* Evaluate each new complete checkpoint until one of train.steps appears. */
+static int run_evaluator(const wf_config *cfg, wf_err *err)
+{
+	long last = -1;
+	if (!cfg->data.eval[0])
+		return wf_errf(err, WF_EINVAL, "data.eval: the evaluator needs an eval dataset");
+	ps_stop = 0;
+	struct sigaction sa, old_int, old_term;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+	wf_info("evaluator: watching %s for checkpoints", cfg->checkpoint.dir);
+	int rc = 0;
+	while (!ps_stop && last < cfg->train.steps) {
+		char dir[4200];
+		long step;
+		int found = wf_ckpt_latest(cfg->checkpoint.dir, &step, dir, sizeof(dir), err);
+		if (found < 0) {
+			rc = found;
+			break;
+		}
+		if (found && step > last) {
+			if ((rc = eval_checkpoint(cfg, dir, step, err)) != 0)
+				break;
+			last = step;
+			continue;
+		}
+		struct timespec ts = {1, 0};
+		nanosleep(&ts, NULL);
+	}
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	if (rc == 0 && ps_stop)
+		rc = wf_errf(err, WF_ESTOPPED, "evaluator: stopped");
+	return rc;
+}
+
+/* ---- dispatch ---------------------------------------------------------------- */
+
+int wf_role_run(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *res, int *trained,
+		wf_err *err)
+{
+	wf_cluster c;
+	*trained = 0;
+	int rc = wf_cluster_from_env(&c, err);
+	if (rc != 0)
+		return rc;
+	if ((rc = wf_cluster_validate(&c, cfg->strategy.name, err)) != 0)
+		goto cleanup;
+	if (c.source == WF_CLUSTER_SRC_TF_CONFIG && !strcmp(cfg->strategy.name, "local") &&
+	    (c.jobs[WF_ROLE_PS].n > 0 || wf_cluster_num_trainers(&c) > 1)) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "strategy.name: \"local\" trains one process, but TF_CONFIG describes "
+			     "a cluster of %d trainers and %d ps: set strategy.name to "
+			     "parameter_server (or allreduce)",
+			     wf_cluster_num_trainers(&c), c.jobs[WF_ROLE_PS].n);
+		goto cleanup;
+	}
+	if (c.source == WF_CLUSTER_SRC_TF_CONFIG && !strcmp(cfg->strategy.name, "parameter_server"))
+		set_log_prefix(wf_role_name(c.role), c.index);
+	switch (c.role) {
+	case WF_ROLE_PS: {
+		ps_opts po;
+		ps_opts_default(&po);
+		rc = run_ps(cfg, &c, &po, err);
+		break;
+	}
+	case WF_ROLE_EVALUATOR: rc = run_evaluator(cfg, err); break;
+	default:
+		*trained = 1;
+		rc = wf_train(cfg, opts, res, err);
+		break;
+	}
+cleanup:
+	wf_cluster_free(&c);
+	return rc;
+}
+
+/* ---- weft ps ----------------------------------------------------------------- */
+
+int wf_cmd_ps(int argc, char **argv, wf_err *err)
+{
+	const char *config = NULL;
+	wf_cli_list sets = {0}, pos = {0};
+	ps_opts po;
+	ps_opts_default(&po);
+	long stats = -1, hb = -1, stall = -1;
+	const wf_flag flags[] = {
+		{"config", WF_FLAG_STR, &config, "FILE",
+		 "the job's training config (required: model, data.train for the model's shape, "
+		 "optimizer, strategy.mode, checkpoint.dir)"},
+		{"set", WF_FLAG_LIST, &sets, "KEY=VALUE", "override a config key (repeatable)"},
+		{"stats-every", WF_FLAG_INT, &stats, "S",
+		 "seconds between stats lines (30, or WEFT_PS_STATS_EVERY; 0: none)"},
+		{"heartbeat-timeout", WF_FLAG_INT, &hb, "S",
+		 "declare a silent worker dead after S seconds (10, or "
+		 "WEFT_PS_HEARTBEAT_TIMEOUT)"},
+		{"stall-timeout", WF_FLAG_INT, &stall, "S",
+		 "name a live worker that owes pushes after S seconds (60, or "
+		 "WEFT_PS_STALL_TIMEOUT)"},
+		{0},
+	};
+	const wf_command_help help = {
+		"TF_CONFIG='{\"cluster\": {...}, \"task\": {\"type\": \"ps\", \"index\": I}}' weft "
+		"ps "
+		"--config FILE [options]",
+		"Run parameter server I of the cluster in TF_CONFIG (the same as `weft train` "
+		"with\n"
+		"task.type ps). It binds the port of its cluster.ps address, keeps its share of\n"
+		"the parameter chunks and their optimizer slots, aggregates the workers' pushes\n"
+		"(strategy.mode sync, async or ssp:K), writes checkpoint shards when the chief\n"
+		"asks, restores the newest complete checkpoint of checkpoint.dir when it starts,\n"
+		"prints stats periodically, and exits 0 when the chief shuts it down at the end.\n"
+		"SIGINT/SIGTERM stop it (exit 130)."};
+	wf_config cfg;
+	wf_cluster c = {0};
+	int rc = wf_cli_parse(&help, flags, argc, argv, &pos, 0, err);
+	if (rc != 0)
+		goto cleanup;
+	if (!config) {
+		rc = wf_errf(err, WF_EINVAL, "ps: --config FILE is required (see --help)");
+		goto cleanup;
+	}
+	wf_config_default(&cfg);
+	if ((rc = wf_config_load_file(&cfg, config, err)) != 0)
+		goto cleanup;
+	for (int i = 0; i < sets.n; i++)
+		if ((rc = wf_config_set(&cfg, sets.items[i], err)) != 0)
+			goto cleanup;
+	if (strcmp(cfg.strategy.name, "parameter_server") != 0 &&
+	    (rc = wf_config_set(&cfg, "strategy.name=parameter_server", err)) != 0)
+		goto cleanup;
+	if ((rc = wf_config_validate(&cfg, err)) != 0) {
+		wf_err_wrap(err, "%s", config);
+		goto cleanup;
+	}
+	if (stats >= 0)
+		po.stats_every = (double)stats;
+	if (hb >= 0)
+		po.heartbeat_timeout = (double)hb;
+	if (stall >= 0)
+		po.stall_timeout = (double)stall;
+	if ((rc = ps_cluster(&c, &cfg, err)) != 0)
+		goto cleanup;
+	if (c.role != WF_ROLE_PS) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "TF_CONFIG: task.type is %s: `weft ps` runs task.type ps (use `weft "
+			     "train` for the other roles)",
+			     wf_role_name(c.role));
+		goto cleanup;
+	}
+	set_log_prefix("ps", c.index);
+	rc = run_ps(&cfg, &c, &po, err);
+cleanup:
+	wf_cluster_free(&c);
+	wf_cli_list_free(&sets);
+	wf_cli_list_free(&pos);
+	return rc;
+}

@@ -1,0 +1,410 @@
+/* exchange_ps.c: the parameter-server exchange: chunk pushes during
+ * backward, one round trip per chunk per step, seeding and checkpointing by
+ * the chief, and the recovery that follows a server restart. */
+#include "worker/exchange_ps.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "ps/client.h"
+#include "ps/placement.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct ps_ctx {
+	wf_exchange_ps_cfg cfg;
+	char mode[16];
+	char ckpt_dir[4096];
+	wf_exec *ex;
+	const wf_model *m;
+	wf_backend *be;
+	int host;     /* executor buffers are m->params/m->state (host backends) */
+	float *grads; /* host [nparams]: the executor's, or a copy (device backends) */
+	wf_ps_placement pl;
+	wf_ps_client *cl;
+	int state_chunk; /* chunk whose push carries the state (first on ps 0), -1 none */
+	int next;	 /* next chunk to push this step */
+	long step;	 /* step being computed (0-based) */
+	int push_rc;	 /* first failure of a push from grad_ready */
+	wf_err push_err;
+	long stall_step; /* WEFT_PS_DEBUG_STALL: sleep before pushing this step... */
+	double stall_s;	 /* ...for this long (a test of stall reports) */
+	long *steps;	 /* [nservers] scratch for register */
+} ps_ctx;
+
+static void sleep_s(double s)
+{
+	struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
+	nanosleep(&ts, NULL);
+}
+
+/* ---- pushing --------------------------------------------------------------- */
+
+static int push_chunk(ps_ctx *c, int k, wf_err *err)
+{
+	const wf_ps_chunk *ch = &c->pl.chunks[k];
+	if (!c->host &&
+	    c->be->ops->to_host(c->be, c->grads + ch->offset, wf_exec_grads(c->ex) + ch->offset,
+				ch->count * sizeof(float)) != 0)
+		return wf_errf(err, WF_EINTERNAL, "ps: copying gradients of chunk %d: %s", k,
+			       c->be->err.msg);
+	return wf_ps_client_push_pull_async(c->cl, k, c->grads, c->step, k == c->state_chunk, err);
+}
+
+static void ps_grad_ready(wf_exchange *x, size_t done)
+{
+	ps_ctx *c = x->ctx;
+	if (c->next == 0 && c->step == c->stall_step && c->stall_s > 0) {
+		wf_warn("WEFT_PS_DEBUG_STALL: worker %d sleeps %.1f s before pushing step %ld",
+			x->rank, c->stall_s, c->step);
+		sleep_s(c->stall_s);
+		c->stall_s = 0; /* once */
+	}
+	while (!c->push_rc && c->next < c->pl.nchunks) {
+		const wf_ps_chunk *ch = &c->pl.chunks[c->next];
+		if (ch->offset + ch->count > done)
+			break;
+		c->push_rc = push_chunk(c, c->next, &c->push_err);
+		c->next++;
+	}
+}
+
+/* ---- joining and recovering ------------------------------------------------ */
+
+/* Pull every chunk and the state: the executor then holds the servers'
+ * current model. *version gets the lowest chunk version. */
+static int pull_all(ps_ctx *c, long *version, wf_err *err)
+{
+	int rc = wf_ps_client_pull(c->cl, -1, version, err);
+	if (rc == 0 && c->m->nstate)
+		rc = wf_ps_client_pull_state(c->cl, err);
+	if (rc == 0 && !c->host && wf_exec_params_from_host(c->ex) != 0)
+		rc = wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
+	return rc;
+}
+
+/* Register with every server; 1 when all are initialised at one step
+ * (*step), 0 when they are not (yet), or an error. */
+static int servers_agree(ps_ctx *c, long *step, long *lo, long *hi, wf_err *err)
+{
+	long min;
+	int rc = wf_ps_client_register(c->cl, c->steps, &min, err);
+	if (rc != 0)
+		return rc;
+	*lo = *hi = c->steps[0];
+	for (int s = 1; s < c->cfg.nservers; s++) {
+		*lo = WF_MIN(*lo, c->steps[s]);
+		*hi = WF_MAX(*hi, c->steps[s]);
+	}
+	*step = *lo;
+	return *lo >= 0 && *lo == *hi;
+}
+
+/* Chief: bring servers that disagree back to one step. A server restarted
+ * from its last checkpoint is behind: every server restores that step. With
+ * no checkpoint to restore, the servers are seeded with the chief's values. */
+static int chief_repair(ps_ctx *c, long lo, long hi, wf_err *err)
+{
+	long restored = -1;
+	wf_err e = {0};
+	if (lo >= 0) {
+		wf_warn("ps: servers are at steps %ld..%ld (one restarted from a checkpoint?): "
+			"rolling every server back to step %ld",
+			lo, hi, lo);
+		int rc = wf_ps_client_restore(c->cl, c->ckpt_dir, lo, &restored, &e);
+		if (rc == 0)
+			return 0;
+		wf_warn("ps: restoring step %ld failed (%s)", lo, e.msg);
+	}
+	int rc = wf_ps_client_restore(c->cl, c->ckpt_dir, -1, &restored, &e);
+	if (rc == 0) {
+		wf_warn("ps: every server restored the newest checkpoint, step %ld", restored);
+		return 0;
+	}
+	long at = hi >= 0 ? hi : c->step;
+	wf_warn("ps: no checkpoint to restore (%s): seeding every server with the chief's "
+		"values at step %ld (optimizer slots restart at zero)",
+		e.msg, at);
+	if (!c->host && wf_exec_params_to_host(c->ex) != 0)
+		return wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
+	return wf_ps_client_init(c->cl, c->m->params, NULL, c->m->nstate ? c->m->state : NULL, at,
+				 err);
+}
+
+/* After a failed step: wait until the servers agree on a step (the chief
+ * makes them), pull the model of that step and tell the trainer to go on
+ * from there. */
+static int resync(wf_exchange *x, const char *why, wf_err *err)
+{
+	ps_ctx *c = x->ctx;
+	double limit = c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : 120;
+	double deadline = wf_now() + limit;
+	long step = -1, lo = -1, hi = -1, version;
+	wf_warn("ps: worker %d, step %ld: %s: re-synchronising with the servers", x->rank, c->step,
+		why);
+	for (int tries = 0;; tries++) {
+		int ok = servers_agree(c, &step, &lo, &hi, err);
+		if (ok < 0)
+			return ok;
+		if (ok)
+			break;
+		if (x->is_chief) {
+			int rc = chief_repair(c, lo, hi, err);
+			if (rc != 0)
+				return rc;
+			continue;
+		}
+		if (wf_now() > deadline)
+			return wf_errf(
+				err, WF_ETRANSIENT,
+				"ps: servers stayed at different steps (%ld..%ld) for %.0f s: "
+				"is the chief alive?",
+				lo, hi, limit);
+		sleep_s(tries < 10 ? 0.1 : 0.5);
+	}
+	int rc = pull_all(c, &version, err);
+	if (rc != 0)
+		return rc;
+	wf_info("ps: worker %d continues at step %ld (was at %ld)", x->rank, step, c->step);
+	c->step = step;
+	x->rolled_back = 1;
+	x->rollback_step = step;
+	return 0;
+}
+
+/* ---- the table ------------------------------------------------------------- */
+
+static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, long *start_step,
+		    wf_err *err)
+{
+	ps_ctx *c = x->ctx;
+	long step = 0, lo, hi, version;
+	int rc;
+	*start_step = 0;
+	wf_info("ps: worker %d of %d%s: %d server%s, %d chunks, mode %s", x->rank, x->workers,
+		x->is_chief ? " (chief)" : "", c->cfg.nservers, c->cfg.nservers == 1 ? "" : "s",
+		c->pl.nchunks, c->mode);
+	if (x->is_chief) {
+		if ((rc = servers_agree(c, &step, &lo, &hi, err)) < 0)
+			return rc;
+		if (resume_dir) {
+			long restored;
+			wf_err e = {0};
+			rc = wf_ps_client_restore(c->cl, c->ckpt_dir, resume_step, &restored, &e);
+			if (rc != 0) {
+				wf_warn("ps: the servers cannot restore step %ld (%s): seeding "
+					"them "
+					"from %s/model.h5 (optimizer slots restart at zero)",
+					resume_step, e.msg, resume_dir);
+				rc = wf_ps_client_init(c->cl, c->m->params, NULL,
+						       c->m->nstate ? c->m->state : NULL,
+						       resume_step, err);
+			}
+			step = resume_step;
+		} else {
+			if (!c->host && wf_exec_params_to_host(c->ex) != 0)
+				return wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
+			rc = wf_ps_client_init(c->cl, c->m->params, NULL,
+					       c->m->nstate ? c->m->state : NULL, 0, err);
+			step = 0;
+		}
+		if (rc != 0)
+			return wf_err_wrap(err, "seeding the parameter servers"), rc;
+	} else {
+		/* the servers are authoritative: a worker (re)joining takes their step */
+		double limit = c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : 120;
+		double deadline = wf_now() + limit;
+		for (;;) {
+			rc = servers_agree(c, &step, &lo, &hi, err);
+			if (rc < 0)
+				return rc;
+			if (rc)
+				break;
+			if (wf_now() > deadline)
+				return wf_errf(
+					err, WF_ETRANSIENT,
+					"ps: the servers were not seeded within %.0f s (steps "
+					"%ld..%ld; -1: not yet): is the chief running?",
+					limit, lo, hi);
+			sleep_s(0.1);
+		}
+		if ((rc = pull_all(c, &version, err)) != 0)
+			return rc;
+		if (step > 0)
+			wf_info("ps: worker %d joins at the servers' step %ld", x->rank, step);
+	}
+	c->step = step;
+	c->next = 0;
+	*start_step = step;
+	return 0;
+}
+
+static int ps_step(wf_exchange *x, long step, wf_err *err)
+{
+	ps_ctx *c = x->ctx;
+	int rc = c->push_rc;
+	if (rc != 0)
+		*err = c->push_err;
+	if (rc == 0) { /* chunks backward did not announce (or no grad_ready at all) */
+		ps_grad_ready(x, c->m->nparams);
+		if ((rc = c->push_rc) != 0)
+			*err = c->push_err;
+	}
+	int wrc = wf_ps_client_wait_all(c->cl, rc ? NULL : err);
+	if (rc == 0)
+		rc = wrc;
+	c->next = 0;
+	c->push_rc = 0;
+	if (rc == 0) {
+		c->step = step + 1;
+		if (!c->host && wf_exec_params_from_host(c->ex) != 0)
+			return wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
+		return 0;
+	}
+	if (rc != WF_ETRANSIENT && rc != WF_ESTOPPED)
+		return rc;
+	char why[1024];
+	snprintf(why, sizeof(why), "%s", err->msg);
+	wf_err_clear(err);
+	return resync(x, why, err);
+}
+
+static int ps_save(wf_exchange *x, const char *dir, long step, wf_err *err)
+{
+	ps_ctx *c = x->ctx;
+	if (!x->is_chief)
+		return 0;
+	long version;
+	int rc = 0;
+	/* sync: the executor holds exactly the servers' values of this step */
+	if (strcmp(c->mode, "sync") != 0 && (rc = pull_all(c, &version, err)) != 0)
+		return rc;
+	rc = wf_ps_client_checkpoint(c->cl, c->ckpt_dir, step, err);
+	if (rc != 0)
+		return wf_err_wrap(err, "checkpoint %s", dir), rc;
+	return 0;
+}
+
+static int ps_finish(wf_exchange *x, wf_err *err)
+{
+	ps_ctx *c = x->ctx;
+	/* every live worker reaches the end before the chief stops the servers */
+	int rc = wf_ps_client_barrier(c->cl, c->step, err);
+	if (rc != 0)
+		return wf_err_wrap(err, "ps: waiting for the other workers to finish"), rc;
+	if (!x->is_chief)
+		return 0;
+	if ((rc = wf_ps_client_shutdown(c->cl, err)) != 0)
+		return wf_err_wrap(err, "ps: shutting the servers down"), rc;
+	wf_info("ps: training done; the parameter servers were told to shut down");
+	return 0;
+}
+
+static void ps_free(wf_exchange *x)
+{
+	ps_ctx *c = x->ctx;
+	if (c) {
+		wf_ps_client_free(c->cl);
+		wf_ps_placement_free(&c->pl);
+		if (!c->host)
+			free(c->grads);
+		free(c->steps);
+		free(c);
+	}
+	free(x);
+}
+
+static const wf_exchange_ops ps_ops = {
+	.start = ps_start,
+	.grad_ready = ps_grad_ready,
+	.step = ps_step,
+	.save = ps_save,
+	.finish = ps_finish,
+	.free = ps_free,
+};
+
+/* WEFT_PS_DEBUG_STALL="rank:step:seconds": worker `rank` sleeps before
+ * pushing that step (to see stall reports; not for production). */
+static void debug_stall(ps_ctx *c)
+{
+	const char *s = getenv("WEFT_PS_DEBUG_STALL");
+	int rank = -1;
+	c->stall_step = -1;
+	if (s && (sscanf(s, "%d:%ld:%lf", &rank, &c->stall_step, &c->stall_s) != 3 ||
+		  rank != c->cfg.rank))
+		c->stall_step = -1;
+}
+
+int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
+			  const wf_exchange_ps_cfg *cfg, wf_err *err)
+{
+	*out = NULL;
+	wf_exchange *x = calloc(1, sizeof(*x));
+	ps_ctx *c = calloc(1, sizeof(*c));
+	int rc = WF_ENOMEM;
+	if (!x || !c) {
+		free(x);
+		free(c);
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	}
+	x->name = "parameter_server";
+	x->ops = &ps_ops;
+	x->ctx = c;
+	x->rank = cfg->rank;
+	x->workers = cfg->workers;
+	x->is_chief = cfg->is_chief;
+	c->cfg = *cfg;
+	snprintf(c->mode, sizeof(c->mode), "%s", cfg->mode ? cfg->mode : "sync");
+	snprintf(c->ckpt_dir, sizeof(c->ckpt_dir), "%s", cfg->ckpt_dir ? cfg->ckpt_dir : "");
+	c->cfg.mode = c->mode;
+	c->cfg.ckpt_dir = c->ckpt_dir;
+	c->cfg.endpoints = NULL; /* the client keeps its own copies */
+	c->ex = ex;
+	c->m = m;
+	c->be = wf_exec_backend(ex);
+	c->host = wf_exec_params(ex) == m->params;
+	c->state_chunk = -1;
+	debug_stall(c);
+	if (!(c->steps = calloc((size_t)cfg->nservers, sizeof(*c->steps))))
+		goto fail;
+	if (c->host) {
+		c->grads = wf_exec_grads(ex);
+	} else if (!(c->grads = calloc(m->nparams ? m->nparams : 1, sizeof(float)))) {
+		goto fail;
+	}
+	if ((rc = wf_ps_place(&c->pl, m->views, m->nviews, m->nparams, cfg->nservers,
+			      cfg->chunk_bytes, err)) != 0)
+		goto fail;
+	for (int k = 0; k < c->pl.nchunks && m->nstate; k++)
+		if (c->pl.chunks[k].server == 0) {
+			c->state_chunk = k;
+			break;
+		}
+	wf_ps_client_cfg cc = {
+		.nservers = cfg->nservers,
+		.endpoints = cfg->endpoints,
+		.job_id = cfg->job_id,
+		.role = WF_PS_ROLE_WORKER,
+		.index = cfg->rank,
+		.pl = &c->pl,
+		.params = m->params,
+		.state = m->nstate ? m->state : NULL,
+		.nstate = m->nstate,
+		.samples = 1, /* each push is one worker's mean gradient */
+		.timeout = cfg->timeout,
+		.connect_timeout = cfg->connect_timeout,
+		.heartbeat_interval = cfg->heartbeat_interval > 0 ? cfg->heartbeat_interval : 0.5,
+		.server_timeout = cfg->server_timeout > 0 ? cfg->server_timeout : 5,
+	};
+	if ((rc = wf_ps_client_create(&c->cl, &cc, err)) != 0)
+		goto fail;
+	*out = x;
+	return 0;
+fail:
+	if (rc == WF_ENOMEM)
+		wf_errf(err, rc, "out of memory");
+	ps_free(x);
+	return rc;
+}

@@ -1,0 +1,46 @@
+/* exchange_ps.h: the parameter-server exchange (DESIGN section 8). Each
+ * worker pushes a gradient chunk as soon as backward has finished it and gets
+ * the chunk's new values back in the same round trip; the optimizer runs on
+ * the servers. The chief seeds the servers (or has them restore a
+ * checkpoint), checkpoints them and shuts them down at the end. When a
+ * server restarts from its last checkpoint, the chief rolls every server back
+ * to that step and every worker follows (wf_exchange.rolled_back).
+ *
+ * Gradient scale: the trainer leaves each worker's MEAN gradient in the
+ * buffer; pushes carry it with weight 1 (aux = 1), so the servers average
+ * over the workers that contributed: W sync workers of batch B equal one
+ * process with --accumulate W (same samples, same order of operations up to
+ * exact scalings by powers of two when B is one).
+ *
+ * Threads: driven by the training thread; the client's heartbeat thread is
+ * internal. */
+#ifndef WF_EXCHANGE_PS_H
+#define WF_EXCHANGE_PS_H
+
+#include "worker/exchange.h"
+
+#include <stdint.h>
+
+typedef struct wf_exchange_ps_cfg {
+	int nservers;
+	const char *const *endpoints; /* [nservers] "tcp://ip:port", ps i at [i] */
+	uint64_t job_id;	      /* the same in every process of the job */
+	int rank;		      /* this trainer: chief 0, worker i -> i + chiefs */
+	int workers;		      /* trainers in the job */
+	int is_chief;
+	const char *mode;	   /* "sync", "async" or "ssp:K" */
+	const char *ckpt_dir;	   /* checkpoint root (servers write shards under it) */
+	size_t chunk_bytes;	   /* 0: WF_PS_CHUNK_BYTES_DEFAULT (servers must agree) */
+	double timeout;		   /* seconds to wait for a reply; 0: 300 */
+	double connect_timeout;	   /* seconds to wait for servers to come up; 0: 120 */
+	double heartbeat_interval; /* seconds; 0: 0.5 */
+	double server_timeout;	   /* seconds of heartbeat silence = server gone; 0: 5 */
+} wf_exchange_ps_cfg;
+
+/* An exchange over executor ex of model m (both outlive it). optim must be
+ * the servers' optimizer (for the learning-rate log only). Connects in the
+ * background; start() registers, waiting for the servers to come up. */
+int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
+			  const wf_exchange_ps_cfg *cfg, wf_err *err);
+
+#endif
