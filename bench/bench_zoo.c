@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -82,6 +83,16 @@ static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps,
 	free(y);
 	free(t);
 	return rc;
+}
+
+/* Bytes a training step at batch b needs for activations and their
+ * gradients (a lower bound: every layer's output, twice). */
+static double train_bytes(const wf_model *m, int b)
+{
+	double f = 0;
+	for (int i = 0; i < m->nlayers; i++)
+		f += (double)m->layers[i].oh * m->layers[i].ow * m->layers[i].oc;
+	return 2.0 * 4.0 * f * b;
 }
 
 /* The torch peer's output (JSON lines), run once for all models. */
@@ -194,7 +205,13 @@ int main(int argc, char **argv)
 			else
 				rc = 1;
 		}
-		if (train_batch > 0) {
+		double need = train_bytes(m, train_batch);
+		double avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+		if (train_batch > 0 && strcmp(device, "cpu") == 0 && need > avail) {
+			printf("%-13s %-6s %6d   skipped: needs ~%.0f GB of activations, %.0f GB "
+			       "free\n",
+			       name, "train", train_batch, need / 1e9, avail / 1e9);
+		} else if (train_batch > 0) {
 			/* fewer repetitions: a training step of the large nets takes long */
 			if (bench_one(be, m, train_batch, 1, reps > 2 ? 2 : reps, &ips) == 0)
 				row(name, "train", train_batch, ips, 3 * ips * f);

@@ -405,7 +405,8 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		s.accuracy = w.samples ? (double)w.correct / (double)w.samples : 0;
 		s.ips = el > 0 ? (double)w.samples / el : 0;
 		s.lr = wf_optim_lr(&r->optim, step);
-		wf_progress_update(&r->prog, &s);
+		if (chief) /* one progress display per job: the chief's */
+			wf_progress_update(&r->prog, &s);
 
 		if (r->x->rolled_back) { /* ps: a server restarted; the job went back */
 			if ((rc = rewind_to(r, step, r->x->rollback_step, err)) != 0)
@@ -499,6 +500,7 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 		ti->nclasses, r.be->name, cfg->train.batch_size, cfg->train.accumulate,
 		cfg->train.steps, r.steps_per_epoch);
 	res->steps_done = r.start;
+	res->chief = r.x->is_chief;
 	wf_progress_init(&r.prog, stderr, opts->tty, r.start, cfg->train.steps,
 			 cfg->log.every_steps);
 	if (r.start >= cfg->train.steps) {
