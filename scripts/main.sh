@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's main job on the embedded default: set up, build, make a
 # synthetic data set, train smallcnn on it on a local cluster (one parameter
-# server, two workers, started by `weft launch`), evaluate the trained model.
+# server, two workers, started by `weft launch`), evaluate the trained model,
+# then export it, serve it with weft-serve and score the eval set over HTTP.
 # Everything it writes goes under ${RUN:-run}/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,4 +21,6 @@ $WEFT launch --ps 1 --workers 2 --config configs/synth-smallcnn.json \
 last=$(ls -d "$RUN"/ckpt/step-* | sort -t- -k2 -n | tail -1)
 echo "== evaluating $last/model.h5"
 $WEFT eval --model "$last/model.h5" --data "$RUN/data/synth-eval.h5"
-echo "== done: metrics in $RUN/logs/metrics.jsonl (tensorboard --logdir $RUN/logs), model in $last/model.h5"
+echo "== exporting, serving with weft-serve, scoring the eval set over HTTP"
+bash scripts/main-serve.sh "$RUN/ckpt" "$RUN/data/synth-eval.h5" "$RUN"
+echo "== done: metrics in $RUN/logs/metrics.jsonl (tensorboard --logdir $RUN/logs), model in $last/model.h5, served model in $RUN/models/"
