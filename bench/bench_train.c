@@ -123,7 +123,7 @@ static double torch_peer(const char *script, const char *models, const char *nam
 	static char out[4096];
 	static int ran;
 	if (!ran) {
-		char cmd[1024];
+		char cmd[2048];
 		ran = 1;
 		snprintf(cmd, sizeof(cmd),
 			 "/usr/bin/python3 -c 'import torch' 2>/dev/null && /usr/bin/python3 %s "

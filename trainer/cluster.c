@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <time.h>
+#include <unistd.h>
 
 static const char *const role_names[WF_ROLE__COUNT] = {
 	[WF_ROLE_NONE] = "none", [WF_ROLE_CHIEF] = "chief",	    [WF_ROLE_WORKER] = "worker",
@@ -267,11 +268,249 @@ static long env_int(const char *name)
 	return (*end || v < 0) ? -2 : v;
 }
 
+/* ---- TF_CONFIG from the pod's identity ------------------------------------- */
+
+/* The variables that describe one role's tasks (README "Deploying on
+ * Kubernetes"): how many, the headless Service, and the StatefulSet or Job
+ * name that prefixes its pods' host names (default: the service's name). */
+typedef struct pod_role {
+	wf_role role;
+	const char *num_var, *service_var, *name_var;
+} pod_role;
+
+static const pod_role pod_roles[] = {
+	{WF_ROLE_CHIEF, "WEFT_NUM_CHIEF", "WEFT_CHIEF_SERVICE", "WEFT_CHIEF_NAME"},
+	{WF_ROLE_WORKER, "WEFT_NUM_WORKERS", "WEFT_WORKER_SERVICE", "WEFT_WORKER_NAME"},
+	{WF_ROLE_PS, "WEFT_NUM_PS", "WEFT_PS_SERVICE", "WEFT_PS_NAME"},
+	{WF_ROLE_EVALUATOR, "WEFT_NUM_EVALUATORS", "WEFT_EVALUATOR_SERVICE", "WEFT_EVALUATOR_NAME"},
+};
+
+/* A DNS name or label list as Kubernetes writes them: letters, digits, '-'
+ * and (when dots) '.', not starting or ending with '-' or '.'. */
+static int dns_name_ok(const char *s, int dots)
+{
+	size_t n = strlen(s);
+	if (n == 0 || n > 253 || s[0] == '-' || s[0] == '.' || s[n - 1] == '-' || s[n - 1] == '.')
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		char ch = s[i];
+		int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+			 (ch >= '0' && ch <= '9') || ch == '-' || (dots && ch == '.');
+		if (!ok || (ch == '.' && s[i + 1] == '.'))
+			return 0;
+	}
+	return 1;
+}
+
+/* A string variable that must be a DNS name when set; def when unset. */
+static int env_dns(const char *var, const char *def, int dots, const char **out, wf_err *err)
+{
+	const char *v = getenv(var);
+	if (!v || !*v) {
+		*out = def;
+		return 0;
+	}
+	if (!dns_name_ok(v, dots))
+		return wf_errf(err, WF_EINVAL, "%s=\"%s\" is not a %s (letters, digits, '-'%s)",
+			       var, v, dots ? "DNS name" : "DNS label", dots ? ", '.'" : "");
+	*out = v;
+	return 0;
+}
+
+/* N of this host's name "<name>-<N>[.domain]" (a StatefulSet pod, or an
+ * Indexed Job pod), or -1 when the host name has another form; host
+ * receives the name seen. */
+static long host_ordinal(const char *name, char *host, size_t n)
+{
+	char buf[256] = "";
+	if (gethostname(buf, sizeof(buf) - 1) != 0)
+		buf[0] = '\0';
+	buf[strcspn(buf, ".")] = '\0';
+	snprintf(host, n, "%s", buf);
+	size_t nl = strlen(name);
+	if (strncmp(buf, name, nl) != 0 || buf[nl] != '-')
+		return -1;
+	const char *p = buf + nl + 1;
+	if (!*p || strlen(p) > 6 || (p[0] == '0' && p[1]))
+		return -1;
+	long v = 0;
+	for (; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		v = v * 10 + (*p - '0');
+	}
+	return v;
+}
+
+/* The index of this task of role pr; origin says where it came from. */
+static int pod_index(const pod_role *pr, const char *pod_name, long count, long *index,
+		     char *origin, size_t on, wf_err *err)
+{
+	const char *rname = wf_role_name(pr->role);
+	long v = env_int("WEFT_INDEX");
+	if (v == -2)
+		return wf_errf(err, WF_EINVAL, "WEFT_INDEX=\"%s\" is not a task index",
+			       getenv("WEFT_INDEX"));
+	if (v >= 0) {
+		snprintf(origin, on, "WEFT_ROLE=%s, index from WEFT_INDEX=%ld", rname, v);
+		*index = v;
+		return 0;
+	}
+	v = env_int("JOB_COMPLETION_INDEX");
+	if (v == -2)
+		return wf_errf(err, WF_EINVAL, "JOB_COMPLETION_INDEX=\"%s\" is not an index",
+			       getenv("JOB_COMPLETION_INDEX"));
+	if (v >= 0) {
+		snprintf(origin, on,
+			 "WEFT_ROLE=%s, index from JOB_COMPLETION_INDEX=%ld (Indexed Job)", rname,
+			 v);
+		*index = v;
+		return 0;
+	}
+	char host[256];
+	v = host_ordinal(pod_name, host, sizeof(host));
+	if (v >= 0) {
+		snprintf(origin, on,
+			 "WEFT_ROLE=%s, index from the host name %s (StatefulSet ordinal)", rname,
+			 host);
+		*index = v;
+		return 0;
+	}
+	if (count == 1) {
+		snprintf(origin, on, "WEFT_ROLE=%s, the only %s task", rname, rname);
+		*index = 0;
+		return 0;
+	}
+	return wf_errf(err, WF_EINVAL,
+		       "WEFT_ROLE=%s: no task index: set WEFT_INDEX, or run as an Indexed Job "
+		       "(JOB_COMPLETION_INDEX) or a StatefulSet (host name %s-<N>; this host is "
+		       "\"%s\": set %s to the StatefulSet's name)",
+		       rname, pod_name, host, pr->name_var);
+}
+
+int wf_cluster_pod_tf_config(char **json, char *origin, size_t on, wf_err *err)
+{
+	char origin_buf[160];
+	json_t *root = NULL, *cluster = NULL;
+	int rc = 0;
+	*json = NULL;
+	if (!origin) {
+		origin = origin_buf;
+		on = sizeof(origin_buf);
+	}
+	origin[0] = '\0';
+	const char *role_s = getenv("WEFT_ROLE");
+	if (!role_s || !*role_s)
+		return 0;
+	wf_role role = role_from_name(role_s);
+	if (role == WF_ROLE_NONE)
+		return wf_errf(err, WF_EINVAL,
+			       "WEFT_ROLE=\"%s\" unknown (chief, worker, ps, evaluator)", role_s);
+	long port = env_int("WEFT_PORT");
+	if (port == -1)
+		port = 2222;
+	if (port < 1 || port > 65535)
+		return wf_errf(err, WF_EINVAL, "WEFT_PORT=\"%s\" is not a port (1-65535)",
+			       getenv("WEFT_PORT"));
+	const char *domain;
+	if ((rc = env_dns("WEFT_DOMAIN", "", 1, &domain, err)))
+		return rc;
+	if (!(root = json_object()) || !(cluster = json_object())) {
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+		goto cleanup;
+	}
+	json_object_set_new(root, "cluster", cluster);
+	long own_index = -1;
+	char names[WF_ROLE__COUNT][64];
+	for (size_t r = 0; r < sizeof(pod_roles) / sizeof(pod_roles[0]); r++) {
+		const pod_role *pr = &pod_roles[r];
+		const char *rname = wf_role_name(pr->role), *service, *name;
+		long count = env_int(pr->num_var);
+		if (count == -1)
+			count = 0;
+		if (count < 0 || count > 100000 || (pr->role == WF_ROLE_CHIEF && count > 1)) {
+			rc = wf_errf(err, WF_EINVAL, "%s=\"%s\" is not a task count%s", pr->num_var,
+				     getenv(pr->num_var),
+				     pr->role == WF_ROLE_CHIEF ? " (0 or 1: one chief at most)"
+							       : "");
+			goto cleanup;
+		}
+		if ((rc = env_dns(pr->service_var, rname, 1, &service, err)) ||
+		    (rc = env_dns(pr->name_var, rname, 0, &name, err)))
+			goto cleanup;
+		if (getenv(pr->service_var) && *getenv(pr->service_var) && !getenv(pr->name_var)) {
+			/* pods are named after the StatefulSet/Job, which is named like
+			 * its Service unless WEFT_<R>_NAME says otherwise */
+			size_t label = strcspn(service, ".");
+			snprintf(names[pr->role], sizeof(names[0]), "%.*s",
+				 (int)(label < 63 ? label : 63), service);
+			name = names[pr->role];
+		}
+		if (pr->role == role) {
+			if (count == 0) {
+				rc = wf_errf(err, WF_EINVAL,
+					     "WEFT_ROLE=%s but %s is 0 or unset (the number of %s "
+					     "tasks)",
+					     rname, pr->num_var, rname);
+				goto cleanup;
+			}
+			if ((rc = pod_index(pr, name, count, &own_index, origin, on, err)))
+				goto cleanup;
+			if (own_index >= count) {
+				rc = wf_errf(err, WF_EINVAL, "%s: index %ld out of range: %s=%ld",
+					     origin, own_index, pr->num_var, count);
+				goto cleanup;
+			}
+		}
+		if (count == 0)
+			continue;
+		json_t *list = json_array();
+		if (!list || json_object_set_new(cluster, rname, list)) {
+			rc = wf_errf(err, WF_ENOMEM, "out of memory");
+			goto cleanup;
+		}
+		for (long i = 0; i < count; i++) {
+			char addr[600];
+			snprintf(addr, sizeof(addr), "%s-%ld.%s%s%s:%ld", name, i, service,
+				 *domain ? "." : "", domain, port);
+			if (json_array_append_new(list, json_string(addr))) {
+				rc = wf_errf(err, WF_ENOMEM, "out of memory");
+				goto cleanup;
+			}
+		}
+	}
+	json_t *task =
+		json_pack("{s:s, s:I}", "type", wf_role_name(role), "index", (json_int_t)own_index);
+	if (!task || json_object_set_new(root, "task", task) ||
+	    !(*json = json_dumps(root, JSON_PRESERVE_ORDER)))
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+cleanup:
+	json_decref(root);
+	return rc;
+}
+
 int wf_cluster_from_env(wf_cluster *c, wf_err *err)
 {
 	const char *tf = getenv("TF_CONFIG");
-	if (tf && *tf)
-		return wf_cluster_parse_tf_config(c, tf, err);
+	if (tf && *tf) {
+		int rc = wf_cluster_parse_tf_config(c, tf, err);
+		if (rc == 0)
+			snprintf(c->origin, sizeof(c->origin), "TF_CONFIG");
+		return rc;
+	}
+	char *derived = NULL, origin[160];
+	int rc = wf_cluster_pod_tf_config(&derived, origin, sizeof(origin), err);
+	if (rc != 0)
+		return rc;
+	if (derived) {
+		rc = wf_cluster_parse_tf_config(c, derived, err);
+		free(derived);
+		if (rc != 0)
+			return wf_err_wrap(err, "the TF_CONFIG built from WEFT_ROLE"), rc;
+		c->derived = 1;
+		snprintf(c->origin, sizeof(c->origin), "%s", origin);
+		return 0;
+	}
 	memset(c, 0, sizeof(*c));
 	long rank = env_int("OMPI_COMM_WORLD_RANK"), size = env_int("OMPI_COMM_WORLD_SIZE");
 	if (rank != -1 || size != -1) {
@@ -289,6 +528,7 @@ int wf_cluster_from_env(wf_cluster *c, wf_err *err)
 		c->world_size = (int)size;
 		c->local_rank = local > 0 ? (int)local : 0;
 		c->is_chief = rank == 0;
+		snprintf(c->origin, sizeof(c->origin), "OMPI_COMM_WORLD_RANK/SIZE (mpirun)");
 		return 0;
 	}
 	long jidx = env_int("JOB_COMPLETION_INDEX");
@@ -301,10 +541,13 @@ int wf_cluster_from_env(wf_cluster *c, wf_err *err)
 		c->source = WF_CLUSTER_SRC_JOB_INDEX;
 		c->index = c->rank = (int)jidx;
 		c->is_chief = jidx == 0;
+		snprintf(c->origin, sizeof(c->origin), "JOB_COMPLETION_INDEX (Indexed Job)");
 		return 0;
 	}
 	c->source = WF_CLUSTER_SRC_NONE;
 	c->is_chief = 1;
+	snprintf(c->origin, sizeof(c->origin),
+		 "a single process (no TF_CONFIG, WEFT_ROLE or mpirun)");
 	return 0;
 }
 
@@ -325,12 +568,18 @@ int wf_cluster_validate(const wf_cluster *c, const char *strategy, wf_err *err)
 			nps += c->jobs[WF_ROLE_PS].addr[i] != NULL;
 		if (c->source == WF_CLUSTER_SRC_TF_CONFIG && nps == 0)
 			return wf_errf(err, WF_EINVAL,
-				       "TF_CONFIG: strategy.name parameter_server needs cluster.ps "
-				       "with at least one address");
+				       c->derived
+					       ? "strategy.name parameter_server needs servers: "
+						 "WEFT_NUM_PS is 0 or unset"
+					       : "TF_CONFIG: strategy.name parameter_server needs "
+						 "cluster.ps with at least one address");
 		if (c->source == WF_CLUSTER_SRC_TF_CONFIG && wf_cluster_num_trainers(c) == 0)
-			return wf_errf(err, WF_EINVAL,
-				       "TF_CONFIG: strategy.name parameter_server needs "
-				       "cluster.chief or cluster.worker");
+			return wf_errf(
+				err, WF_EINVAL,
+				c->derived ? "strategy.name parameter_server needs trainers: "
+					     "WEFT_NUM_CHIEF and WEFT_NUM_WORKERS are 0 or unset"
+					   : "TF_CONFIG: strategy.name parameter_server needs "
+					     "cluster.chief or cluster.worker");
 		return 0;
 	}
 	if (!strcmp(strategy, "allreduce") || !strcmp(strategy, "local")) {

@@ -1,9 +1,12 @@
 /* cluster.h: who is who in a training cluster. Parses TF_CONFIG exactly as
  * TensorFlow and Kubeflow write it (chief/worker/ps/evaluator lists, the
- * sparse worker map, "environment"), or derives the role and index without
- * it (mpirun's OMPI_COMM_WORLD_*, a Kubernetes Indexed Job's
- * JOB_COMPLETION_INDEX), and resolves host names into tcp:// endpoints
- * with retries and backoff (pods come up before their DNS does). */
+ * sparse worker map, "environment"), builds one from a pod's identity when
+ * none is given (WEFT_ROLE, the index from JOB_COMPLETION_INDEX or the
+ * StatefulSet ordinal of the host name, peers from the service names), or
+ * derives the role and index without a cluster (mpirun's OMPI_COMM_WORLD_*,
+ * a bare Indexed Job's JOB_COMPLETION_INDEX), and resolves host names into
+ * tcp:// endpoints with retries and backoff (pods come up before their DNS
+ * does). */
 #ifndef WF_CLUSTER_H
 #define WF_CLUSTER_H
 
@@ -20,13 +23,14 @@ typedef enum {
 	WF_ROLE__COUNT
 } wf_role;
 
-/* Where the role and index came from. A later source (StatefulSet ordinal
- * from the host name) adds an enum value and a branch in wf_cluster_from_env. */
+/* Where the role and index came from. A TF_CONFIG built from the pod's
+ * identity (WEFT_ROLE) is a TF_CONFIG source too, with `derived` set: every
+ * consumer of a TF_CONFIG cluster treats both alike. */
 typedef enum {
-	WF_CLUSTER_SRC_NONE = 0, /* single process */
-	WF_CLUSTER_SRC_TF_CONFIG,
-	WF_CLUSTER_SRC_MPI,	 /* OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK */
-	WF_CLUSTER_SRC_JOB_INDEX /* JOB_COMPLETION_INDEX (Indexed Job) */
+	WF_CLUSTER_SRC_NONE = 0,  /* single process */
+	WF_CLUSTER_SRC_TF_CONFIG, /* given, or built from WEFT_ROLE (derived = 1) */
+	WF_CLUSTER_SRC_MPI,	  /* OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK */
+	WF_CLUSTER_SRC_JOB_INDEX  /* JOB_COMPLETION_INDEX (Indexed Job) */
 } wf_cluster_source;
 
 /* Addresses of one job type. Kubeflow's sparse form may leave holes: addr[i]
@@ -46,6 +50,8 @@ typedef struct wf_cluster {
 	int rank;	/* MPI / Indexed Job rank; TF_CONFIG: chief 0, worker i -> i + nchief */
 	int local_rank; /* MPI local rank (GPU choice), else 0 */
 	char environment[64]; /* TF_CONFIG "environment" ("cloud"), or "" */
+	int derived;	      /* TF_CONFIG built from the pod's identity (WEFT_ROLE) */
+	char origin[160];     /* where role and index came from, for `weft tfconfig` */
 } wf_cluster;
 
 /* Name of a role as TF_CONFIG spells it ("chief", "worker", "ps", "evaluator"). */
@@ -54,9 +60,21 @@ const char *wf_role_name(wf_role r);
  * cluster or task, unknown task type, index out of range, duplicate
  * address, malformed host:port. */
 int wf_cluster_parse_tf_config(wf_cluster *c, const char *json, wf_err *err);
-/* From the environment: TF_CONFIG if set, else OMPI_COMM_WORLD_*, else
- * JOB_COMPLETION_INDEX, else a single process (source NONE, worker 0, chief). */
+/* From the environment: TF_CONFIG if set, else the TF_CONFIG of
+ * wf_cluster_pod_tf_config when WEFT_ROLE is set, else OMPI_COMM_WORLD_*,
+ * else JOB_COMPLETION_INDEX, else a single process (source NONE, worker 0,
+ * chief). */
 int wf_cluster_from_env(wf_cluster *c, wf_err *err);
+/* The TF_CONFIG of this pod when WEFT_ROLE is set and TF_CONFIG is not:
+ * task i of role R is "<name>-<i>.<service>[.<WEFT_DOMAIN>]:<WEFT_PORT>" with
+ * name/service from WEFT_<R>_NAME / WEFT_<R>_SERVICE (default: the role,
+ * "ps", "worker", "chief", "evaluator") and counts WEFT_NUM_PS,
+ * WEFT_NUM_WORKERS, WEFT_NUM_CHIEF, WEFT_NUM_EVALUATORS (default 0). The
+ * index is WEFT_INDEX, else JOB_COMPLETION_INDEX, else N of a host name
+ * "<name>-<N>" (StatefulSet ordinal), else 0 when the role has one task.
+ * *json (malloc'd) is NULL when WEFT_ROLE is unset; origin (may be NULL)
+ * receives where the index came from. Errors name the variable. */
+int wf_cluster_pod_tf_config(char **json, char *origin, size_t n, wf_err *err);
 /* Check the cluster fits the strategy ("parameter_server", "allreduce",
  * "local"): a parameter_server strategy needs ps tasks and a worker or chief. */
 int wf_cluster_validate(const wf_cluster *c, const char *strategy, wf_err *err);

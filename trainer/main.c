@@ -4,6 +4,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer/cmd_model.h"
+#include "trainer/cmd_tfconfig.h"
 #include "trainer/commands.h"
 #include "trainer/launch.h"
 #include "trainer/role.h"
@@ -26,6 +27,7 @@ static const command commands[] = {
 	{"inspect", wf_cmd_inspect, "describe or dump a model file"},
 	{"launch", wf_cmd_launch, "start a local cluster of parameter servers and workers"},
 	{"ps", wf_cmd_ps, "run a parameter server (the ps task of TF_CONFIG)"},
+	{"tfconfig", wf_cmd_tfconfig, "print this process's cluster identity (TF_CONFIG)"},
 	{"export", wf_cmd_export, "write a serving model version (batch norm folded)"},
 	{"import-keras", wf_cmd_import_keras, "convert a Keras .h5 model to a weft model file"},
 	{"summary", wf_cmd_summary, "layers, output shapes and parameter counts of a model"},
