@@ -14,6 +14,7 @@ PKGS=(
   libjpeg-dev            # JPEG decoding (libjpeg-turbo)
   clang libclang-rt-14-dev # libFuzzer targets and sanitizers
   curl python3
+  iproute2 python3-venv  # tests/k8s: network namespaces as pods; kubernetes-validate in a venv
 )
 
 missing=()

@@ -1,0 +1,85 @@
+# netns.sh: "pods" on this machine for the multi-host tests: one network
+# namespace per pod, each with its own address on a bridge (the bridge lives
+# in a namespace of its own, so the host's network is never touched), its own
+# /etc/hosts giving Kubernetes-style names (ip netns exec bind-mounts
+# /etc/netns/<ns>/hosts over /etc/hosts) and, through a UTS namespace, its
+# own host name. Source it after setting WORK; call netns_cleanup from the
+# test's EXIT trap. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
+NETNS_PREFIX="wk$$"
+NETNS_SWITCH="${NETNS_PREFIX}-sw"
+NETNS_PODS=() # pod names, in order
+declare -A NETNS_IP NETNS_NS NETNS_PORT
+
+# netns_supported: 0 when namespaces can be created here.
+netns_supported() {
+	command -v ip >/dev/null && command -v unshare >/dev/null || return 1
+	ip netns add "${NETNS_PREFIX}-probe" 2>/dev/null || return 1
+	ip netns del "${NETNS_PREFIX}-probe"
+	unshare --uts true 2>/dev/null
+}
+
+# netns_switch: the bridge every pod's veth plugs into.
+netns_switch() {
+	ip netns add "$NETNS_SWITCH"
+	ip -n "$NETNS_SWITCH" link add br0 type bridge
+	ip -n "$NETNS_SWITCH" link set br0 up
+}
+
+# netns_pod NAME IP: a namespace for pod NAME (e.g. ps-0) at address IP/24.
+netns_pod() {
+	local name=$1 ip=$2 i=${#NETNS_PODS[@]}
+	local ns="${NETNS_PREFIX}-$i"
+	ip netns add "$ns"
+	ip -n "$NETNS_SWITCH" link add "port$i" type veth peer name eth0 netns "$ns"
+	ip -n "$NETNS_SWITCH" link set "port$i" master br0 up
+	ip -n "$ns" addr add "$ip/24" dev eth0
+	ip -n "$ns" link set eth0 up
+	ip -n "$ns" link set lo up
+	NETNS_PODS+=("$name")
+	NETNS_IP[$name]=$ip
+	NETNS_NS[$name]=$ns
+	NETNS_PORT[$name]="port$i"
+}
+
+# netns_hosts DOMAIN: every pod's /etc/hosts: localhost, itself as the
+# kubelet writes it, and every pod under <pod>.<service>.DOMAIN and
+# <pod>.<service> (what the cluster DNS answers). The service of pod
+# "worker-1" is "worker".
+netns_hosts() {
+	local domain=$1 p q
+	for p in "${NETNS_PODS[@]}"; do
+		mkdir -p "/etc/netns/${NETNS_NS[$p]}"
+		{
+			printf '127.0.0.1\tlocalhost\n'
+			printf '%s\t%s.%s.%s %s\n' "${NETNS_IP[$p]}" "$p" "${p%-*}" "$domain" "$p"
+			for q in "${NETNS_PODS[@]}"; do
+				[ "$q" = "$p" ] && continue
+				printf '%s\t%s.%s.%s %s.%s\n' "${NETNS_IP[$q]}" "$q" "${q%-*}" "$domain" \
+					"$q" "${q%-*}"
+			done
+		} >"/etc/netns/${NETNS_NS[$p]}/hosts"
+	done
+}
+
+# netns_run POD CMD...: CMD in POD's namespace with POD as its host name.
+netns_run() {
+	local pod=$1
+	shift
+	ip netns exec "${NETNS_NS[$pod]}" unshare --uts \
+		sh -c 'hostname "$0" && exec "$@"' "$pod" "$@"
+}
+
+# netns_cut POD: pull POD's cable (its port on the bridge goes down).
+netns_cut() {
+	ip -n "$NETNS_SWITCH" link set "${NETNS_PORT[$1]}" down
+}
+
+netns_cleanup() {
+	local p
+	for p in "${NETNS_PODS[@]+"${NETNS_PODS[@]}"}"; do
+		ip netns del "${NETNS_NS[$p]}" 2>/dev/null || true
+		rm -rf "/etc/netns/${NETNS_NS[$p]}"
+	done
+	ip netns del "$NETNS_SWITCH" 2>/dev/null || true
+	rmdir /etc/netns 2>/dev/null || true
+}
