@@ -183,14 +183,16 @@ done:
 int main(int argc, char **argv)
 {
 	size_t mb = 100;
-	int runs = 5;
+	int runs = 5, only = 0;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--mb") && i + 1 < argc)
 			mb = (size_t)atol(argv[++i]);
 		else if (!strcmp(argv[i], "--runs") && i + 1 < argc)
 			runs = atoi(argv[++i]);
+		else if (!strcmp(argv[i], "--servers") && i + 1 < argc)
+			only = atoi(argv[++i]);
 		else {
-			fprintf(stderr, "usage: bench_ps [--mb MB] [--runs N]\n");
+			fprintf(stderr, "usage: bench_ps [--mb MB] [--runs N] [--servers 1|2]\n");
 			return 2;
 		}
 	}
@@ -215,6 +217,8 @@ int main(int argc, char **argv)
 	printf("%-8s %8s %12s %12s %7s\n", "servers", "chunks", "ps GB/s", "raw GB/s", "ratio");
 	int worst = 0;
 	for (int ns = 1; ns <= 2; ns++) {
+		if (only && ns != only)
+			continue;
 		wf_ps_placement pl;
 		wf_err err = {0};
 		if (wf_ps_place(&pl, NULL, 0, n, ns, 0, &err)) {

@@ -2,6 +2,9 @@
 #include "ps/proto.h"
 
 #include <jansson.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -595,6 +598,24 @@ void wf_ps_stats_format(const wf_ps_stats *s, char *buf, size_t n)
 				    (unsigned long long)s->rejected[r]);
 	}
 #undef OUT
+}
+
+static pthread_once_t tune_once = PTHREAD_ONCE_INIT;
+
+static void tune_malloc(void)
+{
+#ifdef __GLIBC__
+	const char *env = getenv("WEFT_PS_MALLOC_TUNE");
+	if (env && !strcmp(env, "0"))
+		return;
+	mallopt(M_MMAP_THRESHOLD, (int)WF_PS_RECV_POOL_BYTES);
+	mallopt(M_TRIM_THRESHOLD, (int)(4 * WF_PS_RECV_POOL_BYTES));
+#endif
+}
+
+void wf_ps_tune_malloc(void)
+{
+	pthread_once(&tune_once, tune_malloc);
 }
 
 const void *wf_ps_align(const void *p, size_t n, wf_ps_scratch *s)

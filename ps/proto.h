@@ -164,6 +164,18 @@ typedef struct wf_ps_scratch {
 const void *wf_ps_align(const void *p, size_t n, wf_ps_scratch *s);
 void wf_ps_scratch_free(wf_ps_scratch *s);
 
+/* ZeroMQ receives every large frame into a fresh malloc'd buffer and frees
+ * it when the message is closed, often on another thread. With glibc's
+ * defaults a multi-MB buffer is mmapped or trimmed back to the kernel on
+ * free, so each receive page-faults (and zeroes) it again: on loopback that
+ * costs more CPU than the checksums. Once per process, keep buffers of up
+ * to WF_PS_RECV_POOL_BYTES in the heap (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD)
+ * so they are reused warm; the cost is that freed receive memory stays in
+ * the process. Called by the server and the client; a no-op without glibc
+ * or when WEFT_PS_MALLOC_TUNE=0. Thread-safe. */
+#define WF_PS_RECV_POOL_BYTES (32u << 20)
+void wf_ps_tune_malloc(void);
+
 /* Validate frames[0] (the header) and frames[1..n) (payload) against lim:
  * frame counts, header size, magic, version, op, flags, job id, sender,
  * chunk range, byte counts, dtype, checksum. On success fills msg and

@@ -12,6 +12,7 @@ PKGS=(
   openmpi-bin libopenmpi-dev # allreduce on CPUs, mpirun
   libmicrohttpd-dev      # weft-serve HTTP
   libjpeg-dev            # JPEG decoding (libjpeg-turbo)
+  libpng-dev             # PNG decoding (weft-serve)
   clang libclang-rt-14-dev # libFuzzer targets and sanitizers
   curl python3
   iproute2 python3-venv  # tests/k8s: network namespaces as pods; kubernetes-validate in a venv

@@ -6,7 +6,6 @@
 #include "common/log.h"
 #include "common/util.h"
 
-#include <omp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,10 +168,6 @@ static void *batch_main(void *arg)
 		wf_error("serve: batch thread %d: out of memory", t->index);
 		return NULL;
 	}
-	/* OpenMP's thread count is per thread: the backend set it in the thread
-	 * that loaded the model, so set it again here where the forwards run. */
-	if (b->o.compute_threads > 0)
-		omp_set_num_threads(b->o.compute_threads);
 	pthread_mutex_lock(&b->mu);
 	for (;;) {
 		while (!b->head && !b->stop)

@@ -10,12 +10,14 @@
 #include "serve/metrics.h"
 #include "serve/repo.h"
 
+/* The CPU threads of each forward are the backend's (wf_backend.threads,
+ * from the repository options): the cpu backend applies them in whichever
+ * thread runs an op. */
 typedef struct wf_serve_batcher_opts {
-	int threads;	     /* batch threads; a version has one slot per thread */
-	int max_batch;	     /* samples per forward */
-	long timeout_us;     /* how long a partial batch waits for more (microseconds) */
-	int batching;	     /* 0: one request per forward */
-	int compute_threads; /* CPU threads of each batch thread's forwards (0: the default) */
+	int threads;	 /* batch threads; a version has one slot per thread */
+	int max_batch;	 /* samples per forward */
+	long timeout_us; /* how long a partial batch waits for more (microseconds) */
+	int batching;	 /* 0: one request per forward */
 } wf_serve_batcher_opts;
 
 typedef struct wf_serve_batcher wf_serve_batcher;

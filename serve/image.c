@@ -1,6 +1,7 @@
-/* image.c: base64, JPEG decoding, bilinear resize and preprocessing. */
+/* image.c: base64, JPEG and PNG decoding, bilinear resize and preprocessing. */
 #include "serve/image.h"
 
+#include <png.h>
 #include <setjmp.h>
 #include <stdio.h>
 /* jpeglib.h needs stdio.h first */
@@ -163,6 +164,20 @@ static void resize_preprocess(const wf_serve_io *io, const uint8_t *src, int sh,
 	}
 }
 
+/* Refuse images whose decoded size would exceed the limits of image.h. */
+static int check_size(const char *kind, uint32_t w, uint32_t h, wf_err *err)
+{
+	if (w > WF_SERVE_MAX_IMAGE_SIDE || h > WF_SERVE_MAX_IMAGE_SIDE)
+		return wf_errf(err, WF_EINVAL,
+			       "%s image %ux%u is too large: the limit is %d pixels per side", kind,
+			       w, h, WF_SERVE_MAX_IMAGE_SIDE);
+	if ((uint64_t)w * h > (uint64_t)WF_SERVE_MAX_IMAGE_PIXELS)
+		return wf_errf(err, WF_EINVAL,
+			       "%s image %ux%u is too large: the limit is %ld pixels in all", kind,
+			       w, h, (long)WF_SERVE_MAX_IMAGE_PIXELS);
+	return 0;
+}
+
 /* ---- JPEG ------------------------------------------------------------ */
 
 typedef struct jpeg_guard {
@@ -206,9 +221,12 @@ static int decode_jpeg(const wf_serve_io *io, const uint8_t *bytes, size_t n, fl
 	cinfo.out_color_space = io->c == 1 ? JCS_GRAYSCALE : JCS_RGB;
 	jpeg_start_decompress(&cinfo);
 	int sw = (int)cinfo.output_width, sh = (int)cinfo.output_height;
-	if ((long)sw * sh > WF_SERVE_MAX_IMAGE_PIXELS || cinfo.output_components != io->c) {
-		rc = wf_errf(err, WF_EINVAL, "JPEG image %dx%d with %d channels is not accepted",
-			     sw, sh, cinfo.output_components);
+	rc = check_size("JPEG", (uint32_t)sw, (uint32_t)sh, err);
+	if (rc)
+		goto out_destroy;
+	if (cinfo.output_components != io->c) {
+		rc = wf_errf(err, WF_EINVAL, "JPEG image %dx%d decodes to %d channels, not %d", sw,
+			     sh, cinfo.output_components, io->c);
 		goto out_destroy;
 	}
 	size_t stride = (size_t)sw * io->c;
@@ -229,6 +247,131 @@ out_destroy:
 	return rc;
 }
 
+/* ---- PNG ------------------------------------------------------------- */
+
+/* libpng reports errors through png_error(), which must not return: the
+ * handler keeps the message and jumps back to decode_png's setjmp. */
+typedef struct png_src {
+	const uint8_t *bytes;
+	size_t n, pos;
+	char msg[160];
+} png_src;
+
+static void png_fail(png_structp png, png_const_charp msg)
+{
+	png_src *src = png_get_error_ptr(png);
+	snprintf(src->msg, sizeof(src->msg), "%s", msg);
+	png_longjmp(png, 1);
+}
+
+static void png_quiet(png_structp png, png_const_charp msg)
+{
+	(void)png;
+	(void)msg;
+}
+
+static void png_read_mem(png_structp png, png_bytep dst, png_size_t len)
+{
+	png_src *src = png_get_io_ptr(png);
+	if (len > src->n - src->pos)
+		png_error(png, "truncated data (the image ends early)");
+	memcpy(dst, src->bytes + src->pos, len);
+	src->pos += len;
+}
+
+/* Ask libpng for 8-bit samples with exactly io->c channels (1: gray, 3: RGB),
+ * whatever the file holds: palettes and low bit depths expand, 16-bit samples
+ * scale to 8 bits, alpha (and tRNS transparency) is dropped, gray is
+ * replicated into RGB and RGB becomes gray with the weights libjpeg uses. */
+static void png_want_8bit(png_structp png, png_infop info, int c)
+{
+	int type = png_get_color_type(png, info);
+	if (type == PNG_COLOR_TYPE_PALETTE)
+		png_set_palette_to_rgb(png);
+	if (type == PNG_COLOR_TYPE_GRAY && png_get_bit_depth(png, info) < 8)
+		png_set_expand_gray_1_2_4_to_8(png);
+	if (png_get_bit_depth(png, info) == 16)
+		png_set_scale_16(png);
+	/* an alpha channel, or one that palette expansion makes from tRNS */
+	png_set_strip_alpha(png);
+	int colour = (type & PNG_COLOR_MASK_COLOR) != 0;
+	if (c == 3 && !colour)
+		png_set_gray_to_rgb(png);
+	if (c == 1 && colour) /* ITU-R BT.601, as libjpeg's RGB -> gray */
+		png_set_rgb_to_gray_fixed(png, PNG_ERROR_ACTION_NONE, 29900, 58700);
+	png_set_interlace_handling(png);
+	png_read_update_info(png, info);
+}
+
+static uint32_t be32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static int decode_png(const wf_serve_io *io, const uint8_t *bytes, size_t n, float *out,
+		      wf_err *err)
+{
+	png_src src = {.bytes = bytes, .n = n};
+	png_structp png = NULL;
+	png_infop info = NULL;
+	uint8_t *volatile pixels = NULL;
+	png_bytep *volatile rows = NULL;
+	volatile int rc = 0;
+
+	/* IHDR comes first (libpng checks that): refuse an oversized image
+	 * before reading the chunks that follow, with our limits in the message. */
+	if (n >= 24 && memcmp(bytes + 12, "IHDR", 4) == 0) {
+		rc = check_size("PNG", be32(bytes + 16), be32(bytes + 20), err);
+		if (rc)
+			return rc;
+	}
+	png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &src, png_fail, png_quiet);
+	if (png)
+		info = png_create_info_struct(png);
+	if (!png || !info) {
+		rc = wf_errf(err, WF_ENOMEM, "out of memory starting a PNG decoder");
+		goto out_destroy;
+	}
+	if (setjmp(png_jmpbuf(png))) {
+		rc = wf_errf(err, WF_EINVAL, "invalid PNG image: %s", src.msg);
+		goto out_destroy;
+	}
+	/* Sizes are checked below against our own limits, which name themselves. */
+	png_set_user_limits(png, PNG_UINT_31_MAX, PNG_UINT_31_MAX);
+	png_set_read_fn(png, &src, png_read_mem);
+	png_read_info(png, info);
+	uint32_t sw = png_get_image_width(png, info), sh = png_get_image_height(png, info);
+	rc = check_size("PNG", sw, sh, err);
+	if (rc)
+		goto out_destroy;
+	png_want_8bit(png, info, io->c);
+	size_t stride = png_get_rowbytes(png, info);
+	if (png_get_channels(png, info) != io->c || png_get_bit_depth(png, info) != 8 ||
+	    stride != (size_t)sw * io->c) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "PNG image (colour type %d, %d bits) cannot be read "
+			     "as %d 8-bit channels",
+			     png_get_color_type(png, info), png_get_bit_depth(png, info), io->c);
+		goto out_destroy;
+	}
+	pixels = malloc(stride * sh);
+	rows = malloc(sizeof(*rows) * sh);
+	if (!pixels || !rows) {
+		rc = wf_errf(err, WF_ENOMEM, "out of memory decoding a %ux%u PNG", sw, sh);
+		goto out_destroy;
+	}
+	for (uint32_t y = 0; y < sh; y++)
+		rows[y] = pixels + stride * y;
+	png_read_image(png, rows); /* all interlace passes */
+	png_read_end(png, NULL);   /* checks the remaining chunks: a cut-off file fails */
+	resize_preprocess(io, pixels, (int)sh, (int)sw, out);
+out_destroy:
+	png_destroy_read_struct(png ? &png : NULL, info ? &info : NULL, NULL);
+	free(rows);
+	free(pixels);
+	return rc;
+}
+
 int wf_serve_decode_image(const wf_serve_io *io, const uint8_t *bytes, size_t n, float *out,
 			  wf_err *err)
 {
@@ -238,9 +381,10 @@ int wf_serve_decode_image(const wf_serve_io *io, const uint8_t *bytes, size_t n,
 			       "images cannot feed a model with %d input channels; send numbers",
 			       io->c);
 	if (n >= 8 && memcmp(bytes, png_magic, 8) == 0)
-		return wf_errf(err, WF_EINVAL,
-			       "PNG images are not supported; send JPEG or a numeric tensor");
-	if (n < 3 || bytes[0] != 0xff || bytes[1] != 0xd8)
-		return wf_errf(err, WF_EINVAL, "image is not a JPEG (no SOI marker; %zu bytes)", n);
-	return decode_jpeg(io, bytes, n, out, err);
+		return decode_png(io, bytes, n, out, err);
+	if (n >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8)
+		return decode_jpeg(io, bytes, n, out, err);
+	return wf_errf(
+		err, WF_EINVAL,
+		"image is not a JPEG or PNG (no JPEG SOI marker or PNG signature; %zu bytes)", n);
 }

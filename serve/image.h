@@ -1,6 +1,7 @@
 /* image.h: turning what a client sends into model input: base64, JPEG
- * decoding (libjpeg-turbo), bilinear resizing to the model's input size and
- * the preprocessing recorded in the model file. Thread-safe: no shared state. */
+ * (libjpeg-turbo) and PNG (libpng) decoding, bilinear resizing to the model's
+ * input size and the preprocessing recorded in the model file. Thread-safe:
+ * no shared state. */
 #ifndef WF_SERVE_IMAGE_H
 #define WF_SERVE_IMAGE_H
 
@@ -19,8 +20,9 @@ typedef struct wf_serve_io {
 	int bgr;	       /* 1 when the model was trained on BGR pixels */
 } wf_serve_io;
 
-/* Largest decoded image accepted (pixels): bounds memory per request. */
-#define WF_SERVE_MAX_IMAGE_PIXELS (64L * 1024 * 1024)
+/* Largest decoded image accepted: bounds memory per request. */
+#define WF_SERVE_MAX_IMAGE_PIXELS (64L * 1024 * 1024) /* width x height */
+#define WF_SERVE_MAX_IMAGE_SIDE	  65535		      /* width or height, pixels */
 
 /* Fill io from a loaded model and its metadata (meta may be NULL: identity). */
 void wf_serve_io_from_model(wf_serve_io *io, const wf_model *m, const wf_model_meta *meta);
@@ -34,8 +36,11 @@ char *wf_serve_b64_encode(const uint8_t *data, size_t n);
 /* Preprocess one raw image px [H,W,C] uint8 in RGB order into out [H,W,C]. */
 void wf_serve_preprocess_u8(const wf_serve_io *io, const uint8_t *px, float *out);
 
-/* Decode an encoded image (JPEG; PNG is recognised and refused), resize it
- * bilinearly to io->h x io->w and preprocess it into out [H,W,C]. */
+/* Decode an encoded image (JPEG, or PNG of any colour type, bit depth and
+ * interlacing; PNG alpha is dropped, not composited), resize it bilinearly to
+ * io->h x io->w and preprocess it into out [H,W,C]. Gray images feed RGB
+ * models replicated, colour images feed 1-channel models as BT.601 luma. A
+ * corrupt, truncated or oversized image fails with WF_EINVAL and a reason. */
 int wf_serve_decode_image(const wf_serve_io *io, const uint8_t *bytes, size_t n, float *out,
 			  wf_err *err);
 

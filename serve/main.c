@@ -50,9 +50,9 @@ static void usage(FILE *f)
 		"failing a request.\n"
 		"\n"
 		"Input: numbers in :predict bodies and KServe FP32 tensors are the model's\n"
-		"input after preprocessing; JPEG images ({\"b64\": ...}, KServe BYTES) and\n"
-		"KServe UINT8 tensors are raw pixels that get the model's recorded\n"
-		"preprocessing (images are also resized). PNG is not supported.\n"
+		"input after preprocessing; JPEG and PNG images ({\"b64\": ...}, KServe BYTES)\n"
+		"and KServe UINT8 tensors are raw pixels that get the model's recorded\n"
+		"preprocessing (images are also resized; PNG alpha is dropped).\n"
 		"\n"
 		"flags (--flag=value or --flag value):\n"
 		"  --rest_api_port, --port N         HTTP port (default 8501; 0 = any free port)\n"
@@ -270,7 +270,6 @@ int main(int argc, char **argv)
 		.max_batch = f.max_batch,
 		.timeout_us = f.batching ? f.timeout_us : 0,
 		.batching = f.batching,
-		.compute_threads = f.threads,
 	};
 	wf_serve_http_opts ho = {
 		.bind_address = f.bind_address,

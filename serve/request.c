@@ -137,9 +137,10 @@ static int parse_sample(const wf_serve_io *io, const json_t *v, float *dst, cons
 			return parse_sample(io, json_object_get(v, key), dst, what, idx, 0, err);
 		}
 	}
-	return wf_errf(err, WF_EINVAL,
-		       "%s %ld: expected a [%d][%d][%d] array of numbers or {\"b64\": \"<JPEG>\"}",
-		       what, idx, io->h, io->w, io->c);
+	return wf_errf(
+		err, WF_EINVAL,
+		"%s %ld: expected a [%d][%d][%d] array of numbers or {\"b64\": \"<JPEG or PNG>\"}",
+		what, idx, io->h, io->w, io->c);
 }
 
 static int parse_samples(const wf_serve_io *io, const json_t *arr, wf_serve_input *in,
@@ -365,8 +366,9 @@ static int collect_strings(const json_t *v, const json_t **out, size_t cap, size
 		return 0;
 	}
 	if (!json_is_array(v) || depth > 8)
-		return wf_errf(err, WF_EINVAL,
-			       "BYTES input \"data\" must hold base64 strings of JPEG images");
+		return wf_errf(
+			err, WF_EINVAL,
+			"BYTES input \"data\" must hold base64 strings of JPEG or PNG images");
 	for (size_t i = 0; i < json_array_size(v); i++) {
 		int rc = collect_strings(json_array_get(v, i), out, cap, pos, depth + 1, err);
 		if (rc)

@@ -6,7 +6,7 @@
  *
  * What numbers mean: numbers in a TF "instances"/"inputs" body and KServe FP32
  * tensors are the model's input AFTER preprocessing (as TF Serving feeds them
- * to the graph unchanged). Raw pixels are sent as images ({"b64": JPEG}, KServe
+ * to the graph unchanged). Raw pixels are sent as images ({"b64": JPEG or PNG}, KServe
  * BYTES) or as KServe UINT8 tensors; those get the model's recorded
  * preprocessing (and images are resized). */
 #ifndef WF_SERVE_REQUEST_H

@@ -102,7 +102,7 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 	wf_train_opts opts = {.resume = resume, .tty = no_tty ? 0 : -1, .stop_at = stop_at};
 	int trained = 0; /* 0: this process was a ps or an evaluator (TF_CONFIG) */
 	rc = wf_role_run(&cfg, &opts, &res, &trained, err);
-	if (rc == 0 && trained && res.chief) {
+	if (rc == 0 && trained && res.reports) {
 		printf("trained %ld steps: loss %.4f accuracy %.4f", res.steps_done, res.loss,
 		       res.accuracy);
 		if (res.eval_loss >= 0)

@@ -55,6 +55,7 @@ typedef struct run {
 	long start; /* 0-based step to run next */
 	long steps_per_epoch;
 	wf_progress prog;
+	int reports; /* prints progress (see wf_train_result.reports) */
 } run;
 
 static void run_free(run *r)
@@ -405,7 +406,7 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		s.accuracy = w.samples ? (double)w.correct / (double)w.samples : 0;
 		s.ips = el > 0 ? (double)w.samples / el : 0;
 		s.lr = wf_optim_lr(&r->optim, step);
-		if (chief) /* one progress display per job: the chief's */
+		if (r->reports)
 			wf_progress_update(&r->prog, &s);
 
 		if (r->x->rolled_back) { /* ps: a server restarted; the job went back */
@@ -437,13 +438,15 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		int periodic =
 			c->checkpoint.every_steps > 0 && done % c->checkpoint.every_steps == 0;
 		int stop_here = stop_at > 0 && done == stop_at;
-		if (periodic || done == steps || stop_requested || stop_here) {
+		/* allreduce: every rank stops after the same step, whichever got the signal */
+		int stop = wf_exchange_should_stop(r->x, step, stop_requested);
+		if (periodic || done == steps || stop || stop_here) {
 			rc = wf_ckpt_save(c->checkpoint.dir, done, r->ex, r->m, &r->meta, r->x,
 					  (int)c->checkpoint.keep, err);
 			if (rc != 0)
 				return rc;
 		}
-		if (stop_requested && done < steps) {
+		if (stop && done < steps) {
 			wf_progress_message(
 				&r->prog,
 				"stopped at step %ld: checkpoint written to %s/step-%ld; "
@@ -500,7 +503,11 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 		ti->nclasses, r.be->name, cfg->train.batch_size, cfg->train.accumulate,
 		cfg->train.steps, r.steps_per_epoch);
 	res->steps_done = r.start;
-	res->chief = r.x->is_chief;
+	/* Allreduce ranks move in lockstep: one display, rank 0's. A
+	 * parameter-server worker's progress is its own (it may lag, rejoin or
+	 * run ahead), so each worker shows it. */
+	r.reports = r.x->is_chief || strcmp(r.x->name, "allreduce") != 0;
+	res->reports = r.reports;
 	wf_progress_init(&r.prog, stderr, opts->tty, r.start, cfg->train.steps,
 			 cfg->log.every_steps);
 	if (r.start >= cfg->train.steps) {

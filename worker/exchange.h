@@ -8,7 +8,8 @@
  *   1 / (batch * accumulate)), the last backward passing wf_exchange_grad_ready
  *   so a finished gradient prefix [0, done) can be shipped early;
  *   then wf_exchange_step(step), after which the executor's parameters are
- *   the ones to use for the next step.
+ *   the ones to use for the next step; then wf_exchange_should_stop(step,
+ *   signalled) says whether to checkpoint and stop there.
  * Each worker's gradient is thus the mean over its own samples; exchanges
  * that combine workers AVERAGE them (allreduce mean, parameter-server mean).
  *
@@ -46,6 +47,11 @@ typedef struct wf_exchange_ops {
 	/* The run ended normally (ps: tell servers to shut down). May be NULL. */
 	int (*finish)(wf_exchange *x, wf_err *err);
 	void (*free)(wf_exchange *x); /* frees x and its context */
+	/* After step() of `step`: whether the run stops now. requested is this
+	 * worker's own stop request (a signal); exchanges whose workers must
+	 * stop together (allreduce) agree on it, so every worker answers the
+	 * same after the same step. May be NULL: requested as is. */
+	int (*should_stop)(wf_exchange *x, long step, int requested);
 } wf_exchange_ops;
 
 struct wf_exchange {
@@ -71,6 +77,8 @@ void wf_exchange_grad_ready(void *x, size_t done);
 int wf_exchange_step(wf_exchange *x, long step, wf_err *err);
 int wf_exchange_save(wf_exchange *x, const char *dir, long step, wf_err *err);
 int wf_exchange_finish(wf_exchange *x, wf_err *err);
+/* 1 when the run stops after `step` (see should_stop), else 0. */
+int wf_exchange_should_stop(wf_exchange *x, long step, int requested);
 void wf_exchange_free(wf_exchange *x); /* accepts NULL */
 
 /* ---- local: one process, the optimizer applied in place ---------------- */

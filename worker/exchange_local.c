@@ -42,6 +42,11 @@ int wf_exchange_finish(wf_exchange *x, wf_err *err)
 	return x->ops->finish ? x->ops->finish(x, err) : 0;
 }
 
+int wf_exchange_should_stop(wf_exchange *x, long step, int requested)
+{
+	return x->ops->should_stop ? x->ops->should_stop(x, step, requested) : requested != 0;
+}
+
 void wf_exchange_free(wf_exchange *x)
 {
 	if (x)

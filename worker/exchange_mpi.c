@@ -12,6 +12,13 @@
  * The statistics are thus averaged every step (a few KiB), so ranks stay
  * identical and evaluation or a checkpoint on any rank sees the same model.
  *
+ * Stopping together: mpirun forwards SIGINT/SIGTERM to every rank, and the
+ * ranks see it at different steps. Beside the statistics each step carries
+ * a one-int MPI_MAX allreduce of "this rank was asked to stop" (as it was
+ * when the step's exchange began), so every rank learns the same answer
+ * after the same step: all of them checkpoint (rank 0 writes) and return
+ * WF_ESTOPPED, and free() ends with a barrier so MPI is finalised cleanly.
+ *
  * Stall inspector: every wait is a loop over MPI_Test with a deadline.
  * Before waiting, a rank tells the coordinator (rank 0) the sequence number
  * of the collective it has reached, and rank 0 tells everyone; so when the
@@ -492,15 +499,22 @@ typedef struct mpi_ctx {
 	float *slot_v;
 	size_t bucket; /* floats per gradient bucket */
 	int nbuckets;
-	MPI_Request *reqs; /* [1 + nbuckets]: statistics, then the buckets */
+	MPI_Request *reqs; /* [2 + nbuckets]: statistics, stop flag, then the buckets */
 	int posted;	   /* buckets started this step */
 	int stats_posted;  /* statistics sum started this step */
 	long cur_step;	   /* step being computed (for messages) */
 	int pending_rc;	   /* an MPI failure inside grad_ready, reported by step() */
 	wf_err pending;
-	int finished; /* finish() succeeded: MPI may be finalised */
+	int finished;		  /* finish() succeeded: MPI may be finalised */
+	int stop_local;		  /* this rank was asked to stop (latched) */
+	int stop_send, stop_recv; /* the flag in this step's MPI_MAX allreduce */
+	int stop_agreed;	  /* some rank asked: all stop after this step */
 	waiter wt;
 } mpi_ctx;
+
+#define REQ_STATS  0 /* reqs[] slots */
+#define REQ_STOP   1
+#define REQ_BUCKET 2 /* + bucket number */
 
 static size_t bucket_lo(const mpi_ctx *c, int b)
 {
@@ -515,22 +529,29 @@ static size_t bucket_hi(const mpi_ctx *c, int b)
 static const char *req_label(void *arg, int i, char *buf, size_t n)
 {
 	const mpi_ctx *c = arg;
-	if (i == 0)
+	if (i == REQ_STATS)
 		snprintf(buf, n, "the batch-norm statistics (%zu floats)", c->nstate);
+	else if (i == REQ_STOP)
+		snprintf(buf, n, "the stop flag");
 	else
-		snprintf(buf, n, "gradient bucket %d of %d (floats [%zu, %zu))", i - 1, c->nbuckets,
-			 bucket_lo(c, i - 1), bucket_hi(c, i - 1));
+		snprintf(buf, n, "gradient bucket %d of %d (floats [%zu, %zu))", i - REQ_BUCKET,
+			 c->nbuckets, bucket_lo(c, i - REQ_BUCKET), bucket_hi(c, i - REQ_BUCKET));
 	return buf;
 }
 
+/* The step's small collectives: statistics (sum) and the stop flag (max). */
 static int post_stats(mpi_ctx *c, wf_err *err)
 {
 	c->stats_posted = 1;
-	if (c->nstate == 0)
-		return 0;
-	MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, wf_exec_state(c->ex), (int)c->nstate, MPI_FLOAT,
-				 MPI_SUM, g.comm, &c->reqs[0]),
-		  err, "batch-norm statistics of step %ld", c->cur_step + 1);
+	if (c->nstate > 0)
+		MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, wf_exec_state(c->ex), (int)c->nstate,
+					 MPI_FLOAT, MPI_SUM, g.comm, &c->reqs[REQ_STATS]),
+			  err, "batch-norm statistics of step %ld", c->cur_step + 1);
+	c->stop_send = c->stop_local;
+	c->stop_recv = 0;
+	MPI_CHECK(MPI_Iallreduce(&c->stop_send, &c->stop_recv, 1, MPI_INT, MPI_MAX, g.comm,
+				 &c->reqs[REQ_STOP]),
+		  err, "the stop flag of step %ld", c->cur_step + 1);
 	return 0;
 }
 
@@ -542,7 +563,7 @@ static int post_buckets(mpi_ctx *c, size_t done, wf_err *err)
 		int b = c->posted;
 		size_t lo = bucket_lo(c, b);
 		MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, grads + lo, (int)(bucket_hi(c, b) - lo),
-					 MPI_FLOAT, MPI_SUM, g.comm, &c->reqs[1 + b]),
+					 MPI_FLOAT, MPI_SUM, g.comm, &c->reqs[REQ_BUCKET + b]),
 			  err, "gradient bucket %d of step %ld", b, c->cur_step + 1);
 		c->posted++;
 	}
@@ -563,7 +584,7 @@ static void mpi_grad_ready(wf_exchange *x, size_t done)
 	int flag = 0;
 	/* Progress what is in flight: libnbc advances only inside MPI calls. */
 	if (rc == 0 && (before > 0 || c->posted > 0) &&
-	    MPI_Testall(1 + c->posted, c->reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+	    MPI_Testall(REQ_BUCKET + c->posted, c->reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
 		rc = wf_errf(&c->pending, WF_ETRANSIENT,
 			     "rank %d: a peer vanished during the allreduce of step %ld", g.w.rank,
 			     c->cur_step + 1);
@@ -588,12 +609,13 @@ static int mpi_step(wf_exchange *x, long step, wf_err *err)
 		if (rc == 0)
 			rc = post_buckets(c, c->n, err);
 		if (rc == 0)
-			rc = wait_all(&c->wt, 1 + c->nbuckets, c->reqs, req_label, c, err);
+			rc = wait_all(&c->wt, REQ_BUCKET + c->nbuckets, c->reqs, req_label, c, err);
 		c->posted = 0;
 		c->stats_posted = 0;
 		c->cur_step = step + 1;
 		if (rc != 0)
 			return rc;
+		c->stop_agreed = c->stop_recv;
 		if (c->nstate && c->be->ops->scale(c->be, c->nstate, wf_exec_state(c->ex),
 						   wf_exec_state(c->ex), inv) != 0)
 			return wf_errf(err, WF_EINTERNAL, "averaging batch-norm statistics: %s",
@@ -743,10 +765,36 @@ static int mpi_finish(wf_exchange *x, wf_err *err)
 	return rc;
 }
 
+/* A request seen after step N's exchange began travels with step N + 1's;
+ * every rank returns the reduced flag of the step just done. */
+static int mpi_should_stop(wf_exchange *x, long step, int requested)
+{
+	mpi_ctx *c = x->ctx;
+	if (requested && !c->stop_local && g.w.size > 1)
+		wf_debug("rank %d: stop requested after step %ld; telling the others", g.w.rank,
+			 step + 1);
+	c->stop_local |= requested != 0;
+	return g.w.size < 2 ? c->stop_local : c->stop_agreed;
+}
+
+/* After an agreed stop every rank has checkpointed and is on its way out:
+ * meet once more so MPI can be finalised (mpirun then reports the ranks'
+ * exit codes instead of an abort). */
+static void stop_together(mpi_ctx *c)
+{
+	wf_err err = {0};
+	if (barrier(&c->wt, "the stop of the job", &err) != 0)
+		return;
+	hb_drain(&c->wt.hb, &err);
+	c->finished = 1;
+}
+
 static void mpi_free(wf_exchange *x)
 {
 	mpi_ctx *c = x->ctx;
 	if (c) {
+		if (!c->finished && c->stop_agreed && !g.failed && g.w.size > 1)
+			stop_together(c);
 		if (!c->finished)
 			g.failed = 1; /* ended early: peers may still be in a collective */
 		hb_free(&c->wt.hb);
@@ -768,6 +816,7 @@ static const wf_exchange_ops mpi_ops = {
 	.save = mpi_save,
 	.finish = mpi_finish,
 	.free = mpi_free,
+	.should_stop = mpi_should_stop,
 };
 
 int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
@@ -807,11 +856,11 @@ int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	double floats = bucket_mb * 1024.0 * 1024.0 / sizeof(float);
 	c->bucket = floats < 1024 ? 1024 : floats > INT_MAX ? (size_t)INT_MAX : (size_t)floats;
 	c->nbuckets = c->n ? (int)((c->n + c->bucket - 1) / c->bucket) : 0;
-	c->reqs = malloc((size_t)(1 + c->nbuckets) * sizeof(*c->reqs));
+	c->reqs = malloc((size_t)(REQ_BUCKET + c->nbuckets) * sizeof(*c->reqs));
 	size_t bytes = (c->n ? c->n : 1) * sizeof(float);
 	if (!c->reqs)
 		goto nomem;
-	for (int i = 0; i <= c->nbuckets; i++)
+	for (int i = 0; i < REQ_BUCKET + c->nbuckets; i++)
 		c->reqs[i] = MPI_REQUEST_NULL;
 	if (c->nslots >= 1 && !(c->slot_m = be->ops->alloc(be, bytes)))
 		goto nomem;

@@ -73,6 +73,20 @@ static int dnnl_fail(wf_backend *be, dnnl_status_t s, const char *call, const ch
 		}                                                                                  \
 	} while (0)
 
+/* ---- threads ------------------------------------------------------------- */
+
+/* OpenMP's thread count (nthreads-var) belongs to each calling thread, and
+ * oneDNN's OpenMP runtime sizes its parallel regions from it. A backend may be
+ * created in one thread and used in others (weft-serve loads a model in its
+ * repository thread and runs forwards in its batch threads), so every op that
+ * runs a parallel region or a primitive first makes the calling thread's count
+ * be->threads. Reading the count is cheap; it is set only on a change. */
+static inline void use_threads(const wf_backend *be)
+{
+	if (be->threads > 0 && omp_get_max_threads() != be->threads)
+		omp_set_num_threads(be->threads);
+}
+
 /* ---- primitives and plans ------------------------------------------------ */
 
 #define DN_MAX_ARGS 10
@@ -583,6 +597,7 @@ static int conv_build_fwd(wf_backend *be, wf_plan *pl)
 static int cpu_conv2d_forward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
 			      const float *x, const float *w, const float *b)
 {
+	use_threads(be);
 	wf_plan *pl = NULL;
 	int rc = conv_check(be, d);
 	if (!rc)
@@ -694,6 +709,7 @@ static int cpu_conv2d_backward(wf_backend *be, wf_plan **plan, const wf_conv_des
 			       float *dw, float *db, const float *dy, const float *x,
 			       const float *w)
 {
+	use_threads(be);
 	wf_plan *pl = NULL;
 	int rc = conv_check(be, d);
 	if (!rc)
@@ -787,6 +803,7 @@ fail:
 static int cpu_dense_forward(wf_backend *be, wf_plan **plan, const wf_dense_desc *d, float *y,
 			     const float *x, const float *w, const float *b)
 {
+	use_threads(be);
 	wf_plan *pl = NULL;
 	int rc = dense_check(be, d);
 	if (!rc)
@@ -847,6 +864,7 @@ static int dense_build_bwd(wf_backend *be, wf_plan *pl)
 static int cpu_dense_backward(wf_backend *be, wf_plan **plan, const wf_dense_desc *d, float *dx,
 			      float *dw, float *db, const float *dy, const float *x, const float *w)
 {
+	use_threads(be);
 	wf_plan *pl = NULL;
 	int rc = dense_check(be, d);
 	if (!rc)
@@ -990,6 +1008,7 @@ static int cpu_batchnorm_forward(wf_backend *be, wf_plan **plan, const wf_bn_des
 				 const float *gamma, const float *beta, float *run_mean,
 				 float *run_var)
 {
+	use_threads(be);
 	wf_plan *pl = NULL;
 	int rc = bn_check(be, d);
 	if (!rc)
@@ -1122,6 +1141,7 @@ static int cpu_batchnorm_backward(wf_backend *be, wf_plan **plan, const wf_bn_de
 				  const float *gamma, const float *save_mean,
 				  const float *save_invstd)
 {
+	use_threads(be);
 	wf_plan *pl = NULL;
 	int rc = bn_check(be, d);
 	if (!rc)
@@ -1207,6 +1227,7 @@ fail:
 static int cpu_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *y,
 			    const float *x)
 {
+	use_threads(be);
 	wf_plan *pl = NULL;
 	int rc = pool_check(be, d);
 	if (!rc)
@@ -1289,6 +1310,7 @@ fail:
 static int cpu_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *dx,
 			     const float *dy, const float *x, const float *y)
 {
+	use_threads(be);
 	wf_plan *pl = NULL;
 	int rc = pool_check(be, d);
 	if (!rc)
@@ -1329,6 +1351,60 @@ static void cpu_destroy(wf_backend *be)
 	be->ctx = NULL;
 }
 
+/* The memory-bound ops of cpu_loops.c run OpenMP loops: each slot sets the
+ * calling thread's thread count first (use_threads), then runs the loop. */
+#define THREADED(op, params, args)                                                                 \
+	static int threaded_##op params                                                            \
+	{                                                                                          \
+		use_threads(be);                                                                   \
+		return wf_cpu_##op args;                                                           \
+	}
+THREADED(act_forward, (wf_backend * be, wf_act_kind kind, size_t n, float *y, const float *x),
+	 (be, kind, n, y, x))
+THREADED(act_backward,
+	 (wf_backend * be, wf_act_kind kind, size_t n, float *dx, const float *dy, const float *y),
+	 (be, kind, n, dx, dy, y))
+THREADED(add, (wf_backend * be, size_t n, float *y, const float *a, const float *b),
+	 (be, n, y, a, b))
+THREADED(accumulate, (wf_backend * be, size_t n, float *y, const float *x), (be, n, y, x))
+THREADED(scale, (wf_backend * be, size_t n, float *y, const float *x, float alpha),
+	 (be, n, y, x, alpha))
+THREADED(concat_forward,
+	 (wf_backend * be, size_t rows, int k, const int *widths, float *y, const float *const *xs),
+	 (be, rows, k, widths, y, xs))
+THREADED(concat_backward,
+	 (wf_backend * be, size_t rows, int k, const int *widths, float *const *dxs,
+	  const float *dy),
+	 (be, rows, k, widths, dxs, dy))
+THREADED(gap_forward, (wf_backend * be, int n, int hw, int c, float *y, const float *x),
+	 (be, n, hw, c, y, x))
+THREADED(gap_backward, (wf_backend * be, int n, int hw, int c, float *dx, const float *dy),
+	 (be, n, hw, c, dx, dy))
+THREADED(pad_forward, (wf_backend * be, const wf_pad_desc *d, float *y, const float *x),
+	 (be, d, y, x))
+THREADED(pad_backward, (wf_backend * be, const wf_pad_desc *d, float *dx, const float *dy),
+	 (be, d, dx, dy))
+THREADED(dropout_forward,
+	 (wf_backend * be, size_t n, float rate, uint64_t seed, float *y, uint8_t *mask,
+	  const float *x),
+	 (be, n, rate, seed, y, mask, x))
+THREADED(dropout_backward,
+	 (wf_backend * be, size_t n, float rate, float *dx, const float *dy, const uint8_t *mask),
+	 (be, n, rate, dx, dy, mask))
+THREADED(softmax_xent_forward,
+	 (wf_backend * be, int n, int k, float *probs, float *losses, const float *logits,
+	  const int32_t *labels),
+	 (be, n, k, probs, losses, logits, labels))
+THREADED(softmax_xent_backward,
+	 (wf_backend * be, int n, int k, float *dlogits, const float *probs, const int32_t *labels,
+	  float scale),
+	 (be, n, k, dlogits, probs, labels, scale))
+THREADED(optimizer_update,
+	 (wf_backend * be, const wf_opt_desc *d, size_t n, float *p, const float *g, float *m,
+	  float *v),
+	 (be, d, n, p, g, m, v))
+#undef THREADED
+
 static const wf_backend_ops cpu_ops = {
 	.alloc = wf_cpu_alloc,
 	.free = wf_cpu_free,
@@ -1345,24 +1421,24 @@ static const wf_backend_ops cpu_ops = {
 	.dense_backward = cpu_dense_backward,
 	.batchnorm_forward = cpu_batchnorm_forward,
 	.batchnorm_backward = cpu_batchnorm_backward,
-	.act_forward = wf_cpu_act_forward,
-	.act_backward = wf_cpu_act_backward,
-	.add = wf_cpu_add,
-	.accumulate = wf_cpu_accumulate,
-	.scale = wf_cpu_scale,
-	.concat_forward = wf_cpu_concat_forward,
-	.concat_backward = wf_cpu_concat_backward,
+	.act_forward = threaded_act_forward,
+	.act_backward = threaded_act_backward,
+	.add = threaded_add,
+	.accumulate = threaded_accumulate,
+	.scale = threaded_scale,
+	.concat_forward = threaded_concat_forward,
+	.concat_backward = threaded_concat_backward,
 	.pool_forward = cpu_pool_forward,
 	.pool_backward = cpu_pool_backward,
-	.gap_forward = wf_cpu_gap_forward,
-	.gap_backward = wf_cpu_gap_backward,
-	.pad_forward = wf_cpu_pad_forward,
-	.pad_backward = wf_cpu_pad_backward,
-	.dropout_forward = wf_cpu_dropout_forward,
-	.dropout_backward = wf_cpu_dropout_backward,
-	.softmax_xent_forward = wf_cpu_softmax_xent_forward,
-	.softmax_xent_backward = wf_cpu_softmax_xent_backward,
-	.optimizer_update = wf_cpu_optimizer_update,
+	.gap_forward = threaded_gap_forward,
+	.gap_backward = threaded_gap_backward,
+	.pad_forward = threaded_pad_forward,
+	.pad_backward = threaded_pad_backward,
+	.dropout_forward = threaded_dropout_forward,
+	.dropout_backward = threaded_dropout_backward,
+	.softmax_xent_forward = threaded_softmax_xent_forward,
+	.softmax_xent_backward = threaded_softmax_xent_backward,
+	.optimizer_update = threaded_optimizer_update,
 };
 
 int wf_backend_cpu_init(wf_backend *be, wf_err *err)

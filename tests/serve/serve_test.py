@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
 
 SERVE = os.environ["WEFT_SERVE"]
 TOOL = os.environ["WEFT_SERVE_TOOL"]
@@ -87,6 +88,139 @@ def error_is(port, method, path, body, code, words, headers=None):
 
 def zeros(n):
     return [[[[0.0] * 3 for _ in range(32)] for _ in range(32)] for _ in range(n)]
+
+
+# ---- PNG, written here (zlib + struct) so the server's decoder meets an
+# encoder other than the libpng it uses. Samples are big-endian as PNG stores them.
+ADAM7 = [(0, 0, 8, 8), (4, 0, 8, 8), (0, 4, 4, 8), (2, 0, 4, 4), (0, 2, 2, 4), (1, 0, 2, 2), (0, 1, 1, 2)]
+
+
+def png_chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def make_png(w, h, px, color_type, depth=8, interlace=False, plte=None, trns=None):
+    """px: h rows of w pixels, each a tuple of samples (one per channel)."""
+    def row_bytes(pixels):
+        fmt = ">%d%s" % (sum(len(p) for p in pixels), "H" if depth == 16 else "B")
+        return b"\0" + struct.pack(fmt, *[s for p in pixels for s in p])  # filter: none
+    raw = b""
+    if interlace:
+        for x0, y0, dx, dy in ADAM7:
+            if x0 < w:
+                raw += b"".join(row_bytes(px[y][x0::dx]) for y in range(y0, h, dy))
+    else:
+        raw = b"".join(row_bytes(r) for r in px)
+    out = b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, depth, color_type, 0, 0,
+                                                                    1 if interlace else 0))
+    if plte:
+        out += png_chunk(b"PLTE", b"".join(bytes(c) for c in plte))
+    if trns:
+        out += png_chunk(b"tRNS", trns)
+    return out + png_chunk(b"IDAT", zlib.compress(raw, 6)) + png_chunk(b"IEND", b"")
+
+
+def png_variants(rgb, seed):
+    """The same 32x32 picture as PNGs of several colour types; returns (name, png, the RGB
+    pixels it must decode to) where a type cannot hold rgb exactly (gray, palette)."""
+    import random
+    rnd = random.Random(seed)
+    gray = [[(p[0],) for p in row] for row in rgb]
+    pal = [tuple(rnd.randrange(256) for _ in range(3)) for _ in range(64)]
+    idx = [[(rnd.randrange(64),) for _ in row] for row in rgb]
+    as_rgb = lambda rows: [c for row in rows for p in row for c in p]
+    return [
+        ("RGB 8-bit", make_png(32, 32, rgb, 2), as_rgb(rgb)),
+        ("RGBA 8-bit", make_png(32, 32, [[p + (rnd.randrange(256),) for p in r] for r in rgb], 6), as_rgb(rgb)),
+        ("RGB 16-bit", make_png(32, 32, [[tuple(v * 257 for v in p) for p in r] for r in rgb], 2, 16),
+         as_rgb(rgb)),
+        ("gray+alpha 16-bit", make_png(32, 32, [[(p[0] * 257, 9) for p in r] for r in gray], 4, 16),
+         as_rgb([[p * 3 for p in r] for r in gray])),
+        ("gray 8-bit", make_png(32, 32, gray, 0), as_rgb([[p * 3 for p in r] for r in gray])),
+        ("palette 8-bit + tRNS", make_png(32, 32, idx, 3, plte=pal, trns=bytes(range(0, 256, 8))),
+         as_rgb([[pal[i[0]] for i in r] for r in idx])),
+        ("interlaced RGB 8-bit", make_png(32, 32, rgb, 2, interlace=True), as_rgb(rgb)),
+        ("interlaced RGBA 16-bit", make_png(32, 32, [[tuple(v * 257 for v in p) + (0,) for p in r] for r in rgb],
+                                            6, 16, interlace=True), as_rgb(rgb)),
+    ]
+
+
+def kv2_uint8(port, pixels, n):
+    hdr = json.dumps({"inputs": [{"name": "input", "shape": [n, 32, 32, 3], "datatype": "UINT8",
+                                  "parameters": {"binary_data_size": n * 3072}}]}).encode()
+    code, doc = jreq(port, "POST", "/v2/models/m/infer", hdr + bytes(pixels),
+                     {"Inference-Header-Content-Length": str(len(hdr))})
+    return doc["outputs"][0]["data"] if code == 200 else None
+
+
+def max_diff(a, b):
+    return max(abs(x - y) for x, y in zip(a, b)) if a and b and len(a) == len(b) else 1e9
+
+
+def png_checks(port, tmp):
+    import random
+    rnd = random.Random(11)
+    rgb = [[tuple(rnd.randrange(256) for _ in range(3)) for _ in range(32)] for _ in range(32)]
+    variants = png_variants(rgb, 12)
+    n = len(variants)
+    # PNG is lossless: each decodes to exactly the raw UINT8 pixels it holds
+    want = kv2_uint8(port, [v for _, _, px in variants for v in px], n)
+    code, doc = jreq(port, "POST", "/v2/models/m/infer", json.dumps({"inputs": [{
+        "name": "input", "shape": [n], "datatype": "BYTES",
+        "data": [base64.b64encode(png).decode() for _, png, _ in variants]}]}))
+    got = doc["outputs"][0]["data"] if code == 200 else None
+    for i, (name, _, _) in enumerate(variants):
+        check(code == 200 and want is not None and max_diff(got[i * 10:i * 10 + 10], want[i * 10:i * 10 + 10]) < 1e-6,
+              "v2 infer BYTES PNG (%s) == UINT8 pixels" % name)
+    png = variants[1][1]
+    hdr = json.dumps({"inputs": [{"name": "input", "shape": [1], "datatype": "BYTES",
+                                  "parameters": {"binary_data_size": len(png) + 4}}]}).encode()
+    code, doc = jreq(port, "POST", "/v2/models/m/infer", hdr + struct.pack("<I", len(png)) + png,
+                     {"Inference-Header-Content-Length": str(len(hdr))})
+    check(code == 200 and max_diff(doc["outputs"][0]["data"], want[10:20]) < 1e-6,
+          "v2 infer binary PNG (BYTES) == UINT8 pixels")
+    code, doc = jreq(port, "POST", "/v1/models/m:predict",
+                     json.dumps({"instances": [{"b64": base64.b64encode(variants[6][1]).decode()}]}))
+    check(code == 200 and max_diff(doc["predictions"][0], want[60:70]) < 1e-6,
+          "predict b64 interlaced PNG == UINT8 pixels")
+
+    # the same picture as JPEG and as PNG (its decoded pixels, larger than the
+    # input: both get resized) gives the same prediction
+    raw = os.path.join(tmp, "a.rgb")
+    w, h = map(int, subprocess.check_output([TOOL, "decode", JPEG, raw]).split())
+    with open(raw, "rb") as f:
+        data = f.read()
+    rows = [[tuple(data[(y * w + x) * 3:(y * w + x) * 3 + 3]) for x in range(w)] for y in range(h)]
+    with open(JPEG, "rb") as f:
+        jpg = f.read()
+    insts = [{"b64": base64.b64encode(b).decode()} for b in
+             (jpg, make_png(w, h, rows, 2), make_png(w, h, [[p + (128,) for p in r] for r in rows], 6, interlace=True))]
+    code, doc = jreq(port, "POST", "/v1/models/m:predict", json.dumps({"instances": insts}))
+    preds = doc["predictions"] if code == 200 else [[], [], []]
+    check(code == 200 and max_diff(preds[0], preds[1]) < 1e-6 and max_diff(preds[0], preds[2]) < 1e-6,
+          "predict: the same %dx%d image as JPEG and as PNG (RGB, interlaced RGBA) agree" % (w, h))
+
+    # corrupt, truncated and oversized PNGs: 400 with the reason
+    def bad_png(body, words, what):
+        error_is(port, "POST", "/v1/models/m:predict",
+                 json.dumps({"instances": [{"b64": base64.b64encode(body).decode()}]}), 400, words)
+    png = variants[0][1]
+    bad_png(png[:len(png) // 2], ["invalid PNG", "truncated"], "truncated")
+    flipped = bytearray(png)
+    flipped[19] ^= 1  # the width in IHDR: its CRC no longer matches
+    bad_png(bytes(flipped), ["invalid PNG", "CRC"], "bad CRC")
+    idat = png.index(b"IDAT") - 4
+    ln = struct.unpack(">I", png[idat:idat + 4])[0]
+    junk = bytes((i * 37 + 11) & 255 for i in range(ln))
+    bad_png(png[:idat] + png_chunk(b"IDAT", junk) + png_chunk(b"IEND", b""), ["invalid PNG"], "bad zlib data")
+    huge = lambda w, h: (b"\x89PNG\r\n\x1a\n" + png_chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+                         + png_chunk(b"IDAT", zlib.compress(b"\0" * 100)) + png_chunk(b"IEND", b""))
+    bad_png(huge(100000, 1), ["PNG", "100000x1", "65535 pixels per side"], "too wide")
+    bad_png(huge(20000, 20000), ["PNG", "20000x20000", "67108864 pixels"], "too many pixels")
+    hdr = json.dumps({"inputs": [{"name": "input", "shape": [1], "datatype": "BYTES",
+                                  "parameters": {"binary_data_size": len(png) - 30 + 4}}]}).encode()
+    error_is(port, "POST", "/v2/models/m/infer", hdr + struct.pack("<I", len(png) - 30) + png[:-30], 400,
+             ["element 0", "invalid PNG"], {"Inference-Header-Content-Length": str(len(hdr))})
 
 
 def api_checks(port, jpeg_b64):
@@ -300,6 +434,7 @@ def main():
                          "--batch_timeout_micros", "2000", "--file_system_poll_wait_seconds", "0.2",
                          "--max_request_bytes", str(1 << 20))
         api_checks(port, jpeg_b64)
+        png_checks(port, tmp)
         hot_swap(port, base, images, tmp)
         p.send_signal(signal.SIGTERM)
         check(p.wait(timeout=30) == 0, "SIGTERM on an idle server exits 0")

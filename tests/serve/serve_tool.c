@@ -5,6 +5,8 @@
  *   serve_tool fold IN.h5 OUT.h5            fold batch norm, drop dropout
  *   serve_tool jpeg OUT.jpg W H SEED        a random-pattern JPEG image
  *   serve_tool images DIR N SEED [W H]      DIR/class<k>/img<i>.jpg, k = i % 10
+ *   serve_tool decode IN.jpg OUT.rgb         the RGB pixels libjpeg decodes (as
+ *                                           weft-serve does); prints "W H"
  */
 #include "common/util.h"
 #include "model/fold.h"
@@ -79,6 +81,44 @@ static int write_jpeg(const char *path, int w, int h, uint64_t seed, int cls)
 	return 0;
 }
 
+static int decode_jpeg(const char *in, const char *out)
+{
+	FILE *f = fopen(in, "rb"), *o = NULL;
+	if (!f) {
+		perror(in);
+		return 1;
+	}
+	struct jpeg_decompress_struct cinfo;
+	struct jpeg_error_mgr jerr;
+	cinfo.err = jpeg_std_error(&jerr);
+	jpeg_create_decompress(&cinfo);
+	jpeg_stdio_src(&cinfo, f);
+	jpeg_read_header(&cinfo, TRUE);
+	cinfo.out_color_space = JCS_RGB;
+	jpeg_start_decompress(&cinfo);
+	size_t stride = (size_t)cinfo.output_width * 3;
+	unsigned char *row = malloc(stride);
+	int rc = 0;
+	o = fopen(out, "wb");
+	if (!o) {
+		perror(out);
+		rc = 1;
+	}
+	while (cinfo.output_scanline < cinfo.output_height) {
+		jpeg_read_scanlines(&cinfo, &row, 1);
+		if (o && fwrite(row, 1, stride, o) != stride)
+			rc = 1;
+	}
+	printf("%u %u\n", cinfo.output_width, cinfo.output_height);
+	jpeg_finish_decompress(&cinfo);
+	jpeg_destroy_decompress(&cinfo);
+	free(row);
+	if (o && fclose(o))
+		rc = 1;
+	fclose(f);
+	return rc;
+}
+
 static int make_model(const char *zoo, const char *out, uint64_t seed, int hw)
 {
 	wf_model *m = NULL;
@@ -136,6 +176,8 @@ int main(int argc, char **argv)
 	if (argc == 6 && !strcmp(argv[1], "jpeg"))
 		return write_jpeg(argv[2], atoi(argv[3]), atoi(argv[4]),
 				  strtoull(argv[5], NULL, 10), 0);
+	if (argc == 4 && !strcmp(argv[1], "decode"))
+		return decode_jpeg(argv[2], argv[3]);
 	if ((argc == 5 || argc == 7) && !strcmp(argv[1], "images")) {
 		int n = atoi(argv[3]), w = argc == 7 ? atoi(argv[5]) : 32;
 		int h = argc == 7 ? atoi(argv[6]) : 32;
@@ -151,6 +193,6 @@ int main(int argc, char **argv)
 		return 0;
 	}
 	fprintf(stderr, "usage: serve_tool model ZOO OUT.h5 [SEED] [H] | fold IN OUT | jpeg OUT W "
-			"H SEED | images DIR N SEED [W H]\n");
+			"H SEED | images DIR N SEED [W H] | decode IN.jpg OUT.rgb\n");
 	return 2;
 }

@@ -1,0 +1,466 @@
+/* rendezvous.c: the chief's id hand-out over TCP (see rendezvous.h).
+ *
+ * Wire format, all integers big-endian:
+ *   hello (rank r -> chief, 24 bytes): "WFRV", version, rank, size, job (u64)
+ *   reply (chief -> rank r, 272 bytes): "WFRV", version, status (0 ok,
+ *     1 refused), size, id[128], message[128] (why it was refused)
+ * The chief answers each hello at once and returns when every rank in
+ * [1, size) has had its answer; a rank asking twice (a restarted pod) gets
+ * the same id again. Anything that is not a hello is dropped without
+ * touching the state. */
+#include "worker/rendezvous.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define RDV_MAGIC	0x57465256u /* "WFRV" */
+#define RDV_VERSION	1u
+#define HELLO_BYTES	24
+#define MSG_BYTES	128
+#define REPLY_BYTES	(16 + WF_RDV_ID_BYTES + MSG_BYTES)
+#define CLIENT_TIMEOUT	5.0 /* seconds the chief gives one connection */
+#define CONNECT_ATTEMPT 2.0 /* seconds one connect may take */
+#define BACKOFF_FIRST	0.1 /* seconds between attempts, doubling ... */
+#define BACKOFF_MAX	2.0 /* ... up to this */
+#define MAX_NAMED	16  /* missing ranks listed by number */
+
+double wf_rdv_timeout_from_env(void)
+{
+	const char *s = getenv("WEFT_RENDEZVOUS_TIMEOUT");
+	if (s && *s) {
+		char *end;
+		double v = strtod(s, &end);
+		if (*end == '\0' && v > 0)
+			return v;
+		wf_warn("WEFT_RENDEZVOUS_TIMEOUT=%s is not a positive number of seconds: using %g",
+			s, WF_RDV_TIMEOUT_DEFAULT);
+	}
+	return WF_RDV_TIMEOUT_DEFAULT;
+}
+
+/* ---- bytes on the wire --------------------------------------------------- */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24);
+	p[1] = (uint8_t)(v >> 16);
+	p[2] = (uint8_t)(v >> 8);
+	p[3] = (uint8_t)v;
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void put64(uint8_t *p, uint64_t v)
+{
+	put32(p, (uint32_t)(v >> 32));
+	put32(p + 4, (uint32_t)v);
+}
+
+static uint64_t get64(const uint8_t *p)
+{
+	return (uint64_t)get32(p) << 32 | get32(p + 4);
+}
+
+/* ---- sockets with a deadline --------------------------------------------- */
+
+static int ms_left(double deadline)
+{
+	double left = deadline - wf_now();
+	return left <= 0 ? 0 : left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1;
+}
+
+/* Wait until fd is ready for events before deadline: 1 ready, 0 timed
+ * out, -1 error (errno). Signals do not end the wait. */
+static int wait_fd(int fd, short events, double deadline)
+{
+	for (;;) {
+		int ms = ms_left(deadline);
+		if (ms == 0)
+			return 0;
+		struct pollfd p = {.fd = fd, .events = events};
+		int n = poll(&p, 1, ms);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return n;
+		return 1;
+	}
+}
+
+/* Send or receive exactly n bytes before deadline: 0, or -1 with errno
+ * (ETIMEDOUT; ECONNRESET when the peer closed early). */
+static int io_full(int fd, void *buf, size_t n, int writing, double deadline)
+{
+	uint8_t *p = buf;
+	while (n > 0) {
+		int ready = wait_fd(fd, writing ? POLLOUT : POLLIN, deadline);
+		if (ready <= 0) {
+			if (ready == 0)
+				errno = ETIMEDOUT;
+			return -1;
+		}
+		ssize_t k = writing ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
+		if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
+			continue;
+		if (k < 0)
+			return -1;
+		if (k == 0) {
+			errno = ECONNRESET;
+			return -1;
+		}
+		p += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static int set_nonblocking(int fd)
+{
+	int fl = fcntl(fd, F_GETFL, 0);
+	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+/* "host:port" or "[v6]:port" into host and port. */
+static int split_hostport(const char *hp, char *host, size_t n, int *port)
+{
+	const char *colon;
+	size_t hl;
+	if (hp[0] == '[') {
+		const char *close = strchr(hp, ']');
+		if (!close || close[1] != ':')
+			return -1;
+		hl = (size_t)(close - hp - 1);
+		hp++;
+		colon = close + 1;
+	} else {
+		colon = strrchr(hp, ':');
+		if (!colon)
+			return -1;
+		hl = (size_t)(colon - hp);
+	}
+	char *end;
+	long v = strtol(colon + 1, &end, 10);
+	if (hl == 0 || hl >= n || *end != '\0' || v < 1 || v > 65535)
+		return -1;
+	memcpy(host, hp, hl);
+	host[hl] = '\0';
+	*port = (int)v;
+	return 0;
+}
+
+static int check_cfg(const wf_rdv_cfg *cfg, char *host, size_t n, int *port, wf_err *err)
+{
+	if (cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size)
+		return wf_errf(err, WF_EINVAL, "rendezvous: rank %d is not in a job of %d ranks",
+			       cfg->rank, cfg->size);
+	if (!cfg->chief || split_hostport(cfg->chief, host, n, port) != 0)
+		return wf_errf(err, WF_EINVAL,
+			       "rendezvous: the chief's address \"%s\" is not host:port",
+			       cfg->chief ? cfg->chief : "(none)");
+	return 0;
+}
+
+/* ---- the chief --------------------------------------------------------- */
+
+/* A listening socket on every address of this host, port port. */
+static int listen_on(int port, int backlog, wf_err *err)
+{
+	int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int one = 1, zero = 0, rc;
+	if (fd >= 0) {
+		struct sockaddr_in6 a6 = {.sin6_family = AF_INET6,
+					  .sin6_port = htons((uint16_t)port),
+					  .sin6_addr = in6addr_any};
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		rc = bind(fd, (struct sockaddr *)&a6, sizeof(a6));
+	} else { /* no IPv6 in this kernel or pod */
+		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			return wf_errf(err, WF_EIO, "rendezvous: socket: %s", strerror(errno));
+		struct sockaddr_in a4 = {.sin_family = AF_INET,
+					 .sin_port = htons((uint16_t)port),
+					 .sin_addr.s_addr = htonl(INADDR_ANY)};
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+		rc = bind(fd, (struct sockaddr *)&a4, sizeof(a4));
+	}
+	if (rc != 0 || listen(fd, backlog) != 0 || set_nonblocking(fd) != 0) {
+		int e = errno;
+		close(fd);
+		/* Usually the previous chief's socket still holds the port: a restart helps. */
+		return wf_errf(err, WF_ETRANSIENT,
+			       "rendezvous: the chief cannot listen on port %d: %s", port,
+			       strerror(e));
+	}
+	return fd;
+}
+
+typedef struct chief_state {
+	const wf_rdv_cfg *cfg;
+	const uint8_t *id;
+	unsigned char *seen; /* [size] 1 once rank got the id */
+	int nseen;	     /* ranks in [1, size) served */
+} chief_state;
+
+/* One connection: read a hello, answer it. Bad input only costs a warning. */
+static void serve_client(chief_state *s, int fd, const char *peer)
+{
+	uint8_t hello[HELLO_BYTES], reply[REPLY_BYTES];
+	double deadline = wf_now() + CLIENT_TIMEOUT;
+	if (io_full(fd, hello, sizeof(hello), 0, deadline) != 0) {
+		wf_warn("rendezvous: %s sent no hello: %s", peer, strerror(errno));
+		return;
+	}
+	if (get32(hello) != RDV_MAGIC || get32(hello + 4) != RDV_VERSION) {
+		wf_warn("rendezvous: %s is not a weft rank of this version (dropped)", peer);
+		return;
+	}
+	int rank = (int)get32(hello + 8), size = (int)get32(hello + 12);
+	uint64_t job = get64(hello + 16);
+	char why[MSG_BYTES] = "";
+	if (size != s->cfg->size)
+		snprintf(why, sizeof(why), "rank %d says the job has %d ranks, the chief %d", rank,
+			 size, s->cfg->size);
+	else if (rank < 1 || rank >= size)
+		snprintf(why, sizeof(why), "rank %d is not a worker rank of a job of %d", rank,
+			 size);
+	else if (job != s->cfg->job)
+		snprintf(why, sizeof(why),
+			 "rank %d belongs to another job (config or cluster spec differs)", rank);
+	memset(reply, 0, sizeof(reply));
+	put32(reply, RDV_MAGIC);
+	put32(reply + 4, RDV_VERSION);
+	put32(reply + 8, why[0] ? 1u : 0u);
+	put32(reply + 12, (uint32_t)s->cfg->size);
+	if (!why[0])
+		memcpy(reply + 16, s->id, WF_RDV_ID_BYTES);
+	memcpy(reply + 16 + WF_RDV_ID_BYTES, why, MSG_BYTES);
+	if (io_full(fd, reply, sizeof(reply), 1, deadline) != 0) {
+		wf_warn("rendezvous: answering %s (rank %d): %s", peer, rank, strerror(errno));
+		return;
+	}
+	if (why[0]) {
+		wf_warn("rendezvous: refused %s: %s", peer, why);
+		return;
+	}
+	if (s->seen[rank]) {
+		wf_info("rendezvous: rank %d (%s) asked again: same id", rank, peer);
+		return;
+	}
+	s->seen[rank] = 1;
+	s->nseen++;
+	wf_debug("rendezvous: rank %d (%s) has the id (%d of %d)", rank, peer, s->nseen,
+		 s->cfg->size - 1);
+}
+
+static void peer_name(const struct sockaddr_storage *sa, char *buf, size_t n)
+{
+	char host[NI_MAXHOST], serv[NI_MAXSERV];
+	if (getnameinfo((const struct sockaddr *)sa, sizeof(*sa), host, sizeof(host), serv,
+			sizeof(serv), NI_NUMERICHOST | NI_NUMERICSERV) == 0)
+		snprintf(buf, n, "%s:%s", host, serv);
+	else
+		snprintf(buf, n, "a peer");
+}
+
+static int chief_serve(const wf_rdv_cfg *cfg, int port, const uint8_t *id, double timeout,
+		       wf_err *err)
+{
+	if (cfg->size < 2)
+		return 0;
+	chief_state s = {.cfg = cfg, .id = id};
+	s.seen = calloc((size_t)cfg->size, 1);
+	if (!s.seen)
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	int rc = 0;
+	int fd = listen_on(port, WF_MIN(cfg->size, 4096), err);
+	if (fd < 0) {
+		rc = fd;
+		goto free_seen;
+	}
+	wf_info("rendezvous: chief waiting for %d rank%s on port %d (timeout %g s)",
+		cfg->size - 1, cfg->size == 2 ? "" : "s", port, timeout);
+	double deadline = wf_now() + timeout;
+	while (s.nseen < cfg->size - 1) {
+		int ready = wait_fd(fd, POLLIN, deadline);
+		if (ready < 0) {
+			rc = wf_errf(err, WF_EIO, "rendezvous: poll: %s", strerror(errno));
+			goto close_fd;
+		}
+		if (ready == 0)
+			break;
+		struct sockaddr_storage sa;
+		socklen_t len = sizeof(sa);
+		int cfd = accept4(fd, (struct sockaddr *)&sa, &len, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (cfd < 0)
+			continue; /* the peer gave up, or a signal: wait again */
+		char peer[NI_MAXHOST + NI_MAXSERV + 2];
+		peer_name(&sa, peer, sizeof(peer));
+		serve_client(&s, cfd, peer);
+		close(cfd);
+	}
+	if (s.nseen < cfg->size - 1) {
+		char list[256] = "";
+		size_t n = 0;
+		int missing = 0;
+		for (int r = 1; r < cfg->size; r++) {
+			if (s.seen[r])
+				continue;
+			if (missing < MAX_NAMED && n < sizeof(list))
+				n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%d",
+						      missing ? ", " : "", r);
+			else if (missing == MAX_NAMED && n < sizeof(list))
+				n += (size_t)snprintf(list + n, sizeof(list) - n, ", ...");
+			missing++;
+		}
+		rc = wf_errf(err, WF_ETRANSIENT,
+			     "rendezvous: rank%s %s of %d did not connect to the chief (port %d, "
+			     "%s) within %g s",
+			     missing > 1 ? "s" : "", list, cfg->size, port, cfg->chief, timeout);
+		goto close_fd;
+	}
+	wf_info("rendezvous: all %d ranks have the id", cfg->size);
+close_fd:
+	close(fd);
+free_seen:
+	free(s.seen);
+	return rc;
+}
+
+/* ---- the other ranks ----------------------------------------------------- */
+
+/* One attempt: resolve, connect, hello, reply. 0 done; 1 retry later (why
+ * in last); < 0 a permanent error in err. */
+static int join_once(const wf_rdv_cfg *cfg, const char *host, int port, double deadline,
+		     uint8_t *id, char *last, size_t nlast, wf_err *err)
+{
+	char serv[16];
+	snprintf(serv, sizeof(serv), "%d", port);
+	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+	int gai = getaddrinfo(host, serv, &hints, &ai);
+	if (gai != 0) { /* pods come up before their DNS names do */
+		snprintf(last, nlast, "cannot resolve %s: %s", host, gai_strerror(gai));
+		return 1;
+	}
+	int fd = -1, rc = 1;
+	for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
+		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+			    a->ai_protocol);
+		if (fd < 0)
+			continue;
+		if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS)
+			goto next;
+		double until = WF_MIN(deadline, wf_now() + CONNECT_ATTEMPT);
+		int so = 0;
+		socklen_t sl = sizeof(so);
+		if (wait_fd(fd, POLLOUT, until) != 1) {
+			errno = ETIMEDOUT;
+			goto next;
+		}
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl) != 0 || so != 0) {
+			errno = so ? so : errno;
+			goto next;
+		}
+		continue; /* connected */
+	next:
+		snprintf(last, nlast, "%s", strerror(errno));
+		close(fd);
+		fd = -1;
+	}
+	freeaddrinfo(ai);
+	if (fd < 0)
+		return 1;
+	uint8_t hello[HELLO_BYTES], reply[REPLY_BYTES];
+	put32(hello, RDV_MAGIC);
+	put32(hello + 4, RDV_VERSION);
+	put32(hello + 8, (uint32_t)cfg->rank);
+	put32(hello + 12, (uint32_t)cfg->size);
+	put64(hello + 16, cfg->job);
+	if (io_full(fd, hello, sizeof(hello), 1, deadline) != 0 ||
+	    io_full(fd, reply, sizeof(reply), 0, deadline) != 0) {
+		snprintf(last, nlast, "connected, but no answer: %s", strerror(errno));
+		goto close_fd;
+	}
+	if (get32(reply) != RDV_MAGIC || get32(reply + 4) != RDV_VERSION) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "rendezvous: %s answered, but it is not a weft chief of this version "
+			     "(is TF_CONFIG's chief address right?)",
+			     cfg->chief);
+		goto close_fd;
+	}
+	if (get32(reply + 8) != 0) {
+		char why[MSG_BYTES + 1];
+		memcpy(why, reply + 16 + WF_RDV_ID_BYTES, MSG_BYTES);
+		why[MSG_BYTES] = '\0';
+		rc = wf_errf(err, WF_EINVAL, "rendezvous: the chief at %s refused rank %d: %s",
+			     cfg->chief, cfg->rank, why);
+		goto close_fd;
+	}
+	memcpy(id, reply + 16, WF_RDV_ID_BYTES);
+	rc = 0;
+close_fd:
+	close(fd);
+	return rc;
+}
+
+static int worker_join(const wf_rdv_cfg *cfg, const char *host, int port, uint8_t *id,
+		       double timeout, wf_err *err)
+{
+	double t0 = wf_now(), deadline = t0 + timeout, backoff = BACKOFF_FIRST;
+	char last[512] = "no attempt";
+	int attempts = 0;
+	for (;;) {
+		attempts++;
+		int rc = join_once(cfg, host, port, deadline, id, last, sizeof(last), err);
+		if (rc <= 0) {
+			if (rc == 0)
+				wf_debug("rendezvous: rank %d has the id from %s", cfg->rank,
+					 cfg->chief);
+			return rc;
+		}
+		double left = deadline - wf_now();
+		if (left <= 0)
+			break;
+		double nap = WF_MIN(backoff, left);
+		struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
+		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+			;
+		backoff = WF_MIN(backoff * 2, BACKOFF_MAX);
+	}
+	int rc = wf_errf(err, WF_ETRANSIENT,
+			 "rendezvous: rank %d found no chief at %s within %.0f s (%d attempts; "
+			 "last: %s). Is the chief running with the same TF_CONFIG? Exiting 138 "
+			 "(transient)",
+			 cfg->rank, cfg->chief, wf_now() - t0, attempts, last);
+	return rc;
+}
+
+int wf_rdv_exchange(const wf_rdv_cfg *cfg, uint8_t id[WF_RDV_ID_BYTES], wf_err *err)
+{
+	char host[256];
+	int port = 0;
+	int rc = check_cfg(cfg, host, sizeof(host), &port, err);
+	if (rc != 0)
+		return rc;
+	double timeout = cfg->timeout > 0 ? cfg->timeout : WF_RDV_TIMEOUT_DEFAULT;
+	if (cfg->rank == 0)
+		return chief_serve(cfg, port, id, timeout, err);
+	return worker_join(cfg, host, port, id, timeout, err);
+}

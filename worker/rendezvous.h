@@ -1,0 +1,36 @@
+/* rendezvous.h: hands a small secret (the 128-byte NCCL unique id) from the
+ * chief to every rank of a job over plain TCP, for allreduce jobs without
+ * MPI (Kubernetes pods that only have TF_CONFIG). Rank 0 listens on the port
+ * of its TF_CONFIG address; every other rank connects (retrying while the
+ * chief's pod and its DNS name come up), says its rank, and gets back the id
+ * and the world size. No GPU, MPI or ZeroMQ here: it is tested on loopback.
+ *
+ * Threads: each call is self-contained; a process calls it once. */
+#ifndef WF_RENDEZVOUS_H
+#define WF_RENDEZVOUS_H
+
+#include "common/error.h"
+
+#include <stdint.h>
+
+#define WF_RDV_ID_BYTES	       128   /* NCCL_UNIQUE_ID_BYTES */
+#define WF_RDV_TIMEOUT_DEFAULT 300.0 /* seconds; WEFT_RENDEZVOUS_TIMEOUT overrides */
+
+typedef struct wf_rdv_cfg {
+	int rank;	   /* this process, in [0, size); 0 serves */
+	int size;	   /* processes in the job */
+	const char *chief; /* "host:port" of rank 0 ("[v6]:port" too); rank 0 binds the port */
+	uint64_t job;	   /* job tag every rank derives alike; a mismatch is refused */
+	double timeout;	   /* seconds for the whole rendezvous (<= 0: the default) */
+} wf_rdv_cfg;
+
+/* The rendezvous timeout: WEFT_RENDEZVOUS_TIMEOUT seconds, else the default. */
+double wf_rdv_timeout_from_env(void);
+
+/* Rank 0: id is the secret to hand out; returns once every other rank got
+ * it. Rank r > 0: receives rank 0's id into id. WF_ETRANSIENT naming the
+ * chief's address (or the ranks that never came) when the timeout passes;
+ * WF_EINVAL for a bad address or a rank/size/job that does not match. */
+int wf_rdv_exchange(const wf_rdv_cfg *cfg, uint8_t id[WF_RDV_ID_BYTES], wf_err *err);
+
+#endif
