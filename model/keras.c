@@ -14,7 +14,8 @@
 #include "model/keras.h"
 #include "model/zoo_build.h"
 
-#include <hdf5.h>
+#include "common/h5.h"
+
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -25,115 +26,6 @@
 
 #define NM	    WF_NAME_MAX
 #define MAX_WEIGHTS 8
-
-/* ---- HDF5 attribute helpers ------------------------------------------------ */
-
-static void free_strs(char **s, int n)
-{
-	for (int i = 0; s && i < n; i++)
-		free(s[i]);
-	free(s);
-}
-
-/* Append the strings of attribute `name` on obj to *list (*n entries). A
- * non-string attribute with no elements (Keras 3 writes an empty float64
- * array for a layer without weights) adds nothing. */
-static int append_str_attr(hid_t obj, const char *name, char ***list, int *n, const char *path,
-			   wf_err *err)
-{
-	int rc = 0;
-	void *buf = NULL;
-	hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-	hid_t ft = a < 0 ? -1 : H5Aget_type(a);
-	hid_t sp = a < 0 ? -1 : H5Aget_space(a);
-	hid_t mt = -1;
-	if (a < 0 || ft < 0 || sp < 0) {
-		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: cannot be opened", path, name);
-		goto done;
-	}
-	hssize_t cnt = H5Sget_simple_extent_npoints(sp);
-	if (cnt < 0 || cnt > 1000000) {
-		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: bad size", path, name);
-		goto done;
-	}
-	if (H5Tget_class(ft) != H5T_STRING) {
-		if (cnt != 0)
-			rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: expected strings", path,
-				     name);
-		goto done;
-	}
-	int vlen = H5Tis_variable_str(ft) > 0;
-	size_t fsize = vlen ? sizeof(char *) : H5Tget_size(ft);
-	/* fixed length: read as stored (NUL padded or not) and cut at fsize */
-	mt = vlen ? H5Tcopy(H5T_C_S1) : H5Tcopy(ft);
-	if (fsize == 0 || mt < 0 || (vlen && H5Tset_size(mt, H5T_VARIABLE) < 0) ||
-	    H5Tset_cset(mt, H5Tget_cset(ft)) < 0) {
-		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: bad string type", path, name);
-		goto done;
-	}
-	buf = calloc((size_t)(cnt ? cnt : 1), fsize);
-	char **grown = realloc(*list, sizeof(char *) * (size_t)(*n + cnt + 1));
-	if (grown)
-		*list = grown;
-	if (!buf || !grown) {
-		rc = wf_errf(err, WF_ENOMEM, "%s: attribute %s: out of memory", path, name);
-		goto done;
-	}
-	if (cnt > 0 && H5Aread(a, mt, buf) < 0) {
-		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: cannot be read", path, name);
-		goto done;
-	}
-	for (hssize_t i = 0; i < cnt; i++) {
-		const char *s = vlen ? ((char **)buf)[i] : NULL;
-		char *copy =
-			vlen ? strdup(s ? s : "") : strndup((char *)buf + (size_t)i * fsize, fsize);
-		if (!copy) {
-			rc = wf_errf(err, WF_ENOMEM, "%s: attribute %s: out of memory", path, name);
-			break;
-		}
-		for (size_t e = strlen(copy); e > 0 && copy[e - 1] == ' '; e--)
-			copy[e - 1] = '\0'; /* H5T_STR_SPACEPAD */
-		(*list)[(*n)++] = copy;
-	}
-	if (vlen && cnt > 0)
-		H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, buf);
-done:
-	free(buf);
-	if (mt >= 0)
-		H5Tclose(mt);
-	if (sp >= 0)
-		H5Sclose(sp);
-	if (ft >= 0)
-		H5Tclose(ft);
-	if (a >= 0)
-		H5Aclose(a);
-	return rc;
-}
-
-/* The string list `name` on obj, whole or split into name0, name1, ...;
- * absent = empty. */
-static int read_str_list(hid_t obj, const char *name, char ***list, int *n, const char *path,
-			 wf_err *err)
-{
-	char part[96];
-	int rc = 0;
-	*list = NULL;
-	*n = 0;
-	if (H5Aexists(obj, name) > 0)
-		rc = append_str_attr(obj, name, list, n, path, err);
-	for (int k = 0; !rc; k++) {
-		snprintf(part, sizeof(part), "%s%d", name, k);
-		if (H5Aexists(obj, part) <= 0)
-			break;
-		rc = append_str_attr(obj, part, list, n, path, err);
-	}
-	if (rc) {
-		free_strs(*list, *n);
-		*list = NULL;
-		*n = 0;
-	}
-	return rc;
-}
 
 /* ---- the importer's state ------------------------------------------------ */
 
@@ -427,7 +319,8 @@ static int fold_pre(kimp *k, const char *name, const char *cls, json_t *cfg)
 			char **wn = NULL;
 			int nw = 0, rc = 0, found = 0;
 			hid_t lg = H5Gopen2(k->weights, name, H5P_DEFAULT);
-			if (lg < 0 || read_str_list(lg, "weight_names", &wn, &nw, k->path, k->err))
+			if (lg < 0 ||
+			    wf_h5_attr_read_str_list(lg, "weight_names", &wn, &nw, k->path, k->err))
 				rc = lfail(k, name, cls, "no mean/variance in config or weights");
 			for (int w = 0; !rc && w < nw; w++) {
 				const char *base =
@@ -449,17 +342,14 @@ static int fold_pre(kimp *k, const char *name, const char *cls, json_t *cfg)
 					for (int i = 0; i < c; i++)
 						dst[q][i] = v[i];
 					found |= 1 << q;
-					if (sp >= 0)
-						H5Sclose(sp);
-					if (d >= 0)
-						H5Dclose(d);
+					wf_h5_close(&sp);
+					wf_h5_close(&d);
 				}
 			}
 			if (!rc && found != 3)
 				rc = lfail(k, name, cls, "no mean/variance in config or weights");
-			free_strs(wn, nw);
-			if (lg >= 0)
-				H5Gclose(lg);
+			wf_h5_strs_free(wn, nw);
+			wf_h5_close(&lg);
 			if (rc)
 				return rc;
 		}
@@ -787,10 +677,9 @@ static int load_weights(kimp *k, wf_model *m)
 	for (int i = 0; i < k->nloads && !rc; i++) {
 		const wload *l = &k->loads[i];
 		if (strcmp(cur, l->layer) != 0) {
-			free_strs(wn, nw);
+			wf_h5_strs_free(wn, nw);
 			wn = NULL, nw = 0;
-			if (lg >= 0)
-				H5Gclose(lg);
+			wf_h5_close(&lg);
 			snprintf(cur, sizeof(cur), "%s", l->layer);
 			lg = H5Lexists(k->weights, cur, H5P_DEFAULT) > 0
 				     ? H5Gopen2(k->weights, cur, H5P_DEFAULT)
@@ -802,7 +691,8 @@ static int load_weights(kimp *k, wf_model *m)
 					   cur, cur);
 				break;
 			}
-			if ((rc = read_str_list(lg, "weight_names", &wn, &nw, k->path, k->err)))
+			if ((rc = wf_h5_attr_read_str_list(lg, "weight_names", &wn, &nw, k->path,
+							   k->err)))
 				break;
 		}
 		int found = -1;
@@ -847,14 +737,11 @@ static int load_weights(kimp *k, wf_model *m)
 				rc = kfail(k, WF_EFORMAT, "model_weights/%s/%s: cannot be read",
 					   cur, wn[found]);
 		}
-		if (sp >= 0)
-			H5Sclose(sp);
-		if (d >= 0)
-			H5Dclose(d);
+		wf_h5_close(&sp);
+		wf_h5_close(&d);
 	}
-	free_strs(wn, nw);
-	if (lg >= 0)
-		H5Gclose(lg);
+	wf_h5_strs_free(wn, nw);
+	wf_h5_close(&lg);
 	return rc;
 }
 
@@ -902,19 +789,16 @@ int wf_keras_is_model_file(int64_t file)
 
 static int read_config(kimp *k, json_t **root)
 {
-	char **s = NULL;
-	int n = 0;
+	char *s = NULL;
 	json_error_t jerr;
 	*root = NULL;
 	if (H5Aexists(k->file, "model_config") <= 0)
 		return kfail(k, WF_EFORMAT, "not a Keras model file (no model_config attribute)");
-	int rc = append_str_attr(k->file, "model_config", &s, &n, k->path, k->err);
-	if (!rc && n != 1)
-		rc = kfail(k, WF_EFORMAT, "attribute model_config: expected one string");
-	if (!rc && !(*root = json_loads(s[0], 0, &jerr)))
+	int rc = wf_h5_attr_read_str(k->file, "model_config", &s, k->path, k->err);
+	if (!rc && !(*root = json_loads(s, 0, &jerr)))
 		rc = kfail(k, WF_EFORMAT, "model_config: invalid JSON at line %d: %s", jerr.line,
 			   jerr.text);
-	free_strs(s, n);
+	free(s);
 	return rc;
 }
 
@@ -1009,8 +893,7 @@ done:
 	wf_model_free(m);
 	free(graph);
 	json_decref(root);
-	if (k.weights >= 0)
-		H5Gclose(k.weights);
+	wf_h5_close(&k.weights);
 	wf_builder_free(&k.b);
 	free(k.kname);
 	free(k.alias);
@@ -1021,23 +904,17 @@ done:
 
 int wf_keras_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err *err)
 {
-	H5E_auto2_t fn;
-	void *data;
+	wf_h5_quiet q;
+	hid_t f = H5I_INVALID_HID;
 	*out = NULL;
 	if (meta)
 		wf_model_meta_init(meta);
-	H5Eget_auto2(H5E_DEFAULT, &fn, &data);
-	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-	int rc;
-	hid_t f = H5Fis_hdf5(path) > 0 ? H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT) : -1;
-	if (f < 0)
-		rc = wf_errf(err, WF_EFORMAT, "%s: not an HDF5 file, unreadable or truncated",
-			     path);
-	else
-		rc = wf_keras_load_h5(f, out, meta, path, err);
-	if (f >= 0)
-		H5Fclose(f);
-	H5Eclear2(H5E_DEFAULT);
-	H5Eset_auto2(H5E_DEFAULT, fn, data);
+	int rc = wf_h5_open(path, H5F_ACC_RDONLY, &f, err);
+	if (rc)
+		return rc;
+	wf_h5_quiet_begin(&q);
+	rc = wf_keras_load_h5(f, out, meta, path, err);
+	wf_h5_close(&f);
+	wf_h5_quiet_end(&q);
 	return rc;
 }

@@ -7,67 +7,18 @@
 #include "model/model.h"
 #include "model/model_priv.h"
 
+#include "common/h5.h"
 #include "common/util.h"
 
 #include <errno.h>
-#include <hdf5.h>
 #include <jansson.h>
 #include <libgen.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-/* ---- HDF5 errors -------------------------------------------------------- */
-
-/* HDF5 prints its error stack by default; we turn it into messages instead. */
-typedef struct h5_quiet {
-	H5E_auto2_t fn;
-	void *data;
-} h5_quiet;
-
-static void h5_quiet_begin(h5_quiet *q)
-{
-	H5Eget_auto2(H5E_DEFAULT, &q->fn, &q->data);
-	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-}
-
-static void h5_quiet_end(h5_quiet *q)
-{
-	H5Eset_auto2(H5E_DEFAULT, q->fn, q->data);
-}
-
-static herr_t h5_walk_cb(unsigned n, const H5E_error2_t *e, void *data)
-{
-	if (n == 0 && e->desc)
-		snprintf((char *)data, 256, "%s", e->desc);
-	return 0;
-}
-
-/* Record code and "<message> (HDF5: <innermost cause>)"; the check macro adds
- * where in our code it happened. */
-static int h5_fail(wf_err *err, int code, const char *file, int line, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
-static int h5_fail(wf_err *err, int code, const char *file, int line, const char *fmt, ...)
-{
-	char msg[640], lib[256] = "";
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk_cb, lib);
-	H5Eclear2(H5E_DEFAULT);
-	const char *base = strrchr(file, '/');
-	if (lib[0])
-		return wf_errf(err, code, "%s (HDF5: %s; %s:%d)", msg, lib, base ? base + 1 : file,
-			       line);
-	return wf_errf(err, code, "%s", msg);
-}
-
-#define H5_FAIL(err, code, ...) h5_fail(err, code, __FILE__, __LINE__, __VA_ARGS__)
 
 /* ---- meta --------------------------------------------------------------- */
 
@@ -93,34 +44,6 @@ void wf_model_meta_free(wf_model_meta *meta)
 
 /* ---- writing ------------------------------------------------------------ */
 
-static hid_t vlen_str_type(void)
-{
-	hid_t t = H5Tcopy(H5T_C_S1);
-	if (t >= 0 && (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0)) {
-		H5Tclose(t);
-		return -1;
-	}
-	return t;
-}
-
-/* Attribute name on obj of type ftype (file) / mtype (memory), 1-D of n
- * elements (n < 0: scalar). */
-static int write_attr(hid_t obj, const char *name, hid_t ftype, hid_t mtype, long n,
-		      const void *data, const char *path, wf_err *err)
-{
-	hsize_t dim = n < 0 ? 0 : (hsize_t)n;
-	hid_t space = n < 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &dim, NULL);
-	hid_t a = space < 0 ? -1 : H5Acreate2(obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
-	int rc = 0;
-	if (a < 0 || (n != 0 && H5Awrite(a, mtype, data) < 0))
-		rc = H5_FAIL(err, WF_EIO, "%s: writing attribute %s", path, name);
-	if (a >= 0)
-		H5Aclose(a);
-	if (space >= 0)
-		H5Sclose(space);
-	return rc;
-}
-
 static char *preprocessing_json(const wf_model *m, const wf_model_meta *meta)
 {
 	json_t *mean = json_array(), *sd = json_array();
@@ -141,29 +64,24 @@ static int write_attrs(hid_t f, const wf_model *m, const wf_model_meta *meta, co
 		       wf_err *err)
 {
 	int rc = 0, fmt = WF_MODEL_FORMAT, shape[3] = {m->in_h, m->in_w, m->in_c};
-	int64_t steps = meta->trained_steps;
 	char *pre = preprocessing_json(m, meta);
-	hid_t str = vlen_str_type();
 	const char **names = calloc((size_t)WF_MAX(meta->nclasses, 1), sizeof(*names));
-	if (!pre || str < 0 || !names) {
+	if (!pre || !names) {
 		rc = wf_errf(err, WF_ENOMEM, "%s: out of memory writing attributes", path);
 		goto done;
 	}
 	for (int i = 0; i < meta->nclasses; i++)
 		names[i] = meta->class_names && meta->class_names[i] ? meta->class_names[i] : "";
-	if ((rc = write_attr(f, "weft_format", H5T_STD_I32LE, H5T_NATIVE_INT, -1, &fmt, path,
-			     err)) ||
-	    (rc = write_attr(f, "graph", str, str, -1, &m->graph_json, path, err)) ||
-	    (rc = write_attr(f, "input_shape", H5T_STD_I32LE, H5T_NATIVE_INT, 3, shape, path,
-			     err)) ||
-	    (rc = write_attr(f, "preprocessing", str, str, -1, &pre, path, err)) ||
-	    (rc = write_attr(f, "classes", str, str, meta->nclasses, names, path, err)) ||
-	    (rc = write_attr(f, "trained_steps", H5T_STD_I64LE, H5T_NATIVE_INT64, -1, &steps, path,
-			     err)))
+	if ((rc = wf_h5_attr_write(f, "weft_format", H5T_STD_I32LE, H5T_NATIVE_INT, -1, &fmt, path,
+				   err)) ||
+	    (rc = wf_h5_attr_write_str(f, "graph", m->graph_json, path, err)) ||
+	    (rc = wf_h5_attr_write(f, "input_shape", H5T_STD_I32LE, H5T_NATIVE_INT, 3, shape, path,
+				   err)) ||
+	    (rc = wf_h5_attr_write_str(f, "preprocessing", pre, path, err)) ||
+	    (rc = wf_h5_attr_write_strs(f, "classes", names, meta->nclasses, path, err)) ||
+	    (rc = wf_h5_attr_write_i64(f, "trained_steps", meta->trained_steps, path, err)))
 		goto done;
 done:
-	if (str >= 0)
-		H5Tclose(str);
 	free(pre);
 	free(names);
 	return rc;
@@ -174,7 +92,7 @@ static int write_weights(hid_t f, const wf_model *m, const char *path, wf_err *e
 	int rc = 0;
 	hid_t wg = H5Gcreate2(f, "weights", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
 	if (wg < 0)
-		return H5_FAIL(err, WF_EIO, "%s: creating group weights", path);
+		return WF_H5_FAIL(err, WF_EIO, "%s: creating group weights", path);
 	for (int i = 0; i < m->nlayers && !rc; i++) {
 		const wf_layer *l = &m->layers[i];
 		int vs[6] = {l->p_kernel, l->p_bias, l->p_gamma, l->p_beta, l->s_mean, l->s_var};
@@ -185,30 +103,22 @@ static int write_weights(hid_t f, const wf_model *m, const char *path, wf_err *e
 			const wf_view *v = &m->views[vs[k]];
 			if (lg < 0 && (lg = H5Gcreate2(wg, l->name, H5P_DEFAULT, H5P_DEFAULT,
 						       H5P_DEFAULT)) < 0) {
-				rc = H5_FAIL(err, WF_EIO, "%s: creating group weights/%s", path,
-					     l->name);
+				rc = WF_H5_FAIL(err, WF_EIO, "%s: creating group weights/%s", path,
+						l->name);
 				break;
 			}
 			hsize_t dims[4];
+			char name[2 * WF_NAME_MAX + 16];
 			for (int d = 0; d < v->ndim; d++)
 				dims[d] = (hsize_t)v->shape[d];
-			const float *data = (v->trainable ? m->params : m->state) + v->offset;
-			hid_t sp = H5Screate_simple(v->ndim, dims, NULL);
-			hid_t ds = sp < 0 ? -1
-					  : H5Dcreate2(lg, strchr(v->name, '/') + 1, H5T_IEEE_F32LE,
-						       sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-			if (ds < 0 ||
-			    H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-				rc = H5_FAIL(err, WF_EIO, "%s: writing weights/%s", path, v->name);
-			if (ds >= 0)
-				H5Dclose(ds);
-			if (sp >= 0)
-				H5Sclose(sp);
+			snprintf(name, sizeof(name), "weights/%s", v->name);
+			rc = wf_h5_write_f32(f, name, v->ndim, dims,
+					     (v->trainable ? m->params : m->state) + v->offset,
+					     path, err);
 		}
-		if (lg >= 0)
-			H5Gclose(lg);
+		wf_h5_close(&lg);
 	}
-	H5Gclose(wg);
+	wf_h5_close(&wg);
 	return rc;
 }
 
@@ -223,7 +133,7 @@ int wf_model_save(const wf_model *m, const wf_model_meta *meta, const char *path
 {
 	wf_model_meta defaults;
 	char tmp[PATH_MAX];
-	h5_quiet q;
+	wf_h5_quiet q;
 	int rc = 0;
 	if (!meta) {
 		wf_model_meta_init(&defaults);
@@ -231,19 +141,19 @@ int wf_model_save(const wf_model *m, const wf_model_meta *meta, const char *path
 	}
 	if (snprintf(tmp, sizeof(tmp), "%s.tmp-%d", path, (int)getpid()) >= (int)sizeof(tmp))
 		return wf_errf(err, WF_EINVAL, "%s: path too long", path);
-	h5_quiet_begin(&q);
+	wf_h5_quiet_begin(&q);
 	hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
 	if (f < 0) {
-		rc = H5_FAIL(err, WF_EIO, "%s: cannot create the file", tmp);
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create the file", tmp);
 		goto quiet;
 	}
 	if ((rc = write_attrs(f, m, meta, tmp, err)) || (rc = write_weights(f, m, tmp, err)))
 		goto close;
 	if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0)
-		rc = H5_FAIL(err, WF_EIO, "%s: flushing", tmp);
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: flushing", tmp);
 close:
 	if (H5Fclose(f) < 0 && !rc)
-		rc = H5_FAIL(err, WF_EIO, "%s: closing", tmp);
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: closing", tmp);
 	if (!rc && wf_fsync_path(tmp) != 0)
 		rc = wf_errf(err, WF_EIO, "%s: fsync: %s", tmp, strerror(errno));
 	if (!rc && rename(tmp, path) != 0)
@@ -253,138 +163,11 @@ close:
 	if (rc)
 		unlink(tmp);
 quiet:
-	h5_quiet_end(&q);
+	wf_h5_quiet_end(&q);
 	return rc;
 }
 
 /* ---- reading ------------------------------------------------------------ */
-
-/* Read a string attribute (scalar or 1-D; variable or fixed length) into
- * *out (count malloc'd strings in a malloc'd array). */
-static int read_str_attr(hid_t obj, const char *name, char ***out, int *count, const char *path,
-			 wf_err *err)
-{
-	int rc = 0;
-	char **res = NULL;
-	void *buf = NULL;
-	hssize_t n = 0;
-	hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-	hid_t ft = a < 0 ? -1 : H5Aget_type(a);
-	hid_t sp = a < 0 ? -1 : H5Aget_space(a);
-	hid_t mt = -1;
-	if (a < 0 || ft < 0 || sp < 0) {
-		rc = H5_FAIL(err, WF_EFORMAT, "%s: attribute %s: cannot be opened", path, name);
-		goto done;
-	}
-	if (H5Tget_class(ft) != H5T_STRING) {
-		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: expected a string", path, name);
-		goto done;
-	}
-	n = H5Sget_simple_extent_npoints(sp);
-	int vlen = H5Tis_variable_str(ft) > 0;
-	size_t fsize = vlen ? sizeof(char *) : H5Tget_size(ft);
-	if (n < 0 || n > 1000000 || fsize == 0) {
-		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: bad size", path, name);
-		goto done;
-	}
-	mt = H5Tcopy(H5T_C_S1);
-	H5Tset_size(mt, vlen ? H5T_VARIABLE : fsize);
-	H5Tset_cset(mt, H5Tget_cset(ft));
-	buf = calloc((size_t)WF_MAX(n, 1), fsize);
-	res = calloc((size_t)WF_MAX(n, 1), sizeof(*res));
-	if (!buf || !res) {
-		rc = wf_errf(err, WF_ENOMEM, "%s: attribute %s: out of memory", path, name);
-		goto done;
-	}
-	if (n > 0 && H5Aread(a, mt, buf) < 0) {
-		rc = H5_FAIL(err, WF_EFORMAT, "%s: attribute %s: cannot be read", path, name);
-		goto done;
-	}
-	for (hssize_t i = 0; i < n && !rc; i++) {
-		if (vlen) {
-			const char *s = ((char **)buf)[i];
-			res[i] = strdup(s ? s : "");
-		} else {
-			res[i] = strndup((char *)buf + (size_t)i * fsize, fsize);
-		}
-		if (!res[i])
-			rc = wf_errf(err, WF_ENOMEM, "%s: attribute %s: out of memory", path, name);
-	}
-	if (vlen && n > 0)
-		H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, buf);
-	if (!rc) {
-		*out = res;
-		*count = (int)n;
-		res = NULL;
-	}
-done:
-	if (res)
-		for (hssize_t i = 0; i < WF_MAX(n, 1); i++)
-			free(res[i]);
-	free(res);
-	free(buf);
-	if (mt >= 0)
-		H5Tclose(mt);
-	if (sp >= 0)
-		H5Sclose(sp);
-	if (ft >= 0)
-		H5Tclose(ft);
-	if (a >= 0)
-		H5Aclose(a);
-	return rc;
-}
-
-static void free_strs(char **s, int n)
-{
-	for (int i = 0; s && i < n; i++)
-		free(s[i]);
-	free(s);
-}
-
-/* One string attribute that must be a scalar (or a single element). */
-static int read_str1(hid_t obj, const char *name, char **out, const char *path, wf_err *err)
-{
-	char **s = NULL;
-	int n = 0;
-	int rc = read_str_attr(obj, name, &s, &n, path, err);
-	if (rc)
-		return rc;
-	if (n != 1) {
-		free_strs(s, n);
-		return wf_errf(err, WF_EFORMAT, "%s: attribute %s: expected one string, got %d",
-			       path, name, n);
-	}
-	*out = s[0];
-	free(s);
-	return 0;
-}
-
-/* Integer attribute of n elements (converted to long long). */
-static int read_int_attr(hid_t obj, const char *name, long long *v, int n, const char *path,
-			 wf_err *err)
-{
-	int rc = 0;
-	hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-	hid_t ft = a < 0 ? -1 : H5Aget_type(a);
-	hid_t sp = a < 0 ? -1 : H5Aget_space(a);
-	if (a < 0 || ft < 0 || sp < 0)
-		rc = H5_FAIL(err, WF_EFORMAT, "%s: attribute %s: cannot be opened", path, name);
-	else if (H5Tget_class(ft) != H5T_INTEGER)
-		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: expected an integer", path, name);
-	else if (H5Sget_simple_extent_npoints(sp) != n)
-		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: expected %d value%s, got %lld",
-			     path, name, n, n == 1 ? "" : "s",
-			     (long long)H5Sget_simple_extent_npoints(sp));
-	else if (H5Aread(a, H5T_NATIVE_LLONG, v) < 0)
-		rc = H5_FAIL(err, WF_EFORMAT, "%s: attribute %s: cannot be read", path, name);
-	if (sp >= 0)
-		H5Sclose(sp);
-	if (ft >= 0)
-		H5Tclose(ft);
-	if (a >= 0)
-		H5Aclose(a);
-	return rc;
-}
 
 static int parse_preprocessing(const char *text, wf_model_meta *meta, const char *path, wf_err *err)
 {
@@ -445,17 +228,18 @@ static int read_meta(hid_t f, wf_model_meta *meta, const char *path, wf_err *err
 {
 	int rc = 0;
 	char *pre = NULL;
-	long long steps = 0;
+	int64_t steps = 0;
 	if (H5Aexists(f, "preprocessing") > 0) {
-		if ((rc = read_str1(f, "preprocessing", &pre, path, err)) ||
+		if ((rc = wf_h5_attr_read_str(f, "preprocessing", &pre, path, err)) ||
 		    (rc = parse_preprocessing(pre, meta, path, err)))
 			goto done;
 	}
 	if (H5Aexists(f, "classes") > 0 &&
-	    (rc = read_str_attr(f, "classes", &meta->class_names, &meta->nclasses, path, err)))
+	    (rc = wf_h5_attr_read_strs(f, "classes", &meta->class_names, &meta->nclasses, path,
+				       err)))
 		goto done;
 	if (H5Aexists(f, "trained_steps") > 0) {
-		if ((rc = read_int_attr(f, "trained_steps", &steps, 1, path, err)))
+		if ((rc = wf_h5_attr_read_i64(f, "trained_steps", &steps, 1, path, err)))
 			goto done;
 		meta->trained_steps = (long)steps;
 	}
@@ -494,7 +278,7 @@ static int read_view(hid_t f, wf_model *m, const wf_view *v, const char *path, w
 	hsize_t dims[8], want[4];
 	int nd = sp < 0 ? -1 : H5Sget_simple_extent_ndims(sp);
 	if (d < 0 || t < 0 || nd < 0) {
-		rc = H5_FAIL(err, WF_EFORMAT, "%s: %s: cannot be opened", path, dpath);
+		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: %s: cannot be opened", path, dpath);
 		goto done;
 	}
 	if (H5Tget_class(t) != H5T_FLOAT) {
@@ -519,22 +303,19 @@ static int read_view(hid_t f, wf_model *m, const wf_view *v, const char *path, w
 	}
 	float *dst = (v->trainable ? m->params : m->state) + v->offset;
 	if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
-		rc = H5_FAIL(err, WF_EFORMAT, "%s: %s: cannot be read (truncated or corrupt?)",
-			     path, dpath);
+		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: %s: cannot be read (truncated or corrupt?)",
+				path, dpath);
 done:
-	if (sp >= 0)
-		H5Sclose(sp);
-	if (t >= 0)
-		H5Tclose(t);
-	if (d >= 0)
-		H5Dclose(d);
+	wf_h5_close(&sp);
+	wf_h5_close(&t);
+	wf_h5_close(&d);
 	return rc;
 }
 
 static int load_open(hid_t f, wf_model **out, wf_model_meta *meta, const char *path, wf_err *err)
 {
 	int rc;
-	long long fmt, shape[3];
+	int64_t fmt, shape[3];
 	char *graph = NULL;
 	wf_model *m = NULL;
 	if (H5Aexists(f, "weft_format") <= 0) {
@@ -543,16 +324,16 @@ static int load_open(hid_t f, wf_model **out, wf_model_meta *meta, const char *p
 		return wf_errf(err, WF_EFORMAT,
 			       "%s: not a weft model file (no weft_format attribute)", path);
 	}
-	if ((rc = read_int_attr(f, "weft_format", &fmt, 1, path, err)))
+	if ((rc = wf_h5_attr_read_i64(f, "weft_format", &fmt, 1, path, err)))
 		return rc;
 	if (fmt != WF_MODEL_FORMAT)
 		return wf_errf(
 			err, WF_EFORMAT,
 			"%s: weft_format %lld is not supported (this build reads version %d)", path,
-			fmt, WF_MODEL_FORMAT);
+			(long long)fmt, WF_MODEL_FORMAT);
 	if (H5Aexists(f, "graph") <= 0)
 		return wf_errf(err, WF_EFORMAT, "%s: no graph attribute", path);
-	if ((rc = read_str1(f, "graph", &graph, path, err)))
+	if ((rc = wf_h5_attr_read_str(f, "graph", &graph, path, err)))
 		return rc;
 	rc = wf_model_from_json(&m, graph, err);
 	free(graph);
@@ -561,13 +342,14 @@ static int load_open(hid_t f, wf_model **out, wf_model_meta *meta, const char *p
 		return err ? err->code : rc;
 	}
 	if (H5Aexists(f, "input_shape") > 0) {
-		if ((rc = read_int_attr(f, "input_shape", shape, 3, path, err)))
+		if ((rc = wf_h5_attr_read_i64(f, "input_shape", shape, 3, path, err)))
 			goto fail;
 		if (shape[0] != m->in_h || shape[1] != m->in_w || shape[2] != m->in_c) {
 			rc = wf_errf(err, WF_EFORMAT,
 				     "%s: input_shape [%lld,%lld,%lld] differs from the graph's "
 				     "[%d,%d,%d]",
-				     path, shape[0], shape[1], shape[2], m->in_h, m->in_w, m->in_c);
+				     path, (long long)shape[0], (long long)shape[1],
+				     (long long)shape[2], m->in_h, m->in_w, m->in_c);
 			goto fail;
 		}
 	}
@@ -586,7 +368,8 @@ fail:
 int wf_model_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err *err)
 {
 	struct stat st;
-	h5_quiet q;
+	wf_h5_quiet q;
+	hid_t f = H5I_INVALID_HID;
 	*out = NULL;
 	if (meta)
 		wf_model_meta_init(meta);
@@ -594,25 +377,14 @@ int wf_model_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err 
 		return wf_errf(err, WF_EIO, "%s: %s", path, strerror(errno));
 	if (!S_ISREG(st.st_mode))
 		return wf_errf(err, WF_EIO, "%s: not a regular file", path);
-	h5_quiet_begin(&q);
-	int rc;
-	hid_t f = -1;
-	if (H5Fis_hdf5(path) <= 0) {
-		H5Eclear2(H5E_DEFAULT);
-		rc = wf_errf(err, WF_EFORMAT, "%s: not an HDF5 file or truncated", path);
-		goto done;
-	}
-	f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-	if (f < 0) {
-		rc = H5_FAIL(err, WF_EFORMAT, "%s: not an HDF5 file or truncated", path);
-		goto done;
-	}
+	int rc = wf_h5_open(path, H5F_ACC_RDONLY, &f, err);
+	if (rc)
+		return rc;
+	wf_h5_quiet_begin(&q);
 	rc = load_open(f, out, meta, path, err);
 	if (rc && meta)
 		wf_model_meta_free(meta);
-done:
-	if (f >= 0)
-		H5Fclose(f);
-	h5_quiet_end(&q);
+	wf_h5_close(&f);
+	wf_h5_quiet_end(&q);
 	return rc;
 }

@@ -438,7 +438,7 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 				.state_floats = cfg->nstate,
 				.nslots = cfg->nslots,
 				.is_reply = 1};
-	if (!getenv("EXP_NOCLIENT")) wf_ps_tune_malloc();
+	wf_ps_tune_malloc();
 	if (!(c->zctx = zmq_ctx_new())) {
 		rc = wf_errf(err, WF_EINTERNAL, "ps client: zmq_ctx_new: %s",
 			     zmq_strerror(zmq_errno()));

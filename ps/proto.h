@@ -139,6 +139,9 @@ const char *wf_ps_reject_name(int reason);
 
 /* CRC32C continuing from crc (start with 0); hardware-accelerated with SSE4.2. */
 uint32_t wf_ps_crc32c(uint32_t crc, const void *data, size_t n);
+/* Copy n bytes src -> dst (not overlapping) and return wf_ps_crc32c(crc,
+ * src, n), in one pass over memory where the build has AVX-512 VPCLMULQDQ. */
+uint32_t wf_ps_crc32c_copy(uint32_t crc, void *dst, const void *src, size_t n);
 
 /* Fill h->payload_bytes, nframes, checksum from the frames and write the
  * 64-byte encoding to out. */

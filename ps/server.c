@@ -1108,7 +1108,7 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 			wf_info("ps %d: nothing to restore: %s", cfg->index, e.msg);
 		rc = 0;
 	}
-	if (!getenv("EXP_NOSERVER")) wf_ps_tune_malloc();
+	wf_ps_tune_malloc();
 	ZCHECK((s->zctx = zmq_ctx_new()) ? 0 : -1, "zmq_ctx_new");
 	ZCHECK((s->sock = zmq_socket(s->zctx, ZMQ_ROUTER)) ? 0 : -1, "zmq_socket(ROUTER)");
 	ZCHECK(zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof(linger)), "ZMQ_LINGER");

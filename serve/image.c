@@ -348,10 +348,10 @@ static int decode_png(const wf_serve_io *io, const uint8_t *bytes, size_t n, flo
 	size_t stride = png_get_rowbytes(png, info);
 	if (png_get_channels(png, info) != io->c || png_get_bit_depth(png, info) != 8 ||
 	    stride != (size_t)sw * io->c) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "PNG image (colour type %d, %d bits) cannot be read "
-			     "as %d 8-bit channels",
-			     png_get_color_type(png, info), png_get_bit_depth(png, info), io->c);
+		rc = wf_errf(
+			err, WF_EINVAL,
+			"PNG image (colour type %d, %d bits) cannot be read as %d 8-bit channels",
+			png_get_color_type(png, info), png_get_bit_depth(png, info), io->c);
 		goto out_destroy;
 	}
 	pixels = malloc(stride * sh);
@@ -366,7 +366,7 @@ static int decode_png(const wf_serve_io *io, const uint8_t *bytes, size_t n, flo
 	png_read_end(png, NULL);   /* checks the remaining chunks: a cut-off file fails */
 	resize_preprocess(io, pixels, (int)sh, (int)sw, out);
 out_destroy:
-	png_destroy_read_struct(png ? &png : NULL, info ? &info : NULL, NULL);
+	png_destroy_read_struct(&png, &info, NULL); /* accepts NULLs */
 	free(rows);
 	free(pixels);
 	return rc;

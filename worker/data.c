@@ -5,13 +5,11 @@
  * open another file. */
 #include "worker/data.h"
 
+#include "common/h5.h"
 #include "common/util.h"
-
-#include <hdf5.h>
 
 #include <errno.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,61 +23,22 @@
 #define CHUNK_CACHE_SLOTS      1009
 
 /* ------------------------------------------------------------------------ */
-/* HDF5 lock and errors                                                      */
+/* HDF5 lock                                                                 */
 
 static pthread_mutex_t h5_mutex = PTHREAD_MUTEX_INITIALIZER;
-static _Thread_local int h5_quiet; /* a thread-safe HDF5 keeps error settings per thread */
+static wf_h5_quiet h5_quiet; /* the holder's HDF5 printing setting, guarded by h5_mutex */
 
-/* Take the HDF5 lock; a thread's first call also turns HDF5's own printing off. */
+/* Take the HDF5 lock and turn HDF5's own printing off until h5_unlock. */
 static void h5_lock(void)
 {
 	pthread_mutex_lock(&h5_mutex);
-	if (!h5_quiet) {
-		H5open();
-		H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-		h5_quiet = 1;
-	}
+	wf_h5_quiet_begin(&h5_quiet);
 }
 
 static void h5_unlock(void)
 {
+	wf_h5_quiet_end(&h5_quiet);
 	pthread_mutex_unlock(&h5_mutex);
-}
-
-static herr_t h5_walk_cb(unsigned n, const H5E_error2_t *e, void *data)
-{
-	char *buf = data;
-	if (n == 0 && e->desc)
-		snprintf(buf, 256, "%s", e->desc);
-	return 0;
-}
-
-/* Record our message plus HDF5's innermost one and where we were. Call with
- * the lock held, right after the failing call (the next call clears it). */
-static int h5_errf(wf_err *err, int code, const char *src, int line, const char *fmt, ...)
-	__attribute__((format(printf, 5, 6)));
-static int h5_errf(wf_err *err, int code, const char *src, int line, const char *fmt, ...)
-{
-	char what[768], lib[256] = "";
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(what, sizeof(what), fmt, ap);
-	va_end(ap);
-	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, h5_walk_cb, lib);
-	const char *base = strrchr(src, '/');
-	if (lib[0])
-		return wf_errf(err, code, "%s: HDF5: %s (%s:%d)", what, lib, base ? base + 1 : src,
-			       line);
-	return wf_errf(err, code, "%s (%s:%d)", what, base ? base + 1 : src, line);
-}
-
-#define WF_H5_FAIL(err, code, ...) h5_errf(err, code, __FILE__, __LINE__, __VA_ARGS__)
-
-static void h5_close_id(hid_t *id, herr_t (*fn)(hid_t))
-{
-	if (*id >= 0)
-		fn(*id);
-	*id = H5I_INVALID_HID;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -201,116 +160,26 @@ static int open_checked(hid_t file, const char *path, const char *name, H5T_clas
 	*out = d;
 	d = H5I_INVALID_HID;
 out:
-	h5_close_id(&p, H5Pclose);
-	h5_close_id(&s, H5Sclose);
-	h5_close_id(&t, H5Tclose);
-	h5_close_id(&d, H5Dclose);
+	wf_h5_close(&p);
+	wf_h5_close(&s);
+	wf_h5_close(&t);
+	wf_h5_close(&d);
 	return rc;
 }
 
-static void free_classes(char **classes, int n)
-{
-	if (!classes)
-		return;
-	for (int i = 0; i < n; i++)
-		free(classes[i]);
-	free(classes);
-}
-
-/* Read the root attribute `classes`: a 1-D array of strings, variable or
- * fixed length. Lock held. */
+/* Read the root attribute `classes`: one or more strings. Lock held. */
 static int read_classes(hid_t file, const char *path, char ***out, int *nout, wf_err *err)
 {
-	int rc = 0, n = 0;
-	hid_t a = H5I_INVALID_HID, t = H5I_INVALID_HID, s = H5I_INVALID_HID;
-	hid_t mt = H5I_INVALID_HID;
-	char **vbuf = NULL, *fbuf = NULL, **classes = NULL;
-	if (H5Aexists(file, "classes") <= 0) {
-		rc = wf_errf(err, WF_EFORMAT, "%s: attribute `classes` is missing", path);
-		goto out;
-	}
-	a = H5Aopen(file, "classes", H5P_DEFAULT);
-	if (a < 0) {
-		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: cannot open attribute `classes`", path);
-		goto out;
-	}
-	t = H5Aget_type(a);
-	s = H5Aget_space(a);
-	if (t < 0 || s < 0 || H5Tget_class(t) != H5T_STRING) {
-		rc = wf_errf(err, WF_EFORMAT, "%s: attribute `classes` is not an array of strings",
+	if (H5Aexists(file, "classes") <= 0)
+		return wf_errf(err, WF_EFORMAT, "%s: attribute `classes` is missing", path);
+	int rc = wf_h5_attr_read_strs(file, "classes", out, nout, path, err);
+	if (!rc && *nout < 1) {
+		wf_h5_strs_free(*out, *nout);
+		*out = NULL;
+		*nout = 0;
+		rc = wf_errf(err, WF_EFORMAT, "%s: attribute `classes` must hold 1 or more strings",
 			     path);
-		goto out;
 	}
-	hsize_t dim = 0;
-	if (H5Sget_simple_extent_ndims(s) != 1 || H5Sget_simple_extent_dims(s, &dim, NULL) < 0 ||
-	    dim < 1 || dim > 1000000) {
-		rc = wf_errf(err, WF_EFORMAT,
-			     "%s: attribute `classes` must be a 1-D array of 1 or more strings",
-			     path);
-		goto out;
-	}
-	n = (int)dim;
-	classes = calloc((size_t)n, sizeof(*classes));
-	mt = H5Tcopy(H5T_C_S1);
-	if (!classes || mt < 0 || H5Tset_cset(mt, H5Tget_cset(t)) < 0) {
-		rc = wf_errf(err, WF_ENOMEM, "%s: out of memory reading `classes`", path);
-		goto out;
-	}
-	if (H5Tis_variable_str(t) > 0) {
-		vbuf = calloc((size_t)n, sizeof(*vbuf));
-		if (!vbuf || H5Tset_size(mt, H5T_VARIABLE) < 0) {
-			rc = wf_errf(err, WF_ENOMEM, "%s: out of memory reading `classes`", path);
-			goto out;
-		}
-		if (H5Aread(a, mt, vbuf) < 0) {
-			rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: cannot read attribute `classes`",
-					path);
-			goto out;
-		}
-		for (int i = 0; i < n; i++)
-			classes[i] = strdup(vbuf[i] ? vbuf[i] : "");
-		H5Dvlen_reclaim(mt, s, H5P_DEFAULT, vbuf);
-	} else {
-		size_t len = H5Tget_size(t);
-		if (len == 0 || len > 4096) {
-			rc = wf_errf(err, WF_EFORMAT,
-				     "%s: attribute `classes` has strings of %zu bytes", path, len);
-			goto out;
-		}
-		fbuf = calloc((size_t)n, len + 1);
-		if (!fbuf || H5Tset_size(mt, len + 1) < 0 ||
-		    H5Tset_strpad(mt, H5T_STR_NULLTERM) < 0) {
-			rc = wf_errf(err, WF_ENOMEM, "%s: out of memory reading `classes`", path);
-			goto out;
-		}
-		if (H5Aread(a, mt, fbuf) < 0) {
-			rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: cannot read attribute `classes`",
-					path);
-			goto out;
-		}
-		for (int i = 0; i < n; i++) {
-			char *p = fbuf + (size_t)i * (len + 1);
-			p[len] = '\0';
-			classes[i] = strdup(p);
-		}
-	}
-	for (int i = 0; i < n; i++) {
-		if (!classes[i]) {
-			rc = wf_errf(err, WF_ENOMEM, "%s: out of memory reading `classes`", path);
-			goto out;
-		}
-	}
-	*out = classes;
-	*nout = n;
-	classes = NULL;
-out:
-	free_classes(classes, n);
-	free(vbuf);
-	free(fbuf);
-	h5_close_id(&mt, H5Tclose);
-	h5_close_id(&s, H5Sclose);
-	h5_close_id(&t, H5Tclose);
-	h5_close_id(&a, H5Aclose);
 	return rc;
 }
 
@@ -326,8 +195,8 @@ static int read_image_range(wf_dataset *ds, hid_t d, long start, long n, uint8_t
 	    H5Dread(d, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, dst) < 0)
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: reading `images` [%ld, %ld)", ds->path, start,
 				start + n);
-	h5_close_id(&ms, H5Sclose);
-	h5_close_id(&fs, H5Sclose);
+	wf_h5_close(&ms);
+	wf_h5_close(&fs);
 	return rc;
 }
 
@@ -352,15 +221,8 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 	}
 
 	h5_lock();
-	if (H5Fis_hdf5(path) <= 0) {
-		rc = wf_errf(err, WF_EFORMAT, "%s: not an HDF5 file", path);
+	if ((rc = wf_h5_open(path, H5F_ACC_RDONLY, &file, err)))
 		goto fail;
-	}
-	file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-	if (file < 0) {
-		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot open", path);
-		goto fail;
-	}
 	dapl = H5Pcreate(H5P_DATASET_ACCESS);
 	if (dapl < 0 || H5Pset_chunk_cache(dapl, CHUNK_CACHE_SLOTS, CHUNK_CACHE_BYTES, 1.0) < 0) {
 		rc = WF_H5_FAIL(err, WF_EINTERNAL, "%s: cannot set the chunk cache", path);
@@ -437,24 +299,24 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 			if (rc)
 				goto fail;
 		}
-		h5_close_id(&dimg, H5Dclose);
-		h5_close_id(&file, H5Fclose);
+		wf_h5_close(&dimg);
+		wf_h5_close(&file);
 	} else {
 		ds->file = file;
 		ds->dimages = dimg;
 		file = dimg = H5I_INVALID_HID;
 	}
-	h5_close_id(&dlab, H5Dclose);
-	h5_close_id(&dapl, H5Pclose);
+	wf_h5_close(&dlab);
+	wf_h5_close(&dapl);
 	h5_unlock();
 	*out = ds;
 	return 0;
 
 fail:
-	h5_close_id(&dlab, H5Dclose);
-	h5_close_id(&dimg, H5Dclose);
-	h5_close_id(&dapl, H5Pclose);
-	h5_close_id(&file, H5Fclose);
+	wf_h5_close(&dlab);
+	wf_h5_close(&dimg);
+	wf_h5_close(&dapl);
+	wf_h5_close(&file);
 	h5_unlock();
 fail_unlocked:
 	wf_dataset_close(ds);
@@ -467,11 +329,11 @@ void wf_dataset_close(wf_dataset *ds)
 		return;
 	if (ds->dimages >= 0 || ds->file >= 0) {
 		h5_lock();
-		h5_close_id(&ds->dimages, H5Dclose);
-		h5_close_id(&ds->file, H5Fclose);
+		wf_h5_close(&ds->dimages);
+		wf_h5_close(&ds->file);
 		h5_unlock();
 	}
-	free_classes(ds->info.classes, ds->info.nclasses);
+	wf_h5_strs_free(ds->info.classes, ds->info.nclasses);
 	free(ds->labels);
 	free(ds->images);
 	free(ds->order);
@@ -580,8 +442,8 @@ static int gather_stream(wf_dataset *ds, const long *idx, long n, uint8_t *image
 h5fail:
 	rc = WF_H5_FAIL(err, WF_EIO, "%s: gathering %ld samples from `images`", ds->path, n);
 out:
-	h5_close_id(&ms, H5Sclose);
-	h5_close_id(&fs, H5Sclose);
+	wf_h5_close(&ms);
+	wf_h5_close(&fs);
 	return rc;
 }
 
@@ -625,9 +487,9 @@ struct wf_dataset_writer {
 static void writer_discard(wf_dataset_writer *wr)
 {
 	h5_lock();
-	h5_close_id(&wr->dimages, H5Dclose);
-	h5_close_id(&wr->dlabels, H5Dclose);
-	h5_close_id(&wr->file, H5Fclose);
+	wf_h5_close(&wr->dimages);
+	wf_h5_close(&wr->dlabels);
+	wf_h5_close(&wr->file);
 	h5_unlock();
 	if (wr->tmp)
 		unlink(wr->tmp);
@@ -646,8 +508,8 @@ static hid_t create_chunked(hid_t file, const char *name, hid_t type, int rank, 
 	if (s >= 0 && p >= 0 && H5Pset_chunk(p, rank, chunk) >= 0 &&
 	    H5Pset_fill_time(p, H5D_FILL_TIME_NEVER) >= 0)
 		d = H5Dcreate2(file, name, type, s, H5P_DEFAULT, p, H5P_DEFAULT);
-	h5_close_id(&p, H5Pclose);
-	h5_close_id(&s, H5Sclose);
+	wf_h5_close(&p);
+	wf_h5_close(&s);
 	return d;
 }
 
@@ -655,7 +517,6 @@ int wf_dataset_create(wf_dataset_writer **out, const char *path, long count, int
 		      int nclasses, const char *const *classes, wf_err *err)
 {
 	int rc = 0;
-	hid_t st = H5I_INVALID_HID, sp = H5I_INVALID_HID, at = H5I_INVALID_HID;
 	*out = NULL;
 	if (count < 1 || h < 1 || w < 1 || c < 1 || c > 4 || h > 65536 || w > 65536)
 		return wf_errf(err, WF_EINVAL,
@@ -711,20 +572,8 @@ int wf_dataset_create(wf_dataset_writer **out, const char *path, long count, int
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create dataset `labels`", path);
 		goto out;
 	}
-	hsize_t nc = (hsize_t)nclasses;
-	st = H5Tcopy(H5T_C_S1);
-	sp = H5Screate_simple(1, &nc, NULL);
-	if (st < 0 || sp < 0 || H5Tset_size(st, H5T_VARIABLE) < 0 ||
-	    H5Tset_cset(st, H5T_CSET_UTF8) < 0 ||
-	    (at = H5Acreate2(wr->file, "classes", st, sp, H5P_DEFAULT, H5P_DEFAULT)) < 0 ||
-	    H5Awrite(at, st, classes) < 0) {
-		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot write attribute `classes`", path);
-		goto out;
-	}
+	rc = wf_h5_attr_write_strs(wr->file, "classes", classes, nclasses, path, err);
 out:
-	h5_close_id(&at, H5Aclose);
-	h5_close_id(&sp, H5Sclose);
-	h5_close_id(&st, H5Tclose);
 	h5_unlock();
 	if (rc) {
 		writer_discard(wr);
@@ -761,8 +610,8 @@ int wf_dataset_append(wf_dataset_writer *wr, const uint8_t *images, const int32_
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: writing `images` at %ld", wr->path, wr->written);
 		goto out;
 	}
-	h5_close_id(&ms, H5Sclose);
-	h5_close_id(&fs, H5Sclose);
+	wf_h5_close(&ms);
+	wf_h5_close(&fs);
 	fs = H5Dget_space(wr->dlabels);
 	ms = H5Screate_simple(1, cnt, NULL);
 	if (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, cnt, NULL) < 0 ||
@@ -772,8 +621,8 @@ int wf_dataset_append(wf_dataset_writer *wr, const uint8_t *images, const int32_
 	}
 	wr->written += n;
 out:
-	h5_close_id(&ms, H5Sclose);
-	h5_close_id(&fs, H5Sclose);
+	wf_h5_close(&ms);
+	wf_h5_close(&fs);
 	h5_unlock();
 	return rc;
 }
@@ -790,11 +639,9 @@ int wf_dataset_writer_close(wf_dataset_writer *wr, wf_err *err)
 		return rc;
 	}
 	h5_lock();
-	h5_close_id(&wr->dimages, H5Dclose);
-	h5_close_id(&wr->dlabels, H5Dclose);
-	herr_t st = H5Fclose(wr->file);
-	wr->file = H5I_INVALID_HID;
-	if (st < 0)
+	wf_h5_close(&wr->dimages);
+	wf_h5_close(&wr->dlabels);
+	if (wf_h5_close(&wr->file) < 0)
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: closing %s", wr->path, wr->tmp);
 	h5_unlock();
 	if (!rc && wf_fsync_path(wr->tmp) != 0)

@@ -3,11 +3,11 @@
  * wrappers of the exchange table and the optimizer-state file. */
 #include "worker/exchange.h"
 
+#include "common/h5.h"
 #include "common/log.h"
 #include "common/util.h"
 
 #include <errno.h>
-#include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,42 +82,6 @@ uint64_t wf_optim_cfg_hash(const wf_optim_cfg *c)
 
 #define OPTIM_FORMAT 1
 
-static int attr_write(hid_t loc, const char *name, hid_t type, const void *v)
-{
-	hid_t sp = H5Screate(H5S_SCALAR);
-	hid_t a = H5Acreate2(loc, name, type, sp, H5P_DEFAULT, H5P_DEFAULT);
-	herr_t rc = a >= 0 ? H5Awrite(a, type, v) : -1;
-	if (a >= 0)
-		H5Aclose(a);
-	H5Sclose(sp);
-	return rc < 0 ? -1 : 0;
-}
-
-static int attr_read(hid_t loc, const char *name, hid_t type, void *v)
-{
-	if (H5Aexists(loc, name) <= 0)
-		return -1;
-	hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
-	if (a < 0)
-		return -1;
-	herr_t rc = H5Aread(a, type, v);
-	H5Aclose(a);
-	return rc < 0 ? -1 : 0;
-}
-
-static int dset_write(hid_t f, const char *name, size_t n, const float *data)
-{
-	hsize_t dims[1] = {n};
-	hid_t sp = H5Screate_simple(1, dims, NULL);
-	hid_t d = H5Dcreate2(f, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-	herr_t rc =
-		d >= 0 ? H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) : -1;
-	if (d >= 0)
-		H5Dclose(d);
-	H5Sclose(sp);
-	return rc < 0 ? -1 : 0;
-}
-
 static int dset_read(hid_t f, const char *path, const char *name, size_t n, float *data,
 		     wf_err *err)
 {
@@ -125,21 +89,47 @@ static int dset_read(hid_t f, const char *path, const char *name, size_t n, floa
 		return wf_errf(err, WF_EFORMAT, "%s: dataset '%s' is missing", path, name);
 	hid_t d = H5Dopen2(f, name, H5P_DEFAULT);
 	if (d < 0)
-		return wf_errf(err, WF_EFORMAT, "%s: cannot open dataset '%s'", path, name);
+		return WF_H5_FAIL(err, WF_EFORMAT, "%s: cannot open dataset '%s'", path, name);
 	hid_t sp = H5Dget_space(d);
 	hsize_t dims[1] = {0};
 	int nd = H5Sget_simple_extent_ndims(sp);
 	if (nd == 1)
 		H5Sget_simple_extent_dims(sp, dims, NULL);
-	H5Sclose(sp);
+	wf_h5_close(&sp);
 	int rc = 0;
 	if (nd != 1 || dims[0] != n)
 		rc = wf_errf(err, WF_EFORMAT,
 			     "%s: dataset '%s' has %llu floats, the model has %zu parameters", path,
 			     name, (unsigned long long)dims[0], n);
 	else if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
-		rc = wf_errf(err, WF_EFORMAT, "%s: cannot read dataset '%s'", path, name);
-	H5Dclose(d);
+		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: cannot read dataset '%s'", path, name);
+	wf_h5_close(&d);
+	return rc;
+}
+
+static int write_state(hid_t f, const char *tmp, const wf_optim_cfg *cfg, long step, size_t n,
+		       int nslots, const float *m, const float *v, wf_err *err)
+{
+	int fmt = OPTIM_FORMAT, kind = (int)cfg->kind;
+	uint64_t hash = wf_optim_cfg_hash(cfg);
+	hsize_t dims[1] = {n};
+	int rc = wf_h5_attr_write(f, "weft_optimizer", H5T_NATIVE_INT, H5T_NATIVE_INT, -1, &fmt,
+				  tmp, err);
+	if (!rc)
+		rc = wf_h5_attr_write(f, "kind", H5T_NATIVE_INT, H5T_NATIVE_INT, -1, &kind, tmp,
+				      err);
+	if (!rc)
+		rc = wf_h5_attr_write(f, "slots", H5T_NATIVE_INT, H5T_NATIVE_INT, -1, &nslots, tmp,
+				      err);
+	if (!rc)
+		rc = wf_h5_attr_write_i64(f, "step", step, tmp, err);
+	if (!rc)
+		rc = wf_h5_attr_write(f, "config_hash", H5T_NATIVE_UINT64, H5T_NATIVE_UINT64, -1,
+				      &hash, tmp, err);
+	if (!rc && nslots >= 1)
+		rc = wf_h5_write_f32(f, "m", 1, dims, m, tmp, err);
+	if (!rc && nslots >= 2)
+		rc = wf_h5_write_f32(f, "v", 1, dims, v, tmp, err);
 	return rc;
 }
 
@@ -147,63 +137,63 @@ int wf_optim_state_save(const char *path, const wf_optim_cfg *cfg, long step, si
 			const float *m, const float *v, wf_err *err)
 {
 	char tmp[4200];
+	wf_h5_quiet q;
+	int rc = 0;
 	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	wf_h5_quiet_begin(&q);
 	hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-	if (f < 0)
-		return wf_errf(err, WF_EIO, "%s: cannot create", tmp);
-	int fmt = OPTIM_FORMAT, kind = (int)cfg->kind;
-	int64_t st = step;
-	uint64_t hash = wf_optim_cfg_hash(cfg);
-	int bad = attr_write(f, "weft_optimizer", H5T_NATIVE_INT, &fmt) ||
-		  attr_write(f, "kind", H5T_NATIVE_INT, &kind) ||
-		  attr_write(f, "slots", H5T_NATIVE_INT, &nslots) ||
-		  attr_write(f, "step", H5T_NATIVE_INT64, &st) ||
-		  attr_write(f, "config_hash", H5T_NATIVE_UINT64, &hash);
-	if (!bad && nslots >= 1)
-		bad = dset_write(f, "m", n, m);
-	if (!bad && nslots >= 2)
-		bad = dset_write(f, "v", n, v);
-	if (H5Fclose(f) < 0)
-		bad = 1;
-	if (bad) {
+	if (f < 0) {
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create", tmp);
+		goto done;
+	}
+	rc = write_state(f, tmp, cfg, step, n, nslots, m, v, err);
+	if (wf_h5_close(&f) < 0 && !rc)
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: closing", tmp);
+	if (rc) {
+		wf_err_wrap(err, "%s: cannot write optimizer state", path);
 		remove(tmp);
-		return wf_errf(err, WF_EIO, "%s: cannot write optimizer state", tmp);
+		goto done;
 	}
 	if (wf_fsync_path(tmp) != 0 || rename(tmp, path) != 0) {
-		int rc = wf_errf(err, WF_EIO, "%s: cannot sync or rename: %s", path,
-				 strerror(errno));
+		rc = wf_errf(err, WF_EIO, "%s: cannot sync or rename: %s", path, strerror(errno));
 		remove(tmp);
-		return rc;
 	}
-	return 0;
+done:
+	wf_h5_quiet_end(&q);
+	return rc;
 }
 
 int wf_optim_state_load(const char *path, const wf_optim_cfg *cfg, size_t n, int nslots, float *m,
 			float *v, long *step, wf_err *err)
 {
+	hid_t f = H5I_INVALID_HID;
+	wf_h5_quiet q;
+	wf_err why = {0};
 	if (!wf_exists(path))
 		return wf_errf(err, WF_EIO, "%s: missing", path);
-	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-	if (f < 0)
-		return wf_errf(err, WF_EFORMAT, "%s: not an HDF5 file or corrupt", path);
-	int rc = 0, fmt = 0, kind = -1, slots = -1;
-	int64_t st = 0;
+	int rc = wf_h5_open(path, H5F_ACC_RDONLY, &f, err);
+	if (rc)
+		return rc;
+	wf_h5_quiet_begin(&q);
+	int64_t fmt = 0, kind = -1, slots = -1, st = 0;
 	uint64_t hash = 0;
-	if (attr_read(f, "weft_optimizer", H5T_NATIVE_INT, &fmt) || fmt != OPTIM_FORMAT ||
-	    attr_read(f, "kind", H5T_NATIVE_INT, &kind) ||
-	    attr_read(f, "slots", H5T_NATIVE_INT, &slots) ||
-	    attr_read(f, "step", H5T_NATIVE_INT64, &st) ||
-	    attr_read(f, "config_hash", H5T_NATIVE_UINT64, &hash)) {
-		rc = wf_errf(err, WF_EFORMAT,
-			     "%s: missing or wrong attributes (weft_optimizer format %d, want %d)",
-			     path, fmt, OPTIM_FORMAT);
+	if (wf_h5_attr_read_i64(f, "weft_optimizer", &fmt, 1, path, &why) || fmt != OPTIM_FORMAT ||
+	    wf_h5_attr_read_i64(f, "kind", &kind, 1, path, &why) ||
+	    wf_h5_attr_read_i64(f, "slots", &slots, 1, path, &why) ||
+	    wf_h5_attr_read_i64(f, "step", &st, 1, path, &why) ||
+	    wf_h5_attr_read(f, "config_hash", H5T_NATIVE_UINT64, 1, &hash, path, &why)) {
+		rc = wf_errf(
+			err, WF_EFORMAT,
+			"%s: missing or wrong attributes (weft_optimizer format %lld, want %d)%s%s",
+			path, (long long)fmt, OPTIM_FORMAT, why.msg[0] ? ": " : "", why.msg);
 		goto close_file;
 	}
 	if (kind != (int)cfg->kind || slots != nslots) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "%s: written by optimizer kind %d with %d slots, this run uses kind "
-			     "%d with %d slots (optimizer.name or momentum changed)",
-			     path, kind, slots, (int)cfg->kind, nslots);
+		rc = wf_errf(
+			err, WF_EINVAL,
+			"%s: written by optimizer kind %lld with %lld slots, this run uses kind "
+			"%d with %d slots (optimizer.name or momentum changed)",
+			path, (long long)kind, (long long)slots, (int)cfg->kind, nslots);
 		goto close_file;
 	}
 	if (hash != wf_optim_cfg_hash(cfg))
@@ -214,7 +204,8 @@ int wf_optim_state_load(const char *path, const wf_optim_cfg *cfg, size_t n, int
 		goto close_file;
 	*step = (long)st;
 close_file:
-	H5Fclose(f);
+	wf_h5_close(&f);
+	wf_h5_quiet_end(&q);
 	return rc;
 }
 

@@ -12,13 +12,19 @@
  * reads the averaged gradients. step() records
  * a completion event on the NCCL stream and polls it with the stall timeout
  * (WEFT_STALL_TIMEOUT); a timeout or an asynchronous NCCL error aborts the
- * communicator and fails with WF_ETRANSIENT (exit 138). The unique id comes
- * from rank 0 over MPI (wf_mpi_bcast). */
+ * communicator and fails with WF_ETRANSIENT (exit 138).
+ *
+ * The unique id comes from rank 0 over MPI (wf_mpi_bcast) under mpirun, or,
+ * for pods with only TF_CONFIG, from the chief's TCP rendezvous
+ * (worker/rendezvous.h); the starting step then travels by NCCL itself.
+ * Each step also carries a one-int ncclMax allreduce of "this rank was
+ * asked to stop", so all ranks stop after the same step (should_stop). */
 #include "worker/exchange_nccl.h"
 
 #include "common/log.h"
 #include "common/util.h"
 #include "worker/exchange_mpi.h"
+#include "worker/rendezvous.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -64,7 +70,8 @@ typedef struct nccl_ctx {
 	size_t n, nstate; /* floats */
 	int nslots;
 	float *slot_m, *slot_v; /* device [n] or NULL */
-	float *token;		/* device [1]: the barrier's allreduce */
+	float *token;		/* device, SMALL_BYTES: float token, stop flag, step */
+	int *flag_host;		/* pinned [2]: this rank's stop flag, the job's */
 	size_t bucket;		/* floats per bucket */
 	int nbuckets, posted, stats_posted;
 	long cur_step;
@@ -76,7 +83,24 @@ typedef struct nccl_ctx {
 	double timeout; /* seconds */
 	int pending_rc;
 	wf_err pending;
+	int stop_local;	 /* this rank was asked to stop (latched) */
+	int stop_agreed; /* some rank asked: all stop after this step */
+	int have_boot;	 /* the TF_CONFIG world (boot), not MPI's */
+	wf_nccl_boot boot;
+	char chief[256]; /* boot.chief's copy */
 } nccl_ctx;
+
+/* The small device buffer: the barrier's float, the stop flag, the step. */
+#define SMALL_BYTES 16
+#define FLAG_AT	    4 /* int32 */
+#define STEP_AT	    8 /* int64 */
+
+static void *small_at(nccl_ctx *c, size_t off)
+{
+	return (char *)c->token + off;
+}
+
+_Static_assert(sizeof(ncclUniqueId) == WF_RDV_ID_BYTES, "the rendezvous carries an ncclUniqueId");
 
 static double stall_timeout(void)
 {
@@ -175,6 +199,23 @@ static int post(nccl_ctx *c, size_t done, wf_err *err)
 	return 0;
 }
 
+/* Queue the stop flag's max-allreduce after the step's buckets; the host
+ * reads flag_host[1] once the stream is done. */
+static int post_stop_flag(nccl_ctx *c, wf_err *err)
+{
+	int *dflag = small_at(c, FLAG_AT);
+	c->flag_host[0] = c->stop_local;
+	CUDA_CHECK(cudaMemcpyAsync(dflag, &c->flag_host[0], sizeof(int), cudaMemcpyHostToDevice,
+				   c->stream),
+		   err, "the stop flag");
+	NCCL_CHECK(ncclAllReduce(dflag, dflag, 1, ncclInt32, ncclMax, c->comm, c->stream), err,
+		   "the stop flag");
+	CUDA_CHECK(cudaMemcpyAsync(&c->flag_host[1], dflag, sizeof(int), cudaMemcpyDeviceToHost,
+				   c->stream),
+		   err, "the stop flag");
+	return 0;
+}
+
 static void nccl_grad_ready(wf_exchange *x, size_t done)
 {
 	nccl_ctx *c = x->ctx;
@@ -194,10 +235,13 @@ static int nccl_step(wf_exchange *x, long step, wf_err *err)
 		snprintf(what, sizeof(what), "the allreduce of step %ld", step + 1);
 		int rc = post(c, c->n, err);
 		if (rc == 0)
+			rc = post_stop_flag(c, err);
+		if (rc == 0)
 			rc = wait_stream(c, what, err);
 		c->posted = c->stats_posted = 0;
 		if (rc != 0)
 			return rc;
+		c->stop_agreed = c->flag_host[1];
 	}
 	/* ncclAvg already averaged: the optimizer takes the gradient as is. */
 	int rc = wf_optim_apply(c->be, &c->cfg, step, c->n, wf_exec_params(c->ex),
@@ -261,15 +305,20 @@ static int nccl_start(wf_exchange *x, const char *resume_dir, long resume_step, 
 		if (rc != 0)
 			return rc;
 	}
-	int64_t s64 = step;
-	int rc = wf_mpi_bcast(&s64, sizeof(s64), 0, "the starting step", err);
-	if (rc != 0 || c->w.size < 2) {
-		*start_step = (long)s64;
-		return rc;
+	if (c->w.size < 2) {
+		*start_step = step;
+		return 0;
 	}
-	if ((rc = after_compute(c, err)) != 0)
+	/* Rank 0's step, parameters, statistics and slots, so every rank starts equal. */
+	int64_t s64 = step, *dstep = small_at(c, STEP_AT);
+	if (c->be->ops->to_device(c->be, dstep, &s64, sizeof(s64)) != 0)
+		return wf_errf(err, WF_EINTERNAL, "the starting step: %s", c->be->err.msg);
+	int rc = after_compute(c, err);
+	if (rc != 0)
 		return rc;
 	NCCL_CHECK(ncclGroupStart(), err, "start-up broadcast");
+	NCCL_CHECK(ncclBroadcast(dstep, dstep, 1, ncclInt64, 0, c->comm, c->stream), err,
+		   "start-up broadcast of the step");
 	rc = bcast_dev(c, wf_exec_params(c->ex), c->n, err);
 	if (rc == 0)
 		rc = bcast_dev(c, wf_exec_state(c->ex), c->nstate, err);
@@ -280,9 +329,15 @@ static int nccl_start(wf_exchange *x, const char *resume_dir, long resume_step, 
 	NCCL_CHECK(ncclGroupEnd(), err, "start-up broadcast");
 	if (rc == 0)
 		rc = wait_stream(c, "the start-up broadcast from rank 0", err);
-	if (rc == 0)
-		*start_step = (long)s64;
-	return rc;
+	if (rc == 0 && c->be->ops->to_host(c->be, &s64, dstep, sizeof(s64)) != 0)
+		rc = wf_errf(err, WF_EINTERNAL, "the starting step: %s", c->be->err.msg);
+	if (rc != 0)
+		return rc;
+	if (c->w.rank != 0 && resume_dir && s64 != resume_step)
+		wf_warn("rank %d: my checkpoint is at step %ld, rank 0's at %lld: using rank 0's",
+			c->w.rank, resume_step, (long long)s64);
+	*start_step = (long)s64;
+	return 0;
 }
 
 static int nccl_save(wf_exchange *x, const char *dir, long step, wf_err *err)
@@ -320,10 +375,25 @@ static int nccl_finish(wf_exchange *x, wf_err *err)
 	return rc;
 }
 
+/* A request seen after step N's allreduce was queued travels with step
+ * N + 1's; every rank returns the reduced flag of the step just done. */
+static int nccl_should_stop(wf_exchange *x, long step, int requested)
+{
+	nccl_ctx *c = x->ctx;
+	c->stop_local |= requested != 0;
+	return c->w.size < 2 ? c->stop_local : c->stop_agreed;
+}
+
 static void nccl_free(wf_exchange *x)
 {
 	nccl_ctx *c = x->ctx;
 	if (c) {
+		/* An agreed stop: every rank checkpointed and is leaving; meet once
+		 * more so the communicator is destroyed, not aborted. */
+		wf_err unused;
+		if (c->stop_agreed && !c->finished && !c->failed && c->have_comm &&
+		    barrier(c, "the stop of the job", &unused) == 0)
+			c->finished = 1;
 		if (c->have_comm) {
 			if (c->finished && !c->failed)
 				ncclCommDestroy(c->comm);
@@ -340,6 +410,8 @@ static void nccl_free(wf_exchange *x)
 			c->be->ops->free(c->be, c->slot_v);
 		if (c->token)
 			c->be->ops->free(c->be, c->token);
+		if (c->flag_host)
+			cudaFreeHost(c->flag_host);
 		if (!c->finished)
 			wf_mpi_mark_failed();
 		free(c);
@@ -355,6 +427,7 @@ static const wf_exchange_ops nccl_ops = {
 	.save = nccl_save,
 	.finish = nccl_finish,
 	.free = nccl_free,
+	.should_stop = nccl_should_stop,
 };
 
 /* Device, stream, events and the communicator (collective over all ranks). */
@@ -378,9 +451,21 @@ static int nccl_setup(nccl_ctx *c, wf_err *err)
 	CUDA_CHECK(cudaEventCreateWithFlags(&c->done, cudaEventDisableTiming), err, "events");
 
 	ncclUniqueId id;
+	memset(&id, 0, sizeof(id));
 	if (c->w.rank == 0)
 		NCCL_CHECK(ncclGetUniqueId(&id), err, "creating the NCCL id");
-	int rc = wf_mpi_bcast(&id, sizeof(id), 0, "the NCCL unique id", err);
+	int rc;
+	if (c->have_boot) {
+		wf_rdv_cfg rv = {.rank = c->w.rank,
+				 .size = c->w.size,
+				 .chief = c->chief,
+				 .job = c->boot.job,
+				 .timeout = c->boot.timeout > 0 ? c->boot.timeout
+								: wf_rdv_timeout_from_env()};
+		rc = wf_rdv_exchange(&rv, (uint8_t *)&id, err);
+	} else {
+		rc = wf_mpi_bcast(&id, sizeof(id), 0, "the NCCL unique id", err);
+	}
 	if (rc != 0)
 		return rc;
 	NCCL_CHECK(ncclCommInitRank(&c->comm, c->w.size, id, c->w.rank), err,
@@ -390,17 +475,27 @@ static int nccl_setup(nccl_ctx *c, wf_err *err)
 }
 
 int wf_exchange_nccl_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
-			    const wf_optim_cfg *cfg, double bucket_mb, wf_err *err)
+			    const wf_optim_cfg *cfg, double bucket_mb, const wf_nccl_boot *boot,
+			    wf_err *err)
 {
 	*out = NULL;
-	wf_mpi_world w;
-	int rc = wf_mpi_world_get(&w, err);
-	if (rc != 0)
+	wf_mpi_world w = {0};
+	int rc = 0;
+	if (boot) {
+		if (boot->size < 1 || boot->rank < 0 || boot->rank >= boot->size || !boot->chief ||
+		    strlen(boot->chief) >= 256)
+			return wf_errf(err, WF_EINVAL,
+				       "allreduce: rank %d of %d with chief \"%s\" is not a valid "
+				       "NCCL world",
+				       boot->rank, boot->size,
+				       boot->chief ? boot->chief : "(none)");
+		w = (wf_mpi_world){.rank = boot->rank,
+				   .size = boot->size,
+				   .local_rank = boot->local_rank,
+				   .active = 0};
+	} else if ((rc = wf_mpi_world_get(&w, err)) != 0) {
 		return rc;
-	if (!w.active && getenv("TF_CONFIG"))
-		return wf_errf(err, WF_ENOTSUP,
-			       "strategy.name allreduce on cuda: the NCCL bootstrap through the "
-			       "TF_CONFIG chief is not built yet; launch the ranks with mpirun");
+	}
 	wf_exchange *x = calloc(1, sizeof(*x));
 	nccl_ctx *c = calloc(1, sizeof(*c));
 	if (!x || !c) {
@@ -419,6 +514,12 @@ int wf_exchange_nccl_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	c->m = m;
 	c->cfg = *cfg;
 	c->w = w;
+	if (boot) {
+		c->have_boot = 1;
+		c->boot = *boot;
+		snprintf(c->chief, sizeof(c->chief), "%s", boot->chief);
+		c->boot.chief = c->chief;
+	}
 	c->n = m->nparams;
 	c->nstate = m->nstate;
 	c->nslots = wf_optim_slots(cfg);
@@ -430,12 +531,18 @@ int wf_exchange_nccl_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	c->finished = 1; /* until set-up is over, nothing is in flight */
 	if ((c->nslots >= 1 && !(c->slot_m = c->be->ops->alloc(c->be, bytes))) ||
 	    (c->nslots >= 2 && !(c->slot_v = c->be->ops->alloc(c->be, bytes))) ||
-	    !(c->token = c->be->ops->alloc(c->be, sizeof(float)))) {
+	    !(c->token = c->be->ops->alloc(c->be, SMALL_BYTES))) {
 		rc = wf_errf(err, WF_ENOMEM,
 			     "out of GPU memory for %d optimizer slots of %zu floats", c->nslots,
 			     c->n);
 		goto fail;
 	}
+	if (cudaMallocHost((void **)&c->flag_host, 2 * sizeof(int)) != cudaSuccess) {
+		c->flag_host = NULL;
+		rc = wf_errf(err, WF_ENOMEM, "out of pinned host memory for the stop flag");
+		goto fail;
+	}
+	c->flag_host[0] = c->flag_host[1] = 0;
 	if ((rc = nccl_setup(c, err)) != 0)
 		goto fail;
 	c->finished = 0;

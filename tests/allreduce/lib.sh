@@ -1,6 +1,6 @@
 # lib.sh: shared set-up of the allreduce script tests. Source it; it gives
 # $WORK (a fresh directory, removed on exit with every process the test
-# started), fail(), make_synth(), last_metric(), weft_mpirun() and rank_pid().
+# started, ranks included), fail(), make_synth(), last_metric(), weft_mpirun() and rank_pid().
 # Skips (exit 77) when mpirun is missing or weft was built without MPI.
 set -euo pipefail
 : "${WEFT:?set WEFT to the weft binary}"
@@ -17,6 +17,10 @@ BG_PIDS=()
 cleanup() {
 	for p in "${BG_PIDS[@]}"; do
 		kill -KILL "$p" 2>/dev/null || true
+	done
+	# ranks outlive a killed mpirun: end this test's own (see rank_pid)
+	for r in 0 1 2 3; do
+		p=$(rank_pid "$r") && kill -KILL "$p" 2>/dev/null || true
 	done
 	rm -rf "$WORK"
 }

@@ -33,6 +33,8 @@ typedef struct buf {
 
 static void put(buf *b, const void *d, size_t n)
 {
+	if (!n)
+		return;
 	if (b->len + n > b->cap) {
 		b->cap = (b->len + n) * 2 + 64;
 		b->p = realloc(b->p, b->cap);

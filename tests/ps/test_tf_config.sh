@@ -11,7 +11,7 @@ JSON
 expect_fail() {
 	local tf=$1 needle=$2 rc=0
 	shift 2
-	TF_CONFIG=$tf timeout 20 "$WEFT" "$@" >out.txt 2>&1 || rc=$?
+	TF_CONFIG=$tf timeout 60 "$WEFT" "$@" >out.txt 2>&1 || rc=$?
 	[ $rc -ge 1 ] && [ $rc -le 127 ] || fail "TF_CONFIG=$tf: exit $rc, want 1..127: $(cat out.txt)"
 	grep -qF -- "$needle" out.txt || fail "TF_CONFIG=$tf: message does not name '$needle': $(cat out.txt)"
 }

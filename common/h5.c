@@ -1,0 +1,306 @@
+/* h5.c: the HDF5 helpers of h5.h. Strings are read through HDF5's own
+ * conversion into a memory type one byte longer than the stored one, so a
+ * fixed-length string that fills its field keeps its last character and
+ * space padding is stripped by the library. */
+#include "common/h5.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STRS_MAX      1000000	/* strings in one attribute or list */
+#define STR_BYTES_MAX (1 << 30) /* bytes of one fixed-length attribute read */
+
+/* ---- errors ---------------------------------------------------------------- */
+
+static herr_t innermost_cb(unsigned n, const H5E_error2_t *e, void *data)
+{
+	if (n == 0 && e->desc)
+		snprintf((char *)data, 256, "%s", e->desc);
+	return 0;
+}
+
+int wf_h5_fail(wf_err *err, int code, const char *src, int line, const char *fmt, ...)
+{
+	char msg[768], lib[256] = "";
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_cb, lib);
+	H5Eclear2(H5E_DEFAULT);
+	const char *base = strrchr(src, '/');
+	if (lib[0])
+		return wf_errf(err, code, "%s (HDF5: %s; %s:%d)", msg, lib, base ? base + 1 : src,
+			       line);
+	return wf_errf(err, code, "%s", msg);
+}
+
+void wf_h5_quiet_begin(wf_h5_quiet *q)
+{
+	H5Eget_auto2(H5E_DEFAULT, &q->fn, &q->data);
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+void wf_h5_quiet_end(wf_h5_quiet *q)
+{
+	H5Eclear2(H5E_DEFAULT);
+	H5Eset_auto2(H5E_DEFAULT, q->fn, q->data);
+}
+
+/* ---- files and ids ------------------------------------------------------------ */
+
+int wf_h5_open(const char *path, unsigned flags, hid_t *file, wf_err *err)
+{
+	wf_h5_quiet q;
+	int rc = 0;
+	wf_h5_quiet_begin(&q);
+	*file = H5Fis_hdf5(path) > 0 ? H5Fopen(path, flags, H5P_DEFAULT) : H5I_INVALID_HID;
+	if (*file < 0)
+		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: not an HDF5 file, unreadable or truncated",
+				path);
+	wf_h5_quiet_end(&q);
+	return rc;
+}
+
+int wf_h5_close(hid_t *id)
+{
+	herr_t rc;
+	if (*id < 0)
+		return 0;
+	switch (H5Iget_type(*id)) {
+	case H5I_FILE: rc = H5Fclose(*id); break;
+	case H5I_GROUP: rc = H5Gclose(*id); break;
+	case H5I_DATASET: rc = H5Dclose(*id); break;
+	case H5I_ATTR: rc = H5Aclose(*id); break;
+	case H5I_DATATYPE: rc = H5Tclose(*id); break;
+	case H5I_DATASPACE: rc = H5Sclose(*id); break;
+	case H5I_GENPROP_LST: rc = H5Pclose(*id); break;
+	default: rc = H5Idec_ref(*id); break;
+	}
+	*id = H5I_INVALID_HID;
+	return rc < 0 ? -1 : 0;
+}
+
+int wf_h5_write_f32(hid_t loc, const char *name, int rank, const hsize_t *dims, const float *data,
+		    const char *path, wf_err *err)
+{
+	int rc = 0;
+	hid_t sp = H5Screate_simple(rank, dims, NULL);
+	hid_t d = sp < 0 ? H5I_INVALID_HID
+			 : H5Dcreate2(loc, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT,
+				      H5P_DEFAULT);
+	if (d < 0 || H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) < 0)
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: writing %s", path, name);
+	wf_h5_close(&d);
+	wf_h5_close(&sp);
+	return rc;
+}
+
+/* ---- writing attributes ---------------------------------------------------------- */
+
+int wf_h5_attr_write(hid_t obj, const char *name, hid_t ftype, hid_t mtype, long n,
+		     const void *data, const char *path, wf_err *err)
+{
+	hsize_t dim = n < 0 ? 0 : (hsize_t)n;
+	hid_t space = n < 0 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &dim, NULL);
+	hid_t a = space < 0 ? H5I_INVALID_HID
+			    : H5Acreate2(obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT);
+	int rc = 0;
+	if (a < 0 || (n != 0 && H5Awrite(a, mtype, data) < 0))
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: writing attribute %s", path, name);
+	wf_h5_close(&a);
+	wf_h5_close(&space);
+	return rc;
+}
+
+/* n variable-length UTF-8 strings (n < 0: one, as a scalar). */
+static int write_vlen_strs(hid_t obj, const char *name, const char *const *s, long n,
+			   const char *path, wf_err *err)
+{
+	hid_t t = H5Tcopy(H5T_C_S1);
+	if (t < 0 || H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
+		int rc = WF_H5_FAIL(err, WF_EIO, "%s: writing attribute %s", path, name);
+		wf_h5_close(&t);
+		return rc;
+	}
+	int rc = wf_h5_attr_write(obj, name, t, t, n, s, path, err);
+	wf_h5_close(&t);
+	return rc;
+}
+
+int wf_h5_attr_write_str(hid_t obj, const char *name, const char *s, const char *path, wf_err *err)
+{
+	return write_vlen_strs(obj, name, &s, -1, path, err);
+}
+
+int wf_h5_attr_write_strs(hid_t obj, const char *name, const char *const *s, int n,
+			  const char *path, wf_err *err)
+{
+	return write_vlen_strs(obj, name, s, n, path, err);
+}
+
+int wf_h5_attr_write_i64(hid_t obj, const char *name, int64_t v, const char *path, wf_err *err)
+{
+	return wf_h5_attr_write(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, -1, &v, path, err);
+}
+
+/* ---- reading attributes ------------------------------------------------------------ */
+
+int wf_h5_attr_read(hid_t obj, const char *name, hid_t mtype, int n, void *v, const char *path,
+		    wf_err *err)
+{
+	int rc = 0;
+	hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+	hid_t ft = a < 0 ? H5I_INVALID_HID : H5Aget_type(a);
+	hid_t sp = a < 0 ? H5I_INVALID_HID : H5Aget_space(a);
+	H5T_class_t want = H5T_NO_CLASS;
+	if (a < 0 || ft < 0 || sp < 0) /* first: any other call clears HDF5's stack */
+		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: attribute %s: cannot be opened", path, name);
+	else if (H5Tget_class(ft) != (want = H5Tget_class(mtype)))
+		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: expected %s", path, name,
+			     want == H5T_INTEGER ? "an integer" : "a floating-point number");
+	else if (H5Sget_simple_extent_npoints(sp) != n)
+		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: expected %d value%s, got %lld",
+			     path, name, n, n == 1 ? "" : "s",
+			     (long long)H5Sget_simple_extent_npoints(sp));
+	else if (H5Aread(a, mtype, v) < 0)
+		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: attribute %s: cannot be read", path, name);
+	wf_h5_close(&sp);
+	wf_h5_close(&ft);
+	wf_h5_close(&a);
+	return rc;
+}
+
+int wf_h5_attr_read_i64(hid_t obj, const char *name, int64_t *v, int n, const char *path,
+			wf_err *err)
+{
+	return wf_h5_attr_read(obj, name, H5T_NATIVE_INT64, n, v, path, err);
+}
+
+void wf_h5_strs_free(char **s, int n)
+{
+	for (int i = 0; s && i < n; i++)
+		free(s[i]);
+	free(s);
+}
+
+/* Append the strings of attribute name on obj to *list (*n entries, grown). */
+static int append_strs(hid_t obj, const char *name, char ***list, int *n, const char *path,
+		       wf_err *err)
+{
+	int rc = 0;
+	void *buf = NULL;
+	hid_t mt = H5I_INVALID_HID;
+	hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
+	hid_t ft = a < 0 ? H5I_INVALID_HID : H5Aget_type(a);
+	hid_t sp = a < 0 ? H5I_INVALID_HID : H5Aget_space(a);
+	if (a < 0 || ft < 0 || sp < 0) {
+		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: attribute %s: cannot be opened", path, name);
+		goto done;
+	}
+	hssize_t cnt = H5Sget_simple_extent_npoints(sp);
+	if (cnt == 0)
+		goto done;
+	if (H5Tget_class(ft) != H5T_STRING) {
+		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: expected strings", path, name);
+		goto done;
+	}
+	int vlen = H5Tis_variable_str(ft) > 0;
+	size_t each = vlen ? sizeof(char *) : H5Tget_size(ft) + 1; /* fixed: room for a NUL */
+	if (cnt < 0 || cnt > STRS_MAX - *n || each < 2 || (size_t)cnt > STR_BYTES_MAX / each) {
+		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: bad size", path, name);
+		goto done;
+	}
+	mt = H5Tcopy(H5T_C_S1);
+	if (mt < 0 || H5Tset_size(mt, vlen ? H5T_VARIABLE : each) < 0 ||
+	    H5Tset_strpad(mt, H5T_STR_NULLTERM) < 0 || H5Tset_cset(mt, H5Tget_cset(ft)) < 0) {
+		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: attribute %s: bad string type", path, name);
+		goto done;
+	}
+	buf = calloc((size_t)cnt, each);
+	char **grown = realloc(*list, sizeof(*grown) * (size_t)(*n + cnt));
+	if (grown)
+		*list = grown;
+	if (!buf || !grown) {
+		rc = wf_errf(err, WF_ENOMEM, "%s: attribute %s: out of memory", path, name);
+		goto done;
+	}
+	if (H5Aread(a, mt, buf) < 0) {
+		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: attribute %s: cannot be read", path, name);
+		goto done;
+	}
+	for (hssize_t i = 0; i < cnt && !rc; i++) {
+		const char *s = vlen ? ((char **)buf)[i] : (char *)buf + (size_t)i * each;
+		char *copy = strdup(s ? s : "");
+		if (copy)
+			(*list)[(*n)++] = copy;
+		else
+			rc = wf_errf(err, WF_ENOMEM, "%s: attribute %s: out of memory", path, name);
+	}
+	if (vlen)
+		H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, buf);
+done:
+	free(buf);
+	wf_h5_close(&mt);
+	wf_h5_close(&sp);
+	wf_h5_close(&ft);
+	wf_h5_close(&a);
+	return rc;
+}
+
+int wf_h5_attr_read_strs(hid_t obj, const char *name, char ***out, int *n, const char *path,
+			 wf_err *err)
+{
+	*out = NULL;
+	*n = 0;
+	int rc = append_strs(obj, name, out, n, path, err);
+	if (rc) {
+		wf_h5_strs_free(*out, *n);
+		*out = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
+int wf_h5_attr_read_str(hid_t obj, const char *name, char **out, const char *path, wf_err *err)
+{
+	char **s;
+	int n;
+	*out = NULL;
+	int rc = wf_h5_attr_read_strs(obj, name, &s, &n, path, err);
+	if (rc)
+		return rc;
+	if (n != 1) {
+		wf_h5_strs_free(s, n);
+		return wf_errf(err, WF_EFORMAT, "%s: attribute %s: expected one string, got %d",
+			       path, name, n);
+	}
+	*out = s[0];
+	free(s);
+	return 0;
+}
+
+int wf_h5_attr_read_str_list(hid_t obj, const char *name, char ***out, int *n, const char *path,
+			     wf_err *err)
+{
+	char part[256];
+	int rc = 0;
+	*out = NULL;
+	*n = 0;
+	if (H5Aexists(obj, name) > 0)
+		rc = append_strs(obj, name, out, n, path, err);
+	for (int k = 0; !rc; k++) {
+		snprintf(part, sizeof(part), "%s%d", name, k);
+		if (H5Aexists(obj, part) <= 0)
+			break;
+		rc = append_strs(obj, part, out, n, path, err);
+	}
+	if (rc) {
+		wf_h5_strs_free(*out, *n);
+		*out = NULL;
+		*n = 0;
+	}
+	return rc;
+}
