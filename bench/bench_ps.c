@@ -7,16 +7,21 @@
  * the same messages: echo processes that send each received message straight
  * back. Both are measured in the same run on loopback; the figure is the
  * vector's bytes per second of round trips (GB/s), the median of --runs
- * rounds after one warm-up; the ratio ps/raw is printed (target >= 0.8). */
+ * rounds after one warm-up; the ratio ps/raw is printed (target >= 0.8).
+ * --servers 1|2 runs one configuration only. Ports are picked free by the
+ * kernel; a peer that does not answer fails the run after 60 s, never hangs. */
 #include "common/util.h"
 #include "ps/client.h"
 #include "ps/placement.h"
 #include "ps/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -47,6 +52,20 @@ static double median(double *v, int n)
 	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* A loopback TCP port that is free now (the kernel picks it). */
+static int free_port(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	if (fd >= 0 && !bind(fd, (struct sockaddr *)&a, sizeof(a)) &&
+	    !getsockname(fd, (struct sockaddr *)&a, &len))
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
 /* ---- raw ZeroMQ echo peer ---- */
 
 static void echo_main(const char *ep)
@@ -65,7 +84,8 @@ static void echo_main(const char *ep)
 	}
 }
 
-/* One round over raw sockets: every chunk to its peer and back into params. */
+/* One round over raw sockets: every chunk to its peer and back into params;
+ * -1 when a peer did not answer (receives time out). */
 static double raw_round(void **socks, const wf_ps_placement *pl, float *grads, float *params)
 {
 	double t0 = wf_now();
@@ -79,7 +99,10 @@ static double raw_round(void **socks, const wf_ps_placement *pl, float *grads, f
 		const wf_ps_chunk *c = &pl->chunks[k];
 		zmq_msg_t m;
 		zmq_msg_init(&m);
-		zmq_msg_recv(&m, socks[c->server], 0);
+		if (zmq_msg_recv(&m, socks[c->server], 0) < 0) {
+			zmq_msg_close(&m);
+			return -1;
+		}
 		memcpy(params + c->offset, zmq_msg_data(&m), zmq_msg_size(&m));
 		zmq_msg_close(&m);
 	}
@@ -87,41 +110,46 @@ static double raw_round(void **socks, const wf_ps_placement *pl, float *grads, f
 }
 
 static double bench_raw(int nservers, const wf_ps_placement *pl, float *grads, float *params,
-			int runs, int port)
+			int runs)
 {
 	char eps[4][64];
 	void *ctx = zmq_ctx_new(), *socks[4];
 	for (int s = 0; s < nservers; s++) {
-		snprintf(eps[s], sizeof(eps[s]), "tcp://127.0.0.1:%d", port + s);
+		snprintf(eps[s], sizeof(eps[s]), "tcp://127.0.0.1:%d", free_port());
 		pid_t pid = fork();
 		if (pid == 0)
 			echo_main(eps[s]);
 		kids[nkids++] = pid;
 		socks[s] = zmq_socket(ctx, ZMQ_DEALER);
-		int linger = 0;
+		int linger = 0, rcvtimeo = 60000;
 		zmq_setsockopt(socks[s], ZMQ_LINGER, &linger, sizeof(linger));
+		zmq_setsockopt(socks[s], ZMQ_RCVTIMEO, &rcvtimeo, sizeof(rcvtimeo));
 		zmq_connect(socks[s], eps[s]);
 	}
-	double t[64];
-	raw_round(socks, pl, grads, params); /* warm-up and connect */
-	for (int r = 0; r < runs; r++)
-		t[r] = raw_round(socks, pl, grads, params);
+	double t[64], med = -1;
+	int ok = raw_round(socks, pl, grads, params) >= 0; /* warm-up and connect */
+	for (int r = 0; r < runs && ok; r++)
+		ok = (t[r] = raw_round(socks, pl, grads, params)) >= 0;
+	if (ok)
+		med = median(t, runs);
+	else
+		fprintf(stderr, "bench_ps: raw echo peer did not answer within 60 s\n");
 	for (int s = 0; s < nservers; s++)
 		zmq_close(socks[s]);
 	zmq_ctx_term(ctx);
 	stop_kids();
-	return median(t, runs);
+	return med;
 }
 
 /* ---- parameter servers ---- */
 
 static double bench_ps(int nservers, size_t n, const wf_ps_placement *pl, float *grads,
-		       float *params, int runs, int port)
+		       float *params, int runs)
 {
 	char eps[4][64];
 	const char *cep[4];
 	for (int s = 0; s < nservers; s++) {
-		snprintf(eps[s], sizeof(eps[s]), "tcp://127.0.0.1:%d", port + s);
+		snprintf(eps[s], sizeof(eps[s]), "tcp://127.0.0.1:%d", free_port());
 		cep[s] = eps[s];
 		pid_t pid = fork();
 		if (pid == 0) {
@@ -210,7 +238,6 @@ int main(int argc, char **argv)
 	wf_rng_seed(&r, 1);
 	for (size_t i = 0; i < n; i++)
 		grads[i] = params[i] = (float)wf_rng_uniform(&r);
-	int port = 30000 + (int)(getpid() % 1000) * 10;
 	atexit(stop_kids);
 	printf("bench_ps: %zu MB float vector, 4 MB chunks, median of %d rounds, loopback\n", mb,
 	       runs);
@@ -225,12 +252,11 @@ int main(int argc, char **argv)
 			fprintf(stderr, "bench_ps: %s\n", err.msg);
 			return 1;
 		}
-		double traw = bench_raw(ns, &pl, grads, params, runs, port);
-		double tps = bench_ps(ns, n, &pl, grads, params, runs, port + 4);
+		double traw = bench_raw(ns, &pl, grads, params, runs);
+		double tps = bench_ps(ns, n, &pl, grads, params, runs);
 		double gb = (double)n * sizeof(float) / 1e9;
-		if (tps <= 0) {
-			printf("%-8d %8d %12s %12.2f %7s\n", ns, pl.nchunks, "failed", gb / traw,
-			       "-");
+		if (tps <= 0 || traw <= 0) {
+			printf("%-8d %8d %12s %12s %7s\n", ns, pl.nchunks, "failed", "failed", "-");
 			worst = 1;
 		} else {
 			printf("%-8d %8d %12.2f %12.2f %7.2f\n", ns, pl.nchunks, gb / tps,

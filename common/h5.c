@@ -155,16 +155,16 @@ int wf_h5_attr_read(hid_t obj, const char *name, hid_t mtype, int n, void *v, co
 	hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
 	hid_t ft = a < 0 ? H5I_INVALID_HID : H5Aget_type(a);
 	hid_t sp = a < 0 ? H5I_INVALID_HID : H5Aget_space(a);
-	H5T_class_t want = H5T_NO_CLASS;
-	if (a < 0 || ft < 0 || sp < 0) /* first: any other call clears HDF5's stack */
+	hssize_t got = 0;
+	if (a < 0 || ft < 0 || sp < 0) /* before any other call: each clears HDF5's stack */
 		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: attribute %s: cannot be opened", path, name);
-	else if (H5Tget_class(ft) != (want = H5Tget_class(mtype)))
+	else if (H5Tget_class(ft) != H5Tget_class(mtype))
 		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: expected %s", path, name,
-			     want == H5T_INTEGER ? "an integer" : "a floating-point number");
-	else if (H5Sget_simple_extent_npoints(sp) != n)
+			     H5Tget_class(mtype) == H5T_INTEGER ? "an integer"
+								: "a floating-point number");
+	else if ((got = H5Sget_simple_extent_npoints(sp)) != n)
 		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: expected %d value%s, got %lld",
-			     path, name, n, n == 1 ? "" : "s",
-			     (long long)H5Sget_simple_extent_npoints(sp));
+			     path, name, n, n == 1 ? "" : "s", (long long)got);
 	else if (H5Aread(a, mtype, v) < 0)
 		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: attribute %s: cannot be read", path, name);
 	wf_h5_close(&sp);

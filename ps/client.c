@@ -26,7 +26,7 @@ typedef struct pending {
 	char msg[1024];	 /* error text of the reply */
 	long reply_step; /* step field of the reply */
 	int stale;
-	uint32_t inc;	 /* the server's incarnation when sent (0: not known yet) */
+	uint32_t inc; /* the server's incarnation when sent (0: not known yet) */
 } pending;
 
 struct wf_ps_client {
@@ -148,13 +148,22 @@ static void apply_reply(wf_ps_client *c, pending *p, const wf_ps_msg *m)
 	}
 	p->stale = (h->flags & WF_PS_FLAG_STALE) != 0;
 	if (h->op == WF_PS_OP_PUSH_PULL || h->op == WF_PS_OP_PULL) {
+		/* values are checked while they are copied (one pass): a bad reply
+		 * leaves the chunk's values undefined and fails the request */
 		float *dst = h->chunk == WF_PS_STATE_CHUNK
 				     ? c->cfg.state
 				     : c->cfg.params + c->cfg.pl->chunks[h->chunk].offset;
-		if (dst)
-			memcpy(dst, m->frame[0], m->size[0]);
-		if ((h->flags & WF_PS_FLAG_STATE) && c->cfg.state && m->nframes > 1)
-			memcpy(c->cfg.state, m->frame[1], m->size[1]);
+		uint32_t crc = 0;
+		for (int i = 0; i < m->nframes; i++) {
+			float *to = i == 0 ? dst : c->cfg.state;
+			crc = to ? wf_ps_crc32c_copy(crc, to, m->frame[i], m->size[i])
+				 : wf_ps_crc32c(crc, m->frame[i], m->size[i]);
+		}
+		wf_err e = {0};
+		if (wf_ps_msg_verify(m, crc, &e)) {
+			p->rc = WF_EFORMAT;
+			snprintf(p->msg, sizeof(p->msg), "bad reply: %.1000s", e.msg);
+		}
 	} else if (h->op == WF_PS_OP_STATS && c->stats_out) {
 		wf_err e = {0};
 		if (wf_ps_stats_from_json(c->stats_out, m->frame[0], m->size[0], &e)) {
@@ -382,13 +391,14 @@ static void *hb_main(void *arg)
 				continue;
 			for (int s = 0; s < n; s++) { /* note who answered, and as whom */
 				int got;
-				while (socks[s] &&
-				       (got = zmq_recv(socks[s], buf, sizeof(buf), ZMQ_DONTWAIT)) >= 0) {
+				while (socks[s] && (got = zmq_recv(socks[s], buf, sizeof(buf),
+								   ZMQ_DONTWAIT)) >= 0) {
 					wf_ps_hdr h;
 					if (got != WF_PS_HEADER_BYTES)
 						continue;
 					wf_ps_hdr_decode(&h, buf);
-					if (h.op != WF_PS_OP_HEARTBEAT || (h.flags & WF_PS_FLAG_ERROR))
+					if (h.op != WF_PS_OP_HEARTBEAT ||
+					    (h.flags & WF_PS_FLAG_ERROR))
 						continue;
 					atomic_store(&c->inc[s], h.aux);
 					atomic_store(&c->seen[s], (int64_t)(wf_now() * 1000));
@@ -429,7 +439,7 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	if (!c->pend || !c->endpoints || !c->socks || !c->floats || !c->inc || !c->seen)
 		goto fail;
 	c->server_timeout = cfg->server_timeout > 0 ? cfg->server_timeout
-		: WF_MAX(5.0, 10.0 * cfg->heartbeat_interval);
+						    : WF_MAX(5.0, 10.0 * cfg->heartbeat_interval);
 	for (int i = 0; i < nc; i++)
 		c->floats[i] = cfg->pl->chunks[i].count;
 	c->lim = (wf_ps_limits){.job_id = cfg->job_id,
@@ -437,7 +447,8 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 				.chunk_floats = c->floats,
 				.state_floats = cfg->nstate,
 				.nslots = cfg->nslots,
-				.is_reply = 1};
+				.is_reply = 1,
+				.defer_checksum = 1};
 	wf_ps_tune_malloc();
 	if (!(c->zctx = zmq_ctx_new())) {
 		rc = wf_errf(err, WF_EINTERNAL, "ps client: zmq_ctx_new: %s",

@@ -590,14 +590,31 @@ int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *siz
 	if (h->dtype != want_dtype)
 		REJECT(WF_PS_REJECT_DTYPE, "dtype %u, %s expects %d", h->dtype,
 		       wf_ps_op_name(h->op), want_dtype);
-	uint32_t crc = hdr_checksum(raw, wf_ps_payload_crc(frames + 1, sizes + 1, np));
-	if (crc != h->checksum)
-		REJECT(WF_PS_REJECT_CHECKSUM, "checksum 0x%08x, computed 0x%08x", h->checksum, crc);
+	if (lim->defer_checksum && np && s.dtype == WF_PS_DTYPE_F32) {
+		msg->deferred = 1;
+		memcpy(msg->raw, raw, WF_PS_HEADER_BYTES);
+	} else {
+		uint32_t crc = hdr_checksum(raw, wf_ps_payload_crc(frames + 1, sizes + 1, np));
+		if (crc != h->checksum)
+			REJECT(WF_PS_REJECT_CHECKSUM, "checksum 0x%08x, computed 0x%08x",
+			       h->checksum, crc);
+	}
 	msg->nframes = np;
 	for (int i = 0; i < np; i++) {
 		msg->frame[i] = frames[i + 1];
 		msg->size[i] = sizes[i + 1];
 	}
+	return 0;
+}
+
+int wf_ps_msg_verify(const wf_ps_msg *msg, uint32_t payload_crc, wf_err *err)
+{
+	if (!msg->deferred)
+		return 0;
+	uint32_t crc = hdr_checksum(msg->raw, payload_crc);
+	if (crc != msg->hdr.checksum)
+		return wf_errf(err, WF_EFORMAT, "checksum 0x%08x, computed 0x%08x",
+			       msg->hdr.checksum, crc);
 	return 0;
 }
 
@@ -630,6 +647,9 @@ int wf_ps_stats_to_json(const wf_ps_stats *s, char **out, wf_err *err)
 	json_object_set_new(o, "worker_step", steps);
 	json_object_set_new(o, "worker_alive", alive);
 	json_object_set_new(o, "rejected", rej);
+	json_object_set_new(o, "staleness", json_integer(s->staleness));
+	json_object_set_new(o, "ssp_held", json_integer((json_int_t)s->ssp_held));
+	json_object_set_new(o, "ssp_max_lead", json_integer(s->ssp_max_lead));
 	steps = alive = rej = NULL;
 	*out = json_dumps(o, JSON_COMPACT);
 	rc = *out ? 0 : WF_ENOMEM;
@@ -668,6 +688,9 @@ int wf_ps_stats_from_json(wf_ps_stats *s, const char *json, size_t len, wf_err *
 	s->held = (int)jint(o, "held");
 	s->version_min = jint(o, "version_min");
 	s->version_max = jint(o, "version_max");
+	s->staleness = json_object_get(o, "staleness") ? (int)jint(o, "staleness") : -1;
+	s->ssp_held = (uint64_t)jint(o, "ssp_held");
+	s->ssp_max_lead = jint(o, "ssp_max_lead");
 	if (s->uptime > 0) {
 		s->push_rate = (double)s->pushes / s->uptime;
 		s->pull_rate = (double)s->pulls / s->uptime;
@@ -726,6 +749,9 @@ void wf_ps_stats_format(const wf_ps_stats *s, char *buf, size_t n)
 		    : s->worker_alive[w] < 0 ? "(new)"
 					     : "");
 	OUT("]");
+	if (s->staleness >= 0)
+		OUT(", ssp:%d: %llu held, max lead %ld", s->staleness,
+		    (unsigned long long)s->ssp_held, s->ssp_max_lead);
 	uint64_t total = 0;
 	for (int r = 0; r < WF_PS_REJECT__COUNT; r++)
 		total += s->rejected[r];

@@ -123,6 +123,8 @@ typedef struct wf_ps_limits {
 	int nworkers;		      /* worker indices must be below this (0: any) */
 	int is_reply;		      /* validating replies (client side) */
 	uint32_t max_text;	      /* longest bytes payload (0: 1 MiB) */
+	int defer_checksum;	      /* parse skips the checksum of f32 payloads: the caller
+				       * verifies it while copying them (wf_ps_msg_verify) */
 } wf_ps_limits;
 
 /* A parsed message: header plus pointers into the caller's frames (no copy). */
@@ -130,7 +132,9 @@ typedef struct wf_ps_msg {
 	wf_ps_hdr hdr;
 	int nframes;
 	const void *frame[WF_PS_MAX_FRAMES];
-	size_t size[WF_PS_MAX_FRAMES]; /* bytes */
+	size_t size[WF_PS_MAX_FRAMES];	 /* bytes */
+	int deferred;			 /* checksum not checked yet (lim->defer_checksum) */
+	uint8_t raw[WF_PS_HEADER_BYTES]; /* the header as received, when deferred */
 } wf_ps_msg;
 
 /* Name of an op / reject reason, for logs and stats ("push_pull", "checksum"). */
@@ -187,6 +191,11 @@ void wf_ps_tune_malloc(void);
  * (so the error reply can echo op and tag). Never reads outside the frames. */
 int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *sizes, int n,
 		    const wf_ps_limits *lim, int *reason, wf_err *err);
+/* For a message parsed with lim->defer_checksum and msg->deferred set:
+ * check its checksum given the CRC32C of its payload frames (computed by
+ * the caller, e.g. with wf_ps_crc32c_copy while copying them out).
+ * WF_EFORMAT naming both values when it does not match. */
+int wf_ps_msg_verify(const wf_ps_msg *msg, uint32_t payload_crc, wf_err *err);
 
 /* ---- statistics (the stats op's reply, JSON on the wire) ---- */
 
@@ -202,6 +211,9 @@ typedef struct wf_ps_stats {
 	long *worker_step; /* [nworkers] last step pushed, -1 none */
 	int *worker_alive; /* [nworkers] 1 alive, 0 dead, -1 never seen */
 	uint64_t rejected[WF_PS_REJECT__COUNT];
+	int staleness;	   /* K of ssp:K; -1 in sync and async */
+	uint64_t ssp_held; /* ssp: pushes whose reply waited for the bound */
+	long ssp_max_lead; /* ssp: largest (step - slowest worker's step) answered */
 } wf_ps_stats;
 
 /* JSON text of s (malloc'd, caller frees) / parse it back (fills s; free

@@ -67,6 +67,7 @@ typedef struct worker {
 	double last_seen; /* seconds */
 	long last_step;	  /* highest step pushed, -1 none */
 	long stall_step;  /* step last reported stalled */
+	long ssp_logged;  /* ssp: last step whose long wait was logged */
 	held barrier;
 } worker;
 
@@ -90,6 +91,8 @@ typedef struct server {
 	uint64_t pushes, pulls, bytes_in, bytes_out, rejected[WF_PS_REJECT__COUNT];
 	uint64_t rejected_total;
 	int held_count;
+	uint64_t ssp_held; /* ssp: pushes whose reply waited for the bound */
+	long ssp_max_lead; /* ssp: largest (step - slowest step) of an answered push */
 	long restored_step;
 	uint32_t incarnation; /* random per process: heartbeat replies carry it in aux */
 	double start, last_stats, last_stall_check;
@@ -266,16 +269,21 @@ static float grad_scale(long samples)
 	return samples > 0 ? 1.0f / (float)samples : 1.0f;
 }
 
-static int apply(server *s, schunk *c, const float *grad, long samples)
+/* Apply a gradient of training step `step` (its learning-rate schedule).
+ * The version is the global step: sync applies step == version once per
+ * step; async and ssp apply every worker's push, and the version becomes the
+ * highest step applied + 1, so a (re)joining worker starts at the step the
+ * job reached (not at the number of pushes). */
+static int apply(server *s, schunk *c, const float *grad, long samples, long step)
 {
 	int nsl = s->nslots;
-	int rc = wf_optim_apply(s->be, &s->cfg->optim, c->version, c->count, c->values, grad,
+	int rc = wf_optim_apply(s->be, &s->cfg->optim, step, c->count, c->values, grad,
 				nsl > 0 ? c->slot[0] : NULL, nsl > 1 ? c->slot[1] : NULL,
 				grad_scale(samples));
 	if (rc)
 		wf_error("ps %d: optimizer on chunk %d failed: %s", s->cfg->index, c->gidx,
 			 s->be->err.msg);
-	c->version++;
+	c->version = WF_MAX(c->version, step + 1);
 	return rc;
 }
 
@@ -295,7 +303,7 @@ static void sync_try_complete(server *s, schunk *c)
 	if (!c->ncontrib || missing(s, c, -1))
 		return;
 	if (!c->direct)
-		apply(s, c, c->acc, c->samples);
+		apply(s, c, c->acc, c->samples, c->version);
 	int want_state = 0;
 	for (int w = 0; w < s->nworkers; w++)
 		want_state |= c->held[w].used && c->held[w].want_state;
@@ -328,18 +336,36 @@ static long slowest_step(const server *s)
 	return m;
 }
 
+/* ssp: a push of step `step` is answered now; record how far it ran ahead
+ * of the slowest live worker (the bound says: at most K). */
+static void ssp_answered(server *s, long step)
+{
+	long lead = step - slowest_step(s);
+	if (lead > s->ssp_max_lead)
+		s->ssp_max_lead = lead;
+}
+
 /* ssp: answer held pushes that are now within the staleness bound. */
 static void ssp_release(server *s)
 {
-	long bound = slowest_step(s) + s->cfg->staleness;
+	long slowest = slowest_step(s), bound = slowest + s->cfg->staleness;
+	double now = wf_now();
 	for (int i = 0; i < s->nchunks; i++) {
 		schunk *c = &s->chunks[i];
 		for (int w = 0; w < s->nworkers; w++) {
 			held *h = &c->held[w];
-			if (h->used && h->step <= bound) {
-				send_values(s, c, h, 1, 0, 0);
-				release(s, h);
+			if (!h->used || h->step > bound)
+				continue;
+			if (now - h->since > 0.5 && h->step > s->workers[w].ssp_logged) {
+				s->workers[w].ssp_logged = h->step;
+				wf_info("ps %d: ssp: worker %d waited %.1f s at step %ld until the "
+					"slowest worker reached step %ld (staleness %d)",
+					s->cfg->index, w, now - h->since, h->step, slowest,
+					s->cfg->staleness);
 			}
+			ssp_answered(s, h->step);
+			send_values(s, c, h, 1, 0, 0);
+			release(s, h);
 		}
 	}
 }
@@ -451,7 +477,7 @@ static void op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 	if (s->cfg->mode != WF_PS_MODE_SYNC) {
 		if (h->step > wk->last_step)
 			wk->last_step = (long)h->step;
-		apply(s, c, grad, samples);
+		apply(s, c, grad, samples, (long)h->step);
 		if (st)
 			memcpy(s->state, st, s->nstate * sizeof(float));
 		held r = {0};
@@ -459,7 +485,10 @@ static void op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 		if (s->cfg->mode == WF_PS_MODE_SSP &&
 		    h->step > slowest_step(s) + s->cfg->staleness) {
 			c->held[w] = r; /* answered by ssp_release */
+			s->ssp_held++;
 		} else {
+			if (s->cfg->mode == WF_PS_MODE_SSP)
+				ssp_answered(s, (long)h->step);
 			send_values(s, c, &r, 1, 0, 0);
 			release(s, &r);
 		}
@@ -486,7 +515,7 @@ static void op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 	if (!c->ncontrib)
 		c->first_push = wf_now();
 	if (!c->ncontrib && !missing(s, c, w)) {
-		apply(s, c, grad, samples); /* sole contributor: no copy */
+		apply(s, c, grad, samples, c->version); /* sole contributor: no copy */
 		c->direct = 1;
 	} else if (!c->ncontrib) {
 		memcpy(c->acc, grad, c->count * sizeof(float));
@@ -705,6 +734,9 @@ static void fill_stats(server *s, wf_ps_stats *st, long *steps, int *alive)
 	st->worker_step = steps;
 	st->worker_alive = alive;
 	memcpy(st->rejected, s->rejected, sizeof(st->rejected));
+	st->staleness = s->cfg->mode == WF_PS_MODE_SSP ? s->cfg->staleness : -1;
+	st->ssp_held = s->ssp_held;
+	st->ssp_max_lead = s->ssp_max_lead;
 }
 
 static void op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h)
@@ -848,6 +880,12 @@ static void handle(server *s, int n, int overflow)
 	case WF_PS_OP_STATS: op_stats(s, rid, rid_len, h); break;
 	case WF_PS_OP_SHUTDOWN:
 		wf_info("ps %d: shutdown requested", s->cfg->index);
+		if (s->cfg->mode == WF_PS_MODE_SSP)
+			wf_info("ps %d: ssp: %llu pushes waited for the staleness bound %d; the "
+				"largest lead of an answered push over the slowest worker was %ld "
+				"step(s)",
+				s->cfg->index, (unsigned long long)s->ssp_held, s->cfg->staleness,
+				s->ssp_max_lead);
 		for (int i = 0; i < s->nchunks; i++)
 			fail_held(s, &s->chunks[i], WF_ESTOPPED, "server shutting down");
 		for (int v = 0; v < s->nworkers; v++) {
@@ -994,7 +1032,8 @@ static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 	    (s->nstate && (!s->state || !s->state_acc)))
 		return wf_errf(err, WF_ENOMEM, "ps: out of memory");
 	for (int w = 0; w < s->nworkers; w++)
-		s->workers[w] = (worker){.alive = -1, .last_step = -1, .stall_step = -1};
+		s->workers[w] =
+			(worker){.alive = -1, .last_step = -1, .stall_step = -1, .ssp_logged = -1};
 	int k = 0;
 	for (int g = 0; g < s->pl.nchunks; g++) {
 		const wf_ps_chunk *pc = &s->pl.chunks[g];

@@ -86,7 +86,8 @@ static int pull_all(ps_ctx *c, long *version, wf_err *err)
 }
 
 /* Register with every server; 1 when all are initialised at one step
- * (*step), 0 when they are not (yet), or an error. */
+ * (*step; async/ssp: within one step, *step the lowest), 0 when they are
+ * not (yet), or an error. */
 static int servers_agree(ps_ctx *c, long *step, long *lo, long *hi, wf_err *err)
 {
 	long min;
@@ -99,7 +100,12 @@ static int servers_agree(ps_ctx *c, long *step, long *lo, long *hi, wf_err *err)
 		*hi = WF_MAX(*hi, c->steps[s]);
 	}
 	*step = *lo;
-	return *lo >= 0 && *lo == *hi;
+	/* async and ssp: a chunk's version is the highest step applied + 1, so
+	 * while the fastest worker is between its chunks (or died there) one
+	 * server may be a step ahead of another; more than that is a restarted
+	 * server */
+	long slack = strcmp(c->mode, "sync") ? 1 : 0;
+	return *lo >= 0 && *hi - *lo <= slack;
 }
 
 /* Chief: bring servers that disagree back to one step. A server restarted

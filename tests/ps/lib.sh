@@ -13,7 +13,7 @@ cleanup() {
 		kill -9 -- "-$p" 2>/dev/null || true
 	done
 	wait 2>/dev/null || true
-	rm -rf "$WORK"
+	[ -n "${WEFT_TEST_KEEP:-}" ] && echo "kept $WORK" >&2 || rm -rf "$WORK"
 }
 trap cleanup EXIT
 cd "$WORK"

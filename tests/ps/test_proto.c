@@ -277,6 +277,45 @@ static void test_state_and_replies(void)
 	WF_CHECK_INT(-(int)m.hdr.aux, WF_EINVAL);
 }
 
+static void test_deferred_checksum_catches_corruption(void)
+{
+	/* a pull reply whose values are verified while being copied out */
+	float v[256], out[256];
+	for (int i = 0; i < 256; i++)
+		v[i] = (float)i - 7.5f;
+	wf_ps_hdr h = {.op = WF_PS_OP_PULL,
+		       .flags = WF_PS_FLAG_REPLY,
+		       .job_id = JOB,
+		       .chunk = 0,
+		       .dtype = WF_PS_DTYPE_F32};
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	const void *pf[1] = {v};
+	size_t ps[1] = {sizeof(v)};
+	wf_ps_hdr_encode(&h, hb, pf, ps, 1);
+	const void *f[2] = {hb, v};
+	size_t sz[2] = {64, sizeof(v)};
+	wf_ps_limits lim = server_limits();
+	lim.is_reply = 1;
+	lim.defer_checksum = 1;
+	wf_ps_msg m;
+	int reason;
+	wf_err e = {0};
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f, sz, 2, &lim, &reason, NULL), 0);
+	WF_CHECK(m.deferred);
+	uint32_t crc = wf_ps_crc32c_copy(0, out, m.frame[0], m.size[0]);
+	WF_CHECK_INT(wf_ps_msg_verify(&m, crc, &e), 0);
+	WF_CHECK(!memcmp(out, v, sizeof(v)));
+	v[100] = 1e9f; /* a flipped payload passes the parse, fails the verify */
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f, sz, 2, &lim, &reason, NULL), 0);
+	crc = wf_ps_crc32c_copy(0, out, m.frame[0], m.size[0]);
+	WF_CHECK_INT(wf_ps_msg_verify(&m, crc, &e), WF_EFORMAT);
+	WF_CHECK(strstr(e.msg, "checksum") != NULL);
+	/* without deferring, the parse itself rejects it */
+	lim.defer_checksum = 0;
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f, sz, 2, &lim, &reason, NULL), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_CHECKSUM);
+}
+
 static void test_stats_json_round_trip(void)
 {
 	long steps[2] = {4, -1};
@@ -419,6 +458,7 @@ int main(void)
 {
 	WF_RUN(test_crc32c_known_value);
 	WF_RUN(test_crc32c_fast_paths_match_definition);
+	WF_RUN(test_deferred_checksum_catches_corruption);
 	WF_RUN(test_round_trip);
 	WF_RUN(test_rejects_each_fault);
 	WF_RUN(test_state_and_replies);
