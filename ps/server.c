@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -45,11 +46,24 @@ typedef struct held {
 	double since;	/* when it was held */
 } held;
 
+/* A chunk's values, shared with the replies that send them zero-copy:
+ * one reference for the chunk, one per reply ZeroMQ has not sent yet
+ * (released by its free callback, on ZeroMQ's I/O thread). The values are
+ * changed in place only while the chunk holds the sole reference; otherwise
+ * the chunk moves to a copy first, and the last reply frees the old buffer. */
+typedef struct vbuf {
+	atomic_int refs;
+	float *data; /* [count] */
+} vbuf;
+
 typedef struct schunk {
 	int gidx;	/* global chunk index */
 	size_t offset;	/* floats */
 	size_t count;	/* floats */
-	float *values;	/* [count] */
+	vbuf *vb;	/* holds values */
+	float *values;	/* [count] = vb->data */
+	uint32_t crc;	/* CRC32C of values, valid when crc_ok */
+	int crc_ok;	/* values unchanged since crc was computed */
 	float *slot[2]; /* [count] optimizer slots */
 	float *acc;	/* [count] sync gradient sum */
 	long version;	/* steps applied = the step being aggregated */
@@ -102,10 +116,64 @@ typedef struct server {
 	char text[PATH_BYTES];
 } server;
 
+/* ---- value buffers ------------------------------------------------------ */
+
+/* A buffer of n floats (64-byte aligned) with one reference, or adopting
+ * data (malloc'd, n floats) when not NULL. NULL when out of memory. */
+static vbuf *vbuf_new(size_t n, float *data)
+{
+	vbuf *b = malloc(sizeof(*b));
+	void *p = data;
+	if (!b || (!p && posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)))) {
+		free(b);
+		return NULL;
+	}
+	if (!data)
+		memset(p, 0, n * sizeof(float));
+	atomic_init(&b->refs, 1);
+	b->data = p;
+	return b;
+}
+
+static void vbuf_unref(vbuf *b)
+{
+	if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
+		free(b->data);
+		free(b);
+	}
+}
+
+static void vbuf_zmq_free(void *data, void *hint)
+{
+	(void)data;
+	vbuf_unref(hint);
+}
+
+/* Before changing c's values: move to a private copy if a reply still
+ * sends the current ones; forget their CRC. Out of memory: change them in
+ * place (such a reply then fails its checksum at the worker). */
+static void values_writable(server *s, schunk *c)
+{
+	c->crc_ok = 0;
+	if (atomic_load(&c->vb->refs) == 1)
+		return;
+	vbuf *nb = vbuf_new(c->count, NULL);
+	if (!nb) {
+		wf_warn("ps %d: out of memory copying chunk %d's values", s->cfg->index, c->gidx);
+		return;
+	}
+	memcpy(nb->data, c->values, c->count * sizeof(float));
+	vbuf_unref(c->vb);
+	c->vb = nb;
+	c->values = nb->data;
+}
+
 /* ---- sending ---------------------------------------------------------- */
 
+/* Send a reply; with zc, frame 0 is zc's values, sent zero-copy with a
+ * reference on zc; other frames are copied. */
 static void send_raw(server *s, const uint8_t *rid, size_t rid_len, const uint8_t *hdr,
-		     const void *const *frames, const size_t *sizes, int nf, int zero_copy)
+		     const void *const *frames, const size_t *sizes, int nf, vbuf *zc)
 {
 	int rc = zmq_send(s->sock, rid, rid_len, ZMQ_SNDMORE);
 	if (rc >= 0)
@@ -113,8 +181,13 @@ static void send_raw(server *s, const uint8_t *rid, size_t rid_len, const uint8_
 	s->bytes_out += WF_PS_HEADER_BYTES;
 	for (int i = 0; i < nf && rc >= 0; i++) {
 		zmq_msg_t m;
-		if (zero_copy) {
-			rc = zmq_msg_init_data(&m, (void *)frames[i], sizes[i], NULL, NULL);
+		if (i == 0 && zc) {
+			atomic_fetch_add(&zc->refs, 1);
+			rc = zmq_msg_init_data(&m, (void *)frames[i], sizes[i], vbuf_zmq_free, zc);
+			if (rc < 0) {
+				vbuf_unref(zc);
+				break;
+			}
 		} else {
 			rc = zmq_msg_init_size(&m, sizes[i]);
 			if (rc == 0)
@@ -152,7 +225,7 @@ static void send_ok(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_h
 	reply_hdr(s, &h, req->op, req->tag, req->chunk, step);
 	h.aux = aux;
 	wf_ps_hdr_encode(&h, hb, NULL, NULL, 0);
-	send_raw(s, rid, rid_len, hb, NULL, NULL, 0, 0);
+	send_raw(s, rid, rid_len, hb, NULL, NULL, 0, NULL);
 }
 
 static void send_error(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
@@ -167,7 +240,7 @@ static void send_error(server *s, const uint8_t *rid, size_t rid_len, const wf_p
 	h.aux = (uint32_t)(-code);
 	h.dtype = WF_PS_DTYPE_BYTES;
 	wf_ps_hdr_encode(&h, hb, f, sz, 1);
-	send_raw(s, rid, rid_len, hb, f, sz, 1, 0);
+	send_raw(s, rid, rid_len, hb, f, sz, 1, NULL);
 }
 
 static void send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
@@ -191,25 +264,28 @@ static void send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_
 }
 
 /* Values (and state) of chunk c to the held requesters or one requester.
- * zero_copy only where the values cannot change before the requesters have
- * read them (sync completion: the next change needs their next push). */
-static void send_values(server *s, const schunk *c, const held *to, int nto, int stale,
-			int zero_copy)
+ * The values go zero-copy from c's buffer (c->vb; a pseudo chunk without
+ * one is copied) and their CRC is computed once per version of the values,
+ * for every reply of that version; the state frame is copied. */
+static void send_values(server *s, schunk *c, const held *to, int nto, int stale)
 {
 	const void *f[2] = {c->values, s->state};
 	size_t sz[2] = {c->count * sizeof(float), s->nstate * sizeof(float)};
-	uint32_t crc1 = 0, crc2 = 0;
-	int have1 = 0, have2 = 0;
+	uint32_t crc2 = 0;
+	int have2 = 0;
+	if (!c->crc_ok) {
+		c->crc = wf_ps_crc32c(0, c->values, sz[0]);
+		c->crc_ok = 1;
+	}
 	for (int i = 0; i < nto; i++) {
 		const held *r = &to[i];
 		if (!r->used)
 			continue;
 		int nf = r->want_state ? 2 : 1;
-		uint32_t *crc = nf == 2 ? &crc2 : &crc1;
-		int *have = nf == 2 ? &have2 : &have1;
-		if (!*have) {
-			*crc = wf_ps_payload_crc(f, sz, nf);
-			*have = 1;
+		uint32_t *crc = nf == 2 ? &crc2 : &c->crc;
+		if (nf == 2 && !have2) {
+			crc2 = wf_ps_crc32c(c->crc, s->state, sz[1]); /* continues over frame 1 */
+			have2 = 1;
 		}
 		wf_ps_hdr h;
 		uint8_t hb[WF_PS_HEADER_BYTES];
@@ -220,7 +296,7 @@ static void send_values(server *s, const schunk *c, const held *to, int nto, int
 		if (stale)
 			h.flags |= WF_PS_FLAG_STALE;
 		wf_ps_hdr_encode_crc(&h, hb, *crc, sz[0] + (nf == 2 ? sz[1] : 0), nf);
-		send_raw(s, r->rid, r->rid_len, hb, f, sz, nf, zero_copy);
+		send_raw(s, r->rid, r->rid_len, hb, f, sz, nf, c->vb);
 	}
 }
 
@@ -277,6 +353,7 @@ static float grad_scale(long samples)
 static int apply(server *s, schunk *c, const float *grad, long samples, long step)
 {
 	int nsl = s->nslots;
+	values_writable(s, c);
 	int rc = wf_optim_apply(s->be, &s->cfg->optim, step, c->count, c->values, grad,
 				nsl > 0 ? c->slot[0] : NULL, nsl > 1 ? c->slot[1] : NULL,
 				grad_scale(samples));
@@ -313,7 +390,7 @@ static void sync_try_complete(server *s, schunk *c)
 			s->state[i] = s->state_acc[i] * k;
 		s->state_n = 0;
 	}
-	send_values(s, c, c->held, s->nworkers, 0, 1);
+	send_values(s, c, c->held, s->nworkers, 0);
 	for (int w = 0; w < s->nworkers; w++)
 		release(s, &c->held[w]);
 	memset(c->pushed, 0, (size_t)s->nworkers);
@@ -364,7 +441,7 @@ static void ssp_release(server *s)
 					s->cfg->staleness);
 			}
 			ssp_answered(s, h->step);
-			send_values(s, c, h, 1, 0, 0);
+			send_values(s, c, h, 1, 0);
 			release(s, h);
 		}
 	}
@@ -430,6 +507,7 @@ static void op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	}
 	schunk *c = &s->chunks[s->local[h->chunk]];
 	fail_held(s, c, WF_ETRANSIENT, "chunk re-initialized while a push was pending");
+	values_writable(s, c);
 	memcpy(c->values, m->frame[0], m->size[0]);
 	for (int k = 0; k < s->nslots; k++) {
 		if (m->nframes > 1 + k)
@@ -489,7 +567,7 @@ static void op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 		} else {
 			if (s->cfg->mode == WF_PS_MODE_SSP)
 				ssp_answered(s, (long)h->step);
-			send_values(s, c, &r, 1, 0, 0);
+			send_values(s, c, &r, 1, 0);
 			release(s, &r);
 		}
 		if (s->cfg->mode == WF_PS_MODE_SSP)
@@ -499,7 +577,7 @@ static void op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 	if (h->step < c->version) {
 		held r = {0};
 		hold(s, &r, rid, rid_len, h);
-		send_values(s, c, &r, 1, 1, 0);
+		send_values(s, c, &r, 1, 1);
 		release(s, &r);
 		return;
 	}
@@ -549,7 +627,7 @@ static void op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 				 .version = server_step(s)};
 		hold(s, &r, rid, rid_len, h);
 		r.want_state = 0;
-		send_values(s, &pseudo, &r, 1, 0, 0);
+		send_values(s, &pseudo, &r, 1, 0);
 		release(s, &r);
 		return;
 	}
@@ -560,7 +638,7 @@ static void op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 		return;
 	}
 	hold(s, &r, rid, rid_len, h);
-	send_values(s, c, &r, 1, 0, 0);
+	send_values(s, c, &r, 1, 0);
 	release(s, &r);
 }
 
@@ -649,9 +727,18 @@ static int restore(server *s, const char *root, long want_step, long *step, wf_e
 	for (int i = 0; i < s->nchunks; i++) {
 		schunk *c = &s->chunks[i];
 		fail_held(s, c, WF_ETRANSIENT, "server restored from a checkpoint");
-		float *t = c->values;
-		c->values = tmp[i].values;
-		tmp[i].values = t;
+		vbuf *nb = vbuf_new(c->count, tmp[i].values);
+		if (!nb) { /* cannot adopt: copy into the chunk's own buffer */
+			values_writable(s, c);
+			memcpy(c->values, tmp[i].values, c->count * sizeof(float));
+		} else {
+			tmp[i].values = NULL; /* adopted */
+			vbuf_unref(c->vb);
+			c->vb = nb;
+			c->values = nb->data;
+			c->crc_ok = 0;
+		}
+		float *t;
 		for (int k = 0; k < s->nslots; k++) {
 			t = c->slot[k];
 			c->slot[k] = tmp[i].slot[k];
@@ -762,7 +849,7 @@ static void op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_
 	reply_hdr(s, &r, h->op, h->tag, h->chunk, server_step(s));
 	r.dtype = WF_PS_DTYPE_BYTES;
 	wf_ps_hdr_encode(&r, hb, f, sz, 1);
-	send_raw(s, rid, rid_len, hb, f, sz, 1, 0);
+	send_raw(s, rid, rid_len, hb, f, sz, 1, NULL);
 cleanup:
 	free(json);
 	free(steps);
@@ -1044,7 +1131,8 @@ static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 		c->gidx = g;
 		c->offset = pc->offset;
 		c->count = pc->count;
-		c->values = calloc(c->count, sizeof(float));
+		c->vb = vbuf_new(c->count, NULL);
+		c->values = c->vb ? c->vb->data : NULL;
 		c->acc = calloc(c->count, sizeof(float));
 		for (int j = 0; j < s->nslots; j++)
 			c->slot[j] = calloc(c->count, sizeof(float));
@@ -1070,7 +1158,7 @@ static void server_free(server *s)
 {
 	for (int i = 0; s->chunks && i < s->nchunks; i++) {
 		schunk *c = &s->chunks[i];
-		free(c->values);
+		vbuf_unref(c->vb);
 		free(c->acc);
 		free(c->slot[0]);
 		free(c->slot[1]);

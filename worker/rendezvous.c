@@ -179,31 +179,46 @@ static int check_cfg(const wf_rdv_cfg *cfg, char *host, size_t n, int *port, wf_
 
 /* ---- the chief --------------------------------------------------------- */
 
+/* A bound socket of family fam on every address, port port; -1 (errno). */
+static int bind_any(int fam, int port)
+{
+	int one = 1, zero = 0;
+	int fd = socket(fam, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6,
+				  .sin6_port = htons((uint16_t)port),
+				  .sin6_addr = in6addr_any};
+	struct sockaddr_in a4 = {.sin_family = AF_INET,
+				 .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_ANY)};
+	int rc;
+	if (fam == AF_INET6) { /* dual stack: IPv4 peers arrive as ::ffff:a.b.c.d */
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+		rc = bind(fd, (struct sockaddr *)&a6, sizeof(a6));
+	} else {
+		rc = bind(fd, (struct sockaddr *)&a4, sizeof(a4));
+	}
+	if (rc != 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
 /* A listening socket on every address of this host, port port. */
 static int listen_on(int port, int backlog, wf_err *err)
 {
-	int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	int one = 1, zero = 0, rc;
-	if (fd >= 0) {
-		struct sockaddr_in6 a6 = {.sin6_family = AF_INET6,
-					  .sin6_port = htons((uint16_t)port),
-					  .sin6_addr = in6addr_any};
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		rc = bind(fd, (struct sockaddr *)&a6, sizeof(a6));
-	} else { /* no IPv6 in this kernel or pod */
-		fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			return wf_errf(err, WF_EIO, "rendezvous: socket: %s", strerror(errno));
-		struct sockaddr_in a4 = {.sin_family = AF_INET,
-					 .sin_port = htons((uint16_t)port),
-					 .sin_addr.s_addr = htonl(INADDR_ANY)};
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-		rc = bind(fd, (struct sockaddr *)&a4, sizeof(a4));
-	}
-	if (rc != 0 || listen(fd, backlog) != 0 || set_nonblocking(fd) != 0) {
+	int fd = bind_any(AF_INET6, port);
+	if (fd < 0 && errno != EADDRINUSE) /* no IPv6 in this kernel or pod */
+		fd = bind_any(AF_INET, port);
+	if (fd < 0 || listen(fd, backlog) != 0 || set_nonblocking(fd) != 0) {
 		int e = errno;
-		close(fd);
+		if (fd >= 0)
+			close(fd);
 		/* Usually the previous chief's socket still holds the port: a restart helps. */
 		return wf_errf(err, WF_ETRANSIENT,
 			       "rendezvous: the chief cannot listen on port %d: %s", port,
@@ -295,8 +310,8 @@ static int chief_serve(const wf_rdv_cfg *cfg, int port, const uint8_t *id, doubl
 		rc = fd;
 		goto free_seen;
 	}
-	wf_info("rendezvous: chief waiting for %d rank%s on port %d (timeout %g s)",
-		cfg->size - 1, cfg->size == 2 ? "" : "s", port, timeout);
+	wf_info("rendezvous: chief waiting for %d rank%s on port %d (timeout %g s)", cfg->size - 1,
+		cfg->size == 2 ? "" : "s", port, timeout);
 	double deadline = wf_now() + timeout;
 	while (s.nseen < cfg->size - 1) {
 		int ready = wait_fd(fd, POLLIN, deadline);

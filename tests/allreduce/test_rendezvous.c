@@ -2,7 +2,8 @@
  * with real processes on loopback: a chief hands a 128-byte id to workers
  * that started before it, a worker whose chief never comes fails with exit
  * 138 naming the address, a chief names the rank that never came, a rank of
- * another job is refused, and junk on the chief's port harms nothing. Each
+ * another job is refused, junk on the chief's port harms nothing, and a
+ * chief whose port is taken exits 138. Each
  * process exits the way weft's main would (wf_exit_status). */
 #include "common/error.h"
 #include "common/util.h"
@@ -289,6 +290,26 @@ static void test_junk_on_the_chiefs_port_is_dropped(void)
 	WF_CHECK_MSG(chief.rc == 0, "%s", chief.msg);
 }
 
+static void test_chief_whose_port_is_taken_exits_138(void)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+	socklen_t len = sizeof(a);
+	WF_CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 1) == 0 &&
+		 getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(a.sin_port));
+	uint8_t id[WF_RDV_ID_BYTES];
+	fake_id(id, 5);
+	wf_rdv_cfg cc = {.rank = 0, .size = 2, .chief = addr, .job = JOB, .timeout = 5};
+	child chief;
+	WF_CHECK(spawn(&chief, &cc, id) == 0);
+	WF_CHECK(reap(&chief, 10) == 0);
+	WF_CHECK_INT(exit_code(&chief), WF_EXIT_TRANSIENT);
+	WF_CHECK_MSG(strstr(chief.msg, "cannot listen on port") != NULL, "%s", chief.msg);
+	close(fd);
+}
+
 static void test_bad_address_is_a_permanent_error(void)
 {
 	uint8_t id[WF_RDV_ID_BYTES] = {0};
@@ -311,6 +332,7 @@ int main(void)
 	WF_RUN(test_chief_names_the_rank_that_never_came);
 	WF_RUN(test_rank_of_another_job_is_refused);
 	WF_RUN(test_junk_on_the_chiefs_port_is_dropped);
+	WF_RUN(test_chief_whose_port_is_taken_exits_138);
 	WF_RUN(test_bad_address_is_a_permanent_error);
 	return wf_test_summary();
 }
