@@ -30,7 +30,9 @@ join=$(grep -oE "\[worker:1\] ps: worker 1 joins at the servers' step [0-9]+" la
 [ -n "$join" ] || fail "the restarted worker did not say where it joined"
 # the job's step when worker 1 rejoined: the highest step any worker logged
 # before (counting pushes would put it near the sum of both workers' steps)
-top=$(awk '/\[worker:1\] ps: worker 1 joins at the servers. step [1-9][0-9]/ {print top; exit}
+# (only the join after the kill counts: under load worker 1 may first join late)
+top=$(awk '/\[launch\] worker:1 was killed/ {killed = 1}
+	killed && /\[worker:1\] ps: worker 1 joins at the servers. step [1-9][0-9]/ {print top; exit}
 	/\[worker:[01]\] step +[0-9]+\// {sub(/.*step +/, ""); sub(/\/.*/, "");
 		if ($0 + 0 > top) top = $0 + 0}' launch.log)
 [ -n "$top" ] || fail "no logged step before the rejoin"
