@@ -24,18 +24,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 typedef struct bench_cfg {
 	int warmup, steps;
 	double peak_tflops; /* bf16 dense peak of the GPU */
@@ -93,7 +81,7 @@ static int bench_model(wf_backend *be, const char *name, int side, int classes, 
 		fprintf(stderr, "bench_gpu: %s: %s\n", name,
 			wf_exec_error(ex)[0] ? wf_exec_error(ex) : be->err.msg);
 	} else {
-		double sec = median(t, cfg->steps);
+		double sec = wf_median(t, cfg->steps);
 		*ips = batch / sec;
 		*tflops = 3.0 * wf_model_flops(m) * batch / sec / 1e12;
 	}

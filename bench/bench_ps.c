@@ -40,18 +40,6 @@ static void stop_kids(void)
 	nkids = 0;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* A loopback TCP port that is free now (the kernel picks it). */
 static int free_port(void)
 {
@@ -131,7 +119,7 @@ static double bench_raw(int nservers, const wf_ps_placement *pl, float *grads, f
 	for (int r = 0; r < runs && ok; r++)
 		ok = (t[r] = raw_round(socks, pl, grads, params)) >= 0;
 	if (ok)
-		med = median(t, runs);
+		med = wf_median(t, runs);
 	else
 		fprintf(stderr, "bench_ps: raw echo peer did not answer within 60 s\n");
 	for (int s = 0; s < nservers; s++)
@@ -200,7 +188,7 @@ static double bench_ps(int nservers, size_t n, const wf_ps_placement *pl, float 
 		if (r > 0) /* round 0 warms up */
 			t[r - 1] = wf_now() - t0;
 	}
-	med = median(t, runs);
+	med = wf_median(t, runs);
 	wf_ps_client_shutdown(c, &err);
 done:
 	wf_ps_client_free(c);

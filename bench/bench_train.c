@@ -16,18 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Measured float32 GEMM peak (GFLOP/s) through the backend's dense op. */
 static double gemm_peak(wf_backend *be)
 {
@@ -51,7 +39,7 @@ static double gemm_peak(wf_backend *be)
 	be->ops->free(be, x);
 	be->ops->free(be, w);
 	be->ops->free(be, y);
-	return 2.0 * n * (double)n * n / median(t, 9) / 1e9;
+	return 2.0 * n * (double)n * n / wf_median(t, 9) / 1e9;
 }
 
 /* Images/s of one training step (forward, loss, backward, SGD-momentum). */
@@ -102,7 +90,7 @@ static int bench_model(wf_backend *be, const char *name, int batch, int warmup, 
 	if (rc != 0)
 		fprintf(stderr, "bench_train: %s: %s\n", name, wf_exec_error(ex));
 	else {
-		double sec = median(t, steps);
+		double sec = wf_median(t, steps);
 		*ips = batch / sec;
 		/* forward + backward (data and weights) = 3x the forward FLOPs */
 		*gflops = 3.0 * wf_model_flops(m) * batch / sec / 1e9;

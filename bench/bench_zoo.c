@@ -19,18 +19,6 @@
 #include <string.h>
 #include <unistd.h>
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp_double);
-	return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* Images/s of inference (training = 0) or training steps at batch b. */
 static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps, double *ips)
 {
@@ -75,7 +63,7 @@ static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps,
 	if (rc && ex)
 		fprintf(stderr, "bench_zoo: %s\n", wf_exec_error(ex));
 	if (!rc)
-		*ips = b / median(t + 1, reps);
+		*ips = b / wf_median(t + 1, reps);
 	if (mom)
 		be->ops->free(be, mom);
 	wf_exec_free(ex);

@@ -697,12 +697,6 @@ static void *client_main(void *arg)
 	return NULL;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
 static double pct(const double *v, long n, double q)
 {
 	if (n == 0)
@@ -820,7 +814,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < b.concurrency; i++)
 		pthread_join(tids[i], NULL);
 	double el = wf_now() - t0;
-	qsort(b.lat, (size_t)b.nlat, sizeof(double), cmp_double);
+	wf_sort_doubles(b.lat, (size_t)b.nlat);
 	double rps = b.ok / el, ips = b.ok_samples / el;
 	if (as_json) {
 		printf("{\"requests\":%ld,\"ok\":%ld,\"non_2xx\":%ld,\"errors\":%ld,\"seconds\":%."

@@ -10,8 +10,8 @@ void wf_log_set_prefix(const char *prefix);
 void wf_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 #define wf_debug(...) wf_log(WF_LOG_DEBUG, __VA_ARGS__)
-#define wf_info(...) wf_log(WF_LOG_INFO, __VA_ARGS__)
-#define wf_warn(...) wf_log(WF_LOG_WARN, __VA_ARGS__)
+#define wf_info(...)  wf_log(WF_LOG_INFO, __VA_ARGS__)
+#define wf_warn(...)  wf_log(WF_LOG_WARN, __VA_ARGS__)
 #define wf_error(...) wf_log(WF_LOG_ERROR, __VA_ARGS__)
 
 #endif

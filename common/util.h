@@ -30,6 +30,10 @@ double wf_rng_normal(wf_rng *r);
 
 /* Monotonic clock in seconds. */
 double wf_now(void);
+/* Sort v ascending in place. */
+void wf_sort_doubles(double *v, size_t n);
+/* Median of v[0..n) (n >= 1); sorts v in place. For benchmark timings. */
+double wf_median(double *v, size_t n);
 
 /* ---- files ---- */
 
@@ -43,8 +47,8 @@ int wf_fsync_path(const char *path);
 int wf_read_file(const char *path, char **data, size_t *len);
 
 /* ---- misc ---- */
-#define WF_MIN(a, b) ((a) < (b) ? (a) : (b))
-#define WF_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define WF_MIN(a, b)	((a) < (b) ? (a) : (b))
+#define WF_MAX(a, b)	((a) > (b) ? (a) : (b))
 #define WF_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
 #endif

@@ -16,9 +16,8 @@ void wf_same_pad(int in, int k, int stride, int dilation, int *out, int *before,
 	*after = total - total / 2;
 }
 
-void wf_conv_desc_init(wf_conv_desc *d, int n, int h, int w, int c, int oc, int kh, int kw,
-		       int sh, int sw, int dh, int dw, int groups, int same, int pad_h,
-		       int pad_w, int bias)
+void wf_conv_desc_init(wf_conv_desc *d, int n, int h, int w, int c, int oc, int kh, int kw, int sh,
+		       int sw, int dh, int dw, int groups, int same, int pad_h, int pad_w, int bias)
 {
 	memset(d, 0, sizeof(*d));
 	d->n = n, d->h = h, d->w = w, d->c = c, d->oc = oc;

@@ -33,43 +33,43 @@ typedef struct wf_plan wf_plan; /* backend-private state of one op instance */
 /* ---- descriptors ---------------------------------------------------- */
 
 typedef struct wf_conv_desc {
-	int n, h, w, c;         /* input [N,H,W,C] */
-	int oc, oh, ow;         /* output [N,OH,OW,OC] */
-	int kh, kw;             /* kernel size */
-	int sh, sw;             /* strides */
-	int dh, dw;             /* dilations (1 = none) */
-	int groups;             /* c and oc divisible by groups; depthwise: groups = c */
-	int pt, pb, pl, pr;     /* zero padding top/bottom/left/right */
-	int bias;               /* 1 when a bias [OC] is added */
+	int n, h, w, c;	    /* input [N,H,W,C] */
+	int oc, oh, ow;	    /* output [N,OH,OW,OC] */
+	int kh, kw;	    /* kernel size */
+	int sh, sw;	    /* strides */
+	int dh, dw;	    /* dilations (1 = none) */
+	int groups;	    /* c and oc divisible by groups; depthwise: groups = c */
+	int pt, pb, pl, pr; /* zero padding top/bottom/left/right */
+	int bias;	    /* 1 when a bias [OC] is added */
 } wf_conv_desc;
 
 typedef struct wf_dense_desc {
-	int n;     /* rows (batch) */
-	int in;    /* input features */
-	int out;   /* output features */
-	int bias;  /* 1 when a bias [OUT] is added */
+	int n;	  /* rows (batch) */
+	int in;	  /* input features */
+	int out;  /* output features */
+	int bias; /* 1 when a bias [OUT] is added */
 } wf_dense_desc;
 
 typedef struct wf_bn_desc {
-	int n, h, w, c;  /* input [N,H,W,C]; statistics are per channel over N*H*W */
-	float eps;       /* added to the variance (Keras default 1e-3) */
-	float momentum;  /* running = momentum*running + (1-momentum)*batch (Keras 0.99) */
+	int n, h, w, c; /* input [N,H,W,C]; statistics are per channel over N*H*W */
+	float eps;	/* added to the variance (Keras default 1e-3) */
+	float momentum; /* running = momentum*running + (1-momentum)*batch (Keras 0.99) */
 } wf_bn_desc;
 
 typedef enum { WF_POOL_MAX, WF_POOL_AVG } wf_pool_kind;
 
 typedef struct wf_pool_desc {
 	wf_pool_kind kind;
-	int n, h, w, c;      /* input */
-	int oh, ow;          /* output */
-	int kh, kw, sh, sw;  /* window and strides */
-	int pt, pb, pl, pr;  /* padding; max ignores it, avg excludes it from the count */
+	int n, h, w, c;	    /* input */
+	int oh, ow;	    /* output */
+	int kh, kw, sh, sw; /* window and strides */
+	int pt, pb, pl, pr; /* padding; max ignores it, avg excludes it from the count */
 } wf_pool_desc;
 
 /* Zero padding (positive) and cropping (negative) of H and W. */
 typedef struct wf_pad_desc {
-	int n, h, w, c;      /* input */
-	int pt, pb, pl, pr;  /* rows/cols added (>0) or removed (<0) per side */
+	int n, h, w, c;	    /* input */
+	int pt, pb, pl, pr; /* rows/cols added (>0) or removed (<0) per side */
 } wf_pad_desc;
 
 typedef enum { WF_ACT_RELU, WF_ACT_RELU6 } wf_act_kind;
@@ -78,22 +78,22 @@ typedef enum { WF_OPT_SGD, WF_OPT_ADAM, WF_OPT_ADAMW } wf_opt_kind;
 
 typedef struct wf_opt_desc {
 	wf_opt_kind kind;
-	float lr;            /* learning rate for this step */
-	float momentum;      /* SGD; 0 = plain SGD (m unused, may be NULL) */
-	int nesterov;        /* SGD */
-	float beta1, beta2;  /* Adam/AdamW */
-	float eps;           /* Adam/AdamW */
-	float weight_decay;  /* SGD/Adam: L2 added to the gradient; AdamW: decoupled */
-	long step;           /* 1-based step count, for Adam bias correction */
-	float grad_scale;    /* gradients are multiplied by this first (1 = as is) */
+	float lr;	    /* learning rate for this step */
+	float momentum;	    /* SGD; 0 = plain SGD (m unused, may be NULL) */
+	int nesterov;	    /* SGD */
+	float beta1, beta2; /* Adam/AdamW */
+	float eps;	    /* Adam/AdamW */
+	float weight_decay; /* SGD/Adam: L2 added to the gradient; AdamW: decoupled */
+	long step;	    /* 1-based step count, for Adam bias correction */
+	float grad_scale;   /* gradients are multiplied by this first (1 = as is) */
 } wf_opt_desc;
 
 /* Fill conv geometry. same != 0 computes Keras `same` padding
  * (out = ceil(in/stride), extra pad at bottom/right); otherwise `valid`
  * with explicit zero padding pad_h/pad_w on both sides. */
-void wf_conv_desc_init(wf_conv_desc *d, int n, int h, int w, int c, int oc, int kh, int kw,
-		       int sh, int sw, int dh, int dw, int groups, int same, int pad_h,
-		       int pad_w, int bias);
+void wf_conv_desc_init(wf_conv_desc *d, int n, int h, int w, int c, int oc, int kh, int kw, int sh,
+		       int sw, int dh, int dw, int groups, int same, int pad_h, int pad_w,
+		       int bias);
 /* Fill pool geometry; same as for conv (pads only with same). */
 void wf_pool_desc_init(wf_pool_desc *d, wf_pool_kind kind, int n, int h, int w, int c, int kh,
 		       int kw, int sh, int sw, int same);
@@ -201,11 +201,11 @@ typedef struct wf_backend_ops {
 } wf_backend_ops;
 
 struct wf_backend {
-	const char *name;          /* "ref", "cpu", "cuda" */
+	const char *name; /* "ref", "cpu", "cuda" */
 	const wf_backend_ops *ops;
-	void *ctx;                 /* backend-private */
-	int threads;               /* worker threads (cpu); 0 = library default */
-	wf_err err;                /* cause of the last failed op */
+	void *ctx;   /* backend-private */
+	int threads; /* worker threads (cpu); 0 = library default */
+	wf_err err;  /* cause of the last failed op */
 };
 
 /* ---- choosing and owning a backend ------------------------------------ */

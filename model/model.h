@@ -21,25 +21,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define WF_NAME_MAX 128
+#define WF_NAME_MAX   128
 #define WF_MAX_INPUTS 16
 
 typedef enum {
-	WF_LAYER_INPUT,     /* the image input [N,H,W,C] */
-	WF_LAYER_CONV2D,    /* filters, kernel [kh,kw], strides, dilation, groups, padding, use_bias */
-	WF_LAYER_DENSE,     /* units, use_bias; input [N,F] (flatten first) */
+	WF_LAYER_INPUT,	 /* the image input [N,H,W,C] */
+	WF_LAYER_CONV2D, /* filters, kernel [kh,kw], strides, dilation, groups, padding, use_bias */
+	WF_LAYER_DENSE,	 /* units, use_bias; input [N,F] (flatten first) */
 	WF_LAYER_BATCHNORM, /* epsilon, momentum */
 	WF_LAYER_RELU,
 	WF_LAYER_RELU6,
-	WF_LAYER_ADD,       /* 2+ inputs of one shape */
-	WF_LAYER_CONCAT,    /* 2+ inputs, channel axis */
-	WF_LAYER_MAXPOOL,   /* pool [kh,kw], strides, padding */
+	WF_LAYER_ADD,	  /* 2+ inputs of one shape */
+	WF_LAYER_CONCAT,  /* 2+ inputs, channel axis */
+	WF_LAYER_MAXPOOL, /* pool [kh,kw], strides, padding */
 	WF_LAYER_AVGPOOL,
-	WF_LAYER_GAP,       /* global average pool -> [N,C] */
-	WF_LAYER_FLATTEN,   /* [N,H,W,C] -> [N,H*W*C], no copy */
-	WF_LAYER_ZEROPAD,   /* padding [[t,b],[l,r]] */
-	WF_LAYER_CROP,      /* cropping [[t,b],[l,r]] */
-	WF_LAYER_DROPOUT,   /* rate; identity in inference */
+	WF_LAYER_GAP,	  /* global average pool -> [N,C] */
+	WF_LAYER_FLATTEN, /* [N,H,W,C] -> [N,H*W*C], no copy */
+	WF_LAYER_ZEROPAD, /* padding [[t,b],[l,r]] */
+	WF_LAYER_CROP,	  /* cropping [[t,b],[l,r]] */
+	WF_LAYER_DROPOUT, /* rate; identity in inference */
 	WF_LAYER__COUNT
 } wf_layer_type;
 
@@ -49,52 +49,52 @@ typedef struct wf_layer {
 	int ninputs;
 	int inputs[WF_MAX_INPUTS]; /* indices of producer layers (topological order) */
 	/* config (meaning depends on type) */
-	int filters, units;            /* conv output channels / dense units */
-	int kh, kw, sh, sw, dh, dw;    /* conv/pool window, strides, dilation */
-	int groups;                    /* conv groups (1 = normal) */
-	int same;                      /* padding: 1 = Keras same, 0 = valid */
+	int filters, units;	    /* conv output channels / dense units */
+	int kh, kw, sh, sw, dh, dw; /* conv/pool window, strides, dilation */
+	int groups;		    /* conv groups (1 = normal) */
+	int same;		    /* padding: 1 = Keras same, 0 = valid */
 	int use_bias;
-	int pad[4];                    /* zeropad/crop: top, bottom, left, right */
-	float eps, momentum;           /* batch norm */
-	float rate;                    /* dropout */
+	int pad[4];	     /* zeropad/crop: top, bottom, left, right */
+	float eps, momentum; /* batch norm */
+	float rate;	     /* dropout */
 	/* output shape per sample: [h,w,c] (dense/gap/flatten: h = w = 1) */
 	int oh, ow, oc;
 	/* parameter views, indices into wf_model.views (-1 when absent) */
 	int p_kernel, p_bias, p_gamma, p_beta; /* trainable */
-	int s_mean, s_var;                     /* non-trainable */
+	int s_mean, s_var;		       /* non-trainable */
 } wf_layer;
 
 typedef struct wf_view {
 	char name[2 * WF_NAME_MAX]; /* "<layer>/<param>", as in the model file */
-	int trainable;              /* 1: params buffer, 0: state buffer */
-	size_t offset;              /* floats from the start of its buffer */
-	size_t count;               /* floats */
+	int trainable;		    /* 1: params buffer, 0: state buffer */
+	size_t offset;		    /* floats from the start of its buffer */
+	size_t count;		    /* floats */
 	int ndim;
-	int shape[4];               /* Keras layout: HWIO, (in,out), (C) */
+	int shape[4]; /* Keras layout: HWIO, (in,out), (C) */
 } wf_view;
 
 typedef struct wf_model {
 	int in_h, in_w, in_c; /* input image */
-	int classes;          /* logits width */
+	int classes;	      /* logits width */
 	int nlayers;
-	wf_layer *layers;     /* topological order; layers[0] is the input */
-	int output;           /* index of the logits layer */
+	wf_layer *layers; /* topological order; layers[0] is the input */
+	int output;	  /* index of the logits layer */
 	int nviews;
 	wf_view *views;
-	size_t nparams;       /* trainable floats */
-	size_t nstate;        /* non-trainable floats */
-	float *params;        /* host [nparams] */
-	float *state;         /* host [nstate] */
-	char *graph_json;     /* canonical graph JSON (what the model file stores) */
+	size_t nparams;	  /* trainable floats */
+	size_t nstate;	  /* non-trainable floats */
+	float *params;	  /* host [nparams] */
+	float *state;	  /* host [nstate] */
+	char *graph_json; /* canonical graph JSON (what the model file stores) */
 } wf_model;
 
 /* Metadata kept beside the weights in model.h5 (DESIGN section 4). */
 typedef struct wf_model_meta {
 	long trained_steps;
 	int nclasses;
-	char **class_names;    /* [nclasses] label strings, may be NULL */
+	char **class_names; /* [nclasses] label strings, may be NULL */
 	/* preprocessing: pixel' = (pixel * scale - mean[c]) / std[c] */
-	float scale;           /* usually 1/255 */
+	float scale;	       /* usually 1/255 */
 	float mean[4], std[4]; /* per channel */
 	char channel_order[8]; /* "RGB" */
 } wf_model_meta;
@@ -108,23 +108,24 @@ int wf_model_from_json(wf_model **out, const char *graph_json, wf_err *err);
  * Keras applications "mobilenetv2", "nasnetmobile", "nasnetlarge",
  * "resnet50", "resnet152" (layer for layer as tf.keras.applications builds
  * them). h, w or c = 0 take the model's default input size. */
-int wf_model_zoo(wf_model **out, const char *name, int h, int w, int c, int classes,
-		 wf_err *err);
+int wf_model_zoo(wf_model **out, const char *name, int h, int w, int c, int classes, wf_err *err);
 /* Options of a built-in model. */
 typedef struct wf_zoo_opts {
 	int include_top; /* 1: the classifier head; 0: no head, the output is the globally
 			    average-pooled features [N,C] (Keras include_top=False,
 			    pooling='avg') and classes is ignored */
-	float alpha;     /* mobilenetv2 width multiplier (0 = 1.0) */
+	float alpha;	 /* mobilenetv2 width multiplier (0 = 1.0) */
 } wf_zoo_opts;
-#define WF_ZOO_OPTS_DEFAULT {1, 1.0f}
+#define WF_ZOO_OPTS_DEFAULT                                                                        \
+	{                                                                                          \
+		1, 1.0f                                                                            \
+	}
 /* wf_model_zoo with options (NULL = WF_ZOO_OPTS_DEFAULT). */
 int wf_model_zoo_ex(wf_model **out, const char *name, int h, int w, int c, int classes,
 		    const wf_zoo_opts *opts, wf_err *err);
 /* A built-in model's default input [h,w,c] and, when meta is not NULL, its
  * preprocessing as Keras applications define it (other fields untouched). */
-int wf_model_zoo_info(const char *name, int *h, int *w, int *c, wf_model_meta *meta,
-		      wf_err *err);
+int wf_model_zoo_info(const char *name, int *h, int *w, int *c, wf_model_meta *meta, wf_err *err);
 /* Names of the built-in models, space separated. */
 const char *wf_model_zoo_names(void);
 void wf_model_free(wf_model *m);
@@ -170,8 +171,7 @@ void wf_exec_free(wf_exec *ex);
 /* Forward n <= max_batch samples. images: host [n,H,W,C] float, already
  * preprocessed. training selects batch-norm mode and dropout; dropout_seed
  * keys the masks (use wf_hash3(seed, step, micro)). */
-int wf_exec_forward(wf_exec *ex, const float *images, int n, int training,
-		    uint64_t dropout_seed);
+int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint64_t dropout_seed);
 /* After forward: host copy of logits [n,K] / softmax probabilities [n,K]. */
 int wf_exec_logits(wf_exec *ex, float *out);
 int wf_exec_probs(wf_exec *ex, float *out);

@@ -22,8 +22,7 @@ double wf_optim_lr(const wf_optim_cfg *c, long step)
 	if (c->warmup_steps > 0 && step < c->warmup_steps)
 		return lr * (double)(step + 1) / (double)c->warmup_steps;
 	switch (c->schedule) {
-	case WF_SCHED_CONSTANT:
-		break;
+	case WF_SCHED_CONSTANT: break;
 	case WF_SCHED_STEP:
 		if (c->decay_steps > 0)
 			lr *= pow(c->decay_rate, (double)(step / c->decay_steps));

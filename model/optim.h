@@ -11,17 +11,17 @@
 typedef enum { WF_SCHED_CONSTANT, WF_SCHED_STEP, WF_SCHED_COSINE } wf_sched_kind;
 
 typedef struct wf_optim_cfg {
-	wf_opt_kind kind;       /* sgd, adam, adamw */
-	double lr;              /* base learning rate */
-	double momentum;        /* sgd */
-	int nesterov;           /* sgd */
+	wf_opt_kind kind;	  /* sgd, adam, adamw */
+	double lr;		  /* base learning rate */
+	double momentum;	  /* sgd */
+	int nesterov;		  /* sgd */
 	double beta1, beta2, eps; /* adam, adamw (0.9, 0.999, 1e-7 as Keras) */
 	double weight_decay;
 	wf_sched_kind schedule;
-	long warmup_steps;      /* linear warm-up from 0 to lr */
-	long total_steps;       /* cosine: decays to min_lr at this step */
-	double min_lr;          /* cosine floor */
-	long decay_steps;       /* step: multiply by decay_rate every decay_steps */
+	long warmup_steps; /* linear warm-up from 0 to lr */
+	long total_steps;  /* cosine: decays to min_lr at this step */
+	double min_lr;	   /* cosine floor */
+	long decay_steps;  /* step: multiply by decay_rate every decay_steps */
 	double decay_rate;
 } wf_optim_cfg;
 

@@ -74,12 +74,8 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		rc = wf_errf(err, WF_EINVAL, "train: --config FILE is required (see --help)");
 		goto free_lists;
 	}
-	wf_config_default(&cfg);
-	if ((rc = wf_config_load_file(&cfg, config, err)) != 0)
+	if ((rc = wf_config_load(&cfg, config, sets.items, sets.n, err)) != 0)
 		goto free_lists;
-	for (int i = 0; i < sets.n; i++)
-		if ((rc = wf_config_set(&cfg, sets.items[i], err)) != 0)
-			goto free_lists;
 	char buf[64];
 	if (device) {
 		snprintf(buf, sizeof(buf), "train.device=%s", device);

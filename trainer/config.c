@@ -243,6 +243,15 @@ static int merge_root(wf_config *c, json_t *root, const char *origin, wf_err *er
 	return rc;
 }
 
+int wf_config_load(wf_config *c, const char *path, const char *const *sets, int nsets, wf_err *err)
+{
+	wf_config_default(c);
+	int rc = wf_config_load_file(c, path, err);
+	for (int i = 0; rc == 0 && i < nsets; i++)
+		rc = wf_config_set(c, sets[i], err);
+	return rc;
+}
+
 int wf_config_load_file(wf_config *c, const char *path, wf_err *err)
 {
 	json_t *root;

@@ -69,6 +69,9 @@ void wf_config_default(wf_config *c);
 /* Merge a JSON file into c. Syntax errors name file:line:column; unknown
  * keys and wrong types name the key path. Does not validate values. */
 int wf_config_load_file(wf_config *c, const char *path, wf_err *err);
+/* What every command taking --config/--set does: defaults, then the file,
+ * then each "a.b=value" of sets[0..nsets) in order. */
+int wf_config_load(wf_config *c, const char *path, const char *const *sets, int nsets, wf_err *err);
 /* Merge a JSON document given as text (origin names it in errors). */
 int wf_config_load_string(wf_config *c, const char *text, const char *origin, wf_err *err);
 /* Apply one "a.b=value" override (value parsed as JSON when it parses,

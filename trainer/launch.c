@@ -459,12 +459,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	}
 	/* check the config once here, rather than fail in every process */
 	wf_config cfg;
-	wf_config_default(&cfg);
-	if ((rc = wf_config_load_file(&cfg, config, err)) != 0)
+	if ((rc = wf_config_load(&cfg, config, sets.items, sets.n, err)) != 0)
 		goto cleanup;
-	for (int i = 0; i < sets.n; i++)
-		if ((rc = wf_config_set(&cfg, sets.items[i], err)) != 0)
-			goto cleanup;
 	if (strcmp(cfg.strategy.name, "local") != 0 &&
 	    strcmp(cfg.strategy.name, "parameter_server") != 0) {
 		rc = wf_errf(err, WF_EINVAL,

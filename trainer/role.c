@@ -439,12 +439,8 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 		rc = wf_errf(err, WF_EINVAL, "ps: --config FILE is required (see --help)");
 		goto cleanup;
 	}
-	wf_config_default(&cfg);
-	if ((rc = wf_config_load_file(&cfg, config, err)) != 0)
+	if ((rc = wf_config_load(&cfg, config, sets.items, sets.n, err)) != 0)
 		goto cleanup;
-	for (int i = 0; i < sets.n; i++)
-		if ((rc = wf_config_set(&cfg, sets.items[i], err)) != 0)
-			goto cleanup;
 	if (strcmp(cfg.strategy.name, "parameter_server") != 0 &&
 	    (rc = wf_config_set(&cfg, "strategy.name=parameter_server", err)) != 0)
 		goto cleanup;

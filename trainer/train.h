@@ -20,7 +20,7 @@ typedef struct wf_train_result {
 	double accuracy;
 	double eval_loss; /* last evaluation (-1 when none ran) */
 	double eval_accuracy;
-	int reports;	  /* 1 when this process prints progress and its summary */
+	int reports; /* 1 when this process prints progress and its summary */
 } wf_train_result;
 
 /* Train as cfg says (validated). Returns 0, WF_ESTOPPED after a signal (a

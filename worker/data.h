@@ -20,10 +20,10 @@
 typedef struct wf_dataset wf_dataset;
 
 typedef struct wf_dataset_info {
-	long count;        /* N */
-	int h, w, c;       /* image shape */
-	int nclasses;      /* from the `classes` attribute */
-	char **classes;    /* [nclasses] label strings (owned by the dataset) */
+	long count;	/* N */
+	int h, w, c;	/* image shape */
+	int nclasses;	/* from the `classes` attribute */
+	char **classes; /* [nclasses] label strings (owned by the dataset) */
 } wf_dataset_info;
 
 /* Open a dataset file for reading; checks shapes, types and labels range.
@@ -36,53 +36,52 @@ const wf_dataset_info *wf_dataset_info_get(const wf_dataset *ds);
 int wf_dataset_read(wf_dataset *ds, long start, long n, uint8_t *images, int32_t *labels,
 		    wf_err *err);
 /* Read the samples whose indices are idx[0..n) (any order). Thread-safe. */
-int wf_dataset_gather(wf_dataset *ds, const long *idx, long n, uint8_t *images,
-		      int32_t *labels, wf_err *err);
+int wf_dataset_gather(wf_dataset *ds, const long *idx, long n, uint8_t *images, int32_t *labels,
+		      wf_err *err);
 
 /* Writer: create a dataset file of count samples of h x w x c with class
  * names, then append samples in order, then close (temporary name renamed
  * into place on close). Chunked so readers can stream. */
 typedef struct wf_dataset_writer wf_dataset_writer;
-int wf_dataset_create(wf_dataset_writer **out, const char *path, long count, int h, int w,
-		      int c, int nclasses, const char *const *classes, wf_err *err);
-int wf_dataset_append(wf_dataset_writer *wr, const uint8_t *images, const int32_t *labels,
-		      long n, wf_err *err);
+int wf_dataset_create(wf_dataset_writer **out, const char *path, long count, int h, int w, int c,
+		      int nclasses, const char *const *classes, wf_err *err);
+int wf_dataset_append(wf_dataset_writer *wr, const uint8_t *images, const int32_t *labels, long n,
+		      wf_err *err);
 int wf_dataset_writer_close(wf_dataset_writer *wr, wf_err *err); /* frees wr */
 
 /* Converters (`weft data ...`). */
 typedef struct wf_synth_cfg {
-	long count;   /* samples */
-	int size;     /* images are size x size x 3 */
+	long count; /* samples */
+	int size;   /* images are size x size x 3 */
 	uint64_t seed;
-	int classes;  /* <= 10 */
+	int classes; /* <= 10 */
 } wf_synth_cfg;
 int wf_data_synth(const char *out_path, const wf_synth_cfg *cfg, wf_err *err);
 /* CIFAR-10 binary batches (files of 3073-byte records) into one dataset. */
-int wf_data_cifar10(const char *out_path, const char *const *batch_files, int nfiles,
-		    wf_err *err);
+int wf_data_cifar10(const char *out_path, const char *const *batch_files, int nfiles, wf_err *err);
 
 /* ---- the reader ---- */
 
 typedef struct wf_reader_cfg {
-	int batch;          /* samples per slice (per-worker batch size) */
-	int first;          /* first slice this reader takes */
-	int slices;         /* consecutive slices this reader takes */
-	int total_slices;   /* slices per global batch (workers x accumulation) */
+	int batch;	  /* samples per slice (per-worker batch size) */
+	int first;	  /* first slice this reader takes */
+	int slices;	  /* consecutive slices this reader takes */
+	int total_slices; /* slices per global batch (workers x accumulation) */
 	uint64_t seed;
-	int shuffle;        /* 0: file order, every sample once (evaluation) */
-	int augment;        /* random crop with padding `pad` and horizontal flip */
-	int pad;            /* crop padding in pixels (4) */
-	long start_step;    /* the first step to read (resume) */
-	float scale;        /* preprocessing: (pixel*scale - mean[c]) / std[c] */
+	int shuffle;	 /* 0: file order, every sample once (evaluation) */
+	int augment;	 /* random crop with padding `pad` and horizontal flip */
+	int pad;	 /* crop padding in pixels (4) */
+	long start_step; /* the first step to read (resume) */
+	float scale;	 /* preprocessing: (pixel*scale - mean[c]) / std[c] */
 	float mean[4], std[4];
-	int prefetch;       /* batches read ahead (>= 1) */
+	int prefetch; /* batches read ahead (>= 1) */
 } wf_reader_cfg;
 
 /* One batch: images float [n,H,W,C] preprocessed, labels [n]. */
 typedef struct wf_batch {
-	long step;    /* training step (shuffle) or batch index (eval) */
+	long step; /* training step (shuffle) or batch index (eval) */
 	long epoch;
-	int n;        /* samples in this batch (batch * slices; eval: last may be short) */
+	int n; /* samples in this batch (batch * slices; eval: last may be short) */
 	float *images;
 	int32_t *labels;
 } wf_batch;
