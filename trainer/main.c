@@ -21,7 +21,8 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
-	{"train", wf_cmd_train, "train a model from a config file (one process)"},
+	{"train", wf_cmd_train,
+	 "train from a config file (alone, or as its TF_CONFIG or mpirun role)"},
 	{"eval", wf_cmd_eval, "loss and accuracy of a model file on a dataset"},
 	{"data", wf_cmd_data, "make dataset files (synth, cifar10)"},
 	{"inspect", wf_cmd_inspect, "describe or dump a model file"},
