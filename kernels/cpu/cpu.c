@@ -432,6 +432,19 @@ fail:
 	return rc;
 }
 
+/* Attach the caller's buffers ptrs[i] to the plan's memories mems[i]
+ * (entries with a NULL memory are skipped), then run seq. */
+static int bind_run(wf_backend *be, dn_seq *seq, int n, const dnnl_memory_t *mems,
+		    const void *const *ptrs)
+{
+	for (int i = 0; i < n; i++) {
+		int rc = mems[i] ? bind(be, mems[i], ptrs[i]) : 0;
+		if (rc)
+			return rc;
+	}
+	return seq_exec(be, seq);
+}
+
 static const dnnl_memory_desc_t *pd_md(const dn_op *op, dnnl_query_t what)
 {
 	return dnnl_primitive_desc_query_md(op->pd, what, 0);
@@ -610,16 +623,9 @@ static int cpu_conv2d_forward(wf_backend *be, wf_plan **plan, const wf_conv_desc
 			return plan_drop(plan, rc);
 		pl->parts |= PART_FWD;
 	}
-	rc = bind(be, pl->f_x, x);
-	if (!rc)
-		rc = bind(be, pl->f_w, w);
-	if (!rc && d->bias)
-		rc = bind(be, pl->f_b, b);
-	if (!rc)
-		rc = bind(be, pl->f_y, y);
-	if (!rc)
-		rc = seq_exec(be, &pl->fwd);
-	return rc;
+	return bind_run(be, &pl->fwd, 4,
+			(dnnl_memory_t[]){pl->f_x, pl->f_w, d->bias ? pl->f_b : NULL, pl->f_y},
+			(const void *[]){x, w, b, y});
 }
 
 static int conv_build_bwd(wf_backend *be, wf_plan *pl)
@@ -722,23 +728,12 @@ static int cpu_conv2d_backward(wf_backend *be, wf_plan **plan, const wf_conv_des
 			return plan_drop(plan, rc);
 		pl->parts |= PART_BWD;
 	}
-	if (dx) {
-		rc = bind(be, pl->d_dy, dy);
-		if (!rc)
-			rc = bind(be, pl->d_w, w);
-		if (!rc)
-			rc = bind(be, pl->d_dx, dx);
-		if (!rc)
-			rc = seq_exec(be, &pl->bwd_d);
-		if (rc)
-			return rc;
-	}
+	if (dx && (rc = bind_run(be, &pl->bwd_d, 3, (dnnl_memory_t[]){pl->d_dy, pl->d_w, pl->d_dx},
+				 (const void *[]){dy, w, dx})) != 0)
+		return rc;
 	if (dw || (db && d->bias)) {
-		rc = bind(be, pl->w_x, x);
-		if (!rc)
-			rc = bind(be, pl->w_dy, dy);
-		if (!rc)
-			rc = seq_exec(be, &pl->bwd_w);
+		rc = bind_run(be, &pl->bwd_w, 2, (dnnl_memory_t[]){pl->w_x, pl->w_dy},
+			      (const void *[]){x, dy});
 		if (!rc && dw) {
 			rc = bind(be, pl->w_dw, dw);
 			if (!rc)
@@ -826,16 +821,9 @@ static int cpu_dense_forward(wf_backend *be, wf_plan **plan, const wf_dense_desc
 			return plan_drop(plan, rc);
 		pl->parts |= PART_FWD;
 	}
-	rc = bind(be, pl->f_x, x);
-	if (!rc)
-		rc = bind(be, pl->f_w, w);
-	if (!rc && d->bias)
-		rc = bind(be, pl->f_b, b);
-	if (!rc)
-		rc = bind(be, pl->f_y, y);
-	if (!rc)
-		rc = seq_exec(be, &pl->fwd);
-	return rc;
+	return bind_run(be, &pl->fwd, 4,
+			(dnnl_memory_t[]){pl->f_x, pl->f_w, d->bias ? pl->f_b : NULL, pl->f_y},
+			(const void *[]){x, w, b, y});
 }
 
 static int dense_build_bwd(wf_backend *be, wf_plan *pl)
@@ -877,28 +865,12 @@ static int cpu_dense_backward(wf_backend *be, wf_plan **plan, const wf_dense_des
 			return plan_drop(plan, rc);
 		pl->parts |= PART_BWD;
 	}
-	if (dx) {
-		rc = bind(be, pl->d_dy, dy);
-		if (!rc)
-			rc = bind(be, pl->d_w, w);
-		if (!rc)
-			rc = bind(be, pl->d_dx, dx);
-		if (!rc)
-			rc = seq_exec(be, &pl->bwd_d);
-		if (rc)
-			return rc;
-	}
-	if (dw) {
-		rc = bind(be, pl->w_x, x);
-		if (!rc)
-			rc = bind(be, pl->w_dy, dy);
-		if (!rc)
-			rc = bind(be, pl->w_dw, dw);
-		if (!rc)
-			rc = seq_exec(be, &pl->bwd_w);
-		if (rc)
-			return rc;
-	}
+	if (dx && (rc = bind_run(be, &pl->bwd_d, 3, (dnnl_memory_t[]){pl->d_dy, pl->d_w, pl->d_dx},
+				 (const void *[]){dy, w, dx})) != 0)
+		return rc;
+	if (dw && (rc = bind_run(be, &pl->bwd_w, 3, (dnnl_memory_t[]){pl->w_x, pl->w_dy, pl->w_dw},
+				 (const void *[]){x, dy, dw})) != 0)
+		return rc;
 	if (db && d->bias) {
 		const int n = d->n, out = d->out;
 #pragma omp parallel for if ((size_t)n * out > 32768) schedule(static)
@@ -1025,33 +997,17 @@ static int cpu_batchnorm_forward(wf_backend *be, wf_plan **plan, const wf_bn_des
 		pl->parts |= part;
 	}
 	if (!training) {
-		rc = bind(be, pl->i_x, x);
-		if (!rc)
-			rc = bind(be, pl->i_y, y);
-		if (!rc)
-			rc = bind(be, pl->i_g, gamma ? gamma : pl->bn_ones);
-		if (!rc)
-			rc = bind(be, pl->i_b, beta ? beta : pl->bn_zeros);
-		if (!rc)
-			rc = bind(be, pl->i_m, run_mean);
-		if (!rc)
-			rc = bind(be, pl->i_v, run_var);
-		if (!rc)
-			rc = seq_exec(be, &pl->inf);
-		return rc;
+		return bind_run(
+			be, &pl->inf, 6,
+			(dnnl_memory_t[]){pl->i_x, pl->i_y, pl->i_g, pl->i_b, pl->i_m, pl->i_v},
+			(const void *[]){x, y, gamma ? gamma : pl->bn_ones,
+					 beta ? beta : pl->bn_zeros, run_mean, run_var});
 	}
 	float *mean = save_mean ? save_mean : pl->bn_mean;
-	rc = bind(be, pl->f_x, x);
-	if (!rc)
-		rc = bind(be, pl->f_y, y);
-	if (!rc)
-		rc = bind(be, pl->f_w, gamma ? gamma : pl->bn_ones);
-	if (!rc)
-		rc = bind(be, pl->f_b, beta ? beta : pl->bn_zeros);
-	if (!rc)
-		rc = bind(be, pl->f_m, mean);
-	if (!rc)
-		rc = seq_exec(be, &pl->fwd);
+	rc = bind_run(be, &pl->fwd, 5,
+		      (dnnl_memory_t[]){pl->f_x, pl->f_y, pl->f_w, pl->f_b, pl->f_m},
+		      (const void *[]){x, y, gamma ? gamma : pl->bn_ones,
+				       beta ? beta : pl->bn_zeros, mean});
 	if (rc)
 		return rc;
 	/* oneDNN gives the biased batch variance; running stats use the unbiased one */
@@ -1165,17 +1121,10 @@ static int cpu_batchnorm_backward(wf_backend *be, wf_plan **plan, const wf_bn_de
 	/* oneDNN wants the variance; recover it from the saved 1/sqrt(var + eps) */
 	for (int ch = 0; ch < d->c; ch++)
 		pl->bn_bvar[ch] = 1.0f / (save_invstd[ch] * save_invstd[ch]) - d->eps;
-	rc = bind(be, pl->d_x, x);
-	if (!rc)
-		rc = bind(be, pl->d_dy, dy);
-	if (!rc)
-		rc = bind(be, pl->d_dx, dx ? dx : pl->dx_tmp);
-	if (!rc)
-		rc = bind(be, pl->d_m, save_mean);
-	if (!rc)
-		rc = bind(be, pl->d_g, gamma ? gamma : pl->bn_ones);
-	if (!rc)
-		rc = seq_exec(be, &pl->bwd_d);
+	rc = bind_run(be, &pl->bwd_d, 5,
+		      (dnnl_memory_t[]){pl->d_x, pl->d_dy, pl->d_dx, pl->d_m, pl->d_g},
+		      (const void *[]){x, dy, dx ? dx : pl->dx_tmp, save_mean,
+				       gamma ? gamma : pl->bn_ones});
 	if (rc)
 		return rc;
 	if (dgamma)
@@ -1250,12 +1199,8 @@ static int cpu_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *
 		op_arg(pl->fwd.prim, DNNL_ARG_DST, pl->f_y);
 		pl->parts |= PART_FWD;
 	}
-	rc = bind(be, pl->f_x, x);
-	if (!rc)
-		rc = bind(be, pl->f_y, y);
-	if (!rc)
-		rc = seq_exec(be, &pl->fwd);
-	return rc;
+	return bind_run(be, &pl->fwd, 2, (dnnl_memory_t[]){pl->f_x, pl->f_y},
+			(const void *[]){x, y});
 }
 
 /* Max pooling backward needs the forward's workspace (where each max came
@@ -1325,15 +1270,10 @@ static int cpu_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc 
 	}
 	if (!dx)
 		return 0;
-	if (d->kind == WF_POOL_MAX)
-		rc = bind(be, pl->p_x, x);
-	if (!rc)
-		rc = bind(be, pl->d_dy, dy);
-	if (!rc)
-		rc = bind(be, pl->d_dx, dx);
-	if (!rc)
-		rc = seq_exec(be, &pl->bwd_d);
-	return rc;
+	return bind_run(
+		be, &pl->bwd_d, 3,
+		(dnnl_memory_t[]){d->kind == WF_POOL_MAX ? pl->p_x : NULL, pl->d_dy, pl->d_dx},
+		(const void *[]){x, dy, dx});
 }
 
 /* ---- the backend ------------------------------------------------------------------------ */
