@@ -78,69 +78,58 @@ static const char *parse_model_path(const char *rest, route *r)
 	return rest;
 }
 
+/* The routes: whole URLs, and suffixes after a model path of each protocol. */
+typedef struct route_entry {
+	const char *path; /* whole URL, or the suffix after NAME[/versions/V] */
+	route_kind kind;
+	wf_serve_endpoint ep; /* the endpoint metrics count it under */
+} route_entry;
+
+static const route_entry exact_routes[] = {
+	{"/metrics", R_METRICS, WF_SERVE_EP_METRICS},
+	{"/monitoring/prometheus/metrics", R_METRICS, WF_SERVE_EP_METRICS},
+	{"/v2", R_V2_SERVER, WF_SERVE_EP_V2_METADATA},
+	{"/v2/", R_V2_SERVER, WF_SERVE_EP_V2_METADATA},
+	{"/v2/health/live", R_V2_LIVE, WF_SERVE_EP_V2_HEALTH},
+	{"/v2/health/ready", R_V2_READY, WF_SERVE_EP_V2_HEALTH},
+};
+
+static const route_entry v1_routes[] = {
+	/* after /v1/models/NAME[/versions/V] */
+	{"", R_V1_STATUS, WF_SERVE_EP_V1_STATUS},
+	{"/metadata", R_V1_METADATA, WF_SERVE_EP_V1_METADATA},
+	{":predict", R_V1_PREDICT, WF_SERVE_EP_V1_PREDICT},
+	{":classify", R_V1_CLASSIFY, WF_SERVE_EP_V1_CLASSIFY},
+	{":regress", R_V1_REGRESS, WF_SERVE_EP_V1_CLASSIFY},
+};
+
+static const route_entry v2_routes[] = {
+	/* after /v2/models/NAME[/versions/V] */
+	{"", R_V2_MODEL, WF_SERVE_EP_V2_METADATA},
+	{"/ready", R_V2_MODEL_READY, WF_SERVE_EP_V2_METADATA},
+	{"/infer", R_V2_INFER, WF_SERVE_EP_V2_INFER},
+};
+
+static wf_serve_endpoint match_route(const route_entry *t, size_t n, const char *path, route *r)
+{
+	for (size_t i = 0; path && i < n; i++)
+		if (strcmp(path, t[i].path) == 0) {
+			r->kind = t[i].kind;
+			return t[i].ep;
+		}
+	return WF_SERVE_EP_OTHER;
+}
+
 static wf_serve_endpoint parse_route(const char *url, route *r)
 {
 	memset(r, 0, sizeof(*r));
-	if (strcmp(url, "/metrics") == 0 || strcmp(url, "/monitoring/prometheus/metrics") == 0) {
-		r->kind = R_METRICS;
-		return WF_SERVE_EP_METRICS;
-	}
-	if (strncmp(url, "/v1/models/", 11) == 0) {
-		const char *s = parse_model_path(url + 11, r);
-		if (!s)
-			return WF_SERVE_EP_OTHER;
-		if (*s == 0) {
-			r->kind = R_V1_STATUS;
-			return WF_SERVE_EP_V1_STATUS;
-		}
-		if (strcmp(s, "/metadata") == 0) {
-			r->kind = R_V1_METADATA;
-			return WF_SERVE_EP_V1_METADATA;
-		}
-		if (strcmp(s, ":predict") == 0) {
-			r->kind = R_V1_PREDICT;
-			return WF_SERVE_EP_V1_PREDICT;
-		}
-		if (strcmp(s, ":classify") == 0) {
-			r->kind = R_V1_CLASSIFY;
-			return WF_SERVE_EP_V1_CLASSIFY;
-		}
-		if (strcmp(s, ":regress") == 0) {
-			r->kind = R_V1_REGRESS;
-			return WF_SERVE_EP_V1_CLASSIFY;
-		}
-		return WF_SERVE_EP_OTHER;
-	}
-	if (strcmp(url, "/v2") == 0 || strcmp(url, "/v2/") == 0) {
-		r->kind = R_V2_SERVER;
-		return WF_SERVE_EP_V2_METADATA;
-	}
-	if (strcmp(url, "/v2/health/live") == 0) {
-		r->kind = R_V2_LIVE;
-		return WF_SERVE_EP_V2_HEALTH;
-	}
-	if (strcmp(url, "/v2/health/ready") == 0) {
-		r->kind = R_V2_READY;
-		return WF_SERVE_EP_V2_HEALTH;
-	}
-	if (strncmp(url, "/v2/models/", 11) == 0) {
-		const char *s = parse_model_path(url + 11, r);
-		if (!s)
-			return WF_SERVE_EP_OTHER;
-		if (*s == 0) {
-			r->kind = R_V2_MODEL;
-			return WF_SERVE_EP_V2_METADATA;
-		}
-		if (strcmp(s, "/ready") == 0) {
-			r->kind = R_V2_MODEL_READY;
-			return WF_SERVE_EP_V2_METADATA;
-		}
-		if (strcmp(s, "/infer") == 0) {
-			r->kind = R_V2_INFER;
-			return WF_SERVE_EP_V2_INFER;
-		}
-	}
-	return WF_SERVE_EP_OTHER;
+	if (strncmp(url, "/v1/models/", 11) == 0)
+		return match_route(v1_routes, WF_ARRAY_LEN(v1_routes),
+				   parse_model_path(url + 11, r), r);
+	if (strncmp(url, "/v2/models/", 11) == 0)
+		return match_route(v2_routes, WF_ARRAY_LEN(v2_routes),
+				   parse_model_path(url + 11, r), r);
+	return match_route(exact_routes, WF_ARRAY_LEN(exact_routes), url, r);
 }
 
 /* ---- per-request state and replies ------------------------------------ */
