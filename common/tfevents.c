@@ -3,7 +3,6 @@
 #include "common/util.h"
 
 #include <errno.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,30 +16,7 @@ struct wf_tfevents {
 	uint8_t buf[8192]; /* one encoded event (scalars only: small) */
 };
 
-/* ---- CRC-32C ---------------------------------------------------------- */
-
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_init(void)
-{
-	for (uint32_t i = 0; i < 256; i++) {
-		uint32_t c = i;
-		for (int k = 0; k < 8; k++)
-			c = (c & 1) ? (c >> 1) ^ 0x82f63b78u : c >> 1;
-		crc_table[i] = c;
-	}
-}
-
-uint32_t wf_crc32c(const void *data, size_t n)
-{
-	pthread_once(&crc_once, crc_init);
-	const uint8_t *p = data;
-	uint32_t c = 0xffffffffu;
-	for (size_t i = 0; i < n; i++)
-		c = crc_table[(c ^ p[i]) & 0xff] ^ (c >> 8);
-	return c ^ 0xffffffffu;
-}
+/* ---- CRC-32C (common/crc32c), masked as TFRecord does ------------- */
 
 uint32_t wf_crc32c_mask(uint32_t crc)
 {

@@ -5,6 +5,7 @@
 #ifndef WF_TFEVENTS_H
 #define WF_TFEVENTS_H
 
+#include "common/crc32c.h"
 #include "common/error.h"
 
 #include <stddef.h>
@@ -24,8 +25,7 @@ int wf_tfevents_flush(wf_tfevents *w, wf_err *err);
 const char *wf_tfevents_path(const wf_tfevents *w);
 void wf_tfevents_close(wf_tfevents *w); /* flushes; accepts NULL */
 
-/* CRC-32C (Castagnoli) of n bytes, and TFRecord's masked form of a CRC. */
-uint32_t wf_crc32c(const void *data, size_t n);
+/* TFRecord's masked form of a CRC-32C (wf_crc32c, common/crc32c.h). */
 uint32_t wf_crc32c_mask(uint32_t crc);
 
 #endif

@@ -7,6 +7,8 @@
 #include "model/model.h"
 #include "model/model_priv.h"
 
+#include "common/atomicfile.h"
+#include "common/crc32c.h"
 #include "common/h5.h"
 #include "common/util.h"
 
@@ -122,13 +124,6 @@ static int write_weights(hid_t f, const wf_model *m, const char *path, wf_err *e
 	return rc;
 }
 
-static int fsync_parent(const char *path)
-{
-	char buf[PATH_MAX];
-	snprintf(buf, sizeof(buf), "%s", path);
-	return wf_fsync_path(dirname(buf));
-}
-
 int wf_model_save(const wf_model *m, const wf_model_meta *meta, const char *path, wf_err *err)
 {
 	wf_model_meta defaults;
@@ -139,8 +134,8 @@ int wf_model_save(const wf_model *m, const wf_model_meta *meta, const char *path
 		wf_model_meta_init(&defaults);
 		meta = &defaults;
 	}
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp-%d", path, (int)getpid()) >= (int)sizeof(tmp))
-		return wf_errf(err, WF_EINVAL, "%s: path too long", path);
+	if ((rc = wf_atomic_tmp(path, tmp, sizeof(tmp), err)) != 0)
+		return rc;
 	wf_h5_quiet_begin(&q);
 	hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
 	if (f < 0) {
@@ -154,14 +149,10 @@ int wf_model_save(const wf_model *m, const wf_model_meta *meta, const char *path
 close:
 	if (H5Fclose(f) < 0 && !rc)
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: closing", tmp);
-	if (!rc && wf_fsync_path(tmp) != 0)
-		rc = wf_errf(err, WF_EIO, "%s: fsync: %s", tmp, strerror(errno));
-	if (!rc && rename(tmp, path) != 0)
-		rc = wf_errf(err, WF_EIO, "%s: renaming to %s: %s", tmp, path, strerror(errno));
 	if (!rc)
-		fsync_parent(path); /* best effort: the rename is already visible */
-	if (rc)
-		unlink(tmp);
+		rc = wf_atomic_commit(tmp, path, err);
+	else
+		wf_atomic_abort(tmp);
 quiet:
 	wf_h5_quiet_end(&q);
 	return rc;

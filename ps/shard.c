@@ -1,9 +1,10 @@
 /* shard.c: HDF5 checkpoint shards of a parameter server. */
 #include "ps/shard.h"
 
+#include "common/atomicfile.h"
+#include "common/ckptdir.h"
 #include "common/util.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <hdf5.h>
 #include <libgen.h>
@@ -100,7 +101,8 @@ int wf_ps_shard_save(const char *path, int server, int nservers, long step,
 	char tmp[4096], dir[4096], name[64];
 	int rc = 0;
 	hid_t f = -1, g = -1, cg = -1;
-	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+	if (wf_atomic_tmp(path, tmp, sizeof(tmp), err))
+		return err ? err->code : WF_EINVAL;
 	snprintf(dir, sizeof(dir), "%s", path);
 	char *d = dirname(dir);
 	if (wf_mkdirs(d))
@@ -139,12 +141,7 @@ int wf_ps_shard_save(const char *path, int server, int nservers, long step,
 	g = -1;
 	WF_H5_CHECK(H5Fclose(f), "closing %s", tmp);
 	f = -1;
-	if (wf_fsync_path(tmp) || rename(tmp, path) || wf_fsync_path(d)) {
-		rc = wf_errf(err, WF_EIO, "checkpoint: cannot sync and rename %s to %s: %s", tmp,
-			     path, strerror(errno));
-		goto cleanup;
-	}
-	return 0;
+	return wf_atomic_commit(tmp, path, err);
 cleanup:
 	if (cg >= 0)
 		H5Gclose(cg);
@@ -242,44 +239,21 @@ cleanup:
 int wf_ps_ckpt_find(const char *root, int server, int nservers, long want_step, long *step,
 		    char *path, size_t n, wf_err *err)
 {
-	DIR *d = opendir(root);
-	if (!d)
-		return wf_errf(err, WF_EIO, "restore: cannot open checkpoint directory %s: %s",
-			       root, strerror(errno));
-	long best = -1;
-	char buf[4096];
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		char *end;
-		if (strncmp(e->d_name, "step-", 5))
-			continue;
-		long s = strtol(e->d_name + 5, &end, 10);
-		if (*end || end == e->d_name + 5 || s < 0)
-			continue;
-		if (want_step >= 0 && s != want_step)
-			continue;
-		snprintf(buf, sizeof(buf), "%s/%s/DONE", root, e->d_name);
-		if (!wf_exists(buf))
-			continue;
-		wf_ps_shard_path(buf, sizeof(buf), root, s, server, nservers);
-		if (!wf_exists(buf))
-			continue;
-		if (s > best)
-			best = s;
-	}
-	closedir(d);
-	if (best < 0) {
-		if (want_step >= 0)
-			return wf_errf(err, WF_EIO,
-				       "restore: %s/step-%ld has no DONE file or no shard "
-				       "ps-%d-of-%d.h5",
-				       root, want_step, server, nservers);
+	char need[64], dir[4096];
+	snprintf(need, sizeof(need), "ps-%d-of-%d.h5", server, nservers);
+	int found = wf_ckptdir_newest(root, want_step, need, step, dir, sizeof(dir), err);
+	if (found < 0)
+		return found;
+	if (!found) {
+		if (want_step >= 0) {
+			wf_err_wrap(err, "restore");
+			return err ? (err->code = WF_EIO) : WF_EIO;
+		}
 		return wf_errf(err, WF_EIO,
-			       "restore: no complete checkpoint (step dir with DONE and "
-			       "ps-%d-of-%d.h5) under %s",
-			       server, nservers, root);
+			       "restore: no complete checkpoint that verifies (step dir with DONE "
+			       "and %s) under %s",
+			       need, root);
 	}
-	*step = best;
-	wf_ps_shard_path(path, n, root, best, server, nservers);
+	wf_ps_shard_path(path, n, root, *step, server, nservers);
 	return 0;
 }

@@ -32,8 +32,9 @@ int wf_ps_shard_save(const char *path, int server, int nservers, long step,
 int wf_ps_shard_load(const char *path, int server, int nservers, wf_ps_shard_chunk *chunks,
 		     int nchunks, int nslots, float *state, size_t nstate, long *step, wf_err *err);
 /* The newest step under root (or exactly want_step when >= 0) whose
- * directory has DONE and this server's shard; path receives the shard
- * path. WF_EIO naming root when none exists. */
+ * directory has DONE, this server's shard, and files that match DONE's
+ * checksums (common/ckptdir; newer ones skipped are logged with the reason);
+ * path receives the shard path. WF_EIO naming root when none exists. */
 int wf_ps_ckpt_find(const char *root, int server, int nservers, long want_step, long *step,
 		    char *path, size_t n, wf_err *err);
 

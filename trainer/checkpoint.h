@@ -1,8 +1,8 @@
 /* checkpoint.h: training checkpoints (DESIGN section 8). A checkpoint is
  * <dir>/step-<N>/ holding the strategy's optimizer state, model.h5 and, last,
- * an empty DONE file; every file is written under a temporary name, fsync'd
- * and renamed, then the directory is fsync'd. A directory without DONE is
- * never loaded. */
+ * DONE listing every file's size and CRC32C (layout: common/ckptdir); every
+ * file is written atomically (common/atomicfile). A directory without DONE,
+ * or whose files do not match it, is never loaded. */
 #ifndef WF_CHECKPOINT_H
 #define WF_CHECKPOINT_H
 
@@ -12,8 +12,9 @@
 
 #include <stddef.h>
 
-/* Newest complete checkpoint under dir: returns 1 and fills *step and
- * path (its directory), 0 when there is none (or dir does not exist). */
+/* Newest complete checkpoint under dir whose files verify against DONE:
+ * returns 1 and fills *step and path (its directory), 0 when there is none
+ * (or dir does not exist); newer ones skipped are logged with the reason. */
 int wf_ckpt_latest(const char *dir, long *step, char *path, size_t n, wf_err *err);
 /* Write checkpoint `step` (steps completed) of executor ex: the exchange's
  * state, then (chief only) model.h5 with meta->trained_steps = step, then

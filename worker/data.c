@@ -5,6 +5,7 @@
  * open another file. */
 #include "worker/data.h"
 
+#include "common/atomicfile.h"
 #include "common/h5.h"
 #include "common/util.h"
 
@@ -644,12 +645,8 @@ int wf_dataset_writer_close(wf_dataset_writer *wr, wf_err *err)
 	if (wf_h5_close(&wr->file) < 0)
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: closing %s", wr->path, wr->tmp);
 	h5_unlock();
-	if (!rc && wf_fsync_path(wr->tmp) != 0)
-		rc = wf_errf(err, WF_EIO, "%s: fsync of %s: %s", wr->path, wr->tmp,
-			     strerror(errno));
-	if (!rc && rename(wr->tmp, wr->path) != 0)
-		rc = wf_errf(err, WF_EIO, "%s: rename from %s: %s", wr->path, wr->tmp,
-			     strerror(errno));
+	if (!rc)
+		rc = wf_atomic_commit(wr->tmp, wr->path, err); /* removes tmp on failure */
 	if (!rc) {
 		free(wr->tmp);
 		wr->tmp = NULL; /* renamed: nothing to remove */

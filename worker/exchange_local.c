@@ -3,6 +3,7 @@
  * wrappers of the exchange table and the optimizer-state file. */
 #include "worker/exchange.h"
 
+#include "common/atomicfile.h"
 #include "common/h5.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -139,7 +140,8 @@ int wf_optim_state_save(const char *path, const wf_optim_cfg *cfg, long step, si
 	char tmp[4200];
 	wf_h5_quiet q;
 	int rc = 0;
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	if ((rc = wf_atomic_tmp(path, tmp, sizeof(tmp), err)) != 0)
+		return rc;
 	wf_h5_quiet_begin(&q);
 	hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
 	if (f < 0) {
@@ -154,10 +156,7 @@ int wf_optim_state_save(const char *path, const wf_optim_cfg *cfg, long step, si
 		remove(tmp);
 		goto done;
 	}
-	if (wf_fsync_path(tmp) != 0 || rename(tmp, path) != 0) {
-		rc = wf_errf(err, WF_EIO, "%s: cannot sync or rename: %s", path, strerror(errno));
-		remove(tmp);
-	}
+	rc = wf_atomic_commit(tmp, path, err);
 done:
 	wf_h5_quiet_end(&q);
 	return rc;

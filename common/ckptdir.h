@@ -1,0 +1,46 @@
+/* ckptdir.h: the checkpoint directory layout (DESIGN section 8), one module
+ * for the trainer (model.h5, optimizer state) and the parameter servers
+ * (ps-<i>-of-<n>.h5 shards):
+ *
+ *   <dir>/step-<N>/<files...>   each written atomically (common/atomicfile)
+ *   <dir>/step-<N>/DONE         written last: JSON listing every file of the
+ *                               step with its size and CRC32C
+ *
+ * A step is complete when it has DONE; it is trusted when every file DONE
+ * lists has that size and checksum. Readers take the newest step that is
+ * complete and verifies and say which newer ones they skipped and why. A
+ * DONE written by an older weft is empty: complete, with nothing to verify. */
+#ifndef WF_CKPTDIR_H
+#define WF_CKPTDIR_H
+
+#include "common/error.h"
+
+#include <stddef.h>
+
+/* "<dir>/step-<step>" into out. */
+void wf_ckptdir_step_path(char *out, size_t n, const char *dir, long step);
+/* All step-<N> directories under dir, ascending, into *steps (malloc'd, *n
+ * entries; a missing dir is an empty list). */
+int wf_ckptdir_list(const char *dir, long **steps, int *n, wf_err *err);
+/* 1 when step_dir has a DONE file. */
+int wf_ckptdir_has_done(const char *step_dir);
+/* Remove step_dir/DONE (before rewriting a step); 0 when there was none. */
+int wf_ckptdir_undone(const char *step_dir, wf_err *err);
+/* Checksum every regular file of step_dir (not DONE, not temporaries) and
+ * write DONE atomically; the step is complete from then on. */
+int wf_ckptdir_seal(const char *step_dir, long step, wf_err *err);
+/* 0 when step_dir has DONE and every file it lists has its recorded size and
+ * CRC32C, and the file need (NULL: none) exists and, when DONE lists
+ * anything, is listed; WF_EFORMAT with the reason otherwise. */
+int wf_ckptdir_verify(const char *step_dir, const char *need, wf_err *err);
+/* The newest step (want_step >= 0: exactly that one) under dir that
+ * verifies with need: returns 1 and fills *step and path, 0 when none does
+ * (err says why for want_step or when one was skipped). Each newer step
+ * skipped is logged as a warning with its reason. */
+int wf_ckptdir_newest(const char *dir, long want_step, const char *need, long *step, char *path,
+		      size_t n, wf_err *err);
+/* Delete all but the newest keep complete steps, and incomplete ones older
+ * than the newest complete one. */
+int wf_ckptdir_prune(const char *dir, int keep, wf_err *err);
+
+#endif
