@@ -4,10 +4,14 @@
  * space padding is stripped by the library. */
 #include "common/h5.h"
 
+#include "common/atomicfile.h"
+
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 #define STRS_MAX      1000000	/* strings in one attribute or list */
 #define STR_BYTES_MAX (1 << 30) /* bytes of one fixed-length attribute read */
@@ -81,6 +85,45 @@ int wf_h5_close(hid_t *id)
 	}
 	*id = H5I_INVALID_HID;
 	return rc < 0 ? -1 : 0;
+}
+
+int wf_h5_create_mem(const char *path, hid_t *file, wf_err *err)
+{
+	static unsigned long seq; /* core-driver names must differ while open */
+	char name[64];
+	int rc = 0;
+	wf_h5_quiet q;
+	wf_h5_quiet_begin(&q);
+	snprintf(name, sizeof(name), "weft-mem-%lu", __atomic_add_fetch(&seq, 1, __ATOMIC_RELAXED));
+	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+	*file = fapl < 0 || H5Pset_fapl_core(fapl, 1 << 20, 0) < 0
+			? H5I_INVALID_HID
+			: H5Fcreate(name, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
+	if (*file < 0)
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create the file in memory", path);
+	wf_h5_close(&fapl);
+	wf_h5_quiet_end(&q);
+	return rc;
+}
+
+int wf_h5_commit_mem(hid_t *file, const char *path, wf_err *err)
+{
+	int rc = 0;
+	void *img = NULL;
+	wf_h5_quiet q;
+	wf_h5_quiet_begin(&q);
+	ssize_t n = H5Fflush(*file, H5F_SCOPE_GLOBAL) < 0 ? -1 : H5Fget_file_image(*file, NULL, 0);
+	if (n > 0 && (img = malloc((size_t)n)) == NULL)
+		rc = wf_errf(err, WF_ENOMEM, "%s: out of memory (%zd bytes)", path, n);
+	else if (n <= 0 || H5Fget_file_image(*file, img, (size_t)n) != n)
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot build the file image", path);
+	if (wf_h5_close(file) < 0 && !rc)
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: closing the in-memory file", path);
+	wf_h5_quiet_end(&q);
+	if (!rc)
+		rc = wf_atomic_write(path, img, (size_t)n, err);
+	free(img);
+	return rc;
 }
 
 int wf_h5_write_f32(hid_t loc, const char *name, int rank, const hsize_t *dims, const float *data,

@@ -39,6 +39,16 @@ int wf_h5_open(const char *path, unsigned flags, hid_t *file, wf_err *err);
  * returns 0, or -1 when HDF5 failed to close it (a file: not flushed). */
 int wf_h5_close(hid_t *id);
 
+/* A new HDF5 file built in memory (the core driver, no backing store):
+ * nothing reaches the disk until wf_h5_commit_mem, so a full disk can never
+ * leave libhdf5 with a half-closed file (it crashed at exit). path is only
+ * used in messages. */
+int wf_h5_create_mem(const char *path, hid_t *file, wf_err *err);
+/* Close the in-memory *file and write its bytes to path atomically
+ * (common/atomicfile); *file is closed in every case. A full disk is
+ * WF_EIO naming path; the previous path is untouched. */
+int wf_h5_commit_mem(hid_t *file, const char *path, wf_err *err);
+
 /* A new float32 dataset name (a path from loc; its groups must exist) of rank
  * dims, written from data; WF_EIO "<path>: writing <name>". */
 int wf_h5_write_f32(hid_t loc, const char *name, int rank, const hsize_t *dims, const float *data,

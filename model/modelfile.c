@@ -62,6 +62,26 @@ static char *preprocessing_json(const wf_model *m, const wf_model_meta *meta)
 	return s;
 }
 
+/* The content checksum (root attribute weft_crc32c): CRC32C over the graph,
+ * preprocessing and class-name texts as stored (each with its NUL), then
+ * every view's float32 values in graph order. */
+static uint32_t content_crc(const wf_model *m, const char *graph, const char *pre,
+			    char *const *classes, int nclasses)
+{
+	uint32_t c = wf_crc32c_update(0, graph ? graph : "", graph ? strlen(graph) + 1 : 1);
+	c = wf_crc32c_update(c, pre ? pre : "", pre ? strlen(pre) + 1 : 1);
+	for (int i = 0; i < nclasses; i++) {
+		const char *s = classes && classes[i] ? classes[i] : "";
+		c = wf_crc32c_update(c, s, strlen(s) + 1);
+	}
+	for (int i = 0; i < m->nviews; i++) {
+		const wf_view *v = &m->views[i];
+		c = wf_crc32c_update(c, (v->trainable ? m->params : m->state) + v->offset,
+				     v->count * sizeof(float));
+	}
+	return c;
+}
+
 static int write_attrs(hid_t f, const wf_model *m, const wf_model_meta *meta, const char *path,
 		       wf_err *err)
 {
@@ -81,7 +101,11 @@ static int write_attrs(hid_t f, const wf_model *m, const wf_model_meta *meta, co
 				   err)) ||
 	    (rc = wf_h5_attr_write_str(f, "preprocessing", pre, path, err)) ||
 	    (rc = wf_h5_attr_write_strs(f, "classes", names, meta->nclasses, path, err)) ||
-	    (rc = wf_h5_attr_write_i64(f, "trained_steps", meta->trained_steps, path, err)))
+	    (rc = wf_h5_attr_write_i64(f, "trained_steps", meta->trained_steps, path, err)) ||
+	    (rc = wf_h5_attr_write_i64(f, "weft_crc32c",
+				       content_crc(m, m->graph_json, pre, (char *const *)names,
+						   meta->nclasses),
+				       path, err)))
 		goto done;
 done:
 	free(pre);
@@ -127,34 +151,23 @@ static int write_weights(hid_t f, const wf_model *m, const char *path, wf_err *e
 int wf_model_save(const wf_model *m, const wf_model_meta *meta, const char *path, wf_err *err)
 {
 	wf_model_meta defaults;
-	char tmp[PATH_MAX];
 	wf_h5_quiet q;
-	int rc = 0;
+	hid_t f = H5I_INVALID_HID;
 	if (!meta) {
 		wf_model_meta_init(&defaults);
 		meta = &defaults;
 	}
-	if ((rc = wf_atomic_tmp(path, tmp, sizeof(tmp), err)) != 0)
+	/* Built in memory, then written atomically: a full disk is an error
+	 * naming path, never a half-written file or a crash in libhdf5. */
+	int rc = wf_h5_create_mem(path, &f, err);
+	if (rc)
 		return rc;
 	wf_h5_quiet_begin(&q);
-	hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-	if (f < 0) {
-		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create the file", tmp);
-		goto quiet;
-	}
-	if ((rc = write_attrs(f, m, meta, tmp, err)) || (rc = write_weights(f, m, tmp, err)))
-		goto close;
-	if (H5Fflush(f, H5F_SCOPE_GLOBAL) < 0)
-		rc = WF_H5_FAIL(err, WF_EIO, "%s: flushing", tmp);
-close:
-	if (H5Fclose(f) < 0 && !rc)
-		rc = WF_H5_FAIL(err, WF_EIO, "%s: closing", tmp);
-	if (!rc)
-		rc = wf_atomic_commit(tmp, path, err);
-	else
-		wf_atomic_abort(tmp);
-quiet:
+	if ((rc = write_attrs(f, m, meta, path, err)) || (rc = write_weights(f, m, path, err)))
+		wf_h5_close(&f);
 	wf_h5_quiet_end(&q);
+	if (!rc)
+		rc = wf_h5_commit_mem(&f, path, err);
 	return rc;
 }
 
@@ -215,11 +228,15 @@ done:
 	return rc;
 }
 
-static int read_meta(hid_t f, wf_model_meta *meta, const char *path, wf_err *err)
+/* The meta attributes into meta; *pre_text gets the preprocessing text
+ * (malloc'd, replacing any earlier one; NULL when absent). */
+static int read_meta(hid_t f, wf_model_meta *meta, char **pre_text, const char *path, wf_err *err)
 {
 	int rc = 0;
 	char *pre = NULL;
 	int64_t steps = 0;
+	free(*pre_text);
+	*pre_text = NULL;
 	if (H5Aexists(f, "preprocessing") > 0) {
 		if ((rc = wf_h5_attr_read_str(f, "preprocessing", &pre, path, err)) ||
 		    (rc = parse_preprocessing(pre, meta, path, err)))
@@ -235,7 +252,10 @@ static int read_meta(hid_t f, wf_model_meta *meta, const char *path, wf_err *err
 		meta->trained_steps = (long)steps;
 	}
 done:
-	free(pre);
+	if (rc)
+		free(pre);
+	else
+		*pre_text = pre;
 	return rc;
 }
 
@@ -306,8 +326,8 @@ done:
 static int load_open(hid_t f, wf_model **out, wf_model_meta *meta, const char *path, wf_err *err)
 {
 	int rc;
-	int64_t fmt, shape[3];
-	char *graph = NULL;
+	int64_t fmt, shape[3], want = 0;
+	char *graph = NULL, *pre = NULL;
 	wf_model *m = NULL;
 	if (H5Aexists(f, "weft_format") <= 0) {
 		if (wf_keras_is_model_file(f)) /* model.save('x.h5') from Keras */
@@ -327,8 +347,8 @@ static int load_open(hid_t f, wf_model **out, wf_model_meta *meta, const char *p
 	if ((rc = wf_h5_attr_read_str(f, "graph", &graph, path, err)))
 		return rc;
 	rc = wf_model_from_json(&m, graph, err);
-	free(graph);
 	if (rc) {
+		free(graph);
 		wf_err_wrap(err, "%s: attribute graph", path);
 		return err ? err->code : rc;
 	}
@@ -347,11 +367,37 @@ static int load_open(hid_t f, wf_model **out, wf_model_meta *meta, const char *p
 	for (int i = 0; i < m->nviews; i++)
 		if ((rc = read_view(f, m, &m->views[i], path, err)))
 			goto fail;
-	if (meta && (rc = read_meta(f, meta, path, err)))
+	if (meta && (rc = read_meta(f, meta, &pre, path, err)))
 		goto fail;
+	if (H5Aexists(f, "weft_crc32c") > 0) { /* files of older weft versions have none */
+		wf_model_meta local;
+		wf_model_meta *mm = meta;
+		if (!mm) {
+			wf_model_meta_init(&local);
+			mm = &local;
+			if ((rc = read_meta(f, mm, &pre, path, err)))
+				goto fail;
+		}
+		uint32_t got = content_crc(m, graph, pre, mm->class_names, mm->nclasses);
+		if (mm == &local)
+			wf_model_meta_free(&local);
+		if ((rc = wf_h5_attr_read_i64(f, "weft_crc32c", &want, 1, path, err)))
+			goto fail;
+		if ((uint64_t)want != got) {
+			rc = wf_errf(err, WF_EFORMAT,
+				     "%s: content checksum mismatch (crc32c %08x, the file says "
+				     "%08llx): the file is corrupt",
+				     path, got, (unsigned long long)want);
+			goto fail;
+		}
+	}
 	*out = m;
+	free(graph);
+	free(pre);
 	return 0;
 fail:
+	free(graph);
+	free(pre);
 	wf_model_free(m);
 	return rc;
 }

@@ -1,7 +1,7 @@
 /* shard.c: HDF5 checkpoint shards of a parameter server. */
 #include "ps/shard.h"
 
-#include "common/atomicfile.h"
+#include "common/h5.h"
 #include "common/ckptdir.h"
 #include "common/util.h"
 
@@ -98,21 +98,18 @@ int wf_ps_shard_save(const char *path, int server, int nservers, long step,
 		     const wf_ps_shard_chunk *chunks, int nchunks, int nslots, const float *state,
 		     size_t nstate, wf_err *err)
 {
-	char tmp[4096], dir[4096], name[64];
+	char dir[4096], name[64];
+	const char *tmp = path; /* names the file in messages */
 	int rc = 0;
 	hid_t f = -1, g = -1, cg = -1;
-	if (wf_atomic_tmp(path, tmp, sizeof(tmp), err))
-		return err ? err->code : WF_EINVAL;
 	snprintf(dir, sizeof(dir), "%s", path);
 	char *d = dirname(dir);
 	if (wf_mkdirs(d))
 		return wf_errf(err, WF_EIO, "checkpoint: cannot create %s: %s", d, strerror(errno));
-	H5E_BEGIN_TRY
-	{
-		f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-	}
-	H5E_END_TRY;
-	WF_H5_CHECK(f, "checkpoint: cannot create %s", tmp);
+	/* Built in memory, then written atomically: a full disk is an error
+	 * naming path, never a half-written file or a crash in libhdf5. */
+	if ((rc = wf_h5_create_mem(path, &f, err)) != 0)
+		return rc;
 	WF_H5_CHECK(write_attr_long(f, "weft_ps_format", WF_PS_SHARD_FORMAT), "writing %s", tmp);
 	WF_H5_CHECK(write_attr_long(f, "server", server), "writing %s", tmp);
 	WF_H5_CHECK(write_attr_long(f, "nservers", nservers), "writing %s", tmp);
@@ -139,9 +136,7 @@ int wf_ps_shard_save(const char *path, int server, int nservers, long step,
 		WF_H5_CHECK(write_floats(f, "state", state, nstate), "writing %s", tmp);
 	H5Gclose(g);
 	g = -1;
-	WF_H5_CHECK(H5Fclose(f), "closing %s", tmp);
-	f = -1;
-	return wf_atomic_commit(tmp, path, err);
+	return wf_h5_commit_mem(&f, path, err);
 cleanup:
 	if (cg >= 0)
 		H5Gclose(cg);
@@ -149,7 +144,6 @@ cleanup:
 		H5Gclose(g);
 	if (f >= 0)
 		H5Fclose(f);
-	unlink(tmp);
 	return rc;
 }
 

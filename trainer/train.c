@@ -51,6 +51,7 @@ typedef struct run {
 	wf_reader *rd;
 	FILE *metrics;
 	wf_tfevents *tb;
+	int log_failed; /* the last log write failed (warned once) */
 	wf_optim_cfg optim;
 	long start; /* 0-based step to run next */
 	long steps_per_epoch;
@@ -304,6 +305,22 @@ static int log_metrics(run *r, long step, const wf_progress_stats *s, const wf_e
 	return rc != 0 ? rc : wf_tfevents_flush(r->tb, err);
 }
 
+/* A log that cannot be written (a full log disk) is reported once and
+ * training goes on: checkpoints matter more than metrics. */
+static void log_metrics_or_warn(run *r, long step, const wf_progress_stats *s,
+				const wf_eval_result *ev)
+{
+	wf_err e = {0};
+	if (log_metrics(r, step, s, ev, &e) == 0) {
+		r->log_failed = 0;
+		return;
+	}
+	clearerr(r->metrics);
+	if (!r->log_failed)
+		wf_warn("%s; training and checkpoints go on without these logs", e.msg);
+	r->log_failed = 1;
+}
+
 static int evaluate(run *r, long step, wf_eval_result *ev, wf_err *err)
 {
 	int rc = wf_evaluate(r->ex, r->eval_ds, &r->meta, (int)r->cfg->train.batch_size, ev, err);
@@ -422,8 +439,8 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		int logs = done % c->log.every_steps == 0 || done == steps || evals;
 		if (evals && (rc = evaluate(r, done, &ev, err)) != 0)
 			return rc;
-		if (logs && chief && (rc = log_metrics(r, done, &s, evals ? &ev : NULL, err)) != 0)
-			return rc;
+		if (logs && chief)
+			log_metrics_or_warn(r, done, &s, evals ? &ev : NULL);
 		if (logs) {
 			res->loss = s.loss;
 			res->accuracy = s.accuracy;

@@ -3,7 +3,6 @@
  * wrappers of the exchange table and the optimizer-state file. */
 #include "worker/exchange.h"
 
-#include "common/atomicfile.h"
 #include "common/h5.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -137,29 +136,19 @@ static int write_state(hid_t f, const char *tmp, const wf_optim_cfg *cfg, long s
 int wf_optim_state_save(const char *path, const wf_optim_cfg *cfg, long step, size_t n, int nslots,
 			const float *m, const float *v, wf_err *err)
 {
-	char tmp[4200];
 	wf_h5_quiet q;
-	int rc = 0;
-	if ((rc = wf_atomic_tmp(path, tmp, sizeof(tmp), err)) != 0)
+	hid_t f = H5I_INVALID_HID;
+	int rc = wf_h5_create_mem(path, &f, err); /* in memory, then written atomically */
+	if (rc)
 		return rc;
 	wf_h5_quiet_begin(&q);
-	hid_t f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-	if (f < 0) {
-		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create", tmp);
-		goto done;
-	}
-	rc = write_state(f, tmp, cfg, step, n, nslots, m, v, err);
-	if (wf_h5_close(&f) < 0 && !rc)
-		rc = WF_H5_FAIL(err, WF_EIO, "%s: closing", tmp);
-	if (rc) {
-		wf_err_wrap(err, "%s: cannot write optimizer state", path);
-		remove(tmp);
-		goto done;
-	}
-	rc = wf_atomic_commit(tmp, path, err);
-done:
+	rc = write_state(f, path, cfg, step, n, nslots, m, v, err);
 	wf_h5_quiet_end(&q);
-	return rc;
+	if (rc) {
+		wf_h5_close(&f);
+		return wf_err_wrap(err, "%s: cannot write optimizer state", path);
+	}
+	return wf_h5_commit_mem(&f, path, err);
 }
 
 int wf_optim_state_load(const char *path, const wf_optim_cfg *cfg, size_t n, int nslots, float *m,
