@@ -7,9 +7,13 @@
 
 #include <png.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <zlib.h>
+/* jpeglib.h needs stdio.h first */
+#include <jpeglib.h>
 
 #define W 13 /* odd sizes: partial Adam7 passes and partly filled packed bytes */
 #define H 11
@@ -358,6 +362,70 @@ static void test_oversized_png_is_refused_naming_the_limit(void)
 	free(c);
 }
 
+/* A progressive gray JPEG of side x side pixels, in memory. */
+static unsigned char *small_jpeg(int side, unsigned long *len)
+{
+	struct jpeg_compress_struct cinfo;
+	struct jpeg_error_mgr jerr;
+	unsigned char *out = NULL, row[64] = {0};
+	cinfo.err = jpeg_std_error(&jerr);
+	jpeg_create_compress(&cinfo);
+	jpeg_mem_dest(&cinfo, &out, len);
+	cinfo.image_width = cinfo.image_height = (JDIMENSION)side;
+	cinfo.input_components = 1;
+	cinfo.in_color_space = JCS_GRAYSCALE;
+	jpeg_set_defaults(&cinfo);
+	jpeg_simple_progression(&cinfo);
+	jpeg_start_compress(&cinfo, TRUE);
+	JSAMPROW r = row;
+	while (cinfo.next_scanline < cinfo.image_height)
+		jpeg_write_scanlines(&cinfo, &r, 1);
+	jpeg_finish_compress(&cinfo);
+	jpeg_destroy_compress(&cinfo);
+	return out;
+}
+
+static long max_rss_kb(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_maxrss;
+}
+
+/* Issue 14: a few hundred bytes declaring 20000x20000 used to cost 1.5 GB
+ * (libjpeg's progressive coefficient buffer) before the size was refused. */
+static void test_jpeg_header_bomb_is_refused_before_allocating(void)
+{
+	unsigned long len = 0;
+	unsigned char *j = small_jpeg(8, &len);
+	size_t sof = 0;
+	for (size_t i = 2; i + 9 < len; i++)
+		if (j[i] == 0xff && (j[i + 1] == 0xc2 || j[i + 1] == 0xc0)) {
+			sof = i;
+			break;
+		}
+	WF_CHECK(sof > 0);
+	j[sof + 5] = j[sof + 7] = 20000 >> 8; /* height, width */
+	j[sof + 6] = j[sof + 8] = 20000 & 0xff;
+	wf_image_io io = identity_io(3);
+	float out[H * W * 3];
+	wf_err err = {0};
+	long before = max_rss_kb();
+	WF_CHECK_INT(wf_image_decode(&io, j, len, out, &err), WF_EINVAL);
+	WF_CHECK_MSG(strstr(err.msg, "20000x20000") && strstr(err.msg, "too large"), "%s", err.msg);
+	long grew = max_rss_kb() - before;
+	WF_CHECK_MSG(grew < 64 * 1024, "decoding the refused header grew RSS by %ld KiB", grew);
+	free(j);
+	/* the operator's limit (--max_image_pixels) is the one applied and named */
+	j = small_jpeg(16, &len);
+	io.max_pixels = 255;
+	WF_CHECK_INT(wf_image_decode(&io, j, len, out, &err), WF_EINVAL);
+	WF_CHECK_MSG(strstr(err.msg, "16x16") && strstr(err.msg, "255 pixels"), "%s", err.msg);
+	io.max_pixels = 256;
+	WF_CHECK_INT(wf_image_decode(&io, j, len, out, &err), 0);
+	free(j);
+}
+
 int main(void)
 {
 	WF_RUN(test_every_png_colour_type_decodes_to_its_pixels);
@@ -365,5 +433,6 @@ int main(void)
 	WF_RUN(test_png_is_resized_and_preprocessed);
 	WF_RUN(test_truncated_and_corrupt_png_fail_with_a_reason);
 	WF_RUN(test_oversized_png_is_refused_naming_the_limit);
+	WF_RUN(test_jpeg_header_bomb_is_refused_before_allocating);
 	return wf_test_summary();
 }
