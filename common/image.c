@@ -674,10 +674,10 @@ int wf_image_load_u8(const uint8_t *bytes, size_t n, int c, int dh, int dw, int 
 	int sh, sw;
 	if (dh < 1 || dw < 1)
 		return wf_errf(err, WF_EINVAL, "image target size %dx%d is empty", dw, dh);
-	/* fit and crop: a JPEG may decode at a DCT scale that still covers H x W;
-	 * pad decodes at full size */
-	int mh = mode == WF_RESIZE_PAD ? 0 : dh, mw = mode == WF_RESIZE_PAD ? 0 : dw;
-	int rc = wf_image_decode_u8(bytes, n, c, max_pixels, mh, mw, &px, &sh, &sw, err);
+	/* full-size decode, then bilinear without antialiasing, as Keras's
+	 * tf.image.resize does: a JPEG and the PNG of its pixels give the same
+	 * input (a reduced DCT scale would be faster but differ) */
+	int rc = wf_image_decode_u8(bytes, n, c, max_pixels, 0, 0, &px, &sh, &sw, err);
 	if (rc)
 		return rc;
 	wf_image_resize_u8(px, sh, sw, c, dst, dh, dw, mode);
