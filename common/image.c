@@ -292,6 +292,12 @@ static void resize_rect(const uint8_t *src, size_t sstride, int sh, int sw, int 
 	free(xw);
 }
 
+void wf_image_resize_rect(const uint8_t *src, size_t sstride, int sh, int sw, int c, uint8_t *dst,
+			  int dh, int dw)
+{
+	resize_rect(src, sstride, sh, sw, c, dst, (size_t)dw, dh, dw);
+}
+
 void wf_image_resize_u8(const uint8_t *src, int sh, int sw, int c, uint8_t *dst, int dh, int dw,
 			int mode)
 {

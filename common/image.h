@@ -66,6 +66,11 @@ int wf_image_decode_u8(const uint8_t *bytes, size_t n, int c, long max_pixels, i
 void wf_image_resize_u8(const uint8_t *src, int sh, int sw, int c, uint8_t *dst, int dh, int dw,
 			int mode);
 
+/* Resize the rectangle src [sh,sw,c] whose rows are sstride pixels apart
+ * into dst [dh,dw,c], as wf_image_resize_u8 with WF_RESIZE_FIT. */
+void wf_image_resize_rect(const uint8_t *src, size_t sstride, int sh, int sw, int c, uint8_t *dst,
+			  int dh, int dw);
+
 /* Decode and resize to dst [dh,dw,c] uint8: what the converter stores and
  * what the reader and weft-serve feed the preprocessing. */
 int wf_image_load_u8(const uint8_t *bytes, size_t n, int c, int dh, int dw, int mode,

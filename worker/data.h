@@ -7,8 +7,10 @@
  * of an epoch is dropped); a reader takes `slices` consecutive slices of
  * length `batch` starting at slice `first`, so G = batch * total_slices.
  * Training step s reads epoch s / steps_per_epoch, batch s % steps_per_epoch.
- * Augmentation (random crop after zero padding, horizontal flip) is a pure
- * function of (seed, epoch, sample index), so any reader sees the same bytes. */
+ * Augmentation (random resized crop, random crop after zero padding,
+ * horizontal flip, brightness/contrast/saturation jitter, in that order) is a
+ * pure function of (seed, epoch, sample index), so any reader sees the same
+ * bytes, whatever its thread count. */
 #ifndef WF_DATA_H
 #define WF_DATA_H
 
@@ -86,6 +88,17 @@ typedef struct wf_reader_cfg {
 	int shuffle;	 /* 0: file order, every sample once (evaluation) */
 	int augment;	 /* random crop with padding `pad` and horizontal flip */
 	int pad;	 /* crop padding in pixels (4) */
+	/* augmentation switches, each on its own (augment = crop + flip) */
+	int flip;	    /* horizontal flip, p = 0.5 */
+	int crop;	    /* random crop after zero padding `pad` */
+	int rrc;	    /* random resized crop (torchvision RandomResizedCrop) */
+	float rrc_scale[2]; /* area fraction range (0.08, 1) */
+	float rrc_ratio[2]; /* aspect ratio range (3/4, 4/3) */
+	float brightness;   /* jitter factors drawn from [max(0, 1-x), 1+x]; 0: off */
+	float contrast;
+	float saturation;
+	int threads;	 /* threads decoding and augmenting a batch; 0: 1, or all cores
+			  * for an encoded dataset */
 	long start_step; /* the first step to read (resume) */
 	float scale;	 /* preprocessing: (pixel*scale - mean[c]) / std[c] */
 	float mean[4], std[4];

@@ -1,7 +1,9 @@
 /* images_check.c: test helper for test_images.sh: `images_check A B` reads
  * every sample of two dataset files through wf_dataset_read (an encoded one
  * decoded by the image module) and exits 0 when shapes, classes, labels and
- * pixels are identical, 1 with the first difference otherwise. */
+ * pixels are identical, and the readers over both (every augmentation on,
+ * 1 thread for A, 3 for B) give identical batches; 1 with the first
+ * difference otherwise. */
 #include "worker/data.h"
 
 #include <stdio.h>
@@ -57,6 +59,38 @@ int main(int argc, char **argv)
 				la[k], lb[k]);
 			goto out;
 		}
+	}
+	wf_reader_cfg rc_cfg;
+	wf_reader_cfg_default(&rc_cfg);
+	rc_cfg.batch = (int)(ia->count < 4 ? ia->count : 4);
+	rc_cfg.flip = rc_cfg.crop = rc_cfg.rrc = 1;
+	rc_cfg.brightness = rc_cfg.contrast = rc_cfg.saturation = 0.3f;
+	rc_cfg.threads = 1;
+	wf_reader *ra = NULL, *rb = NULL;
+	wf_err err = {0};
+	if (wf_reader_create(&ra, a, &rc_cfg, &err) == 0) {
+		rc_cfg.threads = 3;
+		wf_reader_create(&rb, b, &rc_cfg, &err);
+	}
+	for (int s = 0; s < 6 && ra && rb; s++) {
+		wf_batch *x = NULL, *y = NULL;
+		if (wf_reader_next(ra, &x, &err) != 1 || wf_reader_next(rb, &y, &err) != 1)
+			break;
+		if (x->n != y->n || memcmp(x->labels, y->labels, sizeof(int32_t) * x->n) != 0 ||
+		    memcmp(x->images, y->images, sizeof(float) * sb * x->n) != 0) {
+			fprintf(stderr, "images_check: augmented batch %d differs\n", s);
+			wf_reader_free(ra);
+			wf_reader_free(rb);
+			goto out;
+		}
+		if (s == 5)
+			printf("images_check: 6 augmented batches identical\n");
+	}
+	wf_reader_free(ra);
+	wf_reader_free(rb);
+	if (err.msg[0]) {
+		fprintf(stderr, "images_check: reader: %s\n", err.msg);
+		goto out;
 	}
 	printf("images_check: %ld samples identical (%s: %s, %s: %s)\n", ia->count, argv[1],
 	       ia->encoded ? "encoded" : "pixels", argv[2], ib->encoded ? "encoded" : "pixels");

@@ -37,7 +37,8 @@ fi
 
 # --encoded: the original bytes, decoded by the reader to the same pixels
 "$WEFT" data images "$T/photos" --out "$T/enc.h5" --size 32 --threads 1 --encoded >/dev/null 2>&1
-"$WEFT_IMAGES_CHECK" "$T/train.h5" "$T/enc.h5"
+"$WEFT_IMAGES_CHECK" "$T/train.h5" "$T/enc.h5" | tee "$T/chk"
+grep -q "6 augmented batches identical" "$T/chk"
 
 # validation split: Keras's seeded shuffle, validation last; both parts add up
 "$WEFT" data images "$T/photos" --out "$T/tr.h5" --val-split 0.25 --val-out "$T/va.h5" \
