@@ -93,7 +93,7 @@ static int take_more(wf_serve_batcher *b, wf_serve_version *v, job **batch, int 
 }
 
 /* Forward rows [0, total) staged in slot->in; logits land in slot->out. */
-static int run_forward(wf_serve_slot *s, const wf_serve_io *io, int total, char *msg, size_t cap)
+static int run_forward(wf_serve_slot *s, const wf_image_io *io, int total, char *msg, size_t cap)
 {
 	int b = 0;
 	while (b + 1 < s->nbuckets && s->bucket[b] < total)
@@ -117,7 +117,7 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 {
 	wf_serve_version *v = batch[0]->v;
 	wf_serve_slot *s = &v->slots[slot];
-	const wf_serve_io *io = &v->io;
+	const wf_image_io *io = &v->io;
 	size_t per = (size_t)io->h * io->w * io->c, k = (size_t)io->classes;
 	int cap = v->max_batch, rc = 0;
 	char msg[256] = "";

@@ -36,6 +36,7 @@ typedef struct serve_flags {
 	int idle_timeout;
 	double drain_timeout;
 	int verbose;
+	long max_image_pixels; /* 0: the image module's default */
 } serve_flags;
 
 static void usage(FILE *f)
@@ -77,6 +78,9 @@ static void usage(FILE *f)
 		"  --idle_timeout_seconds S          close idle connections after S (default 60)\n"
 		"  --drain_timeout_seconds S         on SIGTERM, wait at most S for in-flight\n"
 		"                                    requests (default 30)\n"
+		"  --max_image_pixels N              refuse request images larger than N pixels\n"
+		"                                    (width x height, read from the header before\n"
+		"                                    decoding; default 67108864)\n"
 		"  --verbose                         debug logging\n"
 		"  --help                            this text\n"
 		"\n"
@@ -192,6 +196,8 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 		} else if (!strcmp(name, "--idle_timeout_seconds")) {
 			rc = parse_long(name, val, 1, 86400, &l, err);
 			f->idle_timeout = (int)l;
+		} else if (!strcmp(name, "--max_image_pixels")) {
+			rc = parse_long(name, val, 1, 1L << 32, &f->max_image_pixels, err);
 		} else if (!strcmp(name, "--drain_timeout_seconds")) {
 			rc = parse_double(name, val, 0, 86400, &f->drain_timeout, err);
 		} else {
@@ -264,6 +270,7 @@ int main(int argc, char **argv)
 		.nslots = f.batch_threads,
 		.max_batch = f.max_batch,
 		.poll_seconds = f.poll_seconds,
+		.max_image_pixels = f.max_image_pixels,
 	};
 	wf_serve_batcher_opts bo = {
 		.threads = f.batch_threads,

@@ -81,6 +81,29 @@ static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_
 	return 0;
 }
 
+/* Fill io from a loaded model and its metadata (meta may be NULL: identity). */
+static void io_from_model(wf_image_io *io, const wf_model *m, const wf_model_meta *meta)
+{
+	memset(io, 0, sizeof(*io));
+	io->h = m->in_h;
+	io->w = m->in_w;
+	io->c = m->in_c;
+	io->classes = m->classes;
+	io->scale = 1.0f;
+	for (int i = 0; i < 4; i++) {
+		io->mean[i] = 0.0f;
+		io->std[i] = 1.0f;
+	}
+	if (!meta)
+		return;
+	io->scale = meta->scale;
+	for (int i = 0; i < 4; i++) {
+		io->mean[i] = meta->mean[i];
+		io->std[i] = meta->std[i] != 0.0f ? meta->std[i] : 1.0f;
+	}
+	io->bgr = strncmp(meta->channel_order, "BGR", 3) == 0;
+}
+
 int wf_serve_version_load(wf_serve_version **out, const char *path, long version,
 			  const wf_serve_repo_opts *o, wf_err *err)
 {
@@ -94,7 +117,8 @@ int wf_serve_version_load(wf_serve_version **out, const char *path, long version
 		goto fail;
 	v->version = version;
 	v->max_batch = o->max_batch > 0 ? o->max_batch : 1;
-	wf_serve_io_from_model(&v->io, v->model, &v->meta);
+	io_from_model(&v->io, v->model, &v->meta);
+	v->io.max_pixels = o->max_image_pixels;
 	v->nslots = o->nslots > 0 ? o->nslots : 1;
 	v->slots = calloc((size_t)v->nslots, sizeof(*v->slots));
 	if (!v->slots) {

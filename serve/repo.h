@@ -8,7 +8,7 @@
 
 #include "common/error.h"
 #include "model/model.h"
-#include "serve/image.h"
+#include "common/image.h"
 
 #include <stdatomic.h>
 
@@ -30,7 +30,7 @@ typedef struct wf_serve_version {
 	long version;
 	wf_model *model;
 	wf_model_meta meta;
-	wf_serve_io io;
+	wf_image_io io;
 	int max_batch;
 	int nslots; /* one per batch thread */
 	wf_serve_slot *slots;
@@ -46,6 +46,7 @@ typedef struct wf_serve_repo_opts {
 	int nslots;	       /* batch threads */
 	int max_batch;	       /* largest executor batch */
 	double poll_seconds;   /* 0: load once, never poll */
+	long max_image_pixels; /* largest request image, width x height (0: default) */
 } wf_serve_repo_opts;
 
 typedef struct wf_serve_repo_status {

@@ -20,12 +20,12 @@ void wf_serve_input_free(wf_serve_input *in)
 	in->n = 0;
 }
 
-static size_t sample_floats(const wf_serve_io *io)
+static size_t sample_floats(const wf_image_io *io)
 {
 	return (size_t)io->h * io->w * io->c;
 }
 
-static int input_alloc(const wf_serve_io *io, wf_serve_input *in, size_t n, wf_err *err)
+static int input_alloc(const wf_image_io *io, wf_serve_input *in, size_t n, wf_err *err)
 {
 	size_t per = sample_floats(io);
 	if (n == 0)
@@ -60,7 +60,7 @@ static json_t *parse_json(const char *body, size_t len, wf_err *err)
 /* ---- one sample ------------------------------------------------------ */
 
 /* A nested [H][W][C] array (or [H][W] for one channel) into dst. */
-static int parse_nested(const wf_serve_io *io, const json_t *v, float *dst, const char *what,
+static int parse_nested(const wf_image_io *io, const json_t *v, float *dst, const char *what,
 			long idx, wf_err *err)
 {
 	if (json_array_size(v) != (size_t)io->h)
@@ -96,14 +96,14 @@ bad_shape:
 		       what, idx, io->h, io->w, io->c);
 }
 
-static int parse_b64_image(const wf_serve_io *io, const char *s, size_t n, float *dst,
+static int parse_b64_image(const wf_image_io *io, const char *s, size_t n, float *dst,
 			   const char *what, long idx, wf_err *err)
 {
 	uint8_t *bytes = NULL;
 	size_t nbytes = 0;
-	int rc = wf_serve_b64_decode(s, n, &bytes, &nbytes, err);
+	int rc = wf_b64_decode(s, n, &bytes, &nbytes, err);
 	if (rc == 0)
-		rc = wf_serve_decode_image(io, bytes, nbytes, dst, err);
+		rc = wf_image_decode(io, bytes, nbytes, dst, err);
 	free(bytes);
 	if (rc)
 		wf_err_wrap(err, "%s %ld", what, idx);
@@ -111,7 +111,7 @@ static int parse_b64_image(const wf_serve_io *io, const char *s, size_t n, float
 }
 
 /* A sample: nested numbers, {"b64": "..."} or {"input": one of those}. */
-static int parse_sample(const wf_serve_io *io, const json_t *v, float *dst, const char *what,
+static int parse_sample(const wf_image_io *io, const json_t *v, float *dst, const char *what,
 			long idx, int allow_named, wf_err *err)
 {
 	if (json_is_array(v))
@@ -143,7 +143,7 @@ static int parse_sample(const wf_serve_io *io, const json_t *v, float *dst, cons
 		what, idx, io->h, io->w, io->c);
 }
 
-static int parse_samples(const wf_serve_io *io, const json_t *arr, wf_serve_input *in,
+static int parse_samples(const wf_image_io *io, const json_t *arr, wf_serve_input *in,
 			 const char *what, wf_err *err)
 {
 	if (!json_is_array(arr))
@@ -166,7 +166,7 @@ static int parse_samples(const wf_serve_io *io, const json_t *arr, wf_serve_inpu
 
 /* ---- TF Serving ------------------------------------------------------ */
 
-int wf_serve_tf_parse(const wf_serve_io *io, const char *body, size_t len, wf_serve_tf_req *req,
+int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_serve_tf_req *req,
 		      wf_err *err)
 {
 	memset(req, 0, sizeof(*req));
@@ -394,7 +394,7 @@ static int parse_shape(const json_t *shape, long *dims, int *ndim, wf_err *err)
 }
 
 /* FP32/UINT8 tensor [N,H,W,C] from JSON data or the binary section. */
-static int kv2_dense_input(const wf_serve_io *io, int dt, const long *dims, int ndim,
+static int kv2_dense_input(const wf_image_io *io, int dt, const long *dims, int ndim,
 			   const json_t *data, const uint8_t *bin, size_t bin_size, int has_bin,
 			   wf_serve_input *in, wf_err *err)
 {
@@ -418,7 +418,7 @@ static int kv2_dense_input(const wf_serve_io *io, int dt, const long *dims, int 
 			memcpy(in->x, bin, want);
 		} else {
 			for (int i = 0; i < in->n; i++)
-				wf_serve_preprocess_u8(io, bin + (size_t)i * sample_floats(io),
+				wf_image_preprocess_u8(io, bin + (size_t)i * sample_floats(io),
 						       in->x + (size_t)i * sample_floats(io));
 		}
 		return 0;
@@ -451,7 +451,7 @@ static int kv2_dense_input(const wf_serve_io *io, int dt, const long *dims, int 
 				px[j] = (uint8_t)s[j];
 			}
 			if (!rc)
-				wf_serve_preprocess_u8(io, px, s);
+				wf_image_preprocess_u8(io, px, s);
 		}
 		free(px);
 		if (rc)
@@ -464,7 +464,7 @@ fail:
 }
 
 /* BYTES tensor [N] or [N,1] of encoded images. */
-static int kv2_bytes_input(const wf_serve_io *io, const long *dims, int ndim, const json_t *data,
+static int kv2_bytes_input(const wf_image_io *io, const long *dims, int ndim, const json_t *data,
 			   const uint8_t *bin, size_t bin_size, int has_bin, wf_serve_input *in,
 			   wf_err *err)
 {
@@ -490,7 +490,7 @@ static int kv2_bytes_input(const wf_serve_io *io, const long *dims, int ndim, co
 					     i);
 				goto fail;
 			}
-			rc = wf_serve_decode_image(io, bin + off, n, in->x + (size_t)i * per, err);
+			rc = wf_image_decode(io, bin + off, n, in->x + (size_t)i * per, err);
 			if (rc) {
 				wf_err_wrap(err, "input element %d", i);
 				goto fail;
@@ -578,7 +578,7 @@ static int kv2_outputs(const json_t *outs, int binary_default, wf_serve_kv2_req 
 	return 0;
 }
 
-int wf_serve_kv2_parse(const wf_serve_io *io, const char *body, size_t len, size_t json_len,
+int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size_t json_len,
 		       wf_serve_kv2_req *req, wf_err *err)
 {
 	memset(req, 0, sizeof(*req));

@@ -13,7 +13,7 @@
 #define WF_SERVE_REQUEST_H
 
 #include "common/error.h"
-#include "serve/image.h"
+#include "common/image.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -43,7 +43,7 @@ typedef struct wf_serve_tf_req {
 
 /* Parse a :predict or :classify body ("instances", "inputs" or, for
  * classify, "examples"). Errors name the instance and what is wrong. */
-int wf_serve_tf_parse(const wf_serve_io *io, const char *body, size_t len, wf_serve_tf_req *req,
+int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_serve_tf_req *req,
 		      wf_err *err);
 void wf_serve_tf_req_free(wf_serve_tf_req *req);
 /* {"predictions": probs} or {"outputs": probs}; probs [n,K]. malloc'd. */
@@ -73,7 +73,7 @@ typedef struct wf_serve_kv2_req {
 
 /* Parse an /infer body. json_len: bytes of JSON at the start of body (the
  * Inference-Header-Content-Length; len when there is no binary part). */
-int wf_serve_kv2_parse(const wf_serve_io *io, const char *body, size_t len, size_t json_len,
+int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size_t json_len,
 		       wf_serve_kv2_req *req, wf_err *err);
 void wf_serve_kv2_req_free(wf_serve_kv2_req *req);
 

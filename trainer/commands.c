@@ -1,5 +1,6 @@
 #include "trainer/commands.h"
 
+#include "common/image.h"
 #include "common/log.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -9,10 +10,12 @@
 #include "trainer/role.h"
 #include "trainer/train.h"
 #include "worker/data.h"
+#include "worker/images.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #ifndef WEFT_VERSION
 #define WEFT_VERSION "0.1.0"
@@ -247,23 +250,142 @@ static int cmd_data_cifar10(int argc, char **argv, wf_err *err)
 	return rc;
 }
 
+/* "S" or "HxW" into h, w; 0 on success. */
+static int parse_size(const char *s, int *h, int *w)
+{
+	char *end;
+	long a = strtol(s, &end, 10), b = a;
+	if (end == s)
+		return -1;
+	if (*end == 'x' || *end == 'X') {
+		const char *t = end + 1;
+		b = strtol(t, &end, 10);
+		if (end == t)
+			return -1;
+	}
+	if (*end || a < 1 || b < 1 || a > 8192 || b > 8192)
+		return -1;
+	*h = (int)a;
+	*w = (int)b;
+	return 0;
+}
+
+static int cmd_data_images(int argc, char **argv, wf_err *err)
+{
+	const char *out = NULL, *val_out = NULL, *size = "224", *resize = "fit", *split = NULL;
+	long threads = 0, seed = 1, encoded = 0, gray = 0, max_pixels = 0;
+	wf_cli_list pos = {0};
+	const wf_flag flags[] = {
+		{"out", WF_FLAG_STR, &out, "FILE", "dataset file to write (required)"},
+		{"size", WF_FLAG_STR, &size, "S|HxW", "stored image size (224)"},
+		{"resize", WF_FLAG_STR, &resize, "MODE",
+		 "fit: stretch (Keras's default), crop: centre crop to the aspect ratio, pad: "
+		 "fit inside and pad with zeros (fit)"},
+		{"val-split", WF_FLAG_STR, &split, "F", "fraction of the images for validation"},
+		{"val-out", WF_FLAG_STR, &val_out, "FILE",
+		 "validation dataset file (with --val-split)"},
+		{"threads", WF_FLAG_INT, &threads, "N", "decoding threads (0: all cores)"},
+		{"encoded", WF_FLAG_BOOL, &encoded, NULL,
+		 "keep the JPEG/PNG bytes; the reader decodes them during training"},
+		{"gray", WF_FLAG_BOOL, &gray, NULL, "store 1 channel (luma) instead of RGB"},
+		{"seed", WF_FLAG_INT, &seed, "K", "seed of the train/validation split (1)"},
+		{"max-pixels", WF_FLAG_INT, &max_pixels, "N",
+		 "skip images above N pixels (width x height; 0: 67108864)"},
+		{0},
+	};
+	const wf_command_help help = {
+		"weft data images DIR --out FILE [--size S|HxW] [--resize fit|crop|pad]\n"
+		"                 [--val-split F --val-out FILE] [--threads N] [--encoded] [--seed "
+		"K]",
+		"Convert a folder of photos with one sub-folder per class (DIR/cats/1.jpg,\n"
+		"DIR/dogs/2.png: the layout of Keras image_dataset_from_directory and torchvision\n"
+		"ImageFolder) into a dataset file; class names are the sorted folder names.\n"
+		"JPEG (baseline, progressive, gray, CMYK) and PNG (any kind) are read with their\n"
+		"EXIF orientation, by the same code weft-serve uses for request images.\n"
+		"Unreadable images are skipped and listed on stderr and in FILE.skipped.txt;\n"
+		"other files (.DS_Store, Thumbs.db, ...) are ignored."};
+	int rc = wf_cli_parse(&help, flags, argc, argv, &pos, 1, err);
+	if (rc != 0)
+		goto out;
+	wf_images_cfg ic;
+	wf_images_cfg_default(&ic);
+	if (pos.n != 1 || !out) {
+		rc = wf_errf(err, WF_EINVAL, "data images: DIR and --out FILE are required");
+		goto out;
+	}
+	ic.dir = pos.items[0];
+	ic.out = out;
+	ic.val_out = val_out;
+	if (parse_size(size, &ic.h, &ic.w) != 0) {
+		rc = wf_errf(err, WF_EINVAL, "data images: --size %s: want S or HxW in 1..8192",
+			     size);
+		goto out;
+	}
+	if ((ic.resize = wf_image_resize_parse(resize)) < 0) {
+		rc = wf_errf(err, WF_EINVAL, "data images: --resize %s: want fit, crop or pad",
+			     resize);
+		goto out;
+	}
+	if (split) {
+		char *end;
+		ic.val_split = strtod(split, &end);
+		if (*end || !(ic.val_split > 0 && ic.val_split < 1)) {
+			rc = wf_errf(err, WF_EINVAL, "data images: --val-split %s: want 0 < F < 1",
+				     split);
+			goto out;
+		}
+	}
+	if (threads < 0 || threads > 1024 || seed < 0 || max_pixels < 0) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "data images: need --threads in [0, 1024], --seed >= 0, --max-pixels "
+			     ">= 0");
+		goto out;
+	}
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	ic.threads = threads ? (int)threads : (int)(cores > 0 ? cores : 1);
+	ic.seed = (uint64_t)seed;
+	ic.encoded = (int)encoded;
+	ic.c = gray ? 1 : 3;
+	ic.max_pixels = max_pixels;
+	wf_images_result r;
+	if ((rc = wf_data_images(&ic, &r, err)) != 0)
+		goto out;
+	printf("wrote %s: %ld samples of %dx%dx%d%s, %d classes", out, r.train, ic.h, ic.w, ic.c,
+	       encoded ? " (encoded)" : "", r.nclasses);
+	if (val_out)
+		printf("; %s: %ld samples", val_out, r.val);
+	printf("; %ld of %ld images skipped", r.skipped, r.found);
+	if (r.skipped)
+		printf(" (listed in %s.skipped.txt)", out);
+	printf("\n");
+out:
+	wf_cli_list_free(&pos);
+	return rc;
+}
+
 int wf_cmd_data(int argc, char **argv, wf_err *err)
 {
-	static const char usage[] = "usage: weft data <converter> [options]\n\n"
-				    "converters:\n"
-				    "  synth     generate a learnable synthetic dataset\n"
-				    "  cifar10   convert CIFAR-10 binary batches\n\n"
-				    "`weft data <converter> --help` documents each one's flags.\n";
+	static const char usage[] =
+		"usage: weft data <converter> [options]\n\n"
+		"converters:\n"
+		"  synth     generate a learnable synthetic dataset\n"
+		"  cifar10   convert CIFAR-10 binary batches\n"
+		"  images    convert a folder of photos (one sub-folder per class)\n\n"
+		"`weft data <converter> --help` documents each one's flags.\n";
 	if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
 		fputs(usage, argc < 2 ? stderr : stdout);
-		return argc < 2 ? wf_errf(err, WF_EINVAL, "data: which converter? (synth, cifar10)")
+		return argc < 2 ? wf_errf(err, WF_EINVAL,
+					  "data: which converter? (synth, cifar10, images)")
 				: 1;
 	}
 	if (strcmp(argv[1], "synth") == 0)
 		return cmd_data_synth(argc - 1, argv + 1, err);
 	if (strcmp(argv[1], "cifar10") == 0)
 		return cmd_data_cifar10(argc - 1, argv + 1, err);
-	return wf_errf(err, WF_EINVAL, "data: unknown converter '%s' (synth, cifar10)", argv[1]);
+	if (strcmp(argv[1], "images") == 0)
+		return cmd_data_images(argc - 1, argv + 1, err);
+	return wf_errf(err, WF_EINVAL, "data: unknown converter '%s' (synth, cifar10, images)",
+		       argv[1]);
 }
 
 /* ---- weft inspect ------------------------------------------------------ */

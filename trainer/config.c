@@ -32,9 +32,29 @@ static const key_def keys[] = {
 	{"data.train", T_STR, F(data.train), "\"\"", "training dataset file (required)"},
 	{"data.eval", T_STR, F(data.eval), "\"\"", "evaluation dataset file; empty: no evaluation"},
 	{"data.augment", T_BOOL, F(data.augment), "false",
-	 "random crop (after zero padding) and horizontal flip of training images"},
+	 "true: random crop (after zero padding) and horizontal flip of training images; or an "
+	 "object of the data.augment.* switches below"},
 	{"data.crop_padding", T_INT, F(data.crop_padding), "4",
 	 "zero padding in pixels before the random crop"},
+	{"data.augment.flip", T_BOOL, F(data.aug.flip), "false", "random horizontal flip"},
+	{"data.augment.crop", T_BOOL, F(data.aug.crop), "false",
+	 "random crop after zero padding of data.crop_padding pixels"},
+	{"data.augment.random_resized_crop", T_BOOL, F(data.aug.random_resized_crop), "false",
+	 "random resized crop (torchvision RandomResizedCrop) back to the stored size"},
+	{"data.augment.scale_min", T_NUM, F(data.aug.scale_min), "0.08",
+	 "random resized crop: smallest area fraction"},
+	{"data.augment.scale_max", T_NUM, F(data.aug.scale_max), "1",
+	 "random resized crop: largest area fraction"},
+	{"data.augment.ratio_min", T_NUM, F(data.aug.ratio_min), "0.75",
+	 "random resized crop: smallest aspect ratio (width / height)"},
+	{"data.augment.ratio_max", T_NUM, F(data.aug.ratio_max), "1.3333333333333333",
+	 "random resized crop: largest aspect ratio"},
+	{"data.augment.brightness", T_NUM, F(data.aug.brightness), "0",
+	 "brightness jitter x: factor from [max(0, 1-x), 1+x]; 0: off"},
+	{"data.augment.contrast", T_NUM, F(data.aug.contrast), "0",
+	 "contrast jitter (blend with the mean gray level), as brightness"},
+	{"data.augment.saturation", T_NUM, F(data.aug.saturation), "0",
+	 "saturation jitter (blend with each pixel's gray level), as brightness"},
 	{"train.batch_size", T_INT, F(train.batch_size), "64",
 	 "samples per micro-batch, per worker"},
 	{"train.steps", T_INT, F(train.steps), "1000", "optimizer steps in the whole run"},
@@ -202,7 +222,7 @@ static int merge(wf_config *c, const json_t *obj, const char *prefix, wf_err *er
 	{
 		char path[256];
 		wf_json_path(path, sizeof(path), prefix, key);
-		if (is_section(path)) {
+		if (is_section(path) && !(find_key(path) && !json_is_object(v))) {
 			if (!json_is_object(v))
 				return wf_errf(err, WF_EINVAL, "%s: expected an object, got %s",
 					       path, wf_json_type_name(v));
@@ -287,7 +307,7 @@ int wf_config_set(wf_config *c, const char *assignment, wf_err *err)
 	const char *raw = eq + 1;
 	json_t *v = json_loads(raw, JSON_DECODE_ANY, NULL);
 	int rc;
-	if (is_section(path)) {
+	if (is_section(path) && !(find_key(path) && !json_is_object(v))) {
 		if (json_is_object(v))
 			rc = merge(c, v, path, err);
 		else
@@ -348,6 +368,18 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	NEED(c->data.train[0], "data.train: required (path of the training dataset file)");
 	NEED(c->data.crop_padding >= 0 && c->data.crop_padding <= 1024,
 	     "data.crop_padding: must be in [0, 1024], got %ld", c->data.crop_padding);
+	NEED(c->data.aug.scale_min > 0 && c->data.aug.scale_min <= c->data.aug.scale_max &&
+		     c->data.aug.scale_max <= 1,
+	     "data.augment.scale_min/scale_max: want 0 < scale_min <= scale_max <= 1, got %g, %g",
+	     c->data.aug.scale_min, c->data.aug.scale_max);
+	NEED(c->data.aug.ratio_min > 0 && c->data.aug.ratio_min <= c->data.aug.ratio_max,
+	     "data.augment.ratio_min/ratio_max: want 0 < ratio_min <= ratio_max, got %g, %g",
+	     c->data.aug.ratio_min, c->data.aug.ratio_max);
+	NEED(c->data.aug.brightness >= 0 && c->data.aug.brightness <= 10 &&
+		     c->data.aug.contrast >= 0 && c->data.aug.contrast <= 10 &&
+		     c->data.aug.saturation >= 0 && c->data.aug.saturation <= 10,
+	     "data.augment.brightness/contrast/saturation: want 0..10, got %g, %g, %g",
+	     c->data.aug.brightness, c->data.aug.contrast, c->data.aug.saturation);
 	NEED(c->train.batch_size >= 1 && c->train.batch_size <= 1 << 20,
 	     "train.batch_size: must be >= 1, got %ld", c->train.batch_size);
 	NEED(c->train.steps >= 1, "train.steps: must be >= 1, got %ld", c->train.steps);
@@ -448,8 +480,15 @@ static json_t *value_json(const wf_config *c, const key_def *k)
 	return json_null();
 }
 
-json_t *wf_config_to_json(const wf_config *c)
+json_t *wf_config_to_json(const wf_config *cfg)
 {
+	/* data.augment is a boolean or an object: the resolved config writes the
+	 * object, with the boolean folded into its crop and flip */
+	wf_config folded = *cfg;
+	const wf_config *c = &folded;
+	if (folded.data.augment)
+		folded.data.aug.flip = folded.data.aug.crop = 1;
+	folded.data.augment = 0;
 	json_t *root = json_object();
 	for (size_t i = 0; root && i < sizeof(keys) / sizeof(keys[0]); i++) {
 		json_t *obj = root;
@@ -461,7 +500,7 @@ json_t *wf_config_to_json(const wf_config *c)
 			if (p[len] == '\0')
 				break;
 			json_t *sub = json_object_get(obj, part);
-			if (!sub) {
+			if (!sub || !json_is_object(sub)) { /* a key that is also a section */
 				sub = json_object();
 				json_object_set_new(obj, part, sub);
 			}

@@ -21,8 +21,13 @@ typedef struct wf_config {
 	struct {
 		char train[WF_CFG_PATH_MAX];
 		char eval[WF_CFG_PATH_MAX]; /* "" = no evaluation */
-		int augment;
+		int augment;		    /* the boolean form: crop + flip */
 		long crop_padding; /* pixels */
+		struct {	   /* the object form: data.augment.* */
+			int flip, crop, random_resized_crop;
+			double scale_min, scale_max, ratio_min, ratio_max;
+			double brightness, contrast, saturation;
+		} aug;
 	} data;
 	struct {
 		long batch_size; /* per worker, per micro-batch */

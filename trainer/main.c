@@ -24,7 +24,7 @@ static const command commands[] = {
 	{"train", wf_cmd_train,
 	 "train from a config file (alone, or as its TF_CONFIG or mpirun role)"},
 	{"eval", wf_cmd_eval, "loss and accuracy of a model file on a dataset"},
-	{"data", wf_cmd_data, "make dataset files (synth, cifar10)"},
+	{"data", wf_cmd_data, "make dataset files (synth, cifar10, images)"},
 	{"inspect", wf_cmd_inspect, "describe or dump a model file"},
 	{"launch", wf_cmd_launch, "start a local cluster of parameter servers and workers"},
 	{"ps", wf_cmd_ps, "run a parameter server (the ps task of TF_CONFIG)"},

@@ -192,6 +192,16 @@ static int open_reader(run *r, wf_err *err)
 	rc_cfg.shuffle = 1;
 	rc_cfg.augment = c->data.augment;
 	rc_cfg.pad = (int)c->data.crop_padding;
+	rc_cfg.flip = c->data.aug.flip;
+	rc_cfg.crop = c->data.aug.crop;
+	rc_cfg.rrc = c->data.aug.random_resized_crop;
+	rc_cfg.rrc_scale[0] = (float)c->data.aug.scale_min;
+	rc_cfg.rrc_scale[1] = (float)c->data.aug.scale_max;
+	rc_cfg.rrc_ratio[0] = (float)c->data.aug.ratio_min;
+	rc_cfg.rrc_ratio[1] = (float)c->data.aug.ratio_max;
+	rc_cfg.brightness = (float)c->data.aug.brightness;
+	rc_cfg.contrast = (float)c->data.aug.contrast;
+	rc_cfg.saturation = (float)c->data.aug.saturation;
 	rc_cfg.start_step = r->start;
 	rc_cfg.scale = r->meta.scale;
 	memcpy(rc_cfg.mean, r->meta.mean, sizeof(rc_cfg.mean));

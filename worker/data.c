@@ -7,6 +7,7 @@
 
 #include "common/atomicfile.h"
 #include "common/h5.h"
+#include "common/image.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -14,7 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define DATA_MEMORY_MB_DEFAULT 1024	 /* MiB of image bytes loaded at open */
 #define CHUNK_TARGET_BYTES     (1 << 20) /* bytes per images chunk, about */
@@ -42,6 +45,55 @@ static void h5_unlock(void)
 	pthread_mutex_unlock(&h5_mutex);
 }
 
+/* CRC-32 (zlib's) of n int32 labels as little-endian bytes. */
+static uint32_t crc_i32(uint32_t crc, const int32_t *v, long n)
+{
+	uint8_t buf[4096];
+	for (long i = 0; i < n;) {
+		size_t k = 0;
+		for (; i < n && k + 4 <= sizeof(buf); i++, k += 4) {
+			uint32_t u = (uint32_t)v[i];
+			buf[k] = (uint8_t)u, buf[k + 1] = (uint8_t)(u >> 8);
+			buf[k + 2] = (uint8_t)(u >> 16), buf[k + 3] = (uint8_t)(u >> 24);
+		}
+		crc = (uint32_t)crc32(crc, buf, (uInt)k);
+	}
+	return crc;
+}
+
+/* CRC-32 of any number of bytes (zlib takes at most 4 GiB per call). */
+static uint32_t crc_bytes(uint32_t crc, const uint8_t *b, size_t n)
+{
+	while (n > 0) {
+		size_t k = n < (1u << 30) ? n : (1u << 30);
+		crc = (uint32_t)crc32(crc, b, (uInt)k);
+		b += k;
+		n -= k;
+	}
+	return crc;
+}
+
+/* Check data against the optional attribute `crc32` of dataset `name`
+ * (files from other tools may leave it out). Lock held. */
+static int check_crc(hid_t file, const char *path, const char *name, uint32_t crc, wf_err *err)
+{
+	hid_t d = H5Dopen2(file, name, H5P_DEFAULT);
+	if (d < 0)
+		return WF_H5_FAIL(err, WF_EFORMAT, "%s: cannot open `%s`", path, name);
+	int rc = 0;
+	if (H5Aexists(d, "crc32") > 0) {
+		int64_t want = 0;
+		rc = wf_h5_attr_read_i64(d, "crc32", &want, 1, path, err);
+		if (!rc && (uint32_t)want != crc)
+			rc = wf_errf(err, WF_EFORMAT,
+				     "%s: dataset `%s` fails its checksum (crc32 %08x, the file "
+				     "says %08x): the file is damaged; convert it again",
+				     path, name, crc, (uint32_t)want);
+	}
+	wf_h5_close(&d);
+	return rc;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Reading                                                                   */
 
@@ -57,6 +109,11 @@ struct wf_dataset {
 	int32_t *labels;     /* [N], always in memory */
 	uint8_t *images;     /* [N,H,W,C] when under the memory budget, else NULL */
 	hid_t file, dimages; /* open only while streaming */
+	/* encoded form: sample i is bytes [offsets[i], offsets[i+1]) of `encoded` */
+	uint64_t *offsets; /* [N+1] */
+	uint8_t *enc;	   /* all of `encoded` when under the memory budget, else NULL */
+	hid_t dencoded;	   /* open while streaming an encoded dataset */
+	int resize;	   /* wf_image_resize of the encoded form */
 	/* gather scratch, guarded by the HDF5 lock, grown (never per batch once warm) */
 	gather_ent *order;
 	long order_cap;
@@ -201,6 +258,149 @@ static int read_image_range(wf_dataset *ds, hid_t d, long start, long n, uint8_t
 	return rc;
 }
 
+/* Read `labels` ([n], any integer type), check their range and checksum.
+ * Lock held. */
+static int read_labels(wf_dataset *ds, hid_t file, const char *path, long n, wf_err *err)
+{
+	hsize_t ldims[1];
+	hid_t dlab = H5I_INVALID_HID;
+	int rc = open_checked(file, path, "labels", H5T_INTEGER, 0, -1, "an integer type (int32)",
+			      1, ldims, H5P_DEFAULT, &dlab, err);
+	if (rc)
+		return rc;
+	if ((long)ldims[0] != n) {
+		rc = wf_errf(err, WF_EFORMAT, "%s: %ld samples but `labels` has %llu", path, n,
+			     (unsigned long long)ldims[0]);
+		goto out;
+	}
+	ds->labels = malloc(sizeof(*ds->labels) * (size_t)(n ? n : 1));
+	if (!ds->labels) {
+		rc = wf_errf(err, WF_ENOMEM, "%s: out of memory for %ld labels", path, n);
+		goto out;
+	}
+	if (n && H5Dread(dlab, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, ds->labels) < 0) {
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: reading `labels`", path);
+		goto out;
+	}
+	for (long i = 0; i < n; i++) {
+		if (ds->labels[i] < 0 || ds->labels[i] >= ds->info.nclasses) {
+			rc = wf_errf(
+				err, WF_EFORMAT,
+				"%s: `labels`[%ld] = %d is outside [0, %d) (the `classes` count)",
+				path, i, ds->labels[i], ds->info.nclasses);
+			goto out;
+		}
+	}
+	rc = check_crc(file, path, "labels", crc_i32(0, ds->labels, n), err);
+out:
+	wf_h5_close(&dlab);
+	return rc;
+}
+
+/* Open the encoded form: `encoded` uint8 [B], `offsets` uint64 [N+1],
+ * `labels` [N], attributes `classes`, `image_size` [H,W,C] and `resize`.
+ * Takes ownership of file (closed, or kept for streaming). Lock held. */
+static int open_encoded(wf_dataset *ds, hid_t file, const char *path, hid_t dapl, wf_err *err)
+{
+	int rc = 0;
+	hid_t denc = H5I_INVALID_HID, doff = H5I_INVALID_HID;
+	hsize_t edims[1], odims[1];
+	wf_dataset_info *in = &ds->info;
+	int64_t size[3] = {0, 0, 0}, resize = 0;
+	if ((rc = wf_h5_attr_read_i64(file, "image_size", size, 3, path, err)))
+		goto out;
+	if (H5Aexists(file, "resize") > 0 &&
+	    (rc = wf_h5_attr_read_i64(file, "resize", &resize, 1, path, err)))
+		goto out;
+	if (size[0] < 1 || size[1] < 1 || size[0] > 8192 || size[1] > 8192 ||
+	    (size[2] != 1 && size[2] != 3) || resize < 0 || resize > 2) {
+		rc = wf_errf(err, WF_EFORMAT,
+			     "%s: attribute `image_size` [%lld,%lld,%lld] is not [H,W,C] with H, "
+			     "W in 1..8192 and C 1 or 3, or `resize` %lld is not 0..2",
+			     path, (long long)size[0], (long long)size[1], (long long)size[2],
+			     (long long)resize);
+		goto out;
+	}
+	in->h = (int)size[0];
+	in->w = (int)size[1];
+	in->c = (int)size[2];
+	in->encoded = 1;
+	ds->resize = (int)resize;
+	ds->sample_bytes = (size_t)in->h * in->w * in->c;
+	if ((rc = open_checked(file, path, "encoded", H5T_INTEGER, 1, 1, "uint8", 1, edims, dapl,
+			       &denc, err)))
+		goto out;
+	if ((rc = open_checked(file, path, "offsets", H5T_INTEGER, 8, 1, "uint64", 1, odims,
+			       H5P_DEFAULT, &doff, err)))
+		goto out;
+	if (odims[0] < 1 || odims[0] - 1 > (hsize_t)1 << 40) {
+		rc = wf_errf(err, WF_EFORMAT, "%s: `offsets` has %llu entries, want N+1 >= 1", path,
+			     (unsigned long long)odims[0]);
+		goto out;
+	}
+	in->count = (long)odims[0] - 1;
+	ds->offsets = malloc(sizeof(*ds->offsets) * (size_t)odims[0]);
+	if (!ds->offsets) {
+		rc = wf_errf(err, WF_ENOMEM, "%s: out of memory for %llu offsets", path,
+			     (unsigned long long)odims[0]);
+		goto out;
+	}
+	if (H5Dread(doff, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, ds->offsets) < 0) {
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: reading `offsets`", path);
+		goto out;
+	}
+	if (ds->offsets[0] != 0 || ds->offsets[in->count] != edims[0]) {
+		rc = wf_errf(err, WF_EFORMAT,
+			     "%s: `offsets` must start at 0 and end at the %llu bytes of "
+			     "`encoded` (they run %llu..%llu)",
+			     path, (unsigned long long)edims[0], (unsigned long long)ds->offsets[0],
+			     (unsigned long long)ds->offsets[in->count]);
+		goto out;
+	}
+	for (long i = 0; i < in->count; i++) {
+		if (ds->offsets[i + 1] < ds->offsets[i] ||
+		    ds->offsets[i + 1] - ds->offsets[i] > (256u << 20)) {
+			rc = wf_errf(err, WF_EFORMAT,
+				     "%s: `offsets`[%ld..%ld] = %llu..%llu is not a sample of 0 to "
+				     "256 MiB",
+				     path, i, i + 1, (unsigned long long)ds->offsets[i],
+				     (unsigned long long)ds->offsets[i + 1]);
+			goto out;
+		}
+	}
+	uint32_t ocrc =
+		crc_bytes(0, (const uint8_t *)ds->offsets, sizeof(*ds->offsets) * (size_t)odims[0]);
+	if ((rc = check_crc(file, path, "offsets", ocrc, err)))
+		goto out;
+	if ((rc = read_classes(file, path, &in->classes, &in->nclasses, err)))
+		goto out;
+	if ((rc = read_labels(ds, file, path, in->count, err)))
+		goto out;
+	if (edims[0] <= memory_budget()) {
+		ds->enc = malloc(edims[0] ? edims[0] : 1);
+		if (!ds->enc) {
+			rc = wf_errf(err, WF_ENOMEM, "%s: out of memory for %llu encoded bytes",
+				     path, (unsigned long long)edims[0]);
+			goto out;
+		}
+		if (edims[0] &&
+		    H5Dread(denc, H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, ds->enc) < 0) {
+			rc = WF_H5_FAIL(err, WF_EIO, "%s: reading `encoded`", path);
+			goto out;
+		}
+		rc = check_crc(file, path, "encoded", crc_bytes(0, ds->enc, edims[0]), err);
+	} else {
+		ds->file = file;
+		ds->dencoded = denc;
+		file = denc = H5I_INVALID_HID;
+	}
+out:
+	wf_h5_close(&doff);
+	wf_h5_close(&denc);
+	wf_h5_close(&file);
+	return rc;
+}
+
 int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 {
 	int rc = 0;
@@ -210,7 +410,7 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 	wf_dataset *ds = calloc(1, sizeof(*ds));
 	if (!ds)
 		return wf_errf(err, WF_ENOMEM, "%s: out of memory", path);
-	ds->file = ds->dimages = H5I_INVALID_HID;
+	ds->file = ds->dimages = ds->dencoded = H5I_INVALID_HID;
 	ds->path = strdup(path);
 	if (!ds->path) {
 		free(ds);
@@ -218,6 +418,15 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 	}
 	if (!wf_exists(path)) {
 		rc = wf_errf(err, WF_EIO, "%s: no such dataset file", path);
+		goto fail_unlocked;
+	}
+	struct stat st;
+	if (stat(path, &st) == 0 && S_ISDIR(st.st_mode)) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "%s is a directory, not a dataset file; a folder of photos (one "
+			     "sub-folder per class) becomes one with: weft data images %s --out "
+			     "data.h5",
+			     path, path);
 		goto fail_unlocked;
 	}
 
@@ -230,6 +439,16 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 		goto fail;
 	}
 	hsize_t idims[4], ldims[1];
+	if (H5Lexists(file, "encoded", H5P_DEFAULT) > 0) {
+		rc = open_encoded(ds, file, path, dapl, err);
+		if (rc)
+			goto fail;
+		file = H5I_INVALID_HID; /* kept by open_encoded when streaming, else closed */
+		wf_h5_close(&dapl);
+		h5_unlock();
+		*out = ds;
+		return 0;
+	}
 	rc = open_checked(file, path, "images", H5T_INTEGER, 1, 1, "uint8", 4, idims, dapl, &dimg,
 			  err);
 	if (rc)
@@ -286,6 +505,9 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 			goto fail;
 		}
 	}
+	rc = check_crc(file, path, "labels", crc_i32(0, ds->labels, in->count), err);
+	if (rc)
+		goto fail;
 
 	size_t bytes = ds->sample_bytes * (size_t)in->count;
 	if (bytes <= memory_budget()) {
@@ -300,6 +522,9 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 			if (rc)
 				goto fail;
 		}
+		rc = check_crc(file, path, "images", crc_bytes(0, ds->images, bytes), err);
+		if (rc)
+			goto fail;
 		wf_h5_close(&dimg);
 		wf_h5_close(&file);
 	} else {
@@ -328,8 +553,9 @@ void wf_dataset_close(wf_dataset *ds)
 {
 	if (!ds)
 		return;
-	if (ds->dimages >= 0 || ds->file >= 0) {
+	if (ds->dimages >= 0 || ds->file >= 0 || ds->dencoded >= 0) {
 		h5_lock();
+		wf_h5_close(&ds->dencoded);
 		wf_h5_close(&ds->dimages);
 		wf_h5_close(&ds->file);
 		h5_unlock();
@@ -337,6 +563,8 @@ void wf_dataset_close(wf_dataset *ds)
 	wf_h5_strs_free(ds->info.classes, ds->info.nclasses);
 	free(ds->labels);
 	free(ds->images);
+	free(ds->offsets);
+	free(ds->enc);
 	free(ds->order);
 	free(ds->scratch);
 	free(ds->path);
@@ -346,6 +574,53 @@ void wf_dataset_close(wf_dataset *ds)
 const wf_dataset_info *wf_dataset_info_get(const wf_dataset *ds)
 {
 	return &ds->info;
+}
+
+int wf_dataset_load_sample(wf_dataset *ds, long idx, uint8_t *image, wf_err *err)
+{
+	if (idx < 0 || idx >= ds->info.count)
+		return wf_errf(err, WF_EINVAL, "%s: sample index %ld outside [0, %ld)", ds->path,
+			       idx, ds->info.count);
+	if (!ds->info.encoded) {
+		if (ds->images) {
+			memcpy(image, ds->images + (size_t)idx * ds->sample_bytes,
+			       ds->sample_bytes);
+			return 0;
+		}
+		return wf_dataset_read(ds, idx, 1, image, NULL, err);
+	}
+	uint64_t off = ds->offsets[idx];
+	size_t len = (size_t)(ds->offsets[idx + 1] - off);
+	const uint8_t *bytes = ds->enc ? ds->enc + off : NULL;
+	uint8_t *owned = NULL;
+	int rc = 0;
+	if (!bytes) { /* streaming: this sample's bytes only */
+		owned = malloc(len ? len : 1);
+		if (!owned)
+			return wf_errf(err, WF_ENOMEM, "%s: out of memory for sample %ld", ds->path,
+				       idx);
+		h5_lock();
+		hsize_t o = off, cnt = len;
+		hid_t fs = H5Dget_space(ds->dencoded), ms = H5Screate_simple(1, &cnt, NULL);
+		if (len &&
+		    (fs < 0 || ms < 0 ||
+		     H5Sselect_hyperslab(fs, H5S_SELECT_SET, &o, NULL, &cnt, NULL) < 0 ||
+		     H5Dread(ds->dencoded, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, owned) < 0))
+			rc = WF_H5_FAIL(err, WF_EIO, "%s: reading sample %ld of `encoded`",
+					ds->path, idx);
+		wf_h5_close(&ms);
+		wf_h5_close(&fs);
+		h5_unlock();
+		bytes = owned;
+	}
+	if (!rc) {
+		rc = wf_image_load_u8(bytes, len, ds->info.c, ds->info.h, ds->info.w, ds->resize, 0,
+				      image, err);
+		if (rc)
+			wf_err_wrap(err, "%s: sample %ld", ds->path, idx);
+	}
+	free(owned);
+	return rc;
 }
 
 int wf_dataset_read(wf_dataset *ds, long start, long n, uint8_t *images, int32_t *labels,
@@ -360,6 +635,15 @@ int wf_dataset_read(wf_dataset *ds, long start, long n, uint8_t *images, int32_t
 		memcpy(labels, ds->labels + start, sizeof(*labels) * (size_t)n);
 	if (!images)
 		return 0;
+	if (ds->info.encoded) {
+		for (long k = 0; k < n; k++) {
+			int rc = wf_dataset_load_sample(ds, start + k,
+							images + (size_t)k * ds->sample_bytes, err);
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
 	if (ds->images) {
 		memcpy(images, ds->images + (size_t)start * ds->sample_bytes,
 		       ds->sample_bytes * (size_t)n);
@@ -462,6 +746,15 @@ int wf_dataset_gather(wf_dataset *ds, const long *idx, long n, uint8_t *images, 
 	}
 	if (!images || n == 0)
 		return 0;
+	if (ds->info.encoded) {
+		for (long k = 0; k < n; k++) {
+			int rc = wf_dataset_load_sample(ds, idx[k],
+							images + (size_t)k * ds->sample_bytes, err);
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
 	if (ds->images) {
 		for (long k = 0; k < n; k++)
 			memcpy(images + (size_t)k * ds->sample_bytes,
@@ -483,15 +776,23 @@ struct wf_dataset_writer {
 	hid_t file, dimages, dlabels;
 	long count, written;
 	int h, w, c, nclasses;
+	int allow_short; /* close may end before count (converters that skip) */
+	int encoded;	 /* `encoded` + `offsets` instead of `images` */
+	hid_t dencoded;
+	uint64_t *offsets; /* [count+1] (encoded) */
+	uint32_t crc_encoded;
+	uint32_t crc_images, crc_labels; /* running CRC-32 of what was appended */
 };
 
 static void writer_discard(wf_dataset_writer *wr)
 {
 	h5_lock();
 	wf_h5_close(&wr->dimages);
+	wf_h5_close(&wr->dencoded);
 	wf_h5_close(&wr->dlabels);
 	wf_h5_close(&wr->file);
 	h5_unlock();
+	free(wr->offsets);
 	if (wr->tmp)
 		unlink(wr->tmp);
 	free(wr->tmp);
@@ -499,12 +800,29 @@ static void writer_discard(wf_dataset_writer *wr)
 	free(wr);
 }
 
+void wf_dataset_writer_allow_short(wf_dataset_writer *wr)
+{
+	wr->allow_short = 1;
+}
+
+/* Store a dataset's CRC-32 as its attribute `crc32`. Lock held. */
+static int write_crc(hid_t d, uint32_t crc, const char *path, const char *name, wf_err *err)
+{
+	int rc = wf_h5_attr_write_i64(d, "crc32", (int64_t)crc, path, err);
+	if (rc)
+		wf_err_wrap(err, "dataset `%s`", name);
+	return rc;
+}
+
 /* Create a chunked dataset of the given rank and element type. Lock held. */
 static hid_t create_chunked(hid_t file, const char *name, hid_t type, int rank, const hsize_t *dims,
 			    const hsize_t *chunk)
 {
 	hid_t d = H5I_INVALID_HID;
-	hid_t s = H5Screate_simple(rank, dims, NULL);
+	hsize_t maxdims[4] = {H5S_UNLIMITED, 0, 0, 0};
+	for (int i = 1; i < rank && i < 4; i++)
+		maxdims[i] = dims[i];
+	hid_t s = H5Screate_simple(rank, dims, maxdims);
 	hid_t p = H5Pcreate(H5P_DATASET_CREATE);
 	if (s >= 0 && p >= 0 && H5Pset_chunk(p, rank, chunk) >= 0 &&
 	    H5Pset_fill_time(p, H5D_FILL_TIME_NEVER) >= 0)
@@ -514,8 +832,29 @@ static hid_t create_chunked(hid_t file, const char *name, hid_t type, int rank, 
 	return d;
 }
 
+static int create_writer(wf_dataset_writer **out, const char *path, long count, int h, int w, int c,
+			 int nclasses, const char *const *classes, int encoded, int resize,
+			 wf_err *err);
+
 int wf_dataset_create(wf_dataset_writer **out, const char *path, long count, int h, int w, int c,
 		      int nclasses, const char *const *classes, wf_err *err)
+{
+	return create_writer(out, path, count, h, w, c, nclasses, classes, 0, 0, err);
+}
+
+int wf_dataset_create_encoded(wf_dataset_writer **out, const char *path, long count, int h, int w,
+			      int c, int resize, int nclasses, const char *const *classes,
+			      wf_err *err)
+{
+	if (c != 1 && c != 3)
+		return wf_errf(err, WF_EINVAL, "%s: encoded images have 1 or 3 channels, not %d",
+			       path, c);
+	return create_writer(out, path, count, h, w, c, nclasses, classes, 1, resize, err);
+}
+
+static int create_writer(wf_dataset_writer **out, const char *path, long count, int h, int w, int c,
+			 int nclasses, const char *const *classes, int encoded, int resize,
+			 wf_err *err)
 {
 	int rc = 0;
 	*out = NULL;
@@ -532,7 +871,8 @@ int wf_dataset_create(wf_dataset_writer **out, const char *path, long count, int
 	wf_dataset_writer *wr = calloc(1, sizeof(*wr));
 	if (!wr)
 		return wf_errf(err, WF_ENOMEM, "%s: out of memory", path);
-	wr->file = wr->dimages = wr->dlabels = H5I_INVALID_HID;
+	wr->file = wr->dimages = wr->dlabels = wr->dencoded = H5I_INVALID_HID;
+	wr->encoded = encoded;
 	wr->count = count;
 	wr->h = h;
 	wr->w = w;
@@ -563,10 +903,32 @@ int wf_dataset_create(wf_dataset_writer **out, const char *path, long count, int
 	hsize_t ichunk[4] = {per, (hsize_t)h, (hsize_t)w, (hsize_t)c};
 	hsize_t ldims[1] = {(hsize_t)count};
 	hsize_t lchunk[1] = {(hsize_t)(count < LABEL_CHUNK ? count : LABEL_CHUNK)};
-	wr->dimages = create_chunked(wr->file, "images", H5T_STD_U8LE, 4, idims, ichunk);
-	if (wr->dimages < 0) {
-		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create dataset `images`", path);
-		goto out;
+	if (encoded) {
+		hsize_t edims[1] = {0}, echunk[1] = {CHUNK_TARGET_BYTES};
+		int64_t size[3] = {h, w, c};
+		wr->offsets = calloc((size_t)count + 1, sizeof(*wr->offsets));
+		if (!wr->offsets) {
+			rc = wf_errf(err, WF_ENOMEM, "%s: out of memory for %ld offsets", path,
+				     count);
+			goto out;
+		}
+		wr->dencoded = create_chunked(wr->file, "encoded", H5T_STD_U8LE, 1, edims, echunk);
+		if (wr->dencoded < 0) {
+			rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create dataset `encoded`", path);
+			goto out;
+		}
+		rc = wf_h5_attr_write(wr->file, "image_size", H5T_STD_I64LE, H5T_NATIVE_INT64, 3,
+				      size, path, err);
+		if (!rc)
+			rc = wf_h5_attr_write_i64(wr->file, "resize", resize, path, err);
+		if (rc)
+			goto out;
+	} else {
+		wr->dimages = create_chunked(wr->file, "images", H5T_STD_U8LE, 4, idims, ichunk);
+		if (wr->dimages < 0) {
+			rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create dataset `images`", path);
+			goto out;
+		}
 	}
 	wr->dlabels = create_chunked(wr->file, "labels", H5T_STD_I32LE, 1, ldims, lchunk);
 	if (wr->dlabels < 0) {
@@ -592,6 +954,9 @@ int wf_dataset_append(wf_dataset_writer *wr, const uint8_t *images, const int32_
 		return wf_errf(err, WF_EINVAL,
 			       "%s: appending %ld samples after %ld exceeds the declared %ld",
 			       wr->path, n, wr->written, wr->count);
+	if (wr->encoded)
+		return wf_errf(err, WF_EINVAL, "%s: an encoded dataset takes encoded images",
+			       wr->path);
 	for (long i = 0; i < n; i++) {
 		if (labels[i] < 0 || labels[i] >= wr->nclasses)
 			return wf_errf(err, WF_EINVAL,
@@ -620,6 +985,8 @@ int wf_dataset_append(wf_dataset_writer *wr, const uint8_t *images, const int32_
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: writing `labels` at %ld", wr->path, wr->written);
 		goto out;
 	}
+	wr->crc_images = crc_bytes(wr->crc_images, images, (size_t)n * wr->h * wr->w * wr->c);
+	wr->crc_labels = crc_i32(wr->crc_labels, labels, n);
 	wr->written += n;
 out:
 	wf_h5_close(&ms);
@@ -628,21 +995,126 @@ out:
 	return rc;
 }
 
+/* Write labels [written, written+n) and keep their checksum. Lock held. */
+static int write_labels(wf_dataset_writer *wr, const int32_t *labels, long n, wf_err *err)
+{
+	int rc = 0;
+	hsize_t off[1] = {(hsize_t)wr->written}, cnt[1] = {(hsize_t)n};
+	hid_t fs = H5Dget_space(wr->dlabels), ms = H5Screate_simple(1, cnt, NULL);
+	if (fs < 0 || ms < 0 || H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, cnt, NULL) < 0 ||
+	    H5Dwrite(wr->dlabels, H5T_NATIVE_INT32, ms, fs, H5P_DEFAULT, labels) < 0)
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: writing `labels` at %ld", wr->path, wr->written);
+	else
+		wr->crc_labels = crc_i32(wr->crc_labels, labels, n);
+	wf_h5_close(&ms);
+	wf_h5_close(&fs);
+	return rc;
+}
+
+int wf_dataset_append_encoded(wf_dataset_writer *wr, const uint8_t *const *bytes,
+			      const size_t *lens, const int32_t *labels, long n, wf_err *err)
+{
+	int rc = 0;
+	if (!wr->encoded)
+		return wf_errf(err, WF_EINVAL, "%s: not an encoded dataset", wr->path);
+	if (n < 0 || n > wr->count - wr->written)
+		return wf_errf(err, WF_EINVAL,
+			       "%s: appending %ld samples after %ld exceeds the declared %ld",
+			       wr->path, n, wr->written, wr->count);
+	size_t total = 0;
+	for (long i = 0; i < n; i++) {
+		if (labels[i] < 0 || labels[i] >= wr->nclasses)
+			return wf_errf(err, WF_EINVAL,
+				       "%s: label of sample %ld is %d, outside [0, %d)", wr->path,
+				       wr->written + i, labels[i], wr->nclasses);
+		total += lens[i];
+	}
+	if (n == 0)
+		return 0;
+	uint8_t *flat = malloc(total ? total : 1);
+	if (!flat)
+		return wf_errf(err, WF_ENOMEM, "%s: out of memory for %zu bytes", wr->path, total);
+	size_t at = 0;
+	for (long i = 0; i < n; i++) {
+		memcpy(flat + at, bytes[i], lens[i]);
+		at += lens[i];
+	}
+	h5_lock();
+	uint64_t start = wr->offsets[wr->written];
+	hsize_t off[1] = {start}, cnt[1] = {total}, size[1] = {start + total};
+	hid_t fs = H5I_INVALID_HID, ms = H5I_INVALID_HID;
+	if (total) {
+		if (H5Dset_extent(wr->dencoded, size) < 0 ||
+		    (fs = H5Dget_space(wr->dencoded)) < 0 ||
+		    (ms = H5Screate_simple(1, cnt, NULL)) < 0 ||
+		    H5Sselect_hyperslab(fs, H5S_SELECT_SET, off, NULL, cnt, NULL) < 0 ||
+		    H5Dwrite(wr->dencoded, H5T_NATIVE_UINT8, ms, fs, H5P_DEFAULT, flat) < 0) {
+			rc = WF_H5_FAIL(err, WF_EIO, "%s: writing `encoded` at byte %llu", wr->path,
+					(unsigned long long)start);
+			goto out;
+		}
+	}
+	if ((rc = write_labels(wr, labels, n, err)))
+		goto out;
+	wr->crc_encoded = crc_bytes(wr->crc_encoded, flat, total);
+	for (long i = 0; i < n; i++)
+		wr->offsets[wr->written + i + 1] = wr->offsets[wr->written + i] + lens[i];
+	wr->written += n;
+out:
+	wf_h5_close(&ms);
+	wf_h5_close(&fs);
+	h5_unlock();
+	free(flat);
+	return rc;
+}
+
 int wf_dataset_writer_close(wf_dataset_writer *wr, wf_err *err)
 {
 	int rc = 0;
 	if (!wr)
 		return 0;
-	if (wr->written != wr->count) {
+	if (wr->written != wr->count && !(wr->allow_short && wr->written > 0)) {
 		rc = wf_errf(err, WF_EINVAL, "%s: %ld samples written but %ld were declared",
 			     wr->path, wr->written, wr->count);
 		writer_discard(wr);
 		return rc;
 	}
 	h5_lock();
+	if (wr->written != wr->count) {
+		hsize_t idims[4] = {(hsize_t)wr->written, (hsize_t)wr->h, (hsize_t)wr->w,
+				    (hsize_t)wr->c};
+		if ((!wr->encoded && H5Dset_extent(wr->dimages, idims) < 0) ||
+		    H5Dset_extent(wr->dlabels, idims) < 0)
+			rc = WF_H5_FAIL(err, WF_EIO, "%s: shrinking to %ld samples", wr->path,
+					wr->written);
+	}
+	if (!rc && wr->encoded) {
+		hsize_t odims[1] = {(hsize_t)wr->written + 1};
+		hid_t s = H5Screate_simple(1, odims, NULL);
+		hid_t d = s < 0 ? H5I_INVALID_HID
+				: H5Dcreate2(wr->file, "offsets", H5T_STD_U64LE, s, H5P_DEFAULT,
+					     H5P_DEFAULT, H5P_DEFAULT);
+		if (d < 0 ||
+		    H5Dwrite(d, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, wr->offsets) < 0)
+			rc = WF_H5_FAIL(err, WF_EIO, "%s: writing `offsets`", wr->path);
+		if (!rc)
+			rc = write_crc(d,
+				       crc_bytes(0, (const uint8_t *)wr->offsets,
+						 sizeof(*wr->offsets) * odims[0]),
+				       wr->path, "offsets", err);
+		if (!rc)
+			rc = write_crc(wr->dencoded, wr->crc_encoded, wr->path, "encoded", err);
+		wf_h5_close(&d);
+		wf_h5_close(&s);
+		wf_h5_close(&wr->dencoded);
+	} else if (!rc) {
+		rc = write_crc(wr->dimages, wr->crc_images, wr->path, "images", err);
+	}
+	if (!rc)
+		rc = write_crc(wr->dlabels, wr->crc_labels, wr->path, "labels", err);
 	wf_h5_close(&wr->dimages);
 	wf_h5_close(&wr->dlabels);
-	if (wf_h5_close(&wr->file) < 0)
+	if (wf_h5_close(&wr->file) < 0 && !rc)
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: closing %s", wr->path, wr->tmp);
 	h5_unlock();
 	if (!rc)

@@ -7,8 +7,10 @@
  * of an epoch is dropped); a reader takes `slices` consecutive slices of
  * length `batch` starting at slice `first`, so G = batch * total_slices.
  * Training step s reads epoch s / steps_per_epoch, batch s % steps_per_epoch.
- * Augmentation (random crop after zero padding, horizontal flip) is a pure
- * function of (seed, epoch, sample index), so any reader sees the same bytes. */
+ * Augmentation (random resized crop, random crop after zero padding,
+ * horizontal flip, brightness/contrast/saturation jitter, in that order) is a
+ * pure function of (seed, epoch, sample index), so any reader sees the same
+ * bytes, whatever its thread count. */
 #ifndef WF_DATA_H
 #define WF_DATA_H
 
@@ -24,6 +26,7 @@ typedef struct wf_dataset_info {
 	int h, w, c;	/* image shape */
 	int nclasses;	/* from the `classes` attribute */
 	char **classes; /* [nclasses] label strings (owned by the dataset) */
+	int encoded;	/* 1: JPEG/PNG bytes decoded (and resized) on read */
 } wf_dataset_info;
 
 /* Open a dataset file for reading; checks shapes, types and labels range.
@@ -39,6 +42,10 @@ int wf_dataset_read(wf_dataset *ds, long start, long n, uint8_t *images, int32_t
 int wf_dataset_gather(wf_dataset *ds, const long *idx, long n, uint8_t *images, int32_t *labels,
 		      wf_err *err);
 
+/* Sample idx as uint8 [H,W,C] (an encoded one decoded and resized by the
+ * image module). Thread-safe; decoding runs outside the HDF5 lock. */
+int wf_dataset_load_sample(wf_dataset *ds, long idx, uint8_t *image, wf_err *err);
+
 /* Writer: create a dataset file of count samples of h x w x c with class
  * names, then append samples in order, then close (temporary name renamed
  * into place on close). Chunked so readers can stream. */
@@ -48,6 +55,16 @@ int wf_dataset_create(wf_dataset_writer **out, const char *path, long count, int
 int wf_dataset_append(wf_dataset_writer *wr, const uint8_t *images, const int32_t *labels, long n,
 		      wf_err *err);
 int wf_dataset_writer_close(wf_dataset_writer *wr, wf_err *err); /* frees wr */
+/* The encoded form: the original JPEG/PNG bytes of each sample, decoded and
+ * resized to h x w x c (resize: wf_image_resize) when read. */
+int wf_dataset_create_encoded(wf_dataset_writer **out, const char *path, long count, int h, int w,
+			      int c, int resize, int nclasses, const char *const *classes,
+			      wf_err *err);
+int wf_dataset_append_encoded(wf_dataset_writer *wr, const uint8_t *const *bytes,
+			      const size_t *lens, const int32_t *labels, long n, wf_err *err);
+/* Let close end with fewer samples than declared (at least 1): converters
+ * that skip unreadable inputs declare the most they may write. */
+void wf_dataset_writer_allow_short(wf_dataset_writer *wr);
 
 /* Converters (`weft data ...`). */
 typedef struct wf_synth_cfg {
@@ -71,6 +88,17 @@ typedef struct wf_reader_cfg {
 	int shuffle;	 /* 0: file order, every sample once (evaluation) */
 	int augment;	 /* random crop with padding `pad` and horizontal flip */
 	int pad;	 /* crop padding in pixels (4) */
+	/* augmentation switches, each on its own (augment = crop + flip) */
+	int flip;	    /* horizontal flip, p = 0.5 */
+	int crop;	    /* random crop after zero padding `pad` */
+	int rrc;	    /* random resized crop (torchvision RandomResizedCrop) */
+	float rrc_scale[2]; /* area fraction range (0.08, 1) */
+	float rrc_ratio[2]; /* aspect ratio range (3/4, 4/3) */
+	float brightness;   /* jitter factors drawn from [max(0, 1-x), 1+x]; 0: off */
+	float contrast;
+	float saturation;
+	int threads;	 /* threads decoding and augmenting a batch; 0: 1, or all cores
+			  * for an encoded dataset */
 	long start_step; /* the first step to read (resume) */
 	float scale;	 /* preprocessing: (pixel*scale - mean[c]) / std[c] */
 	float mean[4], std[4];

@@ -4,16 +4,20 @@
  * wf_reader_next. Order and augmentation follow data.h exactly. */
 #include "worker/data.h"
 
+#include "common/image.h"
 #include "common/util.h"
 
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define PERM_KEY	    0x5045524dULL /* "PERM": permutation stream */
 #define AUGMENT_KEY	    0x415547ULL	  /* "AUG": per-sample augmentation stream */
 #define READER_MAX_PREFETCH 64
+#define READER_MAX_THREADS  64
 
 struct wf_reader {
 	wf_dataset *ds;
@@ -31,6 +35,9 @@ struct wf_reader {
 	long perm_epoch;
 	long *idx;    /* [per_batch] sample indices of the batch being made */
 	uint8_t *raw; /* [per_batch, H, W, C] gathered bytes */
+	int encoded;  /* decode in the batch threads */
+	int threads;  /* batch threads (>= 1) */
+	uint8_t *tmp[READER_MAX_THREADS]; /* [H,W,C] scratch per batch thread */
 
 	/* the ring: slots [head, head + filled) are ready; with held, the consumer
 	 * is using slots[head] */
@@ -63,6 +70,10 @@ void wf_reader_cfg_default(wf_reader_cfg *cfg)
 		cfg->std[i] = 1.0f;
 	}
 	cfg->prefetch = 2;
+	cfg->rrc_scale[0] = 0.08f;
+	cfg->rrc_scale[1] = 1.0f;
+	cfg->rrc_ratio[0] = 3.0f / 4.0f;
+	cfg->rrc_ratio[1] = 4.0f / 3.0f;
 }
 
 long wf_reader_steps_per_epoch(const wf_reader *r)
@@ -86,29 +97,123 @@ static void make_perm(wf_reader *r, long epoch)
 	r->perm_epoch = epoch;
 }
 
-/* Crop (offsets in [0, 2*pad] of the zero-padded image), flip, preprocess. */
-static void augment_sample(const wf_reader *r, const uint8_t *src, float *dst, long epoch,
-			   long index)
+/* Random resized crop box (torchvision RandomResizedCrop.get_params): ten
+ * tries at an area fraction in scale and a log-uniform aspect ratio in ratio,
+ * then a centre crop clamped to the ratio range. */
+static void rrc_box(const wf_reader *r, wf_rng *g, int *y0, int *x0, int *ch, int *cw)
 {
-	const int h = r->h, w = r->w, c = r->c, pad = r->cfg.pad;
+	const int h = r->h, w = r->w;
+	const double area = (double)h * w;
+	const double lr0 = log(r->cfg.rrc_ratio[0]), lr1 = log(r->cfg.rrc_ratio[1]);
+	for (int t = 0; t < 10; t++) {
+		double a = area * (r->cfg.rrc_scale[0] +
+				   (r->cfg.rrc_scale[1] - r->cfg.rrc_scale[0]) * wf_rng_uniform(g));
+		double ar = exp(lr0 + (lr1 - lr0) * wf_rng_uniform(g));
+		int bw = (int)lround(sqrt(a * ar)), bh = (int)lround(sqrt(a / ar));
+		if (bw > 0 && bw <= w && bh > 0 && bh <= h) {
+			*y0 = (int)wf_rng_below(g, (uint64_t)(h - bh + 1));
+			*x0 = (int)wf_rng_below(g, (uint64_t)(w - bw + 1));
+			*ch = bh;
+			*cw = bw;
+			return;
+		}
+	}
+	double in = (double)w / h;
+	int bw = w, bh = h;
+	if (in < r->cfg.rrc_ratio[0])
+		bh = (int)lround(w / r->cfg.rrc_ratio[0]);
+	else if (in > r->cfg.rrc_ratio[1])
+		bw = (int)lround(h * r->cfg.rrc_ratio[1]);
+	bw = WF_MAX(1, WF_MIN(bw, w));
+	bh = WF_MAX(1, WF_MIN(bh, h));
+	*y0 = (h - bh) / 2;
+	*x0 = (w - bw) / 2;
+	*ch = bh;
+	*cw = bw;
+}
+
+static float jitter_factor(wf_rng *g, float x)
+{
+	double lo = 1.0 - x < 0 ? 0 : 1.0 - x;
+	return (float)(lo + (1.0 + x - lo) * wf_rng_uniform(g));
+}
+
+static inline float clamp255(float v)
+{
+	return v < 0.0f ? 0.0f : v > 255.0f ? 255.0f : v;
+}
+
+/* Augment one sample: random resized crop, crop (offsets in [0, 2*pad] of
+ * the zero-padded image), flip, colour jitter, then preprocess. The random
+ * draws come in a fixed order from one stream per (seed, epoch, index); crop
+ * and flip draw first, so `augment` gives the same bytes as before the other
+ * switches existed. tmp: [H,W,C] scratch for the resized crop. */
+static void augment_sample(const wf_reader *r, const uint8_t *src, float *dst, long epoch,
+			   long index, uint8_t *tmp)
+{
+	const wf_reader_cfg *cfg = &r->cfg;
+	const int h = r->h, w = r->w, c = r->c;
+	const int crop = cfg->augment || cfg->crop, flip_on = cfg->augment || cfg->flip;
+	const int pad = crop ? cfg->pad : 0;
 	wf_rng g;
-	wf_rng_seed(&g, wf_hash3(r->cfg.seed ^ AUGMENT_KEY, (uint64_t)epoch, (uint64_t)index));
-	int oy = (int)wf_rng_below(&g, (uint64_t)(2 * pad + 1));
-	int ox = (int)wf_rng_below(&g, (uint64_t)(2 * pad + 1));
-	int flip = wf_rng_uniform(&g) < 0.5;
+	wf_rng_seed(&g, wf_hash3(cfg->seed ^ AUGMENT_KEY, (uint64_t)epoch, (uint64_t)index));
+	int oy = 0, ox = 0, flip = 0;
+	if (crop) {
+		oy = (int)wf_rng_below(&g, (uint64_t)(2 * pad + 1));
+		ox = (int)wf_rng_below(&g, (uint64_t)(2 * pad + 1));
+	}
+	if (flip_on)
+		flip = wf_rng_uniform(&g) < 0.5;
+	if (cfg->rrc) {
+		int y0, x0, ch, cw;
+		rrc_box(r, &g, &y0, &x0, &ch, &cw);
+		wf_image_resize_rect(src + ((size_t)y0 * w + x0) * c, (size_t)w, ch, cw, c, tmp, h,
+				     w);
+		src = tmp;
+	}
+	float bf = 1.0f, cf = 1.0f, sf = 1.0f;
+	if (cfg->brightness > 0)
+		bf = jitter_factor(&g, cfg->brightness);
+	if (cfg->contrast > 0)
+		cf = jitter_factor(&g, cfg->contrast);
+	if (cfg->saturation > 0)
+		sf = jitter_factor(&g, cfg->saturation);
+	const int jitter = bf != 1.0f || cf != 1.0f || sf != 1.0f;
+	float gmean = 0.0f; /* contrast blends with the mean gray level (after brightness) */
+	if (cf != 1.0f) {
+		double s = 0;
+		for (size_t p = 0; p < (size_t)h * w; p++) {
+			const uint8_t *q = src + p * c;
+			float y = c >= 3 ? 0.299f * q[0] + 0.587f * q[1] + 0.114f * q[2] : q[0];
+			s += clamp255(y * bf);
+		}
+		gmean = (float)(s / ((double)h * w));
+	}
 	for (int y = 0; y < h; y++) {
 		int sy = y + oy - pad;
 		for (int x = 0; x < w; x++) {
 			int sx = (flip ? w - 1 - x : x) + ox - pad;
 			float *o = dst + ((size_t)y * w + x) * c;
-			if (sy < 0 || sy >= h || sx < 0 || sx >= w) {
+			int in = sy >= 0 && sy < h && sx >= 0 && sx < w;
+			const uint8_t *q = in ? src + ((size_t)sy * w + sx) * c : NULL;
+			if (!jitter) {
 				for (int ch = 0; ch < c; ch++)
-					o[ch] = r->lut[ch][0];
-			} else {
-				const uint8_t *p = src + ((size_t)sy * w + sx) * c;
-				for (int ch = 0; ch < c; ch++)
-					o[ch] = r->lut[ch][p[ch]];
+					o[ch] = r->lut[ch][q ? q[ch] : 0];
+				continue;
 			}
+			float v[4];
+			for (int ch = 0; ch < c; ch++) {
+				v[ch] = clamp255((q ? q[ch] : 0) * bf);
+				if (cf != 1.0f)
+					v[ch] = clamp255((v[ch] - gmean) * cf + gmean);
+			}
+			if (sf != 1.0f && c >= 3) {
+				float gy = 0.299f * v[0] + 0.587f * v[1] + 0.114f * v[2];
+				for (int ch = 0; ch < 3; ch++)
+					v[ch] = clamp255((v[ch] - gy) * sf + gy);
+			}
+			for (int ch = 0; ch < c; ch++)
+				o[ch] = (v[ch] * cfg->scale - cfg->mean[ch]) / cfg->std[ch];
 		}
 	}
 }
@@ -122,12 +227,59 @@ static void preprocess_sample(const wf_reader *r, const uint8_t *src, float *dst
 			dst[p * c + ch] = r->lut[ch][src[p * c + ch]];
 }
 
+/* One batch's per-sample work, shared by the batch threads. */
+typedef struct batch_work {
+	wf_reader *r;
+	wf_batch *b;
+	long n, epoch;
+	atomic_long next;
+	atomic_int failed;
+	wf_err err; /* the first failure */
+	pthread_mutex_t mu;
+} batch_work;
+
+static void *batch_main(void *arg)
+{
+	batch_work *bw = ((void **)arg)[0];
+	uint8_t *tmp = ((void **)arg)[1];
+	wf_reader *r = bw->r;
+	const wf_reader_cfg *cfg = &r->cfg;
+	const int aug = cfg->augment || cfg->flip || cfg->crop || cfg->rrc || cfg->brightness > 0 ||
+			cfg->contrast > 0 || cfg->saturation > 0;
+	for (;;) {
+		long k = atomic_fetch_add(&bw->next, 1);
+		if (k >= bw->n || atomic_load(&bw->failed))
+			break;
+		uint8_t *s = r->raw + (size_t)k * r->sample_bytes;
+		if (r->encoded) {
+			wf_err e = {0};
+			int rc = wf_dataset_load_sample(r->ds, r->idx[k], s, &e);
+			if (rc) {
+				pthread_mutex_lock(&bw->mu);
+				if (!atomic_load(&bw->failed)) {
+					bw->err = e;
+					atomic_store(&bw->failed, rc);
+				}
+				pthread_mutex_unlock(&bw->mu);
+				break;
+			}
+		}
+		float *d = bw->b->images + (size_t)k * r->sample_bytes;
+		if (aug)
+			augment_sample(r, s, d, bw->epoch, r->idx[k], tmp);
+		else
+			preprocess_sample(r, s, d);
+	}
+	return NULL;
+}
+
 /* Fill slot b with training step / eval batch `step`. */
 static int produce(wf_reader *r, long step, wf_batch *b, wf_err *err)
 {
 	int rc;
 	long epoch = 0, n;
 	const wf_reader_cfg *cfg = &r->cfg;
+	uint8_t *raw = r->encoded ? NULL : r->raw; /* encoded: the batch threads decode */
 	if (cfg->shuffle) {
 		epoch = step / r->steps_per_epoch;
 		long bi = step % r->steps_per_epoch;
@@ -136,24 +288,38 @@ static int produce(wf_reader *r, long step, wf_batch *b, wf_err *err)
 		n = r->per_batch;
 		const long *src = r->perm + bi * r->global + (long)cfg->first * cfg->batch;
 		memcpy(r->idx, src, sizeof(*r->idx) * (size_t)n);
-		rc = wf_dataset_gather(r->ds, r->idx, n, r->raw, b->labels, err);
+		rc = wf_dataset_gather(r->ds, r->idx, n, raw, b->labels, err);
 	} else {
 		long begin = step * r->global + (long)cfg->first * cfg->batch;
 		n = WF_MIN(r->per_batch, r->count - begin);
 		for (long k = 0; k < n; k++)
 			r->idx[k] = begin + k;
-		rc = wf_dataset_read(r->ds, begin, n, r->raw, b->labels, err);
+		rc = wf_dataset_read(r->ds, begin, n, raw, b->labels, err);
 	}
 	if (rc)
 		return rc;
-	size_t floats = r->sample_bytes;
-	for (long k = 0; k < n; k++) {
-		const uint8_t *s = r->raw + (size_t)k * r->sample_bytes;
-		float *d = b->images + (size_t)k * floats;
-		if (cfg->augment)
-			augment_sample(r, s, d, epoch, r->idx[k]);
-		else
-			preprocess_sample(r, s, d);
+	batch_work bw = {.r = r, .b = b, .n = n, .epoch = epoch};
+	atomic_init(&bw.next, 0);
+	atomic_init(&bw.failed, 0);
+	pthread_mutex_init(&bw.mu, NULL);
+	int t = 1;
+	void *args[READER_MAX_THREADS][2];
+	pthread_t tid[READER_MAX_THREADS];
+	for (int i = 0; i < r->threads; i++) {
+		args[i][0] = &bw;
+		args[i][1] = r->tmp[i];
+	}
+	for (; t < r->threads && t < n; t++)
+		if (pthread_create(&tid[t], NULL, batch_main, args[t]) != 0)
+			break;
+	batch_main(args[0]);
+	for (int i = 1; i < t; i++)
+		pthread_join(tid[i], NULL);
+	pthread_mutex_destroy(&bw.mu);
+	if (atomic_load(&bw.failed)) {
+		if (err)
+			*err = bw.err;
+		return atomic_load(&bw.failed);
 	}
 	b->step = step;
 	b->epoch = epoch;
@@ -209,8 +375,24 @@ static int check_cfg(const wf_reader_cfg *cfg, const wf_dataset_info *in, wf_err
 	if (cfg->prefetch < 1 || cfg->prefetch > READER_MAX_PREFETCH)
 		return wf_errf(err, WF_EINVAL, "reader: prefetch = %d, want 1..%d", cfg->prefetch,
 			       READER_MAX_PREFETCH);
-	if (cfg->augment && (cfg->pad < 0 || cfg->pad > 4096))
+	if ((cfg->augment || cfg->crop) && (cfg->pad < 0 || cfg->pad > 4096))
 		return wf_errf(err, WF_EINVAL, "reader: pad = %d, want 0..4096", cfg->pad);
+	if (cfg->rrc && !(cfg->rrc_scale[0] > 0 && cfg->rrc_scale[0] <= cfg->rrc_scale[1] &&
+			  cfg->rrc_scale[1] <= 1 && cfg->rrc_ratio[0] > 0 &&
+			  cfg->rrc_ratio[0] <= cfg->rrc_ratio[1]))
+		return wf_errf(
+			err, WF_EINVAL,
+			"reader: random resized crop scale [%g, %g] and ratio [%g, %g]: want "
+			"0 < scale_min <= scale_max <= 1 and 0 < ratio_min <= ratio_max",
+			cfg->rrc_scale[0], cfg->rrc_scale[1], cfg->rrc_ratio[0], cfg->rrc_ratio[1]);
+	if (!(cfg->brightness >= 0 && cfg->contrast >= 0 && cfg->saturation >= 0 &&
+	      cfg->brightness <= 10 && cfg->contrast <= 10 && cfg->saturation <= 10))
+		return wf_errf(err, WF_EINVAL,
+			       "reader: brightness %g, contrast %g, saturation %g: want 0..10",
+			       cfg->brightness, cfg->contrast, cfg->saturation);
+	if (cfg->threads < 0 || cfg->threads > READER_MAX_THREADS)
+		return wf_errf(err, WF_EINVAL, "reader: threads = %d, want 0..%d", cfg->threads,
+			       READER_MAX_THREADS);
 	if (cfg->start_step < 0)
 		return wf_errf(err, WF_EINVAL, "reader: start_step = %ld, want >= 0",
 			       cfg->start_step);
@@ -249,6 +431,12 @@ int wf_reader_create(wf_reader **out, wf_dataset *ds, const wf_reader_cfg *cfg, 
 	r->global = (long)cfg->batch * cfg->total_slices;
 	r->sample_bytes = (size_t)in->h * in->w * in->c;
 	r->perm_epoch = -1;
+	r->encoded = in->encoded;
+	r->threads = cfg->threads;
+	if (r->threads == 0) {
+		long cores = in->encoded ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+		r->threads = (int)WF_MAX(1, WF_MIN(cores, 16));
+	}
 	pthread_mutex_init(&r->mu, NULL);
 	pthread_cond_init(&r->can_fill, NULL);
 	pthread_cond_init(&r->can_take, NULL);
@@ -279,6 +467,9 @@ int wf_reader_create(wf_reader **out, wf_dataset *ds, const wf_reader_cfg *cfg, 
 	r->slots = calloc((size_t)r->nslots, sizeof(*r->slots));
 	if (!r->idx || !r->raw || !r->slots)
 		goto oom;
+	for (int i = 0; i < r->threads; i++)
+		if (!(r->tmp[i] = malloc(r->sample_bytes)))
+			goto oom;
 	for (int i = 0; i < r->nslots; i++) {
 		r->slots[i].images = malloc(sizeof(float) * r->sample_bytes * (size_t)r->per_batch);
 		r->slots[i].labels = malloc(sizeof(int32_t) * (size_t)r->per_batch);
@@ -349,6 +540,8 @@ void wf_reader_free(wf_reader *r)
 	free(r->perm);
 	free(r->idx);
 	free(r->raw);
+	for (int i = 0; i < READER_MAX_THREADS; i++)
+		free(r->tmp[i]);
 	pthread_cond_destroy(&r->can_take);
 	pthread_cond_destroy(&r->can_fill);
 	pthread_mutex_destroy(&r->mu);

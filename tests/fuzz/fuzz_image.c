@@ -1,5 +1,5 @@
 /* fuzz_image.c: libFuzzer target for weft-serve's image decoders (JPEG with
- * libjpeg-turbo, PNG with libpng) through wf_serve_decode_image. Any input
+ * libjpeg-turbo, PNG with libpng) through wf_image_decode. Any input
  * must give 0 or an error, never a crash, a leak or a read out of bounds.
  *
  * Random bytes rarely get past a PNG's CRCs and zlib stream or a JPEG's
@@ -13,7 +13,7 @@
  *      transformations;
  *   3: as the pixels of a small valid JPEG made here, then a few of its bytes
  *      overwritten where the data says. */
-#include "serve/image.h"
+#include "common/image.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -209,7 +209,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	uint8_t mode = data[0];
 	int side = 1 + (mode >> 3) % 8;
-	wf_serve_io io = {.h = side, .w = side, .c = mode & 4 ? 1 : 3, .classes = 2};
+	wf_image_io io = {.h = side, .w = side, .c = mode & 4 ? 1 : 3, .classes = 2};
 	io.scale = 1.0f / 255;
 	for (int i = 0; i < 4; i++)
 		io.std[i] = 1.0f;
@@ -226,7 +226,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	float out[8 * 8 * 3];
 	wf_err err = {0};
 	if (b.len)
-		wf_serve_decode_image(&io, b.p, b.len, out, &err);
+		wf_image_decode(&io, b.p, b.len, out, &err);
 	free(b.p);
 	return 0;
 }

@@ -12,7 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1)
 		return 0;
-	wf_serve_io io = {.h = 4, .w = 4, .c = 3, .classes = 5, .scale = 1.0f / 255};
+	wf_image_io io = {.h = 4, .w = 4, .c = 3, .classes = 5, .scale = 1.0f / 255};
 	for (int i = 0; i < 4; i++)
 		io.std[i] = 1.0f;
 	const char *body = (const char *)(data + 1);

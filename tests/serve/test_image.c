@@ -2,14 +2,18 @@
  * depth and interlacing, written here with libpng's encoder, decode to the
  * pixels they hold; corrupt, truncated and oversized PNGs fail with a reason. */
 #include "common/util.h"
-#include "serve/image.h"
+#include "common/image.h"
 #include "tests/test.h"
 
 #include <png.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <zlib.h>
+/* jpeglib.h needs stdio.h first */
+#include <jpeglib.h>
 
 #define W 13 /* odd sizes: partial Adam7 passes and partly filled packed bytes */
 #define H 11
@@ -162,9 +166,9 @@ static void make_case(png_case *c, const char *name, int type, int depth, int in
 		}
 }
 
-static wf_serve_io identity_io(int c)
+static wf_image_io identity_io(int c)
 {
-	wf_serve_io io = {.h = H, .w = W, .c = c, .classes = 2, .scale = 1.0f};
+	wf_image_io io = {.h = H, .w = W, .c = c, .classes = 2, .scale = 1.0f};
 	for (int i = 0; i < 4; i++)
 		io.std[i] = 1.0f;
 	return io;
@@ -200,7 +204,7 @@ static void test_every_png_colour_type_decodes_to_its_pixels(void)
 		{"interlaced gray+alpha 16-bit", PNG_COLOR_TYPE_GRAY_ALPHA, 16, 1},
 	};
 	png_case *c = malloc(sizeof(*c));
-	wf_serve_io io = identity_io(3);
+	wf_image_io io = identity_io(3);
 	float out[H * W * 3];
 	wf_err err = {0};
 	for (size_t i = 0; i < WF_ARRAY_LEN(kinds); i++) {
@@ -208,7 +212,7 @@ static void test_every_png_colour_type_decodes_to_its_pixels(void)
 			  kinds[i].interlace ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE, 100 + i);
 		mem_png m = encode(c, W, H, 0);
 		WF_CHECK_MSG(m.data != NULL, "%s: encoding failed", c->name);
-		int rc = wf_serve_decode_image(&io, m.data, m.len, out, &err);
+		int rc = wf_image_decode(&io, m.data, m.len, out, &err);
 		WF_CHECK_MSG(rc == 0, "%s: rc %d \"%s\"", c->name, rc, err.msg);
 		int bad = -1;
 		for (int j = 0; !rc && j < H * W * 3 && bad < 0; j++)
@@ -224,20 +228,20 @@ static void test_every_png_colour_type_decodes_to_its_pixels(void)
 static void test_png_feeds_a_one_channel_model(void)
 {
 	png_case *c = malloc(sizeof(*c));
-	wf_serve_io io = identity_io(1);
+	wf_image_io io = identity_io(1);
 	float out[H * W];
 	wf_err err = {0};
 	/* gray stays exact */
 	make_case(c, "gray 8-bit", PNG_COLOR_TYPE_GRAY, 8, PNG_INTERLACE_NONE, 7);
 	mem_png m = encode(c, W, H, 0);
-	WF_CHECK_INT(wf_serve_decode_image(&io, m.data, m.len, out, &err), 0);
+	WF_CHECK_INT(wf_image_decode(&io, m.data, m.len, out, &err), 0);
 	for (int j = 0; j < H * W; j++)
 		WF_CHECK_MSG(out[j] == c->want[j * 3], "gray pixel %d: %g", j, (double)out[j]);
 	free(m.data);
 	/* colour becomes BT.601 luma, as for JPEG */
 	make_case(c, "RGBA 8-bit", PNG_COLOR_TYPE_RGBA, 8, PNG_INTERLACE_ADAM7, 8);
 	m = encode(c, W, H, 0);
-	WF_CHECK_INT(wf_serve_decode_image(&io, m.data, m.len, out, &err), 0);
+	WF_CHECK_INT(wf_image_decode(&io, m.data, m.len, out, &err), 0);
 	for (int j = 0; j < H * W; j++) {
 		const uint8_t *p = c->want + j * 3;
 		double luma = 0.299 * p[0] + 0.587 * p[1] + 0.114 * p[2];
@@ -254,7 +258,7 @@ static void test_png_is_resized_and_preprocessed(void)
 	png_case *c = calloc(1, sizeof(*c));
 	c->type = PNG_COLOR_TYPE_RGB;
 	c->depth = 8;
-	wf_serve_io io = identity_io(3);
+	wf_image_io io = identity_io(3);
 	io.scale = 1.0f / 255;
 	io.bgr = 1;
 	for (int k = 0; k < 3; k++) {
@@ -278,7 +282,7 @@ static void test_png_is_resized_and_preprocessed(void)
 	png_destroy_write_struct(&png, &info);
 	float out[H * W * 3];
 	wf_err err = {0};
-	WF_CHECK_INT(wf_serve_decode_image(&io, m.data, m.len, out, &err), 0);
+	WF_CHECK_INT(wf_image_decode(&io, m.data, m.len, out, &err), 0);
 	for (int j = 0; j < H * W; j++)
 		for (int k = 0; k < 3; k++)
 			WF_CHECK_NEAR(out[j * 3 + k], (rgb[2 - k] / 255.0 - 0.5) / 0.25, 1e-5);
@@ -296,26 +300,26 @@ static void test_truncated_and_corrupt_png_fail_with_a_reason(void)
 	png_case *c = malloc(sizeof(*c));
 	make_case(c, "RGB 8-bit", PNG_COLOR_TYPE_RGB, 8, PNG_INTERLACE_NONE, 9);
 	mem_png m = encode(c, W, H, 0);
-	wf_serve_io io = identity_io(3);
+	wf_image_io io = identity_io(3);
 	float out[H * W * 3];
 	wf_err err = {0};
 	/* every cut-off prefix fails, naming PNG once the signature is whole */
 	int bad = -1;
 	for (size_t n = 0; n < m.len && bad < 0; n++) {
 		err.msg[0] = 0;
-		int rc = wf_serve_decode_image(&io, m.data, n, out, &err);
+		int rc = wf_image_decode(&io, m.data, n, out, &err);
 		if (rc != WF_EINVAL || (n >= 8 && !strstr(err.msg, "PNG")))
 			bad = (int)n;
 	}
 	WF_CHECK_MSG(bad < 0, "prefix of %d bytes: \"%s\"", bad, err.msg);
-	WF_CHECK_INT(wf_serve_decode_image(&io, m.data, m.len - 12, out, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_image_decode(&io, m.data, m.len - 12, out, &err), WF_EINVAL);
 	WF_CHECK_MSG(strstr(err.msg, "invalid PNG image: "), "%s", err.msg);
 
 	/* a flipped bit in IHDR: the chunk's CRC no longer matches */
 	uint8_t *bytes = malloc(m.len);
 	memcpy(bytes, m.data, m.len);
 	bytes[8 + 8 + 3] ^= 1;
-	WF_CHECK_INT(wf_serve_decode_image(&io, bytes, m.len, out, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_image_decode(&io, bytes, m.len, out, &err), WF_EINVAL);
 	WF_CHECK_MSG(strstr(err.msg, "PNG") && strstr(err.msg, "CRC"), "%s", err.msg);
 
 	/* garbage compressed data with a valid CRC: zlib's complaint comes back */
@@ -331,7 +335,7 @@ static void test_truncated_and_corrupt_png_fail_with_a_reason(void)
 	for (int k = 0; k < 4; k++)
 		bytes[off + 8 + len + k] = (uint8_t)(crc >> (24 - 8 * k));
 	err.msg[0] = 0;
-	WF_CHECK_INT(wf_serve_decode_image(&io, bytes, m.len, out, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_image_decode(&io, bytes, m.len, out, &err), WF_EINVAL);
 	WF_CHECK_MSG(strstr(err.msg, "invalid PNG image: ") && strlen(err.msg) > 20, "%s", err.msg);
 	free(bytes);
 	free(m.data);
@@ -343,19 +347,83 @@ static void test_oversized_png_is_refused_naming_the_limit(void)
 	png_case *c = calloc(1, sizeof(*c));
 	c->type = PNG_COLOR_TYPE_GRAY;
 	c->depth = 8;
-	wf_serve_io io = identity_io(3);
+	wf_image_io io = identity_io(3);
 	float out[H * W * 3];
 	wf_err err = {0};
 	/* headers alone: the decoder must refuse before reading (or allocating) pixels */
 	mem_png m = encode(c, 70000, 2, 1);
-	WF_CHECK_INT(wf_serve_decode_image(&io, m.data, m.len, out, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_image_decode(&io, m.data, m.len, out, &err), WF_EINVAL);
 	WF_CHECK_MSG(strstr(err.msg, "70000x2") && strstr(err.msg, "65535"), "%s", err.msg);
 	free(m.data);
 	m = encode(c, 10000, 10000, 1);
-	WF_CHECK_INT(wf_serve_decode_image(&io, m.data, m.len, out, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_image_decode(&io, m.data, m.len, out, &err), WF_EINVAL);
 	WF_CHECK_MSG(strstr(err.msg, "10000x10000") && strstr(err.msg, "67108864"), "%s", err.msg);
 	free(m.data);
 	free(c);
+}
+
+/* A progressive gray JPEG of side x side pixels, in memory. */
+static unsigned char *small_jpeg(int side, unsigned long *len)
+{
+	struct jpeg_compress_struct cinfo;
+	struct jpeg_error_mgr jerr;
+	unsigned char *out = NULL, row[64] = {0};
+	cinfo.err = jpeg_std_error(&jerr);
+	jpeg_create_compress(&cinfo);
+	jpeg_mem_dest(&cinfo, &out, len);
+	cinfo.image_width = cinfo.image_height = (JDIMENSION)side;
+	cinfo.input_components = 1;
+	cinfo.in_color_space = JCS_GRAYSCALE;
+	jpeg_set_defaults(&cinfo);
+	jpeg_simple_progression(&cinfo);
+	jpeg_start_compress(&cinfo, TRUE);
+	JSAMPROW r = row;
+	while (cinfo.next_scanline < cinfo.image_height)
+		jpeg_write_scanlines(&cinfo, &r, 1);
+	jpeg_finish_compress(&cinfo);
+	jpeg_destroy_compress(&cinfo);
+	return out;
+}
+
+static long max_rss_kb(void)
+{
+	struct rusage ru;
+	getrusage(RUSAGE_SELF, &ru);
+	return ru.ru_maxrss;
+}
+
+/* Issue 14: a few hundred bytes declaring 20000x20000 used to cost 1.5 GB
+ * (libjpeg's progressive coefficient buffer) before the size was refused. */
+static void test_jpeg_header_bomb_is_refused_before_allocating(void)
+{
+	unsigned long len = 0;
+	unsigned char *j = small_jpeg(8, &len);
+	size_t sof = 0;
+	for (size_t i = 2; i + 9 < len; i++)
+		if (j[i] == 0xff && (j[i + 1] == 0xc2 || j[i + 1] == 0xc0)) {
+			sof = i;
+			break;
+		}
+	WF_CHECK(sof > 0);
+	j[sof + 5] = j[sof + 7] = 20000 >> 8; /* height, width */
+	j[sof + 6] = j[sof + 8] = 20000 & 0xff;
+	wf_image_io io = identity_io(3);
+	float out[H * W * 3];
+	wf_err err = {0};
+	long before = max_rss_kb();
+	WF_CHECK_INT(wf_image_decode(&io, j, len, out, &err), WF_EINVAL);
+	WF_CHECK_MSG(strstr(err.msg, "20000x20000") && strstr(err.msg, "too large"), "%s", err.msg);
+	long grew = max_rss_kb() - before;
+	WF_CHECK_MSG(grew < 64 * 1024, "decoding the refused header grew RSS by %ld KiB", grew);
+	free(j);
+	/* the operator's limit (--max_image_pixels) is the one applied and named */
+	j = small_jpeg(16, &len);
+	io.max_pixels = 255;
+	WF_CHECK_INT(wf_image_decode(&io, j, len, out, &err), WF_EINVAL);
+	WF_CHECK_MSG(strstr(err.msg, "16x16") && strstr(err.msg, "255 pixels"), "%s", err.msg);
+	io.max_pixels = 256;
+	WF_CHECK_INT(wf_image_decode(&io, j, len, out, &err), 0);
+	free(j);
 }
 
 int main(void)
@@ -365,5 +433,6 @@ int main(void)
 	WF_RUN(test_png_is_resized_and_preprocessed);
 	WF_RUN(test_truncated_and_corrupt_png_fail_with_a_reason);
 	WF_RUN(test_oversized_png_is_refused_naming_the_limit);
+	WF_RUN(test_jpeg_header_bomb_is_refused_before_allocating);
 	return wf_test_summary();
 }

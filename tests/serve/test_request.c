@@ -9,9 +9,9 @@
 /* jpeglib.h needs stdio.h first */
 #include <jpeglib.h>
 
-static wf_serve_io test_io(void)
+static wf_image_io test_io(void)
 {
-	wf_serve_io io = {.h = 2, .w = 2, .c = 3, .classes = 3, .scale = 1.0f / 255};
+	wf_image_io io = {.h = 2, .w = 2, .c = 3, .classes = 3, .scale = 1.0f / 255};
 	for (int i = 0; i < 4; i++) {
 		io.mean[i] = 0.5f;
 		io.std[i] = 0.25f;
@@ -51,10 +51,10 @@ static void test_base64_roundtrip_and_garbage_rejected(void)
 	const uint8_t data[] = {0, 1, 2, 250, 251, 252, 253};
 	wf_err err = {0};
 	for (size_t n = 0; n <= sizeof(data); n++) {
-		char *s = wf_serve_b64_encode(data, n);
+		char *s = wf_b64_encode(data, n);
 		uint8_t *back = NULL;
 		size_t blen = 0;
-		WF_CHECK_INT(wf_serve_b64_decode(s, strlen(s), &back, &blen, &err), 0);
+		WF_CHECK_INT(wf_b64_decode(s, strlen(s), &back, &blen, &err), 0);
 		WF_CHECK_INT(blen, n);
 		WF_CHECK(n == 0 || memcmp(back, data, n) == 0);
 		free(back);
@@ -62,17 +62,17 @@ static void test_base64_roundtrip_and_garbage_rejected(void)
 	}
 	uint8_t *out = NULL;
 	size_t olen;
-	WF_CHECK_INT(wf_serve_b64_decode("ab$d", 4, &out, &olen, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_b64_decode("ab$d", 4, &out, &olen, &err), WF_EINVAL);
 	WF_CHECK(strstr(err.msg, "base64") != NULL);
-	WF_CHECK_INT(wf_serve_b64_decode("a", 1, &out, &olen, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_b64_decode("a", 1, &out, &olen, &err), WF_EINVAL);
 	/* URL-safe alphabet is accepted */
-	WF_CHECK_INT(wf_serve_b64_decode("-_8", 3, &out, &olen, &err), 0);
+	WF_CHECK_INT(wf_b64_decode("-_8", 3, &out, &olen, &err), 0);
 	free(out);
 }
 
 static void test_tf_instances_are_model_input_unchanged(void)
 {
-	wf_serve_io io = test_io();
+	wf_image_io io = test_io();
 	wf_serve_tf_req req;
 	wf_err err = {0};
 	const char *body = "{\"instances\": [[[[1,2,3],[4,5,6]],[[7,8,9],[10,11,12]]],"
@@ -94,7 +94,7 @@ static void test_tf_instances_are_model_input_unchanged(void)
 
 static void test_tf_bad_bodies_say_why(void)
 {
-	wf_serve_io io = test_io();
+	wf_image_io io = test_io();
 	wf_serve_tf_req req;
 	wf_err err = {0};
 	const char *cases[][2] = {
@@ -119,11 +119,11 @@ static void test_tf_bad_bodies_say_why(void)
 
 static void test_b64_jpeg_is_decoded_resized_and_preprocessed(void)
 {
-	wf_serve_io io = test_io();
+	wf_image_io io = test_io();
 	const unsigned char rgb[3] = {200, 100, 50};
 	unsigned long len = 0;
 	unsigned char *jpg = solid_jpeg(17, 9, rgb, &len);
-	char *b64 = wf_serve_b64_encode(jpg, len);
+	char *b64 = wf_b64_encode(jpg, len);
 	size_t blen = strlen(b64) + 64;
 	char *body = malloc(blen);
 	snprintf(body, blen, "{\"instances\": [{\"b64\": \"%s\"}]}", b64);
@@ -138,15 +138,15 @@ static void test_b64_jpeg_is_decoded_resized_and_preprocessed(void)
 	wf_serve_tf_req_free(&req);
 	/* a BGR model sees the channels swapped */
 	io.bgr = 1;
-	WF_CHECK_INT(wf_serve_decode_image(&io, jpg, len, (float[12]){0}, &err), 0);
+	WF_CHECK_INT(wf_image_decode(&io, jpg, len, (float[12]){0}, &err), 0);
 	float out[12];
-	wf_serve_decode_image(&io, jpg, len, out, &err);
+	wf_image_decode(&io, jpg, len, out, &err);
 	WF_CHECK_NEAR(out[0], (50 / 255.0 - 0.5) / 0.25, 4.0 / 255 / 0.25);
 	/* truncated JPEG and PNG are refused with a reason */
-	WF_CHECK_INT(wf_serve_decode_image(&io, jpg, len / 3, out, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_image_decode(&io, jpg, len / 3, out, &err), WF_EINVAL);
 	WF_CHECK(strstr(err.msg, "JPEG") != NULL);
 	const uint8_t png[16] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-	WF_CHECK_INT(wf_serve_decode_image(&io, png, sizeof(png), out, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_image_decode(&io, png, sizeof(png), out, &err), WF_EINVAL);
 	WF_CHECK(strstr(err.msg, "PNG") != NULL);
 	free(body);
 	free(b64);
@@ -155,7 +155,7 @@ static void test_b64_jpeg_is_decoded_resized_and_preprocessed(void)
 
 static void test_kserve_fp32_json_and_binary_agree(void)
 {
-	wf_serve_io io = test_io();
+	wf_image_io io = test_io();
 	wf_serve_kv2_req a, b;
 	wf_err err = {0};
 	const char *js = "{\"id\":\"r1\",\"inputs\":[{\"name\":\"input\",\"shape\":[1,2,2,3],"
@@ -190,7 +190,7 @@ static void test_kserve_fp32_json_and_binary_agree(void)
 
 static void test_kserve_uint8_gets_preprocessing(void)
 {
-	wf_serve_io io = test_io();
+	wf_image_io io = test_io();
 	wf_serve_kv2_req r;
 	wf_err err = {0};
 	const char *js = "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,2,2,3],\"datatype\":"

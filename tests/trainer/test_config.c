@@ -179,6 +179,46 @@ static void test_resolved_config_round_trips(void)
 	unlink(path);
 }
 
+/* data.augment: the old boolean keeps working, the object switches each
+ * augmentation on its own, and the resolved config writes the object. */
+static void test_augment_is_a_boolean_or_an_object(void)
+{
+	wf_config c, b;
+	wf_err err = {0};
+	WF_CHECK_INT(wf_config_parse_string(&c,
+					    "{\"data\":{\"train\":\"x.h5\",\"augment\":{\"flip\":"
+					    "true,\"random_resized_crop\":true,\"scale_min\":0.5,"
+					    "\"brightness\":0.2}}}",
+					    &err),
+		     0);
+	WF_CHECK(c.data.aug.flip && !c.data.aug.crop && c.data.aug.random_resized_crop);
+	WF_CHECK(c.data.aug.scale_min == 0.5 && c.data.aug.brightness == 0.2 && !c.data.augment);
+	WF_CHECK(wf_config_parse_string(&c, "{\"data\":{\"train\":\"x\",\"augment\":{\"flip\":1}}}",
+					&err) == WF_EINVAL);
+	WF_CHECK_MSG(strstr(err.msg, "data.augment.flip: expected a boolean"), "%s", err.msg);
+	WF_CHECK(wf_config_parse_string(
+			 &c, "{\"data\":{\"train\":\"x\",\"augment\":{\"scale_min\":0}}}", &err) ==
+		 WF_EINVAL);
+	WF_CHECK_MSG(strstr(err.msg, "data.augment.scale_min"), "%s", err.msg);
+	WF_CHECK_INT(
+		wf_config_parse_string(&c, "{\"data\":{\"train\":\"x\",\"augment\":true}}", &err),
+		0);
+	WF_CHECK(c.data.augment == 1);
+	wf_config_default(&c);
+	WF_CHECK_INT(wf_config_set(&c, "data.augment={\"crop\":true,\"contrast\":0.3}", &err), 0);
+	WF_CHECK(c.data.aug.crop && c.data.aug.contrast == 0.3);
+	WF_CHECK_INT(wf_config_set(&c, "data.augment=true", &err), 0);
+	WF_CHECK(c.data.augment == 1 && c.data.aug.crop);
+	/* resolved: {"augment": {"flip": true, "crop": true, "contrast": 0.3, ...}} */
+	char path[] = "/tmp/wf_cfg_XXXXXX";
+	WF_CHECK_INT(write_tmp(path, ""), 0);
+	WF_CHECK_INT(wf_config_write(&c, path, &err), 0);
+	wf_config_default(&b);
+	WF_CHECK_INT(wf_config_load_file(&b, path, &err), 0);
+	WF_CHECK(b.data.aug.flip && b.data.aug.crop && b.data.aug.contrast == 0.3);
+	unlink(path);
+}
+
 int main(void)
 {
 	WF_RUN(test_defaults_need_only_train_data);
@@ -189,5 +229,6 @@ int main(void)
 	WF_RUN(test_set_overrides);
 	WF_RUN(test_file_errors_name_file_line);
 	WF_RUN(test_resolved_config_round_trips);
+	WF_RUN(test_augment_is_a_boolean_or_an_object);
 	return wf_test_summary();
 }

@@ -535,6 +535,67 @@ static void test_thread_error_is_reported_by_next(void)
 	wf_dataset_close(ds);
 }
 
+/* Each augmentation switch on its own: deterministic from the seed, the same
+ * bytes whatever the thread count, and it changes the images; flip alone
+ * gives each image or its mirror. */
+static void test_each_augmentation_switch_on_its_own(void)
+{
+	wf_err err = {0};
+	wf_dataset *ds = NULL;
+	WF_CHECK_INT(wf_dataset_open(&ds, synth_path, &err), 0);
+	if (!ds)
+		return;
+	const wf_dataset_info *in = wf_dataset_info_get(ds);
+	size_t fl = sample_floats(ds);
+	const int batch = 16;
+	float *p = malloc(sizeof(float) * fl * batch), *a = malloc(sizeof(float) * fl * batch),
+	      *a2 = malloc(sizeof(float) * fl * batch);
+	int32_t lp[16], la[16];
+	wf_batch m;
+	for (int sw = 0; sw < 6; sw++) {
+		wf_reader_cfg cp = raw_cfg(batch, 0, 1, 1), ca = cp;
+		const char *name[] = {"flip",	    "crop",	"random_resized_crop",
+				      "brightness", "contrast", "saturation"};
+		switch (sw) {
+		case 0: ca.flip = 1; break;
+		case 1: ca.crop = 1; break;
+		case 2: ca.rrc = 1; break;
+		case 3: ca.brightness = 0.4f; break;
+		case 4: ca.contrast = 0.4f; break;
+		default: ca.saturation = 0.6f; break;
+		}
+		wf_reader_cfg cb = ca;
+		cb.threads = 3;
+		wf_reader *rp = NULL, *ra = NULL, *rb = NULL;
+		WF_CHECK_INT(wf_reader_create(&rp, ds, &cp, &err), 0);
+		WF_CHECK_INT(wf_reader_create(&ra, ds, &ca, &err), 0);
+		WF_CHECK_INT(wf_reader_create(&rb, ds, &cb, &err), 0);
+		int changed = 0;
+		for (int s = 0; s < 2 && rp && ra && rb; s++) {
+			WF_CHECK_INT(next_copy(rp, fl, p, lp, &m), 1);
+			WF_CHECK_INT(next_copy(ra, fl, a, la, &m), 1);
+			WF_CHECK_INT(next_copy(rb, fl, a2, la, &m), 1);
+			WF_CHECK_MSG(memcmp(a, a2, sizeof(float) * fl * batch) == 0,
+				     "%s: 1 and 3 threads differ", name[sw]);
+			for (int k = 0; k < batch; k++) {
+				const float *o = p + fl * k, *g = a + fl * k;
+				changed += memcmp(o, g, sizeof(float) * fl) != 0;
+				if (sw == 0)
+					WF_CHECK(is_crop_flip(o, g, in->h, in->w, in->c, 0));
+			}
+		}
+		WF_CHECK_MSG(changed >= batch / 2, "%s changed only %d of %d images", name[sw],
+			     changed, 2 * batch);
+		wf_reader_free(rp);
+		wf_reader_free(ra);
+		wf_reader_free(rb);
+	}
+	free(p);
+	free(a);
+	free(a2);
+	wf_dataset_close(ds);
+}
+
 int main(void)
 {
 	wf_err err = {0};
@@ -555,6 +616,7 @@ int main(void)
 	WF_RUN(test_resume_at_step_reads_the_same_batch);
 	WF_RUN(test_eval_covers_every_sample_once_in_file_order);
 	WF_RUN(test_augmentation_is_deterministic_and_crops_and_flips);
+	WF_RUN(test_each_augmentation_switch_on_its_own);
 	WF_RUN(test_preprocessing_applies_scale_mean_std);
 	WF_RUN(test_streaming_reader_equals_in_memory_reader);
 	WF_RUN(test_free_while_thread_blocked_or_busy);
