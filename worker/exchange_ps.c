@@ -119,12 +119,12 @@ static int chief_repair(ps_ctx *c, long lo, long hi, wf_err *err)
 		wf_warn("ps: servers are at steps %ld..%ld (one restarted from a checkpoint?): "
 			"rolling every server back to step %ld",
 			lo, hi, lo);
-		int rc = wf_ps_client_restore(c->cl, c->ckpt_dir, lo, &restored, &e);
+		int rc = wf_ps_client_restore(c->cl, lo, &restored, &e);
 		if (rc == 0)
 			return 0;
 		wf_warn("ps: restoring step %ld failed (%s)", lo, e.msg);
 	}
-	int rc = wf_ps_client_restore(c->cl, c->ckpt_dir, -1, &restored, &e);
+	int rc = wf_ps_client_restore(c->cl, -1, &restored, &e);
 	if (rc == 0) {
 		wf_warn("ps: every server restored the newest checkpoint, step %ld", restored);
 		return 0;
@@ -198,7 +198,7 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 		if (resume_dir) {
 			long restored;
 			wf_err e = {0};
-			rc = wf_ps_client_restore(c->cl, c->ckpt_dir, resume_step, &restored, &e);
+			rc = wf_ps_client_restore(c->cl, resume_step, &restored, &e);
 			if (rc != 0) {
 				wf_warn("ps: the servers cannot restore step %ld (%s): seeding "
 					"them "
@@ -287,7 +287,7 @@ static int ps_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 	/* sync: the executor holds exactly the servers' values of this step */
 	if (strcmp(c->mode, "sync") != 0 && (rc = pull_all(c, &version, err)) != 0)
 		return rc;
-	rc = wf_ps_client_checkpoint(c->cl, c->ckpt_dir, step, err);
+	rc = wf_ps_client_checkpoint(c->cl, step, err);
 	if (rc != 0)
 		return wf_err_wrap(err, "checkpoint %s", dir), rc;
 	return 0;
@@ -403,6 +403,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		.connect_timeout = cfg->connect_timeout,
 		.heartbeat_interval = cfg->heartbeat_interval > 0 ? cfg->heartbeat_interval : 0.5,
 		.server_timeout = cfg->server_timeout > 0 ? cfg->server_timeout : 5,
+		.keys = cfg->keys,
 	};
 	if ((rc = wf_ps_client_create(&c->cl, &cc, err)) != 0)
 		goto fail;

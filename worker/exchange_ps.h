@@ -35,6 +35,8 @@ typedef struct wf_exchange_ps_cfg {
 	double connect_timeout;	   /* seconds to wait for servers to come up; 0: 120 */
 	double heartbeat_interval; /* seconds; 0: 0.5 */
 	double server_timeout;	   /* seconds of heartbeat silence = server gone; 0: 5 */
+
+	const struct wf_ps_keys *keys; /* CURVE keys (ps/auth.h); NULL: plain TCP */
 } wf_exchange_ps_cfg;
 
 /* An exchange over executor ex of model m (both outlive it). optim must be
