@@ -148,6 +148,18 @@ static int write_key(const char *dir, const char *name, const char *key, int sec
 	return rc;
 }
 
+int wf_ps_keys_new(wf_ps_keys *k, wf_err *err)
+{
+	int rc = wf_ps_curve_check(err);
+	if (rc)
+		return rc;
+	if (zmq_curve_keypair(k->server_public, k->server_secret) ||
+	    zmq_curve_keypair(k->client_public, k->client_secret))
+		return wf_errf(err, WF_EINTERNAL, "zmq_curve_keypair: %s",
+			       zmq_strerror(zmq_errno()));
+	return 0;
+}
+
 int wf_ps_keys_generate(const char *dir, int overwrite, wf_err *err)
 {
 	char keys[4][WF_PS_KEY_Z85];

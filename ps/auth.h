@@ -33,6 +33,8 @@ int wf_ps_curve_check(wf_err *err);
  * says how to make them (`weft keygen --out DIR`). Warns when a secret key
  * file can be read by group or others. */
 int wf_ps_keys_load(wf_ps_keys *k, const char *dir, wf_err *err);
+/* Two fresh key pairs in memory (benchmarks, tests). */
+int wf_ps_keys_new(wf_ps_keys *k, wf_err *err);
 /* Make two fresh key pairs and write them to dir (created 0700 if missing;
  * existing key files are refused unless overwrite). */
 int wf_ps_keys_generate(const char *dir, int overwrite, wf_err *err);

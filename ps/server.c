@@ -82,6 +82,7 @@ typedef struct worker {
 	double last_seen; /* seconds */
 	long last_step;	  /* highest step pushed, -1 none */
 	long stall_step;  /* step last reported stalled */
+	double stall_log; /* when a stall of this worker was last logged */
 	long ssp_logged;  /* ssp: last step whose long wait was logged */
 	held barrier;
 } worker;
@@ -1060,9 +1061,12 @@ static void check_stalls(server *s, double now)
 						      nowed ? "," : "", c->gidx);
 			nowed++;
 		}
-		if (!nowed || wk->stall_step == step)
+		/* one line per stalled step, and at most one per worker every 10 s
+		 * (a worker that keeps registering again must not flood the log) */
+		if (!nowed || wk->stall_step == step || now - wk->stall_log < 10)
 			continue;
 		wk->stall_step = step;
+		wk->stall_log = now;
 		wf_warn("ps %d: stall: worker %d is alive (last message %.1f s ago) but has not "
 			"pushed step %ld for %.1f s; chunks owed (%d): %s%s",
 			s->cfg->index, w, now - wk->last_seen, step, waited, nowed, owed,

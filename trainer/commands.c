@@ -24,7 +24,7 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 {
 	const char *config = NULL, *device = NULL, *key_dir = NULL;
 	long threads = -1, accumulate = -1, stop_at = 0;
-	int resume = 0, help_config = 0, no_tty = 0, insecure = 0;
+	int resume = 0, help_config = 0, no_tty = 0, insecure = 0, fresh = 0;
 	wf_cli_list sets = {0}, pos = {0};
 	const wf_flag flags[] = {
 		{"config", WF_FLAG_STR, &config, "FILE", "training config (JSON; required)"},
@@ -49,6 +49,10 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		{"key-dir", WF_FLAG_STR, &key_dir, "DIR",
 		 "parameter_server: the cluster's CURVE key files (`weft keygen`); same as --set "
 		 "cluster.key_dir=DIR (default: $WEFT_KEY_DIR)"},
+		{"fresh", WF_FLAG_BOOL, &fresh, NULL,
+		 "parameter_server chief: start over at step 0 even when checkpoint.dir holds a "
+		 "complete checkpoint (by default a chief resumes from it, as a restarted pod "
+		 "must)"},
 		{"insecure", WF_FLAG_BOOL, &insecure, NULL,
 		 "parameter_server: plain TCP without keys (anyone who reaches a server can read "
 		 "and overwrite the model)"},
@@ -103,7 +107,12 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 			     stop_at);
 		goto free_lists;
 	}
-	wf_train_opts opts = {.resume = resume, .tty = no_tty ? 0 : -1, .stop_at = stop_at};
+	if (resume && fresh) {
+		rc = wf_errf(err, WF_EINVAL, "train: --resume and --fresh: choose one");
+		goto free_lists;
+	}
+	wf_train_opts opts = {
+		.resume = resume, .tty = no_tty ? 0 : -1, .stop_at = stop_at, .fresh = fresh};
 	int trained = 0; /* 0: this process was a ps or an evaluator (TF_CONFIG) */
 	rc = wf_role_run(&cfg, &opts, &res, &trained, err);
 	if (rc == 0 && trained && res.reports) {

@@ -132,6 +132,7 @@ static void tf_configs(launcher *l, const int *ports)
 
 /* ---- children ------------------------------------------------------------------ */
 
+/* resume: 1 --resume, 0 --fresh (a chief's first start: a new job), -1 neither */
 static void spawn(launcher *l, child *c, int resume)
 {
 	int out[2], errp[2];
@@ -171,8 +172,10 @@ static void spawn(launcher *l, child *c, int resume)
 			argv[n++] = "--threads";
 			argv[n++] = l->threads_arg;
 			argv[n++] = "--no-progress-line";
-			if (resume)
+			if (resume > 0)
 				argv[n++] = "--resume";
+			else if (resume == 0)
+				argv[n++] = "--fresh";
 		}
 		argv[n] = NULL;
 		execv(l->exe, (char *const *)argv);
@@ -196,7 +199,7 @@ static void spawn(launcher *l, child *c, int resume)
 	fcntl(out[0], F_SETFL, O_NONBLOCK);
 	fcntl(errp[0], F_SETFL, O_NONBLOCK);
 	fprintf(stderr, "[launch] %s started (pid %d)%s\n", c->name, (int)pid,
-		resume ? " with --resume" : "");
+		resume > 0 ? " with --resume" : "");
 }
 
 static void emit(child *c, int which, const char *line, size_t n)
@@ -306,7 +309,7 @@ static void reap(launcher *l, child *c, int st)
 			c->restarts, l->max_restarts);
 		/* a restarted chief resumes from the newest checkpoint and rolls the
 		 * cluster back to it; workers and servers take the servers' state */
-		spawn(l, c, (int)(c - l->ch) == chief_index(l));
+		spawn(l, c, (int)(c - l->ch) == chief_index(l) ? 1 : -1);
 		return;
 	}
 	c->exited = 1;
@@ -610,8 +613,12 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	got_signal = 0;
 	sigaction(SIGINT, &sa, &old_int);
 	sigaction(SIGTERM, &sa, &old_term);
-	for (int i = 0; i < l->n; i++)
-		spawn(l, &l->ch[i], resume && l->ch[i].kind != KIND_PS);
+	for (int i = 0; i < l->n; i++) /* without --resume, a new job: the chief starts over */
+		spawn(l, &l->ch[i],
+		      l->ch[i].kind == KIND_PS ? -1
+		      : resume		       ? 1
+		      : i == chief_index(l)    ? 0
+					       : -1);
 	run_loop(l);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);

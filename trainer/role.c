@@ -210,8 +210,15 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 		goto cleanup;
 	if ((rc = ps_endpoints(&c, &ep, err)) != 0)
 		goto cleanup;
+	long done = 0, ck;
+	char ckdir[4200];
+	wf_err ce = {0};
+	if (wf_ckpt_latest(cfg->checkpoint.dir, &ck, ckdir, sizeof(ckdir), &ce) == 1 &&
+	    ck >= cfg->train.steps)
+		done = ck;
 	wf_exchange_ps_cfg pc = {
 		.keys = kp,
+		.done_step = done,
 		.nservers = c.jobs[WF_ROLE_PS].n,
 		.endpoints = (const char *const *)ep,
 		.job_id = wf_role_job_id(cfg, &c),
@@ -323,7 +330,7 @@ cleanup:
 static void ps_opts_default(ps_opts *po)
 {
 	po->stats_every = env_seconds("WEFT_PS_STATS_EVERY", 30);
-	po->heartbeat_timeout = env_seconds("WEFT_PS_HEARTBEAT_TIMEOUT", 10);
+	po->heartbeat_timeout = env_seconds("WEFT_PS_HEARTBEAT_TIMEOUT", 5);
 	po->stall_timeout = env_seconds("WEFT_PS_STALL_TIMEOUT", 60);
 }
 
@@ -448,10 +455,33 @@ int wf_role_run(const wf_config *cfg, const wf_train_opts *opts, wf_train_result
 		break;
 	}
 	case WF_ROLE_EVALUATOR: rc = run_evaluator(cfg, err); break;
-	default:
+	default: {
+		wf_train_opts o = *opts;
+		if (c.source == WF_CLUSTER_SRC_TF_CONFIG &&
+		    !strcmp(cfg->strategy.name, "parameter_server") && c.is_chief && !o.resume &&
+		    !o.fresh) {
+			/* a restarted chief (a Kubernetes pod restart) must not throw the
+			 * job back to step 0 */
+			long step;
+			char dir[4200];
+			int found =
+				wf_ckpt_latest(cfg->checkpoint.dir, &step, dir, sizeof(dir), err);
+			if (found < 0) {
+				rc = found;
+				break;
+			}
+			if (found) {
+				wf_info("%s holds a complete checkpoint (step %ld): the chief "
+					"resumes "
+					"from it (pass --fresh to start over)",
+					cfg->checkpoint.dir, step);
+				o.resume = 1;
+			}
+		}
 		*trained = 1;
-		rc = wf_train(cfg, opts, res, err);
+		rc = wf_train(cfg, &o, res, err);
 		break;
+	}
 	}
 cleanup:
 	wf_cluster_free(&c);
@@ -476,7 +506,7 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 		{"stats-every", WF_FLAG_INT, &stats, "S",
 		 "seconds between stats lines (30, or WEFT_PS_STATS_EVERY; 0: none)"},
 		{"heartbeat-timeout", WF_FLAG_INT, &hb, "S",
-		 "declare a silent worker dead after S seconds (10, or "
+		 "declare a silent worker dead after S seconds (5, or "
 		 "WEFT_PS_HEARTBEAT_TIMEOUT)"},
 		{"stall-timeout", WF_FLAG_INT, &stall, "S",
 		 "name a live worker that owes pushes after S seconds (60, or "
