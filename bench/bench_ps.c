@@ -8,9 +8,13 @@
  * back. Both are measured in the same run on loopback; the figure is the
  * vector's bytes per second of round trips (GB/s), the median of --runs
  * rounds after one warm-up; the ratio ps/raw is printed (target >= 0.8).
+ * The same parameter servers are then measured with ZeroMQ CURVE (encryption
+ * and the ZAP key check, as weft runs them by default) and the ratio
+ * CURVE/plain is printed (target >= 0.7).
  * --servers 1|2 runs one configuration only. Ports are picked free by the
  * kernel; a peer that does not answer fails the run after 60 s, never hangs. */
 #include "common/util.h"
+#include "ps/auth.h"
 #include "ps/client.h"
 #include "ps/placement.h"
 #include "ps/server.h"
@@ -132,7 +136,7 @@ static double bench_raw(int nservers, const wf_ps_placement *pl, float *grads, f
 /* ---- parameter servers ---- */
 
 static double bench_ps(int nservers, size_t n, const wf_ps_placement *pl, float *grads,
-		       float *params, int runs)
+		       float *params, int runs, const wf_ps_keys *keys)
 {
 	char eps[4][64];
 	const char *cep[4];
@@ -151,6 +155,7 @@ static double bench_ps(int nservers, size_t n, const wf_ps_placement *pl, float 
 			c.optim.momentum = 0;
 			c.optim.lr = 1e-6;
 			c.stats_every = 0;
+			c.keys = keys;
 			wf_err err = {0};
 			int rc = wf_ps_server_run(&c, &err);
 			if (rc)
@@ -168,7 +173,8 @@ static double bench_ps(int nservers, size_t n, const wf_ps_placement *pl, float 
 			       .params = params,
 			       .samples = 1,
 			       .timeout = 120,
-			       .connect_timeout = 30};
+			       .connect_timeout = 30,
+			       .keys = keys};
 	wf_ps_client *c = NULL;
 	wf_err err = {0};
 	double t[64], med = -1;
@@ -229,7 +235,14 @@ int main(int argc, char **argv)
 	atexit(stop_kids);
 	printf("bench_ps: %zu MB float vector, 4 MB chunks, median of %d rounds, loopback\n", mb,
 	       runs);
-	printf("%-8s %8s %12s %12s %7s\n", "servers", "chunks", "ps GB/s", "raw GB/s", "ratio");
+	wf_ps_keys keys;
+	wf_err kerr = {0};
+	if (wf_ps_keys_new(&keys, &kerr)) {
+		fprintf(stderr, "bench_ps: %s\n", kerr.msg);
+		return 1;
+	}
+	printf("%-8s %8s %12s %12s %7s %12s %12s\n", "servers", "chunks", "ps GB/s", "raw GB/s",
+	       "ratio", "curve GB/s", "curve/plain");
 	int worst = 0;
 	for (int ns = 1; ns <= 2; ns++) {
 		if (only && ns != only)
@@ -241,14 +254,16 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		double traw = bench_raw(ns, &pl, grads, params, runs);
-		double tps = bench_ps(ns, n, &pl, grads, params, runs);
+		double tps = bench_ps(ns, n, &pl, grads, params, runs, NULL);
+		double tcv = bench_ps(ns, n, &pl, grads, params, runs, &keys);
 		double gb = (double)n * sizeof(float) / 1e9;
-		if (tps <= 0 || traw <= 0) {
-			printf("%-8d %8d %12s %12s %7s\n", ns, pl.nchunks, "failed", "failed", "-");
+		if (tps <= 0 || traw <= 0 || tcv <= 0) {
+			printf("%-8d %8d %12s %12s %7s %12s %12s\n", ns, pl.nchunks, "failed",
+			       "failed", "-", "failed", "-");
 			worst = 1;
 		} else {
-			printf("%-8d %8d %12.2f %12.2f %7.2f\n", ns, pl.nchunks, gb / tps,
-			       gb / traw, traw / tps);
+			printf("%-8d %8d %12.2f %12.2f %7.2f %12.2f %12.2f\n", ns, pl.nchunks,
+			       gb / tps, gb / traw, traw / tps, gb / tcv, tps / tcv);
 		}
 		fflush(stdout);
 		wf_ps_placement_free(&pl);

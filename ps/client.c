@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "ps/auth.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -43,6 +44,8 @@ struct wf_ps_client {
 	wf_ps_stats *stats_out;
 	pthread_t hb;
 	int hb_started;
+	wf_ps_keys keys; /* when secure */
+	int secure;
 	atomic_int hb_stop;
 	_Atomic uint32_t *inc; /* [nservers] incarnation in the last heartbeat reply, 0 none */
 	_Atomic int64_t *seen; /* [nservers] ms (wf_now) of the last heartbeat reply, 0 none */
@@ -363,8 +366,15 @@ static void *hb_main(void *arg)
 	for (int s = 0; s < n; s++) {
 		socks[s] = zmq_socket(c->zctx, ZMQ_DEALER);
 		if (socks[s]) {
+			wf_err e = {0};
 			zmq_setsockopt(socks[s], ZMQ_LINGER, &linger, sizeof(linger));
-			zmq_connect(socks[s], c->endpoints[s]);
+			if (c->secure && wf_ps_curve_client(socks[s], &c->keys, &e)) {
+				wf_warn("%s: no heartbeats to ps %d", e.msg, s);
+				zmq_close(socks[s]);
+				socks[s] = NULL;
+			} else {
+				zmq_connect(socks[s], c->endpoints[s]);
+			}
 		}
 		items[s] = (zmq_pollitem_t){.socket = socks[s], .events = ZMQ_POLLIN};
 	}
@@ -428,6 +438,16 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	if (!c)
 		return wf_errf(err, WF_ENOMEM, "ps client: out of memory");
 	c->cfg = *cfg;
+	c->cfg.keys = NULL;
+	if (cfg->keys) {
+		int krc = wf_ps_curve_check(err);
+		if (krc) {
+			free(c);
+			return krc;
+		}
+		c->keys = *cfg->keys;
+		c->secure = 1;
+	}
 	int rc = WF_ENOMEM, nc = cfg->pl ? cfg->pl->nchunks : 0;
 	c->cap = nc + 1 + cfg->nservers;
 	c->pend = calloc((size_t)c->cap, sizeof(*c->pend));
@@ -460,6 +480,9 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 		if (!(c->endpoints[s] = strdup(cfg->endpoints[s])))
 			goto fail;
 		c->socks[s] = zmq_socket(c->zctx, ZMQ_DEALER);
+		if (c->socks[s] && c->secure &&
+		    (rc = wf_ps_curve_client(c->socks[s], &c->keys, err)))
+			goto fail;
 		if (!c->socks[s] ||
 		    zmq_setsockopt(c->socks[s], ZMQ_LINGER, &linger, sizeof(linger)) ||
 		    zmq_setsockopt(c->socks[s], ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) ||
@@ -508,6 +531,7 @@ void wf_ps_client_free(wf_ps_client *c)
 	free(c->floats);
 	free((void *)c->inc);
 	free((void *)c->seen);
+	memset(&c->keys, 0, sizeof(c->keys));
 	free(c);
 }
 
@@ -550,8 +574,13 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 		if (left && wf_now() >= deadline)
 			return wf_errf(err, WF_ETRANSIENT,
 				       "register: %d of %d parameter servers did not answer within "
-				       "%.0f s (%s%s)",
-				       left, n, limit, e.msg[0] ? "last: " : "", e.msg);
+				       "%.0f s (%s%s)%s",
+				       left, n, limit, e.msg[0] ? "last: " : "", e.msg,
+				       c->secure ? "; are they up, and do they use the same "
+						   "cluster.key_dir keys? (a server refuses a "
+						   "wrong key silently)"
+						 : "; are they up, and started with --insecure "
+						   "too?");
 		tries++;
 	}
 	long m = 0;
@@ -696,16 +725,16 @@ int wf_ps_client_barrier(wf_ps_client *c, long step, wf_err *err)
 	return rc;
 }
 
-int wf_ps_client_checkpoint(wf_ps_client *c, const char *dir, long step, wf_err *err)
+int wf_ps_client_checkpoint(wf_ps_client *c, long step, wf_err *err)
 {
-	int rc = to_servers(c, -1, WF_PS_OP_CHECKPOINT, step, dir, err);
+	int rc = to_servers(c, -1, WF_PS_OP_CHECKPOINT, step, NULL, err);
 	clear_slots(c);
 	return rc;
 }
 
-int wf_ps_client_restore(wf_ps_client *c, const char *dir, long step, long *restored, wf_err *err)
+int wf_ps_client_restore(wf_ps_client *c, long step, long *restored, wf_err *err)
 {
-	int rc = to_servers(c, -1, WF_PS_OP_RESTORE, step, dir, err);
+	int rc = to_servers(c, -1, WF_PS_OP_RESTORE, step, NULL, err);
 	long got = -2;
 	for (int s = 0; !rc && s < c->cfg.nservers; s++) {
 		long st = c->pend[slot_server(c, s)].reply_step;

@@ -38,6 +38,8 @@ typedef struct wf_ps_client_cfg {
 				    * server's outstanding requests fail; 0: max(5, 10 x
 				    * heartbeat_interval). A restarted server (new
 				    * incarnation) fails them at once. */
+
+	const struct wf_ps_keys *keys; /* CURVE keys (ps/auth.h, copied); NULL: plain TCP */
 } wf_ps_client_cfg;
 
 /* Create the sockets and connect (ZeroMQ connects in the background, so the
@@ -72,11 +74,12 @@ int wf_ps_client_pull(wf_ps_client *c, int chunk, long *version, wf_err *err);
 int wf_ps_client_pull_state(wf_ps_client *c, wf_err *err);
 /* Wait until every live worker reached the barrier on every server. */
 int wf_ps_client_barrier(wf_ps_client *c, long step, wf_err *err);
-/* Every server writes its shard of step under dir (see ps/shard.h). */
-int wf_ps_client_checkpoint(wf_ps_client *c, const char *dir, long step, wf_err *err);
-/* Every server restores step (-1: newest complete) from dir (NULL: its own
- * restore_dir); *restored gets the step (all servers must agree). */
-int wf_ps_client_restore(wf_ps_client *c, const char *dir, long step, long *restored, wf_err *err);
+/* Every server writes its shard of step under its own checkpoint.dir (see
+ * ps/shard.h; no path goes over the wire). */
+int wf_ps_client_checkpoint(wf_ps_client *c, long step, wf_err *err);
+/* Every server restores step (-1: newest complete) from its own
+ * checkpoint.dir; *restored gets the step (all servers must agree). */
+int wf_ps_client_restore(wf_ps_client *c, long step, long *restored, wf_err *err);
 /* Statistics of server s; free with wf_ps_stats_free. */
 int wf_ps_client_stats(wf_ps_client *c, int s, wf_ps_stats *out, wf_err *err);
 /* Tell every server to exit (each replies first). */

@@ -264,7 +264,7 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 		if (reply)
 			break;
 		s->dtype = WF_PS_DTYPE_BYTES;
-		s->min_frames = h->op == WF_PS_OP_CHECKPOINT;
+		s->min_frames = 0; /* a path payload parses, and the server refuses it */
 		s->max_frames = 1;
 		break;
 	case WF_PS_OP_STATS:
@@ -320,8 +320,8 @@ int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *siz
 		REJECT(WF_PS_REJECT_OP, "flags 0x%x not valid on a %s %s", h->flags,
 		       wf_ps_op_name(h->op), lim->is_reply ? "reply" : "request");
 	if (h->job_id != lim->job_id)
-		REJECT(WF_PS_REJECT_JOB, "job id %llu, this job is %llu",
-		       (unsigned long long)h->job_id, (unsigned long long)lim->job_id);
+		REJECT(WF_PS_REJECT_JOB, "job id %llu is not this job's",
+		       (unsigned long long)h->job_id); /* never name the right one */
 	if (!lim->is_reply) {
 		int role = WF_PS_SENDER_ROLE(h->sender), idx = WF_PS_SENDER_INDEX(h->sender);
 		if (role < WF_PS_ROLE_WORKER || role > WF_PS_ROLE_TOOL)

@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "ps/auth.h"
 #include "ps/placement.h"
 #include "ps/proto.h"
 #include "ps/shard.h"
@@ -81,6 +82,7 @@ typedef struct worker {
 	double last_seen; /* seconds */
 	long last_step;	  /* highest step pushed, -1 none */
 	long stall_step;  /* step last reported stalled */
+	double stall_log; /* when a stall of this worker was last logged */
 	long ssp_logged;  /* ssp: last step whose long wait was logged */
 	held barrier;
 } worker;
@@ -642,19 +644,6 @@ static void op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	release(s, &r);
 }
 
-/* Copy a text payload into s->text; 0 or -1 when empty, too long or with a NUL. */
-static int payload_text(server *s, const wf_ps_msg *m)
-{
-	s->text[0] = '\0';
-	if (!m->nframes || m->size[0] == 0 || m->size[0] >= sizeof(s->text))
-		return -1;
-	if (memchr(m->frame[0], '\0', m->size[0]))
-		return -1;
-	memcpy(s->text, m->frame[0], m->size[0]);
-	s->text[m->size[0]] = '\0';
-	return 0;
-}
-
 static void shard_views(server *s)
 {
 	for (int i = 0; i < s->nchunks; i++) {
@@ -673,14 +662,19 @@ static void op_checkpoint(server *s, const uint8_t *rid, size_t rid_len, const w
 	const wf_ps_hdr *h = &m->hdr;
 	char path[PATH_BYTES + 64];
 	wf_err e = {0};
-	if (payload_text(s, m) || h->step < 0) {
+	if (m->nframes || h->step < 0) {
 		send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_BYTES,
-			    "checkpoint needs a directory (no NUL, < %d bytes) and a step >= 0",
-			    PATH_BYTES);
+			    "checkpoint takes a step >= 0 and no payload (a server writes only "
+			    "under its own checkpoint.dir)");
+		return;
+	}
+	if (!s->cfg->ckpt_dir) {
+		send_errorf(s, rid, rid_len, h, WF_EINVAL, -1,
+			    "checkpoint: this server has no checkpoint.dir");
 		return;
 	}
 	shard_views(s);
-	wf_ps_shard_path(path, sizeof(path), s->text, (long)h->step, s->cfg->index,
+	wf_ps_shard_path(path, sizeof(path), s->cfg->ckpt_dir, (long)h->step, s->cfg->index,
 			 s->cfg->nservers);
 	double t0 = wf_now();
 	int rc = wf_ps_shard_save(path, s->cfg->index, s->cfg->nservers, (long)h->step, s->shards,
@@ -772,20 +766,18 @@ static void op_restore(server *s, const uint8_t *rid, size_t rid_len, const wf_p
 	const wf_ps_hdr *h = &m->hdr;
 	wf_err e = {0};
 	long step = -1;
-	const char *root = s->cfg->restore_dir;
-	if (m->nframes && payload_text(s, m) == 0)
-		root = s->text;
-	else if (m->nframes) {
+	if (m->nframes) {
 		send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_BYTES,
-			    "restore: bad directory payload");
+			    "restore takes no payload (a server restores only from its own "
+			    "checkpoint.dir)");
 		return;
 	}
-	if (!root) {
+	if (!s->cfg->ckpt_dir) {
 		send_errorf(s, rid, rid_len, h, WF_EINVAL, -1,
-			    "restore: no directory given and the server has no restore_dir");
+			    "restore: this server has no checkpoint.dir");
 		return;
 	}
-	int rc = restore(s, root, h->step >= 0 ? (long)h->step : -1, &step, &e);
+	int rc = restore(s, s->cfg->ckpt_dir, h->step >= 0 ? (long)h->step : -1, &step, &e);
 	if (rc) {
 		wf_error("ps %d: %s", s->cfg->index, e.msg);
 		send_error(s, rid, rid_len, h, rc, e.msg);
@@ -1069,9 +1061,12 @@ static void check_stalls(server *s, double now)
 						      nowed ? "," : "", c->gidx);
 			nowed++;
 		}
-		if (!nowed || wk->stall_step == step)
+		/* one line per stalled step, and at most one per worker every 10 s
+		 * (a worker that keeps registering again must not flood the log) */
+		if (!nowed || wk->stall_step == step || now - wk->stall_log < 10)
 			continue;
 		wk->stall_step = step;
+		wk->stall_log = now;
 		wf_warn("ps %d: stall: worker %d is alive (last message %.1f s ago) but has not "
 			"pushed step %ld for %.1f s; chunks owed (%d): %s%s",
 			s->cfg->index, w, now - wk->last_seen, step, waited, nowed, owed,
@@ -1218,15 +1213,16 @@ int wf_ps_mode_parse(const char *str, wf_ps_mode *mode, int *staleness, wf_err *
 int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 {
 	server *s = calloc(1, sizeof(*s));
+	wf_ps_zap *zap = NULL;
 	int rc = 0, linger = 0;
 	if (!s)
 		return wf_errf(err, WF_ENOMEM, "ps: out of memory");
 	if ((rc = server_init(s, cfg, err)))
 		goto cleanup;
-	if (cfg->restore_dir && wf_exists(cfg->restore_dir)) {
+	if (cfg->ckpt_dir && wf_exists(cfg->ckpt_dir)) {
 		long step;
 		wf_err e = {0};
-		rc = restore(s, cfg->restore_dir, -1, &step, &e);
+		rc = restore(s, cfg->ckpt_dir, -1, &step, &e);
 		if (rc && rc != WF_EIO) {
 			wf_errf(err, rc, "%s", e.msg);
 			goto cleanup;
@@ -1239,14 +1235,25 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 	ZCHECK((s->zctx = zmq_ctx_new()) ? 0 : -1, "zmq_ctx_new");
 	ZCHECK((s->sock = zmq_socket(s->zctx, ZMQ_ROUTER)) ? 0 : -1, "zmq_socket(ROUTER)");
 	ZCHECK(zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof(linger)), "ZMQ_LINGER");
+	if (cfg->keys) {
+		if ((rc = wf_ps_curve_check(err)) ||
+		    (rc = wf_ps_zap_start(&zap, s->zctx, cfg->keys, cfg->index, err)) ||
+		    (rc = wf_ps_curve_server(s->sock, cfg->keys, err)))
+			goto cleanup;
+	} else {
+		wf_warn("ps %d: --insecure: plain TCP, no authentication: anyone who reaches %s "
+			"can read and overwrite the model",
+			cfg->index, cfg->bind);
+	}
 	if (zmq_bind(s->sock, cfg->bind) < 0) {
 		rc = wf_errf(err, WF_ETRANSIENT, "ps %d: cannot bind %s: %s", cfg->index, cfg->bind,
 			     zmq_strerror(zmq_errno()));
 		goto cleanup;
 	}
-	wf_info("ps %d/%d: listening on %s: %d of %d chunks (%zu floats), %d workers, mode %s",
-		cfg->index, cfg->nservers, cfg->bind, s->nchunks, s->pl.nchunks,
-		s->pl.load[cfg->index], cfg->nworkers,
+	wf_info("ps %d/%d: listening on %s (%s): %d of %d chunks (%zu floats), %d workers, mode "
+		"%s",
+		cfg->index, cfg->nservers, cfg->bind, cfg->keys ? "CURVE" : "plain TCP", s->nchunks,
+		s->pl.nchunks, s->pl.load[cfg->index], cfg->nworkers,
 		cfg->mode == WF_PS_MODE_SYNC	? "sync"
 		: cfg->mode == WF_PS_MODE_ASYNC ? "async"
 						: "ssp");
@@ -1290,6 +1297,7 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 cleanup:
 	if (s->sock)
 		zmq_close(s->sock);
+	wf_ps_zap_stop(zap);
 	if (s->zctx)
 		zmq_ctx_term(s->zctx);
 	server_free(s);

@@ -4,7 +4,9 @@
  * answers the ops of ps/proto.h in a single-threaded event loop, aggregates
  * gradients (sync, async or ssp:K), averages the non-trainable state (kept by
  * server 0), tracks worker membership by heartbeat, names stalled workers,
- * and writes/reads checkpoint shards (ps/shard.h).
+ * and writes/reads checkpoint shards (ps/shard.h) under its own checkpoint
+ * directory. With keys, traffic is CURVE-encrypted and only holders of the
+ * cluster's client key are admitted (ps/auth.h).
  *
  * Gradient scale: a push carries the gradient SUMMED over the worker's
  * samples and, in the header's aux field, how many samples that is (0: the
@@ -50,11 +52,17 @@ typedef struct wf_ps_server_cfg {
 	double heartbeat_timeout;    /* seconds; 0: never declare a worker dead */
 	double stall_timeout;	     /* seconds; 0: no stall reports */
 	double stats_every;	     /* seconds between stats log lines; 0: none */
-	const char *restore_dir;     /* checkpoint root to restore from at start, or NULL */
 	const char *backend;	     /* optimizer backend; NULL: "cpu" when built, else "ref" */
 	int threads;		     /* backend threads; 0: 1 (the update is memory-bound and
 				      * spinning OpenMP threads starve ZeroMQ's I/O thread) */
 	volatile sig_atomic_t *stop; /* set non-zero (e.g. by a signal) to stop; may be NULL */
+
+	/* the checkpoint root: shards are written and restored only here (never a
+	 * path from the wire), and restored from at start; NULL: no checkpoints */
+	const char *ckpt_dir;
+	/* CURVE keys (ps/auth.h); NULL: plain TCP, anyone who reaches the port is
+	 * served (--insecure) */
+	const struct wf_ps_keys *keys;
 } wf_ps_server_cfg;
 
 /* Defaults: one server, one worker, sync, SGD defaults, 60 s heartbeat

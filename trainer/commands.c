@@ -25,9 +25,9 @@
 
 int wf_cmd_train(int argc, char **argv, wf_err *err)
 {
-	const char *config = NULL, *device = NULL;
+	const char *config = NULL, *device = NULL, *key_dir = NULL;
 	long threads = -1, accumulate = -1, stop_at = 0;
-	int resume = 0, help_config = 0, no_tty = 0;
+	int resume = 0, help_config = 0, no_tty = 0, insecure = 0, fresh = 0;
 	wf_cli_list sets = {0}, pos = {0};
 	const wf_flag flags[] = {
 		{"config", WF_FLAG_STR, &config, "FILE", "training config (JSON; required)"},
@@ -49,6 +49,16 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		 "print the reference of every config key and exit"},
 		{"no-progress-line", WF_FLAG_BOOL, &no_tty, NULL,
 		 "plain progress lines even on a terminal"},
+		{"key-dir", WF_FLAG_STR, &key_dir, "DIR",
+		 "parameter_server: the cluster's CURVE key files (`weft keygen`); same as --set "
+		 "cluster.key_dir=DIR (default: $WEFT_KEY_DIR)"},
+		{"fresh", WF_FLAG_BOOL, &fresh, NULL,
+		 "parameter_server chief: start over at step 0 even when checkpoint.dir holds a "
+		 "complete checkpoint (by default a chief resumes from it, as a restarted pod "
+		 "must)"},
+		{"insecure", WF_FLAG_BOOL, &insecure, NULL,
+		 "parameter_server: plain TCP without keys (anyone who reaches a server can read "
+		 "and overwrite the model)"},
 		{0},
 	};
 	char models[800];
@@ -89,6 +99,8 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		cfg.train.threads = threads;
 	if (accumulate >= 0)
 		cfg.train.accumulate = accumulate;
+	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
+		goto free_lists;
 	if ((rc = wf_config_validate(&cfg, err)) != 0) {
 		wf_err_wrap(err, "%s", config);
 		goto free_lists;
@@ -98,7 +110,12 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 			     stop_at);
 		goto free_lists;
 	}
-	wf_train_opts opts = {.resume = resume, .tty = no_tty ? 0 : -1, .stop_at = stop_at};
+	if (resume && fresh) {
+		rc = wf_errf(err, WF_EINVAL, "train: --resume and --fresh: choose one");
+		goto free_lists;
+	}
+	wf_train_opts opts = {
+		.resume = resume, .tty = no_tty ? 0 : -1, .stop_at = stop_at, .fresh = fresh};
 	int trained = 0; /* 0: this process was a ps or an evaluator (TF_CONFIG) */
 	rc = wf_role_run(&cfg, &opts, &res, &trained, err);
 	if (rc == 0 && trained && res.reports) {

@@ -103,6 +103,12 @@ static const key_def keys[] = {
 	{"export.dir", T_STR, F(export_.dir), "\"\"",
 	 "at the end of training, export the model as the next version under this "
 	 "BASE/NAME directory (weft-serve's --model_base_path); empty: no export"},
+	{"cluster.key_dir", T_STR, F(cluster.key_dir), "\"\"",
+	 "parameter_server: directory of the CURVE key files (`weft keygen`); empty: "
+	 "$WEFT_KEY_DIR"},
+	{"cluster.insecure", T_BOOL, F(cluster.insecure), "false",
+	 "parameter_server: plain TCP without keys: anyone who reaches a server's port can "
+	 "read and overwrite the model"},
 };
 
 static const char *type_name(key_type t)

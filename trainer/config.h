@@ -67,6 +67,10 @@ typedef struct wf_config {
 	struct {
 		char dir[WF_CFG_PATH_MAX];
 	} export_;
+	struct {
+		char key_dir[WF_CFG_PATH_MAX]; /* CURVE key files; "": WEFT_KEY_DIR */
+		int insecure;		       /* plain TCP, no authentication */
+	} cluster;
 } wf_config;
 
 /* Every key at its default. */

@@ -10,6 +10,8 @@
 #include "common/util.h"
 #include "trainer/cli.h"
 #include "trainer/config.h"
+#include "trainer/role.h"
+#include "ps/auth.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -58,6 +60,8 @@ typedef struct launcher {
 	double ps_grace;   /* when the trainers were all done */
 	int fail_code;	   /* first permanent failure's status, 0 none */
 	char fail_name[32];
+	char key_arg[4096 + 32];	    /* "cluster.key_dir=DIR" */
+	char key_tmp[WF_CFG_PATH_MAX - 16]; /* ephemeral key directory, "" none */
 } launcher;
 
 static volatile sig_atomic_t got_signal;
@@ -128,6 +132,7 @@ static void tf_configs(launcher *l, const int *ports)
 
 /* ---- children ------------------------------------------------------------------ */
 
+/* resume: 1 --resume, 0 --fresh (a chief's first start: a new job), -1 neither */
 static void spawn(launcher *l, child *c, int resume)
 {
 	int out[2], errp[2];
@@ -167,8 +172,10 @@ static void spawn(launcher *l, child *c, int resume)
 			argv[n++] = "--threads";
 			argv[n++] = l->threads_arg;
 			argv[n++] = "--no-progress-line";
-			if (resume)
+			if (resume > 0)
 				argv[n++] = "--resume";
+			else if (resume == 0)
+				argv[n++] = "--fresh";
 		}
 		argv[n] = NULL;
 		execv(l->exe, (char *const *)argv);
@@ -192,7 +199,7 @@ static void spawn(launcher *l, child *c, int resume)
 	fcntl(out[0], F_SETFL, O_NONBLOCK);
 	fcntl(errp[0], F_SETFL, O_NONBLOCK);
 	fprintf(stderr, "[launch] %s started (pid %d)%s\n", c->name, (int)pid,
-		resume ? " with --resume" : "");
+		resume > 0 ? " with --resume" : "");
 }
 
 static void emit(child *c, int which, const char *line, size_t n)
@@ -302,7 +309,7 @@ static void reap(launcher *l, child *c, int st)
 			c->restarts, l->max_restarts);
 		/* a restarted chief resumes from the newest checkpoint and rolls the
 		 * cluster back to it; workers and servers take the servers' state */
-		spawn(l, c, (int)(c - l->ch) == chief_index(l));
+		spawn(l, c, (int)(c - l->ch) == chief_index(l) ? 1 : -1);
 		return;
 	}
 	c->exited = 1;
@@ -401,13 +408,43 @@ static int code_to_rc(int code)
 	}
 }
 
+/* ---- keys ------------------------------------------------------------------------------ */
+
+/* Fresh CURVE keys for this run in a private temporary directory (0700). */
+static int ephemeral_keys(launcher *l, wf_err *err)
+{
+	const char *tmp = getenv("TMPDIR");
+	snprintf(l->key_tmp, sizeof(l->key_tmp), "%s/weft-keys-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+	if (!mkdtemp(l->key_tmp)) {
+		int rc = wf_errf(err, WF_EIO, "launch: cannot make a key directory %s: %s",
+				 l->key_tmp, strerror(errno));
+		l->key_tmp[0] = '\0';
+		return rc;
+	}
+	return wf_ps_keys_generate(l->key_tmp, 0, err);
+}
+
+static void remove_keys(launcher *l)
+{
+	static const char *const names[] = {"server.pub", "server.key", "client.pub", "client.key"};
+	if (!l || !l->key_tmp[0])
+		return;
+	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+		char path[4200];
+		snprintf(path, sizeof(path), "%s/%s", l->key_tmp, names[i]);
+		unlink(path);
+	}
+	rmdir(l->key_tmp);
+	l->key_tmp[0] = '\0';
+}
+
 /* ---- weft launch ------------------------------------------------------------------- */
 
 int wf_cmd_launch(int argc, char **argv, wf_err *err)
 {
-	const char *config = NULL, *device = NULL;
+	const char *config = NULL, *device = NULL, *key_dir = NULL;
 	long nps = 1, nworkers = 2, threads = 0, max_restarts = 3;
-	int chief = 0, resume = 0;
+	int chief = 0, resume = 0, insecure = 0;
 	wf_cli_list sets = {0}, pos = {0};
 	const wf_flag flags[] = {
 		{"config", WF_FLAG_STR, &config, "FILE", "training config (JSON; required)"},
@@ -426,6 +463,11 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		 "continue from the newest complete checkpoint in checkpoint.dir"},
 		{"max-restarts", WF_FLAG_INT, &max_restarts, "K",
 		 "restart a process that dies of a signal or exits 138 up to K times (3)"},
+		{"key-dir", WF_FLAG_STR, &key_dir, "DIR",
+		 "use these CURVE keys (`weft keygen`) instead of fresh ones made for this run"},
+		{"insecure", WF_FLAG_BOOL, &insecure, NULL,
+		 "plain TCP without keys (anyone who reaches a server's port can read and "
+		 "overwrite the model)"},
 		{0},
 	};
 	const wf_command_help help = {
@@ -439,7 +481,9 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		"reloads the last complete checkpoint and the chief rolls every worker back\n"
 		"to it). A permanent failure (exit 1-127) stops them all. SIGINT/SIGTERM are\n"
 		"forwarded: the trainers checkpoint and stop, then the servers. Exits with the\n"
-		"chief's status."};
+		"chief's status. Traffic is encrypted and authenticated with ZeroMQ CURVE keys\n"
+		"made for this run in a private temporary directory (removed at the end), or\n"
+		"those of --key-dir; --insecure runs plain TCP."};
 	launcher *l = NULL;
 	int rc = wf_cli_parse(&help, flags, argc, argv, &pos, 0, err);
 	if (rc != 0)
@@ -474,6 +518,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		wf_err_wrap(err, "%s", config);
 		goto cleanup;
 	}
+	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
+		goto cleanup;
 
 	if (!(l = calloc(1, sizeof(*l)))) {
 		rc = wf_errf(err, WF_ENOMEM, "out of memory");
@@ -486,6 +532,33 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		goto cleanup;
 	}
 	l->exe[n] = '\0';
+	/* keys: --insecure, --key-dir / cluster.key_dir, or fresh ones for this run */
+	if (cfg.cluster.insecure) {
+		if (cfg.cluster.key_dir[0]) {
+			rc = wf_errf(
+				err, WF_EINVAL,
+				"launch: --insecure and --key-dir (cluster.key_dir) both given: "
+				"choose one");
+			goto cleanup;
+		}
+		fprintf(stderr, "[launch] WARNING: --insecure: parameter-server traffic is plain "
+				"TCP without authentication\n");
+		snprintf(l->key_arg, sizeof(l->key_arg), "cluster.insecure=true");
+	} else {
+		wf_ps_keys keys;
+		const wf_ps_keys *kp;
+		if (!cfg.cluster.key_dir[0]) {
+			if ((rc = ephemeral_keys(l, err)) != 0)
+				goto cleanup;
+			snprintf(cfg.cluster.key_dir, sizeof(cfg.cluster.key_dir), "%s",
+				 l->key_tmp);
+		}
+		rc = wf_role_keys(&cfg, &keys, &kp, err);
+		memset(&keys, 0, sizeof(keys));
+		if (rc != 0)
+			goto cleanup;
+		snprintf(l->key_arg, sizeof(l->key_arg), "cluster.key_dir=%s", cfg.cluster.key_dir);
+	}
 	l->max_restarts = (int)max_restarts;
 	l->resume = resume;
 	l->argv[l->argc++] = "--config";
@@ -496,6 +569,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	}
 	l->argv[l->argc++] = "--set";
 	l->argv[l->argc++] = "strategy.name=parameter_server";
+	l->argv[l->argc++] = "--set";
+	l->argv[l->argc++] = l->key_arg;
 	if (device) {
 		l->argv[l->argc++] = "--set";
 		static char dev[64];
@@ -538,8 +613,12 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	got_signal = 0;
 	sigaction(SIGINT, &sa, &old_int);
 	sigaction(SIGTERM, &sa, &old_term);
-	for (int i = 0; i < l->n; i++)
-		spawn(l, &l->ch[i], resume && l->ch[i].kind != KIND_PS);
+	for (int i = 0; i < l->n; i++) /* without --resume, a new job: the chief starts over */
+		spawn(l, &l->ch[i],
+		      l->ch[i].kind == KIND_PS ? -1
+		      : resume		       ? 1
+		      : i == chief_index(l)    ? 0
+					       : -1);
 	run_loop(l);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
@@ -558,6 +637,7 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	else
 		fprintf(stderr, "[launch] done: every process exited 0\n");
 cleanup:
+	remove_keys(l);
 	free(l);
 	wf_cli_list_free(&sets);
 	wf_cli_list_free(&pos);

@@ -3,6 +3,7 @@
  * turns a status into the process exit code (DESIGN section 11). */
 #include "common/error.h"
 #include "common/log.h"
+#include "trainer/cmd_keygen.h"
 #include "trainer/cmd_model.h"
 #include "trainer/cmd_tfconfig.h"
 #include "trainer/commands.h"
@@ -29,6 +30,7 @@ static const command commands[] = {
 	{"launch", wf_cmd_launch, "start a local cluster of parameter servers and workers"},
 	{"ps", wf_cmd_ps, "run a parameter server (the ps task of TF_CONFIG)"},
 	{"tfconfig", wf_cmd_tfconfig, "print this process's cluster identity (TF_CONFIG)"},
+	{"keygen", wf_cmd_keygen, "make the CURVE key files of a parameter-server cluster"},
 	{"export", wf_cmd_export, "write a serving model version (batch norm folded)"},
 	{"import-keras", wf_cmd_import_keras, "convert a Keras .h5 model to a weft model file"},
 	{"summary", wf_cmd_summary, "layers, output shapes and parameter counts of a model"},

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "model/model.h"
+#include "ps/auth.h"
 #include "ps/server.h"
 #include "trainer/checkpoint.h"
 #include "trainer/cli.h"
@@ -63,6 +64,48 @@ static size_t chunk_bytes(void)
 }
 
 /* ---- the cluster --------------------------------------------------------- */
+
+int wf_role_security_flags(wf_config *cfg, const char *key_dir, int insecure, wf_err *err)
+{
+	if (key_dir) {
+		if (strlen(key_dir) >= sizeof(cfg->cluster.key_dir))
+			return wf_errf(err, WF_EINVAL, "--key-dir: path too long");
+		snprintf(cfg->cluster.key_dir, sizeof(cfg->cluster.key_dir), "%s", key_dir);
+	}
+	if (insecure)
+		cfg->cluster.insecure = 1;
+	return 0;
+}
+
+int wf_role_keys(const wf_config *cfg, wf_ps_keys *k, const wf_ps_keys **out, wf_err *err)
+{
+	const char *dir = cfg->cluster.key_dir;
+	*out = NULL;
+	if (cfg->cluster.insecure) {
+		if (dir[0])
+			return wf_errf(err, WF_EINVAL,
+				       "cluster.insecure and cluster.key_dir (%s) are both set: "
+				       "choose one",
+				       dir);
+		return 0;
+	}
+	if (!dir[0])
+		dir = getenv("WEFT_KEY_DIR");
+	if (!dir || !dir[0])
+		return wf_errf(
+			err, WF_EINVAL,
+			"cluster.key_dir: parameter-server traffic is encrypted and authenticated "
+			"with CURVE keys, and none were given: make them once with `weft keygen "
+			"--out DIR` and give every ps, chief and worker --key-dir DIR (or --set "
+			"cluster.key_dir=DIR, or WEFT_KEY_DIR=DIR); `weft launch` makes its own. "
+			"To run unencrypted and unauthenticated, pass --insecure");
+	int rc = wf_ps_curve_check(err);
+	if (rc == 0)
+		rc = wf_ps_keys_load(k, dir, err);
+	if (rc == 0)
+		*out = k;
+	return rc;
+}
 
 static uint64_t fnv(uint64_t h, const char *s)
 {
@@ -161,9 +204,21 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 			     wf_role_name(c.role));
 		goto cleanup;
 	}
+	wf_ps_keys keys;
+	const wf_ps_keys *kp = NULL;
+	if ((rc = wf_role_keys(cfg, &keys, &kp, err)) != 0)
+		goto cleanup;
 	if ((rc = ps_endpoints(&c, &ep, err)) != 0)
 		goto cleanup;
+	long done = 0, ck;
+	char ckdir[4200];
+	wf_err ce = {0};
+	if (wf_ckpt_latest(cfg->checkpoint.dir, &ck, ckdir, sizeof(ckdir), &ce) == 1 &&
+	    ck >= cfg->train.steps)
+		done = ck;
 	wf_exchange_ps_cfg pc = {
+		.keys = kp,
+		.done_step = done,
 		.nservers = c.jobs[WF_ROLE_PS].n,
 		.endpoints = (const char *const *)ep,
 		.job_id = wf_role_job_id(cfg, &c),
@@ -179,6 +234,7 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 		.server_timeout = env_seconds("WEFT_PS_SERVER_TIMEOUT", 5),
 	};
 	rc = wf_exchange_ps_create(out, ex, m, &pc, err);
+	memset(&keys, 0, sizeof(keys));
 cleanup:
 	for (int i = 0; ep && i < c.jobs[WF_ROLE_PS].n; i++)
 		free(ep[i]);
@@ -210,7 +266,20 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, const ps_opts *po, 
 	if (wf_cluster_split_hostport(addr, host, sizeof(host), &port) != 0)
 		return wf_errf(err, WF_EINVAL, "TF_CONFIG: cluster.ps[%d] \"%s\" is not host:port",
 			       c->index, addr);
-	snprintf(bind, sizeof(bind), "tcp://*:%d", port);
+	/* bind the address TF_CONFIG gives this server, not every interface
+	 * (0.0.0.0 or * in TF_CONFIG ask for every interface explicitly) */
+	if (!strcmp(host, "0.0.0.0") || !strcmp(host, "*")) {
+		snprintf(bind, sizeof(bind), "tcp://*:%d", port);
+		wf_warn("ps %d: TF_CONFIG gives %s: listening on every interface", c->index, addr);
+	} else if ((rc = wf_cluster_resolve(addr, 8, 0.25, bind, sizeof(bind), err)) != 0) {
+		return wf_err_wrap(err, "TF_CONFIG: cluster.ps[%d] (the address to bind)",
+				   c->index),
+		       rc;
+	}
+	wf_ps_keys keys;
+	const wf_ps_keys *kp = NULL;
+	if ((rc = wf_role_keys(cfg, &keys, &kp, err)) != 0)
+		return rc;
 	if ((rc = job_model(cfg, &m, err)) != 0)
 		return rc;
 	wf_ps_server_cfg sc;
@@ -232,7 +301,8 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, const ps_opts *po, 
 	sc.heartbeat_timeout = po->heartbeat_timeout;
 	sc.stall_timeout = po->stall_timeout;
 	sc.stats_every = po->stats_every;
-	sc.restore_dir = cfg->checkpoint.dir;
+	sc.ckpt_dir = cfg->checkpoint.dir;
+	sc.keys = kp;
 	sc.threads = 1;
 	sc.stop = &ps_stop;
 
@@ -252,6 +322,7 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, const ps_opts *po, 
 	if (rc == 0)
 		wf_info("ps %d: shut down by the chief", c->index);
 cleanup:
+	memset(&keys, 0, sizeof(keys));
 	wf_model_free(m);
 	return rc;
 }
@@ -259,7 +330,7 @@ cleanup:
 static void ps_opts_default(ps_opts *po)
 {
 	po->stats_every = env_seconds("WEFT_PS_STATS_EVERY", 30);
-	po->heartbeat_timeout = env_seconds("WEFT_PS_HEARTBEAT_TIMEOUT", 10);
+	po->heartbeat_timeout = env_seconds("WEFT_PS_HEARTBEAT_TIMEOUT", 5);
 	po->stall_timeout = env_seconds("WEFT_PS_STALL_TIMEOUT", 60);
 }
 
@@ -384,10 +455,33 @@ int wf_role_run(const wf_config *cfg, const wf_train_opts *opts, wf_train_result
 		break;
 	}
 	case WF_ROLE_EVALUATOR: rc = run_evaluator(cfg, err); break;
-	default:
+	default: {
+		wf_train_opts o = *opts;
+		if (c.source == WF_CLUSTER_SRC_TF_CONFIG &&
+		    !strcmp(cfg->strategy.name, "parameter_server") && c.is_chief && !o.resume &&
+		    !o.fresh) {
+			/* a restarted chief (a Kubernetes pod restart) must not throw the
+			 * job back to step 0 */
+			long step;
+			char dir[4200];
+			int found =
+				wf_ckpt_latest(cfg->checkpoint.dir, &step, dir, sizeof(dir), err);
+			if (found < 0) {
+				rc = found;
+				break;
+			}
+			if (found) {
+				wf_info("%s holds a complete checkpoint (step %ld): the chief "
+					"resumes "
+					"from it (pass --fresh to start over)",
+					cfg->checkpoint.dir, step);
+				o.resume = 1;
+			}
+		}
 		*trained = 1;
-		rc = wf_train(cfg, opts, res, err);
+		rc = wf_train(cfg, &o, res, err);
 		break;
+	}
 	}
 cleanup:
 	wf_cluster_free(&c);
@@ -398,7 +492,8 @@ cleanup:
 
 int wf_cmd_ps(int argc, char **argv, wf_err *err)
 {
-	const char *config = NULL;
+	const char *config = NULL, *key_dir = NULL;
+	int insecure = 0;
 	wf_cli_list sets = {0}, pos = {0};
 	ps_opts po;
 	ps_opts_default(&po);
@@ -411,11 +506,17 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 		{"stats-every", WF_FLAG_INT, &stats, "S",
 		 "seconds between stats lines (30, or WEFT_PS_STATS_EVERY; 0: none)"},
 		{"heartbeat-timeout", WF_FLAG_INT, &hb, "S",
-		 "declare a silent worker dead after S seconds (10, or "
+		 "declare a silent worker dead after S seconds (5, or "
 		 "WEFT_PS_HEARTBEAT_TIMEOUT)"},
 		{"stall-timeout", WF_FLAG_INT, &stall, "S",
 		 "name a live worker that owes pushes after S seconds (60, or "
 		 "WEFT_PS_STALL_TIMEOUT)"},
+		{"key-dir", WF_FLAG_STR, &key_dir, "DIR",
+		 "the cluster's CURVE key files (`weft keygen`); same as --set "
+		 "cluster.key_dir=DIR (default: $WEFT_KEY_DIR)"},
+		{"insecure", WF_FLAG_BOOL, &insecure, NULL,
+		 "plain TCP without keys: anyone who reaches the port can read and overwrite the "
+		 "model"},
 		{0},
 	};
 	const wf_command_help help = {
@@ -440,6 +541,8 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 		goto cleanup;
 	}
 	if ((rc = wf_config_load(&cfg, config, sets.items, sets.n, err)) != 0)
+		goto cleanup;
+	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
 		goto cleanup;
 	if (strcmp(cfg.strategy.name, "parameter_server") != 0 &&
 	    (rc = wf_config_set(&cfg, "strategy.name=parameter_server", err)) != 0)

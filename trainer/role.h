@@ -26,6 +26,15 @@ uint64_t wf_role_job_id(const wf_config *cfg, const wf_cluster *c);
  * trainer rank r is chief 0, worker i -> i + chiefs. */
 int wf_role_num_workers(const wf_cluster *c);
 
+/* The cluster's CURVE keys into *k from cluster.key_dir, else $WEFT_KEY_DIR;
+ * *out = k, or NULL with cluster.insecure. Neither: WF_EINVAL saying what to
+ * do (`weft keygen`, --key-dir, --insecure). */
+struct wf_ps_keys;
+/* Apply --key-dir DIR (may be NULL) and --insecure to cfg. */
+int wf_role_security_flags(wf_config *cfg, const char *key_dir, int insecure, wf_err *err);
+int wf_role_keys(const wf_config *cfg, struct wf_ps_keys *k, const struct wf_ps_keys **out,
+		 wf_err *err);
+
 /* The parameter-server exchange of this trainer: reads the cluster from
  * the environment, resolves the ps addresses (with retries) and connects. */
 int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex,

@@ -12,6 +12,8 @@ typedef struct wf_train_opts {
 	int resume;   /* continue from the newest complete checkpoint, if any */
 	int tty;      /* progress display: 1 terminal, 0 plain lines, -1 detect */
 	long stop_at; /* > 0: checkpoint and return 0 once this many steps are done */
+
+	int fresh; /* a parameter-server chief starts over even when a checkpoint exists */
 } wf_train_opts;
 
 typedef struct wf_train_result {

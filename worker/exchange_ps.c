@@ -32,6 +32,7 @@ typedef struct ps_ctx {
 	long stall_step; /* WEFT_PS_DEBUG_STALL: sleep before pushing this step... */
 	double stall_s;	 /* ...for this long (a test of stall reports) */
 	long *steps;	 /* [nservers] scratch for register */
+	int job_over;	 /* the job had ended before this process started */
 } ps_ctx;
 
 static void sleep_s(double s)
@@ -94,11 +95,18 @@ static int servers_agree(ps_ctx *c, long *step, long *lo, long *hi, wf_err *err)
 	int rc = wf_ps_client_register(c->cl, c->steps, &min, err);
 	if (rc != 0)
 		return rc;
-	*lo = *hi = c->steps[0];
-	for (int s = 1; s < c->cfg.nservers; s++) {
-		*lo = WF_MIN(*lo, c->steps[s]);
-		*hi = WF_MAX(*hi, c->steps[s]);
+	/* only servers that hold chunks carry the job's step: one that holds none
+	 * (a small model on several servers) must never hold up a join */
+	int any = 0;
+	for (int s = 0; s < c->cfg.nservers; s++) {
+		if (wf_ps_placement_count(&c->pl, s) == 0 && c->cfg.nservers > 1)
+			continue;
+		*lo = any ? WF_MIN(*lo, c->steps[s]) : c->steps[s];
+		*hi = any ? WF_MAX(*hi, c->steps[s]) : c->steps[s];
+		any = 1;
 	}
+	if (!any)
+		*lo = *hi = c->steps[0];
 	*step = *lo;
 	/* async and ssp: a chunk's version is the highest step applied + 1, so
 	 * while the fastest worker is between its chunks (or died there) one
@@ -119,12 +127,12 @@ static int chief_repair(ps_ctx *c, long lo, long hi, wf_err *err)
 		wf_warn("ps: servers are at steps %ld..%ld (one restarted from a checkpoint?): "
 			"rolling every server back to step %ld",
 			lo, hi, lo);
-		int rc = wf_ps_client_restore(c->cl, c->ckpt_dir, lo, &restored, &e);
+		int rc = wf_ps_client_restore(c->cl, lo, &restored, &e);
 		if (rc == 0)
 			return 0;
 		wf_warn("ps: restoring step %ld failed (%s)", lo, e.msg);
 	}
-	int rc = wf_ps_client_restore(c->cl, c->ckpt_dir, -1, &restored, &e);
+	int rc = wf_ps_client_restore(c->cl, -1, &restored, &e);
 	if (rc == 0) {
 		wf_warn("ps: every server restored the newest checkpoint, step %ld", restored);
 		return 0;
@@ -182,6 +190,24 @@ static int resync(wf_exchange *x, const char *why, wf_err *err)
 
 /* ---- the table ------------------------------------------------------------- */
 
+/* No server answered at start (rc): when checkpoint.dir holds the job's
+ * final checkpoint, the job is over (this process was restarted after the
+ * servers shut down) and there is nothing to do; else rc stands. */
+static int job_over(wf_exchange *x, int rc, long *start_step, wf_err *err)
+{
+	ps_ctx *c = x->ctx;
+	if (rc != WF_ETRANSIENT || c->cfg.done_step <= 0)
+		return rc;
+	wf_info("ps: worker %d: no parameter server answers and the job's final checkpoint "
+		"(step %ld) is complete: the job is over, nothing to do (%s)",
+		x->rank, c->cfg.done_step, err->msg);
+	wf_err_clear(err);
+	c->job_over = 1;
+	c->step = c->cfg.done_step;
+	*start_step = c->cfg.done_step;
+	return 0;
+}
+
 static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, long *start_step,
 		    wf_err *err)
 {
@@ -194,11 +220,11 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 		c->pl.nchunks, c->mode);
 	if (x->is_chief) {
 		if ((rc = servers_agree(c, &step, &lo, &hi, err)) < 0)
-			return rc;
+			return job_over(x, rc, start_step, err);
 		if (resume_dir) {
 			long restored;
 			wf_err e = {0};
-			rc = wf_ps_client_restore(c->cl, c->ckpt_dir, resume_step, &restored, &e);
+			rc = wf_ps_client_restore(c->cl, resume_step, &restored, &e);
 			if (rc != 0) {
 				wf_warn("ps: the servers cannot restore step %ld (%s): seeding "
 					"them "
@@ -225,7 +251,7 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 		for (;;) {
 			rc = servers_agree(c, &step, &lo, &hi, err);
 			if (rc < 0)
-				return rc;
+				return job_over(x, rc, start_step, err);
 			if (rc)
 				break;
 			if (wf_now() > deadline)
@@ -280,14 +306,14 @@ static int ps_step(wf_exchange *x, long step, wf_err *err)
 static int ps_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 {
 	ps_ctx *c = x->ctx;
-	if (!x->is_chief)
+	if (!x->is_chief || c->job_over)
 		return 0;
 	long version;
 	int rc = 0;
 	/* sync: the executor holds exactly the servers' values of this step */
 	if (strcmp(c->mode, "sync") != 0 && (rc = pull_all(c, &version, err)) != 0)
 		return rc;
-	rc = wf_ps_client_checkpoint(c->cl, c->ckpt_dir, step, err);
+	rc = wf_ps_client_checkpoint(c->cl, step, err);
 	if (rc != 0)
 		return wf_err_wrap(err, "checkpoint %s", dir), rc;
 	return 0;
@@ -296,6 +322,8 @@ static int ps_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 static int ps_finish(wf_exchange *x, wf_err *err)
 {
 	ps_ctx *c = x->ctx;
+	if (c->job_over)
+		return 0;
 	/* every live worker reaches the end before the chief stops the servers */
 	int rc = wf_ps_client_barrier(c->cl, c->step, err);
 	if (rc != 0)
@@ -400,9 +428,13 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		.nstate = m->nstate,
 		.samples = 1, /* each push is one worker's mean gradient */
 		.timeout = cfg->timeout,
-		.connect_timeout = cfg->connect_timeout,
+		.connect_timeout =
+			cfg->done_step > 0
+				? WF_MIN(cfg->connect_timeout > 0 ? cfg->connect_timeout : 120, 10)
+				: cfg->connect_timeout,
 		.heartbeat_interval = cfg->heartbeat_interval > 0 ? cfg->heartbeat_interval : 0.5,
 		.server_timeout = cfg->server_timeout > 0 ? cfg->server_timeout : 5,
+		.keys = cfg->keys,
 	};
 	if ((rc = wf_ps_client_create(&c->cl, &cc, err)) != 0)
 		goto fail;

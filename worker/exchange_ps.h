@@ -35,6 +35,12 @@ typedef struct wf_exchange_ps_cfg {
 	double connect_timeout;	   /* seconds to wait for servers to come up; 0: 120 */
 	double heartbeat_interval; /* seconds; 0: 0.5 */
 	double server_timeout;	   /* seconds of heartbeat silence = server gone; 0: 5 */
+
+	const struct wf_ps_keys *keys; /* CURVE keys (ps/auth.h); NULL: plain TCP */
+	/* > 0: checkpoint.dir holds the job's final checkpoint of this step, so
+	 * the job may be over: a process that then finds no server within a short
+	 * wait (10 s) does nothing and succeeds; 0: not known to be over */
+	long done_step;
 } wf_exchange_ps_cfg;
 
 /* An exchange over executor ex of model m (both outlive it). optim must be

@@ -66,7 +66,8 @@ JSON
 POD_ENV=(WEFT_NUM_PS=1 WEFT_NUM_WORKERS=2 WEFT_NUM_CHIEF=1 WEFT_PS_SERVICE=ps
 	WEFT_WORKER_SERVICE=worker WEFT_CHIEF_SERVICE=chief WEFT_PORT=2222 WEFT_DOMAIN=$DOMAIN
 	WEFT_PS_HEARTBEAT_TIMEOUT=3 WEFT_PS_SERVER_TIMEOUT=4 WEFT_PS_CONNECT_TIMEOUT=30
-	OMP_NUM_THREADS=1)
+	OMP_NUM_THREADS=1 WEFT_KEY_DIR=$WORK/keys)
+"$WEFT" keygen --out "$WORK/keys" >/dev/null || fail "weft keygen"
 
 # every pod sees the others under their Kubernetes names, and derives the
 # same cluster

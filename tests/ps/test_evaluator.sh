@@ -8,6 +8,8 @@
 . "$WEFT_SRC/tests/ps/lib.sh"
 make_synth train.h5 1024 16 3
 make_synth eval.h5 256 16 4
+"$WEFT" keygen --out keys >/dev/null || fail "weft keygen"
+export WEFT_KEY_DIR=$WORK/keys # every task finds the cluster's CURVE keys here
 cat >c.json <<JSON
 {"model": {"name": "smallcnn"}, "data": {"train": "train.h5", "eval": "eval.h5"},
  "train": {"batch_size": 16, "steps": 60, "seed": 2},

@@ -172,8 +172,11 @@ static int setup_job(wf_ps_client *chief, float *p0)
 /* ---- raw messages ------------------------------------------------------- */
 
 /* Send frames from a raw DEALER and return the reply's flags (-1: no reply). */
+static char last_text[2048]; /* payload of the last raw_exchange reply */
+
 static int raw_exchange(void *sock, const void *const *f, const size_t *sz, int n)
 {
+	last_text[0] = '\0';
 	for (int i = 0; i < n; i++)
 		zmq_send(sock, f[i], sz[i], i + 1 < n ? ZMQ_SNDMORE : 0);
 	zmq_pollitem_t it = {.socket = sock, .events = ZMQ_POLLIN};
@@ -184,7 +187,11 @@ static int raw_exchange(void *sock, const void *const *f, const size_t *sz, int 
 	while (more) {
 		char buf[2048];
 		int got = zmq_recv(sock, first ? (void *)hb : (void *)buf,
-				   first ? sizeof(hb) : sizeof(buf), 0);
+				   first ? sizeof(hb) : sizeof(buf) - 1, 0);
+		if (!first && got >= 0 && !last_text[0]) {
+			buf[got < (int)sizeof(buf) - 1 ? got : (int)sizeof(buf) - 1] = '\0';
+			snprintf(last_text, sizeof(last_text), "%s", buf);
+		}
 		if (first && got == WF_PS_HEADER_BYTES) {
 			wf_ps_hdr h;
 			wf_ps_hdr_decode(&h, hb);
@@ -249,6 +256,14 @@ static void test_bad_messages_rejected_and_counted(void)
 	wf_ps_hdr_encode(&v, bad, gf, gs, 1);
 	WF_CHECK(raw_exchange(sock, f, sz, 2) & WF_PS_FLAG_ERROR);
 	expect[WF_PS_REJECT_JOB]++;
+	{ /* the error reply names the wrong job id, never the right one */
+		char right[64];
+		snprintf(right, sizeof(right), "%llu", (unsigned long long)JOB);
+		WF_CHECK(strstr(last_text, "job id") != NULL);
+		WF_CHECK_MSG(strstr(last_text, right) == NULL, "leaks the job id: %s", last_text);
+		snprintf(right, sizeof(right), "%llx", (unsigned long long)JOB);
+		WF_CHECK_MSG(strstr(last_text, right) == NULL, "leaks the job id: %s", last_text);
+	}
 	v = h; /* unknown op */
 	v.op = 77;
 	wf_ps_hdr_encode(&v, bad, gf, gs, 1);
@@ -485,7 +500,7 @@ static void test_checkpoint_kill9_restore(void)
 	snprintf(root, sizeof(root), "%s/ckpt", tmpdir);
 	for (int i = 0; i < 2; i++) {
 		base_cfg(&sc[i], i, 2, 1);
-		sc[i].restore_dir = root;
+		sc[i].ckpt_dir = root;
 		start_server(&sc[i]);
 	}
 	wf_ps_placement pl;
@@ -500,7 +515,7 @@ static void test_checkpoint_kill9_restore(void)
 	sync_step(w, &pl, g, 0);
 	sync_step(w, &pl, g, 1);
 	memcpy(saved, pw, sizeof(saved));
-	WF_CHECK_MSG(wf_ps_client_checkpoint(w, root, 2, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_checkpoint(w, 2, &e) == 0, "%s", e.msg);
 	snprintf(done, sizeof(done), "%s/step-2/DONE", root);
 	FILE *f = fopen(done, "w");
 	WF_CHECK(f != NULL);
@@ -508,7 +523,7 @@ static void test_checkpoint_kill9_restore(void)
 		fclose(f);
 	/* a later checkpoint without DONE must never be loaded */
 	sync_step(w, &pl, g, 2);
-	WF_CHECK_INT(wf_ps_client_checkpoint(w, root, 3, &e), 0);
+	WF_CHECK_INT(wf_ps_client_checkpoint(w, 3, &e), 0);
 	sync_step(w, &pl, g, 3);
 	WF_CHECK(max_diff(pw, saved, NPARAMS) > 0);
 	wf_ps_client_free(w);
@@ -525,7 +540,7 @@ static void test_checkpoint_kill9_restore(void)
 	WF_CHECK_INT(steps[0], 4); /* the survivor went on */
 	/* the chief rolls the other servers back too */
 	long restored = -1;
-	WF_CHECK_MSG(wf_ps_client_restore(w2, root, -1, &restored, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_restore(w2, -1, &restored, &e) == 0, "%s", e.msg);
 	WF_CHECK_INT(restored, 2);
 	memset(after, 0, sizeof(after));
 	WF_CHECK_INT(wf_ps_client_pull(w2, -1, NULL, &e), 0);
@@ -534,9 +549,10 @@ static void test_checkpoint_kill9_restore(void)
 	sync_step(w2, &pl, g, 2);
 	sync_step(w2, &pl, g, 3);
 	WF_CHECK(max_diff(after, pw, NPARAMS) == 0.0f);
-	/* a restore from an empty directory fails, naming it, and changes nothing */
-	WF_CHECK_INT(wf_ps_client_restore(w2, tmpdir, -1, NULL, &e), WF_EIO);
-	WF_CHECK(strstr(e.msg, tmpdir) != NULL);
+	/* a restore of a step that is not there fails, naming the server's own
+	 * directory, and changes nothing */
+	WF_CHECK(wf_ps_client_restore(w2, 99, NULL, &e) != 0);
+	WF_CHECK(strstr(e.msg, root) != NULL);
 cleanup:
 	wf_ps_client_free(w);
 	wf_ps_client_free(w2);

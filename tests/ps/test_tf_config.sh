@@ -31,10 +31,18 @@ expect_fail "{\"cluster\": {$ps, \"worker\": [\"a:1\"]}, \"task\": {\"type\": \"
 expect_fail "{\"cluster\": {$ps, \"worker\": [\"a:1\"]}, \"task\": {\"type\": \"worker\"}}" \
 	"task.type" ps --config c.json
 expect_fail "" "TF_CONFIG" ps --config c.json
+# no keys and no --insecure: a permanent error that says what to do
+wtf="{\"cluster\": {$ps, \"worker\": [\"127.0.0.1:2\", \"127.0.0.1:3\"]}, \"task\": {\"type\": \"worker\", \"index\": 1}}"
+unset WEFT_KEY_DIR
+expect_fail "$wtf" "weft keygen --out DIR" train --config c.json
+grep -qF -- "--insecure" out.txt || fail "no keys: --insecure not mentioned: $(cat out.txt)"
+expect_fail "{\"cluster\": {$ps, \"worker\": [\"a:1\"]}, \"task\": {\"type\": \"ps\"}}" \
+	"--key-dir DIR" ps --config c.json
+expect_fail "$wtf" "$WORK/server.pub" train --config c.json --key-dir "$WORK"
 # a worker whose servers never answer: transient
 rc=0
-TF_CONFIG="{\"cluster\": {$ps, \"worker\": [\"127.0.0.1:2\", \"127.0.0.1:3\"]}, \"task\": {\"type\": \"worker\", \"index\": 1}}" \
-	WEFT_PS_CONNECT_TIMEOUT=2 timeout 30 "$WEFT" train --config c.json >out.txt 2>&1 || rc=$?
+TF_CONFIG="$wtf" WEFT_PS_CONNECT_TIMEOUT=2 timeout 30 "$WEFT" train --config c.json --insecure \
+	>out.txt 2>&1 || rc=$?
 [ $rc = 138 ] || fail "unreachable servers: exit $rc, want 138: $(cat out.txt)"
 grep -q "did not answer" out.txt || fail "unreachable servers: not named: $(cat out.txt)"
 echo ok

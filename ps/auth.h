@@ -1,0 +1,58 @@
+/* auth.h: ZeroMQ CURVE keys of a parameter-server cluster and the server's
+ * ZAP handler. A cluster has two key pairs, kept as files in one key
+ * directory (a Kubernetes Secret, or what `weft keygen` / `weft launch`
+ * write):
+ *
+ *   server.pub  server.key   the servers' key pair (every server)
+ *   client.pub  client.key   the clients' key pair (chief, workers, tools)
+ *
+ * Each file holds one 40-character Z85 key on its own line; lines starting
+ * with '#' are comments. The .key files are secret (written 0600). A server
+ * encrypts with server.key and admits, through its ZAP handler, only peers
+ * that prove they hold the secret of client.pub; a client must know
+ * server.pub (so it talks to the real servers) and hold client.key. */
+#ifndef WF_PS_AUTH_H
+#define WF_PS_AUTH_H
+
+#include "common/error.h"
+
+#include <stdint.h>
+
+#define WF_PS_KEY_Z85 41 /* 40 Z85 characters and a NUL */
+
+typedef struct wf_ps_keys {
+	char server_public[WF_PS_KEY_Z85], server_secret[WF_PS_KEY_Z85];
+	char client_public[WF_PS_KEY_Z85], client_secret[WF_PS_KEY_Z85];
+} wf_ps_keys;
+
+/* 1 when the linked libzmq supports CURVE (built with libsodium). */
+int wf_ps_curve_available(void);
+/* WF_ENOTSUP with a message saying what to install when CURVE is missing. */
+int wf_ps_curve_check(wf_err *err);
+/* Read the four key files of dir into k; the message names the file and
+ * says how to make them (`weft keygen --out DIR`). Warns when a secret key
+ * file can be read by group or others. */
+int wf_ps_keys_load(wf_ps_keys *k, const char *dir, wf_err *err);
+/* Two fresh key pairs in memory (benchmarks, tests). */
+int wf_ps_keys_new(wf_ps_keys *k, wf_err *err);
+/* Make two fresh key pairs and write them to dir (created 0700 if missing;
+ * existing key files are refused unless overwrite). */
+int wf_ps_keys_generate(const char *dir, int overwrite, wf_err *err);
+
+/* ZAP handler of a server's ZeroMQ context: admits CURVE clients whose
+ * public key is the cluster's client key. Start it before binding. */
+typedef struct wf_ps_zap wf_ps_zap;
+int wf_ps_zap_start(wf_ps_zap **out, void *zctx, const wf_ps_keys *k, int server_index,
+		    wf_err *err);
+/* Connections refused so far. */
+uint64_t wf_ps_zap_refused(const wf_ps_zap *z);
+/* Stop and free: call after zmq_ctx_shutdown(zctx) (or with the context
+ * still open: it is shut down here). Accepts NULL. */
+void wf_ps_zap_stop(wf_ps_zap *z);
+
+/* Socket options: a server socket (CURVE server with its secret key) and a
+ * client socket (CURVE client of the cluster's servers). */
+int wf_ps_curve_server(void *sock, const wf_ps_keys *k, wf_err *err);
+int wf_ps_curve_client(void *sock, const wf_ps_keys *k, wf_err *err);
+
+#endif
