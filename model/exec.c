@@ -17,6 +17,7 @@
 
 #include "common/util.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +47,9 @@ struct wf_exec {
 	int n;			   /* batch of the last forward, 0 before any */
 	int fwd_training;	   /* mode of the last forward */
 	int have_loss;		   /* wf_exec_loss ran after the last forward */
+	float smoothing;	   /* label smoothing; > 0: h_dlogits holds probs - targets */
+	float *h_dlogits;	   /* host [max_batch, K] (label smoothing) */
+	int h_dlogits_cap;	   /* rows allocated */
 	wf_err err;
 };
 
@@ -266,6 +270,7 @@ void wf_exec_free(wf_exec *ex)
 	free(ex->pend);
 	free(ex->h_probs);
 	free(ex->h_losses);
+	free(ex->h_dlogits);
 	free(ex);
 }
 
@@ -585,11 +590,41 @@ int wf_exec_loss(wf_exec *ex, const int32_t *labels, float *loss, int *correct)
 		good += best == labels[i];
 		sum += ex->h_losses[i];
 	}
+	if (ex->smoothing > 0) { /* loss and dlogits against the smoothed targets */
+		if (ex->h_dlogits_cap < n) {
+			free(ex->h_dlogits);
+			ex->h_dlogits_cap = 0;
+			if (!(ex->h_dlogits = malloc(sizeof(float) * (size_t)n * k)))
+				return exec_fail(ex, WF_ENOMEM, "loss: out of memory");
+			ex->h_dlogits_cap = n;
+		}
+		float s = ex->smoothing, off = s / (float)k;
+		sum = 0;
+		for (int i = 0; i < n; i++) {
+			const float *p = ex->h_probs + (size_t)i * k;
+			float *dl = ex->h_dlogits + (size_t)i * k;
+			double mean_nll = 0;
+			for (int c = 0; c < k; c++) {
+				mean_nll -= log(p[c] > 1e-30f ? (double)p[c] : 1e-30);
+				dl[c] = p[c] - off - (c == labels[i] ? 1.0f - s : 0.0f);
+			}
+			sum += (1.0 - s) * ex->h_losses[i] + s * mean_nll / k;
+		}
+	}
 	if (loss)
 		*loss = (float)(sum / n);
 	if (correct)
 		*correct = good;
 	ex->have_loss = 1;
+	return 0;
+}
+
+int wf_exec_set_label_smoothing(wf_exec *ex, float s)
+{
+	if (!(s >= 0 && s < 1))
+		return exec_fail(ex, WF_EINVAL, "label smoothing must be in [0, 1), got %g",
+				 (double)s);
+	ex->smoothing = s;
 	return 0;
 }
 
@@ -754,8 +789,15 @@ int wf_exec_backward(wf_exec *ex, float grad_scale, wf_grad_ready_fn ready, void
 		return exec_fail(ex, WF_EINVAL, "backward: the last forward ran in inference mode");
 	memset(ex->gdone, 0, (size_t)m->nlayers);
 	be->err.msg[0] = '\0';
-	rc = be->ops->softmax_xent_backward(be, n, m->classes, ex->dact[m->output], ex->probs,
-					    ex->labels, grad_scale);
+	if (ex->smoothing > 0) {
+		size_t nk = (size_t)n * (size_t)m->classes;
+		for (size_t i = 0; i < nk; i++)
+			ex->h_dlogits[i] *= grad_scale;
+		rc = be->ops->to_device(be, ex->dact[m->output], ex->h_dlogits, nk * sizeof(float));
+	} else {
+		rc = be->ops->softmax_xent_backward(be, n, m->classes, ex->dact[m->output],
+						    ex->probs, ex->labels, grad_scale);
+	}
 	if (rc)
 		return op_fail(ex, rc, m->output, "loss backward");
 	ex->gdone[m->output] = 1;

@@ -1022,27 +1022,74 @@ static void fill(float *p, size_t n, float v)
 		p[i] = v;
 }
 
+int wf_init_parse(const char *name, wf_init *out)
+{
+	static const char *const names[] = {"glorot_uniform", "glorot_normal", "he_normal",
+					    "he_uniform",     "lecun_normal",  "lecun_uniform"};
+	for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++)
+		if (strcmp(name, names[i]) == 0) {
+			*out = (wf_init)i;
+			return 0;
+		}
+	return -1;
+}
+
+/* Keras fans of a kernel: conv HWIO -> (kh*kw*I, kh*kw*O); dense (in, out). */
+static void kernel_fans(const wf_view *v, double *fan_in, double *fan_out)
+{
+	double rf = 1;
+	for (int d = 0; d < v->ndim - 2; d++)
+		rf *= v->shape[d];
+	*fan_in = rf * v->shape[v->ndim - 2];
+	*fan_out = rf * v->shape[v->ndim - 1];
+}
+
+static void init_kernel(float *p, const wf_view *v, wf_init kind, wf_rng *r)
+{
+	double fi, fo, fan;
+	kernel_fans(v, &fi, &fo);
+	int uniform = kind == WF_INIT_GLOROT_UNIFORM || kind == WF_INIT_HE_UNIFORM ||
+		      kind == WF_INIT_LECUN_UNIFORM;
+	double gain = kind == WF_INIT_HE_NORMAL || kind == WF_INIT_HE_UNIFORM ? 2.0 : 1.0;
+	if (kind == WF_INIT_GLOROT_UNIFORM || kind == WF_INIT_GLOROT_NORMAL) {
+		fan = (fi + fo) / 2.0;
+	} else {
+		fan = fi;
+	}
+	double var = gain / (fan > 0 ? fan : 1.0);
+	if (uniform) {
+		double lim = sqrt(3.0 * var);
+		for (size_t k = 0; k < v->count; k++)
+			p[k] = (float)(lim * (2.0 * wf_rng_uniform(r) - 1.0));
+	} else {
+		/* Keras draws these from a normal truncated at 2 sd, scaled so the
+		 * variance is var: redraw outside [-2, 2], sd / 0.87962566 */
+		double sd = sqrt(var) / 0.87962566103423978;
+		for (size_t k = 0; k < v->count; k++) {
+			double z;
+			do
+				z = wf_rng_normal(r);
+			while (z < -2.0 || z > 2.0);
+			p[k] = (float)(sd * z);
+		}
+	}
+}
+
 void wf_model_init_params(wf_model *m, uint64_t seed)
+{
+	wf_model_init_params_with(m, seed, WF_INIT_GLOROT_UNIFORM, WF_INIT_GLOROT_UNIFORM);
+}
+
+void wf_model_init_params_with(wf_model *m, uint64_t seed, wf_init conv_init, wf_init dense_init)
 {
 	for (int i = 0; i < m->nlayers; i++) {
 		const wf_layer *l = &m->layers[i];
 		if (l->p_kernel >= 0) {
 			const wf_view *v = &m->views[l->p_kernel];
-			float *p = m->params + v->offset;
 			wf_rng r;
 			wf_rng_seed(&r, wf_hash3(seed, name_hash(v->name), 0));
-			if (l->type == WF_LAYER_CONV2D) {
-				/* He normal: fan_in = kh * kw * (C / groups) */
-				double sd = sqrt(2.0 /
-						 ((double)v->shape[0] * v->shape[1] * v->shape[2]));
-				for (size_t k = 0; k < v->count; k++)
-					p[k] = (float)(sd * wf_rng_normal(&r));
-			} else {
-				/* Glorot uniform */
-				double lim = sqrt(6.0 / ((double)v->shape[0] + v->shape[1]));
-				for (size_t k = 0; k < v->count; k++)
-					p[k] = (float)(lim * (2.0 * wf_rng_uniform(&r) - 1.0));
-			}
+			init_kernel(m->params + v->offset, v,
+				    l->type == WF_LAYER_DENSE ? dense_init : conv_init, &r);
 		}
 		if (l->p_bias >= 0)
 			fill(m->params + m->views[l->p_bias].offset, m->views[l->p_bias].count,

@@ -129,9 +129,24 @@ int wf_model_zoo_info(const char *name, int *h, int *w, int *c, wf_model_meta *m
 /* Names of the built-in models, space separated. */
 const char *wf_model_zoo_names(void);
 void wf_model_free(wf_model *m);
-/* Initialise parameters deterministically from seed (He-normal conv,
- * Glorot-uniform dense, zero biases, BN gamma 1 beta 0 mean 0 var 1). */
+/* Kernel initialisers as Keras names them (fans as Keras computes them;
+ * the normal ones truncated at 2 sd as Keras draws them). */
+typedef enum {
+	WF_INIT_GLOROT_UNIFORM, /* the Keras default */
+	WF_INIT_GLOROT_NORMAL,
+	WF_INIT_HE_NORMAL,
+	WF_INIT_HE_UNIFORM,
+	WF_INIT_LECUN_NORMAL,
+	WF_INIT_LECUN_UNIFORM
+} wf_init;
+/* Initialiser by Keras name ("glorot_uniform", ...): 0, or -1 if unknown. */
+int wf_init_parse(const char *name, wf_init *out);
+/* Initialise parameters deterministically from seed: conv and dense kernels
+ * Glorot-uniform (Keras's default), zero biases, BN gamma 1 beta 0 mean 0
+ * var 1. */
 void wf_model_init_params(wf_model *m, uint64_t seed);
+/* The same with conv_init for conv kernels and dense_init for dense ones. */
+void wf_model_init_params_with(wf_model *m, uint64_t seed, wf_init conv_init, wf_init dense_init);
 /* View by name, or NULL. */
 const wf_view *wf_model_view(const wf_model *m, const char *name);
 /* Forward FLOPs per sample (multiply-add = 2), for throughput reports. */
@@ -178,6 +193,9 @@ int wf_exec_probs(wf_exec *ex, float *out);
 /* After forward: mean loss and number of correct top-1 predictions for
  * labels [n] (host). Also prepares backward. */
 int wf_exec_loss(wf_exec *ex, const int32_t *labels, float *loss, int *correct);
+/* Label smoothing s in [0, 1) for the following wf_exec_loss/backward
+ * calls: targets (1 - s) * onehot + s / K, as Keras's label_smoothing. */
+int wf_exec_set_label_smoothing(wf_exec *ex, float s);
 /* Backward of the last forward+loss. Parameter gradients ACCUMULATE into
  * the gradient buffer, scaled by grad_scale (1/global batch when summing
  * micro-batches). ready (may be NULL) is called as the gradient prefix grows. */

@@ -1,6 +1,7 @@
 #include "model/optim.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 void wf_optim_cfg_default(wf_optim_cfg *c)
@@ -46,6 +47,70 @@ int wf_optim_slots(const wf_optim_cfg *c)
 	return 2;
 }
 
+static void scale_range(float *g, size_t a, size_t b, double limit)
+{
+	double ss = 0;
+	for (size_t i = a; i < b; i++)
+		ss += (double)g[i] * g[i];
+	double norm = sqrt(ss);
+	if (isfinite(norm) && norm > limit) {
+		float f = (float)(limit / norm);
+		for (size_t i = a; i < b; i++)
+			g[i] *= f;
+	}
+}
+
+/* g[0..n) = clipped(grad_scale * g_in) on the host (Keras's order:
+ * clipnorm per parameter, global_clipnorm, clipvalue). */
+static void clip(const wf_optim_cfg *c, size_t n, float *g)
+{
+	if (c->clipnorm > 0) {
+		if (!c->segs || c->nsegs < 1) {
+			scale_range(g, 0, n, c->clipnorm);
+		} else {
+			for (int s = 0; s < c->nsegs && c->segs[s] < n; s++) {
+				size_t b = c->segs[s + 1] < n ? c->segs[s + 1] : n;
+				scale_range(g, c->segs[s], b, c->clipnorm);
+			}
+		}
+	}
+	if (c->global_clipnorm > 0)
+		scale_range(g, 0, n, c->global_clipnorm);
+	if (c->clipvalue > 0) {
+		float cv = (float)c->clipvalue;
+		for (size_t i = 0; i < n; i++)
+			g[i] = g[i] > cv ? cv : g[i] < -cv ? -cv : g[i];
+	}
+}
+
+static int apply_clipped(wf_backend *be, const wf_opt_desc *d0, const wf_optim_cfg *c, size_t n,
+			 float *p, const float *g, float *m, float *v)
+{
+	wf_opt_desc d = *d0;
+	int host = strcmp(be->name, "cuda") != 0, rc;
+	float *h = malloc(n * sizeof(float) + 1), *dev = NULL;
+	if (!h)
+		return wf_errf(&be->err, WF_ENOMEM, "gradient clipping: out of memory");
+	if ((rc = be->ops->to_host(be, h, g, n * sizeof(float))) != 0)
+		goto out;
+	for (size_t i = 0; i < n; i++)
+		h[i] *= d.grad_scale;
+	d.grad_scale = 1.0f;
+	clip(c, n, h);
+	if (host) {
+		rc = be->ops->optimizer_update(be, &d, n, p, h, m, v);
+	} else if (!(dev = be->ops->alloc(be, n * sizeof(float) + 1))) {
+		rc = wf_errf(&be->err, WF_ENOMEM, "gradient clipping: out of device memory");
+	} else if ((rc = be->ops->to_device(be, dev, h, n * sizeof(float))) == 0) {
+		rc = be->ops->optimizer_update(be, &d, n, p, dev, m, v);
+	}
+out:
+	if (dev)
+		be->ops->free(be, dev);
+	free(h);
+	return rc;
+}
+
 int wf_optim_apply(wf_backend *be, const wf_optim_cfg *c, long step, size_t n, float *p,
 		   const float *g, float *m, float *v, float grad_scale)
 {
@@ -61,5 +126,7 @@ int wf_optim_apply(wf_backend *be, const wf_optim_cfg *c, long step, size_t n, f
 		.step = step + 1,
 		.grad_scale = grad_scale,
 	};
+	if (c->clipnorm > 0 || c->global_clipnorm > 0 || c->clipvalue > 0)
+		return apply_clipped(be, &d, c, n, p, g, m, v);
 	return be->ops->optimizer_update(be, &d, n, p, g, m, v);
 }

@@ -23,6 +23,15 @@ typedef struct wf_optim_cfg {
 	double min_lr;	   /* cosine floor */
 	long decay_steps;  /* step: multiply by decay_rate every decay_steps */
 	double decay_rate;
+	/* gradient clipping as Keras does it, in this order; 0 = off */
+	double clipnorm;	/* each parameter's gradient to this L2 norm */
+	double global_clipnorm; /* all gradients together to this L2 norm */
+	double clipvalue;	/* every element to [-clipvalue, clipvalue] */
+	/* clipnorm: the parameters' boundaries in the flat vector, ascending
+	 * offsets segs[0..nsegs] (segs[0] = 0); NULL: the range is one parameter.
+	 * Not owned; must outlive the optimizer's use. */
+	const size_t *segs;
+	int nsegs;
 } wf_optim_cfg;
 
 /* Defaults: sgd lr 0.1 momentum 0.9, constant schedule. */
@@ -33,7 +42,9 @@ double wf_optim_lr(const wf_optim_cfg *c, long step);
 int wf_optim_slots(const wf_optim_cfg *c);
 /* Apply step `step` (0-based) to n parameters p with gradients g (summed
  * over the global batch and multiplied by grad_scale first); m, v are the
- * slots (NULL where wf_optim_slots says unused). */
+ * slots (NULL where wf_optim_slots says unused). Clipping (when set) sees
+ * the scaled gradients of this range only: clipnorm and global_clipnorm
+ * need the whole vector (offset 0, n = all parameters). */
 int wf_optim_apply(wf_backend *be, const wf_optim_cfg *c, long step, size_t n, float *p,
 		   const float *g, float *m, float *v, float grad_scale);
 

@@ -2,6 +2,7 @@
  * starts the model repository, the batch threads and the HTTP front end,
  * then waits for SIGTERM/SIGINT: readiness fails first, in-flight requests
  * drain, and the process exits 0. */
+#include "common/cpus.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -231,6 +232,7 @@ int main(int argc, char **argv)
 	wf_serve_repo *repo = NULL;
 	wf_serve_batcher *batcher = NULL;
 	wf_serve_http *http = NULL;
+	wf_cpus_passive_openmp(argv); /* OpenMP threads sleep when idle; may re-exec once */
 	int rc = parse_flags(argc, argv, &f, &err);
 	if (rc == 1) {
 		usage(stdout);
@@ -241,9 +243,7 @@ int main(int argc, char **argv)
 		return wf_exit_status(rc);
 	}
 	wf_log_set_level(f.verbose ? WF_LOG_DEBUG : WF_LOG_INFO);
-	long cores = sysconf(_SC_NPROCESSORS_ONLN);
-	if (cores < 1)
-		cores = 1;
+	long cores = wf_cpus_default_threads(); /* affinity and cgroup quota */
 	if (!f.batch_threads)
 		f.batch_threads = f.batching ? 2 : (int)WF_MIN(cores, 16);
 	if (!f.threads)

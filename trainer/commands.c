@@ -1,6 +1,7 @@
 #include "trainer/commands.h"
 
 #include "common/image.h"
+#include "common/cpus.h"
 #include "common/log.h"
 #include "kernels/kernels.h"
 #include "model/model.h"
@@ -97,6 +98,8 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 	}
 	if (threads >= 0)
 		cfg.train.threads = threads;
+	if (cfg.train.threads == 0 && !getenv("OMP_NUM_THREADS")) /* the CPUs this process has */
+		cfg.train.threads = wf_cpus_default_threads();
 	if (accumulate >= 0)
 		cfg.train.accumulate = accumulate;
 	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
@@ -179,6 +182,8 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 		wf_err_wrap(err, "model %s", model_path);
 		goto cleanup;
 	}
+	if (threads == 0 && !getenv("OMP_NUM_THREADS"))
+		threads = wf_cpus_default_threads();
 	if ((rc = wf_backend_create(&be, device, (int)threads, err)) != 0)
 		goto cleanup;
 	if ((rc = wf_exec_create(&ex, m, be, (int)batch, 0, err)) != 0)
@@ -482,5 +487,14 @@ int wf_cmd_version(int argc, char **argv, wf_err *err)
 		return rc;
 	printf("weft %s (backends: %s; models: %s)\n", WEFT_VERSION, wf_backend_list(),
 	       wf_model_zoo_names());
+	double quota = wf_cpus_quota_at("/proc/self/cgroup", "/sys/fs/cgroup");
+	const char *wait = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+	char q[32] = "none";
+	if (quota > 0)
+		snprintf(q, sizeof(q), "%.3g CPUs", quota);
+	printf("cpus: %d default threads (affinity %d, cgroup quota %s); OpenMP wait policy "
+	       "%s%s%s\n",
+	       wf_cpus_default_threads(), wf_cpus_affinity(), q, wait ? wait : "(unset)",
+	       spin ? ", GOMP_SPINCOUNT " : "", spin ? spin : "");
 	return 0;
 }

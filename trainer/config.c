@@ -109,6 +109,26 @@ static const key_def keys[] = {
 	{"cluster.insecure", T_BOOL, F(cluster.insecure), "false",
 	 "parameter_server: plain TCP without keys: anyone who reaches a server's port can "
 	 "read and overwrite the model"},
+	/* training that does what Keras does (issue 11) */
+	{"model.kernel_initializer", T_STR, F(model.kernel_initializer), "\"auto\"",
+	 "conv and dense kernels: auto (as Keras builds the model: glorot_uniform, "
+	 "he_normal for nasnet), glorot_uniform, glorot_normal, he_normal, he_uniform, "
+	 "lecun_normal or lecun_uniform"},
+	{"model.bn_momentum", T_NUM, F(model.bn_momentum), "0",
+	 "batch-norm moving-average momentum (Keras `momentum`); 0: the model's own"},
+	{"model.alpha", T_NUM, F(model.alpha), "1",
+	 "mobilenetv2: width multiplier (0.35, 0.5, 0.75, 1.0, 1.3, 1.4)"},
+	{"optimizer.clipnorm", T_NUM, F(optimizer.clipnorm), "0",
+	 "clip each parameter's gradient to this L2 norm (Keras clipnorm); 0: off"},
+	{"optimizer.global_clipnorm", T_NUM, F(optimizer.global_clipnorm), "0",
+	 "clip all gradients together to this global L2 norm (Keras global_clipnorm); 0: off"},
+	{"optimizer.clipvalue", T_NUM, F(optimizer.clipvalue), "0",
+	 "clip every gradient element to [-v, v] (Keras clipvalue); 0: off"},
+	{"train.label_smoothing", T_NUM, F(train.label_smoothing), "0",
+	 "cross-entropy against (1 - s) * one-hot + s / classes (Keras label_smoothing)"},
+	{"train.divergence_factor", T_NUM, F(train.divergence_factor), "10",
+	 "stop (exit 1) when a step's loss exceeds this many times the first step's loss, "
+	 "or is not finite; 0: only the non-finite check"},
 };
 
 static const char *type_name(key_type t)
@@ -462,6 +482,39 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	NEED(c->checkpoint.keep >= 1, "checkpoint.keep: must be >= 1, got %ld", c->checkpoint.keep);
 	NEED(c->log.dir[0], "log.dir: must not be empty");
 	NEED(c->log.every_steps >= 1, "log.every_steps: must be >= 1, got %ld", c->log.every_steps);
+	/* training that does what Keras does (issue 11) */
+	wf_init ki;
+	NEED(strcmp(c->model.kernel_initializer, "auto") == 0 ||
+		     wf_init_parse(c->model.kernel_initializer, &ki) == 0,
+	     "model.kernel_initializer: expected auto, glorot_uniform, glorot_normal, he_normal, "
+	     "he_uniform, lecun_normal or lecun_uniform, got '%s'",
+	     c->model.kernel_initializer);
+	NEED(c->model.bn_momentum >= 0 && c->model.bn_momentum < 1,
+	     "model.bn_momentum: must be in [0, 1) (0: the model's own), got %g",
+	     c->model.bn_momentum);
+	NEED(c->model.alpha > 0 && c->model.alpha <= 4, "model.alpha: must be in (0, 4], got %g",
+	     c->model.alpha);
+	NEED(c->model.alpha == 1 || strcmp(c->model.name, "mobilenetv2") == 0,
+	     "model.alpha: only mobilenetv2 has a width multiplier (model.name is '%s')",
+	     c->model.name);
+	NEED(c->optimizer.clipnorm >= 0, "optimizer.clipnorm: must be >= 0 (0: off), got %g",
+	     c->optimizer.clipnorm);
+	NEED(c->optimizer.global_clipnorm >= 0,
+	     "optimizer.global_clipnorm: must be >= 0 (0: off), got %g",
+	     c->optimizer.global_clipnorm);
+	NEED(!(c->optimizer.clipnorm > 0 && c->optimizer.global_clipnorm > 0),
+	     "optimizer.clipnorm and optimizer.global_clipnorm: set at most one (as Keras)");
+	NEED(c->optimizer.clipvalue >= 0, "optimizer.clipvalue: must be >= 0 (0: off), got %g",
+	     c->optimizer.clipvalue);
+	NEED(!(strcmp(c->strategy.name, "parameter_server") == 0 &&
+	       (c->optimizer.clipnorm > 0 || c->optimizer.global_clipnorm > 0)),
+	     "optimizer.clipnorm/global_clipnorm: not supported with strategy.name "
+	     "parameter_server (each server holds only part of the gradient); use clipvalue");
+	NEED(c->train.label_smoothing >= 0 && c->train.label_smoothing < 1,
+	     "train.label_smoothing: must be in [0, 1), got %g", c->train.label_smoothing);
+	NEED(c->train.divergence_factor == 0 || c->train.divergence_factor > 1,
+	     "train.divergence_factor: must be > 1 (or 0: off), got %g",
+	     c->train.divergence_factor);
 	return 0;
 }
 
@@ -551,6 +604,9 @@ void wf_config_optim(const wf_config *c, wf_optim_cfg *o)
 	o->min_lr = c->optimizer.schedule.min_lr;
 	o->decay_steps = c->optimizer.schedule.decay_steps;
 	o->decay_rate = c->optimizer.schedule.decay_rate;
+	o->clipnorm = c->optimizer.clipnorm;
+	o->global_clipnorm = c->optimizer.global_clipnorm;
+	o->clipvalue = c->optimizer.clipvalue;
 }
 
 void wf_config_print_reference(FILE *out)

@@ -16,7 +16,10 @@
 typedef struct wf_config {
 	struct {
 		char name[64];
-		long classes; /* 0: from the data file */
+		long classes;		     /* 0: from the data file */
+		char kernel_initializer[32]; /* auto (as Keras builds the model) or a Keras name */
+		double bn_momentum;	     /* 0: the model's own */
+		double alpha;		     /* mobilenetv2 width */
 	} model;
 	struct {
 		char train[WF_CFG_PATH_MAX];
@@ -37,12 +40,15 @@ typedef struct wf_config {
 		long threads;	       /* 0: library default */
 		char device[16];       /* cpu, ref, cuda, auto */
 		long accumulate;       /* micro-batches per step */
+		double label_smoothing;
+		double divergence_factor; /* stop when loss > factor x first loss; 0: off */
 	} train;
 	struct {
 		char name[16]; /* sgd, adam, adamw */
 		double lr, momentum;
 		int nesterov;
 		double beta1, beta2, epsilon, weight_decay;
+		double clipnorm, global_clipnorm, clipvalue; /* 0: off (Keras None) */
 		struct {
 			char name[16]; /* constant, step, cosine */
 			long warmup_steps, decay_steps;

@@ -6,6 +6,7 @@
  * and die with the launcher (PR_SET_PDEATHSIG). */
 #include "trainer/launch.h"
 
+#include "common/cpus.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "trainer/cli.h"
@@ -577,7 +578,7 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		snprintf(dev, sizeof(dev), "train.device=%s", device);
 		l->argv[l->argc++] = dev;
 	}
-	long cpus = threads > 0 ? threads : sysconf(_SC_NPROCESSORS_ONLN);
+	long cpus = threads > 0 ? threads : wf_cpus_default_threads();
 	long per = cpus / (nworkers + chief);
 	snprintf(l->threads_arg, sizeof(l->threads_arg), "%ld", per > 0 ? per : 1);
 

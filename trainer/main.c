@@ -1,6 +1,7 @@
 /* main.c: the `weft` command: a table of subcommands, each a function in
  * trainer/ (or, for the roles added later, their own modules). Only main
  * turns a status into the process exit code (DESIGN section 11). */
+#include "common/cpus.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "trainer/cmd_keygen.h"
@@ -51,6 +52,7 @@ static void usage(FILE *out)
 int main(int argc, char **argv)
 {
 	wf_err err = {0};
+	wf_cpus_passive_openmp(argv); /* may re-execute this program once */
 	H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors are reported through wf_err */
 	if (argc < 2) {
 		usage(stderr);

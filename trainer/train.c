@@ -56,7 +56,9 @@ typedef struct run {
 	long start; /* 0-based step to run next */
 	long steps_per_epoch;
 	wf_progress prog;
-	int reports; /* prints progress (see wf_train_result.reports) */
+	int reports;	   /* prints progress (see wf_train_result.reports) */
+	size_t *segs;	   /* the trainable parameters' boundaries (clipnorm) */
+	double first_loss; /* the first step's loss (divergence check); 0 before */
 } run;
 
 static void run_free(run *r)
@@ -77,6 +79,7 @@ static void run_free(run *r)
 	if (r->metrics)
 		fclose(r->metrics);
 	wf_tfevents_close(r->tb);
+	free(r->segs);
 }
 
 /* ---- set-up ------------------------------------------------------------ */
@@ -113,6 +116,52 @@ static int open_data(run *r, wf_err *err)
 	return 0;
 }
 
+/* Kernels as model.kernel_initializer says (auto: as Keras builds the model:
+ * glorot_uniform, nasnet's convs he_normal); model.bn_momentum over every
+ * batch norm. */
+static int init_model(run *r, wf_err *err)
+{
+	const wf_config *c = r->cfg;
+	wf_init conv = WF_INIT_GLOROT_UNIFORM, dense = WF_INIT_GLOROT_UNIFORM;
+	if (strcmp(c->model.kernel_initializer, "auto") != 0) {
+		if (wf_init_parse(c->model.kernel_initializer, &conv) != 0)
+			return wf_errf(err, WF_EINVAL, "model.kernel_initializer: unknown '%s'",
+				       c->model.kernel_initializer);
+		dense = conv;
+	} else if (strncmp(c->model.name, "nasnet", 6) == 0) {
+		conv = WF_INIT_HE_NORMAL;
+	}
+	wf_model_init_params_with(r->m, (uint64_t)c->train.seed, conv, dense);
+	if (c->model.bn_momentum > 0)
+		for (int i = 0; i < r->m->nlayers; i++)
+			if (r->m->layers[i].type == WF_LAYER_BATCHNORM)
+				r->m->layers[i].momentum = (float)c->model.bn_momentum;
+	return 0;
+}
+
+/* Boundaries of the trainable parameters in the flat vector, for clipnorm. */
+static int param_segments(run *r, wf_err *err)
+{
+	const wf_model *m = r->m;
+	int n = 0;
+	if (!(r->segs = malloc(sizeof(size_t) * ((size_t)m->nviews + 2))))
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	for (int i = 0; i < m->nviews; i++)
+		if (m->views[i].trainable)
+			r->segs[n++] = m->views[i].offset;
+	/* ascending (views are in reverse topological order) */
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && r->segs[j - 1] > r->segs[j]; j--) {
+			size_t t = r->segs[j];
+			r->segs[j] = r->segs[j - 1];
+			r->segs[j - 1] = t;
+		}
+	r->segs[n] = m->nparams;
+	r->optim.segs = r->segs;
+	r->optim.nsegs = n;
+	return 0;
+}
+
 static int build_model(run *r, wf_err *err)
 {
 	const wf_config *c = r->cfg;
@@ -120,12 +169,15 @@ static int build_model(run *r, wf_err *err)
 	int rc = wf_backend_create(&r->be, c->train.device, (int)c->train.threads, err);
 	if (rc != 0)
 		return wf_err_wrap(err, "train.device"), rc;
-	rc = wf_model_zoo(&r->m, c->model.name, ti->h, ti->w, ti->c, ti->nclasses, err);
+	wf_zoo_opts zo = WF_ZOO_OPTS_DEFAULT;
+	zo.alpha = (float)c->model.alpha;
+	rc = wf_model_zoo_ex(&r->m, c->model.name, ti->h, ti->w, ti->c, ti->nclasses, &zo, err);
 	if (rc != 0)
 		return wf_err_wrap(err, "model.name: %s on %dx%dx%d images of %d classes",
 				   c->model.name, ti->h, ti->w, ti->c, ti->nclasses),
 		       rc;
-	wf_model_init_params(r->m, (uint64_t)c->train.seed);
+	if ((rc = init_model(r, err)) != 0)
+		return rc;
 
 	wf_model_meta_init(&r->meta);
 	r->meta.scale = 1.0f / 255.0f;
@@ -147,6 +199,11 @@ static int build_model(run *r, wf_err *err)
 		return wf_err_wrap(err, "model %s, batch %ld", c->model.name, c->train.batch_size),
 		       rc;
 	wf_config_optim(c, &r->optim);
+	if ((rc = param_segments(r, err)) != 0)
+		return rc;
+	if (c->train.label_smoothing > 0 &&
+	    wf_exec_set_label_smoothing(r->ex, (float)c->train.label_smoothing) != 0)
+		return wf_errf(err, WF_EINVAL, "train.label_smoothing: %s", wf_exec_error(r->ex));
 	return wf_strategy_exchange_create(&r->x, c, r->ex, r->m, &r->optim, err);
 }
 
@@ -343,6 +400,51 @@ static int evaluate(run *r, long step, wf_eval_result *ev, wf_err *err)
 
 /* ---- the loop ---------------------------------------------------------- */
 
+/* What to try when a run diverges, after "... at step N". */
+#define DIVERGED_HINT                                                                              \
+	"training diverged; nothing was saved after the last good checkpoint. Try a lower "        \
+	"optimizer.lr (say a tenth), a longer optimizer.schedule.warmup_steps, or gradient "       \
+	"clipping (optimizer.global_clipnorm: 1.0)"
+
+/* A non-finite loss, or one far above the first step's, stops the run
+ * before its update is applied (DIVERGED_HINT). */
+static int check_divergence(run *r, long step, float loss, wf_err *err)
+{
+	double f = r->cfg->train.divergence_factor;
+	if (!isfinite(loss))
+		return wf_errf(err, WF_EINVAL, "loss is %f at step %ld: " DIVERGED_HINT,
+			       (double)loss, step + 1);
+	if (r->first_loss <= 0) {
+		/* a resumed or fine-tuned run may start far below chance: measure
+		 * from chance (ln K) at least */
+		double chance = log((double)r->m->classes > 1 ? (double)r->m->classes : 2.0);
+		r->first_loss = loss > chance ? loss : chance;
+		return 0;
+	}
+	if (f > 0 && loss > f * r->first_loss && loss > 1e-3)
+		return wf_errf(err, WF_EINVAL,
+			       "loss is %g at step %ld, over %g times the first step's %g "
+			       "(or chance) (train.divergence_factor): " DIVERGED_HINT,
+			       (double)loss, step + 1, f, r->first_loss);
+	return 0;
+}
+
+/* Before a checkpoint: every parameter finite (an update can explode the
+ * weights before any loss shows it; such a model must not replace a good
+ * checkpoint). */
+static int check_params_finite(run *r, long done, wf_err *err)
+{
+	if (wf_exec_params_to_host(r->ex) != 0)
+		return wf_errf(err, WF_EINTERNAL, "step %ld: %s", done, wf_exec_error(r->ex));
+	for (size_t i = 0; i < r->m->nparams; i++)
+		if (!isfinite(r->m->params[i]))
+			return wf_errf(err, WF_EINVAL,
+				       "parameters are not finite after step %ld (checkpoint not "
+				       "written): " DIVERGED_HINT,
+				       done);
+	return 0;
+}
+
 /* One optimizer step: every micro-batch forward/backward, then the exchange. */
 static int train_step(run *r, long step, wf_batch *b, window *w, wf_err *err)
 {
@@ -353,6 +455,7 @@ static int train_step(run *r, long step, wf_batch *b, window *w, wf_err *err)
 	if (b->n != bs * acc)
 		return wf_errf(err, WF_EINTERNAL, "reader gave %d samples at step %ld, want %d",
 			       b->n, step, bs * acc);
+	int rc;
 	if (wf_exec_zero_grads(r->ex) != 0)
 		goto exec_failed;
 	for (int k = 0; k < acc; k++) {
@@ -367,11 +470,8 @@ static int train_step(run *r, long step, wf_batch *b, window *w, wf_err *err)
 		if (wf_exec_backward(r->ex, scale, last ? wf_exchange_grad_ready : NULL,
 				     last ? r->x : NULL) != 0)
 			goto exec_failed;
-		if (!isfinite(loss))
-			return wf_errf(err, WF_EINVAL,
-				       "loss is %f at step %ld: training diverged (lower "
-				       "optimizer.lr?)",
-				       (double)loss, step + 1);
+		if ((rc = check_divergence(r, step, loss, err)) != 0)
+			return rc;
 		w->loss_sum += (double)loss * bs;
 		w->correct += correct;
 		w->samples += bs;
@@ -468,6 +568,8 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		/* allreduce: every rank stops after the same step, whichever got the signal */
 		int stop = wf_exchange_should_stop(r->x, step, stop_requested);
 		if (periodic || done == steps || stop || stop_here) {
+			if ((rc = check_params_finite(r, done, err)) != 0)
+				return rc;
 			rc = wf_ckpt_save(c->checkpoint.dir, done, r->ex, r->m, &r->meta, r->x,
 					  (int)c->checkpoint.keep, err);
 			if (rc != 0)

@@ -274,12 +274,30 @@ static void test_init_is_deterministic(void)
 	const wf_view *g = wf_model_view(a, "conv1_bn/gamma");
 	const wf_view *var = wf_model_view(a, "conv1_bn/moving_variance");
 	WF_CHECK(a->params[g->offset] == 1.0f && a->state[var->offset] == 1.0f);
-	/* He normal: std ~ sqrt(2 / fan_in) */
+	/* Keras's default, glorot uniform: std sqrt(2 / (fan_in + fan_out)),
+	 * fans 3*3*64 each; within the limit sqrt(6 / (fan_in + fan_out)) */
 	const wf_view *k = wf_model_view(a, "stage3_block2_conv1/kernel");
-	double ss = 0;
-	for (size_t i = 0; i < k->count; i++)
+	double ss = 0, lim = sqrt(6.0 / (2 * 9 * 64)), mx = 0;
+	for (size_t i = 0; i < k->count; i++) {
 		ss += (double)a->params[k->offset + i] * a->params[k->offset + i];
+		mx = fmax(mx, fabs(a->params[k->offset + i]));
+	}
+	WF_CHECK_NEAR(sqrt(ss / k->count), sqrt(2.0 / (2 * 9 * 64)), 0.002);
+	WF_CHECK(mx <= lim && mx > 0.95 * lim);
+	/* he_normal, truncated at 2 sd as Keras: std sqrt(2 / fan_in), none past 2 sd */
+	wf_model_init_params_with(a, 42, WF_INIT_HE_NORMAL, WF_INIT_GLOROT_UNIFORM);
+	ss = mx = 0;
+	for (size_t i = 0; i < k->count; i++) {
+		ss += (double)a->params[k->offset + i] * a->params[k->offset + i];
+		mx = fmax(mx, fabs(a->params[k->offset + i]));
+	}
 	WF_CHECK_NEAR(sqrt(ss / k->count), sqrt(2.0 / (9 * 64)), 0.003);
+	WF_CHECK(mx <= 2.0 * sqrt(2.0 / (9 * 64)) / 0.87962566 + 1e-6);
+	/* every Keras name parses; others do not */
+	wf_init ki;
+	WF_CHECK(wf_init_parse("lecun_uniform", &ki) == 0 && ki == WF_INIT_LECUN_UNIFORM);
+	WF_CHECK(wf_init_parse("he_normal", &ki) == 0 && ki == WF_INIT_HE_NORMAL);
+	WF_CHECK(wf_init_parse("orthogonal", &ki) != 0);
 done:
 	wf_model_free(a);
 	wf_model_free(b);

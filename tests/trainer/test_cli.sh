@@ -7,7 +7,8 @@ for c in train eval inspect version "data synth" "data cifar10" data; do
 	grep -q "usage" help.txt || fail "weft $c --help has no usage"
 done
 "$WEFT" train --help | grep -q -- "--accumulate" || fail "train --help misses --accumulate"
-"$WEFT" train --help-config | grep -q "optimizer.schedule.warmup_steps" || fail "no key reference"
+"$WEFT" train --help-config >keys.txt || fail "--help-config failed"
+grep -q "optimizer.schedule.warmup_steps" keys.txt || fail "no key reference"
 
 expect_error() { # want-substring command...
 	local want=$1 rc=0

@@ -1,0 +1,29 @@
+/* cpus.h: how many CPUs this process may really use, and OpenMP threads that
+ * do not burn them. A pod on a shared node gets fewer CPUs than the machine
+ * has: its affinity mask (taskset, cpusets) and its cgroup CPU quota
+ * (Kubernetes limits: cgroup v2 cpu.max, v1 cpu.cfs_quota_us /
+ * cpu.cfs_period_us). The mains (weft, weft-serve) resolve the default
+ * thread count here and pass it down; library code never looks. */
+#ifndef WF_CPUS_H
+#define WF_CPUS_H
+
+/* CPUs in this process's affinity mask (>= 1; the online count when the
+ * mask cannot be read). */
+int wf_cpus_affinity(void);
+/* The CPU quota in CPUs (quota / period, say 1.5) of the cgroup that
+ * proc_cgroup (a /proc/PID/cgroup file) names, looked up under the cgroup
+ * mount sys_root (/sys/fs/cgroup): the smallest limit on the way from the
+ * cgroup up to the root, v2 or v1. 0 when there is none or nothing can be
+ * read. */
+double wf_cpus_quota_at(const char *proc_cgroup, const char *sys_root);
+/* The default compute thread count: min(affinity, floor(quota)), >= 1. */
+int wf_cpus_default_threads(void);
+/* Make OpenMP threads sleep instead of spinning while they wait, unless
+ * the environment already says (OMP_WAIT_POLICY, GOMP_SPINCOUNT): sets
+ * OMP_WAIT_POLICY=passive and re-executes the program (argv, from
+ * /proc/self/exe) so the OpenMP runtime, which reads its environment when
+ * it loads, sees it. Returns only when nothing had to be done or the
+ * re-exec failed (then the program runs on as it is). Call first in main. */
+void wf_cpus_passive_openmp(char **argv);
+
+#endif

@@ -1,0 +1,19 @@
+# test_threads.sh: weft's default thread count follows the CPU affinity it is
+# started with, and its OpenMP threads sleep rather than spin while waiting
+# (OMP_WAIT_POLICY=passive, set before the runtime loads) unless the user's
+# environment says otherwise.
+. "$WEFT_SRC/tests/trainer/lib.sh"
+unset OMP_NUM_THREADS # the user's OMP_NUM_THREADS wins; the default is what is tested here
+command -v taskset >/dev/null || { echo "SKIP: taskset not installed (util-linux)"; exit 77; }
+"$WEFT" version >v.txt
+grep -q "OpenMP wait policy passive" v.txt || fail "OpenMP wait policy not passive: $(cat v.txt)"
+OMP_WAIT_POLICY=active "$WEFT" version | grep -q "wait policy active" || fail "the user's OMP_WAIT_POLICY was overridden"
+GOMP_SPINCOUNT=1000 "$WEFT" version | grep -q "wait policy (unset), GOMP_SPINCOUNT 1000" || fail "the user's GOMP_SPINCOUNT was overridden"
+cpu=$(taskset -pc $$ | sed 's/.*: *//; s/[,-].*//')
+taskset -c "$cpu" "$WEFT" version | grep -q "cpus: 1 default threads (affinity 1" || fail "affinity of one CPU does not give 1 thread"
+make_synth s.h5 256 8 1
+taskset -c "$cpu" "$WEFT" train --set data.train=s.h5 --set train.steps=2 --set train.batch_size=32 \
+	--set log.dir=lg --set checkpoint.dir=ck --device cpu --no-progress-line --config /dev/stdin \
+	<<<'{}' >/dev/null 2>err.txt || { cat err.txt; fail "training failed"; }
+grep -q '"threads": 1' lg/config.json || fail "train.threads 0 under a 1-CPU affinity did not resolve to 1: $(grep threads lg/config.json)"
+echo ok

@@ -1,0 +1,101 @@
+/* test_threads.c: the default thread count follows the cgroup CPU quota
+ * (v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us) of the cgroup
+ * /proc/self/cgroup names, read from fake cgroup trees in a temporary
+ * directory, and the process's affinity mask. */
+#include "common/cpus.h"
+#include "tests/test.h"
+
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static char root[256];
+
+/* write root/rel (creating its directories) */
+static void put(const char *rel, const char *text)
+{
+	char path[512];
+	snprintf(path, sizeof(path), "%s/%s", root, rel);
+	for (char *p = path + strlen(root) + 1; *p; p++)
+		if (*p == '/') {
+			*p = '\0';
+			mkdir(path, 0755);
+			*p = '/';
+		}
+	FILE *f = fopen(path, "w");
+	WF_CHECK(f != NULL);
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+}
+
+static double quota(const char *proc_text)
+{
+	char proc[512], sys[512];
+	snprintf(proc, sizeof(proc), "%s/proc_cgroup", root);
+	snprintf(sys, sizeof(sys), "%s/sys", root);
+	put("proc_cgroup", proc_text);
+	return wf_cpus_quota_at(proc, sys);
+}
+
+static void test_v2_quota_is_the_smallest_on_the_path(void)
+{
+	put("sys/kubepods/pod1/cpu.max", "150000 100000\n");
+	put("sys/kubepods/pod1/c1/cpu.max", "max 100000\n");
+	put("sys/kubepods/cpu.max", "400000 100000\n");
+	WF_CHECK_NEAR(quota("0::/kubepods/pod1/c1\n"), 1.5, 1e-9);
+	/* a container whose cgroup is the mount's root: its path is not there */
+	put("sys/cpu.max", "50000 100000\n");
+	WF_CHECK_NEAR(quota("0::/kubepods/other\n"), 0.5, 1e-9);
+}
+
+static void test_v1_quota_and_unlimited(void)
+{
+	put("sys/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "200000\n");
+	put("sys/cpu,cpuacct/docker/abc/cpu.cfs_period_us", "100000\n");
+	WF_CHECK_NEAR(quota("5:memory:/docker/abc\n4:cpu,cpuacct:/docker/abc\n"), 2.0, 1e-9);
+	put("sys/cpu,cpuacct/docker/abc/cpu.cfs_quota_us", "-1\n");
+	WF_CHECK(quota("4:cpu,cpuacct:/docker/abc\n") == 0.0);
+	/* nothing readable: no quota */
+	WF_CHECK(quota("4:cpu,cpuacct:/nowhere\n1:name=systemd:/\n") == 0.0);
+	char none[512];
+	snprintf(none, sizeof(none), "%s/missing", root);
+	WF_CHECK(wf_cpus_quota_at(none, none) == 0.0);
+}
+
+static void test_default_follows_affinity(void)
+{
+	cpu_set_t old, one;
+	WF_CHECK(sched_getaffinity(0, sizeof(old), &old) == 0);
+	int n = CPU_COUNT(&old);
+	WF_CHECK(wf_cpus_affinity() == n);
+	WF_CHECK(wf_cpus_default_threads() >= 1 && wf_cpus_default_threads() <= n);
+	int first = 0;
+	while (!CPU_ISSET(first, &old))
+		first++;
+	CPU_ZERO(&one);
+	CPU_SET(first, &one);
+	WF_CHECK(sched_setaffinity(0, sizeof(one), &one) == 0);
+	WF_CHECK(wf_cpus_affinity() == 1);
+	WF_CHECK(wf_cpus_default_threads() == 1);
+	sched_setaffinity(0, sizeof(old), &old);
+}
+
+int main(void)
+{
+	snprintf(root, sizeof(root), "/tmp/weft-test-threads.XXXXXX");
+	if (!mkdtemp(root))
+		return 1;
+	WF_RUN(test_v2_quota_is_the_smallest_on_the_path);
+	WF_RUN(test_v1_quota_and_unlimited);
+	WF_RUN(test_default_follows_affinity);
+	char cmd[300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
+	if (system(cmd) != 0)
+		return 1;
+	return wf_test_summary();
+}
