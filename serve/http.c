@@ -23,7 +23,10 @@
 #include <unistd.h>
 
 #define WF_SERVE_VERSION "0.1.0"
-#define CT_JSON		 "application/json"
+/* Event threads (epoll): they parse, answer quick requests and hand
+ * inference to the handler threads; they never block on a model. */
+#define WF_SERVE_EVENT_THREADS 4
+#define CT_JSON		       "application/json"
 
 struct wf_serve_http {
 	wf_serve_http_opts o;
@@ -46,6 +49,13 @@ struct wf_serve_http {
 	struct conn_rec *conns;
 	int reaper_stop, reaper_started;
 	pthread_t reaper;
+	/* Handler threads for inference (which blocks in the batcher), so the
+	 * event threads never wait on a model. */
+	pthread_mutex_t wmu;
+	pthread_cond_t wcv;
+	struct req_ctx *whead, *wtail;
+	int wpending, wstop, nworkers;
+	pthread_t *workers;
 };
 
 /* Phases of a connection: waiting for (the rest of) a request header, reading
@@ -173,6 +183,14 @@ typedef struct req_ctx {
 	int replied;
 	size_t reserved; /* bytes of the body budget this request holds */
 	int over_budget; /* the body budget was exhausted: 503 */
+	/* Inference runs on a handler thread while MHD holds the connection
+	 * suspended; the reply waits in resp until MHD calls back. */
+	int deferred;
+	struct MHD_Response *resp;
+	int code;
+	struct MHD_Connection *conn;
+	char *url, method[16];
+	struct req_ctx *next; /* in the handler queue */
 } req_ctx;
 
 static enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
@@ -214,10 +232,15 @@ static enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, re
 							q->ep == WF_SERVE_EP_V2_INFER
 						? "POST"
 						: "GET");
-	enum MHD_Result ret = MHD_queue_response(c, (unsigned)code, resp);
-	MHD_destroy_response(resp);
 	q->replied = 1;
 	wf_serve_metrics_request(h->metrics, q->ep, code, wf_now() - q->t0);
+	if (q->deferred) { /* on a handler thread: MHD queues it once resumed */
+		q->resp = resp;
+		q->code = code;
+		return MHD_YES;
+	}
+	enum MHD_Result ret = MHD_queue_response(c, (unsigned)code, resp);
+	MHD_destroy_response(resp);
 	return ret;
 }
 
@@ -756,6 +779,63 @@ static enum MHD_Result on_body(wf_serve_http *h, req_ctx *q, const char *data, s
 	return MHD_YES;
 }
 
+/* Hand an inference request to the handler threads; the connection stays
+ * suspended (holding no event thread) until its reply is ready. */
+static enum MHD_Result defer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+			     const char *url, const char *method)
+{
+	q->url = strdup(url);
+	if (!q->url)
+		return MHD_NO;
+	snprintf(q->method, sizeof(q->method), "%s", method);
+	q->conn = c;
+	pthread_mutex_lock(&h->wmu);
+	if (h->o.max_queue > 0 && h->wpending >= h->o.max_queue) {
+		pthread_mutex_unlock(&h->wmu);
+		return send_error(h, c, q, MHD_HTTP_TOO_MANY_REQUESTS,
+				  "the queue is full (%d requests waiting, --max_queue_size); "
+				  "retry later",
+				  h->o.max_queue);
+	}
+	q->deferred = 1;
+	MHD_suspend_connection(c);
+	q->next = NULL;
+	if (h->wtail)
+		h->wtail->next = q;
+	else
+		h->whead = q;
+	h->wtail = q;
+	h->wpending++;
+	pthread_cond_signal(&h->wcv);
+	pthread_mutex_unlock(&h->wmu);
+	return MHD_YES;
+}
+
+static void *handler_main(void *arg)
+{
+	wf_serve_http *h = arg;
+	pthread_mutex_lock(&h->wmu);
+	for (;;) {
+		while (!h->whead && !h->wstop)
+			pthread_cond_wait(&h->wcv, &h->wmu);
+		req_ctx *q = h->whead;
+		if (!q)
+			break;
+		h->whead = q->next;
+		if (!h->whead)
+			h->wtail = NULL;
+		h->wpending--;
+		pthread_mutex_unlock(&h->wmu);
+		route r;
+		q->ep = parse_route(q->url, &r);
+		dispatch(h, q->conn, q, q->url, q->method, &r);
+		MHD_resume_connection(q->conn);
+		pthread_mutex_lock(&h->wmu);
+	}
+	pthread_mutex_unlock(&h->wmu);
+	return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls)
@@ -776,6 +856,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		*upload_data_size = 0;
 		return on_body(h, q, upload_data, n);
 	}
+	if (q->deferred) { /* resumed: the handler thread's reply */
+		if (!q->resp)
+			return MHD_NO;
+		enum MHD_Result ret = MHD_queue_response(c, (unsigned)q->code, q->resp);
+		MHD_destroy_response(q->resp);
+		q->resp = NULL;
+		return ret;
+	}
 	if (q->replied)
 		return MHD_YES;
 	conn_phase(h, c, C_BUSY, 0);
@@ -786,6 +874,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 				  h->o.body_budget);
 	route r;
 	q->ep = parse_route(url, &r);
+	if ((r.kind == R_V1_PREDICT || r.kind == R_V1_CLASSIFY || r.kind == R_V2_INFER) &&
+	    strcmp(method, "POST") == 0)
+		return defer(h, c, q, url, method);
 	return dispatch(h, c, q, url, method, &r);
 }
 
@@ -799,6 +890,9 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 		return;
 	/* The next request on a kept-alive connection: idle time and its header. */
 	conn_phase(h, c, C_HEADER, h->o.idle_timeout + h->o.header_timeout);
+	if (q->resp)
+		MHD_destroy_response(q->resp);
+	free(q->url);
 	free(q->body);
 	if (q->reserved) {
 		atomic_fetch_sub(&h->body_bytes, q->reserved);
@@ -908,8 +1002,19 @@ static void http_free(wf_serve_http *h)
 		pthread_mutex_unlock(&h->cmu);
 		pthread_join(h->reaper, NULL);
 	}
+	/* Handler threads finish what they hold (resuming its connections)
+	 * before the daemon goes. */
+	pthread_mutex_lock(&h->wmu);
+	h->wstop = 1;
+	pthread_cond_broadcast(&h->wcv);
+	pthread_mutex_unlock(&h->wmu);
+	for (int i = 0; i < h->nworkers; i++)
+		pthread_join(h->workers[i], NULL);
+	free(h->workers);
 	if (h->d)
 		MHD_stop_daemon(h->d);
+	pthread_cond_destroy(&h->wcv);
+	pthread_mutex_destroy(&h->wmu);
 	pthread_cond_destroy(&h->ccv);
 	pthread_mutex_destroy(&h->cmu);
 	free(h->tls_cert);
@@ -938,6 +1043,8 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 		return wf_errf(err, WF_ENOMEM, "out of memory");
 	pthread_mutex_init(&h->cmu, NULL);
 	pthread_cond_init(&h->ccv, NULL);
+	pthread_mutex_init(&h->wmu, NULL);
+	pthread_cond_init(&h->wcv, NULL);
 	h->o = *o;
 	h->model_name = strdup(o->model_name);
 	h->o.model_name = h->model_name;
@@ -968,7 +1075,7 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 	int n = 0;
 #define OPT(opt, val, ptr) opts[n++] = (struct MHD_OptionItem){(opt), (intptr_t)(val), (ptr)}
 	OPT(MHD_OPTION_SOCK_ADDR, 0, &addr);
-	OPT(MHD_OPTION_THREAD_POOL_SIZE, h->o.threads, NULL);
+	OPT(MHD_OPTION_THREAD_POOL_SIZE, WF_SERVE_EVENT_THREADS, NULL);
 	OPT(MHD_OPTION_NOTIFY_COMPLETED, on_completed, h);
 	OPT(MHD_OPTION_NOTIFY_CONNECTION, on_connection, h);
 	OPT(MHD_OPTION_CONNECTION_TIMEOUT, h->o.idle_timeout, NULL);
@@ -984,7 +1091,8 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 	OPT(MHD_OPTION_END, 0, NULL);
 #undef OPT
 	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
-			 MHD_USE_ERROR_LOG | (h->tls_cert ? MHD_USE_TLS : 0);
+			 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+			 (h->tls_cert ? MHD_USE_TLS : 0);
 	h->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h,
 				MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
 	if (!h->d) {
@@ -999,6 +1107,17 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 		return wf_errf(err, WF_EINTERNAL, "cannot start the connection reaper thread");
 	}
 	h->reaper_started = 1;
+	h->workers = calloc((size_t)h->o.threads, sizeof(*h->workers));
+	if (!h->workers) {
+		http_free(h);
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	}
+	for (; h->nworkers < h->o.threads; h->nworkers++)
+		if (pthread_create(&h->workers[h->nworkers], NULL, handler_main, h) != 0) {
+			http_free(h);
+			return wf_errf(err, WF_EINTERNAL, "cannot start HTTP handler thread %d",
+				       h->nworkers);
+		}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
 	h->port = info ? info->port : o->port;
 	*out = h;

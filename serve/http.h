@@ -4,7 +4,9 @@
  * (epoll) connection handling on a fixed pool of threads, so idle and slow
  * connections hold no thread; per-request header and body deadlines, a
  * connection limit per client address, a global budget of request bodies in
- * memory, optional TLS and bearer token. Functions are thread-safe. */
+ * memory, optional TLS and bearer token. Inference requests run on separate
+ * handler threads while their connection is suspended, so the event threads
+ * never wait on a model. Functions are thread-safe. */
 #ifndef WF_SERVE_HTTP_H
 #define WF_SERVE_HTTP_H
 
@@ -22,7 +24,8 @@ typedef struct wf_serve_http_opts {
 	size_t max_body;	   /* bytes; larger bodies get 413 */
 	double request_timeout;	   /* seconds a request may wait for a batch thread */
 	int idle_timeout;	   /* seconds an idle or stalled connection is kept */
-	int threads;		   /* HTTP threads (epoll pool); a request in inference holds one */
+	int threads;		   /* handler threads: a request in inference holds one */
+	int max_queue;		   /* inference requests waiting for one; more: 429; 0: no bound */
 	int max_connections;	   /* open connections in all; more are closed at accept */
 	int max_per_client;	   /* open connections per client address; 0: no limit */
 	double header_timeout;	   /* seconds from connection (or previous reply) to full header */

@@ -354,6 +354,7 @@ int main(int argc, char **argv)
 		.threads = f.http_threads,
 		.max_connections = f.max_connections,
 		.max_per_client = f.max_per_client,
+		.max_queue = f.max_queue,
 		.header_timeout = f.header_timeout,
 		.body_timeout = f.body_timeout,
 		.body_budget = f.body_budget ? (size_t)f.body_budget : 4 * (size_t)f.max_body,
