@@ -40,7 +40,9 @@ struct wf_serve_batcher {
 	pthread_mutex_t mu;
 	pthread_cond_t more; /* queue grew, or stop */
 	job *head, *tail;
+	int queued; /* jobs in the queue */
 	int stop;
+	int flush; /* draining: run partial batches at once */
 	batch_thread *threads;
 };
 
@@ -53,6 +55,7 @@ static void queue_remove(wf_serve_batcher *b, job *prev, job *j)
 	if (b->tail == j)
 		b->tail = prev;
 	j->next = NULL;
+	b->queued--;
 	wf_serve_metrics_queue(b->metrics, -1);
 }
 
@@ -186,7 +189,7 @@ static void *batch_main(void *arg)
 			if (total < cap && b->o.timeout_us > 0) {
 				struct timespec ts;
 				abs_deadline(&ts, b->o.timeout_us * 1e-6);
-				while (total < cap && !b->stop) {
+				while (total < cap && !b->stop && !b->flush) {
 					if (pthread_cond_timedwait(&b->more, &b->mu, &ts) != 0) {
 						take_more(b, first->v, batch, &count, &total, cap);
 						break;
@@ -234,6 +237,16 @@ int wf_serve_batcher_create(wf_serve_batcher **out, const wf_serve_batcher_opts 
 	return 0;
 }
 
+void wf_serve_batcher_flush(wf_serve_batcher *b)
+{
+	if (!b)
+		return;
+	pthread_mutex_lock(&b->mu);
+	b->flush = 1;
+	pthread_cond_broadcast(&b->more);
+	pthread_mutex_unlock(&b->mu);
+}
+
 void wf_serve_batcher_free(wf_serve_batcher *b)
 {
 	if (!b)
@@ -268,6 +281,15 @@ int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float
 		pthread_cond_destroy(&j.done);
 		return wf_errf(err, WF_ESTOPPED, "the server is shutting down");
 	}
+	if (b->o.max_queue > 0 && b->queued >= b->o.max_queue) {
+		pthread_mutex_unlock(&b->mu);
+		pthread_cond_destroy(&j.done);
+		return wf_errf(err, WF_SERVE_EFULL,
+			       "the queue is full (%d requests waiting, --max_queue_size); retry "
+			       "later",
+			       b->o.max_queue);
+	}
+	b->queued++;
 	if (b->tail)
 		b->tail->next = &j;
 	else

@@ -18,18 +18,26 @@ typedef struct wf_serve_batcher_opts {
 	int max_batch;	 /* samples per forward */
 	long timeout_us; /* how long a partial batch waits for more (microseconds) */
 	int batching;	 /* 0: one request per forward */
+	int max_queue;	 /* requests waiting at once; more get WF_SERVE_EFULL; 0: no bound */
 } wf_serve_batcher_opts;
+
+/* wf_serve_batcher_infer's answer when the queue is full (HTTP 429). */
+#define WF_SERVE_EFULL (-100)
 
 typedef struct wf_serve_batcher wf_serve_batcher;
 
 int wf_serve_batcher_create(wf_serve_batcher **out, const wf_serve_batcher_opts *o,
 			    wf_serve_metrics *metrics, wf_err *err);
+/* From now on partial batches run at once instead of waiting for more
+ * (draining: nothing new will come). */
+void wf_serve_batcher_flush(wf_serve_batcher *b);
 /* Stop the threads after the queue drains; then free. */
 void wf_serve_batcher_free(wf_serve_batcher *b);
 
 /* Forward x [n,H,W,C] on version v (the caller holds a reference) into
  * logits [n,K]. Waits at most timeout_s in the queue (WF_ETRANSIENT when
- * it expires); once a batch thread took the request it runs to the end. */
+ * it expires); once a batch thread took the request it runs to the end.
+ * WF_SERVE_EFULL at once when max_queue requests are already waiting. */
 int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
 			   float *logits, double timeout_s, wf_err *err);
 

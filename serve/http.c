@@ -7,16 +7,26 @@
 
 #include <arpa/inet.h>
 #include <jansson.h>
+#include <malloc.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #define WF_SERVE_VERSION "0.1.0"
-#define CT_JSON		 "application/json"
+/* Event threads (epoll): they parse, answer quick requests and hand
+ * inference to the handler threads; they never block on a model. */
+#define WF_SERVE_EVENT_THREADS 4
+#define CT_JSON		       "application/json"
 
 struct wf_serve_http {
 	wf_serve_http_opts o;
@@ -28,7 +38,37 @@ struct wf_serve_http {
 	atomic_int draining;
 	atomic_int inflight;
 	int port;
+	atomic_int active;	  /* requests received, not yet fully answered */
+	atomic_size_t body_bytes; /* request bodies held now (the body budget) */
+	char *token;		  /* bearer token, or NULL */
+	char *tls_cert, *tls_key; /* PEM text, or NULL */
+	/* Connections and their deadlines; the reaper thread shuts down the
+	 * socket of one past its deadline (MHD then closes it). */
+	pthread_mutex_t cmu;
+	pthread_cond_t ccv;
+	struct conn_rec *conns;
+	int reaper_stop, reaper_started;
+	pthread_t reaper;
+	/* Handler threads for inference (which blocks in the batcher), so the
+	 * event threads never wait on a model. */
+	pthread_mutex_t wmu;
+	pthread_cond_t wcv;
+	struct req_ctx *whead, *wtail;
+	int wpending, wstop, nworkers;
+	pthread_t *workers;
 };
+
+/* Phases of a connection: waiting for (the rest of) a request header, reading
+ * a body, or in the handler (deadline off: inference may legitimately take
+ * long and has its own timeouts). */
+enum { C_HEADER, C_BODY, C_BUSY };
+
+typedef struct conn_rec {
+	int fd;
+	int phase;
+	double deadline;
+	struct conn_rec *prev, *next;
+} conn_rec;
 
 /* ---- routes ---------------------------------------------------------- */
 
@@ -141,6 +181,16 @@ typedef struct req_ctx {
 	double t0;
 	wf_serve_endpoint ep;
 	int replied;
+	size_t reserved; /* bytes of the body budget this request holds */
+	int over_budget; /* the body budget was exhausted: 503 */
+	/* Inference runs on a handler thread while MHD holds the connection
+	 * suspended; the reply waits in resp until MHD calls back. */
+	int deferred;
+	struct MHD_Response *resp;
+	int code;
+	struct MHD_Connection *conn;
+	char *url, method[16];
+	struct req_ctx *next; /* in the handler queue */
 } req_ctx;
 
 static enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
@@ -165,6 +215,16 @@ static enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, re
 		snprintf(hl, sizeof(hl), "%zu", header_len);
 		MHD_add_response_header(resp, "Inference-Header-Content-Length", hl);
 	}
+	if (code == MHD_HTTP_TOO_MANY_REQUESTS || code == MHD_HTTP_SERVICE_UNAVAILABLE) {
+		char ra[16];
+		snprintf(ra, sizeof(ra), "%d", h->o.retry_after > 0 ? h->o.retry_after : 1);
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+	}
+	if (code == MHD_HTTP_UNAUTHORIZED)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+					"Bearer realm=\"weft-serve\"");
+	if (atomic_load(&h->draining))
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
 	if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
 					q->ep == WF_SERVE_EP_V1_PREDICT ||
@@ -172,10 +232,15 @@ static enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, re
 							q->ep == WF_SERVE_EP_V2_INFER
 						? "POST"
 						: "GET");
-	enum MHD_Result ret = MHD_queue_response(c, (unsigned)code, resp);
-	MHD_destroy_response(resp);
 	q->replied = 1;
 	wf_serve_metrics_request(h->metrics, q->ep, code, wf_now() - q->t0);
+	if (q->deferred) { /* on a handler thread: MHD queues it once resumed */
+		q->resp = resp;
+		q->code = code;
+		return MHD_YES;
+	}
+	enum MHD_Result ret = MHD_queue_response(c, (unsigned)code, resp);
+	MHD_destroy_response(resp);
 	return ret;
 }
 
@@ -209,6 +274,7 @@ static int http_code(int rc)
 {
 	switch (rc) {
 	case WF_EINVAL: return MHD_HTTP_BAD_REQUEST;
+	case WF_SERVE_EFULL: return MHD_HTTP_TOO_MANY_REQUESTS;
 	case WF_ETRANSIENT:
 	case WF_ESTOPPED: return MHD_HTTP_SERVICE_UNAVAILABLE;
 	default: return MHD_HTTP_INTERNAL_SERVER_ERROR;
@@ -434,11 +500,6 @@ static enum MHD_Result dispatch_model(wf_serve_http *h, struct MHD_Connection *c
 		return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
 				  "this model has no regression signature; use :predict or "
 				  ":classify");
-	int inference =
-		r->kind == R_V1_PREDICT || r->kind == R_V1_CLASSIFY || r->kind == R_V2_INFER;
-	if (inference && atomic_load(&h->draining))
-		return send_error(h, c, q, MHD_HTTP_SERVICE_UNAVAILABLE,
-				  "the server is shutting down");
 	wf_serve_version *v = wf_serve_repo_acquire(h->repo, r->version);
 	if (!v) {
 		wf_serve_repo_status st;
@@ -521,85 +582,450 @@ static enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_
 	}
 }
 
+/* ---- connections: deadlines, budget, authentication -------------------- */
+
+static conn_rec *conn_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	return ci ? ci->socket_context : NULL;
+}
+
+static void conn_phase(wf_serve_http *h, struct MHD_Connection *c, int phase, double seconds)
+{
+	conn_rec *r = conn_of(c);
+	if (!r)
+		return;
+	pthread_mutex_lock(&h->cmu);
+	r->phase = phase;
+	r->deadline = wf_now() + seconds;
+	pthread_mutex_unlock(&h->cmu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	wf_serve_http *h = cls;
+	conn_rec *r = *socket_context;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		r = calloc(1, sizeof(*r));
+		if (!r || !ci) {
+			free(r);
+			return;
+		}
+		r->fd = ci->connect_fd;
+		r->phase = C_HEADER;
+		r->deadline = wf_now() + h->o.header_timeout;
+		pthread_mutex_lock(&h->cmu);
+		r->next = h->conns;
+		if (h->conns)
+			h->conns->prev = r;
+		h->conns = r;
+		pthread_mutex_unlock(&h->cmu);
+		*socket_context = r;
+	} else if (r) {
+		/* MHD reports CLOSED before it closes the socket, so the reaper
+		 * (under cmu) never shuts down a reused descriptor. */
+		pthread_mutex_lock(&h->cmu);
+		if (r->prev)
+			r->prev->next = r->next;
+		else
+			h->conns = r->next;
+		if (r->next)
+			r->next->prev = r->prev;
+		pthread_mutex_unlock(&h->cmu);
+		free(r);
+		*socket_context = NULL;
+	}
+}
+
+/* Shuts down connections whose header or body is overdue (like nginx's
+ * client_header_timeout / client_body_timeout, but for the whole header or
+ * body, so a client trickling one byte at a time gets no longer either). */
+static void *reaper_main(void *arg)
+{
+	wf_serve_http *h = arg;
+	pthread_mutex_lock(&h->cmu);
+	while (!h->reaper_stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 200 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&h->ccv, &h->cmu, &ts);
+		double now = wf_now();
+		for (conn_rec *r = h->conns; r; r = r->next)
+			if (r->phase != C_BUSY && now > r->deadline) {
+				wf_debug("serve: http: closing connection %d: %s not received in "
+					 "time",
+					 r->fd, r->phase == C_HEADER ? "request header" : "body");
+				shutdown(r->fd, SHUT_RDWR);
+				r->deadline = now + 3600;
+			}
+	}
+	pthread_mutex_unlock(&h->cmu);
+	return NULL;
+}
+
+/* Reserve n more bytes of the body budget for q; 0 when it is exhausted
+ * (a request alone may always use up to the budget). */
+static int reserve_body(wf_serve_http *h, req_ctx *q, size_t n)
+{
+	if (!h->o.body_budget) {
+		q->reserved += n;
+		atomic_fetch_add(&h->body_bytes, n);
+		return 1;
+	}
+	size_t cur = atomic_load(&h->body_bytes);
+	for (;;) {
+		if (cur > q->reserved && cur + n > h->o.body_budget)
+			return 0;
+		if (atomic_compare_exchange_weak(&h->body_bytes, &cur, cur + n))
+			break;
+	}
+	q->reserved += n;
+	return 1;
+}
+
+/* 1 when the request carries "Authorization: Bearer <token>" (constant time). */
+static int authorized(wf_serve_http *h, struct MHD_Connection *c)
+{
+	const char *a =
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+	if (!a || strncasecmp(a, "Bearer ", 7) != 0)
+		return 0;
+	a += 7;
+	size_t n = strlen(a), t = strlen(h->token);
+	unsigned diff = n != t;
+	for (size_t i = 0; i < t; i++)
+		diff |= (unsigned char)h->token[i] ^ (unsigned char)(i < n ? a[i] : 0);
+	return diff == 0;
+}
+
+/* The first call for a request: its header is complete. */
+static enum MHD_Result on_header(wf_serve_http *h, struct MHD_Connection *c, const char *url,
+				 req_ctx *q)
+{
+	route r;
+	q->ep = parse_route(url, &r);
+	atomic_fetch_add(&h->active, 1);
+	conn_phase(h, c, C_BODY, h->o.body_timeout);
+	if (h->token && r.kind != R_V2_LIVE && r.kind != R_V2_READY && !authorized(h, c))
+		return send_error(h, c, q, MHD_HTTP_UNAUTHORIZED,
+				  "this server requires \"Authorization: Bearer <token>\"");
+	const char *cl =
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+	unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
+	if (cl && len > h->o.max_body) {
+		q->too_big = 1;
+		return send_error(h, c, q, MHD_HTTP_CONTENT_TOO_LARGE,
+				  "request body of %s bytes is larger than the limit of %zu "
+				  "bytes",
+				  cl, h->o.max_body);
+	}
+	if (len) {
+		if (!reserve_body(h, q, (size_t)len)) {
+			q->over_budget = 1;
+			return send_error(h, c, q, MHD_HTTP_SERVICE_UNAVAILABLE,
+					  "too many request bodies in memory (budget %zu bytes); "
+					  "retry later",
+					  h->o.body_budget);
+		}
+		/* The body's exact size at once: no doubling, no copies. */
+		q->body = malloc((size_t)len + 1);
+		if (!q->body)
+			return send_error(h, c, q, MHD_HTTP_SERVICE_UNAVAILABLE,
+					  "out of memory for a body of %s bytes", cl);
+		q->cap = (size_t)len + 1;
+	}
+	return MHD_YES;
+}
+
+static enum MHD_Result on_body(wf_serve_http *h, req_ctx *q, const char *data, size_t n)
+{
+	if (q->replied || q->too_big || q->over_budget)
+		return MHD_YES;
+	if (q->len + n > h->o.max_body) {
+		q->too_big = 1;
+		free(q->body);
+		q->body = NULL;
+		q->len = q->cap = 0;
+		return MHD_YES;
+	}
+	if (q->len + n + 1 > q->cap) {
+		size_t cap = q->cap ? q->cap : 4096;
+		while (cap < q->len + n + 1)
+			cap *= 2;
+		if (!reserve_body(h, q, cap - q->cap)) {
+			q->over_budget = 1;
+			free(q->body);
+			q->body = NULL;
+			q->len = q->cap = 0;
+			return MHD_YES;
+		}
+		char *p = realloc(q->body, cap);
+		if (!p)
+			return MHD_NO;
+		q->body = p;
+		q->cap = cap;
+	}
+	memcpy(q->body + q->len, data, n);
+	q->len += n;
+	q->body[q->len] = 0;
+	return MHD_YES;
+}
+
+/* Hand an inference request to the handler threads; the connection stays
+ * suspended (holding no event thread) until its reply is ready. */
+static enum MHD_Result defer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+			     const char *url, const char *method)
+{
+	q->url = strdup(url);
+	if (!q->url)
+		return MHD_NO;
+	snprintf(q->method, sizeof(q->method), "%s", method);
+	q->conn = c;
+	pthread_mutex_lock(&h->wmu);
+	if (h->o.max_queue > 0 && h->wpending >= h->o.max_queue) {
+		pthread_mutex_unlock(&h->wmu);
+		return send_error(h, c, q, MHD_HTTP_TOO_MANY_REQUESTS,
+				  "the queue is full (%d requests waiting, --max_queue_size); "
+				  "retry later",
+				  h->o.max_queue);
+	}
+	q->deferred = 1;
+	MHD_suspend_connection(c);
+	q->next = NULL;
+	if (h->wtail)
+		h->wtail->next = q;
+	else
+		h->whead = q;
+	h->wtail = q;
+	h->wpending++;
+	pthread_cond_signal(&h->wcv);
+	pthread_mutex_unlock(&h->wmu);
+	return MHD_YES;
+}
+
+static void *handler_main(void *arg)
+{
+	wf_serve_http *h = arg;
+	pthread_mutex_lock(&h->wmu);
+	for (;;) {
+		while (!h->whead && !h->wstop)
+			pthread_cond_wait(&h->wcv, &h->wmu);
+		req_ctx *q = h->whead;
+		if (!q)
+			break;
+		h->whead = q->next;
+		if (!h->whead)
+			h->wtail = NULL;
+		h->wpending--;
+		pthread_mutex_unlock(&h->wmu);
+		route r;
+		q->ep = parse_route(q->url, &r);
+		dispatch(h, q->conn, q, q->url, q->method, &r);
+		MHD_resume_connection(q->conn);
+		pthread_mutex_lock(&h->wmu);
+	}
+	pthread_mutex_unlock(&h->wmu);
+	return NULL;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
 				  const char *method, const char *version, const char *upload_data,
 				  size_t *upload_data_size, void **con_cls)
 {
 	wf_serve_http *h = cls;
 	req_ctx *q = *con_cls;
+	(void)version;
 	if (!q) {
 		q = calloc(1, sizeof(*q));
 		if (!q)
 			return MHD_NO;
 		q->t0 = wf_now();
 		*con_cls = q;
-		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
-							     MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl && strtoull(cl, NULL, 10) > h->o.max_body) {
-			route r;
-			q->ep = parse_route(url, &r);
-			q->too_big = 1;
-			return send_error(
-				h, c, q, MHD_HTTP_CONTENT_TOO_LARGE,
-				"request body of %s bytes is larger than the limit of %zu "
-				"bytes",
-				cl, h->o.max_body);
-		}
-		return MHD_YES;
+		return on_header(h, c, url, q);
 	}
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
 		*upload_data_size = 0;
-		if (q->replied || q->too_big)
-			return MHD_YES;
-		if (q->len + n > h->o.max_body) {
-			q->too_big = 1;
-			free(q->body);
-			q->body = NULL;
-			q->len = q->cap = 0;
-			return MHD_YES;
-		}
-		if (q->len + n + 1 > q->cap) {
-			size_t cap = q->cap ? q->cap : 4096;
-			while (cap < q->len + n + 1)
-				cap *= 2;
-			char *p = realloc(q->body, cap);
-			if (!p)
-				return MHD_NO;
-			q->body = p;
-			q->cap = cap;
-		}
-		memcpy(q->body + q->len, upload_data, n);
-		q->len += n;
-		q->body[q->len] = 0;
-		return MHD_YES;
+		return on_body(h, q, upload_data, n);
+	}
+	if (q->deferred) { /* resumed: the handler thread's reply */
+		if (!q->resp)
+			return MHD_NO;
+		enum MHD_Result ret = MHD_queue_response(c, (unsigned)q->code, q->resp);
+		MHD_destroy_response(q->resp);
+		q->resp = NULL;
+		return ret;
 	}
 	if (q->replied)
 		return MHD_YES;
+	conn_phase(h, c, C_BUSY, 0);
+	if (q->over_budget)
+		return send_error(h, c, q, MHD_HTTP_SERVICE_UNAVAILABLE,
+				  "too many request bodies in memory (budget %zu bytes); retry "
+				  "later",
+				  h->o.body_budget);
 	route r;
 	q->ep = parse_route(url, &r);
+	if ((r.kind == R_V1_PREDICT || r.kind == R_V1_CLASSIFY || r.kind == R_V2_INFER) &&
+	    strcmp(method, "POST") == 0)
+		return defer(h, c, q, url, method);
 	return dispatch(h, c, q, url, method, &r);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
+	wf_serve_http *h = cls;
 	req_ctx *q = *con_cls;
+	(void)toe;
 	if (!q)
 		return;
+	/* The next request on a kept-alive connection: idle time and its header. */
+	conn_phase(h, c, C_HEADER, h->o.idle_timeout + h->o.header_timeout);
+	if (q->resp)
+		MHD_destroy_response(q->resp);
+	free(q->url);
 	free(q->body);
+	if (q->reserved) {
+		atomic_fetch_sub(&h->body_bytes, q->reserved);
+		/* Give large freed bodies (and their parse) back to the system. */
+		if (q->reserved >= ((size_t)1 << 20))
+			malloc_trim(0);
+	}
 	free(q);
 	*con_cls = NULL;
+	atomic_fetch_sub(&h->active, 1);
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	char msg[512];
+	(void)cls;
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	size_t n = strlen(msg);
 	while (n && msg[n - 1] == '\n')
 		msg[--n] = 0;
 	wf_debug("serve: http: %s", msg);
+}
+
+/* The whole of a small text file (PEM, token) into *out (malloc'd). */
+static int read_small_file(const char *path, const char *what, char **out, wf_err *err)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return wf_errf(err, WF_EIO, "cannot open %s %s", what, path);
+	char *buf = malloc(1 << 20);
+	size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
+	int toolong = buf && n == (1 << 20) - 1 && fgetc(f) != EOF;
+	fclose(f);
+	if (!buf)
+		return wf_errf(err, WF_ENOMEM, "out of memory reading %s", path);
+	if (toolong || n == 0) {
+		free(buf);
+		return wf_errf(err, WF_EINVAL, "%s %s is %s", what, path,
+			       n ? "larger than 1 MiB" : "empty");
+	}
+	buf[n] = 0;
+	*out = buf;
+	return 0;
+}
+
+/* Loads the TLS key pair and the token named in the options. */
+static int load_secrets(wf_serve_http *h, wf_err *err)
+{
+	const wf_serve_http_opts *o = &h->o;
+	if (!o->tls_cert_file != !o->tls_key_file)
+		return wf_errf(err, WF_EINVAL,
+			       "TLS needs both --ssl_cert_file and --ssl_key_file (got only %s)",
+			       o->tls_cert_file ? "the certificate" : "the key");
+	if (o->tls_cert_file) {
+		if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+			return wf_errf(err, WF_ENOTSUP,
+				       "this libmicrohttpd was built without TLS (GnuTLS)");
+		int rc = read_small_file(o->tls_cert_file, "TLS certificate", &h->tls_cert, err);
+		if (!rc)
+			rc = read_small_file(o->tls_key_file, "TLS key", &h->tls_key, err);
+		if (rc)
+			return rc;
+	}
+	if (o->auth_token_file) {
+		int rc = read_small_file(o->auth_token_file, "token file", &h->token, err);
+		if (rc)
+			return rc;
+		h->token[strcspn(h->token, "\r\n")] = 0;
+		if (strlen(h->token) < 16 || strspn(h->token, " \t") == strlen(h->token))
+			return wf_errf(err, WF_EINVAL,
+				       "token file %s: the token (its first line) must have at "
+				       "least 16 characters",
+				       o->auth_token_file);
+	}
+	return 0;
+}
+
+/* Raise the open-file limit so max_connections sockets fit; returns the
+ * connection limit that does fit. */
+static int fit_fd_limit(int want)
+{
+	struct rlimit rl;
+	rlim_t need = (rlim_t)want + 256;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return want;
+	if (rl.rlim_cur < need) {
+		rl.rlim_cur =
+			rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+		getrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+		int fit = rl.rlim_cur > 512 ? (int)(rl.rlim_cur - 256) : 256;
+		wf_warn("serve: open-file limit %llu allows only %d connections (wanted %d)",
+			(unsigned long long)rl.rlim_cur, fit, want);
+		return fit;
+	}
+	return want;
+}
+
+static void http_free(wf_serve_http *h)
+{
+	if (h->reaper_started) {
+		pthread_mutex_lock(&h->cmu);
+		h->reaper_stop = 1;
+		pthread_cond_signal(&h->ccv);
+		pthread_mutex_unlock(&h->cmu);
+		pthread_join(h->reaper, NULL);
+	}
+	/* Handler threads finish what they hold (resuming its connections)
+	 * before the daemon goes. */
+	pthread_mutex_lock(&h->wmu);
+	h->wstop = 1;
+	pthread_cond_broadcast(&h->wcv);
+	pthread_mutex_unlock(&h->wmu);
+	for (int i = 0; i < h->nworkers; i++)
+		pthread_join(h->workers[i], NULL);
+	free(h->workers);
+	if (h->d)
+		MHD_stop_daemon(h->d);
+	pthread_cond_destroy(&h->wcv);
+	pthread_mutex_destroy(&h->wmu);
+	pthread_cond_destroy(&h->ccv);
+	pthread_mutex_destroy(&h->cmu);
+	free(h->tls_cert);
+	if (h->tls_key)
+		memset(h->tls_key, 0, strlen(h->tls_key));
+	free(h->tls_key);
+	if (h->token)
+		memset(h->token, 0, strlen(h->token));
+	free(h->token);
+	free(h->model_name);
+	free(h);
 }
 
 int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_serve_repo *repo,
@@ -615,28 +1041,83 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 	wf_serve_http *h = calloc(1, sizeof(*h));
 	if (!h)
 		return wf_errf(err, WF_ENOMEM, "out of memory");
+	pthread_mutex_init(&h->cmu, NULL);
+	pthread_cond_init(&h->ccv, NULL);
+	pthread_mutex_init(&h->wmu, NULL);
+	pthread_cond_init(&h->wcv, NULL);
 	h->o = *o;
 	h->model_name = strdup(o->model_name);
 	h->o.model_name = h->model_name;
+	if (h->o.idle_timeout <= 0)
+		h->o.idle_timeout = 60;
+	if (h->o.threads <= 0)
+		h->o.threads = 16;
+	if (h->o.max_connections <= 0)
+		h->o.max_connections = 10000;
+	if (h->o.header_timeout <= 0)
+		h->o.header_timeout = 10;
+	if (h->o.body_timeout <= 0)
+		h->o.body_timeout = 60;
 	h->repo = repo;
 	h->batcher = batcher;
 	h->metrics = metrics;
 	atomic_init(&h->draining, 0);
 	atomic_init(&h->inflight, 0);
-	h->d = MHD_start_daemon(
-		MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
-			MHD_USE_ERROR_LOG | MHD_USE_ITC,
-		(uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR, &addr,
-		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_CONNECTION_TIMEOUT,
-		(unsigned)(o->idle_timeout > 0 ? o->idle_timeout : 60), MHD_OPTION_CONNECTION_LIMIT,
-		(unsigned)1000, MHD_OPTION_LISTEN_BACKLOG_SIZE, (unsigned)512,
-		MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h, MHD_OPTION_END);
+	atomic_init(&h->active, 0);
+	atomic_init(&h->body_bytes, 0);
+	int rc = load_secrets(h, err);
+	if (rc) {
+		http_free(h);
+		return rc;
+	}
+	h->o.max_connections = fit_fd_limit(h->o.max_connections);
+	struct MHD_OptionItem opts[16];
+	int n = 0;
+#define OPT(opt, val, ptr) opts[n++] = (struct MHD_OptionItem){(opt), (intptr_t)(val), (ptr)}
+	OPT(MHD_OPTION_SOCK_ADDR, 0, &addr);
+	OPT(MHD_OPTION_THREAD_POOL_SIZE, WF_SERVE_EVENT_THREADS, NULL);
+	OPT(MHD_OPTION_NOTIFY_COMPLETED, on_completed, h);
+	OPT(MHD_OPTION_NOTIFY_CONNECTION, on_connection, h);
+	OPT(MHD_OPTION_CONNECTION_TIMEOUT, h->o.idle_timeout, NULL);
+	OPT(MHD_OPTION_CONNECTION_LIMIT, h->o.max_connections, NULL);
+	if (h->o.max_per_client > 0)
+		OPT(MHD_OPTION_PER_IP_CONNECTION_LIMIT, h->o.max_per_client, NULL);
+	OPT(MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL);
+	OPT(MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h);
+	if (h->tls_cert) {
+		OPT(MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert);
+		OPT(MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key);
+	}
+	OPT(MHD_OPTION_END, 0, NULL);
+#undef OPT
+	unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_USE_ITC |
+			 MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG |
+			 (h->tls_cert ? MHD_USE_TLS : 0);
+	h->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h,
+				MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
 	if (!h->d) {
-		free(h->model_name);
-		free(h);
-		return wf_errf(err, WF_EIO, "cannot listen on %s:%d (port in use?)",
+		http_free(h);
+		return wf_errf(err, WF_EIO,
+			       "cannot listen on %s:%d (port in use, or a bad TLS "
+			       "certificate or key?)",
 			       o->bind_address, o->port);
 	}
+	if (pthread_create(&h->reaper, NULL, reaper_main, h) != 0) {
+		http_free(h);
+		return wf_errf(err, WF_EINTERNAL, "cannot start the connection reaper thread");
+	}
+	h->reaper_started = 1;
+	h->workers = calloc((size_t)h->o.threads, sizeof(*h->workers));
+	if (!h->workers) {
+		http_free(h);
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	}
+	for (; h->nworkers < h->o.threads; h->nworkers++)
+		if (pthread_create(&h->workers[h->nworkers], NULL, handler_main, h) != 0) {
+			http_free(h);
+			return wf_errf(err, WF_EINTERNAL, "cannot start HTTP handler thread %d",
+				       h->nworkers);
+		}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
 	h->port = info ? info->port : o->port;
 	*out = h;
@@ -650,19 +1131,21 @@ int wf_serve_http_port(wf_serve_http *h)
 
 void wf_serve_http_drain(wf_serve_http *h)
 {
-	atomic_store(&h->draining, 1);
+	if (atomic_exchange(&h->draining, 1))
+		return;
+	MHD_socket fd = MHD_quiesce_daemon(h->d);
+	if (fd != MHD_INVALID_SOCKET)
+		close(fd);
 }
 
 int wf_serve_http_inflight(wf_serve_http *h)
 {
-	return atomic_load(&h->inflight);
+	return atomic_load(&h->active);
 }
 
 void wf_serve_http_stop(wf_serve_http *h)
 {
 	if (!h)
 		return;
-	MHD_stop_daemon(h->d);
-	free(h->model_name);
-	free(h);
+	http_free(h);
 }

@@ -1,7 +1,12 @@
 /* http.h: weft-serve's HTTP front end (libmicrohttpd; the only file that
  * includes it): routing of the TF Serving REST and KServe v2 endpoints,
- * /metrics, request size and time limits, readiness and draining. One
- * thread per connection, HTTP/1.1 keep-alive. Functions are thread-safe. */
+ * /metrics, request size and time limits, readiness and draining. Event-driven
+ * (epoll) connection handling on a fixed pool of threads, so idle and slow
+ * connections hold no thread; per-request header and body deadlines, a
+ * connection limit per client address, a global budget of request bodies in
+ * memory, optional TLS and bearer token. Inference requests run on separate
+ * handler threads while their connection is suspended, so the event threads
+ * never wait on a model. Functions are thread-safe. */
 #ifndef WF_SERVE_HTTP_H
 #define WF_SERVE_HTTP_H
 
@@ -16,9 +21,20 @@ typedef struct wf_serve_http_opts {
 	const char *bind_address; /* IPv4 address to listen on ("0.0.0.0") */
 	int port;		  /* 0: any free port (see wf_serve_http_port) */
 	const char *model_name;
-	size_t max_body;	/* bytes; larger bodies get 413 */
-	double request_timeout; /* seconds a request may wait for a batch thread */
-	int idle_timeout;	/* seconds an idle or stalled connection is kept */
+	size_t max_body;	   /* bytes; larger bodies get 413 */
+	double request_timeout;	   /* seconds a request may wait for a batch thread */
+	int idle_timeout;	   /* seconds an idle or stalled connection is kept */
+	int threads;		   /* handler threads: a request in inference holds one */
+	int max_queue;		   /* inference requests waiting for one; more: 429; 0: no bound */
+	int max_connections;	   /* open connections in all; more are closed at accept */
+	int max_per_client;	   /* open connections per client address; 0: no limit */
+	double header_timeout;	   /* seconds from connection (or previous reply) to full header */
+	double body_timeout;	   /* seconds from header to the last body byte */
+	size_t body_budget;	   /* bytes of request bodies held at once; over: 503 */
+	int retry_after;	   /* seconds in Retry-After of 429/503 answers */
+	const char *tls_cert_file; /* PEM; with tls_key_file: HTTPS only */
+	const char *tls_key_file;
+	const char *auth_token_file; /* "Authorization: Bearer <its first line>" required */
 } wf_serve_http_opts;
 
 typedef struct wf_serve_http wf_serve_http;
@@ -27,9 +43,10 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 			wf_serve_batcher *batcher, wf_serve_metrics *metrics, wf_err *err);
 /* The port actually bound. */
 int wf_serve_http_port(wf_serve_http *h);
-/* Fail readiness and refuse new inference requests (503) from now on. */
+/* Fail readiness, stop accepting connections, and answer every request
+ * received so far with "Connection: close" from now on. */
 void wf_serve_http_drain(wf_serve_http *h);
-/* Inference requests being processed now. */
+/* Requests received (at least their header) and not yet fully answered. */
 int wf_serve_http_inflight(wf_serve_http *h);
 /* Close the listening socket and every connection, join threads, free. */
 void wf_serve_http_stop(wf_serve_http *h);

@@ -38,6 +38,16 @@ typedef struct serve_flags {
 	double drain_timeout;
 	int verbose;
 	long max_image_pixels; /* 0: the image module's default */
+	/* hardening: connections, memory, overload, TLS and token */
+	int http_threads; /* 0: derived from batching */
+	int max_connections;
+	int max_per_client;
+	double header_timeout;
+	double body_timeout;
+	long body_budget; /* 0: 4 x max_request_bytes */
+	int max_queue;
+	int retry_after;
+	const char *ssl_cert, *ssl_key, *token_file;
 } serve_flags;
 
 static void usage(FILE *f)
@@ -82,8 +92,37 @@ static void usage(FILE *f)
 		"  --max_image_pixels N              refuse request images larger than N pixels\n"
 		"                                    (width x height, read from the header before\n"
 		"                                    decoding; default 67108864)\n"
+		"  --http_threads N                  HTTP threads (default 16, more with\n"
+		"                                    batching); connections are event-driven,\n"
+		"                                    a thread is held only while a request runs\n"
+		"  --max_connections N               open connections in all (default 10000;\n"
+		"                                    the open-file limit is raised to fit)\n"
+		"  --max_connections_per_client N    open connections per client address,\n"
+		"                                    like nginx limit_conn (default 0 = no\n"
+		"                                    limit, as behind a load balancer)\n"
+		"  --client_header_timeout_seconds S a request header must arrive within S of\n"
+		"                                    the connection or previous reply (+ idle\n"
+		"                                    timeout on keep-alive) (default 10)\n"
+		"  --client_body_timeout_seconds S   a body must arrive within S of its header\n"
+		"                                    (default 60)\n"
+		"  --max_body_bytes_in_flight N      request bodies held at once; over it 503\n"
+		"                                    with Retry-After (default 4 x\n"
+		"                                    max_request_bytes)\n"
+		"  --max_queue_size N                requests waiting for a forward thread;\n"
+		"                                    more get 429 with Retry-After at once\n"
+		"                                    (default 128; 0 = no bound)\n"
+		"  --retry_after_seconds S           Retry-After of 429/503 answers (default 1)\n"
+		"  --ssl_cert_file F                 serve HTTPS only, with this PEM\n"
+		"  --ssl_key_file F                  certificate (chain) and key\n"
+		"  --auth_token_file F               require \"Authorization: Bearer TOKEN\"\n"
+		"                                    (TOKEN: F's first line; 401 otherwise) on\n"
+		"                                    all but /v2/health/live and /ready (probes)\n"
 		"  --verbose                         debug logging\n"
 		"  --help                            this text\n"
+		"\n"
+		"On SIGTERM/SIGINT readiness fails, the port stops accepting, every request\n"
+		"already received is answered (with \"Connection: close\"), then the process\n"
+		"exits, at the latest after --drain_timeout_seconds.\n"
 		"\n"
 		"exit status: 0 after SIGTERM/SIGINT and a clean drain; 1 on bad flags or a\n"
 		"base path that is not a directory.\n");
@@ -201,6 +240,33 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 			rc = parse_long(name, val, 1, 1L << 32, &f->max_image_pixels, err);
 		} else if (!strcmp(name, "--drain_timeout_seconds")) {
 			rc = parse_double(name, val, 0, 86400, &f->drain_timeout, err);
+		} else if (!strcmp(name, "--http_threads")) {
+			rc = parse_long(name, val, 1, 1024, &l, err);
+			f->http_threads = (int)l;
+		} else if (!strcmp(name, "--max_connections")) {
+			rc = parse_long(name, val, 1, 1000000, &l, err);
+			f->max_connections = (int)l;
+		} else if (!strcmp(name, "--max_connections_per_client")) {
+			rc = parse_long(name, val, 0, 1000000, &l, err);
+			f->max_per_client = (int)l;
+		} else if (!strcmp(name, "--client_header_timeout_seconds")) {
+			rc = parse_double(name, val, 0.1, 86400, &f->header_timeout, err);
+		} else if (!strcmp(name, "--client_body_timeout_seconds")) {
+			rc = parse_double(name, val, 0.1, 86400, &f->body_timeout, err);
+		} else if (!strcmp(name, "--max_body_bytes_in_flight")) {
+			rc = parse_long(name, val, 1024, 1L << 40, &f->body_budget, err);
+		} else if (!strcmp(name, "--max_queue_size")) {
+			rc = parse_long(name, val, 0, 1000000, &l, err);
+			f->max_queue = (int)l;
+		} else if (!strcmp(name, "--retry_after_seconds")) {
+			rc = parse_long(name, val, 1, 3600, &l, err);
+			f->retry_after = (int)l;
+		} else if (!strcmp(name, "--ssl_cert_file")) {
+			f->ssl_cert = val;
+		} else if (!strcmp(name, "--ssl_key_file")) {
+			f->ssl_key = val;
+		} else if (!strcmp(name, "--auth_token_file")) {
+			f->token_file = val;
 		} else {
 			return wf_errf(err, WF_EINVAL, "unknown flag %s (see --help)", name);
 		}
@@ -226,6 +292,11 @@ int main(int argc, char **argv)
 		.request_timeout = 30,
 		.idle_timeout = 60,
 		.drain_timeout = 30,
+		.max_connections = 10000,
+		.header_timeout = 10,
+		.body_timeout = 60,
+		.max_queue = 128,
+		.retry_after = 1,
 	};
 	wf_err err = {0};
 	wf_serve_metrics *metrics = NULL;
@@ -277,6 +348,7 @@ int main(int argc, char **argv)
 		.max_batch = f.max_batch,
 		.timeout_us = f.batching ? f.timeout_us : 0,
 		.batching = f.batching,
+		.max_queue = f.max_queue,
 	};
 	wf_serve_http_opts ho = {
 		.bind_address = f.bind_address,
@@ -285,7 +357,23 @@ int main(int argc, char **argv)
 		.max_body = (size_t)f.max_body,
 		.request_timeout = f.request_timeout,
 		.idle_timeout = f.idle_timeout,
+		/* Requests waiting to fill a batch each hold an HTTP thread. */
+		.threads = f.http_threads,
+		.max_connections = f.max_connections,
+		.max_per_client = f.max_per_client,
+		.max_queue = f.max_queue,
+		.header_timeout = f.header_timeout,
+		.body_timeout = f.body_timeout,
+		.body_budget = f.body_budget ? (size_t)f.body_budget : 4 * (size_t)f.max_body,
+		.retry_after = f.retry_after,
+		.tls_cert_file = f.ssl_cert,
+		.tls_key_file = f.ssl_key,
+		.auth_token_file = f.token_file,
 	};
+	if (!ho.threads) /* requests waiting to fill a batch each hold one */
+		ho.threads =
+			f.batching ? (int)WF_MIN(256, WF_MAX(16, f.max_batch * f.batch_threads + 4))
+				   : 16;
 	rc = wf_serve_batcher_create(&batcher, &bo, metrics, &err);
 	if (!rc)
 		rc = wf_serve_repo_create(&repo, &ro, &err);
@@ -300,9 +388,11 @@ int main(int argc, char **argv)
 
 	int sig = 0;
 	sigwait(&stop_set, &sig);
-	wf_info("weft-serve: %s: readiness off, draining %d in-flight requests",
+	wf_info("weft-serve: %s: readiness off, no new connections, answering %d received "
+		"requests",
 		sig == SIGTERM ? "SIGTERM" : "SIGINT", wf_serve_http_inflight(http));
 	wf_serve_http_drain(http);
+	wf_serve_batcher_flush(batcher);
 	double deadline = wf_now() + f.drain_timeout;
 	while (wf_serve_http_inflight(http) > 0 && wf_now() < deadline) {
 		struct timespec ts = {0, 10 * 1000 * 1000};
