@@ -53,6 +53,12 @@ for f in bad_px bad_enc; do
 	fi
 	grep -q "fails its checksum" "$T/err" || { cat "$T/err"; exit 1; }
 done
+# streamed (not loaded into memory): each chunk group is checked on first read
+WEFT_DATA_MEMORY_MB=0 "$WEFT_IMAGES_CHECK" "$T/train.h5" "$T/train.h5" >/dev/null
+if WEFT_DATA_MEMORY_MB=0 "$WEFT_IMAGES_CHECK" "$T/train.h5" "$T/bad_px.h5" 2>"$T/err"; then
+	echo "FAIL: a streamed bad_px.h5 was read despite a changed byte"; exit 1
+fi
+grep -q "samples \[0, 17) fail their checksum" "$T/err" || { cat "$T/err"; exit 1; }
 
 # validation split: Keras's seeded shuffle, validation last; both parts add up
 "$WEFT" data images "$T/photos" --out "$T/tr.h5" --val-split 0.25 --val-out "$T/va.h5" \
