@@ -13,6 +13,7 @@
 #include "worker/data.h"
 #include "worker/images.h"
 
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -364,6 +365,9 @@ static int cmd_data_images(int argc, char **argv, wf_err *err)
 		goto out;
 	}
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	cpu_set_t set; /* the CPUs this process may run on (taskset, containers) */
+	if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0)
+		cores = CPU_COUNT(&set);
 	ic.threads = threads ? (int)threads : (int)(cores > 0 ? cores : 1);
 	ic.seed = (uint64_t)seed;
 	ic.encoded = (int)encoded;

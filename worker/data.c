@@ -109,6 +109,12 @@ struct wf_dataset {
 	int32_t *labels;     /* [N], always in memory */
 	uint8_t *images;     /* [N,H,W,C] when under the memory budget, else NULL */
 	hid_t file, dimages; /* open only while streaming */
+	/* streamed `images`: per-group CRC-32s checked on first read of a group */
+	long group; /* samples per group; 0: no group checksums */
+	long ngroups;
+	uint32_t *group_crc; /* [ngroups] */
+	uint8_t *group_ok;   /* [ngroups] 1 once checked */
+	uint8_t *group_buf;  /* [group * sample_bytes] */
 	/* encoded form: sample i is bytes [offsets[i], offsets[i+1]) of `encoded` */
 	uint64_t *offsets; /* [N+1] */
 	uint8_t *enc;	   /* all of `encoded` when under the memory budget, else NULL */
@@ -401,6 +407,67 @@ out:
 	return rc;
 }
 
+/* Streaming: read the optional `group_crc32` / `group_samples` attributes of
+ * `images`. Lock held. */
+static int load_group_crcs(wf_dataset *ds, wf_err *err)
+{
+	if (H5Aexists(ds->dimages, "group_crc32") <= 0 ||
+	    H5Aexists(ds->dimages, "group_samples") <= 0)
+		return 0; /* written by another tool: nothing to check */
+	int64_t g = 0;
+	int rc = wf_h5_attr_read_i64(ds->dimages, "group_samples", &g, 1, ds->path, err);
+	if (rc)
+		return rc;
+	long ng = g > 0 ? (long)((ds->info.count + g - 1) / g) : 0;
+	if (g < 1 || g > (1L << 30) || ng > (1L << 24))
+		return wf_errf(err, WF_EFORMAT,
+			       "%s: `images` attribute `group_samples` = %lld is not in 1..2^30",
+			       ds->path, (long long)g);
+	int64_t *v = malloc(sizeof(*v) * (size_t)ng);
+	ds->group_crc = malloc(sizeof(*ds->group_crc) * (size_t)ng);
+	ds->group_ok = calloc((size_t)ng, 1);
+	ds->group_buf = malloc(ds->sample_bytes * (size_t)g);
+	if (!v || !ds->group_crc || !ds->group_ok || !ds->group_buf) {
+		free(v);
+		return wf_errf(err, WF_ENOMEM, "%s: out of memory for %ld checksums", ds->path, ng);
+	}
+	rc = wf_h5_attr_read_i64(ds->dimages, "group_crc32", v, (int)ng, ds->path, err);
+	for (long i = 0; !rc && i < ng; i++)
+		ds->group_crc[i] = (uint32_t)v[i];
+	free(v);
+	if (!rc) {
+		ds->group = (long)g;
+		ds->ngroups = ng;
+	}
+	return rc;
+}
+
+/* Streaming: check the groups holding samples [first, last] that were not
+ * checked yet, reading each whole group once. Lock held. */
+static int check_groups(wf_dataset *ds, long first, long last, wf_err *err)
+{
+	if (!ds->group)
+		return 0;
+	for (long g = first / ds->group; g <= last / ds->group && g < ds->ngroups; g++) {
+		if (ds->group_ok[g])
+			continue;
+		long s = g * ds->group, n = WF_MIN(ds->group, ds->info.count - s);
+		int rc = read_image_range(ds, ds->dimages, s, n, ds->group_buf, err);
+		if (rc)
+			return rc;
+		uint32_t crc = crc_bytes(0, ds->group_buf, ds->sample_bytes * (size_t)n);
+		if (crc != ds->group_crc[g])
+			return wf_errf(
+				err, WF_EFORMAT,
+				"%s: dataset `images` samples [%ld, %ld) fail their checksum "
+				"(crc32 %08x, the file says %08x): the file is damaged; convert "
+				"it again",
+				ds->path, s, s + n, crc, ds->group_crc[g]);
+		ds->group_ok[g] = 1;
+	}
+	return 0;
+}
+
 int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 {
 	int rc = 0;
@@ -531,6 +598,9 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 		ds->file = file;
 		ds->dimages = dimg;
 		file = dimg = H5I_INVALID_HID;
+		rc = load_group_crcs(ds, err);
+		if (rc)
+			goto fail;
 	}
 	wf_h5_close(&dlab);
 	wf_h5_close(&dapl);
@@ -565,6 +635,9 @@ void wf_dataset_close(wf_dataset *ds)
 	free(ds->images);
 	free(ds->offsets);
 	free(ds->enc);
+	free(ds->group_crc);
+	free(ds->group_ok);
+	free(ds->group_buf);
 	free(ds->order);
 	free(ds->scratch);
 	free(ds->path);
@@ -650,7 +723,9 @@ int wf_dataset_read(wf_dataset *ds, long start, long n, uint8_t *images, int32_t
 		return 0;
 	}
 	h5_lock();
-	int rc = read_image_range(ds, ds->dimages, start, n, images, err);
+	int rc = check_groups(ds, start, start + n - 1, err);
+	if (!rc)
+		rc = read_image_range(ds, ds->dimages, start, n, images, err);
 	h5_unlock();
 	return rc;
 }
@@ -693,6 +768,11 @@ static int gather_stream(wf_dataset *ds, const long *idx, long n, uint8_t *image
 		ds->order[k].pos = k;
 	}
 	qsort(ds->order, (size_t)n, sizeof(*ds->order), cmp_gather);
+	for (long k = 0; k < n; k++) { /* each touched group checked once */
+		int crc_rc = check_groups(ds, ds->order[k].idx, ds->order[k].idx, err);
+		if (crc_rc)
+			return crc_rc;
+	}
 
 	fs = H5Dget_space(ds->dimages);
 	if (fs < 0 || H5Sselect_none(fs) < 0)
@@ -782,6 +862,11 @@ struct wf_dataset_writer {
 	uint64_t *offsets; /* [count+1] (encoded) */
 	uint32_t crc_encoded;
 	uint32_t crc_images, crc_labels; /* running CRC-32 of what was appended */
+	/* per group of `group` samples (one images chunk): CRC-32s for readers
+	 * that stream and check each group when they first read from it */
+	long group, in_group, ngroups;
+	uint32_t crc_group;
+	int64_t *group_crc; /* [ceil(count / group)] */
 };
 
 static void writer_discard(wf_dataset_writer *wr)
@@ -793,6 +878,7 @@ static void writer_discard(wf_dataset_writer *wr)
 	wf_h5_close(&wr->file);
 	h5_unlock();
 	free(wr->offsets);
+	free(wr->group_crc);
 	if (wr->tmp)
 		unlink(wr->tmp);
 	free(wr->tmp);
@@ -899,6 +985,12 @@ static int create_writer(wf_dataset_writer **out, const char *path, long count, 
 	hsize_t per = CHUNK_TARGET_BYTES / sb;
 	per = per < 1 ? 1 : per > CHUNK_MAX_IMAGES ? CHUNK_MAX_IMAGES : per;
 	per = per > (hsize_t)count ? (hsize_t)count : per;
+	wr->group = (long)per;
+	wr->group_crc = calloc((size_t)((count + wr->group - 1) / wr->group), sizeof(int64_t));
+	if (!wr->group_crc) {
+		rc = wf_errf(err, WF_ENOMEM, "%s: out of memory", path);
+		goto out;
+	}
 	hsize_t idims[4] = {(hsize_t)count, (hsize_t)h, (hsize_t)w, (hsize_t)c};
 	hsize_t ichunk[4] = {per, (hsize_t)h, (hsize_t)w, (hsize_t)c};
 	hsize_t ldims[1] = {(hsize_t)count};
@@ -986,6 +1078,15 @@ int wf_dataset_append(wf_dataset_writer *wr, const uint8_t *images, const int32_
 		goto out;
 	}
 	wr->crc_images = crc_bytes(wr->crc_images, images, (size_t)n * wr->h * wr->w * wr->c);
+	for (long i = 0; i < n; i++) {
+		size_t sb = (size_t)wr->h * wr->w * wr->c;
+		wr->crc_group = crc_bytes(wr->crc_group, images + (size_t)i * sb, sb);
+		if (++wr->in_group == wr->group) {
+			wr->group_crc[wr->ngroups++] = wr->crc_group;
+			wr->crc_group = 0;
+			wr->in_group = 0;
+		}
+	}
 	wr->crc_labels = crc_i32(wr->crc_labels, labels, n);
 	wr->written += n;
 out:
@@ -1109,6 +1210,15 @@ int wf_dataset_writer_close(wf_dataset_writer *wr, wf_err *err)
 		wf_h5_close(&wr->dencoded);
 	} else if (!rc) {
 		rc = write_crc(wr->dimages, wr->crc_images, wr->path, "images", err);
+		if (wr->in_group)
+			wr->group_crc[wr->ngroups++] = wr->crc_group;
+		int64_t g = wr->group;
+		if (!rc)
+			rc = wf_h5_attr_write(wr->dimages, "group_crc32", H5T_STD_I64LE,
+					      H5T_NATIVE_INT64, wr->ngroups, wr->group_crc,
+					      wr->path, err);
+		if (!rc)
+			rc = wf_h5_attr_write_i64(wr->dimages, "group_samples", g, wr->path, err);
 	}
 	if (!rc)
 		rc = write_crc(wr->dlabels, wr->crc_labels, wr->path, "labels", err);

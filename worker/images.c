@@ -26,6 +26,7 @@
 #define MAX_DEPTH	 16
 #define MAX_FILE_BYTES	 (256L << 20)
 #define BLOCK_PER_THREAD 32
+#define BLOCK_MAX_BYTES	 ((size_t)256 << 20)
 
 typedef struct item {
 	char *path;
@@ -253,8 +254,11 @@ static int convert(const wf_images_cfg *cfg, const item *items, long n, const ch
 		   wf_err *err)
 {
 	int rc = 0, threads = cfg->threads > 0 ? cfg->threads : 1;
-	long block = (long)threads * BLOCK_PER_THREAD;
 	size_t sb = (size_t)cfg->h * cfg->w * cfg->c;
+	/* blocks of 32 images a thread, at most ~256 MiB of pixels (one a thread) */
+	long block = (long)threads * BLOCK_PER_THREAD;
+	if ((size_t)block * sb > BLOCK_MAX_BYTES)
+		block = WF_MAX((long)threads, (long)(BLOCK_MAX_BYTES / sb));
 	wf_dataset_writer *wr = NULL;
 	job j = {.cfg = cfg};
 	pthread_t *tid = calloc((size_t)threads, sizeof(*tid));

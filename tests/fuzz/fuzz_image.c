@@ -1,6 +1,10 @@
-/* fuzz_image.c: libFuzzer target for weft-serve's image decoders (JPEG with
- * libjpeg-turbo, PNG with libpng) through wf_image_decode. Any input
- * must give 0 or an error, never a crash, a leak or a read out of bounds.
+/* fuzz_image.c: libFuzzer target for the image module (common/image.c: JPEG
+ * with libjpeg-turbo and our EXIF orientation parser and CMYK conversion, PNG
+ * with libpng) through wf_image_probe and wf_image_decode, as weft-serve,
+ * the converter and the reader use it. Any input must give 0 or an error,
+ * never a crash, a leak or a read out of bounds. Seeds:
+ * tests/fuzz/seeds/fuzz_image (progressive, gray, CMYK, EXIF-rotated JPEGs,
+ * palette, 16-bit, RGBA, interlaced PNGs, a header bomb).
  *
  * Random bytes rarely get past a PNG's CRCs and zlib stream or a JPEG's
  * markers, so the first byte picks the model's input (1 or 3 channels, 1 to
@@ -214,6 +218,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (int i = 0; i < 4; i++)
 		io.std[i] = 1.0f;
 	io.bgr = (mode >> 6) & 1;
+	io.resize = (mode >> 7) ? WF_RESIZE_PAD : WF_RESIZE_FIT;
+	io.max_pixels = 1 << 20;
 	const uint8_t *d = data + 1;
 	size_t n = size - 1;
 	buf b = {0};
@@ -225,8 +231,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	float out[8 * 8 * 3];
 	wf_err err = {0};
-	if (b.len)
+	if (b.len) {
+		int w, h;
+		wf_image_probe(b.p, b.len, &w, &h, NULL, &err);
 		wf_image_decode(&io, b.p, b.len, out, &err);
+	}
 	free(b.p);
 	return 0;
 }

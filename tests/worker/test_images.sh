@@ -40,6 +40,26 @@ fi
 "$WEFT_IMAGES_CHECK" "$T/train.h5" "$T/enc.h5" | tee "$T/chk"
 grep -q "6 augmented batches identical" "$T/chk"
 
+# a changed pixel (or label) fails the dataset's checksum
+cp "$T/enc.h5" "$T/bad_enc.h5"; cp "$T/train.h5" "$T/bad_px.h5"
+"$PY" -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f: f['images'][0, 5, 5, 0] ^= 1
+with h5py.File(sys.argv[2], 'r+') as f: f['encoded'][200] ^= 1
+" "$T/bad_px.h5" "$T/bad_enc.h5"
+for f in bad_px bad_enc; do
+	if "$WEFT_IMAGES_CHECK" "$T/train.h5" "$T/$f.h5" 2>"$T/err"; then
+		echo "FAIL: $f.h5 was read despite a changed byte"; exit 1
+	fi
+	grep -q "fails its checksum" "$T/err" || { cat "$T/err"; exit 1; }
+done
+# streamed (not loaded into memory): each chunk group is checked on first read
+WEFT_DATA_MEMORY_MB=0 "$WEFT_IMAGES_CHECK" "$T/train.h5" "$T/train.h5" >/dev/null
+if WEFT_DATA_MEMORY_MB=0 "$WEFT_IMAGES_CHECK" "$T/train.h5" "$T/bad_px.h5" 2>"$T/err"; then
+	echo "FAIL: a streamed bad_px.h5 was read despite a changed byte"; exit 1
+fi
+grep -q "samples \[0, 17) fail their checksum" "$T/err" || { cat "$T/err"; exit 1; }
+
 # validation split: Keras's seeded shuffle, validation last; both parts add up
 "$WEFT" data images "$T/photos" --out "$T/tr.h5" --val-split 0.25 --val-out "$T/va.h5" \
 	--size 16 --threads 2 >"$T/out" 2>/dev/null
