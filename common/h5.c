@@ -6,6 +6,7 @@
 
 #include "common/atomicfile.h"
 #include "common/sandbox.h"
+#include "common/util.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -59,7 +60,10 @@ void wf_h5_quiet_end(wf_h5_quiet *q)
 int wf_h5_open(const char *path, unsigned flags, hid_t *file, wf_err *err)
 {
 	wf_h5_quiet q;
-	int rc = 0;
+	*file = H5I_INVALID_HID;
+	int rc = wf_check_regular_file(path, err);
+	if (rc)
+		return rc;
 	wf_h5_quiet_begin(&q);
 	*file = H5Fis_hdf5(path) > 0 ? H5Fopen(path, flags, H5P_DEFAULT) : H5I_INVALID_HID;
 	if (*file < 0)

@@ -10,6 +10,7 @@
 #include "trainer/train.h"
 #include "worker/data.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,7 @@
 int wf_cmd_train(int argc, char **argv, wf_err *err)
 {
 	const char *config = NULL, *device = NULL;
-	long threads = -1, accumulate = -1, stop_at = 0;
+	long threads = LONG_MIN, accumulate = -1, stop_at = 0; /* LONG_MIN: not given */
 	int resume = 0, help_config = 0, no_tty = 0;
 	wf_cli_list sets = {0}, pos = {0};
 	const wf_flag flags[] = {
@@ -82,7 +83,7 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		if ((rc = wf_config_set(&cfg, buf, err)) != 0)
 			goto free_lists;
 	}
-	if (threads >= 0)
+	if (threads != LONG_MIN) /* --threads -1 is refused by the validation, not ignored */
 		cfg.train.threads = threads;
 	if (accumulate >= 0)
 		cfg.train.accumulate = accumulate;
@@ -149,6 +150,11 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 	}
 	if (batch < 1 || batch > 1 << 16) {
 		rc = wf_errf(err, WF_EINVAL, "eval: --batch must be in [1, 65536], got %ld", batch);
+		goto cleanup;
+	}
+	if (threads < 0 || threads > 4096) {
+		rc = wf_errf(err, WF_EINVAL, "eval: --threads must be in [0, 4096], got %ld",
+			     threads);
 		goto cleanup;
 	}
 	if ((rc = wf_model_load(&m, &meta, model_path, err)) != 0)
