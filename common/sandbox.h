@@ -11,8 +11,9 @@
  * Returns 0 when fn returned 0; fn's code and message when it failed; and
  * WF_EFORMAT "<what>: the parser crashed (signal N) / did not finish within
  * T s: the file is corrupt" otherwise. Inside the child wf_sandbox_active()
- * is 1 (so nested checks run directly). Safe in a multi-threaded process as
- * long as no other thread holds a lock fn needs (the timeout bounds it). */
+ * is 1; checks nest (a child may run its own, shorter one). Safe in a
+ * multi-threaded process as long as no other thread holds a lock fn needs
+ * (the timeout bounds it). */
 int wf_sandbox_check(const char *what, double timeout_s, int (*fn)(void *arg, wf_err *err),
 		     void *arg, wf_err *err);
 /* 1 inside a wf_sandbox_check child. */
