@@ -103,10 +103,10 @@ static int write_attrs(hid_t f, const wf_model *m, const wf_model_meta *meta, co
 	    (rc = wf_h5_attr_write_str(f, "preprocessing", pre, path, err)) ||
 	    (rc = wf_h5_attr_write_strs(f, "classes", names, meta->nclasses, path, err)) ||
 	    (rc = wf_h5_attr_write_i64(f, "trained_steps", meta->trained_steps, path, err)) ||
-	    (rc = wf_h5_attr_write_i64(f, "weft_crc32c",
-				       content_crc(m, m->graph_json, pre, (char *const *)names,
-						   meta->nclasses),
-				       path, err)))
+	    (rc = wf_h5_attr_write_i64(
+		     f, "weft_crc32c",
+		     content_crc(m, m->graph_json, pre, (char *const *)names, meta->nclasses), path,
+		     err)))
 		goto done;
 done:
 	free(pre);
