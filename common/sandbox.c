@@ -104,6 +104,11 @@ int wf_sandbox_check(const char *what, double timeout_s, int (*fn)(void *arg, wf
 			       "%s: the parser did not finish within %.0f s: the file is corrupt "
 			       "(or crafted), refused",
 			       what, timeout_s);
+	if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM) /* a deadline inside the child */
+		return wf_errf(err, WF_EFORMAT,
+			       "%s: the parser did not finish in time: the file is corrupt (or "
+			       "crafted), refused",
+			       what);
 	if (WIFSIGNALED(st))
 		return wf_errf(err, WF_EFORMAT,
 			       "%s: the parser crashed on this file (signal %d, %s): the file is "
