@@ -5,6 +5,8 @@
 #include "common/h5.h"
 
 #include "common/atomicfile.h"
+#include "common/sandbox.h"
+#include "common/util.h"
 
 #include <stdarg.h>
 #include <stdint.h>
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #define STRS_MAX      1000000	/* strings in one attribute or list */
 #define STR_BYTES_MAX (1 << 30) /* bytes of one fixed-length attribute read */
@@ -58,7 +61,10 @@ void wf_h5_quiet_end(wf_h5_quiet *q)
 int wf_h5_open(const char *path, unsigned flags, hid_t *file, wf_err *err)
 {
 	wf_h5_quiet q;
-	int rc = 0;
+	*file = H5I_INVALID_HID;
+	int rc = wf_check_regular_file(path, err);
+	if (rc)
+		return rc;
 	wf_h5_quiet_begin(&q);
 	*file = H5Fis_hdf5(path) > 0 ? H5Fopen(path, flags, H5P_DEFAULT) : H5I_INVALID_HID;
 	if (*file < 0)
@@ -293,18 +299,93 @@ done:
 	return rc;
 }
 
-int wf_h5_attr_read_strs(hid_t obj, const char *name, char ***out, int *n, const char *path,
-			 wf_err *err)
+/* ---- variable-length strings: a first read in a child process ---------------
+
+ * libhdf5 1.10 follows a vlen string's global-heap reference without bounds
+ * checks: two corrupt bytes crash or hang it. Every attribute of
+ * variable-length strings is therefore read first in a short-lived child
+ * (common/sandbox) and in-process only when the child succeeded; fixed-length
+ * strings live in the attribute itself and are read directly. */
+
+#define STR_CHECK_SECONDS 10.0
+
+typedef struct str_probe {
+	hid_t obj;
+	const char *name, *path;
+	int list; /* wf_h5_attr_read_str_list rather than one attribute */
+} str_probe;
+
+static int read_all(hid_t obj, const char *name, int list, char ***out, int *n, const char *path,
+		    wf_err *err);
+
+static int probe_fn(void *arg, wf_err *err)
+{
+	str_probe *p = arg;
+	char **s;
+	int n;
+	int rc = read_all(p->obj, p->name, p->list, &s, &n, p->path, err);
+	if (!rc)
+		wf_h5_strs_free(s, n);
+	return rc;
+}
+
+/* 1 when attribute name (a list: also name0, name1, ...) holds vlen data. */
+static int has_vlen(hid_t obj, const char *name, int list)
+{
+	char part[256];
+	int found = 0;
+	for (int k = -1; !found; k++) {
+		if (k >= 0)
+			snprintf(part, sizeof(part), "%s%d", name, k);
+		const char *an = k < 0 ? name : part;
+		if (H5Aexists(obj, an) <= 0) {
+			if (k < 0 && list)
+				continue;
+			break;
+		}
+		hid_t a = H5Aopen(obj, an, H5P_DEFAULT);
+		hid_t t = a < 0 ? H5I_INVALID_HID : H5Aget_type(a);
+		found = t < 0 || (H5Tget_class(t) == H5T_STRING && H5Tis_variable_str(t) != 0) ||
+			H5Tget_class(t) == H5T_VLEN;
+		wf_h5_close(&t);
+		wf_h5_close(&a);
+		if (!list)
+			break;
+	}
+	H5Eclear2(H5E_DEFAULT);
+	return found;
+}
+
+static int checked_read(hid_t obj, const char *name, int list, char ***out, int *n,
+			const char *path, wf_err *err)
 {
 	*out = NULL;
 	*n = 0;
-	int rc = append_strs(obj, name, out, n, path, err);
-	if (rc) {
-		wf_h5_strs_free(*out, *n);
-		*out = NULL;
-		*n = 0;
+	if (!has_vlen(obj, name, list))
+		return read_all(obj, name, list, out, n, path, err);
+	if (wf_sandbox_active()) {
+		/* already in a checking child (a whole-file check): no second fork,
+		 * only this read's own deadline (SIGALRM ends the child) */
+		unsigned left = alarm((unsigned)STR_CHECK_SECONDS);
+		int rc = read_all(obj, name, list, out, n, path, err);
+		alarm(left);
+		return rc;
 	}
-	return rc;
+	{
+		str_probe p = {obj, name, path, list};
+		char what[600];
+		snprintf(what, sizeof(what), "%s: attribute %s", path, name);
+		int rc = wf_sandbox_check(what, STR_CHECK_SECONDS, probe_fn, &p, err);
+		if (rc)
+			return rc;
+	}
+	return read_all(obj, name, list, out, n, path, err);
+}
+
+int wf_h5_attr_read_strs(hid_t obj, const char *name, char ***out, int *n, const char *path,
+			 wf_err *err)
+{
+	return checked_read(obj, name, 0, out, n, path, err);
 }
 
 int wf_h5_attr_read_str(hid_t obj, const char *name, char **out, const char *path, wf_err *err)
@@ -328,13 +409,20 @@ int wf_h5_attr_read_str(hid_t obj, const char *name, char **out, const char *pat
 int wf_h5_attr_read_str_list(hid_t obj, const char *name, char ***out, int *n, const char *path,
 			     wf_err *err)
 {
+	return checked_read(obj, name, 1, out, n, path, err);
+}
+
+/* The strings of attribute name (list: name, then name0, name1, ...). */
+static int read_all(hid_t obj, const char *name, int list, char ***out, int *n, const char *path,
+		    wf_err *err)
+{
 	char part[256];
 	int rc = 0;
 	*out = NULL;
 	*n = 0;
-	if (H5Aexists(obj, name) > 0)
+	if (!list || H5Aexists(obj, name) > 0)
 		rc = append_strs(obj, name, out, n, path, err);
-	for (int k = 0; !rc; k++) {
+	for (int k = 0; list && !rc; k++) {
 		snprintf(part, sizeof(part), "%s%d", name, k);
 		if (H5Aexists(obj, part) <= 0)
 			break;

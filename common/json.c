@@ -1,5 +1,7 @@
 #include "common/json.h"
 
+#include "common/util.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -8,6 +10,9 @@ int wf_json_load_file(json_t **out, const char *path, wf_err *err)
 {
 	json_error_t je;
 	*out = NULL;
+	int rc = wf_check_regular_file(path, err);
+	if (rc)
+		return rc;
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return wf_errf(err, WF_EIO, "%s: cannot open: %m", path);

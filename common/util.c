@@ -117,8 +117,26 @@ int wf_fsync_path(const char *path)
 	return rc == 0 ? 0 : WF_EIO;
 }
 
+int wf_check_regular_file(const char *path, wf_err *err)
+{
+	struct stat st;
+	if (stat(path, &st) != 0)
+		return wf_errf(err, WF_EIO, "%s: %s", path, strerror(errno));
+	if (S_ISDIR(st.st_mode))
+		return wf_errf(err, WF_EIO, "%s: is a directory, expected a file", path);
+	if (!S_ISREG(st.st_mode))
+		return wf_errf(err, WF_EIO,
+			       "%s: not a regular file (a FIFO, socket or device): refused", path);
+	return 0;
+}
+
 int wf_read_file(const char *path, char **data, size_t *len)
 {
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		errno = S_ISDIR(st.st_mode) ? EISDIR : EINVAL;
+		return WF_EIO;
+	}
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return WF_EIO;

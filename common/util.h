@@ -3,6 +3,8 @@
 #ifndef WF_UTIL_H
 #define WF_UTIL_H
 
+#include "common/error.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,7 +45,12 @@ int wf_mkdirs(const char *path);
 int wf_exists(const char *path);
 /* fsync a file or directory by path; returns 0 or WF_EIO. */
 int wf_fsync_path(const char *path);
-/* Read a whole file into a NUL-terminated malloc'd buffer (*len excludes the NUL). */
+/* 0 when path is a regular file (or a link to one); WF_EIO "<path>: is a
+ * directory" / "not a regular file (a FIFO, socket or device)" / the stat
+ * error otherwise, before anything opens it (a FIFO would block the open). */
+int wf_check_regular_file(const char *path, wf_err *err);
+/* Read a whole file into a NUL-terminated malloc'd buffer (*len excludes the
+ * NUL); refuses what wf_check_regular_file refuses (errno EISDIR or EINVAL). */
 int wf_read_file(const char *path, char **data, size_t *len);
 
 /* ---- misc ---- */

@@ -165,6 +165,11 @@ int wf_model_save(const wf_model *m, const wf_model_meta *meta, const char *path
 /* Read a model file; meta may be NULL. Truncated, corrupt or wrong-version
  * files fail with a message naming the file and what is wrong. */
 int wf_model_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err *err);
+/* As wf_model_load, in-process only: for files whose bytes were verified
+ * against a checksum first (a checkpoint's DONE). wf_model_load parses the
+ * file once in a short-lived child before (common/sandbox), so a file that
+ * crashes or hangs libhdf5 is refused instead of taking the process down. */
+int wf_model_load_trusted(wf_model **out, wf_model_meta *meta, const char *path, wf_err *err);
 
 /* ---- the executor ---- */
 

@@ -10,6 +10,7 @@
 #include "common/atomicfile.h"
 #include "common/crc32c.h"
 #include "common/h5.h"
+#include "common/sandbox.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -102,10 +103,10 @@ static int write_attrs(hid_t f, const wf_model *m, const wf_model_meta *meta, co
 	    (rc = wf_h5_attr_write_str(f, "preprocessing", pre, path, err)) ||
 	    (rc = wf_h5_attr_write_strs(f, "classes", names, meta->nclasses, path, err)) ||
 	    (rc = wf_h5_attr_write_i64(f, "trained_steps", meta->trained_steps, path, err)) ||
-	    (rc = wf_h5_attr_write_i64(f, "weft_crc32c",
-				       content_crc(m, m->graph_json, pre, (char *const *)names,
-						   meta->nclasses),
-				       path, err)))
+	    (rc = wf_h5_attr_write_i64(
+		     f, "weft_crc32c",
+		     content_crc(m, m->graph_json, pre, (char *const *)names, meta->nclasses), path,
+		     err)))
 		goto done;
 done:
 	free(pre);
@@ -402,7 +403,7 @@ fail:
 	return rc;
 }
 
-int wf_model_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err *err)
+int wf_model_load_trusted(wf_model **out, wf_model_meta *meta, const char *path, wf_err *err)
 {
 	struct stat st;
 	wf_h5_quiet q;
@@ -424,4 +425,43 @@ int wf_model_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err 
 	wf_h5_close(&f);
 	wf_h5_quiet_end(&q);
 	return rc;
+}
+
+/* The first load of a file from outside runs in a short-lived child: libhdf5
+ * 1.10 crashes or hangs on some corrupt metadata (attribute messages, heap
+ * references), which must cost the child, not a server. */
+#define LOAD_CHECK_SECONDS 120.0
+
+typedef struct load_probe {
+	const char *path;
+} load_probe;
+
+static int probe_load(void *arg, wf_err *err)
+{
+	const load_probe *p = arg;
+	wf_model *m = NULL;
+	wf_model_meta meta;
+	int rc = wf_model_load_trusted(&m, &meta, p->path, err);
+	if (!rc) {
+		wf_model_meta_free(&meta);
+		wf_model_free(m);
+	}
+	return rc;
+}
+
+int wf_model_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err *err)
+{
+	*out = NULL;
+	if (meta)
+		wf_model_meta_init(meta);
+	if (!wf_sandbox_active()) {
+		struct stat st; /* a missing or special file: the plain message, no child */
+		if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
+			load_probe p = {path};
+			int rc = wf_sandbox_check(path, LOAD_CHECK_SECONDS, probe_load, &p, err);
+			if (rc)
+				return rc;
+		}
+	}
+	return wf_model_load_trusted(out, meta, path, err);
 }

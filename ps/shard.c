@@ -2,6 +2,7 @@
 #include "ps/shard.h"
 
 #include "common/h5.h"
+#include "common/sandbox.h"
 #include "common/ckptdir.h"
 #include "common/util.h"
 
@@ -147,8 +148,8 @@ cleanup:
 	return rc;
 }
 
-int wf_ps_shard_load(const char *path, int server, int nservers, wf_ps_shard_chunk *chunks,
-		     int nchunks, int nslots, float *state, size_t nstate, long *step, wf_err *err)
+static int shard_load(const char *path, int server, int nservers, wf_ps_shard_chunk *chunks,
+		      int nchunks, int nslots, float *state, size_t nstate, long *step, wf_err *err)
 {
 	int rc = 0;
 	hid_t f = -1, cg = -1;
@@ -228,6 +229,36 @@ cleanup:
 		H5Gclose(cg);
 	H5Fclose(f);
 	return rc;
+}
+
+/* The first read runs in a short-lived child (common/sandbox): libhdf5 1.10
+ * crashes on some corrupt object headers, which must cost the child, not the
+ * server. The child reads into its own copy of the buffers. */
+typedef struct shard_probe {
+	const char *path;
+	int server, nservers, nchunks, nslots;
+	wf_ps_shard_chunk *chunks;
+	float *state;
+	size_t nstate;
+} shard_probe;
+
+static int probe_shard(void *arg, wf_err *err)
+{
+	shard_probe *p = arg;
+	long step;
+	return shard_load(p->path, p->server, p->nservers, p->chunks, p->nchunks, p->nslots,
+			  p->state, p->nstate, &step, err);
+}
+
+int wf_ps_shard_load(const char *path, int server, int nservers, wf_ps_shard_chunk *chunks,
+		     int nchunks, int nslots, float *state, size_t nstate, long *step, wf_err *err)
+{
+	shard_probe p = {path, server, nservers, nchunks, nslots, chunks, state, nstate};
+	int rc = wf_sandbox_check(path, 120.0, probe_shard, &p, err);
+	if (rc)
+		return rc;
+	return shard_load(path, server, nservers, chunks, nchunks, nslots, state, nstate, step,
+			  err);
 }
 
 int wf_ps_ckpt_find(const char *root, int server, int nservers, long want_step, long *step,

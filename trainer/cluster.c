@@ -3,6 +3,7 @@
 
 #include "common/log.h"
 
+#include <errno.h>
 #include <jansson.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -177,7 +178,8 @@ int wf_cluster_parse_tf_config(wf_cluster *c, const char *text, wf_err *err)
 	memset(c, 0, sizeof(*c));
 	json_error_t jerr;
 	int rc = 0;
-	json_t *root = json_loads(text, 0, &jerr);
+	/* duplicate keys are refused, as in config files */
+	json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
 	if (!root)
 		return wf_errf(err, WF_EINVAL, "TF_CONFIG: not JSON: %s (line %d, column %d)",
 			       jerr.text, jerr.line, jerr.column);
@@ -186,12 +188,21 @@ int wf_cluster_parse_tf_config(wf_cluster *c, const char *text, wf_err *err)
 		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: not a JSON object");
 		goto cleanup;
 	}
+	if (json_is_object(root) && !task &&
+	    (!cl || (json_is_object(cl) && !json_object_size(cl)))) {
+		/* TensorFlow trains locally when TF_CONFIG has no cluster and no task */
+		c->role = WF_ROLE_WORKER;
+		c->world_size = 1;
+		c->is_chief = 1;
+		c->source = WF_CLUSTER_SRC_NONE;
+		goto cleanup;
+	}
 	if (!json_is_object(cl)) {
 		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: missing or non-object field \"cluster\"");
 		goto cleanup;
 	}
-	if (!json_is_object(task)) {
-		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: missing or non-object field \"task\"");
+	if (task && !json_is_object(task)) {
+		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: field \"task\" is not an object");
 		goto cleanup;
 	}
 	const char *key;
@@ -215,25 +226,54 @@ int wf_cluster_parse_tf_config(wf_cluster *c, const char *text, wf_err *err)
 	}
 	if ((rc = check_duplicates(c, err)))
 		goto cleanup;
-	json_t *type = json_object_get(task, "type"), *index = json_object_get(task, "index");
-	if (!json_is_string(type)) {
-		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: task.type missing or not a string");
+	/* TensorFlow's multi_worker_util.validate_cluster_spec */
+	if (c->jobs[WF_ROLE_CHIEF].n > 1 || c->jobs[WF_ROLE_EVALUATOR].n > 1) {
+		wf_role r = c->jobs[WF_ROLE_CHIEF].n > 1 ? WF_ROLE_CHIEF : WF_ROLE_EVALUATOR;
+		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: cluster.%s has %d tasks: at most one %s",
+			     wf_role_name(r), c->jobs[r].n, wf_role_name(r));
 		goto cleanup;
 	}
-	c->role = role_from_name(json_string_value(type));
+	json_t *type = json_object_get(task, "type"), *index = json_object_get(task, "index");
+	if (!task) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "TF_CONFIG: missing field \"task\" (type and index): needed with a "
+			     "cluster, as TensorFlow's strategies need it");
+		goto cleanup;
+	} else if (!json_is_string(type)) {
+		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: task.type missing or not a string");
+		goto cleanup;
+	} else
+		c->role = role_from_name(json_string_value(type));
 	if (c->role == WF_ROLE_NONE) {
 		rc = wf_errf(err, WF_EINVAL,
 			     "TF_CONFIG: task.type \"%s\" unknown (chief, worker, ps, evaluator)",
 			     json_string_value(type));
 		goto cleanup;
 	}
-	if (index && !json_is_integer(index)) {
+	long idx = 0;
+	if (json_is_integer(index)) {
+		idx = (long)json_integer_value(index);
+	} else if (json_is_string(index)) { /* TensorFlow reads int(task["index"]) */
+		const char *t = json_string_value(index);
+		char *end;
+		errno = 0;
+		idx = strtol(t, &end, 10);
+		if (!*t || *end || errno || t[strspn(t, " ")] == '+' || t[strspn(t, " ")] == '-')
+			idx = -1;
+		if (idx < 0) {
+			rc = wf_errf(err, WF_EINVAL,
+				     "TF_CONFIG: task.index \"%s\" is not a non-negative integer",
+				     t);
+			goto cleanup;
+		}
+	} else if (index) {
 		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: task.index is not an integer");
 		goto cleanup;
 	}
-	long idx = index ? (long)json_integer_value(index) : 0;
 	const wf_cluster_job *j = &c->jobs[c->role];
-	if (idx < 0 || idx >= j->n || !j->addr[idx]) {
+	/* an evaluator need not be listed in cluster (TensorFlow leaves it out) */
+	int unlisted_eval = c->role == WF_ROLE_EVALUATOR && j->n == 0 && idx >= 0;
+	if (!unlisted_eval && (idx < 0 || idx >= j->n || !j->addr[idx])) {
 		rc = wf_errf(err, WF_EINVAL,
 			     "TF_CONFIG: task.index %ld out of range: cluster.%s has %s%d task%s",
 			     idx, wf_role_name(c->role),
@@ -553,10 +593,11 @@ int wf_cluster_from_env(wf_cluster *c, wf_err *err)
 
 int wf_cluster_num_trainers(const wf_cluster *c)
 {
+	/* A sparse worker map (Kubeflow: {"1": ...}) still numbers its tasks
+	 * 0..max: ranks count from the indices, never past the world size. */
 	int n = 0;
 	for (int r = WF_ROLE_CHIEF; r <= WF_ROLE_WORKER; r++)
-		for (int i = 0; i < c->jobs[r].n; i++)
-			n += c->jobs[r].addr[i] != NULL;
+		n += c->jobs[r].n;
 	return n;
 }
 

@@ -13,6 +13,7 @@
 #include "worker/data.h"
 #include "worker/images.h"
 
+#include <limits.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@
 int wf_cmd_train(int argc, char **argv, wf_err *err)
 {
 	const char *config = NULL, *device = NULL, *key_dir = NULL;
-	long threads = -1, accumulate = -1, stop_at = 0;
+	long threads = LONG_MIN, accumulate = -1, stop_at = 0; /* LONG_MIN: not given */
 	int resume = 0, help_config = 0, no_tty = 0, insecure = 0, fresh = 0;
 	wf_cli_list sets = {0}, pos = {0};
 	const wf_flag flags[] = {
@@ -97,7 +98,7 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		if ((rc = wf_config_set(&cfg, buf, err)) != 0)
 			goto free_lists;
 	}
-	if (threads >= 0)
+	if (threads != LONG_MIN) /* --threads -1 is refused by the validation, not ignored */
 		cfg.train.threads = threads;
 	if (cfg.train.threads == 0 && !getenv("OMP_NUM_THREADS")) /* the CPUs this process has */
 		cfg.train.threads = wf_cpus_default_threads();
@@ -173,6 +174,11 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 	}
 	if (batch < 1 || batch > 1 << 16) {
 		rc = wf_errf(err, WF_EINVAL, "eval: --batch must be in [1, 65536], got %ld", batch);
+		goto cleanup;
+	}
+	if (threads < 0 || threads > 4096) {
+		rc = wf_errf(err, WF_EINVAL, "eval: --threads must be in [0, 4096], got %ld",
+			     threads);
 		goto cleanup;
 	}
 	if ((rc = wf_model_load(&m, &meta, model_path, err)) != 0)

@@ -331,7 +331,7 @@ int wf_config_set(wf_config *c, const char *assignment, wf_err *err)
 	memcpy(path, assignment, n);
 	path[n] = '\0';
 	const char *raw = eq + 1;
-	json_t *v = json_loads(raw, JSON_DECODE_ANY, NULL);
+	json_t *v = json_loads(raw, JSON_DECODE_ANY | JSON_REJECT_DUPLICATES, NULL);
 	int rc;
 	if (is_section(path) && !(find_key(path) && !json_is_object(v))) {
 		if (json_is_object(v))

@@ -44,6 +44,25 @@ expect_error "data.eval: other.h5 holds 12x12x3" "$WEFT" train --config ok.json 
 expect_error "parameter_server needs a cluster: set TF_CONFIG" "$WEFT" train --config ok.json \
 	--set strategy.name=parameter_server
 
+# Duplicate keys, in a config file and in a --set value.
+echo "{$good, \"train\": {\"steps\": 3}}" >dup.json
+expect_error "dup.json:1:.*duplicate object key" "$WEFT" train --config dup.json
+expect_error "optimizer.schedule" "$WEFT" train --config ok.json \
+	--set 'optimizer.schedule={"name": "cosine", "name": "step"}'
+# A FIFO or a directory given as a file: refused at once, never a blocked open.
+mkfifo fifo.json fifo.h5
+mkdir dir.h5
+expect_error "fifo.json: not a regular file" timeout 20 "$WEFT" train --config fifo.json
+expect_error "fifo.h5: not a regular file" timeout 20 "$WEFT" train --config ok.json \
+	--set data.train=fifo.h5
+expect_error "dir.h5: is a directory" "$WEFT" train --config ok.json --set data.train=dir.h5
+expect_error "fifo.h5: not a regular file" timeout 20 "$WEFT" train --config ok.json \
+	--set data.eval=fifo.h5
+# --threads -1 is refused, not taken as "not given".
+expect_error "train.threads: must be in \[0, 4096\], got -1" "$WEFT" train --config ok.json \
+	--threads -1
+expect_error "threads" "$WEFT" eval --model missing.h5 --data train.h5 --threads -1
+
 # A model whose input does not fit the data.
 "$WEFT" train --config ok.json --device cpu --set checkpoint.dir=ck --set log.dir=lg 2>/dev/null ||
 	fail "good config failed"

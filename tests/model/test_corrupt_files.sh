@@ -1,0 +1,56 @@
+# test_corrupt_files.sh: files with corrupt variable-length strings (2 bytes
+# of the classes attribute's global-heap references, which crash or hang
+# libhdf5 1.10 when it follows them) are refused with a message, never a
+# signal or a hang: weft inspect and weft train on them, and weft-serve,
+# which keeps serving the newest version that loads.
+. "$WEFT_SRC/tests/trainer/lib.sh"
+: "${WEFT_SERVE:?set by ctest}"
+R=$WEFT_SRC/tests/fuzz/regress
+for f in $R/fuzz_model_file/*.h5; do
+	set +e
+	timeout 60 "$WEFT" inspect --model "$f" >/dev/null 2>err.txt
+	rc=$?
+	set -e
+	[ $rc -ge 1 ] && [ $rc -le 127 ] && [ $rc != 124 ] || { cat err.txt; fail "inspect $(basename $f): exit $rc"; }
+	grep -q "corrupt" err.txt || { cat err.txt; fail "inspect $(basename $f): no message"; }
+done
+for f in $R/fuzz_data/data-*; do
+	tail -c +2 "$f" >ds.h5 # the fuzz input's first byte picks the parser
+	cat >t.json <<JSON
+{"model": {"name": "mlp"}, "data": {"train": "ds.h5"}, "train": {"batch_size": 2, "steps": 1},
+ "log": {"dir": "logs"}, "checkpoint": {"dir": "ck", "every_steps": 0}}
+JSON
+	set +e
+	timeout 60 "$WEFT" train --config t.json --device ref >/dev/null 2>err.txt
+	rc=$?
+	set -e
+	[ $rc -ge 1 ] && [ $rc -le 127 ] && [ $rc != 124 ] || { cat err.txt; fail "train on $(basename $f): exit $rc"; }
+	grep -q "ds.h5.*corrupt" err.txt || { cat err.txt; fail "train on $(basename $f): no message"; }
+done
+
+# weft-serve with a corrupt newest version: reported, and the server stays up
+# and answers (which version it then serves is the repository's policy).
+"$WEFT" import-keras "$WEFT_SRC/tests/model/fixtures/seq_k3.h5" good.h5 >/dev/null 2>&1
+mkdir -p models/1 models/2
+cp good.h5 models/1/model.h5
+cp $R/fuzz_model_file/model-classes-vlen-crash.h5 models/2/model.h5
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+"$WEFT_SERVE" --model_name m --model_base_path models --rest_api_port $port 2>serve.err &
+spid=$!
+trap 'kill $spid 2>/dev/null || true; wait $spid 2>/dev/null || true; cleanup' EXIT
+for i in $(seq 1 150); do
+	grep -q "version 2 failed to load.*corrupt" serve.err && break
+	kill -0 $spid 2>/dev/null || { cat serve.err; fail "weft-serve died on a corrupt version"; }
+	sleep 0.2
+done
+grep -q "version 2 failed to load.*corrupt" serve.err || { cat serve.err; fail "corrupt version not reported"; }
+sleep 0.5
+kill -0 $spid 2>/dev/null || { cat serve.err; fail "weft-serve died on a corrupt version"; }
+python3 - $port <<'PY' || { cat serve.err; fail "weft-serve does not answer"; }
+import sys, urllib.request, urllib.error
+try:
+    urllib.request.urlopen("http://127.0.0.1:%s/v1/models/m" % sys.argv[1], timeout=5)
+except urllib.error.HTTPError:
+    pass  # an HTTP answer (e.g. 404 while nothing is loaded) is an answer
+PY
+echo PASS

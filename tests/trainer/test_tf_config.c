@@ -1,0 +1,119 @@
+/* test_tf_config.c: TF_CONFIG edge cases read as TensorFlow's
+ * TFConfigClusterResolver and multi_worker_util.validate_cluster_spec read
+ * them: an evaluator outside `cluster`, a string "index", at most one chief,
+ * a sparse worker map ranked inside its world, no `task` for a one-task
+ * cluster, duplicate keys refused. */
+#include "tests/test.h"
+
+#include "trainer/cluster.h"
+
+#include <string.h>
+
+static int parse(wf_cluster *c, const char *tf, wf_err *e)
+{
+	memset(e, 0, sizeof(*e));
+	return wf_cluster_parse_tf_config(c, tf, e);
+}
+
+static void test_evaluator_outside_cluster(void)
+{
+	wf_cluster c;
+	wf_err e;
+	WF_CHECK_MSG(parse(&c,
+			   "{\"cluster\": {\"chief\": [\"c:1\"], \"worker\": [\"w:1\"]}, "
+			   "\"task\": {\"type\": \"evaluator\", \"index\": 0}}",
+			   &e) == 0,
+		     "%s", e.msg);
+	WF_CHECK_INT(c.role, WF_ROLE_EVALUATOR);
+	WF_CHECK_INT(c.rank, -1);
+	WF_CHECK_INT(c.world_size, 2);
+	wf_cluster_free(&c);
+}
+
+static void test_string_index(void)
+{
+	wf_cluster c;
+	wf_err e;
+	WF_CHECK_MSG(parse(&c,
+			   "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}, \"task\": {\"type\": "
+			   "\"worker\", \"index\": \"1\"}}",
+			   &e) == 0,
+		     "%s", e.msg);
+	WF_CHECK_INT(c.index, 1);
+	WF_CHECK_INT(c.rank, 1);
+	wf_cluster_free(&c);
+	WF_CHECK(parse(&c,
+		       "{\"cluster\": {\"worker\": [\"a:1\"]}, \"task\": {\"type\": \"worker\", "
+		       "\"index\": \"one\"}}",
+		       &e) == WF_EINVAL);
+	WF_CHECK_MSG(strstr(e.msg, "task.index"), "%s", e.msg);
+	WF_CHECK(parse(&c,
+		       "{\"cluster\": {\"worker\": [\"a:1\"]}, \"task\": {\"type\": \"worker\", "
+		       "\"index\": \"-1\"}}",
+		       &e) == WF_EINVAL);
+}
+
+static void test_at_most_one_chief(void)
+{
+	wf_cluster c;
+	wf_err e;
+	WF_CHECK(parse(&c,
+		       "{\"cluster\": {\"chief\": [\"c:1\", \"d:1\"], \"worker\": [\"w:1\"]}, "
+		       "\"task\": {\"type\": \"worker\", \"index\": 0}}",
+		       &e) == WF_EINVAL);
+	WF_CHECK_MSG(strstr(e.msg, "at most one chief"), "%s", e.msg);
+}
+
+static void test_sparse_workers_rank_inside_world(void)
+{
+	wf_cluster c;
+	wf_err e;
+	WF_CHECK_MSG(parse(&c,
+			   "{\"cluster\": {\"chief\": [\"c:1\"], \"worker\": {\"2\": \"w2:1\"}, "
+			   "\"ps\": [\"p:1\"]}, \"task\": {\"type\": \"worker\", \"index\": 2}}",
+			   &e) == 0,
+		     "%s", e.msg);
+	WF_CHECK_INT(c.rank, 3);
+	WF_CHECK_MSG(c.rank < c.world_size, "rank %d of %d", c.rank, c.world_size);
+	wf_cluster_free(&c);
+}
+
+/* TensorFlow trains locally when TF_CONFIG has neither cluster nor task;
+ * with a cluster, its strategies need the task. */
+static void test_missing_task(void)
+{
+	wf_cluster c;
+	wf_err e;
+	const char *local[] = {"{}", "{\"cluster\": {}}", "{\"environment\": \"cloud\"}"};
+	for (int i = 0; i < 3; i++) {
+		WF_CHECK_MSG(parse(&c, local[i], &e) == 0, "%s: %s", local[i], e.msg);
+		WF_CHECK_INT(c.world_size, 1);
+		WF_CHECK_INT(c.is_chief, 1);
+		WF_CHECK_INT(c.source, WF_CLUSTER_SRC_NONE);
+		wf_cluster_free(&c);
+	}
+	WF_CHECK(parse(&c, "{\"cluster\": {\"worker\": [\"a:1\", \"b:1\"]}}", &e) == WF_EINVAL);
+	WF_CHECK_MSG(strstr(e.msg, "\"task\""), "%s", e.msg);
+}
+
+static void test_duplicate_keys(void)
+{
+	wf_cluster c;
+	wf_err e;
+	WF_CHECK(parse(&c,
+		       "{\"cluster\": {\"worker\": [\"a:1\"]}, \"task\": {\"type\": \"worker\", "
+		       "\"index\": 0, \"index\": 0}}",
+		       &e) == WF_EINVAL);
+	WF_CHECK_MSG(strstr(e.msg, "duplicate"), "%s", e.msg);
+}
+
+int main(void)
+{
+	WF_RUN(test_evaluator_outside_cluster);
+	WF_RUN(test_string_index);
+	WF_RUN(test_at_most_one_chief);
+	WF_RUN(test_sparse_workers_rank_inside_world);
+	WF_RUN(test_missing_task);
+	WF_RUN(test_duplicate_keys);
+	return wf_test_summary();
+}
