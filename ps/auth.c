@@ -70,7 +70,9 @@ static int read_key(const char *path, int secret, char *out, wf_err *err)
 			"cluster.key_dir: %s has %lld bytes: not a key file (one 40-character "
 			"Z85 line)",
 			path, (long long)st.st_size);
-	if (secret && (st.st_mode & 077))
+	/* group read is what a Kubernetes Secret mounted for the pod's fsGroup
+	 * needs; others never */
+	if (secret && (st.st_mode & 007))
 		wf_warn("cluster.key_dir: secret key file %s can be read by others (mode %03o): "
 			"chmod 600 it",
 			path, (unsigned)(st.st_mode & 0777));

@@ -19,6 +19,10 @@
 #include <stdint.h>
 
 #define WF_PS_KEY_Z85 41 /* 40 Z85 characters and a NUL */
+/* CURVE encrypts on ZeroMQ's I/O threads, one connection on one thread: a
+ * client opens up to this many connections per server and spreads the
+ * chunks over them; a server runs this many I/O threads. */
+#define WF_PS_CURVE_STRIPES 4
 
 typedef struct wf_ps_keys {
 	char server_public[WF_PS_KEY_Z85], server_secret[WF_PS_KEY_Z85];

@@ -1233,6 +1233,8 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 	}
 	wf_ps_tune_malloc();
 	ZCHECK((s->zctx = zmq_ctx_new()) ? 0 : -1, "zmq_ctx_new");
+	if (cfg->keys) /* decryption runs per connection on the I/O threads */
+		zmq_ctx_set(s->zctx, ZMQ_IO_THREADS, WF_PS_CURVE_STRIPES);
 	ZCHECK((s->sock = zmq_socket(s->zctx, ZMQ_ROUTER)) ? 0 : -1, "zmq_socket(ROUTER)");
 	ZCHECK(zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof(linger)), "ZMQ_LINGER");
 	if (cfg->keys) {
