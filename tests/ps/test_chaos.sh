@@ -14,12 +14,13 @@ trials=${WEFT_CHAOS_TRIALS:-4}
 RANDOM=$seed
 args=(--workers 2 --threads 2 --device cpu --config "$WEFT_SRC/configs/synth-smallcnn.json"
 	--set data.train=data/train.h5 --set data.eval=data/eval.h5 --set train.steps=400
-	--set train.eval_every_steps=400 --set checkpoint.every_steps=50 --set log.every_steps=20
-	--set optimizer.schedule.warmup_steps=0)
+	--set train.eval_every_steps=400 --set checkpoint.every_steps=50 --set log.every_steps=20)
+# async applies every worker's push: about 1/W of the sync learning rate
+declare -A lr=([sync]=0.05 [async]=0.025)
 declare -A ref_acc ref_time
 for mode in sync async; do
 	t0=$(date +%s.%N)
-	"$WEFT" launch --ps 1 "${args[@]}" --set strategy.mode=$mode --set checkpoint.dir=ref-$mode/ckpt \
+	"$WEFT" launch --ps 1 "${args[@]}" --set strategy.mode=$mode --set optimizer.lr=${lr[$mode]} --set checkpoint.dir=ref-$mode/ckpt \
 		--set log.dir=ref-$mode/logs >ref-$mode.log 2>&1 || fail "the unkilled $mode run failed"
 	ref_time[$mode]=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
 	ref_acc[$mode]=$(eval_accuracy ref-$mode/logs/metrics.jsonl)
@@ -31,11 +32,11 @@ for ((t = 0; t < trials; t++)); do
 	victims=(worker:0 worker:1 ps:0)
 	[ "$nps" = 2 ] && victims+=(ps:1)
 	victim=${victims[RANDOM % ${#victims[@]}]}
-	# a moment in (0, 1.1 x the unkilled time): start-up, checkpoints, the end
-	at=$(python3 -c "print(round(${ref_time[$mode]} * 1.1 * ($RANDOM + 1) / 32769, 2))")
+	# a moment in (0, 0.95 x the unkilled time): start-up, checkpoints, the end
+	at=$(python3 -c "print(round(${ref_time[$mode]} * 0.95 * ($RANDOM + 1) / 32769, 2))")
 	name=t$t
 	t0=$(date +%s.%N)
-	launch_bg $name.log --ps "$nps" "${args[@]}" --set strategy.mode=$mode \
+	launch_bg $name.log --ps "$nps" "${args[@]}" --set strategy.mode=$mode --set optimizer.lr=${lr[$mode]} \
 		--set checkpoint.dir=$name/ckpt --set log.dir=$name/logs
 	sleep "$at"
 	pid=$(pid_of $name.log "$victim" || true)
