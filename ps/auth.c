@@ -51,6 +51,30 @@ static int valid_z85(const char *s)
 	return 1;
 }
 
+int wf_ps_key_parse(const char *text, size_t n, char out[WF_PS_KEY_Z85])
+{
+	size_t i = 0;
+	while (i < n) {
+		size_t e = i;
+		while (e < n && text[e] != '\n' && text[e] != '\r')
+			e++;
+		size_t len = e - i;
+		if (len && text[i] != '#') {
+			char line[WF_PS_KEY_Z85];
+			if (len != WF_PS_KEY_Z85 - 1)
+				return -1;
+			memcpy(line, text + i, len);
+			line[len] = '\0';
+			if (!valid_z85(line))
+				return -1;
+			memcpy(out, line, WF_PS_KEY_Z85);
+			return 0;
+		}
+		i = e + 1;
+	}
+	return -1;
+}
+
 /* One key from path into out (WF_PS_KEY_Z85 bytes). */
 static int read_key(const char *path, int secret, char *out, wf_err *err)
 {
@@ -70,25 +94,16 @@ static int read_key(const char *path, int secret, char *out, wf_err *err)
 			"cluster.key_dir: %s has %lld bytes: not a key file (one 40-character "
 			"Z85 line)",
 			path, (long long)st.st_size);
-	if (secret && (st.st_mode & 077))
+	/* group read is what a Kubernetes Secret mounted for the pod's fsGroup
+	 * needs; others never */
+	if (secret && (st.st_mode & 007))
 		wf_warn("cluster.key_dir: secret key file %s can be read by others (mode %03o): "
 			"chmod 600 it",
 			path, (unsigned)(st.st_mode & 0777));
 	if (wf_read_file(path, &data, &len) != 0)
 		return wf_errf(err, WF_EINVAL, "cluster.key_dir: cannot read %s: %s", path,
 			       strerror(errno));
-	int rc = -1;
-	char *save = NULL;
-	for (char *line = strtok_r(data, "\r\n", &save); line;
-	     line = strtok_r(NULL, "\r\n", &save)) {
-		if (line[0] == '#' || line[0] == '\0')
-			continue;
-		if (!valid_z85(line))
-			break;
-		memcpy(out, line, WF_PS_KEY_Z85);
-		rc = 0;
-		break;
-	}
+	int rc = wf_ps_key_parse(data, len, out);
 	free(data);
 	if (rc)
 		rc = wf_errf(err, WF_EFORMAT,

@@ -19,6 +19,10 @@
 #include <stdint.h>
 
 #define WF_PS_KEY_Z85 41 /* 40 Z85 characters and a NUL */
+/* CURVE encrypts on ZeroMQ's I/O threads, one connection on one thread: a
+ * client opens up to this many connections per server and spreads the
+ * chunks over them; a server runs this many I/O threads. */
+#define WF_PS_CURVE_STRIPES 4
 
 typedef struct wf_ps_keys {
 	char server_public[WF_PS_KEY_Z85], server_secret[WF_PS_KEY_Z85];
@@ -29,6 +33,10 @@ typedef struct wf_ps_keys {
 int wf_ps_curve_available(void);
 /* WF_ENOTSUP with a message saying what to install when CURVE is missing. */
 int wf_ps_curve_check(wf_err *err);
+/* Parse the text of one key file (n bytes, any content): the first line that
+ * is not empty or a '#' comment must be exactly 40 Z85 characters; copied to
+ * out with its NUL. -1 when there is no such line. */
+int wf_ps_key_parse(const char *text, size_t n, char out[WF_PS_KEY_Z85]);
 /* Read the four key files of dir into k; the message names the file and
  * says how to make them (`weft keygen --out DIR`). Warns when a secret key
  * file can be read by group or others. */

@@ -34,7 +34,9 @@ struct wf_ps_client {
 	wf_ps_client_cfg cfg;
 	char **endpoints;
 	void *zctx;
-	void **socks;
+	void **socks; /* [nservers * nstripes]: server s's stripe j at s * nstripes + j */
+	int nstripes; /* connections per server: CURVE's crypto runs per connection on
+		       * ZeroMQ's I/O threads, so chunks spread over several */
 	int cap;
 	pending *pend;
 	uint32_t gen;
@@ -61,6 +63,14 @@ static int nchunks_of(const wf_ps_client *c)
 static int slot_server(const wf_ps_client *c, int s)
 {
 	return nchunks_of(c) + 1 + s;
+}
+
+/* The socket a request of slot to server s goes through: chunks spread over
+ * the server's stripes, everything else takes stripe 0. */
+static void *sock_for(const wf_ps_client *c, int s, int slot)
+{
+	int j = slot < nchunks_of(c) ? slot % c->nstripes : 0;
+	return c->socks[s * c->nstripes + j];
 }
 
 /* ---- sending ------------------------------------------------------------ */
@@ -125,7 +135,7 @@ static int send_req(wf_ps_client *c, int s, int slot, wf_ps_hdr *h, const void *
 		       .step = (long)h->step,
 		       .reply_step = -1,
 		       .inc = c->inc ? atomic_load(&c->inc[s]) : 0};
-	if (send_frames(c->socks[s], hb, f, sz, nf, zero_copy) < 0) {
+	if (send_frames(sock_for(c, s, slot), hb, f, sz, nf, zero_copy) < 0) {
 		p->used = 0;
 		return wf_errf(err, WF_ETRANSIENT, "ps %d (%s): sending %s failed: %s", s,
 			       c->endpoints[s], wf_ps_op_name(h->op), zmq_strerror(zmq_errno()));
@@ -176,15 +186,16 @@ static void apply_reply(wf_ps_client *c, pending *p, const wf_ps_msg *m)
 	}
 }
 
-/* Read every waiting reply on server s's socket. */
-static void drain(wf_ps_client *c, int s)
+/* Read every waiting reply on socket k (of server k / nstripes). */
+static void drain(wf_ps_client *c, int k)
 {
+	int s = k / c->nstripes;
 	for (;;) {
 		int n = 0, more = 1, overflow = 0;
 		while (more) {
 			zmq_msg_t extra, *m = n < 1 + WF_PS_MAX_FRAMES ? &c->frames[n] : &extra;
 			zmq_msg_init(m);
-			if (zmq_msg_recv(m, c->socks[s], n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+			if (zmq_msg_recv(m, c->socks[k], n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
 				zmq_msg_close(m);
 				for (int i = 0; i < n; i++)
 					zmq_msg_close(&c->frames[i]);
@@ -262,9 +273,10 @@ static void check_servers(wf_ps_client *c)
 static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
 {
 	double deadline = wf_now() + timeout;
-	zmq_pollitem_t items[c->cfg.nservers];
-	for (int s = 0; s < c->cfg.nservers; s++)
-		items[s] = (zmq_pollitem_t){.socket = c->socks[s], .events = ZMQ_POLLIN};
+	int nsock = c->cfg.nservers * c->nstripes;
+	zmq_pollitem_t items[nsock];
+	for (int k = 0; k < nsock; k++)
+		items[k] = (zmq_pollitem_t){.socket = c->socks[k], .events = ZMQ_POLLIN};
 	int rc = 0;
 	for (;;) {
 		int open = 0;
@@ -297,15 +309,14 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
 			break;
 		}
 		long ms = (long)(left * 1000) + 1;
-		if (zmq_poll(items, c->cfg.nservers, ms > 1000 ? 1000 : ms) < 0 &&
-		    zmq_errno() != EINTR) {
+		if (zmq_poll(items, nsock, ms > 1000 ? 1000 : ms) < 0 && zmq_errno() != EINTR) {
 			rc = wf_errf(err, WF_EINTERNAL, "ps client: zmq_poll: %s",
 				     zmq_strerror(zmq_errno()));
 			break;
 		}
-		for (int s = 0; s < c->cfg.nservers; s++)
-			if (items[s].revents & ZMQ_POLLIN)
-				drain(c, s);
+		for (int k = 0; k < nsock; k++)
+			if (items[k].revents & ZMQ_POLLIN)
+				drain(c, k);
 		check_servers(c);
 	}
 	c->stale = 0;
@@ -452,7 +463,14 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	c->cap = nc + 1 + cfg->nservers;
 	c->pend = calloc((size_t)c->cap, sizeof(*c->pend));
 	c->endpoints = calloc((size_t)cfg->nservers, sizeof(*c->endpoints));
-	c->socks = calloc((size_t)cfg->nservers, sizeof(*c->socks));
+	/* CURVE: up to WF_PS_CURVE_STRIPES connections per server (no more than
+	 * the chunks), each encrypted on its own I/O thread */
+	c->nstripes = 1;
+	if (c->secure && nc > 1)
+		c->nstripes = nc / cfg->nservers > 1
+				      ? WF_MIN(WF_PS_CURVE_STRIPES, nc / cfg->nservers)
+				      : 1;
+	c->socks = calloc((size_t)cfg->nservers * (size_t)c->nstripes, sizeof(*c->socks));
 	c->floats = calloc((size_t)nc + 1, sizeof(*c->floats));
 	c->inc = calloc((size_t)cfg->nservers, sizeof(*c->inc));
 	c->seen = calloc((size_t)cfg->nservers, sizeof(*c->seen));
@@ -475,19 +493,22 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 			     zmq_strerror(zmq_errno()));
 		goto fail;
 	}
-	for (int s = 0; s < cfg->nservers; s++) {
-		int linger = 0, ivl = 100, ivl_max = 2000;
-		if (!(c->endpoints[s] = strdup(cfg->endpoints[s])))
+	if (c->nstripes > 1)
+		zmq_ctx_set(c->zctx, ZMQ_IO_THREADS,
+			    WF_MIN(c->nstripes * cfg->nservers, WF_PS_CURVE_STRIPES));
+	for (int k = 0; k < cfg->nservers * c->nstripes; k++) {
+		int linger = 0, ivl = 100, ivl_max = 2000, s = k / c->nstripes;
+		if (k % c->nstripes == 0 && !(c->endpoints[s] = strdup(cfg->endpoints[s])))
 			goto fail;
-		c->socks[s] = zmq_socket(c->zctx, ZMQ_DEALER);
-		if (c->socks[s] && c->secure &&
-		    (rc = wf_ps_curve_client(c->socks[s], &c->keys, err)))
+		c->socks[k] = zmq_socket(c->zctx, ZMQ_DEALER);
+		if (c->socks[k] && c->secure &&
+		    (rc = wf_ps_curve_client(c->socks[k], &c->keys, err)))
 			goto fail;
-		if (!c->socks[s] ||
-		    zmq_setsockopt(c->socks[s], ZMQ_LINGER, &linger, sizeof(linger)) ||
-		    zmq_setsockopt(c->socks[s], ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) ||
-		    zmq_setsockopt(c->socks[s], ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) ||
-		    zmq_connect(c->socks[s], cfg->endpoints[s])) {
+		if (!c->socks[k] ||
+		    zmq_setsockopt(c->socks[k], ZMQ_LINGER, &linger, sizeof(linger)) ||
+		    zmq_setsockopt(c->socks[k], ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) ||
+		    zmq_setsockopt(c->socks[k], ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) ||
+		    zmq_connect(c->socks[k], cfg->endpoints[s])) {
 			rc = wf_errf(err, WF_EINVAL,
 				     "ps client: cannot connect to ps %d at \"%s\": %s", s,
 				     cfg->endpoints[s], zmq_strerror(zmq_errno()));
@@ -518,9 +539,9 @@ void wf_ps_client_free(wf_ps_client *c)
 		atomic_store(&c->hb_stop, 1);
 		pthread_join(c->hb, NULL);
 	}
-	for (int s = 0; c->socks && s < c->cfg.nservers; s++)
-		if (c->socks[s])
-			zmq_close(c->socks[s]);
+	for (int k = 0; c->socks && k < c->cfg.nservers * c->nstripes; k++)
+		if (c->socks[k])
+			zmq_close(c->socks[k]);
 	if (c->zctx)
 		zmq_ctx_term(c->zctx);
 	for (int s = 0; c->endpoints && s < c->cfg.nservers; s++)

@@ -469,6 +469,30 @@ static void barrier_try_release(server *s)
 	}
 }
 
+static long server_step(const server *s);
+
+/* The job went back (the chief re-seeded or restored the servers): workers
+ * waiting at the final barrier past the new step must train again from it,
+ * so their barriers fail at once (they re-synchronise) instead of holding
+ * the chief's next step forever. */
+static void barriers_rolled_back(server *s)
+{
+	long step = server_step(s);
+	for (int w = 0; w < s->nworkers; w++) {
+		held *b = &s->workers[w].barrier;
+		if (!b->used || !s->nchunks || b->step <= step)
+			continue;
+		wf_ps_hdr req = {.op = WF_PS_OP_BARRIER, .tag = b->tag, .step = b->step};
+		char why[160];
+		snprintf(why, sizeof(why),
+			 "the job went back to step %ld while worker %d waited at step %ld: "
+			 "train from there",
+			 step, w, b->step);
+		send_error(s, b->rid, b->rid_len, &req, WF_ETRANSIENT, why);
+		release(s, b);
+	}
+}
+
 /* After membership changed: steps, barriers and ssp bounds may now complete. */
 static void membership_changed(server *s)
 {
@@ -520,6 +544,7 @@ static void op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	c->version = h->step > 0 ? (long)h->step : 0;
 	c->initialized = 1;
 	send_ok(s, rid, rid_len, h, c->version, 0);
+	barriers_rolled_back(s);
 }
 
 static void op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m, int w)
@@ -747,6 +772,7 @@ static int restore(server *s, const char *root, long want_step, long *step, wf_e
 		s->state_n = 0;
 	}
 	s->restored_step = *step;
+	barriers_rolled_back(s);
 	wf_info("ps %d: restored step %ld from %s", s->cfg->index, *step, path);
 cleanup:
 	if (rc == WF_ENOMEM)
@@ -947,6 +973,13 @@ static void handle(server *s, int n, int overflow)
 	case WF_PS_OP_BARRIER:
 		if (w < 0) {
 			send_ok(s, rid, rid_len, h, h->step, 0);
+			break;
+		}
+		if (s->nchunks && (long)h->step > server_step(s)) {
+			send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
+				    "barrier at step %lld but the job is at step %ld (it went "
+				    "back): train from there",
+				    (long long)h->step, server_step(s));
 			break;
 		}
 		if (s->workers[w].barrier.used)
@@ -1233,6 +1266,8 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 	}
 	wf_ps_tune_malloc();
 	ZCHECK((s->zctx = zmq_ctx_new()) ? 0 : -1, "zmq_ctx_new");
+	if (cfg->keys) /* decryption runs per connection on the I/O threads */
+		zmq_ctx_set(s->zctx, ZMQ_IO_THREADS, WF_PS_CURVE_STRIPES);
 	ZCHECK((s->sock = zmq_socket(s->zctx, ZMQ_ROUTER)) ? 0 : -1, "zmq_socket(ROUTER)");
 	ZCHECK(zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof(linger)), "ZMQ_LINGER");
 	if (cfg->keys) {

@@ -639,6 +639,7 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 	res->reports = r.reports;
 	wf_progress_init(&r.prog, stderr, opts->tty, r.start, cfg->train.steps,
 			 cfg->log.every_steps);
+again:
 	if (r.start >= cfg->train.steps) {
 		wf_info("already trained %ld of %ld steps: nothing to do", r.start,
 			cfg->train.steps);
@@ -648,6 +649,10 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 	}
 	if (rc == 0)
 		rc = wf_exchange_finish(r.x, err);
+	/* ps: the job went back while this worker waited at the end: train on */
+	if (rc == 0 && r.x->rolled_back &&
+	    (rc = rewind_to(&r, cfg->train.steps, r.x->rollback_step, err)) == 0)
+		goto again;
 	if (rc == 0 && r.x->is_chief && cfg->export_.dir[0] && r.start < cfg->train.steps &&
 	    res->steps_done == cfg->train.steps) /* finished here: the next serving version */
 		rc = wf_export_after_training(r.ex, r.m, &r.meta, cfg->export_.dir, err);

@@ -326,6 +326,23 @@ static int ps_finish(wf_exchange *x, wf_err *err)
 		return 0;
 	/* every live worker reaches the end before the chief stops the servers */
 	int rc = wf_ps_client_barrier(c->cl, c->step, err);
+	if (rc == WF_ETRANSIENT) {
+		/* a server restarted or the job went back while this worker waited:
+		 * take the servers' step; the trainer goes on from there */
+		char why[1024];
+		snprintf(why, sizeof(why), "%s", err->msg);
+		wf_err_clear(err);
+		return resync(x, why, err);
+	}
+	if (rc == WF_ESTOPPED && !x->is_chief) {
+		/* the chief shuts the servers down only once every live worker is
+		 * done: the job is complete */
+		wf_info("ps: worker %d: the servers shut down while it waited at the end: the job "
+			"is complete (%s)",
+			x->rank, err->msg);
+		wf_err_clear(err);
+		return 0;
+	}
 	if (rc != 0)
 		return wf_err_wrap(err, "ps: waiting for the other workers to finish"), rc;
 	if (!x->is_chief)

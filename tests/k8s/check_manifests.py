@@ -241,6 +241,10 @@ def check_train(docs, where, gpu):
               "%s: the run volume (PVC weft-run) is not at /weft" % w)
         check(vols.get(mounts.get("/etc/weft"), {}).get("configMap", {}).get("name") == "weft-train-config",
               "%s: the config is not at /etc/weft" % w)
+        args = c.get("args", [])
+        kd = args[args.index("--key-dir") + 1] if "--key-dir" in args[:-1] else None
+        check(kd is not None and vols.get(mounts.get(kd), {}).get("secret", {}).get("secretName") ==
+              "weft-keys", "%s: no --key-dir on the CURVE keys (Secret weft-keys)" % w)
         pod_non_root(pod, w)
         lim = c.get("resources", {}).get("limits", {})
         want_gpu = gpu and role != "ps"

@@ -128,7 +128,7 @@ for p in chief-0 worker-0 worker-1 ps-0; do
 	[ "$rc" = 0 ] || fail "job 1: $p exited $rc"
 	mv "$p.log" "full-$p.log"
 done
-grep -qE "ps 0/1: listening on tcp://[^ ]*:2222.*3 workers" full-ps-0.log ||
+grep -qE "ps 0/1: listening on tcp://10\.244\.7\.10:2222 \(CURVE\).*3 workers" full-ps-0.log ||
 	fail "job 1: the server did not listen on the pod port for 3 workers"
 grep -q "training done; the parameter servers were told to shut down" full-chief-0.log ||
 	fail "job 1: the chief did not shut the servers down"

@@ -7,7 +7,8 @@
 #  2. After the job ended (servers shut down), a restarted worker and a
 #     restarted chief see that it is complete and exit 0 quickly (not 138
 #     after the connect timeout).
-#  3. --fresh starts over explicitly.
+#  3. --fresh starts over explicitly, and that rollback reaches a worker
+#     already waiting at the final barrier.
 . "$WEFT_SRC/tests/ps/lib.sh"
 make_synth train.h5 1024 16 3
 "$WEFT" keygen --out keys >/dev/null || fail "weft keygen"
@@ -86,14 +87,30 @@ grep -q "the job is over" late-chief.log || fail "the late chief did not say the
 t1=$(date +%s)
 [ $((t1 - t0)) -lt 50 ] || fail "late processes took $((t1 - t0)) s"
 
-# 3. --fresh starts over: the chief seeds the servers at step 0
+# 3. --fresh starts over, and the rollback reaches a worker waiting at the
+#    final barrier: the server restores step 80 when it starts, so worker 1
+#    joins at 80, has nothing to train and waits at the barrier; then the
+#    chief starts over (--fresh seeds step 0): the worker must train the 5
+#    steps again with it instead of holding the chief's first step forever
 start ps 0 ps3.log
 ps_pid=$!
-start worker 0 chief3.log --fresh --set train.steps=5 --set checkpoint.dir=run/ckpt
-chief_pid=$!
 start worker 1 worker3.log --set train.steps=5
+worker_pid=$!
+for ((i = 0; i < 600; i++)); do
+	grep -q "already trained 80 of 5 steps" worker3.log && break
+	sleep 0.1
+done
+grep -q "already trained 80 of 5 steps" worker3.log || fail "worker 1 did not wait at the barrier"
+sleep 1
+start worker 0 chief3.log --fresh --set train.steps=5
+chief_pid=$!
 wait_pid "$chief_pid" 90
 [ $rc = 0 ] || fail "the --fresh chief exited $rc"
 grep -q "resumes from it" chief3.log && fail "--fresh resumed"
 grep -q "trained 5 steps" chief3.log || fail "--fresh did not train 5 steps from 0"
+wait_pid "$worker_pid" 30
+[ $rc = 0 ] || fail "worker 1 exited $rc after the rollback"
+grep -q "the job continues from step 0" worker3.log || fail "the rollback did not reach worker 1 at the barrier"
+grep -q "trained 5 steps" worker3.log || fail "worker 1 did not train again from step 0"
+wait_pid "$ps_pid" 30
 echo "ok"
