@@ -53,6 +53,8 @@ typedef struct run {
 	wf_reader *rd;
 	FILE *metrics;
 	wf_tfevents *tb;
+	wf_tfevents *tb_train, *tb_val; /* log.dir/train, log.dir/validation (Keras's runs) */
+	int bn_warned;
 	wf_optim_cfg optim;
 	long start; /* 0-based step to run next */
 	long steps_per_epoch;
@@ -82,6 +84,8 @@ static void run_free(run *r)
 	if (r->metrics)
 		fclose(r->metrics);
 	wf_tfevents_close(r->tb);
+	wf_tfevents_close(r->tb_train);
+	wf_tfevents_close(r->tb_val);
 	free(r->segs);
 	free(r->frozen);
 	free(r->initialised);
@@ -112,6 +116,10 @@ static int open_data(run *r, wf_err *err)
 	if (rc != 0)
 		return wf_err_wrap(err, "data.eval"), rc;
 	const wf_dataset_info *ei = wf_dataset_info_get(r->eval_ds);
+	rc = wf_check_class_names(ti->classes, ti->nclasses, c->data.train, ei->classes,
+				  ei->nclasses, c->data.eval, err);
+	if (rc != 0)
+		return rc;
 	if (ei->h != ti->h || ei->w != ti->w || ei->c != ti->c || ei->nclasses != ti->nclasses)
 		return wf_errf(err, WF_EINVAL,
 			       "data.eval: %s holds %dx%dx%d images of %d classes, data.train %s "
@@ -194,6 +202,13 @@ static int init_from(run *r, wf_err *err)
 	}
 	wf_model *m = r->m;
 	int copied = 0, with_params = 0;
+	wf_err names = {0};
+	/* a head of the same size for other classes (or another order) is no head */
+	int new_head = sm.nclasses == r->meta.nclasses &&
+		       wf_check_class_names(sm.class_names, sm.nclasses, file, r->meta.class_names,
+					    r->meta.nclasses, c->data.train, &names) != 0;
+	if (new_head)
+		wf_info("model.init_from: %s; the output layer starts fresh", names.msg);
 	char missing[2048] = "";
 	size_t mlen = 0;
 	if (!(r->initialised = calloc((size_t)m->nlayers, 1))) {
@@ -216,7 +231,7 @@ static int init_from(run *r, wf_err *err)
 		if (!any)
 			continue;
 		with_params++;
-		if (!ok) {
+		if (!ok || (new_head && i == m->output)) {
 			if (mlen < sizeof(missing) - 1)
 				mlen += (size_t)snprintf(missing + mlen, sizeof(missing) - mlen,
 							 "%s%s", mlen ? ", " : "", l->name);
@@ -492,7 +507,21 @@ static int open_logs(run *r, int appending, wf_err *err)
 	r->metrics = fopen(path, appending ? "a" : "w");
 	if (!r->metrics)
 		return wf_errf(err, WF_EIO, "%s: cannot open: %s", path, strerror(errno));
-	return wf_tfevents_open(&r->tb, c->log.dir, err);
+	if ((rc = wf_tfevents_open(&r->tb, c->log.dir, err)) != 0)
+		return rc;
+	/* Keras's TensorBoard layout: the same tags in a train and a validation
+	 * run, so TensorBoard overlays them */
+	const char *runs[2] = {"train", "validation"};
+	wf_tfevents **tbs[2] = {&r->tb_train, &r->tb_val};
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s", c->log.dir, runs[i]);
+		if (wf_mkdirs(path) != 0)
+			return wf_errf(err, WF_EIO, "log.dir: cannot create %s: %s", path,
+				       strerror(errno));
+		if ((rc = wf_tfevents_open(tbs[i], path, err)) != 0)
+			return rc;
+	}
+	return 0;
 }
 
 /* ---- logging ----------------------------------------------------------- */
@@ -523,6 +552,7 @@ static int log_metrics(run *r, long step, const wf_progress_stats *s, const wf_e
 	if (ev) {
 		json_num(r->metrics, "eval_loss", ev->loss);
 		json_num(r->metrics, "eval_accuracy", ev->accuracy);
+		json_num(r->metrics, "eval_top5_accuracy", ev->top5);
 	}
 	fprintf(r->metrics, "}\n");
 	if (fflush(r->metrics) != 0)
@@ -538,7 +568,18 @@ static int log_metrics(run *r, long step, const wf_progress_stats *s, const wf_e
 			ev ? (float)ev->loss : 0,
 			ev ? (float)ev->accuracy : 0};
 	int rc = wf_tfevents_scalars(r->tb, step, ev ? 7 : 5, tags, vals, err);
-	return rc != 0 ? rc : wf_tfevents_flush(r->tb, err);
+	if (rc == 0)
+		rc = wf_tfevents_flush(r->tb, err);
+	const char *ktags[] = {"epoch_loss", "epoch_accuracy", "epoch_learning_rate"};
+	float kt[] = {(float)s->loss, (float)s->accuracy, (float)s->lr};
+	if (rc == 0 && r->tb_train &&
+	    (rc = wf_tfevents_scalars(r->tb_train, step, 3, ktags, kt, err)) == 0)
+		rc = wf_tfevents_flush(r->tb_train, err);
+	float kv[] = {ev ? (float)ev->loss : 0, ev ? (float)ev->accuracy : 0};
+	if (rc == 0 && ev && r->tb_val &&
+	    (rc = wf_tfevents_scalars(r->tb_val, step, 2, ktags, kv, err)) == 0)
+		rc = wf_tfevents_flush(r->tb_val, err);
+	return rc;
 }
 
 static int evaluate(run *r, long step, wf_eval_result *ev, wf_err *err)
@@ -549,6 +590,30 @@ static int evaluate(run *r, long step, wf_eval_result *ev, wf_err *err)
 	wf_progress_message(&r->prog, "eval   step %ld: loss %.4f  accuracy %.4f  (%ld samples)",
 			    step, ev->loss, ev->accuracy, ev->count);
 	return 0;
+}
+
+/* Eval far below train with batch norms whose moving averages cannot have
+ * converged yet (they average over ~1/(1-momentum) steps): say so once, and
+ * what to change. */
+static void warn_bn_statistics(run *r, long done, const wf_progress_stats *s,
+			       const wf_eval_result *ev)
+{
+	double mom = 0;
+	for (int i = 0; i < r->m->nlayers; i++)
+		if (r->m->layers[i].type == WF_LAYER_BATCHNORM && !r->m->layers[i].frozen)
+			mom = fmax(mom, r->m->layers[i].momentum);
+	double chance = 1.0 / (r->m->classes > 0 ? r->m->classes : 1);
+	if (r->bn_warned || mom <= 0 || mom >= 1 || (double)done > 5.0 / (1.0 - mom) ||
+	    s->accuracy < 2 * chance || ev->accuracy > 0.6 * s->accuracy)
+		return;
+	r->bn_warned = 1;
+	wf_progress_message(
+		&r->prog,
+		"warning: eval accuracy %.3f is far below the train accuracy %.3f at step %ld: "
+		"evaluation uses the batch-norm moving statistics, which with momentum %g "
+		"average over about %.0f steps and have not converged yet. For short runs set "
+		"model.bn_momentum: 0.9 (or 0.99), or train for more steps",
+		ev->accuracy, s->accuracy, done, mom, 1.0 / (1.0 - mom));
 }
 
 /* ---- the loop ---------------------------------------------------------- */
@@ -712,6 +777,7 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		if (evals) {
 			res->eval_loss = ev.loss;
 			res->eval_accuracy = ev.accuracy;
+			warn_bn_statistics(r, done, &s, &ev);
 		}
 		res->steps_done = done;
 
