@@ -70,7 +70,8 @@ K="$WEFT_SRC/tests/model/fixtures/mobilenetv2_k3.h5"
 train mnv2 --set model.name=mobilenetv2 --set data.train=f4.h5 --set train.steps=3 \
 	--set model.init_from="$K" --set model.freeze=backbone
 grep -q "not initialised (new): predictions$" mnv2.err || fail "Keras init_from: $(cat mnv2.err)"
-"$WEFT" inspect --model mnv2/ckpt/step-3/model.h5 | grep -q "preprocessing scale 0.00784314 mean 1 std 1" ||
+"$WEFT" inspect --model mnv2/ckpt/step-3/model.h5 >mnv2.txt || fail "inspect failed"
+grep -q "preprocessing scale 0.00784314 mean 1 std 1" mnv2.txt ||
 	fail "the Keras model's preprocessing was not kept"
 for t in Conv1/kernel block_16_project_BN/moving_mean; do
 	[ "$(tensor "$K" $t)" = "$(tensor mnv2/ckpt/step-3/model.h5 $t)" ] || fail "Keras $t not copied or not frozen"
