@@ -146,8 +146,9 @@ int wf_cpus_default_threads(void)
 
 void wf_cpus_passive_openmp(char **argv)
 {
-	if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || !argv || !argv[0])
-		return;
+	const char *wait = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
+	if ((wait && *wait) || (spin && *spin) || !argv || !argv[0])
+		return; /* the user's choice (an empty value counts as unset) */
 	if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
 		return;
 	execv("/proc/self/exe", argv);

@@ -314,13 +314,21 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 	for (int i = 0; i < nl; i++) {
 		const wf_layer *l = &m->layers[i];
 		int views[4] = {l->p_kernel, l->p_bias, l->p_gamma, l->p_beta};
-		for (int k = 0; k < 4; k++)
+		for (int k = 0; k < 4 && !l->frozen; k++)
 			if (views[k] >= 0)
 				ex->pend[i] = WF_MAX(ex->pend[i], m->views[views[k]].offset +
 									  m->views[views[k]].count);
 		ex->need_grad[i] = ex->pend[i] > 0;
 		for (int k = 0; k < l->ninputs; k++)
 			ex->need_grad[i] |= ex->need_grad[l->inputs[k]];
+		if (training && l->frozen && l->type == WF_LAYER_BATCHNORM && l->ninputs &&
+		    ex->need_grad[l->inputs[0]]) {
+			wf_errf(err, WF_ENOTSUP,
+				"layer %s: a frozen batch norm after trainable layers is not "
+				"supported (freeze the layers before it too)",
+				l->name);
+			goto fail;
+		}
 	}
 
 	size_t abytes = 0, gbytes = 0;
@@ -459,9 +467,9 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 					 pv(ex, l->p_bias));
 	case WF_LAYER_BATCHNORM:
 		bn_desc(ex, i, n, &d.bn);
-		return op->batchnorm_forward(be, plan, &d.bn, training, y, ex->save_mean[i],
-					     ex->save_invstd[i], x, pv(ex, l->p_gamma),
-					     pv(ex, l->p_beta),
+		return op->batchnorm_forward(be, plan, &d.bn, training && !l->frozen, y,
+					     ex->save_mean[i], ex->save_invstd[i], x,
+					     pv(ex, l->p_gamma), pv(ex, l->p_beta),
 					     ex->state + m->views[l->s_mean].offset,
 					     ex->state + m->views[l->s_var].offset);
 	case WF_LAYER_RELU:
@@ -732,13 +740,15 @@ static int layer_backward(wf_exec *ex, int i, int n)
 	switch (l->type) {
 	case WF_LAYER_CONV2D:
 		conv_desc(ex, i, n, &d.conv);
-		rc = op->conv2d_backward(be, plan, &d.conv, dx, gv(ex, l->p_kernel),
-					 gv(ex, l->p_bias), dy, x, pv(ex, l->p_kernel));
+		rc = op->conv2d_backward(
+			be, plan, &d.conv, dx, l->frozen ? NULL : gv(ex, l->p_kernel),
+			l->frozen ? NULL : gv(ex, l->p_bias), dy, x, pv(ex, l->p_kernel));
 		break;
 	case WF_LAYER_DENSE:
 		dense_desc(ex, i, n, &d.dense);
-		rc = op->dense_backward(be, plan, &d.dense, dx, gv(ex, l->p_kernel),
-					gv(ex, l->p_bias), dy, x, pv(ex, l->p_kernel));
+		rc = op->dense_backward(
+			be, plan, &d.dense, dx, l->frozen ? NULL : gv(ex, l->p_kernel),
+			l->frozen ? NULL : gv(ex, l->p_bias), dy, x, pv(ex, l->p_kernel));
 		break;
 	case WF_LAYER_BATCHNORM:
 		bn_desc(ex, i, n, &d.bn);

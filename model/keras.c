@@ -902,6 +902,24 @@ done:
 	return rc;
 }
 
+int wf_keras_check_archive(const char *path, wf_err *err)
+{
+	unsigned char magic[4] = {0};
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return 0;
+	size_t n = fread(magic, 1, sizeof(magic), f);
+	fclose(f);
+	if (n == 4 && magic[0] == 'P' && magic[1] == 'K' && magic[2] == 3 && magic[3] == 4)
+		return wf_errf(err, WF_ENOTSUP,
+			       "%s: a Keras 3 .keras archive (zip of config.json and "
+			       "model.weights.h5), which weft does not read; save the model in "
+			       "the HDF5 format instead: "
+			       "keras.models.load_model('%s').save('model.h5')",
+			       path, path);
+	return 0;
+}
+
 int wf_keras_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err *err)
 {
 	wf_h5_quiet q;
@@ -909,8 +927,10 @@ int wf_keras_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err 
 	*out = NULL;
 	if (meta)
 		wf_model_meta_init(meta);
-	int rc = wf_h5_open(path, H5F_ACC_RDONLY, &f, err);
+	int rc = wf_keras_check_archive(path, err);
 	if (rc)
+		return rc;
+	if ((rc = wf_h5_open(path, H5F_ACC_RDONLY, &f, err)) != 0)
 		return rc;
 	wf_h5_quiet_begin(&q);
 	rc = wf_keras_load_h5(f, out, meta, path, err);

@@ -15,6 +15,10 @@
 /* 1 when the open HDF5 file (an hid_t) is a Keras model file: a root
  * model_config attribute and no weft_format. */
 int wf_keras_is_model_file(int64_t file);
+/* WF_ENOTSUP with what to do when path is a Keras 3 `.keras` archive (a
+ * zip of config.json and model.weights.h5), which weft does not read; 0
+ * otherwise (also when path cannot be read: the caller's open says why). */
+int wf_keras_check_archive(const char *path, wf_err *err);
 /* Import the Keras model file at path; meta (may be NULL) receives the
  * preprocessing. Errors name the file, and the layer and class at fault. */
 int wf_keras_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err *err);

@@ -62,6 +62,10 @@ typedef struct wf_layer {
 	/* parameter views, indices into wf_model.views (-1 when absent) */
 	int p_kernel, p_bias, p_gamma, p_beta; /* trainable */
 	int s_mean, s_var;		       /* non-trainable */
+	/* training only, not stored: 1 = frozen (Keras trainable=False): no
+	 * gradient for its parameters, batch norm in inference mode. Set before
+	 * wf_exec_create. */
+	int frozen;
 } wf_layer;
 
 typedef struct wf_view {

@@ -83,6 +83,30 @@ static void clip(const wf_optim_cfg *c, size_t n, float *g)
 	}
 }
 
+/* The update over the runs of parameters that are not frozen. */
+static int update_unfrozen(wf_backend *be, const wf_opt_desc *d, const wf_optim_cfg *c, size_t n,
+			   float *p, const float *g, float *m, float *v)
+{
+	if (!c->frozen || !c->segs)
+		return be->ops->optimizer_update(be, d, n, p, g, m, v);
+	for (int s = 0; s < c->nsegs && c->segs[s] < n;) {
+		if (c->frozen[s]) {
+			s++;
+			continue;
+		}
+		int e = s;
+		while (e < c->nsegs && !c->frozen[e])
+			e++;
+		size_t a = c->segs[s], b = c->segs[e] < n ? c->segs[e] : n;
+		int rc = be->ops->optimizer_update(be, d, b - a, p + a, g + a, m ? m + a : NULL,
+						   v ? v + a : NULL);
+		if (rc != 0)
+			return rc;
+		s = e;
+	}
+	return 0;
+}
+
 static int apply_clipped(wf_backend *be, const wf_opt_desc *d0, const wf_optim_cfg *c, size_t n,
 			 float *p, const float *g, float *m, float *v)
 {
@@ -98,11 +122,11 @@ static int apply_clipped(wf_backend *be, const wf_opt_desc *d0, const wf_optim_c
 	d.grad_scale = 1.0f;
 	clip(c, n, h);
 	if (host) {
-		rc = be->ops->optimizer_update(be, &d, n, p, h, m, v);
+		rc = update_unfrozen(be, &d, c, n, p, h, m, v);
 	} else if (!(dev = be->ops->alloc(be, n * sizeof(float) + 1))) {
 		rc = wf_errf(&be->err, WF_ENOMEM, "gradient clipping: out of device memory");
 	} else if ((rc = be->ops->to_device(be, dev, h, n * sizeof(float))) == 0) {
-		rc = be->ops->optimizer_update(be, &d, n, p, dev, m, v);
+		rc = update_unfrozen(be, &d, c, n, p, dev, m, v);
 	}
 out:
 	if (dev)
@@ -128,5 +152,5 @@ int wf_optim_apply(wf_backend *be, const wf_optim_cfg *c, long step, size_t n, f
 	};
 	if (c->clipnorm > 0 || c->global_clipnorm > 0 || c->clipvalue > 0)
 		return apply_clipped(be, &d, c, n, p, g, m, v);
-	return be->ops->optimizer_update(be, &d, n, p, g, m, v);
+	return update_unfrozen(be, &d, c, n, p, g, m, v);
 }

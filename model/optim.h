@@ -32,6 +32,9 @@ typedef struct wf_optim_cfg {
 	 * Not owned; must outlive the optimizer's use. */
 	const size_t *segs;
 	int nsegs;
+	/* frozen[s] = 1: parameter s (segs[s]..segs[s+1]) is not updated at all
+	 * (no decay, no slot change); NULL: none. Needs the whole vector. */
+	const unsigned char *frozen;
 } wf_optim_cfg;
 
 /* Defaults: sgd lr 0.1 momentum 0.9, constant schedule. */

@@ -15,6 +15,7 @@
 
 #include <limits.h>
 #include <sched.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,44 @@ free_lists:
 
 /* ---- weft eval --------------------------------------------------------- */
 
+/* weft eval --json: one line; names from the data set, else the model. */
+static void print_eval_json(const wf_eval_result *r, const wf_model_meta *meta,
+			    const wf_dataset_info *di, int k, const long *confusion)
+{
+	json_t *o = json_object(), *names = json_array(), *per = json_array(), *cm = json_array();
+	json_object_set_new(o, "loss", json_real(r->loss));
+	json_object_set_new(o, "accuracy", json_real(r->accuracy));
+	json_object_set_new(o, "top5_accuracy", json_real(r->top5));
+	json_object_set_new(o, "count", json_integer(r->count));
+	json_object_set_new(o, "trained_steps", json_integer(meta->trained_steps));
+	for (int t = 0; t < k; t++) {
+		const char *name = di->classes && di->classes[t] ? di->classes[t]
+				   : meta->class_names && t < meta->nclasses && meta->class_names[t]
+					   ? meta->class_names[t]
+					   : NULL;
+		char num[24];
+		snprintf(num, sizeof(num), "%d", t);
+		json_array_append_new(names, json_string(name ? name : num));
+		json_t *row = json_array();
+		long n = 0;
+		for (int p = 0; p < k; p++) {
+			n += confusion[(size_t)t * k + p];
+			json_array_append_new(row, json_integer(confusion[(size_t)t * k + p]));
+		}
+		json_array_append_new(cm, row);
+		json_array_append_new(per, n ? json_real((double)confusion[(size_t)t * k + t] / n)
+					     : json_null());
+	}
+	json_object_set_new(o, "class_names", names);
+	json_object_set_new(o, "per_class_accuracy", per);
+	json_object_set_new(o, "confusion_matrix", cm);
+	char *s = json_dumps(o, JSON_COMPACT | JSON_REAL_PRECISION(9));
+	if (s)
+		printf("%s\n", s);
+	free(s);
+	json_decref(o);
+}
+
 int wf_cmd_eval(int argc, char **argv, wf_err *err)
 {
 	const char *model_path = NULL, *data_path = NULL, *device = "auto";
@@ -151,7 +190,9 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 		{"device", WF_FLAG_STR, &device, "cpu|ref|cuda|auto", "kernel backend (auto)"},
 		{"threads", WF_FLAG_INT, &threads, "N", "CPU threads (0: library default)"},
 		{"batch", WF_FLAG_INT, &batch, "N", "samples per forward pass (100)"},
-		{"json", WF_FLAG_BOOL, &json, NULL, "also print one JSON line with the results"},
+		{"json", WF_FLAG_BOOL, &json, NULL,
+		 "also print one JSON line with the results: loss, accuracy, top5_accuracy, "
+		 "class_names, per_class_accuracy, confusion_matrix (rows: true class)"},
 		{0},
 	};
 	const wf_command_help help = {
@@ -164,6 +205,7 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 	wf_backend *be = NULL;
 	wf_exec *ex = NULL;
 	wf_eval_result r;
+	long *confusion = NULL;
 	wf_model_meta_init(&meta);
 	int rc = wf_cli_parse(&help, flags, argc, argv, &pos, 0, err);
 	if (rc != 0)
@@ -189,20 +231,28 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 		wf_err_wrap(err, "model %s", model_path);
 		goto cleanup;
 	}
+	const wf_dataset_info *di = wf_dataset_info_get(ds);
+	if ((rc = wf_check_class_names(meta.class_names, meta.nclasses, model_path, di->classes,
+				       di->nclasses, data_path, err)) != 0)
+		goto cleanup;
+	if (json && !(confusion = calloc((size_t)m->classes * (size_t)m->classes, sizeof(long)))) {
+		rc = wf_errf(err, WF_ENOMEM, "eval: out of memory");
+		goto cleanup;
+	}
 	if (threads == 0 && !getenv("OMP_NUM_THREADS"))
 		threads = wf_cpus_default_threads();
 	if ((rc = wf_backend_create(&be, device, (int)threads, err)) != 0)
 		goto cleanup;
 	if ((rc = wf_exec_create(&ex, m, be, (int)batch, 0, err)) != 0)
 		goto cleanup;
-	if ((rc = wf_evaluate(ex, ds, &meta, (int)batch, &r, err)) != 0)
+	if ((rc = wf_evaluate_ex(ex, ds, &meta, (int)batch, &r, confusion, err)) != 0)
 		goto cleanup;
-	printf("loss %.4f accuracy %.4f (%ld samples, model trained %ld steps)\n", r.loss,
-	       r.accuracy, r.count, meta.trained_steps);
+	printf("loss %.4f accuracy %.4f top-5 %.4f (%ld samples, model trained %ld steps)\n",
+	       r.loss, r.accuracy, r.top5, r.count, meta.trained_steps);
 	if (json)
-		printf("{\"loss\":%.9g,\"accuracy\":%.9g,\"count\":%ld,\"trained_steps\":%ld}\n",
-		       r.loss, r.accuracy, r.count, meta.trained_steps);
+		print_eval_json(&r, &meta, di, m->classes, confusion);
 cleanup:
+	free(confusion);
 	if (ex)
 		wf_exec_free(ex);
 	if (be)

@@ -118,6 +118,14 @@ static const key_def keys[] = {
 	 "batch-norm moving-average momentum (Keras `momentum`); 0: the model's own"},
 	{"model.alpha", T_NUM, F(model.alpha), "1",
 	 "mobilenetv2: width multiplier (0.35, 0.5, 0.75, 1.0, 1.3, 1.4)"},
+	{"model.init_from", T_STR, F(model.init_from), "\"\"",
+	 "start from this weft model file, checkpoint directory (its newest complete step) or "
+	 "Keras .h5: every layer whose name and shapes match is copied, the rest is listed "
+	 "and starts fresh (a new head when the classes differ)"},
+	{"model.freeze", T_STR, F(model.freeze), "\"\"",
+	 "layers not trained (Keras trainable=False; their batch norms in inference mode): "
+	 "a list (or comma-separated string) of layer-name prefixes, or \"backbone\" = every "
+	 "layer model.init_from initialised (without it: all but the last layer)"},
 	{"optimizer.clipnorm", T_NUM, F(optimizer.clipnorm), "0",
 	 "clip each parameter's gradient to this L2 norm (Keras clipnorm); 0: off"},
 	{"optimizer.global_clipnorm", T_NUM, F(optimizer.global_clipnorm), "0",
@@ -162,11 +170,36 @@ static int is_section(const char *path)
 
 /* ---- setting values ---------------------------------------------------- */
 
+/* A list of strings into a comma-separated string key (model.freeze). */
+static int set_list(char *field, const key_def *k, const json_t *v, wf_err *err)
+{
+	size_t i, len = 0;
+	json_t *e;
+	char buf[1024] = "";
+	json_array_foreach(v, i, e)
+	{
+		if (!json_is_string(e))
+			return wf_errf(err, WF_EINVAL, "%s[%zu]: expected a string, got %s",
+				       k->path, i, wf_json_type_name(e));
+		const char *s = json_string_value(e);
+		if (strchr(s, ',') || len + strlen(s) + 2 > sizeof(buf) ||
+		    len + strlen(s) + 2 > k->size)
+			return wf_errf(err, WF_EINVAL,
+				       "%s[%zu]: '%s' has a comma or the list is too long", k->path,
+				       i, s);
+		len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%s", i ? "," : "", s);
+	}
+	strcpy(field, buf);
+	return 0;
+}
+
 static int set_value(wf_config *c, const key_def *k, const json_t *v, const char *raw, wf_err *err)
 {
 	char *field = (char *)c + k->offset;
 	switch (k->type) {
 	case T_STR: {
+		if (json_is_array(v) && strcmp(k->path, "model.freeze") == 0)
+			return set_list(field, k, v, err);
 		const char *s = json_is_string(v) ? json_string_value(v) : raw;
 		if (!s)
 			return wf_errf(err, WF_EINVAL, "%s: expected a string, got %s", k->path,

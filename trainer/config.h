@@ -20,6 +20,8 @@ typedef struct wf_config {
 		char kernel_initializer[32]; /* auto (as Keras builds the model) or a Keras name */
 		double bn_momentum;	     /* 0: the model's own */
 		double alpha;		     /* mobilenetv2 width */
+		char init_from[WF_CFG_PATH_MAX]; /* weft model, checkpoint dir or Keras .h5 */
+		char freeze[1024];		 /* comma-separated prefixes, or "backbone" */
 	} model;
 	struct {
 		char train[WF_CFG_PATH_MAX];

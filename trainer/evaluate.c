@@ -1,6 +1,50 @@
 #include "trainer/evaluate.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* "[a, b, ...]" into buf (cut with "..." when long). */
+static void format_names(char *buf, size_t size, char *const *v, int n)
+{
+	size_t len = (size_t)snprintf(buf, size, "[");
+	for (int i = 0; i < n && len < size; i++) {
+		if (len > 400) {
+			len += (size_t)snprintf(buf + len, size - len, ", ... (%d in all)", n);
+			break;
+		}
+		len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "",
+					v[i] ? v[i] : "?");
+	}
+	if (len < size)
+		snprintf(buf + len, size - len, "]");
+}
+
+static int known(char *const *v, int n)
+{
+	for (int i = 0; v && i < n; i++)
+		if (v[i])
+			return 1;
+	return 0;
+}
+
+int wf_check_class_names(char *const *a, int na, const char *what_a, char *const *b, int nb,
+			 const char *what_b, wf_err *err)
+{
+	if (!known(a, na) || !known(b, nb))
+		return 0;
+	int same = na == nb;
+	for (int i = 0; same && i < na; i++)
+		same = a[i] && b[i] && strcmp(a[i], b[i]) == 0;
+	if (same)
+		return 0;
+	char la[600], lb[600];
+	format_names(la, sizeof(la), a, na);
+	format_names(lb, sizeof(lb), b, nb);
+	return wf_errf(err, WF_EINVAL,
+		       "class names differ (a label means another class): %s has %s, %s has %s",
+		       what_a, la, what_b, lb);
+}
 
 int wf_check_data_fits(const wf_model *m, const wf_dataset *ds, const char *what, wf_err *err)
 {
@@ -18,6 +62,12 @@ int wf_check_data_fits(const wf_model *m, const wf_dataset *ds, const char *what
 int wf_evaluate(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
 		wf_eval_result *r, wf_err *err)
 {
+	return wf_evaluate_ex(ex, ds, meta, batch, r, NULL, err);
+}
+
+int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
+		   wf_eval_result *r, long *confusion, wf_err *err)
+{
 	wf_reader_cfg rc_cfg;
 	wf_reader_cfg_default(&rc_cfg);
 	rc_cfg.batch = batch;
@@ -32,12 +82,20 @@ int wf_evaluate(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batc
 	rc_cfg.prefetch = 2;
 
 	memset(r, 0, sizeof(*r));
+	int k = wf_dataset_info_get(ds)->nclasses;
+	float *probs = malloc(sizeof(float) * (size_t)batch * (size_t)(k > 0 ? k : 1));
+	if (!probs)
+		return wf_errf(err, WF_ENOMEM, "evaluation: out of memory");
+	if (confusion)
+		memset(confusion, 0, sizeof(long) * (size_t)k * (size_t)k);
 	wf_reader *rd = NULL;
 	int rc = wf_reader_create(&rd, ds, &rc_cfg, err);
-	if (rc != 0)
+	if (rc != 0) {
+		free(probs);
 		return rc;
+	}
 	double loss_sum = 0;
-	long correct_sum = 0;
+	long correct_sum = 0, top5_sum = 0;
 	for (;;) {
 		wf_batch *b;
 		rc = wf_reader_next(rd, &b, err);
@@ -50,16 +108,34 @@ int wf_evaluate(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batc
 			rc = wf_errf(err, WF_EINTERNAL, "evaluation: %s", wf_exec_error(ex));
 			break;
 		}
+		if (wf_exec_probs(ex, probs) != 0) {
+			rc = wf_errf(err, WF_EINTERNAL, "evaluation: %s", wf_exec_error(ex));
+			break;
+		}
+		for (int i = 0; i < b->n; i++) {
+			const float *p = probs + (size_t)i * k;
+			int y = b->labels[i], above = 0, best = 0;
+			for (int c = 0; c < k; c++) {
+				above += p[c] > p[y];
+				if (p[c] > p[best])
+					best = c;
+			}
+			top5_sum += above < 5;
+			if (confusion)
+				confusion[(size_t)y * k + best]++;
+		}
 		loss_sum += (double)loss * b->n;
 		correct_sum += correct;
 		r->count += b->n;
 	}
 	wf_reader_free(rd);
+	free(probs);
 	if (rc < 0)
 		return rc;
 	if (r->count > 0) {
 		r->loss = loss_sum / (double)r->count;
 		r->accuracy = (double)correct_sum / (double)r->count;
+		r->top5 = (double)top5_sum / (double)r->count;
 	}
 	return 0;
 }

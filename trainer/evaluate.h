@@ -12,12 +12,22 @@ typedef struct wf_eval_result {
 	double loss;	 /* mean over samples */
 	double accuracy; /* top-1, 0..1 */
 	long count;	 /* samples seen */
+	double top5;	 /* top-5 accuracy (1 when there are 5 classes or fewer) */
 } wf_eval_result;
 
 /* Run ex (max_batch >= batch) over every sample of ds in file order, with
  * meta's preprocessing. */
 int wf_evaluate(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
 		wf_eval_result *r, wf_err *err);
+/* wf_evaluate that also counts confusion[true * K + predicted] (K = the
+ * model's classes; caller-allocated, zeroed here) when confusion != NULL. */
+int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
+		   wf_eval_result *r, long *confusion, wf_err *err);
+/* WF_EINVAL showing both lists when class names a (what_a) and b (what_b)
+ * differ in number, name or order; 0 when they agree or either is unknown
+ * (NULL or all NULL). */
+int wf_check_class_names(char *const *a, int na, const char *what_a, char *const *b, int nb,
+			 const char *what_b, wf_err *err);
 /* Check that ds's images and classes fit model m; errors name both shapes
  * and `what` (e.g. "data.eval"). */
 int wf_check_data_fits(const wf_model *m, const wf_dataset *ds, const char *what, wf_err *err);

@@ -4,6 +4,7 @@
 #include "common/progress.h"
 #include "common/tfevents.h"
 #include "common/util.h"
+#include "model/keras.h"
 #include "model/model.h"
 #include "model/optim.h"
 #include "trainer/checkpoint.h"
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* Preprocessing recorded in the model file and used by eval and serve:
  * pixel' = (pixel / 255 - 0.5) / 0.25. */
@@ -52,13 +54,17 @@ typedef struct run {
 	FILE *metrics;
 	wf_tfevents *tb;
 	int log_failed; /* the last log write failed (warned once) */
+	wf_tfevents *tb_train, *tb_val; /* log.dir/train, log.dir/validation (Keras's runs) */
+	int bn_warned;
 	wf_optim_cfg optim;
 	long start; /* 0-based step to run next */
 	long steps_per_epoch;
 	wf_progress prog;
-	int reports;	   /* prints progress (see wf_train_result.reports) */
-	size_t *segs;	   /* the trainable parameters' boundaries (clipnorm) */
-	double first_loss; /* the first step's loss (divergence check); 0 before */
+	int reports;	       /* prints progress (see wf_train_result.reports) */
+	size_t *segs;	       /* the trainable parameters' boundaries (clipnorm) */
+	double first_loss;     /* the first step's loss (divergence check); 0 before */
+	unsigned char *frozen; /* per segment (model.freeze) */
+	char *initialised;     /* per layer: copied from model.init_from */
 } run;
 
 static void run_free(run *r)
@@ -79,7 +85,11 @@ static void run_free(run *r)
 	if (r->metrics)
 		fclose(r->metrics);
 	wf_tfevents_close(r->tb);
+	wf_tfevents_close(r->tb_train);
+	wf_tfevents_close(r->tb_val);
 	free(r->segs);
+	free(r->frozen);
+	free(r->initialised);
 }
 
 /* ---- set-up ------------------------------------------------------------ */
@@ -107,6 +117,10 @@ static int open_data(run *r, wf_err *err)
 	if (rc != 0)
 		return wf_err_wrap(err, "data.eval"), rc;
 	const wf_dataset_info *ei = wf_dataset_info_get(r->eval_ds);
+	rc = wf_check_class_names(ti->classes, ti->nclasses, c->data.train, ei->classes,
+				  ei->nclasses, c->data.eval, err);
+	if (rc != 0)
+		return rc;
 	if (ei->h != ti->h || ei->w != ti->w || ei->c != ti->c || ei->nclasses != ti->nclasses)
 		return wf_errf(err, WF_EINVAL,
 			       "data.eval: %s holds %dx%dx%d images of %d classes, data.train %s "
@@ -139,6 +153,167 @@ static int init_model(run *r, wf_err *err)
 	return 0;
 }
 
+/* model.init_from as a model file: itself, or a directory's model.h5, or
+ * its newest complete checkpoint's. */
+static int init_source_file(const char *from, char *file, size_t size, wf_err *err)
+{
+	struct stat st;
+	if (stat(from, &st) != 0)
+		return wf_errf(err, WF_EIO, "model.init_from: %s: %s", from, strerror(errno));
+	snprintf(file, size, "%s", from);
+	if (!S_ISDIR(st.st_mode)) {
+		int rc = wf_keras_check_archive(from, err);
+		if (rc != 0)
+			wf_err_wrap(err, "model.init_from");
+		return rc;
+	}
+	snprintf(file, size, "%s/model.h5", from);
+	if (stat(file, &st) == 0)
+		return 0;
+	char dir[4200];
+	long step;
+	int found = wf_ckpt_latest(from, &step, dir, sizeof(dir), err);
+	if (found < 0)
+		return wf_err_wrap(err, "model.init_from"), found;
+	if (!found)
+		return wf_errf(err, WF_EINVAL,
+			       "model.init_from: %s holds neither model.h5 nor a complete "
+			       "checkpoint (step-N/model.h5)",
+			       from);
+	snprintf(file, size, "%s/model.h5", dir);
+	return 0;
+}
+
+/* model.init_from: copy every layer whose name and parameter shapes match;
+ * say what was not. The source's preprocessing comes along (its weights
+ * expect it). */
+static int init_from(run *r, wf_err *err)
+{
+	const wf_config *c = r->cfg;
+	wf_model *src = NULL;
+	wf_model_meta sm;
+	char file[WF_CFG_PATH_MAX + 4300];
+	int rc = init_source_file(c->model.init_from, file, sizeof(file), err);
+	if (rc != 0)
+		return rc;
+	wf_model_meta_init(&sm);
+	if ((rc = wf_model_load(&src, &sm, file, err)) != 0) {
+		wf_model_meta_free(&sm);
+		return wf_err_wrap(err, "model.init_from"), rc;
+	}
+	wf_model *m = r->m;
+	int copied = 0, with_params = 0;
+	wf_err names = {0};
+	/* a head of the same size for other classes (or another order) is no head */
+	int new_head = sm.nclasses == r->meta.nclasses &&
+		       wf_check_class_names(sm.class_names, sm.nclasses, file, r->meta.class_names,
+					    r->meta.nclasses, c->data.train, &names) != 0;
+	if (new_head)
+		wf_info("model.init_from: %s; the output layer starts fresh", names.msg);
+	char missing[2048] = "";
+	size_t mlen = 0;
+	if (!(r->initialised = calloc((size_t)m->nlayers, 1))) {
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < m->nlayers; i++) {
+		const wf_layer *l = &m->layers[i];
+		int views[6] = {l->p_kernel, l->p_bias, l->p_gamma, l->p_beta, l->s_mean, l->s_var};
+		int any = 0, ok = 1;
+		for (int k = 0; k < 6; k++) {
+			if (views[k] < 0)
+				continue;
+			any = 1;
+			const wf_view *v = &m->views[views[k]];
+			const wf_view *s = wf_model_view(src, v->name);
+			ok = ok && s && s->count == v->count && s->ndim == v->ndim &&
+			     memcmp(s->shape, v->shape, sizeof(int) * (size_t)v->ndim) == 0;
+		}
+		if (!any)
+			continue;
+		with_params++;
+		if (!ok || (new_head && i == m->output)) {
+			if (mlen < sizeof(missing) - 1)
+				mlen += (size_t)snprintf(missing + mlen, sizeof(missing) - mlen,
+							 "%s%s", mlen ? ", " : "", l->name);
+			continue;
+		}
+		for (int k = 0; k < 6; k++) {
+			if (views[k] < 0)
+				continue;
+			const wf_view *v = &m->views[views[k]];
+			const wf_view *s = wf_model_view(src, v->name);
+			memcpy((v->trainable ? m->params : m->state) + v->offset,
+			       (s->trainable ? src->params : src->state) + s->offset,
+			       v->count * sizeof(float));
+		}
+		r->initialised[i] = 1;
+		copied++;
+	}
+	if (!copied) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "model.init_from: no layer of %s matches model %s by name and shape "
+			     "(is it the same architecture?)",
+			     file, c->model.name);
+		goto out;
+	}
+	wf_info("model.init_from: %d of %d layers initialised from %s%s%s", copied, with_params,
+		file, copied < with_params ? "; not initialised (new): " : "",
+		copied < with_params ? missing : "");
+	r->meta.scale = sm.scale;
+	memcpy(r->meta.mean, sm.mean, sizeof(r->meta.mean));
+	memcpy(r->meta.std, sm.std, sizeof(r->meta.std));
+	memcpy(r->meta.channel_order, sm.channel_order, sizeof(r->meta.channel_order));
+out:
+	wf_model_free(src);
+	wf_model_meta_free(&sm);
+	return rc;
+}
+
+/* model.freeze: mark the layers (before the executor is built). */
+static int freeze(run *r, wf_err *err)
+{
+	const wf_config *c = r->cfg;
+	wf_model *m = r->m;
+	if (!c->model.freeze[0])
+		return 0;
+	char list[sizeof(c->model.freeze)];
+	snprintf(list, sizeof(list), "%s", c->model.freeze);
+	int n = 0;
+	for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
+	     t = strtok_r(NULL, ",", &save)) {
+		while (*t == ' ')
+			t++;
+		int hit = 0;
+		for (int i = 1; i < m->nlayers; i++) {
+			wf_layer *l = &m->layers[i];
+			int yes;
+			if (strcmp(t, "backbone") == 0)
+				yes = r->initialised ? r->initialised[i] : i != m->output;
+			else
+				yes = strncmp(l->name, t, strlen(t)) == 0;
+			if (yes) {
+				hit = 1;
+				n += !l->frozen;
+				l->frozen = 1;
+			}
+		}
+		if (!hit)
+			return wf_errf(err, WF_EINVAL, "model.freeze: no layer of %s matches '%s'",
+				       c->model.name, t);
+	}
+	int trainable = 0;
+	for (int i = 0; i < m->nlayers; i++) {
+		const wf_layer *l = &m->layers[i];
+		trainable += !l->frozen && (l->p_kernel >= 0 || l->p_gamma >= 0);
+	}
+	if (!trainable)
+		return wf_errf(err, WF_EINVAL, "model.freeze: '%s' freezes every layer of %s",
+			       c->model.freeze, c->model.name);
+	wf_info("model.freeze: %d layers frozen, %d with parameters still trained", n, trainable);
+	return 0;
+}
+
 /* Boundaries of the trainable parameters in the flat vector, for clipnorm. */
 static int param_segments(run *r, wf_err *err)
 {
@@ -159,6 +334,22 @@ static int param_segments(run *r, wf_err *err)
 	r->segs[n] = m->nparams;
 	r->optim.segs = r->segs;
 	r->optim.nsegs = n;
+	int any = 0;
+	for (int i = 0; i < m->nlayers; i++)
+		any |= m->layers[i].frozen;
+	if (!any)
+		return 0;
+	if (!(r->frozen = calloc((size_t)n + 1, 1)))
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	for (int i = 0; i < m->nlayers; i++) {
+		const wf_layer *l = &m->layers[i];
+		int views[4] = {l->p_kernel, l->p_bias, l->p_gamma, l->p_beta};
+		for (int k = 0; k < 4 && l->frozen; k++)
+			for (int s = 0; views[k] >= 0 && s < n; s++)
+				if (r->segs[s] == m->views[views[k]].offset)
+					r->frozen[s] = 1;
+	}
+	r->optim.frozen = r->frozen;
 	return 0;
 }
 
@@ -194,6 +385,10 @@ static int build_model(run *r, wf_err *err)
 			if (ti->classes[i] && !(r->meta.class_names[i] = strdup(ti->classes[i])))
 				return wf_errf(err, WF_ENOMEM, "out of memory");
 	}
+	if (c->model.init_from[0] && (rc = init_from(r, err)) != 0)
+		return rc;
+	if ((rc = freeze(r, err)) != 0)
+		return rc;
 	rc = wf_exec_create(&r->ex, r->m, r->be, (int)c->train.batch_size, 1, err);
 	if (rc != 0)
 		return wf_err_wrap(err, "model %s, batch %ld", c->model.name, c->train.batch_size),
@@ -323,7 +518,21 @@ static int open_logs(run *r, int appending, wf_err *err)
 	r->metrics = fopen(path, appending ? "a" : "w");
 	if (!r->metrics)
 		return wf_errf(err, WF_EIO, "%s: cannot open: %s", path, strerror(errno));
-	return wf_tfevents_open(&r->tb, c->log.dir, err);
+	if ((rc = wf_tfevents_open(&r->tb, c->log.dir, err)) != 0)
+		return rc;
+	/* Keras's TensorBoard layout: the same tags in a train and a validation
+	 * run, so TensorBoard overlays them */
+	const char *runs[2] = {"train", "validation"};
+	wf_tfevents **tbs[2] = {&r->tb_train, &r->tb_val};
+	for (int i = 0; i < 2; i++) {
+		snprintf(path, sizeof(path), "%s/%s", c->log.dir, runs[i]);
+		if (wf_mkdirs(path) != 0)
+			return wf_errf(err, WF_EIO, "log.dir: cannot create %s: %s", path,
+				       strerror(errno));
+		if ((rc = wf_tfevents_open(tbs[i], path, err)) != 0)
+			return rc;
+	}
+	return 0;
 }
 
 /* ---- logging ----------------------------------------------------------- */
@@ -354,6 +563,7 @@ static int log_metrics(run *r, long step, const wf_progress_stats *s, const wf_e
 	if (ev) {
 		json_num(r->metrics, "eval_loss", ev->loss);
 		json_num(r->metrics, "eval_accuracy", ev->accuracy);
+		json_num(r->metrics, "eval_top5_accuracy", ev->top5);
 	}
 	fprintf(r->metrics, "}\n");
 	if (fflush(r->metrics) != 0)
@@ -369,7 +579,18 @@ static int log_metrics(run *r, long step, const wf_progress_stats *s, const wf_e
 			ev ? (float)ev->loss : 0,
 			ev ? (float)ev->accuracy : 0};
 	int rc = wf_tfevents_scalars(r->tb, step, ev ? 7 : 5, tags, vals, err);
-	return rc != 0 ? rc : wf_tfevents_flush(r->tb, err);
+	if (rc == 0)
+		rc = wf_tfevents_flush(r->tb, err);
+	const char *ktags[] = {"epoch_loss", "epoch_accuracy", "epoch_learning_rate"};
+	float kt[] = {(float)s->loss, (float)s->accuracy, (float)s->lr};
+	if (rc == 0 && r->tb_train &&
+	    (rc = wf_tfevents_scalars(r->tb_train, step, 3, ktags, kt, err)) == 0)
+		rc = wf_tfevents_flush(r->tb_train, err);
+	float kv[] = {ev ? (float)ev->loss : 0, ev ? (float)ev->accuracy : 0};
+	if (rc == 0 && ev && r->tb_val &&
+	    (rc = wf_tfevents_scalars(r->tb_val, step, 2, ktags, kv, err)) == 0)
+		rc = wf_tfevents_flush(r->tb_val, err);
+	return rc;
 }
 
 /* A log that cannot be written (a full log disk) is reported once and
@@ -396,6 +617,30 @@ static int evaluate(run *r, long step, wf_eval_result *ev, wf_err *err)
 	wf_progress_message(&r->prog, "eval   step %ld: loss %.4f  accuracy %.4f  (%ld samples)",
 			    step, ev->loss, ev->accuracy, ev->count);
 	return 0;
+}
+
+/* Eval far below train with batch norms whose moving averages cannot have
+ * converged yet (they average over ~1/(1-momentum) steps): say so once, and
+ * what to change. */
+static void warn_bn_statistics(run *r, long done, const wf_progress_stats *s,
+			       const wf_eval_result *ev)
+{
+	double mom = 0;
+	for (int i = 0; i < r->m->nlayers; i++)
+		if (r->m->layers[i].type == WF_LAYER_BATCHNORM && !r->m->layers[i].frozen)
+			mom = fmax(mom, r->m->layers[i].momentum);
+	double chance = 1.0 / (r->m->classes > 0 ? r->m->classes : 1);
+	if (r->bn_warned || mom <= 0 || mom >= 1 || (double)done > 5.0 / (1.0 - mom) ||
+	    s->accuracy < 2 * chance || ev->accuracy > 0.6 * s->accuracy)
+		return;
+	r->bn_warned = 1;
+	wf_progress_message(
+		&r->prog,
+		"warning: eval accuracy %.3f is far below the train accuracy %.3f at step %ld: "
+		"evaluation uses the batch-norm moving statistics, which with momentum %g "
+		"average over about %.0f steps and have not converged yet. For short runs set "
+		"model.bn_momentum: 0.9 (or 0.99), or train for more steps",
+		ev->accuracy, s->accuracy, done, mom, 1.0 / (1.0 - mom));
 }
 
 /* ---- the loop ---------------------------------------------------------- */
@@ -559,6 +804,7 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		if (evals) {
 			res->eval_loss = ev.loss;
 			res->eval_accuracy = ev.accuracy;
+			warn_bn_statistics(r, done, &s, &ev);
 		}
 		res->steps_done = done;
 

@@ -7,10 +7,13 @@ unset OMP_NUM_THREADS # the user's OMP_NUM_THREADS wins; the default is what is 
 command -v taskset >/dev/null || { echo "SKIP: taskset not installed (util-linux)"; exit 77; }
 "$WEFT" version >v.txt
 grep -q "OpenMP wait policy passive" v.txt || fail "OpenMP wait policy not passive: $(cat v.txt)"
-OMP_WAIT_POLICY=active "$WEFT" version | grep -q "wait policy active" || fail "the user's OMP_WAIT_POLICY was overridden"
-GOMP_SPINCOUNT=1000 "$WEFT" version | grep -q "wait policy (unset), GOMP_SPINCOUNT 1000" || fail "the user's GOMP_SPINCOUNT was overridden"
+OMP_WAIT_POLICY=active "$WEFT" version >v1.txt
+grep -q "wait policy active" v1.txt || fail "the user's OMP_WAIT_POLICY was overridden"
+GOMP_SPINCOUNT=1000 "$WEFT" version >v2.txt
+grep -q "wait policy (unset), GOMP_SPINCOUNT 1000" v2.txt || fail "the user's GOMP_SPINCOUNT was overridden"
 cpu=$(taskset -pc $$ | sed 's/.*: *//; s/[,-].*//')
-taskset -c "$cpu" "$WEFT" version | grep -q "cpus: 1 default threads (affinity 1" || fail "affinity of one CPU does not give 1 thread"
+taskset -c "$cpu" "$WEFT" version >v3.txt
+grep -q "cpus: 1 default threads (affinity 1" v3.txt || fail "affinity of one CPU does not give 1 thread"
 make_synth s.h5 256 8 1
 taskset -c "$cpu" "$WEFT" train --set data.train=s.h5 --set train.steps=2 --set train.batch_size=32 \
 	--set log.dir=lg --set checkpoint.dir=ck --device cpu --no-progress-line --config /dev/stdin \

@@ -1,0 +1,90 @@
+# test_finetune.sh: fine-tuning (issue 11). model.init_from copies every layer
+# whose name and shapes match from a weft checkpoint directory or a Keras .h5
+# (tests/model/fixtures/mobilenetv2_k3.h5, made by real Keras), lists the
+# rest, and a new head is trained when the classes differ; model.freeze keeps
+# the named layers (or the whole "backbone") exactly as they were. A Keras 3
+# .keras archive is refused with a message naming the format and the fix.
+. "$WEFT_SRC/tests/trainer/lib.sh"
+make_synth p10.h5 2000 32 1
+"$WEFT" data synth --out f4.h5 --count 600 --size 32 --seed 3 --classes 4 >/dev/null
+"$WEFT" data synth --out f4e.h5 --count 300 --size 32 --seed 4 --classes 4 >/dev/null
+cat >cfg.json <<'JSON'
+{
+  "model": {"name": "smallcnn"},
+  "train": {"batch_size": 32, "steps": 40, "seed": 1},
+  "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9,
+                "schedule": {"name": "cosine", "warmup_steps": 5}},
+  "log": {"every_steps": 10}
+}
+JSON
+train() { # DIR ARGS...
+	local d=$1
+	shift
+	"$WEFT" train --config cfg.json --device cpu --threads 1 --no-progress-line \
+		--set log.dir="$d/logs" --set checkpoint.dir="$d/ckpt" "$@" >"$d.out" 2>"$d.err" || {
+		cat "$d.err"
+		fail "training $d failed"
+	}
+}
+ge() { python3 -c 'import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)' "$1" "$2"; }
+tensor() { # MODEL NAME: the --dump line of tensor NAME
+	"$WEFT" inspect --model "$1" --dump | grep "^$2 " || fail "$1 has no tensor $2"
+}
+
+# Pretrain on 10 classes; fine-tune a new 4-class head on the frozen backbone.
+train pre --set data.train=p10.h5 --set train.steps=150
+train ft --set data.train=f4.h5 --set data.eval=f4e.h5 --set model.init_from=pre/ckpt \
+	--set 'model.freeze=["backbone"]'
+cat ft.err
+grep -q "model.init_from: 3 of 4 layers initialised from pre/ckpt/step-150/model.h5; not initialised (new): logits" ft.err ||
+	fail "init_from does not list what it initialised"
+acc=$(last_metric ft/logs/metrics.jsonl eval_accuracy)
+# the same head on the same frozen architecture without the pretrained weights
+train scratch --set data.train=f4.h5 --set data.eval=f4e.h5 --set model.freeze=backbone
+acc0=$(last_metric scratch/logs/metrics.jsonl eval_accuracy)
+echo "eval accuracy after 40 steps of a new head: pretrained backbone $acc, random backbone $acc0"
+ge "$acc" 0.9 || fail "fine-tuned accuracy $acc < 0.9"
+ge 0.6 "$acc0" || fail "a random frozen backbone reaches $acc0: the test does not show the transfer"
+for t in conv1/kernel conv2/bias dense1/kernel; do
+	[ "$(tensor pre/ckpt/step-150/model.h5 $t)" = "$(tensor ft/ckpt/step-40/model.h5 $t)" ] ||
+		fail "frozen $t changed in fine-tuning"
+done
+
+# Freezing by prefix: conv1 and conv2 fixed, dense1 trained.
+train pfx --set data.train=f4.h5 --set model.init_from=pre/ckpt --set 'model.freeze=["conv1","conv2"]' \
+	--set train.steps=10
+[ "$(tensor pre/ckpt/step-150/model.h5 conv2/kernel)" = "$(tensor pfx/ckpt/step-10/model.h5 conv2/kernel)" ] ||
+	fail "frozen conv2/kernel changed"
+[ "$(tensor pre/ckpt/step-150/model.h5 dense1/kernel)" != "$(tensor pfx/ckpt/step-10/model.h5 dense1/kernel)" ] ||
+	fail "dense1 (not frozen) did not train"
+set +e
+"$WEFT" train --config cfg.json --set data.train=f4.h5 --set model.freeze=nosuchlayer >/dev/null 2>bad.err
+rc=$?
+set -e
+[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] && grep -q "model.freeze: no layer of smallcnn matches 'nosuchlayer'" bad.err ||
+	fail "an unknown freeze prefix is not an error naming it: $(cat bad.err)"
+
+# From a Keras .h5 (keras.applications.MobileNetV2, random weights): every
+# layer but the 1000-class head, Keras's preprocessing kept, backbone frozen.
+K="$WEFT_SRC/tests/model/fixtures/mobilenetv2_k3.h5"
+train mnv2 --set model.name=mobilenetv2 --set data.train=f4.h5 --set train.steps=3 \
+	--set model.init_from="$K" --set model.freeze=backbone
+grep -q "not initialised (new): predictions$" mnv2.err || fail "Keras init_from: $(cat mnv2.err)"
+"$WEFT" inspect --model mnv2/ckpt/step-3/model.h5 >mnv2.txt || fail "inspect failed"
+grep -q "preprocessing scale 0.00784314 mean 1 std 1" mnv2.txt ||
+	fail "the Keras model's preprocessing was not kept"
+for t in Conv1/kernel block_16_project_BN/moving_mean; do
+	[ "$(tensor "$K" $t)" = "$(tensor mnv2/ckpt/step-3/model.h5 $t)" ] || fail "Keras $t not copied or not frozen"
+done
+
+# A Keras 3 .keras archive: a clear error.
+python3 -c 'import zipfile; z = zipfile.ZipFile("m.keras", "w"); z.writestr("config.json", "{}"); z.writestr("model.weights.h5", ""); z.close()'
+set +e
+"$WEFT" train --config cfg.json --set data.train=f4.h5 --set model.init_from=m.keras >/dev/null 2>keras.err
+rc=$?
+set -e
+cat keras.err
+[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail ".keras archive: exit $rc"
+grep -q "Keras 3 .keras archive" keras.err && grep -q "save('model.h5')" keras.err ||
+	fail ".keras archive: no message naming the format and the fix"
+echo ok
