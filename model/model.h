@@ -115,14 +115,16 @@ int wf_model_from_json(wf_model **out, const char *graph_json, wf_err *err);
 int wf_model_zoo(wf_model **out, const char *name, int h, int w, int c, int classes, wf_err *err);
 /* Options of a built-in model. */
 typedef struct wf_zoo_opts {
-	int include_top; /* 1: the classifier head; 0: no head, the output is the globally
-			    average-pooled features [N,C] (Keras include_top=False,
-			    pooling='avg') and classes is ignored */
-	float alpha;	 /* mobilenetv2 width multiplier (0 = 1.0) */
+	int include_top;	/* 1: the classifier head; 0: no head, the output is the globally
+				   average-pooled features [N,C] (Keras include_top=False,
+				   pooling='avg') and classes is ignored */
+	float alpha;		/* mobilenetv2 width multiplier (0 = 1.0) */
+	const char *input_name; /* NULL: the model's own ("image", "input_1"); else this name
+				   (a fine-tuned Keras model keeps its input's) */
 } wf_zoo_opts;
 #define WF_ZOO_OPTS_DEFAULT                                                                        \
 	{                                                                                          \
-		1, 1.0f                                                                            \
+		1, 1.0f, NULL                                                                      \
 	}
 /* wf_model_zoo with options (NULL = WF_ZOO_OPTS_DEFAULT). */
 int wf_model_zoo_ex(wf_model **out, const char *name, int h, int w, int c, int classes,

@@ -187,6 +187,7 @@ int wf_model_zoo_ex(wf_model **out, const char *name, int h, int w, int c, int c
 	wf_builder b;
 	if (wf_builder_init(&b, h, w, c))
 		return wf_errf(err, WF_ENOMEM, "model: out of memory building '%s'", name);
+	b.input_name = opts->input_name;
 	zoo[idx].build(&b, classes, opts);
 	int k = 0;
 	char *text = wf_builder_json(&b, NULL, &k);

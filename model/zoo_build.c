@@ -207,7 +207,7 @@ fail:
 
 const char *wf_b_input(wf_builder *b, const char *name)
 {
-	return wf_b_add(b, name, "input", NULL, 0, NULL);
+	return wf_b_add(b, b->input_name ? b->input_name : name, "input", NULL, 0, NULL);
 }
 
 const char *wf_b_conv(wf_builder *b, const char *name, const char *in, int filters, int kh, int kw,

@@ -22,6 +22,7 @@ typedef struct wf_builder {
 	int failed;    /* an allocation failed, a name was too long or an input was unknown */
 	char why[256]; /* the first failure */
 	int in_h, in_w, in_c;
+	const char *input_name; /* not NULL: wf_b_input's name, whatever the builder asks */
 } wf_builder;
 
 /* Start a graph for input [h,w,c]; free with wf_builder_free. */

@@ -65,6 +65,9 @@ typedef struct run {
 	double first_loss;     /* the first step's loss (divergence check); 0 before */
 	unsigned char *frozen; /* per segment (model.freeze) */
 	char *initialised;     /* per layer: copied from model.init_from */
+	wf_model *src;	       /* model.init_from, until copied */
+	wf_model_meta src_meta;
+	char src_file[WF_CFG_PATH_MAX + 4300];
 } run;
 
 static void run_free(run *r)
@@ -90,6 +93,9 @@ static void run_free(run *r)
 	free(r->segs);
 	free(r->frozen);
 	free(r->initialised);
+	if (r->src)
+		wf_model_free(r->src);
+	wf_model_meta_free(&r->src_meta);
 }
 
 /* ---- set-up ------------------------------------------------------------ */
@@ -187,20 +193,21 @@ static int init_source_file(const char *from, char *file, size_t size, wf_err *e
 /* model.init_from: copy every layer whose name and parameter shapes match;
  * say what was not. The source's preprocessing comes along (its weights
  * expect it). */
+static int load_source(run *r, wf_err *err)
+{
+	int rc = init_source_file(r->cfg->model.init_from, r->src_file, sizeof(r->src_file), err);
+	if (rc == 0 && (rc = wf_model_load(&r->src, &r->src_meta, r->src_file, err)) != 0)
+		wf_err_wrap(err, "model.init_from");
+	return rc;
+}
+
 static int init_from(run *r, wf_err *err)
 {
 	const wf_config *c = r->cfg;
-	wf_model *src = NULL;
-	wf_model_meta sm;
-	char file[WF_CFG_PATH_MAX + 4300];
-	int rc = init_source_file(c->model.init_from, file, sizeof(file), err);
-	if (rc != 0)
-		return rc;
-	wf_model_meta_init(&sm);
-	if ((rc = wf_model_load(&src, &sm, file, err)) != 0) {
-		wf_model_meta_free(&sm);
-		return wf_err_wrap(err, "model.init_from"), rc;
-	}
+	wf_model *src = r->src;
+	wf_model_meta sm = r->src_meta;
+	const char *file = r->src_file;
+	int rc = 0;
 	wf_model *m = r->m;
 	int copied = 0, with_params = 0;
 	wf_err names = {0};
@@ -266,7 +273,7 @@ static int init_from(run *r, wf_err *err)
 	memcpy(r->meta.channel_order, sm.channel_order, sizeof(r->meta.channel_order));
 out:
 	wf_model_free(src);
-	wf_model_meta_free(&sm);
+	r->src = NULL;
 	return rc;
 }
 
@@ -362,6 +369,12 @@ static int build_model(run *r, wf_err *err)
 		return wf_err_wrap(err, "train.device"), rc;
 	wf_zoo_opts zo = WF_ZOO_OPTS_DEFAULT;
 	zo.alpha = (float)c->model.alpha;
+	wf_model_meta_init(&r->src_meta);
+	if (c->model.init_from[0]) { /* its input name is kept (Keras requests name it) */
+		if ((rc = load_source(r, err)) != 0)
+			return rc;
+		zo.input_name = r->src->layers[0].name;
+	}
 	rc = wf_model_zoo_ex(&r->m, c->model.name, ti->h, ti->w, ti->c, ti->nclasses, &zo, err);
 	if (rc != 0)
 		return wf_err_wrap(err, "model.name: %s on %dx%dx%d images of %d classes",

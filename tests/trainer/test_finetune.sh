@@ -1,7 +1,8 @@
 # test_finetune.sh: fine-tuning (issue 11). model.init_from copies every layer
 # whose name and shapes match from a weft checkpoint directory or a Keras .h5
 # (tests/model/fixtures/mobilenetv2_k3.h5, made by real Keras), lists the
-# rest, and a new head is trained when the classes differ; model.freeze keeps
+# rest (a new head when the classes differ; the source's preprocessing and
+# input name are kept); model.freeze keeps
 # the named layers (or the whole "backbone") exactly as they were. A Keras 3
 # .keras archive is refused with a message naming the format and the fix.
 . "$WEFT_SRC/tests/trainer/lib.sh"
@@ -73,6 +74,12 @@ grep -q "not initialised (new): predictions$" mnv2.err || fail "Keras init_from:
 "$WEFT" inspect --model mnv2/ckpt/step-3/model.h5 >mnv2.txt || fail "inspect failed"
 grep -q "preprocessing scale 0.00784314 mean 1 std 1" mnv2.txt ||
 	fail "the Keras model's preprocessing was not kept"
+# ... and its input name (TF Serving / KServe requests name it)
+"$WEFT" summary --model "$K" >k.txt
+"$WEFT" summary --model mnv2/ckpt/step-3/model.h5 >ft.txt
+kin=$(sed -n 's/^ \([^ ]*\) (input).*/\1/p' k.txt)
+fin=$(sed -n 's/^ \([^ ]*\) (input).*/\1/p' ft.txt)
+[ -n "$kin" ] && [ "$kin" = "$fin" ] || fail "input name: Keras '$kin', fine-tuned '$fin'"
 for t in Conv1/kernel block_16_project_BN/moving_mean; do
 	[ "$(tensor "$K" $t)" = "$(tensor mnv2/ckpt/step-3/model.h5 $t)" ] || fail "Keras $t not copied or not frozen"
 done
