@@ -55,7 +55,7 @@ mkdir dir.h5
 expect_error "fifo.json: not a regular file" timeout 20 "$WEFT" train --config fifo.json
 expect_error "fifo.h5: not a regular file" timeout 20 "$WEFT" train --config ok.json \
 	--set data.train=fifo.h5
-expect_error "dir.h5: is a directory" "$WEFT" train --config ok.json --set data.train=dir.h5
+expect_error "dir.h5 is a directory" "$WEFT" train --config ok.json --set data.train=dir.h5
 expect_error "fifo.h5: not a regular file" timeout 20 "$WEFT" train --config ok.json \
 	--set data.eval=fifo.h5
 # --threads -1 is refused, not taken as "not given".
