@@ -121,6 +121,7 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 	size_t per = (size_t)io->h * io->w * io->c, k = (size_t)io->classes;
 	int cap = v->max_batch, rc = 0;
 	char msg[256] = "";
+	double t0 = wf_now();
 	if (count == 1 && batch[0]->n > cap) {
 		job *j = batch[0];
 		for (int off = 0; off < j->n && !rc; off += cap) {
@@ -131,6 +132,7 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 				memcpy(j->logits + (size_t)off * k, s->out,
 				       (size_t)m * k * sizeof(float));
 			wf_serve_metrics_batch(b->metrics, m);
+			wf_serve_stats_batch(v, m, wf_now() - t0);
 		}
 	} else {
 		int row = 0;
@@ -147,7 +149,11 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 			row += batch[i]->n;
 		}
 		wf_serve_metrics_batch(b->metrics, total);
+		wf_serve_stats_batch(v, total, wf_now() - t0);
 	}
+	for (int i = 0; i < count; i++) /* Triton's statistics: queue and compute per request */
+		wf_serve_stats_request(v, batch[i]->n, batch[i]->t_run - batch[i]->t_in,
+				       wf_now() - t0);
 	pthread_mutex_lock(&b->mu);
 	for (int i = 0; i < count; i++) {
 		batch[i]->rc = rc;
