@@ -126,13 +126,14 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 		job *j = batch[0];
 		for (int off = 0; off < j->n && !rc; off += cap) {
 			int m = WF_MIN(cap, j->n - off);
+			double tc = wf_now();
 			memcpy(s->in, j->x + (size_t)off * per, (size_t)m * per * sizeof(float));
 			rc = run_forward(s, io, m, msg, sizeof(msg));
 			if (!rc)
 				memcpy(j->logits + (size_t)off * k, s->out,
 				       (size_t)m * k * sizeof(float));
 			wf_serve_metrics_batch(b->metrics, m);
-			wf_serve_stats_batch(v, m, wf_now() - t0);
+			wf_serve_stats_batch(v, m, wf_now() - tc);
 		}
 	} else {
 		int row = 0;

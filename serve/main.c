@@ -110,6 +110,10 @@ static void usage(FILE *f)
 		"  --verbose                         debug logging\n"
 		"  --help                            this text\n"
 		"\n"
+		"TF Serving's --rest_api_timeout_in_ms sets the request timeout; accepted and\n"
+		"ignored: --enable_model_warmup (always on), --rest_api_num_threads,\n"
+		"--tensorflow_{intra,inter}_op_parallelism, --tensorflow_session_parallelism,\n"
+		"--allow_version_labels_for_unavailable_models.\n"
 		"Accepted for Triton command lines and ignored: --strict-model-config,\n"
 		"--allow-http, --allow-grpc, --allow-metrics, --log-verbose (= --verbose),\n"
 		"--metrics-port (metrics are served on the HTTP port).\n"
@@ -180,7 +184,9 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 		int is_bool = !strcmp(name, "--enable_batching") || !strcmp(name, "--verbose") ||
 			      !strcmp(name, "--strict-model-config") ||
 			      !strcmp(name, "--allow-http") || !strcmp(name, "--allow-grpc") ||
-			      !strcmp(name, "--allow-metrics");
+			      !strcmp(name, "--allow-metrics") ||
+			      !strcmp(name, "--enable_model_warmup") ||
+			      !strcmp(name, "--allow_version_labels_for_unavailable_models");
 		if (eq)
 			val = eq + 1;
 		else if (!is_bool) {
@@ -228,6 +234,16 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 			long lv = 0;
 			rc = parse_long(name, val, 0, 1000, &lv, err);
 			f->verbose = lv > 0;
+		} else if (!strcmp(name, "--rest_api_timeout_in_ms")) {
+			rc = parse_double(name, val, 1, 86400000, &f->request_timeout, err);
+			f->request_timeout /= 1000;
+		} else if (!strcmp(name, "--enable_model_warmup") ||
+			   !strcmp(name, "--rest_api_num_threads") ||
+			   !strcmp(name, "--tensorflow_intra_op_parallelism") ||
+			   !strcmp(name, "--tensorflow_inter_op_parallelism") ||
+			   !strcmp(name, "--tensorflow_session_parallelism") ||
+			   !strcmp(name, "--allow_version_labels_for_unavailable_models")) {
+			/* TF Serving flags that do not apply (weft always warms up) */
 		} else if (!strcmp(name, "--strict-model-config") || !strcmp(name, "--allow-http") ||
 			   !strcmp(name, "--allow-grpc") || !strcmp(name, "--allow-metrics") ||
 			   !strcmp(name, "--metrics-port")) {

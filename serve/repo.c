@@ -268,7 +268,12 @@ static long long file_stamp(const char *path)
 	struct stat sb;
 	if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
 		return 0;
-	return (long long)sb.st_mtime * 1000003LL + (long long)sb.st_size + 1;
+	/* a replaced file differs in inode, size or mtime (ns) */
+	unsigned long long h = (unsigned long long)sb.st_mtim.tv_sec * 1000000007ULL;
+	h = (h ^ (unsigned long long)sb.st_mtim.tv_nsec) * 1099511628211ULL;
+	h = (h ^ (unsigned long long)sb.st_size) * 1099511628211ULL;
+	h = (h ^ (unsigned long long)sb.st_ino) * 1099511628211ULL;
+	return (long long)(h | 1);
 }
 
 static int cmp_found_desc(const void *a, const void *b)

@@ -415,6 +415,34 @@ def curl_checks(port, jpeg):
     check(code == 404 and "error" in doc, "curl: unknown model gives 404 with {\"error\"}")
 
 
+def newest_that_loads(tmp):
+    """latest: a newest version that fails to load is reported and skipped
+    (the one before serves), and retried when its file changes."""
+    base = os.path.join(tmp, "fl")
+    model(os.path.join(base, "1", "model.h5"), 51)
+    os.makedirs(os.path.join(base, "2"))
+    with open(os.path.join(base, "2", "model.h5"), "wb") as f:
+        f.write(b"not an HDF5 file")
+    p, port, log = start(tmp, ["--model_name=fl", "--model_base_path=" + base,
+                               "--rest_api_port={PORT}", "--file_system_poll_wait_seconds=0.2",
+                               "--enable_model_warmup=true", "--rest_api_timeout_in_ms=30000"])
+    code, doc = http(port, "GET", "/v1/models/fl")
+    st = {s["version"]: s for s in doc.get("model_version_status", [])}
+    check(st.get("1", {}).get("state") == "AVAILABLE" and st.get("2", {}).get("state") == "END" and
+          st["2"]["status"]["error_code"] != "OK",
+          "a version that fails to load is reported; the newest that loads serves (%s)" %
+          {k: v["state"] for k, v in st.items()})
+    model(os.path.join(base, "2", "tmp.h5"), 52)
+    os.replace(os.path.join(base, "2", "tmp.h5"), os.path.join(base, "2", "model.h5"))
+    deadline, ok = time.time() + 60, False
+    while time.time() < deadline and not ok:
+        code, doc = http(port, "GET", "/v1/models/fl/versions/2")
+        ok = code == 200 and doc["model_version_status"][0]["state"] == "AVAILABLE"
+        time.sleep(0.2)
+    check(ok, "the failed version is retried when its file changes")
+    stop(p)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="weft-clients-")
     try:
@@ -447,6 +475,7 @@ def main():
         stop(p5)
         hint5 = "Did you forget to name your leaf directory as a number" in open(log5).read()
         tf_serving_checks(tmp, d, jpeg)
+        newest_that_loads(tmp)
         check(hint5, "log: base path without numbered versions gets TF Serving's hint")
     finally:
         for p in procs:
