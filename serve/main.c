@@ -45,12 +45,14 @@ typedef struct serve_flags {
 	int nload_models;
 	int tf_grpc_port; /* --port: TF Serving's gRPC port (8500) */
 	int grpc_port;	  /* --grpc_port, --grpc-port: KServe v2 gRPC (8001) */
+	int port_set;	  /* an HTTP port flag was given (else Triton's 8000 with a repository) */
 } serve_flags;
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: weft-serve --model_base_path DIR [flags]\n"
+		"usage: weft-serve (--model_base_path DIR | --model_config_file FILE |\n"
+		"                   --model_repository DIR) [flags]\n"
 		"\n"
 		"Serves DIR/<version>/model.h5 (the highest numeric version) over HTTP: the\n"
 		"TensorFlow Serving REST API (/v1/models/NAME...), the KServe v2 protocol\n"
@@ -64,7 +66,9 @@ static void usage(FILE *f)
 		"preprocessing (images are also resized; PNG alpha is dropped).\n"
 		"\n"
 		"flags (--flag=value or --flag value):\n"
-		"  --rest_api_port, --http-port N    HTTP port (default 8501; 0 = any free port)\n"
+		"  --rest_api_port, --http-port N    HTTP port (default 8501, with\n"
+		"                                    --model_repository 8000 as in Triton; 0 =\n"
+		"                                    any free port)\n"
 		"  --bind_address A                  IPv4 address to listen on (default 0.0.0.0)\n"
 		"  --model_name NAME                 name in URLs (default \"default\")\n"
 		"  --model_base_path DIR             holds <version>/model.h5 (one model)\n"
@@ -197,6 +201,7 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 		if (!strcmp(name, "--rest_api_port") || !strcmp(name, "--http-port")) {
 			rc = parse_long(name, val, 0, 65535, &l, err);
 			f->port = (int)l;
+			f->port_set = 1;
 		} else if (!strcmp(name, "--port")) {
 			rc = parse_long(name, val, 0, 65535, &l, err);
 			f->tf_grpc_port = (int)l;
@@ -294,6 +299,8 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 		if (rc)
 			return rc;
 	}
+	if (f->repository && !f->port_set)
+		f->port = 8000; /* Triton's HTTP port */
 	if (!!f->base_path + !!f->config_file + !!f->repository != 1)
 		return wf_errf(err, WF_EINVAL,
 			       "give one of --model_base_path, --model_config_file or "

@@ -1105,3 +1105,41 @@ int wf_serve_repo_unload(wf_serve_repo *r, const char *name, wf_err *err)
 		return wf_errf(err, WF_EINVAL, "failed to unload '%s': no such model", name);
 	return 0;
 }
+
+int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *cfg, int n,
+				wf_err *err)
+{
+	if (r->o.kind == WF_SERVE_REPOSITORY)
+		return wf_errf(err, WF_ENOTSUP,
+			       "a --model_repository server takes the repository API "
+			       "(load/unload), not a model config");
+	for (int i = 0; i < n; i++)
+		for (int j = 0; j < i; j++)
+			if (!strcmp(cfg[i].name, cfg[j].name))
+				return wf_errf(err, WF_EINVAL, "model \"%s\" is configured twice",
+					       cfg[i].name);
+	pthread_mutex_lock(&r->mu);
+	for (int i = 0; i < r->nmodels; i++)
+		r->models[i]->active = 0;
+	for (int i = 0; i < n; i++) {
+		model_ent *m = upsert_model(r, &cfg[i]);
+		if (m)
+			m->active = 1;
+	}
+	pthread_mutex_unlock(&r->mu);
+	sync_all(r);
+	char missing[900] = "";
+	for (int i = 0; i < n; i++) {
+		wf_serve_find why;
+		wf_err e2 = {0};
+		wf_serve_version *v = wf_serve_repo_find(r, cfg[i].name, 0, NULL, &why, &e2);
+		if (v)
+			wf_serve_version_release(v);
+		else
+			snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%s",
+				 missing[0] ? ", " : "", cfg[i].name);
+	}
+	if (missing[0])
+		return wf_errf(err, WF_EINVAL, "no version of %s could be loaded", missing);
+	return 0;
+}

@@ -152,6 +152,13 @@ long wf_serve_repo_swaps(wf_serve_repo *r);
 int wf_serve_repo_load(wf_serve_repo *r, const char *name, wf_err *err);
 int wf_serve_repo_unload(wf_serve_repo *r, const char *name, wf_err *err);
 
+/* TF Serving's HandleReloadConfigRequest: serve exactly the n models of cfg
+ * from now on (models not listed are unloaded after their last request) and
+ * wait until their versions are loaded; an error names the models without a
+ * loaded version. Not for a --model_repository (WF_ENOTSUP). */
+int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *cfg, int n,
+				wf_err *err);
+
 /* Load and warm one model file (what the poller does), for tests and tools;
  * o->max_batch and o->threads apply. */
 int wf_serve_version_load(wf_serve_version **out, const char *path, long version,
