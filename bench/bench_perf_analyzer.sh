@@ -46,6 +46,7 @@ done
 "$BUILD/weft-serve" --model_repository "$TMP/repo" --rest_api_port "$PORT" --bind_address 127.0.0.1 \
 	--device cpu --enable_batching --max_batch_size "$MAXB" --batch_timeout_micros 5000 \
 	--num_batch_threads 1 --threads "$THREADS" --file_system_poll_wait_seconds 0 \
+	--request_timeout_seconds 600 \
 	>"$TMP/serve.log" 2>&1 &
 SERVE_PID=$!
 for _ in $(seq 1200); do

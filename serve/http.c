@@ -327,7 +327,8 @@ static int inflate_body(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, 
 		return 0;
 	if (strcmp(ce, "gzip") && strcmp(ce, "deflate"))
 		return wf_errf(err, WF_EINVAL,
-			       "unsupported Content-Encoding \"%s\" (gzip, deflate or identity)", ce);
+			       "unsupported Content-Encoding \"%s\" (gzip, deflate or identity)",
+			       ce);
 	if (!q->len)
 		return 0;
 	z_stream z;
@@ -348,8 +349,8 @@ again:
 				free(out);
 				inflateEnd(&z);
 				return wf_errf(err, WF_EINVAL,
-					       "the %s body inflates beyond the limit of %zu bytes", ce,
-					       h->o.max_body);
+					       "the %s body inflates beyond the limit of %zu bytes",
+					       ce, h->o.max_body);
 			}
 			cap = WF_MIN(cap * 2, h->o.max_body);
 			char *p = realloc(out, cap + 1);
@@ -507,13 +508,13 @@ static json_t *served_versions(wf_serve_http *h, const char *name)
 static enum MHD_Result handle_v2_model(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				       wf_serve_version *v)
 {
-	json_t *doc = json_pack(
-		"{sssosss[{sssss[iiii]}]s[{sssss[ii]},{sssss[ii]}]so}", "name", v->name,
-		"versions", served_versions(h, v->name), "platform", "weft", "inputs", "name",
-		WF_SERVE_INPUT_NAME, "datatype", "FP32", "shape", -1, v->io.h, v->io.w, v->io.c,
-		"outputs", "name", WF_SERVE_OUTPUT_PROBS, "datatype", "FP32", "shape", -1,
-		v->io.classes, "name", WF_SERVE_OUTPUT_LOGITS, "datatype", "FP32", "shape", -1,
-		v->io.classes, "parameters", weft_info(v));
+	json_t *doc = json_pack("{sssosss[{sssss[iiii]}]s[{sssss[ii]},{sssss[ii]}]so}", "name",
+				v->name, "versions", served_versions(h, v->name), "platform",
+				"weft", "inputs", "name", WF_SERVE_INPUT_NAME, "datatype", "FP32",
+				"shape", -1, v->io.h, v->io.w, v->io.c, "outputs", "name",
+				WF_SERVE_OUTPUT_PROBS, "datatype", "FP32", "shape", -1,
+				v->io.classes, "name", WF_SERVE_OUTPUT_LOGITS, "datatype", "FP32",
+				"shape", -1, v->io.classes, "parameters", weft_info(v));
 	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
 }
 
@@ -616,7 +617,7 @@ static enum MHD_Result handle_repo_index(wf_serve_http *h, struct MHD_Connection
 	for (int i = 0; i < n; i++) {
 		const char *state = !strcmp(st[i].state, "AVAILABLE") ? "READY"
 				    : !strcmp(st[i].state, "LOADING") ? "LOADING"
-								       : "UNAVAILABLE";
+								      : "UNAVAILABLE";
 		if (ready_only && strcmp(state, "READY"))
 			continue;
 		json_t *e = json_pack("{ssss}", "name", st[i].name, "state", state);
@@ -634,8 +635,8 @@ static enum MHD_Result handle_repo_index(wf_serve_http *h, struct MHD_Connection
 	return send_jobj(h, c, q, MHD_HTTP_OK, a);
 }
 
-static enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c,
-					   req_ctx *q, const route *r)
+static enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+					   const route *r)
 {
 	wf_err err = {0};
 	if (q->len) {
@@ -764,7 +765,8 @@ static enum MHD_Result dispatch_model(wf_serve_http *h, struct MHD_Connection *c
 				  "the server is shutting down");
 	wf_serve_find why;
 	wf_err err = {0};
-	wf_serve_version *v = wf_serve_repo_find(h->repo, r->name, r->version, r->label, &why, &err);
+	wf_serve_version *v =
+		wf_serve_repo_find(h->repo, r->name, r->version, r->label, &why, &err);
 	if (!v) {
 		if (r->kind == R_V2_MODEL_READY && why != WF_SERVE_BAD_REQUEST &&
 		    (why == WF_SERVE_UNAVAILABLE || r->version))

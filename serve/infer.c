@@ -55,21 +55,20 @@ char *wf_serve_stats_json(wf_serve_version *const *vs, int n)
 			unsigned long c = atomic_load(&s->batch_count[b]);
 			if (!c)
 				continue;
-			json_array_append_new(
-				batches,
-				json_pack("{sIsoso so}", "batch_size", (json_int_t)b, "compute_input",
-					  dur(c, 0), "compute_infer",
-					  dur(c, atomic_load(&s->batch_ns[b])), "compute_output",
-					  dur(c, 0)));
+			json_array_append_new(batches,
+					      json_pack("{sIsoso so}", "batch_size", (json_int_t)b,
+							"compute_input", dur(c, 0), "compute_infer",
+							dur(c, atomic_load(&s->batch_ns[b])),
+							"compute_output", dur(c, 0)));
 		}
-		json_t *inf = json_pack(
-			"{sosososososososo}", "success", dur(ok, atomic_load(&s->success_ns)), "fail",
-			dur(atomic_load(&s->fail), atomic_load(&s->fail_ns)), "queue",
-			dur(ok, atomic_load(&s->queue_ns)), "compute_input",
-			dur(ok, atomic_load(&s->input_ns)), "compute_infer",
-			dur(ok, atomic_load(&s->infer_ns)), "compute_output",
-			dur(ok, atomic_load(&s->output_ns)), "cache_hit", dur(0, 0), "cache_miss",
-			dur(0, 0));
+		json_t *inf = json_pack("{sosososososososo}", "success",
+					dur(ok, atomic_load(&s->success_ns)), "fail",
+					dur(atomic_load(&s->fail), atomic_load(&s->fail_ns)),
+					"queue", dur(ok, atomic_load(&s->queue_ns)),
+					"compute_input", dur(ok, atomic_load(&s->input_ns)),
+					"compute_infer", dur(ok, atomic_load(&s->infer_ns)),
+					"compute_output", dur(ok, atomic_load(&s->output_ns)),
+					"cache_hit", dur(0, 0), "cache_miss", dur(0, 0));
 		json_array_append_new(
 			list, json_pack("{sssssIsIsIsoso}", "name", vs[i]->name, "version", ver,
 					"last_inference", (json_int_t)atomic_load(&s->last_ms),

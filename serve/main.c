@@ -37,10 +37,10 @@ typedef struct serve_flags {
 	double drain_timeout;
 	int verbose;
 	/* many models and the TF Serving / Triton command lines (issue 12) */
-	const char *config_file;    /* --model_config_file */
-	double config_poll_seconds; /* --model_config_file_poll_wait_seconds */
-	const char *repository;	    /* --model_repository, --model-repository */
-	int control;		    /* --model_control_mode none|poll|explicit */
+	const char *config_file;     /* --model_config_file */
+	double config_poll_seconds;  /* --model_config_file_poll_wait_seconds */
+	const char *repository;	     /* --model_repository, --model-repository */
+	int control;		     /* --model_control_mode none|poll|explicit */
 	const char *load_models[64]; /* --load-model (repeatable) */
 	int nload_models;
 	int tf_grpc_port; /* --port: TF Serving's gRPC port (8500) */
@@ -213,8 +213,7 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 		} else if (!strcmp(name, "--model_config_file_poll_wait_seconds")) {
 			rc = parse_double(name, val, 0, 86400, &f->config_poll_seconds, err);
 		} else if (!strcmp(name, "--model_repository") ||
-			   !strcmp(name, "--model-repository") ||
-			   !strcmp(name, "--model-store")) {
+			   !strcmp(name, "--model-repository") || !strcmp(name, "--model-store")) {
 			f->repository = val;
 		} else if (!strcmp(name, "--model_control_mode") ||
 			   !strcmp(name, "--model-control-mode")) {
@@ -226,8 +225,8 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 				f->control = WF_SERVE_CONTROL_EXPLICIT;
 			else
 				return wf_errf(err, WF_EINVAL,
-					       "flag %s: \"%s\" is not none, poll or explicit", name,
-					       val);
+					       "flag %s: \"%s\" is not none, poll or explicit",
+					       name, val);
 		} else if (!strcmp(name, "--load-model") || !strcmp(name, "--load_model")) {
 			if (f->nload_models == (int)WF_ARRAY_LEN(f->load_models))
 				return wf_errf(err, WF_EINVAL, "more than %d --load-model flags",
@@ -249,9 +248,9 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 			   !strcmp(name, "--tensorflow_session_parallelism") ||
 			   !strcmp(name, "--allow_version_labels_for_unavailable_models")) {
 			/* TF Serving flags that do not apply (weft always warms up) */
-		} else if (!strcmp(name, "--strict-model-config") || !strcmp(name, "--allow-http") ||
-			   !strcmp(name, "--allow-grpc") || !strcmp(name, "--allow-metrics") ||
-			   !strcmp(name, "--metrics-port")) {
+		} else if (!strcmp(name, "--strict-model-config") ||
+			   !strcmp(name, "--allow-http") || !strcmp(name, "--allow-grpc") ||
+			   !strcmp(name, "--allow-metrics") || !strcmp(name, "--metrics-port")) {
 			/* Triton flags that do not apply to weft-serve */
 		} else if (!strcmp(name, "--bind_address")) {
 			f->bind_address = val;
@@ -405,11 +404,11 @@ int main(int argc, char **argv)
 	wf_info("weft-serve: model %s from %s on http://%s:%d (device %s, batching %s, "
 		"max_batch_size %d, %d forward threads x %d compute threads)",
 		f.base_path ? f.model_name : "(many)",
-		f.base_path      ? f.base_path
+		f.base_path	? f.base_path
 		: f.config_file ? f.config_file
 				: f.repository,
-		f.bind_address, wf_serve_http_port(http), f.device,
-		f.batching ? "on" : "off", f.max_batch, f.batch_threads, f.threads);
+		f.bind_address, wf_serve_http_port(http), f.device, f.batching ? "on" : "off",
+		f.max_batch, f.batch_threads, f.threads);
 
 	int sig = 0;
 	sigwait(&stop_set, &sig);

@@ -17,8 +17,8 @@ static const int batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 #define NBATCH (sizeof(batch_bounds) / sizeof(batch_bounds[0]))
 
 static const char *const endpoint_names[WF_SERVE_EP__COUNT] = {
-	"v1_status",   "v1_metadata", "v1_predict", "v1_classify", "v2_health",
-	"v2_metadata", "v2_infer",    "v2_repository", "metrics",    "other",
+	"v1_status",   "v1_metadata", "v1_predict",    "v1_classify", "v2_health",
+	"v2_metadata", "v2_infer",    "v2_repository", "metrics",     "other",
 };
 
 struct wf_serve_metrics {
@@ -141,8 +141,8 @@ __attribute__((format(printf, 2, 3))) static void put(text *t, const char *fmt, 
 	}
 }
 
-char *wf_serve_metrics_render(wf_serve_metrics *m, wf_serve_version *const *vs, int nv_n,
-			      int ready, long swaps)
+char *wf_serve_metrics_render(wf_serve_metrics *m, wf_serve_version *const *vs, int nv_n, int ready,
+			      long swaps)
 {
 	text t = {.p = malloc(8192), .cap = 8192};
 	if (!t.p)
@@ -229,7 +229,10 @@ char *wf_serve_metrics_render(wf_serve_metrics *m, wf_serve_version *const *vs, 
 			case 1: x = atomic_load(&st->fail); break;
 			case 2: x = atomic_load(&st->inferences); break;
 			case 3: x = atomic_load(&st->executions); break;
-			case 4: x = (atomic_load(&st->success_ns) + atomic_load(&st->fail_ns)) / 1000; break;
+			case 4:
+				x = (atomic_load(&st->success_ns) + atomic_load(&st->fail_ns)) /
+				    1000;
+				break;
 			case 5: x = atomic_load(&st->queue_ns) / 1000; break;
 			case 6: x = atomic_load(&st->input_ns) / 1000; break;
 			case 7: x = atomic_load(&st->infer_ns) / 1000; break;

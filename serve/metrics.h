@@ -10,16 +10,16 @@
 #include "serve/repo.h"
 
 typedef enum {
-	WF_SERVE_EP_V1_STATUS,	 /* GET /v1/models/m[/versions/v] */
-	WF_SERVE_EP_V1_METADATA, /* GET .../metadata */
-	WF_SERVE_EP_V1_PREDICT,	 /* POST ...:predict */
-	WF_SERVE_EP_V1_CLASSIFY, /* POST ...:classify */
-	WF_SERVE_EP_V2_HEALTH,	 /* /v2/health/live|ready */
-	WF_SERVE_EP_V2_METADATA, /* /v2, /v2/models/m[/versions/v][/ready] */
-	WF_SERVE_EP_V2_INFER,	 /* POST /v2/models/m[/versions/v]/infer */
+	WF_SERVE_EP_V1_STATUS,	   /* GET /v1/models/m[/versions/v] */
+	WF_SERVE_EP_V1_METADATA,   /* GET .../metadata */
+	WF_SERVE_EP_V1_PREDICT,	   /* POST ...:predict */
+	WF_SERVE_EP_V1_CLASSIFY,   /* POST ...:classify */
+	WF_SERVE_EP_V2_HEALTH,	   /* /v2/health/live|ready */
+	WF_SERVE_EP_V2_METADATA,   /* /v2, /v2/models/m[/versions/v][/ready] */
+	WF_SERVE_EP_V2_INFER,	   /* POST /v2/models/m[/versions/v]/infer */
 	WF_SERVE_EP_V2_REPOSITORY, /* /v2/repository/... */
-	WF_SERVE_EP_METRICS,	 /* /metrics */
-	WF_SERVE_EP_OTHER,	 /* anything else (404s) */
+	WF_SERVE_EP_METRICS,	   /* /metrics */
+	WF_SERVE_EP_OTHER,	   /* anything else (404s) */
 	WF_SERVE_EP__COUNT
 } wf_serve_endpoint;
 

@@ -116,8 +116,9 @@ static int parse_scalar(lexer *L, tnode *t)
 		}
 		if (p >= L->end) {
 			free(buf);
-			return wf_errf(L->err, WF_EINVAL, "line %d: unterminated string in field \"%s\"",
-				       L->line, t->key);
+			return wf_errf(L->err, WF_EINVAL,
+				       "line %d: unterminated string in field \"%s\"", L->line,
+				       t->key);
 		}
 		buf[n] = 0;
 		L->s = p + 1;
@@ -148,8 +149,8 @@ static int parse_scalar(lexer *L, tnode *t)
 		return 0;
 	}
 	const char *p = L->s;
-	while (p < L->end && (isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '+' ||
-			      *p == '.'))
+	while (p < L->end &&
+	       (isalnum((unsigned char)*p) || *p == '_' || *p == '-' || *p == '+' || *p == '.'))
 		p++;
 	if (p == L->s)
 		return wf_errf(L->err, WF_EINVAL, "line %d: field \"%s\": unexpected '%c'", L->line,
@@ -237,8 +238,8 @@ static int parse_message(lexer *L, tnode *msg, char close, int depth)
 					 *L->s == '.' || *L->s == '/'))
 			L->s++;
 		if (L->s == k)
-			return wf_errf(L->err, WF_EINVAL, "line %d: expected a field name, got '%c'",
-				       L->line, *k);
+			return wf_errf(L->err, WF_EINVAL,
+				       "line %d: expected a field name, got '%c'", L->line, *k);
 		int rc = parse_field(L, msg, k, (size_t)(L->s - k), depth);
 		if (rc)
 			return rc;
@@ -271,7 +272,8 @@ static int get_long(const tnode *t, long lo, long hi, long *out, wf_err *err)
 	errno = 0;
 	long x = strtol(t->value, &end, 10);
 	if (errno || *end || end == t->value || x < lo || x > hi)
-		return wf_errf(err, WF_EINVAL, "line %d: field \"%s\": \"%s\" is not an integer in "
+		return wf_errf(err, WF_EINVAL,
+			       "line %d: field \"%s\": \"%s\" is not an integer in "
 			       "[%ld, %ld]",
 			       t->line, t->key, t->value, lo, hi);
 	*out = x;
@@ -281,8 +283,9 @@ static int get_long(const tnode *t, long lo, long hi, long *out, wf_err *err)
 static int get_str(const tnode *t, char *dst, size_t cap, wf_err *err)
 {
 	if (!t->value)
-		return wf_errf(err, WF_EINVAL, "line %d: field \"%s\" must be a value, not a message",
-			       t->line, t->key);
+		return wf_errf(err, WF_EINVAL,
+			       "line %d: field \"%s\" must be a value, not a message", t->line,
+			       t->key);
 	if (strlen(t->value) >= cap)
 		return wf_errf(err, WF_EINVAL, "line %d: field \"%s\" is longer than %zu bytes",
 			       t->line, t->key, cap - 1);
@@ -329,8 +332,8 @@ static int read_policy(const tnode *p, wf_serve_model_config *c, wf_err *err)
 				c->specific[c->nspecific++] = x;
 			}
 			if (!rc && c->nspecific == 0)
-				rc = wf_errf(err, WF_EINVAL, "line %d: specific {} lists no versions",
-					     k->line);
+				rc = wf_errf(err, WF_EINVAL,
+					     "line %d: specific {} lists no versions", k->line);
 		} else if (!strcmp(k->key, "all")) {
 			c->policy = WF_SERVE_POLICY_ALL;
 			rc = want_msg(k, err);
@@ -370,8 +373,9 @@ static int read_tf_config(const tnode *t, wf_serve_model_config *c, wf_err *err)
 			if ((rc = want_msg(k, err)))
 				break;
 			if (c->nlabels == WF_SERVE_MAX_LABELS)
-				return wf_errf(err, WF_EINVAL, "line %d: more than %d version labels",
-					       k->line, WF_SERVE_MAX_LABELS);
+				return wf_errf(err, WF_EINVAL,
+					       "line %d: more than %d version labels", k->line,
+					       WF_SERVE_MAX_LABELS);
 			wf_serve_label *l = &c->labels[c->nlabels];
 			int have_key = 0, have_value = 0;
 			for (int j = 0; !rc && j < k->nkids; j++) {
@@ -385,10 +389,11 @@ static int read_tf_config(const tnode *t, wf_serve_model_config *c, wf_err *err)
 				}
 			}
 			if (!rc && (!have_key || !have_value || !valid_name(l->key)))
-				return wf_errf(err, WF_EINVAL,
-					       "line %d: version_labels needs a key (a name without "
-					       "'/' or ':') and a value (a version)",
-					       k->line);
+				return wf_errf(
+					err, WF_EINVAL,
+					"line %d: version_labels needs a key (a name without "
+					"'/' or ':') and a value (a version)",
+					k->line);
 			for (int j = 0; !rc && j < c->nlabels; j++)
 				if (!strcmp(c->labels[j].key, l->key))
 					return wf_errf(err, WF_EINVAL,
@@ -400,9 +405,10 @@ static int read_tf_config(const tnode *t, wf_serve_model_config *c, wf_err *err)
 	if (rc)
 		return rc;
 	if (!valid_name(c->name))
-		return wf_errf(err, WF_EINVAL,
-			       "line %d: config needs a \"name\" without '/', ':', spaces, '?' or '#'",
-			       t->line);
+		return wf_errf(
+			err, WF_EINVAL,
+			"line %d: config needs a \"name\" without '/', ':', spaces, '?' or '#'",
+			t->line);
 	if (!c->base_path[0])
 		return wf_errf(err, WF_EINVAL, "line %d: model \"%s\" has no base_path", t->line,
 			       c->name);
@@ -487,9 +493,10 @@ int wf_serve_parse_triton_config(const char *text, size_t len, wf_serve_model_co
 			char name[WF_SERVE_MAX_NAME];
 			rc = get_str(k, name, sizeof(name), err);
 			if (!rc && strcmp(name, c->name))
-				rc = wf_errf(err, WF_EINVAL,
-					     "line %d: name \"%s\" differs from the folder name \"%s\"",
-					     k->line, name, c->name);
+				rc = wf_errf(
+					err, WF_EINVAL,
+					"line %d: name \"%s\" differs from the folder name \"%s\"",
+					k->line, name, c->name);
 		} else if (!strcmp(k->key, "platform") || !strcmp(k->key, "backend")) {
 			rc = get_str(k, c->platform, sizeof(c->platform), err);
 		} else if (!strcmp(k->key, "version_policy")) {
@@ -525,7 +532,8 @@ int wf_serve_parse_triton_config(const char *text, size_t len, wf_serve_model_co
 							val = f->kids[q].value;
 			}
 			if (!rc && key && val && !strcmp(key, "weft_threads")) {
-				tnode tmp = {.key = "weft_threads", .value = (char *)val,
+				tnode tmp = {.key = "weft_threads",
+					     .value = (char *)val,
 					     .line = k->line};
 				rc = get_long(&tmp, 0, 1024, &x, err);
 				c->threads = (int)x;

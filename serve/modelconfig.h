@@ -40,10 +40,10 @@ typedef struct wf_serve_model_config {
 	long specific[WF_SERVE_MAX_SPECIFIC];
 	int nlabels;
 	wf_serve_label labels[WF_SERVE_MAX_LABELS];
-	int max_batch;	   /* 0: the server's --max_batch_size */
+	int max_batch;	     /* 0: the server's --max_batch_size */
 	long batch_delay_us; /* -1: the server's --batch_timeout_micros */
-	int instances;	   /* instance_group count (0: not given) */
-	int threads;	   /* compute threads per forward (0: the server's --threads) */
+	int instances;	     /* instance_group count (0: not given) */
+	int threads;	     /* compute threads per forward (0: the server's --threads) */
 } wf_serve_model_config;
 
 /* Defaults of one model config (latest 1, server settings for the rest). */

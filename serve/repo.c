@@ -297,7 +297,8 @@ static const char *foreign_reason(const char *dir)
 			size_t n = strlen(e->d_name);
 			if (n > 6 && !strcmp(e->d_name + n - 6, ".keras")) {
 				closedir(d);
-				return "it holds a Keras v3 .keras file; weft serves model.h5 files "
+				return "it holds a Keras v3 .keras file; weft serves model.h5 "
+				       "files "
 				       "(save as .h5 and import, or use weft export)";
 			}
 			if (n > 5 && !strcmp(e->d_name + n - 5, ".onnx")) {
@@ -356,8 +357,9 @@ static found *scan_base(wf_serve_repo *r, model_ent *m, const char *base, int *n
 			snprintf(dir, sizeof(dir), "%s/%s", base, s);
 			struct stat sb;
 			if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-				snprintf(msg, sizeof(msg), "model %s: skipping version %ld in %s: %s",
-					 m->cfg.name, ver, dir, foreign_reason(dir));
+				snprintf(msg, sizeof(msg),
+					 "model %s: skipping version %ld in %s: %s", m->cfg.name,
+					 ver, dir, foreign_reason(dir));
 				note_once(r, m, msg);
 			}
 			continue;
@@ -442,8 +444,8 @@ static void unload_vrec(model_ent *m, vrec *x)
 {
 	if (x->state != VS_AVAILABLE)
 		return;
-	wf_info("serve: model %s version %ld unloaded (freed after its last request)",
-		m->cfg.name, x->version);
+	wf_info("serve: model %s version %ld unloaded (freed after its last request)", m->cfg.name,
+		x->version);
 	wf_serve_version_release(x->v);
 	x->v = NULL;
 	x->state = VS_END;
@@ -662,9 +664,8 @@ static void *poller_main(void *arg)
 {
 	wf_serve_repo *r = arg;
 	double next_cfg = 0;
-	int follow_versions = r->o.poll_seconds > 0 &&
-			      (r->o.kind != WF_SERVE_REPOSITORY ||
-			       r->o.control == WF_SERVE_CONTROL_POLL);
+	int follow_versions = r->o.poll_seconds > 0 && (r->o.kind != WF_SERVE_REPOSITORY ||
+							r->o.control == WF_SERVE_CONTROL_POLL);
 	double period = follow_versions ? r->o.poll_seconds : 0;
 	if (r->o.kind == WF_SERVE_CONFIG_FILE)
 		period = min_pos(period, r->o.config_poll_seconds);
@@ -892,8 +893,8 @@ out:
 	return v;
 }
 
-static int push_state(wf_serve_version_state **a, int *n, int *cap, const char *name,
-		      long version, const char *state, const char *error)
+static int push_state(wf_serve_version_state **a, int *n, int *cap, const char *name, long version,
+		      const char *state, const char *error)
 {
 	if (*n == *cap) {
 		int c = *cap ? *cap * 2 : 8;
@@ -1001,7 +1002,8 @@ int wf_serve_repo_model_config(wf_serve_repo *r, const char *name, wf_serve_mode
 		*out = m->cfg;
 	pthread_mutex_unlock(&r->mu);
 	if (!m)
-		return wf_errf(err, WF_EINVAL, "Request for unknown model: '%s' is not found", name);
+		return wf_errf(err, WF_EINVAL, "Request for unknown model: '%s' is not found",
+			       name);
 	if (out->max_batch <= 0 || out->max_batch > r->o.max_batch)
 		out->max_batch = r->o.max_batch;
 	if (out->batch_delay_us < 0)
@@ -1136,8 +1138,8 @@ int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *c
 		if (v)
 			wf_serve_version_release(v);
 		else
-			snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing), "%s%s",
-				 missing[0] ? ", " : "", cfg[i].name);
+			snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
+				 "%s%s", missing[0] ? ", " : "", cfg[i].name);
 	}
 	if (missing[0])
 		return wf_errf(err, WF_EINVAL, "no version of %s could be loaded", missing);

@@ -77,12 +77,12 @@ typedef enum {
 
 typedef struct wf_serve_repo_opts {
 	wf_serve_repo_kind kind;
-	const char *name;	 /* SINGLE: model name in URLs */
-	const char *base_path;	 /* SINGLE: holds <version>/model.h5 */
-	const char *config_file; /* CONFIG_FILE: ModelServerConfig text */
-	double config_poll_seconds; /* CONFIG_FILE: re-read period (0: never) */
-	const char *repository;	    /* REPOSITORY: one folder per model */
-	wf_serve_control control;   /* REPOSITORY */
+	const char *name;		/* SINGLE: model name in URLs */
+	const char *base_path;		/* SINGLE: holds <version>/model.h5 */
+	const char *config_file;	/* CONFIG_FILE: ModelServerConfig text */
+	double config_poll_seconds;	/* CONFIG_FILE: re-read period (0: never) */
+	const char *repository;		/* REPOSITORY: one folder per model */
+	wf_serve_control control;	/* REPOSITORY */
 	const char *const *load_models; /* EXPLICIT: loaded at start ("*": all) */
 	int nload_models;
 	const char *device;  /* backend: auto, cpu, cuda, ref */

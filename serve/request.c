@@ -661,8 +661,9 @@ int wf_serve_kv2_parse(const wf_serve_io *io, const char *body, size_t len, size
 	int binary_default = json_is_true(json_object_get(params, "binary_data_output"));
 	const json_t *timeout = json_object_get(params, "timeout");
 	if (timeout && (!json_is_integer(timeout) || json_integer_value(timeout) < 0)) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "parameters \"timeout\" must be a non-negative integer (microseconds)");
+		rc = wf_errf(
+			err, WF_EINVAL,
+			"parameters \"timeout\" must be a non-negative integer (microseconds)");
 		goto out_root;
 	}
 	req->timeout_us = timeout ? (long)json_integer_value(timeout) : 0;

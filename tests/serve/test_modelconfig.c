@@ -31,7 +31,8 @@ static void test_tf_model_server_config(void)
 		"  }\n"
 		"  config: { name: \"mobilenet\", base_path: \"/models/mn\",\n"
 		"    model_version_policy: { latest: { num_versions: 2 } } }\n"
-		"  config { name: \"all\" base_path: \"/models/all\" model_version_policy { all {} } }\n"
+		"  config { name: \"all\" base_path: \"/models/all\" model_version_policy { all {} "
+		"} }\n"
 		"  config { name: \"list\" base_path: \"/m/l\" model_version_policy { specific { "
 		"versions: [3, 4] } } }\n"
 		"}\n";
@@ -81,8 +82,8 @@ static void test_tf_errors_name_the_line(void)
 		wf_serve_model_config *c = NULL;
 		int n = 0;
 		wf_err err = {0};
-		int rc = wf_serve_parse_model_server_config(cases[i][0], strlen(cases[i][0]), &c, &n,
-							    &err);
+		int rc = wf_serve_parse_model_server_config(cases[i][0], strlen(cases[i][0]), &c,
+							    &n, &err);
 		WF_CHECK_MSG(rc == WF_EINVAL && strstr(err.msg, cases[i][1]),
 			     "case %zu: rc %d msg \"%s\"", i, rc, err.msg);
 		free(c);
