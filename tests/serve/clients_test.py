@@ -254,8 +254,8 @@ def perf_analyzer_checks(port):
         return
     r = subprocess.run([pa, "-m", "a", "-u", "127.0.0.1:%d" % port, "-i", "http",
                         "--concurrency-range", "1:50:49", "--measurement-mode", "count_windows",
-                        "--measurement-request-count", "60", "--stability-percentage", "1000",
-                        "--max-trials", "3"],
+                        "--measurement-request-count", "60", "--stability-percentage", "10000",
+                        "--max-trials", "6"],
                        env=env, capture_output=True, text=True, timeout=300)
     tail = (r.stdout + r.stderr).strip().splitlines()[-3:]
     check(r.returncode == 0 and "Concurrency: 50" in r.stdout,
