@@ -443,6 +443,32 @@ def newest_that_loads(tmp):
     stop(p)
 
 
+def poll_mode(tmp):
+    """--model-control-mode=poll: models added to or removed from the
+    repository folder are loaded and unloaded; load/unload calls are refused."""
+    repo = os.path.join(tmp, "pollrepo")
+    model(os.path.join(repo, "a", "1", "model.h5"), 61)
+    p, port, log = start(tmp, ["--model-repository=" + repo, "--http-port={PORT}",
+                               "--model-control-mode=poll", "--repository-poll-secs=0.3"])
+    c = tc.InferenceServerClient("127.0.0.1:%d" % port)
+    model(os.path.join(tmp, "c.h5"), 62)
+    os.makedirs(os.path.join(repo, "c", "1"))
+    os.replace(os.path.join(tmp, "c.h5"), os.path.join(repo, "c", "1", "model.h5"))
+    deadline = time.time() + 60
+    while time.time() < deadline and not c.is_model_ready("c"):
+        time.sleep(0.2)
+    check(c.is_model_ready("c"), "poll mode: a model folder added is loaded")
+    shutil.rmtree(os.path.join(repo, "a"))
+    deadline = time.time() + 60
+    while time.time() < deadline and c.is_model_ready("a"):
+        time.sleep(0.2)
+    check(not c.is_model_ready("a") and c.is_server_ready(),
+          "poll mode: a model folder removed is unloaded")
+    check(raises(lambda: c.load_model("c")), "poll mode: explicit load is refused")
+    c.close()
+    stop(p)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="weft-clients-")
     try:
@@ -476,6 +502,7 @@ def main():
         hint5 = "Did you forget to name your leaf directory as a number" in open(log5).read()
         tf_serving_checks(tmp, d, jpeg)
         newest_that_loads(tmp)
+        poll_mode(tmp)
         check(hint5, "log: base path without numbered versions gets TF Serving's hint")
     finally:
         for p in procs:
