@@ -193,7 +193,7 @@ struct wf_serve_repo {
 	model_ent **models;
 	int nmodels, cap;
 	long swaps;
-	time_t config_mtime;
+	long long config_stamp; /* file_stamp of the config file last read */
 };
 
 static model_ent *find_model(wf_serve_repo *r, const char *name)
@@ -509,7 +509,8 @@ static void read_config_file(wf_serve_repo *r, int first)
 			 r->config_file, strerror(errno));
 		return;
 	}
-	if (!first && sb.st_mtime == r->config_mtime)
+	long long stamp = file_stamp(r->config_file); /* before reading: a later write shows */
+	if (!first && stamp == r->config_stamp)
 		return;
 	char *text = NULL;
 	size_t len = 0;
@@ -525,10 +526,10 @@ static void read_config_file(wf_serve_repo *r, int first)
 	if (rc) {
 		wf_error("serve: --model_config_file %s: %s (keeping the current models)",
 			 r->config_file, err.msg);
-		r->config_mtime = sb.st_mtime;
+		r->config_stamp = stamp;
 		return;
 	}
-	r->config_mtime = sb.st_mtime;
+	r->config_stamp = stamp;
 	if (!first)
 		wf_info("serve: --model_config_file %s changed: %d models", r->config_file, n);
 	pthread_mutex_lock(&r->mu);
