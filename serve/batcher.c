@@ -92,6 +92,16 @@ static int take_more(wf_serve_batcher *b, wf_serve_version *v, job **batch, int 
 	return took;
 }
 
+/* The first queued job whose version is below its running cap (under mu). */
+static job *next_runnable(wf_serve_batcher *b, job **prev)
+{
+	*prev = NULL;
+	for (job *j = b->head; j; *prev = j, j = j->next)
+		if (j->v->max_running <= 0 || j->v->running < j->v->max_running)
+			return j;
+	return NULL;
+}
+
 /* Forward rows [0, total) staged in slot->in; logits land in slot->out. */
 static int run_forward(wf_serve_slot *s, const wf_serve_io *io, int total, char *msg, size_t cap)
 {
@@ -156,6 +166,10 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 		wf_serve_stats_request(v, batch[i]->n, batch[i]->t_run - batch[i]->t_in,
 				       wf_now() - t0);
 	pthread_mutex_lock(&b->mu);
+	/* before any job is done: its caller may then release v */
+	if (v->max_running > 0 && v->running >= v->max_running)
+		pthread_cond_broadcast(&b->more); /* v's queued jobs may run now */
+	v->running--;
 	for (int i = 0; i < count; i++) {
 		batch[i]->rc = rc;
 		snprintf(batch[i]->msg, sizeof(batch[i]->msg), "%s", msg);
@@ -177,12 +191,16 @@ static void *batch_main(void *arg)
 	}
 	pthread_mutex_lock(&b->mu);
 	for (;;) {
-		while (!b->head && !b->stop)
+		job *first, *prev;
+		/* the oldest job whose version may run one more batch (its model's
+		 * instance count, config.pbtxt instance_group, caps the batch threads
+		 * it holds at once, so one model cannot take them all) */
+		while (!(first = next_runnable(b, &prev)) && !(b->stop && !b->head))
 			pthread_cond_wait(&b->more, &b->mu);
-		if (!b->head && b->stop)
+		if (!first)
 			break;
-		job *first = b->head;
-		queue_remove(b, NULL, first);
+		queue_remove(b, prev, first);
+		first->v->running++;
 		first->state = JOB_RUNNING;
 		first->t_run = wf_now();
 		batch[0] = first;

@@ -423,6 +423,8 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 		x->stamp = f->stamp;
 		snprintf(x->error, sizeof(x->error), "%s", err.msg);
 	} else {
+		if (cfg.instances > 0 && cfg.instances < v->nslots)
+			v->max_running = cfg.instances; /* its thread budget */
 		x->state = VS_AVAILABLE;
 		x->v = v;
 		r->swaps++;

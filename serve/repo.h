@@ -13,8 +13,10 @@
  * Shared between models: the batch threads (--num_batch_threads; each
  * version has one executor slot per batch thread), the request queue and its
  * bound, the HTTP connections. Per model: executors and their buffers (its
- * memory), its compute threads per forward (config.pbtxt parameters
- * weft_threads, else --threads), its max batch and its statistics. */
+ * memory, bounded by its max batch), its compute threads per forward
+ * (config.pbtxt parameters weft_threads, else --threads), the batch threads
+ * it may hold at once (config.pbtxt instance_group count) and its
+ * statistics. */
 #ifndef WF_SERVE_REPO_H
 #define WF_SERVE_REPO_H
 
@@ -58,6 +60,8 @@ typedef struct wf_serve_version {
 	int max_batch;
 	int nslots; /* one per batch thread */
 	wf_serve_slot *slots;
+	int max_running;     /* batch threads it may hold at once (0: all) */
+	int running;	     /* batches running now (under the batcher's lock) */
 	atomic_int refs;     /* the repository's reference + one per request */
 	double load_seconds; /* load + warm-up time */
 	wf_serve_stats stats;

@@ -469,6 +469,54 @@ def poll_mode(tmp):
     stop(p)
 
 
+def thread_budget(tmp):
+    """A model's instance count (config.pbtxt instance_group) caps the batch
+    threads it holds: a flood of requests to a slow model leaves a thread
+    for the others, so their requests do not queue behind it."""
+    repo = os.path.join(tmp, "budget")
+    os.makedirs(os.path.join(repo, "big", "1"))
+    subprocess.check_call([TOOL, "model", "mobilenetv2", os.path.join(repo, "big", "1", "model.h5"),
+                           "7", "224"], stdout=subprocess.DEVNULL)
+    with open(os.path.join(repo, "big", "config.pbtxt"), "w") as f:
+        f.write("max_batch_size: 1\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n")
+    model(os.path.join(repo, "small", "1", "model.h5"), 71)
+    p, port, log = start(tmp, ["--model-repository=" + repo, "--http-port={PORT}",
+                               "--num_batch_threads=2", "--threads=1",
+                               "--file_system_poll_wait_seconds=0"])
+    stop_flag = threading.Event()
+    xb = np.random.RandomState(3).rand(1, 224, 224, 3).astype(np.float32)
+
+    def flood():
+        c = tc.InferenceServerClient("127.0.0.1:%d" % port, network_timeout=300)
+        i = tc.InferInput("input", [1, 224, 224, 3], "FP32")
+        i.set_data_from_numpy(xb)
+        while not stop_flag.is_set():
+            c.infer("big", [i])
+    threads = [threading.Thread(target=flood) for _ in range(4)]
+    for t in threads:
+        t.start()
+    try:
+        c = tc.InferenceServerClient("127.0.0.1:%d" % port, network_timeout=300)
+        xs = np.random.RandomState(4).rand(1, 32, 32, 3).astype(np.float32)
+        i = tc.InferInput("input", [1, 32, 32, 3], "FP32")
+        i.set_data_from_numpy(xs)
+        time.sleep(1)
+        for _ in range(15):
+            c.infer("small", [i])
+            time.sleep(0.05)
+    finally:
+        stop_flag.set()
+        for t in threads:
+            t.join()
+    st = {s["name"]: s["inference_stats"] for s in c.get_inference_statistics()["model_stats"]}
+    big_forward = st["big"]["compute_infer"]["ns"] / max(1, st["big"]["compute_infer"]["count"])
+    small_queue = st["small"]["queue"]["ns"] / max(1, st["small"]["queue"]["count"])
+    check(small_queue < 0.2 * big_forward,
+          "thread budget: with big capped to 1 of 2 batch threads, small waits %.1f ms in the "
+          "queue (big's forward: %.1f ms)" % (small_queue / 1e6, big_forward / 1e6))
+    stop(p)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="weft-clients-")
     try:
@@ -503,6 +551,7 @@ def main():
         tf_serving_checks(tmp, d, jpeg)
         newest_that_loads(tmp)
         poll_mode(tmp)
+        thread_budget(tmp)
         check(hint5, "log: base path without numbered versions gets TF Serving's hint")
     finally:
         for p in procs:
