@@ -14,7 +14,7 @@ PKGS=(
   libjpeg-dev            # JPEG decoding (libjpeg-turbo)
   libpng-dev             # PNG decoding (weft-serve)
   clang libclang-rt-14-dev # libFuzzer targets and sanitizers
-  curl python3
+  curl python3 openssl   # openssl: the TLS test makes its certificate
   iproute2 python3-venv  # tests/k8s: network namespaces as pods; kubernetes-validate in a venv
 )
 

@@ -190,6 +190,7 @@ typedef struct req_ctx {
 	int code;
 	struct MHD_Connection *conn;
 	char *url, method[16];
+	double t_queued;      /* wf_now() when handed to the handler threads */
 	struct req_ctx *next; /* in the handler queue */
 } req_ctx;
 
@@ -691,6 +692,21 @@ static int reserve_body(wf_serve_http *h, req_ctx *q, size_t n)
 	return 1;
 }
 
+/* The body is no longer needed (the request was answered): free it and its
+ * share of the budget; memory of a large one goes back to the system. */
+static void release_body(wf_serve_http *h, req_ctx *q)
+{
+	free(q->body);
+	q->body = NULL;
+	q->len = q->cap = 0;
+	if (q->reserved) {
+		atomic_fetch_sub(&h->body_bytes, q->reserved);
+		if (q->reserved >= ((size_t)1 << 20))
+			malloc_trim(0);
+		q->reserved = 0;
+	}
+}
+
 /* 1 when the request carries "Authorization: Bearer <token>" (constant time). */
 static int authorized(wf_serve_http *h, struct MHD_Connection *c)
 {
@@ -798,6 +814,7 @@ static enum MHD_Result defer(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 				  h->o.max_queue);
 	}
 	q->deferred = 1;
+	q->t_queued = wf_now();
 	MHD_suspend_connection(c);
 	q->next = NULL;
 	if (h->wtail)
@@ -828,7 +845,13 @@ static void *handler_main(void *arg)
 		pthread_mutex_unlock(&h->wmu);
 		route r;
 		q->ep = parse_route(q->url, &r);
-		dispatch(h, q->conn, q, q->url, q->method, &r);
+		if (wf_now() - q->t_queued > h->o.request_timeout)
+			send_error(h, q->conn, q, MHD_HTTP_SERVICE_UNAVAILABLE,
+				   "request timed out after %.1fs waiting for a handler thread",
+				   h->o.request_timeout);
+		else
+			dispatch(h, q->conn, q, q->url, q->method, &r);
+		release_body(h, q);
 		MHD_resume_connection(q->conn);
 		pthread_mutex_lock(&h->wmu);
 	}
@@ -877,7 +900,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if ((r.kind == R_V1_PREDICT || r.kind == R_V1_CLASSIFY || r.kind == R_V2_INFER) &&
 	    strcmp(method, "POST") == 0)
 		return defer(h, c, q, url, method);
-	return dispatch(h, c, q, url, method, &r);
+	enum MHD_Result ret = dispatch(h, c, q, url, method, &r);
+	release_body(h, q);
+	return ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -893,13 +918,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (q->resp)
 		MHD_destroy_response(q->resp);
 	free(q->url);
-	free(q->body);
-	if (q->reserved) {
-		atomic_fetch_sub(&h->body_bytes, q->reserved);
-		/* Give large freed bodies (and their parse) back to the system. */
-		if (q->reserved >= ((size_t)1 << 20))
-			malloc_trim(0);
-	}
+	release_body(h, q);
 	free(q);
 	*con_cls = NULL;
 	atomic_fetch_sub(&h->active, 1);

@@ -11,6 +11,7 @@
 #include "serve/repo.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -306,6 +307,9 @@ int main(int argc, char **argv)
 		return wf_exit_status(rc);
 	}
 	wf_log_set_level(f.verbose ? WF_LOG_DEBUG : WF_LOG_INFO);
+	/* Two malloc arenas: memory freed after a large request goes back to the
+	 * system (malloc_trim) instead of staying in one arena per thread. */
+	mallopt(M_ARENA_MAX, 2);
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	if (cores < 1)
 		cores = 1;

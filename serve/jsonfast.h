@@ -1,0 +1,19 @@
+/* jsonfast.h: a parser for the common large TF Serving body, {"instances":
+ * [...]} or {"inputs": [...]} holding only nested arrays of plain JSON
+ * numbers, straight into floats without a JSON tree (a tree costs ~20x the
+ * body). Anything else, including every malformed body, is left to the
+ * general parser, so answers and error messages do not change. */
+#ifndef WF_SERVE_JSONFAST_H
+#define WF_SERVE_JSONFAST_H
+
+#include "serve/image.h"
+#include "serve/request.h"
+
+#include <stddef.h>
+
+/* 1 when body is of that form: in holds its samples (malloc'd) and
+ * *columnar is 1 for "inputs"; 0 otherwise (in untouched). Pure, thread-safe. */
+int wf_serve_tf_fast_parse(const wf_serve_io *io, const char *body, size_t len, wf_serve_input *in,
+			   int *columnar);
+
+#endif
