@@ -368,9 +368,10 @@ int main(int argc, char **argv)
 		.tls_key_file = f.ssl_key,
 		.auth_token_file = f.token_file,
 	};
-	if (!ho.threads) /* requests waiting to fill a batch each hold one */
+	if (!ho.threads) /* requests filling a batch and the next each hold one */
 		ho.threads =
-			f.batching ? (int)WF_MIN(256, WF_MAX(16, f.max_batch * f.batch_threads + 4))
+			f.batching ? (int)WF_MIN(256,
+						 WF_MAX(16, 2 * f.max_batch * f.batch_threads + 4))
 				   : 16;
 	rc = wf_serve_batcher_create(&batcher, &bo, metrics, &err);
 	if (!rc)
