@@ -4,6 +4,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "serve/request.h"
+#include "serve/sslconfig.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -965,15 +966,42 @@ static int load_secrets(wf_serve_http *h, wf_err *err)
 		return wf_errf(err, WF_EINVAL,
 			       "TLS needs both --ssl_cert_file and --ssl_key_file (got only %s)",
 			       o->tls_cert_file ? "the certificate" : "the key");
+	if (o->ssl_config_file && o->tls_cert_file)
+		return wf_errf(err, WF_EINVAL,
+			       "give either --ssl_config_file or --ssl_cert_file/--ssl_key_file");
+	if ((o->tls_cert_file || o->ssl_config_file) &&
+	    MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+		return wf_errf(err, WF_ENOTSUP,
+			       "this libmicrohttpd was built without TLS (GnuTLS)");
 	if (o->tls_cert_file) {
-		if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
-			return wf_errf(err, WF_ENOTSUP,
-				       "this libmicrohttpd was built without TLS (GnuTLS)");
 		int rc = read_small_file(o->tls_cert_file, "TLS certificate", &h->tls_cert, err);
 		if (!rc)
 			rc = read_small_file(o->tls_key_file, "TLS key", &h->tls_key, err);
 		if (rc)
 			return rc;
+	}
+	if (o->ssl_config_file) {
+		char *text = NULL;
+		wf_serve_ssl_config sc;
+		int rc = read_small_file(o->ssl_config_file, "SSL config", &text, err);
+		if (rc)
+			return rc;
+		rc = wf_serve_ssl_config_parse(text, strlen(text), &sc, err);
+		free(text);
+		if (rc)
+			return wf_err_wrap(err, "--ssl_config_file %s", o->ssl_config_file);
+		int verify = sc.client_verify;
+		if (!sc.server_key || !sc.server_cert || verify) {
+			wf_serve_ssl_config_free(&sc);
+			return wf_errf(
+				err, verify ? WF_ENOTSUP : WF_EINVAL, "--ssl_config_file %s: %s",
+				o->ssl_config_file,
+				verify ? "client_verify (client certificates) is not supported"
+				       : "server_key and server_cert are required");
+		}
+		h->tls_key = sc.server_key;
+		h->tls_cert = sc.server_cert;
+		free(sc.custom_ca); /* only used to verify clients */
 	}
 	if (o->auth_token_file) {
 		int rc = read_small_file(o->auth_token_file, "token file", &h->token, err);

@@ -46,7 +46,7 @@ typedef struct serve_flags {
 	long body_budget; /* 0: 4 x max_request_bytes */
 	int max_queue;
 	int retry_after;
-	const char *ssl_cert, *ssl_key, *token_file;
+	const char *ssl_cert, *ssl_key, *ssl_config, *token_file;
 } serve_flags;
 
 static void usage(FILE *f)
@@ -111,6 +111,8 @@ static void usage(FILE *f)
 		"  --retry_after_seconds S           Retry-After of 429/503 answers (default 1)\n"
 		"  --ssl_cert_file F                 serve HTTPS only, with this PEM\n"
 		"  --ssl_key_file F                  certificate (chain) and key\n"
+		"  --ssl_config_file F               instead: TF Serving's SSLConfig text\n"
+		"                                    (server_key, server_cert: PEM strings)\n"
 		"  --auth_token_file F               require \"Authorization: Bearer TOKEN\"\n"
 		"                                    (TOKEN: F's first line; 401 otherwise) on\n"
 		"                                    all but /v2/health/live and /ready (probes)\n"
@@ -260,6 +262,8 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 			f->ssl_cert = val;
 		} else if (!strcmp(name, "--ssl_key_file")) {
 			f->ssl_key = val;
+		} else if (!strcmp(name, "--ssl_config_file")) {
+			f->ssl_config = val;
 		} else if (!strcmp(name, "--auth_token_file")) {
 			f->token_file = val;
 		} else {
@@ -366,6 +370,7 @@ int main(int argc, char **argv)
 		.retry_after = f.retry_after,
 		.tls_cert_file = f.ssl_cert,
 		.tls_key_file = f.ssl_key,
+		.ssl_config_file = f.ssl_config,
 		.auth_token_file = f.token_file,
 	};
 	if (!ho.threads) /* requests filling a batch and the next each hold one */

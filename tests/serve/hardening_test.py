@@ -491,6 +491,33 @@ def tls(tmp):
     finally:
         stop(p)
 
+    # The same key pair through TF Serving's --ssl_config_file: the key as one
+    # escaped literal, the certificate pasted with its newlines.
+    with open(key) as f:
+        key_pem = f.read()
+    with open(cert) as f:
+        cert_pem = f.read()
+    conf = os.path.join(tmp, "ssl.conf")
+    with open(conf, "w") as f:
+        f.write("# SSLConfig\nserver_key: \"%s\"\nserver_cert: \"%s\"\nclient_verify: false\n"
+                % (key_pem.replace("\n", "\\n"), cert_pem))
+    bad = os.path.join(tmp, "bad.conf")
+    with open(bad, "w") as f:
+        f.write("server_key: \"x\"\nserver_certificate: \"y\"\n")
+    r = subprocess.run([SERVE, "--model_base_path", tmp, "--ssl_config_file", bad],
+                       capture_output=True, text=True)
+    check(r.returncode != 0 and "server_certificate" in r.stderr and "line 2" in r.stderr,
+          "an SSL config with an unknown field is refused, naming it and its line")
+    p, port = start_server(tmp, "smallcnn", "--ssl_config_file", conf, wait_ready=False)
+    try:
+        url = "https://127.0.0.1:%d/v2/health/ready" % port
+        deadline = time.time() + 60
+        while time.time() < deadline and curl("--cacert", cert, url) != "200":
+            time.sleep(0.2)
+        check(curl("--cacert", cert, url) == "200", "HTTPS from --ssl_config_file")
+    finally:
+        stop(p)
+
 
 def main():
     mode = sys.argv[1]
