@@ -6,7 +6,6 @@
 #ifndef WF_SERVE_JSONFAST_H
 #define WF_SERVE_JSONFAST_H
 
-#include "serve/image.h"
 #include "serve/request.h"
 
 #include <stddef.h>
