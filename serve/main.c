@@ -312,9 +312,6 @@ int main(int argc, char **argv)
 		return wf_exit_status(rc);
 	}
 	wf_log_set_level(f.verbose ? WF_LOG_DEBUG : WF_LOG_INFO);
-	/* Two malloc arenas: memory freed after a large request goes back to the
-	 * system (malloc_trim) instead of staying in one arena per thread. */
-	mallopt(M_ARENA_MAX, 2);
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	if (cores < 1)
 		cores = 1;
@@ -330,6 +327,9 @@ int main(int argc, char **argv)
 	sigaddset(&stop_set, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* Two malloc arenas: memory freed after a large request goes back to the
+	 * system (malloc_trim) instead of staying in one arena per thread. */
+	mallopt(M_ARENA_MAX, 2);
 
 	metrics = wf_serve_metrics_create();
 	if (!metrics) {
