@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+typedef struct shape {
+	int h, w, c;
+} shape;
+
 typedef struct cur {
 	const char *p, *end;
 } cur;
@@ -82,7 +86,7 @@ static int number(cur *c, float *out)
 }
 
 /* One [H][W][C] sample ([H][W] also for one channel) into dst. */
-static int sample(cur *c, const wf_serve_io *io, float *dst)
+static int sample(cur *c, const shape *io, float *dst)
 {
 	if (!lit(c, '['))
 		return 0;
@@ -124,9 +128,10 @@ static int key(cur *c, const char *k)
 	return 1;
 }
 
-int wf_serve_tf_fast_parse(const wf_serve_io *io, const char *body, size_t len, wf_serve_input *in,
+int wf_serve_tf_fast_parse(int h, int w, int ch, const char *body, size_t len, wf_serve_input *in,
 			   int *columnar)
 {
+	const shape s = {h, w, ch}, *io = &s;
 	cur c = {body, body + len};
 	size_t per = (size_t)io->h * io->w * io->c;
 	if (per == 0 || io->h <= 0 || io->w <= 0 || io->c <= 0 || !lit(&c, '{'))

@@ -10,9 +10,10 @@
 
 #include <stddef.h>
 
-/* 1 when body is of that form: in holds its samples (malloc'd) and
- * *columnar is 1 for "inputs"; 0 otherwise (in untouched). Pure, thread-safe. */
-int wf_serve_tf_fast_parse(const wf_serve_io *io, const char *body, size_t len, wf_serve_input *in,
+/* 1 when body is of that form with samples of [h][w][c] ([h][w] also when
+ * c is 1): in holds them (malloc'd) and *columnar is 1 for "inputs"; 0
+ * otherwise (in untouched). Pure, thread-safe. */
+int wf_serve_tf_fast_parse(int h, int w, int c, const char *body, size_t len, wf_serve_input *in,
 			   int *columnar);
 
 #endif

@@ -9,16 +9,24 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The model-input description wf_serve_tf_parse takes: serve/image.h's
+ * wf_serve_io, named wf_image_io once it lives in common/image.h. */
+#ifdef WF_IMAGE_H
+typedef wf_image_io io_desc;
+#else
+typedef wf_serve_io io_desc;
+#endif
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 2)
 		return 0;
-	wf_serve_io io = {.h = 2, .w = 2, .c = (data[0] & 1) ? 3 : 1, .classes = 3};
+	io_desc io = {.h = 2, .w = 2, .c = (data[0] & 1) ? 3 : 1, .classes = 3};
 	const char *body = (const char *)data + 1;
 	size_t len = size - 1;
 	wf_serve_input in = {0};
 	int columnar = 0;
-	if (!wf_serve_tf_fast_parse(&io, body, len, &in, &columnar))
+	if (!wf_serve_tf_fast_parse(io.h, io.w, io.c, body, len, &in, &columnar))
 		return 0;
 	/* The same body with a key the fast parser never takes: jansson's path. */
 	const char *brace = memchr(body, '{', len);

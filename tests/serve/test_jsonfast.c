@@ -11,13 +11,21 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The model-input description wf_serve_tf_parse takes: serve/image.h's
+ * wf_serve_io, named wf_image_io once it lives in common/image.h. */
+#ifdef WF_IMAGE_H
+typedef wf_image_io io_desc;
+#else
+typedef wf_serve_io io_desc;
+#endif
+
 /* Fast parse of body vs the general parser on the same body with one more
  * key (which the fast parser never takes); 1 when the fast one took it. */
-static int same_as_general(const wf_serve_io *io, const char *body)
+static int same_as_general(const io_desc *io, const char *body)
 {
 	wf_serve_input in = {0};
 	int columnar = -1;
-	if (!wf_serve_tf_fast_parse(io, body, strlen(body), &in, &columnar))
+	if (!wf_serve_tf_fast_parse(io->h, io->w, io->c, body, strlen(body), &in, &columnar))
 		return 0;
 	const char *brace = strchr(body, '{');
 	char *alt = malloc(strlen(body) + 64);
@@ -40,8 +48,8 @@ static int same_as_general(const wf_serve_io *io, const char *body)
 
 static void test_plain_numbers_match_the_general_parser(void)
 {
-	wf_serve_io rgb = {.h = 2, .w = 2, .c = 3, .classes = 3};
-	wf_serve_io gray = {.h = 2, .w = 2, .c = 1, .classes = 3};
+	io_desc rgb = {.h = 2, .w = 2, .c = 3, .classes = 3};
+	io_desc gray = {.h = 2, .w = 2, .c = 1, .classes = 3};
 	WF_CHECK(same_as_general(&rgb, "{\"instances\": [[[[1,2,3],[4,5,6]],[[7,8,9],[0.5,-1e3,"
 				       "2E-2]]]]}"));
 	WF_CHECK(same_as_general(&rgb,
@@ -55,7 +63,7 @@ static void test_plain_numbers_match_the_general_parser(void)
 
 static void test_everything_else_is_left_to_the_general_parser(void)
 {
-	wf_serve_io io = {.h = 2, .w = 2, .c = 3, .classes = 3};
+	io_desc io = {.h = 2, .w = 2, .c = 3, .classes = 3};
 	const char *px = "[[[1,2,3],[4,5,6]],[[7,8,9],[1,2,3]]]";
 	const char *fmt[] = {
 		"{\"instances\": [%s], \"top_k\": 2}", /* another key */
@@ -73,7 +81,8 @@ static void test_everything_else_is_left_to_the_general_parser(void)
 		snprintf(body, sizeof(body), fmt[i], px);
 		wf_serve_input in = {0};
 		int columnar = 0;
-		WF_CHECK_MSG(!wf_serve_tf_fast_parse(&io, body, strlen(body), &in, &columnar),
+		WF_CHECK_MSG(!wf_serve_tf_fast_parse(io.h, io.w, io.c, body, strlen(body), &in,
+						     &columnar),
 			     "took %s", body);
 		WF_CHECK(in.x == NULL);
 	}
@@ -90,7 +99,8 @@ static void test_everything_else_is_left_to_the_general_parser(void)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		wf_serve_input in = {0};
 		int columnar = 0;
-		WF_CHECK_MSG(!wf_serve_tf_fast_parse(&io, bad[i], strlen(bad[i]), &in, &columnar),
+		WF_CHECK_MSG(!wf_serve_tf_fast_parse(io.h, io.w, io.c, bad[i], strlen(bad[i]), &in,
+						     &columnar),
 			     "took %s", bad[i]);
 	}
 }
@@ -98,7 +108,7 @@ static void test_everything_else_is_left_to_the_general_parser(void)
 static void test_large_body_is_read_in_one_pass(void)
 {
 	/* 2000 samples of 32x32x3 zeros: ~24 MB of JSON, 24 MB of floats. */
-	wf_serve_io io = {.h = 32, .w = 32, .c = 3, .classes = 10};
+	io_desc io = {.h = 32, .w = 32, .c = 3, .classes = 10};
 	const int n = 2000;
 	size_t cap = (size_t)n * 32 * 32 * 3 * 4 + 64, len = 0;
 	char *body = malloc(cap);
@@ -119,7 +129,7 @@ static void test_large_body_is_read_in_one_pass(void)
 	body[len++] = '}';
 	wf_serve_input in = {0};
 	int columnar = 0;
-	WF_CHECK(wf_serve_tf_fast_parse(&io, body, len, &in, &columnar));
+	WF_CHECK(wf_serve_tf_fast_parse(io.h, io.w, io.c, body, len, &in, &columnar));
 	WF_CHECK_INT(in.n, n);
 	WF_CHECK(in.x && in.x[3 * 32 * 32 * 3 * 0 + 5] == 2.0f &&
 		 in.x[(size_t)n * 3072 - 1] == 2.0f);
