@@ -5,6 +5,7 @@
 #include "common/util.h"
 #include "serve/infer.h"
 #include "serve/request.h"
+#include "serve/sslconfig.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -234,6 +235,7 @@ typedef struct req_ctx {
 	int code;
 	struct MHD_Connection *conn;
 	char *url, method[16];
+	double t_queued;      /* wf_now() when handed to the handler threads */
 	struct req_ctx *next; /* in the handler queue */
 } req_ctx;
 
@@ -1033,6 +1035,21 @@ static int reserve_body(wf_serve_http *h, req_ctx *q, size_t n)
 	return 1;
 }
 
+/* The body is no longer needed (the request was answered): free it and its
+ * share of the budget; memory of a large one goes back to the system. */
+static void release_body(wf_serve_http *h, req_ctx *q)
+{
+	free(q->body);
+	q->body = NULL;
+	q->len = q->cap = 0;
+	if (q->reserved) {
+		atomic_fetch_sub(&h->body_bytes, q->reserved);
+		if (q->reserved >= ((size_t)1 << 20))
+			malloc_trim(0);
+		q->reserved = 0;
+	}
+}
+
 /* 1 when the request carries "Authorization: Bearer <token>" (constant time). */
 static int authorized(wf_serve_http *h, struct MHD_Connection *c)
 {
@@ -1140,6 +1157,7 @@ static enum MHD_Result defer(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 				  h->o.max_queue);
 	}
 	q->deferred = 1;
+	q->t_queued = wf_now();
 	MHD_suspend_connection(c);
 	q->next = NULL;
 	if (h->wtail)
@@ -1170,7 +1188,13 @@ static void *handler_main(void *arg)
 		pthread_mutex_unlock(&h->wmu);
 		route r;
 		q->ep = parse_route(q->url, &r);
-		dispatch(h, q->conn, q, q->url, q->method, &r);
+		if (wf_now() - q->t_queued > h->o.request_timeout)
+			send_error(h, q->conn, q, MHD_HTTP_SERVICE_UNAVAILABLE,
+				   "request timed out after %.1fs waiting for a handler thread",
+				   h->o.request_timeout);
+		else
+			dispatch(h, q->conn, q, q->url, q->method, &r);
+		release_body(h, q);
 		MHD_resume_connection(q->conn);
 		pthread_mutex_lock(&h->wmu);
 	}
@@ -1222,7 +1246,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	     r.kind == R_V2_REPO_LOAD || r.kind == R_V2_REPO_UNLOAD) &&
 	    strcmp(method, "POST") == 0)
 		return defer(h, c, q, url, method);
-	return dispatch(h, c, q, url, method, &r);
+	enum MHD_Result ret = dispatch(h, c, q, url, method, &r);
+	release_body(h, q);
+	return ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -1238,13 +1264,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (q->resp)
 		MHD_destroy_response(q->resp);
 	free(q->url);
-	free(q->body);
-	if (q->reserved) {
-		atomic_fetch_sub(&h->body_bytes, q->reserved);
-		/* Give large freed bodies (and their parse) back to the system. */
-		if (q->reserved >= ((size_t)1 << 20))
-			malloc_trim(0);
-	}
+	release_body(h, q);
 	free(q);
 	*con_cls = NULL;
 	atomic_fetch_sub(&h->active, 1);
@@ -1291,15 +1311,42 @@ static int load_secrets(wf_serve_http *h, wf_err *err)
 		return wf_errf(err, WF_EINVAL,
 			       "TLS needs both --ssl_cert_file and --ssl_key_file (got only %s)",
 			       o->tls_cert_file ? "the certificate" : "the key");
+	if (o->ssl_config_file && o->tls_cert_file)
+		return wf_errf(err, WF_EINVAL,
+			       "give either --ssl_config_file or --ssl_cert_file/--ssl_key_file");
+	if ((o->tls_cert_file || o->ssl_config_file) &&
+	    MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+		return wf_errf(err, WF_ENOTSUP,
+			       "this libmicrohttpd was built without TLS (GnuTLS)");
 	if (o->tls_cert_file) {
-		if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
-			return wf_errf(err, WF_ENOTSUP,
-				       "this libmicrohttpd was built without TLS (GnuTLS)");
 		int rc = read_small_file(o->tls_cert_file, "TLS certificate", &h->tls_cert, err);
 		if (!rc)
 			rc = read_small_file(o->tls_key_file, "TLS key", &h->tls_key, err);
 		if (rc)
 			return rc;
+	}
+	if (o->ssl_config_file) {
+		char *text = NULL;
+		wf_serve_ssl_config sc;
+		int rc = read_small_file(o->ssl_config_file, "SSL config", &text, err);
+		if (rc)
+			return rc;
+		rc = wf_serve_ssl_config_parse(text, strlen(text), &sc, err);
+		free(text);
+		if (rc)
+			return wf_err_wrap(err, "--ssl_config_file %s", o->ssl_config_file);
+		int verify = sc.client_verify;
+		if (!sc.server_key || !sc.server_cert || verify) {
+			wf_serve_ssl_config_free(&sc);
+			return wf_errf(
+				err, verify ? WF_ENOTSUP : WF_EINVAL, "--ssl_config_file %s: %s",
+				o->ssl_config_file,
+				verify ? "client_verify (client certificates) is not supported"
+				       : "server_key and server_cert are required");
+		}
+		h->tls_key = sc.server_key;
+		h->tls_cert = sc.server_cert;
+		free(sc.custom_ca); /* only used to verify clients */
 	}
 	if (o->auth_token_file) {
 		int rc = read_small_file(o->auth_token_file, "token file", &h->token, err);

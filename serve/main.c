@@ -12,6 +12,7 @@
 #include "serve/repo.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -47,7 +48,7 @@ typedef struct serve_flags {
 	long body_budget; /* 0: 4 x max_request_bytes */
 	int max_queue;
 	int retry_after;
-	const char *ssl_cert, *ssl_key, *token_file;
+	const char *ssl_cert, *ssl_key, *ssl_config, *token_file;
 	/* many models and the TF Serving / Triton command lines (issue 12) */
 	const char *config_file;     /* --model_config_file */
 	double config_poll_seconds;  /* --model_config_file_poll_wait_seconds */
@@ -143,12 +144,15 @@ static void usage(FILE *f)
 		"  --max_body_bytes_in_flight N      request bodies held at once; over it 503\n"
 		"                                    with Retry-After (default 4 x\n"
 		"                                    max_request_bytes)\n"
-		"  --max_queue_size N                requests waiting for a forward thread;\n"
+		"  --max_queue_size N                inference requests waiting for a handler\n"
+		"                                    thread (and as many for a forward thread);\n"
 		"                                    more get 429 with Retry-After at once\n"
 		"                                    (default 128; 0 = no bound)\n"
 		"  --retry_after_seconds S           Retry-After of 429/503 answers (default 1)\n"
 		"  --ssl_cert_file F                 serve HTTPS only, with this PEM\n"
 		"  --ssl_key_file F                  certificate (chain) and key\n"
+		"  --ssl_config_file F               instead: TF Serving's SSLConfig text\n"
+		"                                    (server_key, server_cert: PEM strings)\n"
 		"  --auth_token_file F               require \"Authorization: Bearer TOKEN\"\n"
 		"                                    (TOKEN: F's first line; 401 otherwise) on\n"
 		"                                    all but /v2/health/live and /ready (probes)\n"
@@ -363,6 +367,8 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 			f->ssl_cert = val;
 		} else if (!strcmp(name, "--ssl_key_file")) {
 			f->ssl_key = val;
+		} else if (!strcmp(name, "--ssl_config_file")) {
+			f->ssl_config = val;
 		} else if (!strcmp(name, "--auth_token_file")) {
 			f->token_file = val;
 		} else {
@@ -431,6 +437,9 @@ int main(int argc, char **argv)
 	sigaddset(&stop_set, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* Two malloc arenas: memory freed after a large request goes back to the
+	 * system (malloc_trim) instead of staying in one arena per thread. */
+	mallopt(M_ARENA_MAX, 2);
 
 	metrics = wf_serve_metrics_create();
 	if (!metrics) {
@@ -483,11 +492,13 @@ int main(int argc, char **argv)
 		.retry_after = f.retry_after,
 		.tls_cert_file = f.ssl_cert,
 		.tls_key_file = f.ssl_key,
+		.ssl_config_file = f.ssl_config,
 		.auth_token_file = f.token_file,
 	};
-	if (!ho.threads) /* requests waiting to fill a batch each hold one */
+	if (!ho.threads) /* requests filling a batch and the next each hold one */
 		ho.threads =
-			f.batching ? (int)WF_MIN(256, WF_MAX(16, f.max_batch * f.batch_threads + 4))
+			f.batching ? (int)WF_MIN(256,
+						 WF_MAX(16, 2 * f.max_batch * f.batch_threads + 4))
 				   : 16;
 	rc = wf_serve_batcher_create(&batcher, &bo, metrics, &err);
 	if (!rc)

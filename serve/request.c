@@ -2,6 +2,7 @@
 #include "serve/request.h"
 
 #include "common/util.h"
+#include "serve/jsonfast.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -225,6 +226,8 @@ int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_se
 {
 	memset(req, 0, sizeof(*req));
 	req->top_k = 5;
+	if (wf_serve_tf_fast_parse(io->h, io->w, io->c, body, len, &req->in, &req->columnar))
+		return 0; /* plain numbers, read without a JSON tree (serve/jsonfast.h) */
 	json_t *root = parse_json(body, len, err);
 	if (!root)
 		return WF_EINVAL;
