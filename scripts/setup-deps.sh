@@ -14,7 +14,8 @@ PKGS=(
   libjpeg-dev            # JPEG decoding (libjpeg-turbo)
   libpng-dev             # PNG decoding (weft-serve)
   clang libclang-rt-14-dev # libFuzzer targets and sanitizers
-  curl python3
+  curl python3 openssl   # openssl: the TLS test makes its certificate
+  zlib1g-dev libb64-0d prometheus # weft-serve gzip/deflate; perf_analyzer (client venv) needs libb64; promtool
   iproute2 python3-venv  # tests/k8s: network namespaces as pods; kubernetes-validate in a venv
 )
 

@@ -95,6 +95,16 @@ static int take_more(wf_serve_batcher *b, wf_serve_version *v, job **batch, int 
 	return took;
 }
 
+/* The first queued job whose version is below its running cap (under mu). */
+static job *next_runnable(wf_serve_batcher *b, job **prev)
+{
+	*prev = NULL;
+	for (job *j = b->head; j; *prev = j, j = j->next)
+		if (j->v->max_running <= 0 || j->v->running < j->v->max_running)
+			return j;
+	return NULL;
+}
+
 /* Forward rows [0, total) staged in slot->in; logits land in slot->out. */
 static int run_forward(wf_serve_slot *s, const wf_image_io *io, int total, char *msg, size_t cap)
 {
@@ -124,16 +134,19 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 	size_t per = (size_t)io->h * io->w * io->c, k = (size_t)io->classes;
 	int cap = v->max_batch, rc = 0;
 	char msg[256] = "";
+	double t0 = wf_now();
 	if (count == 1 && batch[0]->n > cap) {
 		job *j = batch[0];
 		for (int off = 0; off < j->n && !rc; off += cap) {
 			int m = WF_MIN(cap, j->n - off);
+			double tc = wf_now();
 			memcpy(s->in, j->x + (size_t)off * per, (size_t)m * per * sizeof(float));
 			rc = run_forward(s, io, m, msg, sizeof(msg));
 			if (!rc)
 				memcpy(j->logits + (size_t)off * k, s->out,
 				       (size_t)m * k * sizeof(float));
 			wf_serve_metrics_batch(b->metrics, m);
+			wf_serve_stats_batch(v, m, wf_now() - tc);
 		}
 	} else {
 		int row = 0;
@@ -150,8 +163,16 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 			row += batch[i]->n;
 		}
 		wf_serve_metrics_batch(b->metrics, total);
+		wf_serve_stats_batch(v, total, wf_now() - t0);
 	}
+	for (int i = 0; i < count; i++) /* Triton's statistics: queue and compute per request */
+		wf_serve_stats_request(v, batch[i]->n, batch[i]->t_run - batch[i]->t_in,
+				       wf_now() - t0);
 	pthread_mutex_lock(&b->mu);
+	/* before any job is done: its caller may then release v */
+	if (v->max_running > 0 && v->running >= v->max_running)
+		pthread_cond_broadcast(&b->more); /* v's queued jobs may run now */
+	v->running--;
 	for (int i = 0; i < count; i++) {
 		batch[i]->rc = rc;
 		snprintf(batch[i]->msg, sizeof(batch[i]->msg), "%s", msg);
@@ -173,12 +194,16 @@ static void *batch_main(void *arg)
 	}
 	pthread_mutex_lock(&b->mu);
 	for (;;) {
-		while (!b->head && !b->stop)
+		job *first, *prev;
+		/* the oldest job whose version may run one more batch (its model's
+		 * instance count, config.pbtxt instance_group, caps the batch threads
+		 * it holds at once, so one model cannot take them all) */
+		while (!(first = next_runnable(b, &prev)) && !(b->stop && !b->head))
 			pthread_cond_wait(&b->more, &b->mu);
-		if (!b->head && b->stop)
+		if (!first)
 			break;
-		job *first = b->head;
-		queue_remove(b, NULL, first);
+		queue_remove(b, prev, first);
+		first->v->running++;
 		first->state = JOB_RUNNING;
 		first->t_run = wf_now();
 		batch[0] = first;

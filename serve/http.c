@@ -3,7 +3,9 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "serve/infer.h"
 #include "serve/request.h"
+#include "serve/sslconfig.h"
 
 #include <arpa/inet.h>
 #include <jansson.h>
@@ -21,6 +23,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #define WF_SERVE_VERSION "0.1.0"
 /* Event threads (epoll): they parse, answer quick requests and hand
@@ -85,17 +88,25 @@ typedef enum {
 	R_V2_MODEL,
 	R_V2_MODEL_READY,
 	R_V2_INFER,
+	R_V2_CONFIG,
+	R_V2_STATS,
+	R_V2_ALL_STATS,
+	R_V2_REPO_INDEX,
+	R_V2_REPO_LOAD,
+	R_V2_REPO_UNLOAD,
 	R_METRICS,
 } route_kind;
 
 typedef struct route {
 	route_kind kind;
 	char name[256];
-	long version;	 /* 0: the latest */
-	int bad_version; /* /versions/<not a number> */
+	char label[WF_SERVE_MAX_NAME]; /* /v1/models/m/labels/L */
+	long version;		       /* 0: the latest */
+	int bad_version;	       /* /versions/<not a number> */
 } route;
 
-/* rest: "NAME[/versions/V]SUFFIX"; stores NAME and V, returns SUFFIX or NULL. */
+/* rest: "NAME[/versions/V | /labels/L]SUFFIX"; stores NAME, V and L,
+ * returns SUFFIX or NULL. */
 static const char *parse_model_path(const char *rest, route *r)
 {
 	size_t n = strcspn(rest, "/:");
@@ -113,6 +124,14 @@ static const char *parse_model_path(const char *rest, route *r)
 			r->version = strtol(rest, NULL, 10);
 		if (r->version <= 0)
 			r->bad_version = 1;
+		rest += d;
+	} else if (strncmp(rest, "/labels/", 8) == 0) {
+		rest += 8;
+		size_t d = strcspn(rest, "/:");
+		if (d == 0 || d >= sizeof(r->label))
+			return NULL;
+		memcpy(r->label, rest, d);
+		r->label[d] = 0;
 		rest += d;
 	}
 	return rest;
@@ -132,10 +151,12 @@ static const route_entry exact_routes[] = {
 	{"/v2/", R_V2_SERVER, WF_SERVE_EP_V2_METADATA},
 	{"/v2/health/live", R_V2_LIVE, WF_SERVE_EP_V2_HEALTH},
 	{"/v2/health/ready", R_V2_READY, WF_SERVE_EP_V2_HEALTH},
+	{"/v2/models/stats", R_V2_ALL_STATS, WF_SERVE_EP_V2_METADATA},
+	{"/v2/repository/index", R_V2_REPO_INDEX, WF_SERVE_EP_V2_REPOSITORY},
 };
 
 static const route_entry v1_routes[] = {
-	/* after /v1/models/NAME[/versions/V] */
+	/* after /v1/models/NAME[/versions/V | /labels/L] */
 	{"", R_V1_STATUS, WF_SERVE_EP_V1_STATUS},
 	{"/metadata", R_V1_METADATA, WF_SERVE_EP_V1_METADATA},
 	{":predict", R_V1_PREDICT, WF_SERVE_EP_V1_PREDICT},
@@ -148,6 +169,14 @@ static const route_entry v2_routes[] = {
 	{"", R_V2_MODEL, WF_SERVE_EP_V2_METADATA},
 	{"/ready", R_V2_MODEL_READY, WF_SERVE_EP_V2_METADATA},
 	{"/infer", R_V2_INFER, WF_SERVE_EP_V2_INFER},
+	{"/config", R_V2_CONFIG, WF_SERVE_EP_V2_METADATA},
+	{"/stats", R_V2_STATS, WF_SERVE_EP_V2_METADATA},
+};
+
+static const route_entry repo_routes[] = {
+	/* after /v2/repository/models/NAME */
+	{"/load", R_V2_REPO_LOAD, WF_SERVE_EP_V2_REPOSITORY},
+	{"/unload", R_V2_REPO_UNLOAD, WF_SERVE_EP_V2_REPOSITORY},
 };
 
 static wf_serve_endpoint match_route(const route_entry *t, size_t n, const char *path, route *r)
@@ -163,13 +192,29 @@ static wf_serve_endpoint match_route(const route_entry *t, size_t n, const char 
 static wf_serve_endpoint parse_route(const char *url, route *r)
 {
 	memset(r, 0, sizeof(*r));
+	wf_serve_endpoint ep = match_route(exact_routes, WF_ARRAY_LEN(exact_routes), url, r);
+	if (r->kind != R_UNKNOWN)
+		return ep;
 	if (strncmp(url, "/v1/models/", 11) == 0)
 		return match_route(v1_routes, WF_ARRAY_LEN(v1_routes),
 				   parse_model_path(url + 11, r), r);
-	if (strncmp(url, "/v2/models/", 11) == 0)
-		return match_route(v2_routes, WF_ARRAY_LEN(v2_routes),
-				   parse_model_path(url + 11, r), r);
-	return match_route(exact_routes, WF_ARRAY_LEN(exact_routes), url, r);
+	if (strncmp(url, "/v2/models/", 11) == 0) {
+		ep = match_route(v2_routes, WF_ARRAY_LEN(v2_routes), parse_model_path(url + 11, r),
+				 r);
+		if (r->label[0])
+			r->kind = R_UNKNOWN; /* labels are TF Serving's */
+		return ep;
+	}
+	if (strncmp(url, "/v2/repository/models/", 22) == 0) {
+		const char *rest = url + 22;
+		size_t n = strcspn(rest, "/");
+		if (n == 0 || n >= sizeof(r->name))
+			return WF_SERVE_EP_OTHER;
+		memcpy(r->name, rest, n);
+		r->name[n] = 0;
+		return match_route(repo_routes, WF_ARRAY_LEN(repo_routes), rest + n, r);
+	}
+	return WF_SERVE_EP_OTHER;
 }
 
 /* ---- per-request state and replies ------------------------------------ */
@@ -190,8 +235,51 @@ typedef struct req_ctx {
 	int code;
 	struct MHD_Connection *conn;
 	char *url, method[16];
+	double t_queued;      /* wf_now() when handed to the handler threads */
 	struct req_ctx *next; /* in the handler queue */
 } req_ctx;
+
+/* Compress body with zlib (gzip: 1, deflate: 0) into a malloc'd buffer. */
+static char *zcompress(const char *body, size_t len, int gzip, size_t *out_len)
+{
+	z_stream z;
+	memset(&z, 0, sizeof(z));
+	if (deflateInit2(&z, Z_BEST_SPEED, Z_DEFLATED, gzip ? 15 + 16 : 15, 8,
+			 Z_DEFAULT_STRATEGY) != Z_OK)
+		return NULL;
+	size_t cap = deflateBound(&z, (uLong)len);
+	char *out = malloc(cap ? cap : 1);
+	if (!out) {
+		deflateEnd(&z);
+		return NULL;
+	}
+	z.next_in = (Bytef *)body;
+	z.avail_in = (uInt)len;
+	z.next_out = (Bytef *)out;
+	z.avail_out = (uInt)cap;
+	int rc = deflate(&z, Z_FINISH);
+	*out_len = z.total_out;
+	deflateEnd(&z);
+	if (rc != Z_STREAM_END) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+/* The response encoding the client accepts: "gzip", "deflate" or NULL. */
+static const char *accepted_encoding(struct MHD_Connection *c)
+{
+	const char *ae =
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+	if (!ae)
+		return NULL;
+	if (strstr(ae, "gzip"))
+		return "gzip";
+	if (strstr(ae, "deflate"))
+		return "deflate";
+	return NULL;
+}
 
 static enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
 				  char *body, size_t len, const char *ctype, size_t header_len)
@@ -204,12 +292,26 @@ static enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, re
 		ctype = CT_JSON;
 		header_len = 0;
 	}
+	const char *enc = len ? accepted_encoding(c) : NULL;
+	if (enc) {
+		size_t zlen = 0;
+		char *z = zcompress(body, len, enc[0] == 'g', &zlen);
+		if (z) {
+			free(body);
+			body = z;
+			len = zlen;
+		} else {
+			enc = NULL;
+		}
+	}
 	resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
 	if (!resp) {
 		free(body);
 		return MHD_NO;
 	}
 	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+	if (enc)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, enc);
 	if (header_len) {
 		char hl[32];
 		snprintf(hl, sizeof(hl), "%zu", header_len);
@@ -229,7 +331,8 @@ static enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, re
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
 					q->ep == WF_SERVE_EP_V1_PREDICT ||
 							q->ep == WF_SERVE_EP_V1_CLASSIFY ||
-							q->ep == WF_SERVE_EP_V2_INFER
+							q->ep == WF_SERVE_EP_V2_INFER ||
+							q->ep == WF_SERVE_EP_V2_REPOSITORY
 						? "POST"
 						: "GET");
 	q->replied = 1;
@@ -273,12 +376,83 @@ send_error(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code, con
 static int http_code(int rc)
 {
 	switch (rc) {
-	case WF_EINVAL: return MHD_HTTP_BAD_REQUEST;
+	case WF_EINVAL:
+	case WF_ENOTSUP: return MHD_HTTP_BAD_REQUEST;
 	case WF_SERVE_EFULL: return MHD_HTTP_TOO_MANY_REQUESTS;
 	case WF_ETRANSIENT:
 	case WF_ESTOPPED: return MHD_HTTP_SERVICE_UNAVAILABLE;
 	default: return MHD_HTTP_INTERNAL_SERVER_ERROR;
 	}
+}
+
+/* Undo Content-Encoding gzip|deflate of the request body in place; the
+ * inflated body is bounded by max_body. */
+static int inflate_body(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, wf_err *err)
+{
+	const char *ce =
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+	if (!ce || !*ce || !strcmp(ce, "identity"))
+		return 0;
+	if (strcmp(ce, "gzip") && strcmp(ce, "deflate"))
+		return wf_errf(err, WF_EINVAL,
+			       "unsupported Content-Encoding \"%s\" (gzip, deflate or identity)",
+			       ce);
+	if (!q->len)
+		return 0;
+	z_stream z;
+	memset(&z, 0, sizeof(z));
+	/* 15 + 32: zlib or gzip header, detected; raw deflate is retried below */
+	int raw = 0;
+again:
+	if (inflateInit2(&z, raw ? -15 : 15 + 32) != Z_OK)
+		return wf_errf(err, WF_EINTERNAL, "zlib inflateInit failed");
+	size_t cap = q->len * 4 + 4096, n = 0;
+	char *out = malloc(cap + 1);
+	int rc = Z_OK;
+	z.next_in = (Bytef *)q->body;
+	z.avail_in = (uInt)q->len;
+	while (out && rc != Z_STREAM_END) {
+		if (n == cap) {
+			if (cap >= h->o.max_body) {
+				free(out);
+				inflateEnd(&z);
+				return wf_errf(err, WF_EINVAL,
+					       "the %s body inflates beyond the limit of %zu bytes",
+					       ce, h->o.max_body);
+			}
+			cap = WF_MIN(cap * 2, h->o.max_body);
+			char *p = realloc(out, cap + 1);
+			if (!p)
+				break;
+			out = p;
+		}
+		z.next_out = (Bytef *)out + n;
+		z.avail_out = (uInt)(cap - n);
+		rc = inflate(&z, Z_NO_FLUSH);
+		n = cap - z.avail_out;
+		if (rc != Z_OK && rc != Z_STREAM_END)
+			break;
+		if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0)
+			break; /* truncated */
+	}
+	inflateEnd(&z);
+	if (!out)
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	if (rc != Z_STREAM_END) {
+		free(out);
+		if (!raw && !strcmp(ce, "deflate")) {
+			raw = 1;
+			memset(&z, 0, sizeof(z));
+			goto again;
+		}
+		return wf_errf(err, WF_EINVAL, "the request body is not valid %s data", ce);
+	}
+	out[n] = 0;
+	free(q->body);
+	q->body = out;
+	q->len = n;
+	q->cap = cap + 1;
+	return 0;
 }
 
 /* ---- status and metadata documents ------------------------------------ */
@@ -291,22 +465,37 @@ static json_t *version_status(long version, const char *state, const char *code,
 			 code, "error_message", msg);
 }
 
+/* The version label L of model name names; 0 when unknown. */
+static long label_version(wf_serve_http *h, const char *name, const char *label)
+{
+	wf_serve_model_config mc;
+	wf_err err = {0};
+	if (wf_serve_repo_model_config(h->repo, name, &mc, &err))
+		return 0;
+	for (int i = 0; i < mc.nlabels; i++)
+		if (!strcmp(mc.labels[i].key, label))
+			return mc.labels[i].version;
+	return 0;
+}
+
 static enum MHD_Result handle_v1_status(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 					const route *r)
 {
-	wf_serve_repo_status st;
-	wf_serve_repo_get_status(h->repo, &st);
-	json_t *list = json_array();
+	int n = 0;
 	long want = r->version;
-	if (st.version && (!want || want == st.version))
-		json_array_append_new(list, version_status(st.version, "AVAILABLE", "OK", ""));
-	if (st.loading_version && (!want || want == st.loading_version))
-		json_array_append_new(list,
-				      version_status(st.loading_version, "LOADING", "OK", ""));
-	if (st.failed_version && (!want || want == st.failed_version) &&
-	    st.failed_version != st.version)
-		json_array_append_new(
-			list, version_status(st.failed_version, "END", "UNKNOWN", st.error));
+	if (r->label[0] && !(want = label_version(h, r->name, r->label)))
+		return send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+				  "Unrecognized servable version label: %s", r->label);
+	wf_serve_version_state *st = wf_serve_repo_status(h->repo, r->name, &n);
+	json_t *list = json_array();
+	for (int i = 0; i < n; i++) {
+		if (want && st[i].version != want)
+			continue;
+		int failed = st[i].error[0] != 0;
+		json_array_append_new(list, version_status(st[i].version, st[i].state,
+							   failed ? "UNKNOWN" : "OK", st[i].error));
+	}
+	free(st);
 	if (json_array_size(list) == 0) {
 		json_decref(list);
 		if (want)
@@ -361,69 +550,211 @@ static enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connectio
 		tf_tensor_info(WF_SERVE_OUTPUT_PROBS, out_dims, 2), WF_SERVE_OUTPUT_LOGITS,
 		tf_tensor_info(WF_SERVE_OUTPUT_LOGITS, out_dims, 2), "method_name",
 		"tensorflow/serving/predict");
-	json_t *doc = json_pack("{s{ssssss}s{s{s{so}}so}}", "model_spec", "name", h->model_name,
+	json_t *doc = json_pack("{s{ssssss}s{s{s{so}}so}}", "model_spec", "name", v->name,
 				"signature_name", "", "version", ver, "metadata", "signature_def",
 				"signature_def", "serving_default", sig, "weft", weft_info(v));
+	(void)h;
 	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
+}
+
+/* Versions of model `name` being served, as strings, newest first. */
+static json_t *served_versions(wf_serve_http *h, const char *name)
+{
+	int n = 0;
+	wf_serve_version **vs = wf_serve_repo_acquire_all(h->repo, name, &n);
+	json_t *a = json_array();
+	for (int i = 0; i < n; i++) {
+		char ver[32];
+		snprintf(ver, sizeof(ver), "%ld", vs[i]->version);
+		json_array_append_new(a, json_string(ver));
+		wf_serve_version_release(vs[i]);
+	}
+	free(vs);
+	return a;
 }
 
 static enum MHD_Result handle_v2_model(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				       wf_serve_version *v)
 {
-	char ver[32];
-	snprintf(ver, sizeof(ver), "%ld", v->version);
-	json_t *doc =
-		json_pack("{sss[s]sss[{sssss[iiii]}]s[{sssss[ii]},{sssss[ii]}]so}", "name",
-			  h->model_name, "versions", ver, "platform", "weft", "inputs", "name",
-			  WF_SERVE_INPUT_NAME, "datatype", "FP32", "shape", -1, v->io.h, v->io.w,
-			  v->io.c, "outputs", "name", WF_SERVE_OUTPUT_PROBS, "datatype", "FP32",
-			  "shape", -1, v->io.classes, "name", WF_SERVE_OUTPUT_LOGITS, "datatype",
-			  "FP32", "shape", -1, v->io.classes, "parameters", weft_info(v));
+	json_t *doc = json_pack("{sssosss[{sssss[iiii]}]s[{sssss[ii]},{sssss[ii]}]so}", "name",
+				v->name, "versions", served_versions(h, v->name), "platform",
+				"weft", "inputs", "name", WF_SERVE_INPUT_NAME, "datatype", "FP32",
+				"shape", -1, v->io.h, v->io.w, v->io.c, "outputs", "name",
+				WF_SERVE_OUTPUT_PROBS, "datatype", "FP32", "shape", -1,
+				v->io.classes, "name", WF_SERVE_OUTPUT_LOGITS, "datatype", "FP32",
+				"shape", -1, v->io.classes, "parameters", weft_info(v));
 	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
 }
 
-/* ---- inference -------------------------------------------------------- */
-
-/* Run x through v; fills logits and probs [n,K] (malloc'd, caller frees). */
-static int infer(wf_serve_http *h, wf_serve_version *v, const wf_serve_input *in, float **logits,
-		 float **probs, wf_err *err)
+/* Triton's model configuration JSON (model_config.proto as JSON). */
+static enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+					wf_serve_version *v)
 {
-	size_t cnt = (size_t)in->n * v->io.classes;
-	*logits = malloc(cnt * sizeof(float));
-	*probs = malloc(cnt * sizeof(float));
-	if (!*logits || !*probs)
-		return wf_errf(err, WF_ENOMEM, "out of memory for %d results", in->n);
-	int rc = wf_serve_batcher_infer(h->batcher, v, in->x, in->n, *logits, h->o.request_timeout,
-					err);
-	if (rc == 0)
-		wf_serve_softmax(*logits, *probs, in->n, v->io.classes);
-	return rc;
+	wf_serve_model_config mc;
+	wf_err err = {0};
+	if (wf_serve_repo_model_config(h->repo, v->name, &mc, &err))
+		return send_error(h, c, q, MHD_HTTP_NOT_FOUND, "%s", err.msg);
+	json_t *policy;
+	if (mc.policy == WF_SERVE_POLICY_SPECIFIC) {
+		json_t *vl = json_array();
+		for (int i = 0; i < mc.nspecific; i++)
+			json_array_append_new(vl, json_integer(mc.specific[i]));
+		policy = json_pack("{s{so}}", "specific", "versions", vl);
+	} else if (mc.policy == WF_SERVE_POLICY_ALL) {
+		policy = json_pack("{s{}}", "all");
+	} else {
+		policy = json_pack("{s{si}}", "latest", "num_versions", mc.num_versions);
+	}
+	char lab[WF_SERVE_MAX_LABELS * (WF_SERVE_MAX_NAME + 24)] = "";
+	for (int i = 0; i < mc.nlabels; i++)
+		snprintf(lab + strlen(lab), sizeof(lab) - strlen(lab), "%s%s:%ld", i ? "," : "",
+			 mc.labels[i].key, mc.labels[i].version);
+	json_t *labels = json_pack("{ss}", "string_value", lab);
+	char group[WF_SERVE_MAX_NAME + 8];
+	snprintf(group, sizeof(group), "%s_0", v->name);
+	json_t *outs = json_array();
+	const char *onames[2] = {WF_SERVE_OUTPUT_PROBS, WF_SERVE_OUTPUT_LOGITS};
+	for (int i = 0; i < 2; i++)
+		json_array_append_new(outs, json_pack("{sssss[i]ss}", "name", onames[i],
+						      "data_type", "TYPE_FP32", "dims",
+						      v->io.classes, "label_filename", ""));
+	json_t *doc = json_pack(
+		"{sssssssosis[{sssssss[iii]sb}]sos[{sssiss}]s{so}}", "name", v->name, "platform",
+		mc.platform, "backend", "weft", "version_policy", policy, "max_batch_size",
+		mc.max_batch, "input", "name", WF_SERVE_INPUT_NAME, "data_type", "TYPE_FP32",
+		"format", "FORMAT_NHWC", "dims", v->io.h, v->io.w, v->io.c, "allow_ragged_batch", 0,
+		"output", outs, "instance_group", "name", group, "count", mc.instances, "kind",
+		"KIND_CPU", "parameters", "weft_version_labels", labels);
+	if (mc.batch_delay_us >= 0)
+		json_object_set_new(doc, "dynamic_batching",
+				    json_pack("{s[]sI}", "preferred_batch_size",
+					      "max_queue_delay_microseconds",
+					      (json_int_t)mc.batch_delay_us));
+	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
 }
+
+/* Triton's statistics of model `name` (all models when NULL), optionally of
+ * one version. */
+static enum MHD_Result handle_stats(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				    const char *name, long version)
+{
+	int n = 0, m = 0;
+	wf_serve_version **vs = wf_serve_repo_acquire_all(h->repo, name, &n);
+	for (int i = 0; i < n; i++)
+		if (!version || vs[i]->version == version)
+			vs[m++] = vs[i];
+		else
+			wf_serve_version_release(vs[i]);
+	if (name && m == 0) {
+		free(vs);
+		return version ? send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+					    "Request for unknown model: '%s' version %ld is not "
+					    "found",
+					    name, version)
+			       : send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+					    "Request for unknown model: '%s' has no available "
+					    "versions",
+					    name);
+	}
+	char *s = wf_serve_stats_json(vs, m);
+	for (int i = 0; i < m; i++)
+		wf_serve_version_release(vs[i]);
+	free(vs);
+	return send_json(h, c, q, MHD_HTTP_OK, s);
+}
+
+/* Triton's repository index: [{name, version, state, reason}]. Body
+ * {"ready": true} lists only the models ready for inference. */
+static enum MHD_Result handle_repo_index(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q)
+{
+	int ready_only = 0;
+	if (q->len) {
+		json_error_t jerr;
+		json_t *b = json_loadb(q->body, q->len, 0, &jerr);
+		if (!json_is_object(b)) {
+			json_decref(b);
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+					  "the index request body must be a JSON object");
+		}
+		ready_only = json_is_true(json_object_get(b, "ready"));
+		json_decref(b);
+	}
+	int n = 0;
+	wf_serve_version_state *st = wf_serve_repo_index(h->repo, &n);
+	json_t *a = json_array();
+	for (int i = 0; i < n; i++) {
+		const char *state = !strcmp(st[i].state, "AVAILABLE") ? "READY"
+				    : !strcmp(st[i].state, "LOADING") ? "LOADING"
+								      : "UNAVAILABLE";
+		if (ready_only && strcmp(state, "READY"))
+			continue;
+		json_t *e = json_pack("{ssss}", "name", st[i].name, "state", state);
+		if (st[i].version) {
+			char ver[32];
+			snprintf(ver, sizeof(ver), "%ld", st[i].version);
+			json_object_set_new(e, "version", json_string(ver));
+		}
+		if (!strcmp(state, "UNAVAILABLE"))
+			json_object_set_new(e, "reason",
+					    json_string(st[i].error[0] ? st[i].error : "unloaded"));
+		json_array_append_new(a, e);
+	}
+	free(st);
+	return send_jobj(h, c, q, MHD_HTTP_OK, a);
+}
+
+static enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+					   const route *r)
+{
+	wf_err err = {0};
+	if (q->len) {
+		json_error_t jerr;
+		json_t *b = json_loadb(q->body, q->len, 0, &jerr);
+		const json_t *p = json_object_get(b, "parameters");
+		int overrides = p && (json_object_get(p, "config") || json_object_size(p) > 1);
+		json_decref(b);
+		if (!b)
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+					  "the request body must be a JSON object");
+		if (overrides)
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+					  "load parameters (config, files) are not supported: "
+					  "weft-serve loads the model folder as it is");
+	}
+	int rc = r->kind == R_V2_REPO_LOAD ? wf_serve_repo_load(h->repo, r->name, &err)
+					   : wf_serve_repo_unload(h->repo, r->name, &err);
+	if (rc)
+		return send_error(h, c, q, http_code(rc), "%s", err.msg);
+	return send_json(h, c, q, MHD_HTTP_OK, strdup(""));
+}
+
+/* ---- inference -------------------------------------------------------- */
 
 static enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				       const route *r, wf_serve_version *v)
 {
 	wf_serve_tf_req req;
 	wf_err err = {0};
-	float *logits = NULL, *probs = NULL;
+	wf_serve_result res = {0};
 	enum MHD_Result ret;
 	int rc = wf_serve_tf_parse(&v->io, q->body ? q->body : "", q->len, &req, &err);
-	if (rc)
+	if (rc) {
+		wf_serve_stats_done(v, 0, wf_now() - q->t0);
 		return send_error(h, c, q, http_code(rc), "%s", err.msg);
-	rc = infer(h, v, &req.in, &logits, &probs, &err);
+	}
+	rc = wf_serve_run(h->batcher, v, &req.in, h->o.request_timeout, &res, &err);
 	if (rc) {
 		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
 		goto out;
 	}
-	char *body =
-		r->kind == R_V1_CLASSIFY
-			? wf_serve_tf_classify_reply(probs, req.in.n, v->io.classes,
-						     v->meta.class_names, req.top_k)
-			: wf_serve_tf_predict_reply(probs, req.in.n, v->io.classes, req.columnar);
+	char *body = r->kind == R_V1_CLASSIFY
+			     ? wf_serve_tf_classify_reply(res.probs, req.in.n, v->io.classes,
+							  v->meta.class_names, req.top_k)
+			     : wf_serve_tf_predict_reply(res.probs, req.in.n, v->io.classes,
+							 req.columnar);
 	ret = send_json(h, c, q, MHD_HTTP_OK, body);
 out:
-	free(logits);
-	free(probs);
+	wf_serve_result_free(&res);
 	wf_serve_tf_req_free(&req);
 	return ret;
 }
@@ -433,7 +764,7 @@ static enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *
 {
 	wf_serve_kv2_req req;
 	wf_err err = {0};
-	float *logits = NULL, *probs = NULL;
+	wf_serve_result res = {0};
 	enum MHD_Result ret;
 	size_t json_len = q->len;
 	const char *hcl =
@@ -449,16 +780,21 @@ static enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *
 		json_len = (size_t)l;
 	}
 	int rc = wf_serve_kv2_parse(&v->io, q->body ? q->body : "", q->len, json_len, &req, &err);
-	if (rc)
+	if (rc) {
+		wf_serve_stats_done(v, 0, wf_now() - q->t0);
 		return send_error(h, c, q, http_code(rc), "%s", err.msg);
-	rc = infer(h, v, &req.in, &logits, &probs, &err);
+	}
+	double timeout = h->o.request_timeout;
+	if (req.timeout_us > 0 && req.timeout_us * 1e-6 < timeout)
+		timeout = req.timeout_us * 1e-6;
+	rc = wf_serve_run(h->batcher, v, &req.in, timeout, &res, &err);
 	if (rc) {
 		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
 		goto out;
 	}
 	char *body = NULL;
 	size_t len = 0, header_len = 0;
-	rc = wf_serve_kv2_reply(&req, h->model_name, v->version, logits, probs, req.in.n,
+	rc = wf_serve_kv2_reply(&req, v->name, v->version, res.logits, res.probs, req.in.n,
 				v->io.classes, v->meta.class_names, &body, &len, &header_len, &err);
 	if (rc)
 		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
@@ -466,8 +802,7 @@ static enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *
 		ret = send_reply(h, c, q, MHD_HTTP_OK, body, len,
 				 header_len ? "application/octet-stream" : CT_JSON, header_len);
 out:
-	free(logits);
-	free(probs);
+	wf_serve_result_free(&res);
 	wf_serve_kv2_req_free(&req);
 	return ret;
 }
@@ -476,9 +811,7 @@ out:
 
 static int model_ready(wf_serve_http *h)
 {
-	wf_serve_repo_status st;
-	wf_serve_repo_get_status(h->repo, &st);
-	return st.version != 0 && !atomic_load(&h->draining);
+	return wf_serve_repo_ready(h->repo) && !atomic_load(&h->draining);
 }
 
 /* Routes that need a loaded model version. */
@@ -486,40 +819,31 @@ static enum MHD_Result dispatch_model(wf_serve_http *h, struct MHD_Connection *c
 				      const route *r)
 {
 	int v1 = r->kind <= R_V1_REGRESS;
-	if (strcmp(r->name, h->model_name) != 0)
-		return v1 ? send_error(h, c, q, MHD_HTTP_NOT_FOUND,
-				       "Servable not found for request: Latest(%s)", r->name)
-			  : send_error(h, c, q, MHD_HTTP_NOT_FOUND,
-				       "Request for unknown model: '%s' is not found", r->name);
 	if (r->bad_version)
 		return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
 				  "the version in the URL must be a positive integer");
 	if (r->kind == R_V1_STATUS)
 		return handle_v1_status(h, c, q, r);
-	if (r->kind == R_V1_REGRESS)
-		return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
-				  "this model has no regression signature; use :predict or "
-				  ":classify");
-	wf_serve_version *v = wf_serve_repo_acquire(h->repo, r->version);
+	if (r->kind == R_V2_STATS)
+		return handle_stats(h, c, q, r->name, r->version);
+	wf_serve_find why;
+	wf_err err = {0};
+	wf_serve_version *v =
+		wf_serve_repo_find(h->repo, r->name, r->version, r->label, &why, &err);
 	if (!v) {
-		wf_serve_repo_status st;
-		wf_serve_repo_get_status(h->repo, &st);
-		if (r->kind == R_V2_MODEL_READY && (!r->version || r->version != st.version))
+		if (r->kind == R_V2_MODEL_READY && why != WF_SERVE_BAD_REQUEST &&
+		    (why == WF_SERVE_UNAVAILABLE || r->version))
 			return send_jobj(h, c, q, MHD_HTTP_SERVICE_UNAVAILABLE,
 					 json_pack("{sssb}", "name", r->name, "ready", 0));
-		if (!st.version)
-			return send_error(h, c, q, MHD_HTTP_SERVICE_UNAVAILABLE,
-					  "model %s is not ready: %s", r->name,
-					  st.loading_version ? "a version is loading"
-					  : st.failed_version
-						  ? st.error
-						  : "no version found under the base path yet");
-		return v1 ? send_error(h, c, q, MHD_HTTP_NOT_FOUND,
-				       "Servable not found for request: Specific(%s, %ld)", r->name,
-				       r->version)
-			  : send_error(h, c, q, MHD_HTTP_NOT_FOUND,
-				       "Request for unknown model: '%s' version %ld is not found",
-				       r->name, r->version);
+		if (why != WF_SERVE_NOT_FOUND || v1)
+			return send_error(h, c, q, (int)why, "%s", err.msg);
+		return r->version ? send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+					       "Request for unknown model: '%s' version %ld is not "
+					       "found",
+					       r->name, r->version)
+				  : send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+					       "Request for unknown model: '%s' is not found",
+					       r->name);
 	}
 	enum MHD_Result ret;
 	atomic_fetch_add(&h->inflight, 1);
@@ -527,7 +851,13 @@ static enum MHD_Result dispatch_model(wf_serve_http *h, struct MHD_Connection *c
 	case R_V1_METADATA: ret = handle_v1_metadata(h, c, q, v); break;
 	case R_V1_PREDICT:
 	case R_V1_CLASSIFY: ret = handle_v1_infer(h, c, q, r, v); break;
+	case R_V1_REGRESS:
+		ret = send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+				 "this model has no regression signature; use :predict or "
+				 ":classify");
+		break;
 	case R_V2_MODEL: ret = handle_v2_model(h, c, q, v); break;
+	case R_V2_CONFIG: ret = handle_v2_config(h, c, q, v); break;
 	case R_V2_MODEL_READY:
 		ret = send_jobj(
 			h, c, q,
@@ -548,7 +878,9 @@ static enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_
 	int is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 	int is_post = strcmp(method, "POST") == 0;
 	int wants_post = r->kind == R_V1_PREDICT || r->kind == R_V1_CLASSIFY ||
-			 r->kind == R_V1_REGRESS || r->kind == R_V2_INFER;
+			 r->kind == R_V1_REGRESS || r->kind == R_V2_INFER ||
+			 r->kind == R_V2_REPO_INDEX || r->kind == R_V2_REPO_LOAD ||
+			 r->kind == R_V2_REPO_UNLOAD;
 	if (r->kind == R_UNKNOWN)
 		return send_error(h, c, q, MHD_HTTP_NOT_FOUND, "Malformed request: %s %s", method,
 				  url);
@@ -558,26 +890,38 @@ static enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_
 	if (q->too_big)
 		return send_error(h, c, q, MHD_HTTP_CONTENT_TOO_LARGE,
 				  "request body larger than the limit of %zu bytes", h->o.max_body);
+	wf_err err = {0};
+	int rc = inflate_body(h, c, q, &err);
+	if (rc)
+		return send_error(h, c, q, http_code(rc), "%s", err.msg);
 	switch (r->kind) {
 	case R_METRICS: {
-		wf_serve_repo_status st;
-		wf_serve_repo_get_status(h->repo, &st);
-		char *s = wf_serve_metrics_render(h->metrics, h->model_name, st.version,
-						  model_ready(h), st.swaps);
+		int n = 0;
+		wf_serve_version **vs = wf_serve_repo_acquire_all(h->repo, NULL, &n);
+		char *s = wf_serve_metrics_render(h->metrics, vs, n, model_ready(h),
+						  wf_serve_repo_swaps(h->repo));
+		for (int i = 0; i < n; i++)
+			wf_serve_version_release(vs[i]);
+		free(vs);
 		return send_reply(h, c, q, MHD_HTTP_OK, s, s ? strlen(s) : 0,
 				  "text/plain; version=0.0.4", 0);
 	}
 	case R_V2_SERVER:
 		return send_jobj(h, c, q, MHD_HTTP_OK,
-				 json_pack("{sssss[ss]}", "name", "weft-serve", "version",
+				 json_pack("{sssss[ssssss]}", "name", "weft-serve", "version",
 					   WF_SERVE_VERSION, "extensions", "binary_tensor_data",
-					   "classification"));
+					   "classification", "model_repository",
+					   "model_configuration", "statistics", "parameters"));
 	case R_V2_LIVE: return send_jobj(h, c, q, MHD_HTTP_OK, json_pack("{sb}", "live", 1));
 	case R_V2_READY: {
 		int ready = model_ready(h);
 		return send_jobj(h, c, q, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE,
 				 json_pack("{sb}", "ready", ready));
 	}
+	case R_V2_ALL_STATS: return handle_stats(h, c, q, NULL, 0);
+	case R_V2_REPO_INDEX: return handle_repo_index(h, c, q);
+	case R_V2_REPO_LOAD:
+	case R_V2_REPO_UNLOAD: return handle_repo_control(h, c, q, r);
 	default: return dispatch_model(h, c, q, r);
 	}
 }
@@ -691,6 +1035,21 @@ static int reserve_body(wf_serve_http *h, req_ctx *q, size_t n)
 	return 1;
 }
 
+/* The body is no longer needed (the request was answered): free it and its
+ * share of the budget; memory of a large one goes back to the system. */
+static void release_body(wf_serve_http *h, req_ctx *q)
+{
+	free(q->body);
+	q->body = NULL;
+	q->len = q->cap = 0;
+	if (q->reserved) {
+		atomic_fetch_sub(&h->body_bytes, q->reserved);
+		if (q->reserved >= ((size_t)1 << 20))
+			malloc_trim(0);
+		q->reserved = 0;
+	}
+}
+
 /* 1 when the request carries "Authorization: Bearer <token>" (constant time). */
 static int authorized(wf_serve_http *h, struct MHD_Connection *c)
 {
@@ -798,6 +1157,7 @@ static enum MHD_Result defer(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 				  h->o.max_queue);
 	}
 	q->deferred = 1;
+	q->t_queued = wf_now();
 	MHD_suspend_connection(c);
 	q->next = NULL;
 	if (h->wtail)
@@ -828,7 +1188,13 @@ static void *handler_main(void *arg)
 		pthread_mutex_unlock(&h->wmu);
 		route r;
 		q->ep = parse_route(q->url, &r);
-		dispatch(h, q->conn, q, q->url, q->method, &r);
+		if (wf_now() - q->t_queued > h->o.request_timeout)
+			send_error(h, q->conn, q, MHD_HTTP_SERVICE_UNAVAILABLE,
+				   "request timed out after %.1fs waiting for a handler thread",
+				   h->o.request_timeout);
+		else
+			dispatch(h, q->conn, q, q->url, q->method, &r);
+		release_body(h, q);
 		MHD_resume_connection(q->conn);
 		pthread_mutex_lock(&h->wmu);
 	}
@@ -874,10 +1240,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 				  h->o.body_budget);
 	route r;
 	q->ep = parse_route(url, &r);
-	if ((r.kind == R_V1_PREDICT || r.kind == R_V1_CLASSIFY || r.kind == R_V2_INFER) &&
+	/* Inference and model control (a load, or an unload waiting for one)
+	 * may take long: handler threads, never the event threads. */
+	if ((r.kind == R_V1_PREDICT || r.kind == R_V1_CLASSIFY || r.kind == R_V2_INFER ||
+	     r.kind == R_V2_REPO_LOAD || r.kind == R_V2_REPO_UNLOAD) &&
 	    strcmp(method, "POST") == 0)
 		return defer(h, c, q, url, method);
-	return dispatch(h, c, q, url, method, &r);
+	enum MHD_Result ret = dispatch(h, c, q, url, method, &r);
+	release_body(h, q);
+	return ret;
 }
 
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
@@ -893,13 +1264,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (q->resp)
 		MHD_destroy_response(q->resp);
 	free(q->url);
-	free(q->body);
-	if (q->reserved) {
-		atomic_fetch_sub(&h->body_bytes, q->reserved);
-		/* Give large freed bodies (and their parse) back to the system. */
-		if (q->reserved >= ((size_t)1 << 20))
-			malloc_trim(0);
-	}
+	release_body(h, q);
 	free(q);
 	*con_cls = NULL;
 	atomic_fetch_sub(&h->active, 1);
@@ -946,15 +1311,42 @@ static int load_secrets(wf_serve_http *h, wf_err *err)
 		return wf_errf(err, WF_EINVAL,
 			       "TLS needs both --ssl_cert_file and --ssl_key_file (got only %s)",
 			       o->tls_cert_file ? "the certificate" : "the key");
+	if (o->ssl_config_file && o->tls_cert_file)
+		return wf_errf(err, WF_EINVAL,
+			       "give either --ssl_config_file or --ssl_cert_file/--ssl_key_file");
+	if ((o->tls_cert_file || o->ssl_config_file) &&
+	    MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+		return wf_errf(err, WF_ENOTSUP,
+			       "this libmicrohttpd was built without TLS (GnuTLS)");
 	if (o->tls_cert_file) {
-		if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
-			return wf_errf(err, WF_ENOTSUP,
-				       "this libmicrohttpd was built without TLS (GnuTLS)");
 		int rc = read_small_file(o->tls_cert_file, "TLS certificate", &h->tls_cert, err);
 		if (!rc)
 			rc = read_small_file(o->tls_key_file, "TLS key", &h->tls_key, err);
 		if (rc)
 			return rc;
+	}
+	if (o->ssl_config_file) {
+		char *text = NULL;
+		wf_serve_ssl_config sc;
+		int rc = read_small_file(o->ssl_config_file, "SSL config", &text, err);
+		if (rc)
+			return rc;
+		rc = wf_serve_ssl_config_parse(text, strlen(text), &sc, err);
+		free(text);
+		if (rc)
+			return wf_err_wrap(err, "--ssl_config_file %s", o->ssl_config_file);
+		int verify = sc.client_verify;
+		if (!sc.server_key || !sc.server_cert || verify) {
+			wf_serve_ssl_config_free(&sc);
+			return wf_errf(
+				err, verify ? WF_ENOTSUP : WF_EINVAL, "--ssl_config_file %s: %s",
+				o->ssl_config_file,
+				verify ? "client_verify (client certificates) is not supported"
+				       : "server_key and server_cert are required");
+		}
+		h->tls_key = sc.server_key;
+		h->tls_cert = sc.server_cert;
+		free(sc.custom_ca); /* only used to verify clients */
 	}
 	if (o->auth_token_file) {
 		int rc = read_small_file(o->auth_token_file, "token file", &h->token, err);

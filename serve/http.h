@@ -34,6 +34,7 @@ typedef struct wf_serve_http_opts {
 	int retry_after;	   /* seconds in Retry-After of 429/503 answers */
 	const char *tls_cert_file; /* PEM; with tls_key_file: HTTPS only */
 	const char *tls_key_file;
+	const char *ssl_config_file; /* TF Serving SSLConfig text (instead of the two) */
 	const char *auth_token_file; /* "Authorization: Bearer <its first line>" required */
 } wf_serve_http_opts;
 

@@ -12,6 +12,7 @@
 #include "serve/repo.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -47,13 +48,24 @@ typedef struct serve_flags {
 	long body_budget; /* 0: 4 x max_request_bytes */
 	int max_queue;
 	int retry_after;
-	const char *ssl_cert, *ssl_key, *token_file;
+	const char *ssl_cert, *ssl_key, *ssl_config, *token_file;
+	/* many models and the TF Serving / Triton command lines (issue 12) */
+	const char *config_file;     /* --model_config_file */
+	double config_poll_seconds;  /* --model_config_file_poll_wait_seconds */
+	const char *repository;	     /* --model_repository, --model-repository */
+	int control;		     /* --model_control_mode none|poll|explicit */
+	const char *load_models[64]; /* --load-model (repeatable) */
+	int nload_models;
+	int tf_grpc_port; /* --port: TF Serving's gRPC port (8500) */
+	int grpc_port;	  /* --grpc_port, --grpc-port: KServe v2 gRPC (8001) */
+	int port_set;	  /* an HTTP port flag was given (else Triton's 8000 with a repository) */
 } serve_flags;
 
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: weft-serve --model_base_path DIR [flags]\n"
+		"usage: weft-serve (--model_base_path DIR | --model_config_file FILE |\n"
+		"                   --model_repository DIR) [flags]\n"
 		"\n"
 		"Serves DIR/<version>/model.h5 (the highest numeric version) over HTTP: the\n"
 		"TensorFlow Serving REST API (/v1/models/NAME...), the KServe v2 protocol\n"
@@ -67,10 +79,34 @@ static void usage(FILE *f)
 		"preprocessing (images are also resized; PNG alpha is dropped).\n"
 		"\n"
 		"flags (--flag=value or --flag value):\n"
-		"  --rest_api_port, --port N         HTTP port (default 8501; 0 = any free port)\n"
+		"  --rest_api_port, --http-port N    HTTP port (default 8501, with\n"
+		"                                    --model_repository 8000 as in Triton; 0 =\n"
+		"                                    any free port)\n"
 		"  --bind_address A                  IPv4 address to listen on (default 0.0.0.0)\n"
 		"  --model_name NAME                 name in URLs (default \"default\")\n"
-		"  --model_base_path DIR             holds <version>/model.h5 (required)\n"
+		"  --model_base_path DIR             holds <version>/model.h5 (one model)\n"
+		"  --model_config_file FILE          many models: TF Serving's ModelServerConfig\n"
+		"                                    text (model_config_list { config { name\n"
+		"                                    base_path model_version_policy\n"
+		"                                    version_labels } })\n"
+		"  --model_config_file_poll_wait_seconds S  re-read FILE every S s (default 0:\n"
+		"                                    never)\n"
+		"  --model_repository, --model-repository DIR  many models, Triton style:\n"
+		"                                    DIR/<model>/<version>/model.h5 and an\n"
+		"                                    optional DIR/<model>/config.pbtxt\n"
+		"                                    (version_policy, max_batch_size,\n"
+		"                                    dynamic_batching, instance_group count:\n"
+		"                                    batch threads the model may hold at once,\n"
+		"                                    parameters weft_threads)\n"
+		"  --model_control_mode, --model-control-mode M  none (load the repository\n"
+		"                                    once), poll (follow it) or explicit\n"
+		"                                    (/v2/repository/models/NAME/load|unload);\n"
+		"                                    default none\n"
+		"  --load-model, --load_model NAME   explicit mode: load NAME at start ('*': all;\n"
+		"                                    repeatable)\n"
+		"  --repository-poll-secs S          Triton's name for the version poll period\n"
+		"  --port N                          TF Serving's gRPC port (default 8500)\n"
+		"  --grpc_port, --grpc-port N        KServe v2 gRPC port (default 8001)\n"
 		"  --file_system_poll_wait_seconds S poll DIR every S seconds (default 1; 0 = "
 		"load\n"
 		"                                    once, never poll)\n"
@@ -108,12 +144,15 @@ static void usage(FILE *f)
 		"  --max_body_bytes_in_flight N      request bodies held at once; over it 503\n"
 		"                                    with Retry-After (default 4 x\n"
 		"                                    max_request_bytes)\n"
-		"  --max_queue_size N                requests waiting for a forward thread;\n"
+		"  --max_queue_size N                inference requests waiting for a handler\n"
+		"                                    thread (and as many for a forward thread);\n"
 		"                                    more get 429 with Retry-After at once\n"
 		"                                    (default 128; 0 = no bound)\n"
 		"  --retry_after_seconds S           Retry-After of 429/503 answers (default 1)\n"
 		"  --ssl_cert_file F                 serve HTTPS only, with this PEM\n"
 		"  --ssl_key_file F                  certificate (chain) and key\n"
+		"  --ssl_config_file F               instead: TF Serving's SSLConfig text\n"
+		"                                    (server_key, server_cert: PEM strings)\n"
 		"  --auth_token_file F               require \"Authorization: Bearer TOKEN\"\n"
 		"                                    (TOKEN: F's first line; 401 otherwise) on\n"
 		"                                    all but /v2/health/live and /ready (probes)\n"
@@ -123,6 +162,13 @@ static void usage(FILE *f)
 		"On SIGTERM/SIGINT readiness fails, the port stops accepting, every request\n"
 		"already received is answered (with \"Connection: close\"), then the process\n"
 		"exits, at the latest after --drain_timeout_seconds.\n"
+		"TF Serving's --rest_api_timeout_in_ms sets the request timeout; accepted and\n"
+		"ignored: --enable_model_warmup (always on), --rest_api_num_threads,\n"
+		"--tensorflow_{intra,inter}_op_parallelism, --tensorflow_session_parallelism,\n"
+		"--allow_version_labels_for_unavailable_models.\n"
+		"Accepted for Triton command lines and ignored: --strict-model-config,\n"
+		"--allow-http, --allow-grpc, --allow-metrics, --log-verbose (= --verbose),\n"
+		"--metrics-port (metrics are served on the HTTP port).\n"
 		"\n"
 		"exit status: 0 after SIGTERM/SIGINT and a clean drain; 1 on bad flags or a\n"
 		"base path that is not a directory.\n");
@@ -187,7 +233,12 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 		name[n] = 0;
 		if (!strcmp(name, "--help") || !strcmp(name, "-h"))
 			return 1;
-		int is_bool = !strcmp(name, "--enable_batching") || !strcmp(name, "--verbose");
+		int is_bool = !strcmp(name, "--enable_batching") || !strcmp(name, "--verbose") ||
+			      !strcmp(name, "--strict-model-config") ||
+			      !strcmp(name, "--allow-http") || !strcmp(name, "--allow-grpc") ||
+			      !strcmp(name, "--allow-metrics") ||
+			      !strcmp(name, "--enable_model_warmup") ||
+			      !strcmp(name, "--allow_version_labels_for_unavailable_models");
 		if (eq)
 			val = eq + 1;
 		else if (!is_bool) {
@@ -195,9 +246,60 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 				return wf_errf(err, WF_EINVAL, "flag %s needs a value", name);
 			val = argv[++i];
 		}
-		if (!strcmp(name, "--port") || !strcmp(name, "--rest_api_port")) {
+		if (!strcmp(name, "--rest_api_port") || !strcmp(name, "--http-port")) {
 			rc = parse_long(name, val, 0, 65535, &l, err);
 			f->port = (int)l;
+			f->port_set = 1;
+		} else if (!strcmp(name, "--port")) {
+			rc = parse_long(name, val, 0, 65535, &l, err);
+			f->tf_grpc_port = (int)l;
+		} else if (!strcmp(name, "--grpc_port") || !strcmp(name, "--grpc-port")) {
+			rc = parse_long(name, val, 0, 65535, &l, err);
+			f->grpc_port = (int)l;
+		} else if (!strcmp(name, "--model_config_file")) {
+			f->config_file = val;
+		} else if (!strcmp(name, "--model_config_file_poll_wait_seconds")) {
+			rc = parse_double(name, val, 0, 86400, &f->config_poll_seconds, err);
+		} else if (!strcmp(name, "--model_repository") ||
+			   !strcmp(name, "--model-repository") || !strcmp(name, "--model-store")) {
+			f->repository = val;
+		} else if (!strcmp(name, "--model_control_mode") ||
+			   !strcmp(name, "--model-control-mode")) {
+			if (!strcmp(val, "none"))
+				f->control = WF_SERVE_CONTROL_NONE;
+			else if (!strcmp(val, "poll"))
+				f->control = WF_SERVE_CONTROL_POLL;
+			else if (!strcmp(val, "explicit"))
+				f->control = WF_SERVE_CONTROL_EXPLICIT;
+			else
+				return wf_errf(err, WF_EINVAL,
+					       "flag %s: \"%s\" is not none, poll or explicit",
+					       name, val);
+		} else if (!strcmp(name, "--load-model") || !strcmp(name, "--load_model")) {
+			if (f->nload_models == (int)WF_ARRAY_LEN(f->load_models))
+				return wf_errf(err, WF_EINVAL, "more than %d --load-model flags",
+					       (int)WF_ARRAY_LEN(f->load_models));
+			f->load_models[f->nload_models++] = val;
+		} else if (!strcmp(name, "--repository-poll-secs")) {
+			rc = parse_double(name, val, 0, 86400, &f->poll_seconds, err);
+		} else if (!strcmp(name, "--log-verbose")) {
+			long lv = 0;
+			rc = parse_long(name, val, 0, 1000, &lv, err);
+			f->verbose = lv > 0;
+		} else if (!strcmp(name, "--rest_api_timeout_in_ms")) {
+			rc = parse_double(name, val, 1, 86400000, &f->request_timeout, err);
+			f->request_timeout /= 1000;
+		} else if (!strcmp(name, "--enable_model_warmup") ||
+			   !strcmp(name, "--rest_api_num_threads") ||
+			   !strcmp(name, "--tensorflow_intra_op_parallelism") ||
+			   !strcmp(name, "--tensorflow_inter_op_parallelism") ||
+			   !strcmp(name, "--tensorflow_session_parallelism") ||
+			   !strcmp(name, "--allow_version_labels_for_unavailable_models")) {
+			/* TF Serving flags that do not apply (weft always warms up) */
+		} else if (!strcmp(name, "--strict-model-config") ||
+			   !strcmp(name, "--allow-http") || !strcmp(name, "--allow-grpc") ||
+			   !strcmp(name, "--allow-metrics") || !strcmp(name, "--metrics-port")) {
+			/* Triton flags that do not apply to weft-serve */
 		} else if (!strcmp(name, "--bind_address")) {
 			f->bind_address = val;
 		} else if (!strcmp(name, "--model_name")) {
@@ -265,6 +367,8 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 			f->ssl_cert = val;
 		} else if (!strcmp(name, "--ssl_key_file")) {
 			f->ssl_key = val;
+		} else if (!strcmp(name, "--ssl_config_file")) {
+			f->ssl_config = val;
 		} else if (!strcmp(name, "--auth_token_file")) {
 			f->token_file = val;
 		} else {
@@ -273,8 +377,12 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 		if (rc)
 			return rc;
 	}
-	if (!f->base_path)
-		return wf_errf(err, WF_EINVAL, "flag --model_base_path is required (see --help)");
+	if (f->repository && !f->port_set)
+		f->port = 8000; /* Triton's HTTP port */
+	if (!!f->base_path + !!f->config_file + !!f->repository != 1)
+		return wf_errf(err, WF_EINVAL,
+			       "give one of --model_base_path, --model_config_file or "
+			       "--model_repository (see --help)");
 	return 0;
 }
 
@@ -297,6 +405,8 @@ int main(int argc, char **argv)
 		.body_timeout = 60,
 		.max_queue = 128,
 		.retry_after = 1,
+		.tf_grpc_port = 8500,
+		.grpc_port = 8001,
 	};
 	wf_err err = {0};
 	wf_serve_metrics *metrics = NULL;
@@ -327,6 +437,9 @@ int main(int argc, char **argv)
 	sigaddset(&stop_set, SIGINT);
 	pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* Two malloc arenas: memory freed after a large request goes back to the
+	 * system (malloc_trim) instead of staying in one arena per thread. */
+	mallopt(M_ARENA_MAX, 2);
 
 	metrics = wf_serve_metrics_create();
 	if (!metrics) {
@@ -334,6 +447,17 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	wf_serve_repo_opts ro = {
+		.kind = f.config_file  ? WF_SERVE_CONFIG_FILE
+			: f.repository ? WF_SERVE_REPOSITORY
+				       : WF_SERVE_SINGLE,
+		.config_file = f.config_file,
+		.config_poll_seconds = f.config_poll_seconds,
+		.repository = f.repository,
+		.control = (wf_serve_control)f.control,
+		.load_models = f.load_models,
+		.nload_models = f.nload_models,
+		.batch_delay_us = f.timeout_us,
+		.batching = f.batching,
 		.name = f.model_name,
 		.base_path = f.base_path,
 		.device = f.device,
@@ -368,11 +492,13 @@ int main(int argc, char **argv)
 		.retry_after = f.retry_after,
 		.tls_cert_file = f.ssl_cert,
 		.tls_key_file = f.ssl_key,
+		.ssl_config_file = f.ssl_config,
 		.auth_token_file = f.token_file,
 	};
-	if (!ho.threads) /* requests waiting to fill a batch each hold one */
+	if (!ho.threads) /* requests filling a batch and the next each hold one */
 		ho.threads =
-			f.batching ? (int)WF_MIN(256, WF_MAX(16, f.max_batch * f.batch_threads + 4))
+			f.batching ? (int)WF_MIN(256,
+						 WF_MAX(16, 2 * f.max_batch * f.batch_threads + 4))
 				   : 16;
 	rc = wf_serve_batcher_create(&batcher, &bo, metrics, &err);
 	if (!rc)
@@ -383,8 +509,12 @@ int main(int argc, char **argv)
 		goto out;
 	wf_info("weft-serve: model %s from %s on http://%s:%d (device %s, batching %s, "
 		"max_batch_size %d, %d forward threads x %d compute threads)",
-		f.model_name, f.base_path, f.bind_address, wf_serve_http_port(http), f.device,
-		f.batching ? "on" : "off", f.max_batch, f.batch_threads, f.threads);
+		f.base_path ? f.model_name : "(many)",
+		f.base_path	? f.base_path
+		: f.config_file ? f.config_file
+				: f.repository,
+		f.bind_address, wf_serve_http_port(http), f.device, f.batching ? "on" : "off",
+		f.max_batch, f.batch_threads, f.threads);
 
 	int sig = 0;
 	sigwait(&stop_set, &sig);

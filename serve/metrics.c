@@ -17,8 +17,8 @@ static const int batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 #define NBATCH (sizeof(batch_bounds) / sizeof(batch_bounds[0]))
 
 static const char *const endpoint_names[WF_SERVE_EP__COUNT] = {
-	"v1_status",   "v1_metadata", "v1_predict", "v1_classify", "v2_health",
-	"v2_metadata", "v2_infer",    "metrics",    "other",
+	"v1_status",   "v1_metadata", "v1_predict",    "v1_classify", "v2_health",
+	"v2_metadata", "v2_infer",    "v2_repository", "metrics",     "other",
 };
 
 struct wf_serve_metrics {
@@ -141,7 +141,7 @@ __attribute__((format(printf, 2, 3))) static void put(text *t, const char *fmt, 
 	}
 }
 
-char *wf_serve_metrics_render(wf_serve_metrics *m, const char *model, long version, int ready,
+char *wf_serve_metrics_render(wf_serve_metrics *m, wf_serve_version *const *vs, int nv_n, int ready,
 			      long swaps)
 {
 	text t = {.p = malloc(8192), .cap = 8192};
@@ -193,52 +193,80 @@ char *wf_serve_metrics_render(wf_serve_metrics *m, const char *model, long versi
 	    "weft_serve_queue_duration_seconds_sum %.9g\nweft_serve_queue_duration_seconds_count "
 	    "%lu\n",
 	    m->queue_count, m->queue_sum, m->queue_count);
-	/* Triton's names: inference requests are :predict, :classify and /infer. */
-	unsigned long ok = 0, failed = 0;
-	double dur = 0;
-	const wf_serve_endpoint infer_eps[] = {WF_SERVE_EP_V1_PREDICT, WF_SERVE_EP_V1_CLASSIFY,
-					       WF_SERVE_EP_V2_INFER};
-	for (size_t k = 0; k < sizeof(infer_eps) / sizeof(infer_eps[0]); k++) {
-		wf_serve_endpoint e = infer_eps[k];
-		for (int c = 0; c < MAX_CODE; c++)
-			*(c >= 200 && c < 300 ? &ok : &failed) += m->requests[e][c];
-		dur += m->lat_sum[e];
+	/* Triton's names, per model version, from the versions' statistics. */
+	static const struct {
+		const char *name, *help;
+	} nv[] = {
+		{"nv_inference_request_success", "Number of successful inference requests, all "
+						 "batch sizes"},
+		{"nv_inference_request_failure", "Number of failed inference requests, all batch "
+						 "sizes"},
+		{"nv_inference_count", "Number of inferences performed (does not include cached "
+				       "requests)"},
+		{"nv_inference_exec_count", "Number of model executions performed (does not "
+					    "include cached requests)"},
+		{"nv_inference_request_duration_us", "Cumulative inference request duration in "
+						     "microseconds (includes cached requests)"},
+		{"nv_inference_queue_duration_us", "Cumulative inference queuing duration in "
+						   "microseconds (includes cached requests)"},
+		{"nv_inference_compute_input_duration_us", "Cumulative compute input duration in "
+							   "microseconds (does not include cached "
+							   "requests)"},
+		{"nv_inference_compute_infer_duration_us", "Cumulative compute inference duration "
+							   "in microseconds (does not include "
+							   "cached requests)"},
+		{"nv_inference_compute_output_duration_us", "Cumulative inference compute output "
+							    "duration in microseconds (does not "
+							    "include cached requests)"},
+	};
+	for (size_t k = 0; k < sizeof(nv) / sizeof(nv[0]); k++) {
+		put(&t, "# HELP %s %s\n# TYPE %s counter\n", nv[k].name, nv[k].help, nv[k].name);
+		for (int i = 0; i < nv_n; i++) {
+			wf_serve_stats *st = &vs[i]->stats;
+			unsigned long x = 0;
+			switch (k) {
+			case 0: x = atomic_load(&st->success); break;
+			case 1: x = atomic_load(&st->fail); break;
+			case 2: x = atomic_load(&st->inferences); break;
+			case 3: x = atomic_load(&st->executions); break;
+			case 4:
+				x = (atomic_load(&st->success_ns) + atomic_load(&st->fail_ns)) /
+				    1000;
+				break;
+			case 5: x = atomic_load(&st->queue_ns) / 1000; break;
+			case 6: x = atomic_load(&st->input_ns) / 1000; break;
+			case 7: x = atomic_load(&st->infer_ns) / 1000; break;
+			default: x = atomic_load(&st->output_ns) / 1000;
+			}
+			put(&t, "%s{model=\"%s\",version=\"%ld\"} %lu\n", nv[k].name, vs[i]->name,
+			    vs[i]->version, x);
+		}
 	}
-	put(&t,
-	    "# HELP nv_inference_request_success Successful inference requests (Triton name).\n"
-	    "# TYPE nv_inference_request_success counter\n"
-	    "nv_inference_request_success{model=\"%s\",version=\"%ld\"} %lu\n"
-	    "# HELP nv_inference_request_failure Failed inference requests (Triton name).\n"
-	    "# TYPE nv_inference_request_failure counter\n"
-	    "nv_inference_request_failure{model=\"%s\",version=\"%ld\"} %lu\n"
-	    "# HELP nv_inference_count Samples inferred (Triton name).\n"
-	    "# TYPE nv_inference_count counter\n"
-	    "nv_inference_count{model=\"%s\",version=\"%ld\"} %.0f\n"
-	    "# HELP nv_inference_exec_count Batched forwards run (Triton name).\n"
-	    "# TYPE nv_inference_exec_count counter\n"
-	    "nv_inference_exec_count{model=\"%s\",version=\"%ld\"} %lu\n"
-	    "# HELP nv_inference_request_duration_us Cumulative inference request time.\n"
-	    "# TYPE nv_inference_request_duration_us counter\n"
-	    "nv_inference_request_duration_us{model=\"%s\",version=\"%ld\"} %.0f\n"
-	    "# HELP nv_inference_queue_duration_us Cumulative time requests waited in the queue.\n"
-	    "# TYPE nv_inference_queue_duration_us counter\n"
-	    "nv_inference_queue_duration_us{model=\"%s\",version=\"%ld\"} %.0f\n",
-	    model, version, ok, model, version, failed, model, version, m->batch_sum, model,
-	    version, m->batch_count, model, version, dur * 1e6, model, version, m->queue_sum * 1e6);
 	put(&t,
 	    "# HELP weft_serve_queue_depth Requests waiting for a batch thread.\n"
 	    "# TYPE weft_serve_queue_depth gauge\nweft_serve_queue_depth %d\n",
 	    m->queue);
 	pthread_mutex_unlock(&m->mu);
+	put(&t, "# HELP weft_serve_model_version Highest version served per model.\n"
+		"# TYPE weft_serve_model_version gauge\n");
+	for (int i = 0; i < nv_n; i++) {
+		int newest = 1;
+		for (int j = 0; j < nv_n; j++)
+			if (j != i && !strcmp(vs[j]->name, vs[i]->name) &&
+			    vs[j]->version > vs[i]->version)
+				newest = 0;
+		if (newest)
+			put(&t, "weft_serve_model_version{model=\"%s\"} %ld\n", vs[i]->name,
+			    vs[i]->version);
+	}
 	put(&t,
-	    "# HELP weft_serve_model_version Version being served (0: none).\n"
-	    "# TYPE weft_serve_model_version gauge\nweft_serve_model_version{model=\"%s\"} %ld\n"
-	    "# HELP weft_serve_model_swaps_total Versions loaded and swapped in.\n"
-	    "# TYPE weft_serve_model_swaps_total counter\n"
-	    "weft_serve_model_swaps_total{model=\"%s\"} %ld\n"
+	    "# HELP weft_serve_model_versions_loaded Model versions being served.\n"
+	    "# TYPE weft_serve_model_versions_loaded gauge\nweft_serve_model_versions_loaded %d\n"
+	    "# HELP weft_serve_model_swaps_total Model versions loaded so far.\n"
+	    "# TYPE weft_serve_model_swaps_total counter\nweft_serve_model_swaps_total %ld\n"
 	    "# HELP weft_serve_ready 1 when the server accepts inference requests.\n"
 	    "# TYPE weft_serve_ready gauge\nweft_serve_ready %d\n",
-	    model, version, model, swaps, ready);
+	    nv_n, swaps, ready);
 	if (t.oom) {
 		free(t.p);
 		return NULL;

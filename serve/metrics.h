@@ -2,21 +2,24 @@
  * status code, request latency and batch size histograms, queue depth and
  * queue time, the loaded model version and swaps, rendered in the text
  * exposition format, plus Triton's nv_inference_* names for the counters that
- * map (success/failure, inference and execution counts, cumulative request
- * and queue microseconds). Thread-safe. */
+ * map (per model version: success/failure, inference and execution counts,
+ * cumulative request, queue and compute microseconds). Thread-safe. */
 #ifndef WF_SERVE_METRICS_H
 #define WF_SERVE_METRICS_H
 
+#include "serve/repo.h"
+
 typedef enum {
-	WF_SERVE_EP_V1_STATUS,	 /* GET /v1/models/m[/versions/v] */
-	WF_SERVE_EP_V1_METADATA, /* GET .../metadata */
-	WF_SERVE_EP_V1_PREDICT,	 /* POST ...:predict */
-	WF_SERVE_EP_V1_CLASSIFY, /* POST ...:classify */
-	WF_SERVE_EP_V2_HEALTH,	 /* /v2/health/live|ready */
-	WF_SERVE_EP_V2_METADATA, /* /v2, /v2/models/m[/versions/v][/ready] */
-	WF_SERVE_EP_V2_INFER,	 /* POST /v2/models/m[/versions/v]/infer */
-	WF_SERVE_EP_METRICS,	 /* /metrics */
-	WF_SERVE_EP_OTHER,	 /* anything else (404s) */
+	WF_SERVE_EP_V1_STATUS,	   /* GET /v1/models/m[/versions/v] */
+	WF_SERVE_EP_V1_METADATA,   /* GET .../metadata */
+	WF_SERVE_EP_V1_PREDICT,	   /* POST ...:predict */
+	WF_SERVE_EP_V1_CLASSIFY,   /* POST ...:classify */
+	WF_SERVE_EP_V2_HEALTH,	   /* /v2/health/live|ready */
+	WF_SERVE_EP_V2_METADATA,   /* /v2, /v2/models/m[/versions/v][/ready] */
+	WF_SERVE_EP_V2_INFER,	   /* POST /v2/models/m[/versions/v]/infer */
+	WF_SERVE_EP_V2_REPOSITORY, /* /v2/repository/... */
+	WF_SERVE_EP_METRICS,	   /* /metrics */
+	WF_SERVE_EP_OTHER,	   /* anything else (404s) */
 	WF_SERVE_EP__COUNT
 } wf_serve_endpoint;
 
@@ -33,8 +36,9 @@ void wf_serve_metrics_queue_time(wf_serve_metrics *m, double seconds);
 /* Requests waiting for a batch thread (+1 queued, -1 taken). */
 void wf_serve_metrics_queue(wf_serve_metrics *m, int delta);
 int wf_serve_metrics_queue_depth(wf_serve_metrics *m);
-/* The text exposition document (malloc'd); version: serving version, 0 none. */
-char *wf_serve_metrics_render(wf_serve_metrics *m, const char *model, long version, int ready,
+/* The text exposition document (malloc'd): weft's metrics, and Triton's
+ * nv_inference_* per model version of vs[n] (the versions being served). */
+char *wf_serve_metrics_render(wf_serve_metrics *m, wf_serve_version *const *vs, int n, int ready,
 			      long swaps);
 
 #endif

@@ -2,6 +2,7 @@
 #include "serve/request.h"
 
 #include "common/util.h"
+#include "serve/jsonfast.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -40,10 +41,64 @@ static int input_alloc(const wf_image_io *io, wf_serve_input *in, size_t n, wf_e
 	return 0;
 }
 
+/* NaN, Infinity and -Infinity (TF Serving accepts them as bare JSON tokens)
+ * become numbers jansson reads: Infinity a double beyond float range (inf
+ * once cast), NaN the sentinel NAN_SENTINEL (NaN once read by num_f). */
+#define NAN_SENTINEL -7.7e307
+static char *replace_nonfinite(const char *body, size_t len, size_t *out_len)
+{
+	char *o = malloc(3 * len + 1);
+	size_t n = 0;
+	int in_str = 0;
+	if (!o)
+		return NULL;
+	for (size_t i = 0; i < len; i++) {
+		char c = body[i];
+		if (in_str) {
+			o[n++] = c;
+			if (c == '\\' && i + 1 < len)
+				o[n++] = body[++i];
+			else if (c == '"')
+				in_str = 0;
+			continue;
+		}
+		if (c == '"')
+			in_str = 1;
+		if (c == 'N' && len - i >= 3 && !memcmp(body + i, "NaN", 3)) {
+			memcpy(o + n, "-7.7e307", 8);
+			n += 8;
+			i += 2;
+		} else if (c == 'I' && len - i >= 8 && !memcmp(body + i, "Infinity", 8)) {
+			memcpy(o + n, "9.9e300", 7);
+			n += 7;
+			i += 7;
+		} else {
+			o[n++] = c;
+		}
+	}
+	o[n] = 0;
+	*out_len = n;
+	return o;
+}
+
+static float num_f(const json_t *v)
+{
+	double d = json_number_value(v);
+	return d == NAN_SENTINEL ? NAN : (float)d;
+}
+
 static json_t *parse_json(const char *body, size_t len, wf_err *err)
 {
 	json_error_t jerr;
+	char *fixed = NULL;
+	size_t flen = 0;
+	if ((memchr(body, 'N', len) || memchr(body, 'I', len)) &&
+	    (fixed = replace_nonfinite(body, len, &flen)) != NULL) {
+		body = fixed;
+		len = flen;
+	}
 	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
+	free(fixed);
 	if (!root) {
 		wf_errf(err, WF_EINVAL, "malformed JSON at line %d column %d: %s", jerr.line,
 			jerr.column, jerr.text);
@@ -73,7 +128,7 @@ static int parse_nested(const wf_image_io *io, const json_t *v, float *dst, cons
 			const json_t *px = json_array_get(row, x);
 			float *o = dst + ((size_t)y * io->w + x) * io->c;
 			if (io->c == 1 && json_is_number(px)) {
-				o[0] = (float)json_number_value(px);
+				o[0] = num_f(px);
 				continue;
 			}
 			if (json_array_size(px) != (size_t)io->c)
@@ -85,7 +140,7 @@ static int parse_nested(const wf_image_io *io, const json_t *v, float *dst, cons
 						err, WF_EINVAL,
 						"%s %ld: value at [%d][%d][%d] is not a number",
 						what, idx, y, x, ch);
-				o[ch] = (float)json_number_value(num);
+				o[ch] = num_f(num);
 			}
 		}
 	}
@@ -171,6 +226,8 @@ int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_se
 {
 	memset(req, 0, sizeof(*req));
 	req->top_k = 5;
+	if (wf_serve_tf_fast_parse(io->h, io->w, io->c, body, len, &req->in, &req->columnar))
+		return 0; /* plain numbers, read without a JSON tree (serve/jsonfast.h) */
 	json_t *root = parse_json(body, len, err);
 	if (!root)
 		return WF_EINVAL;
@@ -339,7 +396,7 @@ static int flatten_numbers(const json_t *v, float *dst, size_t cap, size_t *pos,
 {
 	if (json_is_number(v)) {
 		if (*pos < cap)
-			dst[*pos] = (float)json_number_value(v);
+			dst[*pos] = num_f(v);
 		(*pos)++;
 		return 0;
 	}
@@ -528,9 +585,11 @@ fail:
 
 static int kv2_outputs(const json_t *outs, int binary_default, wf_serve_kv2_req *req, wf_err *err)
 {
-	if (!outs) {
-		req->nout = 1;
+	if (!outs) { /* all outputs when none is named */
+		req->nout = 2;
 		req->out[0].binary = binary_default;
+		req->out[1].binary = binary_default;
+		req->out[1].logits = 1;
 		return 0;
 	}
 	if (!json_is_array(outs) || json_array_size(outs) < 1 ||
@@ -603,6 +662,14 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 	}
 	const json_t *params = json_object_get(root, "parameters");
 	int binary_default = json_is_true(json_object_get(params, "binary_data_output"));
+	const json_t *timeout = json_object_get(params, "timeout");
+	if (timeout && (!json_is_integer(timeout) || json_integer_value(timeout) < 0)) {
+		rc = wf_errf(
+			err, WF_EINVAL,
+			"parameters \"timeout\" must be a non-negative integer (microseconds)");
+		goto out_root;
+	}
+	req->timeout_us = timeout ? (long)json_integer_value(timeout) : 0;
 	const json_t *inputs = json_object_get(root, "inputs");
 	if (!json_is_array(inputs) || json_array_size(inputs) != 1) {
 		rc = wf_errf(err, WF_EINVAL,

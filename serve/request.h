@@ -67,6 +67,7 @@ typedef struct wf_serve_kv2_req {
 	wf_serve_input in;
 	char id[256]; /* echoed back when present */
 	int has_id;
+	long timeout_us; /* request parameters "timeout" (0: none) */
 	int nout;
 	wf_serve_kv2_out out[WF_SERVE_MAX_OUTPUTS];
 } wf_serve_kv2_req;

@@ -370,7 +370,11 @@ def hot_swap(port, base, images, tmp):
           "hot swap under load: responses switch from version 1 to 2")
     code, doc = jreq(port, "GET", "/v1/models/m")
     check(code == 200 and doc["model_version_status"][0]["version"] == "2", "status shows version 2")
-    check(jreq(port, "GET", "/v1/models/m/versions/1")[0] == 404, "version 1 is gone")
+    code, doc = jreq(port, "GET", "/v1/models/m/versions/1")
+    check(code == 200 and doc["model_version_status"][0]["state"] == "END",
+          "version 1 is unloaded (state END, as TF Serving reports it)")
+    check(jreq(port, "POST", "/v1/models/m/versions/1:predict", json.dumps({"instances": zeros(1)}))[0] == 404,
+          "version 1 no longer answers")
 
 
 def drain(tmp):

@@ -5,6 +5,7 @@
 #include "serve/request.h"
 #include "tests/test.h"
 
+#include <math.h>
 #include <stdint.h>
 /* jpeglib.h needs stdio.h first */
 #include <jpeglib.h>
@@ -92,6 +93,27 @@ static void test_tf_instances_are_model_input_unchanged(void)
 	wf_serve_tf_req_free(&req);
 }
 
+/* TF Serving accepts NaN, Infinity and -Infinity as bare JSON tokens;
+ * inside strings they stay text. */
+static void test_tf_nan_and_infinity(void)
+{
+	wf_image_io io = test_io();
+	wf_serve_tf_req req;
+	wf_err err = {0};
+	const char *body = "{\"signature_name\":\"serving_default\",\"instances\":[[[[NaN,Infinity,"
+			   "-Infinity],[1,2,3]],[[4,5,6],[7,8,9e2]]]]}";
+	int rc = wf_serve_tf_parse(&io, body, strlen(body), &req, &err);
+	WF_CHECK_MSG(rc == 0, "rc %d: %s", rc, err.msg);
+	if (rc)
+		return;
+	WF_CHECK_INT(req.in.n, 1);
+	WF_CHECK(isnan(req.in.x[0]));
+	WF_CHECK(isinf(req.in.x[1]) && req.in.x[1] > 0);
+	WF_CHECK(isinf(req.in.x[2]) && req.in.x[2] < 0);
+	WF_CHECK_NEAR(req.in.x[11], 900, 0);
+	wf_serve_tf_req_free(&req);
+}
+
 static void test_tf_bad_bodies_say_why(void)
 {
 	wf_image_io io = test_io();
@@ -162,8 +184,10 @@ static void test_kserve_fp32_json_and_binary_agree(void)
 			 "\"datatype\":\"FP32\",\"data\":[1,2,3,4,5,6,7,8,9,10,11,12]}]}";
 	WF_CHECK_INT(wf_serve_kv2_parse(&io, js, strlen(js), strlen(js), &a, &err), 0);
 	WF_CHECK(a.has_id && strcmp(a.id, "r1") == 0);
-	WF_CHECK_INT(a.nout, 1);
+	/* no "outputs": every output, probabilities first */
+	WF_CHECK_INT(a.nout, 2);
 	WF_CHECK_INT(a.out[0].logits, 0);
+	WF_CHECK_INT(a.out[1].logits, 1);
 	char head[256];
 	int hl = snprintf(
 		head, sizeof(head),
@@ -247,6 +271,7 @@ int main(void)
 	WF_RUN(test_tf_instances_are_model_input_unchanged);
 	WF_RUN(test_tf_bad_bodies_say_why);
 	WF_RUN(test_b64_jpeg_is_decoded_resized_and_preprocessed);
+	WF_RUN(test_tf_nan_and_infinity);
 	WF_RUN(test_kserve_fp32_json_and_binary_agree);
 	WF_RUN(test_kserve_uint8_gets_preprocessing);
 	WF_RUN(test_replies_carry_probabilities_labels_and_binary);

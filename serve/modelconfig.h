@@ -1,0 +1,63 @@
+/* modelconfig.h: the model configurations weft-serve reads from outside:
+ * TF Serving's ModelServerConfig in protobuf text format (--model_config_file:
+ * model_config_list { config { name base_path model_platform
+ * model_version_policy version_labels } }) and the subset of Triton's
+ * config.pbtxt that applies to weft models (name, platform/backend,
+ * version_policy, max_batch_size, dynamic_batching.max_queue_delay_microseconds,
+ * instance_group.count, parameters weft_threads). Unknown fields are
+ * skipped (both formats carry many that do not apply). Pure functions of
+ * their input; the fuzz target drives them directly. */
+#ifndef WF_SERVE_MODELCONFIG_H
+#define WF_SERVE_MODELCONFIG_H
+
+#include "common/error.h"
+
+#include <stddef.h>
+
+#define WF_SERVE_MAX_NAME     128
+#define WF_SERVE_MAX_SPECIFIC 64
+#define WF_SERVE_MAX_LABELS   32
+
+typedef enum {
+	WF_SERVE_POLICY_LATEST = 0, /* the num_versions highest that load */
+	WF_SERVE_POLICY_SPECIFIC,   /* exactly the listed versions */
+	WF_SERVE_POLICY_ALL,	    /* every version found */
+} wf_serve_policy_kind;
+
+typedef struct wf_serve_label {
+	char key[WF_SERVE_MAX_NAME];
+	long version;
+} wf_serve_label;
+
+/* One model: where its versions live and how they are served. */
+typedef struct wf_serve_model_config {
+	char name[WF_SERVE_MAX_NAME];
+	char base_path[4096];
+	char platform[64]; /* as configured ("" when absent) */
+	wf_serve_policy_kind policy;
+	int num_versions; /* LATEST: how many (default 1) */
+	int nspecific;
+	long specific[WF_SERVE_MAX_SPECIFIC];
+	int nlabels;
+	wf_serve_label labels[WF_SERVE_MAX_LABELS];
+	int max_batch;	     /* 0: the server's --max_batch_size */
+	long batch_delay_us; /* -1: the server's --batch_timeout_micros */
+	int instances;	     /* instance_group count (0: not given) */
+	int threads;	     /* compute threads per forward (0: the server's --threads) */
+} wf_serve_model_config;
+
+/* Defaults of one model config (latest 1, server settings for the rest). */
+void wf_serve_model_config_init(wf_serve_model_config *c);
+
+/* Parse a ModelServerConfig text (what --model_config_file holds) into a
+ * malloc'd array of *n configs. Errors name the line and the field;
+ * duplicate model names and missing name/base_path are errors. */
+int wf_serve_parse_model_server_config(const char *text, size_t len, wf_serve_model_config **out,
+				       int *n, wf_err *err);
+
+/* Parse a Triton config.pbtxt text into c (which holds name/base_path
+ * already; a "name" in the file must match it). */
+int wf_serve_parse_triton_config(const char *text, size_t len, wf_serve_model_config *c,
+				 wf_err *err);
+
+#endif
