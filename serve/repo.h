@@ -42,6 +42,7 @@ typedef struct wf_serve_repo_opts {
 	const char *name;      /* model name in URLs */
 	const char *base_path; /* BASE: holds <version>/model.h5 */
 	const char *device;    /* backend: auto, cpu, cuda, ref */
+	const char *precision; /* fp32 (NULL), bf16, auto: wf_backend_set_precision */
 	int threads;	       /* backend threads per executor (0: default) */
 	int nslots;	       /* batch threads */
 	int max_batch;	       /* largest executor batch */

@@ -32,6 +32,7 @@ typedef struct wf_config {
 		long threads;	       /* 0: library default */
 		char device[16];       /* cpu, ref, cuda, auto */
 		long accumulate;       /* micro-batches per step */
+		char precision[8];     /* fp32, bf16, auto */
 	} train;
 	struct {
 		char name[16]; /* sgd, adam, adamw */
