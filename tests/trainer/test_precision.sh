@@ -1,11 +1,12 @@
 # test_precision.sh: train.precision bf16 (--precision) on the cpu backend:
-# smallcnn trained in bf16 reaches the fp32 run's eval accuracy within a
-# point; the notice and fp32 fallback where the CPU has no bf16 (simulated
+# smallcnn trained in bf16 for 300 steps reaches the fp32 run's eval accuracy
+# within 2 points (the runs diverge by rounding; at 300 steps, short of
+# convergence, 1 point is below the run-to-run spread); the notice and fp32 fallback where the CPU has no bf16 (simulated
 # with oneDNN's own ISA cap, DNNL_MAX_CPU_ISA=AVX512_CORE); bad names fail.
 . "$WEFT_SRC/tests/trainer/lib.sh"
 mkdir data
 make_synth data/train.h5 2000 16 1
-make_synth data/eval.h5 500 16 2
+make_synth data/eval.h5 1000 16 2
 cfg="$WEFT_SRC/configs/synth-smallcnn.json"
 common=(--device cpu --threads 2 --set train.steps=300 --set data.train=data/train.h5
 	--set data.eval=data/eval.h5)
@@ -22,8 +23,8 @@ fi
 a32=$(last_metric fp32/logs/metrics.jsonl eval_accuracy)
 a16=$(last_metric bf16/logs/metrics.jsonl eval_accuracy)
 echo "eval accuracy fp32 $a32 bf16 $a16"
-python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) >= float(sys.argv[1]) - 0.01 else 1)" \
-	"$a32" "$a16" || fail "bf16 accuracy $a16 more than a point below fp32 $a32"
+python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) >= float(sys.argv[1]) - 0.02 else 1)" \
+	"$a32" "$a16" || fail "bf16 accuracy $a16 more than 2 points below fp32 $a32"
 if grep -q "no native bf16" bf16.txt; then
 	echo "note: this CPU has no native bf16: the bf16 run fell back to fp32"
 fi
