@@ -1,8 +1,11 @@
 /* bench_train: single-process training throughput (images/s) of zoo models
- * on the cpu backend, the fraction of this machine's measured float32
- * matrix-multiply peak the training step reaches, and, where Debian's
- * python3-torch is installed, the same networks trained by PyTorch in the
- * same run with the ratio. Timings are medians over the timed steps.
+ * on the cpu backend in fp32 and (where the CPU has native bf16) bf16, the
+ * fraction of this machine's measured float32 matrix-multiply peak the fp32
+ * step reaches, and the same networks trained in the same run by the peers of
+ * bench/peers.py (PyTorch fp32 channels_last and bf16 autocast, from the venv
+ * of bench/peers_venv.sh): best peer, its name, and the ratio of weft's best
+ * precision to it; Debian's python3-torch (1.13) as a reference column.
+ * Timings are medians over the timed steps.
  *
  *   bench_train [--models smallcnn,resnet20] [--batch 64] [--threads 2]
  *               [--steps 30] [--warmup 5] [--device cpu] [--no-peer]
@@ -44,12 +47,13 @@ static double gemm_peak(wf_backend *be)
 
 /* Images/s of one training step (forward, loss, backward, SGD-momentum). */
 static int bench_model(wf_backend *be, const char *name, int batch, int warmup, int steps,
-		       double *ips, double *gflops)
+		       double *ips, double *gflops, int bf16)
 {
 	wf_err err = {0};
 	wf_model *m = NULL;
 	wf_exec *ex = NULL;
 	int rc = wf_model_zoo(&m, name, 32, 32, 3, 10, &err);
+	wf_backend_set_precision(be, bf16 ? "bf16" : "fp32", NULL, NULL);
 	if (rc == 0) {
 		wf_model_init_params(m, 1);
 		rc = wf_exec_create(&ex, m, be, batch, 1, &err);
@@ -130,6 +134,44 @@ static double torch_peer(const char *script, const char *models, const char *nam
 	return at ? atof(at + strlen(key)) : 0;
 }
 
+/* The peers of bench/peers.py (training): best images/s for `name`, engine in eng. */
+static double best_peer(const char *models, const char *name, int batch, int threads, char *eng,
+			size_t cap)
+{
+	static char out[8192];
+	static int ran;
+	if (!ran) {
+		char cmd[2048];
+		ran = 1;
+		snprintf(cmd, sizeof(cmd),
+			 "py=$(sh %s/peers_venv.sh) && \"$py\" %s/peers.py --models %s "
+			 "--infer-batch '' --train-batch %d --threads %d --reps 10 2>/dev/null",
+			 WEFT_BENCH_DIR, WEFT_BENCH_DIR, models, batch, threads);
+		FILE *p = popen(cmd, "r");
+		if (p) {
+			size_t n = fread(out, 1, sizeof(out) - 1, p);
+			out[n] = '\0';
+			pclose(p);
+		}
+	}
+	char key[160];
+	double best = 0;
+	snprintf(key, sizeof(key), "{\"model\": \"%s\", \"mode\": \"train\", \"batch\": %d, ", name,
+		 batch);
+	snprintf(eng, cap, "-");
+	for (const char *at = strstr(out, key); at; at = strstr(at + 1, key)) {
+		char e[64];
+		double ips = 0;
+		if (sscanf(at + strlen(key), "\"engine\": \"%63[^\"]\", \"images_per_sec\": %lf", e,
+			   &ips) == 2 &&
+		    ips > best) {
+			best = ips;
+			snprintf(eng, cap, "%s", e);
+		}
+	}
+	return best;
+}
+
 int main(int argc, char **argv)
 {
 	const char *models = "smallcnn,resnet20", *device = "cpu";
@@ -172,26 +214,28 @@ int main(int argc, char **argv)
 	double peak = gemm_peak(be);
 	printf("machine: %s backend, %d threads, measured float32 GEMM peak %.1f GFLOP/s\n",
 	       be->name, threads, peak);
-	printf("%-10s %8s %12s %10s %12s %8s\n", "model", "batch", "weft img/s", "% peak",
-	       "torch img/s", "ratio");
+	printf("%-10s %5s %9s %9s %7s %9s %-14s %6s %9s\n", "model", "batch", "weft fp32",
+	       "weft bf16", "% peak", "best peer", "peer", "ratio", "torch1.13");
 	char list[256];
 	snprintf(list, sizeof(list), "%s", models);
 	int rc = 0;
 	for (char *save = NULL, *name = strtok_r(list, ",", &save); name;
 	     name = strtok_r(NULL, ",", &save)) {
-		double ips = 0, gf = 0;
-		if (bench_model(be, name, batch, warmup, steps, &ips, &gf) != 0) {
+		double ips = 0, gf = 0, ips16 = 0, gf16 = 0;
+		if (bench_model(be, name, batch, warmup, steps, &ips, &gf, 0) != 0) {
 			rc = 1;
 			continue;
 		}
+		if ((be->caps & WF_CAP_BF16) &&
+		    bench_model(be, name, batch, warmup, steps, &ips16, &gf16, 1) != 0)
+			rc = 1;
+		char eng[64] = "-";
+		double bp = peer ? best_peer(models, name, batch, threads, eng, sizeof(eng)) : 0;
 		double tp =
 			peer ? torch_peer(script, models, name, batch, threads, warmup, steps) : 0;
-		if (tp > 0)
-			printf("%-10s %8d %12.1f %9.1f%% %12.1f %7.2fx\n", name, batch, ips,
-			       100.0 * gf / peak, tp, ips / tp);
-		else
-			printf("%-10s %8d %12.1f %9.1f%% %12s %8s\n", name, batch, ips,
-			       100.0 * gf / peak, "n/a", "n/a");
+		double best = ips > ips16 ? ips : ips16;
+		printf("%-10s %5d %9.1f %9.1f %6.1f%% %9.1f %-14s %5.2fx %9.1f\n", name, batch, ips,
+		       ips16, 100.0 * gf / peak, bp, eng, bp > 0 ? best / bp : 0.0, tp);
 		fflush(stdout);
 	}
 	wf_backend_free(be);

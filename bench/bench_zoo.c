@@ -1,16 +1,21 @@
 /* bench_zoo: the Keras applications of the zoo on one backend: inference
- * images/s at batch 1 and 32 and training images/s at batch 16 (forward,
- * loss, backward, SGD with momentum), each network at its Keras input size;
- * and, where Debian's python3-torch is installed, the same measurements of
- * ResNet50 and MobileNetV2 written out in bench/torch_zoo.py, in the same run,
- * with the ratio weft / torch. Timings are medians over the repetitions.
+ * images/s at batch 1 and 32 (batch norm folded as `weft export` does, fused
+ * inference plans) and training images/s at batch 16 (forward, loss,
+ * backward, SGD with momentum), each network at its Keras input size, in fp32
+ * and, where the CPU has native bf16, in bf16; and the peer engines of
+ * bench/peers.py (PyTorch fp32 channels_last and bf16 autocast, ONNX Runtime
+ * fp32, OpenVINO fp32 and bf16, from the venv of bench/peers_venv.sh) on
+ * ResNet50 and MobileNetV2 in the same run, same threads and batch. Each row
+ * prints weft's best precision, the best peer, its name and the ratio.
+ * Timings are medians over the repetitions.
  *
  *   bench_zoo [--models mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge]
  *             [--infer-batch 1,32] [--train-batch 16] [--threads 2] [--reps 5]
- *             [--device cpu|cuda] [--no-peer] [--no-train]
+ *             [--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16]
  */
 #include "common/util.h"
 #include "kernels/kernels.h"
+#include "model/fold.h"
 #include "model/model.h"
 #include "model/optim.h"
 
@@ -83,17 +88,16 @@ static double train_bytes(const wf_model *m, int b)
 	return 2.0 * 4.0 * f * b;
 }
 
-/* The torch peer's output (JSON lines), run once for all models. */
-static char peer_out[8192];
+/* The peers' output (JSON lines of bench/peers.py), run once for all models. */
+static char peer_out[32768];
 
 static void run_peer(const char *models, const char *infer, int train_batch, int threads, int reps)
 {
-	char cmd[1024];
+	char cmd[1536];
 	snprintf(cmd, sizeof(cmd),
-		 "/usr/bin/python3 -c 'import torch' 2>/dev/null && /usr/bin/python3 "
-		 "%s/torch_zoo.py --models %s --infer-batch %s --train-batch %d --threads %d "
-		 "--reps %d 2>/dev/null",
-		 WEFT_BENCH_DIR, models, infer, train_batch, threads, reps);
+		 "py=$(sh %s/peers_venv.sh) && \"$py\" %s/peers.py --models %s --infer-batch %s "
+		 "--train-batch %d --threads %d --reps %d 2>/dev/null",
+		 WEFT_BENCH_DIR, WEFT_BENCH_DIR, models, infer, train_batch, threads, reps);
 	FILE *p = popen(cmd, "r");
 	if (!p)
 		return;
@@ -102,33 +106,65 @@ static void run_peer(const char *models, const char *infer, int train_batch, int
 	pclose(p);
 }
 
-static double peer(const char *model, const char *mode, int batch)
+/* The fastest peer engine for (model, mode, batch): images/s, name in eng. */
+static double peer(const char *model, const char *mode, int batch, char *eng, size_t cap)
 {
 	char key[160];
-	snprintf(key, sizeof(key),
-		 "{\"model\": \"%s\", \"mode\": \"%s\", \"batch\": %d, "
-		 "\"images_per_sec\": ",
-		 model, mode, batch);
-	const char *at = strstr(peer_out, key);
-	return at ? atof(at + strlen(key)) : 0;
+	double best = 0;
+	snprintf(key, sizeof(key), "{\"model\": \"%s\", \"mode\": \"%s\", \"batch\": %d, ", model,
+		 mode, batch);
+	snprintf(eng, cap, "-");
+	for (const char *at = strstr(peer_out, key); at; at = strstr(at + 1, key)) {
+		char name[64];
+		double ips = 0;
+		if (sscanf(at + strlen(key), "\"engine\": \"%63[^\"]\", \"images_per_sec\": %lf",
+			   name, &ips) == 2 &&
+		    ips > best) {
+			best = ips;
+			snprintf(eng, cap, "%s", name);
+		}
+	}
+	return best;
 }
 
-static void row(const char *model, const char *mode, int batch, double ips, double gf)
+/* One row: weft fp32 and bf16 (0 = not run), best peer, ratio of the bests. */
+static void row(const char *model, const char *mode, int batch, double fp32, double bf16,
+		double gflop)
 {
-	double tp = peer(model, mode, batch);
-	printf("%-13s %-6s %6d %12.2f %10.1f", model, mode, batch, ips, gf);
-	if (tp > 0)
-		printf(" %12.2f %7.2fx\n", tp, ips / tp);
+	char eng[64];
+	double tp = peer(model, mode, batch, eng, sizeof(eng)), best = fp32 > bf16 ? fp32 : bf16;
+	printf("%-12s %-5s %5d %9.2f ", model, mode, batch, fp32);
+	if (bf16 > 0)
+		printf("%9.2f", bf16);
 	else
-		printf(" %12s %8s\n", "-", "-");
+		printf("%9s", "-");
+	printf(" %8.1f", best * gflop);
+	if (tp > 0)
+		printf(" %9.2f %-17s %6.2fx\n", tp, eng, best / tp);
+	else
+		printf(" %9s %-17s %7s\n", "-", "-", "-");
 	fflush(stdout);
+}
+
+/* fp32 and (bf16 != 0 and the CPU has it) bf16 images/s of one measurement. */
+static int bench_both(wf_backend *be, wf_model *m, int b, int training, int reps, int bf16,
+		      double *fp32, double *b16)
+{
+	*fp32 = *b16 = 0;
+	int rc = bench_one(be, m, b, training, reps, fp32);
+	if (!rc && bf16 && (be->caps & WF_CAP_BF16)) {
+		wf_backend_set_precision(be, "bf16", NULL, NULL);
+		rc = bench_one(be, m, b, training, reps, b16);
+		wf_backend_set_precision(be, "fp32", NULL, NULL);
+	}
+	return rc;
 }
 
 int main(int argc, char **argv)
 {
 	const char *models = "mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge";
 	const char *infer = "1,32", *device = "cpu";
-	int train_batch = 16, threads = 2, reps = 5, use_peer = 1;
+	int train_batch = 16, threads = 2, reps = 5, use_peer = 1, bf16 = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--models") && v)
@@ -147,10 +183,13 @@ int main(int argc, char **argv)
 			use_peer = 0;
 		else if (!strcmp(a, "--no-train"))
 			train_batch = 0;
+		else if (!strcmp(a, "--no-bf16"))
+			bf16 = 0;
 		else {
-			fprintf(stderr, "usage: bench_zoo [--models a,b] [--infer-batch 1,32] "
-					"[--train-batch N] [--threads N] [--reps N] "
-					"[--device cpu|cuda] [--no-peer] [--no-train]\n");
+			fprintf(stderr,
+				"usage: bench_zoo [--models a,b] [--infer-batch 1,32] "
+				"[--train-batch N] [--threads N] [--reps N] "
+				"[--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16]\n");
 			return strcmp(a, "--help") ? 2 : 0;
 		}
 	}
@@ -166,11 +205,11 @@ int main(int argc, char **argv)
 	}
 	if (use_peer && strcmp(device, "cpu") == 0)
 		run_peer(models, infer, train_batch, threads, reps);
-	printf("bench_zoo: %s backend, %d threads, medians of %d repetitions; torch: "
-	       "bench/torch_zoo.py (resnet50, mobilenetv2)\n",
+	printf("bench_zoo: %s backend, %d threads, medians of %d repetitions, images/s; peers: "
+	       "bench/peers.py (resnet50, mobilenetv2); ratio = weft best / best peer\n",
 	       be->name, threads, reps);
-	printf("%-13s %-6s %6s %12s %10s %12s %8s\n", "model", "mode", "batch", "weft img/s",
-	       "GFLOP/s", "torch img/s", "ratio");
+	printf("%-12s %-5s %5s %9s %9s %8s %9s %-17s %7s\n", "model", "mode", "batch", "weft fp32",
+	       "weft bf16", "GFLOP/s", "best peer", "peer", "ratio");
 	char list[512];
 	snprintf(list, sizeof(list), "%s", models);
 	int rc = 0;
@@ -182,14 +221,21 @@ int main(int argc, char **argv)
 			rc = 1;
 			continue;
 		}
-		double f = wf_model_flops(m) / 1e9, ips = 0;
+		double f = wf_model_flops(m) / 1e9, ips = 0, ips16 = 0;
+		wf_model *folded = NULL;
+		if (wf_model_fold_for_inference(m, &folded, &err) != 0) {
+			fprintf(stderr, "bench_zoo: %s\n", err.msg);
+			wf_model_free(m);
+			rc = 1;
+			continue;
+		}
 		char bl[64];
 		snprintf(bl, sizeof(bl), "%s", infer);
 		for (char *s2 = NULL, *bs = strtok_r(bl, ",", &s2); bs;
 		     bs = strtok_r(NULL, ",", &s2)) {
 			int b = atoi(bs);
-			if (b >= 1 && bench_one(be, m, b, 0, reps, &ips) == 0)
-				row(name, "infer", b, ips, ips * f);
+			if (b >= 1 && bench_both(be, folded, b, 0, reps, bf16, &ips, &ips16) == 0)
+				row(name, "infer", b, ips, ips16, f);
 			else
 				rc = 1;
 		}
@@ -201,11 +247,13 @@ int main(int argc, char **argv)
 			       name, "train", train_batch, need / 1e9, avail / 1e9);
 		} else if (train_batch > 0) {
 			/* fewer repetitions: a training step of the large nets takes long */
-			if (bench_one(be, m, train_batch, 1, reps > 2 ? 2 : reps, &ips) == 0)
-				row(name, "train", train_batch, ips, 3 * ips * f);
+			if (bench_both(be, m, train_batch, 1, reps > 2 ? 2 : reps, bf16, &ips,
+				       &ips16) == 0)
+				row(name, "train", train_batch, ips, ips16, 3 * f);
 			else
 				rc = 1;
 		}
+		wf_model_free(folded);
 		wf_model_free(m);
 	}
 	wf_backend_free(be);

@@ -114,6 +114,32 @@ int wf_backend_create(wf_backend **out, const char *name, int threads, wf_err *e
 	return 0;
 }
 
+#ifdef WEFT_HAVE_CUDA
+#include "kernels/cuda/cuda.h"
+#endif
+
+int wf_backend_set_precision(wf_backend *be, const char *want, const char **used, wf_err *err)
+{
+	int is_auto = want && strcmp(want, "auto") == 0;
+	int bf16 = want && (strcmp(want, "bf16") == 0 || strcmp(want, "bfloat16") == 0);
+	if (!is_auto && !bf16 &&
+	    !(want && (strcmp(want, "fp32") == 0 || strcmp(want, "float32") == 0)))
+		return wf_errf(err, WF_EINVAL, "precision '%s' is not one of fp32, bf16, auto",
+			       want ? want : "(null)");
+	int on = (bf16 || is_auto) && (be->caps & WF_CAP_BF16);
+#ifdef WEFT_HAVE_CUDA
+	if (strcmp(be->name, "cuda") == 0) {
+		int rc = wf_backend_cuda_set_precision(be, on ? WF_PREC_BF16 : WF_PREC_FP32, err);
+		if (rc)
+			return rc;
+	}
+#endif
+	be->bf16 = on;
+	if (used)
+		*used = on ? "bf16" : "fp32";
+	return 0;
+}
+
 void wf_backend_plan_free(wf_backend *be, wf_plan **plan)
 {
 	if (plan && *plan) {

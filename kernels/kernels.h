@@ -41,13 +41,19 @@ typedef struct wf_conv_desc {
 	int groups;	    /* c and oc divisible by groups; depthwise: groups = c */
 	int pt, pb, pl, pr; /* zero padding top/bottom/left/right */
 	int bias;	    /* 1 when a bias [OC] is added */
+	/* Read by conv2d_forward_fused only (0 elsewhere; wf_conv_desc_init zeroes them): */
+	int act;      /* 0 none, 1 relu, 2 relu6 applied last */
+	int residual; /* 1: a residual [N,OH,OW,OC] is added before act */
+	int infer;    /* 1: w and b never change for this plan (inference): kept reordered */
+	int io_bf16;  /* bf16 backends: bits 1 x, 2 y, 4 residual are bf16 (not float) */
 } wf_conv_desc;
 
 typedef struct wf_dense_desc {
-	int n;	  /* rows (batch) */
-	int in;	  /* input features */
-	int out;  /* output features */
-	int bias; /* 1 when a bias [OUT] is added */
+	int n;	   /* rows (batch) */
+	int in;	   /* input features */
+	int out;   /* output features */
+	int bias;  /* 1 when a bias [OUT] is added */
+	int infer; /* 1: w and b never change for this plan (inference); 0 otherwise */
 } wf_dense_desc;
 
 typedef struct wf_bn_desc {
@@ -118,6 +124,11 @@ typedef struct wf_backend_ops {
 	/* y[N,OH,OW,OC] = conv(x[N,H,W,C], w[KH,KW,C/g,OC]) + b[OC] */
 	int (*conv2d_forward)(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
 			      const float *x, const float *w, const float *b);
+	/* Inference conv with fusion, optional (NULL where not built): y =
+	 * act(conv(x, w) + b + r) with d->act, d->residual (r read only then) and
+	 * d->infer (weights constant for the plan's life). */
+	int (*conv2d_forward_fused)(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
+				    const float *x, const float *w, const float *b, const float *r);
 	/* dx = (dy conv^T w); dw += x (*) dy; db += sum dy. dx, dw, db may be NULL. */
 	int (*conv2d_backward)(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *dx,
 			       float *dw, float *db, const float *dy, const float *x,
@@ -203,10 +214,20 @@ typedef struct wf_backend_ops {
 struct wf_backend {
 	const char *name; /* "ref", "cpu", "cuda" */
 	const wf_backend_ops *ops;
-	void *ctx;   /* backend-private */
-	int threads; /* worker threads (cpu); 0 = library default */
-	wf_err err;  /* cause of the last failed op */
+	void *ctx;     /* backend-private */
+	int threads;   /* worker threads (cpu); 0 = library default */
+	wf_err err;    /* cause of the last failed op */
+	unsigned caps; /* WF_CAP_* the hardware offers this backend */
+	int bf16;      /* conv/dense/pool compute in bf16 for plans built from now on */
 };
+
+#define WF_CAP_BF16 1u /* native bf16 dot products (AVX512_BF16, AMX) */
+
+/* Set the compute precision: "fp32", "bf16" or "auto" (bf16 where the
+ * hardware has native bf16, else fp32). "bf16" on a backend without it falls
+ * back to fp32; *used (may be NULL) names what is used, so the caller can
+ * print the notice. Fails only on an unknown name. */
+int wf_backend_set_precision(wf_backend *be, const char *want, const char **used, wf_err *err);
 
 /* ---- choosing and owning a backend ------------------------------------ */
 

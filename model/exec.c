@@ -50,6 +50,13 @@ struct wf_exec {
 	float smoothing;	   /* label smoothing; > 0: h_dlogits holds probs - targets */
 	float *h_dlogits;	   /* host [max_batch, K] (label smoothing) */
 	int h_dlogits_cap;	   /* rows allocated */
+	/* inference plans (fuse_plan): conv + residual add + relu/relu6 as one op */
+	int fused;	/* conv2d_forward_fused is used (inference executor, op present) */
+	int nfused;	/* layers folded into a conv */
+	int *fuse_into; /* [nlayers] the conv a relu/add layer is fused into, else -1 */
+	int *fuse_res;	/* [nlayers] conv: the residual layer it adds, else -1 */
+	char *fuse_act; /* [nlayers] conv: 0 none, 1 relu, 2 relu6 */
+	char *out_bf16; /* [nlayers] conv: its (fused) output is kept in bf16 (bf16 backend) */
 	wf_err err;
 };
 
@@ -125,11 +132,100 @@ static void planner_release(planner *p, int id)
 #define REBASE(ptr, base) ((ptr) = (void *)((char *)(base) + (uintptr_t)(ptr)))
 #define OFFSET(x)	  ((void *)(uintptr_t)(x))
 
-/* Does layer i alias its input's memory? */
-static int is_alias(const wf_exec *ex, int i)
+/* The layer whose memory layer i's output is (flatten, inference dropout,
+ * layers fused into a conv), or -1 when it has its own. */
+static int alias_src(const wf_exec *ex, int i)
 {
 	wf_layer_type t = ex->m->layers[i].type;
-	return t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !ex->training);
+	if (ex->fuse_into && ex->fuse_into[i] >= 0)
+		return ex->fuse_into[i];
+	return t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !ex->training)
+		       ? ex->m->layers[i].inputs[0]
+		       : -1;
+}
+
+static int is_alias(const wf_exec *ex, int i)
+{
+	return alias_src(ex, i) >= 0;
+}
+
+/* The only layer reading layer j's output, or -1 (none, several, or j is the
+ * model's output). */
+static int sole_consumer(const wf_model *m, int j)
+{
+	int who = -1;
+	if (j == m->output)
+		return -1;
+	for (int i = j + 1; i < m->nlayers; i++)
+		for (int k = 0; k < m->layers[i].ninputs; k++)
+			if (m->layers[i].inputs[k] == j) {
+				if (who >= 0)
+					return -1;
+				who = i;
+			}
+	return who;
+}
+
+/* Inference plan: fold into each conv its sole consumer when that is an add
+ * of two tensors whose other operand is ready before the conv runs (oneDNN
+ * binary post-op), then a sole relu/relu6 consumer (eltwise post-op). The
+ * folded layers alias the conv's output and run nothing. */
+static void fuse_plan(wf_exec *ex)
+{
+	const wf_model *m = ex->m;
+	for (int i = 0; i < m->nlayers; i++)
+		ex->fuse_into[i] = ex->fuse_res[i] = -1;
+	for (int i = 0; i < m->nlayers; i++) {
+		if (m->layers[i].type != WF_LAYER_CONV2D || ex->fuse_into[i] >= 0)
+			continue;
+		int cur = i, c = sole_consumer(m, cur);
+		if (c >= 0 && m->layers[c].type == WF_LAYER_ADD && m->layers[c].ninputs == 2) {
+			const wf_layer *a = &m->layers[c];
+			int other = a->inputs[0] == cur ? a->inputs[1] : a->inputs[0];
+			if (other < i) {
+				ex->fuse_res[i] = other;
+				ex->fuse_into[c] = i;
+				ex->nfused++;
+				cur = c;
+				c = sole_consumer(m, cur);
+			}
+		}
+		if (c >= 0 &&
+		    (m->layers[c].type == WF_LAYER_RELU || m->layers[c].type == WF_LAYER_RELU6)) {
+			ex->fuse_act[i] = m->layers[c].type == WF_LAYER_RELU ? 1 : 2;
+			ex->fuse_into[c] = i;
+			ex->nfused++;
+			cur = c;
+		}
+	}
+	/* bf16: a conv's output stays bf16 when only convs read it (as input or residual) */
+	for (int i = 0; ex->be->bf16 && i < m->nlayers; i++) {
+		if (m->layers[i].type != WF_LAYER_CONV2D)
+			continue;
+		int cur = i;
+		for (int j = i + 1; j < m->nlayers; j++)
+			if (ex->fuse_into[j] == i)
+				cur = j;
+		int all = cur != m->output;
+		for (int j = cur + 1; all && j < m->nlayers; j++)
+			for (int k = 0; k < m->layers[j].ninputs; k++) {
+				if (m->layers[j].inputs[k] != cur)
+					continue;
+				int conv_x = m->layers[j].type == WF_LAYER_CONV2D;
+				int res = ex->fuse_into[j] >= 0 &&
+					  ex->fuse_res[ex->fuse_into[j]] == cur;
+				all &= conv_x || res;
+			}
+		ex->out_bf16[i] = (char)all;
+	}
+}
+
+/* Is layer j's output (through fusion aliases) kept in bf16? */
+static int is_bf16(const wf_exec *ex, int j)
+{
+	if (ex->fuse_into[j] >= 0)
+		j = ex->fuse_into[j];
+	return ex->out_bf16[j];
 }
 
 /* Plan the activation arena; returns its size in bytes. */
@@ -144,7 +240,7 @@ static int plan_activations(wf_exec *ex, size_t *bytes)
 	if (planner_init(&p, 4 * nl + 8) || !owner || !last)
 		goto done;
 	for (int i = 0; i < nl; i++) {
-		owner[i] = is_alias(ex, i) ? owner[m->layers[i].inputs[0]] : i;
+		owner[i] = is_alias(ex, i) ? owner[alias_src(ex, i)] : i;
 		last[i] = i;
 	}
 	for (int i = 0; i < nl; i++)
@@ -268,6 +364,10 @@ void wf_exec_free(wf_exec *ex)
 	free(ex->need_grad);
 	free(ex->gdone);
 	free(ex->pend);
+	free(ex->fuse_into);
+	free(ex->fuse_res);
+	free(ex->fuse_act);
+	free(ex->out_bf16);
 	free(ex->h_probs);
 	free(ex->h_losses);
 	free(ex->h_dlogits);
@@ -310,6 +410,18 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 	    !ex->h_losses) {
 		wf_errf(err, rc, "executor: out of memory");
 		goto fail;
+	}
+	if (!ex->training && be->ops->conv2d_forward_fused) {
+		ex->fuse_into = malloc(sizeof(int) * (size_t)nl);
+		ex->fuse_res = malloc(sizeof(int) * (size_t)nl);
+		ex->fuse_act = calloc((size_t)nl, 1);
+		ex->out_bf16 = calloc((size_t)nl, 1);
+		if (!ex->fuse_into || !ex->fuse_res || !ex->fuse_act || !ex->out_bf16) {
+			wf_errf(err, rc, "executor: out of memory");
+			goto fail;
+		}
+		ex->fused = 1;
+		fuse_plan(ex);
 	}
 	for (int i = 0; i < nl; i++) {
 		const wf_layer *l = &m->layers[i];
@@ -358,7 +470,7 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 	for (int i = 0; i < nl; i++) {
 		if (ex->own[i] || !is_alias(ex, i))
 			REBASE(ex->own[i], ex->arena);
-		ex->act[i] = ex->own[i] ? ex->own[i] : ex->act[m->layers[i].inputs[0]];
+		ex->act[i] = ex->own[i] ? ex->own[i] : ex->act[alias_src(ex, i)];
 		if (ex->save_mean[i] || m->layers[i].type == WF_LAYER_BATCHNORM) {
 			if (training) {
 				REBASE(ex->save_mean[i], ex->arena);
@@ -412,6 +524,7 @@ static void dense_desc(const wf_exec *ex, int i, int n, wf_dense_desc *d)
 	d->in = ex->m->layers[l->inputs[0]].oc;
 	d->out = l->units;
 	d->bias = l->use_bias;
+	d->infer = !ex->training;
 }
 
 static void bn_desc(const wf_exec *ex, int i, int n, wf_bn_desc *d)
@@ -455,10 +568,24 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 		wf_pad_desc pad;
 	} d;
 
+	if (ex->fused && ex->fuse_into[i] >= 0)
+		return 0; /* runs inside its conv */
 	switch (l->type) {
 	case WF_LAYER_INPUT: return 0;
 	case WF_LAYER_CONV2D:
 		conv_desc(ex, i, n, &d.conv);
+		if (ex->fused) {
+			int r = ex->fuse_res[i];
+			d.conv.act = ex->fuse_act[i];
+			d.conv.residual = r >= 0;
+			d.conv.infer = 1;
+			d.conv.io_bf16 = (is_bf16(ex, l->inputs[0]) ? 1 : 0) |
+					 (ex->out_bf16[i] ? 2 : 0) |
+					 (r >= 0 && is_bf16(ex, r) ? 4 : 0);
+			return op->conv2d_forward_fused(be, plan, &d.conv, y, x,
+							pv(ex, l->p_kernel), pv(ex, l->p_bias),
+							r >= 0 ? ex->act[r] : NULL);
+		}
 		return op->conv2d_forward(be, plan, &d.conv, y, x, pv(ex, l->p_kernel),
 					  pv(ex, l->p_bias));
 	case WF_LAYER_DENSE:
@@ -526,7 +653,9 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 	/* dropout aliases its input in inference only; flatten always */
 	for (int i = 0; i < m->nlayers; i++) {
 		wf_layer_type t = m->layers[i].type;
-		if (t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !training))
+		if (ex->fused && ex->fuse_into[i] >= 0)
+			ex->act[i] = ex->act[ex->fuse_into[i]];
+		else if (t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !training))
 			ex->act[i] = ex->act[m->layers[i].inputs[0]];
 		else
 			ex->act[i] = ex->own[i];
@@ -870,6 +999,9 @@ int wf_exec_params_to_host(wf_exec *ex)
 
 int wf_exec_params_from_host(wf_exec *ex)
 {
+	if (!ex->training) /* inference plans keep reordered weights: rebuild them */
+		for (int i = 0; i < ex->m->nlayers; i++)
+			wf_backend_plan_free(ex->be, &ex->plans[i]);
 	if (ex->host)
 		return 0;
 	wf_backend *be = ex->be;
@@ -877,6 +1009,11 @@ int wf_exec_params_from_host(wf_exec *ex)
 	if (!rc)
 		rc = be->ops->to_device(be, ex->state, ex->m->state, ex->m->nstate * sizeof(float));
 	return rc ? exec_fail(ex, rc, "params to device: %s", be->err.msg) : 0;
+}
+
+int wf_exec_fused(const wf_exec *ex)
+{
+	return ex->nfused;
 }
 
 wf_backend *wf_exec_backend(wf_exec *ex)

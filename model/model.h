@@ -218,9 +218,13 @@ float *wf_exec_grads(wf_exec *ex);
 float *wf_exec_state(wf_exec *ex);
 int wf_exec_zero_grads(wf_exec *ex);
 /* Copy params and state between backend memory and m->params/m->state
- * (no-ops on host backends). */
+ * (no-ops on host backends). An inference executor treats the parameters as
+ * constant (its plans keep them reordered, fused): after changing
+ * m->params, call wf_exec_params_from_host, which also rebuilds its plans. */
 int wf_exec_params_to_host(wf_exec *ex);
 int wf_exec_params_from_host(wf_exec *ex);
+/* Layers an inference executor fused into convolutions (relu/relu6, add). */
+int wf_exec_fused(const wf_exec *ex);
 wf_backend *wf_exec_backend(wf_exec *ex);
 const char *wf_exec_error(wf_exec *ex); /* cause of the last failure */
 

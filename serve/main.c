@@ -32,7 +32,8 @@ typedef struct serve_flags {
 	long timeout_us;
 	int batch_threads; /* 0: default */
 	const char *device;
-	int threads; /* 0: cores / batch threads */
+	const char *precision; /* fp32, bf16, auto */
+	int threads;	       /* 0: cores / batch threads */
 	long max_body;
 	double request_timeout;
 	int idle_timeout;
@@ -117,6 +118,9 @@ static void usage(FILE *f)
 		"  --num_batch_threads N             forward threads (default 2 with batching,\n"
 		"                                    else the number of cores)\n"
 		"  --device D                        auto, cpu, cuda or ref (default auto)\n"
+		"  --precision P                     conv compute fp32, bf16 (fp32 with a notice\n"
+		"                                    where the CPU lacks bf16) or auto (default "
+		"fp32)\n"
 		"  --threads N                       compute threads per forward thread\n"
 		"                                    (default cores / forward threads)\n"
 		"  --max_request_bytes N             larger bodies get 413 (default 67108864)\n"
@@ -328,6 +332,8 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 			f->batch_threads = (int)l;
 		} else if (!strcmp(name, "--device")) {
 			f->device = val;
+		} else if (!strcmp(name, "--precision")) {
+			f->precision = val;
 		} else if (!strcmp(name, "--threads")) {
 			rc = parse_long(name, val, 0, 1024, &l, err);
 			f->threads = (int)l;
@@ -396,6 +402,7 @@ int main(int argc, char **argv)
 		.max_batch = 32,
 		.timeout_us = 1000,
 		.device = "auto",
+		.precision = "fp32",
 		.max_body = 64L << 20,
 		.request_timeout = 30,
 		.idle_timeout = 60,
@@ -461,6 +468,7 @@ int main(int argc, char **argv)
 		.name = f.model_name,
 		.base_path = f.base_path,
 		.device = f.device,
+		.precision = f.precision,
 		.threads = f.threads,
 		.nslots = f.batch_threads,
 		.max_batch = f.max_batch,

@@ -49,6 +49,12 @@ static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_
 	int rc = wf_backend_create(&s->be, o->device, o->threads, err);
 	if (rc)
 		return rc;
+	const char *prec = "fp32", *want = o->precision ? o->precision : "fp32";
+	if ((rc = wf_backend_set_precision(s->be, want, &prec, err)) != 0)
+		return wf_err_wrap(err, "--precision"), rc;
+	if (strcmp(prec, want) && strcmp(want, "auto"))
+		wf_warn("--precision %s: the %s device has no native bf16: serving in %s", want,
+			s->be->name, prec);
 	for (int b = 1; s->nbuckets < WF_SERVE_MAX_BUCKETS; b *= 2) {
 		int size = b < v->max_batch ? b : v->max_batch;
 		s->bucket[s->nbuckets++] = size;

@@ -90,6 +90,7 @@ typedef struct wf_serve_repo_opts {
 	const char *const *load_models; /* EXPLICIT: loaded at start ("*": all) */
 	int nload_models;
 	const char *device;    /* backend: auto, cpu, cuda, ref */
+	const char *precision; /* fp32 (NULL), bf16, auto: wf_backend_set_precision */
 	int threads;	       /* backend threads per executor (0: default) */
 	int nslots;	       /* batch threads */
 	int max_batch;	       /* largest executor batch */

@@ -29,7 +29,7 @@
 
 int wf_cmd_train(int argc, char **argv, wf_err *err)
 {
-	const char *config = NULL, *device = NULL, *key_dir = NULL;
+	const char *config = NULL, *device = NULL, *key_dir = NULL, *precision = NULL;
 	long threads = LONG_MIN, accumulate = -1, stop_at = 0; /* LONG_MIN: not given */
 	int resume = 0, help_config = 0, no_tty = 0, insecure = 0, fresh = 0;
 	wf_cli_list sets = {0}, pos = {0};
@@ -41,6 +41,8 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		{"device", WF_FLAG_STR, &device, "cpu|ref|cuda|auto",
 		 "same as --set train.device=..."},
 		{"threads", WF_FLAG_INT, &threads, "N", "same as --set train.threads=N"},
+		{"precision", WF_FLAG_STR, &precision, "fp32|bf16|auto",
+		 "same as --set train.precision=..."},
 		{"accumulate", WF_FLAG_INT, &accumulate, "N",
 		 "same as --set train.accumulate=N: sum N micro-batches per optimizer step"},
 		{"resume", WF_FLAG_BOOL, &resume, NULL,
@@ -96,6 +98,11 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 	char buf[64];
 	if (device) {
 		snprintf(buf, sizeof(buf), "train.device=%s", device);
+		if ((rc = wf_config_set(&cfg, buf, err)) != 0)
+			goto free_lists;
+	}
+	if (precision) {
+		snprintf(buf, sizeof(buf), "train.precision=%s", precision);
 		if ((rc = wf_config_set(&cfg, buf, err)) != 0)
 			goto free_lists;
 	}

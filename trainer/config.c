@@ -67,6 +67,9 @@ static const key_def keys[] = {
 	 "kernel backend: cpu, ref, cuda or auto (cuda when usable, else cpu)"},
 	{"train.accumulate", T_INT, F(train.accumulate), "1",
 	 "micro-batches summed before each optimizer step"},
+	{"train.precision", T_STR, F(train.precision), "\"fp32\"",
+	 "conv compute: fp32, bf16 (fp32 accumulation and master weights; fp32 with a notice "
+	 "where the device lacks bf16) or auto (bf16 where native)"},
 	{"optimizer.name", T_STR, F(optimizer.name), "\"sgd\"", "sgd, adam or adamw"},
 	{"optimizer.lr", T_NUM, F(optimizer.lr), "0.1", "base learning rate"},
 	{"optimizer.momentum", T_NUM, F(optimizer.momentum), "0.9", "SGD momentum; 0: plain SGD"},
@@ -449,6 +452,8 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	     "train.threads: must be in [0, 4096], got %ld", c->train.threads);
 	NEED(one_of(c->train.device, "cpu ref cuda auto"),
 	     "train.device: expected cpu, ref, cuda or auto, got '%s'", c->train.device);
+	NEED(one_of(c->train.precision, "fp32 bf16 auto"),
+	     "train.precision: expected fp32, bf16 or auto, got '%s'", c->train.precision);
 	NEED(c->train.accumulate >= 1 && c->train.accumulate <= 65536,
 	     "train.accumulate: must be in [1, 65536], got %ld", c->train.accumulate);
 	NEED(c->train.batch_size * c->train.accumulate <= 1 << 22,

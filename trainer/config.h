@@ -44,6 +44,7 @@ typedef struct wf_config {
 		long accumulate;       /* micro-batches per step */
 		double label_smoothing;
 		double divergence_factor; /* stop when loss > factor x first loss; 0: off */
+		char precision[8];     /* fp32, bf16, auto */
 	} train;
 	struct {
 		char name[16]; /* sgd, adam, adamw */

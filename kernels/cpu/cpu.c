@@ -156,6 +156,11 @@ struct wf_plan {
 	/* pooling backward: the recomputed forward's input */
 	dnnl_memory_t p_x;
 	dn_op *pool_ws_fwd;
+	/* inference (desc infer = 1): weights reordered once, on the first call */
+	dn_op *w_once;
+	int w_done;
+	dnnl_memory_t f_r; /* fused residual (binary add post-op source) */
+	int bf16;	   /* built for bf16 compute (be->bf16 when created) */
 };
 
 static cpu_ctx *ctx_of(wf_backend *be)
@@ -201,7 +206,7 @@ static int plan_get(wf_backend *be, wf_plan **slot, int kind, const void *desc, 
 	if (!slot)
 		return wf_errf(&be->err, WF_EINVAL, "cpu: plan slot is NULL");
 	wf_plan *old = *slot;
-	if (old && old->kind == kind && memcmp(&old->d, desc, size) == 0) {
+	if (old && old->kind == kind && old->bf16 == be->bf16 && memcmp(&old->d, desc, size) == 0) {
 		*out = old;
 		return 0;
 	}
@@ -209,6 +214,7 @@ static int plan_get(wf_backend *be, wf_plan **slot, int kind, const void *desc, 
 	if (!pl)
 		return wf_errf(&be->err, WF_ENOMEM, "cpu: out of memory allocating a plan");
 	pl->kind = kind;
+	pl->bf16 = be->bf16;
 	memcpy(&pl->d, desc, size);
 	plan_release(old);
 	*slot = pl;
@@ -311,19 +317,25 @@ fail:
 	return rc;
 }
 
-/* A compute op from an op descriptor (hint: the forward pd for backward ops). */
-static int op_create(wf_backend *be, wf_plan *pl, const void *op_desc,
-		     const_dnnl_primitive_desc_t hint, int sum, dn_op **out)
+/* A compute op from an op descriptor (hint: the forward pd for backward ops)
+ * with attributes `given` when not NULL (the caller keeps them), else
+ * make_attr(sum). */
+static int op_create_attr(wf_backend *be, wf_plan *pl, const void *op_desc,
+			  const_dnnl_primitive_desc_t hint, int sum,
+			  const_dnnl_primitive_attr_t given, dn_op **out)
 {
 	int rc = 0;
 	dnnl_primitive_attr_t attr = NULL;
 	dn_op *op = plan_op(be, pl);
 	if (!op)
 		return be->err.code;
-	rc = make_attr(be, sum, &attr);
-	if (rc)
-		goto fail;
-	DN_CHECK(dnnl_primitive_desc_create(&op->pd, op_desc, attr, ctx_of(be)->eng, hint), fail);
+	if (!given) {
+		rc = make_attr(be, sum, &attr);
+		if (rc)
+			goto fail;
+		given = attr;
+	}
+	DN_CHECK(dnnl_primitive_desc_create(&op->pd, op_desc, given, ctx_of(be)->eng, hint), fail);
 	rc = op_finish(be, op);
 	if (rc)
 		goto fail;
@@ -332,6 +344,12 @@ fail:
 	if (attr)
 		dnnl_primitive_attr_destroy(attr);
 	return rc;
+}
+
+static int op_create(wf_backend *be, wf_plan *pl, const void *op_desc,
+		     const_dnnl_primitive_desc_t hint, int sum, dn_op **out)
+{
+	return op_create_attr(be, pl, op_desc, hint, sum, NULL, out);
 }
 
 /* A reorder src -> dst (dst += reorder(src) when sum != 0). */
@@ -452,13 +470,19 @@ static const dnnl_memory_desc_t *pd_md(const dn_op *op, dnnl_query_t what)
 
 /* ---- memory descriptors of weft's layouts --------------------------------- */
 
+static int md_tag_dt(wf_backend *be, dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims,
+		     dnnl_data_type_t dt, dnnl_format_tag_t tag)
+{
+	int rc = 0;
+	DN_CHECK(dnnl_memory_desc_init_by_tag(md, nd, dims, dt, tag), fail);
+fail:
+	return rc;
+}
+
 static int md_tag(wf_backend *be, dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims,
 		  dnnl_format_tag_t tag)
 {
-	int rc = 0;
-	DN_CHECK(dnnl_memory_desc_init_by_tag(md, nd, dims, dnnl_f32, tag), fail);
-fail:
-	return rc;
+	return md_tag_dt(be, md, nd, dims, dnnl_f32, tag);
 }
 
 static int md_strides(wf_backend *be, dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims,
@@ -502,6 +526,21 @@ static int md_any_like(wf_backend *be, dnnl_memory_desc_t *md, const dnnl_memory
 	return md_tag(be, md, like->ndims, like->dims, dnnl_format_tag_any);
 }
 
+/* like, in bf16 with the same layout tag (nhwc activations). */
+static int md_bf16_nhwc(wf_backend *be, dnnl_memory_desc_t *md, const dnnl_memory_desc_t *like)
+{
+	return md_tag_dt(be, md, like->ndims, like->dims, dnnl_bf16, dnnl_nhwc);
+}
+
+/* Does oneDNN on this CPU run bf16 natively (AVX512_BF16 or AMX)? Honours
+ * oneDNN's own ISA cap (ONEDNN_MAX_CPU_ISA / DNNL_MAX_CPU_ISA), which is how
+ * a CPU without bf16 is simulated. */
+static int cpu_has_bf16(void)
+{
+	dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+	return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
+}
+
 /* ---- convolution ----------------------------------------------------------- */
 
 static int conv_check(wf_backend *be, const wf_conv_desc *d)
@@ -537,25 +576,33 @@ typedef struct conv_mds {
 	dnnl_dims_t strides, dil, pl, pr;
 } conv_mds;
 
-static int conv_mds_init(wf_backend *be, const wf_conv_desc *d, conv_mds *m)
+/* bf16: the primitives read x, w and dy in bf16 (reordered from the caller's
+ * fp32 by the plan) and write y, dx and dw in fp32 (fp32 accumulation); the
+ * caller's tensors and master weights stay fp32. */
+static int conv_mds_init(wf_backend *be, const wf_conv_desc *d, int bf16, conv_mds *m)
 {
 	int rc = md_nhwc(be, &m->x, d->n, d->h, d->w, d->c);
 	if (!rc)
 		rc = md_nhwc(be, &m->y, d->n, d->oh, d->ow, d->oc);
+	if (!rc && bf16 && (d->io_bf16 & 1)) /* the caller's x is bf16 already */
+		rc = md_bf16_nhwc(be, &m->x, &m->x);
+	if (!rc && bf16 && (d->io_bf16 & 2))
+		rc = md_bf16_nhwc(be, &m->y, &m->y);
 	if (!rc)
 		rc = md_hwio(be, &m->w, d);
 	if (!rc)
 		rc = md_vec(be, &m->b, d->oc);
 	if (!rc)
-		rc = md_any_like(be, &m->wa, &m->w);
-	if (!rc && CONV_ACT_ANY)
+		rc = md_tag_dt(be, &m->wa, m->w.ndims, m->w.dims, bf16 ? dnnl_bf16 : dnnl_f32,
+			       dnnl_format_tag_any);
+	m->xa = m->x;
+	m->ya = m->y;
+	if (!rc && bf16)
+		rc = md_bf16_nhwc(be, &m->xa, &m->x);
+	else if (!rc && CONV_ACT_ANY)
 		rc = md_any_like(be, &m->xa, &m->x);
-	else
-		m->xa = m->x;
-	if (!rc && CONV_ACT_ANY)
+	if (!rc && !bf16 && CONV_ACT_ANY)
 		rc = md_any_like(be, &m->ya, &m->y);
-	else
-		m->ya = m->y;
 	m->strides[0] = d->sh, m->strides[1] = d->sw;
 	m->dil[0] = d->dh - 1, m->dil[1] = d->dw - 1; /* oneDNN counts the gaps */
 	m->pl[0] = d->pt, m->pl[1] = d->pl;
@@ -568,10 +615,36 @@ static int conv_fwd_desc(wf_backend *be, const wf_conv_desc *d, conv_mds *m,
 {
 	int rc = 0;
 	DN_CHECK(dnnl_dilated_convolution_forward_desc_init(
-			 cd, dnnl_forward_training, dnnl_convolution_direct, &m->xa, &m->wa,
-			 d->bias ? &m->b : NULL, &m->ya, m->strides, m->dil, m->pl, m->pr),
+			 cd, d->infer ? dnnl_forward_inference : dnnl_forward_training,
+			 dnnl_convolution_direct, &m->xa, &m->wa, d->bias ? &m->b : NULL, &m->ya,
+			 m->strides, m->dil, m->pl, m->pr),
 		 fail);
 fail:
+	return rc;
+}
+
+/* Attributes of a fused forward: user scratchpad, then post-ops in order
+ * residual add (binary, source DNNL_ARG_ATTR_MULTIPLE_POST_OP(0)), act. */
+static int conv_fused_attr(wf_backend *be, const wf_conv_desc *d, const dnnl_memory_desc_t *y,
+			   dnnl_primitive_attr_t *attr)
+{
+	int rc = make_attr(be, 0, attr);
+	dnnl_post_ops_t po = NULL;
+	if (rc || (!d->residual && !d->act))
+		return rc;
+	DN_CHECK(dnnl_post_ops_create(&po), fail);
+	if (d->residual)
+		DN_CHECK(dnnl_post_ops_append_binary(po, dnnl_binary_add, y), fail);
+	if (d->act == 1)
+		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f),
+			 fail);
+	else if (d->act == 2)
+		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.0f, 6.0f),
+			 fail);
+	DN_CHECK(dnnl_primitive_attr_set_post_ops(*attr, po), fail);
+fail:
+	if (po)
+		dnnl_post_ops_destroy(po);
 	return rc;
 }
 
@@ -580,19 +653,41 @@ static int conv_build_fwd(wf_backend *be, wf_plan *pl)
 	const wf_conv_desc *d = &pl->d.conv;
 	conv_mds m;
 	dnnl_convolution_desc_t cd;
+	dnnl_primitive_attr_t attr = NULL;
 	dnnl_memory_t px, pw, py;
-	int rc = conv_mds_init(be, d, &m);
+	int rc = conv_mds_init(be, d, pl->bf16, &m);
 	if (!rc)
 		rc = conv_fwd_desc(be, d, &m, &cd);
+	dnnl_memory_desc_t r32, r16;
 	if (!rc)
-		rc = op_create(be, pl, &cd, NULL, 0, &pl->fwd.prim);
+		rc = md_nhwc(be, &r32, d->n, d->oh, d->ow, d->oc);
+	if (!rc)
+		rc = md_bf16_nhwc(be, &r16, &r32);
+	if (!rc)
+		rc = conv_fused_attr(be, d, pl->bf16 && (d->io_bf16 & 4) ? &r16 : &r32, &attr);
+	if (!rc)
+		rc = op_create_attr(be, pl, &cd, NULL, 0, attr, &pl->fwd.prim);
+	if (attr)
+		dnnl_primitive_attr_destroy(attr);
 	if (rc)
 		return rc;
 	dn_op *op = pl->fwd.prim;
 	rc = bind_in(be, pl, &pl->fwd, &m.x, pd_md(op, dnnl_query_src_md), &pl->f_x, &px);
+	int npre = pl->fwd.npre;
 	if (!rc)
 		rc = bind_in(be, pl, &pl->fwd, &m.w, pd_md(op, dnnl_query_weights_md), &pl->f_w,
 			     &pw);
+	if (!rc && d->infer && pl->fwd.npre > npre) /* the weight reorder: once, not per call */
+		pl->w_once = pl->fwd.pre[--pl->fwd.npre];
+	dnnl_memory_desc_t rmd = m.y;
+	if (!rc && d->residual)
+		rc = pl->bf16 && (d->io_bf16 & 4) ? md_bf16_nhwc(be, &rmd, &m.y)
+						  : md_nhwc(be, &rmd, d->n, d->oh, d->ow, d->oc);
+	if (!rc && d->residual) {
+		rc = plan_mem(be, pl, &rmd, DNNL_MEMORY_NONE, &pl->f_r);
+		if (!rc)
+			op_arg(op, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, pl->f_r);
+	}
 	if (!rc)
 		rc = bind_out(be, pl, &pl->fwd, &m.y, pd_md(op, dnnl_query_dst_md), &pl->f_y, &py);
 	if (!rc && d->bias)
@@ -607,12 +702,17 @@ static int conv_build_fwd(wf_backend *be, wf_plan *pl)
 	return 0;
 }
 
-static int cpu_conv2d_forward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
-			      const float *x, const float *w, const float *b)
+static int cpu_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
+				    const float *x, const float *w, const float *b, const float *r)
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
 	int rc = conv_check(be, d);
+	if (!rc && (d->act < 0 || d->act > 2 || (d->residual && !r) || (d->io_bf16 && !be->bf16)))
+		rc = wf_errf(&be->err, WF_EINVAL,
+			     "cpu conv2d: act=%d (0 none, 1 relu, 2 relu6), residual=%d without "
+			     "a residual tensor or io_bf16=%d without bf16 precision",
+			     d->act, d->residual, d->io_bf16);
 	if (!rc)
 		rc = plan_get(be, plan, PLAN_CONV, d, sizeof(*d), &pl);
 	if (rc)
@@ -623,9 +723,27 @@ static int cpu_conv2d_forward(wf_backend *be, wf_plan **plan, const wf_conv_desc
 			return plan_drop(plan, rc);
 		pl->parts |= PART_FWD;
 	}
-	return bind_run(be, &pl->fwd, 4,
-			(dnnl_memory_t[]){pl->f_x, pl->f_w, d->bias ? pl->f_b : NULL, pl->f_y},
-			(const void *[]){x, w, b, y});
+	if (pl->w_once && !pl->w_done) {
+		rc = bind(be, pl->f_w, w);
+		if (!rc)
+			rc = op_exec(be, pl->w_once);
+		if (rc)
+			return rc;
+		pl->w_done = 1;
+	}
+	return bind_run(be, &pl->fwd, 5,
+			(dnnl_memory_t[]){pl->f_x, pl->f_w, d->bias ? pl->f_b : NULL, pl->f_y,
+					  d->residual ? pl->f_r : NULL},
+			(const void *[]){x, w, b, y, r});
+}
+
+static int cpu_conv2d_forward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
+			      const float *x, const float *w, const float *b)
+{
+	if (d->act || d->residual || d->infer || d->io_bf16)
+		return wf_errf(&be->err, WF_EINVAL,
+			       "cpu conv2d: act, residual and infer are for conv2d_forward_fused");
+	return cpu_conv2d_forward_fused(be, plan, d, y, x, w, b, NULL);
 }
 
 static int conv_build_bwd(wf_backend *be, wf_plan *pl)
@@ -636,9 +754,15 @@ static int conv_build_bwd(wf_backend *be, wf_plan *pl)
 	dnnl_primitive_desc_t hint = NULL;
 	dnnl_primitive_attr_t attr = NULL;
 	dnnl_memory_t mem, dw_int, db_int;
-	int rc = conv_mds_init(be, d, &m);
+	dnnl_memory_desc_t ybf;
+	int bf16 = pl->bf16;
+	int rc = conv_mds_init(be, d, bf16, &m);
 	if (!rc)
 		rc = conv_fwd_desc(be, d, &m, &fd);
+	if (!rc && bf16) /* backward reads dy in bf16, writes dx and dw in fp32 */
+		rc = md_bf16_nhwc(be, &ybf, &m.y);
+	else
+		ybf = m.ya;
 	if (!rc)
 		rc = make_attr(be, 0, &attr);
 	if (rc)
@@ -647,8 +771,8 @@ static int conv_build_bwd(wf_backend *be, wf_plan *pl)
 
 	/* backward data: dx = dy conv^T w */
 	DN_CHECK(dnnl_dilated_convolution_backward_data_desc_init(&bd, dnnl_convolution_direct,
-								  &m.xa, &m.wa, &m.ya, m.strides,
-								  m.dil, m.pl, m.pr),
+								  bf16 ? &m.x : &m.xa, &m.wa, &ybf,
+								  m.strides, m.dil, m.pl, m.pr),
 		 fail);
 	rc = op_create(be, pl, &bd, hint, 0, &pl->bwd_d.prim);
 	if (rc)
@@ -668,8 +792,12 @@ static int conv_build_bwd(wf_backend *be, wf_plan *pl)
 	op_arg(op, DNNL_ARG_DIFF_SRC, mem);
 
 	/* backward weights into plan scratch, then dw += reorder(scratch) */
+	dnnl_memory_desc_t dwa;
+	rc = md_any_like(be, &dwa, &m.w); /* fp32 weight gradient */
+	if (rc)
+		goto fail;
 	DN_CHECK(dnnl_dilated_convolution_backward_weights_desc_init(
-			 &wd, dnnl_convolution_direct, &m.xa, &m.wa, d->bias ? &m.b : NULL, &m.ya,
+			 &wd, dnnl_convolution_direct, &m.xa, &dwa, d->bias ? &m.b : NULL, &ybf,
 			 m.strides, m.dil, m.pl, m.pr),
 		 fail);
 	rc = op_create(be, pl, &wd, hint, 0, &pl->bwd_w.prim);
@@ -1356,6 +1484,7 @@ static const wf_backend_ops cpu_ops = {
 	.plan_free = cpu_plan_free,
 	.destroy = cpu_destroy,
 	.conv2d_forward = cpu_conv2d_forward,
+	.conv2d_forward_fused = cpu_conv2d_forward_fused,
 	.conv2d_backward = cpu_conv2d_backward,
 	.dense_forward = cpu_dense_forward,
 	.dense_backward = cpu_dense_backward,
@@ -1394,6 +1523,8 @@ int wf_backend_cpu_init(wf_backend *be, wf_err *err)
 		omp_set_num_threads(be->threads);
 	DN_CHECK(dnnl_engine_create(&c->eng, dnnl_cpu, 0), fail);
 	DN_CHECK(dnnl_stream_create(&c->stream, c->eng, dnnl_stream_default_flags), fail);
+	if (cpu_has_bf16())
+		be->caps |= WF_CAP_BF16;
 	return 0;
 fail:
 	if (err)

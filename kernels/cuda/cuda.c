@@ -567,6 +567,7 @@ int wf_backend_cuda_init(wf_backend *be, wf_err *err)
 		return wf_errf(err, WF_ENOMEM, "cuda: out of memory creating the context");
 	be->name = "cuda";
 	be->ops = &cuda_ops;
+	be->caps |= WF_CAP_BF16; /* cuDNN runs bf16 convolutions (tensor cores from sm80) */
 	be->ctx = cx;
 	wf_err_clear(&be->err);
 	cx->device = pick_device(count);

@@ -391,6 +391,104 @@ static void test_bad_descriptors_fail_with_a_message(void)
 	wf_backend_plan_free(cpu_be, &slot);
 }
 
+/* ---- bf16 and fused inference convs ------------------------------------------ */
+
+/* Every shared op case (forward, input and parameter gradients) with the cpu
+ * backend computing conv in bf16 (fp32 accumulation, fp32 master weights):
+ * within bf16 tolerance of the fp32 ref. */
+static void test_every_shared_case_in_bf16_matches_ref(void)
+{
+	if (!(cpu_be->caps & WF_CAP_BF16)) {
+		printf("  (this CPU has no native bf16: bf16 cases not run)\n");
+		return;
+	}
+	const char *used = NULL;
+	wf_err err = {0};
+	WF_CHECK(wf_backend_set_precision(cpu_be, "bf16", &used, &err) == 0);
+	WF_CHECK(strcmp(used, "bf16") == 0 && cpu_be->bf16);
+	wf_opc_case c;
+	for (int i = 0; wf_opc_get(i, &c) == 0; i++)
+		check_case(&c, 5000 + (uint64_t)i, 3e-2);
+	wf_backend_set_precision(cpu_be, "fp32", &used, &err);
+	WF_CHECK(!cpu_be->bf16);
+}
+
+static void test_precision_names(void)
+{
+	wf_err err = {0};
+	const char *used = NULL;
+	WF_CHECK_INT(wf_backend_set_precision(cpu_be, "fp16x", &used, &err), WF_EINVAL);
+	WF_CHECK_MSG(strstr(err.msg, "fp16x") != NULL, "%s", err.msg);
+	WF_CHECK(wf_backend_set_precision(ref_be, "bf16", &used, &err) == 0);
+	WF_CHECK(strcmp(used, "fp32") == 0 && !ref_be->bf16); /* ref: fp32 fallback */
+	WF_CHECK(wf_backend_set_precision(cpu_be, "auto", &used, &err) == 0);
+	WF_CHECK(strcmp(used, (cpu_be->caps & WF_CAP_BF16) ? "bf16" : "fp32") == 0);
+	wf_backend_set_precision(cpu_be, "fp32", &used, &err);
+}
+
+static void fill(float *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed;
+	for (size_t i = 0; i < n; i++) {
+		x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+		p[i] = (float)((double)(x >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+	}
+}
+
+/* conv2d_forward_fused (bias, residual add, relu / relu6, weights kept
+ * reordered) equals ref's conv, add and activation run one after another. */
+static void fused_case(int n, int h, int ch, int oc, int k, int s, int groups, int act,
+		       int residual, int bf16, double tol)
+{
+	wf_conv_desc d;
+	wf_conv_desc_init(&d, n, h, h, ch, oc, k, k, s, s, 1, 1, groups, 1, 0, 0, 1);
+	size_t nx = (size_t)n * h * h * ch, ny = (size_t)n * d.oh * d.ow * oc;
+	size_t nw = (size_t)k * k * (ch / groups) * oc;
+	float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(oc * 4), *r = malloc(ny * 4);
+	float *y = malloc(ny * 4), *want = malloc(ny * 4);
+	fill(x, nx, 1), fill(w, nw, 2), fill(b, (size_t)oc, 3), fill(r, ny, 4);
+	wf_plan *rp = NULL, *cp = NULL;
+	WF_CHECK(ref_be->ops->conv2d_forward(ref_be, &rp, &d, want, x, w, b) == 0);
+	if (residual)
+		ref_be->ops->add(ref_be, ny, want, want, r);
+	if (act)
+		ref_be->ops->act_forward(ref_be, act == 1 ? WF_ACT_RELU : WF_ACT_RELU6, ny, want,
+					 want);
+	wf_backend_set_precision(cpu_be, bf16 ? "bf16" : "fp32", NULL, NULL);
+	d.act = act, d.residual = residual, d.infer = 1;
+	for (int rep = 0; rep < 2; rep++) { /* the second call reuses the reordered weights */
+		memset(y, 0, ny * 4);
+		int rc = cpu_be->ops->conv2d_forward_fused(cpu_be, &cp, &d, y, x, w, b,
+							   residual ? r : NULL);
+		WF_CHECK_MSG(rc == 0, "%s", cpu_be->err.msg);
+		double mx = 1, worst = 0;
+		for (size_t i = 0; i < ny; i++)
+			mx = fmax(mx, fabs(want[i]));
+		for (size_t i = 0; i < ny; i++)
+			worst = fmax(worst, fabs((double)y[i] - want[i]));
+		WF_CHECK_MSG(
+			worst <= tol * mx,
+			"fused conv n%d h%d c%d oc%d k%d s%d g%d act%d res%d bf16 %d: |d| %.3g "
+			"> %.3g",
+			n, h, ch, oc, k, s, groups, act, residual, bf16, worst, tol * mx);
+	}
+	wf_backend_set_precision(cpu_be, "fp32", NULL, NULL);
+	wf_backend_plan_free(cpu_be, &cp);
+	free(x), free(w), free(b), free(r), free(y), free(want);
+}
+
+static void test_fused_conv_matches_ref(void)
+{
+	for (int bf16 = 0; bf16 <= ((cpu_be->caps & WF_CAP_BF16) ? 1 : 0); bf16++) {
+		double tol = bf16 ? 3e-2 : 1e-4;
+		fused_case(2, 9, 16, 32, 3, 1, 1, 1, 1, bf16, tol);   /* conv + add + relu */
+		fused_case(1, 8, 16, 16, 1, 1, 1, 0, 1, bf16, tol);   /* 1x1 + add */
+		fused_case(1, 12, 32, 32, 3, 2, 32, 2, 0, bf16, tol); /* depthwise + relu6 */
+		fused_case(3, 7, 8, 24, 3, 1, 1, 2, 0, bf16, tol);    /* conv + relu6 */
+		fused_case(1, 5, 4, 8, 3, 1, 1, 0, 0, bf16, tol);     /* plain, infer */
+	}
+}
+
 int main(void)
 {
 	wf_err err = {0};
@@ -410,6 +508,9 @@ int main(void)
 	WF_RUN(test_conv_backward_one_gradient_at_a_time);
 	WF_RUN(test_plan_slot_switching_op_kind_is_rebuilt);
 	WF_RUN(test_bad_descriptors_fail_with_a_message);
+	WF_RUN(test_precision_names);
+	WF_RUN(test_fused_conv_matches_ref);
+	WF_RUN(test_every_shared_case_in_bf16_matches_ref);
 	wf_backend_free(cpu_be);
 	wf_backend_free(ref_be);
 	return wf_test_summary();

@@ -1,0 +1,170 @@
+/* test_infer_plan.c: the cpu backend's fused inference plans (conv + bias +
+ * residual add + relu/relu6 as one primitive, weights kept reordered, bf16
+ * activations between convs) give the logits of the unfused forward, on
+ * resnet20 and mobilenetv2 with batch norm folded as `weft export` does. */
+#include "model/fold.h"
+#include "model/model.h"
+#include "tests/test.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Largest |a - b| over n logits, relative to max |b|. */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+	double mx = 1e-30, d = 0;
+	for (size_t i = 0; i < n; i++)
+		mx = fmax(mx, fabs(b[i]));
+	for (size_t i = 0; i < n; i++)
+		d = fmax(d, fabs((double)a[i] - b[i]));
+	return d / mx;
+}
+
+/* Logits of an inference executor (fused) and of a training executor's
+ * inference-mode forward (never fused) on the same batch. */
+static int logits_pair(wf_backend *be, wf_model *m, int n, float *fused, float *plain, int *nfused)
+{
+	wf_err err = {0};
+	wf_exec *fx = NULL, *px = NULL;
+	size_t per = (size_t)m->in_h * m->in_w * m->in_c;
+	float *x = malloc(sizeof(float) * per * (size_t)n);
+	uint64_t s = 99;
+	for (size_t i = 0; i < per * (size_t)n; i++) {
+		s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+		x[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+	}
+	int rc = wf_exec_create(&fx, m, be, n, 0, &err);
+	if (!rc)
+		rc = wf_exec_create(&px, m, be, n, 1, &err);
+	WF_CHECK_MSG(rc == 0, "%s", err.msg);
+	for (int rep = 0; !rc && rep < 2; rep++) /* twice: reordered weights reused */
+		rc = wf_exec_forward(fx, x, n, 0, 0) || wf_exec_logits(fx, fused);
+	if (!rc)
+		rc = wf_exec_forward(px, x, n, 0, 0) || wf_exec_logits(px, plain);
+	WF_CHECK_MSG(rc == 0, "%s / %s", fx ? wf_exec_error(fx) : "", px ? wf_exec_error(px) : "");
+	*nfused = fx ? wf_exec_fused(fx) : 0;
+	wf_exec_free(fx);
+	wf_exec_free(px);
+	free(x);
+	return rc;
+}
+
+static void check_model(wf_backend *be, const char *name)
+{
+	wf_err err = {0};
+	wf_model *m = NULL, *f = NULL;
+	WF_CHECK_MSG(wf_model_zoo(&m, name, 32, 32, 3, 10, &err) == 0, "%s", err.msg);
+	if (!m)
+		return;
+	wf_model_init_params(m, 7);
+	/* no zero-initialised layer may hide a path: perturb every parameter */
+	uint64_t r = 5;
+	for (size_t i = 0; i < m->nparams; i++) {
+		r = r * 6364136223846793005ULL + 1442695040888963407ULL;
+		m->params[i] += 0.05f * (float)((double)(r >> 11) / 9007199254740992.0 - 0.5);
+	}
+	/* non-trivial running statistics, so the fold changes the weights */
+	for (int i = 0; i < m->nlayers; i++) {
+		const wf_layer *l = &m->layers[i];
+		if (l->type != WF_LAYER_BATCHNORM)
+			continue;
+		float *mean = m->state + m->views[l->s_mean].offset;
+		float *var = m->state + m->views[l->s_var].offset;
+		for (int c = 0; c < l->oc; c++)
+			mean[c] = 0.02f * (float)(c % 3), var[c] = 0.8f + 0.1f * (float)(c % 4);
+	}
+	WF_CHECK_MSG(wf_model_fold_for_inference(m, &f, &err) == 0, "%s", err.msg);
+	const int n = 3;
+	size_t k = (size_t)n * f->classes;
+	float *a = malloc(sizeof(float) * k), *b = malloc(sizeof(float) * k);
+	int nf = 0;
+	if (logits_pair(be, f, n, a, b, &nf) == 0) {
+		WF_CHECK_MSG(nf > 0, "%s: nothing was fused", name);
+		double d = rel_diff(a, b, k);
+		WF_CHECK_MSG(d < 1e-4, "%s fp32: fused differs from unfused by %.3g", name, d);
+		WF_CHECK_MSG(fabs(b[0]) > 1e-3 && a[0] != a[1], "%s: degenerate logits", name);
+		printf("  %s: %d layers fused, fp32 rel diff %.2g (logit %.3g)\n", name, nf, d,
+		       b[0]);
+		fflush(stdout);
+	}
+	if (be->caps & WF_CAP_BF16) {
+		/* bf16 inference plan against the fp32 unfused forward */
+		float *c = malloc(sizeof(float) * k);
+		wf_exec *ex = NULL;
+		size_t per = (size_t)f->in_h * f->in_w * f->in_c;
+		float *x = calloc(per * n, sizeof(float));
+		uint64_t s = 99;
+		for (size_t i = 0; i < per * (size_t)n; i++) {
+			s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+			x[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+		}
+		wf_backend_set_precision(be, "bf16", NULL, NULL);
+		int rc = wf_exec_create(&ex, f, be, n, 0, &err);
+		WF_CHECK_MSG(rc == 0, "%s", err.msg);
+		rc = rc ? rc : wf_exec_forward(ex, x, n, 0, 0) || wf_exec_logits(ex, c);
+		WF_CHECK_MSG(rc == 0, "%s", ex ? wf_exec_error(ex) : err.msg);
+		double d = rel_diff(c, b, k);
+		WF_CHECK_MSG(!rc && d < 0.08, "%s bf16: differs from fp32 by %.3g", name, d);
+		printf("  %s: bf16 rel diff %.2g\n", name, d);
+		fflush(stdout);
+		wf_backend_set_precision(be, "fp32", NULL, NULL);
+		wf_exec_free(ex);
+		free(x);
+		free(c);
+	}
+	free(a);
+	free(b);
+	wf_model_free(f);
+	wf_model_free(m);
+}
+
+static wf_backend *cpu;
+
+static void test_resnet20_fused_equals_unfused(void)
+{
+	check_model(cpu, "resnet20");
+}
+
+static void test_mobilenetv2_fused_equals_unfused(void)
+{
+	check_model(cpu, "mobilenetv2");
+}
+
+/* An inference executor keeps weights reordered; after the parameters change,
+ * wf_exec_params_from_host makes it use the new ones. */
+static void test_new_params_are_used_after_params_from_host(void)
+{
+	wf_err err = {0};
+	wf_model *m = NULL;
+	wf_exec *ex = NULL;
+	WF_CHECK(wf_model_zoo(&m, "smallcnn", 8, 8, 3, 4, &err) == 0);
+	if (!m)
+		return;
+	wf_model_init_params(m, 1);
+	WF_CHECK(wf_exec_create(&ex, m, cpu, 1, 0, &err) == 0);
+	float x[8 * 8 * 3], a[4], b[4];
+	for (int i = 0; i < 8 * 8 * 3; i++)
+		x[i] = (float)(i % 7) * 0.1f;
+	WF_CHECK(wf_exec_forward(ex, x, 1, 0, 0) == 0 && wf_exec_logits(ex, a) == 0);
+	wf_model_init_params(m, 2);
+	WF_CHECK(wf_exec_params_from_host(ex) == 0);
+	WF_CHECK(wf_exec_forward(ex, x, 1, 0, 0) == 0 && wf_exec_logits(ex, b) == 0);
+	WF_CHECK(memcmp(a, b, sizeof(a)) != 0);
+	wf_exec_free(ex);
+	wf_model_free(m);
+}
+
+int main(void)
+{
+	wf_err err = {0};
+	if (wf_backend_create(&cpu, "cpu", 2, &err) != 0) {
+		fprintf(stderr, "skip: cpu backend not built: %s\n", err.msg);
+		return 77;
+	}
+	WF_RUN(test_resnet20_fused_equals_unfused);
+	WF_RUN(test_mobilenetv2_fused_equals_unfused);
+	WF_RUN(test_new_params_are_used_after_params_from_host);
+	wf_backend_free(cpu);
+	return wf_test_summary();
+}
