@@ -206,6 +206,9 @@ int main(int argc, char **argv)
 {
 	size_t mb = 100;
 	int runs = 5, only = 0;
+	const char *tune = getenv("WEFT_PS_MALLOC_TUNE"); /* as weft's cluster.malloc_tune */
+	if (tune && !strcmp(tune, "0"))
+		wf_ps_tune_malloc_enable(0);
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--mb") && i + 1 < argc)
 			mb = (size_t)atol(argv[++i]);

@@ -90,10 +90,19 @@ static int try_init(wf_backend *be, const char *name, wf_err *err)
 
 int wf_backend_create(wf_backend **out, const char *name, int threads, wf_err *err)
 {
+	wf_backend_opts o = {.threads = threads};
+	return wf_backend_create_opts(out, name, &o, err);
+}
+
+int wf_backend_create_opts(wf_backend **out, const char *name, const wf_backend_opts *o,
+			   wf_err *err)
+{
 	wf_backend *be = calloc(1, sizeof(*be));
 	if (!be)
 		return wf_errf(err, WF_ENOMEM, "out of memory creating backend");
-	be->threads = threads;
+	if (o)
+		be->opts = *o;
+	be->threads = be->opts.threads;
 	int rc;
 	if (!name || strcmp(name, "auto") == 0) {
 		rc = WF_ENOTSUP;

@@ -211,14 +211,25 @@ typedef struct wf_backend_ops {
 				const float *g, float *m, float *v);
 } wf_backend_ops;
 
+/* Settings of a backend, resolved by the program (trainer/, serve/): the
+ * library reads no environment. All zero = every default. */
+#define WF_CUDNN_WORKSPACE_MB_DEFAULT 256
+typedef struct wf_backend_opts {
+	int threads;	    /* worker threads (cpu); 0 = library default */
+	int device_index;   /* GPU (cuda), taken modulo the device count */
+	char precision[16]; /* conv/dense precision (cuda): fp32, tf32, bf16, fp16; "": fp32 */
+	long workspace_mb;  /* cuDNN algorithm-search workspace; <= 0: the default */
+} wf_backend_opts;
+
 struct wf_backend {
 	const char *name; /* "ref", "cpu", "cuda" */
 	const wf_backend_ops *ops;
-	void *ctx;     /* backend-private */
-	int threads;   /* worker threads (cpu); 0 = library default */
-	wf_err err;    /* cause of the last failed op */
-	unsigned caps; /* WF_CAP_* the hardware offers this backend */
-	int bf16;      /* conv/dense/pool compute in bf16 for plans built from now on */
+	void *ctx;	      /* backend-private */
+	int threads;	      /* worker threads (cpu); 0 = library default */
+	wf_err err;	      /* cause of the last failed op */
+	unsigned caps;	      /* WF_CAP_* the hardware offers this backend */
+	int bf16;	      /* conv/dense/pool compute in bf16 for plans built from now on */
+	wf_backend_opts opts; /* as created */
 };
 
 #define WF_CAP_BF16 1u /* native bf16 dot products (AVX512_BF16, AMX) */
@@ -234,6 +245,9 @@ int wf_backend_set_precision(wf_backend *be, const char *want, const char **used
 /* Create backend `name` ("ref", "cpu", "cuda", or "auto": cuda when usable,
  * else cpu). threads: 0 = default. Fails naming what is not built or usable. */
 int wf_backend_create(wf_backend **out, const char *name, int threads, wf_err *err);
+/* The same with every setting (o NULL: defaults). */
+int wf_backend_create_opts(wf_backend **out, const char *name, const wf_backend_opts *o,
+			   wf_err *err);
 void wf_backend_free(wf_backend *be);
 void wf_backend_plan_free(wf_backend *be, wf_plan **plan); /* sets *plan = NULL */
 /* Names of the backends built into this binary, e.g. "ref cpu". */

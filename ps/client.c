@@ -342,7 +342,7 @@ static void clear_slots(wf_ps_client *c)
 
 static double timeout_of(const wf_ps_client *c)
 {
-	return c->cfg.timeout > 0 ? c->cfg.timeout : 300;
+	return c->cfg.timeout > 0 ? c->cfg.timeout : WF_PS_TIMEOUT_DEFAULT;
 }
 
 /* One server-wide request (no payload unless text) to every server, or to
@@ -477,7 +477,8 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	if (!c->pend || !c->endpoints || !c->socks || !c->floats || !c->inc || !c->seen)
 		goto fail;
 	c->server_timeout = cfg->server_timeout > 0 ? cfg->server_timeout
-						    : WF_MAX(5.0, 10.0 * cfg->heartbeat_interval);
+						    : WF_MAX(WF_PS_SERVER_TIMEOUT_DEFAULT,
+							     10.0 * cfg->heartbeat_interval);
 	for (int i = 0; i < nc; i++)
 		c->floats[i] = cfg->pl->chunks[i].count;
 	c->lim = (wf_ps_limits){.job_id = cfg->job_id,
@@ -559,7 +560,8 @@ void wf_ps_client_free(wf_ps_client *c)
 int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *err)
 {
 	int n = c->cfg.nservers;
-	double limit = c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : 120;
+	double limit =
+		c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : WF_PS_CONNECT_TIMEOUT_DEFAULT;
 	double deadline = wf_now() + limit;
 	int answered[n];
 	long got[n];

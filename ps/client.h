@@ -19,6 +19,13 @@
 
 typedef struct wf_ps_client wf_ps_client;
 
+/* The client's defaults, here once (the worker's exchange and the trainer's
+ * roles use these names). */
+#define WF_PS_TIMEOUT_DEFAULT		 300.0 /* seconds to wait for a reply */
+#define WF_PS_CONNECT_TIMEOUT_DEFAULT	 120.0 /* seconds to wait for the servers */
+#define WF_PS_HEARTBEAT_INTERVAL_DEFAULT 0.5   /* seconds between heartbeats */
+#define WF_PS_SERVER_TIMEOUT_DEFAULT	 5.0   /* seconds of silence: server gone */
+
 typedef struct wf_ps_client_cfg {
 	int nservers;
 	const char *const *endpoints; /* [nservers] "tcp://host:port", server i at [i] */
@@ -31,8 +38,8 @@ typedef struct wf_ps_client_cfg {
 	size_t nstate;		   /* non-trainable floats (kept by server 0) */
 	int nslots;		   /* optimizer slots init may send */
 	int samples;		   /* samples each pushed gradient sums over */
-	double timeout;		   /* seconds to wait for a reply; 0: 300 */
-	double connect_timeout;	   /* seconds register keeps retrying; 0: 120 */
+	double timeout;		   /* seconds to wait for a reply; 0: WF_PS_TIMEOUT_DEFAULT */
+	double connect_timeout;	   /* seconds register keeps retrying; 0: the default */
 	double heartbeat_interval; /* seconds; 0: no heartbeat thread */
 	double server_timeout;	   /* seconds without heartbeat replies after which a
 				    * server's outstanding requests fail; 0: max(5, 10 x

@@ -544,12 +544,17 @@ void wf_ps_stats_format(const wf_ps_stats *s, char *buf, size_t n)
 }
 
 static pthread_once_t tune_once = PTHREAD_ONCE_INIT;
+static int tune_on = 1;
+
+void wf_ps_tune_malloc_enable(int on)
+{
+	tune_on = on;
+}
 
 static void tune_malloc(void)
 {
 #ifdef __GLIBC__
-	const char *env = getenv("WEFT_PS_MALLOC_TUNE");
-	if (env && !strcmp(env, "0"))
+	if (!tune_on)
 		return;
 	mallopt(M_MMAP_THRESHOLD, (int)WF_PS_RECV_POOL_BYTES);
 	mallopt(M_TRIM_THRESHOLD, (int)(4 * WF_PS_RECV_POOL_BYTES));

@@ -179,9 +179,13 @@ void wf_ps_scratch_free(wf_ps_scratch *s);
  * to WF_PS_RECV_POOL_BYTES in the heap (M_MMAP_THRESHOLD, M_TRIM_THRESHOLD)
  * so they are reused warm; the cost is that freed receive memory stays in
  * the process. Called by the server and the client; a no-op without glibc
- * or when WEFT_PS_MALLOC_TUNE=0. Thread-safe. */
+ * or after wf_ps_tune_malloc_enable(0) (the program's WEFT_PS_MALLOC_TUNE=0).
+ * Thread-safe. */
 #define WF_PS_RECV_POOL_BYTES (32u << 20)
 void wf_ps_tune_malloc(void);
+/* 0: wf_ps_tune_malloc does nothing (call it at start-up, before any client
+ * or server exists); 1: the default. */
+void wf_ps_tune_malloc_enable(int on);
 
 /* Validate frames[0] (the header) and frames[1..n) (payload) against lim:
  * frame counts, header size, magic, version, op, flags, job id, sender,

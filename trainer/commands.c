@@ -86,6 +86,8 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		goto free_lists;
 	if (help_config) {
 		wf_config_print_reference(stdout);
+		printf("\nEnvironment variables:\n\n");
+		wf_config_print_env_reference(stdout);
 		rc = 1;
 		goto free_lists;
 	}
@@ -114,6 +116,7 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		cfg.train.accumulate = accumulate;
 	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
 		goto free_lists;
+	wf_config_apply_process(&cfg);
 	if ((rc = wf_config_validate(&cfg, err)) != 0) {
 		wf_err_wrap(err, "%s", config);
 		goto free_lists;
@@ -248,7 +251,12 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 	}
 	if (threads == 0 && !getenv("OMP_NUM_THREADS"))
 		threads = wf_cpus_default_threads();
-	if ((rc = wf_backend_create(&be, device, (int)threads, err)) != 0)
+	wf_config env;
+	wf_backend_opts bo;
+	wf_config_from_env(&env);
+	wf_config_backend_opts(&env, &bo);
+	bo.threads = (int)threads;
+	if ((rc = wf_backend_create_opts(&be, device, &bo, err)) != 0)
 		goto cleanup;
 	if ((rc = wf_exec_create(&ex, m, be, (int)batch, 0, err)) != 0)
 		goto cleanup;

@@ -1,7 +1,13 @@
 #include "trainer/config.h"
 
 #include "common/json.h"
+#include "common/log.h"
 #include "model/model.h"
+#include "ps/client.h"
+#include "ps/proto.h"
+#include "worker/data.h"
+#include "worker/exchange_mpi.h"
+#include "worker/rendezvous.h"
 
 #include <errno.h>
 #include <math.h>
@@ -23,6 +29,8 @@ typedef struct key_def {
 } key_def;
 
 #define F(field) offsetof(wf_config, field), sizeof(((wf_config *)0)->field)
+#define STR_(x)	 #x
+#define STR(x)	 STR_(x) /* a library's default macro as the key's default text */
 
 static const key_def keys[] = {
 	{"model.name", T_STR, F(model.name), "\"smallcnn\"",
@@ -140,7 +148,107 @@ static const key_def keys[] = {
 	{"train.divergence_factor", T_NUM, F(train.divergence_factor), "10",
 	 "stop (exit 1) when a step's loss exceeds this many times the first step's loss, "
 	 "or is not finite; 0: only the non-finite check"},
+	/* settings the libraries once read from the environment (issue 15) */
+	{"train.cuda_device", T_INT, F(train.cuda_device), "0",
+	 "cuda: the GPU (modulo the GPUs present) when the launcher sets no local rank "
+	 "(OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK: "
+	 "that picks it then)"},
+	{"train.cudnn_workspace_mb", T_INT, F(train.cudnn_workspace_mb),
+	 STR(WF_CUDNN_WORKSPACE_MB_DEFAULT),
+	 "cuda: MiB of workspace cuDNN's algorithm search may use; <= 0: the default"},
+	{"data.memory_mb", T_INT, F(data.memory_mb), STR(WF_DATA_MEMORY_MB_DEFAULT),
+	 "a dataset's image bytes up to this many MiB are loaded into memory at open, larger "
+	 "ones are read per batch; 0: always per batch"},
+	{"strategy.stall_timeout", T_NUM, F(strategy.stall_timeout),
+	 STR(WF_MPI_STALL_TIMEOUT_DEFAULT),
+	 "allreduce: seconds a rank waits for its peers in one collective before naming the "
+	 "missing ranks and exiting 138; <= 0: the default"},
+	{"strategy.rendezvous_timeout", T_NUM, F(strategy.rendezvous_timeout),
+	 STR(WF_RDV_TIMEOUT_DEFAULT),
+	 "allreduce over NCCL with TF_CONFIG: seconds the chief waits for every rank to "
+	 "fetch the NCCL id (and a rank for the chief); <= 0: the default"},
+	{"cluster.malloc_tune", T_BOOL, F(cluster.malloc_tune), "true",
+	 "parameter_server: keep receive buffers warm in the heap (glibc mallopt); false "
+	 "(or 0 in the environment) turns it off"},
 };
+
+/* The environment column of the table: the variable that sets a key
+ * (precedence: flag > environment > config file > default). Every variable
+ * weft reads is either here or in env_only below. */
+static const struct {
+	const char *path, *env;
+} key_env[] = {
+	{"train.precision", "WEFT_PRECISION"},
+	{"train.cuda_device", "WEFT_CUDA_DEVICE"},
+	{"train.cudnn_workspace_mb", "WEFT_CUDNN_WORKSPACE_MB"},
+	{"data.memory_mb", "WEFT_DATA_MEMORY_MB"},
+	{"strategy.stall_timeout", "WEFT_STALL_TIMEOUT"},
+	{"strategy.rendezvous_timeout", "WEFT_RENDEZVOUS_TIMEOUT"},
+	{"cluster.malloc_tune", "WEFT_PS_MALLOC_TUNE"},
+};
+
+/* Environment variables that are not config keys: the process identity a
+ * launcher (mpirun, Kubernetes, `weft launch`) sets, and debugging hooks.
+ * trainer/ reads them (cluster.c, role.c, strategy.c, launch.c, commands.c,
+ * cmd_tfconfig.c); they are listed here so that the README names every
+ * variable weft reads. */
+typedef struct env_def {
+	const char *name, *def, *doc;
+} env_def;
+
+static const env_def env_only[] = {
+	{"TF_CONFIG", "",
+	 "the cluster and this task (TensorFlow's JSON); `weft tfconfig` shows it"},
+	{"OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE", "",
+	 "rank and size under mpirun (Open MPI); a cluster without TF_CONFIG"},
+	{"OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK", "",
+	 "rank on this host: picks the GPU (before `train.cuda_device`)"},
+	{"OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE", "",
+	 "any of them set: started by mpirun, so allreduce initialises MPI"},
+	{"WEFT_ROLE, WEFT_INDEX, WEFT_PORT, WEFT_DOMAIN", "",
+	 "Kubernetes pod identity (role, task index, port, DNS domain) without TF_CONFIG"},
+	{"JOB_COMPLETION_INDEX", "", "Kubernetes indexed Job: the task index"},
+	{"WEFT_NUM_CHIEF, WEFT_NUM_WORKERS, WEFT_NUM_PS, WEFT_NUM_EVALUATORS", "",
+	 "Kubernetes: tasks of each role"},
+	{"WEFT_CHIEF_SERVICE, WEFT_WORKER_SERVICE, WEFT_PS_SERVICE, WEFT_EVALUATOR_SERVICE", "",
+	 "Kubernetes: headless service of each role"},
+	{"WEFT_CHIEF_NAME, WEFT_WORKER_NAME, WEFT_PS_NAME, WEFT_EVALUATOR_NAME", "",
+	 "Kubernetes: pod name prefix of each role"},
+	{"WEFT_LAUNCH", "", "set by `weft launch` in its children (it prefixes their log lines)"},
+	{"WEFT_KEY_DIR", "",
+	 "parameter_server: CURVE key directory when `cluster.key_dir` is empty"},
+	{"WEFT_PS_CHUNK_BYTES", "1048576",
+	 "parameter_server: chunk size cap in bytes (>= 1024; servers and workers must agree)"},
+	{"WEFT_PS_TIMEOUT", STR(WF_PS_TIMEOUT_DEFAULT),
+	 "parameter_server worker: seconds to wait for a reply"},
+	{"WEFT_PS_CONNECT_TIMEOUT", STR(WF_PS_CONNECT_TIMEOUT_DEFAULT),
+	 "parameter_server worker: seconds to wait for the servers to come up"},
+	{"WEFT_PS_SERVER_TIMEOUT", STR(WF_PS_SERVER_TIMEOUT_DEFAULT),
+	 "parameter_server worker: seconds of heartbeat silence after which a server is gone"},
+	{"WEFT_PS_HEARTBEAT_TIMEOUT", "5",
+	 "ps server: seconds of worker silence after which it is dead (`--heartbeat-timeout`)"},
+	{"WEFT_PS_STALL_TIMEOUT", "60",
+	 "ps server: seconds a sync step waits before the server names the workers it waits for "
+	 "(`--stall-timeout`)"},
+	{"WEFT_PS_STATS_EVERY", "30", "ps server: seconds between stats lines (`--stats-every`)"},
+	{"WEFT_PS_DEBUG_STALL", "",
+	 "\"rank:step:seconds\": that worker sleeps before pushing that step (tests of stall "
+	 "reports; not for production)"},
+	{"OMP_NUM_THREADS", "", "set: `train.threads` 0 leaves the thread count to the library"},
+	{"OMP_WAIT_POLICY, GOMP_SPINCOUNT", "",
+	 "OpenMP spinning: both unset, weft sets OMP_WAIT_POLICY=passive and re-executes itself "
+	 "once; `weft version` shows them"},
+	{"TMPDIR", "/tmp", "`weft launch`: where the run's ephemeral CURVE keys go"},
+};
+
+/* The environment variable of key k, or NULL. */
+static const char *env_of(const key_def *k)
+{
+	for (size_t i = 0; i < sizeof(key_env) / sizeof(key_env[0]); i++)
+		if (strcmp(key_env[i].path, k->path) == 0)
+			return key_env[i].env;
+	return NULL;
+}
 
 static const char *type_name(key_type t)
 {
@@ -325,10 +433,44 @@ static int merge_root(wf_config *c, json_t *root, const char *origin, wf_err *er
 	return rc;
 }
 
+/* The keys' environment variables over what the file set. Like --set, a
+ * value is JSON when it parses, else a string; booleans also take 0 and 1.
+ * A malformed value (or a negative number) is a warning that keeps the
+ * file's value, as the libraries that read these variables once did. */
+static void apply_env(wf_config *c)
+{
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		const key_def *k = &keys[i];
+		const char *env = env_of(k), *s = env ? getenv(env) : NULL;
+		if (!s || !*s)
+			continue;
+		json_t *v = json_loads(s, JSON_DECODE_ANY, NULL);
+		if (k->type == T_BOOL && json_is_integer(v)) {
+			json_t *b = json_boolean(json_integer_value(v) != 0);
+			json_decref(v);
+			v = b;
+		}
+		if (!v)
+			v = json_string(s);
+		wf_config t = *c;
+		wf_err e = {0};
+		int rc = v ? set_value(&t, k, v, s, &e) : WF_EINVAL;
+		if (rc == 0 && json_is_number(v) && json_number_value(v) < 0)
+			rc = wf_errf(&e, WF_EINVAL, "%s: must not be negative", k->path);
+		if (rc == 0)
+			*c = t;
+		else
+			wf_warn("%s=%s ignored (%s)", env, s, e.msg[0] ? e.msg : "not valid UTF-8");
+		json_decref(v);
+	}
+}
+
 int wf_config_load(wf_config *c, const char *path, const char *const *sets, int nsets, wf_err *err)
 {
 	wf_config_default(c);
 	int rc = wf_config_load_file(c, path, err);
+	if (rc == 0)
+		apply_env(c);
 	for (int i = 0; rc == 0 && i < nsets; i++)
 		rc = wf_config_set(c, sets[i], err);
 	return rc;
@@ -649,8 +791,58 @@ void wf_config_optim(const wf_config *c, wf_optim_cfg *o)
 
 void wf_config_print_reference(FILE *out)
 {
-	fprintf(out, "| key | type | default | meaning |\n|---|---|---|---|\n");
-	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++)
-		fprintf(out, "| `%s` | %s | `%s` | %s |\n", keys[i].path, type_name(keys[i].type),
-			keys[i].def, keys[i].doc);
+	fprintf(out, "| key | type | default | environment | meaning |\n|---|---|---|---|---|\n");
+	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+		const char *env = env_of(&keys[i]);
+		fprintf(out, "| `%s` | %s | `%s` | %s%s%s | %s |\n", keys[i].path,
+			type_name(keys[i].type), keys[i].def, env ? "`" : "", env ? env : "",
+			env ? "`" : "", keys[i].doc);
+	}
+}
+
+void wf_config_print_env_reference(FILE *out)
+{
+	fprintf(out, "| variable | key | default | meaning |\n|---|---|---|---|\n");
+	for (size_t i = 0; i < sizeof(key_env) / sizeof(key_env[0]); i++) {
+		const key_def *k = find_key(key_env[i].path);
+		fprintf(out, "| `%s` | `%s` | `%s` | %s |\n", key_env[i].env, k->path, k->def,
+			k->doc);
+	}
+	for (size_t i = 0; i < sizeof(env_only) / sizeof(env_only[0]); i++)
+		fprintf(out, "| `%s` | | %s%s%s | %s |\n", env_only[i].name,
+			*env_only[i].def ? "`" : "", env_only[i].def, *env_only[i].def ? "`" : "",
+			env_only[i].doc);
+}
+
+void wf_config_backend_opts(const wf_config *c, wf_backend_opts *o)
+{
+	static const char *const local_rank[] = {"OMPI_COMM_WORLD_LOCAL_RANK",
+						 "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+						 "LOCAL_RANK"};
+	memset(o, 0, sizeof(*o));
+	o->threads = (int)c->train.threads;
+	o->device_index = (int)c->train.cuda_device;
+	for (size_t i = 0; i < sizeof(local_rank) / sizeof(local_rank[0]); i++) {
+		const char *v = getenv(local_rank[i]);
+		if (v && *v) {
+			o->device_index = atoi(v);
+			break;
+		}
+	}
+	/* "auto" is resolved after creation (wf_backend_set_precision) */
+	snprintf(o->precision, sizeof(o->precision), "%s",
+		 strcmp(c->train.precision, "auto") ? c->train.precision : "");
+	o->workspace_mb = c->train.cudnn_workspace_mb;
+}
+
+void wf_config_from_env(wf_config *c)
+{
+	wf_config_default(c);
+	apply_env(c);
+}
+
+void wf_config_apply_process(const wf_config *c)
+{
+	wf_dataset_set_memory_mb(c->data.memory_mb);
+	wf_ps_tune_malloc_enable(c->cluster.malloc_tune);
 }

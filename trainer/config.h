@@ -6,6 +6,7 @@
 #define WF_CONFIG_H
 
 #include "common/error.h"
+#include "kernels/kernels.h"
 #include "model/optim.h"
 
 #include <jansson.h>
@@ -28,6 +29,7 @@ typedef struct wf_config {
 		char eval[WF_CFG_PATH_MAX]; /* "" = no evaluation */
 		int augment;		    /* the boolean form: crop + flip */
 		long crop_padding; /* pixels */
+		long memory_mb;	   /* image bytes loaded at open (MiB) */
 		struct {	   /* the object form: data.augment.* */
 			int flip, crop, random_resized_crop;
 			double scale_min, scale_max, ratio_min, ratio_max;
@@ -44,7 +46,9 @@ typedef struct wf_config {
 		long accumulate;       /* micro-batches per step */
 		double label_smoothing;
 		double divergence_factor; /* stop when loss > factor x first loss; 0: off */
-		char precision[8];     /* fp32, bf16, auto */
+		char precision[16];	  /* fp32, bf16, auto */
+		long cuda_device;	  /* GPU without a launcher local rank */
+		long cudnn_workspace_mb;
 	} train;
 	struct {
 		char name[16]; /* sgd, adam, adamw */
@@ -63,6 +67,7 @@ typedef struct wf_config {
 		char mode[16];	/* sync, async, ssp:K */
 		long staleness; /* K of ssp:K, 0 otherwise (derived) */
 		double bucket_mb;
+		double stall_timeout, rendezvous_timeout; /* allreduce, seconds */
 	} strategy;
 	struct {
 		char dir[WF_CFG_PATH_MAX];
@@ -79,6 +84,7 @@ typedef struct wf_config {
 	struct {
 		char key_dir[WF_CFG_PATH_MAX]; /* CURVE key files; "": WEFT_KEY_DIR */
 		int insecure;		       /* plain TCP, no authentication */
+		int malloc_tune;	       /* ps receive buffers kept warm in the heap */
 	} cluster;
 } wf_config;
 
@@ -88,7 +94,9 @@ void wf_config_default(wf_config *c);
  * keys and wrong types name the key path. Does not validate values. */
 int wf_config_load_file(wf_config *c, const char *path, wf_err *err);
 /* What every command taking --config/--set does: defaults, then the file,
- * then each "a.b=value" of sets[0..nsets) in order. */
+ * then the environment variables of the keys that have one (a malformed
+ * value is a warning and keeps the file's), then each "a.b=value" of
+ * sets[0..nsets) in order: flag > environment > file > default. */
 int wf_config_load(wf_config *c, const char *path, const char *const *sets, int nsets, wf_err *err);
 /* Merge a JSON document given as text (origin names it in errors). */
 int wf_config_load_string(wf_config *c, const char *text, const char *origin, wf_err *err);
@@ -106,7 +114,22 @@ json_t *wf_config_to_json(const wf_config *c);
 int wf_config_write(const wf_config *c, const char *path, wf_err *err);
 /* The optimizer settings as optim.h wants them (total_steps = train.steps). */
 void wf_config_optim(const wf_config *c, wf_optim_cfg *o);
-/* Print the key reference (markdown table: key, type, default, meaning). */
+/* Print the key reference (markdown table: key, type, default, environment
+ * variable, meaning). */
 void wf_config_print_reference(FILE *out);
+/* Print every environment variable weft reads (markdown table: variable,
+ * key, default, meaning): the keys' column and the process identity a
+ * launcher sets. */
+void wf_config_print_env_reference(FILE *out);
+/* The backend settings: threads, precision, workspace, and the GPU: the
+ * launcher's local rank (OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK,
+ * SLURM_LOCALID, LOCAL_RANK) when set, else train.cuda_device. */
+void wf_config_backend_opts(const wf_config *c, wf_backend_opts *o);
+/* The process-wide settings of the libraries (data.memory_mb,
+ * cluster.malloc_tune); main calls it with wf_config_from_env's, a command
+ * again once it has its config. */
+void wf_config_apply_process(const wf_config *c);
+/* Defaults, then the environment: the settings of commands without --config. */
+void wf_config_from_env(wf_config *c);
 
 #endif

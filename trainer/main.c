@@ -8,6 +8,7 @@
 #include "trainer/cmd_model.h"
 #include "trainer/cmd_tfconfig.h"
 #include "trainer/commands.h"
+#include "trainer/config.h"
 #include "trainer/launch.h"
 #include "trainer/role.h"
 #include "trainer/export.h"
@@ -74,8 +75,12 @@ int main(int argc, char **argv)
 		rc = wf_errf(&err, WF_EINVAL, "unknown command '%s' (see weft --help)", argv[1]);
 	else if (!cmd->run)
 		rc = wf_errf(&err, WF_ENOTSUP, "%s: not available in this build yet", cmd->name);
-	else
+	else {
+		wf_config env; /* settings from the environment, for every command */
+		wf_config_from_env(&env);
+		wf_config_apply_process(&env);
 		rc = cmd->run(argc - 1, argv + 1, &err);
+	}
 	if (rc == 1) /* --help printed */
 		return 0;
 	if (rc != 0) {

@@ -6,6 +6,7 @@
 #include "common/util.h"
 #include "model/model.h"
 #include "ps/auth.h"
+#include "ps/client.h"
 #include "ps/server.h"
 #include "trainer/checkpoint.h"
 #include "trainer/cli.h"
@@ -228,10 +229,13 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 		.mode = cfg->strategy.mode,
 		.ckpt_dir = cfg->checkpoint.dir,
 		.chunk_bytes = chunk_bytes(),
-		.timeout = env_seconds("WEFT_PS_TIMEOUT", 300),
-		.connect_timeout = env_seconds("WEFT_PS_CONNECT_TIMEOUT", 120),
-		.heartbeat_interval = 0.5,
-		.server_timeout = env_seconds("WEFT_PS_SERVER_TIMEOUT", 5),
+		.timeout = env_seconds("WEFT_PS_TIMEOUT", WF_PS_TIMEOUT_DEFAULT),
+		.connect_timeout =
+			env_seconds("WEFT_PS_CONNECT_TIMEOUT", WF_PS_CONNECT_TIMEOUT_DEFAULT),
+		.heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT,
+		.server_timeout =
+			env_seconds("WEFT_PS_SERVER_TIMEOUT", WF_PS_SERVER_TIMEOUT_DEFAULT),
+		.debug_stall = getenv("WEFT_PS_DEBUG_STALL"),
 	};
 	rc = wf_exchange_ps_create(out, ex, m, &pc, err);
 	memset(&keys, 0, sizeof(keys));
@@ -354,7 +358,9 @@ static int eval_checkpoint(const wf_config *cfg, const char *dir, long step, wf_
 		goto cleanup;
 	if ((rc = wf_dataset_open(&ds, cfg->data.eval, err)) != 0)
 		goto cleanup;
-	if ((rc = wf_backend_create(&be, cfg->train.device, (int)cfg->train.threads, err)) != 0)
+	wf_backend_opts bo;
+	wf_config_backend_opts(cfg, &bo);
+	if ((rc = wf_backend_create_opts(&be, cfg->train.device, &bo, err)) != 0)
 		goto cleanup;
 	if ((rc = wf_exec_create(&ex, m, be, (int)cfg->train.batch_size, 0, err)) != 0)
 		goto cleanup;
@@ -547,6 +553,7 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 	if (strcmp(cfg.strategy.name, "parameter_server") != 0 &&
 	    (rc = wf_config_set(&cfg, "strategy.name=parameter_server", err)) != 0)
 		goto cleanup;
+	wf_config_apply_process(&cfg);
 	if ((rc = wf_config_validate(&cfg, err)) != 0) {
 		wf_err_wrap(err, "%s", config);
 		goto cleanup;

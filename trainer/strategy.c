@@ -21,6 +21,12 @@ int wf_strategy_check(const wf_config *cfg, wf_err *err)
 		       cfg->strategy.name);
 }
 
+/* Started by mpirun (Open MPI, PMIx or PMI set these). */
+static int launched_by_mpirun(void)
+{
+	return getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE");
+}
+
 /* The allreduce world of pods that have TF_CONFIG but no mpirun: rank and
  * size from the cluster (chief 0, worker i -> i + chiefs) and rank 0's
  * address for the NCCL rendezvous. *found is 0 under mpirun or without a
@@ -29,7 +35,9 @@ static int allreduce_boot(const wf_config *cfg, wf_nccl_boot *boot, char *chief,
 			  int *found, wf_err *err)
 {
 	*found = 0;
-	if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE"))
+	*boot = (wf_nccl_boot){.timeout = cfg->strategy.rendezvous_timeout,
+			       .stall_timeout = cfg->strategy.stall_timeout};
+	if (launched_by_mpirun())
 		return 0;
 	wf_cluster c;
 	int rc = wf_cluster_from_env(&c, err);
@@ -60,7 +68,9 @@ static int allreduce_boot(const wf_config *cfg, wf_nccl_boot *boot, char *chief,
 			       .size = c.world_size,
 			       .local_rank = c.local_rank,
 			       .chief = chief,
-			       .job = wf_role_job_id(cfg, &c)};
+			       .job = wf_role_job_id(cfg, &c),
+			       .timeout = cfg->strategy.rendezvous_timeout,
+			       .stall_timeout = cfg->strategy.stall_timeout};
 	*found = 1;
 cleanup:
 	wf_cluster_free(&c);
@@ -78,10 +88,12 @@ static int allreduce_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex
 	int rc = allreduce_boot(cfg, &boot, chief, sizeof(chief), &tf_world, err);
 	if (rc != 0)
 		return rc;
+	wf_mpi_configure(&(wf_mpi_opts){.launched = launched_by_mpirun(),
+					.stall_timeout = cfg->strategy.stall_timeout});
 	const char *dev = wf_exec_backend(ex)->name;
 	if (strcmp(dev, "cuda") == 0)
-		return wf_exchange_nccl_create(out, ex, m, optim, cfg->strategy.bucket_mb,
-					       tf_world ? &boot : NULL, err);
+		return wf_exchange_nccl_create(out, ex, m, optim, cfg->strategy.bucket_mb, &boot,
+					       err);
 	if (tf_world && boot.size > 1)
 		return wf_errf(err, WF_EINVAL,
 			       "strategy.name allreduce on device %s: TF_CONFIG describes %d "

@@ -364,7 +364,9 @@ static int build_model(run *r, wf_err *err)
 {
 	const wf_config *c = r->cfg;
 	const wf_dataset_info *ti = wf_dataset_info_get(r->train_ds);
-	int rc = wf_backend_create(&r->be, c->train.device, (int)c->train.threads, err);
+	wf_backend_opts bo;
+	wf_config_backend_opts(c, &bo);
+	int rc = wf_backend_create_opts(&r->be, c->train.device, &bo, err);
 	if (rc != 0)
 		return wf_err_wrap(err, "train.device"), rc;
 	const char *prec = "fp32";

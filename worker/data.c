@@ -19,12 +19,11 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define DATA_MEMORY_MB_DEFAULT 1024	 /* MiB of image bytes loaded at open */
-#define CHUNK_TARGET_BYTES     (1 << 20) /* bytes per images chunk, about */
-#define CHUNK_MAX_IMAGES       256
-#define LABEL_CHUNK	       65536
-#define CHUNK_CACHE_BYTES      (16 << 20)
-#define CHUNK_CACHE_SLOTS      1009
+#define CHUNK_TARGET_BYTES (1 << 20) /* bytes per images chunk, about */
+#define CHUNK_MAX_IMAGES   256
+#define LABEL_CHUNK	   65536
+#define CHUNK_CACHE_BYTES  (16 << 20)
+#define CHUNK_CACHE_SLOTS  1009
 
 /* ------------------------------------------------------------------------ */
 /* HDF5 lock                                                                 */
@@ -127,17 +126,16 @@ struct wf_dataset {
 	size_t scratch_cap;
 };
 
+static long memory_mb = WF_DATA_MEMORY_MB_DEFAULT;
+
+void wf_dataset_set_memory_mb(long mb)
+{
+	memory_mb = mb >= 0 ? mb : WF_DATA_MEMORY_MB_DEFAULT;
+}
+
 static size_t memory_budget(void)
 {
-	const char *s = getenv("WEFT_DATA_MEMORY_MB");
-	long mb = DATA_MEMORY_MB_DEFAULT;
-	if (s && *s) {
-		char *end;
-		long v = strtol(s, &end, 10);
-		if (*end == '\0' && v >= 0)
-			mb = v;
-	}
-	return (size_t)mb << 20;
+	return (size_t)memory_mb << 20;
 }
 
 static const char *type_class_name(H5T_class_t c)

@@ -32,6 +32,11 @@ typedef struct wf_dataset_info {
 /* Open a dataset file for reading; checks shapes, types and labels range.
  * Errors name the file and the dataset or attribute at fault. */
 int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err);
+/* Image bytes that wf_dataset_open loads into memory (larger datasets are
+ * read from the file per batch), for the whole process: mb MiB (the program
+ * passes data.memory_mb / WEFT_DATA_MEMORY_MB); < 0: the default. */
+#define WF_DATA_MEMORY_MB_DEFAULT 1024
+void wf_dataset_set_memory_mb(long mb);
 void wf_dataset_close(wf_dataset *ds);
 const wf_dataset_info *wf_dataset_info_get(const wf_dataset *ds);
 /* Read samples [start, start+n) in file order (uint8 images, int32 labels).

@@ -49,8 +49,9 @@ static struct {
 	int we_init; /* this module called MPI_Init_thread */
 	int failed;  /* a collective failed: never MPI_Finalize */
 	wf_mpi_world w;
-	MPI_Comm comm;	/* a duplicate of MPI_COMM_WORLD, errors returned */
-	double timeout; /* stall timeout, seconds */
+	MPI_Comm comm;	  /* a duplicate of MPI_COMM_WORLD, errors returned */
+	double timeout;	  /* stall timeout, seconds */
+	wf_mpi_opts opts; /* wf_mpi_configure's */
 } g;
 
 /* Record an MPI failure: file, line, the call and MPI's own text. */
@@ -80,28 +81,9 @@ static int mpi_fail(wf_err *err, int mpi_rc, const char *file, int line, const c
 		       line);
 }
 
-static long env_long(const char *name, long dflt)
+void wf_mpi_configure(const wf_mpi_opts *o)
 {
-	const char *s = getenv(name);
-	if (!s || !*s)
-		return dflt;
-	char *end;
-	long v = strtol(s, &end, 10);
-	return *end == '\0' ? v : dflt;
-}
-
-static double stall_timeout(void)
-{
-	const char *s = getenv("WEFT_STALL_TIMEOUT");
-	if (s && *s) {
-		char *end;
-		double v = strtod(s, &end);
-		if (*end == '\0' && v > 0)
-			return v;
-		wf_warn("WEFT_STALL_TIMEOUT=%s is not a positive number of seconds: using %g", s,
-			WF_MPI_STALL_TIMEOUT_DEFAULT);
-	}
-	return WF_MPI_STALL_TIMEOUT_DEFAULT;
+	g.opts = *o;
 }
 
 int wf_mpi_world_get(wf_mpi_world *w, wf_err *err)
@@ -112,8 +94,8 @@ int wf_mpi_world_get(wf_mpi_world *w, wf_err *err)
 	}
 	int inited = 0;
 	MPI_Initialized(&inited);
-	int launched = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE");
-	g.timeout = stall_timeout();
+	int launched = g.opts.launched;
+	g.timeout = g.opts.stall_timeout > 0 ? g.opts.stall_timeout : WF_MPI_STALL_TIMEOUT_DEFAULT;
 	if (!inited && !launched) {
 		g.w = (wf_mpi_world){.rank = 0, .size = 1, .local_rank = 0, .active = 0};
 		g.ready = 1;
@@ -136,10 +118,6 @@ int wf_mpi_world_get(wf_mpi_world *w, wf_err *err)
 		err, "splitting the ranks of this host");
 	MPI_Comm_rank(local, &g.w.local_rank);
 	MPI_Comm_free(&local);
-	long env_local = env_long("OMPI_COMM_WORLD_LOCAL_RANK", -1);
-	if (env_local >= 0 && env_local != g.w.local_rank)
-		wf_debug("local rank %d from MPI, %ld from OMPI_COMM_WORLD_LOCAL_RANK",
-			 g.w.local_rank, env_local);
 	g.w.active = 1;
 	g.ready = 1;
 	*w = g.w;

@@ -16,9 +16,16 @@
 #include <stddef.h>
 
 /* Seconds a rank waits for its peers inside one collective before naming
- * the missing rank(s) and failing with WF_ETRANSIENT (exit 138). Read from
- * the environment variable WEFT_STALL_TIMEOUT, else this default. */
+ * the missing rank(s) and failing with WF_ETRANSIENT (exit 138) by default
+ * (the program passes strategy.stall_timeout / WEFT_STALL_TIMEOUT). */
 #define WF_MPI_STALL_TIMEOUT_DEFAULT 60.0
+
+/* Settings of the MPI world, resolved by the program (the library reads no
+ * environment). */
+typedef struct wf_mpi_opts {
+	int launched;	      /* 1: started by mpirun (OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE) */
+	double stall_timeout; /* seconds; <= 0: WF_MPI_STALL_TIMEOUT_DEFAULT */
+} wf_mpi_opts;
 
 /* This process's place in the job. */
 typedef struct wf_mpi_world {
@@ -35,9 +42,12 @@ static inline int wf_exchange_mpi_check(wf_err *err)
 {
 	return 0;
 }
-/* Initialise MPI once (MPI_Init_thread when started by mpirun, i.e. when
- * OMPI_COMM_WORLD_SIZE or PMIX_RANK is set; otherwise a world of one without
- * MPI) and describe the world. Later calls return the same world. */
+/* Settings for the world wf_mpi_world_get creates; call it before the
+ * first wf_mpi_world_get (without it: not launched, default timeout). */
+void wf_mpi_configure(const wf_mpi_opts *o);
+/* Initialise MPI once (MPI_Init_thread when opts.launched, i.e. started by
+ * mpirun; otherwise a world of one without MPI) and describe the world.
+ * Later calls return the same world. */
 int wf_mpi_world_get(wf_mpi_world *w, wf_err *err);
 /* Broadcast bytes from root to every rank, waiting at most the stall
  * timeout; what names the data in errors. No-op in a world of one. */
@@ -64,6 +74,10 @@ int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 static inline int wf_exchange_mpi_check(wf_err *err)
 {
 	return wf_errf(err, WF_ENOTSUP, WF_MPI_MISSING);
+}
+static inline void wf_mpi_configure(const wf_mpi_opts *o)
+{
+	(void)o;
 }
 static inline int wf_mpi_world_get(wf_mpi_world *w, wf_err *err)
 {

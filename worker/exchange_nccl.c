@@ -102,13 +102,6 @@ static void *small_at(nccl_ctx *c, size_t off)
 
 _Static_assert(sizeof(ncclUniqueId) == WF_RDV_ID_BYTES, "the rendezvous carries an ncclUniqueId");
 
-static double stall_timeout(void)
-{
-	const char *s = getenv("WEFT_STALL_TIMEOUT");
-	double v = s ? strtod(s, NULL) : 0;
-	return v > 0 ? v : WF_MPI_STALL_TIMEOUT_DEFAULT;
-}
-
 /* Order the NCCL stream after everything queued so far on the backend. */
 static int after_compute(nccl_ctx *c, wf_err *err)
 {
@@ -460,8 +453,7 @@ static int nccl_setup(nccl_ctx *c, wf_err *err)
 				 .size = c->w.size,
 				 .chief = c->chief,
 				 .job = c->boot.job,
-				 .timeout = c->boot.timeout > 0 ? c->boot.timeout
-								: wf_rdv_timeout_from_env()};
+				 .timeout = c->boot.timeout};
 		rc = wf_rdv_exchange(&rv, (uint8_t *)&id, err);
 	} else {
 		rc = wf_mpi_bcast(&id, sizeof(id), 0, "the NCCL unique id", err);
@@ -481,7 +473,7 @@ int wf_exchange_nccl_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	*out = NULL;
 	wf_mpi_world w = {0};
 	int rc = 0;
-	if (boot) {
+	if (boot && boot->chief) {
 		if (boot->size < 1 || boot->rank < 0 || boot->rank >= boot->size || !boot->chief ||
 		    strlen(boot->chief) >= 256)
 			return wf_errf(err, WF_EINVAL,
@@ -514,7 +506,7 @@ int wf_exchange_nccl_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	c->m = m;
 	c->cfg = *cfg;
 	c->w = w;
-	if (boot) {
+	if (boot && boot->chief) {
 		c->have_boot = 1;
 		c->boot = *boot;
 		snprintf(c->chief, sizeof(c->chief), "%s", boot->chief);
@@ -523,7 +515,8 @@ int wf_exchange_nccl_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	c->n = m->nparams;
 	c->nstate = m->nstate;
 	c->nslots = wf_optim_slots(cfg);
-	c->timeout = stall_timeout();
+	c->timeout = boot && boot->stall_timeout > 0 ? boot->stall_timeout
+						     : WF_MPI_STALL_TIMEOUT_DEFAULT;
 	double floats = bucket_mb * 1024.0 * 1024.0 / sizeof(float);
 	c->bucket = floats < 1024 ? 1024 : (size_t)floats;
 	c->nbuckets = c->n ? (int)((c->n + c->bucket - 1) / c->bucket) : 0;

@@ -18,12 +18,14 @@
 /* How the ranks find each other without MPI (Kubernetes pods with
  * TF_CONFIG): the trainer fills it from the cluster spec. */
 typedef struct wf_nccl_boot {
-	int rank;	   /* chief 0, worker i -> i + chiefs */
-	int size;	   /* chief + workers */
-	int local_rank;	   /* GPU choice on this host */
-	const char *chief; /* "host:port" of rank 0; its port serves the rendezvous */
-	uint64_t job;	   /* job tag every rank derives alike */
-	double timeout;	   /* rendezvous seconds (<= 0: WEFT_RENDEZVOUS_TIMEOUT or 300) */
+	int rank;	      /* chief 0, worker i -> i + chiefs */
+	int size;	      /* chief + workers */
+	int local_rank;	      /* GPU choice on this host */
+	const char *chief;    /* "host:port" of rank 0; its port serves the rendezvous */
+	uint64_t job;	      /* job tag every rank derives alike */
+	double timeout;	      /* rendezvous seconds (<= 0: WF_RDV_TIMEOUT_DEFAULT) */
+	double stall_timeout; /* seconds (<= 0: WF_MPI_STALL_TIMEOUT_DEFAULT); read under mpirun too
+			       */
 } wf_nccl_boot;
 
 #ifdef WEFT_HAVE_NCCL
@@ -34,8 +36,8 @@ int wf_nccl_select_device(int local_rank, wf_err *err);
 
 /* The NCCL allreduce exchange over executor ex (the cuda backend) of model
  * m, applying cfg on every rank; bucket_mb as strategy.bucket_mb. boot:
- * NULL under mpirun (the MPI world, id broadcast over MPI), else the
- * TF_CONFIG world (id from the chief's rendezvous). Joins the NCCL
+ * NULL or without chief under mpirun (the MPI world, id broadcast over
+ * MPI), else the TF_CONFIG world (id from the chief's rendezvous). Joins the NCCL
  * communicator of all ranks (a collective call). */
 int wf_exchange_nccl_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 			    const wf_optim_cfg *cfg, double bucket_mb, const wf_nccl_boot *boot,

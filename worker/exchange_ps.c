@@ -153,7 +153,8 @@ static int chief_repair(ps_ctx *c, long lo, long hi, wf_err *err)
 static int resync(wf_exchange *x, const char *why, wf_err *err)
 {
 	ps_ctx *c = x->ctx;
-	double limit = c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : 120;
+	double limit =
+		c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : WF_PS_CONNECT_TIMEOUT_DEFAULT;
 	double deadline = wf_now() + limit;
 	long step = -1, lo = -1, hi = -1, version;
 	wf_warn("ps: worker %d, step %ld: %s: re-synchronising with the servers", x->rank, c->step,
@@ -246,7 +247,8 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 			return wf_err_wrap(err, "seeding the parameter servers"), rc;
 	} else {
 		/* the servers are authoritative: a worker (re)joining takes their step */
-		double limit = c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : 120;
+		double limit = c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout
+							  : WF_PS_CONNECT_TIMEOUT_DEFAULT;
 		double deadline = wf_now() + limit;
 		for (;;) {
 			rc = servers_agree(c, &step, &lo, &hi, err);
@@ -376,11 +378,10 @@ static const wf_exchange_ops ps_ops = {
 	.free = ps_free,
 };
 
-/* WEFT_PS_DEBUG_STALL="rank:step:seconds": worker `rank` sleeps before
+/* cfg.debug_stall="rank:step:seconds": worker `rank` sleeps before
  * pushing that step (to see stall reports; not for production). */
-static void debug_stall(ps_ctx *c)
+static void debug_stall(ps_ctx *c, const char *s)
 {
-	const char *s = getenv("WEFT_PS_DEBUG_STALL");
 	int rank = -1;
 	c->stall_step = -1;
 	if (s && (sscanf(s, "%d:%ld:%lf", &rank, &c->stall_step, &c->stall_s) != 3 ||
@@ -417,7 +418,8 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	c->be = wf_exec_backend(ex);
 	c->host = wf_exec_params(ex) == m->params;
 	c->state_chunk = -1;
-	debug_stall(c);
+	debug_stall(c, cfg->debug_stall);
+	c->cfg.debug_stall = NULL;
 	if (!(c->steps = calloc((size_t)cfg->nservers, sizeof(*c->steps))))
 		goto fail;
 	if (c->host) {
@@ -447,10 +449,15 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		.timeout = cfg->timeout,
 		.connect_timeout =
 			cfg->done_step > 0
-				? WF_MIN(cfg->connect_timeout > 0 ? cfg->connect_timeout : 120, 10)
+				? WF_MIN(cfg->connect_timeout > 0 ? cfg->connect_timeout
+								  : WF_PS_CONNECT_TIMEOUT_DEFAULT,
+					 10)
 				: cfg->connect_timeout,
-		.heartbeat_interval = cfg->heartbeat_interval > 0 ? cfg->heartbeat_interval : 0.5,
-		.server_timeout = cfg->server_timeout > 0 ? cfg->server_timeout : 5,
+		.heartbeat_interval = cfg->heartbeat_interval > 0
+					      ? cfg->heartbeat_interval
+					      : WF_PS_HEARTBEAT_INTERVAL_DEFAULT,
+		.server_timeout = cfg->server_timeout > 0 ? cfg->server_timeout
+							  : WF_PS_SERVER_TIMEOUT_DEFAULT,
 		.keys = cfg->keys,
 	};
 	if ((rc = wf_ps_client_create(&c->cl, &cc, err)) != 0)

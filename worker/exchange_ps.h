@@ -28,13 +28,18 @@ typedef struct wf_exchange_ps_cfg {
 	int rank;		      /* this trainer: chief 0, worker i -> i + chiefs */
 	int workers;		      /* trainers in the job */
 	int is_chief;
-	const char *mode;	   /* "sync", "async" or "ssp:K" */
-	const char *ckpt_dir;	   /* checkpoint root (servers write shards under it) */
-	size_t chunk_bytes;	   /* 0: WF_PS_CHUNK_BYTES_DEFAULT (servers must agree) */
-	double timeout;		   /* seconds to wait for a reply; 0: 300 */
-	double connect_timeout;	   /* seconds to wait for servers to come up; 0: 120 */
-	double heartbeat_interval; /* seconds; 0: 0.5 */
-	double server_timeout;	   /* seconds of heartbeat silence = server gone; 0: 5 */
+	const char *mode;     /* "sync", "async" or "ssp:K" */
+	const char *ckpt_dir; /* checkpoint root (servers write shards under it) */
+	size_t chunk_bytes;   /* 0: WF_PS_CHUNK_BYTES_DEFAULT (servers must agree) */
+	/* 0: the WF_PS_*_DEFAULT of ps/client.h */
+	double timeout;		   /* seconds to wait for a reply */
+	double connect_timeout;	   /* seconds to wait for servers to come up */
+	double heartbeat_interval; /* seconds */
+	double server_timeout;	   /* seconds of heartbeat silence = server gone */
+	/* "rank:step:seconds" (WEFT_PS_DEBUG_STALL, read by the program): worker
+	 * `rank` sleeps before pushing that step (to see stall reports; not for
+	 * production); NULL: never */
+	const char *debug_stall;
 
 	const struct wf_ps_keys *keys; /* CURVE keys (ps/auth.h); NULL: plain TCP */
 	/* > 0: checkpoint.dir holds the job's final checkpoint of this step, so

@@ -38,20 +38,6 @@
 #define BACKOFF_MAX	2.0 /* ... up to this */
 #define MAX_NAMED	16  /* missing ranks listed by number */
 
-double wf_rdv_timeout_from_env(void)
-{
-	const char *s = getenv("WEFT_RENDEZVOUS_TIMEOUT");
-	if (s && *s) {
-		char *end;
-		double v = strtod(s, &end);
-		if (*end == '\0' && v > 0)
-			return v;
-		wf_warn("WEFT_RENDEZVOUS_TIMEOUT=%s is not a positive number of seconds: using %g",
-			s, WF_RDV_TIMEOUT_DEFAULT);
-	}
-	return WF_RDV_TIMEOUT_DEFAULT;
-}
-
 /* ---- bytes on the wire --------------------------------------------------- */
 
 static void put32(uint8_t *p, uint32_t v)

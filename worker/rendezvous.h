@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define WF_RDV_ID_BYTES	       128   /* NCCL_UNIQUE_ID_BYTES */
-#define WF_RDV_TIMEOUT_DEFAULT 300.0 /* seconds; WEFT_RENDEZVOUS_TIMEOUT overrides */
+#define WF_RDV_TIMEOUT_DEFAULT 300.0 /* seconds; the program passes WEFT_RENDEZVOUS_TIMEOUT */
 
 typedef struct wf_rdv_cfg {
 	int rank;	   /* this process, in [0, size); 0 serves */
@@ -23,9 +23,6 @@ typedef struct wf_rdv_cfg {
 	uint64_t job;	   /* job tag every rank derives alike; a mismatch is refused */
 	double timeout;	   /* seconds for the whole rendezvous (<= 0: the default) */
 } wf_rdv_cfg;
-
-/* The rendezvous timeout: WEFT_RENDEZVOUS_TIMEOUT seconds, else the default. */
-double wf_rdv_timeout_from_env(void);
 
 /* Rank 0: id is the secret to hand out; returns once every other rank got
  * it. Rank r > 0: receives rank 0's id into id. WF_ETRANSIENT naming the

@@ -535,19 +535,12 @@ static void cu_destroy(wf_backend *be)
 	be->ctx = NULL;
 }
 
-/* The GPU this process uses: under mpirun the local rank picks one (so
- * ranks on one node spread over its GPUs), else WEFT_CUDA_DEVICE, else 0. */
-static int pick_device(int count)
+/* The GPU this process uses: opts.device_index (the program passes the
+ * launcher's local rank, so ranks on one node spread over its GPUs). */
+static int pick_device(const wf_backend *be, int count)
 {
-	const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
-			      "SLURM_LOCALID", "LOCAL_RANK"};
-	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) {
-		const char *v = getenv(vars[i]);
-		if (v && *v)
-			return atoi(v) % count;
-	}
-	const char *v = getenv("WEFT_CUDA_DEVICE");
-	return v && *v ? atoi(v) % count : 0;
+	int i = be->opts.device_index % count;
+	return i < 0 ? 0 : i;
 }
 
 int wf_backend_cuda_init(wf_backend *be, wf_err *err)
@@ -570,7 +563,7 @@ int wf_backend_cuda_init(wf_backend *be, wf_err *err)
 	be->caps |= WF_CAP_BF16; /* cuDNN runs bf16 convolutions (tensor cores from sm80) */
 	be->ctx = cx;
 	wf_err_clear(&be->err);
-	cx->device = pick_device(count);
+	cx->device = pick_device(be, count);
 	int rc = 0;
 	st = cudaSetDevice(cx->device);
 	if (st == cudaSuccess)
@@ -591,9 +584,9 @@ int wf_backend_cuda_init(wf_backend *be, wf_err *err)
 		goto fail_copy;
 	cx->bad_host[0] = cx->bad_host[1] = 0;
 
-	const char *prec = getenv("WEFT_PRECISION");
-	if (prec && *prec && (rc = wf_precision_parse(prec, &cx->prec, err)) != 0) {
-		wf_err_wrap(err, "WEFT_PRECISION");
+	const char *prec = be->opts.precision;
+	if (*prec && (rc = wf_precision_parse(prec, &cx->prec, err)) != 0) {
+		wf_err_wrap(err, "precision (WEFT_PRECISION)");
 		goto fail;
 	}
 	struct cudaDeviceProp prop;

@@ -261,12 +261,11 @@ static cudnnMathType_t conv_math(wf_precision prec)
 	}
 }
 
-/* Workspace that algorithm search may use (bytes): WEFT_CUDNN_WORKSPACE_MB, default 256. */
-static size_t ws_limit(void)
+/* Workspace that algorithm search may use (bytes): opts.workspace_mb. */
+static size_t ws_limit(const wf_backend *be)
 {
-	const char *v = getenv("WEFT_CUDNN_WORKSPACE_MB");
-	long mb = v && *v ? atol(v) : 256;
-	return (size_t)(mb > 0 ? mb : 256) << 20;
+	long mb = be->opts.workspace_mb;
+	return (size_t)(mb > 0 ? mb : WF_CUDNN_WORKSPACE_MB_DEFAULT) << 20;
 }
 
 static const char *dir_name[3] = {"forward", "backward data", "backward filter"};
@@ -288,7 +287,7 @@ static int conv_choose(wf_backend *be, wf_plan *p, int dir, const void *x, const
 		       const void *y)
 {
 	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
-	size_t limit = ws_limit();
+	size_t limit = ws_limit(be);
 	int rc = wf_cuda_reserve_ws(be, limit);
 	if (rc || (rc = WF_CUDNN(be, cudnnSetConvolutionMathType(p->cd, conv_math(p->prec)))))
 		return rc;

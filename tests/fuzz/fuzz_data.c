@@ -25,7 +25,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 	snprintf(in_path, sizeof(in_path), "/tmp/weft_fuzz_data_%ld.in", (long)getpid());
 	snprintf(out_path, sizeof(out_path), "/tmp/weft_fuzz_data_%ld.h5", (long)getpid());
 	/* stream every file: exercises the gather path and bounds memory */
-	setenv("WEFT_DATA_MEMORY_MB", "0", 1);
+	wf_dataset_set_memory_mb(0); /* WEFT_DATA_MEMORY_MB=0 */
 	return 0;
 }
 

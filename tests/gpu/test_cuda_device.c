@@ -2,8 +2,9 @@
  * GPU is usable it checks that asking for "cuda" fails with the message
  * users see ("no usable CUDA device: ...") and a permanent exit status, and
  * that "auto" falls back to the host; where one is, that it describes
- * itself and honours WEFT_PRECISION. Precision names and the guard against
- * setting a precision on a host backend are checked in both cases. */
+ * itself and honours the precision option (WEFT_PRECISION). Precision
+ * names and the guard against setting a precision on a host backend are
+ * checked in both cases. */
 #include "tests/gpu/gpu_test.h"
 #include "tests/test.h"
 
@@ -55,14 +56,14 @@ static void test_cuda_is_usable_or_says_why_not(void)
 	WF_CHECK(strcmp(be->name, "cuda") == 0);
 	WF_CHECK(strlen(wf_backend_cuda_describe(be)) > 0);
 	wf_backend_free(be);
-	setenv("WEFT_PRECISION", "bf16", 1);
-	WF_CHECK(wf_backend_create(&be, "cuda", 0, &err) == 0);
+	/* the precision weft resolves from WEFT_PRECISION / train.precision */
+	wf_backend_opts bo = {.precision = "bf16"};
+	WF_CHECK(wf_backend_create_opts(&be, "cuda", &bo, &err) == 0);
 	WF_CHECK(be && wf_backend_cuda_precision(be) == WF_PREC_BF16);
 	wf_backend_free(be);
-	setenv("WEFT_PRECISION", "fp8", 1);
-	WF_CHECK_INT(wf_backend_create(&be, "cuda", 0, &err), WF_EINVAL);
+	snprintf(bo.precision, sizeof(bo.precision), "fp8");
+	WF_CHECK_INT(wf_backend_create_opts(&be, "cuda", &bo, &err), WF_EINVAL);
 	WF_CHECK(strstr(err.msg, "WEFT_PRECISION") != NULL);
-	unsetenv("WEFT_PRECISION");
 	WF_CHECK(wf_backend_create(&be, "auto", 0, &err) == 0);
 	WF_CHECK(be && strcmp(be->name, "cuda") == 0);
 	wf_backend_free(be);

@@ -37,6 +37,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: images_check A B\n");
 		return 2;
 	}
+	const char *mb = getenv("WEFT_DATA_MEMORY_MB"); /* the program resolves it, as weft does */
+	if (mb && *mb)
+		wf_dataset_set_memory_mb(atol(mb));
 	if (load(argv[1], &a, &pa, &la) || load(argv[2], &b, &pb, &lb))
 		goto out;
 	const wf_dataset_info *ia = wf_dataset_info_get(a), *ib = wf_dataset_info_get(b);

@@ -114,9 +114,9 @@ static void test_streaming_reads_equal_in_memory_reads(void)
 	WF_CHECK_INT(wf_data_synth(p, &cfg, &err), 0);
 	wf_dataset *mem = NULL, *str = NULL;
 	WF_CHECK_INT(wf_dataset_open(&mem, p, &err), 0);
-	setenv("WEFT_DATA_MEMORY_MB", "0", 1);
+	wf_dataset_set_memory_mb(0); /* WEFT_DATA_MEMORY_MB=0 */
 	WF_CHECK_INT(wf_dataset_open(&str, p, &err), 0);
-	unsetenv("WEFT_DATA_MEMORY_MB");
+	wf_dataset_set_memory_mb(-1); /* the default */
 	if (!mem || !str)
 		return;
 	size_t sb = 12 * 12 * 3;

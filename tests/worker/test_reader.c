@@ -391,9 +391,9 @@ static void test_streaming_reader_equals_in_memory_reader(void)
 	wf_err err = {0};
 	wf_dataset *mem = NULL, *str = NULL;
 	WF_CHECK_INT(wf_dataset_open(&mem, synth_path, &err), 0);
-	setenv("WEFT_DATA_MEMORY_MB", "0", 1);
+	wf_dataset_set_memory_mb(0); /* WEFT_DATA_MEMORY_MB=0 */
 	WF_CHECK_INT(wf_dataset_open(&str, synth_path, &err), 0);
-	unsetenv("WEFT_DATA_MEMORY_MB");
+	wf_dataset_set_memory_mb(-1); /* the default */
 	if (!mem || !str)
 		goto out;
 	size_t fl = sample_floats(mem);
@@ -517,9 +517,9 @@ static void test_thread_error_is_reported_by_next(void)
 	/* loading it whole fails at open, naming the file */
 	WF_CHECK(wf_dataset_open(&ds, path, &err) < 0 && ds == NULL);
 	WF_CHECK_MSG(strstr(err.msg, "corrupt_chunk.h5") != NULL, "%s", err.msg);
-	setenv("WEFT_DATA_MEMORY_MB", "0", 1);
+	wf_dataset_set_memory_mb(0); /* WEFT_DATA_MEMORY_MB=0 */
 	WF_CHECK_INT(wf_dataset_open(&ds, path, &err), 0);
-	unsetenv("WEFT_DATA_MEMORY_MB");
+	wf_dataset_set_memory_mb(-1); /* the default */
 	if (!ds)
 		return;
 	wf_reader_cfg c = raw_cfg(32, 0, 1, 1); /* every batch needs the bad chunk */
