@@ -151,6 +151,13 @@ void wf_cpus_passive_openmp(char **argv)
 		return; /* the user's choice (an empty value counts as unset) */
 	if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
 		return;
-	execv("/proc/self/exe", argv);
+	/* the binary's real path, not /proc/self/exe: the process keeps its name
+	 * (ps, pgrep, /proc/PID/comm) */
+	char self[4096];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (n > 0) {
+		self[n] = 0;
+		execv(self, argv);
+	}
 	/* no /proc: run on as we are (the variable stays set for children) */
 }
