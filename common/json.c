@@ -10,14 +10,18 @@ int wf_json_load_file(json_t **out, const char *path, wf_err *err)
 {
 	json_error_t je;
 	*out = NULL;
-	int rc = wf_check_regular_file(path, err);
+	/* standard input is an explicit choice (a pipe or a heredoc); any other
+	 * FIFO, device or directory is refused at once rather than blocking */
+	int is_stdin = !strcmp(path, "-") || !strcmp(path, "/dev/stdin");
+	int rc = is_stdin ? 0 : wf_check_regular_file(path, err);
 	if (rc)
 		return rc;
-	FILE *f = fopen(path, "rb");
+	FILE *f = is_stdin ? stdin : fopen(path, "rb");
 	if (!f)
 		return wf_errf(err, WF_EIO, "%s: cannot open: %m", path);
 	json_t *root = json_loadf(f, JSON_REJECT_DUPLICATES, &je);
-	fclose(f);
+	if (!is_stdin)
+		fclose(f);
 	if (!root)
 		return wf_errf(err, WF_EINVAL, "%s:%d:%d: invalid JSON: %s", path, je.line,
 			       je.column, je.text);

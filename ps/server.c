@@ -1280,14 +1280,27 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 			"can read and overwrite the model",
 			cfg->index, cfg->bind);
 	}
-	if (zmq_bind(s->sock, cfg->bind) < 0) {
-		rc = wf_errf(err, WF_ETRANSIENT, "ps %d: cannot bind %s: %s", cfg->index, cfg->bind,
+	const char *bound = cfg->bind, *colon = strrchr(cfg->bind, ':');
+	char any[64];
+	int ok = zmq_bind(s->sock, cfg->bind) == 0;
+	if (!ok && zmq_errno() == EADDRNOTAVAIL && colon) {
+		/* the TF_CONFIG address is not one of this host's (a Service's
+		 * virtual IP, NAT): listen on every interface, as TensorFlow's
+		 * servers do; CURVE still admits only the cluster's keys */
+		snprintf(any, sizeof(any), "tcp://*%s", colon);
+		wf_warn("ps %d: %s is not an address of this host; listening on %s", cfg->index,
+			cfg->bind, any);
+		bound = any;
+		ok = zmq_bind(s->sock, any) == 0;
+	}
+	if (!ok) {
+		rc = wf_errf(err, WF_ETRANSIENT, "ps %d: cannot bind %s: %s", cfg->index, bound,
 			     zmq_strerror(zmq_errno()));
 		goto cleanup;
 	}
 	wf_info("ps %d/%d: listening on %s (%s): %d of %d chunks (%zu floats), %d workers, mode "
 		"%s",
-		cfg->index, cfg->nservers, cfg->bind, cfg->keys ? "CURVE" : "plain TCP", s->nchunks,
+		cfg->index, cfg->nservers, bound, cfg->keys ? "CURVE" : "plain TCP", s->nchunks,
 		s->pl.nchunks, s->pl.load[cfg->index], cfg->nworkers,
 		cfg->mode == WF_PS_MODE_SYNC	? "sync"
 		: cfg->mode == WF_PS_MODE_ASYNC ? "async"

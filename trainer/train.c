@@ -546,12 +546,17 @@ static int open_logs(run *r, int appending, wf_err *err)
 	const char *runs[2] = {"train", "validation"};
 	wf_tfevents **tbs[2] = {&r->tb_train, &r->tb_val};
 	for (int i = 0; i < 2; i++) {
+		/* optional extras: a full log disk must not stop training */
+		wf_err e = {0};
 		snprintf(path, sizeof(path), "%s/%s", c->log.dir, runs[i]);
 		if (wf_mkdirs(path) != 0)
-			return wf_errf(err, WF_EIO, "log.dir: cannot create %s: %s", path,
-				       strerror(errno));
-		if ((rc = wf_tfevents_open(tbs[i], path, err)) != 0)
-			return rc;
+			wf_errf(&e, WF_EIO, "log.dir: cannot create %s: %s", path, strerror(errno));
+		else if (wf_tfevents_open(tbs[i], path, &e) == 0)
+			continue;
+		*tbs[i] = NULL;
+		if (!r->log_failed)
+			wf_warn("%s; training and checkpoints go on without these logs", e.msg);
+		r->log_failed = 1;
 	}
 	return 0;
 }
