@@ -13,6 +13,7 @@ PKGS=(
   libmicrohttpd-dev      # weft-serve HTTP
   libjpeg-dev            # JPEG decoding (libjpeg-turbo)
   libpng-dev             # PNG decoding (weft-serve)
+  libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev # weft-serve gRPC (HTTP/2, protobuf-c)
   clang libclang-rt-14-dev # libFuzzer targets and sanitizers
   curl python3
   iproute2 python3-venv  # tests/k8s: network namespaces as pods; kubernetes-validate in a venv

@@ -6,6 +6,8 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "serve/batcher.h"
+#include "serve/grpc_adapter.h"
+#include "serve/grpc_services.h"
 #include "serve/http.h"
 #include "serve/metrics.h"
 #include "serve/repo.h"
@@ -36,6 +38,12 @@ typedef struct serve_flags {
 	int idle_timeout;
 	double drain_timeout;
 	int verbose;
+	/* gRPC (issue 12) */
+	int grpc_tfs_port;    /* --port: TF Serving gRPC API; 0: off */
+	int grpc_kserve_port; /* --grpc_port: KServe v2 gRPC API; 0: off */
+	long grpc_max_message;
+	int grpc_threads;
+	int grpc_ports_set; /* bit 1: --port given, bit 2: --grpc_port given */
 } serve_flags;
 
 static void usage(FILE *f)
@@ -55,7 +63,16 @@ static void usage(FILE *f)
 		"preprocessing (images are also resized; PNG alpha is dropped).\n"
 		"\n"
 		"flags (--flag=value or --flag value):\n"
-		"  --rest_api_port, --port N         HTTP port (default 8501; 0 = any free port)\n"
+		"  --rest_api_port N                 HTTP port (default 8501; 0 = any free port)\n"
+		"  --port N                          TF Serving gRPC API: PredictionService and\n"
+		"                                    ModelService (default 8500; 0 = off)\n"
+		"  --grpc_port N                     KServe v2 gRPC API, GRPCInferenceService\n"
+		"                                    (default 8001; 0 = off)\n"
+		"  --grpc_max_message_bytes N        largest gRPC request message (default\n"
+		"                                    67108864; images are not limited to 4 MB)\n"
+		"  --grpc_threads N                  gRPC handler threads per API (default 128)\n"
+		"                                    (a default gRPC port found in use is skipped\n"
+		"                                    with a warning; a port given is required)\n"
 		"  --bind_address A                  IPv4 address to listen on (default 0.0.0.0)\n"
 		"  --model_name NAME                 name in URLs (default \"default\")\n"
 		"  --model_base_path DIR             holds <version>/model.h5 (required)\n"
@@ -151,9 +168,22 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 				return wf_errf(err, WF_EINVAL, "flag %s needs a value", name);
 			val = argv[++i];
 		}
-		if (!strcmp(name, "--port") || !strcmp(name, "--rest_api_port")) {
+		if (!strcmp(name, "--rest_api_port")) {
 			rc = parse_long(name, val, 0, 65535, &l, err);
 			f->port = (int)l;
+		} else if (!strcmp(name, "--port")) { /* gRPC flags (issue 12) */
+			rc = parse_long(name, val, 0, 65535, &l, err);
+			f->grpc_tfs_port = (int)l;
+			f->grpc_ports_set |= 1;
+		} else if (!strcmp(name, "--grpc_port")) {
+			rc = parse_long(name, val, 0, 65535, &l, err);
+			f->grpc_kserve_port = (int)l;
+			f->grpc_ports_set |= 2;
+		} else if (!strcmp(name, "--grpc_max_message_bytes")) {
+			rc = parse_long(name, val, 1024, 1L << 31, &f->grpc_max_message, err);
+		} else if (!strcmp(name, "--grpc_threads")) {
+			rc = parse_long(name, val, 1, 4096, &l, err);
+			f->grpc_threads = (int)l;
 		} else if (!strcmp(name, "--bind_address")) {
 			f->bind_address = val;
 		} else if (!strcmp(name, "--model_name")) {
@@ -219,12 +249,18 @@ int main(int argc, char **argv)
 		.request_timeout = 30,
 		.idle_timeout = 60,
 		.drain_timeout = 30,
+		.grpc_tfs_port = 8500,
+		.grpc_kserve_port = 8001,
+		.grpc_max_message = 64L << 20,
+		.grpc_threads = 128,
 	};
 	wf_err err = {0};
 	wf_serve_metrics *metrics = NULL;
 	wf_serve_repo *repo = NULL;
 	wf_serve_batcher *batcher = NULL;
 	wf_serve_http *http = NULL;
+	wf_grpc_adapter *grpc_adapter = NULL;
+	wf_grpc_servers *grpc = NULL;
 	int rc = parse_flags(argc, argv, &f, &err);
 	if (rc == 1) {
 		usage(stdout);
@@ -284,6 +320,36 @@ int main(int argc, char **argv)
 		rc = wf_serve_repo_create(&repo, &ro, &err);
 	if (!rc)
 		rc = wf_serve_http_start(&http, &ho, repo, batcher, metrics, &err);
+	if (!rc && (f.grpc_tfs_port || f.grpc_kserve_port)) {
+		wf_grpc_adapter_opts ga = {
+			.repo = repo,
+			.batcher = batcher,
+			.metrics = metrics,
+			.model_name = f.model_name,
+			.request_timeout = f.request_timeout,
+			.max_batch = f.max_batch,
+			.batch_timeout_us = bo.timeout_us,
+			.batching = f.batching,
+			.instances = f.batch_threads,
+		};
+		wf_grpc_servers_opts gs = {
+			.bind_address = f.bind_address,
+			.tfs_port = f.grpc_tfs_port,
+			.kserve_port = f.grpc_kserve_port,
+			.max_message = (size_t)f.grpc_max_message,
+			.workers = f.grpc_threads,
+			.max_queue = 4 * f.grpc_threads,
+			.tfs_default = !(f.grpc_ports_set & 1),
+			.kserve_default = !(f.grpc_ports_set & 2),
+		};
+		rc = wf_grpc_adapter_create(&grpc_adapter, &ga, &err);
+		if (!rc)
+			rc = wf_grpc_servers_start(&grpc, &gs, grpc_adapter, &err);
+		if (!rc)
+			wf_info("weft-serve: gRPC: TF Serving API on port %d, KServe v2 on port %d "
+				"(0: off)",
+				wf_grpc_servers_tfs_port(grpc), wf_grpc_servers_kserve_port(grpc));
+	}
 	if (rc)
 		goto out;
 	wf_info("weft-serve: model %s from %s on http://%s:%d (device %s, batching %s, "
@@ -296,8 +362,11 @@ int main(int argc, char **argv)
 	wf_info("weft-serve: %s: readiness off, draining %d in-flight requests",
 		sig == SIGTERM ? "SIGTERM" : "SIGINT", wf_serve_http_inflight(http));
 	wf_serve_http_drain(http);
+	if (grpc_adapter)
+		wf_grpc_adapter_drain(grpc_adapter);
 	double deadline = wf_now() + f.drain_timeout;
-	while (wf_serve_http_inflight(http) > 0 && wf_now() < deadline) {
+	while ((wf_serve_http_inflight(http) > 0 || wf_grpc_servers_inflight(grpc) > 0) &&
+	       wf_now() < deadline) {
 		struct timespec ts = {0, 10 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
@@ -307,6 +376,8 @@ int main(int argc, char **argv)
 	else
 		wf_info("weft-serve: drained; exiting");
 out:
+	wf_grpc_servers_stop(grpc);
+	wf_grpc_adapter_free(grpc_adapter);
 	wf_serve_http_stop(http);
 	wf_serve_batcher_free(batcher);
 	wf_serve_repo_free(repo);
