@@ -411,6 +411,28 @@ def hostile_checks(ports, c):
             s.close()
 
 
+def perf_analyzer_check(ports):
+    """Triton's perf_analyzer (shipped in tritonclient[all]'s bin/) over gRPC at
+    concurrency 1..50 must run to the end and exit 0."""
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    pa = os.path.join(venv, "bin", "perf_analyzer")
+    cudart = os.path.join(venv, "lib", "python%d.%d" % sys.version_info[:2], "site-packages",
+                          "nvidia", "cuda_runtime", "lib")
+    if not os.path.exists(pa):
+        check(False, "perf_analyzer is in the client venv (%s)" % pa)
+        return
+    env = dict(os.environ, LD_LIBRARY_PATH=cudart + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
+    r = subprocess.run([pa, "-m", "m", "-i", "grpc", "-u", "127.0.0.1:%d" % ports[2],
+                        "--concurrency-range", "1:50:7", "--measurement-interval", "1000",
+                        "-s", "1000", "--max-trials", "3"], env=env, capture_output=True,
+                       text=True, timeout=400)
+    lines = [l for l in r.stdout.splitlines() if l.startswith("Concurrency: ")]
+    print("\n".join(lines))
+    check(r.returncode == 0 and len(lines) == 8 and lines[-1].startswith("Concurrency: 50,"),
+          "perf_analyzer -i grpc at concurrency 1..50 exits 0 (rc %d)%s"
+          % (r.returncode, "" if r.returncode == 0 else ": " + (r.stdout + r.stderr)[-800:]))
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="weft-grpc-")
     os.makedirs(os.path.join(tmp, "m", "1"))
@@ -424,6 +446,7 @@ def main():
         check(after - before >= 60, "gRPC calls are counted in /metrics (%d)" % (after - before))
         tfs_checks(ports, c, tmp)
         hostile_checks(ports, c)
+        perf_analyzer_check(ports)
         c.close()
         p.send_signal(signal.SIGTERM)
         check(p.wait(timeout=60) == 0, "SIGTERM: exit 0")
