@@ -33,6 +33,8 @@
 #define STREAM_WIN   (1 << 20) /* HTTP/2 initial window per stream */
 #define CONN_WIN     (1 << 24) /* HTTP/2 window per connection */
 #define MAX_PATH_LEN 256
+#define HELLO_SECS   10	 /* a connection must send the HTTP/2 preface and SETTINGS by then */
+#define IDLE_SECS    300 /* a connection without streams for this long gets GOAWAY */
 
 typedef struct conn conn;
 
@@ -60,7 +62,9 @@ struct conn {
 	size_t receiving; /* bytes held in stream bodies */
 	uint8_t *pend;	  /* bytes nghttp2 produced that the socket did not take yet */
 	size_t pend_len, pend_off, pend_cap;
-	uint32_t events; /* registered epoll events */
+	uint32_t events;	 /* registered epoll events */
+	double t_open, t_active; /* wf_now() at accept, at the last bytes read */
+	long frames;		 /* frames received */
 	stream *streams;
 	conn *prev, *next;
 };
@@ -680,6 +684,7 @@ static void dispatch(conn *c, stream *st)
 static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
 {
 	conn *c = user;
+	c->frames++;
 	if ((f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) &&
 	    (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
 		stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
@@ -724,6 +729,7 @@ static void accept_all(wf_grpc *g)
 		c->g = g;
 		c->fd = fd;
 		c->refs = 1;
+		c->t_open = c->t_active = wf_now();
 		if (nghttp2_session_server_new2(&c->s, g->cbs, c, g->opt) != 0) {
 			close(fd);
 			free(c);
@@ -764,6 +770,7 @@ static void conn_readable(conn *c)
 			return;
 		}
 		got += (size_t)n;
+		c->t_active = wf_now();
 		ssize_t r = nghttp2_session_mem_recv(c->s, buf, (size_t)n);
 		if (r < 0) {
 			wf_debug("%s: closing a connection: %s", c->g->o.name,
@@ -821,10 +828,32 @@ static void deliver(wf_grpc *g)
 	}
 }
 
+/* Close connections that never spoke HTTP/2 (a stalled or hostile client
+ * holds a connection slot) and send GOAWAY on long-idle ones (gRPC clients
+ * reconnect when they next call). */
+static void sweep(wf_grpc *g)
+{
+	double now = wf_now();
+	for (conn *c = g->conns, *n; c; c = n) {
+		n = c->next;
+		if (!c->frames && now - c->t_open > HELLO_SECS) {
+			wf_debug("%s: closing a connection that sent no HTTP/2 frame in %ds",
+				 g->o.name, HELLO_SECS);
+			conn_close(c);
+		} else if (!c->streams && c->refs == 1 && now - c->t_active > IDLE_SECS) {
+			nghttp2_session_terminate_session(c->s, NGHTTP2_NO_ERROR);
+			c->t_active = now;
+			if (conn_flush(c) != 0)
+				conn_close(c);
+		}
+	}
+}
+
 static void *loop_main(void *arg)
 {
 	wf_grpc *g = arg;
 	struct epoll_event ev[64];
+	double last_sweep = wf_now();
 	while (!atomic_load(&g->stop)) {
 		int n = epoll_wait(g->epfd, ev, (int)WF_ARRAY_LEN(ev), 1000);
 		for (int i = 0; i < n; i++) {
@@ -844,6 +873,10 @@ static void *loop_main(void *arg)
 				else if (conn_flush(c) != 0)
 					conn_close(c);
 			}
+		}
+		if (wf_now() - last_sweep >= 1) {
+			sweep(g);
+			last_sweep = wf_now();
 		}
 		free_dead(g);
 	}

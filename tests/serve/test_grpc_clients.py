@@ -385,7 +385,8 @@ def tfs_checks(ports, c, tmp):
 
 
 def hostile_checks(ports, c):
-    """Garbage connections and a stalled client must not stop the others."""
+    """Garbage connections and stalled clients must not stop the others; the
+    stalled connections are returned (still open) for stalled_closed()."""
     socks = []
     try:
         g = socket.create_connection(("127.0.0.1", ports[2]))
@@ -406,9 +407,66 @@ def hostile_checks(ports, c):
         ok = all(c.infer("m", [infer_input(x)]).as_numpy("logits") is not None for _ in range(10))
         check(ok and c.is_server_live(), "20 stalled connections hold up nobody (10 calls in %.1fs)"
               % (time.time() - t0))
-    finally:
+    except BaseException:
         for s in socks:
             s.close()
+        raise
+    return socks
+
+
+def stalled_closed(socks, t_open):
+    """The server closes connections that never sent HTTP/2 frames (10 s)."""
+    time.sleep(max(0.0, t_open + 12 - time.time()))
+    closed = 0
+    for s in socks:
+        s.settimeout(5)
+        try:
+            data = s.recv(65536)
+            while data:  # the server's SETTINGS, then EOF
+                data = s.recv(65536)
+            closed += 1
+        except OSError:
+            closed += 1 if not isinstance(sys.exc_info()[1], socket.timeout) else 0
+        s.close()
+    check(closed == len(socks), "stalled connections are closed after 10 s (%d of %d)"
+          % (closed, len(socks)))
+
+
+def overload_check(tmp, base):
+    """More calls than a server's handler threads and queue: RESOURCE_EXHAUSTED
+    at once for the excess, the rest answered."""
+    port = free_port()
+    log = open(os.path.join(tmp, "serve-overload.log"), "w")
+    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
+                          "--bind_address", "127.0.0.1", "--rest_api_port", "0", "--port", "0",
+                          "--grpc_port", str(port), "--grpc_threads", "1",
+                          "--num_batch_threads", "1", "--threads", "1"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
+    c = tg.InferenceServerClient("127.0.0.1:%d" % port)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if c.is_server_ready():
+                break
+        except InferenceServerException:
+            time.sleep(0.1)
+    x = np.random.default_rng(3).random((64, H, W, C), dtype=np.float32)
+    results = queue.Queue()
+    n = 40
+    for k in range(n):
+        c.async_infer("m", [infer_input(x)], partial(results, k))
+    codes = []
+    for _ in range(n):
+        k, res, err = results.get(timeout=300)
+        codes.append("OK" if err is None else str(err.status()).replace("StatusCode.", ""))
+    ex = codes.count("RESOURCE_EXHAUSTED")
+    check(ex > 0 and codes.count("OK") >= 5 and ex + codes.count("OK") == n,
+          "40 calls on 1 handler thread (queue 4): %d RESOURCE_EXHAUSTED, %d OK"
+          % (ex, codes.count("OK")))
+    c.close()
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
 
 
 def perf_analyzer_check(ports):
@@ -445,8 +503,11 @@ def main():
         after = http_metric(ports[0], "weft_serve_requests_total", 'endpoint="v2_infer"')
         check(after - before >= 60, "gRPC calls are counted in /metrics (%d)" % (after - before))
         tfs_checks(ports, c, tmp)
-        hostile_checks(ports, c)
+        t_open = time.time()
+        stalled = hostile_checks(ports, c)
         perf_analyzer_check(ports)
+        stalled_closed(stalled, t_open)
+        overload_check(tmp, os.path.join(tmp, "m"))
         c.close()
         p.send_signal(signal.SIGTERM)
         check(p.wait(timeout=60) == 0, "SIGTERM: exit 0")
