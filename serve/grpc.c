@@ -33,6 +33,7 @@
 #define STREAM_WIN   (1 << 20) /* HTTP/2 initial window per stream */
 #define CONN_WIN     (1 << 24) /* HTTP/2 window per connection */
 #define MAX_PATH_LEN 256
+#define GATHER	     (256 << 10) /* bytes of frames gathered into one send */
 #define HELLO_SECS   10	 /* a connection must send the HTTP/2 preface and SETTINGS by then */
 #define IDLE_SECS    300 /* a connection without streams for this long gets GOAWAY */
 
@@ -65,6 +66,8 @@ struct conn {
 	uint32_t events;	 /* registered epoll events */
 	double t_open, t_active; /* wf_now() at accept, at the last bytes read */
 	long frames;		 /* frames received */
+	int dirty;		 /* in deliver's list of connections to flush */
+	conn *dirty_next;
 	stream *streams;
 	conn *prev, *next;
 };
@@ -456,36 +459,33 @@ static int pend_append(conn *c, const uint8_t *d, size_t n)
 	return 0;
 }
 
-/* Write what nghttp2 has to send until the socket would block; keep the
- * epoll interest in step. Returns -1 when the connection must close. */
+/* Write what nghttp2 has to send until the socket would block, gathering
+ * its frames into one send per GATHER bytes; keep the epoll interest in step.
+ * Returns -1 when the connection must close. */
 static int conn_flush(conn *c)
 {
 	for (;;) {
-		if (c->pend_off < c->pend_len) {
-			ssize_t w = send(c->fd, c->pend + c->pend_off, c->pend_len - c->pend_off,
-					 MSG_NOSIGNAL);
-			if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-				break;
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w < 0)
+		while (c->pend_len - c->pend_off < GATHER) {
+			const uint8_t *d;
+			ssize_t n = nghttp2_session_mem_send(c->s, &d);
+			if (n < 0)
 				return -1;
-			c->pend_off += (size_t)w;
-			continue;
+			if (n == 0)
+				break;
+			if (pend_append(c, d, (size_t)n) != 0)
+				return -1;
 		}
-		const uint8_t *d;
-		ssize_t n = nghttp2_session_mem_send(c->s, &d);
-		if (n < 0)
-			return -1;
-		if (n == 0)
+		if (c->pend_off == c->pend_len)
 			break;
-		ssize_t w = send(c->fd, d, (size_t)n, MSG_NOSIGNAL);
-		if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
-			return -1;
+		ssize_t w =
+			send(c->fd, c->pend + c->pend_off, c->pend_len - c->pend_off, MSG_NOSIGNAL);
+		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (w < 0 && errno == EINTR)
+			continue;
 		if (w < 0)
-			w = 0;
-		if (w < n && pend_append(c, d + w, (size_t)(n - w)) != 0)
 			return -1;
+		c->pend_off += (size_t)w;
 	}
 	int blocked = c->pend_off < c->pend_len;
 	if (!blocked && !nghttp2_session_want_read(c->s) && !nghttp2_session_want_write(c->s))
@@ -611,6 +611,35 @@ static const wf_grpc_method *find_method(wf_grpc *g, const char *path)
 	return NULL;
 }
 
+/* A handler that never blocks (health, metadata) runs in the loop thread. */
+static void run_inline(conn *c, stream *st, const wf_grpc_method *m)
+{
+	wf_grpc *g = c->g;
+	wf_grpc_call call = {0};
+	uint8_t *msg = NULL;
+	char why[512];
+	int code = wf_grpc_unframe(st->body, st->len, st->encoding, g->o.max_message, &msg,
+				   &call.len, why, sizeof(why));
+	c->receiving -= st->len;
+	free(st->body);
+	st->body = NULL;
+	st->len = st->cap = 0;
+	if (code != WF_GRPC_OK) {
+		answer_error(c, st, code, why);
+		return;
+	}
+	call.msg = msg;
+	code = m->fn(g->ctx, &call);
+	if (code == WF_GRPC_OK && call.reply) {
+		answer_ok(c, st, call.reply, call.reply_len);
+		call.reply = NULL;
+	} else {
+		answer_error(c, st, code == WF_GRPC_OK ? WF_GRPC_INTERNAL : code, call.message);
+	}
+	free(call.reply);
+	free(msg);
+}
+
 /* The request is complete: answer what is wrong with it, or queue a job. */
 static void dispatch(conn *c, stream *st)
 {
@@ -635,6 +664,10 @@ static void dispatch(conn *c, stream *st)
 	}
 	if (atomic_load(&g->stop)) {
 		answer_error(c, st, WF_GRPC_UNAVAILABLE, "the server is shutting down");
+		return;
+	}
+	if (m->quick) {
+		run_inline(c, st, m);
 		return;
 	}
 	job *j = calloc(1, sizeof(*j));
@@ -803,6 +836,7 @@ static void deliver(wf_grpc *g)
 		rev = list;
 		list = n;
 	}
+	conn *dirty = NULL; /* connections with answers to send, each flushed once */
 	for (job *j = rev, *n; j; j = n) {
 		n = j->next;
 		conn *c = j->c;
@@ -817,14 +851,25 @@ static void deliver(wf_grpc *g)
 					     j->code == WF_GRPC_OK ? WF_GRPC_INTERNAL : j->code,
 					     j->call.message);
 			}
-			if (conn_flush(c) != 0)
-				conn_close(c);
+			if (!c->dirty) {
+				c->dirty = 1;
+				c->refs++;
+				c->dirty_next = dirty;
+				dirty = c;
+			}
 		}
 		atomic_fetch_sub(&g->inflight, 1);
 		conn_unref(c);
 		free(j->call.reply);
 		free(j->msg);
 		free(j);
+	}
+	for (conn *c = dirty, *n; c; c = n) {
+		n = c->dirty_next;
+		c->dirty = 0;
+		if (!c->closed && conn_flush(c) != 0)
+			conn_close(c);
+		conn_unref(c);
 	}
 }
 

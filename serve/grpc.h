@@ -57,6 +57,7 @@ typedef int (*wf_grpc_handler)(void *ctx, wf_grpc_call *call);
 typedef struct wf_grpc_method {
 	const char *path; /* "/package.Service/Method" */
 	wf_grpc_handler fn;
+	int quick; /* 1: never blocks (health, metadata): runs in the event loop */
 } wf_grpc_method;
 
 typedef struct wf_grpc_opts {
