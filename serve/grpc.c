@@ -1126,3 +1126,101 @@ void wf_grpc_stop(wf_grpc *g)
 	pthread_mutex_destroy(&g->mu);
 	free(g);
 }
+
+/* ---- the fuzz target's session ------------------------------------------ */
+
+/* The workers' part, in this thread, then the loop's. */
+static void fuzz_work(wf_grpc *g)
+{
+	while (g->q_head) {
+		job *j = g->q_head;
+		g->q_head = j->next;
+		if (!g->q_head)
+			g->q_tail = NULL;
+		g->queued--;
+		j->code = j->m->fn(g->ctx, &j->call);
+		j->next = g->done;
+		g->done = j;
+	}
+	deliver(g);
+}
+
+int wf_grpc_fuzz_session(const wf_grpc_method *methods, int nmethods, void *ctx,
+			 const uint8_t *data, size_t len)
+{
+	wf_grpc g = {.methods = methods, .nmethods = nmethods, .ctx = ctx, .lfd = -1};
+	int sv[2] = {-1, -1}, rc = 0;
+	g.o = (wf_grpc_opts){.name = "fuzz",
+			     .max_message = 1 << 16,
+			     .workers = 1,
+			     .max_queue = 8,
+			     .max_streams = 16,
+			     .max_conns = 4};
+	pthread_mutex_init(&g.mu, NULL);
+	pthread_cond_init(&g.more, NULL);
+	g.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	g.epfd = epoll_create1(EPOLL_CLOEXEC);
+	conn *c = calloc(1, sizeof(*c));
+	if (g.efd < 0 || g.epfd < 0 || !c ||
+	    socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv) != 0 ||
+	    nghttp2_session_callbacks_new(&g.cbs) != 0 || nghttp2_option_new(&g.opt) != 0) {
+		free(c);
+		rc = -1;
+		goto out;
+	}
+	nghttp2_session_callbacks_set_on_begin_headers_callback(g.cbs, on_begin_headers);
+	nghttp2_session_callbacks_set_on_header_callback(g.cbs, on_header);
+	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(g.cbs, on_data);
+	nghttp2_session_callbacks_set_on_frame_recv_callback(g.cbs, on_frame_recv);
+	nghttp2_session_callbacks_set_on_stream_close_callback(g.cbs, on_stream_close);
+	c->g = &g;
+	c->fd = sv[0];
+	sv[0] = -1;
+	c->refs = 1;
+	if (nghttp2_session_server_new2(&c->s, g.cbs, c, g.opt) != 0) {
+		close(c->fd);
+		free(c);
+		rc = -1;
+		goto out;
+	}
+	g.conns = c;
+	g.nconns = 1;
+	c->events = EPOLLIN;
+	struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
+	epoll_ctl(g.epfd, EPOLL_CTL_ADD, c->fd, &e);
+	nghttp2_settings_entry iv[] = {
+		{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, (uint32_t)g.o.max_streams}};
+	nghttp2_submit_settings(c->s, NGHTTP2_FLAG_NONE, iv, WF_ARRAY_LEN(iv));
+	/* in pieces of varying size, as a socket delivers them */
+	for (size_t off = 0, step = 1; off < len && !c->closed; off += step, step = step * 3 + 1) {
+		size_t n = step < len - off ? step : len - off;
+		if (nghttp2_session_mem_recv(c->s, data + off, n) < 0) {
+			conn_flush(c);
+			conn_close(c);
+			rc = -1;
+			break;
+		}
+		fuzz_work(&g);
+		if (!c->closed && conn_flush(c) != 0)
+			conn_close(c);
+	}
+	fuzz_work(&g); /* calls queued before a protocol error */
+	while (g.conns)
+		conn_close(g.conns);
+	free_dead(&g);
+out:
+	if (g.cbs)
+		nghttp2_session_callbacks_del(g.cbs);
+	if (g.opt)
+		nghttp2_option_del(g.opt);
+	for (int i = 0; i < 2; i++)
+		if (sv[i] >= 0)
+			close(sv[i]);
+	if (g.efd >= 0)
+		close(g.efd);
+	if (g.epfd >= 0)
+		close(g.epfd);
+	pthread_cond_destroy(&g.more);
+	pthread_mutex_destroy(&g.mu);
+	return rc;
+}

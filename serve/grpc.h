@@ -103,4 +103,11 @@ int wf_grpc_unframe(const uint8_t *body, size_t len, const char *encoding, size_
 /* Seconds in a grpc-timeout header value ("100m", "5S"); -1 when malformed. */
 double wf_grpc_parse_timeout(const char *v);
 
+/* For the fuzz target: bytes fed to one server-side HTTP/2 session as a
+ * client's, every call they complete run in this thread through methods,
+ * the replies submitted, then everything freed. Returns 0, or -1 when the
+ * session closed the connection (a protocol error). Not thread-safe. */
+int wf_grpc_fuzz_session(const wf_grpc_method *methods, int nmethods, void *ctx,
+			 const uint8_t *data, size_t len);
+
 #endif
