@@ -15,6 +15,10 @@
 
 #define MAX_STAT_VERSIONS 8
 
+#ifndef WF_SERVE_EFULL
+#define WF_SERVE_EFULL (-100) /* serve/batcher.h (serve-hardening): the queue is full */
+#endif
+
 typedef struct version_stats {
 	long version;
 	wf_grpc_stats s;
@@ -27,6 +31,21 @@ struct wf_grpc_adapter {
 	pthread_mutex_t mu;
 	version_stats stats[MAX_STAT_VERSIONS]; /* the most recent versions served */
 };
+
+void wf_grpc_preprocess_u8(const wf_grpc_io *io, const uint8_t *px, float *out)
+{
+	wf_serve_preprocess_u8(io, px, out);
+}
+
+int wf_grpc_decode_image(const wf_grpc_io *io, const uint8_t *bytes, size_t n, float *out,
+			 char *why, size_t cap)
+{
+	wf_err err = {0};
+	if (wf_serve_decode_image(io, bytes, n, out, &err) == 0)
+		return WF_GRPC_OK;
+	snprintf(why, cap, "%s", err.msg);
+	return err.code == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED : WF_GRPC_INVALID_ARGUMENT;
+}
 
 int wf_grpc_adapter_create(wf_grpc_adapter **out, const wf_grpc_adapter_opts *o, wf_err *err)
 {
@@ -211,7 +230,8 @@ int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint 
 	int rc = wf_serve_batcher_infer(a->o.batcher, m->priv, x, n, logits, timeout, &err);
 	if (rc) {
 		snprintf(why, cap, "%s", err.msg);
-		code = rc == WF_ETRANSIENT && deadline > 0 && wf_now() >= deadline
+		code = rc == WF_SERVE_EFULL ? WF_GRPC_RESOURCE_EXHAUSTED
+		       : rc == WF_ETRANSIENT && deadline > 0 && wf_now() >= deadline
 			       ? WF_GRPC_DEADLINE_EXCEEDED
 		       : rc == WF_EINVAL			  ? WF_GRPC_INVALID_ARGUMENT
 		       : rc == WF_ETRANSIENT || rc == WF_ESTOPPED ? WF_GRPC_UNAVAILABLE

@@ -264,7 +264,7 @@ static int model_statistics(void *ctx, wf_grpc_call *call)
 		return bad_message(call, "ModelStatisticsRequest");
 	long v;
 	int code = parse_version(rq->version, &v, call);
-	const char *names[16];
+	const char *names[64];
 	int nnames = 0;
 	if (!code && *rq->name) {
 		names[0] = rq->name;
@@ -272,10 +272,10 @@ static int model_statistics(void *ctx, wf_grpc_call *call)
 	} else if (!code) {
 		nnames = wf_grpc_model_names(ctx, names, (int)WF_ARRAY_LEN(names));
 	}
-	Inference__ModelStatistics ms[16], *msp[16];
-	Inference__InferStatistics is[16];
-	Inference__StatisticDuration d[16][6];
-	char vers[16][32];
+	Inference__ModelStatistics ms[64], *msp[64];
+	Inference__InferStatistics is[64];
+	Inference__StatisticDuration d[64][6];
+	char vers[64][32];
 	int n = 0;
 	for (int i = 0; !code && i < nnames; i++) {
 		wf_grpc_stats st;
@@ -333,7 +333,7 @@ static int repository_index(void *ctx, wf_grpc_call *call)
 		unpack(&inference__repository_index_request__descriptor, call);
 	if (!rq)
 		return bad_message(call, "RepositoryIndexRequest");
-	const char *names[16];
+	const char *names[64];
 	int nnames = wf_grpc_model_names(ctx, names, (int)WF_ARRAY_LEN(names)), n = 0;
 	enum { MAXI = 64 };
 	Inference__RepositoryIndexResponse__ModelIndex mi[MAXI], *mip[MAXI];
@@ -405,7 +405,7 @@ static int fail_why(char *why, size_t cap, int code, const char *fmt, const char
 }
 
 /* The one input tensor of a request into model input. */
-static int decode_input(const wf_serve_io *io, const infer_req *rq, float **x, int *n, char *why,
+static int decode_input(const wf_grpc_io *io, const infer_req *rq, float **x, int *n, char *why,
 			size_t cap)
 {
 	*x = NULL;
@@ -565,7 +565,7 @@ bytes_out:
 	return code;
 }
 
-int wf_grpc_kserve_decode_input(const wf_serve_io *io, const uint8_t *msg, size_t len, float **x,
+int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, float **x,
 				int *n, char *why, size_t cap)
 {
 	*x = NULL;

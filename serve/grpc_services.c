@@ -84,12 +84,12 @@ void wf_grpc_servers_stop(wf_grpc_servers *s)
 
 /* ---- model input -------------------------------------------------------- */
 
-static size_t per_sample(const wf_serve_io *io)
+static size_t per_sample(const wf_grpc_io *io)
 {
 	return (size_t)io->h * io->w * io->c;
 }
 
-static int alloc_input(const wf_serve_io *io, long n, float **x, char *why, size_t cap)
+static int alloc_input(const wf_grpc_io *io, long n, float **x, char *why, size_t cap)
 {
 	*x = NULL;
 	if (n < 1 || (double)n * (double)per_sample(io) > (double)WF_SERVE_MAX_INPUT_FLOATS) {
@@ -106,7 +106,7 @@ static int alloc_input(const wf_serve_io *io, long n, float **x, char *why, size
 	return WF_GRPC_OK;
 }
 
-int wf_grpc_input_dense(const wf_serve_io *io, long n, const void *data, int u8, float **x,
+int wf_grpc_input_dense(const wf_grpc_io *io, long n, const void *data, int u8, float **x,
 			char *why, size_t cap)
 {
 	int code = alloc_input(io, n, x, why, cap);
@@ -118,26 +118,26 @@ int wf_grpc_input_dense(const wf_serve_io *io, long n, const void *data, int u8,
 		return WF_GRPC_OK;
 	}
 	for (long i = 0; i < n; i++)
-		wf_serve_preprocess_u8(io, (const uint8_t *)data + (size_t)i * per,
-				       *x + (size_t)i * per);
+		wf_grpc_preprocess_u8(io, (const uint8_t *)data + (size_t)i * per,
+				      *x + (size_t)i * per);
 	return WF_GRPC_OK;
 }
 
-int wf_grpc_input_images(const wf_serve_io *io, long n, const uint8_t *const *img,
-			 const size_t *len, float **x, char *why, size_t cap)
+int wf_grpc_input_images(const wf_grpc_io *io, long n, const uint8_t *const *img, const size_t *len,
+			 float **x, char *why, size_t cap)
 {
 	int code = alloc_input(io, n, x, why, cap);
 	if (code)
 		return code;
 	for (long i = 0; i < n; i++) {
-		wf_err err = {0};
-		if (wf_serve_decode_image(io, img[i], len[i], *x + (size_t)i * per_sample(io),
-					  &err)) {
-			snprintf(why, cap, "image %ld: %s", i, err.msg);
+		char msg[900];
+		code = wf_grpc_decode_image(io, img[i], len[i], *x + (size_t)i * per_sample(io),
+					    msg, sizeof(msg));
+		if (code) {
+			snprintf(why, cap, "image %ld: %s", i, msg);
 			free(*x);
 			*x = NULL;
-			return err.code == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
-						     : WF_GRPC_INVALID_ARGUMENT;
+			return code;
 		}
 	}
 	return WF_GRPC_OK;

@@ -11,7 +11,6 @@
 #include "common/error.h"
 #include "serve/grpc.h"
 #include "serve/grpc_adapter.h"
-#include "serve/image.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -50,11 +49,11 @@ void wf_grpc_servers_stop(wf_grpc_servers *s);
 /* n samples of a dense [n,H,W,C] tensor: FP32 model input (after
  * preprocessing) or, with u8, raw pixels that get the model's preprocessing.
  * *x is malloc'd [n,H,W,C]. */
-int wf_grpc_input_dense(const wf_serve_io *io, long n, const void *data, int u8, float **x,
+int wf_grpc_input_dense(const wf_grpc_io *io, long n, const void *data, int u8, float **x,
 			char *why, size_t cap);
 /* n encoded images (JPEG or PNG), resized and preprocessed into *x. */
-int wf_grpc_input_images(const wf_serve_io *io, long n, const uint8_t *const *img,
-			 const size_t *len, float **x, char *why, size_t cap);
+int wf_grpc_input_images(const wf_grpc_io *io, long n, const uint8_t *const *img, const size_t *len,
+			 float **x, char *why, size_t cap);
 /* Indices of the top largest of p[k], best first. */
 void wf_grpc_top_k(const float *p, int k, int top, int *idx);
 
@@ -62,11 +61,11 @@ void wf_grpc_top_k(const float *p, int k, int top, int *idx);
 
 /* A KServe ModelInferRequest message into model input for io: n samples in
  * *x (malloc'd). Returns a gRPC status code with why. */
-int wf_grpc_kserve_decode_input(const wf_serve_io *io, const uint8_t *msg, size_t len, float **x,
+int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, float **x,
 				int *n, char *why, size_t cap);
 /* A TF Serving PredictRequest or ClassificationRequest (classify != 0)
  * message into model input for io. */
-int wf_grpc_tfs_decode_input(const wf_serve_io *io, const uint8_t *msg, size_t len, int classify,
+int wf_grpc_tfs_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, int classify,
 			     float **x, int *n, char *why, size_t cap);
 
 #endif

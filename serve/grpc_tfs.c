@@ -91,7 +91,7 @@ static int fail_why(char *why, size_t cap, int code, const char *msg)
 	return code;
 }
 
-static int tensor_input(const wf_serve_io *io, const Tensorflow__TensorProto *t, float **x, int *n,
+static int tensor_input(const wf_grpc_io *io, const Tensorflow__TensorProto *t, float **x, int *n,
 			char *why, size_t cap)
 {
 	*x = NULL;
@@ -193,7 +193,7 @@ static int tensor_input(const wf_serve_io *io, const Tensorflow__TensorProto *t,
 	return code;
 }
 
-static int predict_input(const wf_serve_io *io, const Tensorflow__Serving__PredictRequest *rq,
+static int predict_input(const wf_grpc_io *io, const Tensorflow__Serving__PredictRequest *rq,
 			 float **x, int *n, char *why, size_t cap)
 {
 	if (rq->n_inputs != 1 || !rq->inputs[0]->value) {
@@ -223,7 +223,7 @@ static const Tensorflow__Feature *example_feature(const Tensorflow__Example *e)
 	return f->n_feature == 1 ? f->feature[0]->value : NULL;
 }
 
-static int classify_input(const wf_serve_io *io,
+static int classify_input(const wf_grpc_io *io,
 			  const Tensorflow__Serving__ClassificationRequest *rq, float **x, int *n,
 			  char *why, size_t cap)
 {
@@ -285,7 +285,7 @@ static int classify_input(const wf_serve_io *io,
 	return WF_GRPC_OK;
 }
 
-int wf_grpc_tfs_decode_input(const wf_serve_io *io, const uint8_t *msg, size_t len, int classify,
+int wf_grpc_tfs_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, int classify,
 			     float **x, int *n, char *why, size_t cap)
 {
 	*x = NULL;

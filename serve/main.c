@@ -39,8 +39,8 @@ typedef struct serve_flags {
 	double drain_timeout;
 	int verbose;
 	/* gRPC (issue 12) */
-	int grpc_tfs_port;    /* --port: TF Serving gRPC API; 0: off */
-	int grpc_kserve_port; /* --grpc_port: KServe v2 gRPC API; 0: off */
+	int tf_grpc_port; /* --port: TF Serving gRPC API; 0: off */
+	int grpc_port;	  /* --grpc_port: KServe v2 gRPC API; 0: off */
 	long grpc_max_message;
 	int grpc_threads;
 	int grpc_ports_set; /* bit 1: --port given, bit 2: --grpc_port given */
@@ -66,7 +66,7 @@ static void usage(FILE *f)
 		"  --rest_api_port N                 HTTP port (default 8501; 0 = any free port)\n"
 		"  --port N                          TF Serving gRPC API: PredictionService and\n"
 		"                                    ModelService (default 8500; 0 = off)\n"
-		"  --grpc_port N                     KServe v2 gRPC API, GRPCInferenceService\n"
+		"  --grpc_port, --grpc-port N        KServe v2 gRPC API, GRPCInferenceService\n"
 		"                                    (default 8001; 0 = off)\n"
 		"  --grpc_max_message_bytes N        largest gRPC request message (default\n"
 		"                                    67108864; images are not limited to 4 MB)\n"
@@ -173,11 +173,11 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 			f->port = (int)l;
 		} else if (!strcmp(name, "--port")) { /* gRPC flags (issue 12) */
 			rc = parse_long(name, val, 0, 65535, &l, err);
-			f->grpc_tfs_port = (int)l;
+			f->tf_grpc_port = (int)l;
 			f->grpc_ports_set |= 1;
-		} else if (!strcmp(name, "--grpc_port")) {
+		} else if (!strcmp(name, "--grpc_port") || !strcmp(name, "--grpc-port")) {
 			rc = parse_long(name, val, 0, 65535, &l, err);
-			f->grpc_kserve_port = (int)l;
+			f->grpc_port = (int)l;
 			f->grpc_ports_set |= 2;
 		} else if (!strcmp(name, "--grpc_max_message_bytes")) {
 			rc = parse_long(name, val, 1024, 1L << 31, &f->grpc_max_message, err);
@@ -249,8 +249,8 @@ int main(int argc, char **argv)
 		.request_timeout = 30,
 		.idle_timeout = 60,
 		.drain_timeout = 30,
-		.grpc_tfs_port = 8500,
-		.grpc_kserve_port = 8001,
+		.tf_grpc_port = 8500,
+		.grpc_port = 8001,
 		.grpc_max_message = 64L << 20,
 		.grpc_threads = 128,
 	};
@@ -320,7 +320,7 @@ int main(int argc, char **argv)
 		rc = wf_serve_repo_create(&repo, &ro, &err);
 	if (!rc)
 		rc = wf_serve_http_start(&http, &ho, repo, batcher, metrics, &err);
-	if (!rc && (f.grpc_tfs_port || f.grpc_kserve_port)) {
+	if (!rc && (f.tf_grpc_port || f.grpc_port)) {
 		wf_grpc_adapter_opts ga = {
 			.repo = repo,
 			.batcher = batcher,
@@ -334,8 +334,8 @@ int main(int argc, char **argv)
 		};
 		wf_grpc_servers_opts gs = {
 			.bind_address = f.bind_address,
-			.tfs_port = f.grpc_tfs_port,
-			.kserve_port = f.grpc_kserve_port,
+			.tfs_port = f.tf_grpc_port,
+			.kserve_port = f.grpc_port,
 			.max_message = (size_t)f.grpc_max_message,
 			.workers = f.grpc_threads,
 			.max_queue = 4 * f.grpc_threads,

@@ -16,7 +16,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	static const char *enc[] = {NULL, "identity", "gzip", "deflate"};
 	if (size < 1)
 		return 0;
-	wf_serve_io io = {.h = 8, .w = 8, .c = 3, .classes = 5, .scale = 1.0f / 255};
+	wf_grpc_io io = {.h = 8, .w = 8, .c = 3, .classes = 5, .scale = 1.0f / 255};
 	for (int i = 0; i < 4; i++)
 		io.std[i] = 1.0f;
 	uint8_t *msg = NULL;

@@ -139,9 +139,9 @@ static void test_grpc_timeout_units(void)
 	WF_CHECK(wf_grpc_parse_timeout("123456789S") < 0); /* at most 8 digits */
 }
 
-static wf_serve_io io_8x8(void)
+static wf_grpc_io io_8x8(void)
 {
-	wf_serve_io io = {.h = 8, .w = 8, .c = 3, .classes = 5, .scale = 1.0f / 255};
+	wf_grpc_io io = {.h = 8, .w = 8, .c = 3, .classes = 5, .scale = 1.0f / 255};
 	for (int i = 0; i < 4; i++)
 		io.std[i] = 1.0f;
 	return io;
@@ -149,7 +149,7 @@ static wf_serve_io io_8x8(void)
 
 static void test_kserve_request_becomes_model_input(void)
 {
-	wf_serve_io io = io_8x8();
+	wf_grpc_io io = io_8x8();
 	float x[2 * 8 * 8 * 3];
 	for (size_t i = 0; i < WF_ARRAY_LEN(x); i++)
 		x[i] = (float)i * 0.01f;
@@ -209,7 +209,7 @@ static void test_kserve_request_becomes_model_input(void)
 
 static void test_tfs_predict_request_becomes_model_input(void)
 {
-	wf_serve_io io = io_8x8();
+	wf_grpc_io io = io_8x8();
 	uint8_t px[8 * 8 * 3];
 	int32_t iv[8 * 8 * 3];
 	for (size_t i = 0; i < sizeof(px); i++)
@@ -244,7 +244,7 @@ static void test_tfs_predict_request_becomes_model_input(void)
 	float *got = NULL, want[8 * 8 * 3];
 	int samples = 0;
 	char why[512];
-	wf_serve_preprocess_u8(&io, px, want);
+	wf_grpc_preprocess_u8(&io, px, want);
 	WF_CHECK_INT(wf_grpc_tfs_decode_input(&io, buf, n, 0, &got, &samples, why, sizeof(why)),
 		     WF_GRPC_OK);
 	WF_CHECK(samples == 1 && got && !memcmp(got, want, sizeof(want)));
