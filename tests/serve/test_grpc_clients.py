@@ -363,6 +363,10 @@ def tfs_checks(ports, c, tmp):
     rc = model_management_pb2.ReloadConfigRequest()
     cfg = rc.config.model_config_list.config.add()
     cfg.name = "m"
+    cfg.base_path = os.path.join(tmp, "m")
+    cfg.model_platform = "weft"
+    cfg.model_version_policy.specific.versions.append(1)
+    cfg.version_labels["stable"] = 1
     check(status_of(lambda: ms.HandleReloadConfigRequest(rc, timeout=30)) == "OK",
           "HandleReloadConfigRequest with the served model")
     rc.config.model_config_list.config.add().name = "other"
