@@ -1,6 +1,21 @@
 /* grpc_adapter.c: the gRPC services' view of serve/, over the one-model
  * repository (serve/repo.h) and the shared batcher. Statistics are kept here
- * per served version until the repository keeps them itself. */
+ * per served version until the repository keeps them itself.
+ *
+ * Over the multi-model repository (serve/infer.h of the serve-api branch)
+ * each function becomes one call: model_get = wf_serve_repo_find (its why:
+ * 404/503/400 = NOT_FOUND/UNAVAILABLE/INVALID_ARGUMENT) + the model config
+ * (wf_serve_repo_model_config: max batch, delay, instances); model_put =
+ * wf_serve_version_release; model_versions = wf_serve_repo_status; model_names
+ * = wf_serve_repo_index; model_infer = wf_serve_run (it records the version's
+ * statistics; keep wf_serve_metrics_request here); model_stats = the
+ * versions' stats from wf_serve_repo_acquire_all; server_ready =
+ * wf_serve_repo_ready and not draining; repository_load/unload =
+ * wf_serve_repo_load/unload (WF_ENOTSUP: UNIMPLEMENTED); reload_config =
+ * wf_serve_repo_reload_config (the TF ModelConfig message carries name,
+ * base_path, platform, version policy and labels); wf_grpc_io =
+ * wf_image_io, decode/preprocess = wf_image_decode/wf_image_preprocess_u8
+ * (common/image.h). */
 #include "serve/grpc_adapter.h"
 
 #include "common/util.h"
