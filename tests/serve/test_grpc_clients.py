@@ -230,6 +230,24 @@ def kserve_checks(ports, c, tmp):
     check(all(got[k] is not None and close(got[k][0], ref.as_numpy("logits")[k]) for k in got),
           "48 async_infer calls: each gets its own sample's logits")
 
+    # many connections at once, each its own client
+    def one_client(k, out):
+        cc = tg.InferenceServerClient("127.0.0.1:%d" % ports[2])
+        try:
+            out[k] = [cc.infer("m", [infer_input(xs[(k + i) % len(xs)])]).as_numpy("logits")
+                      for i in range(3)]
+        finally:
+            cc.close()
+    outs = {}
+    threads = [threading.Thread(target=one_client, args=(k, outs)) for k in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    check(len(outs) == 24 and all(close(outs[k][i][0], ref.as_numpy("logits")[(k + i) % len(xs)])
+                                  for k in outs for i in range(3)),
+          "24 connections x 3 calls at once: every answer right")
+
     # statistics
     st = c.get_inference_statistics("m", as_json=True)["model_stats"][0]
     succ = int(st["inference_stats"]["success"].get("count", 0))
@@ -468,9 +486,24 @@ def overload_check(tmp, base):
     check(ex > 0 and codes.count("OK") >= 5 and ex + codes.count("OK") == n,
           "40 calls on 1 handler thread (queue 4): %d RESOURCE_EXHAUSTED, %d OK"
           % (ex, codes.count("OK")))
-    c.close()
+    # SIGTERM while calls run: readiness off, every call already taken is
+    # answered, new inference gets UNAVAILABLE, exit 0
+    for k in range(4):
+        c.async_infer("m", [infer_input(x)], partial(results, k))
+    time.sleep(0.3)
     p.send_signal(signal.SIGTERM)
-    p.wait(timeout=60)
+    time.sleep(0.2)
+    late = status_of(lambda: c.infer("m", [infer_input(x[:1])]))
+    try:
+        ready = c.is_server_ready()
+    except InferenceServerException:
+        ready = False  # already gone: also not ready
+    codes = [results.get(timeout=300) for _ in range(4)]
+    check(all(err is None for _, _, err in codes), "SIGTERM: the 4 calls in flight are answered")
+    check(late == "UNAVAILABLE" and not ready,
+          "SIGTERM: ServerReady false, a new ModelInfer gets UNAVAILABLE (%s)" % late)
+    check(p.wait(timeout=120) == 0, "SIGTERM with calls in flight: exit 0")
+    c.close()
 
 
 def perf_analyzer_check(ports):
