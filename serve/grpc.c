@@ -44,6 +44,7 @@ typedef struct stream {
 	char path[MAX_PATH_LEN];
 	char encoding[32];
 	double timeout;	   /* seconds from grpc-timeout; 0: none */
+	double t_begin;	   /* wf_now() at its first header */
 	int post, grpc_ct; /* :method POST, content-type application/grpc* */
 	int bad_header;	   /* a header we read was too long */
 	uint8_t *body;	   /* DATA received so far */
@@ -96,7 +97,7 @@ struct wf_grpc {
 	conn *dead; /* closed, unreferenced, freed after this wake-up */
 	int nconns;
 	atomic_int stop;
-	atomic_int inflight;
+	atomic_int inflight; /* streams open: being received, handled or answered */
 	/* workers */
 	pthread_mutex_t mu;
 	pthread_cond_t more;
@@ -415,6 +416,7 @@ static void stream_free(conn *c, stream *st)
 	if (st->next)
 		st->next->prev = st->prev;
 	c->receiving -= st->len;
+	atomic_fetch_sub(&c->g->inflight, 1);
 	free(st->body);
 	free(st->out);
 	free(st);
@@ -510,6 +512,8 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *us
 	if (!st)
 		return NGHTTP2_ERR_CALLBACK_FAILURE;
 	st->id = f->hd.stream_id;
+	st->t_begin = wf_now();
+	atomic_fetch_add(&c->g->inflight, 1);
 	st->next = c->streams;
 	if (c->streams)
 		c->streams->prev = st;
@@ -629,6 +633,8 @@ static void run_inline(conn *c, stream *st, const wf_grpc_method *m)
 		return;
 	}
 	call.msg = msg;
+	call.t_begin = st->t_begin;
+	call.deadline = st->timeout > 0 ? st->t_begin + st->timeout : 0;
 	code = m->fn(g->ctx, &call);
 	if (code == WF_GRPC_OK && call.reply) {
 		answer_ok(c, st, call.reply, call.reply_len);
@@ -690,7 +696,8 @@ static void dispatch(conn *c, stream *st)
 	j->stream_id = st->id;
 	j->m = m;
 	j->call.msg = j->msg;
-	j->call.deadline = st->timeout > 0 ? wf_now() + st->timeout : 0;
+	j->call.deadline = st->timeout > 0 ? st->t_begin + st->timeout : 0;
+	j->call.t_begin = st->t_begin;
 	pthread_mutex_lock(&g->mu);
 	if (g->queued >= g->o.max_queue) {
 		pthread_mutex_unlock(&g->mu);
@@ -709,7 +716,6 @@ static void dispatch(conn *c, stream *st)
 		g->q_head = j;
 	g->q_tail = j;
 	g->queued++;
-	atomic_fetch_add(&g->inflight, 1);
 	pthread_cond_signal(&g->more);
 	pthread_mutex_unlock(&g->mu);
 }
@@ -858,7 +864,6 @@ static void deliver(wf_grpc *g)
 				dirty = c;
 			}
 		}
-		atomic_fetch_sub(&g->inflight, 1);
 		conn_unref(c);
 		free(j->call.reply);
 		free(j->msg);

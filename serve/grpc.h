@@ -45,6 +45,7 @@ typedef struct wf_grpc_call {
 	const uint8_t *msg; /* the request message (decompressed) */
 	size_t len;	    /* bytes */
 	double deadline;    /* wf_now() by which the client gives up (grpc-timeout); 0: none */
+	double t_begin;	    /* wf_now() when its headers arrived */
 	uint8_t *reply;	    /* 5-byte gRPC prefix + message: see wf_grpc_reply_buf */
 	size_t reply_len;   /* message bytes after the prefix */
 	char message[1024]; /* grpc-message when the handler fails */
@@ -79,7 +80,7 @@ int wf_grpc_start(wf_grpc **out, const wf_grpc_opts *o, const wf_grpc_method *me
 		  void *ctx, wf_err *err);
 /* The port actually bound. */
 int wf_grpc_port(wf_grpc *g);
-/* Calls taken and not yet answered. */
+/* Calls begun (headers received) and not yet answered: what a drain waits for. */
 int wf_grpc_inflight(wf_grpc *g);
 /* Close the listener and every connection, join the threads, free. */
 void wf_grpc_stop(wf_grpc *g);

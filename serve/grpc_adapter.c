@@ -43,6 +43,7 @@ struct wf_grpc_adapter {
 	wf_grpc_adapter_opts o;
 	char *name;
 	atomic_int draining;
+	_Atomic double drain_start; /* wf_now() when the drain began */
 	pthread_mutex_t mu;
 	version_stats stats[MAX_STAT_VERSIONS]; /* the most recent versions served */
 };
@@ -87,6 +88,7 @@ void wf_grpc_adapter_free(wf_grpc_adapter *a)
 
 void wf_grpc_adapter_drain(wf_grpc_adapter *a)
 {
+	atomic_store(&a->drain_start, wf_now());
 	atomic_store(&a->draining, 1);
 }
 
@@ -224,12 +226,13 @@ static int http_equivalent(int code)
 }
 
 int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x,
-			int n, float *logits, double deadline, char *why, size_t cap)
+			int n, float *logits, double t_begin, double deadline, char *why,
+			size_t cap)
 {
 	double t0 = wf_now();
 	int code = WF_GRPC_OK;
 	wf_err err = {0};
-	if (atomic_load(&a->draining)) {
+	if (atomic_load(&a->draining) && t_begin >= atomic_load(&a->drain_start)) {
 		snprintf(why, cap, "the server is shutting down");
 		code = WF_GRPC_UNAVAILABLE;
 		goto out;

@@ -101,10 +101,13 @@ int wf_grpc_model_versions(wf_grpc_adapter *a, const char *name, wf_grpc_version
 /* Names of every model the server knows (up to cap); returns the count. */
 int wf_grpc_model_names(wf_grpc_adapter *a, const char **names, int cap);
 /* Forward x [n,H,W,C] through the batcher into logits [n,K]. Waits at most
- * until deadline (wf_now() time; 0: the server's request timeout). Counts
- * the call in the statistics and in /metrics under endpoint ep. */
+ * until deadline (wf_now() time; 0: the server's request timeout). A call
+ * that began (t_begin, wf_now() time) after the drain started is refused
+ * (UNAVAILABLE); one received before it is answered. Counts the call in the
+ * statistics and in /metrics under endpoint ep. */
 int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x,
-			int n, float *logits, double deadline, char *why, size_t cap);
+			int n, float *logits, double t_begin, double deadline, char *why,
+			size_t cap);
 /* Count a call that failed before inference (bad request) in the statistics
  * and /metrics. */
 void wf_grpc_model_failed(wf_grpc_adapter *a, wf_serve_endpoint ep, int code, double seconds);

@@ -752,7 +752,7 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	}
 	if (!code) {
 		inferred = 1;
-		code = wf_grpc_model_infer(a, &m, WF_SERVE_EP_V2_INFER, x, n, logits,
+		code = wf_grpc_model_infer(a, &m, WF_SERVE_EP_V2_INFER, x, n, logits, call->t_begin,
 					   call->deadline, call->message, sizeof(call->message));
 	}
 	if (!code) {

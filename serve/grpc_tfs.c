@@ -324,8 +324,8 @@ static int run(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const
 	if (!*logits || !*probs)
 		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
 				    "out of memory for %d results", n);
-	int code = wf_grpc_model_infer(a, m, ep, x, n, *logits, call->deadline, call->message,
-				       sizeof(call->message));
+	int code = wf_grpc_model_infer(a, m, ep, x, n, *logits, call->t_begin, call->deadline,
+				       call->message, sizeof(call->message));
 	if (!code)
 		wf_serve_softmax(*logits, *probs, n, m->io.classes);
 	return code;

@@ -486,24 +486,9 @@ def overload_check(tmp, base):
     check(ex > 0 and codes.count("OK") >= 5 and ex + codes.count("OK") == n,
           "40 calls on 1 handler thread (queue 4): %d RESOURCE_EXHAUSTED, %d OK"
           % (ex, codes.count("OK")))
-    # SIGTERM while calls run: readiness off, every call already taken is
-    # answered, new inference gets UNAVAILABLE, exit 0
-    for k in range(4):
-        c.async_infer("m", [infer_input(x)], partial(results, k))
-    time.sleep(0.3)
-    p.send_signal(signal.SIGTERM)
-    time.sleep(0.2)
-    late = status_of(lambda: c.infer("m", [infer_input(x[:1])]))
-    try:
-        ready = c.is_server_ready()
-    except InferenceServerException:
-        ready = False  # already gone: also not ready
-    codes = [results.get(timeout=300) for _ in range(4)]
-    check(all(err is None for _, _, err in codes), "SIGTERM: the 4 calls in flight are answered")
-    check(late == "UNAVAILABLE" and not ready,
-          "SIGTERM: ServerReady false, a new ModelInfer gets UNAVAILABLE (%s)" % late)
-    check(p.wait(timeout=120) == 0, "SIGTERM with calls in flight: exit 0")
     c.close()
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=120)
 
 
 def perf_analyzer_check(ports):
@@ -528,6 +513,52 @@ def perf_analyzer_check(ports):
           % (r.returncode, "" if r.returncode == 0 else ": " + (r.stdout + r.stderr)[-800:]))
 
 
+def drain_check(tmp, base):
+    """SIGTERM while calls wait for a batch (2 s batching delay): readiness
+    off, every call already received is answered, a new ModelInfer gets
+    UNAVAILABLE, exit 0."""
+    port = free_port()
+    log = open(os.path.join(tmp, "serve-drain.log"), "w")
+    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
+                          "--bind_address", "127.0.0.1", "--rest_api_port", "0", "--port", "0",
+                          "--grpc_port", str(port), "--enable_batching", "--max_batch_size", "64",
+                          "--batch_timeout_micros", "2000000", "--num_batch_threads", "1"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
+    c = tg.InferenceServerClient("127.0.0.1:%d" % port)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if c.is_server_ready():
+                break
+        except InferenceServerException:
+            time.sleep(0.1)
+    x = np.random.default_rng(4).random((1, H, W, C), dtype=np.float32)
+    results = queue.Queue()
+    for k in range(4):
+        c.async_infer("m", [infer_input(x)], partial(results, k))
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    try:
+        c.infer("m", [infer_input(x)])
+        late = "OK"
+    except InferenceServerException as e:
+        late = str(e.status()).replace("StatusCode.", "") + ": " + str(e.message())
+    try:
+        ready = c.is_server_ready()
+    except InferenceServerException:
+        ready = "gone"
+    codes = [results.get(timeout=120) for _ in range(4)]
+    check(all(err is None and res.as_numpy("probabilities").shape == (1, 10)
+              for _, res, err in codes), "SIGTERM: the 4 calls waiting for a batch are answered")
+    check(late.startswith("UNAVAILABLE") and "shutting down" in late and ready is False,
+          "SIGTERM: ServerReady false, a new ModelInfer gets UNAVAILABLE (%s; ready %s)"
+          % (late, ready))
+    check(p.wait(timeout=120) == 0, "SIGTERM with calls in flight: exit 0")
+    c.close()
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="weft-grpc-")
     os.makedirs(os.path.join(tmp, "m", "1"))
@@ -545,6 +576,7 @@ def main():
         perf_analyzer_check(ports)
         stalled_closed(stalled, t_open)
         overload_check(tmp, os.path.join(tmp, "m"))
+        drain_check(tmp, os.path.join(tmp, "m"))
         c.close()
         p.send_signal(signal.SIGTERM)
         check(p.wait(timeout=60) == 0, "SIGTERM: exit 0")
