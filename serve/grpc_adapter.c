@@ -285,9 +285,11 @@ int wf_grpc_model_stats(wf_grpc_adapter *a, const char *name, long version, wf_g
 		return WF_GRPC_NOT_FOUND;
 	}
 	wf_serve_version **vs = wf_serve_repo_acquire_all(a->o.repo, name, &n);
+	int found = 0;
 	for (int i = 0; i < n; i++) {
 		const wf_serve_stats *s = &vs[i]->stats;
 		if (!version || vs[i]->version == version) {
+			found = 1;
 			uint64_t ok = atomic_load(&s->success);
 			st->inference_count += atomic_load(&s->inferences);
 			st->execution_count += atomic_load(&s->executions);
@@ -310,6 +312,11 @@ int wf_grpc_model_stats(wf_grpc_adapter *a, const char *name, long version, wf_g
 		wf_serve_version_release(vs[i]);
 	}
 	free(vs);
+	if (version && !found) {
+		snprintf(why, cap, "Request for unknown model: '%.200s' version %ld is not found",
+			 name, version);
+		return WF_GRPC_NOT_FOUND;
+	}
 	return WF_GRPC_OK;
 }
 

@@ -278,44 +278,54 @@ static int model_statistics(void *ctx, wf_grpc_call *call)
 	char vers[64][32];
 	int n = 0;
 	for (int i = 0; !code && i < nnames; i++) {
-		wf_grpc_stats st;
-		code = wf_grpc_model_stats(ctx, names[i], v, &st, call->message,
-					   sizeof(call->message));
-		if (code)
-			break;
-		inference__model_statistics__init(&ms[n]);
-		inference__infer_statistics__init(&is[n]);
-		ms[n].name = (char *)names[i];
-		if (v)
-			snprintf(vers[n], sizeof(vers[n]), "%ld", v);
-		else {
-			/* the serving version, as Triton lists each loaded version */
-			wf_grpc_version_info vi[4];
-			int nv = wf_grpc_model_versions(ctx, names[i], vi, 4);
-			vers[n][0] = 0;
+		/* one entry per version asked for, or per available version as
+		 * Triton lists them */
+		long want[64];
+		int nwant = 0;
+		if (v) {
+			want[nwant++] = v;
+		} else {
+			wf_grpc_version_info vi[64];
+			int nv = wf_grpc_model_versions(ctx, names[i], vi, 64);
 			for (int k = 0; k < nv; k++)
 				if (vi[k].state == WF_GRPC_VERSION_AVAILABLE)
-					snprintf(vers[n], sizeof(vers[n]), "%ld", vi[k].version);
+					want[nwant++] = vi[k].version;
+			if (!nwant && *rq->name)
+				code = wf_grpc_fail(call, WF_GRPC_NOT_FOUND,
+						    "Request for unknown model: '%.200s' has no "
+						    "available versions",
+						    names[i]);
 		}
-		ms[n].version = vers[n];
-		ms[n].last_inference = st.last_inference_ms;
-		ms[n].inference_count = st.inference_count;
-		ms[n].execution_count = st.execution_count;
-		duration(&d[n][0], &st.success);
-		duration(&d[n][1], &st.fail);
-		duration(&d[n][2], &st.queue);
-		duration(&d[n][3], &st.compute_input);
-		duration(&d[n][4], &st.compute_infer);
-		duration(&d[n][5], &st.compute_output);
-		is[n].success = &d[n][0];
-		is[n].fail = &d[n][1];
-		is[n].queue = &d[n][2];
-		is[n].compute_input = &d[n][3];
-		is[n].compute_infer = &d[n][4];
-		is[n].compute_output = &d[n][5];
-		ms[n].inference_stats = &is[n];
-		msp[n] = &ms[n];
-		n++;
+		for (int k = 0; !code && k < nwant && n < 64; k++) {
+			wf_grpc_stats st;
+			code = wf_grpc_model_stats(ctx, names[i], want[k], &st, call->message,
+						   sizeof(call->message));
+			if (code)
+				break;
+			inference__model_statistics__init(&ms[n]);
+			inference__infer_statistics__init(&is[n]);
+			ms[n].name = (char *)names[i];
+			snprintf(vers[n], sizeof(vers[n]), "%ld", want[k]);
+			ms[n].version = vers[n];
+			ms[n].last_inference = st.last_inference_ms;
+			ms[n].inference_count = st.inference_count;
+			ms[n].execution_count = st.execution_count;
+			duration(&d[n][0], &st.success);
+			duration(&d[n][1], &st.fail);
+			duration(&d[n][2], &st.queue);
+			duration(&d[n][3], &st.compute_input);
+			duration(&d[n][4], &st.compute_infer);
+			duration(&d[n][5], &st.compute_output);
+			is[n].success = &d[n][0];
+			is[n].fail = &d[n][1];
+			is[n].queue = &d[n][2];
+			is[n].compute_input = &d[n][3];
+			is[n].compute_infer = &d[n][4];
+			is[n].compute_output = &d[n][5];
+			ms[n].inference_stats = &is[n];
+			msp[n] = &ms[n];
+			n++;
+		}
 	}
 	if (!code) {
 		Inference__ModelStatisticsResponse r = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;

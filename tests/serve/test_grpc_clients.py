@@ -640,6 +640,12 @@ def config_file_checks(tmp):
     st = c.get_inference_statistics("a", "2", as_json=True)["model_stats"][0]
     check(int(st["inference_stats"]["success"].get("count", 0)) == 2,
           "ModelStatistics of a v2: the HTTP and the gRPC call (%s)" % st["inference_stats"])
+    sts = c.get_inference_statistics("", as_json=True)["model_stats"]
+    check(sorted((e["name"], e["version"]) for e in sts) == [("a", "1"), ("a", "2"), ("b", "1")],
+          "ModelStatistics of every model: one entry per version (%s)"
+          % [(e["name"], e["version"]) for e in sts])
+    check(status_of(lambda: c.get_inference_statistics("a", "9")) == "NOT_FOUND",
+          "ModelStatistics of a missing version: NOT_FOUND")
 
     def predict(model, label=None, version=None):
         req = predict_pb2.PredictRequest()
