@@ -13,6 +13,7 @@ PKGS=(
   libmicrohttpd-dev      # weft-serve HTTP
   libjpeg-dev            # JPEG decoding (libjpeg-turbo)
   libpng-dev             # PNG decoding (weft-serve)
+  libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev # weft-serve gRPC (HTTP/2, protobuf-c)
   clang libclang-rt-14-dev # libFuzzer targets and sanitizers
   curl python3 openssl   # openssl: the TLS test makes its certificate
   zlib1g-dev libb64-0d prometheus # weft-serve gzip/deflate; perf_analyzer (client venv) needs libb64; promtool

@@ -7,6 +7,8 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "serve/batcher.h"
+#include "serve/grpc_adapter.h"
+#include "serve/grpc_services.h"
 #include "serve/http.h"
 #include "serve/metrics.h"
 #include "serve/repo.h"
@@ -60,6 +62,9 @@ typedef struct serve_flags {
 	int tf_grpc_port; /* --port: TF Serving's gRPC port (8500) */
 	int grpc_port;	  /* --grpc_port, --grpc-port: KServe v2 gRPC (8001) */
 	int port_set;	  /* an HTTP port flag was given (else Triton's 8000 with a repository) */
+	long grpc_max_message;
+	int grpc_threads;
+	int grpc_ports_set; /* bit 1: --port given, bit 2: --grpc_port given */
 } serve_flags;
 
 static void usage(FILE *f)
@@ -83,6 +88,15 @@ static void usage(FILE *f)
 		"  --rest_api_port, --http-port N    HTTP port (default 8501, with\n"
 		"                                    --model_repository 8000 as in Triton; 0 =\n"
 		"                                    any free port)\n"
+		"  --port N                          TF Serving gRPC API: PredictionService and\n"
+		"                                    ModelService (default 8500; 0 = off)\n"
+		"  --grpc_port, --grpc-port N        KServe v2 gRPC API, GRPCInferenceService\n"
+		"                                    (default 8001; 0 = off)\n"
+		"  --grpc_max_message_bytes N        largest gRPC request message (default\n"
+		"                                    67108864; images are not limited to 4 MB)\n"
+		"  --grpc_threads N                  gRPC handler threads per API (default 128)\n"
+		"                                    (a default gRPC port found in use is skipped\n"
+		"                                    with a warning; a port given is required)\n"
 		"  --bind_address A                  IPv4 address to listen on (default 0.0.0.0)\n"
 		"  --model_name NAME                 name in URLs (default \"default\")\n"
 		"  --model_base_path DIR             holds <version>/model.h5 (one model)\n"
@@ -106,8 +120,6 @@ static void usage(FILE *f)
 		"  --load-model, --load_model NAME   explicit mode: load NAME at start ('*': all;\n"
 		"                                    repeatable)\n"
 		"  --repository-poll-secs S          Triton's name for the version poll period\n"
-		"  --port N                          TF Serving's gRPC port (default 8500)\n"
-		"  --grpc_port, --grpc-port N        KServe v2 gRPC port (default 8001)\n"
 		"  --file_system_poll_wait_seconds S poll DIR every S seconds (default 1; 0 = "
 		"load\n"
 		"                                    once, never poll)\n"
@@ -257,9 +269,16 @@ static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
 		} else if (!strcmp(name, "--port")) {
 			rc = parse_long(name, val, 0, 65535, &l, err);
 			f->tf_grpc_port = (int)l;
+			f->grpc_ports_set |= 1;
 		} else if (!strcmp(name, "--grpc_port") || !strcmp(name, "--grpc-port")) {
 			rc = parse_long(name, val, 0, 65535, &l, err);
 			f->grpc_port = (int)l;
+			f->grpc_ports_set |= 2;
+		} else if (!strcmp(name, "--grpc_max_message_bytes")) {
+			rc = parse_long(name, val, 1024, 1L << 31, &f->grpc_max_message, err);
+		} else if (!strcmp(name, "--grpc_threads")) {
+			rc = parse_long(name, val, 1, 4096, &l, err);
+			f->grpc_threads = (int)l;
 		} else if (!strcmp(name, "--model_config_file")) {
 			f->config_file = val;
 		} else if (!strcmp(name, "--model_config_file_poll_wait_seconds")) {
@@ -414,6 +433,8 @@ int main(int argc, char **argv)
 		.retry_after = 1,
 		.tf_grpc_port = 8500,
 		.grpc_port = 8001,
+		.grpc_max_message = 64L << 20,
+		.grpc_threads = 128,
 	};
 	wf_err err = {0};
 	wf_serve_metrics *metrics = NULL;
@@ -421,6 +442,8 @@ int main(int argc, char **argv)
 	wf_serve_batcher *batcher = NULL;
 	wf_serve_http *http = NULL;
 	wf_cpus_passive_openmp(argv); /* OpenMP threads sleep when idle; may re-exec once */
+	wf_grpc_adapter *grpc_adapter = NULL;
+	wf_grpc_servers *grpc = NULL;
 	int rc = parse_flags(argc, argv, &f, &err);
 	if (rc == 1) {
 		usage(stdout);
@@ -513,6 +536,35 @@ int main(int argc, char **argv)
 		rc = wf_serve_repo_create(&repo, &ro, &err);
 	if (!rc)
 		rc = wf_serve_http_start(&http, &ho, repo, batcher, metrics, &err);
+	if (!rc && (f.tf_grpc_port || f.grpc_port)) {
+		wf_grpc_adapter_opts ga = {
+			.repo = repo,
+			.batcher = batcher,
+			.metrics = metrics,
+			.request_timeout = f.request_timeout,
+			.max_batch = f.max_batch,
+			.batch_timeout_us = bo.timeout_us,
+			.batching = f.batching,
+			.instances = f.batch_threads,
+		};
+		wf_grpc_servers_opts gs = {
+			.bind_address = f.bind_address,
+			.tfs_port = f.tf_grpc_port,
+			.kserve_port = f.grpc_port,
+			.max_message = (size_t)f.grpc_max_message,
+			.workers = f.grpc_threads,
+			.max_queue = 4 * f.grpc_threads,
+			.tfs_default = !(f.grpc_ports_set & 1),
+			.kserve_default = !(f.grpc_ports_set & 2),
+		};
+		rc = wf_grpc_adapter_create(&grpc_adapter, &ga, &err);
+		if (!rc)
+			rc = wf_grpc_servers_start(&grpc, &gs, grpc_adapter, &err);
+		if (!rc)
+			wf_info("weft-serve: gRPC: TF Serving API on port %d, KServe v2 on port %d "
+				"(0: off)",
+				wf_grpc_servers_tfs_port(grpc), wf_grpc_servers_kserve_port(grpc));
+	}
 	if (rc)
 		goto out;
 	wf_info("weft-serve: model %s from %s on http://%s:%d (device %s, batching %s, "
@@ -527,21 +579,29 @@ int main(int argc, char **argv)
 	int sig = 0;
 	sigwait(&stop_set, &sig);
 	wf_info("weft-serve: %s: readiness off, no new connections, answering %d received "
-		"requests",
-		sig == SIGTERM ? "SIGTERM" : "SIGINT", wf_serve_http_inflight(http));
+		"requests (%d gRPC calls)",
+		sig == SIGTERM ? "SIGTERM" : "SIGINT", wf_serve_http_inflight(http),
+		wf_grpc_servers_inflight(grpc));
 	wf_serve_http_drain(http);
+	if (grpc_adapter)
+		wf_grpc_adapter_drain(grpc_adapter);
 	wf_serve_batcher_flush(batcher);
 	double deadline = wf_now() + f.drain_timeout;
-	while (wf_serve_http_inflight(http) > 0 && wf_now() < deadline) {
+	while ((wf_serve_http_inflight(http) > 0 || wf_grpc_servers_inflight(grpc) > 0) &&
+	       wf_now() < deadline) {
 		struct timespec ts = {0, 10 * 1000 * 1000};
 		nanosleep(&ts, NULL);
 	}
-	if (wf_serve_http_inflight(http) > 0)
-		wf_warn("weft-serve: %d requests still in flight after %.0fs; stopping anyway",
-			wf_serve_http_inflight(http), f.drain_timeout);
+	if (wf_serve_http_inflight(http) > 0 || wf_grpc_servers_inflight(grpc) > 0)
+		wf_warn("weft-serve: %d requests and %d gRPC calls still in flight after %.0fs; "
+			"stopping anyway",
+			wf_serve_http_inflight(http), wf_grpc_servers_inflight(grpc),
+			f.drain_timeout);
 	else
 		wf_info("weft-serve: drained; exiting");
 out:
+	wf_grpc_servers_stop(grpc);
+	wf_grpc_adapter_free(grpc_adapter);
 	wf_serve_http_stop(http);
 	wf_serve_batcher_free(batcher);
 	wf_serve_repo_free(repo);

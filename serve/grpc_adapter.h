@@ -1,0 +1,124 @@
+/* grpc_adapter.h: the narrow view the gRPC services have of serve/: every
+ * model of the repository by name, version or label, their metadata,
+ * inference through the same path as HTTP (serve/infer.h, the same batcher,
+ * statistics and metrics), readiness and the repository calls. The only
+ * gRPC file that includes serve/repo.h and serve/batcher.h. Functions return
+ * gRPC status codes (serve/grpc.h) with a reason in why. Thread-safe. */
+#ifndef WF_SERVE_GRPC_ADAPTER_H
+#define WF_SERVE_GRPC_ADAPTER_H
+
+#include "common/error.h"
+#include "common/image.h"
+#include "serve/batcher.h"
+#include "serve/metrics.h"
+#include "serve/modelconfig.h"
+#include "serve/repo.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct wf_grpc_adapter_opts {
+	wf_serve_repo *repo;
+	wf_serve_batcher *batcher;
+	wf_serve_metrics *metrics;
+	double request_timeout; /* seconds a call may wait for a batch thread */
+	int max_batch;		/* --max_batch_size */
+	long batch_timeout_us;	/* --batch_timeout_micros (0 without batching) */
+	int batching;		/* --enable_batching */
+	int instances;		/* batch threads */
+} wf_grpc_adapter_opts;
+
+typedef struct wf_grpc_adapter wf_grpc_adapter;
+
+/* What a model takes and gives per sample, and its preprocessing. */
+typedef wf_image_io wf_grpc_io;
+/* Preprocess one raw image px [H,W,C] uint8 RGB into out [H,W,C]. */
+void wf_grpc_preprocess_u8(const wf_grpc_io *io, const uint8_t *px, float *out);
+/* Decode a JPEG or PNG, resize and preprocess it into out [H,W,C]; a gRPC
+ * code (INVALID_ARGUMENT for a bad image) with why. */
+int wf_grpc_decode_image(const wf_grpc_io *io, const uint8_t *bytes, size_t n, float *out,
+			 char *why, size_t cap);
+
+/* A model version held for one call (wf_grpc_model_put releases it). */
+typedef struct wf_grpc_model {
+	const char *name;
+	long version;
+	wf_grpc_io io;	     /* input [H,W,C], classes, preprocessing */
+	int max_batch;	     /* samples per forward */
+	char *const *labels; /* [io.classes] class names, or NULL */
+	long batch_timeout_us;
+	int batching, instances;
+	void *priv;
+} wf_grpc_model;
+
+/* A version's state as TF Serving's ModelVersionStatus and Triton's
+ * repository index report it. */
+typedef enum {
+	WF_GRPC_VERSION_LOADING,
+	WF_GRPC_VERSION_AVAILABLE,
+	WF_GRPC_VERSION_FAILED,
+	WF_GRPC_VERSION_UNLOADING,
+	WF_GRPC_VERSION_END, /* unloaded without an error */
+} wf_grpc_version_state;
+
+typedef struct wf_grpc_version_info {
+	long version;
+	wf_grpc_version_state state;
+	char reason[256]; /* why it failed */
+} wf_grpc_version_info;
+
+/* Triton's statistics extension, per model version. */
+typedef struct wf_grpc_duration {
+	uint64_t count, ns;
+} wf_grpc_duration;
+
+typedef struct wf_grpc_stats {
+	uint64_t last_inference_ms; /* Unix epoch milliseconds; 0: never */
+	uint64_t inference_count;   /* samples inferred */
+	uint64_t execution_count;   /* batcher calls */
+	wf_grpc_duration success, fail, queue, compute_input, compute_infer, compute_output;
+} wf_grpc_stats;
+
+int wf_grpc_adapter_create(wf_grpc_adapter **out, const wf_grpc_adapter_opts *o, wf_err *err);
+void wf_grpc_adapter_free(wf_grpc_adapter *a);
+/* From now on: not ready, inference UNAVAILABLE (SIGTERM). */
+void wf_grpc_adapter_drain(wf_grpc_adapter *a);
+/* 1 while the server is ready: not draining and every model loaded. */
+int wf_grpc_server_ready(wf_grpc_adapter *a);
+
+/* Hold a version: the latest (version 0, label NULL or ""), exactly version,
+ * or the one a label names. NOT_FOUND for an unknown model, version or label;
+ * UNAVAILABLE while the model has no loaded version. */
+int wf_grpc_model_get(wf_grpc_adapter *a, const char *name, long version, const char *label,
+		      wf_grpc_model *m, char *why, size_t cap);
+void wf_grpc_model_put(wf_grpc_adapter *a, wf_grpc_model *m);
+/* 1 when that version (0: the latest) can serve now. */
+int wf_grpc_model_ready(wf_grpc_adapter *a, const char *name, long version);
+/* Versions of a model (up to cap) with their states; -1 for an unknown model. */
+int wf_grpc_model_versions(wf_grpc_adapter *a, const char *name, wf_grpc_version_info *out,
+			   int cap);
+/* Names of every model the server knows (up to cap); returns the count. The
+ * names stay valid until wf_grpc_adapter_free. */
+int wf_grpc_model_names(wf_grpc_adapter *a, const char **names, int cap);
+/* Forward x [n,H,W,C] through the batcher into logits [n,K]. Waits at most
+ * until deadline (wf_now() time; 0: the server's request timeout). A call
+ * that began (t_begin, wf_now() time) after the drain started is refused
+ * (UNAVAILABLE); one received before it is answered. Counts the call in the
+ * statistics and in /metrics under endpoint ep. */
+int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x,
+			int n, float *logits, double t_begin, double deadline, char *why,
+			size_t cap);
+/* Count a call that failed before inference (bad request) in the statistics
+ * and /metrics. */
+void wf_grpc_model_failed(wf_grpc_adapter *a, wf_serve_endpoint ep, int code, double seconds);
+/* Statistics of a model version (0: every version summed). */
+int wf_grpc_model_stats(wf_grpc_adapter *a, const char *name, long version, wf_grpc_stats *st,
+			char *why, size_t cap);
+/* Triton's repository load/unload (--model_control_mode explicit) and TF
+ * Serving's config reload (serve exactly the n models of cfg). */
+int wf_grpc_repository_load(wf_grpc_adapter *a, const char *name, char *why, size_t cap);
+int wf_grpc_repository_unload(wf_grpc_adapter *a, const char *name, char *why, size_t cap);
+int wf_grpc_reload_config(wf_grpc_adapter *a, const wf_serve_model_config *cfg, int n, char *why,
+			  size_t cap);
+
+#endif

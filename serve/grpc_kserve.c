@@ -1,0 +1,797 @@
+/* grpc_kserve.c: KServe v2's inference.GRPCInferenceService (Triton's gRPC
+ * protocol). The model has one input, "input" [N,H,W,C]: FP32 model input
+ * (after preprocessing), UINT8 raw pixels, or BYTES [N] / [N,1] of encoded
+ * JPEG/PNG images, in raw_input_contents or the typed contents; and two
+ * outputs, "probabilities" and "logits" [N,K] FP32 (both when the request
+ * names none), or with the "classification" parameter BYTES [N,top]
+ * "score:index:label" strings. Replies carry raw_output_contents, as Triton's
+ * server does. */
+#include "serve/grpc_services.h"
+
+#include "common/util.h"
+#include "serve/request.h"
+#include "serve/proto/kserve_grpc_service.pb-c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WF_SERVE_GRPC_VERSION "0.1.0"
+
+typedef Inference__ModelInferRequest infer_req;
+typedef Inference__ModelInferRequest__InferInputTensor in_tensor;
+
+/* ---- helpers ------------------------------------------------------------ */
+
+static const uint8_t empty_msg[1];
+
+static void *unpack(const ProtobufCMessageDescriptor *d, const wf_grpc_call *call)
+{
+	return protobuf_c_message_unpack(d, NULL, call->len, call->len ? call->msg : empty_msg);
+}
+
+static int bad_message(wf_grpc_call *call, const char *what)
+{
+	return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "cannot parse the %s message", what);
+}
+
+static int reply(wf_grpc_call *call, const ProtobufCMessage *m)
+{
+	size_t n = protobuf_c_message_get_packed_size(m);
+	uint8_t *buf = wf_grpc_reply_buf(call, n);
+	if (!buf)
+		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
+				    "out of memory for the reply");
+	protobuf_c_message_pack(m, buf);
+	return WF_GRPC_OK;
+}
+
+/* "" is the latest version (0); otherwise a positive integer. */
+static int parse_version(const char *s, long *v, wf_grpc_call *call)
+{
+	*v = 0;
+	if (!s || !*s)
+		return WF_GRPC_OK;
+	char *end;
+	long x = strtol(s, &end, 10);
+	if (*end || x <= 0 || strspn(s, "0123456789") != strlen(s))
+		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+				    "model version \"%.64s\" is not a positive integer", s);
+	*v = x;
+	return WF_GRPC_OK;
+}
+
+static int get_model(wf_grpc_adapter *a, const char *name, const char *version, wf_grpc_model *m,
+		     wf_grpc_call *call)
+{
+	long v;
+	int code = parse_version(version, &v, call);
+	if (code)
+		return code;
+	return wf_grpc_model_get(a, name, v, NULL, m, call->message, sizeof(call->message));
+}
+
+/* ---- health and metadata ------------------------------------------------- */
+
+static int server_live(void *ctx, wf_grpc_call *call)
+{
+	Inference__ServerLiveRequest *rq =
+		unpack(&inference__server_live_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "ServerLiveRequest");
+	inference__server_live_request__free_unpacked(rq, NULL);
+	Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
+	r.live = 1;
+	return reply(call, &r.base);
+}
+
+static int server_ready(void *ctx, wf_grpc_call *call)
+{
+	Inference__ServerReadyRequest *rq =
+		unpack(&inference__server_ready_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "ServerReadyRequest");
+	inference__server_ready_request__free_unpacked(rq, NULL);
+	Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
+	r.ready = wf_grpc_server_ready(ctx);
+	return reply(call, &r.base);
+}
+
+static int model_ready(void *ctx, wf_grpc_call *call)
+{
+	Inference__ModelReadyRequest *rq =
+		unpack(&inference__model_ready_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "ModelReadyRequest");
+	long v;
+	int code = parse_version(rq->version, &v, call);
+	Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
+	if (!code) {
+		r.ready = wf_grpc_model_ready(ctx, rq->name, v);
+		code = reply(call, &r.base);
+	}
+	inference__model_ready_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+static int server_metadata(void *ctx, wf_grpc_call *call)
+{
+	Inference__ServerMetadataRequest *rq =
+		unpack(&inference__server_metadata_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "ServerMetadataRequest");
+	inference__server_metadata_request__free_unpacked(rq, NULL);
+	static char *ext[] = {"classification", "model_configuration", "statistics",
+			      "model_repository"};
+	Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
+	r.name = "weft-serve";
+	r.version = WF_SERVE_GRPC_VERSION;
+	r.n_extensions = WF_ARRAY_LEN(ext);
+	r.extensions = ext;
+	return reply(call, &r.base);
+}
+
+static int model_metadata(void *ctx, wf_grpc_call *call)
+{
+	Inference__ModelMetadataRequest *rq =
+		unpack(&inference__model_metadata_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "ModelMetadataRequest");
+	wf_grpc_model m;
+	int code = get_model(ctx, rq->name, rq->version, &m, call);
+	if (!code) {
+		char ver[32];
+		char *versions[1] = {ver};
+		snprintf(ver, sizeof(ver), "%ld", m.version);
+		int64_t in_shape[4] = {-1, m.io.h, m.io.w, m.io.c},
+			out_shape[2] = {-1, m.io.classes};
+		Inference__ModelMetadataResponse__TensorMetadata in =
+			INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
+		Inference__ModelMetadataResponse__TensorMetadata outs[2] = {
+			INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT,
+			INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT};
+		Inference__ModelMetadataResponse__TensorMetadata *inp[1] = {&in},
+								 *outp[2] = {&outs[0], &outs[1]};
+		in.name = WF_SERVE_INPUT_NAME;
+		in.datatype = "FP32";
+		in.n_shape = 4;
+		in.shape = in_shape;
+		outs[0].name = WF_SERVE_OUTPUT_PROBS;
+		outs[1].name = WF_SERVE_OUTPUT_LOGITS;
+		for (int i = 0; i < 2; i++) {
+			outs[i].datatype = "FP32";
+			outs[i].n_shape = 2;
+			outs[i].shape = out_shape;
+		}
+		Inference__ModelMetadataResponse r = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
+		r.name = (char *)m.name;
+		r.n_versions = 1;
+		r.versions = versions;
+		r.platform = "weft";
+		r.n_inputs = 1;
+		r.inputs = inp;
+		r.n_outputs = 2;
+		r.outputs = outp;
+		code = reply(call, &r.base);
+		wf_grpc_model_put(ctx, &m);
+	}
+	inference__model_metadata_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+static int model_config(void *ctx, wf_grpc_call *call)
+{
+	Inference__ModelConfigRequest *rq =
+		unpack(&inference__model_config_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "ModelConfigRequest");
+	wf_grpc_model m;
+	int code = get_model(ctx, rq->name, rq->version, &m, call);
+	if (!code) {
+		int64_t in_dims[3] = {m.io.h, m.io.w, m.io.c}, out_dims[1] = {m.io.classes};
+		Inference__ModelInput in = INFERENCE__MODEL_INPUT__INIT, *inp[1] = {&in};
+		in.name = WF_SERVE_INPUT_NAME;
+		in.data_type = INFERENCE__DATA_TYPE__TYPE_FP32;
+		in.format = INFERENCE__MODEL_INPUT__FORMAT__FORMAT_NHWC;
+		in.n_dims = 3;
+		in.dims = in_dims;
+		Inference__ModelOutput outs[2] = {INFERENCE__MODEL_OUTPUT__INIT,
+						  INFERENCE__MODEL_OUTPUT__INIT};
+		Inference__ModelOutput *outp[2] = {&outs[0], &outs[1]};
+		outs[0].name = WF_SERVE_OUTPUT_PROBS;
+		outs[1].name = WF_SERVE_OUTPUT_LOGITS;
+		for (int i = 0; i < 2; i++) {
+			outs[i].data_type = INFERENCE__DATA_TYPE__TYPE_FP32;
+			outs[i].n_dims = 1;
+			outs[i].dims = out_dims;
+		}
+		Inference__ModelVersionPolicy__Latest latest =
+			INFERENCE__MODEL_VERSION_POLICY__LATEST__INIT;
+		latest.num_versions = 1;
+		Inference__ModelVersionPolicy vp = INFERENCE__MODEL_VERSION_POLICY__INIT;
+		vp.policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_LATEST;
+		vp.latest = &latest;
+		Inference__ModelInstanceGroup ig = INFERENCE__MODEL_INSTANCE_GROUP__INIT,
+					      *igp[1] = {&ig};
+		char ig_name[300];
+		snprintf(ig_name, sizeof(ig_name), "%s_0", m.name);
+		ig.name = ig_name;
+		ig.kind = INFERENCE__MODEL_INSTANCE_GROUP__KIND__KIND_CPU;
+		ig.count = m.instances;
+		Inference__ModelDynamicBatching db = INFERENCE__MODEL_DYNAMIC_BATCHING__INIT;
+		db.max_queue_delay_microseconds = (uint64_t)m.batch_timeout_us;
+		Inference__ModelConfig cfg = INFERENCE__MODEL_CONFIG__INIT;
+		cfg.name = (char *)m.name;
+		cfg.platform = "weft";
+		cfg.backend = "weft";
+		cfg.version_policy = &vp;
+		cfg.max_batch_size = m.max_batch;
+		cfg.n_input = 1;
+		cfg.input = inp;
+		cfg.n_output = 2;
+		cfg.output = outp;
+		if (m.batching) {
+			cfg.scheduling_choice_case =
+				INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_DYNAMIC_BATCHING;
+			cfg.dynamic_batching = &db;
+		}
+		cfg.n_instance_group = 1;
+		cfg.instance_group = igp;
+		cfg.default_model_filename = "model.h5";
+		Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
+		r.config = &cfg;
+		code = reply(call, &r.base);
+		wf_grpc_model_put(ctx, &m);
+	}
+	inference__model_config_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+/* ---- statistics and repository ------------------------------------------ */
+
+static void duration(Inference__StatisticDuration *d, const wf_grpc_duration *s)
+{
+	inference__statistic_duration__init(d);
+	d->count = s->count;
+	d->ns = s->ns;
+}
+
+static int model_statistics(void *ctx, wf_grpc_call *call)
+{
+	Inference__ModelStatisticsRequest *rq =
+		unpack(&inference__model_statistics_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "ModelStatisticsRequest");
+	long v;
+	int code = parse_version(rq->version, &v, call);
+	const char *names[64];
+	int nnames = 0;
+	if (!code && *rq->name) {
+		names[0] = rq->name;
+		nnames = 1;
+	} else if (!code) {
+		nnames = wf_grpc_model_names(ctx, names, (int)WF_ARRAY_LEN(names));
+	}
+	Inference__ModelStatistics ms[64], *msp[64];
+	Inference__InferStatistics is[64];
+	Inference__StatisticDuration d[64][6];
+	char vers[64][32];
+	int n = 0;
+	for (int i = 0; !code && i < nnames; i++) {
+		/* one entry per version asked for, or per available version as
+		 * Triton lists them */
+		long want[64];
+		int nwant = 0;
+		if (v) {
+			want[nwant++] = v;
+		} else {
+			wf_grpc_version_info vi[64];
+			int nv = wf_grpc_model_versions(ctx, names[i], vi, 64);
+			for (int k = 0; k < nv; k++)
+				if (vi[k].state == WF_GRPC_VERSION_AVAILABLE)
+					want[nwant++] = vi[k].version;
+			if (!nwant && *rq->name)
+				code = wf_grpc_fail(call, WF_GRPC_NOT_FOUND,
+						    "Request for unknown model: '%.200s' has no "
+						    "available versions",
+						    names[i]);
+		}
+		for (int k = 0; !code && k < nwant && n < 64; k++) {
+			wf_grpc_stats st;
+			code = wf_grpc_model_stats(ctx, names[i], want[k], &st, call->message,
+						   sizeof(call->message));
+			if (code)
+				break;
+			inference__model_statistics__init(&ms[n]);
+			inference__infer_statistics__init(&is[n]);
+			ms[n].name = (char *)names[i];
+			snprintf(vers[n], sizeof(vers[n]), "%ld", want[k]);
+			ms[n].version = vers[n];
+			ms[n].last_inference = st.last_inference_ms;
+			ms[n].inference_count = st.inference_count;
+			ms[n].execution_count = st.execution_count;
+			duration(&d[n][0], &st.success);
+			duration(&d[n][1], &st.fail);
+			duration(&d[n][2], &st.queue);
+			duration(&d[n][3], &st.compute_input);
+			duration(&d[n][4], &st.compute_infer);
+			duration(&d[n][5], &st.compute_output);
+			is[n].success = &d[n][0];
+			is[n].fail = &d[n][1];
+			is[n].queue = &d[n][2];
+			is[n].compute_input = &d[n][3];
+			is[n].compute_infer = &d[n][4];
+			is[n].compute_output = &d[n][5];
+			ms[n].inference_stats = &is[n];
+			msp[n] = &ms[n];
+			n++;
+		}
+	}
+	if (!code) {
+		Inference__ModelStatisticsResponse r = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
+		r.n_model_stats = (size_t)n;
+		r.model_stats = msp;
+		code = reply(call, &r.base);
+	}
+	inference__model_statistics_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+static int repository_index(void *ctx, wf_grpc_call *call)
+{
+	Inference__RepositoryIndexRequest *rq =
+		unpack(&inference__repository_index_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "RepositoryIndexRequest");
+	const char *names[64];
+	int nnames = wf_grpc_model_names(ctx, names, (int)WF_ARRAY_LEN(names)), n = 0;
+	enum { MAXI = 64 };
+	Inference__RepositoryIndexResponse__ModelIndex mi[MAXI], *mip[MAXI];
+	char vers[MAXI][32], reasons[MAXI][256];
+	for (int i = 0; i < nnames && n < MAXI; i++) {
+		wf_grpc_version_info vi[8];
+		int nv = wf_grpc_model_versions(ctx, names[i], vi, 8);
+		for (int k = 0; k < nv && n < MAXI; k++) {
+			int ready = vi[k].state == WF_GRPC_VERSION_AVAILABLE;
+			if (rq->ready && !ready)
+				continue;
+			inference__repository_index_response__model_index__init(&mi[n]);
+			snprintf(vers[n], sizeof(vers[n]), "%ld", vi[k].version);
+			snprintf(reasons[n], sizeof(reasons[n]), "%s", vi[k].reason);
+			mi[n].name = (char *)names[i];
+			mi[n].version = vers[n];
+			mi[n].state = ready				       ? "READY"
+				      : vi[k].state == WF_GRPC_VERSION_LOADING ? "LOADING"
+									       : "UNAVAILABLE";
+			mi[n].reason = reasons[n];
+			mip[n] = &mi[n];
+			n++;
+		}
+	}
+	Inference__RepositoryIndexResponse r = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
+	r.n_models = (size_t)n;
+	r.models = mip;
+	inference__repository_index_request__free_unpacked(rq, NULL);
+	return reply(call, &r.base);
+}
+
+static int repository_load(void *ctx, wf_grpc_call *call)
+{
+	Inference__RepositoryModelLoadRequest *rq =
+		unpack(&inference__repository_model_load_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "RepositoryModelLoadRequest");
+	int code =
+		wf_grpc_repository_load(ctx, rq->model_name, call->message, sizeof(call->message));
+	inference__repository_model_load_request__free_unpacked(rq, NULL);
+	if (code)
+		return code;
+	Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
+	return reply(call, &r.base);
+}
+
+static int repository_unload(void *ctx, wf_grpc_call *call)
+{
+	Inference__RepositoryModelUnloadRequest *rq =
+		unpack(&inference__repository_model_unload_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "RepositoryModelUnloadRequest");
+	int code = wf_grpc_repository_unload(ctx, rq->model_name, call->message,
+					     sizeof(call->message));
+	inference__repository_model_unload_request__free_unpacked(rq, NULL);
+	if (code)
+		return code;
+	Inference__RepositoryModelUnloadResponse r =
+		INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
+	return reply(call, &r.base);
+}
+
+/* ---- inference ------------------------------------------------------------ */
+
+static int fail_why(char *why, size_t cap, int code, const char *fmt, const char *a)
+{
+	snprintf(why, cap, fmt, a);
+	return code;
+}
+
+/* The one input tensor of a request into model input. */
+static int decode_input(const wf_grpc_io *io, const infer_req *rq, float **x, int *n, char *why,
+			size_t cap)
+{
+	*x = NULL;
+	*n = 0;
+	if (rq->n_inputs != 1)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"expected 1 input, \"%s\"; got a different number",
+				WF_SERVE_INPUT_NAME);
+	const in_tensor *t = rq->inputs[0];
+	if (strcmp(t->name, WF_SERVE_INPUT_NAME) != 0)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"unexpected inference input '%.200s'; the model has one input, "
+				"'" WF_SERVE_INPUT_NAME "'",
+				t->name);
+	if (rq->n_raw_input_contents && rq->n_raw_input_contents != rq->n_inputs)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"%sraw_input_contents must have one entry per input", "");
+	const ProtobufCBinaryData *raw =
+		rq->n_raw_input_contents ? &rq->raw_input_contents[0] : NULL;
+	const Inference__InferTensorContents *tc = t->contents;
+	if (raw && tc)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"input '%.200s' has both raw_input_contents and contents", t->name);
+	if (t->n_shape < 1 || t->n_shape > 8)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"input '%.200s' must have 1 to 8 dimensions", t->name);
+	for (size_t i = 0; i < t->n_shape; i++)
+		if (t->shape[i] < 0 || t->shape[i] > (1L << 30))
+			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+					"input '%.200s' has a negative or huge dimension", t->name);
+	long batch = (long)t->shape[0];
+	size_t per = (size_t)io->h * io->w * io->c;
+	int is_fp32 = !strcmp(t->datatype, "FP32"), is_u8 = !strcmp(t->datatype, "UINT8");
+	if (is_fp32 || is_u8) {
+		if (t->n_shape != 4 || t->shape[1] != io->h || t->shape[2] != io->w ||
+		    t->shape[3] != io->c) {
+			snprintf(why, cap,
+				 "input '%s' shape must be [N,%d,%d,%d] (the model input), got %zu "
+				 "dims",
+				 WF_SERVE_INPUT_NAME, io->h, io->w, io->c, t->n_shape);
+			return WF_GRPC_INVALID_ARGUMENT;
+		}
+		if (batch < 1 || (double)batch * per > (double)WF_SERVE_MAX_INPUT_FLOATS) {
+			snprintf(why, cap, "input batch %ld is empty or too large", batch);
+			return WF_GRPC_INVALID_ARGUMENT;
+		}
+		size_t count = (size_t)batch * per;
+		if (raw) {
+			size_t want = count * (is_fp32 ? sizeof(float) : 1);
+			if (raw->len != want) {
+				snprintf(why, cap,
+					 "raw_input_contents of '%s' has %zu bytes; shape and "
+					 "datatype need %zu",
+					 WF_SERVE_INPUT_NAME, raw->len, want);
+				return WF_GRPC_INVALID_ARGUMENT;
+			}
+			return wf_grpc_input_dense(io, batch, raw->data, is_u8, x, why, cap);
+		}
+		if (is_fp32) {
+			if (!tc || tc->n_fp32_contents != count) {
+				snprintf(why, cap,
+					 "input '%s' has %zu fp32_contents; shape needs %zu",
+					 WF_SERVE_INPUT_NAME, tc ? tc->n_fp32_contents : 0, count);
+				return WF_GRPC_INVALID_ARGUMENT;
+			}
+			return wf_grpc_input_dense(io, batch, tc->fp32_contents, 0, x, why, cap);
+		}
+		if (!tc || tc->n_uint_contents != count) {
+			snprintf(why, cap, "input '%s' has %zu uint_contents; shape needs %zu",
+				 WF_SERVE_INPUT_NAME, tc ? tc->n_uint_contents : 0, count);
+			return WF_GRPC_INVALID_ARGUMENT;
+		}
+		uint8_t *px = malloc(count);
+		if (!px)
+			return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory%s",
+					"");
+		for (size_t i = 0; i < count; i++) {
+			if (tc->uint_contents[i] > 255) {
+				free(px);
+				snprintf(why, cap, "UINT8 value %u out of range at %zu",
+					 tc->uint_contents[i], i);
+				return WF_GRPC_INVALID_ARGUMENT;
+			}
+			px[i] = (uint8_t)tc->uint_contents[i];
+		}
+		int code = wf_grpc_input_dense(io, batch, px, 1, x, why, cap);
+		free(px);
+		if (!code)
+			*n = (int)batch;
+		return code;
+	}
+	if (strcmp(t->datatype, "BYTES") != 0)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"input datatype \"%.32s\" is not supported (FP32, UINT8 or BYTES)",
+				t->datatype);
+	if (!(t->n_shape == 1 || (t->n_shape == 2 && t->shape[1] == 1)))
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"BYTES input '%.200s' shape must be [N] or [N,1]", t->name);
+	if (batch < 1 || batch > 4096)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"BYTES input '%.200s' must hold 1 to 4096 images", t->name);
+	const uint8_t **img = calloc((size_t)batch, sizeof(*img));
+	size_t *len = calloc((size_t)batch, sizeof(*len));
+	int code = WF_GRPC_OK;
+	if (!img || !len) {
+		code = fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory%s", "");
+		goto bytes_out;
+	}
+	if (raw) {
+		/* elements: 4-byte little-endian length, then the bytes */
+		size_t off = 0;
+		for (long i = 0; i < batch; i++) {
+			if (raw->len - off < 4) {
+				code = fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+						"raw BYTES data of '%.200s' is truncated", t->name);
+				goto bytes_out;
+			}
+			const uint8_t *p = raw->data + off;
+			uint32_t l = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+				     (uint32_t)p[3] << 24;
+			off += 4;
+			if (l > raw->len - off) {
+				code = fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+						"raw BYTES element of '%.200s' is truncated",
+						t->name);
+				goto bytes_out;
+			}
+			img[i] = raw->data + off;
+			len[i] = l;
+			off += l;
+		}
+		if (off != raw->len) {
+			code = fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+					"raw BYTES data of '%.200s' has bytes past its elements",
+					t->name);
+			goto bytes_out;
+		}
+	} else {
+		if (!tc || tc->n_bytes_contents != (size_t)batch) {
+			code = fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+					"input '%.200s': bytes_contents must hold one image per "
+					"sample",
+					t->name);
+			goto bytes_out;
+		}
+		for (long i = 0; i < batch; i++) {
+			img[i] = tc->bytes_contents[i].data;
+			len[i] = tc->bytes_contents[i].len;
+		}
+	}
+	code = wf_grpc_input_images(io, batch, img, len, x, why, cap);
+bytes_out:
+	free(img);
+	free(len);
+	if (!code)
+		*n = (int)batch;
+	return code;
+}
+
+int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, float **x,
+				int *n, char *why, size_t cap)
+{
+	*x = NULL;
+	*n = 0;
+	infer_req *rq = inference__model_infer_request__unpack(NULL, len, len ? msg : empty_msg);
+	if (!rq)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"cannot parse the ModelInferRequest message%s", "");
+	int code = decode_input(io, rq, x, n, why, cap);
+	if (!code && *n == 0)
+		*n = (int)rq->inputs[0]->shape[0];
+	inference__model_infer_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+typedef struct out_req {
+	int logits;
+	int classification; /* top-k; 0: the tensor */
+} out_req;
+
+static int param_int(const Inference__InferParameter *p, long *v)
+{
+	if (!p)
+		return 0;
+	if (p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM)
+		*v = (long)p->int64_param;
+	else if (p->parameter_choice_case ==
+		 INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM)
+		*v = p->uint64_param > 100000 ? 100000 : (long)p->uint64_param;
+	else
+		return -1;
+	return 1;
+}
+
+static int requested_outputs(const infer_req *rq, out_req *o, int *no, wf_grpc_call *call)
+{
+	if (!rq->n_outputs) {
+		o[0] = (out_req){.logits = 0};
+		o[1] = (out_req){.logits = 1};
+		*no = 2;
+		return WF_GRPC_OK;
+	}
+	if (rq->n_outputs > 2)
+		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+				    "%zu outputs requested; the model has 2", rq->n_outputs);
+	*no = 0;
+	for (size_t i = 0; i < rq->n_outputs; i++) {
+		const Inference__ModelInferRequest__InferRequestedOutputTensor *t = rq->outputs[i];
+		out_req r = {0};
+		if (!strcmp(t->name, WF_SERVE_OUTPUT_LOGITS))
+			r.logits = 1;
+		else if (strcmp(t->name, WF_SERVE_OUTPUT_PROBS) != 0)
+			return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+					    "unexpected inference output '%.200s'; the model has "
+					    "'" WF_SERVE_OUTPUT_PROBS
+					    "' and '" WF_SERVE_OUTPUT_LOGITS "'",
+					    t->name);
+		for (int j = 0; j < *no; j++)
+			if (o[j].logits == r.logits)
+				return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+						    "output '%.200s' requested twice", t->name);
+		for (size_t k = 0; k < t->n_parameters; k++) {
+			if (strcmp(t->parameters[k]->key, "classification") != 0)
+				continue;
+			long v = 0;
+			if (param_int(t->parameters[k]->value, &v) != 1 || v < 1)
+				return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+						    "output '%.200s': \"classification\" must be "
+						    "a positive integer",
+						    t->name);
+			r.classification = (int)WF_MIN(v, 100000);
+		}
+		o[(*no)++] = r;
+	}
+	return WF_GRPC_OK;
+}
+
+/* The reply's outputs: raw FP32 [n,k] or BYTES [n,top] classification strings. */
+static int build_infer_reply(wf_grpc_call *call, const infer_req *rq, const wf_grpc_model *m,
+			     const out_req *o, int no, const float *logits, const float *probs,
+			     int n)
+{
+	int k = m->io.classes, code = WF_GRPC_OK;
+	char ver[32];
+	snprintf(ver, sizeof(ver), "%ld", m->version);
+	Inference__ModelInferResponse__InferOutputTensor ot[2], *otp[2];
+	ProtobufCBinaryData raw[2] = {{0}};
+	int64_t shapes[2][2];
+	uint8_t *owned[2] = {NULL, NULL};
+	int *idx = malloc(sizeof(int) * (size_t)k);
+	if (!idx)
+		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+	for (int i = 0; i < no; i++) {
+		const float *v = o[i].logits ? logits : probs;
+		inference__model_infer_response__infer_output_tensor__init(&ot[i]);
+		ot[i].name = o[i].logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS;
+		ot[i].n_shape = 2;
+		ot[i].shape = shapes[i];
+		shapes[i][0] = n;
+		otp[i] = &ot[i];
+		if (!o[i].classification) {
+			ot[i].datatype = "FP32";
+			shapes[i][1] = k;
+			raw[i].data = (uint8_t *)v;
+			raw[i].len = (size_t)n * k * sizeof(float);
+			continue;
+		}
+		int top = WF_MIN(o[i].classification, k);
+		ot[i].datatype = "BYTES";
+		shapes[i][1] = top;
+		size_t cap = (size_t)n * top * (4 + 330), len = 0;
+		uint8_t *buf = owned[i] = malloc(cap ? cap : 1);
+		if (!buf) {
+			code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+			goto out;
+		}
+		for (int s = 0; s < n; s++) {
+			wf_grpc_top_k(v + (size_t)s * k, k, top, idx);
+			for (int u = 0; u < top; u++) {
+				char label[256], cls[330];
+				if (m->labels && m->labels[idx[u]])
+					snprintf(label, sizeof(label), "%s", m->labels[idx[u]]);
+				else
+					snprintf(label, sizeof(label), "%d", idx[u]);
+				int sl = snprintf(cls, sizeof(cls), "%f:%d:%s",
+						  (double)v[(size_t)s * k + idx[u]], idx[u], label);
+				if (sl >= (int)sizeof(cls))
+					sl = (int)sizeof(cls) - 1;
+				buf[len++] = (uint8_t)sl;
+				buf[len++] = (uint8_t)(sl >> 8);
+				buf[len++] = 0;
+				buf[len++] = 0;
+				memcpy(buf + len, cls, (size_t)sl);
+				len += (size_t)sl;
+			}
+		}
+		raw[i].data = buf;
+		raw[i].len = len;
+	}
+	Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+	r.model_name = (char *)m->name;
+	r.model_version = ver;
+	r.id = rq->id;
+	r.n_outputs = (size_t)no;
+	r.outputs = otp;
+	r.n_raw_output_contents = (size_t)no;
+	r.raw_output_contents = raw;
+	code = reply(call, &r.base);
+out:
+	free(idx);
+	free(owned[0]);
+	free(owned[1]);
+	return code;
+}
+
+static int model_infer(void *ctx, wf_grpc_call *call)
+{
+	double t0 = wf_now();
+	wf_grpc_adapter *a = ctx;
+	infer_req *rq = unpack(&inference__model_infer_request__descriptor, call);
+	if (!rq) {
+		wf_grpc_model_failed(a, WF_SERVE_EP_V2_INFER, WF_GRPC_INVALID_ARGUMENT,
+				     wf_now() - t0);
+		return bad_message(call, "ModelInferRequest");
+	}
+	wf_grpc_model m = {0};
+	float *x = NULL, *logits = NULL, *probs = NULL;
+	out_req o[2];
+	int n = 0, no = 0, inferred = 0;
+	int code = get_model(a, rq->model_name, rq->model_version, &m, call);
+	if (!code)
+		code = requested_outputs(rq, o, &no, call);
+	if (!code)
+		code = decode_input(&m.io, rq, &x, &n, call->message, sizeof(call->message));
+	if (!code && n == 0)
+		n = (int)rq->inputs[0]->shape[0];
+	if (!code) {
+		size_t cnt = (size_t)n * m.io.classes;
+		logits = malloc(cnt * sizeof(float));
+		probs = malloc(cnt * sizeof(float));
+		if (!logits || !probs)
+			code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
+					    "out of memory for %d results", n);
+	}
+	if (!code) {
+		inferred = 1;
+		code = wf_grpc_model_infer(a, &m, WF_SERVE_EP_V2_INFER, x, n, logits, call->t_begin,
+					   call->deadline, call->message, sizeof(call->message));
+	}
+	if (!code) {
+		wf_serve_softmax(logits, probs, n, m.io.classes);
+		code = build_infer_reply(call, rq, &m, o, no, logits, probs, n);
+	}
+	if (code && !inferred)
+		wf_grpc_model_failed(a, WF_SERVE_EP_V2_INFER, code, wf_now() - t0);
+	wf_grpc_model_put(a, &m);
+	free(x);
+	free(logits);
+	free(probs);
+	inference__model_infer_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+#define KS(m) "/inference.GRPCInferenceService/" m
+
+const wf_grpc_method wf_grpc_kserve_methods[] = {
+	{KS("ServerLive"), server_live, 1},
+	{KS("ServerReady"), server_ready, 1},
+	{KS("ModelReady"), model_ready, 1},
+	{KS("ServerMetadata"), server_metadata, 1},
+	{KS("ModelMetadata"), model_metadata, 1},
+	{KS("ModelConfig"), model_config, 1},
+	{KS("ModelStatistics"), model_statistics, 1},
+	{KS("RepositoryIndex"), repository_index, 1},
+	{KS("RepositoryModelLoad"), repository_load, 0},
+	{KS("RepositoryModelUnload"), repository_unload, 0},
+	{KS("ModelInfer"), model_infer, 0},
+};
+const int wf_grpc_kserve_nmethods = (int)WF_ARRAY_LEN(wf_grpc_kserve_methods);

@@ -1,0 +1,159 @@
+/* grpc_services.c: starting the two gRPC servers, and model input from
+ * tensors for both APIs. */
+#include "serve/grpc_services.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "serve/request.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct wf_grpc_servers {
+	wf_grpc *tfs, *kserve;
+};
+
+int wf_grpc_servers_start(wf_grpc_servers **out, const wf_grpc_servers_opts *o, wf_grpc_adapter *a,
+			  wf_err *err)
+{
+	wf_grpc_servers *s = calloc(1, sizeof(*s));
+	if (!s)
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	wf_grpc_opts go = {
+		.bind_address = o->bind_address,
+		.max_message = o->max_message,
+		.workers = o->workers,
+		.max_queue = o->max_queue,
+		.max_streams = 128,
+		.max_conns = 1024,
+	};
+	int rc = 0;
+	if (o->tfs_port) {
+		go.port = o->tfs_port < 0 ? 0 : o->tfs_port;
+		go.name = "TF Serving gRPC";
+		rc = wf_grpc_start(&s->tfs, &go, wf_grpc_tfs_methods, wf_grpc_tfs_nmethods, a, err);
+		if (rc == WF_EIO && o->tfs_default) {
+			wf_warn("weft-serve: %s; the TF Serving gRPC API is off (set --port)",
+				err->msg);
+			rc = 0;
+		}
+	}
+	if (!rc && o->kserve_port) {
+		go.port = o->kserve_port < 0 ? 0 : o->kserve_port;
+		go.name = "KServe v2 gRPC";
+		rc = wf_grpc_start(&s->kserve, &go, wf_grpc_kserve_methods, wf_grpc_kserve_nmethods,
+				   a, err);
+		if (rc == WF_EIO && o->kserve_default) {
+			wf_warn("weft-serve: %s; the KServe v2 gRPC API is off (set --grpc_port)",
+				err->msg);
+			rc = 0;
+		}
+	}
+	if (rc) {
+		wf_grpc_servers_stop(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+int wf_grpc_servers_tfs_port(wf_grpc_servers *s)
+{
+	return s ? wf_grpc_port(s->tfs) : 0;
+}
+
+int wf_grpc_servers_kserve_port(wf_grpc_servers *s)
+{
+	return s ? wf_grpc_port(s->kserve) : 0;
+}
+
+int wf_grpc_servers_inflight(wf_grpc_servers *s)
+{
+	return s ? wf_grpc_inflight(s->tfs) + wf_grpc_inflight(s->kserve) : 0;
+}
+
+void wf_grpc_servers_stop(wf_grpc_servers *s)
+{
+	if (!s)
+		return;
+	wf_grpc_stop(s->tfs);
+	wf_grpc_stop(s->kserve);
+	free(s);
+}
+
+/* ---- model input -------------------------------------------------------- */
+
+static size_t per_sample(const wf_grpc_io *io)
+{
+	return (size_t)io->h * io->w * io->c;
+}
+
+static int alloc_input(const wf_grpc_io *io, long n, float **x, char *why, size_t cap)
+{
+	*x = NULL;
+	if (n < 1 || (double)n * (double)per_sample(io) > (double)WF_SERVE_MAX_INPUT_FLOATS) {
+		snprintf(why, cap,
+			 "the batch of %ld samples is %s (at most %ld values per request)", n,
+			 n < 1 ? "empty" : "too large", (long)WF_SERVE_MAX_INPUT_FLOATS);
+		return WF_GRPC_INVALID_ARGUMENT;
+	}
+	*x = malloc((size_t)n * per_sample(io) * sizeof(float));
+	if (!*x) {
+		snprintf(why, cap, "out of memory for %ld samples", n);
+		return WF_GRPC_RESOURCE_EXHAUSTED;
+	}
+	return WF_GRPC_OK;
+}
+
+int wf_grpc_input_dense(const wf_grpc_io *io, long n, const void *data, int u8, float **x,
+			char *why, size_t cap)
+{
+	int code = alloc_input(io, n, x, why, cap);
+	if (code)
+		return code;
+	size_t per = per_sample(io);
+	if (!u8) { /* as HTTP's binary tensors: NaN in, NaN out */
+		memcpy(*x, data, (size_t)n * per * sizeof(float));
+		return WF_GRPC_OK;
+	}
+	for (long i = 0; i < n; i++)
+		wf_grpc_preprocess_u8(io, (const uint8_t *)data + (size_t)i * per,
+				      *x + (size_t)i * per);
+	return WF_GRPC_OK;
+}
+
+int wf_grpc_input_images(const wf_grpc_io *io, long n, const uint8_t *const *img, const size_t *len,
+			 float **x, char *why, size_t cap)
+{
+	int code = alloc_input(io, n, x, why, cap);
+	if (code)
+		return code;
+	for (long i = 0; i < n; i++) {
+		char msg[900];
+		code = wf_grpc_decode_image(io, img[i], len[i], *x + (size_t)i * per_sample(io),
+					    msg, sizeof(msg));
+		if (code) {
+			snprintf(why, cap, "image %ld: %s", i, msg);
+			free(*x);
+			*x = NULL;
+			return code;
+		}
+	}
+	return WF_GRPC_OK;
+}
+
+void wf_grpc_top_k(const float *p, int k, int top, int *idx)
+{
+	for (int t = 0; t < top; t++) {
+		int best = -1;
+		for (int j = 0; j < k; j++) {
+			int taken = 0;
+			for (int u = 0; u < t; u++)
+				taken |= idx[u] == j;
+			if (!taken && (best < 0 || p[j] > p[best]))
+				best = j;
+		}
+		idx[t] = best;
+	}
+}

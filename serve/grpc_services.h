@@ -1,0 +1,71 @@
+/* grpc_services.h: weft-serve's two gRPC APIs over serve/grpc.h, from our own
+ * .proto files (serve/proto/) compiled with protobuf-c:
+ *   KServe v2 inference.GRPCInferenceService (grpc_kserve.c), --grpc_port;
+ *   TF Serving tensorflow.serving.PredictionService and ModelService
+ *   (grpc_tfs.c), --port.
+ * The handlers reach models only through serve/grpc_adapter.h. The request
+ * decoders below are pure (the fuzz target drives them). Thread-safe. */
+#ifndef WF_SERVE_GRPC_SERVICES_H
+#define WF_SERVE_GRPC_SERVICES_H
+
+#include "common/error.h"
+#include "serve/grpc.h"
+#include "serve/grpc_adapter.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+extern const wf_grpc_method wf_grpc_kserve_methods[];
+extern const int wf_grpc_kserve_nmethods;
+extern const wf_grpc_method wf_grpc_tfs_methods[];
+extern const int wf_grpc_tfs_nmethods;
+
+typedef struct wf_grpc_servers_opts {
+	const char *bind_address;
+	int tfs_port;	    /* TF Serving API; 0: off */
+	int kserve_port;    /* KServe v2 API; 0: off */
+	size_t max_message; /* bytes of one request message */
+	int workers;	    /* handler threads per server */
+	int max_queue;	    /* calls waiting for a handler thread before RESOURCE_EXHAUSTED */
+	int tfs_default;    /* 1: tfs_port is the default, not asked for: when it is */
+	int kserve_default; /* in use, that API is off with a warning instead of an error */
+} wf_grpc_servers_opts;
+
+typedef struct wf_grpc_servers wf_grpc_servers;
+
+/* Start the servers whose port is not 0 over the adapter (which must
+ * outlive them). A port of -1 means any free port (tests). */
+int wf_grpc_servers_start(wf_grpc_servers **out, const wf_grpc_servers_opts *o, wf_grpc_adapter *a,
+			  wf_err *err);
+/* The bound ports (0: that server is off). */
+int wf_grpc_servers_tfs_port(wf_grpc_servers *s);
+int wf_grpc_servers_kserve_port(wf_grpc_servers *s);
+/* Calls being handled now. */
+int wf_grpc_servers_inflight(wf_grpc_servers *s);
+void wf_grpc_servers_stop(wf_grpc_servers *s);
+
+/* ---- model input from tensors (shared by both APIs) ---- */
+
+/* n samples of a dense [n,H,W,C] tensor: FP32 model input (after
+ * preprocessing) or, with u8, raw pixels that get the model's preprocessing.
+ * *x is malloc'd [n,H,W,C]. */
+int wf_grpc_input_dense(const wf_grpc_io *io, long n, const void *data, int u8, float **x,
+			char *why, size_t cap);
+/* n encoded images (JPEG or PNG), resized and preprocessed into *x. */
+int wf_grpc_input_images(const wf_grpc_io *io, long n, const uint8_t *const *img, const size_t *len,
+			 float **x, char *why, size_t cap);
+/* Indices of the top largest of p[k], best first. */
+void wf_grpc_top_k(const float *p, int k, int top, int *idx);
+
+/* ---- decoders the fuzz target drives ---- */
+
+/* A KServe ModelInferRequest message into model input for io: n samples in
+ * *x (malloc'd). Returns a gRPC status code with why. */
+int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, float **x,
+				int *n, char *why, size_t cap);
+/* A TF Serving PredictRequest or ClassificationRequest (classify != 0)
+ * message into model input for io. */
+int wf_grpc_tfs_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, int classify,
+			     float **x, int *n, char *why, size_t cap);
+
+#endif

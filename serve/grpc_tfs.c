@@ -1,0 +1,796 @@
+/* grpc_tfs.c: TF Serving's gRPC API: tensorflow.serving.PredictionService
+ * (Predict, Classify, Regress, GetModelMetadata) and ModelService
+ * (GetModelStatus, HandleReloadConfigRequest). The signature
+ * "serving_default" has one input, "input" [N,H,W,C] (DT_FLOAT model input,
+ * DT_UINT8 raw pixels, or DT_STRING [N] encoded JPEG/PNG images; in
+ * tensor_content or the typed *_val fields), and outputs "probabilities" and
+ * "logits" [N,K] DT_FLOAT, returned in float_val. Classify takes tf.Examples
+ * whose feature ("image/encoded", "image", "input", or the only one) is an
+ * encoded image (bytes_list) or model input (float_list) and returns the top
+ * 5 classes with their probabilities. */
+#include "serve/grpc_services.h"
+
+#include "common/util.h"
+#include "serve/request.h"
+#include "serve/proto/tf_serving.pb-c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SIGNATURE    "serving_default"
+#define CLASSIFY_TOP 5
+#define SIGDEF_TYPE  "type.googleapis.com/tensorflow.serving.SignatureDefMap"
+
+typedef Tensorflow__Serving__ModelSpec model_spec;
+
+static const uint8_t empty_msg[1];
+
+static void *unpack(const ProtobufCMessageDescriptor *d, const wf_grpc_call *call)
+{
+	return protobuf_c_message_unpack(d, NULL, call->len, call->len ? call->msg : empty_msg);
+}
+
+static int bad_message(wf_grpc_call *call, const char *what)
+{
+	return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "cannot parse the %s message", what);
+}
+
+static int reply(wf_grpc_call *call, const ProtobufCMessage *m)
+{
+	size_t n = protobuf_c_message_get_packed_size(m);
+	uint8_t *buf = wf_grpc_reply_buf(call, n);
+	if (!buf)
+		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
+				    "out of memory for the reply");
+	protobuf_c_message_pack(m, buf);
+	return WF_GRPC_OK;
+}
+
+/* The version a ModelSpec asks for, held in m. */
+static int get_model(wf_grpc_adapter *a, const model_spec *spec, int check_signature,
+		     wf_grpc_model *m, wf_grpc_call *call)
+{
+	if (!spec)
+		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "Missing ModelSpec");
+	if (check_signature && *spec->signature_name &&
+	    strcmp(spec->signature_name, SIGNATURE) != 0)
+		return wf_grpc_fail(call, WF_GRPC_FAILED_PRECONDITION,
+				    "Serving signature key \"%.200s\" not found (the model has "
+				    "\"" SIGNATURE "\")",
+				    spec->signature_name);
+	long version = 0;
+	const char *label = NULL;
+	if (spec->version_choice_case == TENSORFLOW__SERVING__MODEL_SPEC__VERSION_CHOICE_VERSION &&
+	    spec->version)
+		version = (long)spec->version->value;
+	else if (spec->version_choice_case ==
+		 TENSORFLOW__SERVING__MODEL_SPEC__VERSION_CHOICE_VERSION_LABEL)
+		label = spec->version_label;
+	return wf_grpc_model_get(a, spec->name, version, label, m, call->message,
+				 sizeof(call->message));
+}
+
+/* The reply's ModelSpec: name, the version served, the signature. */
+static void fill_spec(model_spec *s, Google__Protobuf__Int64Value *v, const wf_grpc_model *m)
+{
+	tensorflow__serving__model_spec__init(s);
+	google__protobuf__int64_value__init(v);
+	v->value = m->version;
+	s->name = (char *)m->name;
+	s->version_choice_case = TENSORFLOW__SERVING__MODEL_SPEC__VERSION_CHOICE_VERSION;
+	s->version = v;
+	s->signature_name = SIGNATURE;
+}
+
+/* ---- input -------------------------------------------------------------- */
+
+static int fail_why(char *why, size_t cap, int code, const char *msg)
+{
+	snprintf(why, cap, "%s", msg);
+	return code;
+}
+
+static int tensor_input(const wf_grpc_io *io, const Tensorflow__TensorProto *t, float **x, int *n,
+			char *why, size_t cap)
+{
+	*x = NULL;
+	*n = 0;
+	const Tensorflow__TensorShapeProto *sh = t->tensor_shape;
+	size_t nd = sh ? sh->n_dim : 0;
+	if (nd < 1 || nd > 8)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"input tensor must have a shape of 1 to 8 dimensions");
+	for (size_t i = 0; i < nd; i++)
+		if (sh->dim[i]->size < 0 || sh->dim[i]->size > (1L << 30))
+			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+					"input tensor has a negative or huge dimension");
+	long batch = (long)sh->dim[0]->size;
+	size_t per = (size_t)io->h * io->w * io->c;
+	int code;
+	if (t->dtype == TENSORFLOW__DATA_TYPE__DT_FLOAT ||
+	    t->dtype == TENSORFLOW__DATA_TYPE__DT_UINT8) {
+		int u8 = t->dtype == TENSORFLOW__DATA_TYPE__DT_UINT8;
+		if (nd != 4 || sh->dim[1]->size != io->h || sh->dim[2]->size != io->w ||
+		    sh->dim[3]->size != io->c) {
+			snprintf(why, cap, "input shape must be [N,%d,%d,%d] (the model input)",
+				 io->h, io->w, io->c);
+			return WF_GRPC_INVALID_ARGUMENT;
+		}
+		if (batch < 1 || (double)batch * per > (double)WF_SERVE_MAX_INPUT_FLOATS)
+			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+					"input batch is empty or too large");
+		size_t count = (size_t)batch * per;
+		if (t->tensor_content.len) {
+			if (t->tensor_content.len != count * (u8 ? 1 : sizeof(float))) {
+				snprintf(why, cap,
+					 "tensor_content has %zu bytes; shape and dtype need %zu",
+					 t->tensor_content.len, count * (u8 ? 1 : sizeof(float)));
+				return WF_GRPC_INVALID_ARGUMENT;
+			}
+			code = wf_grpc_input_dense(io, batch, t->tensor_content.data, u8, x, why,
+						   cap);
+		} else if (!u8) {
+			if (t->n_float_val != count) {
+				snprintf(why, cap, "float_val has %zu values; shape needs %zu",
+					 t->n_float_val, count);
+				return WF_GRPC_INVALID_ARGUMENT;
+			}
+			code = wf_grpc_input_dense(io, batch, t->float_val, 0, x, why, cap);
+		} else {
+			if (t->n_int_val != count) {
+				snprintf(why, cap, "int_val has %zu values; shape needs %zu",
+					 t->n_int_val, count);
+				return WF_GRPC_INVALID_ARGUMENT;
+			}
+			uint8_t *px = malloc(count);
+			if (!px)
+				return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED,
+						"out of memory");
+			for (size_t i = 0; i < count; i++) {
+				if (t->int_val[i] < 0 || t->int_val[i] > 255) {
+					free(px);
+					snprintf(why, cap, "DT_UINT8 value %d out of range at %zu",
+						 t->int_val[i], i);
+					return WF_GRPC_INVALID_ARGUMENT;
+				}
+				px[i] = (uint8_t)t->int_val[i];
+			}
+			code = wf_grpc_input_dense(io, batch, px, 1, x, why, cap);
+			free(px);
+		}
+	} else if (t->dtype == TENSORFLOW__DATA_TYPE__DT_STRING) {
+		if (!(nd == 1 || (nd == 2 && sh->dim[1]->size == 1)))
+			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+					"DT_STRING input shape must be [N] or [N,1]");
+		if (t->n_string_val != (size_t)batch || batch < 1 || batch > 4096)
+			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+					"string_val must hold one encoded image per sample (1 to "
+					"4096)");
+		const uint8_t **img = calloc((size_t)batch, sizeof(*img));
+		size_t *len = calloc((size_t)batch, sizeof(*len));
+		if (!img || !len) {
+			free(img);
+			free(len);
+			return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		}
+		for (long i = 0; i < batch; i++) {
+			img[i] = t->string_val[i].data;
+			len[i] = t->string_val[i].len;
+		}
+		code = wf_grpc_input_images(io, batch, img, len, x, why, cap);
+		free(img);
+		free(len);
+	} else {
+		snprintf(why, cap,
+			 "input dtype %d is not supported (DT_FLOAT, DT_UINT8 or DT_STRING "
+			 "images)",
+			 (int)t->dtype);
+		return WF_GRPC_INVALID_ARGUMENT;
+	}
+	if (!code)
+		*n = (int)batch;
+	return code;
+}
+
+static int predict_input(const wf_grpc_io *io, const Tensorflow__Serving__PredictRequest *rq,
+			 float **x, int *n, char *why, size_t cap)
+{
+	if (rq->n_inputs != 1 || !rq->inputs[0]->value) {
+		snprintf(why, cap, "expected one input, \"%s\"; got %zu", WF_SERVE_INPUT_NAME,
+			 rq->n_inputs);
+		return WF_GRPC_INVALID_ARGUMENT;
+	}
+	if (strcmp(rq->inputs[0]->key, WF_SERVE_INPUT_NAME) != 0) {
+		snprintf(why, cap, "input \"%.200s\" is not in the signature (it has \"%s\")",
+			 rq->inputs[0]->key, WF_SERVE_INPUT_NAME);
+		return WF_GRPC_INVALID_ARGUMENT;
+	}
+	return tensor_input(io, rq->inputs[0]->value, x, n, why, cap);
+}
+
+/* The feature of an Example that holds the sample. */
+static const Tensorflow__Feature *example_feature(const Tensorflow__Example *e)
+{
+	static const char *keys[] = {"image/encoded", "image", WF_SERVE_INPUT_NAME};
+	const Tensorflow__Features *f = e ? e->features : NULL;
+	if (!f)
+		return NULL;
+	for (size_t k = 0; k < WF_ARRAY_LEN(keys); k++)
+		for (size_t i = 0; i < f->n_feature; i++)
+			if (!strcmp(f->feature[i]->key, keys[k]))
+				return f->feature[i]->value;
+	return f->n_feature == 1 ? f->feature[0]->value : NULL;
+}
+
+static int classify_input(const wf_grpc_io *io,
+			  const Tensorflow__Serving__ClassificationRequest *rq, float **x, int *n,
+			  char *why, size_t cap)
+{
+	*x = NULL;
+	*n = 0;
+	const Tensorflow__Serving__Input *in = rq->input;
+	Tensorflow__Example **ex = NULL;
+	size_t nex = 0;
+	if (in && in->kind_case == TENSORFLOW__SERVING__INPUT__KIND_EXAMPLE_LIST &&
+	    in->example_list) {
+		ex = in->example_list->examples;
+		nex = in->example_list->n_examples;
+	} else if (in &&
+		   in->kind_case == TENSORFLOW__SERVING__INPUT__KIND_EXAMPLE_LIST_WITH_CONTEXT &&
+		   in->example_list_with_context) {
+		ex = in->example_list_with_context->examples;
+		nex = in->example_list_with_context->n_examples;
+	}
+	if (nex < 1 || nex > 4096)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"Input is empty: a ClassificationRequest needs 1 to 4096 "
+				"examples");
+	size_t per = (size_t)io->h * io->w * io->c;
+	int code;
+	if ((double)nex * per > (double)WF_SERVE_MAX_INPUT_FLOATS)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT, "too many examples");
+	float *all = malloc(nex * per * sizeof(float));
+	if (!all)
+		return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+	for (size_t i = 0; i < nex; i++) {
+		const Tensorflow__Feature *f = example_feature(ex[i]);
+		float *one = NULL;
+		code = WF_GRPC_INVALID_ARGUMENT;
+		if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_BYTES_LIST && f->bytes_list &&
+		    f->bytes_list->n_value == 1) {
+			const uint8_t *img = f->bytes_list->value[0].data;
+			size_t len = f->bytes_list->value[0].len;
+			code = wf_grpc_input_images(io, 1, &img, &len, &one, why, cap);
+		} else if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_FLOAT_LIST &&
+			   f->float_list && f->float_list->n_value == per) {
+			code = wf_grpc_input_dense(io, 1, f->float_list->value, 0, &one, why, cap);
+		} else {
+			snprintf(why, cap,
+				 "example %zu needs a feature \"image/encoded\" (bytes_list with "
+				 "one "
+				 "JPEG or PNG) or \"" WF_SERVE_INPUT_NAME "\" (float_list of %zu "
+				 "model input values)",
+				 i, per);
+		}
+		if (code) {
+			free(all);
+			return code;
+		}
+		memcpy(all + i * per, one, per * sizeof(float));
+		free(one);
+	}
+	*x = all;
+	*n = (int)nex;
+	return WF_GRPC_OK;
+}
+
+int wf_grpc_tfs_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, int classify,
+			     float **x, int *n, char *why, size_t cap)
+{
+	*x = NULL;
+	*n = 0;
+	const uint8_t *d = len ? msg : empty_msg;
+	int code;
+	if (classify) {
+		Tensorflow__Serving__ClassificationRequest *rq =
+			tensorflow__serving__classification_request__unpack(NULL, len, d);
+		if (!rq)
+			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+					"cannot parse the ClassificationRequest message");
+		code = classify_input(io, rq, x, n, why, cap);
+		tensorflow__serving__classification_request__free_unpacked(rq, NULL);
+	} else {
+		Tensorflow__Serving__PredictRequest *rq =
+			tensorflow__serving__predict_request__unpack(NULL, len, d);
+		if (!rq)
+			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+					"cannot parse the PredictRequest message");
+		code = predict_input(io, rq, x, n, why, cap);
+		tensorflow__serving__predict_request__free_unpacked(rq, NULL);
+	}
+	return code;
+}
+
+/* ---- Predict, Classify, Regress ---------------------------------------- */
+
+/* Forward x [n] through m into logits and probs (malloc'd). */
+static int run(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x, int n,
+	       float **logits, float **probs, wf_grpc_call *call)
+{
+	size_t cnt = (size_t)n * m->io.classes;
+	*logits = malloc(cnt * sizeof(float));
+	*probs = malloc(cnt * sizeof(float));
+	if (!*logits || !*probs)
+		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
+				    "out of memory for %d results", n);
+	int code = wf_grpc_model_infer(a, m, ep, x, n, *logits, call->t_begin, call->deadline,
+				       call->message, sizeof(call->message));
+	if (!code)
+		wf_serve_softmax(*logits, *probs, n, m->io.classes);
+	return code;
+}
+
+static int predict(void *ctx, wf_grpc_call *call)
+{
+	double t0 = wf_now();
+	wf_grpc_adapter *a = ctx;
+	Tensorflow__Serving__PredictRequest *rq =
+		unpack(&tensorflow__serving__predict_request__descriptor, call);
+	if (!rq) {
+		wf_grpc_model_failed(a, WF_SERVE_EP_V1_PREDICT, WF_GRPC_INVALID_ARGUMENT,
+				     wf_now() - t0);
+		return bad_message(call, "PredictRequest");
+	}
+	wf_grpc_model m = {0};
+	float *x = NULL, *logits = NULL, *probs = NULL;
+	int n = 0, want[2] = {1, 1}, inferred = 0; /* probabilities, logits */
+	int code = get_model(a, rq->model_spec, 1, &m, call);
+	if (!code && rq->n_output_filter) {
+		want[0] = want[1] = 0;
+		for (size_t i = 0; i < rq->n_output_filter && !code; i++) {
+			if (!strcmp(rq->output_filter[i], WF_SERVE_OUTPUT_PROBS))
+				want[0] = 1;
+			else if (!strcmp(rq->output_filter[i], WF_SERVE_OUTPUT_LOGITS))
+				want[1] = 1;
+			else
+				code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+						    "output tensor alias \"%.200s\" not found in "
+						    "signature outputs",
+						    rq->output_filter[i]);
+		}
+	}
+	if (!code)
+		code = predict_input(&m.io, rq, &x, &n, call->message, sizeof(call->message));
+	if (!code) {
+		inferred = 1;
+		code = run(a, &m, WF_SERVE_EP_V1_PREDICT, x, n, &logits, &probs, call);
+	}
+	if (!code) {
+		Tensorflow__Serving__ModelSpec spec;
+		Google__Protobuf__Int64Value ver;
+		fill_spec(&spec, &ver, &m);
+		Tensorflow__TensorShapeProto__Dim d0 = TENSORFLOW__TENSOR_SHAPE_PROTO__DIM__INIT,
+						  d1 = TENSORFLOW__TENSOR_SHAPE_PROTO__DIM__INIT;
+		Tensorflow__TensorShapeProto__Dim *dims[2] = {&d0, &d1};
+		d0.size = n;
+		d1.size = m.io.classes;
+		Tensorflow__TensorShapeProto shape = TENSORFLOW__TENSOR_SHAPE_PROTO__INIT;
+		shape.n_dim = 2;
+		shape.dim = dims;
+		Tensorflow__TensorProto t[2] = {TENSORFLOW__TENSOR_PROTO__INIT,
+						TENSORFLOW__TENSOR_PROTO__INIT};
+		Tensorflow__Serving__PredictResponse__OutputsEntry e[2], *ep[2];
+		int no = 0;
+		for (int i = 0; i < 2; i++) {
+			if (!want[i])
+				continue;
+			t[i].dtype = TENSORFLOW__DATA_TYPE__DT_FLOAT;
+			t[i].tensor_shape = &shape;
+			t[i].n_float_val = (size_t)n * m.io.classes;
+			t[i].float_val = i ? logits : probs;
+			tensorflow__serving__predict_response__outputs_entry__init(&e[no]);
+			e[no].key = i ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS;
+			e[no].value = &t[i];
+			ep[no] = &e[no];
+			no++;
+		}
+		Tensorflow__Serving__PredictResponse r =
+			TENSORFLOW__SERVING__PREDICT_RESPONSE__INIT;
+		r.model_spec = &spec;
+		r.n_outputs = (size_t)no;
+		r.outputs = ep;
+		code = reply(call, &r.base);
+	}
+	if (code && !inferred)
+		wf_grpc_model_failed(a, WF_SERVE_EP_V1_PREDICT, code, wf_now() - t0);
+	wf_grpc_model_put(a, &m);
+	free(x);
+	free(logits);
+	free(probs);
+	tensorflow__serving__predict_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+static int classify(void *ctx, wf_grpc_call *call)
+{
+	double t0 = wf_now();
+	wf_grpc_adapter *a = ctx;
+	Tensorflow__Serving__ClassificationRequest *rq =
+		unpack(&tensorflow__serving__classification_request__descriptor, call);
+	if (!rq) {
+		wf_grpc_model_failed(a, WF_SERVE_EP_V1_CLASSIFY, WF_GRPC_INVALID_ARGUMENT,
+				     wf_now() - t0);
+		return bad_message(call, "ClassificationRequest");
+	}
+	wf_grpc_model m = {0};
+	float *x = NULL, *logits = NULL, *probs = NULL;
+	int n = 0, inferred = 0;
+	int code = get_model(a, rq->model_spec, 0, &m, call);
+	if (!code)
+		code = classify_input(&m.io, rq, &x, &n, call->message, sizeof(call->message));
+	if (!code) {
+		inferred = 1;
+		code = run(a, &m, WF_SERVE_EP_V1_CLASSIFY, x, n, &logits, &probs, call);
+	}
+	if (!code) {
+		int k = m.io.classes, top = WF_MIN(CLASSIFY_TOP, k);
+		Tensorflow__Serving__Classifications *cl = calloc((size_t)n, sizeof(*cl));
+		Tensorflow__Serving__Classifications **clp = calloc((size_t)n, sizeof(*clp));
+		Tensorflow__Serving__Class *c = calloc((size_t)n * top, sizeof(*c));
+		Tensorflow__Serving__Class **cp = calloc((size_t)n * top, sizeof(*cp));
+		char(*labels)[32] = calloc((size_t)n * top, sizeof(*labels));
+		int *idx = malloc(sizeof(int) * (size_t)top);
+		if (!cl || !clp || !c || !cp || !labels || !idx) {
+			code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		} else {
+			for (int s = 0; s < n; s++) {
+				wf_grpc_top_k(probs + (size_t)s * k, k, top, idx);
+				tensorflow__serving__classifications__init(&cl[s]);
+				cl[s].n_classes = (size_t)top;
+				cl[s].classes = cp + (size_t)s * top;
+				clp[s] = &cl[s];
+				for (int u = 0; u < top; u++) {
+					size_t q = (size_t)s * top + u;
+					tensorflow__serving__class__init(&c[q]);
+					if (m.labels && m.labels[idx[u]]) {
+						c[q].label = m.labels[idx[u]];
+					} else {
+						snprintf(labels[q], sizeof(labels[q]), "%d",
+							 idx[u]);
+						c[q].label = labels[q];
+					}
+					c[q].score = probs[(size_t)s * k + idx[u]];
+					cp[q] = &c[q];
+				}
+			}
+			Tensorflow__Serving__ModelSpec spec;
+			Google__Protobuf__Int64Value ver;
+			fill_spec(&spec, &ver, &m);
+			Tensorflow__Serving__ClassificationResult res =
+				TENSORFLOW__SERVING__CLASSIFICATION_RESULT__INIT;
+			res.n_classifications = (size_t)n;
+			res.classifications = clp;
+			Tensorflow__Serving__ClassificationResponse r =
+				TENSORFLOW__SERVING__CLASSIFICATION_RESPONSE__INIT;
+			r.model_spec = &spec;
+			r.result = &res;
+			code = reply(call, &r.base);
+		}
+		free(cl);
+		free(clp);
+		free(c);
+		free(cp);
+		free(labels);
+		free(idx);
+	}
+	if (code && !inferred)
+		wf_grpc_model_failed(a, WF_SERVE_EP_V1_CLASSIFY, code, wf_now() - t0);
+	wf_grpc_model_put(a, &m);
+	free(x);
+	free(logits);
+	free(probs);
+	tensorflow__serving__classification_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+static int regress(void *ctx, wf_grpc_call *call)
+{
+	Tensorflow__Serving__RegressionRequest *rq =
+		unpack(&tensorflow__serving__regression_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "RegressionRequest");
+	wf_grpc_model m = {0};
+	int code = get_model(ctx, rq->model_spec, 0, &m, call);
+	if (!code) {
+		code = wf_grpc_fail(call, WF_GRPC_UNIMPLEMENTED,
+				    "model %.200s is a classifier and has no regression signature; "
+				    "use Predict or Classify",
+				    m.name);
+		wf_grpc_model_put(ctx, &m);
+	}
+	tensorflow__serving__regression_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+/* ---- metadata and status ------------------------------------------------ */
+
+static void tensor_info(Tensorflow__TensorInfo *ti, Tensorflow__TensorShapeProto *sh,
+			Tensorflow__TensorShapeProto__Dim *d,
+			Tensorflow__TensorShapeProto__Dim **dp, const int *dims, int nd, char *name)
+{
+	tensorflow__tensor_info__init(ti);
+	tensorflow__tensor_shape_proto__init(sh);
+	for (int i = 0; i < nd; i++) {
+		tensorflow__tensor_shape_proto__dim__init(&d[i]);
+		d[i].size = dims[i];
+		dp[i] = &d[i];
+	}
+	sh->n_dim = (size_t)nd;
+	sh->dim = dp;
+	ti->encoding_case = TENSORFLOW__TENSOR_INFO__ENCODING_NAME;
+	ti->name = name;
+	ti->dtype = TENSORFLOW__DATA_TYPE__DT_FLOAT;
+	ti->tensor_shape = sh;
+}
+
+static int get_model_metadata(void *ctx, wf_grpc_call *call)
+{
+	Tensorflow__Serving__GetModelMetadataRequest *rq =
+		unpack(&tensorflow__serving__get_model_metadata_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "GetModelMetadataRequest");
+	wf_grpc_model m = {0};
+	int code = WF_GRPC_OK;
+	if (rq->n_metadata_field == 0)
+		code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+				    "GetModelMetadataRequest must specify at least one "
+				    "metadata_field");
+	for (size_t i = 0; !code && i < rq->n_metadata_field; i++)
+		if (strcmp(rq->metadata_field[i], "signature_def") != 0)
+			code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+					    "Metadata field %.200s is not supported",
+					    rq->metadata_field[i]);
+	if (!code)
+		code = get_model(ctx, rq->model_spec, 0, &m, call);
+	if (!code) {
+		int in_dims[4] = {-1, m.io.h, m.io.w, m.io.c}, out_dims[2] = {-1, m.io.classes};
+		Tensorflow__TensorInfo ti[3];
+		Tensorflow__TensorShapeProto sh[3];
+		Tensorflow__TensorShapeProto__Dim d[3][4], *dp[3][4];
+		tensor_info(&ti[0], &sh[0], d[0], dp[0], in_dims, 4, WF_SERVE_INPUT_NAME ":0");
+		tensor_info(&ti[1], &sh[1], d[1], dp[1], out_dims, 2, WF_SERVE_OUTPUT_PROBS ":0");
+		tensor_info(&ti[2], &sh[2], d[2], dp[2], out_dims, 2, WF_SERVE_OUTPUT_LOGITS ":0");
+		Tensorflow__SignatureDef__InputsEntry
+			ie = TENSORFLOW__SIGNATURE_DEF__INPUTS_ENTRY__INIT,
+			*iep[1] = {&ie};
+		ie.key = WF_SERVE_INPUT_NAME;
+		ie.value = &ti[0];
+		Tensorflow__SignatureDef__OutputsEntry oe[2], *oep[2] = {&oe[0], &oe[1]};
+		tensorflow__signature_def__outputs_entry__init(&oe[0]);
+		tensorflow__signature_def__outputs_entry__init(&oe[1]);
+		oe[0].key = WF_SERVE_OUTPUT_PROBS;
+		oe[0].value = &ti[1];
+		oe[1].key = WF_SERVE_OUTPUT_LOGITS;
+		oe[1].value = &ti[2];
+		Tensorflow__SignatureDef sig = TENSORFLOW__SIGNATURE_DEF__INIT;
+		sig.n_inputs = 1;
+		sig.inputs = iep;
+		sig.n_outputs = 2;
+		sig.outputs = oep;
+		sig.method_name = "tensorflow/serving/predict";
+		Tensorflow__Serving__SignatureDefMap__SignatureDefEntry se =
+			TENSORFLOW__SERVING__SIGNATURE_DEF_MAP__SIGNATURE_DEF_ENTRY__INIT;
+		Tensorflow__Serving__SignatureDefMap__SignatureDefEntry *sep[1] = {&se};
+		se.key = SIGNATURE;
+		se.value = &sig;
+		Tensorflow__Serving__SignatureDefMap map =
+			TENSORFLOW__SERVING__SIGNATURE_DEF_MAP__INIT;
+		map.n_signature_def = 1;
+		map.signature_def = sep;
+		size_t mlen = tensorflow__serving__signature_def_map__get_packed_size(&map);
+		uint8_t *mbuf = malloc(mlen ? mlen : 1);
+		if (!mbuf) {
+			code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		} else {
+			tensorflow__serving__signature_def_map__pack(&map, mbuf);
+			Google__Protobuf__Any any = GOOGLE__PROTOBUF__ANY__INIT;
+			any.type_url = SIGDEF_TYPE;
+			any.value.data = mbuf;
+			any.value.len = mlen;
+			Tensorflow__Serving__GetModelMetadataResponse__MetadataEntry me =
+				TENSORFLOW__SERVING__GET_MODEL_METADATA_RESPONSE__METADATA_ENTRY__INIT;
+			Tensorflow__Serving__GetModelMetadataResponse__MetadataEntry *mep[1] = {
+				&me};
+			me.key = "signature_def";
+			me.value = &any;
+			Tensorflow__Serving__ModelSpec spec;
+			Google__Protobuf__Int64Value ver;
+			fill_spec(&spec, &ver, &m);
+			spec.signature_name = "";
+			Tensorflow__Serving__GetModelMetadataResponse r =
+				TENSORFLOW__SERVING__GET_MODEL_METADATA_RESPONSE__INIT;
+			r.model_spec = &spec;
+			r.n_metadata = 1;
+			r.metadata = mep;
+			code = reply(call, &r.base);
+			free(mbuf);
+		}
+		wf_grpc_model_put(ctx, &m);
+	}
+	tensorflow__serving__get_model_metadata_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+static int get_model_status(void *ctx, wf_grpc_call *call)
+{
+	Tensorflow__Serving__GetModelStatusRequest *rq =
+		unpack(&tensorflow__serving__get_model_status_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "GetModelStatusRequest");
+	const model_spec *spec = rq->model_spec;
+	int code = WF_GRPC_OK;
+	long want = 0;
+	if (!spec)
+		code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "Missing ModelSpec");
+	else if (spec->version_choice_case ==
+			 TENSORFLOW__SERVING__MODEL_SPEC__VERSION_CHOICE_VERSION &&
+		 spec->version)
+		want = (long)spec->version->value;
+	else if (spec->version_choice_case ==
+		 TENSORFLOW__SERVING__MODEL_SPEC__VERSION_CHOICE_VERSION_LABEL) {
+		wf_grpc_model m; /* the version the label names */
+		code = wf_grpc_model_get(ctx, spec->name, 0, spec->version_label, &m, call->message,
+					 sizeof(call->message));
+		want = m.version;
+		wf_grpc_model_put(ctx, &m);
+	}
+	wf_grpc_version_info vi[8];
+	int nv = code ? 0 : wf_grpc_model_versions(ctx, spec->name, vi, 8);
+	if (!code && nv < 0)
+		code = wf_grpc_fail(call, WF_GRPC_NOT_FOUND,
+				    "Could not find any versions of model %.200s", spec->name);
+	Tensorflow__Serving__ModelVersionStatus st[8], *stp[8];
+	Tensorflow__Serving__StatusProto sp[8];
+	int n = 0;
+	for (int i = 0; !code && i < nv; i++) {
+		if (want && vi[i].version != want)
+			continue;
+		tensorflow__serving__model_version_status__init(&st[n]);
+		tensorflow__serving__status_proto__init(&sp[n]);
+		st[n].version = vi[i].version;
+		st[n].state = vi[i].state == WF_GRPC_VERSION_AVAILABLE
+				      ? TENSORFLOW__SERVING__MODEL_VERSION_STATUS__STATE__AVAILABLE
+			      : vi[i].state == WF_GRPC_VERSION_LOADING
+				      ? TENSORFLOW__SERVING__MODEL_VERSION_STATUS__STATE__LOADING
+			      : vi[i].state == WF_GRPC_VERSION_UNLOADING
+				      ? TENSORFLOW__SERVING__MODEL_VERSION_STATUS__STATE__UNLOADING
+				      : TENSORFLOW__SERVING__MODEL_VERSION_STATUS__STATE__END;
+		if (vi[i].state == WF_GRPC_VERSION_FAILED) {
+			sp[n].error_code = TENSORFLOW__ERROR__CODE__UNKNOWN;
+			sp[n].error_message = vi[i].reason;
+		}
+		st[n].status = &sp[n];
+		stp[n] = &st[n];
+		n++;
+	}
+	if (!code && n == 0)
+		code = want ? wf_grpc_fail(call, WF_GRPC_NOT_FOUND,
+					   "Could not find version %ld of model %.200s", want,
+					   spec->name)
+			    : wf_grpc_fail(call, WF_GRPC_NOT_FOUND,
+					   "Could not find any versions of model %.200s",
+					   spec->name);
+	if (!code) {
+		Tensorflow__Serving__GetModelStatusResponse r =
+			TENSORFLOW__SERVING__GET_MODEL_STATUS_RESPONSE__INIT;
+		r.n_model_version_status = (size_t)n;
+		r.model_version_status = stp;
+		code = reply(call, &r.base);
+	}
+	tensorflow__serving__get_model_status_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+#define SVP(x)                                                                                     \
+	TENSORFLOW__SERVING__FILE_SYSTEM_STORAGE_PATH_SOURCE_CONFIG__SERVABLE_VERSION_POLICY__##x
+
+/* A TF Serving ModelConfig message as the repository's model config; a gRPC
+ * code naming the field that does not fit. */
+static int model_config(const Tensorflow__Serving__ModelConfig *p, wf_serve_model_config *c,
+			wf_grpc_call *call)
+{
+	wf_serve_model_config_init(c);
+	if (!p->name || !*p->name || strlen(p->name) >= sizeof(c->name))
+		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+				    "a model config needs a name (under %zu bytes)",
+				    sizeof(c->name));
+	if (!p->base_path || !*p->base_path || strlen(p->base_path) >= sizeof(c->base_path))
+		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+				    "model %.200s: a model config needs a base_path", p->name);
+	snprintf(c->name, sizeof(c->name), "%s", p->name);
+	snprintf(c->base_path, sizeof(c->base_path), "%s", p->base_path);
+	snprintf(c->platform, sizeof(c->platform), "%s",
+		 p->model_platform ? p->model_platform : "");
+	const Tensorflow__Serving__FileSystemStoragePathSourceConfig__ServableVersionPolicy *vp =
+		p->model_version_policy;
+	if (vp && vp->policy_choice_case == SVP(POLICY_CHOICE_ALL)) {
+		c->policy = WF_SERVE_POLICY_ALL;
+	} else if (vp && vp->policy_choice_case == SVP(POLICY_CHOICE_SPECIFIC) && vp->specific) {
+		if (vp->specific->n_versions > WF_SERVE_MAX_SPECIFIC)
+			return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+					    "model %.200s: more than %d specific versions", p->name,
+					    WF_SERVE_MAX_SPECIFIC);
+		c->policy = WF_SERVE_POLICY_SPECIFIC;
+		c->nspecific = (int)vp->specific->n_versions;
+		for (int i = 0; i < c->nspecific; i++)
+			c->specific[i] = vp->specific->versions[i];
+	} else if (vp && vp->policy_choice_case == SVP(POLICY_CHOICE_LATEST) && vp->latest &&
+		   vp->latest->num_versions > 0) {
+		c->num_versions = (int)WF_MIN(vp->latest->num_versions, 1000000u);
+	}
+	if (p->n_version_labels > WF_SERVE_MAX_LABELS)
+		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+				    "model %.200s: more than %d version labels", p->name,
+				    WF_SERVE_MAX_LABELS);
+	for (size_t i = 0; i < p->n_version_labels; i++) {
+		const Tensorflow__Serving__ModelConfig__VersionLabelsEntry *e =
+			p->version_labels[i];
+		if (!e->key || !*e->key || strlen(e->key) >= sizeof(c->labels[0].key) ||
+		    e->value <= 0)
+			return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+					    "model %.200s: version label %.100s must name a "
+					    "positive version",
+					    p->name, e->key ? e->key : "");
+		snprintf(c->labels[c->nlabels].key, sizeof(c->labels[0].key), "%s", e->key);
+		c->labels[c->nlabels++].version = e->value;
+	}
+	return WF_GRPC_OK;
+}
+
+static int reload_config(void *ctx, wf_grpc_call *call)
+{
+	Tensorflow__Serving__ReloadConfigRequest *rq =
+		unpack(&tensorflow__serving__reload_config_request__descriptor, call);
+	if (!rq)
+		return bad_message(call, "ReloadConfigRequest");
+	int code = WF_GRPC_OK;
+	const Tensorflow__Serving__ModelServerConfig *cfg = rq->config;
+	if (!cfg ||
+	    cfg->config_case !=
+		    TENSORFLOW__SERVING__MODEL_SERVER_CONFIG__CONFIG_MODEL_CONFIG_LIST ||
+	    !cfg->model_config_list)
+		code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+				    "ReloadConfigRequest needs a config with a model_config_list");
+	enum { MAXM = 64 };
+	int n = code ? 0 : (int)WF_MIN(cfg->model_config_list->n_config, (size_t)MAXM + 1);
+	if (n > MAXM)
+		code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+				    "more than %d models in the config", MAXM);
+	wf_serve_model_config *mc = code ? NULL : calloc((size_t)n + 1, sizeof(*mc));
+	if (!code && !mc)
+		code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+	for (int i = 0; !code && i < n; i++)
+		code = model_config(cfg->model_config_list->config[i], &mc[i], call);
+	if (!code)
+		code = wf_grpc_reload_config(ctx, mc, n, call->message, sizeof(call->message));
+	free(mc);
+	tensorflow__serving__reload_config_request__free_unpacked(rq, NULL);
+	if (code)
+		return code;
+	Tensorflow__Serving__StatusProto sp = TENSORFLOW__SERVING__STATUS_PROTO__INIT;
+	Tensorflow__Serving__ReloadConfigResponse r =
+		TENSORFLOW__SERVING__RELOAD_CONFIG_RESPONSE__INIT;
+	r.status = &sp;
+	return reply(call, &r.base);
+}
+
+const wf_grpc_method wf_grpc_tfs_methods[] = {
+	{"/tensorflow.serving.PredictionService/Predict", predict, 0},
+	{"/tensorflow.serving.PredictionService/Classify", classify, 0},
+	{"/tensorflow.serving.PredictionService/Regress", regress, 0},
+	{"/tensorflow.serving.PredictionService/GetModelMetadata", get_model_metadata, 1},
+	{"/tensorflow.serving.ModelService/GetModelStatus", get_model_status, 1},
+	{"/tensorflow.serving.ModelService/HandleReloadConfigRequest", reload_config, 0},
+};
+const int wf_grpc_tfs_nmethods = (int)WF_ARRAY_LEN(wf_grpc_tfs_methods);

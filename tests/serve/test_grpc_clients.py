@@ -1,0 +1,763 @@
+"""weft-serve over gRPC with the real clients (driven by test_grpc.sh).
+
+One weft-serve with a smallcnn model on free loopback ports: REST, TF Serving
+gRPC (--port) and KServe v2 gRPC (--grpc_port). Every answer over gRPC is
+compared with the HTTP API's answer for the same input, so a wrong tensor
+layout, preprocessing or output order fails here. Every process started here
+is stopped in `finally`."""
+import base64
+import json
+import os
+import queue
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import zlib
+
+import grpc
+import numpy as np
+import tritonclient.grpc as tg
+from tritonclient.grpc import service_pb2, service_pb2_grpc
+from tritonclient.utils import InferenceServerException
+from tensorflow.core.framework import types_pb2
+from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
+                                     get_model_status_pb2, model_management_pb2,
+                                     model_service_pb2_grpc, predict_pb2,
+                                     prediction_service_pb2_grpc, regression_pb2)
+
+SERVE = os.environ["WEFT_SERVE"]
+TOOL = os.environ["WEFT_SERVE_TOOL"]
+H = W = 32
+C = 3
+MAX_MSG = 8 << 20
+failures = []
+procs = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def http_infer(port, inputs):
+    body = json.dumps({"inputs": inputs, "outputs": [{"name": "logits"}]}).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d/v2/models/m/infer" % port, body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        out = json.load(r)["outputs"][0]
+    return np.array(out["data"], np.float32).reshape(out["shape"])
+
+
+def http_metric(port, name, label):
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=30) as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and label in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def close(a, b, tol=1e-4):
+    return a.shape == b.shape and float(np.max(np.abs(a - b))) <= tol
+
+
+def status_of(fn):
+    """The gRPC status name a call fails with ("OK" when it does not)."""
+    try:
+        fn()
+        return "OK"
+    except InferenceServerException as e:
+        return str(e.status()).replace("StatusCode.", "")
+    except grpc.RpcError as e:
+        return e.code().name
+
+
+def make_png(w, h, rgb):
+    raw = b"".join(b"\0" + bytes(rgb[y].ravel()) for y in range(h))
+    def chunk(k, d):
+        return struct.pack(">I", len(d)) + k + d + struct.pack(">I", zlib.crc32(k + d))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+def start(tmp, base):
+    ports = [free_port() for _ in range(3)]
+    log = open(os.path.join(tmp, "serve.log"), "w")
+    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
+                          "--bind_address", "127.0.0.1", "--rest_api_port", str(ports[0]),
+                          "--port", str(ports[1]), "--grpc_port", str(ports[2]),
+                          "--grpc_max_message_bytes", str(MAX_MSG), "--enable_batching",
+                          "--max_batch_size", "8", "--batch_timeout_micros", "2000",
+                          "--num_batch_threads", "2"], stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
+    client = tg.InferenceServerClient("127.0.0.1:%d" % ports[2])
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None:
+        try:
+            if client.is_server_ready():
+                return p, ports, client
+        except InferenceServerException:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("weft-serve did not become ready over gRPC; see " + log.name)
+
+
+def infer_input(x, dtype="FP32"):
+    i = tg.InferInput("input", list(x.shape), dtype)
+    i.set_data_from_numpy(x)
+    return i
+
+
+def kserve_checks(ports, c, tmp):
+    rest = ports[0]
+    rng = np.random.default_rng(1)
+    # health and metadata
+    check(c.is_server_live() and c.is_server_ready(), "KServe ServerLive/ServerReady")
+    check(c.is_model_ready("m") and c.is_model_ready("m", "1"), "ModelReady m and m v1")
+    check(not c.is_model_ready("m", "2") and not c.is_model_ready("nope"),
+          "ModelReady false for a missing version or model")
+    meta = c.get_server_metadata(as_json=True)
+    check("statistics" in meta.get("extensions", []), "ServerMetadata lists extensions")
+    md = c.get_model_metadata("m", as_json=True)
+    check(md["versions"] == ["1"] and md["inputs"][0]["shape"] == ["-1", "32", "32", "3"]
+          and [o["name"] for o in md["outputs"]] == ["probabilities", "logits"],
+          "ModelMetadata: versions, input shape, outputs")
+    cfg = c.get_model_config("m", as_json=True)["config"]
+    check(cfg["max_batch_size"] == 8 and cfg["input"][0]["dims"] == ["32", "32", "3"]
+          and cfg["input"][0]["data_type"] == "TYPE_FP32" and "dynamic_batching" in cfg,
+          "ModelConfig: max_batch_size, input dims and type, dynamic_batching")
+
+    # FP32 in raw_input_contents == HTTP
+    x = rng.random((3, H, W, C), dtype=np.float32)
+    want = http_infer(rest, [{"name": "input", "datatype": "FP32", "shape": [3, H, W, C],
+                               "data": x.ravel().tolist()}])
+    r = c.infer("m", [infer_input(x)])
+    check(close(r.as_numpy("logits"), want), "ModelInfer FP32 raw contents == HTTP logits")
+    p = r.as_numpy("probabilities")
+    check(p is not None and close(p.sum(axis=1), np.ones(3), 1e-4),
+          "ModelInfer without outputs named returns probabilities too")
+    resp = r.get_response()
+    check(resp.model_name == "m" and resp.model_version == "1" and len(resp.raw_output_contents) == 2,
+          "reply names model and version and carries raw_output_contents")
+
+    # FP32 in the typed contents (fp32_contents), through Triton's own stub
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(grpc.insecure_channel("127.0.0.1:%d" % ports[2]))
+    req = service_pb2.ModelInferRequest(model_name="m", id="typed-1")
+    t = req.inputs.add(name="input", datatype="FP32", shape=[3, H, W, C])
+    t.contents.fp32_contents.extend(x.ravel().tolist())
+    req.outputs.add(name="logits")
+    tr = stub.ModelInfer(req, timeout=60)
+    got = np.frombuffer(tr.raw_output_contents[0], np.float32).reshape(3, -1)
+    check(tr.id == "typed-1" and close(got, want), "ModelInfer FP32 fp32_contents == HTTP; id echoed")
+
+    # UINT8 pixels, raw and typed, == HTTP's UINT8
+    px = rng.integers(0, 256, (2, H, W, C), dtype=np.uint8)
+    want_u8 = http_infer(rest, [{"name": "input", "datatype": "UINT8", "shape": [2, H, W, C],
+                                 "data": px.ravel().tolist()}])
+    r = c.infer("m", [infer_input(px, "UINT8")], outputs=[tg.InferRequestedOutput("logits")])
+    check(close(r.as_numpy("logits"), want_u8), "ModelInfer UINT8 raw == HTTP UINT8")
+    req = service_pb2.ModelInferRequest(model_name="m")
+    t = req.inputs.add(name="input", datatype="UINT8", shape=[2, H, W, C])
+    t.contents.uint_contents.extend(px.ravel().tolist())
+    req.outputs.add(name="logits")
+    got = np.frombuffer(stub.ModelInfer(req, timeout=60).raw_output_contents[0], np.float32)
+    check(close(got.reshape(2, -1), want_u8), "ModelInfer UINT8 uint_contents == HTTP UINT8")
+
+    # BYTES: an encoded JPEG and PNG, == HTTP's BYTES
+    jpg = os.path.join(tmp, "a.jpg")
+    subprocess.check_call([TOOL, "jpeg", jpg, "40", "30", "7"])
+    jpeg = open(jpg, "rb").read()
+    png = make_png(W, H, px[0])
+    imgs = np.array([jpeg, png], dtype=np.object_)
+    want_img = http_infer(rest, [{"name": "input", "datatype": "BYTES", "shape": [2],
+                                  "data": [base64.b64encode(jpeg).decode(),
+                                           base64.b64encode(png).decode()]}])
+    r = c.infer("m", [infer_input(imgs, "BYTES")], outputs=[tg.InferRequestedOutput("logits")])
+    check(close(r.as_numpy("logits"), want_img), "ModelInfer BYTES JPEG+PNG == HTTP BYTES")
+    check(close(r.as_numpy("logits")[1], want_u8[0]), "a PNG of the pixels == the UINT8 pixels")
+
+    # classification extension
+    r = c.infer("m", [infer_input(x)],
+                outputs=[tg.InferRequestedOutput("probabilities", class_count=3)])
+    cls = r.as_numpy("probabilities")
+    top = np.argsort(-p, axis=1)[:, :3]
+    check(cls.shape == (3, 3) and all(int(cls[i][j].decode().split(":")[1]) == top[i][j]
+                                       for i in range(3) for j in range(3)),
+          "classification: top-3 'score:index:label' in order")
+
+    # compression, both ways a client may send it
+    for algo in ("gzip", "deflate"):
+        r = c.infer("m", [infer_input(x)], compression_algorithm=algo)
+        check(close(r.as_numpy("logits"), want), "ModelInfer with %s request compression" % algo)
+
+    # messages over gRPC's 4 MB default, and over --grpc_max_message_bytes
+    big = rng.random((400, H, W, C), dtype=np.float32)  # 4.9 MB
+    r = c.infer("m", [infer_input(big)], outputs=[tg.InferRequestedOutput("logits")])
+    check(r.as_numpy("logits").shape == (400, 10)
+          and close(r.as_numpy("logits")[:3], c.infer("m", [infer_input(big[:3])]).as_numpy("logits")),
+          "a 4.9 MB request is served (no 4 MB limit)")
+    huge = np.zeros((int(MAX_MSG / (H * W * C * 4)) + 8, H, W, C), np.float32)
+    check(status_of(lambda: c.infer("m", [infer_input(huge)])) == "RESOURCE_EXHAUSTED",
+          "a message over --grpc_max_message_bytes: RESOURCE_EXHAUSTED")
+
+    # async_infer: many concurrent calls, all answered with their own results
+    results = queue.Queue()
+    xs = [rng.random((1, H, W, C), dtype=np.float32) for _ in range(48)]
+    for k, xi in enumerate(xs):
+        c.async_infer("m", [infer_input(xi)], partial(results, k),
+                      outputs=[tg.InferRequestedOutput("logits")])
+    got = {}
+    for _ in xs:
+        k, res, err = results.get(timeout=120)
+        got[k] = None if err else res.as_numpy("logits")
+    ref = c.infer("m", [infer_input(np.concatenate(xs))], outputs=[tg.InferRequestedOutput("logits")])
+    check(all(got[k] is not None and close(got[k][0], ref.as_numpy("logits")[k]) for k in got),
+          "48 async_infer calls: each gets its own sample's logits")
+
+    # many connections at once, each its own client
+    def one_client(k, out):
+        cc = tg.InferenceServerClient("127.0.0.1:%d" % ports[2])
+        try:
+            out[k] = [cc.infer("m", [infer_input(xs[(k + i) % len(xs)])]).as_numpy("logits")
+                      for i in range(3)]
+        finally:
+            cc.close()
+    outs = {}
+    threads = [threading.Thread(target=one_client, args=(k, outs)) for k in range(24)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    check(len(outs) == 24 and all(close(outs[k][i][0], ref.as_numpy("logits")[(k + i) % len(xs)])
+                                  for k in outs for i in range(3)),
+          "24 connections x 3 calls at once: every answer right")
+
+    # statistics
+    st = c.get_inference_statistics("m", as_json=True)["model_stats"][0]
+    succ = int(st["inference_stats"]["success"].get("count", 0))
+    check(st["name"] == "m" and st["version"] == "1" and succ >= 55
+          and int(st.get("inference_count", 0)) >= 500, "ModelStatistics counts the calls")
+
+    # repository
+    idx = c.get_model_repository_index(as_json=True)["models"]
+    check(idx == [{"name": "m", "version": "1", "state": "READY"}], "RepositoryIndex lists m READY")
+    # model control needs --model_repository --model_control_mode explicit
+    # (repository_checks); elsewhere it is refused as HTTP refuses it (400)
+    check(status_of(lambda: c.load_model("m")) == "INVALID_ARGUMENT",
+          "RepositoryModelLoad without explicit model control: INVALID_ARGUMENT")
+    check(status_of(lambda: c.unload_model("m")) == "INVALID_ARGUMENT",
+          "RepositoryModelUnload without explicit model control: INVALID_ARGUMENT")
+
+    # errors
+    check(status_of(lambda: c.infer("nope", [infer_input(x)])) == "NOT_FOUND", "unknown model: NOT_FOUND")
+    check(status_of(lambda: c.infer("m", [infer_input(x)], model_version="7")) == "NOT_FOUND",
+          "unknown version: NOT_FOUND")
+    check(status_of(lambda: c.infer("m", [infer_input(x[:, :16])])) == "INVALID_ARGUMENT",
+          "wrong shape: INVALID_ARGUMENT")
+    bad = tg.InferInput("pixels", [1, H, W, C], "FP32")
+    bad.set_data_from_numpy(x[:1])
+    check(status_of(lambda: c.infer("m", [bad])) == "INVALID_ARGUMENT", "wrong input name: INVALID_ARGUMENT")
+    corrupt = np.array([b"\xff\xd8 not a jpeg"], dtype=np.object_)
+    check(status_of(lambda: c.infer("m", [infer_input(corrupt, "BYTES")])) == "INVALID_ARGUMENT",
+          "corrupt JPEG: INVALID_ARGUMENT")
+    ch = grpc.insecure_channel("127.0.0.1:%d" % ports[2])
+    raw = ch.unary_unary("/inference.GRPCInferenceService/ModelInfer")
+    check(status_of(lambda: raw(b"\x0a\xff\xff\xff\x0f garbage", timeout=30)) == "INVALID_ARGUMENT",
+          "a ModelInferRequest that is not protobuf: INVALID_ARGUMENT")
+    nomethod = ch.unary_unary("/inference.GRPCInferenceService/ModelStreamInfer")
+    check(status_of(lambda: nomethod(b"", timeout=30)) == "UNIMPLEMENTED", "unknown method: UNIMPLEMENTED")
+    ch.close()
+    return xs
+
+
+def partial(results, k):
+    return lambda result, error: results.put((k, result, error))
+
+
+def tensor(req, x, dtype):
+    t = req.inputs["input"]
+    t.dtype = dtype
+    for d in x.shape:
+        t.tensor_shape.dim.add().size = d
+    return t
+
+
+def tfs_checks(ports, c, tmp):
+    ch = grpc.insecure_channel("127.0.0.1:%d" % ports[1])
+    ps = prediction_service_pb2_grpc.PredictionServiceStub(ch)
+    ms = model_service_pb2_grpc.ModelServiceStub(ch)
+    rng = np.random.default_rng(2)
+    x = rng.random((2, H, W, C), dtype=np.float32)
+    want = c.infer("m", [infer_input(x)]).as_numpy("logits")
+
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = "m"
+    req.model_spec.signature_name = "serving_default"
+    tensor(req, x, types_pb2.DT_FLOAT).tensor_content = x.tobytes()
+    r = ps.Predict(req, timeout=60)
+    lg = r.outputs["logits"]
+    check(r.model_spec.version.value == 1 and [d.size for d in lg.tensor_shape.dim] == [2, 10]
+          and close(np.array(lg.float_val, np.float32).reshape(2, 10), want),
+          "Predict (tensor_content) == KServe logits; version in model_spec")
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = "m"
+    req.model_spec.version.value = 1
+    tensor(req, x, types_pb2.DT_FLOAT).float_val.extend(x.ravel().tolist())
+    req.output_filter.append("probabilities")
+    r = ps.Predict(req, timeout=60)
+    check(list(r.outputs.keys()) == ["probabilities"]
+          and abs(sum(r.outputs["probabilities"].float_val) - 2.0) < 1e-4,
+          "Predict (float_val, version 1, output_filter)")
+
+    px = rng.integers(0, 256, (1, H, W, C), dtype=np.uint8)
+    want_u8 = c.infer("m", [infer_input(px, "UINT8")]).as_numpy("logits")
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = "m"
+    tensor(req, px, types_pb2.DT_UINT8).int_val.extend(px.ravel().tolist())
+    r = ps.Predict(req, timeout=60)
+    check(close(np.array(r.outputs["logits"].float_val, np.float32).reshape(1, 10), want_u8),
+          "Predict DT_UINT8 == KServe UINT8")
+    jpeg = open(os.path.join(tmp, "a.jpg"), "rb").read()
+    want_img = c.infer("m", [infer_input(np.array([jpeg], np.object_), "BYTES")]).as_numpy("probabilities")
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = "m"
+    t = req.inputs["input"]
+    t.dtype = types_pb2.DT_STRING
+    t.tensor_shape.dim.add().size = 1
+    t.string_val.append(jpeg)
+    r = ps.Predict(req, timeout=60)
+    check(close(np.array(r.outputs["probabilities"].float_val, np.float32).reshape(1, 10), want_img),
+          "Predict DT_STRING JPEG == KServe BYTES")
+
+    creq = classification_pb2.ClassificationRequest()
+    creq.model_spec.name = "m"
+    creq.input.example_list.examples.add().features.feature["image/encoded"].bytes_list.value.append(jpeg)
+    cr = ps.Classify(creq, timeout=60)
+    classes = cr.result.classifications[0].classes
+    best = int(np.argmax(want_img[0]))
+    check(len(classes) == 5 and classes[0].label == "class%d" % best
+          and abs(classes[0].score - want_img[0][best]) < 1e-5, "Classify a tf.Example image: top 5 classes")
+
+    rr = regression_pb2.RegressionRequest()
+    rr.model_spec.name = "m"
+    check(status_of(lambda: ps.Regress(rr, timeout=30)) == "UNIMPLEMENTED", "Regress: UNIMPLEMENTED")
+
+    mreq = get_model_metadata_pb2.GetModelMetadataRequest()
+    mreq.model_spec.name = "m"
+    mreq.metadata_field.append("signature_def")
+    mr = ps.GetModelMetadata(mreq, timeout=60)
+    sd = get_model_metadata_pb2.SignatureDefMap()
+    mr.metadata["signature_def"].Unpack(sd)
+    sig = sd.signature_def["serving_default"]
+    check([d.size for d in sig.inputs["input"].tensor_shape.dim] == [-1, H, W, C]
+          and sorted(sig.outputs.keys()) == ["logits", "probabilities"]
+          and sig.method_name == "tensorflow/serving/predict",
+          "GetModelMetadata: SignatureDefMap in an Any")
+
+    sreq = get_model_status_pb2.GetModelStatusRequest()
+    sreq.model_spec.name = "m"
+    s = ms.GetModelStatus(sreq, timeout=30)
+    check(len(s.model_version_status) == 1 and s.model_version_status[0].version == 1
+          and s.model_version_status[0].state == get_model_status_pb2.ModelVersionStatus.AVAILABLE,
+          "GetModelStatus: version 1 AVAILABLE")
+    sreq.model_spec.name = "nope"
+    check(status_of(lambda: ms.GetModelStatus(sreq, timeout=30)) == "NOT_FOUND",
+          "GetModelStatus of an unknown model: NOT_FOUND")
+    rc = model_management_pb2.ReloadConfigRequest()
+    cfg = rc.config.model_config_list.config.add()
+    cfg.name = "m"
+    cfg.base_path = os.path.join(tmp, "m")
+    cfg.model_platform = "weft"
+    cfg.model_version_policy.specific.versions.append(1)
+    cfg.version_labels["stable"] = 1
+    check(status_of(lambda: ms.HandleReloadConfigRequest(rc, timeout=30)) == "OK",
+          "HandleReloadConfigRequest with the served model")
+    lreq = predict_pb2.PredictRequest()
+    lreq.model_spec.name = "m"
+    lreq.model_spec.version_label = "stable"
+    tensor(lreq, x, types_pb2.DT_FLOAT).tensor_content = x.tobytes()
+    lr = ps.Predict(lreq, timeout=60)
+    check(lr.model_spec.version.value == 1
+          and close(np.array(lr.outputs["logits"].float_val, np.float32).reshape(2, -1), want),
+          "Predict with the version_label the reloaded config gave")
+    rc.config.model_config_list.config.add().name = "other"
+    check(status_of(lambda: ms.HandleReloadConfigRequest(rc, timeout=30)) == "INVALID_ARGUMENT",
+          "HandleReloadConfigRequest with a model without base_path: INVALID_ARGUMENT")
+
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = "nope"
+    tensor(req, x, types_pb2.DT_FLOAT).tensor_content = x.tobytes()
+    check(status_of(lambda: ps.Predict(req, timeout=30)) == "NOT_FOUND", "Predict unknown model: NOT_FOUND")
+    req.model_spec.name = "m"
+    req.model_spec.signature_name = "other"
+    check(status_of(lambda: ps.Predict(req, timeout=30)) == "FAILED_PRECONDITION",
+          "Predict unknown signature: FAILED_PRECONDITION")
+    req.model_spec.signature_name = ""
+    req.inputs["input"].tensor_content = x.tobytes()[:100]
+    check(status_of(lambda: ps.Predict(req, timeout=30)) == "INVALID_ARGUMENT",
+          "Predict tensor_content of the wrong size: INVALID_ARGUMENT")
+    ch.close()
+
+
+def hostile_checks(ports, c):
+    """Garbage connections and stalled clients must not stop the others; the
+    stalled connections are returned (still open) for stalled_closed()."""
+    socks = []
+    try:
+        g = socket.create_connection(("127.0.0.1", ports[2]))
+        g.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n" + os.urandom(2000))
+        g.settimeout(10)
+        try:
+            closed = g.recv(65536) is not None  # GOAWAY or EOF, never a hang
+        except OSError:
+            closed = True
+        g.close()
+        check(closed, "a non-HTTP/2 client is answered or closed, not left hanging")
+        for k in range(20):  # stalled: half a preface, then nothing
+            s = socket.create_connection(("127.0.0.1", ports[2 - k % 2]))
+            s.sendall(b"PRI * HTTP/2.0\r\n")
+            socks.append(s)
+        t0 = time.time()
+        x = np.ones((1, H, W, C), np.float32)
+        ok = all(c.infer("m", [infer_input(x)]).as_numpy("logits") is not None for _ in range(10))
+        check(ok and c.is_server_live(), "20 stalled connections hold up nobody (10 calls in %.1fs)"
+              % (time.time() - t0))
+    except BaseException:
+        for s in socks:
+            s.close()
+        raise
+    return socks
+
+
+def stalled_closed(socks, t_open):
+    """The server closes connections that never sent HTTP/2 frames (10 s)."""
+    time.sleep(max(0.0, t_open + 12 - time.time()))
+    closed = 0
+    for s in socks:
+        s.settimeout(5)
+        try:
+            data = s.recv(65536)
+            while data:  # the server's SETTINGS, then EOF
+                data = s.recv(65536)
+            closed += 1
+        except OSError:
+            closed += 1 if not isinstance(sys.exc_info()[1], socket.timeout) else 0
+        s.close()
+    check(closed == len(socks), "stalled connections are closed after 10 s (%d of %d)"
+          % (closed, len(socks)))
+
+
+def overload_check(tmp, base):
+    """More calls than a server's handler threads and queue: RESOURCE_EXHAUSTED
+    at once for the excess, the rest answered."""
+    port = free_port()
+    log = open(os.path.join(tmp, "serve-overload.log"), "w")
+    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
+                          "--bind_address", "127.0.0.1", "--rest_api_port", "0", "--port", "0",
+                          "--grpc_port", str(port), "--grpc_threads", "1",
+                          "--num_batch_threads", "1", "--threads", "1"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
+    c = tg.InferenceServerClient("127.0.0.1:%d" % port)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if c.is_server_ready():
+                break
+        except InferenceServerException:
+            time.sleep(0.1)
+    x = np.random.default_rng(3).random((64, H, W, C), dtype=np.float32)
+    results = queue.Queue()
+    n = 40
+    for k in range(n):
+        c.async_infer("m", [infer_input(x)], partial(results, k))
+    codes = []
+    for _ in range(n):
+        k, res, err = results.get(timeout=300)
+        codes.append("OK" if err is None else str(err.status()).replace("StatusCode.", ""))
+    ex = codes.count("RESOURCE_EXHAUSTED")
+    check(ex > 0 and codes.count("OK") >= 5 and ex + codes.count("OK") == n,
+          "40 calls on 1 handler thread (queue 4): %d RESOURCE_EXHAUSTED, %d OK"
+          % (ex, codes.count("OK")))
+    c.close()
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=120)
+
+
+def perf_analyzer_check(ports):
+    """Triton's perf_analyzer (shipped in tritonclient[all]'s bin/) over gRPC at
+    concurrency 1..50 must run to the end and exit 0."""
+    venv = os.path.dirname(os.path.dirname(sys.executable))
+    pa = os.path.join(venv, "bin", "perf_analyzer")
+    cudart = os.path.join(venv, "lib", "python%d.%d" % sys.version_info[:2], "site-packages",
+                          "nvidia", "cuda_runtime", "lib")
+    if not os.path.exists(pa):
+        check(False, "perf_analyzer is in the client venv (%s)" % pa)
+        return
+    env = dict(os.environ, LD_LIBRARY_PATH=cudart + ":" + os.environ.get("LD_LIBRARY_PATH", ""))
+    r = subprocess.run([pa, "-m", "m", "-i", "grpc", "-u", "127.0.0.1:%d" % ports[2],
+                        "--concurrency-range", "1:50:7", "--measurement-interval", "1000",
+                        "-s", "1000", "--max-trials", "3"], env=env, capture_output=True,
+                       text=True, timeout=400)
+    lines = [l for l in r.stdout.splitlines() if l.startswith("Concurrency: ")]
+    print("\n".join(lines))
+    check(r.returncode == 0 and len(lines) == 8 and lines[-1].startswith("Concurrency: 50,"),
+          "perf_analyzer -i grpc at concurrency 1..50 exits 0 (rc %d)%s"
+          % (r.returncode, "" if r.returncode == 0 else ": " + (r.stdout + r.stderr)[-800:]))
+
+
+def drain_check(tmp, base):
+    """SIGTERM while calls wait for a batch (2 s batching delay): readiness
+    off, every call already received is answered, a new ModelInfer gets
+    UNAVAILABLE, exit 0."""
+    port = free_port()
+    log = open(os.path.join(tmp, "serve-drain.log"), "w")
+    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
+                          "--bind_address", "127.0.0.1", "--rest_api_port", "0", "--port", "0",
+                          "--grpc_port", str(port), "--enable_batching", "--max_batch_size", "64",
+                          "--batch_timeout_micros", "2000000", "--num_batch_threads", "1"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
+    c = tg.InferenceServerClient("127.0.0.1:%d" % port)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if c.is_server_ready():
+                break
+        except InferenceServerException:
+            time.sleep(0.1)
+    x = np.random.default_rng(4).random((1, H, W, C), dtype=np.float32)
+    results = queue.Queue()
+    for k in range(4):
+        c.async_infer("m", [infer_input(x)], partial(results, k))
+    time.sleep(0.5)
+    p.send_signal(signal.SIGTERM)
+    time.sleep(0.2)
+    try:
+        c.infer("m", [infer_input(x)])
+        late = "OK"
+    except InferenceServerException as e:
+        late = str(e.status()).replace("StatusCode.", "") + ": " + str(e.message())
+    try:
+        ready = c.is_server_ready()
+    except InferenceServerException:
+        ready = "gone"
+    codes = [results.get(timeout=120) for _ in range(4)]
+    check(all(err is None and res.as_numpy("probabilities").shape == (1, 10)
+              for _, res, err in codes), "SIGTERM: the 4 calls waiting for a batch are answered")
+    # the drain runs partial batches at once, so the server may be gone by now
+    check(late.startswith("UNAVAILABLE") and ("shutting down" in late or "connect" in late)
+          and ready in (False, "gone"),
+          "SIGTERM: ServerReady false, a new ModelInfer gets UNAVAILABLE (%s; ready %s)"
+          % (late, ready))
+    check(p.wait(timeout=120) == 0, "SIGTERM with calls in flight: exit 0")
+    c.close()
+
+
+def wait_ready(p, port, log):
+    client = tg.InferenceServerClient("127.0.0.1:%d" % port)
+    deadline = time.time() + 90
+    while time.time() < deadline and p.poll() is None:
+        try:
+            if client.is_server_ready():
+                return client
+        except InferenceServerException:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("weft-serve did not become ready over gRPC; see " + log)
+
+
+def http_model_infer(port, model, version, x):
+    path = "/v2/models/%s%s/infer" % (model, "/versions/%d" % version if version else "")
+    body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape),
+                                   "data": x.ravel().tolist()}],
+                       "outputs": [{"name": "logits"}]}).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        out = json.load(r)["outputs"][0]
+    return np.array(out["data"], np.float32).reshape(out["shape"])
+
+
+def config_file_checks(tmp):
+    """Two models from a TF Serving --model_config_file, versions and labels,
+    over both gRPC APIs, answers equal to HTTP's; HandleReloadConfigRequest
+    drops a model."""
+    root = os.path.join(tmp, "cfg")
+    for name, ver, seed in (("a", 1, 11), ("a", 2, 12), ("b", 1, 13)):
+        os.makedirs(os.path.join(root, name, str(ver)))
+        subprocess.check_call([TOOL, "model", "smallcnn",
+                               os.path.join(root, name, str(ver), "model.h5"), str(seed), "32"])
+    conf = os.path.join(root, "models.config")
+    with open(conf, "w") as f:
+        f.write('model_config_list {\n'
+                '  config { name: "a" base_path: "%s/a" model_platform: "weft"\n'
+                '    model_version_policy { specific { versions: 1 versions: 2 } }\n'
+                '    version_labels { key: "stable" value: 1 }\n'
+                '    version_labels { key: "canary" value: 2 } }\n'
+                '  config { name: "b" base_path: "%s/b" model_platform: "weft" }\n'
+                '}\n' % (root, root))
+    ports = [free_port() for _ in range(3)]
+    log = os.path.join(tmp, "serve-config.log")
+    p = subprocess.Popen([SERVE, "--model_config_file", conf, "--bind_address", "127.0.0.1",
+                          "--rest_api_port", str(ports[0]), "--port", str(ports[1]),
+                          "--grpc_port", str(ports[2])],
+                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    c = wait_ready(p, ports[2], log)
+    ch = grpc.insecure_channel("127.0.0.1:%d" % ports[1])
+    ps = prediction_service_pb2_grpc.PredictionServiceStub(ch)
+    ms = model_service_pb2_grpc.ModelServiceStub(ch)
+    x = np.random.default_rng(7).random((2, H, W, C), dtype=np.float32)
+    want = {(m, v): http_model_infer(ports[0], m, v, x) for m, v in (("a", 1), ("a", 2), ("b", 0))}
+    check(not close(want[("a", 1)], want[("a", 2)]), "config file: a/1 and a/2 differ")
+    got = {(m, v): c.infer(m, [infer_input(x)], model_version=str(v) if v else "").as_numpy("logits")
+           for m, v in want}
+    check(all(close(got[k], want[k]) for k in want),
+          "KServe gRPC: a v1, a v2 and b answer as HTTP does")
+    check(c.is_model_ready("a", "1") and c.is_model_ready("a", "2") and c.is_model_ready("b"),
+          "KServe gRPC ModelReady for both models")
+    names = sorted({(m["name"], m.get("version")) for m in
+                    c.get_model_repository_index(as_json=True)["models"]})
+    check(("a", "1") in names and ("a", "2") in names and ("b", "1") in names,
+          "RepositoryIndex lists a/1, a/2, b/1 (%s)" % names)
+    st = c.get_inference_statistics("a", "2", as_json=True)["model_stats"][0]
+    check(int(st["inference_stats"]["success"].get("count", 0)) == 2,
+          "ModelStatistics of a v2: the HTTP and the gRPC call (%s)" % st["inference_stats"])
+    sts = c.get_inference_statistics("", as_json=True)["model_stats"]
+    check(sorted((e["name"], e["version"]) for e in sts) == [("a", "1"), ("a", "2"), ("b", "1")],
+          "ModelStatistics of every model: one entry per version (%s)"
+          % [(e["name"], e["version"]) for e in sts])
+    check(status_of(lambda: c.get_inference_statistics("a", "9")) == "NOT_FOUND",
+          "ModelStatistics of a missing version: NOT_FOUND")
+
+    def predict(model, label=None, version=None):
+        req = predict_pb2.PredictRequest()
+        req.model_spec.name = model
+        if label:
+            req.model_spec.version_label = label
+        if version:
+            req.model_spec.version.value = version
+        tensor(req, x, types_pb2.DT_FLOAT).tensor_content = x.tobytes()
+        r = ps.Predict(req, timeout=60)
+        return r.model_spec.version.value, np.array(r.outputs["logits"].float_val,
+                                                    np.float32).reshape(2, -1)
+    v, out = predict("a", label="canary")
+    check(v == 2 and close(out, want[("a", 2)]), "TF gRPC Predict version_label canary: a v2")
+    v, out = predict("a", label="stable")
+    check(v == 1 and close(out, want[("a", 1)]), "TF gRPC Predict version_label stable: a v1")
+    v, out = predict("b")
+    check(v == 1 and close(out, want[("b", 0)]), "TF gRPC Predict of the second model b")
+    check(status_of(lambda: predict("a", label="nope")) == "NOT_FOUND",
+          "TF gRPC Predict with an unknown label: NOT_FOUND")
+    sreq = get_model_status_pb2.GetModelStatusRequest()
+    sreq.model_spec.name = "a"
+    sreq.model_spec.version_label = "canary"
+    s = ms.GetModelStatus(sreq, timeout=30)
+    check([vs.version for vs in s.model_version_status] == [2],
+          "GetModelStatus with version_label canary: version 2")
+    rc = model_management_pb2.ReloadConfigRequest()
+    cfg = rc.config.model_config_list.config.add()
+    cfg.name = "a"
+    cfg.base_path = os.path.join(root, "a")
+    check(status_of(lambda: ms.HandleReloadConfigRequest(rc, timeout=60)) == "OK",
+          "HandleReloadConfigRequest with a alone")
+    v, out = predict("a")
+    check(v == 2 and close(out, want[("a", 2)]), "after the reload: a serves its latest, v2")
+    gone = status_of(lambda: predict("b"))
+    check(gone in ("NOT_FOUND", "UNAVAILABLE"), "after the reload: b is gone (%s)" % gone)
+    ch.close()
+    c.close()
+    p.send_signal(signal.SIGTERM)
+    check(p.wait(timeout=60) == 0, "config-file server: SIGTERM exit 0")
+
+
+def repository_checks(tmp):
+    """Triton's model control over gRPC: --model_repository with
+    --model_control_mode explicit, RepositoryModelLoad/Unload."""
+    root = os.path.join(tmp, "repo")
+    os.makedirs(os.path.join(root, "r", "1"))
+    subprocess.check_call([TOOL, "model", "smallcnn", os.path.join(root, "r", "1", "model.h5"),
+                           "21", "32"])
+    ports = [free_port() for _ in range(3)]
+    log = os.path.join(tmp, "serve-repo.log")
+    p = subprocess.Popen([SERVE, "--model_repository", root, "--model_control_mode", "explicit",
+                          "--bind_address", "127.0.0.1", "--http-port", str(ports[0]),
+                          "--port", str(ports[1]), "--grpc-port", str(ports[2])],
+                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    c = wait_ready(p, ports[2], log)
+    x = np.random.default_rng(8).random((1, H, W, C), dtype=np.float32)
+    check(not c.is_model_ready("r"), "explicit mode: r not loaded at start")
+    check(status_of(lambda: c.infer("r", [infer_input(x)])) in ("NOT_FOUND", "UNAVAILABLE"),
+          "explicit mode: inference of an unloaded model fails")
+    check(status_of(lambda: c.load_model("r")) == "OK", "RepositoryModelLoad r over gRPC")
+    check(c.is_model_ready("r"), "after RepositoryModelLoad: r ready")
+    out = c.infer("r", [infer_input(x)]).as_numpy("logits")
+    check(close(out, http_model_infer(ports[0], "r", 0, x)), "r over gRPC answers as HTTP does")
+    check(status_of(lambda: c.load_model("nope")) != "OK", "RepositoryModelLoad of a missing model fails")
+    check(status_of(lambda: c.unload_model("r")) == "OK", "RepositoryModelUnload r over gRPC")
+    check(not c.is_model_ready("r") and
+          status_of(lambda: c.infer("r", [infer_input(x)])) in ("NOT_FOUND", "UNAVAILABLE"),
+          "after RepositoryModelUnload: r not ready, inference fails")
+    c.close()
+    p.send_signal(signal.SIGTERM)
+    check(p.wait(timeout=60) == 0, "repository server: SIGTERM exit 0")
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="weft-grpc-")
+    os.makedirs(os.path.join(tmp, "m", "1"))
+    subprocess.check_call([TOOL, "model", "smallcnn", os.path.join(tmp, "m", "1", "model.h5"), "1", "32"])
+    p = None
+    try:
+        p, ports, c = start(tmp, os.path.join(tmp, "m"))
+        before = http_metric(ports[0], "weft_serve_requests_total", 'endpoint="v2_infer"')
+        kserve_checks(ports, c, tmp)
+        after = http_metric(ports[0], "weft_serve_requests_total", 'endpoint="v2_infer"')
+        check(after - before >= 60, "gRPC calls are counted in /metrics (%d)" % (after - before))
+        tfs_checks(ports, c, tmp)
+        t_open = time.time()
+        stalled = hostile_checks(ports, c)
+        perf_analyzer_check(ports)
+        stalled_closed(stalled, t_open)
+        overload_check(tmp, os.path.join(tmp, "m"))
+        drain_check(tmp, os.path.join(tmp, "m"))
+        config_file_checks(tmp)
+        repository_checks(tmp)
+        c.close()
+        p.send_signal(signal.SIGTERM)
+        check(p.wait(timeout=60) == 0, "SIGTERM: exit 0")
+    finally:
+        for q in procs:
+            if q.poll() is None:
+                q.kill()
+                q.wait()
+    if failures:
+        print("log:\n" + open(os.path.join(tmp, "serve.log")).read()[-4000:])
+        print("%d check(s) failed" % len(failures))
+        return 1
+    import shutil
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("all gRPC checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
