@@ -61,6 +61,7 @@ typedef struct kimp {
 	const char *output;  /* the Keras output layer */
 	double pa[4], pc[4]; /* leading preprocessing so far: y = pa * x + pc */
 	int have_pre;
+	char base_name[NM]; /* the first nested model (a Keras application as the base) */
 	wload *loads;
 	int nloads, capl;
 } kimp;
@@ -577,6 +578,8 @@ static int nested(kimp *k, const char *name, const char *cls, json_t *cfg, const
 	const char *out = json_is_array(layers) && json_array_size(layers)
 				  ? output_name(cfg, layers, seq)
 				  : NULL;
+	if (!k->base_name[0])
+		snprintf(k->base_name, sizeof(k->base_name), "%s", name);
 	char feed[NM]; /* x lives in the alias table, which the walk grows */
 	snprintf(feed, sizeof(feed), "%s", x);
 	if (depth >= MAX_NESTING)
@@ -999,15 +1002,18 @@ static void set_meta(kimp *k, const char *model_name, wf_model_meta *meta)
 		}
 		return;
 	}
-	/* The Keras applications expect their preprocess_input outside the model. */
-	const char *mn = model_name ? model_name : "";
+	/* The Keras applications expect their preprocess_input outside the model
+	 * (also when one is the base model of a transfer-learning model). */
 	int h, w, cc;
 	const char *zoo = NULL;
-	if (strncasecmp(mn, "mobilenetv2", 11) == 0 || strncasecmp(mn, "nasnet", 6) == 0)
-		zoo = "mobilenetv2";
-	else if (strcmp(mn, "resnet50") == 0 || strcmp(mn, "resnet101") == 0 ||
-		 strcmp(mn, "resnet152") == 0)
-		zoo = "resnet50";
+	for (int q = 0; q < 2 && !zoo; q++) {
+		const char *mn = q ? k->base_name : model_name ? model_name : "";
+		if (strncasecmp(mn, "mobilenetv2", 11) == 0 || strncasecmp(mn, "nasnet", 6) == 0)
+			zoo = "mobilenetv2";
+		else if (strcmp(mn, "resnet50") == 0 || strcmp(mn, "resnet101") == 0 ||
+			 strcmp(mn, "resnet152") == 0)
+			zoo = "resnet50";
+	}
 	if (zoo)
 		wf_model_zoo_info(zoo, &h, &w, &cc, meta, NULL);
 }

@@ -256,6 +256,23 @@ static void test_nested_base_model_keras3_and_keras2(void)
 	wf_model_free(m);
 }
 
+/* A Keras application as the base model, without preprocessing layers:
+ * its preprocess_input ([-1, 1] for MobileNetV2) is the preprocessing. */
+static void test_nested_application_keeps_its_preprocessing(void)
+{
+	wf_model *m = NULL;
+	wf_model_meta meta;
+	wf_err err = {0};
+	WF_CHECK_MSG(wf_keras_load(&m, &meta, WF_FIXTURES "/nested_app_k3.h5", &err) == 0, "%s",
+		     err.msg);
+	if (!m)
+		return;
+	WF_CHECK_NEAR(meta.scale * 255 - meta.mean[0], 1.0, 1e-5);
+	WF_CHECK_NEAR(-meta.mean[1], -1.0, 1e-5);
+	wf_model_meta_free(&meta);
+	wf_model_free(m);
+}
+
 /* Keras 3 .keras archives: config.json + model.weights.h5 (layers/<name>/vars/<i>). */
 static void test_keras_archive(void)
 {
@@ -432,6 +449,7 @@ int main(void)
 	WF_RUN(test_unsupported_layers_are_named);
 	WF_RUN(test_not_a_keras_file);
 	WF_RUN(test_nested_base_model_keras3_and_keras2);
+	WF_RUN(test_nested_application_keeps_its_preprocessing);
 	WF_RUN(test_keras_archive);
 	WF_RUN(test_corrupt_archives_are_clear_errors);
 	wf_backend_free(cpu);
