@@ -10,7 +10,16 @@
  * and as Keras 3 call records ({"args": [{"class_name": "__keras_tensor__",
  * "config": {"keras_history": ["name", 0, 0]}}]}); string-list attributes
  * whole or split into name0, name1, ... (Keras does so past 64 KB); strings
- * of variable or fixed length. */
+ * of variable or fixed length.
+ *
+ * A Functional or Sequential model used as a layer (the transfer-learning
+ * recipe: base(inp, training=False) + a new head) is walked in place, its
+ * layers under their own Keras names; legacy .h5 keeps their weights in the
+ * nested model's group, named "<layer>/<weight>". Keras 3 .keras archives
+ * are zips read here through their central directory (stored or deflated
+ * entries, bounded sizes, CRC checked, no name used as a path): config.json
+ * is the model config and model.weights.h5, opened from memory, holds each
+ * layer's variables in order at layers/<snake_case class>[_N]/vars/<i>. */
 #include "model/keras.h"
 #include "model/zoo_build.h"
 
