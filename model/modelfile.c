@@ -415,6 +415,8 @@ int wf_model_load_trusted(wf_model **out, wf_model_meta *meta, const char *path,
 		return wf_errf(err, WF_EIO, "%s: %s", path, strerror(errno));
 	if (!S_ISREG(st.st_mode))
 		return wf_errf(err, WF_EIO, "%s: not a regular file", path);
+	if (wf_keras_is_archive(path)) /* model.save('x.keras') from Keras 3 */
+		return wf_keras_load(out, meta, path, err);
 	int rc = wf_h5_open(path, H5F_ACC_RDONLY, &f, err);
 	if (rc)
 		return rc;

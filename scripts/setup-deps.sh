@@ -7,6 +7,7 @@ PKGS=(
   build-essential cmake pkg-config
   libdnnl-dev            # oneDNN: CPU kernels
   libhdf5-dev hdf5-tools # model and dataset files
+  zlib1g-dev             # .keras (zip) archives
   libjansson-dev         # JSON: configs, TF_CONFIG, graphs, HTTP bodies
   libzmq3-dev            # parameter-server transport
   openmpi-bin libopenmpi-dev # allreduce on CPUs, mpirun

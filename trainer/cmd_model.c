@@ -226,8 +226,10 @@ int wf_cmd_import_keras(int argc, char **argv, wf_err *err)
 	};
 	const wf_command_help help = {
 		"weft import-keras IN.h5 OUT.h5 [--preprocessing MODE] [--labels FILE]",
-		"Convert a Keras model saved with model.save('x.h5') (Keras 2 or 3) to a weft\n"
-		"model file: the graph, the weights and the preprocessing. A final softmax\n"
+		"Convert a Keras model saved with model.save('x.h5') (Keras 2 or 3) or\n"
+		"model.save('x.keras') (Keras 3) to a weft model file: the graph, the weights\n"
+		"and the preprocessing; a base model nested as a layer (the transfer-learning\n"
+		"recipe) is flattened under its layers' names. A final softmax\n"
 		"becomes the logits output (the server applies softmax). Layers weft cannot\n"
 		"run are reported by name and class. weft-serve also loads Keras files directly."};
 	wf_model *m = NULL;

@@ -131,7 +131,7 @@ static const key_def keys[] = {
 	 "mobilenetv2: width multiplier (0.35, 0.5, 0.75, 1.0, 1.3, 1.4)"},
 	{"model.init_from", T_STR, F(model.init_from), "\"\"",
 	 "start from this weft model file, checkpoint directory (its newest complete step) or "
-	 "Keras .h5: every layer whose name and shapes match is copied, the rest is listed "
+	 "Keras .h5/.keras: every layer whose name and shapes match is copied, the rest is listed "
 	 "and starts fresh (a new head when the classes differ)"},
 	{"model.freeze", T_STR, F(model.freeze), "\"\"",
 	 "layers not trained (Keras trainable=False; their batch norms in inference mode): "

@@ -3,7 +3,9 @@
  * a functional model using every supported layer (Keras 3, Keras 2, and with
  * split attributes), Sequential models, and MobileNetV2(weights=None). The
  * imported model's predictions equal Keras's within 1e-4; wf_model_load
- * reads Keras files directly; unsupported layers fail with their name. */
+ * reads Keras files directly; unsupported layers fail with their name. Also
+ * the transfer-learning model (a base model nested as a layer; Keras 3 and
+ * 2) and Keras 3 .keras archives, whose corruptions are named errors. */
 #include "model/fold.h"
 #include "model/keras.h"
 #include "model/model.h"
@@ -93,16 +95,18 @@ static int predict(wf_model *m, const float *x, int n, float *logits, float *pro
 	return rc;
 }
 
-/* Import fixture `name`, run Keras's inputs through the recorded
- * preprocessing (raw) or as they are, and compare with Keras. */
-static void check_matches_keras(const char *name, int apply_pre, wf_model_meta *meta_out)
+/* Import fixture file `file` (expected outputs `name`), run Keras's inputs
+ * through the recorded preprocessing (raw) or as they are, and compare with
+ * Keras. */
+static void check_file_matches_keras(const char *file, const char *name, int apply_pre,
+				     wf_model_meta *meta_out)
 {
 	char path[512];
 	expected e;
 	wf_model *m = NULL;
 	wf_model_meta meta;
 	wf_err err = {0};
-	snprintf(path, sizeof(path), WF_FIXTURES "/%s.h5", name);
+	snprintf(path, sizeof(path), WF_FIXTURES "/%s", file);
 	WF_CHECK_MSG(load_expected(name, &e) == 0, "%s: no expected outputs", name);
 	WF_CHECK_MSG(wf_keras_load(&m, &meta, path, &err) == 0, "%s", err.msg);
 	if (!m || !e.input) {
@@ -137,6 +141,13 @@ static void check_matches_keras(const char *name, int apply_pre, wf_model_meta *
 	free(p);
 	wf_model_free(m);
 	expected_free(&e);
+}
+
+static void check_matches_keras(const char *name, int apply_pre, wf_model_meta *meta_out)
+{
+	char file[256];
+	snprintf(file, sizeof(file), "%s.h5", name);
+	check_file_matches_keras(file, name, apply_pre, meta_out);
 }
 
 static void test_every_layer_keras3(void)
@@ -217,6 +228,133 @@ static void test_model_load_reads_keras_and_round_trips(void)
 	wf_model_meta_free(&meta);
 	wf_model_meta_free(&meta2);
 	unlink(out);
+}
+
+/* The Keras transfer-learning model: a functional base model called as a
+ * layer inside a new model with its own head. Its layers are flattened under
+ * their Keras names; the Rescaling inside the base is the preprocessing. */
+static void test_nested_base_model_keras3_and_keras2(void)
+{
+	wf_model_meta meta;
+	memset(&meta, 0, sizeof(meta));
+	check_matches_keras("nested_k3", 1, &meta);
+	WF_CHECK_NEAR(meta.scale * 255 - meta.mean[0], 1.0, 1e-5);
+	check_matches_keras("nested_k2", 1, NULL);
+	wf_model *m = NULL;
+	wf_err err = {0};
+	WF_CHECK_MSG(wf_keras_load(&m, NULL, WF_FIXTURES "/nested_k3.h5", &err) == 0, "%s",
+		     err.msg);
+	if (m) {
+		int conv1 = 0, head = 0;
+		for (int i = 0; i < m->nlayers; i++) {
+			conv1 |= strcmp(m->layers[i].name, "Conv1") == 0;
+			head |= strcmp(m->layers[i].name, "head") == 0;
+		}
+		WF_CHECK_MSG(conv1 && head, "base layer Conv1 %d, head %d", conv1, head);
+		WF_CHECK(strcmp(m->layers[0].name, "image") == 0);
+	}
+	wf_model_free(m);
+}
+
+/* A Keras application as the base model, without preprocessing layers:
+ * its preprocess_input ([-1, 1] for MobileNetV2) is the preprocessing. */
+static void test_nested_application_keeps_its_preprocessing(void)
+{
+	wf_model *m = NULL;
+	wf_model_meta meta;
+	wf_err err = {0};
+	WF_CHECK_MSG(wf_keras_load(&m, &meta, WF_FIXTURES "/nested_app_k3.h5", &err) == 0, "%s",
+		     err.msg);
+	if (!m)
+		return;
+	WF_CHECK_NEAR(meta.scale * 255 - meta.mean[0], 1.0, 1e-5);
+	WF_CHECK_NEAR(-meta.mean[1], -1.0, 1e-5);
+	wf_model_meta_free(&meta);
+	wf_model_free(m);
+}
+
+/* Keras 3 .keras archives: config.json + model.weights.h5 (layers/<name>/vars/<i>). */
+static void test_keras_archive(void)
+{
+	check_file_matches_keras("nested_k3.keras", "nested_k3_keras", 1, NULL);
+	check_file_matches_keras("small_k3.keras", "small_k3_keras", 1, NULL);
+	wf_model *m = NULL;
+	wf_model_meta meta;
+	wf_err err = {0};
+	/* weft-serve's and weft eval's path */
+	WF_CHECK_MSG(wf_model_load(&m, &meta, WF_FIXTURES "/nested_k3.keras", &err) == 0, "%s",
+		     err.msg);
+	if (m) {
+		WF_CHECK_INT(m->classes, 3);
+		wf_model_meta_free(&meta);
+	}
+	wf_model_free(m);
+	WF_CHECK(wf_keras_check_archive(WF_FIXTURES "/nested_k3.keras", &err) == 0);
+	WF_CHECK(wf_keras_is_archive(WF_FIXTURES "/nested_k3.keras") == 1);
+	WF_CHECK(wf_keras_is_archive(WF_FIXTURES "/nested_k3.h5") == 0);
+}
+
+/* A copy of the .keras fixture: the first n bytes, one byte changed at
+ * `at` (if >= 0), or the first `find` after `after` renamed. */
+static int archive_copy(size_t n, long at, const char *find, char *path, size_t pn)
+{
+	FILE *in = fopen(WF_FIXTURES "/nested_k3.keras", "rb");
+	if (!in)
+		return -1;
+	unsigned char *buf = malloc(1 << 20);
+	size_t len = fread(buf, 1, 1 << 20, in);
+	fclose(in);
+	if (n > len)
+		n = len;
+	if (at >= 0 && (size_t)at < n)
+		buf[at] ^= 0x5a;
+	if (find) { /* the last occurrence: the central directory's */
+		size_t fl = strlen(find);
+		for (size_t i = n - fl; i > 0; i--)
+			if (memcmp(buf + i, find, fl) == 0) {
+				buf[i] = 'X';
+				break;
+			}
+	}
+	snprintf(path, pn, "/tmp/weft-test-keras-zip-%d.keras", (int)getpid());
+	FILE *out = fopen(path, "wb");
+	size_t w = out ? fwrite(buf, 1, n, out) : 0;
+	if (out)
+		fclose(out);
+	free(buf);
+	return w == n ? 0 : -1;
+}
+
+static void expect_archive_error(size_t n, long at, const char *find, const char *want)
+{
+	char path[256];
+	wf_model *m = NULL;
+	wf_model_meta meta;
+	wf_err err = {0};
+	WF_CHECK(archive_copy(n, at, find, path, sizeof(path)) == 0);
+	int rc = wf_model_load(&m, &meta, path, &err);
+	WF_CHECK_MSG(rc < 0 && m == NULL, "bytes %zu, flip %ld: loaded", n, at);
+	WF_CHECK_MSG(strstr(err.msg, path) && strstr(err.msg, want), "message: %s (want %s)",
+		     err.msg, want);
+	wf_model_free(m);
+	unlink(path);
+}
+
+static void test_corrupt_archives_are_clear_errors(void)
+{
+	FILE *f = fopen(WF_FIXTURES "/nested_k3.keras", "rb");
+	WF_CHECK(f != NULL);
+	if (!f)
+		return;
+	fseek(f, 0, SEEK_END);
+	size_t len = (size_t)ftell(f);
+	fclose(f);
+	expect_archive_error(len - 10, -1, NULL, "truncated");
+	expect_archive_error(len / 2, -1, NULL, "truncated");
+	expect_archive_error(100, -1, NULL, "truncated");
+	expect_archive_error(len, -1, "config.json", "without config.json");
+	expect_archive_error(len, -1, "model.weights.h5", "without model.weights.h5");
+	expect_archive_error(len, (long)len / 2, NULL, "model.weights.h5");
 }
 
 /* Copy the small fixture with one substring of its model_config replaced. */
@@ -310,6 +448,10 @@ int main(void)
 	WF_RUN(test_model_load_reads_keras_and_round_trips);
 	WF_RUN(test_unsupported_layers_are_named);
 	WF_RUN(test_not_a_keras_file);
+	WF_RUN(test_nested_base_model_keras3_and_keras2);
+	WF_RUN(test_nested_application_keeps_its_preprocessing);
+	WF_RUN(test_keras_archive);
+	WF_RUN(test_corrupt_archives_are_clear_errors);
 	wf_backend_free(cpu);
 	return wf_test_summary();
 }

@@ -3,8 +3,9 @@
 # (tests/model/fixtures/mobilenetv2_k3.h5, made by real Keras), lists the
 # rest (a new head when the classes differ; the source's preprocessing and
 # input name are kept); model.freeze keeps
-# the named layers (or the whole "backbone") exactly as they were. A Keras 3
-# .keras archive is refused with a message naming the format and the fix.
+# the named layers (or the whole "backbone") exactly as they were. The same
+# from a nested-base-model Keras .h5 (the Keras transfer-learning recipe);
+# Keras 3 .keras archives import, a broken one is a clear error.
 . "$WEFT_SRC/tests/trainer/lib.sh"
 make_synth p10.h5 2000 32 1
 "$WEFT" data synth --out f4.h5 --count 600 --size 32 --seed 3 --classes 4 >/dev/null
@@ -84,14 +85,43 @@ for t in Conv1/kernel block_16_project_BN/moving_mean; do
 	[ "$(tensor "$K" $t)" = "$(tensor mnv2/ckpt/step-3/model.h5 $t)" ] || fail "Keras $t not copied or not frozen"
 done
 
-# A Keras 3 .keras archive: a clear error.
-python3 -c 'import zipfile; z = zipfile.ZipFile("m.keras", "w"); z.writestr("config.json", "{}"); z.writestr("model.weights.h5", ""); z.close()'
+# The Keras transfer-learning model (tests/model/fixtures/finetune_k3.h5, made
+# by make_fixtures.py: a base model named as weft's smallcnn, nested as a
+# layer with a 10-class head, trained by Keras on weft's synthetic images):
+# its backbone frozen, a new 4-class head on other synthetic classes.
+KN="$WEFT_SRC/tests/model/fixtures/finetune_k3.h5"
+"$WEFT" data synth --out s4.h5 --count 600 --size 8 --seed 3 --classes 4 >/dev/null
+"$WEFT" data synth --out s4e.h5 --count 300 --size 8 --seed 4 --classes 4 >/dev/null
+train kn --set data.train=s4.h5 --set data.eval=s4e.h5 --set train.steps=60 \
+	--set model.init_from="$KN" --set model.freeze=backbone
+grep -q "model.init_from: 3 of 4 layers initialised from $KN; not initialised (new): logits" kn.err ||
+	fail "nested Keras init_from: $(cat kn.err)"
+train kn0 --set data.train=s4.h5 --set data.eval=s4e.h5 --set train.steps=60 --set model.freeze=backbone
+accn=$(last_metric kn/logs/metrics.jsonl eval_accuracy)
+accn0=$(last_metric kn0/logs/metrics.jsonl eval_accuracy)
+echo "nested Keras backbone, 60 steps of a new head: eval accuracy $accn (random backbone $accn0)"
+ge "$accn" 0.85 || fail "fine-tuned from the nested Keras model: accuracy $accn < 0.85"
+ge 0.6 "$accn0" || fail "a random frozen backbone reaches $accn0: the test does not show the transfer"
+for t in conv1/kernel conv2/bias dense1/kernel; do
+	[ "$(tensor "$KN" $t)" = "$(tensor kn/ckpt/step-60/model.h5 $t)" ] ||
+		fail "nested Keras $t not copied or not frozen"
+done
+"$WEFT" inspect --model kn/ckpt/step-60/model.h5 | grep -q "preprocessing scale 0.00392157 mean -\?0 std 1" ||
+	fail "the nested model's Rescaling(1/255) was not kept as the preprocessing"
+
+# A Keras 3 .keras archive (the same kind of nested model) imports and loads
+# directly; a broken one is an error naming the archive and what is wrong.
+KA="$WEFT_SRC/tests/model/fixtures/nested_k3.keras"
+"$WEFT" import-keras "$KA" imported.h5 >/dev/null 2>ka.err || fail "import-keras .keras: $(cat ka.err)"
+"$WEFT" inspect --model imported.h5 | grep -q "3 classes" || fail ".keras import: $("$WEFT" inspect --model imported.h5)"
+[ "$(tensor "$KA" Conv1/kernel)" = "$(tensor imported.h5 Conv1/kernel)" ] || fail ".keras: Conv1/kernel differs"
+python3 -c 'import zipfile; z = zipfile.ZipFile("m.keras", "w"); z.writestr("config.json", "{}"); z.close()'
 set +e
 "$WEFT" train --config cfg.json --set data.train=f4.h5 --set model.init_from=m.keras >/dev/null 2>keras.err
 rc=$?
 set -e
 cat keras.err
 [ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail ".keras archive: exit $rc"
-grep -q "Keras 3 .keras archive" keras.err && grep -q "save('model.h5')" keras.err ||
-	fail ".keras archive: no message naming the format and the fix"
+grep -q "m.keras: .keras archive without model.weights.h5" keras.err ||
+	fail "broken .keras archive: no message naming the file and what is missing"
 echo ok
