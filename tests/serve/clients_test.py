@@ -19,25 +19,12 @@ import numpy as np
 import tritonclient.http as tc
 from tritonclient.utils import InferenceServerException
 
+from testlib import check, failures, free_port  # tests/serve/testlib.py
+
 SERVE = os.environ["WEFT_SERVE"]
 TOOL = os.environ["WEFT_SERVE_TOOL"]
 VENV = os.path.dirname(os.path.dirname(sys.executable))
-failures = []
 procs = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def http(port, method, path, body=None):

@@ -18,25 +18,12 @@ import threading
 import time
 import zlib
 
+from testlib import check, failures, free_port  # tests/serve/testlib.py
+
 SERVE = os.environ["WEFT_SERVE"]
 TOOL = os.environ["WEFT_SERVE_TOOL"]
 BENCH = os.environ.get("WEFT_BENCH", "")
-failures = []
 procs = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def start_server(base, port, *extra):

@@ -31,27 +31,14 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
                                      model_service_pb2_grpc, predict_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 
+from testlib import check, failures, free_port  # tests/serve/testlib.py
+
 SERVE = os.environ["WEFT_SERVE"]
 TOOL = os.environ["WEFT_SERVE_TOOL"]
 H = W = 32
 C = 3
 MAX_MSG = 8 << 20
-failures = []
 procs = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        failures.append(what)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def http_infer(port, inputs):
