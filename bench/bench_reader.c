@@ -37,7 +37,8 @@ int main(int argc, char **argv)
 		}
 	}
 	if (!path || threads < 1 || batch < 1 || steps < 1 || reps < 1 || reps > 64) {
-		fprintf(stderr, "bench_reader: DATASET and positive --threads/--batch/--steps/--reps\n");
+		fprintf(stderr,
+			"bench_reader: DATASET and positive --threads/--batch/--steps/--reps\n");
 		return 2;
 	}
 	wf_err err = {0};

@@ -23,29 +23,6 @@ typedef Inference__ModelInferRequest__InferInputTensor in_tensor;
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static const uint8_t empty_msg[1];
-
-static void *unpack(const ProtobufCMessageDescriptor *d, const wf_grpc_call *call)
-{
-	return protobuf_c_message_unpack(d, NULL, call->len, call->len ? call->msg : empty_msg);
-}
-
-static int bad_message(wf_grpc_call *call, const char *what)
-{
-	return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "cannot parse the %s message", what);
-}
-
-static int reply(wf_grpc_call *call, const ProtobufCMessage *m)
-{
-	size_t n = protobuf_c_message_get_packed_size(m);
-	uint8_t *buf = wf_grpc_reply_buf(call, n);
-	if (!buf)
-		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
-				    "out of memory for the reply");
-	protobuf_c_message_pack(m, buf);
-	return WF_GRPC_OK;
-}
-
 /* "" is the latest version (0); otherwise a positive integer. */
 static int parse_version(const char *s, long *v, wf_grpc_call *call)
 {
@@ -76,39 +53,39 @@ static int get_model(wf_grpc_adapter *a, const char *name, const char *version, 
 static int server_live(void *ctx, wf_grpc_call *call)
 {
 	Inference__ServerLiveRequest *rq =
-		unpack(&inference__server_live_request__descriptor, call);
+		wf_grpc_unpack(&inference__server_live_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "ServerLiveRequest");
+		return wf_grpc_bad_message(call, "ServerLiveRequest");
 	inference__server_live_request__free_unpacked(rq, NULL);
 	Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
 	r.live = 1;
-	return reply(call, &r.base);
+	return wf_grpc_reply(call, &r.base);
 }
 
 static int server_ready(void *ctx, wf_grpc_call *call)
 {
 	Inference__ServerReadyRequest *rq =
-		unpack(&inference__server_ready_request__descriptor, call);
+		wf_grpc_unpack(&inference__server_ready_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "ServerReadyRequest");
+		return wf_grpc_bad_message(call, "ServerReadyRequest");
 	inference__server_ready_request__free_unpacked(rq, NULL);
 	Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
 	r.ready = wf_grpc_server_ready(ctx);
-	return reply(call, &r.base);
+	return wf_grpc_reply(call, &r.base);
 }
 
 static int model_ready(void *ctx, wf_grpc_call *call)
 {
 	Inference__ModelReadyRequest *rq =
-		unpack(&inference__model_ready_request__descriptor, call);
+		wf_grpc_unpack(&inference__model_ready_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "ModelReadyRequest");
+		return wf_grpc_bad_message(call, "ModelReadyRequest");
 	long v;
 	int code = parse_version(rq->version, &v, call);
 	Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
 	if (!code) {
 		r.ready = wf_grpc_model_ready(ctx, rq->name, v);
-		code = reply(call, &r.base);
+		code = wf_grpc_reply(call, &r.base);
 	}
 	inference__model_ready_request__free_unpacked(rq, NULL);
 	return code;
@@ -117,9 +94,9 @@ static int model_ready(void *ctx, wf_grpc_call *call)
 static int server_metadata(void *ctx, wf_grpc_call *call)
 {
 	Inference__ServerMetadataRequest *rq =
-		unpack(&inference__server_metadata_request__descriptor, call);
+		wf_grpc_unpack(&inference__server_metadata_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "ServerMetadataRequest");
+		return wf_grpc_bad_message(call, "ServerMetadataRequest");
 	inference__server_metadata_request__free_unpacked(rq, NULL);
 	static char *ext[] = {"classification", "model_configuration", "statistics",
 			      "model_repository"};
@@ -128,15 +105,15 @@ static int server_metadata(void *ctx, wf_grpc_call *call)
 	r.version = WF_SERVE_GRPC_VERSION;
 	r.n_extensions = WF_ARRAY_LEN(ext);
 	r.extensions = ext;
-	return reply(call, &r.base);
+	return wf_grpc_reply(call, &r.base);
 }
 
 static int model_metadata(void *ctx, wf_grpc_call *call)
 {
 	Inference__ModelMetadataRequest *rq =
-		unpack(&inference__model_metadata_request__descriptor, call);
+		wf_grpc_unpack(&inference__model_metadata_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "ModelMetadataRequest");
+		return wf_grpc_bad_message(call, "ModelMetadataRequest");
 	wf_grpc_model m;
 	int code = get_model(ctx, rq->name, rq->version, &m, call);
 	if (!code) {
@@ -172,7 +149,7 @@ static int model_metadata(void *ctx, wf_grpc_call *call)
 		r.inputs = inp;
 		r.n_outputs = 2;
 		r.outputs = outp;
-		code = reply(call, &r.base);
+		code = wf_grpc_reply(call, &r.base);
 		wf_grpc_model_put(ctx, &m);
 	}
 	inference__model_metadata_request__free_unpacked(rq, NULL);
@@ -182,9 +159,9 @@ static int model_metadata(void *ctx, wf_grpc_call *call)
 static int model_config(void *ctx, wf_grpc_call *call)
 {
 	Inference__ModelConfigRequest *rq =
-		unpack(&inference__model_config_request__descriptor, call);
+		wf_grpc_unpack(&inference__model_config_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "ModelConfigRequest");
+		return wf_grpc_bad_message(call, "ModelConfigRequest");
 	wf_grpc_model m;
 	int code = get_model(ctx, rq->name, rq->version, &m, call);
 	if (!code) {
@@ -240,7 +217,7 @@ static int model_config(void *ctx, wf_grpc_call *call)
 		cfg.default_model_filename = "model.h5";
 		Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
 		r.config = &cfg;
-		code = reply(call, &r.base);
+		code = wf_grpc_reply(call, &r.base);
 		wf_grpc_model_put(ctx, &m);
 	}
 	inference__model_config_request__free_unpacked(rq, NULL);
@@ -259,9 +236,9 @@ static void duration(Inference__StatisticDuration *d, const wf_grpc_duration *s)
 static int model_statistics(void *ctx, wf_grpc_call *call)
 {
 	Inference__ModelStatisticsRequest *rq =
-		unpack(&inference__model_statistics_request__descriptor, call);
+		wf_grpc_unpack(&inference__model_statistics_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "ModelStatisticsRequest");
+		return wf_grpc_bad_message(call, "ModelStatisticsRequest");
 	long v;
 	int code = parse_version(rq->version, &v, call);
 	const char *names[64];
@@ -331,7 +308,7 @@ static int model_statistics(void *ctx, wf_grpc_call *call)
 		Inference__ModelStatisticsResponse r = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
 		r.n_model_stats = (size_t)n;
 		r.model_stats = msp;
-		code = reply(call, &r.base);
+		code = wf_grpc_reply(call, &r.base);
 	}
 	inference__model_statistics_request__free_unpacked(rq, NULL);
 	return code;
@@ -340,9 +317,9 @@ static int model_statistics(void *ctx, wf_grpc_call *call)
 static int repository_index(void *ctx, wf_grpc_call *call)
 {
 	Inference__RepositoryIndexRequest *rq =
-		unpack(&inference__repository_index_request__descriptor, call);
+		wf_grpc_unpack(&inference__repository_index_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "RepositoryIndexRequest");
+		return wf_grpc_bad_message(call, "RepositoryIndexRequest");
 	const char *names[64];
 	int nnames = wf_grpc_model_names(ctx, names, (int)WF_ARRAY_LEN(names)), n = 0;
 	enum { MAXI = 64 };
@@ -372,30 +349,30 @@ static int repository_index(void *ctx, wf_grpc_call *call)
 	r.n_models = (size_t)n;
 	r.models = mip;
 	inference__repository_index_request__free_unpacked(rq, NULL);
-	return reply(call, &r.base);
+	return wf_grpc_reply(call, &r.base);
 }
 
 static int repository_load(void *ctx, wf_grpc_call *call)
 {
 	Inference__RepositoryModelLoadRequest *rq =
-		unpack(&inference__repository_model_load_request__descriptor, call);
+		wf_grpc_unpack(&inference__repository_model_load_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "RepositoryModelLoadRequest");
+		return wf_grpc_bad_message(call, "RepositoryModelLoadRequest");
 	int code =
 		wf_grpc_repository_load(ctx, rq->model_name, call->message, sizeof(call->message));
 	inference__repository_model_load_request__free_unpacked(rq, NULL);
 	if (code)
 		return code;
 	Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
-	return reply(call, &r.base);
+	return wf_grpc_reply(call, &r.base);
 }
 
 static int repository_unload(void *ctx, wf_grpc_call *call)
 {
 	Inference__RepositoryModelUnloadRequest *rq =
-		unpack(&inference__repository_model_unload_request__descriptor, call);
+		wf_grpc_unpack(&inference__repository_model_unload_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "RepositoryModelUnloadRequest");
+		return wf_grpc_bad_message(call, "RepositoryModelUnloadRequest");
 	int code = wf_grpc_repository_unload(ctx, rq->model_name, call->message,
 					     sizeof(call->message));
 	inference__repository_model_unload_request__free_unpacked(rq, NULL);
@@ -403,7 +380,7 @@ static int repository_unload(void *ctx, wf_grpc_call *call)
 		return code;
 	Inference__RepositoryModelUnloadResponse r =
 		INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
-	return reply(call, &r.base);
+	return wf_grpc_reply(call, &r.base);
 }
 
 /* ---- inference ------------------------------------------------------------ */
@@ -575,6 +552,8 @@ bytes_out:
 	return code;
 }
 
+static const uint8_t empty_msg[1]; /* what an empty body unpacks from */
+
 int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, float **x,
 				int *n, char *why, size_t cap)
 {
@@ -723,7 +702,7 @@ static int build_infer_reply(wf_grpc_call *call, const infer_req *rq, const wf_g
 	r.outputs = otp;
 	r.n_raw_output_contents = (size_t)no;
 	r.raw_output_contents = raw;
-	code = reply(call, &r.base);
+	code = wf_grpc_reply(call, &r.base);
 out:
 	free(idx);
 	free(owned[0]);
@@ -735,11 +714,11 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 {
 	double t0 = wf_now();
 	wf_grpc_adapter *a = ctx;
-	infer_req *rq = unpack(&inference__model_infer_request__descriptor, call);
+	infer_req *rq = wf_grpc_unpack(&inference__model_infer_request__descriptor, call);
 	if (!rq) {
 		wf_grpc_model_failed(a, WF_SERVE_EP_V2_INFER, WF_GRPC_INVALID_ARGUMENT,
 				     wf_now() - t0);
-		return bad_message(call, "ModelInferRequest");
+		return wf_grpc_bad_message(call, "ModelInferRequest");
 	}
 	wf_grpc_model m = {0};
 	float *x = NULL, *logits = NULL, *probs = NULL;

@@ -84,6 +84,31 @@ void wf_grpc_servers_stop(wf_grpc_servers *s)
 
 /* ---- model input -------------------------------------------------------- */
 
+/* ---- protobuf messages ------------------------------------------------- */
+
+static const uint8_t empty_msg[1];
+
+void *wf_grpc_unpack(const ProtobufCMessageDescriptor *d, const wf_grpc_call *call)
+{
+	return protobuf_c_message_unpack(d, NULL, call->len, call->len ? call->msg : empty_msg);
+}
+
+int wf_grpc_bad_message(wf_grpc_call *call, const char *what)
+{
+	return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "cannot parse the %s message", what);
+}
+
+int wf_grpc_reply(wf_grpc_call *call, const ProtobufCMessage *m)
+{
+	size_t n = protobuf_c_message_get_packed_size(m);
+	uint8_t *buf = wf_grpc_reply_buf(call, n);
+	if (!buf)
+		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
+				    "out of memory for the reply");
+	protobuf_c_message_pack(m, buf);
+	return WF_GRPC_OK;
+}
+
 static size_t per_sample(const wf_grpc_io *io)
 {
 	return (size_t)io->h * io->w * io->c;

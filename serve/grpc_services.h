@@ -12,6 +12,7 @@
 #include "serve/grpc.h"
 #include "serve/grpc_adapter.h"
 
+#include <protobuf-c/protobuf-c.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -43,6 +44,16 @@ int wf_grpc_servers_kserve_port(wf_grpc_servers *s);
 /* Calls being handled now. */
 int wf_grpc_servers_inflight(wf_grpc_servers *s);
 void wf_grpc_servers_stop(wf_grpc_servers *s);
+
+/* ---- protobuf messages in and out (shared by both APIs) ---- */
+
+/* The call's request as a d message (an empty body is the empty message);
+ * NULL when it does not parse. Free with protobuf_c_message_free_unpacked. */
+void *wf_grpc_unpack(const ProtobufCMessageDescriptor *d, const wf_grpc_call *call);
+/* INVALID_ARGUMENT naming the message (`what`) that did not parse. */
+int wf_grpc_bad_message(wf_grpc_call *call, const char *what);
+/* Pack m as the call's reply: WF_GRPC_OK, or RESOURCE_EXHAUSTED. */
+int wf_grpc_reply(wf_grpc_call *call, const ProtobufCMessage *m);
 
 /* ---- model input from tensors (shared by both APIs) ---- */
 

@@ -24,29 +24,6 @@
 
 typedef Tensorflow__Serving__ModelSpec model_spec;
 
-static const uint8_t empty_msg[1];
-
-static void *unpack(const ProtobufCMessageDescriptor *d, const wf_grpc_call *call)
-{
-	return protobuf_c_message_unpack(d, NULL, call->len, call->len ? call->msg : empty_msg);
-}
-
-static int bad_message(wf_grpc_call *call, const char *what)
-{
-	return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "cannot parse the %s message", what);
-}
-
-static int reply(wf_grpc_call *call, const ProtobufCMessage *m)
-{
-	size_t n = protobuf_c_message_get_packed_size(m);
-	uint8_t *buf = wf_grpc_reply_buf(call, n);
-	if (!buf)
-		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
-				    "out of memory for the reply");
-	protobuf_c_message_pack(m, buf);
-	return WF_GRPC_OK;
-}
-
 /* The version a ModelSpec asks for, held in m. */
 static int get_model(wf_grpc_adapter *a, const model_spec *spec, int check_signature,
 		     wf_grpc_model *m, wf_grpc_call *call)
@@ -285,6 +262,8 @@ static int classify_input(const wf_grpc_io *io,
 	return WF_GRPC_OK;
 }
 
+static const uint8_t empty_msg[1]; /* what an empty body unpacks from */
+
 int wf_grpc_tfs_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, int classify,
 			     float **x, int *n, char *why, size_t cap)
 {
@@ -336,11 +315,11 @@ static int predict(void *ctx, wf_grpc_call *call)
 	double t0 = wf_now();
 	wf_grpc_adapter *a = ctx;
 	Tensorflow__Serving__PredictRequest *rq =
-		unpack(&tensorflow__serving__predict_request__descriptor, call);
+		wf_grpc_unpack(&tensorflow__serving__predict_request__descriptor, call);
 	if (!rq) {
 		wf_grpc_model_failed(a, WF_SERVE_EP_V1_PREDICT, WF_GRPC_INVALID_ARGUMENT,
 				     wf_now() - t0);
-		return bad_message(call, "PredictRequest");
+		return wf_grpc_bad_message(call, "PredictRequest");
 	}
 	wf_grpc_model m = {0};
 	float *x = NULL, *logits = NULL, *probs = NULL;
@@ -400,7 +379,7 @@ static int predict(void *ctx, wf_grpc_call *call)
 		r.model_spec = &spec;
 		r.n_outputs = (size_t)no;
 		r.outputs = ep;
-		code = reply(call, &r.base);
+		code = wf_grpc_reply(call, &r.base);
 	}
 	if (code && !inferred)
 		wf_grpc_model_failed(a, WF_SERVE_EP_V1_PREDICT, code, wf_now() - t0);
@@ -417,11 +396,11 @@ static int classify(void *ctx, wf_grpc_call *call)
 	double t0 = wf_now();
 	wf_grpc_adapter *a = ctx;
 	Tensorflow__Serving__ClassificationRequest *rq =
-		unpack(&tensorflow__serving__classification_request__descriptor, call);
+		wf_grpc_unpack(&tensorflow__serving__classification_request__descriptor, call);
 	if (!rq) {
 		wf_grpc_model_failed(a, WF_SERVE_EP_V1_CLASSIFY, WF_GRPC_INVALID_ARGUMENT,
 				     wf_now() - t0);
-		return bad_message(call, "ClassificationRequest");
+		return wf_grpc_bad_message(call, "ClassificationRequest");
 	}
 	wf_grpc_model m = {0};
 	float *x = NULL, *logits = NULL, *probs = NULL;
@@ -475,7 +454,7 @@ static int classify(void *ctx, wf_grpc_call *call)
 				TENSORFLOW__SERVING__CLASSIFICATION_RESPONSE__INIT;
 			r.model_spec = &spec;
 			r.result = &res;
-			code = reply(call, &r.base);
+			code = wf_grpc_reply(call, &r.base);
 		}
 		free(cl);
 		free(clp);
@@ -497,9 +476,9 @@ static int classify(void *ctx, wf_grpc_call *call)
 static int regress(void *ctx, wf_grpc_call *call)
 {
 	Tensorflow__Serving__RegressionRequest *rq =
-		unpack(&tensorflow__serving__regression_request__descriptor, call);
+		wf_grpc_unpack(&tensorflow__serving__regression_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "RegressionRequest");
+		return wf_grpc_bad_message(call, "RegressionRequest");
 	wf_grpc_model m = {0};
 	int code = get_model(ctx, rq->model_spec, 0, &m, call);
 	if (!code) {
@@ -537,9 +516,9 @@ static void tensor_info(Tensorflow__TensorInfo *ti, Tensorflow__TensorShapeProto
 static int get_model_metadata(void *ctx, wf_grpc_call *call)
 {
 	Tensorflow__Serving__GetModelMetadataRequest *rq =
-		unpack(&tensorflow__serving__get_model_metadata_request__descriptor, call);
+		wf_grpc_unpack(&tensorflow__serving__get_model_metadata_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "GetModelMetadataRequest");
+		return wf_grpc_bad_message(call, "GetModelMetadataRequest");
 	wf_grpc_model m = {0};
 	int code = WF_GRPC_OK;
 	if (rq->n_metadata_field == 0)
@@ -613,7 +592,7 @@ static int get_model_metadata(void *ctx, wf_grpc_call *call)
 			r.model_spec = &spec;
 			r.n_metadata = 1;
 			r.metadata = mep;
-			code = reply(call, &r.base);
+			code = wf_grpc_reply(call, &r.base);
 			free(mbuf);
 		}
 		wf_grpc_model_put(ctx, &m);
@@ -625,9 +604,9 @@ static int get_model_metadata(void *ctx, wf_grpc_call *call)
 static int get_model_status(void *ctx, wf_grpc_call *call)
 {
 	Tensorflow__Serving__GetModelStatusRequest *rq =
-		unpack(&tensorflow__serving__get_model_status_request__descriptor, call);
+		wf_grpc_unpack(&tensorflow__serving__get_model_status_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "GetModelStatusRequest");
+		return wf_grpc_bad_message(call, "GetModelStatusRequest");
 	const model_spec *spec = rq->model_spec;
 	int code = WF_GRPC_OK;
 	long want = 0;
@@ -686,7 +665,7 @@ static int get_model_status(void *ctx, wf_grpc_call *call)
 			TENSORFLOW__SERVING__GET_MODEL_STATUS_RESPONSE__INIT;
 		r.n_model_version_status = (size_t)n;
 		r.model_version_status = stp;
-		code = reply(call, &r.base);
+		code = wf_grpc_reply(call, &r.base);
 	}
 	tensorflow__serving__get_model_status_request__free_unpacked(rq, NULL);
 	return code;
@@ -751,9 +730,9 @@ static int model_config(const Tensorflow__Serving__ModelConfig *p, wf_serve_mode
 static int reload_config(void *ctx, wf_grpc_call *call)
 {
 	Tensorflow__Serving__ReloadConfigRequest *rq =
-		unpack(&tensorflow__serving__reload_config_request__descriptor, call);
+		wf_grpc_unpack(&tensorflow__serving__reload_config_request__descriptor, call);
 	if (!rq)
-		return bad_message(call, "ReloadConfigRequest");
+		return wf_grpc_bad_message(call, "ReloadConfigRequest");
 	int code = WF_GRPC_OK;
 	const Tensorflow__Serving__ModelServerConfig *cfg = rq->config;
 	if (!cfg ||
@@ -782,7 +761,7 @@ static int reload_config(void *ctx, wf_grpc_call *call)
 	Tensorflow__Serving__ReloadConfigResponse r =
 		TENSORFLOW__SERVING__RELOAD_CONFIG_RESPONSE__INIT;
 	r.status = &sp;
-	return reply(call, &r.base);
+	return wf_grpc_reply(call, &r.base);
 }
 
 const wf_grpc_method wf_grpc_tfs_methods[] = {

@@ -28,9 +28,9 @@ typedef struct wf_config {
 		char train[WF_CFG_PATH_MAX];
 		char eval[WF_CFG_PATH_MAX]; /* "" = no evaluation */
 		int augment;		    /* the boolean form: crop + flip */
-		long crop_padding; /* pixels */
-		long memory_mb;	   /* image bytes loaded at open (MiB) */
-		struct {	   /* the object form: data.augment.* */
+		long crop_padding;	    /* pixels */
+		long memory_mb;		    /* image bytes loaded at open (MiB) */
+		struct {		    /* the object form: data.augment.* */
 			int flip, crop, random_resized_crop;
 			double scale_min, scale_max, ratio_min, ratio_max;
 			double brightness, contrast, saturation;

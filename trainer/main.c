@@ -53,7 +53,7 @@ static void usage(FILE *out)
 int main(int argc, char **argv)
 {
 	wf_err err = {0};
-	wf_cpus_passive_openmp(argv); /* may re-execute this program once */
+	wf_cpus_passive_openmp(argv);	       /* may re-execute this program once */
 	H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors are reported through wf_err */
 	if (argc < 2) {
 		usage(stderr);

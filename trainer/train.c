@@ -53,7 +53,7 @@ typedef struct run {
 	wf_reader *rd;
 	FILE *metrics;
 	wf_tfevents *tb;
-	int log_failed; /* the last log write failed (warned once) */
+	int log_failed;			/* the last log write failed (warned once) */
 	wf_tfevents *tb_train, *tb_val; /* log.dir/train, log.dir/validation (Keras's runs) */
 	int bn_warned;
 	wf_optim_cfg optim;

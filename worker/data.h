@@ -90,9 +90,9 @@ typedef struct wf_reader_cfg {
 	int slices;	  /* consecutive slices this reader takes */
 	int total_slices; /* slices per global batch (workers x accumulation) */
 	uint64_t seed;
-	int shuffle;	 /* 0: file order, every sample once (evaluation) */
-	int augment;	 /* random crop with padding `pad` and horizontal flip */
-	int pad;	 /* crop padding in pixels (4) */
+	int shuffle; /* 0: file order, every sample once (evaluation) */
+	int augment; /* random crop with padding `pad` and horizontal flip */
+	int pad;     /* crop padding in pixels (4) */
 	/* augmentation switches, each on its own (augment = crop + flip) */
 	int flip;	    /* horizontal flip, p = 0.5 */
 	int crop;	    /* random crop after zero padding `pad` */

@@ -33,10 +33,10 @@ struct wf_reader {
 	/* producer-only state */
 	long *perm; /* [N] permutation of perm_epoch (shuffle only) */
 	long perm_epoch;
-	long *idx;    /* [per_batch] sample indices of the batch being made */
-	uint8_t *raw; /* [per_batch, H, W, C] gathered bytes */
-	int encoded;  /* decode in the batch threads */
-	int threads;  /* batch threads (>= 1) */
+	long *idx;			  /* [per_batch] sample indices of the batch being made */
+	uint8_t *raw;			  /* [per_batch, H, W, C] gathered bytes */
+	int encoded;			  /* decode in the batch threads */
+	int threads;			  /* batch threads (>= 1) */
 	uint8_t *tmp[READER_MAX_THREADS]; /* [H,W,C] scratch per batch thread */
 
 	/* the ring: slots [head, head + filled) are ready; with held, the consumer
