@@ -314,6 +314,8 @@ int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *siz
 	if (h->version != WF_PS_VERSION)
 		REJECT(WF_PS_REJECT_VERSION, "protocol version %u, this build speaks %d",
 		       h->version, WF_PS_VERSION);
+	if (raw[38] || raw[39]) /* reserved: zero, so a header has one encoding */
+		REJECT(WF_PS_REJECT_HEADER, "reserved header bytes 38-39 are not zero");
 	if (h->op < 1 || h->op >= WF_PS_OP__COUNT)
 		REJECT(WF_PS_REJECT_OP, "unknown op %u", h->op);
 	if (!check_flags(h, lim))

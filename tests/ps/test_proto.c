@@ -235,6 +235,26 @@ static void test_rejects_each_fault(void)
 	WF_CHECK_INT(reason, WF_PS_REJECT_FRAMES);
 }
 
+/* A header has one encoding: bytes 38-39 (after dtype) are reserved zero,
+ * even under a matching checksum (found by fuzz_ps_msg). */
+static void test_rejects_nonzero_reserved_bytes(void)
+{
+	float g[257] = {0};
+	wf_ps_hdr h;
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	int reason;
+	make_push(&h, hb, g, 256, 0);
+	hb[38] = 5;
+	memset(hb + 56, 0, 4);
+	const void *f[1] = {g};
+	size_t sz[1] = {256 * sizeof(float)};
+	uint32_t c = wf_ps_crc32c(wf_ps_payload_crc(f, sz, 1), hb, sizeof(hb));
+	for (int i = 0; i < 4; i++)
+		hb[56 + i] = (uint8_t)(c >> (8 * i));
+	WF_CHECK_INT(parse2(hb, 64, g, 1024, &reason), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_HEADER);
+}
+
 static void test_state_and_replies(void)
 {
 	float g[256] = {0}, st[10] = {1, 2, 3};
@@ -461,6 +481,7 @@ int main(void)
 	WF_RUN(test_deferred_checksum_catches_corruption);
 	WF_RUN(test_round_trip);
 	WF_RUN(test_rejects_each_fault);
+	WF_RUN(test_rejects_nonzero_reserved_bytes);
 	WF_RUN(test_state_and_replies);
 	WF_RUN(test_stats_json_round_trip);
 	WF_RUN(test_placement_respects_views);
