@@ -1,7 +1,7 @@
 /* fuzz_modelconfig.c: libFuzzer target for weft-serve's protobuf text
  * readers: TF Serving's ModelServerConfig (--model_config_file) and Triton's
  * config.pbtxt. The first byte picks the reader. Any input must give 0 or
- * an error, never a crash. Seeds: tests/fuzz/seeds/modelconfig/. */
+ * an error, never a crash. Seeds: tests/fuzz/seeds/fuzz_modelconfig/. */
 #include "serve/modelconfig.h"
 
 #include <stdint.h>
