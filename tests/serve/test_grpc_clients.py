@@ -41,6 +41,24 @@ MAX_MSG = 8 << 20
 procs = []
 
 
+def start_kserve_server(base, port, log, *flags):
+    """weft-serve with model m from base, KServe gRPC on port; waits until ready."""
+    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
+                          "--bind_address", "127.0.0.1", "--rest_api_port", "0", "--port", "0",
+                          "--grpc_port", str(port), *flags],
+                         stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
+    c = tg.InferenceServerClient("127.0.0.1:%d" % port)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            if c.is_server_ready():
+                break
+        except InferenceServerException:
+            time.sleep(0.1)
+    return p, c
+
+
 def http_infer(port, inputs):
     body = json.dumps({"inputs": inputs, "outputs": [{"name": "logits"}]}).encode()
     req = urllib.request.Request("http://127.0.0.1:%d/v2/models/m/infer" % port, body,
@@ -455,20 +473,8 @@ def overload_check(tmp, base):
     at once for the excess, the rest answered."""
     port = free_port()
     log = open(os.path.join(tmp, "serve-overload.log"), "w")
-    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
-                          "--bind_address", "127.0.0.1", "--rest_api_port", "0", "--port", "0",
-                          "--grpc_port", str(port), "--grpc_threads", "1",
-                          "--num_batch_threads", "1", "--threads", "1"],
-                         stdout=log, stderr=subprocess.STDOUT)
-    procs.append(p)
-    c = tg.InferenceServerClient("127.0.0.1:%d" % port)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if c.is_server_ready():
-                break
-        except InferenceServerException:
-            time.sleep(0.1)
+    p, c = start_kserve_server(base, port, log, "--grpc_threads", "1",
+                          "--num_batch_threads", "1", "--threads", "1")
     x = np.random.default_rng(3).random((64, H, W, C), dtype=np.float32)
     results = queue.Queue()
     n = 40
@@ -515,20 +521,8 @@ def drain_check(tmp, base):
     UNAVAILABLE, exit 0."""
     port = free_port()
     log = open(os.path.join(tmp, "serve-drain.log"), "w")
-    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
-                          "--bind_address", "127.0.0.1", "--rest_api_port", "0", "--port", "0",
-                          "--grpc_port", str(port), "--enable_batching", "--max_batch_size", "64",
-                          "--batch_timeout_micros", "2000000", "--num_batch_threads", "1"],
-                         stdout=log, stderr=subprocess.STDOUT)
-    procs.append(p)
-    c = tg.InferenceServerClient("127.0.0.1:%d" % port)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if c.is_server_ready():
-                break
-        except InferenceServerException:
-            time.sleep(0.1)
+    p, c = start_kserve_server(base, port, log, "--enable_batching", "--max_batch_size", "64",
+                          "--batch_timeout_micros", "2000000", "--num_batch_threads", "1")
     x = np.random.default_rng(4).random((1, H, W, C), dtype=np.float32)
     results = queue.Queue()
     for k in range(4):
