@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <zmq.h>
 
 /* One outstanding request. Slots: chunk k uses slot k, the state pseudo
@@ -557,6 +558,13 @@ void wf_ps_client_free(wf_ps_client *c)
 	free(c);
 }
 
+double wf_ps_client_set_connect_timeout(wf_ps_client *c, double seconds)
+{
+	double old = c->cfg.connect_timeout;
+	c->cfg.connect_timeout = seconds;
+	return old;
+}
+
 int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *err)
 {
 	int n = c->cfg.nservers;
@@ -617,6 +625,20 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 	}
 	if (min_step)
 		*min_step = m;
+	/* every server answered: wait (briefly) until its heartbeats name its
+	 * incarnation too, so that a request sent from now on fails when the
+	 * server restarts under it instead of waiting forever for a reply the
+	 * new process never owes */
+	for (double until = wf_now() + 4 * c->cfg.heartbeat_interval;
+	     c->hb_started && wf_now() < until;) {
+		int known = 0;
+		for (int s = 0; s < n; s++)
+			known += atomic_load(&c->inc[s]) != 0;
+		if (known == n)
+			break;
+		struct timespec ts = {0, 5 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
 	return 0;
 }
 

@@ -58,6 +58,8 @@ void wf_ps_client_free(wf_ps_client *c); /* accepts NULL */
  * ([nservers], may be NULL) receives each server's step (-1: not yet
  * initialized); *min_step the lowest (-1 if any is uninitialized). */
 int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *err);
+/* Change how long register keeps retrying (0: the default); returns the old value. */
+double wf_ps_client_set_connect_timeout(wf_ps_client *c, double seconds);
 /* Chief: seed every chunk with params (+ slots[k] [nparams] each, may be
  * NULL: zeros) at version step, and the state (if nstate) on server 0. */
 int wf_ps_client_init(wf_ps_client *c, const float *params, const float *const *slots,

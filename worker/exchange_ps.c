@@ -3,6 +3,7 @@
  * the chief, and the recovery that follows a server restart. */
 #include "worker/exchange_ps.h"
 
+#include "common/ckptdir.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "ps/client.h"
@@ -12,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* Seconds a process that may find the job over waits for a server to answer. */
+#define WF_PS_JOB_OVER_WAIT 10.0
 
 typedef struct ps_ctx {
 	wf_exchange_ps_cfg cfg;
@@ -330,11 +334,30 @@ static int ps_finish(wf_exchange *x, wf_err *err)
 	int rc = wf_ps_client_barrier(c->cl, c->step, err);
 	if (rc == WF_ETRANSIENT) {
 		/* a server restarted or the job went back while this worker waited:
-		 * take the servers' step; the trainer goes on from there */
-		char why[1024];
+		 * take the servers' step; the trainer goes on from there. But when
+		 * the chief already sealed the checkpoint of this final step, the
+		 * servers may have been shut down by it while this worker's barrier
+		 * was on its way (it re-synchronised after a rollback): servers that
+		 * stay silent for 10 s then mean the job is over. */
+		char why[1024], step_dir[4200];
 		snprintf(why, sizeof(why), "%s", err->msg);
 		wf_err_clear(err);
-		return resync(x, why, err);
+		wf_ckptdir_step_path(step_dir, sizeof(step_dir), c->cfg.ckpt_dir, c->step);
+		int sealed = !x->is_chief && c->ckpt_dir[0] && wf_ckptdir_has_done(step_dir);
+		double was = sealed ? wf_ps_client_set_connect_timeout(c->cl, WF_PS_JOB_OVER_WAIT)
+				    : 0;
+		rc = resync(x, why, err);
+		if (sealed)
+			wf_ps_client_set_connect_timeout(c->cl, was);
+		if (rc == WF_ETRANSIENT && sealed) {
+			wf_info("ps: worker %d: the servers are gone and the final checkpoint "
+				"(step %ld) is complete: the job is over (%s)",
+				x->rank, c->step, err->msg);
+			wf_err_clear(err);
+			c->job_over = 1;
+			return 0;
+		}
+		return rc;
 	}
 	if (rc == WF_ESTOPPED && !x->is_chief) {
 		/* the chief shuts the servers down only once every live worker is
@@ -451,7 +474,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 			cfg->done_step > 0
 				? WF_MIN(cfg->connect_timeout > 0 ? cfg->connect_timeout
 								  : WF_PS_CONNECT_TIMEOUT_DEFAULT,
-					 10)
+					 WF_PS_JOB_OVER_WAIT)
 				: cfg->connect_timeout,
 		.heartbeat_interval = cfg->heartbeat_interval > 0
 					      ? cfg->heartbeat_interval
