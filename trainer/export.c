@@ -2,6 +2,8 @@
  * new version directory atomically. */
 #include "trainer/export.h"
 
+#include "common/atomicfile.h"
+#include "common/crc32c.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "model/fold.h"
@@ -122,14 +124,23 @@ int wf_export_parse_out(const char *out, char *base, size_t n, long *version, wf
 
 /* ---- export ------------------------------------------------------------- */
 
-int wf_export_model(const wf_model *m, const wf_model_meta *meta, const char *base, long version,
-		    long *written, char *path, size_t n, wf_err *err)
+/* A version written under its hidden temporary name, not yet published. */
+typedef struct staged {
+	char base[EXPORT_PATH_MAX];
+	char tmp[EXPORT_FILE_MAX];
+} staged;
+
+/* Fold m and write it with meta as tmp/model.h5 (fsynced) under a hidden
+ * name in base (dot-names are not versions: weft-serve ignores them). */
+static int stage(const wf_model *m, const wf_model_meta *meta, const char *base, long version,
+		 staged *st, wf_err *err)
 {
-	char tmp[EXPORT_FILE_MAX], file[EXPORT_FILE_MAX + 16], dst[EXPORT_FILE_MAX];
+	char file[EXPORT_FILE_MAX + 16], dst[EXPORT_FILE_MAX];
 	wf_model *folded = NULL;
 	int rc;
 	if (strlen(base) >= EXPORT_PATH_MAX)
 		return wf_errf(err, WF_EINVAL, "export: directory name too long: %.64s...", base);
+	snprintf(st->base, sizeof(st->base), "%s", base);
 	if (wf_mkdirs(base) != 0)
 		return wf_errf(err, WF_EIO, "export: cannot create %s: %s", base, strerror(errno));
 	if (version > 0) {
@@ -143,68 +154,157 @@ int wf_export_model(const wf_model *m, const wf_model_meta *meta, const char *ba
 	}
 	if ((rc = wf_model_fold_for_inference(m, &folded, err)) != 0)
 		return wf_err_wrap(err, "export"), rc;
-
-	/* Dot-names are not versions: weft-serve ignores the directory meanwhile. */
-	snprintf(tmp, sizeof(tmp), "%s/.export-%ld-%llx", base, (long)getpid(),
+	snprintf(st->tmp, sizeof(st->tmp), "%s/.export-%ld-%llx", base, (long)getpid(),
 		 (unsigned long long)wf_hash64((uint64_t)(wf_now() * 1e9)));
-	if (mkdir(tmp, 0755) != 0) {
-		rc = wf_errf(err, WF_EIO, "export: cannot create %s: %s", tmp, strerror(errno));
+	if (mkdir(st->tmp, 0755) != 0) {
+		rc = wf_errf(err, WF_EIO, "export: cannot create %s: %s", st->tmp,
+			     strerror(errno));
 		goto free_folded;
 	}
-	snprintf(file, sizeof(file), "%s/model.h5", tmp);
+	snprintf(file, sizeof(file), "%s/model.h5", st->tmp);
 	if ((rc = wf_model_save(folded, meta, file, err)) != 0)
 		goto remove_tmp;
-	if (wf_fsync_path(file) != 0 || wf_fsync_path(tmp) != 0) {
+	if (wf_fsync_path(file) != 0 || wf_fsync_path(st->tmp) != 0) {
 		rc = wf_errf(err, WF_EIO, "export: fsync of %s failed: %s", file, strerror(errno));
 		goto remove_tmp;
 	}
-	long v = version;
-	for (int tries = 0;; tries++) {
-		if (version == 0) {
-			long hi;
-			if ((rc = highest_version(base, &hi, err)) != 0)
-				goto remove_tmp;
-			v = hi + 1;
-		}
-		snprintf(dst, sizeof(dst), "%s/%ld", base, v);
-		if (rename_noreplace(tmp, dst) == 0)
-			break;
-		/* EEXIST: another export took this number first; take the next. */
-		if (errno != EEXIST || version > 0 || tries >= EXPORT_TRIES) {
-			rc = wf_errf(err, WF_EIO, "export: cannot rename %s to %s: %s", tmp, dst,
-				     strerror(errno));
-			goto remove_tmp;
-		}
-	}
-	if (wf_fsync_path(base) != 0) {
-		rc = wf_errf(err, WF_EIO, "export: fsync of %s failed: %s", base, strerror(errno));
-		goto free_folded;
-	}
-	*written = v;
-	if (path)
-		snprintf(path, n, "%s/model.h5", dst);
 	goto free_folded;
 remove_tmp:
-	remove_tmp_dir(tmp);
+	remove_tmp_dir(st->tmp);
 free_folded:
 	wf_model_free(folded);
 	return rc;
 }
 
+/* Rename the staged directory to base/version (0: the next free number);
+ * the temporary is removed on failure. */
+static int publish(const staged *st, long version, long *written, char *path, size_t n,
+		   wf_err *err)
+{
+	char dst[EXPORT_FILE_MAX];
+	int rc = 0;
+	long v = version;
+	for (int tries = 0;; tries++) {
+		if (version == 0) {
+			long hi;
+			if ((rc = highest_version(st->base, &hi, err)) != 0)
+				goto remove_tmp;
+			v = hi + 1;
+		}
+		snprintf(dst, sizeof(dst), "%s/%ld", st->base, v);
+		if (rename_noreplace(st->tmp, dst) == 0)
+			break;
+		/* EEXIST: another export took this number first; take the next. */
+		if (errno != EEXIST || version > 0 || tries >= EXPORT_TRIES) {
+			rc = wf_errf(err, WF_EIO, "export: cannot rename %s to %s: %s", st->tmp,
+				     dst, strerror(errno));
+			goto remove_tmp;
+		}
+	}
+	if (wf_fsync_path(st->base) != 0)
+		return wf_errf(err, WF_EIO, "export: fsync of %s failed: %s", st->base,
+			       strerror(errno));
+	*written = v;
+	if (path)
+		snprintf(path, n, "%s/model.h5", dst);
+	return 0;
+remove_tmp:
+	remove_tmp_dir(st->tmp);
+	return rc;
+}
+
+int wf_export_model(const wf_model *m, const wf_model_meta *meta, const char *base, long version,
+		    long *written, char *path, size_t n, wf_err *err)
+{
+	staged st;
+	int rc = stage(m, meta, base, version, &st, err);
+	return rc ? rc : publish(&st, version, written, path, n, err);
+}
+
+/* The identity of a complete checkpoint: the CRC32C of its DONE file, which
+ * lists the checksum of every file of the step (a step rewritten later, by
+ * a fresh job, has another). 0 when step_dir has no readable DONE. */
+static uint32_t checkpoint_id(const char *step_dir)
+{
+	char done[EXPORT_FILE_MAX + 8], *data = NULL;
+	size_t len = 0;
+	snprintf(done, sizeof(done), "%s/DONE", step_dir);
+	if (wf_read_file(done, &data, &len) != 0)
+		return 0;
+	uint32_t id = wf_crc32c(data, len) | 1u;
+	free(data);
+	return id;
+}
+
+/* step_dir/EXPORTED: "<checkpoint id> <path>". Written with the staged
+ * directory's path just before the rename, then with the version's model
+ * file: a record of this checkpoint whose staged directory is gone was
+ * renamed (published); one whose staged directory is still there was not
+ * (the directory is removed and the export starts again). */
+static int record(const char *step_dir, uint32_t id, const char *path, wf_err *err)
+{
+	char marker[EXPORT_FILE_MAX + 16], line[EXPORT_FILE_MAX + 64];
+	snprintf(marker, sizeof(marker), "%s/EXPORTED", step_dir);
+	int len = snprintf(line, sizeof(line), "%08x %s\n", id, path);
+	int rc = wf_atomic_write(marker, line, (size_t)len, err);
+	return rc ? (wf_err_wrap(err, "export: recording the export"), rc) : 0;
+}
+
+/* 1 when step_dir/EXPORTED records a published export of checkpoint id
+ * (what holds its path). */
+static int already_exported(const char *step_dir, uint32_t id, char *what, size_t n)
+{
+	char marker[EXPORT_FILE_MAX + 16], *data = NULL;
+	size_t len = 0;
+	if (!step_dir || !id)
+		return 0;
+	snprintf(marker, sizeof(marker), "%s/EXPORTED", step_dir);
+	if (wf_read_file(marker, &data, &len) != 0)
+		return 0;
+	unsigned got = 0;
+	int pos = 0, ok = sscanf(data, "%x %n", &got, &pos) == 1 && got == id;
+	if (ok) {
+		snprintf(what, n, "%.*s", (int)strcspn(data + pos, "\n"), data + pos);
+		const char *slash = strrchr(what, '/');
+		if (slash && !strncmp(slash + 1, ".export-", 8) && wf_exists(what)) {
+			remove_tmp_dir(what); /* staged, never renamed */
+			ok = 0;
+		} else if (slash && !strncmp(slash + 1, ".export-", 8)) {
+			snprintf(what, n, "as the next version under %.*s", (int)(slash - what),
+				 data + pos);
+		}
+	}
+	free(data);
+	return ok;
+}
+
 int wf_export_after_training(wf_exec *ex, const wf_model *m, const wf_model_meta *meta,
-			     const char *dir, wf_err *err)
+			     const char *dir, const char *step_dir, wf_err *err)
 {
 	char path[EXPORT_FILE_MAX + 16];
 	long v;
+	uint32_t id = step_dir ? checkpoint_id(step_dir) : 0;
+	if (already_exported(step_dir, id, path, sizeof(path))) {
+		wf_info("the final checkpoint %s was already exported (%s): not exporting it "
+			"again",
+			step_dir, path);
+		return 0;
+	}
 	if (wf_exec_params_to_host(ex) != 0)
 		return wf_errf(err, WF_EINTERNAL, "export: copying parameters: %s",
 			       wf_exec_error(ex));
-	int rc = wf_export_model(m, meta, dir, 0, &v, path, sizeof(path), err);
+	staged st;
+	int rc = stage(m, meta, dir, 0, &st, err);
+	/* a restarted chief does not export this checkpoint twice */
+	if (rc == 0 && id && (rc = record(step_dir, id, st.tmp, err)) != 0)
+		remove_tmp_dir(st.tmp);
+	if (rc == 0)
+		rc = publish(&st, 0, &v, path, sizeof(path), err);
 	if (rc != 0)
 		return wf_err_wrap(err, "export.dir"), rc;
 	wf_info("exported version %ld (step %ld, batch norm folded) to %s", v, meta->trained_steps,
 		path);
-	return 0;
+	return id ? record(step_dir, id, path, err) : 0;
 }
 
 /* ---- weft export -------------------------------------------------------- */

@@ -26,9 +26,14 @@ int wf_export_model(const wf_model *m, const wf_model_meta *meta, const char *ba
 int wf_export_parse_out(const char *out, char *base, size_t n, long *version, wf_err *err);
 
 /* End of training: copy ex's parameters to the host and export m as the
- * next version under dir (logs the version written). */
+ * next version under dir (logs the version written). step_dir (NULL: none)
+ * is the complete checkpoint of the final step: the export is recorded in
+ * step_dir/EXPORTED, and a checkpoint recorded there is not exported again
+ * (a chief restarted after, or during, the export exports it exactly once;
+ * a kill between the version's rename and the record leaves two versions
+ * of the same weights, never none). */
 int wf_export_after_training(wf_exec *ex, const wf_model *m, const wf_model_meta *meta,
-			     const char *dir, wf_err *err);
+			     const char *dir, const char *step_dir, wf_err *err);
 
 /* The `weft export` command (argv[0] = "export"); 1 when --help printed. */
 int wf_cmd_export(int argc, char **argv, wf_err *err);

@@ -1,5 +1,6 @@
 #include "trainer/train.h"
 
+#include "common/ckptdir.h"
 #include "common/log.h"
 #include "common/progress.h"
 #include "common/tfevents.h"
@@ -925,9 +926,17 @@ again:
 	if (rc == 0 && r.x->rolled_back &&
 	    (rc = rewind_to(&r, cfg->train.steps, r.x->rollback_step, err)) == 0)
 		goto again;
-	if (rc == 0 && r.x->is_chief && cfg->export_.dir[0] && r.start < cfg->train.steps &&
-	    res->steps_done == cfg->train.steps) /* finished here: the next serving version */
-		rc = wf_export_after_training(r.ex, r.m, &r.meta, cfg->export_.dir, err);
+	/* finished: the next serving version, once per final checkpoint (a chief
+	 * restarted after the job's end finishes an export that did not happen) */
+	if (rc == 0 && r.x->is_chief && cfg->export_.dir[0] && res->steps_done == cfg->train.steps) {
+		char step_dir[4200];
+		wf_ckptdir_step_path(step_dir, sizeof(step_dir), cfg->checkpoint.dir,
+				     cfg->train.steps);
+		int sealed = cfg->checkpoint.dir[0] && wf_ckptdir_has_done(step_dir);
+		if (r.start < cfg->train.steps || sealed)
+			rc = wf_export_after_training(r.ex, r.m, &r.meta, cfg->export_.dir,
+						      sealed ? step_dir : NULL, err);
+	}
 done:
 	run_free(&r);
 	sigaction(SIGINT, &old_int, NULL);
