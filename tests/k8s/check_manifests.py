@@ -184,13 +184,14 @@ def pod_non_root(spec, where):
 def check_train(docs, where, gpu):
     cl = by(docs, "ConfigMap", "weft-cluster").get("data", {})
     conf = by(docs, "ConfigMap", "weft-train-config").get("data", {})
+    cfg = {}
     try:
         cfg = json.loads(conf.get("config.json", ""))
         check(cfg["strategy"]["name"] == "parameter_server", "%s: config strategy" % where)
     except (ValueError, KeyError) as e:
         fail("%s: weft-train-config config.json: %s" % (where, e))
     port = int(cl.get("WEFT_PORT", "2222"))
-    roles = {"ps": ("StatefulSet", "WEFT_NUM_PS"), "worker": ("Job", "WEFT_NUM_WORKERS"),
+    roles = {"ps": ("Job", "WEFT_NUM_PS"), "worker": ("Job", "WEFT_NUM_WORKERS"),
              "chief": ("Job", "WEFT_NUM_CHIEF")}
     for role, (kind, num) in roles.items():
         w = "%s: %s %s" % (where, kind, role)
@@ -209,25 +210,23 @@ def check_train(docs, where, gpu):
         # pods are named <name>-<N>: the derivation's default name is the service's
         check(obj["metadata"]["name"] == cl.get("WEFT_%s_NAME" % role.upper(), svc_name),
               "%s: pod names %s-N do not match the service %s" % (w, obj["metadata"]["name"], svc_name))
-        if kind == "StatefulSet":
-            check(spec.get("serviceName") == svc_name, "%s: serviceName is not %s" % (w, svc_name))
-            check(spec.get("replicas") == n, "%s: replicas %s != %s %d" % (w, spec.get("replicas"), num, n))
-        else:
-            check(spec.get("completionMode") == "Indexed", "%s: not an Indexed Job" % w)
-            check(spec.get("completions") == n and spec.get("parallelism") == n,
-                  "%s: completions/parallelism != %s %d" % (w, num, n))
-            check(pod.get("subdomain") == svc_name, "%s: subdomain is not %s" % (w, svc_name))
-            check(pod.get("restartPolicy") == "Never", "%s: podFailurePolicy needs restartPolicy Never" % w)
-            pol = spec.get("podFailurePolicy", {"rules": []})
-            for code in range(1, 128):
-                if first_action(pol, "weft", code) != "FailJob":
-                    fail("%s: exit %d (permanent) does not fail the Job" % (w, code))
-                    break
-            check(first_action(pol, "weft", 138) in ("Count", "Ignore"), "%s: exit 138 is not retried" % w)
-            check(first_action(pol, "weft", 137) != "FailJob", "%s: a killed pod fails the Job" % w)
-            check(spec.get("backoffLimit", 6) > 0, "%s: no retries" % w)
-            check(any(r["action"] == "Ignore" and r.get("onPodConditions", [{}])[0].get("type") ==
-                      "DisruptionTarget" for r in pol["rules"]), "%s: evictions count as failures" % w)
+        # every role is an Indexed Job: the servers' Job too, so it ends when
+        # the chief shuts them down (a StatefulSet would restart them)
+        check(spec.get("completionMode") == "Indexed", "%s: not an Indexed Job" % w)
+        check(spec.get("completions") == n and spec.get("parallelism") == n,
+              "%s: completions/parallelism != %s %d" % (w, num, n))
+        check(pod.get("subdomain") == svc_name, "%s: subdomain is not %s" % (w, svc_name))
+        check(pod.get("restartPolicy") == "Never", "%s: podFailurePolicy needs restartPolicy Never" % w)
+        pol = spec.get("podFailurePolicy", {"rules": []})
+        for code in range(1, 128):
+            if first_action(pol, "weft", code) != "FailJob":
+                fail("%s: exit %d (permanent) does not fail the Job" % (w, code))
+                break
+        check(first_action(pol, "weft", 138) in ("Count", "Ignore"), "%s: exit 138 is not retried" % w)
+        check(first_action(pol, "weft", 137) != "FailJob", "%s: a killed pod fails the Job" % w)
+        check(spec.get("backoffLimit", 6) > 0, "%s: no retries" % w)
+        check(any(r["action"] == "Ignore" and r.get("onPodConditions", [{}])[0].get("type") ==
+                  "DisruptionTarget" for r in pol["rules"]), "%s: evictions count as failures" % w)
         c = containers(pod, "weft")
         env = {e["name"]: e.get("value") for e in c.get("env", [])}
         check(env.get("WEFT_ROLE") == role, "%s: WEFT_ROLE is %s" % (w, env.get("WEFT_ROLE")))
@@ -239,6 +238,14 @@ def check_train(docs, where, gpu):
         vols = {v["name"]: v for v in pod.get("volumes", [])}
         check(vols.get(mounts.get("/weft"), {}).get("persistentVolumeClaim", {}).get("claimName") == "weft-run",
               "%s: the run volume (PVC weft-run) is not at /weft" % w)
+        data = [m for m in c.get("volumeMounts", []) if m["mountPath"] == "/data"]
+        check(data and data[0].get("readOnly") and vols.get(data[0]["name"], {}).get(
+            "persistentVolumeClaim", {}).get("claimName") == "weft-data",
+            "%s: the data volume (PVC weft-data) is not at /data, read-only" % w)
+        for k in ("train", "eval"):
+            path = cfg.get("data", {}).get(k, "") if isinstance(cfg, dict) else ""
+            check(not path or path.startswith("/data/"), "%s: data.%s %s is not on the data volume" % (w, k, path))
+        check(not pod.get("initContainers"), "%s: init containers (the data comes from the volume)" % w)
         check(vols.get(mounts.get("/etc/weft"), {}).get("configMap", {}).get("name") == "weft-train-config",
               "%s: the config is not at /etc/weft" % w)
         args = c.get("args", [])
@@ -252,6 +259,22 @@ def check_train(docs, where, gpu):
             w, lim.get("nvidia.com/gpu"), "1" if want_gpu else "none"))
     pvc = by(docs, "PersistentVolumeClaim", "weft-run")
     check("ReadWriteMany" in pvc.get("spec", {}).get("accessModes", []), "%s: the run PVC is not RWX" % where)
+    by(docs, "PersistentVolumeClaim", "weft-data")
+    # the model's name is set once (ConfigMap weft-model): the chief's export
+    # directory and weft-serve's model are both made from it
+    check("export" not in cfg, "%s: config.json sets export (the chief's --set export.dir does)" % where)
+    chief = containers(by(docs, "Job", "chief").get("spec", {}).get("template", {}).get("spec", {}), "weft")
+    check("export.dir=/weft/models/$(WEFT_MODEL_NAME)" in chief.get("args", []) and
+          model_name_from_configmap(chief), "%s: the chief does not export to /weft/models/$(WEFT_MODEL_NAME)" % where)
+
+
+def model_name_from_configmap(c):
+    """The container's WEFT_MODEL_NAME comes from ConfigMap weft-model."""
+    for e in c.get("env", []):
+        if e["name"] == "WEFT_MODEL_NAME":
+            return e.get("valueFrom", {}).get("configMapKeyRef", {}) == {
+                "name": "weft-model", "key": "WEFT_MODEL_NAME"}
+    return False
 
 
 def arg_value(args, flag):
@@ -291,6 +314,12 @@ def check_serve(docs, where, gpu):
                   tmpl.get("metadata", {}).get("labels", {})), "%s: PDB does not select the pods" % where)
     check(pdb.get("spec", {}).get("minAvailable", 0) < min(dep["spec"]["replicas"], hpa["spec"]["minReplicas"]),
           "%s: the PDB blocks every eviction" % where)
+    check(arg_value(args, "--model_name") == "$(WEFT_MODEL_NAME)" and
+          arg_value(args, "--model_base_path") == "/weft/models/$(WEFT_MODEL_NAME)" and
+          model_name_from_configmap(c), "%s: weft-serve does not serve $(WEFT_MODEL_NAME) from "
+          "/weft/models/$(WEFT_MODEL_NAME) (ConfigMap weft-model)" % where)
+    check(by(docs, "ConfigMap", "weft-model").get("data", {}).get("WEFT_MODEL_NAME"),
+          "%s: ConfigMap weft-model has no WEFT_MODEL_NAME" % where)
     base = arg_value(args, "--model_base_path") or ""
     mounts = [m for m in c.get("volumeMounts", []) if base.startswith(m["mountPath"].rstrip("/") + "/")]
     check(mounts and mounts[0].get("readOnly"), "%s: the model path %s is not on a read-only volume" % (where, base))
@@ -369,7 +398,8 @@ def main():
     k8s, src = sys.argv[1], sys.argv[2]
     kubectl = sys.argv[3] if len(sys.argv) > 3 else ""
     dirs = {"base": "base", "overlays/cpu": "cpu", "overlays/gpu": "gpu",
-            "kubeflow/tfjob": "tfjob", "kubeflow/mpijob": "mpijob"}
+            "kubeflow/tfjob": "tfjob", "kubeflow/mpijob": "mpijob",
+            "examples/synth-data": "synth-data"}
     found = sorted(os.path.relpath(r, k8s) for r, _, fs in os.walk(k8s) if "kustomization.yaml" in fs)
     rendered = {}
     for d in dirs:
@@ -404,6 +434,15 @@ def main():
                                                             "registry.example.com/weft/serve-cuda:"])
     check_tfjob(by(rendered["kubeflow/tfjob"], "TFJob", "weft"), "kubeflow/tfjob")
     check_mpijob(by(rendered["kubeflow/mpijob"], "MPIJob", "weft-allreduce"), "kubeflow/mpijob", src)
+    synth = by(rendered["examples/synth-data"], "Job", "weft-data-synth")
+    outs = [arg_value(c.get("args", []), "--out") for k in ("initContainers", "containers")
+            for c in synth.get("spec", {}).get("template", {}).get("spec", {}).get(k, [])]
+    try:
+        cfg = json.loads(by(rendered["base"], "ConfigMap", "weft-train-config")["data"]["config.json"])
+        want = sorted([cfg["data"]["train"], cfg["data"]["eval"]])
+    except (KeyError, ValueError):
+        want = None
+    check(sorted(outs) == want, "examples/synth-data: writes %s, the config reads %s" % (outs, want))
     missing = sorted(set(found) - set(dirs) - {"base/common", "base/train", "base/serve"})
     check(not missing, "kustomizations not checked: %s" % missing)
     print("%d objects validated against Kubernetes %s (strict) in %d renderings (%s); "

@@ -48,10 +48,15 @@ broken() { # broken NAME FILE SED-EXPR NEEDLE
 	fi
 	grep -qF -- "$4" "$WORK/out" || { echo "FAIL: $1: not named: $(cat "$WORK/out")"; exit 1; }
 }
-broken "an unknown field" base/train/ps.yaml 's/  podManagementPolicy: Parallel/  podManagementPolicy: Parallel\n  restartPolicy: Never/' \
-	"'restartPolicy' was unexpected"
+broken "an unknown field" base/train/ps.yaml 's/  completionMode: Indexed/  completionMode: Indexed\n  replicas: 2/' \
+	"'replicas' was unexpected"
 broken "a grace period shorter than the drain" base/serve/serve.yaml \
 	's/terminationGracePeriodSeconds: 40/terminationGracePeriodSeconds: 20/' "terminationGracePeriodSeconds 20"
-broken "a ps count that differs from the replicas" base/common/config.yaml \
-	's/WEFT_NUM_PS: "2"/WEFT_NUM_PS: "3"/' "replicas 2 != WEFT_NUM_PS 3"
+broken "a ps count that differs from the Job's completions" base/common/config.yaml \
+	's/WEFT_NUM_PS: "2"/WEFT_NUM_PS: "3"/' "completions/parallelism != WEFT_NUM_PS 3"
+broken "the model name set twice" base/serve/serve.yaml \
+	's|- \$(WEFT_MODEL_NAME)$|- synth|' "weft-serve does not serve"
+broken "synthetic data made in every pod again" base/train/worker.yaml \
+	's|      containers:|      initContainers:\n        - {name: data, image: weft-train, args: [data, synth, --out, /data/train.h5]}\n      containers:|' \
+	"init containers"
 echo ok
