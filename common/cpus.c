@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 int wf_cpus_affinity(void)
@@ -135,12 +136,89 @@ double wf_cpus_quota_at(const char *proc_cgroup, const char *sys_root)
 	return best;
 }
 
+/* Busy and total jiffies of each "cpuN" line of a /proc/stat text, into
+ * busy[N], total[N] (N < WF_CPUS_MAX); the rest stay 0. */
+static void stat_times(const char *stat, unsigned long long *busy, unsigned long long *total)
+{
+	memset(busy, 0, WF_CPUS_MAX * sizeof(*busy));
+	memset(total, 0, WF_CPUS_MAX * sizeof(*total));
+	for (const char *l = stat; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		unsigned cpu;
+		unsigned long long v[8] = {0};
+		if (strncmp(l, "cpu", 3) != 0 || l[3] < '0' || l[3] > '9')
+			continue;
+		int got = sscanf(l + 3, "%u %llu %llu %llu %llu %llu %llu %llu %llu", &cpu, &v[0],
+				 &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+		if (got < 5 || cpu >= WF_CPUS_MAX)
+			continue;
+		/* user nice system idle iowait irq softirq steal: idle and iowait
+		 * are free time, the rest is someone's */
+		unsigned long long t = 0;
+		for (int i = 0; i < 8; i++)
+			t += v[i];
+		total[cpu] = t;
+		busy[cpu] = t - v[3] - v[4];
+	}
+}
+
+int wf_cpus_busy_between(const char *stat0, const char *stat1, const cpu_set_t *mask)
+{
+	static unsigned long long b0[WF_CPUS_MAX], t0[WF_CPUS_MAX], b1[WF_CPUS_MAX],
+		t1[WF_CPUS_MAX];
+	stat_times(stat0, b0, t0);
+	stat_times(stat1, b1, t1);
+	int n = 0;
+	for (int c = 0; c < WF_CPUS_MAX && c < CPU_SETSIZE; c++) {
+		if (!CPU_ISSET(c, mask) || t1[c] <= t0[c] || b1[c] < b0[c])
+			continue;
+		n += (double)(b1[c] - b0[c]) > 0.6 * (double)(t1[c] - t0[c]);
+	}
+	return n;
+}
+
+/* /proc/stat into buf (NUL-terminated); 0 or -1. */
+static int read_stat(char *buf, size_t size)
+{
+	FILE *f = fopen("/proc/stat", "r");
+	if (!f)
+		return -1;
+	size_t n = fread(buf, 1, size - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	return n > 0 ? 0 : -1;
+}
+
+int wf_cpus_busy(double seconds)
+{
+	cpu_set_t mask;
+	CPU_ZERO(&mask);
+	if (sched_getaffinity(0, sizeof(mask), &mask) != 0)
+		return 0;
+	static char s0[1 << 16], s1[1 << 16];
+	if (read_stat(s0, sizeof(s0)) != 0)
+		return 0;
+	struct timespec ts = {(time_t)seconds, (long)((seconds - floor(seconds)) * 1e9)};
+	nanosleep(&ts, NULL);
+	if (read_stat(s1, sizeof(s1)) != 0)
+		return 0;
+	return wf_cpus_busy_between(s0, s1, &mask);
+}
+
 int wf_cpus_default_threads(void)
 {
 	int n = wf_cpus_affinity();
 	double q = wf_cpus_quota_at("/proc/self/cgroup", "/sys/fs/cgroup");
 	if (q > 0 && floor(q) < n)
 		n = (int)floor(q);
+	/* a CPU another process keeps busy is not ours: threads on it wait for
+	 * their share and hold up every parallel loop (one busy process on the
+	 * other core of 2 made --threads 2 1.36x slower than --threads 1) */
+	if (n > 1) {
+		int busy = wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS);
+		int free_cpus = wf_cpus_affinity() - busy;
+		if (free_cpus < n)
+			n = free_cpus;
+	}
 	return n >= 1 ? n : 1;
 }
 

@@ -7,6 +7,8 @@
 #ifndef WF_CPUS_H
 #define WF_CPUS_H
 
+#include <sched.h> /* cpu_set_t (_GNU_SOURCE: set by the build) */
+
 /* CPUs in this process's affinity mask (>= 1; the online count when the
  * mask cannot be read). */
 int wf_cpus_affinity(void);
@@ -16,7 +18,16 @@ int wf_cpus_affinity(void);
  * cgroup up to the root, v2 or v1. 0 when there is none or nothing can be
  * read. */
 double wf_cpus_quota_at(const char *proc_cgroup, const char *sys_root);
-/* The default compute thread count: min(affinity, floor(quota)), >= 1. */
+/* CPUs of the affinity mask that were over 60% busy (any process, ours
+ * included) during a sample of `seconds`, from /proc/stat; 0 when it cannot
+ * be read. */
+int wf_cpus_busy(double seconds);
+/* The same from two /proc/stat texts taken in that order (CPUs < WF_CPUS_MAX). */
+int wf_cpus_busy_between(const char *stat0, const char *stat1, const cpu_set_t *mask);
+#define WF_CPUS_MAX		1024
+#define WF_CPUS_SAMPLE_SECONDS	0.1
+/* The default compute thread count: min(affinity - CPUs other processes
+ * keep busy (sampled for WF_CPUS_SAMPLE_SECONDS), floor(quota)), >= 1. */
 int wf_cpus_default_threads(void);
 /* Make OpenMP threads sleep instead of spinning while they wait, unless
  * the environment already says (OMP_WAIT_POLICY, GOMP_SPINCOUNT): sets

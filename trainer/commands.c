@@ -567,9 +567,10 @@ int wf_cmd_version(int argc, char **argv, wf_err *err)
 	char q[32] = "none";
 	if (quota > 0)
 		snprintf(q, sizeof(q), "%.3g CPUs", quota);
-	printf("cpus: %d default threads (affinity %d, cgroup quota %s); OpenMP wait policy "
-	       "%s%s%s\n",
-	       wf_cpus_default_threads(), wf_cpus_affinity(), q, wait ? wait : "(unset)",
+	printf("cpus: %d default threads (affinity %d, cgroup quota %s, busy %d); OpenMP wait "
+	       "policy %s%s%s\n",
+	       wf_cpus_default_threads(), wf_cpus_affinity(), q,
+	       wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS), wait ? wait : "(unset)",
 	       spin ? ", GOMP_SPINCOUNT " : "", spin ? spin : "");
 	return 0;
 }

@@ -85,6 +85,40 @@ static void test_default_follows_affinity(void)
 	sched_setaffinity(0, sizeof(old), &old);
 }
 
+/* Busy CPUs from two /proc/stat samples: a CPU over 60% non-idle between
+ * them counts when it is in the mask; idle and iowait are free time. */
+static void test_busy_cpus_from_proc_stat(void)
+{
+	const char *s0 = "cpu  100 0 100 1000 0 0 0 0 0 0\n"
+			 "cpu0 0 0 0 1000 0 0 0 0 0 0\n"
+			 "cpu1 0 0 0 1000 0 0 0 0 0 0\n"
+			 "cpu2 0 0 0 1000 0 0 0 0 0 0\n"
+			 "cpu3 0 0 0 1000 0 0 0 0 0 0\n"
+			 "intr 12345\n";
+	/* cpu0: 90 of 100 busy; cpu1: 50 of 100; cpu2: 10 user + 80 iowait (free);
+	 * cpu3: 95 of 100 busy (steal counts) */
+	const char *s1 = "cpu  300 0 300 2000 0 0 0 0 0 0\n"
+			 "cpu0 80 0 10 1010 0 0 0 0 0 0\n"
+			 "cpu1 25 5 20 1050 0 0 0 0 0 0\n"
+			 "cpu2 10 0 0 1010 80 0 0 0 0 0\n"
+			 "cpu3 5 0 0 1005 0 0 0 90 0 0\n"
+			 "intr 23456\n";
+	cpu_set_t all, some;
+	CPU_ZERO(&all);
+	for (int c = 0; c < 4; c++)
+		CPU_SET(c, &all);
+	WF_CHECK(wf_cpus_busy_between(s0, s1, &all) == 2);
+	CPU_ZERO(&some);
+	CPU_SET(1, &some);
+	CPU_SET(2, &some);
+	WF_CHECK(wf_cpus_busy_between(s0, s1, &some) == 0);
+	CPU_SET(3, &some);
+	WF_CHECK(wf_cpus_busy_between(s0, s1, &some) == 1);
+	/* unreadable or equal samples: nothing is busy */
+	WF_CHECK(wf_cpus_busy_between("", "", &all) == 0);
+	WF_CHECK(wf_cpus_busy_between(s1, s1, &all) == 0);
+}
+
 int main(void)
 {
 	snprintf(root, sizeof(root), "/tmp/weft-test-threads.XXXXXX");
@@ -93,6 +127,7 @@ int main(void)
 	WF_RUN(test_v2_quota_is_the_smallest_on_the_path);
 	WF_RUN(test_v1_quota_and_unlimited);
 	WF_RUN(test_default_follows_affinity);
+	WF_RUN(test_busy_cpus_from_proc_stat);
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
 	if (system(cmd) != 0)
