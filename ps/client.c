@@ -47,6 +47,7 @@ struct wf_ps_client {
 	wf_ps_stats *stats_out;
 	pthread_t hb;
 	int hb_started;
+	int fail_fast; /* wait_slots stops at the first refusal (barriers) */
 	wf_ps_keys keys; /* when secure */
 	int secure;
 	atomic_int hb_stop;
@@ -268,6 +269,19 @@ static void check_servers(wf_ps_client *c)
 	}
 }
 
+/* With fail_fast: 1 when a slot was refused; the open ones are dropped
+ * (their late replies no longer match a used slot's tag). */
+static int refused(wf_ps_client *c)
+{
+	int any = 0;
+	for (int i = 0; i < c->cap; i++)
+		any |= c->pend[i].used && c->pend[i].done && c->pend[i].rc;
+	for (int i = 0; any && i < c->cap; i++)
+		if (c->pend[i].used && !c->pend[i].done)
+			c->pend[i].used = 0;
+	return any;
+}
+
 /* Wait until every used slot is done or timeout seconds pass. On timeout
  * the unanswered slots are dropped and WF_ETRANSIENT names their servers.
  * Otherwise returns the first error reply. Slots are freed either way. */
@@ -319,6 +333,8 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
 			if (items[k].revents & ZMQ_POLLIN)
 				drain(c, k);
 		check_servers(c);
+		if (c->fail_fast && refused(c))
+			break;
 	}
 	c->stale = 0;
 	for (int i = 0; i < c->cap; i++) {
@@ -765,7 +781,11 @@ int wf_ps_client_pull_state(wf_ps_client *c, wf_err *err)
 
 int wf_ps_client_barrier(wf_ps_client *c, long step, wf_err *err)
 {
+	/* one server's refusal (the job went back, a restart) decides it: the
+	 * others would hold this barrier until a step that never comes */
+	c->fail_fast = 1;
 	int rc = to_servers(c, -1, WF_PS_OP_BARRIER, step, NULL, err);
+	c->fail_fast = 0;
 	clear_slots(c);
 	return rc;
 }

@@ -480,7 +480,7 @@ static void barriers_rolled_back(server *s)
 	long step = server_step(s);
 	for (int w = 0; w < s->nworkers; w++) {
 		held *b = &s->workers[w].barrier;
-		if (!b->used || !s->nchunks || b->step <= step)
+		if (!b->used || b->step <= step) /* a server without chunks: the restored step */
 			continue;
 		wf_ps_hdr req = {.op = WF_PS_OP_BARRIER, .tag = b->tag, .step = b->step};
 		char why[160];
