@@ -4,6 +4,7 @@
 #include "worker/exchange.h"
 
 #include "common/h5.h"
+#include "kernels/ops.h"
 #include "common/log.h"
 #include "common/util.h"
 
@@ -230,9 +231,9 @@ static int local_start(wf_exchange *x, const char *resume_dir, long resume_step,
 	local_ctx *c = x->ctx;
 	size_t bytes = c->n * sizeof(float);
 	*start_step = 0;
-	if (c->m && c->be->ops->zero(c->be, c->m, bytes) != 0)
+	if (c->m && wf_op_zero(c->be, c->m, bytes) != 0)
 		return wf_errf(err, WF_EINTERNAL, "zeroing slots: %s", c->be->err.msg);
-	if (c->v && c->be->ops->zero(c->be, c->v, bytes) != 0)
+	if (c->v && wf_op_zero(c->be, c->v, bytes) != 0)
 		return wf_errf(err, WF_EINTERNAL, "zeroing slots: %s", c->be->err.msg);
 	if (!resume_dir)
 		return 0;
@@ -248,9 +249,9 @@ static int local_start(wf_exchange *x, const char *resume_dir, long resume_step,
 	if (rc == 0 && step != resume_step)
 		rc = wf_errf(err, WF_EFORMAT, "%s: holds step %ld, its directory says step %ld",
 			     path, step, resume_step);
-	if (rc == 0 && c->m && c->be->ops->to_device(c->be, c->m, hm, bytes) != 0)
+	if (rc == 0 && c->m && wf_op_to_device(c->be, c->m, hm, bytes) != 0)
 		rc = wf_errf(err, WF_EINTERNAL, "restoring slots: %s", c->be->err.msg);
-	if (rc == 0 && c->v && c->be->ops->to_device(c->be, c->v, hv, bytes) != 0)
+	if (rc == 0 && c->v && wf_op_to_device(c->be, c->v, hv, bytes) != 0)
 		rc = wf_errf(err, WF_EINTERNAL, "restoring slots: %s", c->be->err.msg);
 	free(hm);
 	free(hv);
@@ -279,9 +280,9 @@ static int local_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 	int rc = slots_host(c, &hm, &hv, err);
 	if (rc != 0)
 		return rc;
-	if (c->m && c->be->ops->to_host(c->be, hm, c->m, bytes) != 0)
+	if (c->m && wf_op_to_host(c->be, hm, c->m, bytes) != 0)
 		rc = wf_errf(err, WF_EINTERNAL, "reading slots: %s", c->be->err.msg);
-	if (rc == 0 && c->v && c->be->ops->to_host(c->be, hv, c->v, bytes) != 0)
+	if (rc == 0 && c->v && wf_op_to_host(c->be, hv, c->v, bytes) != 0)
 		rc = wf_errf(err, WF_EINTERNAL, "reading slots: %s", c->be->err.msg);
 	if (rc == 0)
 		rc = wf_optim_state_save(path, &c->cfg, step, c->n, c->nslots, hm, hv, err);
@@ -295,9 +296,9 @@ static void local_free(wf_exchange *x)
 	local_ctx *c = x->ctx;
 	if (c) {
 		if (c->m)
-			c->be->ops->free(c->be, c->m);
+			wf_op_free(c->be, c->m);
 		if (c->v)
-			c->be->ops->free(c->be, c->v);
+			wf_op_free(c->be, c->v);
 		free(c);
 	}
 	free(x);
@@ -335,9 +336,9 @@ int wf_exchange_local_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	c->n = m->nparams;
 	c->nslots = wf_optim_slots(cfg);
 	size_t bytes = (c->n ? c->n : 1) * sizeof(float);
-	if (c->nslots >= 1 && !(c->m = c->be->ops->alloc(c->be, bytes)))
+	if (c->nslots >= 1 && !(c->m = wf_op_alloc(c->be, bytes)))
 		goto nomem;
-	if (c->nslots >= 2 && !(c->v = c->be->ops->alloc(c->be, bytes)))
+	if (c->nslots >= 2 && !(c->v = wf_op_alloc(c->be, bytes)))
 		goto nomem;
 	*out = x;
 	return 0;

@@ -131,6 +131,8 @@ int wf_backend_cpu_init(wf_backend *be, wf_err *err)
 	if (!c)
 		return wf_errf(err, WF_ENOMEM, "cpu: out of memory creating the backend");
 	be->name = "cpu";
+	be->caps |= WF_CAP_HOST_MEM;
+	be->precisions = "fp32";
 	be->ops = &cpu_ops;
 	be->ctx = c;
 	if (be->threads > 0)
@@ -138,7 +140,7 @@ int wf_backend_cpu_init(wf_backend *be, wf_err *err)
 	DN_CHECK(dnnl_engine_create(&c->eng, dnnl_cpu, 0), fail);
 	DN_CHECK(dnnl_stream_create(&c->stream, c->eng, dnnl_stream_default_flags), fail);
 	if (wf_cpu_has_bf16())
-		be->caps |= WF_CAP_BF16;
+		be->caps |= WF_CAP_BF16, be->precisions = "fp32 bf16";
 	return 0;
 fail:
 	if (err)

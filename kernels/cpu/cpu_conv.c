@@ -22,32 +22,6 @@
 
 /* ---- convolution ----------------------------------------------------------- */
 
-static int conv_check(wf_backend *be, const wf_conv_desc *d)
-{
-	if (d->n <= 0 || d->h <= 0 || d->w <= 0 || d->c <= 0 || d->oc <= 0 || d->kh <= 0 ||
-	    d->kw <= 0 || d->sh <= 0 || d->sw <= 0 || d->dh <= 0 || d->dw <= 0 || d->groups <= 0)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "cpu conv2d: bad descriptor (n=%d h=%d w=%d c=%d oc=%d k=%dx%d "
-			       "s=%dx%d d=%dx%d groups=%d): sizes must be > 0",
-			       d->n, d->h, d->w, d->c, d->oc, d->kh, d->kw, d->sh, d->sw, d->dh,
-			       d->dw, d->groups);
-	if (d->c % d->groups || d->oc % d->groups)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "cpu conv2d: groups=%d does not divide c=%d and oc=%d", d->groups,
-			       d->c, d->oc);
-	int eh = (d->kh - 1) * d->dh + 1, ew = (d->kw - 1) * d->dw + 1;
-	int oh = (d->h + d->pt + d->pb - eh) / d->sh + 1;
-	int ow = (d->w + d->pl + d->pr - ew) / d->sw + 1;
-	if (d->pt < 0 || d->pb < 0 || d->pl < 0 || d->pr < 0 || oh != d->oh || ow != d->ow ||
-	    oh <= 0 || ow <= 0)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "cpu conv2d: output %dx%d does not match input %dx%d, kernel %dx%d, "
-			       "padding t%d b%d l%d r%d (expected %dx%d)",
-			       d->oh, d->ow, d->h, d->w, d->kh, d->kw, d->pt, d->pb, d->pl, d->pr,
-			       oh, ow);
-	return 0;
-}
-
 /* The op descriptor of a conv, forward or one of the backward kinds. */
 typedef struct conv_mds {
 	dnnl_memory_desc_t x, y, w, b; /* user layouts */
@@ -190,14 +164,7 @@ int wf_cpu_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_de
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = conv_check(be, d);
-	if (!rc && (d->act < 0 || d->act > 2 || (d->residual && !r) || (d->io_bf16 && !be->bf16)))
-		rc = wf_errf(&be->err, WF_EINVAL,
-			     "cpu conv2d: act=%d (0 none, 1 relu, 2 relu6), residual=%d without "
-			     "a residual tensor or io_bf16=%d without bf16 precision",
-			     d->act, d->residual, d->io_bf16);
-	if (!rc)
-		rc = wf_cpu_plan_get(be, plan, PLAN_CONV, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_get(be, plan, PLAN_CONV, d, sizeof(*d), &pl);
 	if (rc)
 		return rc;
 	if (!(pl->parts & PART_FWD)) {
@@ -223,9 +190,6 @@ int wf_cpu_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_de
 int wf_cpu_conv2d_forward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
 			  const float *x, const float *w, const float *b)
 {
-	if (d->act || d->residual || d->infer || d->io_bf16)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "cpu conv2d: act, residual and infer are for conv2d_forward_fused");
 	return wf_cpu_conv2d_forward_fused(be, plan, d, y, x, w, b, NULL);
 }
 
@@ -333,9 +297,7 @@ int wf_cpu_conv2d_backward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = conv_check(be, d);
-	if (!rc)
-		rc = wf_cpu_plan_get(be, plan, PLAN_CONV, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_get(be, plan, PLAN_CONV, d, sizeof(*d), &pl);
 	if (rc)
 		return rc;
 	if (!(pl->parts & PART_BWD)) {

@@ -5,15 +5,6 @@
 
 /* ---- dense (matmul) ---------------------------------------------------------- */
 
-static int dense_check(wf_backend *be, const wf_dense_desc *d)
-{
-	if (d->n <= 0 || d->in <= 0 || d->out <= 0)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "cpu dense: bad descriptor n=%d in=%d out=%d (must be > 0)", d->n,
-			       d->in, d->out);
-	return 0;
-}
-
 /* A row-major [rows, cols] matrix, or its transpose when t != 0 (same bytes). */
 static int md_mat(wf_backend *be, dnnl_memory_desc_t *md, dnnl_dim_t rows, dnnl_dim_t cols, int t)
 {
@@ -56,9 +47,7 @@ int wf_cpu_dense_forward(wf_backend *be, wf_plan **plan, const wf_dense_desc *d,
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = dense_check(be, d);
-	if (!rc)
-		rc = wf_cpu_plan_get(be, plan, PLAN_DENSE, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_get(be, plan, PLAN_DENSE, d, sizeof(*d), &pl);
 	if (rc)
 		return rc;
 	if (!(pl->parts & PART_FWD)) {
@@ -111,9 +100,7 @@ int wf_cpu_dense_backward(wf_backend *be, wf_plan **plan, const wf_dense_desc *d
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = dense_check(be, d);
-	if (!rc)
-		rc = wf_cpu_plan_get(be, plan, PLAN_DENSE, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_get(be, plan, PLAN_DENSE, d, sizeof(*d), &pl);
 	if (rc)
 		return rc;
 	if (!(pl->parts & PART_BWD)) {

@@ -6,26 +6,6 @@
 
 /* ---- pooling -------------------------------------------------------------------------- */
 
-static int pool_check(wf_backend *be, const wf_pool_desc *d)
-{
-	if (d->n <= 0 || d->h <= 0 || d->w <= 0 || d->c <= 0 || d->kh <= 0 || d->kw <= 0 ||
-	    d->sh <= 0 || d->sw <= 0 || (d->kind != WF_POOL_MAX && d->kind != WF_POOL_AVG))
-		return wf_errf(&be->err, WF_EINVAL,
-			       "cpu pool: bad descriptor (kind=%d n=%d h=%d w=%d c=%d k=%dx%d "
-			       "s=%dx%d)",
-			       (int)d->kind, d->n, d->h, d->w, d->c, d->kh, d->kw, d->sh, d->sw);
-	int oh = (d->h + d->pt + d->pb - d->kh) / d->sh + 1;
-	int ow = (d->w + d->pl + d->pr - d->kw) / d->sw + 1;
-	if (d->pt < 0 || d->pb < 0 || d->pl < 0 || d->pr < 0 || oh != d->oh || ow != d->ow ||
-	    oh <= 0 || ow <= 0)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "cpu pool: output %dx%d does not match input %dx%d, window %dx%d, "
-			       "padding t%d b%d l%d r%d (expected %dx%d)",
-			       d->oh, d->ow, d->h, d->w, d->kh, d->kw, d->pt, d->pb, d->pl, d->pr,
-			       oh, ow);
-	return 0;
-}
-
 static int pool_fwd_desc(wf_backend *be, const wf_pool_desc *d, dnnl_prop_kind_t prop,
 			 dnnl_pooling_desc_t *pd, dnnl_memory_desc_t *x, dnnl_memory_desc_t *y)
 {
@@ -48,9 +28,7 @@ int wf_cpu_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, f
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = pool_check(be, d);
-	if (!rc)
-		rc = wf_cpu_plan_get(be, plan, PLAN_POOL, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_get(be, plan, PLAN_POOL, d, sizeof(*d), &pl);
 	if (rc)
 		return rc;
 	if (!(pl->parts & PART_FWD)) {
@@ -128,9 +106,7 @@ int wf_cpu_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, 
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = pool_check(be, d);
-	if (!rc)
-		rc = wf_cpu_plan_get(be, plan, PLAN_POOL, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_get(be, plan, PLAN_POOL, d, sizeof(*d), &pl);
 	if (rc)
 		return rc;
 	if (!(pl->parts & PART_BWD)) {
