@@ -114,6 +114,7 @@ static int plan_get(wf_backend *be, wf_plan **slot, int kind, const void *desc, 
 	wf_precision prec = wf_cuda_ctx_of(be)->prec;
 	wf_plan *p = *slot;
 	*fresh = 0;
+	*out = NULL;
 	if (p && p->kind == kind && p->prec == prec && memcmp(&p->d, desc, dsize) == 0) {
 		*out = p;
 		return 0;
