@@ -123,6 +123,9 @@ typedef struct wf_backend_ops {
 	int (*sync)(wf_backend *be); /* wait for queued work (no-op on host) */
 	void (*plan_free)(wf_backend *be, wf_plan *plan);
 	void (*destroy)(wf_backend *be); /* release be->ctx; may be NULL */
+	/* Optional (NULL: be->bf16 alone decides): switch the backend's own
+	 * compute precision to bf16 (on) or fp32 for plans built from now on. */
+	int (*set_bf16)(wf_backend *be, int on, wf_err *err);
 
 	/* y[N,OH,OW,OC] = conv(x[N,H,W,C], w[KH,KW,C/g,OC]) + b[OC] */
 	int (*conv2d_forward)(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,

@@ -317,6 +317,11 @@ static int cu_optimizer_update(wf_backend *be, const wf_opt_desc *d, size_t n, f
 
 static void cu_destroy(wf_backend *be);
 
+static int cu_set_bf16(wf_backend *be, int on, wf_err *err)
+{
+	return wf_backend_cuda_set_precision(be, on ? WF_PREC_BF16 : WF_PREC_FP32, err);
+}
+
 static const wf_backend_ops cuda_ops = {
 	.alloc = cu_alloc,
 	.free = cu_free,
@@ -327,6 +332,7 @@ static const wf_backend_ops cuda_ops = {
 	.sync = cu_sync,
 	.plan_free = wf_cuda_plan_free,
 	.destroy = cu_destroy,
+	.set_bf16 = cu_set_bf16,
 	.conv2d_forward = wf_cuda_conv2d_forward,
 	.conv2d_backward = wf_cuda_conv2d_backward,
 	.dense_forward = wf_cuda_dense_forward,
