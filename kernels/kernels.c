@@ -123,10 +123,6 @@ int wf_backend_create_opts(wf_backend **out, const char *name, const wf_backend_
 	return 0;
 }
 
-#ifdef WEFT_HAVE_CUDA
-#include "kernels/cuda/cuda.h"
-#endif
-
 int wf_backend_set_precision(wf_backend *be, const char *want, const char **used, wf_err *err)
 {
 	int is_auto = want && strcmp(want, "auto") == 0;
@@ -136,13 +132,11 @@ int wf_backend_set_precision(wf_backend *be, const char *want, const char **used
 		return wf_errf(err, WF_EINVAL, "precision '%s' is not one of fp32, bf16, auto",
 			       want ? want : "(null)");
 	int on = (bf16 || is_auto) && (be->caps & WF_CAP_BF16);
-#ifdef WEFT_HAVE_CUDA
-	if (strcmp(be->name, "cuda") == 0) {
-		int rc = wf_backend_cuda_set_precision(be, on ? WF_PREC_BF16 : WF_PREC_FP32, err);
+	if (be->ops->set_bf16) {
+		int rc = be->ops->set_bf16(be, on, err);
 		if (rc)
 			return rc;
 	}
-#endif
 	be->bf16 = on;
 	if (used)
 		*used = on ? "bf16" : "fp32";

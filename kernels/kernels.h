@@ -17,6 +17,9 @@
  *   are OVERWRITTEN (=); pass dx = NULL when no input gradient is needed.
  * - Errors: ops return 0 or a negative WF_E* code and describe the cause in
  *   be->err.
+ * - Callers: call the ops through the wf_op_* wrappers of kernels/ops.h, which
+ *   check every descriptor once for all backends; a backend's slots may
+ *   assume a checked descriptor.
  * - Threads: one backend instance is used by one thread at a time.
  */
 #ifndef WF_KERNELS_H
@@ -120,6 +123,9 @@ typedef struct wf_backend_ops {
 	int (*sync)(wf_backend *be); /* wait for queued work (no-op on host) */
 	void (*plan_free)(wf_backend *be, wf_plan *plan);
 	void (*destroy)(wf_backend *be); /* release be->ctx; may be NULL */
+	/* Optional (NULL: be->bf16 alone decides): switch the backend's own
+	 * compute precision to bf16 (on) or fp32 for plans built from now on. */
+	int (*set_bf16)(wf_backend *be, int on, wf_err *err);
 
 	/* y[N,OH,OW,OC] = conv(x[N,H,W,C], w[KH,KW,C/g,OC]) + b[OC] */
 	int (*conv2d_forward)(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
@@ -224,15 +230,17 @@ typedef struct wf_backend_opts {
 struct wf_backend {
 	const char *name; /* "ref", "cpu", "cuda" */
 	const wf_backend_ops *ops;
-	void *ctx;	      /* backend-private */
-	int threads;	      /* worker threads (cpu); 0 = library default */
-	wf_err err;	      /* cause of the last failed op */
-	unsigned caps;	      /* WF_CAP_* the hardware offers this backend */
-	int bf16;	      /* conv/dense/pool compute in bf16 for plans built from now on */
-	wf_backend_opts opts; /* as created */
+	void *ctx;		/* backend-private */
+	int threads;		/* worker threads (cpu); 0 = library default */
+	wf_err err;		/* cause of the last failed op */
+	unsigned caps;		/* WF_CAP_* the hardware offers this backend */
+	const char *precisions; /* compute precisions it runs ("fp32 bf16"); set by init */
+	int bf16;		/* conv/dense/pool compute in bf16 for plans built from now on */
+	wf_backend_opts opts;	/* as created */
 };
 
-#define WF_CAP_BF16 1u /* native bf16 dot products (AVX512_BF16, AMX) */
+#define WF_CAP_BF16	1u /* native bf16 dot products (AVX512_BF16, AMX) */
+#define WF_CAP_HOST_MEM 2u /* backend memory is host memory (ref, cpu) */
 
 /* Set the compute precision: "fp32", "bf16" or "auto" (bf16 where the
  * hardware has native bf16, else fp32). "bf16" on a backend without it falls

@@ -14,6 +14,7 @@
  * step. */
 #include "model/model.h"
 #include "model/model_priv.h"
+#include "kernels/ops.h"
 
 #include "common/util.h"
 
@@ -348,12 +349,12 @@ void wf_exec_free(wf_exec *ex)
 		for (int i = 0; i < ex->m->nlayers; i++)
 			wf_backend_plan_free(be, &ex->plans[i]);
 	if (!ex->host) {
-		be->ops->free(be, ex->params);
-		be->ops->free(be, ex->state);
+		wf_op_free(be, ex->params);
+		wf_op_free(be, ex->state);
 	}
-	be->ops->free(be, ex->grads);
-	be->ops->free(be, ex->arena);
-	be->ops->free(be, ex->garena);
+	wf_op_free(be, ex->grads);
+	wf_op_free(be, ex->arena);
+	wf_op_free(be, ex->garena);
 	free(ex->plans);
 	free(ex->act);
 	free(ex->own);
@@ -376,7 +377,7 @@ void wf_exec_free(wf_exec *ex)
 
 static void *balloc(wf_backend *be, size_t bytes)
 {
-	return be->ops->alloc(be, bytes ? bytes : ALIGN);
+	return wf_op_alloc(be, bytes ? bytes : ALIGN);
 }
 
 int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, int training,
@@ -392,7 +393,7 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 	if (!ex)
 		return wf_errf(err, WF_ENOMEM, "executor: out of memory");
 	ex->m = m, ex->be = be, ex->max_batch = max_batch, ex->training = training != 0;
-	ex->host = strcmp(be->name, "ref") == 0 || strcmp(be->name, "cpu") == 0;
+	ex->host = wf_backend_host_memory(be);
 	ex->plans = calloc((size_t)nl, sizeof(*ex->plans));
 	ex->act = calloc((size_t)nl, sizeof(*ex->act));
 	ex->own = calloc((size_t)nl, sizeof(*ex->own));
@@ -411,7 +412,7 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 		wf_errf(err, rc, "executor: out of memory");
 		goto fail;
 	}
-	if (!ex->training && be->ops->conv2d_forward_fused) {
+	if (!ex->training && wf_backend_caps_of(be).fused_conv) {
 		ex->fuse_into = malloc(sizeof(int) * (size_t)nl);
 		ex->fuse_res = malloc(sizeof(int) * (size_t)nl);
 		ex->fuse_act = calloc((size_t)nl, 1);
@@ -554,7 +555,6 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 {
 	wf_model *m = ex->m;
 	wf_backend *be = ex->be;
-	const wf_backend_ops *op = be->ops;
 	const wf_layer *l = &m->layers[i];
 	wf_plan **plan = &ex->plans[i];
 	float *y = ex->act[i];
@@ -582,31 +582,31 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 			d.conv.io_bf16 = (is_bf16(ex, l->inputs[0]) ? 1 : 0) |
 					 (ex->out_bf16[i] ? 2 : 0) |
 					 (r >= 0 && is_bf16(ex, r) ? 4 : 0);
-			return op->conv2d_forward_fused(be, plan, &d.conv, y, x,
-							pv(ex, l->p_kernel), pv(ex, l->p_bias),
-							r >= 0 ? ex->act[r] : NULL);
+			return wf_op_conv2d_forward_fused(be, plan, &d.conv, y, x,
+							  pv(ex, l->p_kernel), pv(ex, l->p_bias),
+							  r >= 0 ? ex->act[r] : NULL);
 		}
-		return op->conv2d_forward(be, plan, &d.conv, y, x, pv(ex, l->p_kernel),
-					  pv(ex, l->p_bias));
+		return wf_op_conv2d_forward(be, plan, &d.conv, y, x, pv(ex, l->p_kernel),
+					    pv(ex, l->p_bias));
 	case WF_LAYER_DENSE:
 		dense_desc(ex, i, n, &d.dense);
-		return op->dense_forward(be, plan, &d.dense, y, x, pv(ex, l->p_kernel),
-					 pv(ex, l->p_bias));
+		return wf_op_dense_forward(be, plan, &d.dense, y, x, pv(ex, l->p_kernel),
+					   pv(ex, l->p_bias));
 	case WF_LAYER_BATCHNORM:
 		bn_desc(ex, i, n, &d.bn);
-		return op->batchnorm_forward(be, plan, &d.bn, training && !l->frozen, y,
-					     ex->save_mean[i], ex->save_invstd[i], x,
-					     pv(ex, l->p_gamma), pv(ex, l->p_beta),
-					     ex->state + m->views[l->s_mean].offset,
-					     ex->state + m->views[l->s_var].offset);
+		return wf_op_batchnorm_forward(be, plan, &d.bn, training && !l->frozen, y,
+					       ex->save_mean[i], ex->save_invstd[i], x,
+					       pv(ex, l->p_gamma), pv(ex, l->p_beta),
+					       ex->state + m->views[l->s_mean].offset,
+					       ex->state + m->views[l->s_var].offset);
 	case WF_LAYER_RELU:
 	case WF_LAYER_RELU6:
-		return op->act_forward(be, l->type == WF_LAYER_RELU ? WF_ACT_RELU : WF_ACT_RELU6,
-				       sz, y, x);
+		return wf_op_act_forward(be, l->type == WF_LAYER_RELU ? WF_ACT_RELU : WF_ACT_RELU6,
+					 sz, y, x);
 	case WF_LAYER_ADD: {
-		int rc = op->add(be, sz, y, x, ex->act[l->inputs[1]]);
+		int rc = wf_op_add(be, sz, y, x, ex->act[l->inputs[1]]);
 		for (int k = 2; k < l->ninputs && rc == 0; k++)
-			rc = op->accumulate(be, sz, y, ex->act[l->inputs[k]]);
+			rc = wf_op_accumulate(be, sz, y, ex->act[l->inputs[k]]);
 		return rc;
 	}
 	case WF_LAYER_CONCAT: {
@@ -616,24 +616,26 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 			widths[k] = m->layers[l->inputs[k]].oc;
 			xs[k] = ex->act[l->inputs[k]];
 		}
-		return op->concat_forward(be, (size_t)n * l->oh * l->ow, l->ninputs, widths, y, xs);
+		return wf_op_concat_forward(be, (size_t)n * l->oh * l->ow, l->ninputs, widths, y,
+					    xs);
 	}
 	case WF_LAYER_MAXPOOL:
 	case WF_LAYER_AVGPOOL:
 		pool_desc(ex, i, n, &d.pool);
-		return op->pool_forward(be, plan, &d.pool, y, x);
+		return wf_op_pool_forward(be, plan, &d.pool, y, x);
 	case WF_LAYER_GAP: {
 		const wf_layer *xl = &m->layers[l->inputs[0]];
-		return op->gap_forward(be, n, xl->oh * xl->ow, xl->oc, y, x);
+		return wf_op_gap_forward(be, n, xl->oh * xl->ow, xl->oc, y, x);
 	}
 	case WF_LAYER_FLATTEN: return 0; /* aliases its input */
 	case WF_LAYER_ZEROPAD:
-	case WF_LAYER_CROP: pad_desc(ex, i, n, &d.pad); return op->pad_forward(be, &d.pad, y, x);
+	case WF_LAYER_CROP: pad_desc(ex, i, n, &d.pad); return wf_op_pad_forward(be, &d.pad, y, x);
 	case WF_LAYER_DROPOUT:
 		if (!training)
 			return 0; /* aliases its input */
-		return op->dropout_forward(be, sz, l->rate, wf_hash3(seed, (uint64_t)i, 0x64726f70),
-					   y, ex->mask[i], x);
+		return wf_op_dropout_forward(be, sz, l->rate,
+					     wf_hash3(seed, (uint64_t)i, 0x64726f70), y,
+					     ex->mask[i], x);
 	default: return WF_EINTERNAL;
 	}
 }
@@ -661,7 +663,7 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 			ex->act[i] = ex->own[i];
 	}
 	size_t bytes = (size_t)n * wf_layer_size(&m->layers[0]) * sizeof(float);
-	int rc = be->ops->to_device(be, ex->act[0], images, bytes);
+	int rc = wf_op_to_device(be, ex->act[0], images, bytes);
 	if (rc)
 		return op_fail(ex, rc, 0, "copy to device");
 	for (int i = 1; i < m->nlayers; i++) {
@@ -681,7 +683,7 @@ int wf_exec_logits(wf_exec *ex, float *out)
 	if (!ex->n)
 		return exec_fail(ex, WF_EINVAL, "logits: no forward has run");
 	size_t bytes = (size_t)ex->n * ex->m->classes * sizeof(float);
-	int rc = ex->be->ops->to_host(ex->be, out, ex->act[ex->m->output], bytes);
+	int rc = wf_op_to_host(ex->be, out, ex->act[ex->m->output], bytes);
 	return rc ? op_fail(ex, rc, ex->m->output, "copy to host") : 0;
 }
 
@@ -691,10 +693,10 @@ int wf_exec_probs(wf_exec *ex, float *out)
 		return exec_fail(ex, WF_EINVAL, "probs: no forward has run");
 	wf_backend *be = ex->be;
 	int n = ex->n, k = ex->m->classes;
-	int rc = be->ops->softmax_xent_forward(be, n, k, ex->probs, ex->losses,
-					       ex->act[ex->m->output], NULL);
+	int rc = wf_op_softmax_xent_forward(be, n, k, ex->probs, ex->losses, ex->act[ex->m->output],
+					    NULL);
 	if (!rc)
-		rc = be->ops->to_host(be, out, ex->probs, (size_t)n * k * sizeof(float));
+		rc = wf_op_to_host(be, out, ex->probs, (size_t)n * k * sizeof(float));
 	return rc ? op_fail(ex, rc, ex->m->output, "softmax") : 0;
 }
 
@@ -710,11 +712,11 @@ int wf_exec_loss(wf_exec *ex, const int32_t *labels, float *loss, int *correct)
 					 "loss: labels[%d] = %d is outside [0, %d) (the model has "
 					 "%d classes)",
 					 i, (int)labels[i], k, k);
-	if ((rc = be->ops->to_device(be, ex->labels, labels, (size_t)n * sizeof(int32_t))) ||
-	    (rc = be->ops->softmax_xent_forward(be, n, k, ex->probs, ex->losses,
-						ex->act[ex->m->output], ex->labels)) ||
-	    (rc = be->ops->to_host(be, ex->h_losses, ex->losses, (size_t)n * sizeof(float))) ||
-	    (rc = be->ops->to_host(be, ex->h_probs, ex->probs, (size_t)n * k * sizeof(float))))
+	if ((rc = wf_op_to_device(be, ex->labels, labels, (size_t)n * sizeof(int32_t))) ||
+	    (rc = wf_op_softmax_xent_forward(be, n, k, ex->probs, ex->losses,
+					     ex->act[ex->m->output], ex->labels)) ||
+	    (rc = wf_op_to_host(be, ex->h_losses, ex->losses, (size_t)n * sizeof(float))) ||
+	    (rc = wf_op_to_host(be, ex->h_probs, ex->probs, (size_t)n * k * sizeof(float))))
 		return op_fail(ex, rc, ex->m->output, "loss");
 	double sum = 0;
 	int good = 0;
@@ -788,7 +790,7 @@ static int dx_finish(wf_exec *ex, int j, int acc, int n)
 	if (!acc)
 		return 0;
 	size_t sz = (size_t)n * wf_layer_size(&ex->m->layers[j]);
-	return ex->be->ops->accumulate(ex->be, sz, ex->dact[j], ex->scratch);
+	return wf_op_accumulate(ex->be, sz, ex->dact[j], ex->scratch);
 }
 
 /* dx_j = dy (add, flatten): a copy on first write, else accumulate straight from dy. */
@@ -799,15 +801,14 @@ static int pass_through(wf_exec *ex, int j, const float *dy, int n)
 	size_t sz = (size_t)n * wf_layer_size(&ex->m->layers[j]);
 	if (!ex->gdone[j]) {
 		ex->gdone[j] = 1;
-		return ex->be->ops->copy(ex->be, ex->dact[j], dy, sz * sizeof(float));
+		return wf_op_copy(ex->be, ex->dact[j], dy, sz * sizeof(float));
 	}
-	return ex->be->ops->accumulate(ex->be, sz, ex->dact[j], dy);
+	return wf_op_accumulate(ex->be, sz, ex->dact[j], dy);
 }
 
 static int concat_backward(wf_exec *ex, int i, int n, const float *dy)
 {
 	const wf_layer *l = &ex->m->layers[i];
-	const wf_backend_ops *op = ex->be->ops;
 	int widths[WF_MAX_INPUTS] = {0}, later[WF_MAX_INPUTS] = {0}, nlater = 0, rc;
 	float *dxs[WF_MAX_INPUTS] = {0};
 	size_t rows = (size_t)n * l->oh * l->ow;
@@ -820,13 +821,13 @@ static int concat_backward(wf_exec *ex, int i, int n, const float *dy)
 			later[nlater++] = k;
 		}
 	}
-	if ((rc = op->concat_backward(ex->be, rows, l->ninputs, widths, dxs, dy)))
+	if ((rc = wf_op_concat_backward(ex->be, rows, l->ninputs, widths, dxs, dy)))
 		return rc;
 	/* inputs seen before (say the same tensor twice): one split each into scratch */
 	for (int a = 0; a < nlater; a++) {
 		for (int k = 0; k < l->ninputs; k++)
 			dxs[k] = k == later[a] ? ex->scratch : NULL;
-		if ((rc = op->concat_backward(ex->be, rows, l->ninputs, widths, dxs, dy)) ||
+		if ((rc = wf_op_concat_backward(ex->be, rows, l->ninputs, widths, dxs, dy)) ||
 		    (rc = dx_finish(ex, l->inputs[later[a]], 1, n)))
 			return rc;
 	}
@@ -837,7 +838,6 @@ static int layer_backward(wf_exec *ex, int i, int n)
 {
 	wf_model *m = ex->m;
 	wf_backend *be = ex->be;
-	const wf_backend_ops *op = be->ops;
 	const wf_layer *l = &m->layers[i];
 	wf_plan **plan = &ex->plans[i];
 	const float *dy = ex->dact[i], *y = ex->act[i];
@@ -869,44 +869,44 @@ static int layer_backward(wf_exec *ex, int i, int n)
 	switch (l->type) {
 	case WF_LAYER_CONV2D:
 		conv_desc(ex, i, n, &d.conv);
-		rc = op->conv2d_backward(
+		rc = wf_op_conv2d_backward(
 			be, plan, &d.conv, dx, l->frozen ? NULL : gv(ex, l->p_kernel),
 			l->frozen ? NULL : gv(ex, l->p_bias), dy, x, pv(ex, l->p_kernel));
 		break;
 	case WF_LAYER_DENSE:
 		dense_desc(ex, i, n, &d.dense);
-		rc = op->dense_backward(
+		rc = wf_op_dense_backward(
 			be, plan, &d.dense, dx, l->frozen ? NULL : gv(ex, l->p_kernel),
 			l->frozen ? NULL : gv(ex, l->p_bias), dy, x, pv(ex, l->p_kernel));
 		break;
 	case WF_LAYER_BATCHNORM:
 		bn_desc(ex, i, n, &d.bn);
-		rc = op->batchnorm_backward(be, plan, &d.bn, dx, gv(ex, l->p_gamma),
-					    gv(ex, l->p_beta), dy, x, pv(ex, l->p_gamma),
-					    ex->save_mean[i], ex->save_invstd[i]);
+		rc = wf_op_batchnorm_backward(be, plan, &d.bn, dx, gv(ex, l->p_gamma),
+					      gv(ex, l->p_beta), dy, x, pv(ex, l->p_gamma),
+					      ex->save_mean[i], ex->save_invstd[i]);
 		break;
 	case WF_LAYER_RELU:
 	case WF_LAYER_RELU6:
-		rc = op->act_backward(be, l->type == WF_LAYER_RELU ? WF_ACT_RELU : WF_ACT_RELU6, sz,
-				      dx, dy, y);
+		rc = wf_op_act_backward(be, l->type == WF_LAYER_RELU ? WF_ACT_RELU : WF_ACT_RELU6,
+					sz, dx, dy, y);
 		break;
 	case WF_LAYER_MAXPOOL:
 	case WF_LAYER_AVGPOOL:
 		pool_desc(ex, i, n, &d.pool);
-		rc = op->pool_backward(be, plan, &d.pool, dx, dy, x, y);
+		rc = wf_op_pool_backward(be, plan, &d.pool, dx, dy, x, y);
 		break;
 	case WF_LAYER_GAP: {
 		const wf_layer *xl = &m->layers[j];
-		rc = op->gap_backward(be, n, xl->oh * xl->ow, xl->oc, dx, dy);
+		rc = wf_op_gap_backward(be, n, xl->oh * xl->ow, xl->oc, dx, dy);
 		break;
 	}
 	case WF_LAYER_ZEROPAD:
 	case WF_LAYER_CROP:
 		pad_desc(ex, i, n, &d.pad);
-		rc = op->pad_backward(be, &d.pad, dx, dy);
+		rc = wf_op_pad_backward(be, &d.pad, dx, dy);
 		break;
 	case WF_LAYER_DROPOUT:
-		rc = op->dropout_backward(be, sz, l->rate, dx, dy, ex->mask[i]);
+		rc = wf_op_dropout_backward(be, sz, l->rate, dx, dy, ex->mask[i]);
 		break;
 	default: rc = WF_EINTERNAL;
 	}
@@ -932,10 +932,10 @@ int wf_exec_backward(wf_exec *ex, float grad_scale, wf_grad_ready_fn ready, void
 		size_t nk = (size_t)n * (size_t)m->classes;
 		for (size_t i = 0; i < nk; i++)
 			ex->h_dlogits[i] *= grad_scale;
-		rc = be->ops->to_device(be, ex->dact[m->output], ex->h_dlogits, nk * sizeof(float));
+		rc = wf_op_to_device(be, ex->dact[m->output], ex->h_dlogits, nk * sizeof(float));
 	} else {
-		rc = be->ops->softmax_xent_backward(be, n, m->classes, ex->dact[m->output],
-						    ex->probs, ex->labels, grad_scale);
+		rc = wf_op_softmax_xent_backward(be, n, m->classes, ex->dact[m->output], ex->probs,
+						 ex->labels, grad_scale);
 	}
 	if (rc)
 		return op_fail(ex, rc, m->output, "loss backward");
@@ -950,7 +950,7 @@ int wf_exec_backward(wf_exec *ex, float grad_scale, wf_grad_ready_fn ready, void
 		if (ex->pend[i] > done) {
 			done = ex->pend[i];
 			if (ready) {
-				if ((rc = be->ops->sync(be)) != 0)
+				if ((rc = wf_op_sync(be)) != 0)
 					return op_fail(ex, rc, i, "sync");
 				ready(arg, done);
 			}
@@ -982,7 +982,7 @@ int wf_exec_zero_grads(wf_exec *ex)
 	if (!ex->grads)
 		return exec_fail(ex, WF_EINVAL,
 				 "zero_grads: the executor was created for inference");
-	int rc = ex->be->ops->zero(ex->be, ex->grads, ex->m->nparams * sizeof(float));
+	int rc = wf_op_zero(ex->be, ex->grads, ex->m->nparams * sizeof(float));
 	return rc ? exec_fail(ex, rc, "zero_grads: %s", ex->be->err.msg) : 0;
 }
 
@@ -991,9 +991,9 @@ int wf_exec_params_to_host(wf_exec *ex)
 	if (ex->host)
 		return 0;
 	wf_backend *be = ex->be;
-	int rc = be->ops->to_host(be, ex->m->params, ex->params, ex->m->nparams * sizeof(float));
+	int rc = wf_op_to_host(be, ex->m->params, ex->params, ex->m->nparams * sizeof(float));
 	if (!rc)
-		rc = be->ops->to_host(be, ex->m->state, ex->state, ex->m->nstate * sizeof(float));
+		rc = wf_op_to_host(be, ex->m->state, ex->state, ex->m->nstate * sizeof(float));
 	return rc ? exec_fail(ex, rc, "params to host: %s", be->err.msg) : 0;
 }
 
@@ -1005,9 +1005,9 @@ int wf_exec_params_from_host(wf_exec *ex)
 	if (ex->host)
 		return 0;
 	wf_backend *be = ex->be;
-	int rc = be->ops->to_device(be, ex->params, ex->m->params, ex->m->nparams * sizeof(float));
+	int rc = wf_op_to_device(be, ex->params, ex->m->params, ex->m->nparams * sizeof(float));
 	if (!rc)
-		rc = be->ops->to_device(be, ex->state, ex->m->state, ex->m->nstate * sizeof(float));
+		rc = wf_op_to_device(be, ex->state, ex->m->state, ex->m->nstate * sizeof(float));
 	return rc ? exec_fail(ex, rc, "params to device: %s", be->err.msg) : 0;
 }
 

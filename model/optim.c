@@ -1,5 +1,7 @@
 #include "model/optim.h"
 
+#include "kernels/ops.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -88,7 +90,7 @@ static int update_unfrozen(wf_backend *be, const wf_opt_desc *d, const wf_optim_
 			   float *p, const float *g, float *m, float *v)
 {
 	if (!c->frozen || !c->segs)
-		return be->ops->optimizer_update(be, d, n, p, g, m, v);
+		return wf_op_optimizer_update(be, d, n, p, g, m, v);
 	for (int s = 0; s < c->nsegs && c->segs[s] < n;) {
 		if (c->frozen[s]) {
 			s++;
@@ -98,8 +100,8 @@ static int update_unfrozen(wf_backend *be, const wf_opt_desc *d, const wf_optim_
 		while (e < c->nsegs && !c->frozen[e])
 			e++;
 		size_t a = c->segs[s], b = c->segs[e] < n ? c->segs[e] : n;
-		int rc = be->ops->optimizer_update(be, d, b - a, p + a, g + a, m ? m + a : NULL,
-						   v ? v + a : NULL);
+		int rc = wf_op_optimizer_update(be, d, b - a, p + a, g + a, m ? m + a : NULL,
+						v ? v + a : NULL);
 		if (rc != 0)
 			return rc;
 		s = e;
@@ -111,11 +113,11 @@ static int apply_clipped(wf_backend *be, const wf_opt_desc *d0, const wf_optim_c
 			 float *p, const float *g, float *m, float *v)
 {
 	wf_opt_desc d = *d0;
-	int host = strcmp(be->name, "cuda") != 0, rc;
+	int host = wf_backend_host_memory(be), rc;
 	float *h = malloc(n * sizeof(float) + 1), *dev = NULL;
 	if (!h)
 		return wf_errf(&be->err, WF_ENOMEM, "gradient clipping: out of memory");
-	if ((rc = be->ops->to_host(be, h, g, n * sizeof(float))) != 0)
+	if ((rc = wf_op_to_host(be, h, g, n * sizeof(float))) != 0)
 		goto out;
 	for (size_t i = 0; i < n; i++)
 		h[i] *= d.grad_scale;
@@ -123,14 +125,14 @@ static int apply_clipped(wf_backend *be, const wf_opt_desc *d0, const wf_optim_c
 	clip(c, n, h);
 	if (host) {
 		rc = update_unfrozen(be, &d, c, n, p, h, m, v);
-	} else if (!(dev = be->ops->alloc(be, n * sizeof(float) + 1))) {
+	} else if (!(dev = wf_op_alloc(be, n * sizeof(float) + 1))) {
 		rc = wf_errf(&be->err, WF_ENOMEM, "gradient clipping: out of device memory");
-	} else if ((rc = be->ops->to_device(be, dev, h, n * sizeof(float))) == 0) {
+	} else if ((rc = wf_op_to_device(be, dev, h, n * sizeof(float))) == 0) {
 		rc = update_unfrozen(be, &d, c, n, p, dev, m, v);
 	}
 out:
 	if (dev)
-		be->ops->free(be, dev);
+		wf_op_free(be, dev);
 	free(h);
 	return rc;
 }

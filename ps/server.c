@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "kernels/ops.h"
 #include "ps/auth.h"
 #include "ps/placement.h"
 #include "ps/proto.h"
@@ -625,13 +626,13 @@ static void op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 	} else if (!c->ncontrib) {
 		memcpy(c->acc, grad, c->count * sizeof(float));
 	} else {
-		s->be->ops->accumulate(s->be, c->count, c->acc, grad);
+		wf_op_accumulate(s->be, c->count, c->acc, grad);
 	}
 	if (st) {
 		if (!s->state_n)
 			memcpy(s->state_acc, st, s->nstate * sizeof(float));
 		else
-			s->be->ops->accumulate(s->be, s->nstate, s->state_acc, st);
+			wf_op_accumulate(s->be, s->nstate, s->state_acc, st);
 		s->state_n++;
 	}
 	c->pushed[w] = 1;

@@ -1,57 +1,17 @@
 /* exchange_local.c: the exchange of a single process (with or without
  * micro-batch accumulation): the optimizer applied in place, plus the
- * wrappers of the exchange table and the optimizer-state file. */
+ * optimizer-state file. The wrappers of the exchange table are in exchange.c. */
 #include "worker/exchange.h"
 
 #include "common/h5.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "kernels/ops.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- wrappers ---------------------------------------------------------- */
-
-int wf_exchange_start(wf_exchange *x, const char *resume_dir, long resume_step, long *start_step,
-		      wf_err *err)
-{
-	return x->ops->start(x, resume_dir, resume_step, start_step, err);
-}
-
-void wf_exchange_grad_ready(void *arg, size_t done)
-{
-	wf_exchange *x = arg;
-	if (x->ops->grad_ready)
-		x->ops->grad_ready(x, done);
-}
-
-int wf_exchange_step(wf_exchange *x, long step, wf_err *err)
-{
-	return x->ops->step(x, step, err);
-}
-
-int wf_exchange_save(wf_exchange *x, const char *dir, long step, wf_err *err)
-{
-	return x->ops->save ? x->ops->save(x, dir, step, err) : 0;
-}
-
-int wf_exchange_finish(wf_exchange *x, wf_err *err)
-{
-	return x->ops->finish ? x->ops->finish(x, err) : 0;
-}
-
-int wf_exchange_should_stop(wf_exchange *x, long step, int requested)
-{
-	return x->ops->should_stop ? x->ops->should_stop(x, step, requested) : requested != 0;
-}
-
-void wf_exchange_free(wf_exchange *x)
-{
-	if (x)
-		x->ops->free(x);
-}
 
 /* ---- the optimizer-state file ------------------------------------------ */
 
@@ -230,9 +190,9 @@ static int local_start(wf_exchange *x, const char *resume_dir, long resume_step,
 	local_ctx *c = x->ctx;
 	size_t bytes = c->n * sizeof(float);
 	*start_step = 0;
-	if (c->m && c->be->ops->zero(c->be, c->m, bytes) != 0)
+	if (c->m && wf_op_zero(c->be, c->m, bytes) != 0)
 		return wf_errf(err, WF_EINTERNAL, "zeroing slots: %s", c->be->err.msg);
-	if (c->v && c->be->ops->zero(c->be, c->v, bytes) != 0)
+	if (c->v && wf_op_zero(c->be, c->v, bytes) != 0)
 		return wf_errf(err, WF_EINTERNAL, "zeroing slots: %s", c->be->err.msg);
 	if (!resume_dir)
 		return 0;
@@ -248,9 +208,9 @@ static int local_start(wf_exchange *x, const char *resume_dir, long resume_step,
 	if (rc == 0 && step != resume_step)
 		rc = wf_errf(err, WF_EFORMAT, "%s: holds step %ld, its directory says step %ld",
 			     path, step, resume_step);
-	if (rc == 0 && c->m && c->be->ops->to_device(c->be, c->m, hm, bytes) != 0)
+	if (rc == 0 && c->m && wf_op_to_device(c->be, c->m, hm, bytes) != 0)
 		rc = wf_errf(err, WF_EINTERNAL, "restoring slots: %s", c->be->err.msg);
-	if (rc == 0 && c->v && c->be->ops->to_device(c->be, c->v, hv, bytes) != 0)
+	if (rc == 0 && c->v && wf_op_to_device(c->be, c->v, hv, bytes) != 0)
 		rc = wf_errf(err, WF_EINTERNAL, "restoring slots: %s", c->be->err.msg);
 	free(hm);
 	free(hv);
@@ -279,9 +239,9 @@ static int local_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 	int rc = slots_host(c, &hm, &hv, err);
 	if (rc != 0)
 		return rc;
-	if (c->m && c->be->ops->to_host(c->be, hm, c->m, bytes) != 0)
+	if (c->m && wf_op_to_host(c->be, hm, c->m, bytes) != 0)
 		rc = wf_errf(err, WF_EINTERNAL, "reading slots: %s", c->be->err.msg);
-	if (rc == 0 && c->v && c->be->ops->to_host(c->be, hv, c->v, bytes) != 0)
+	if (rc == 0 && c->v && wf_op_to_host(c->be, hv, c->v, bytes) != 0)
 		rc = wf_errf(err, WF_EINTERNAL, "reading slots: %s", c->be->err.msg);
 	if (rc == 0)
 		rc = wf_optim_state_save(path, &c->cfg, step, c->n, c->nslots, hm, hv, err);
@@ -295,9 +255,9 @@ static void local_free(wf_exchange *x)
 	local_ctx *c = x->ctx;
 	if (c) {
 		if (c->m)
-			c->be->ops->free(c->be, c->m);
+			wf_op_free(c->be, c->m);
 		if (c->v)
-			c->be->ops->free(c->be, c->v);
+			wf_op_free(c->be, c->v);
 		free(c);
 	}
 	free(x);
@@ -335,9 +295,9 @@ int wf_exchange_local_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	c->n = m->nparams;
 	c->nslots = wf_optim_slots(cfg);
 	size_t bytes = (c->n ? c->n : 1) * sizeof(float);
-	if (c->nslots >= 1 && !(c->m = c->be->ops->alloc(c->be, bytes)))
+	if (c->nslots >= 1 && !(c->m = wf_op_alloc(c->be, bytes)))
 		goto nomem;
-	if (c->nslots >= 2 && !(c->v = c->be->ops->alloc(c->be, bytes)))
+	if (c->nslots >= 2 && !(c->v = wf_op_alloc(c->be, bytes)))
 		goto nomem;
 	*out = x;
 	return 0;

@@ -29,6 +29,7 @@
 #include "worker/exchange_mpi.h"
 
 #include "common/log.h"
+#include "kernels/ops.h"
 #include "common/util.h"
 
 #include <limits.h>
@@ -594,8 +595,8 @@ static int mpi_step(wf_exchange *x, long step, wf_err *err)
 		if (rc != 0)
 			return rc;
 		c->stop_agreed = c->stop_recv;
-		if (c->nstate && c->be->ops->scale(c->be, c->nstate, wf_exec_state(c->ex),
-						   wf_exec_state(c->ex), inv) != 0)
+		if (c->nstate && wf_op_scale(c->be, c->nstate, wf_exec_state(c->ex),
+					     wf_exec_state(c->ex), inv) != 0)
 			return wf_errf(err, WF_EINTERNAL, "averaging batch-norm statistics: %s",
 				       c->be->err.msg);
 	}
@@ -777,9 +778,9 @@ static void mpi_free(wf_exchange *x)
 			g.failed = 1; /* ended early: peers may still be in a collective */
 		hb_free(&c->wt.hb);
 		if (c->slot_m)
-			c->be->ops->free(c->be, c->slot_m);
+			wf_op_free(c->be, c->slot_m);
 		if (c->slot_v)
-			c->be->ops->free(c->be, c->slot_v);
+			wf_op_free(c->be, c->slot_v);
 		free(c->reqs);
 		free(c);
 		wf_mpi_world_finalize();
@@ -802,7 +803,7 @@ int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 {
 	*out = NULL;
 	wf_backend *be = wf_exec_backend(ex);
-	if (strcmp(be->name, "cpu") != 0 && strcmp(be->name, "ref") != 0)
+	if (!wf_backend_host_memory(be))
 		return wf_errf(err, WF_ENOTSUP,
 			       "strategy.name allreduce on device '%s' needs NCCL; this weft "
 			       "was built without it",
@@ -840,9 +841,9 @@ int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		goto nomem;
 	for (int i = 0; i < REQ_BUCKET + c->nbuckets; i++)
 		c->reqs[i] = MPI_REQUEST_NULL;
-	if (c->nslots >= 1 && !(c->slot_m = be->ops->alloc(be, bytes)))
+	if (c->nslots >= 1 && !(c->slot_m = wf_op_alloc(be, bytes)))
 		goto nomem;
-	if (c->nslots >= 2 && !(c->slot_v = be->ops->alloc(be, bytes)))
+	if (c->nslots >= 2 && !(c->slot_v = wf_op_alloc(be, bytes)))
 		goto nomem;
 	if ((rc = hb_init(&c->wt.hb, err)) != 0) {
 		c->finished = 1; /* nothing is in flight yet */

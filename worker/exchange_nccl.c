@@ -5,7 +5,7 @@
  * ncclAllReduce(ncclAvg) on a dedicated stream as soon as backward has
  * queued it. The cuda backend's stream is private (and non-blocking), so the
  * order "bucket computed, then reduced" is kept by waiting for the backend
- * (be->ops->sync) before queuing a group of buckets; NCCL then runs on its
+ * (wf_op_sync) before queuing a group of buckets; NCCL then runs on its
  * own stream while the host queues the rest of backward. (With an accessor
  * for the backend's stream this becomes an event wait, without the host
  * sync.) The optimizer is queued only after the host saw NCCL finish, so it
@@ -22,6 +22,7 @@
 #include "worker/exchange_nccl.h"
 
 #include "common/log.h"
+#include "kernels/ops.h"
 #include "common/util.h"
 #include "worker/exchange_mpi.h"
 #include "worker/rendezvous.h"
@@ -105,7 +106,7 @@ _Static_assert(sizeof(ncclUniqueId) == WF_RDV_ID_BYTES, "the rendezvous carries 
 /* Order the NCCL stream after everything queued so far on the backend. */
 static int after_compute(nccl_ctx *c, wf_err *err)
 {
-	if (c->be->ops->sync(c->be) != 0)
+	if (wf_op_sync(c->be) != 0)
 		return wf_errf(err, WF_EINTERNAL, "waiting for backward: %s", c->be->err.msg);
 	return 0;
 }
@@ -272,9 +273,9 @@ static int nccl_start(wf_exchange *x, const char *resume_dir, long resume_step, 
 	nccl_ctx *c = x->ctx;
 	size_t bytes = c->n * sizeof(float);
 	*start_step = 0;
-	if (c->slot_m && c->be->ops->zero(c->be, c->slot_m, bytes) != 0)
+	if (c->slot_m && wf_op_zero(c->be, c->slot_m, bytes) != 0)
 		return wf_errf(err, WF_EINTERNAL, "zeroing slots: %s", c->be->err.msg);
-	if (c->slot_v && c->be->ops->zero(c->be, c->slot_v, bytes) != 0)
+	if (c->slot_v && wf_op_zero(c->be, c->slot_v, bytes) != 0)
 		return wf_errf(err, WF_EINTERNAL, "zeroing slots: %s", c->be->err.msg);
 	long step = 0;
 	if (resume_dir && c->w.rank == 0) {
@@ -289,9 +290,9 @@ static int nccl_start(wf_exchange *x, const char *resume_dir, long resume_step, 
 		if (rc == 0 && step != resume_step)
 			rc = wf_errf(err, WF_EFORMAT, "%s: holds step %ld, its directory says %ld",
 				     path, step, resume_step);
-		if (rc == 0 && hm && c->be->ops->to_device(c->be, c->slot_m, hm, bytes) != 0)
+		if (rc == 0 && hm && wf_op_to_device(c->be, c->slot_m, hm, bytes) != 0)
 			rc = wf_errf(err, WF_EINTERNAL, "restoring slots: %s", c->be->err.msg);
-		if (rc == 0 && hv && c->be->ops->to_device(c->be, c->slot_v, hv, bytes) != 0)
+		if (rc == 0 && hv && wf_op_to_device(c->be, c->slot_v, hv, bytes) != 0)
 			rc = wf_errf(err, WF_EINTERNAL, "restoring slots: %s", c->be->err.msg);
 		free(hm);
 		free(hv);
@@ -304,7 +305,7 @@ static int nccl_start(wf_exchange *x, const char *resume_dir, long resume_step, 
 	}
 	/* Rank 0's step, parameters, statistics and slots, so every rank starts equal. */
 	int64_t s64 = step, *dstep = small_at(c, STEP_AT);
-	if (c->be->ops->to_device(c->be, dstep, &s64, sizeof(s64)) != 0)
+	if (wf_op_to_device(c->be, dstep, &s64, sizeof(s64)) != 0)
 		return wf_errf(err, WF_EINTERNAL, "the starting step: %s", c->be->err.msg);
 	int rc = after_compute(c, err);
 	if (rc != 0)
@@ -322,7 +323,7 @@ static int nccl_start(wf_exchange *x, const char *resume_dir, long resume_step, 
 	NCCL_CHECK(ncclGroupEnd(), err, "start-up broadcast");
 	if (rc == 0)
 		rc = wait_stream(c, "the start-up broadcast from rank 0", err);
-	if (rc == 0 && c->be->ops->to_host(c->be, &s64, dstep, sizeof(s64)) != 0)
+	if (rc == 0 && wf_op_to_host(c->be, &s64, dstep, sizeof(s64)) != 0)
 		rc = wf_errf(err, WF_EINTERNAL, "the starting step: %s", c->be->err.msg);
 	if (rc != 0)
 		return rc;
@@ -346,9 +347,9 @@ static int nccl_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 	float *hv = c->slot_v ? malloc(bytes ? bytes : 1) : NULL;
 	if ((c->slot_m && !hm) || (c->slot_v && !hv))
 		rc = wf_errf(err, WF_ENOMEM, "out of memory for optimizer slots");
-	if (rc == 0 && hm && c->be->ops->to_host(c->be, hm, c->slot_m, bytes) != 0)
+	if (rc == 0 && hm && wf_op_to_host(c->be, hm, c->slot_m, bytes) != 0)
 		rc = wf_errf(err, WF_EINTERNAL, "reading slots: %s", c->be->err.msg);
-	if (rc == 0 && hv && c->be->ops->to_host(c->be, hv, c->slot_v, bytes) != 0)
+	if (rc == 0 && hv && wf_op_to_host(c->be, hv, c->slot_v, bytes) != 0)
 		rc = wf_errf(err, WF_EINTERNAL, "reading slots: %s", c->be->err.msg);
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/%s", dir, WF_OPTIM_FILE);
@@ -398,11 +399,11 @@ static void nccl_free(wf_exchange *x)
 		if (c->stream)
 			cudaStreamDestroy(c->stream);
 		if (c->slot_m)
-			c->be->ops->free(c->be, c->slot_m);
+			wf_op_free(c->be, c->slot_m);
 		if (c->slot_v)
-			c->be->ops->free(c->be, c->slot_v);
+			wf_op_free(c->be, c->slot_v);
 		if (c->token)
-			c->be->ops->free(c->be, c->token);
+			wf_op_free(c->be, c->token);
 		if (c->flag_host)
 			cudaFreeHost(c->flag_host);
 		if (!c->finished)
@@ -522,9 +523,9 @@ int wf_exchange_nccl_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	c->nbuckets = c->n ? (int)((c->n + c->bucket - 1) / c->bucket) : 0;
 	size_t bytes = (c->n ? c->n : 1) * sizeof(float);
 	c->finished = 1; /* until set-up is over, nothing is in flight */
-	if ((c->nslots >= 1 && !(c->slot_m = c->be->ops->alloc(c->be, bytes))) ||
-	    (c->nslots >= 2 && !(c->slot_v = c->be->ops->alloc(c->be, bytes))) ||
-	    !(c->token = c->be->ops->alloc(c->be, SMALL_BYTES))) {
+	if ((c->nslots >= 1 && !(c->slot_m = wf_op_alloc(c->be, bytes))) ||
+	    (c->nslots >= 2 && !(c->slot_v = wf_op_alloc(c->be, bytes))) ||
+	    !(c->token = wf_op_alloc(c->be, SMALL_BYTES))) {
 		rc = wf_errf(err, WF_ENOMEM,
 			     "out of GPU memory for %d optimizer slots of %zu floats", c->nslots,
 			     c->n);

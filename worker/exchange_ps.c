@@ -4,6 +4,7 @@
 #include "worker/exchange_ps.h"
 
 #include "common/ckptdir.h"
+#include "kernels/ops.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "ps/client.h"
@@ -51,8 +52,8 @@ static int push_chunk(ps_ctx *c, int k, wf_err *err)
 {
 	const wf_ps_chunk *ch = &c->pl.chunks[k];
 	if (!c->host &&
-	    c->be->ops->to_host(c->be, c->grads + ch->offset, wf_exec_grads(c->ex) + ch->offset,
-				ch->count * sizeof(float)) != 0)
+	    wf_op_to_host(c->be, c->grads + ch->offset, wf_exec_grads(c->ex) + ch->offset,
+			  ch->count * sizeof(float)) != 0)
 		return wf_errf(err, WF_EINTERNAL, "ps: copying gradients of chunk %d: %s", k,
 			       c->be->err.msg);
 	return wf_ps_client_push_pull_async(c->cl, k, c->grads, c->step, k == c->state_chunk, err);
@@ -439,7 +440,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	c->ex = ex;
 	c->m = m;
 	c->be = wf_exec_backend(ex);
-	c->host = wf_exec_params(ex) == m->params;
+	c->host = wf_backend_host_memory(c->be);
 	c->state_chunk = -1;
 	debug_stall(c, cfg->debug_stall);
 	c->cfg.debug_stall = NULL;

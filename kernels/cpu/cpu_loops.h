@@ -1,7 +1,8 @@
 /* cpu_loops.h: the memory-bound ops of the cpu backend as OpenMP-parallel
  * loops (memory, activations, add/scale, concat, pad/crop, global average
  * pool, dropout, softmax cross-entropy, optimizer updates). Private to
- * kernels/cpu/: cpu.c puts these functions into the op table. Contracts are
+ * kernels/cpu/: cpu.c puts these functions into the op table; their arguments
+ * arrive checked by the wrappers of kernels/ops.h. Contracts are
  * those of the matching wf_backend_ops slots in kernels/kernels.h. */
 #ifndef WF_CPU_LOOPS_H
 #define WF_CPU_LOOPS_H

@@ -168,79 +168,19 @@ static int cu_copy(wf_backend *be, void *dst, const void *src, size_t bytes)
 					 wf_cuda_ctx_of(be)->stream));
 }
 
-/* ---- argument checks (the device never sees a bad shape) --------------------------------- */
-
-static int check_act(wf_backend *be, wf_act_kind kind)
-{
-	if (kind != WF_ACT_RELU && kind != WF_ACT_RELU6)
-		return wf_errf(&be->err, WF_EINVAL, "act: kind=%d is not relu or relu6", (int)kind);
-	return 0;
-}
-
-static int check_pool(wf_backend *be, const wf_pool_desc *d)
-{
-	if (d->kind != WF_POOL_MAX && d->kind != WF_POOL_AVG)
-		return wf_errf(&be->err, WF_EINVAL, "pool: kind=%d is not max or avg",
-			       (int)d->kind);
-	if (d->n <= 0 || d->h <= 0 || d->w <= 0 || d->c <= 0 || d->oh <= 0 || d->ow <= 0 ||
-	    d->kh <= 0 || d->kw <= 0 || d->sh <= 0 || d->sw <= 0)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "pool: n=%d h=%d w=%d c=%d oh=%d ow=%d kh=%d kw=%d sh=%d sw=%d must "
-			       "all be positive",
-			       d->n, d->h, d->w, d->c, d->oh, d->ow, d->kh, d->kw, d->sh, d->sw);
-	if (d->pt < 0 || d->pb < 0 || d->pl < 0 || d->pr < 0 || d->pt >= d->kh || d->pb >= d->kh ||
-	    d->pl >= d->kw || d->pr >= d->kw)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "pool: padding %d/%d/%d/%d must be in [0, window %dx%d)", d->pt,
-			       d->pb, d->pl, d->pr, d->kh, d->kw);
-	int oh = (d->h + d->pt + d->pb - d->kh) / d->sh + 1;
-	int ow = (d->w + d->pl + d->pr - d->kw) / d->sw + 1;
-	if (d->h + d->pt + d->pb < d->kh || d->w + d->pl + d->pr < d->kw || d->oh != oh ||
-	    d->ow != ow)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "pool: output %dx%d does not match input %dx%d, window %dx%d, "
-			       "strides %dx%d, pads %d/%d/%d/%d (expected %dx%d)",
-			       d->oh, d->ow, d->h, d->w, d->kh, d->kw, d->sh, d->sw, d->pt, d->pb,
-			       d->pl, d->pr, oh, ow);
-	return 0;
-}
-
-static int check_pad(wf_backend *be, const wf_pad_desc *d)
-{
-	if (d->n <= 0 || d->h <= 0 || d->w <= 0 || d->c <= 0)
-		return wf_errf(&be->err, WF_EINVAL, "pad: n=%d h=%d w=%d c=%d must be positive",
-			       d->n, d->h, d->w, d->c);
-	if (d->h + d->pt + d->pb <= 0 || d->w + d->pl + d->pr <= 0)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "pad: %dx%d with pads %d/%d/%d/%d leaves nothing", d->h, d->w, d->pt,
-			       d->pb, d->pl, d->pr);
-	return 0;
-}
-
-static int check_rate(wf_backend *be, float rate)
-{
-	if (!(rate >= 0.0f && rate < 1.0f))
-		return wf_errf(&be->err, WF_EINVAL, "dropout: rate=%g must be in [0, 1)",
-			       (double)rate);
-	return 0;
-}
-
 /* ---- ops on our own kernels ---------------------------------------------------------------- */
 
 #define STREAM(be) (wf_cuda_ctx_of(be)->stream)
 
 static int cu_act_forward(wf_backend *be, wf_act_kind kind, size_t n, float *y, const float *x)
 {
-	int rc = check_act(be, kind);
-	return rc ? rc : WF_CU(be, wfk_act_forward(STREAM(be), kind == WF_ACT_RELU6, n, y, x));
+	return WF_CU(be, wfk_act_forward(STREAM(be), kind == WF_ACT_RELU6, n, y, x));
 }
 
 static int cu_act_backward(wf_backend *be, wf_act_kind kind, size_t n, float *dx, const float *dy,
 			   const float *y)
 {
-	int rc = check_act(be, kind);
-	return rc ? rc
-		  : WF_CU(be, wfk_act_backward(STREAM(be), kind == WF_ACT_RELU6, n, dx, dy, y));
+	return WF_CU(be, wfk_act_backward(STREAM(be), kind == WF_ACT_RELU6, n, dx, dy, y));
 }
 
 static int cu_add(wf_backend *be, size_t n, float *y, const float *a, const float *b)
@@ -258,25 +198,20 @@ static int cu_scale(wf_backend *be, size_t n, float *y, const float *x, float al
 	return WF_CU(be, wfk_scale(STREAM(be), n, y, x, alpha));
 }
 
-static int check_concat(wf_backend *be, int k, const int *widths, size_t *total)
+/* Width of the concatenated rows. */
+static size_t concat_total(int k, const int *widths)
 {
-	if (k <= 0)
-		return wf_errf(&be->err, WF_EINVAL, "concat: k=%d inputs must be positive", k);
-	*total = 0;
-	for (int i = 0; i < k; i++) {
-		if (widths[i] <= 0)
-			return wf_errf(&be->err, WF_EINVAL,
-				       "concat: widths[%d]=%d must be positive", i, widths[i]);
-		*total += (size_t)widths[i];
-	}
-	return 0;
+	size_t total = 0;
+	for (int i = 0; i < k; i++)
+		total += (size_t)widths[i];
+	return total;
 }
 
 static int cu_concat_forward(wf_backend *be, size_t rows, int k, const int *widths, float *y,
 			     const float *const *xs)
 {
-	size_t total, off = 0;
-	int rc = check_concat(be, k, widths, &total);
+	size_t total = concat_total(k, widths), off = 0;
+	int rc = 0;
 	for (int i = 0; i < k && !rc; i++) {
 		rc = WF_CU(be, wfk_concat_in(STREAM(be), rows, widths[i], total, off, y, xs[i]));
 		off += (size_t)widths[i];
@@ -287,8 +222,8 @@ static int cu_concat_forward(wf_backend *be, size_t rows, int k, const int *widt
 static int cu_concat_backward(wf_backend *be, size_t rows, int k, const int *widths,
 			      float *const *dxs, const float *dy)
 {
-	size_t total, off = 0;
-	int rc = check_concat(be, k, widths, &total);
+	size_t total = concat_total(k, widths), off = 0;
+	int rc = 0;
 	for (int i = 0; i < k && !rc; i++) {
 		if (dxs[i])
 			rc = WF_CU(be, wfk_concat_out(STREAM(be), rows, widths[i], total, off,
@@ -301,57 +236,45 @@ static int cu_concat_backward(wf_backend *be, size_t rows, int k, const int *wid
 static int cu_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *y,
 			   const float *x)
 {
-	int rc = check_pool(be, d);
-	return rc ? rc : WF_CU(be, wfk_pool_forward(STREAM(be), d, y, x));
+	return WF_CU(be, wfk_pool_forward(STREAM(be), d, y, x));
 }
 
 static int cu_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *dx,
 			    const float *dy, const float *x, const float *y)
 {
-	int rc = check_pool(be, d);
-	return rc ? rc : WF_CU(be, wfk_pool_backward(STREAM(be), d, dx, dy, x));
+	return WF_CU(be, wfk_pool_backward(STREAM(be), d, dx, dy, x));
 }
 
 static int cu_gap_forward(wf_backend *be, int n, int hw, int c, float *y, const float *x)
 {
-	if (n <= 0 || hw <= 0 || c <= 0)
-		return wf_errf(&be->err, WF_EINVAL, "gap: n=%d hw=%d c=%d must be positive", n, hw,
-			       c);
 	return WF_CU(be, wfk_gap_forward(STREAM(be), n, hw, c, y, x));
 }
 
 static int cu_gap_backward(wf_backend *be, int n, int hw, int c, float *dx, const float *dy)
 {
-	if (n <= 0 || hw <= 0 || c <= 0)
-		return wf_errf(&be->err, WF_EINVAL, "gap: n=%d hw=%d c=%d must be positive", n, hw,
-			       c);
 	return WF_CU(be, wfk_gap_backward(STREAM(be), n, hw, c, dx, dy));
 }
 
 static int cu_pad_forward(wf_backend *be, const wf_pad_desc *d, float *y, const float *x)
 {
-	int rc = check_pad(be, d);
-	return rc ? rc : WF_CU(be, wfk_pad_forward(STREAM(be), d, y, x));
+	return WF_CU(be, wfk_pad_forward(STREAM(be), d, y, x));
 }
 
 static int cu_pad_backward(wf_backend *be, const wf_pad_desc *d, float *dx, const float *dy)
 {
-	int rc = check_pad(be, d);
-	return rc ? rc : WF_CU(be, wfk_pad_backward(STREAM(be), d, dx, dy));
+	return WF_CU(be, wfk_pad_backward(STREAM(be), d, dx, dy));
 }
 
 static int cu_dropout_forward(wf_backend *be, size_t n, float rate, uint64_t seed, float *y,
 			      uint8_t *mask, const float *x)
 {
-	int rc = check_rate(be, rate);
-	return rc ? rc : WF_CU(be, wfk_dropout_forward(STREAM(be), n, rate, seed, y, mask, x));
+	return WF_CU(be, wfk_dropout_forward(STREAM(be), n, rate, seed, y, mask, x));
 }
 
 static int cu_dropout_backward(wf_backend *be, size_t n, float rate, float *dx, const float *dy,
 			       const uint8_t *mask)
 {
-	int rc = check_rate(be, rate);
-	return rc ? rc : WF_CU(be, wfk_dropout_backward(STREAM(be), n, rate, dx, dy, mask));
+	return WF_CU(be, wfk_dropout_backward(STREAM(be), n, rate, dx, dy, mask));
 }
 
 /* After a loss kernel: bring the bad-label record home with the stream's
@@ -366,9 +289,6 @@ static int fetch_bad(wf_backend *be)
 static int cu_softmax_xent_forward(wf_backend *be, int n, int k, float *probs, float *losses,
 				   const float *logits, const int32_t *labels)
 {
-	if (n <= 0 || k <= 0)
-		return wf_errf(&be->err, WF_EINVAL, "softmax_xent: n=%d k=%d must be positive", n,
-			       k);
 	int rc = WF_CU(be, wfk_softmax_xent_forward(STREAM(be), n, k, probs, losses, logits, labels,
 						    wf_cuda_ctx_of(be)->bad));
 	return rc ? rc : (labels && losses ? fetch_bad(be) : 0);
@@ -377,11 +297,6 @@ static int cu_softmax_xent_forward(wf_backend *be, int n, int k, float *probs, f
 static int cu_softmax_xent_backward(wf_backend *be, int n, int k, float *dlogits,
 				    const float *probs, const int32_t *labels, float scale)
 {
-	if (!labels)
-		return wf_errf(&be->err, WF_EINVAL, "softmax_xent: labels must not be NULL");
-	if (n <= 0 || k <= 0)
-		return wf_errf(&be->err, WF_EINVAL, "softmax_xent: n=%d k=%d must be positive", n,
-			       k);
 	int rc = WF_CU(be, wfk_softmax_xent_backward(STREAM(be), n, k, dlogits, probs, labels,
 						     scale, wf_cuda_ctx_of(be)->bad));
 	return rc ? rc : fetch_bad(be);
@@ -390,29 +305,10 @@ static int cu_softmax_xent_backward(wf_backend *be, int n, int k, float *dlogits
 static int cu_optimizer_update(wf_backend *be, const wf_opt_desc *d, size_t n, float *p,
 			       const float *g, float *m, float *v)
 {
-	double c1 = 1.0, c2 = 1.0;
-	switch (d->kind) {
-	case WF_OPT_SGD:
-		if (d->momentum != 0.0f && !m)
-			return wf_errf(&be->err, WF_EINVAL,
-				       "optimizer: sgd with momentum=%g needs the m slot",
-				       (double)d->momentum);
-		break;
-	case WF_OPT_ADAM:
-	case WF_OPT_ADAMW:
-		if (!m || !v)
-			return wf_errf(&be->err, WF_EINVAL,
-				       "optimizer: adam needs the m and v slots");
-		if (d->step < 1)
-			return wf_errf(&be->err, WF_EINVAL,
-				       "optimizer: step=%ld must be >= 1 for adam bias correction",
-				       d->step);
+	double c1 = 1.0, c2 = 1.0; /* kind, slots and step were checked by the wrapper */
+	if (d->kind == WF_OPT_ADAM || d->kind == WF_OPT_ADAMW) {
 		c1 = 1.0 - pow((double)d->beta1, (double)d->step);
 		c2 = 1.0 - pow((double)d->beta2, (double)d->step);
-		break;
-	default:
-		return wf_errf(&be->err, WF_EINVAL, "optimizer: kind=%d is not sgd, adam or adamw",
-			       (int)d->kind);
 	}
 	return WF_CU(be, wfk_optimizer(STREAM(be), d, c1, c2, n, p, g, m, v));
 }
@@ -420,6 +316,11 @@ static int cu_optimizer_update(wf_backend *be, const wf_opt_desc *d, size_t n, f
 /* ---- the table ------------------------------------------------------------------------------- */
 
 static void cu_destroy(wf_backend *be);
+
+static int cu_set_bf16(wf_backend *be, int on, wf_err *err)
+{
+	return wf_backend_cuda_set_precision(be, on ? WF_PREC_BF16 : WF_PREC_FP32, err);
+}
 
 static const wf_backend_ops cuda_ops = {
 	.alloc = cu_alloc,
@@ -431,6 +332,7 @@ static const wf_backend_ops cuda_ops = {
 	.sync = cu_sync,
 	.plan_free = wf_cuda_plan_free,
 	.destroy = cu_destroy,
+	.set_bf16 = cu_set_bf16,
 	.conv2d_forward = wf_cuda_conv2d_forward,
 	.conv2d_backward = wf_cuda_conv2d_backward,
 	.dense_forward = wf_cuda_dense_forward,
@@ -561,6 +463,7 @@ int wf_backend_cuda_init(wf_backend *be, wf_err *err)
 	be->name = "cuda";
 	be->ops = &cuda_ops;
 	be->caps |= WF_CAP_BF16; /* cuDNN runs bf16 convolutions (tensor cores from sm80) */
+	be->precisions = "fp32 tf32 bf16 fp16";
 	be->ctx = cx;
 	wf_err_clear(&be->err);
 	cx->device = pick_device(be, count);

@@ -114,6 +114,7 @@ static int plan_get(wf_backend *be, wf_plan **slot, int kind, const void *desc, 
 	wf_precision prec = wf_cuda_ctx_of(be)->prec;
 	wf_plan *p = *slot;
 	*fresh = 0;
+	*out = NULL;
 	if (p && p->kind == kind && p->prec == prec && memcmp(&p->d, desc, dsize) == 0) {
 		*out = p;
 		return 0;
@@ -132,35 +133,6 @@ static int plan_get(wf_backend *be, wf_plan **slot, int kind, const void *desc, 
 }
 
 /* ---- convolution ------------------------------------------------------------------ */
-
-static int check_conv(wf_backend *be, const wf_conv_desc *d)
-{
-	if (d->n <= 0 || d->h <= 0 || d->w <= 0 || d->c <= 0 || d->oc <= 0 || d->oh <= 0 ||
-	    d->ow <= 0 || d->kh <= 0 || d->kw <= 0 || d->sh <= 0 || d->sw <= 0 || d->dh <= 0 ||
-	    d->dw <= 0 || d->groups <= 0)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "conv2d: n=%d h=%d w=%d c=%d oc=%d oh=%d ow=%d kh=%d kw=%d sh=%d "
-			       "sw=%d dh=%d dw=%d groups=%d must all be positive",
-			       d->n, d->h, d->w, d->c, d->oc, d->oh, d->ow, d->kh, d->kw, d->sh,
-			       d->sw, d->dh, d->dw, d->groups);
-	if (d->pt < 0 || d->pb < 0 || d->pl < 0 || d->pr < 0)
-		return wf_errf(&be->err, WF_EINVAL, "conv2d: padding %d/%d/%d/%d is negative",
-			       d->pt, d->pb, d->pl, d->pr);
-	if (d->c % d->groups || d->oc % d->groups)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "conv2d: groups=%d does not divide c=%d and oc=%d", d->groups, d->c,
-			       d->oc);
-	int sh = d->h + d->pt + d->pb - ((d->kh - 1) * d->dh + 1);
-	int sw = d->w + d->pl + d->pr - ((d->kw - 1) * d->dw + 1);
-	int oh = sh < 0 ? 0 : sh / d->sh + 1, ow = sw < 0 ? 0 : sw / d->sw + 1;
-	if (d->oh != oh || d->ow != ow)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "conv2d: output %dx%d does not match input %dx%d, kernel %dx%d, "
-			       "strides %dx%d, dilation %dx%d, pads %d/%d/%d/%d (expected %dx%d)",
-			       d->oh, d->ow, d->h, d->w, d->kh, d->kw, d->sh, d->sw, d->dh, d->dw,
-			       d->pt, d->pb, d->pl, d->pr, oh, ow);
-	return 0;
-}
 
 /* Scratch of one conv call (bytes offsets from ctx->scratch). */
 typedef struct conv_bufs {
@@ -243,8 +215,8 @@ static int conv_build(wf_backend *be, wf_plan *p)
 
 static int conv_plan(wf_backend *be, wf_plan **slot, const wf_conv_desc *d, wf_plan **out)
 {
-	int fresh, rc = check_conv(be, d);
-	if (rc || (rc = plan_get(be, slot, PLAN_CONV, d, sizeof(*d), out, &fresh)) || !fresh)
+	int fresh, rc = plan_get(be, slot, PLAN_CONV, d, sizeof(*d), out, &fresh);
+	if (rc || !fresh)
 		return rc;
 	if ((rc = conv_build(be, *out)) != 0)
 		plan_drop(be, slot);
@@ -484,9 +456,6 @@ static size_t dense_layout(const wf_plan *p, char *base, void **xh, void **wh, v
 
 static int dense_plan(wf_backend *be, wf_plan **slot, const wf_dense_desc *d, wf_plan **out)
 {
-	if (d->n <= 0 || d->in <= 0 || d->out <= 0)
-		return wf_errf(&be->err, WF_EINVAL, "dense: n=%d in=%d out=%d must be positive",
-			       d->n, d->in, d->out);
 	int fresh, rc = plan_get(be, slot, PLAN_DENSE, d, sizeof(*d), out, &fresh);
 	if (rc || !fresh)
 		return rc;
@@ -580,16 +549,9 @@ int wf_cuda_dense_backward(wf_backend *be, wf_plan **slot, const wf_dense_desc *
 
 static int bn_plan(wf_backend *be, wf_plan **slot, const wf_bn_desc *d, wf_plan **out)
 {
-	if (d->n <= 0 || d->h <= 0 || d->w <= 0 || d->c <= 0)
-		return wf_errf(&be->err, WF_EINVAL,
-			       "batchnorm: n=%d h=%d w=%d c=%d must be positive", d->n, d->h, d->w,
-			       d->c);
-	if (!(d->eps > 0.0f) || (double)d->eps < CUDNN_BN_MIN_EPSILON)
-		return wf_errf(&be->err, WF_EINVAL, "batchnorm: eps=%g must be positive",
-			       (double)d->eps);
-	if (!(d->momentum >= 0.0f && d->momentum <= 1.0f))
-		return wf_errf(&be->err, WF_EINVAL, "batchnorm: momentum=%g must be in [0, 1]",
-			       (double)d->momentum);
+	if ((double)d->eps < CUDNN_BN_MIN_EPSILON) /* cuDNN's own floor */
+		return wf_errf(&be->err, WF_EINVAL, "batchnorm: eps=%g is below cuDNN's minimum %g",
+			       (double)d->eps, (double)CUDNN_BN_MIN_EPSILON);
 	int fresh, rc = plan_get(be, slot, PLAN_BN, d, sizeof(*d), out, &fresh);
 	if (rc || !fresh)
 		return rc;

@@ -167,9 +167,9 @@ static void test_tf32_conv_and_dense_match_ref(void)
 /* Device buffer of n floats holding host data. */
 static float *dev_floats(const float *host, size_t n)
 {
-	float *p = cuda_be->ops->alloc(cuda_be, n * sizeof(float));
+	float *p = wf_op_alloc(cuda_be, n * sizeof(float));
 	if (p && host)
-		cuda_be->ops->to_device(cuda_be, p, host, n * sizeof(float));
+		wf_op_to_device(cuda_be, p, host, n * sizeof(float));
 	return p;
 }
 
@@ -193,16 +193,16 @@ static int conv_matches(wf_plan **slot, int n, uint64_t seed)
 	float *y = malloc(yl * sizeof(float)), *yr = malloc(yl * sizeof(float));
 	float *dx = dev_floats(x, xl), *dw = dev_floats(w, wl), *db = dev_floats(b, 12);
 	float *dy = dev_floats(NULL, yl);
-	int ok = cuda_be->ops->conv2d_forward(cuda_be, slot, &d, dy, dx, dw, db) == 0 &&
-		 cuda_be->ops->to_host(cuda_be, y, dy, yl * sizeof(float)) == 0 &&
-		 ref_be->ops->conv2d_forward(ref_be, NULL, &d, yr, x, w, b) == 0 &&
+	int ok = wf_op_conv2d_forward(cuda_be, slot, &d, dy, dx, dw, db) == 0 &&
+		 wf_op_to_host(cuda_be, y, dy, yl * sizeof(float)) == 0 &&
+		 wf_op_conv2d_forward(ref_be, NULL, &d, yr, x, w, b) == 0 &&
 		 wf_gpu_close("conv plan", y, yr, yl, 1e-4);
 	if (!ok)
 		fprintf(stderr, "  cuda: %s\n", cuda_be->err.msg);
-	cuda_be->ops->free(cuda_be, dx);
-	cuda_be->ops->free(cuda_be, dw);
-	cuda_be->ops->free(cuda_be, db);
-	cuda_be->ops->free(cuda_be, dy);
+	wf_op_free(cuda_be, dx);
+	wf_op_free(cuda_be, dw);
+	wf_op_free(cuda_be, db);
+	wf_op_free(cuda_be, dy);
 	free(x), free(w), free(b), free(y), free(yr);
 	return ok;
 }
@@ -228,10 +228,10 @@ static void test_dropout_mask_is_bit_identical_to_host_hash(void)
 	float *x = rnd(n, 5), *y = malloc(n * sizeof(float));
 	uint8_t *mask = malloc(n);
 	float *dx = dev_floats(x, n), *dy = dev_floats(NULL, n);
-	uint8_t *dm = cuda_be->ops->alloc(cuda_be, n);
-	int rc = cuda_be->ops->dropout_forward(cuda_be, n, rate, seed, dy, dm, dx);
-	rc = rc ? rc : cuda_be->ops->to_host(cuda_be, mask, dm, n);
-	rc = rc ? rc : cuda_be->ops->to_host(cuda_be, y, dy, n * sizeof(float));
+	uint8_t *dm = wf_op_alloc(cuda_be, n);
+	int rc = wf_op_dropout_forward(cuda_be, n, rate, seed, dy, dm, dx);
+	rc = rc ? rc : wf_op_to_host(cuda_be, mask, dm, n);
+	rc = rc ? rc : wf_op_to_host(cuda_be, y, dy, n * sizeof(float));
 	WF_CHECK_MSG(rc == 0, "%s", cuda_be->err.msg);
 	size_t wrong = 0, kept = 0;
 	for (size_t i = 0; rc == 0 && i < n; i++) {
@@ -241,9 +241,9 @@ static void test_dropout_mask_is_bit_identical_to_host_hash(void)
 	}
 	WF_CHECK_INT(wrong, 0);
 	WF_CHECK(fabs((double)kept / n - (1.0 - rate)) < 0.01);
-	cuda_be->ops->free(cuda_be, dx);
-	cuda_be->ops->free(cuda_be, dy);
-	cuda_be->ops->free(cuda_be, dm);
+	wf_op_free(cuda_be, dx);
+	wf_op_free(cuda_be, dy);
+	wf_op_free(cuda_be, dm);
 	free(x), free(y), free(mask);
 }
 
@@ -252,22 +252,22 @@ static void test_bad_label_is_reported_at_the_next_sync(void)
 	int32_t labels[3] = {1, 7, 0}; /* 7 is outside [0, 5) */
 	float *z = rnd(15, 9);
 	float *dz = dev_floats(z, 15), *dp = dev_floats(NULL, 15), *dl = dev_floats(NULL, 3);
-	int32_t *dlab = cuda_be->ops->alloc(cuda_be, sizeof(labels));
-	cuda_be->ops->to_device(cuda_be, dlab, labels, sizeof(labels));
-	int rc = cuda_be->ops->softmax_xent_forward(cuda_be, 3, 5, dp, dl, dz, dlab);
+	int32_t *dlab = wf_op_alloc(cuda_be, sizeof(labels));
+	wf_op_to_device(cuda_be, dlab, labels, sizeof(labels));
+	int rc = wf_op_softmax_xent_forward(cuda_be, 3, 5, dp, dl, dz, dlab);
 	WF_CHECK_INT(rc, 0);
-	rc = cuda_be->ops->sync(cuda_be);
+	rc = wf_op_sync(cuda_be);
 	WF_CHECK_INT(rc, WF_EINVAL);
 	WF_CHECK_MSG(strstr(cuda_be->err.msg, "labels[1]=7") != NULL, "%s", cuda_be->err.msg);
-	WF_CHECK_INT(cuda_be->ops->sync(cuda_be), 0); /* reported once */
+	WF_CHECK_INT(wf_op_sync(cuda_be), 0); /* reported once */
 	labels[1] = 4;
-	cuda_be->ops->to_device(cuda_be, dlab, labels, sizeof(labels));
-	rc = cuda_be->ops->softmax_xent_forward(cuda_be, 3, 5, dp, dl, dz, dlab);
-	WF_CHECK_INT(rc ? rc : cuda_be->ops->sync(cuda_be), 0);
-	cuda_be->ops->free(cuda_be, dz);
-	cuda_be->ops->free(cuda_be, dp);
-	cuda_be->ops->free(cuda_be, dl);
-	cuda_be->ops->free(cuda_be, dlab);
+	wf_op_to_device(cuda_be, dlab, labels, sizeof(labels));
+	rc = wf_op_softmax_xent_forward(cuda_be, 3, 5, dp, dl, dz, dlab);
+	WF_CHECK_INT(rc ? rc : wf_op_sync(cuda_be), 0);
+	wf_op_free(cuda_be, dz);
+	wf_op_free(cuda_be, dp);
+	wf_op_free(cuda_be, dl);
+	wf_op_free(cuda_be, dlab);
 	free(z);
 }
 
@@ -276,17 +276,17 @@ static void test_bad_descriptors_fail_with_a_message(void)
 	wf_conv_desc d;
 	wf_conv_desc_init(&d, 1, 5, 5, 3, 4, 3, 3, 1, 1, 1, 1, 2, 0, 0, 0, 0); /* 2 !| 3 */
 	wf_plan *slot = NULL;
-	int rc = cuda_be->ops->conv2d_forward(cuda_be, &slot, &d, NULL, NULL, NULL, NULL);
+	int rc = wf_op_conv2d_forward(cuda_be, &slot, &d, NULL, NULL, NULL, NULL);
 	WF_CHECK_INT(rc, WF_EINVAL);
 	WF_CHECK_MSG(strstr(cuda_be->err.msg, "groups=2") != NULL, "%s", cuda_be->err.msg);
 	wf_pool_desc p;
 	wf_pool_desc_init(&p, WF_POOL_MAX, 1, 4, 4, 1, 2, 2, 2, 2, 0);
 	p.oh = 7;
-	rc = cuda_be->ops->pool_forward(cuda_be, &slot, &p, NULL, NULL);
+	rc = wf_op_pool_forward(cuda_be, &slot, &p, NULL, NULL);
 	WF_CHECK_INT(rc, WF_EINVAL);
 	wf_bn_desc bn = {.n = 1, .h = 1, .w = 1, .c = 0, .eps = 1e-3f, .momentum = 0.9f};
-	rc = cuda_be->ops->batchnorm_forward(cuda_be, &slot, &bn, 1, NULL, NULL, NULL, NULL, NULL,
-					     NULL, NULL, NULL);
+	rc = wf_op_batchnorm_forward(cuda_be, &slot, &bn, 1, NULL, NULL, NULL, NULL, NULL, NULL,
+				     NULL, NULL);
 	WF_CHECK_INT(rc, WF_EINVAL);
 	wf_backend_plan_free(cuda_be, &slot);
 }

@@ -7,6 +7,7 @@
  *
  * Debugging: failures name the parameter view and its worst element. */
 #include "common/util.h"
+#include "kernels/ops.h"
 #include "model/model.h"
 #include "model/optim.h"
 #include "tests/gpu/gpu_test.h"
@@ -39,7 +40,7 @@ static int runner_open(runner *r, wf_backend *be)
 		rc = wf_exec_create(&r->ex, r->m, be, BATCH, 1, &err);
 	}
 	if (rc == 0) {
-		r->mom = be->ops->alloc(be, r->m->nparams * sizeof(float));
+		r->mom = wf_op_alloc(be, r->m->nparams * sizeof(float));
 		rc = r->mom ? 0 : WF_ENOMEM;
 	}
 	if (rc)
@@ -50,7 +51,7 @@ static int runner_open(runner *r, wf_backend *be)
 static void runner_close(runner *r)
 {
 	if (r->mom)
-		r->be->ops->free(r->be, r->mom);
+		wf_op_free(r->be, r->mom);
 	wf_exec_free(r->ex);
 	wf_model_free(r->m);
 }
@@ -92,7 +93,7 @@ static int runner_update(runner *r, long step)
 static float *fetch(runner *r, const float *dev, size_t n)
 {
 	float *h = malloc((n ? n : 1) * sizeof(float));
-	if (r->be->ops->to_host(r->be, h, dev, n * sizeof(float)) != 0) {
+	if (wf_op_to_host(r->be, h, dev, n * sizeof(float)) != 0) {
 		fprintf(stderr, "  %s: %s\n", r->be->name, r->be->err.msg);
 		free(h);
 		return NULL;

@@ -41,7 +41,7 @@
 #define WF_TESTS_OP_CASES_H
 
 #include "common/util.h"
-#include "kernels/kernels.h"
+#include "kernels/ops.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -564,11 +564,11 @@ typedef struct wf_opc__dev {
 
 static inline int wf_opc__upload(wf_backend *be, float **dst, const float *src, size_t len)
 {
-	*dst = be->ops->alloc(be, (len ? len : 1) * sizeof(float));
+	*dst = wf_op_alloc(be, (len ? len : 1) * sizeof(float));
 	if (!*dst)
 		return wf_errf(&be->err, WF_ENOMEM, "op case: cannot allocate %zu floats", len);
 	if (src && len)
-		return be->ops->to_device(be, *dst, src, len * sizeof(float));
+		return wf_op_to_device(be, *dst, src, len * sizeof(float));
 	return 0;
 }
 
@@ -576,7 +576,7 @@ static inline int wf_opc__download(wf_backend *be, wf_opc_tensor *t, const float
 {
 	if (!t->len)
 		return 0;
-	return be->ops->to_host(be, t->host, src, t->len * sizeof(float));
+	return wf_op_to_host(be, t->host, src, t->len * sizeof(float));
 }
 
 static inline int wf_opc__forward(wf_backend *be, const wf_opc_case *c, wf_opc__dev *v,
@@ -687,12 +687,12 @@ static inline int wf_opc_run(wf_backend *be, const wf_opc_case *c, wf_opc_io *io
 		rc = wf_opc__upload(be, &v.out[i], NULL, io->out[i].len);
 	if (!rc && io->labels) {
 		size_t bytes = (size_t)c->rows * sizeof(int32_t);
-		v.labels = be->ops->alloc(be, bytes);
-		rc = v.labels ? be->ops->to_device(be, v.labels, io->labels, bytes)
+		v.labels = wf_op_alloc(be, bytes);
+		rc = v.labels ? wf_op_to_device(be, v.labels, io->labels, bytes)
 			      : wf_errf(&be->err, WF_ENOMEM, "op case: cannot allocate labels");
 	}
 	if (!rc && c->kind == WF_OPC_DROPOUT) {
-		v.mask = be->ops->alloc(be, c->len);
+		v.mask = wf_op_alloc(be, c->len);
 		if (!v.mask)
 			rc = wf_errf(&be->err, WF_ENOMEM, "op case: cannot allocate mask");
 	}
@@ -701,12 +701,12 @@ static inline int wf_opc_run(wf_backend *be, const wf_opc_case *c, wf_opc_io *io
 
 	rc = wf_opc__forward(be, c, &v, &fplan);
 	if (!rc)
-		rc = be->ops->sync(be);
+		rc = wf_op_sync(be);
 	if (rc)
 		goto fail;
 	if (c->kind == WF_OPC_DROPOUT) {
 		uint8_t *mask = malloc(c->len);
-		rc = mask ? be->ops->to_host(be, mask, v.mask, c->len) : WF_ENOMEM;
+		rc = mask ? wf_op_to_host(be, mask, v.mask, c->len) : WF_ENOMEM;
 		for (size_t i = 0; !rc && i < c->len; i++)
 			io->out[1].host[i] = mask[i];
 		free(mask);
@@ -737,7 +737,7 @@ static inline int wf_opc_run(wf_backend *be, const wf_opc_case *c, wf_opc_io *io
 		if (!rc)
 			rc = wf_opc__backward(be, c, io, &v, &bplan);
 		if (!rc)
-			rc = be->ops->sync(be);
+			rc = wf_op_sync(be);
 		for (int i = 0; i < io->n_in && !rc; i++)
 			rc = wf_opc__download(be, &io->din[i], v.din[i]);
 		for (int i = 0; i < io->n_param && !rc; i++)
@@ -753,16 +753,16 @@ cleanup:
 	wf_backend_plan_free(be, &fplan);
 	wf_backend_plan_free(be, &bplan);
 	for (int i = 0; i < WF_OPC_MAX; i++) {
-		be->ops->free(be, v.in[i]);
-		be->ops->free(be, v.param[i]);
-		be->ops->free(be, v.state[i]);
-		be->ops->free(be, v.out[i]);
-		be->ops->free(be, v.din[i]);
-		be->ops->free(be, v.dparam[i]);
+		wf_op_free(be, v.in[i]);
+		wf_op_free(be, v.param[i]);
+		wf_op_free(be, v.state[i]);
+		wf_op_free(be, v.out[i]);
+		wf_op_free(be, v.din[i]);
+		wf_op_free(be, v.dparam[i]);
 	}
-	be->ops->free(be, v.dy);
-	be->ops->free(be, v.labels);
-	be->ops->free(be, v.mask);
+	wf_op_free(be, v.dy);
+	wf_op_free(be, v.labels);
+	wf_op_free(be, v.mask);
 	return rc;
 }
 

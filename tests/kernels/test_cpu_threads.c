@@ -3,7 +3,7 @@
  * count per thread). A backend made in main runs its loop ops and its oneDNN
  * primitives in other pthreads, as weft-serve's batch threads do. */
 #include "common/util.h"
-#include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "tests/test.h"
 
 #include <omp.h>
@@ -48,12 +48,12 @@ static void *measure_main(void *arg)
 
 static int op_relu(op_run *r)
 {
-	return r->be->ops->act_forward(r->be, WF_ACT_RELU, 1 << 16, r->y, r->x);
+	return wf_op_act_forward(r->be, WF_ACT_RELU, 1 << 16, r->y, r->x);
 }
 
 static int op_add(op_run *r)
 {
-	return r->be->ops->add(r->be, 1 << 16, r->y, r->x, r->x);
+	return wf_op_add(r->be, 1 << 16, r->y, r->x, r->x);
 }
 
 static const wf_conv_desc conv = {.n = 2,
@@ -78,20 +78,20 @@ static const wf_conv_desc conv = {.n = 2,
 
 static int op_conv(op_run *r)
 {
-	return r->be->ops->conv2d_forward(r->be, &r->plan, &conv, r->y, r->x, r->w, r->b);
+	return wf_op_conv2d_forward(r->be, &r->plan, &conv, r->y, r->x, r->w, r->b);
 }
 
 static int op_dense(op_run *r)
 {
 	wf_dense_desc d = {.n = 4, .in = 64, .out = 16, .bias = 1};
-	return r->be->ops->dense_forward(r->be, &r->plan, &d, r->y, r->x, r->w, r->b);
+	return wf_op_dense_forward(r->be, &r->plan, &d, r->y, r->x, r->w, r->b);
 }
 
 static int op_batchnorm(op_run *r)
 {
 	wf_bn_desc d = {.n = 2, .h = 8, .w = 8, .c = 4, .eps = 1e-3f, .momentum = 0.99f};
-	return r->be->ops->batchnorm_forward(r->be, &r->plan, &d, 0, r->y, NULL, NULL, r->x, r->w,
-					     r->b, r->mean, r->var);
+	return wf_op_batchnorm_forward(r->be, &r->plan, &d, 0, r->y, NULL, NULL, r->x, r->w, r->b,
+				       r->mean, r->var);
 }
 
 static int op_pool(op_run *r)
@@ -107,7 +107,7 @@ static int op_pool(op_run *r)
 			  .kw = 2,
 			  .sh = 2,
 			  .sw = 2};
-	return r->be->ops->pool_forward(r->be, &r->plan, &d, r->y, r->x);
+	return wf_op_pool_forward(r->be, &r->plan, &d, r->y, r->x);
 }
 
 static float *filled(size_t n, float base)

@@ -204,10 +204,10 @@ static int conv_step(wf_plan **slot, int n, uint64_t seed)
 	float *dw1 = calloc(wl, 4), *dw2 = calloc(wl, 4), *db1 = calloc(16, 4),
 	      *db2 = calloc(16, 4);
 	wf_plan *rp = NULL;
-	int ok = cpu_be->ops->conv2d_forward(cpu_be, slot, &d, y1, x, w, b) == 0 &&
-		 cpu_be->ops->conv2d_backward(cpu_be, slot, &d, dx1, dw1, db1, dy, x, w) == 0 &&
-		 ref_be->ops->conv2d_forward(ref_be, &rp, &d, y2, x, w, b) == 0 &&
-		 ref_be->ops->conv2d_backward(ref_be, &rp, &d, dx2, dw2, db2, dy, x, w) == 0;
+	int ok = wf_op_conv2d_forward(cpu_be, slot, &d, y1, x, w, b) == 0 &&
+		 wf_op_conv2d_backward(cpu_be, slot, &d, dx1, dw1, db1, dy, x, w) == 0 &&
+		 wf_op_conv2d_forward(ref_be, &rp, &d, y2, x, w, b) == 0 &&
+		 wf_op_conv2d_backward(ref_be, &rp, &d, dx2, dw2, db2, dy, x, w) == 0;
 	ok = ok && max_rel_diff(y1, y2, yl) < 1e-4 && max_rel_diff(dx1, dx2, xl) < 1e-4 &&
 	     max_rel_diff(dw1, dw2, wl) < 1e-4 && max_rel_diff(db1, db2, 16) < 1e-4;
 	wf_backend_plan_free(ref_be, &rp);
@@ -249,8 +249,8 @@ static void test_dense_bn_pool_plans_follow_batch_size(void)
 		float *x = rnd((size_t)n * 12, 100 + t), *w = rnd(84, 200 + t),
 		      *b = rnd(7, 300 + t);
 		float *y1 = calloc((size_t)n * 7, 4), *y2 = calloc((size_t)n * 7, 4);
-		WF_CHECK(cpu_be->ops->dense_forward(cpu_be, &dslot, &dd, y1, x, w, b) == 0);
-		WF_CHECK(ref_be->ops->dense_forward(ref_be, &rp, &dd, y2, x, w, b) == 0);
+		WF_CHECK(wf_op_dense_forward(cpu_be, &dslot, &dd, y1, x, w, b) == 0);
+		WF_CHECK(wf_op_dense_forward(ref_be, &rp, &dd, y2, x, w, b) == 0);
 		WF_CHECK(max_rel_diff(y1, y2, (size_t)n * 7) < 1e-5);
 		free(x), free(w), free(b), free(y1), free(y2);
 
@@ -263,16 +263,16 @@ static void test_dense_bn_pool_plans_follow_batch_size(void)
 							  rv2[16];
 		for (int i = 0; i < 16; i++)
 			rv1[i] = rv2[i] = 1.0f;
-		WF_CHECK(cpu_be->ops->batchnorm_forward(cpu_be, &bslot, &bd, 1, by1, sm1, si1, bx,
-							g, be_, rm1, rv1) == 0);
-		WF_CHECK(ref_be->ops->batchnorm_forward(ref_be, &rp, &bd, 1, by2, sm2, si2, bx, g,
-							be_, rm2, rv2) == 0);
+		WF_CHECK(wf_op_batchnorm_forward(cpu_be, &bslot, &bd, 1, by1, sm1, si1, bx, g, be_,
+						 rm1, rv1) == 0);
+		WF_CHECK(wf_op_batchnorm_forward(ref_be, &rp, &bd, 1, by2, sm2, si2, bx, g, be_,
+						 rm2, rv2) == 0);
 		WF_CHECK(max_rel_diff(by1, by2, xl) < 1e-4);
 		WF_CHECK(max_rel_diff(rv1, rv2, 16) < 1e-5);
-		WF_CHECK(cpu_be->ops->batchnorm_forward(cpu_be, &bslot, &bd, 0, by1, NULL, NULL, bx,
-							g, be_, rm1, rv1) == 0);
-		WF_CHECK(ref_be->ops->batchnorm_forward(ref_be, &rp, &bd, 0, by2, NULL, NULL, bx, g,
-							be_, rm2, rv2) == 0);
+		WF_CHECK(wf_op_batchnorm_forward(cpu_be, &bslot, &bd, 0, by1, NULL, NULL, bx, g,
+						 be_, rm1, rv1) == 0);
+		WF_CHECK(wf_op_batchnorm_forward(ref_be, &rp, &bd, 0, by2, NULL, NULL, bx, g, be_,
+						 rm2, rv2) == 0);
 		WF_CHECK(max_rel_diff(by1, by2, xl) < 1e-4);
 		free(bx), free(g), free(be_), free(by1), free(by2);
 
@@ -282,10 +282,10 @@ static void test_dense_bn_pool_plans_follow_batch_size(void)
 		size_t pxl = (size_t)n * 7 * 7 * 16, pyl = (size_t)n * pd.oh * pd.ow * 16;
 		float *px = rnd(pxl, 700 + t), *py1 = calloc(pyl, 4), *py2 = calloc(pyl, 4);
 		float *pdy = rnd(pyl, 800 + t), *pdx1 = calloc(pxl, 4), *pdx2 = calloc(pxl, 4);
-		WF_CHECK(cpu_be->ops->pool_forward(cpu_be, &pslot, &pd, py1, px) == 0);
-		WF_CHECK(cpu_be->ops->pool_backward(cpu_be, &pslot, &pd, pdx1, pdy, px, py1) == 0);
-		WF_CHECK(ref_be->ops->pool_forward(ref_be, &rp, &pd, py2, px) == 0);
-		WF_CHECK(ref_be->ops->pool_backward(ref_be, &rp, &pd, pdx2, pdy, px, py2) == 0);
+		WF_CHECK(wf_op_pool_forward(cpu_be, &pslot, &pd, py1, px) == 0);
+		WF_CHECK(wf_op_pool_backward(cpu_be, &pslot, &pd, pdx1, pdy, px, py1) == 0);
+		WF_CHECK(wf_op_pool_forward(ref_be, &rp, &pd, py2, px) == 0);
+		WF_CHECK(wf_op_pool_backward(ref_be, &rp, &pd, pdx2, pdy, px, py2) == 0);
 		WF_CHECK(max_rel_diff(py1, py2, pyl) == 0.0);
 		WF_CHECK(max_rel_diff(pdx1, pdx2, pxl) < 1e-6);
 		free(px), free(py1), free(py2), free(pdy), free(pdx1), free(pdx2);
@@ -347,7 +347,7 @@ static void test_plan_slot_switching_op_kind_is_rebuilt(void)
 	WF_CHECK(conv_step(&slot, 2, 5));
 	wf_dense_desc dd = {.n = 2, .in = 3, .out = 2, .bias = 0};
 	float x[6] = {1, 2, 3, 4, 5, 6}, w[6] = {1, 0, 0, 1, 1, 1}, y[4];
-	WF_CHECK(cpu_be->ops->dense_forward(cpu_be, &slot, &dd, y, x, w, NULL) == 0);
+	WF_CHECK(wf_op_dense_forward(cpu_be, &slot, &dd, y, x, w, NULL) == 0);
 	WF_CHECK_NEAR(y[0], 1 + 3, 1e-6);
 	WF_CHECK_NEAR(y[1], 2 + 3, 1e-6);
 	WF_CHECK_NEAR(y[2], 4 + 6, 1e-6);
@@ -364,29 +364,29 @@ static void test_bad_descriptors_fail_with_a_message(void)
 	wf_conv_desc_init(&d, 1, 5, 5, 6, 4, 3, 3, 1, 1, 1, 1, 4, 0, 1, 1, 0); /* 4 !| 6 */
 	float buf[1024] = {0};
 	wf_err_clear(&cpu_be->err);
-	int rc = cpu_be->ops->conv2d_forward(cpu_be, &slot, &d, buf, buf, buf, NULL);
+	int rc = wf_op_conv2d_forward(cpu_be, &slot, &d, buf, buf, buf, NULL);
 	WF_CHECK_INT(rc, WF_EINVAL);
 	WF_CHECK_MSG(strstr(cpu_be->err.msg, "groups=4") != NULL, "%s", cpu_be->err.msg);
 	WF_CHECK(slot == NULL);
 
 	wf_conv_desc_init(&d, 1, 5, 5, 4, 4, 3, 3, 1, 1, 1, 1, 1, 0, 0, 0, 0);
 	d.oh = 5; /* inconsistent with valid 3x3 */
-	rc = cpu_be->ops->conv2d_forward(cpu_be, &slot, &d, buf, buf, buf, NULL);
+	rc = wf_op_conv2d_forward(cpu_be, &slot, &d, buf, buf, buf, NULL);
 	WF_CHECK_INT(rc, WF_EINVAL);
 	WF_CHECK_MSG(strstr(cpu_be->err.msg, "expected 3x3") != NULL, "%s", cpu_be->err.msg);
 
 	wf_pool_desc pd;
 	wf_pool_desc_init(&pd, WF_POOL_MAX, 1, 4, 4, 2, 2, 2, 2, 2, 0);
 	pd.ow = 7;
-	rc = cpu_be->ops->pool_forward(cpu_be, &slot, &pd, buf, buf);
+	rc = wf_op_pool_forward(cpu_be, &slot, &pd, buf, buf);
 	WF_CHECK_INT(rc, WF_EINVAL);
 
 	int32_t labels[2] = {0, 9};
-	rc = cpu_be->ops->softmax_xent_forward(cpu_be, 2, 3, buf, buf + 8, buf + 16, labels);
+	rc = wf_op_softmax_xent_forward(cpu_be, 2, 3, buf, buf + 8, buf + 16, labels);
 	WF_CHECK_INT(rc, WF_EINVAL);
 	WF_CHECK_MSG(strstr(cpu_be->err.msg, "labels[1] = 9") != NULL, "%s", cpu_be->err.msg);
 
-	rc = cpu_be->ops->dropout_forward(cpu_be, 4, 1.0f, 1, buf, (uint8_t *)(buf + 8), buf);
+	rc = wf_op_dropout_forward(cpu_be, 4, 1.0f, 1, buf, (uint8_t *)(buf + 8), buf);
 	WF_CHECK_INT(rc, WF_EINVAL);
 	wf_backend_plan_free(cpu_be, &slot);
 }
@@ -448,18 +448,17 @@ static void fused_case(int n, int h, int ch, int oc, int k, int s, int groups, i
 	float *y = malloc(ny * 4), *want = malloc(ny * 4);
 	fill(x, nx, 1), fill(w, nw, 2), fill(b, (size_t)oc, 3), fill(r, ny, 4);
 	wf_plan *rp = NULL, *cp = NULL;
-	WF_CHECK(ref_be->ops->conv2d_forward(ref_be, &rp, &d, want, x, w, b) == 0);
+	WF_CHECK(wf_op_conv2d_forward(ref_be, &rp, &d, want, x, w, b) == 0);
 	if (residual)
-		ref_be->ops->add(ref_be, ny, want, want, r);
+		wf_op_add(ref_be, ny, want, want, r);
 	if (act)
-		ref_be->ops->act_forward(ref_be, act == 1 ? WF_ACT_RELU : WF_ACT_RELU6, ny, want,
-					 want);
+		wf_op_act_forward(ref_be, act == 1 ? WF_ACT_RELU : WF_ACT_RELU6, ny, want, want);
 	wf_backend_set_precision(cpu_be, bf16 ? "bf16" : "fp32", NULL, NULL);
 	d.act = act, d.residual = residual, d.infer = 1;
 	for (int rep = 0; rep < 2; rep++) { /* the second call reuses the reordered weights */
 		memset(y, 0, ny * 4);
-		int rc = cpu_be->ops->conv2d_forward_fused(cpu_be, &cp, &d, y, x, w, b,
-							   residual ? r : NULL);
+		int rc = wf_op_conv2d_forward_fused(cpu_be, &cp, &d, y, x, w, b,
+						    residual ? r : NULL);
 		WF_CHECK_MSG(rc == 0, "%s", cpu_be->err.msg);
 		double mx = 1, worst = 0;
 		for (size_t i = 0; i < ny; i++)

@@ -174,7 +174,7 @@ static void test_keras_same_padding_shapes(void)
 		x[i] = (float)i;
 	for (int i = 0; i < 9; i++)
 		w[i] = 1.0f;
-	WF_CHECK_INT(be->ops->conv2d_forward(be, NULL, &d, y, x, w, NULL), 0);
+	WF_CHECK_INT(wf_op_conv2d_forward(be, NULL, &d, y, x, w, NULL), 0);
 	WF_CHECK_NEAR(y[0], 0 + 1 + 7 + 8, 1e-4);	      /* rows 0-1, cols 0-1 */
 	WF_CHECK_NEAR(y[1 * 4 + 2], 162, 1e-4);		      /* rows 1-3, cols 3-5 */
 	WF_CHECK_NEAR(y[3 * 4 + 3], 40 + 41 + 47 + 48, 1e-4); /* rows 5-6, cols 5-6 */
@@ -190,7 +190,7 @@ static void test_conv_groups_and_bias_by_hand(void)
 	float w[4] = {10, 100, 20, 200};
 	float b[2] = {0.5f, -0.5f};
 	float y[2];
-	WF_CHECK_INT(be->ops->conv2d_forward(be, NULL, &d, y, x, w, b), 0);
+	WF_CHECK_INT(wf_op_conv2d_forward(be, NULL, &d, y, x, w, b), 0);
 	WF_CHECK_NEAR(y[0], 1 * 10 + 2 * 20 + 0.5, 1e-4);   /* group 0: channels 0,1 */
 	WF_CHECK_NEAR(y[1], 3 * 100 + 4 * 200 - 0.5, 1e-4); /* group 1: channels 2,3 */
 }
@@ -202,7 +202,7 @@ static void test_dense_by_hand(void)
 	float w[6] = {1, 0, 0, 1, 1, 1}; /* [in,out] */
 	float b[2] = {0.5f, 0};
 	float y[4];
-	WF_CHECK_INT(be->ops->dense_forward(be, NULL, &d, y, x, w, b), 0);
+	WF_CHECK_INT(wf_op_dense_forward(be, NULL, &d, y, x, w, b), 0);
 	WF_CHECK_NEAR(y[0], 1 + 3 + 0.5, 1e-6);
 	WF_CHECK_NEAR(y[1], 2 + 3, 1e-6);
 	WF_CHECK_NEAR(y[2], -1 + 2 + 0.5, 1e-6);
@@ -210,7 +210,7 @@ static void test_dense_by_hand(void)
 	/* parameter gradients accumulate, input gradient is overwritten */
 	float dy[4] = {1, 0, 0, 1};
 	float dx[6] = {99, 99, 99, 99, 99, 99}, dw[6] = {1, 1, 1, 1, 1, 1}, db[2] = {1, 1};
-	WF_CHECK_INT(be->ops->dense_backward(be, NULL, &d, dx, dw, db, dy, x, w), 0);
+	WF_CHECK_INT(wf_op_dense_backward(be, NULL, &d, dx, dw, db, dy, x, w), 0);
 	WF_CHECK_NEAR(dx[0], 1, 1e-6); /* dy[0,:] . w[0,:] */
 	WF_CHECK_NEAR(dx[1], 0, 1e-6);
 	WF_CHECK_NEAR(dx[5], 1, 1e-6);
@@ -229,13 +229,13 @@ static void test_avg_pool_same_excludes_padding(void)
 	WF_CHECK_INT(d.pt, 0);
 	WF_CHECK_INT(d.pb, 1);
 	float x[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, y[4];
-	WF_CHECK_INT(be->ops->pool_forward(be, NULL, &d, y, x), 0);
+	WF_CHECK_INT(wf_op_pool_forward(be, NULL, &d, y, x), 0);
 	WF_CHECK_NEAR(y[0], (1 + 2 + 4 + 5) / 4.0, 1e-6);
 	WF_CHECK_NEAR(y[1], (3 + 6) / 2.0, 1e-6); /* not (3+6)/4 */
 	WF_CHECK_NEAR(y[2], (7 + 8) / 2.0, 1e-6);
 	WF_CHECK_NEAR(y[3], 9, 1e-6);
 	float dy[4] = {1, 1, 1, 1}, dx[9];
-	WF_CHECK_INT(be->ops->pool_backward(be, NULL, &d, dx, dy, x, y), 0);
+	WF_CHECK_INT(wf_op_pool_backward(be, NULL, &d, dx, dy, x, y), 0);
 	WF_CHECK_NEAR(dx[0], 0.25, 1e-6);
 	WF_CHECK_NEAR(dx[2], 0.5, 1e-6);
 	WF_CHECK_NEAR(dx[8], 1.0, 1e-6);
@@ -243,7 +243,7 @@ static void test_avg_pool_same_excludes_padding(void)
 	/* 3x3 window stride 1 same on 3x3: the corner averages its 4 real cells */
 	wf_pool_desc_init(&d, WF_POOL_AVG, 1, 3, 3, 1, 3, 3, 1, 1, 1);
 	float y9[9];
-	WF_CHECK_INT(be->ops->pool_forward(be, NULL, &d, y9, x), 0);
+	WF_CHECK_INT(wf_op_pool_forward(be, NULL, &d, y9, x), 0);
 	WF_CHECK_NEAR(y9[0], (1 + 2 + 4 + 5) / 4.0, 1e-6);
 	WF_CHECK_NEAR(y9[1], (1 + 2 + 3 + 4 + 5 + 6) / 6.0, 1e-6);
 	WF_CHECK_NEAR(y9[4], 5, 1e-6);
@@ -255,11 +255,11 @@ static void test_max_pool_routes_to_first_max(void)
 	wf_pool_desc_init(&d, WF_POOL_MAX, 1, 2, 4, 1, 2, 2, 2, 2, 0);
 	/* window 0 is a 4-way tie; window 1 has its max at the bottom right */
 	float x[8] = {3, 3, 1, 2, 3, 3, 4, 5}, y[2];
-	WF_CHECK_INT(be->ops->pool_forward(be, NULL, &d, y, x), 0);
+	WF_CHECK_INT(wf_op_pool_forward(be, NULL, &d, y, x), 0);
 	WF_CHECK_NEAR(y[0], 3, 0);
 	WF_CHECK_NEAR(y[1], 5, 0);
 	float dy[2] = {2, 7}, dx[8];
-	WF_CHECK_INT(be->ops->pool_backward(be, NULL, &d, dx, dy, x, y), 0);
+	WF_CHECK_INT(wf_op_pool_backward(be, NULL, &d, dx, dy, x, y), 0);
 	float want[8] = {2, 0, 0, 0, 0, 0, 0, 7};
 	for (int i = 0; i < 8; i++)
 		WF_CHECK_NEAR(dx[i], want[i], 0);
@@ -271,8 +271,8 @@ static void test_batchnorm_running_stats(void)
 	wf_bn_desc d = {.n = 1, .h = 2, .w = 2, .c = 1, .eps = 1e-3f, .momentum = 0.9f};
 	float x[4] = {1, 2, 3, 4}, y[4], gamma = 2.0f, beta = 0.5f;
 	float mean = -1, invstd = -1, rm = 0.0f, rv = 1.0f;
-	WF_CHECK_INT(be->ops->batchnorm_forward(be, NULL, &d, 1, y, &mean, &invstd, x, &gamma,
-						&beta, &rm, &rv),
+	WF_CHECK_INT(wf_op_batchnorm_forward(be, NULL, &d, 1, y, &mean, &invstd, x, &gamma, &beta,
+					     &rm, &rv),
 		     0);
 	double is = 1.0 / sqrt(1.25 + 1e-3);
 	WF_CHECK_NEAR(mean, 2.5, 1e-6);
@@ -284,8 +284,8 @@ static void test_batchnorm_running_stats(void)
 
 	/* inference uses the running statistics and leaves them alone */
 	float rm2 = 1.0f, rv2 = 4.0f, yi[4];
-	WF_CHECK_INT(be->ops->batchnorm_forward(be, NULL, &d, 0, yi, NULL, NULL, x, &gamma, &beta,
-						&rm2, &rv2),
+	WF_CHECK_INT(wf_op_batchnorm_forward(be, NULL, &d, 0, yi, NULL, NULL, x, &gamma, &beta,
+					     &rm2, &rv2),
 		     0);
 	for (int i = 0; i < 4; i++)
 		WF_CHECK_NEAR(yi[i], 2.0 * (x[i] - 1.0) / sqrt(4.0 + 1e-3) + 0.5, 1e-5);
@@ -298,7 +298,7 @@ static void test_sgd_momentum_step(void)
 	wf_opt_desc d = {
 		.kind = WF_OPT_SGD, .lr = 0.1f, .momentum = 0.9f, .grad_scale = 1.0f, .step = 1};
 	float p = 1.0f, g = 0.5f, m = 0.2f;
-	WF_CHECK_INT(be->ops->optimizer_update(be, &d, 1, &p, &g, &m, NULL), 0);
+	WF_CHECK_INT(wf_op_optimizer_update(be, &d, 1, &p, &g, &m, NULL), 0);
 	WF_CHECK_NEAR(m, 0.9 * 0.2 + 0.5, 1e-6);  /* 0.68 */
 	WF_CHECK_NEAR(p, 1.0 - 0.1 * 0.68, 1e-6); /* 0.932 */
 
@@ -307,14 +307,14 @@ static void test_sgd_momentum_step(void)
 	p = 1.0f, g = 1.0f, m = 0.2f;
 	double gs = 0.5 * 1.0 + 0.1 * 1.0; /* 0.6 */
 	double mm = 0.9 * 0.2 + gs;	   /* 0.78 */
-	WF_CHECK_INT(be->ops->optimizer_update(be, &d, 1, &p, &g, &m, NULL), 0);
+	WF_CHECK_INT(wf_op_optimizer_update(be, &d, 1, &p, &g, &m, NULL), 0);
 	WF_CHECK_NEAR(m, mm, 1e-6);
 	WF_CHECK_NEAR(p, 1.0 - 0.1 * (gs + 0.9 * mm), 1e-6);
 
 	/* plain SGD: no slot needed */
 	wf_opt_desc plain = {.kind = WF_OPT_SGD, .lr = 0.5f, .grad_scale = 1.0f, .step = 1};
 	p = 2.0f, g = 0.25f;
-	WF_CHECK_INT(be->ops->optimizer_update(be, &plain, 1, &p, &g, NULL, NULL), 0);
+	WF_CHECK_INT(wf_op_optimizer_update(be, &plain, 1, &p, &g, NULL, NULL), 0);
 	WF_CHECK_NEAR(p, 2.0 - 0.125, 1e-6);
 }
 
@@ -328,7 +328,7 @@ static void test_adam_step(void)
 			 .grad_scale = 1.0f,
 			 .step = 1};
 	float p = 1.0f, g = 0.5f, m = 0.0f, v = 0.0f;
-	WF_CHECK_INT(be->ops->optimizer_update(be, &d, 1, &p, &g, &m, &v), 0);
+	WF_CHECK_INT(wf_op_optimizer_update(be, &d, 1, &p, &g, &m, &v), 0);
 	double b1 = d.beta1, b2 = d.beta2; /* the float hyper-parameters, exactly */
 	WF_CHECK_NEAR(m, (1 - b1) * 0.5, 1e-8);
 	WF_CHECK_NEAR(v, (1 - b2) * 0.25, 1e-10);
@@ -343,7 +343,7 @@ static void test_adam_step(void)
 	double v2 = b2 * v + (1 - b2) * 1.0;
 	double mhat = m2 / (1 - b1 * b1), vhat = v2 / (1 - b2 * b2);
 	double p2 = p - 0.01 * mhat / (sqrt(vhat) + 1e-7);
-	WF_CHECK_INT(be->ops->optimizer_update(be, &d, 1, &p, &g, &m, &v), 0);
+	WF_CHECK_INT(wf_op_optimizer_update(be, &d, 1, &p, &g, &m, &v), 0);
 	WF_CHECK_NEAR(m, m2, 1e-8);
 	WF_CHECK_NEAR(m2, -0.055, 1e-6);
 	WF_CHECK_NEAR(v, v2, 1e-10);
@@ -362,13 +362,13 @@ static void test_adamw_decay_is_decoupled(void)
 			 .grad_scale = 1.0f,
 			 .step = 1};
 	float p = 2.0f, g = 0.0f, m = 0.0f, v = 0.0f;
-	WF_CHECK_INT(be->ops->optimizer_update(be, &d, 1, &p, &g, &m, &v), 0);
+	WF_CHECK_INT(wf_op_optimizer_update(be, &d, 1, &p, &g, &m, &v), 0);
 	WF_CHECK_NEAR(p, 2.0 - 0.1 * 0.5 * 2.0, 1e-6);
 	WF_CHECK_NEAR(m, 0, 0);
 	/* Adam (coupled) with the same settings feeds the decay through m and v */
 	d.kind = WF_OPT_ADAM;
 	p = 2.0f, m = 0.0f, v = 0.0f;
-	WF_CHECK_INT(be->ops->optimizer_update(be, &d, 1, &p, &g, &m, &v), 0);
+	WF_CHECK_INT(wf_op_optimizer_update(be, &d, 1, &p, &g, &m, &v), 0);
 	WF_CHECK_NEAR(m, 0.1 * 0.5 * 2.0, 1e-6);
 	WF_CHECK_NEAR(p, 2.0 - 0.1 * 1.0 / (1.0 + 1e-7), 1e-6);
 }
@@ -377,7 +377,7 @@ static void test_softmax_xent_is_stable(void)
 {
 	float z[6] = {1000, 1001, 1002, -1000, 0, 1000}, probs[6], losses[2];
 	int32_t labels[2] = {2, 0};
-	WF_CHECK_INT(be->ops->softmax_xent_forward(be, 2, 3, probs, losses, z, labels), 0);
+	WF_CHECK_INT(wf_op_softmax_xent_forward(be, 2, 3, probs, losses, z, labels), 0);
 	double s = 1 + exp(-1) + exp(-2);
 	WF_CHECK_NEAR(probs[2], 1 / s, 1e-6);
 	WF_CHECK_NEAR(probs[0], exp(-2) / s, 1e-6);
@@ -385,11 +385,11 @@ static void test_softmax_xent_is_stable(void)
 	WF_CHECK_NEAR(losses[1], 2000, 1e-2); /* finite, not inf */
 	WF_CHECK_NEAR(probs[5], 1, 1e-6);
 	float dz[6];
-	WF_CHECK_INT(be->ops->softmax_xent_backward(be, 2, 3, dz, probs, labels, 0.5f), 0);
+	WF_CHECK_INT(wf_op_softmax_xent_backward(be, 2, 3, dz, probs, labels, 0.5f), 0);
 	WF_CHECK_NEAR(dz[2], (1 / s - 1) * 0.5, 1e-6);
 	WF_CHECK_NEAR(dz[3], -0.5, 1e-6);
 	labels[1] = 3;
-	WF_CHECK_INT(be->ops->softmax_xent_forward(be, 2, 3, probs, losses, z, labels), WF_EINVAL);
+	WF_CHECK_INT(wf_op_softmax_xent_forward(be, 2, 3, probs, losses, z, labels), WF_EINVAL);
 	WF_CHECK(strstr(be->err.msg, "labels[1]") != NULL);
 }
 
@@ -400,7 +400,7 @@ static void test_dropout_mask_and_scale(void)
 	static uint8_t mask[N];
 	for (int i = 0; i < N; i++)
 		x[i] = 1.0f + (float)i;
-	WF_CHECK_INT(be->ops->dropout_forward(be, N, 0.25f, 99, y, mask, x), 0);
+	WF_CHECK_INT(wf_op_dropout_forward(be, N, 0.25f, 99, y, mask, x), 0);
 	int kept = 0;
 	for (int i = 0; i < N; i++) {
 		int k = wf_dropout_keep(99, (uint64_t)i, 0.25f);
@@ -409,7 +409,7 @@ static void test_dropout_mask_and_scale(void)
 		kept += k;
 	}
 	WF_CHECK(kept > 700 && kept < 800);
-	WF_CHECK_INT(be->ops->dropout_backward(be, N, 0.25f, dx, x, mask), 0);
+	WF_CHECK_INT(wf_op_dropout_backward(be, N, 0.25f, dx, x, mask), 0);
 	WF_CHECK_NEAR(dx[0], mask[0] ? x[0] / 0.75 : 0.0, 1e-5);
 }
 
@@ -418,17 +418,17 @@ static void test_pad_and_crop_values(void)
 	float x[6] = {1, 2, 3, 4, 5, 6}; /* [1,2,3,1] */
 	wf_pad_desc pad = {.n = 1, .h = 2, .w = 3, .c = 1, .pt = 1, .pb = 0, .pl = 0, .pr = 1};
 	float y[12];
-	WF_CHECK_INT(be->ops->pad_forward(be, &pad, y, x), 0);
+	WF_CHECK_INT(wf_op_pad_forward(be, &pad, y, x), 0);
 	float want[12] = {0, 0, 0, 0, 1, 2, 3, 0, 4, 5, 6, 0};
 	for (int i = 0; i < 12; i++)
 		WF_CHECK_NEAR(y[i], want[i], 0);
 	wf_pad_desc crop = {.n = 1, .h = 2, .w = 3, .c = 1, .pt = 0, .pb = -1, .pl = -1, .pr = 0};
 	float yc[2], dx[6];
-	WF_CHECK_INT(be->ops->pad_forward(be, &crop, yc, x), 0);
+	WF_CHECK_INT(wf_op_pad_forward(be, &crop, yc, x), 0);
 	WF_CHECK_NEAR(yc[0], 2, 0);
 	WF_CHECK_NEAR(yc[1], 3, 0);
 	float dy[2] = {10, 20};
-	WF_CHECK_INT(be->ops->pad_backward(be, &crop, dx, dy), 0);
+	WF_CHECK_INT(wf_op_pad_backward(be, &crop, dx, dy), 0);
 	float wantdx[6] = {0, 10, 20, 0, 0, 0};
 	for (int i = 0; i < 6; i++)
 		WF_CHECK_NEAR(dx[i], wantdx[i], 0);
@@ -437,14 +437,14 @@ static void test_pad_and_crop_values(void)
 static void test_relu6_backward_uses_output(void)
 {
 	float x[5] = {-1, 0.5f, 6, 7, 3}, y[5], dx[5], dy[5] = {1, 1, 1, 1, 1};
-	WF_CHECK_INT(be->ops->act_forward(be, WF_ACT_RELU6, 5, y, x), 0);
+	WF_CHECK_INT(wf_op_act_forward(be, WF_ACT_RELU6, 5, y, x), 0);
 	WF_CHECK_NEAR(y[3], 6, 0);
-	WF_CHECK_INT(be->ops->act_backward(be, WF_ACT_RELU6, 5, dx, dy, y), 0);
+	WF_CHECK_INT(wf_op_act_backward(be, WF_ACT_RELU6, 5, dx, dy, y), 0);
 	float want[5] = {0, 1, 0, 0, 1}; /* gradient only where 0 < y < 6 */
 	for (int i = 0; i < 5; i++)
 		WF_CHECK_NEAR(dx[i], want[i], 0);
 	/* in place forward */
-	WF_CHECK_INT(be->ops->act_forward(be, WF_ACT_RELU, 5, x, x), 0);
+	WF_CHECK_INT(wf_op_act_forward(be, WF_ACT_RELU, 5, x, x), 0);
 	WF_CHECK_NEAR(x[0], 0, 0);
 	WF_CHECK_NEAR(x[3], 7, 0);
 }
@@ -454,44 +454,43 @@ static void test_invalid_descriptors_are_rejected(void)
 	float buf[256] = {0};
 	wf_conv_desc d;
 	wf_conv_desc_init(&d, 1, 4, 4, 3, 4, 3, 3, 1, 1, 1, 1, 2, 1, 0, 0, 0);
-	WF_CHECK_INT(be->ops->conv2d_forward(be, NULL, &d, buf, buf, buf, NULL), WF_EINVAL);
+	WF_CHECK_INT(wf_op_conv2d_forward(be, NULL, &d, buf, buf, buf, NULL), WF_EINVAL);
 	WF_CHECK_MSG(strstr(be->err.msg, "groups") != NULL, "%s", be->err.msg);
 
 	wf_conv_desc_init(&d, 1, 4, 4, 2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0);
 	d.oh = 3; /* same would give 4 */
-	WF_CHECK_INT(be->ops->conv2d_backward(be, NULL, &d, buf, buf, NULL, buf, buf, buf),
-		     WF_EINVAL);
+	WF_CHECK_INT(wf_op_conv2d_backward(be, NULL, &d, buf, buf, NULL, buf, buf, buf), WF_EINVAL);
 	WF_CHECK_MSG(strstr(be->err.msg, "oh=3") != NULL, "%s", be->err.msg);
 
 	wf_dense_desc dd = {.n = 0, .in = 3, .out = 2};
-	WF_CHECK_INT(be->ops->dense_forward(be, NULL, &dd, buf, buf, buf, NULL), WF_EINVAL);
+	WF_CHECK_INT(wf_op_dense_forward(be, NULL, &dd, buf, buf, buf, NULL), WF_EINVAL);
 	WF_CHECK_MSG(strstr(be->err.msg, "n=0") != NULL, "%s", be->err.msg);
 
 	wf_pool_desc pd;
 	wf_pool_desc_init(&pd, WF_POOL_MAX, 1, 4, 4, 1, 2, 2, 2, 2, 0);
 	pd.ow = 5;
-	WF_CHECK_INT(be->ops->pool_forward(be, NULL, &pd, buf, buf), WF_EINVAL);
+	WF_CHECK_INT(wf_op_pool_forward(be, NULL, &pd, buf, buf), WF_EINVAL);
 	WF_CHECK_MSG(strstr(be->err.msg, "ow=5") != NULL, "%s", be->err.msg);
 
 	wf_pad_desc pad = {.n = 1, .h = 2, .w = 2, .c = 1, .pt = -1, .pb = -1};
-	WF_CHECK_INT(be->ops->pad_forward(be, &pad, buf, buf), WF_EINVAL);
+	WF_CHECK_INT(wf_op_pad_forward(be, &pad, buf, buf), WF_EINVAL);
 
 	wf_bn_desc bn = {.n = 1, .h = 1, .w = 1, .c = -2, .eps = 1e-3f, .momentum = 0.9f};
-	WF_CHECK_INT(be->ops->batchnorm_forward(be, NULL, &bn, 1, buf, buf, buf, buf, buf, buf, buf,
-						buf),
-		     WF_EINVAL);
+	WF_CHECK_INT(
+		wf_op_batchnorm_forward(be, NULL, &bn, 1, buf, buf, buf, buf, buf, buf, buf, buf),
+		WF_EINVAL);
 	WF_CHECK_MSG(strstr(be->err.msg, "c=-2") != NULL, "%s", be->err.msg);
 
 	wf_opt_desc od = {.kind = WF_OPT_ADAM, .lr = 0.1f, .step = 0, .grad_scale = 1};
-	WF_CHECK_INT(be->ops->optimizer_update(be, &od, 4, buf, buf, buf, buf), WF_EINVAL);
+	WF_CHECK_INT(wf_op_optimizer_update(be, &od, 4, buf, buf, buf, buf), WF_EINVAL);
 	WF_CHECK_MSG(strstr(be->err.msg, "step") != NULL, "%s", be->err.msg);
 
-	WF_CHECK_INT(be->ops->dropout_forward(be, 4, 1.0f, 1, buf, NULL, buf), WF_EINVAL);
+	WF_CHECK_INT(wf_op_dropout_forward(be, 4, 1.0f, 1, buf, NULL, buf), WF_EINVAL);
 }
 
 static void test_memory_is_zeroed_and_aligned(void)
 {
-	float *p = be->ops->alloc(be, 1000 * sizeof(float));
+	float *p = wf_op_alloc(be, 1000 * sizeof(float));
 	WF_CHECK(p != NULL);
 	if (!p)
 		return;
@@ -500,8 +499,39 @@ static void test_memory_is_zeroed_and_aligned(void)
 	for (int i = 0; i < 1000; i++)
 		zero &= p[i] == 0.0f;
 	WF_CHECK(zero);
-	be->ops->free(be, p);
-	be->ops->free(be, NULL);
+	wf_op_free(be, p);
+	wf_op_free(be, NULL);
+}
+
+/* ref has no fused conv: the wrapper composes conv, + residual, relu6, and
+ * says in the capabilities that ref is host memory without a native fusion. */
+static void test_fused_conv_default_is_conv_add_act(void)
+{
+	wf_backend_caps caps = wf_backend_caps_of(be);
+	WF_CHECK(caps.host_memory && !caps.fused_conv && !caps.bf16);
+	WF_CHECK(strcmp(caps.precisions, "fp32") == 0);
+	wf_conv_desc d;
+	wf_conv_desc_init(&d, 1, 3, 3, 2, 2, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1);
+	float x[18], w[36], b[2] = {0.5f, -0.25f}, r[18], y[18], want[18];
+	for (int i = 0; i < 18; i++)
+		x[i] = (float)(i % 5) - 2.0f, r[i] = (float)(i % 3) * 2.0f;
+	for (int i = 0; i < 36; i++)
+		w[i] = (float)(i % 7) * 0.25f - 0.5f;
+	WF_CHECK_INT(wf_op_conv2d_forward(be, NULL, &d, want, x, w, b), 0);
+	for (int i = 0; i < 18; i++) {
+		float v = want[i] + r[i];
+		want[i] = v < 0 ? 0 : v > 6 ? 6 : v;
+	}
+	d.act = 2, d.residual = 1, d.infer = 1;
+	WF_CHECK_INT(wf_op_conv2d_forward_fused(be, NULL, &d, y, x, w, b, r), 0);
+	for (int i = 0; i < 18; i++)
+		WF_CHECK_NEAR(y[i], want[i], 1e-6);
+	/* the plain conv refuses the fused fields, naming them */
+	WF_CHECK_INT(wf_op_conv2d_forward(be, NULL, &d, y, x, w, b), WF_EINVAL);
+	WF_CHECK_MSG(strstr(be->err.msg, "act=2") != NULL, "%s", be->err.msg);
+	d.residual = 1;
+	WF_CHECK_INT(wf_op_conv2d_forward_fused(be, NULL, &d, y, x, w, b, NULL), WF_EINVAL);
+	WF_CHECK_MSG(strstr(be->err.msg, "residual=1") != NULL, "%s", be->err.msg);
 }
 
 int main(void)
@@ -526,6 +556,7 @@ int main(void)
 	WF_RUN(test_relu6_backward_uses_output);
 	WF_RUN(test_invalid_descriptors_are_rejected);
 	WF_RUN(test_memory_is_zeroed_and_aligned);
+	WF_RUN(test_fused_conv_default_is_conv_add_act);
 	WF_RUN(test_every_case_runs_and_is_finite);
 	WF_RUN(test_every_case_is_deterministic);
 	WF_RUN(test_every_backward_matches_finite_differences);

@@ -3,6 +3,7 @@
  * tensor with itself, dropout), values computed by hand, batches smaller
  * than max_batch, the ready() sweep, gradient accumulation, memory reuse of
  * inference executors, errors; and cpu and cuda against ref where built. */
+#include "kernels/ops.h"
 #include "model/model.h"
 #include "tests/model/graphs.h"
 #include "tests/test.h"
@@ -466,8 +467,8 @@ static void compare_with_ref(const char *name)
 			lossb = (float)train_loss(b, x, y, n);
 			WF_CHECK_MSG(wf_exec_backward(b, 1.0f / n, NULL, NULL) == 0, "%s",
 				     wf_exec_error(b));
-			WF_CHECK(be->ops->to_host(be, gb, wf_exec_grads(b),
-						  sizeof(float) * m->nparams) == 0);
+			WF_CHECK(wf_op_to_host(be, gb, wf_exec_grads(b),
+					       sizeof(float) * m->nparams) == 0);
 			WF_CHECK_NEAR(lossb, lossa, 1e-4 * (1 + fabs(lossa)));
 			for (int v = 0; v < m->nviews; v++) {
 				const wf_view *w = &m->views[v];

@@ -1,0 +1,524 @@
+/* ops.c: the op-table wrappers. Learned from ggml's ggml-backend.c: thin
+ * public functions that check their arguments once and call through the
+ * backend's interface, supplying the default where a slot is optional. The
+ * descriptor checks here are the only ones shared by ref, cpu and cuda. */
+#include "kernels/ops.h"
+
+#include <string.h>
+
+/* ---- capabilities ---------------------------------------------------------- */
+
+wf_backend_caps wf_backend_caps_of(const wf_backend *be)
+{
+	wf_backend_caps c = {0};
+	c.host_memory = (be->caps & WF_CAP_HOST_MEM) != 0;
+	c.bf16 = (be->caps & WF_CAP_BF16) != 0;
+	c.fused_conv = be->ops->conv2d_forward_fused != NULL;
+	c.precisions = be->precisions ? be->precisions : "fp32";
+	return c;
+}
+
+int wf_backend_host_memory(const wf_backend *be)
+{
+	return (be->caps & WF_CAP_HOST_MEM) != 0;
+}
+
+/* ---- descriptor checks ------------------------------------------------------- */
+
+#define CHECK_POS(op, d, f)                                                                        \
+	do {                                                                                       \
+		if (!((d)->f > 0))                                                                 \
+			return wf_errf(&be->err, WF_EINVAL, "%s: %s=%d must be positive", op, #f,  \
+				       (int)(d)->f);                                               \
+	} while (0)
+
+#define CHECK_NONNEG(op, d, f)                                                                     \
+	do {                                                                                       \
+		if ((d)->f < 0)                                                                    \
+			return wf_errf(&be->err, WF_EINVAL, "%s: %s=%d must not be negative", op,  \
+				       #f, (int)(d)->f);                                           \
+	} while (0)
+
+/* Output extent of a window op along one axis (floor mode; 0 when the
+ * window does not fit). */
+static int window_out(int in, int pad_before, int pad_after, int k, int stride, int dilation)
+{
+	int span = in + pad_before + pad_after - ((k - 1) * dilation + 1);
+	return span < 0 ? 0 : span / stride + 1;
+}
+
+static int check_conv(wf_backend *be, const wf_conv_desc *d)
+{
+	const char *op = "conv2d";
+	CHECK_POS(op, d, n);
+	CHECK_POS(op, d, h);
+	CHECK_POS(op, d, w);
+	CHECK_POS(op, d, c);
+	CHECK_POS(op, d, oc);
+	CHECK_POS(op, d, oh);
+	CHECK_POS(op, d, ow);
+	CHECK_POS(op, d, kh);
+	CHECK_POS(op, d, kw);
+	CHECK_POS(op, d, sh);
+	CHECK_POS(op, d, sw);
+	CHECK_POS(op, d, dh);
+	CHECK_POS(op, d, dw);
+	CHECK_POS(op, d, groups);
+	CHECK_NONNEG(op, d, pt);
+	CHECK_NONNEG(op, d, pb);
+	CHECK_NONNEG(op, d, pl);
+	CHECK_NONNEG(op, d, pr);
+	if (d->c % d->groups != 0)
+		return wf_errf(&be->err, WF_EINVAL, "conv2d: groups=%d does not divide c=%d",
+			       d->groups, d->c);
+	if (d->oc % d->groups != 0)
+		return wf_errf(&be->err, WF_EINVAL, "conv2d: groups=%d does not divide oc=%d",
+			       d->groups, d->oc);
+	int oh = window_out(d->h, d->pt, d->pb, d->kh, d->sh, d->dh);
+	int ow = window_out(d->w, d->pl, d->pr, d->kw, d->sw, d->dw);
+	if (d->oh != oh || d->ow != ow)
+		return wf_errf(&be->err, WF_EINVAL,
+			       "conv2d: output oh=%d ow=%d does not match input h=%d w=%d, kernel "
+			       "%dx%d, strides %dx%d, dilations %dx%d, padding t%d b%d l%d r%d "
+			       "(expected %dx%d)",
+			       d->oh, d->ow, d->h, d->w, d->kh, d->kw, d->sh, d->sw, d->dh, d->dw,
+			       d->pt, d->pb, d->pl, d->pr, oh, ow);
+	return 0;
+}
+
+/* conv2d_forward and conv2d_backward take a plain conv. */
+static int check_conv_plain(wf_backend *be, const wf_conv_desc *d)
+{
+	int rc = check_conv(be, d);
+	if (!rc && (d->act || d->residual || d->infer || d->io_bf16))
+		rc = wf_errf(&be->err, WF_EINVAL,
+			     "conv2d: act=%d residual=%d infer=%d io_bf16=%d are for "
+			     "conv2d_forward_fused (0 here)",
+			     d->act, d->residual, d->infer, d->io_bf16);
+	return rc;
+}
+
+static int check_conv_fused(wf_backend *be, const wf_conv_desc *d, const float *r)
+{
+	int rc = check_conv(be, d);
+	if (rc)
+		return rc;
+	if (d->act < 0 || d->act > 2)
+		return wf_errf(&be->err, WF_EINVAL, "conv2d: act=%d is not 0 none, 1 relu, 2 relu6",
+			       d->act);
+	if (d->residual && !r)
+		return wf_errf(&be->err, WF_EINVAL, "conv2d: residual=%d without a residual tensor",
+			       d->residual);
+	if (d->io_bf16 && !be->bf16)
+		return wf_errf(&be->err, WF_EINVAL,
+			       "conv2d: io_bf16=%d without bf16 precision on %s", d->io_bf16,
+			       be->name);
+	return 0;
+}
+
+static int check_dense(wf_backend *be, const wf_dense_desc *d)
+{
+	CHECK_POS("dense", d, n);
+	CHECK_POS("dense", d, in);
+	CHECK_POS("dense", d, out);
+	return 0;
+}
+
+static int check_bn(wf_backend *be, const wf_bn_desc *d)
+{
+	CHECK_POS("batchnorm", d, n);
+	CHECK_POS("batchnorm", d, h);
+	CHECK_POS("batchnorm", d, w);
+	CHECK_POS("batchnorm", d, c);
+	if (!(d->eps >= 0.0f))
+		return wf_errf(&be->err, WF_EINVAL, "batchnorm: eps=%g must not be negative",
+			       (double)d->eps);
+	if (!(d->momentum >= 0.0f && d->momentum <= 1.0f))
+		return wf_errf(&be->err, WF_EINVAL, "batchnorm: momentum=%g must be in [0, 1]",
+			       (double)d->momentum);
+	return 0;
+}
+
+static int check_pool(wf_backend *be, const wf_pool_desc *d)
+{
+	const char *op = "pool";
+	if (d->kind != WF_POOL_MAX && d->kind != WF_POOL_AVG)
+		return wf_errf(&be->err, WF_EINVAL, "pool: kind=%d is not max or avg",
+			       (int)d->kind);
+	CHECK_POS(op, d, n);
+	CHECK_POS(op, d, h);
+	CHECK_POS(op, d, w);
+	CHECK_POS(op, d, c);
+	CHECK_POS(op, d, oh);
+	CHECK_POS(op, d, ow);
+	CHECK_POS(op, d, kh);
+	CHECK_POS(op, d, kw);
+	CHECK_POS(op, d, sh);
+	CHECK_POS(op, d, sw);
+	CHECK_NONNEG(op, d, pt);
+	CHECK_NONNEG(op, d, pb);
+	CHECK_NONNEG(op, d, pl);
+	CHECK_NONNEG(op, d, pr);
+	if (d->pt >= d->kh || d->pb >= d->kh || d->pl >= d->kw || d->pr >= d->kw)
+		return wf_errf(
+			&be->err, WF_EINVAL,
+			"pool: padding t%d b%d l%d r%d must be smaller than the window %dx%d",
+			d->pt, d->pb, d->pl, d->pr, d->kh, d->kw);
+	int oh = window_out(d->h, d->pt, d->pb, d->kh, d->sh, 1);
+	int ow = window_out(d->w, d->pl, d->pr, d->kw, d->sw, 1);
+	if (d->oh != oh || d->ow != ow)
+		return wf_errf(&be->err, WF_EINVAL,
+			       "pool: output oh=%d ow=%d does not match input h=%d w=%d, window "
+			       "%dx%d, strides %dx%d, padding t%d b%d l%d r%d (expected %dx%d)",
+			       d->oh, d->ow, d->h, d->w, d->kh, d->kw, d->sh, d->sw, d->pt, d->pb,
+			       d->pl, d->pr, oh, ow);
+	return 0;
+}
+
+static int check_pad(wf_backend *be, const wf_pad_desc *d)
+{
+	CHECK_POS("pad", d, n);
+	CHECK_POS("pad", d, h);
+	CHECK_POS("pad", d, w);
+	CHECK_POS("pad", d, c);
+	if (d->h + d->pt + d->pb <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "pad: h=%d with pt=%d pb=%d leaves no rows",
+			       d->h, d->pt, d->pb);
+	if (d->w + d->pl + d->pr <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "pad: w=%d with pl=%d pr=%d leaves no columns",
+			       d->w, d->pl, d->pr);
+	return 0;
+}
+
+static int check_act(wf_backend *be, wf_act_kind kind)
+{
+	if (kind != WF_ACT_RELU && kind != WF_ACT_RELU6)
+		return wf_errf(&be->err, WF_EINVAL, "act: kind=%d is not relu or relu6", (int)kind);
+	return 0;
+}
+
+static int check_concat(wf_backend *be, int k, const int *widths)
+{
+	if (k <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "concat: k=%d inputs must be positive", k);
+	for (int i = 0; i < k; i++)
+		if (widths[i] <= 0)
+			return wf_errf(&be->err, WF_EINVAL,
+				       "concat: widths[%d]=%d must be positive", i, widths[i]);
+	return 0;
+}
+
+static int check_gap(wf_backend *be, int n, int hw, int c)
+{
+	if (n <= 0 || hw <= 0 || c <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "gap: n=%d hw=%d c=%d must be positive", n, hw,
+			       c);
+	return 0;
+}
+
+static int check_rate(wf_backend *be, float rate)
+{
+	if (!(rate >= 0.0f && rate < 1.0f))
+		return wf_errf(&be->err, WF_EINVAL, "dropout: rate=%g must be in [0, 1)",
+			       (double)rate);
+	return 0;
+}
+
+/* Sizes always; the labels themselves where they are host memory. */
+static int check_xent(wf_backend *be, int n, int k, const int32_t *labels)
+{
+	if (n <= 0 || k <= 0)
+		return wf_errf(&be->err, WF_EINVAL, "softmax_xent: n=%d k=%d must be positive", n,
+			       k);
+	if (labels && wf_backend_host_memory(be))
+		for (int i = 0; i < n; i++)
+			if (labels[i] < 0 || labels[i] >= k)
+				return wf_errf(&be->err, WF_EINVAL,
+					       "softmax_xent: labels[%d] = %d is outside [0, %d)",
+					       i, (int)labels[i], k);
+	return 0;
+}
+
+static int check_opt(wf_backend *be, const wf_opt_desc *d, const float *m, const float *v)
+{
+	switch (d->kind) {
+	case WF_OPT_SGD:
+		if (d->momentum != 0.0f && !m)
+			return wf_errf(&be->err, WF_EINVAL,
+				       "optimizer: sgd with momentum=%g needs the m slot",
+				       (double)d->momentum);
+		return 0;
+	case WF_OPT_ADAM:
+	case WF_OPT_ADAMW:
+		if (!m || !v)
+			return wf_errf(&be->err, WF_EINVAL,
+				       "optimizer: adam needs the m and v slots");
+		if (d->step < 1)
+			return wf_errf(&be->err, WF_EINVAL,
+				       "optimizer: step=%ld must be >= 1 for adam bias correction",
+				       d->step);
+		return 0;
+	}
+	return wf_errf(&be->err, WF_EINVAL, "optimizer: kind=%d is not sgd, adam or adamw",
+		       (int)d->kind);
+}
+
+/* ---- memory -------------------------------------------------------------------- */
+
+void *wf_op_alloc(wf_backend *be, size_t bytes)
+{
+	wf_err_clear(&be->err);
+	return be->ops->alloc(be, bytes);
+}
+
+void wf_op_free(wf_backend *be, void *p)
+{
+	if (p)
+		be->ops->free(be, p);
+}
+
+int wf_op_to_device(wf_backend *be, void *dst, const void *src_host, size_t bytes)
+{
+	wf_err_clear(&be->err);
+	return be->ops->to_device(be, dst, src_host, bytes);
+}
+
+int wf_op_to_host(wf_backend *be, void *dst_host, const void *src, size_t bytes)
+{
+	wf_err_clear(&be->err);
+	return be->ops->to_host(be, dst_host, src, bytes);
+}
+
+int wf_op_zero(wf_backend *be, void *p, size_t bytes)
+{
+	wf_err_clear(&be->err);
+	return be->ops->zero(be, p, bytes);
+}
+
+int wf_op_copy(wf_backend *be, void *dst, const void *src, size_t bytes)
+{
+	wf_err_clear(&be->err);
+	return be->ops->copy(be, dst, src, bytes);
+}
+
+int wf_op_sync(wf_backend *be)
+{
+	wf_err_clear(&be->err);
+	return be->ops->sync ? be->ops->sync(be) : 0;
+}
+
+/* ---- ops ------------------------------------------------------------------------- */
+
+int wf_op_conv2d_forward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
+			 const float *x, const float *w, const float *b)
+{
+	wf_err_clear(&be->err);
+	int rc = check_conv_plain(be, d);
+	return rc ? rc : be->ops->conv2d_forward(be, plan, d, y, x, w, b);
+}
+
+int wf_op_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
+			       const float *x, const float *w, const float *b, const float *r)
+{
+	wf_err_clear(&be->err);
+	int rc = check_conv_fused(be, d, r);
+	if (rc)
+		return rc;
+	if (be->ops->conv2d_forward_fused)
+		return be->ops->conv2d_forward_fused(be, plan, d, y, x, w, b, r);
+	/* the default: the plain conv, then the residual, then the activation */
+	if (d->io_bf16)
+		return wf_errf(&be->err, WF_ENOTSUP, "conv2d: io_bf16=%d is not supported on %s",
+			       d->io_bf16, be->name);
+	wf_conv_desc plain = *d;
+	plain.act = plain.residual = plain.infer = 0;
+	size_t n = (size_t)d->n * d->oh * d->ow * d->oc;
+	if ((rc = be->ops->conv2d_forward(be, plan, &plain, y, x, w, b)) != 0)
+		return rc;
+	if (d->residual && (rc = be->ops->accumulate(be, n, y, r)) != 0)
+		return rc;
+	if (d->act)
+		rc = be->ops->act_forward(be, d->act == 1 ? WF_ACT_RELU : WF_ACT_RELU6, n, y, y);
+	return rc;
+}
+
+int wf_op_conv2d_backward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *dx,
+			  float *dw, float *db, const float *dy, const float *x, const float *w)
+{
+	wf_err_clear(&be->err);
+	int rc = check_conv_plain(be, d);
+	return rc ? rc : be->ops->conv2d_backward(be, plan, d, dx, dw, db, dy, x, w);
+}
+
+int wf_op_dense_forward(wf_backend *be, wf_plan **plan, const wf_dense_desc *d, float *y,
+			const float *x, const float *w, const float *b)
+{
+	wf_err_clear(&be->err);
+	int rc = check_dense(be, d);
+	return rc ? rc : be->ops->dense_forward(be, plan, d, y, x, w, b);
+}
+
+int wf_op_dense_backward(wf_backend *be, wf_plan **plan, const wf_dense_desc *d, float *dx,
+			 float *dw, float *db, const float *dy, const float *x, const float *w)
+{
+	wf_err_clear(&be->err);
+	int rc = check_dense(be, d);
+	return rc ? rc : be->ops->dense_backward(be, plan, d, dx, dw, db, dy, x, w);
+}
+
+int wf_op_batchnorm_forward(wf_backend *be, wf_plan **plan, const wf_bn_desc *d, int training,
+			    float *y, float *save_mean, float *save_invstd, const float *x,
+			    const float *gamma, const float *beta, float *run_mean, float *run_var)
+{
+	wf_err_clear(&be->err);
+	int rc = check_bn(be, d);
+	return rc ? rc
+		  : be->ops->batchnorm_forward(be, plan, d, training, y, save_mean, save_invstd, x,
+					       gamma, beta, run_mean, run_var);
+}
+
+int wf_op_batchnorm_backward(wf_backend *be, wf_plan **plan, const wf_bn_desc *d, float *dx,
+			     float *dgamma, float *dbeta, const float *dy, const float *x,
+			     const float *gamma, const float *save_mean, const float *save_invstd)
+{
+	wf_err_clear(&be->err);
+	int rc = check_bn(be, d);
+	return rc ? rc
+		  : be->ops->batchnorm_backward(be, plan, d, dx, dgamma, dbeta, dy, x, gamma,
+						save_mean, save_invstd);
+}
+
+int wf_op_act_forward(wf_backend *be, wf_act_kind kind, size_t n, float *y, const float *x)
+{
+	wf_err_clear(&be->err);
+	int rc = check_act(be, kind);
+	return rc ? rc : be->ops->act_forward(be, kind, n, y, x);
+}
+
+int wf_op_act_backward(wf_backend *be, wf_act_kind kind, size_t n, float *dx, const float *dy,
+		       const float *y)
+{
+	wf_err_clear(&be->err);
+	int rc = check_act(be, kind);
+	return rc ? rc : be->ops->act_backward(be, kind, n, dx, dy, y);
+}
+
+int wf_op_add(wf_backend *be, size_t n, float *y, const float *a, const float *b)
+{
+	wf_err_clear(&be->err);
+	return be->ops->add(be, n, y, a, b);
+}
+
+int wf_op_accumulate(wf_backend *be, size_t n, float *y, const float *x)
+{
+	wf_err_clear(&be->err);
+	return be->ops->accumulate(be, n, y, x);
+}
+
+int wf_op_scale(wf_backend *be, size_t n, float *y, const float *x, float alpha)
+{
+	wf_err_clear(&be->err);
+	return be->ops->scale(be, n, y, x, alpha);
+}
+
+int wf_op_concat_forward(wf_backend *be, size_t rows, int k, const int *widths, float *y,
+			 const float *const *xs)
+{
+	wf_err_clear(&be->err);
+	int rc = check_concat(be, k, widths);
+	return rc ? rc : be->ops->concat_forward(be, rows, k, widths, y, xs);
+}
+
+int wf_op_concat_backward(wf_backend *be, size_t rows, int k, const int *widths, float *const *dxs,
+			  const float *dy)
+{
+	wf_err_clear(&be->err);
+	int rc = check_concat(be, k, widths);
+	return rc ? rc : be->ops->concat_backward(be, rows, k, widths, dxs, dy);
+}
+
+int wf_op_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *y,
+		       const float *x)
+{
+	wf_err_clear(&be->err);
+	int rc = check_pool(be, d);
+	return rc ? rc : be->ops->pool_forward(be, plan, d, y, x);
+}
+
+int wf_op_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *dx,
+			const float *dy, const float *x, const float *y)
+{
+	wf_err_clear(&be->err);
+	int rc = check_pool(be, d);
+	return rc ? rc : be->ops->pool_backward(be, plan, d, dx, dy, x, y);
+}
+
+int wf_op_gap_forward(wf_backend *be, int n, int hw, int c, float *y, const float *x)
+{
+	wf_err_clear(&be->err);
+	int rc = check_gap(be, n, hw, c);
+	return rc ? rc : be->ops->gap_forward(be, n, hw, c, y, x);
+}
+
+int wf_op_gap_backward(wf_backend *be, int n, int hw, int c, float *dx, const float *dy)
+{
+	wf_err_clear(&be->err);
+	int rc = check_gap(be, n, hw, c);
+	return rc ? rc : be->ops->gap_backward(be, n, hw, c, dx, dy);
+}
+
+int wf_op_pad_forward(wf_backend *be, const wf_pad_desc *d, float *y, const float *x)
+{
+	wf_err_clear(&be->err);
+	int rc = check_pad(be, d);
+	return rc ? rc : be->ops->pad_forward(be, d, y, x);
+}
+
+int wf_op_pad_backward(wf_backend *be, const wf_pad_desc *d, float *dx, const float *dy)
+{
+	wf_err_clear(&be->err);
+	int rc = check_pad(be, d);
+	return rc ? rc : be->ops->pad_backward(be, d, dx, dy);
+}
+
+int wf_op_dropout_forward(wf_backend *be, size_t n, float rate, uint64_t seed, float *y,
+			  uint8_t *mask, const float *x)
+{
+	wf_err_clear(&be->err);
+	int rc = check_rate(be, rate);
+	return rc ? rc : be->ops->dropout_forward(be, n, rate, seed, y, mask, x);
+}
+
+int wf_op_dropout_backward(wf_backend *be, size_t n, float rate, float *dx, const float *dy,
+			   const uint8_t *mask)
+{
+	wf_err_clear(&be->err);
+	int rc = check_rate(be, rate);
+	return rc ? rc : be->ops->dropout_backward(be, n, rate, dx, dy, mask);
+}
+
+int wf_op_softmax_xent_forward(wf_backend *be, int n, int k, float *probs, float *losses,
+			       const float *logits, const int32_t *labels)
+{
+	wf_err_clear(&be->err);
+	int rc = check_xent(be, n, k, labels);
+	return rc ? rc : be->ops->softmax_xent_forward(be, n, k, probs, losses, logits, labels);
+}
+
+int wf_op_softmax_xent_backward(wf_backend *be, int n, int k, float *dlogits, const float *probs,
+				const int32_t *labels, float scale)
+{
+	wf_err_clear(&be->err);
+	if (!labels)
+		return wf_errf(&be->err, WF_EINVAL, "softmax_xent: labels must not be NULL");
+	int rc = check_xent(be, n, k, labels);
+	return rc ? rc : be->ops->softmax_xent_backward(be, n, k, dlogits, probs, labels, scale);
+}
+
+int wf_op_optimizer_update(wf_backend *be, const wf_opt_desc *d, size_t n, float *p, const float *g,
+			   float *m, float *v)
+{
+	wf_err_clear(&be->err);
+	int rc = check_opt(be, d, m, v);
+	return rc ? rc : be->ops->optimizer_update(be, d, n, p, g, m, v);
+}

@@ -1,0 +1,45 @@
+/* exchange.c: the wrappers of the exchange table (exchange.h): every
+ * trainer call goes through them, and they supply the default of each
+ * optional slot, so a backend (local, mpi, nccl, ps) fills only what it has. */
+#include "worker/exchange.h"
+
+/* ---- wrappers ---------------------------------------------------------- */
+
+int wf_exchange_start(wf_exchange *x, const char *resume_dir, long resume_step, long *start_step,
+		      wf_err *err)
+{
+	return x->ops->start(x, resume_dir, resume_step, start_step, err);
+}
+
+void wf_exchange_grad_ready(void *arg, size_t done)
+{
+	wf_exchange *x = arg;
+	if (x->ops->grad_ready)
+		x->ops->grad_ready(x, done);
+}
+
+int wf_exchange_step(wf_exchange *x, long step, wf_err *err)
+{
+	return x->ops->step(x, step, err);
+}
+
+int wf_exchange_save(wf_exchange *x, const char *dir, long step, wf_err *err)
+{
+	return x->ops->save ? x->ops->save(x, dir, step, err) : 0;
+}
+
+int wf_exchange_finish(wf_exchange *x, wf_err *err)
+{
+	return x->ops->finish ? x->ops->finish(x, err) : 0;
+}
+
+int wf_exchange_should_stop(wf_exchange *x, long step, int requested)
+{
+	return x->ops->should_stop ? x->ops->should_stop(x, step, requested) : requested != 0;
+}
+
+void wf_exchange_free(wf_exchange *x)
+{
+	if (x)
+		x->ops->free(x);
+}
