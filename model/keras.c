@@ -2,7 +2,8 @@
  * `model_config` JSON (Functional or Sequential); walk its layers in order,
  * turning each into weft layers through the graph builder of zoo_build.h
  * while an alias table maps every Keras layer to the weft layer holding its
- * output; build the model; then copy each weight from
+ * output (each Keras class through its entry in the table of converters
+ * in keras_layers.c); build the model; then copy each weight from
  * model_weights/<layer>/<weight_name>, matched by the weight's own name
  * ("kernel:0" in Keras 2, "kernel" in Keras 3).
  *
@@ -27,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int kfail(kimp *k, int code, const char *fmt, ...)
+int wf_keras_fail(kimp *k, int code, const char *fmt, ...)
 {
 	char msg[900];
 	va_list ap;
@@ -39,7 +40,7 @@ int kfail(kimp *k, int code, const char *fmt, ...)
 	return wf_errf(k->err, code, "%s: %s", k->path, msg);
 }
 
-int lfail(kimp *k, const char *name, const char *cls, const char *fmt, ...)
+int wf_keras_lfail(kimp *k, const char *name, const char *cls, const char *fmt, ...)
 {
 	char msg[700];
 	va_list ap;
@@ -51,13 +52,13 @@ int lfail(kimp *k, const char *name, const char *cls, const char *fmt, ...)
 	return wf_errf(k->err, WF_EINVAL, "%s: layer '%s' (%s): %s", k->path, name, cls, msg);
 }
 
-int add_load(kimp *k, const char *view, const char *layer, const char *key, int dw)
+int wf_keras_add_load(kimp *k, const char *view, const char *layer, const char *key, int dw)
 {
 	if (k->nloads == k->capl) {
 		int cap = k->capl ? 2 * k->capl : 64;
 		wload *g = realloc(k->loads, sizeof(*g) * (size_t)cap);
 		if (!g)
-			return kfail(k, WF_ENOMEM, "out of memory");
+			return wf_keras_fail(k, WF_ENOMEM, "out of memory");
 		k->loads = g;
 		k->capl = cap;
 	}
@@ -122,28 +123,30 @@ static int inbound(kimp *k, json_t *jl, const char *name, const char *cls, const
 	if (!nodes || json_array_size(nodes) == 0)
 		return 0;
 	if (!json_is_array(nodes) || json_array_size(nodes) > 1)
-		return lfail(k, name, cls, "is called %zu times (shared layers are not supported)",
-			     json_array_size(nodes));
+		return wf_keras_lfail(k, name, cls,
+				      "is called %zu times (shared layers are not supported)",
+				      json_array_size(nodes));
 	json_t *node = json_array_get(nodes, 0);
 	if (json_is_array(node)) { /* Keras 2: [["name", node, tensor, {}], ...] */
 		for (size_t i = 0; i < json_array_size(node); i++) {
 			json_t *e = json_array_get(node, i);
 			const char *src = json_string_value(json_array_get(e, 0));
 			if (!src || *nin >= WF_MAX_INPUTS)
-				return lfail(k, name, cls, "inbound_nodes: malformed");
+				return wf_keras_lfail(k, name, cls, "inbound_nodes: malformed");
 			if (json_integer_value(json_array_get(e, 2)) != 0)
 				bad = 1; /* node index: see walk_k3 */
 			in[(*nin)++] = src;
 		}
 	} else if (json_is_object(node)) { /* Keras 3 */
 		if (walk_k3(json_object_get(node, "args"), in, nin, &bad))
-			return lfail(k, name, cls, "inbound_nodes: malformed");
+			return wf_keras_lfail(k, name, cls, "inbound_nodes: malformed");
 	} else {
-		return lfail(k, name, cls, "inbound_nodes: malformed");
+		return wf_keras_lfail(k, name, cls, "inbound_nodes: malformed");
 	}
 	if (bad)
-		return lfail(k, name, cls,
-			     "takes a tensor of a shared or multi-output layer (not supported)");
+		return wf_keras_lfail(
+			k, name, cls,
+			"takes a tensor of a shared or multi-output layer (not supported)");
 	return 0;
 }
 
@@ -155,17 +158,19 @@ static int input_shape(kimp *k, json_t *cfg, const char *name, int *h, int *w, i
 	if (!s)
 		s = json_object_get(cfg, "batch_input_shape");
 	if (!json_is_array(s) || json_array_size(s) != 4)
-		return kfail(k, WF_EINVAL,
-			     "input '%s': expected a [batch, H, W, C] image input shape", name);
+		return wf_keras_fail(k, WF_EINVAL,
+				     "input '%s': expected a [batch, H, W, C] image input shape",
+				     name);
 	int d[3];
 	for (int i = 0; i < 3; i++) {
 		json_t *v = json_array_get(s, (size_t)i + 1);
 		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
 		    json_integer_value(v) > 65536)
-			return kfail(k, WF_EINVAL,
-				     "input '%s': dimension %d is %s; weft needs a fixed input "
-				     "size (build the Keras model with input_shape=(H, W, C))",
-				     name, i + 1, json_is_null(v) ? "None" : "not a size");
+			return wf_keras_fail(
+				k, WF_EINVAL,
+				"input '%s': dimension %d is %s; weft needs a fixed input "
+				"size (build the Keras model with input_shape=(H, W, C))",
+				name, i + 1, json_is_null(v) ? "None" : "not a size");
 		d[i] = (int)json_integer_value(v);
 	}
 	*h = d[0], *w = d[1], *c = d[2];
@@ -215,15 +220,16 @@ static int nested(kimp *k, const char *name, const char *cls, json_t *cfg, const
 	char feed[NM]; /* x lives in the alias table, which the walk grows */
 	snprintf(feed, sizeof(feed), "%s", x);
 	if (depth >= MAX_NESTING)
-		return lfail(k, name, cls, "models nested more than %d deep", MAX_NESTING);
+		return wf_keras_lfail(k, name, cls, "models nested more than %d deep", MAX_NESTING);
 	if (!out)
-		return lfail(k, name, cls, "a nested model needs layers and exactly one output");
+		return wf_keras_lfail(k, name, cls,
+				      "a nested model needs layers and exactly one output");
 	char saved[sizeof(k->scope)], saved_dir[sizeof(k->v3dir)];
 	memcpy(saved, k->scope, sizeof(saved));
 	memcpy(saved_dir, k->v3dir, sizeof(saved_dir));
 	snprintf(k->v3dir, sizeof(k->v3dir), "%.*s/", (int)sizeof(k->v3dir) - 2, k->v3layer);
 	if (strlen(k->scope) + strlen(name) + 2 > sizeof(k->scope))
-		return lfail(k, name, cls, "nested model path too long");
+		return wf_keras_lfail(k, name, cls, "nested model path too long");
 	if (k->scope[0])
 		strcat(k->scope, "/");
 	strcat(k->scope, name);
@@ -306,7 +312,7 @@ static int grow(kimp *k, int n)
 	if (co)
 		k->consumers = co;
 	if (!kn || !al || !co)
-		return kfail(k, WF_ENOMEM, "out of memory");
+		return wf_keras_fail(k, WF_ENOMEM, "out of memory");
 	memset(k->alias + k->n, 0, (want - (size_t)k->n) * sizeof(*al));
 	memset(k->consumers + k->n, 0, (want - (size_t)k->n) * sizeof(int));
 	return 0;
@@ -335,7 +341,8 @@ static int walk(kimp *k, json_t *layers, int seq, const char *feed, const char *
 	for (int i = 0; i < n; i++) {
 		const char *name = layer_name(json_array_get(layers, (size_t)i));
 		if (!name || strlen(name) >= NM)
-			return kfail(k, WF_EFORMAT, "model_config: layer %d has no usable name", i);
+			return wf_keras_fail(k, WF_EFORMAT,
+					     "model_config: layer %d has no usable name", i);
 		snprintf(k->kname[base + i], NM, "%s", name);
 	}
 	k->n = base + n;
@@ -365,10 +372,10 @@ static int walk(kimp *k, json_t *layers, int seq, const char *feed, const char *
 		const char *in[WF_MAX_INPUTS], *win[WF_MAX_INPUTS];
 		int nin = 0, h = 0, w = 0, c = 0, first_in = 0;
 		if (!cls || !json_is_object(cfg))
-			return kfail(k, WF_EFORMAT,
-				     "model_config: layer '%s' has no class_name "
-				     "or config",
-				     name);
+			return wf_keras_fail(k, WF_EFORMAT,
+					     "model_config: layer '%s' has no class_name "
+					     "or config",
+					     name);
 		if (k->v3)
 			v3_layer_path(k, layers, i);
 		if (seq && i > 0)
@@ -377,7 +384,8 @@ static int walk(kimp *k, json_t *layers, int seq, const char *feed, const char *
 			return rc;
 		if (feed && (strcmp(cls, "InputLayer") == 0 || (seq && i == 0))) {
 			if (own_input)
-				return lfail(k, name, cls, "a second input (one image input only)");
+				return wf_keras_lfail(k, name, cls,
+						      "a second input (one image input only)");
 			own_input = feed;
 			if (strcmp(cls, "InputLayer") == 0) {
 				snprintf(alias, NM, "%s", feed);
@@ -386,10 +394,11 @@ static int walk(kimp *k, json_t *layers, int seq, const char *feed, const char *
 			first_in = 1; /* Sequential without an InputLayer */
 		} else if (strcmp(cls, "InputLayer") == 0 || (seq && i == 0 && !k->input)) {
 			if (k->input)
-				return lfail(k, name, cls, "a second input (one image input only)");
+				return wf_keras_lfail(k, name, cls,
+						      "a second input (one image input only)");
 			if ((rc = input_shape(k, cfg, name, &h, &w, &c)) ||
 			    (rc = wf_builder_init(&k->b, h, w, c)))
-				return rc ? rc : kfail(k, WF_ENOMEM, "out of memory");
+				return rc ? rc : wf_keras_fail(k, WF_ENOMEM, "out of memory");
 			char iname[NM];
 			snprintf(iname, sizeof(iname), "%s",
 				 strcmp(cls, "InputLayer") == 0 ? name : "input");
@@ -406,7 +415,7 @@ static int walk(kimp *k, json_t *layers, int seq, const char *feed, const char *
 			first_in = 1;
 		}
 		if (!k->input)
-			return lfail(k, name, cls, "comes before the model's input layer");
+			return wf_keras_lfail(k, name, cls, "comes before the model's input layer");
 		if (first_in) {
 			nin = 1;
 			in[0] = "(input)";
@@ -415,21 +424,22 @@ static int walk(kimp *k, json_t *layers, int seq, const char *feed, const char *
 		for (int j = 0; j < nin && !first_in; j++) {
 			int p = kindex_from(k, base, in[j]);
 			if (p < 0 || p >= base + i || !k->alias[p][0])
-				return lfail(k, name, cls, "input '%s' is not a layer before it",
-					     in[j]);
+				return wf_keras_lfail(k, name, cls,
+						      "input '%s' is not a layer before it", in[j]);
 			win[j] = k->alias[p];
 		}
 		if (nin < 1)
-			return lfail(k, name, cls, "has no inputs");
+			return wf_keras_lfail(k, name, cls, "has no inputs");
 		int is_output = final && strcmp(name, outname) == 0;
 		if (strcmp(cls, "Rescaling") == 0 || strcmp(cls, "Normalization") == 0) {
 			int p = kindex_from(k, base, in[0]);
 			if (!k->pre_ok || strcmp(win[0], k->input) != 0 ||
 			    (p >= 0 && k->consumers[p] != 1))
-				return lfail(k, name, cls,
-					     "is supported only as the first layers, right after "
-					     "the input (it becomes the model's preprocessing)");
-			if ((rc = fold_pre(k, name, cls, cfg)))
+				return wf_keras_lfail(
+					k, name, cls,
+					"is supported only as the first layers, right after "
+					"the input (it becomes the model's preprocessing)");
+			if ((rc = wf_keras_fold_pre(k, name, cls, cfg)))
 				return rc;
 			snprintf(alias, NM, "%s", k->input);
 			continue;
@@ -437,26 +447,29 @@ static int walk(kimp *k, json_t *layers, int seq, const char *feed, const char *
 		const char *y = NULL;
 		if (is_model_class(cls)) {
 			if (nin != 1)
-				return lfail(k, name, cls, "a nested model with %d inputs", nin);
+				return wf_keras_lfail(k, name, cls, "a nested model with %d inputs",
+						      nin);
 			if ((rc = nested(k, name, cls, cfg, win[0], is_output, depth, &y)))
 				return rc;
 			snprintf(k->alias[base + i], NM, "%s", y);
 			continue;
 		}
 		k->pre_ok = 0;
-		if (strcmp(cls, "Activation") == 0 && strcmp(activation(cfg), "linear") != 0 &&
-		    strcmp(activation(cfg), "softmax") != 0) {
+		if (strcmp(cls, "Activation") == 0 &&
+		    strcmp(wf_keras_activation(cfg), "linear") != 0 &&
+		    strcmp(wf_keras_activation(cfg), "softmax") != 0) {
 			/* a plain activation layer keeps its own name */
-			const char *a = activation(cfg);
+			const char *a = wf_keras_activation(cfg);
 			if (strcmp(a, "relu") != 0 && strcmp(a, "relu6") != 0)
-				return lfail(k, name, cls,
-					     "activation '%s' is not supported (relu, relu6, "
-					     "linear, softmax at the output)",
-					     a);
+				return wf_keras_lfail(
+					k, name, cls,
+					"activation '%s' is not supported (relu, relu6, "
+					"linear, softmax at the output)",
+					a);
 			y = wf_b_act(&k->b, name, a, win[0]);
 			if (k->b.failed)
-				return lfail(k, name, cls, "%s", k->b.why);
-		} else if ((rc = convert(k, name, cls, cfg, nin, win, is_output, &y))) {
+				return wf_keras_lfail(k, name, cls, "%s", k->b.why);
+		} else if ((rc = wf_keras_convert(k, name, cls, cfg, nin, win, is_output, &y))) {
 			return rc;
 		}
 		snprintf(k->alias[base + i], NM, "%s", y);
@@ -465,8 +478,8 @@ static int walk(kimp *k, json_t *layers, int seq, const char *feed, const char *
 		return rc;
 	int oi = outname ? kindex_from(k, base, outname) : -1;
 	if (oi < 0 || !k->alias[oi][0])
-		return kfail(k, WF_EINVAL, "model_config: output layer '%s' is not a layer",
-			     outname ? outname : "(none)");
+		return wf_keras_fail(k, WF_EINVAL, "model_config: output layer '%s' is not a layer",
+				     outname ? outname : "(none)");
 	*yout = k->alias[oi];
 	return 0;
 }
@@ -485,11 +498,12 @@ static int read_config(kimp *k, json_t **root)
 	json_error_t jerr;
 	*root = NULL;
 	if (H5Aexists(k->file, "model_config") <= 0)
-		return kfail(k, WF_EFORMAT, "not a Keras model file (no model_config attribute)");
+		return wf_keras_fail(k, WF_EFORMAT,
+				     "not a Keras model file (no model_config attribute)");
 	int rc = wf_h5_attr_read_str(k->file, "model_config", &s, k->path, k->err);
 	if (!rc && !(*root = json_loads(s, 0, &jerr)))
-		rc = kfail(k, WF_EFORMAT, "model_config: invalid JSON at line %d: %s", jerr.line,
-			   jerr.text);
+		rc = wf_keras_fail(k, WF_EFORMAT, "model_config: invalid JSON at line %d: %s",
+				   jerr.line, jerr.text);
 	free(s);
 	return rc;
 }
@@ -515,20 +529,20 @@ static int import_model(hid_t file, json_t *config, wf_model **out, wf_model_met
 	json_t *layers = json_is_array(cfg) ? cfg : json_object_get(cfg, "layers");
 	int seq = cls && strcmp(cls, "Sequential") == 0;
 	if (!cls || (!seq && strcmp(cls, "Functional") != 0 && strcmp(cls, "Model") != 0)) {
-		rc = kfail(&k, WF_EINVAL,
-			   "model_config: class '%s' is not supported (Functional "
-			   "or Sequential)",
-			   cls ? cls : "(none)");
+		rc = wf_keras_fail(&k, WF_EINVAL,
+				   "model_config: class '%s' is not supported (Functional "
+				   "or Sequential)",
+				   cls ? cls : "(none)");
 		goto done;
 	}
 	if (!json_is_array(layers) || json_array_size(layers) == 0) {
-		rc = kfail(&k, WF_EFORMAT, "model_config: no layers");
+		rc = wf_keras_fail(&k, WF_EFORMAT, "model_config: no layers");
 		goto done;
 	}
 	if (!(k.output = output_name(cfg, layers, seq))) {
-		rc = kfail(&k, WF_EINVAL,
-			   "model_config: output_layers: exactly one output "
-			   "is supported");
+		rc = wf_keras_fail(&k, WF_EINVAL,
+				   "model_config: output_layers: exactly one output "
+				   "is supported");
 		goto done;
 	}
 	if (!k.v3 && H5Lexists(k.file, "model_weights", H5P_DEFAULT) > 0)
@@ -542,18 +556,20 @@ static int import_model(hid_t file, json_t *config, wf_model **out, wf_model_met
 		goto done;
 	const wf_bshape *os = wf_builder_shape(&k.b, yout);
 	if (!os || !os->flat) {
-		rc = kfail(&k, WF_EINVAL,
-			   "output '%s' is not a [batch, classes] tensor (weft models end in "
-			   "logits: add GlobalAveragePooling2D or Flatten and a Dense layer)",
-			   k.output);
+		rc = wf_keras_fail(
+			&k, WF_EINVAL,
+			"output '%s' is not a [batch, classes] tensor (weft models end in "
+			"logits: add GlobalAveragePooling2D or Flatten and a Dense layer)",
+			k.output);
 		goto done;
 	}
 	if (k.nloads && k.weights < 0) {
-		rc = kfail(&k, WF_EFORMAT, "no model_weights group (saved without weights?)");
+		rc = wf_keras_fail(&k, WF_EFORMAT,
+				   "no model_weights group (saved without weights?)");
 		goto done;
 	}
 	if (!(graph = wf_builder_json(&k.b, yout, &classes))) {
-		rc = kfail(&k, WF_EINVAL, "%s", k.b.why);
+		rc = wf_keras_fail(&k, WF_EINVAL, "%s", k.b.why);
 		goto done;
 	}
 	if ((rc = wf_model_from_json(&m, graph, err))) {
@@ -561,10 +577,10 @@ static int import_model(hid_t file, json_t *config, wf_model **out, wf_model_met
 		goto done;
 	}
 	wf_model_init_params(m, 0);
-	if ((rc = load_weights(&k, m)))
+	if ((rc = wf_keras_load_weights(&k, m)))
 		goto done;
 	if (meta)
-		set_meta(&k, json_string_value(json_object_get(cfg, "name")), meta);
+		wf_keras_set_meta(&k, json_string_value(json_object_get(cfg, "name")), meta);
 	*out = m;
 	m = NULL;
 done:
@@ -595,7 +611,7 @@ static int load_archive(wf_model **out, wf_model_meta *meta, const char *path, w
 	size_t n = 0;
 	hid_t fapl = -1, f = -1;
 	wf_h5_quiet q;
-	int rc = read_archive(path, &config, &img, &n, err);
+	int rc = wf_keras_read_archive(path, &config, &img, &n, err);
 	if (rc)
 		return rc;
 	wf_h5_quiet_begin(&q);
@@ -620,7 +636,7 @@ static int load_archive(wf_model **out, wf_model_meta *meta, const char *path, w
 
 int wf_keras_is_archive(const char *path)
 {
-	return is_zip(path);
+	return wf_keras_is_zip(path);
 }
 
 int wf_keras_check_archive(const char *path, wf_err *err)
@@ -628,9 +644,9 @@ int wf_keras_check_archive(const char *path, wf_err *err)
 	json_t *config = NULL;
 	unsigned char *img = NULL;
 	size_t n = 0;
-	if (!is_zip(path))
+	if (!wf_keras_is_zip(path))
 		return 0;
-	int rc = read_archive(path, &config, &img, &n, err);
+	int rc = wf_keras_read_archive(path, &config, &img, &n, err);
 	json_decref(config);
 	free(img);
 	return rc;
@@ -643,7 +659,7 @@ int wf_keras_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err 
 	*out = NULL;
 	if (meta)
 		wf_model_meta_init(meta);
-	if (is_zip(path))
+	if (wf_keras_is_zip(path))
 		return load_archive(out, meta, path, err);
 	int rc = wf_h5_open(path, H5F_ACC_RDONLY, &f, err);
 	if (rc != 0)

@@ -52,24 +52,36 @@ typedef struct kimp {
 	wload *loads;
 	int nloads, capl;
 } kimp;
-int kfail(kimp *k, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-int lfail(kimp *k, const char *name, const char *cls, const char *fmt, ...)
+/* Record an error about the file (the first code is kept in k->rc); returns code. */
+int wf_keras_fail(kimp *k, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Record an error naming Keras layer name and its class; returns WF_EINVAL. */
+int wf_keras_lfail(kimp *k, const char *name, const char *cls, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-int add_load(kimp *k, const char *view, const char *layer, const char *key, int dw);
+/* Queue weight key of Keras layer `layer` for weft view `view` (dw: depthwise). */
+int wf_keras_add_load(kimp *k, const char *view, const char *layer, const char *key, int dw);
 
 /* keras_layers.c */
-const char *activation(json_t *cfg);
-int fold_pre(kimp *k, const char *name, const char *cls, json_t *cfg);
-int convert(kimp *k, const char *name, const char *cls, json_t *cfg, int nin, const char **in,
-	    int is_output, const char **y);
+/* The Keras activation of a layer config ("linear" when absent). */
+const char *wf_keras_activation(json_t *cfg);
+/* Fold a leading Rescaling/Normalization layer into k's preprocessing. */
+int wf_keras_fold_pre(kimp *k, const char *name, const char *cls, json_t *cfg);
+/* Convert Keras layer name of class cls (fed by weft layers in[0..nin)) through
+ * the table of converters; *y: the weft layer holding its output. */
+int wf_keras_convert(kimp *k, const char *name, const char *cls, json_t *cfg, int nin,
+		     const char **in, int is_output, const char **y);
 
 /* keras_weights.c */
-int load_weights(kimp *k, wf_model *m);
-void set_meta(kimp *k, const char *model_name, wf_model_meta *meta);
+/* Copy every queued weight from the file into the built model m. */
+int wf_keras_load_weights(kimp *k, wf_model *m);
+/* Fill meta's preprocessing from the folded layers or the application's name. */
+void wf_keras_set_meta(kimp *k, const char *model_name, wf_model_meta *meta);
 
 /* keras_zip.c */
-int is_zip(const char *path);
-int read_archive(const char *path, json_t **config, unsigned char **weights, size_t *nw,
-		 wf_err *err);
+/* 1 when path starts with a zip local-file header. */
+int wf_keras_is_zip(const char *path);
+/* Read config.json (parsed) and model.weights.h5 (malloc'd bytes) of the
+ * .keras archive at path. */
+int wf_keras_read_archive(const char *path, json_t **config, unsigned char **weights, size_t *nw,
+			  wf_err *err);
 
 #endif

@@ -51,7 +51,7 @@ static int weight_matches(const wload *l, const char *wn)
 	       strncmp(start, l->layer, strlen(l->layer)) == 0;
 }
 
-int load_weights(kimp *k, wf_model *m)
+int wf_keras_load_weights(kimp *k, wf_model *m)
 {
 	int rc = 0;
 	char **wn = NULL;
@@ -74,10 +74,11 @@ int load_weights(kimp *k, wf_model *m)
 				    ? H5Dopen2(k->weights, dpath, H5P_DEFAULT)
 				    : -1;
 			if (d < 0) {
-				rc = kfail(k, WF_EFORMAT,
-					   "model.weights.h5: %s: missing (layer '%s' has weight "
-					   "'%s')",
-					   dpath, l->layer, l->key);
+				rc = wf_keras_fail(
+					k, WF_EFORMAT,
+					"model.weights.h5: %s: missing (layer '%s' has weight "
+					"'%s')",
+					dpath, l->layer, l->key);
 				break;
 			}
 		} else {
@@ -92,10 +93,11 @@ int load_weights(kimp *k, wf_model *m)
 					     ? H5Gopen2(k->weights, cur, H5P_DEFAULT)
 					     : -1;
 				if (lg < 0) {
-					rc = kfail(k, WF_EFORMAT,
-						   "model_weights/%s: missing (layer '%s' has "
-						   "weights)",
-						   cur, cur);
+					rc = wf_keras_fail(
+						k, WF_EFORMAT,
+						"model_weights/%s: missing (layer '%s' has "
+						"weights)",
+						cur, cur);
 					break;
 				}
 				if ((rc = wf_h5_attr_read_str_list(lg, "weight_names", &wn, &nw,
@@ -106,10 +108,11 @@ int load_weights(kimp *k, wf_model *m)
 				if (weight_matches(l, wn[w]))
 					found = w;
 			if (found < 0) {
-				rc = kfail(k, WF_EFORMAT,
-					   "model_weights/%s: no weight '%s%s%s' in weight_names",
-					   cur, l->scope[0] ? l->layer : "", l->scope[0] ? "/" : "",
-					   l->key);
+				rc = wf_keras_fail(
+					k, WF_EFORMAT,
+					"model_weights/%s: no weight '%s%s%s' in weight_names", cur,
+					l->scope[0] ? l->layer : "", l->scope[0] ? "/" : "",
+					l->key);
 				break;
 			}
 			snprintf(dpath, sizeof(dpath), "model_weights/%s/%s", cur, wn[found]);
@@ -133,13 +136,13 @@ int load_weights(kimp *k, wf_model *m)
 			}
 		}
 		if (!ok) {
-			rc = kfail(k, WF_EFORMAT,
-				   "%s: missing or of the wrong shape for %s (%zu values)", dpath,
-				   l->view, v ? v->count : 0);
+			rc = wf_keras_fail(k, WF_EFORMAT,
+					   "%s: missing or of the wrong shape for %s (%zu values)",
+					   dpath, l->view, v ? v->count : 0);
 		} else {
 			float *dst = (v->trainable ? m->params : m->state) + v->offset;
 			if (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, dst) < 0)
-				rc = kfail(k, WF_EFORMAT, "%s: cannot be read", dpath);
+				rc = wf_keras_fail(k, WF_EFORMAT, "%s: cannot be read", dpath);
 		}
 		wf_h5_close(&sp);
 		wf_h5_close(&d);
@@ -151,7 +154,7 @@ int load_weights(kimp *k, wf_model *m)
 
 /* ---- preprocessing ------------------------------------------------------------------- */
 
-void set_meta(kimp *k, const char *model_name, wf_model_meta *meta)
+void wf_keras_set_meta(kimp *k, const char *model_name, wf_model_meta *meta)
 {
 	int c = k->b.in_c < 4 ? k->b.in_c : 4;
 	for (int i = 0; i < 4; i++)

@@ -31,7 +31,7 @@ static int zread_at(FILE *f, long off, void *buf, size_t n)
 	return fseek(f, off, SEEK_SET) == 0 && fread(buf, 1, n, f) == n ? 0 : -1;
 }
 
-int is_zip(const char *path)
+int wf_keras_is_zip(const char *path)
 {
 	unsigned char magic[4] = {0};
 	FILE *f = fopen(path, "rb");
@@ -154,8 +154,8 @@ static int zip_entry(FILE *f, long fsize, const char *path, const char *want, si
 }
 
 /* Read config.json and model.weights.h5 of the .keras archive at path. */
-int read_archive(const char *path, json_t **config, unsigned char **weights, size_t *nw,
-		 wf_err *err)
+int wf_keras_read_archive(const char *path, json_t **config, unsigned char **weights, size_t *nw,
+			  wf_err *err)
 {
 	unsigned char *cfg = NULL;
 	size_t ncfg = 0;
