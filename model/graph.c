@@ -1,6 +1,7 @@
-/* graph.c: the model as a DAG of layers. Parses and writes the graph JSON,
- * sorts layers topologically, infers shapes, lays out the flat parameter and
- * state buffers, initialises parameters.
+/* graph.c: the model as a DAG of layers. Parses the graph JSON and sorts
+ * layers topologically; graph_shape.c infers shapes and lays out the flat
+ * parameter and state buffers, graph_json.c writes the canonical JSON back,
+ * graph_params.c initialises parameters.
  *
  * Graph JSON (format 1):
  *   {"format": 1, "input_shape": [H,W,C], "classes": K, "output": "logits",
@@ -87,7 +88,7 @@ int wf_layer_flat(const wf_model *m, int i)
 
 /* ---- error helpers ------------------------------------------------------ */
 
-int layer_err(wf_err *err, const wf_layer *l, int code, const char *fmt, ...)
+int wf_graph_layer_err(wf_err *err, const wf_layer *l, int code, const char *fmt, ...)
 {
 	char msg[768];
 	va_list ap;
@@ -107,16 +108,18 @@ static int cfg_int(json_t *cfg, const char *key, int def, int lo, int hi, int *o
 	json_t *v = json_object_get(cfg, key);
 	if (!v) {
 		if (def < lo)
-			return layer_err(err, l, WF_EINVAL, "config.%s: missing (required)", key);
+			return wf_graph_layer_err(err, l, WF_EINVAL,
+						  "config.%s: missing (required)", key);
 		*out = def;
 		return 0;
 	}
 	if (!json_is_integer(v))
-		return layer_err(err, l, WF_EINVAL, "config.%s: expected an integer", key);
+		return wf_graph_layer_err(err, l, WF_EINVAL, "config.%s: expected an integer", key);
 	json_int_t x = json_integer_value(v);
 	if (x < lo || x > hi)
-		return layer_err(err, l, WF_EINVAL, "config.%s: %lld is out of range [%d, %d]", key,
-				 (long long)x, lo, hi);
+		return wf_graph_layer_err(err, l, WF_EINVAL,
+					  "config.%s: %lld is out of range [%d, %d]", key,
+					  (long long)x, lo, hi);
 	*out = (int)x;
 	return 0;
 }
@@ -132,7 +135,8 @@ static int cfg_pair(json_t *cfg, const char *key, int def, int lo, int hi, int *
 		*present = v != NULL;
 	if (!v) {
 		if (def < lo)
-			return layer_err(err, l, WF_EINVAL, "config.%s: missing (required)", key);
+			return wf_graph_layer_err(err, l, WF_EINVAL,
+						  "config.%s: missing (required)", key);
 		*a = *b = def;
 		return 0;
 	}
@@ -144,14 +148,14 @@ static int cfg_pair(json_t *cfg, const char *key, int def, int lo, int hi, int *
 		x[0] = json_integer_value(json_array_get(v, 0));
 		x[1] = json_integer_value(json_array_get(v, 1));
 	} else {
-		return layer_err(err, l, WF_EINVAL, "config.%s: expected an integer or [h, w]",
-				 key);
+		return wf_graph_layer_err(err, l, WF_EINVAL,
+					  "config.%s: expected an integer or [h, w]", key);
 	}
 	for (int k = 0; k < 2; k++)
 		if (x[k] < lo || x[k] > hi)
-			return layer_err(err, l, WF_EINVAL,
-					 "config.%s: %lld is out of range [%d, %d]", key,
-					 (long long)x[k], lo, hi);
+			return wf_graph_layer_err(err, l, WF_EINVAL,
+						  "config.%s: %lld is out of range [%d, %d]", key,
+						  (long long)x[k], lo, hi);
 	*a = (int)x[0];
 	*b = (int)x[1];
 	return 0;
@@ -178,21 +182,21 @@ static int cfg_pad4(json_t *cfg, const char *key, int def, int p[4], const wf_la
 			if (!json_is_array(pr) || json_array_size(pr) != 2 ||
 			    !json_is_integer(json_array_get(pr, 0)) ||
 			    !json_is_integer(json_array_get(pr, 1)))
-				return layer_err(
+				return wf_graph_layer_err(
 					err, l, WF_EINVAL,
 					"config.%s: expected n, [h, w] or [[t, b], [l, r]]", key);
 			x[2 * k] = json_integer_value(json_array_get(pr, 0));
 			x[2 * k + 1] = json_integer_value(json_array_get(pr, 1));
 		}
 	} else {
-		return layer_err(err, l, WF_EINVAL,
-				 "config.%s: expected n, [h, w] or [[t, b], [l, r]]", key);
+		return wf_graph_layer_err(err, l, WF_EINVAL,
+					  "config.%s: expected n, [h, w] or [[t, b], [l, r]]", key);
 	}
 	for (int k = 0; k < 4; k++) {
 		if (x[k] < 0 || x[k] > WF_MODEL_MAX_DIM)
-			return layer_err(err, l, WF_EINVAL,
-					 "config.%s: %lld is out of range [0, %d]", key,
-					 (long long)x[k], WF_MODEL_MAX_DIM);
+			return wf_graph_layer_err(err, l, WF_EINVAL,
+						  "config.%s: %lld is out of range [0, %d]", key,
+						  (long long)x[k], WF_MODEL_MAX_DIM);
 		p[k] = (int)x[k];
 	}
 	return 0;
@@ -204,16 +208,18 @@ static int cfg_real(json_t *cfg, const char *key, double def, double lo, double 
 	json_t *v = json_object_get(cfg, key);
 	if (!v) {
 		if (isnan(def))
-			return layer_err(err, l, WF_EINVAL, "config.%s: missing (required)", key);
+			return wf_graph_layer_err(err, l, WF_EINVAL,
+						  "config.%s: missing (required)", key);
 		*out = (float)def;
 		return 0;
 	}
 	if (!json_is_number(v))
-		return layer_err(err, l, WF_EINVAL, "config.%s: expected a number", key);
+		return wf_graph_layer_err(err, l, WF_EINVAL, "config.%s: expected a number", key);
 	double x = json_number_value(v);
 	if (!(x >= lo && x <= hi) || (lo_open && x == lo))
-		return layer_err(err, l, WF_EINVAL, "config.%s: %g is out of range %c%g, %g]", key,
-				 x, lo_open ? '(' : '[', lo, hi);
+		return wf_graph_layer_err(err, l, WF_EINVAL,
+					  "config.%s: %g is out of range %c%g, %g]", key, x,
+					  lo_open ? '(' : '[', lo, hi);
 	*out = (float)x;
 	return 0;
 }
@@ -226,7 +232,8 @@ static int cfg_bool(json_t *cfg, const char *key, int def, int *out, const wf_la
 		return 0;
 	}
 	if (!json_is_boolean(v))
-		return layer_err(err, l, WF_EINVAL, "config.%s: expected true or false", key);
+		return wf_graph_layer_err(err, l, WF_EINVAL, "config.%s: expected true or false",
+					  key);
 	*out = json_is_true(v);
 	return 0;
 }
@@ -236,8 +243,8 @@ static int cfg_padding(json_t *cfg, const wf_layer *l, int *same, wf_err *err)
 	json_t *v = json_object_get(cfg, "padding");
 	const char *s = v ? json_string_value(v) : "valid";
 	if (!s || (strcmp(s, "same") != 0 && strcmp(s, "valid") != 0))
-		return layer_err(err, l, WF_EINVAL,
-				 "config.padding: expected \"same\" or \"valid\"");
+		return wf_graph_layer_err(err, l, WF_EINVAL,
+					  "config.padding: expected \"same\" or \"valid\"");
 	*same = strcmp(s, "same") == 0;
 	return 0;
 }
@@ -254,7 +261,8 @@ static int parse_config(wf_layer *l, json_t *cfg, wf_err *err)
 		for (int k = 0; allowed_keys[l->type][k]; k++)
 			ok |= strcmp(allowed_keys[l->type][k], key) == 0;
 		if (!ok)
-			return layer_err(err, l, WF_EINVAL, "config: unknown key '%s'", key);
+			return wf_graph_layer_err(err, l, WF_EINVAL, "config: unknown key '%s'",
+						  key);
 	}
 	l->groups = 1;
 	l->sh = l->sw = l->dh = l->dw = 1;
@@ -287,9 +295,9 @@ static int parse_config(wf_layer *l, json_t *cfg, wf_err *err)
 		if ((rc = cfg_int(cfg, "axis", -1, -1, 3, &axis, l, err)))
 			return rc;
 		if (axis != -1)
-			return layer_err(err, l, WF_EINVAL,
-					 "config.axis: %d is not supported (only -1, the channels)",
-					 axis);
+			return wf_graph_layer_err(
+				err, l, WF_EINVAL,
+				"config.axis: %d is not supported (only -1, the channels)", axis);
 		break;
 	}
 	case WF_LAYER_MAXPOOL:
@@ -311,8 +319,9 @@ static int parse_config(wf_layer *l, json_t *cfg, wf_err *err)
 		if ((rc = cfg_real(cfg, "rate", NAN, 0, 1, 0, &l->rate, l, err)))
 			return rc;
 		if (l->rate >= 1.0f)
-			return layer_err(err, l, WF_EINVAL, "config.rate: %g must be below 1",
-					 (double)l->rate);
+			return wf_graph_layer_err(err, l, WF_EINVAL,
+						  "config.rate: %g must be below 1",
+						  (double)l->rate);
 		break;
 	default: break;
 	}
@@ -395,30 +404,33 @@ static int parse_layer(raw_layer *r, json_t *jl, int index, wf_err *err)
 	l->type = (wf_layer_type)t;
 	json_t *ins = json_object_get(jl, "inputs");
 	if (ins && !json_is_array(ins))
-		return layer_err(err, l, WF_EINVAL, "inputs: expected an array of layer names");
+		return wf_graph_layer_err(err, l, WF_EINVAL,
+					  "inputs: expected an array of layer names");
 	if (json_array_size(ins) > WF_MAX_INPUTS)
-		return layer_err(err, l, WF_EINVAL, "inputs: %zu is more than %d",
-				 json_array_size(ins), WF_MAX_INPUTS);
+		return wf_graph_layer_err(err, l, WF_EINVAL, "inputs: %zu is more than %d",
+					  json_array_size(ins), WF_MAX_INPUTS);
 	for (size_t k = 0; k < json_array_size(ins); k++)
 		if (!json_is_string(json_array_get(ins, k)))
-			return layer_err(err, l, WF_EINVAL, "inputs[%zu]: expected a layer name",
-					 k);
+			return wf_graph_layer_err(err, l, WF_EINVAL,
+						  "inputs[%zu]: expected a layer name", k);
 	r->inputs = ins;
 	l->ninputs = (int)json_array_size(ins);
 	/* how many inputs each type takes */
 	if (l->type == WF_LAYER_INPUT) {
 		if (l->ninputs != 0)
-			return layer_err(err, l, WF_EINVAL, "inputs: an input layer takes none");
+			return wf_graph_layer_err(err, l, WF_EINVAL,
+						  "inputs: an input layer takes none");
 	} else if (l->type == WF_LAYER_ADD || l->type == WF_LAYER_CONCAT) {
 		if (l->ninputs < 2)
-			return layer_err(err, l, WF_EINVAL, "inputs: needs at least 2, got %d",
-					 l->ninputs);
+			return wf_graph_layer_err(err, l, WF_EINVAL,
+						  "inputs: needs at least 2, got %d", l->ninputs);
 	} else if (l->ninputs != 1) {
-		return layer_err(err, l, WF_EINVAL, "inputs: needs exactly 1, got %d", l->ninputs);
+		return wf_graph_layer_err(err, l, WF_EINVAL, "inputs: needs exactly 1, got %d",
+					  l->ninputs);
 	}
 	json_t *cfg = json_object_get(jl, "config");
 	if (cfg && !json_is_object(cfg) && !json_is_null(cfg))
-		return layer_err(err, l, WF_EINVAL, "config: expected an object");
+		return wf_graph_layer_err(err, l, WF_EINVAL, "config: expected an object");
 	json_t *empty = json_object();
 	int rc = parse_config(l, json_is_object(cfg) ? cfg : empty, err);
 	json_decref(empty);
@@ -465,8 +477,8 @@ static int topo_sort(raw_layer *raw, int n, int *order, wf_err *err)
 		for (int k = 0; k < raw[i].l.ninputs && j < 0; k++)
 			if (!placed[raw[i].in_idx[k]])
 				j = raw[i].in_idx[k];
-		rc = layer_err(err, &raw[i].l, WF_EINVAL, "inputs: cycle through '%s'",
-			       raw[j].l.name);
+		rc = wf_graph_layer_err(err, &raw[i].l, WF_EINVAL, "inputs: cycle through '%s'",
+					raw[j].l.name);
 	}
 	free(placed);
 	return rc;
@@ -561,15 +573,17 @@ static int build_layers(wf_model *m, raw_layer *raw, int n, const char *output, 
 			const char *s = json_string_value(json_array_get(raw[i].inputs, (size_t)k));
 			int j = find_name(raw, byname, n, s);
 			if (j < 0) {
-				rc = layer_err(err, &raw[i].l, WF_EINVAL,
-					       "inputs[%d]: no layer named '%.128s'", k, s);
+				rc = wf_graph_layer_err(err, &raw[i].l, WF_EINVAL,
+							"inputs[%d]: no layer named '%.128s'", k,
+							s);
 				goto free_tmp;
 			}
 			raw[i].in_idx[k] = j;
 		}
 		if (raw[i].l.type == WF_LAYER_INPUT && ++ninput > 1) {
-			rc = layer_err(err, &raw[i].l, WF_EINVAL,
-				       "type: a second input layer (one image input is supported)");
+			rc = wf_graph_layer_err(
+				err, &raw[i].l, WF_EINVAL,
+				"type: a second input layer (one image input is supported)");
 			goto free_tmp;
 		}
 	}
@@ -595,7 +609,7 @@ static int build_layers(wf_model *m, raw_layer *raw, int n, const char *output, 
 		goto free_tmp;
 	for (int i = 0; i < n; i++) {
 		if (!live[i]) {
-			rc = layer_err(
+			rc = wf_graph_layer_err(
 				err, &raw[i].l, WF_EINVAL,
 				"does not lead to the output '%.128s' (remove it, or make it "
 				"an input of a layer that does)",
@@ -654,19 +668,19 @@ int wf_model_from_json(wf_model **out, const char *graph_json, wf_err *err)
 	if ((rc = build_layers(m, raw, n, output, err)))
 		goto free_model;
 	for (int i = 0; i < m->nlayers; i++)
-		if ((rc = infer_shape(m, i, err)))
+		if ((rc = wf_graph_infer_shape(m, i, err)))
 			goto free_model;
 	const wf_layer *o = &m->layers[m->output];
 	if (!wf_layer_flat(m, m->output) || o->oc != m->classes) {
 		char s[64];
-		shape_str(m, m->output, s, sizeof(s));
+		wf_graph_shape_str(m, m->output, s, sizeof(s));
 		rc = wf_errf(err, WF_EINVAL,
 			     "graph: output: layer '%s' has shape %s but the logits must be [%d] "
 			     "(classes)",
 			     o->name, s, m->classes);
 		goto free_model;
 	}
-	if ((rc = layout(m, err)) || (rc = canonical_json(m, err)))
+	if ((rc = wf_graph_layout(m, err)) || (rc = wf_graph_canonical_json(m, err)))
 		goto free_model;
 	*out = m;
 	m = NULL;

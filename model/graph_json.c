@@ -59,7 +59,7 @@ static json_t *layer_config_json(const wf_layer *l)
 	}
 }
 
-int canonical_json(wf_model *m, wf_err *err)
+int wf_graph_canonical_json(wf_model *m, wf_err *err)
 {
 	json_t *layers = json_array();
 	json_t *root = json_pack("{s:i, s:[iii], s:i, s:s, s:o}", "format", 1, "input_shape",

@@ -11,11 +11,15 @@
 #include <stddef.h>
 
 /* "graph: layer 'name' (type): <message>" */
-int layer_err(wf_err *err, const wf_layer *l, int code, const char *fmt, ...)
+int wf_graph_layer_err(wf_err *err, const wf_layer *l, int code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
-void shape_str(const wf_model *m, int i, char *buf, size_t n);
-int infer_shape(wf_model *m, int i, wf_err *err);
-int layout(wf_model *m, wf_err *err);
-int canonical_json(wf_model *m, wf_err *err);
+/* "[H,W,C]" or "[F]": layer i's output shape, for messages. */
+void wf_graph_shape_str(const wf_model *m, int i, char *buf, size_t n);
+/* Infer layer i's output shape from its inputs (layers before it are done). */
+int wf_graph_infer_shape(wf_model *m, int i, wf_err *err);
+/* Lay out the parameter and state views in the flat buffers. */
+int wf_graph_layout(wf_model *m, wf_err *err);
+/* Set m's graph JSON to the canonical form of its layers. */
+int wf_graph_canonical_json(wf_model *m, wf_err *err);
 
 #endif

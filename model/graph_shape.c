@@ -14,7 +14,7 @@
 
 /* ---- shape inference ---------------------------------------------------- */
 
-void shape_str(const wf_model *m, int i, char *buf, size_t n)
+void wf_graph_shape_str(const wf_model *m, int i, char *buf, size_t n)
 {
 	const wf_layer *l = &m->layers[i];
 	if (wf_layer_flat(m, i))
@@ -23,7 +23,7 @@ void shape_str(const wf_model *m, int i, char *buf, size_t n)
 		snprintf(buf, n, "[%d,%d,%d]", l->oh, l->ow, l->oc);
 }
 
-int infer_shape(wf_model *m, int i, wf_err *err)
+int wf_graph_infer_shape(wf_model *m, int i, wf_err *err)
 {
 	wf_layer *l = &m->layers[i];
 	const wf_layer *x = l->ninputs > 0 ? &m->layers[l->inputs[0]] : NULL;
@@ -40,14 +40,14 @@ int infer_shape(wf_model *m, int i, wf_err *err)
 	case WF_LAYER_ZEROPAD:
 	case WF_LAYER_CROP:
 		if (flat)
-			return layer_err(
+			return wf_graph_layer_err(
 				err, l, WF_EINVAL,
 				"inputs: '%s' is 2-D [N,%d]; %s needs a 4-D [N,H,W,C] input",
 				x->name, x->oc, wf_layer_type_name(l->type));
 		break;
 	case WF_LAYER_DENSE:
 		if (!flat)
-			return layer_err(
+			return wf_graph_layer_err(
 				err, l, WF_EINVAL,
 				"inputs: '%s' is 4-D [N,%d,%d,%d]; dense needs a 2-D input "
 				"(add a flatten or gap layer)",
@@ -60,7 +60,7 @@ int infer_shape(wf_model *m, int i, wf_err *err)
 	case WF_LAYER_INPUT: l->oh = m->in_h, l->ow = m->in_w, l->oc = m->in_c; break;
 	case WF_LAYER_CONV2D: {
 		if (x->oc % l->groups != 0 || l->filters % l->groups != 0)
-			return layer_err(
+			return wf_graph_layer_err(
 				err, l, WF_EINVAL,
 				"config.groups: %d does not divide the input channels (%d) "
 				"and filters (%d)",
@@ -71,7 +71,7 @@ int infer_shape(wf_model *m, int i, wf_err *err)
 			wf_same_pad(x->ow, l->kw, l->sw, l->dw, &l->ow, &pt, &pb);
 		} else {
 			if (ekh > x->oh || ekw > x->ow)
-				return layer_err(
+				return wf_graph_layer_err(
 					err, l, WF_EINVAL,
 					"config.kernel_size: window %ldx%ld (with dilation) "
 					"is larger than the input %dx%d ('valid' padding)",
@@ -90,7 +90,7 @@ int infer_shape(wf_model *m, int i, wf_err *err)
 			wf_same_pad(x->ow, l->kw, l->sw, 1, &l->ow, &pt, &pb);
 		} else {
 			if (l->kh > x->oh || l->kw > x->ow)
-				return layer_err(
+				return wf_graph_layer_err(
 					err, l, WF_EINVAL,
 					"config.pool_size: window %dx%d is larger than the "
 					"input %dx%d ('valid' padding)",
@@ -104,7 +104,8 @@ int infer_shape(wf_model *m, int i, wf_err *err)
 	case WF_LAYER_FLATTEN: {
 		size_t f = wf_layer_size(x);
 		if (f > WF_MODEL_MAX_FLOATS)
-			return layer_err(err, l, WF_EINVAL, "output: %zu features is too many", f);
+			return wf_graph_layer_err(err, l, WF_EINVAL,
+						  "output: %zu features is too many", f);
 		l->oh = l->ow = 1, l->oc = (int)f;
 		break;
 	}
@@ -115,10 +116,11 @@ int infer_shape(wf_model *m, int i, wf_err *err)
 		break;
 	case WF_LAYER_CROP:
 		if ((long)l->pad[0] + l->pad[1] >= x->oh || (long)l->pad[2] + l->pad[3] >= x->ow)
-			return layer_err(err, l, WF_EINVAL,
-					 "config.cropping: [[%d,%d],[%d,%d]] leaves nothing of the "
-					 "input %dx%d",
-					 l->pad[0], l->pad[1], l->pad[2], l->pad[3], x->oh, x->ow);
+			return wf_graph_layer_err(
+				err, l, WF_EINVAL,
+				"config.cropping: [[%d,%d],[%d,%d]] leaves nothing of the "
+				"input %dx%d",
+				l->pad[0], l->pad[1], l->pad[2], l->pad[3], x->oh, x->ow);
 		l->oh = x->oh - l->pad[0] - l->pad[1];
 		l->ow = x->ow - l->pad[2] - l->pad[3];
 		l->oc = x->oc;
@@ -128,11 +130,12 @@ int infer_shape(wf_model *m, int i, wf_err *err)
 			const wf_layer *y = &m->layers[l->inputs[k]];
 			if (y->oh != x->oh || y->ow != x->ow || y->oc != x->oc ||
 			    wf_layer_flat(m, l->inputs[k]) != flat) {
-				shape_str(m, l->inputs[0], s0, sizeof(s0));
-				shape_str(m, l->inputs[k], s1, sizeof(s1));
-				return layer_err(err, l, WF_EINVAL,
-						 "inputs: shapes differ: '%s' is %s, '%s' is %s",
-						 x->name, s0, y->name, s1);
+				wf_graph_shape_str(m, l->inputs[0], s0, sizeof(s0));
+				wf_graph_shape_str(m, l->inputs[k], s1, sizeof(s1));
+				return wf_graph_layer_err(
+					err, l, WF_EINVAL,
+					"inputs: shapes differ: '%s' is %s, '%s' is %s", x->name,
+					s0, y->name, s1);
 			}
 		}
 		l->oh = x->oh, l->ow = x->ow, l->oc = x->oc;
@@ -143,9 +146,9 @@ int infer_shape(wf_model *m, int i, wf_err *err)
 			const wf_layer *y = &m->layers[l->inputs[k]];
 			if (y->oh != x->oh || y->ow != x->ow ||
 			    wf_layer_flat(m, l->inputs[k]) != flat) {
-				shape_str(m, l->inputs[0], s0, sizeof(s0));
-				shape_str(m, l->inputs[k], s1, sizeof(s1));
-				return layer_err(
+				wf_graph_shape_str(m, l->inputs[0], s0, sizeof(s0));
+				wf_graph_shape_str(m, l->inputs[k], s1, sizeof(s1));
+				return wf_graph_layer_err(
 					err, l, WF_EINVAL,
 					"inputs: all but the channel axis must match: '%s' "
 					"is %s, '%s' is %s",
@@ -154,7 +157,8 @@ int infer_shape(wf_model *m, int i, wf_err *err)
 			c += y->oc;
 		}
 		if ((unsigned long)c > WF_MODEL_MAX_FLOATS)
-			return layer_err(err, l, WF_EINVAL, "output: %ld channels is too many", c);
+			return wf_graph_layer_err(err, l, WF_EINVAL,
+						  "output: %ld channels is too many", c);
 		l->oh = x->oh, l->ow = x->ow, l->oc = (int)c;
 		break;
 	}
@@ -163,8 +167,9 @@ int infer_shape(wf_model *m, int i, wf_err *err)
 		break;
 	}
 	if (l->oh < 1 || l->ow < 1 || l->oc < 1 || wf_layer_size(l) > WF_MODEL_MAX_FLOATS)
-		return layer_err(err, l, WF_EINVAL, "output shape [%d,%d,%d] is empty or too large",
-				 l->oh, l->ow, l->oc);
+		return wf_graph_layer_err(err, l, WF_EINVAL,
+					  "output shape [%d,%d,%d] is empty or too large", l->oh,
+					  l->ow, l->oc);
 	return 0;
 }
 
@@ -189,7 +194,7 @@ static int add_view(wf_model *m, int layer, const char *param, int trainable, si
 
 /* Trainable views in reverse topological order (last layer at offset 0), then
  * state views likewise. */
-int layout(wf_model *m, wf_err *err)
+int wf_graph_layout(wf_model *m, wf_err *err)
 {
 	int nv = 0;
 	for (int i = 0; i < m->nlayers; i++) {
@@ -226,9 +231,10 @@ int layout(wf_model *m, wf_err *err)
 			l->p_beta = add_view(m, i, "beta", 1, &cur, 1, &c);
 		}
 		if (cur > WF_MODEL_MAX_FLOATS)
-			return layer_err(err, l, WF_EINVAL,
-					 "parameters: the model needs more than %lu floats",
-					 (unsigned long)WF_MODEL_MAX_FLOATS);
+			return wf_graph_layer_err(
+				err, l, WF_EINVAL,
+				"parameters: the model needs more than %lu floats",
+				(unsigned long)WF_MODEL_MAX_FLOATS);
 	}
 	m->nparams = cur;
 	cur = 0;
