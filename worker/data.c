@@ -1,6 +1,6 @@
 /* data.c: the dataset file (HDF5) — opening and checking it, reading samples
- * from memory or streaming them from the chunked file, and the writer the
- * converters use. Every HDF5 call holds one global lock: a serial HDF5 need
+ * from memory or streaming them from the chunked file (data_write.c holds
+ * the writer the converters use). Every HDF5 call holds one global lock: a serial HDF5 need
  * not be thread-safe, and the reader thread reads while the main thread may
  * open another file. */
 #include "worker/data.h"
@@ -26,21 +26,21 @@
 static pthread_mutex_t h5_mutex = PTHREAD_MUTEX_INITIALIZER;
 static wf_h5_quiet h5_quiet; /* the holder's HDF5 printing setting, guarded by h5_mutex */
 
-/* Take the HDF5 lock and turn HDF5's own printing off until h5_unlock. */
-void h5_lock(void)
+/* Take the HDF5 lock and turn HDF5's own printing off until wf_data_h5_unlock. */
+void wf_data_h5_lock(void)
 {
 	pthread_mutex_lock(&h5_mutex);
 	wf_h5_quiet_begin(&h5_quiet);
 }
 
-void h5_unlock(void)
+void wf_data_h5_unlock(void)
 {
 	wf_h5_quiet_end(&h5_quiet);
 	pthread_mutex_unlock(&h5_mutex);
 }
 
 /* CRC-32 (zlib's) of n int32 labels as little-endian bytes. */
-uint32_t crc_i32(uint32_t crc, const int32_t *v, long n)
+uint32_t wf_data_crc_i32(uint32_t crc, const int32_t *v, long n)
 {
 	uint8_t buf[4096];
 	for (long i = 0; i < n;) {
@@ -56,7 +56,7 @@ uint32_t crc_i32(uint32_t crc, const int32_t *v, long n)
 }
 
 /* CRC-32 of any number of bytes (zlib takes at most 4 GiB per call). */
-uint32_t crc_bytes(uint32_t crc, const uint8_t *b, size_t n)
+uint32_t wf_data_crc_bytes(uint32_t crc, const uint8_t *b, size_t n)
 {
 	while (n > 0) {
 		size_t k = n < (1u << 30) ? n : (1u << 30);
@@ -290,7 +290,7 @@ static int read_labels(wf_dataset *ds, hid_t file, const char *path, long n, wf_
 			goto out;
 		}
 	}
-	rc = check_crc(file, path, "labels", crc_i32(0, ds->labels, n), err);
+	rc = check_crc(file, path, "labels", wf_data_crc_i32(0, ds->labels, n), err);
 out:
 	wf_h5_close(&dlab);
 	return rc;
@@ -367,8 +367,8 @@ static int open_encoded(wf_dataset *ds, hid_t file, const char *path, hid_t dapl
 			goto out;
 		}
 	}
-	uint32_t ocrc =
-		crc_bytes(0, (const uint8_t *)ds->offsets, sizeof(*ds->offsets) * (size_t)odims[0]);
+	uint32_t ocrc = wf_data_crc_bytes(0, (const uint8_t *)ds->offsets,
+					  sizeof(*ds->offsets) * (size_t)odims[0]);
 	if ((rc = check_crc(file, path, "offsets", ocrc, err)))
 		goto out;
 	if ((rc = read_classes(file, path, &in->classes, &in->nclasses, err)))
@@ -387,7 +387,7 @@ static int open_encoded(wf_dataset *ds, hid_t file, const char *path, hid_t dapl
 			rc = WF_H5_FAIL(err, WF_EIO, "%s: reading `encoded`", path);
 			goto out;
 		}
-		rc = check_crc(file, path, "encoded", crc_bytes(0, ds->enc, edims[0]), err);
+		rc = check_crc(file, path, "encoded", wf_data_crc_bytes(0, ds->enc, edims[0]), err);
 	} else {
 		ds->file = file;
 		ds->dencoded = denc;
@@ -448,7 +448,7 @@ static int check_groups(wf_dataset *ds, long first, long last, wf_err *err)
 		int rc = read_image_range(ds, ds->dimages, s, n, ds->group_buf, err);
 		if (rc)
 			return rc;
-		uint32_t crc = crc_bytes(0, ds->group_buf, ds->sample_bytes * (size_t)n);
+		uint32_t crc = wf_data_crc_bytes(0, ds->group_buf, ds->sample_bytes * (size_t)n);
 		if (crc != ds->group_crc[g])
 			return wf_errf(
 				err, WF_EFORMAT,
@@ -490,7 +490,7 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 		goto fail_unlocked;
 	}
 
-	h5_lock();
+	wf_data_h5_lock();
 	if ((rc = wf_h5_open(path, H5F_ACC_RDONLY, &file, err)))
 		goto fail;
 	dapl = H5Pcreate(H5P_DATASET_ACCESS);
@@ -505,7 +505,7 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 			goto fail;
 		file = H5I_INVALID_HID; /* kept by open_encoded when streaming, else closed */
 		wf_h5_close(&dapl);
-		h5_unlock();
+		wf_data_h5_unlock();
 		*out = ds;
 		return 0;
 	}
@@ -565,7 +565,7 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 			goto fail;
 		}
 	}
-	rc = check_crc(file, path, "labels", crc_i32(0, ds->labels, in->count), err);
+	rc = check_crc(file, path, "labels", wf_data_crc_i32(0, ds->labels, in->count), err);
 	if (rc)
 		goto fail;
 
@@ -582,7 +582,7 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 			if (rc)
 				goto fail;
 		}
-		rc = check_crc(file, path, "images", crc_bytes(0, ds->images, bytes), err);
+		rc = check_crc(file, path, "images", wf_data_crc_bytes(0, ds->images, bytes), err);
 		if (rc)
 			goto fail;
 		wf_h5_close(&dimg);
@@ -597,7 +597,7 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 	}
 	wf_h5_close(&dlab);
 	wf_h5_close(&dapl);
-	h5_unlock();
+	wf_data_h5_unlock();
 	*out = ds;
 	return 0;
 
@@ -606,7 +606,7 @@ fail:
 	wf_h5_close(&dimg);
 	wf_h5_close(&dapl);
 	wf_h5_close(&file);
-	h5_unlock();
+	wf_data_h5_unlock();
 fail_unlocked:
 	wf_dataset_close(ds);
 	return rc;
@@ -617,11 +617,11 @@ void wf_dataset_close(wf_dataset *ds)
 	if (!ds)
 		return;
 	if (ds->dimages >= 0 || ds->file >= 0 || ds->dencoded >= 0) {
-		h5_lock();
+		wf_data_h5_lock();
 		wf_h5_close(&ds->dencoded);
 		wf_h5_close(&ds->dimages);
 		wf_h5_close(&ds->file);
-		h5_unlock();
+		wf_data_h5_unlock();
 	}
 	wf_h5_strs_free(ds->info.classes, ds->info.nclasses);
 	free(ds->labels);
@@ -665,7 +665,7 @@ int wf_dataset_load_sample(wf_dataset *ds, long idx, uint8_t *image, wf_err *err
 		if (!owned)
 			return wf_errf(err, WF_ENOMEM, "%s: out of memory for sample %ld", ds->path,
 				       idx);
-		h5_lock();
+		wf_data_h5_lock();
 		hsize_t o = off, cnt = len;
 		hid_t fs = H5Dget_space(ds->dencoded), ms = H5Screate_simple(1, &cnt, NULL);
 		if (len &&
@@ -676,7 +676,7 @@ int wf_dataset_load_sample(wf_dataset *ds, long idx, uint8_t *image, wf_err *err
 					ds->path, idx);
 		wf_h5_close(&ms);
 		wf_h5_close(&fs);
-		h5_unlock();
+		wf_data_h5_unlock();
 		bytes = owned;
 	}
 	if (!rc) {
@@ -715,11 +715,11 @@ int wf_dataset_read(wf_dataset *ds, long start, long n, uint8_t *images, int32_t
 		       ds->sample_bytes * (size_t)n);
 		return 0;
 	}
-	h5_lock();
+	wf_data_h5_lock();
 	int rc = check_groups(ds, start, start + n - 1, err);
 	if (!rc)
 		rc = read_image_range(ds, ds->dimages, start, n, images, err);
-	h5_unlock();
+	wf_data_h5_unlock();
 	return rc;
 }
 
@@ -834,8 +834,8 @@ int wf_dataset_gather(wf_dataset *ds, const long *idx, long n, uint8_t *images, 
 			       ds->images + (size_t)idx[k] * ds->sample_bytes, ds->sample_bytes);
 		return 0;
 	}
-	h5_lock();
+	wf_data_h5_lock();
 	int rc = gather_stream(ds, idx, n, images, err);
-	h5_unlock();
+	wf_data_h5_unlock();
 	return rc;
 }

@@ -13,12 +13,12 @@
 #define CHUNK_CACHE_BYTES  (16 << 20)
 #define CHUNK_CACHE_SLOTS  1009
 
-/* Take the HDF5 lock and turn HDF5's own printing off until h5_unlock. */
-void h5_lock(void);
-void h5_unlock(void);
+/* Take the HDF5 lock and turn HDF5's own printing off until wf_data_h5_unlock. */
+void wf_data_h5_lock(void);
+void wf_data_h5_unlock(void);
 /* CRC-32 (zlib's) of n int32 labels as little-endian bytes. */
-uint32_t crc_i32(uint32_t crc, const int32_t *v, long n);
+uint32_t wf_data_crc_i32(uint32_t crc, const int32_t *v, long n);
 /* CRC-32 of any number of bytes (zlib takes at most 4 GiB per call). */
-uint32_t crc_bytes(uint32_t crc, const uint8_t *b, size_t n);
+uint32_t wf_data_crc_bytes(uint32_t crc, const uint8_t *b, size_t n);
 
 #endif

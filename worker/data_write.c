@@ -42,12 +42,12 @@ struct wf_dataset_writer {
 
 static void writer_discard(wf_dataset_writer *wr)
 {
-	h5_lock();
+	wf_data_h5_lock();
 	wf_h5_close(&wr->dimages);
 	wf_h5_close(&wr->dencoded);
 	wf_h5_close(&wr->dlabels);
 	wf_h5_close(&wr->file);
-	h5_unlock();
+	wf_data_h5_unlock();
 	free(wr->offsets);
 	free(wr->group_crc);
 	if (wr->tmp)
@@ -146,7 +146,7 @@ static int create_writer(wf_dataset_writer **out, const char *path, long count, 
 	}
 	snprintf(wr->tmp, tlen, "%s.tmp.%ld", path, (long)getpid());
 
-	h5_lock();
+	wf_data_h5_lock();
 	wr->file = H5Fcreate(wr->tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
 	if (wr->file < 0) {
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: cannot create %s", path, wr->tmp);
@@ -200,7 +200,7 @@ static int create_writer(wf_dataset_writer **out, const char *path, long count, 
 	}
 	rc = wf_h5_attr_write_strs(wr->file, "classes", classes, nclasses, path, err);
 out:
-	h5_unlock();
+	wf_data_h5_unlock();
 	if (rc) {
 		writer_discard(wr);
 		return rc;
@@ -228,7 +228,7 @@ int wf_dataset_append(wf_dataset_writer *wr, const uint8_t *images, const int32_
 	}
 	if (n == 0)
 		return 0;
-	h5_lock();
+	wf_data_h5_lock();
 	hid_t fs = H5I_INVALID_HID, ms = H5I_INVALID_HID;
 	hsize_t off[4] = {(hsize_t)wr->written, 0, 0, 0};
 	hsize_t cnt[4] = {(hsize_t)n, (hsize_t)wr->h, (hsize_t)wr->w, (hsize_t)wr->c};
@@ -248,22 +248,23 @@ int wf_dataset_append(wf_dataset_writer *wr, const uint8_t *images, const int32_
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: writing `labels` at %ld", wr->path, wr->written);
 		goto out;
 	}
-	wr->crc_images = crc_bytes(wr->crc_images, images, (size_t)n * wr->h * wr->w * wr->c);
+	wr->crc_images =
+		wf_data_crc_bytes(wr->crc_images, images, (size_t)n * wr->h * wr->w * wr->c);
 	for (long i = 0; i < n; i++) {
 		size_t sb = (size_t)wr->h * wr->w * wr->c;
-		wr->crc_group = crc_bytes(wr->crc_group, images + (size_t)i * sb, sb);
+		wr->crc_group = wf_data_crc_bytes(wr->crc_group, images + (size_t)i * sb, sb);
 		if (++wr->in_group == wr->group) {
 			wr->group_crc[wr->ngroups++] = wr->crc_group;
 			wr->crc_group = 0;
 			wr->in_group = 0;
 		}
 	}
-	wr->crc_labels = crc_i32(wr->crc_labels, labels, n);
+	wr->crc_labels = wf_data_crc_i32(wr->crc_labels, labels, n);
 	wr->written += n;
 out:
 	wf_h5_close(&ms);
 	wf_h5_close(&fs);
-	h5_unlock();
+	wf_data_h5_unlock();
 	return rc;
 }
 
@@ -277,7 +278,7 @@ static int write_labels(wf_dataset_writer *wr, const int32_t *labels, long n, wf
 	    H5Dwrite(wr->dlabels, H5T_NATIVE_INT32, ms, fs, H5P_DEFAULT, labels) < 0)
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: writing `labels` at %ld", wr->path, wr->written);
 	else
-		wr->crc_labels = crc_i32(wr->crc_labels, labels, n);
+		wr->crc_labels = wf_data_crc_i32(wr->crc_labels, labels, n);
 	wf_h5_close(&ms);
 	wf_h5_close(&fs);
 	return rc;
@@ -311,7 +312,7 @@ int wf_dataset_append_encoded(wf_dataset_writer *wr, const uint8_t *const *bytes
 		memcpy(flat + at, bytes[i], lens[i]);
 		at += lens[i];
 	}
-	h5_lock();
+	wf_data_h5_lock();
 	uint64_t start = wr->offsets[wr->written];
 	hsize_t off[1] = {start}, cnt[1] = {total}, size[1] = {start + total};
 	hid_t fs = H5I_INVALID_HID, ms = H5I_INVALID_HID;
@@ -328,14 +329,14 @@ int wf_dataset_append_encoded(wf_dataset_writer *wr, const uint8_t *const *bytes
 	}
 	if ((rc = write_labels(wr, labels, n, err)))
 		goto out;
-	wr->crc_encoded = crc_bytes(wr->crc_encoded, flat, total);
+	wr->crc_encoded = wf_data_crc_bytes(wr->crc_encoded, flat, total);
 	for (long i = 0; i < n; i++)
 		wr->offsets[wr->written + i + 1] = wr->offsets[wr->written + i] + lens[i];
 	wr->written += n;
 out:
 	wf_h5_close(&ms);
 	wf_h5_close(&fs);
-	h5_unlock();
+	wf_data_h5_unlock();
 	free(flat);
 	return rc;
 }
@@ -351,7 +352,7 @@ int wf_dataset_writer_close(wf_dataset_writer *wr, wf_err *err)
 		writer_discard(wr);
 		return rc;
 	}
-	h5_lock();
+	wf_data_h5_lock();
 	if (wr->written != wr->count) {
 		hsize_t idims[4] = {(hsize_t)wr->written, (hsize_t)wr->h, (hsize_t)wr->w,
 				    (hsize_t)wr->c};
@@ -371,8 +372,8 @@ int wf_dataset_writer_close(wf_dataset_writer *wr, wf_err *err)
 			rc = WF_H5_FAIL(err, WF_EIO, "%s: writing `offsets`", wr->path);
 		if (!rc)
 			rc = write_crc(d,
-				       crc_bytes(0, (const uint8_t *)wr->offsets,
-						 sizeof(*wr->offsets) * odims[0]),
+				       wf_data_crc_bytes(0, (const uint8_t *)wr->offsets,
+							 sizeof(*wr->offsets) * odims[0]),
 				       wr->path, "offsets", err);
 		if (!rc)
 			rc = write_crc(wr->dencoded, wr->crc_encoded, wr->path, "encoded", err);
@@ -397,7 +398,7 @@ int wf_dataset_writer_close(wf_dataset_writer *wr, wf_err *err)
 	wf_h5_close(&wr->dlabels);
 	if (wf_h5_close(&wr->file) < 0 && !rc)
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: closing %s", wr->path, wr->tmp);
-	h5_unlock();
+	wf_data_h5_unlock();
 	if (!rc)
 		rc = wf_atomic_commit(wr->tmp, wr->path, err); /* removes tmp on failure */
 	if (!rc) {
