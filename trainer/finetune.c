@@ -48,7 +48,7 @@ static int init_source_file(const char *from, char *file, size_t size, wf_err *e
 /* model.init_from: copy every layer whose name and parameter shapes match;
  * say what was not. The source's preprocessing comes along (its weights
  * expect it). */
-int load_source(run *r, wf_err *err)
+int wf_finetune_load_source(run *r, wf_err *err)
 {
 	int rc = init_source_file(r->cfg->model.init_from, r->src_file, sizeof(r->src_file), err);
 	if (rc == 0 && (rc = wf_model_load(&r->src, &r->src_meta, r->src_file, err)) != 0)
@@ -56,7 +56,7 @@ int load_source(run *r, wf_err *err)
 	return rc;
 }
 
-int init_from(run *r, wf_err *err)
+int wf_finetune_init_from(run *r, wf_err *err)
 {
 	const wf_config *c = r->cfg;
 	wf_model *src = r->src;
@@ -133,7 +133,7 @@ out:
 }
 
 /* model.freeze: mark the layers (before the executor is built). */
-int freeze(run *r, wf_err *err)
+int wf_finetune_freeze(run *r, wf_err *err)
 {
 	const wf_config *c = r->cfg;
 	wf_model *m = r->m;

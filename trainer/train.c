@@ -189,7 +189,7 @@ static int build_model(run *r, wf_err *err)
 	zo.alpha = (float)c->model.alpha;
 	wf_model_meta_init(&r->src_meta);
 	if (c->model.init_from[0]) { /* its input name is kept (Keras requests name it) */
-		if ((rc = load_source(r, err)) != 0)
+		if ((rc = wf_finetune_load_source(r, err)) != 0)
 			return rc;
 		zo.input_name = r->src->layers[0].name;
 	}
@@ -216,9 +216,9 @@ static int build_model(run *r, wf_err *err)
 			if (ti->classes[i] && !(r->meta.class_names[i] = strdup(ti->classes[i])))
 				return wf_errf(err, WF_ENOMEM, "out of memory");
 	}
-	if (c->model.init_from[0] && (rc = init_from(r, err)) != 0)
+	if (c->model.init_from[0] && (rc = wf_finetune_init_from(r, err)) != 0)
 		return rc;
-	if ((rc = freeze(r, err)) != 0)
+	if ((rc = wf_finetune_freeze(r, err)) != 0)
 		return rc;
 	rc = wf_exec_create(&r->ex, r->m, r->be, (int)c->train.batch_size, 1, err);
 	if (rc != 0)

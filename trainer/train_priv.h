@@ -45,8 +45,13 @@ typedef struct run {
 } run;
 
 /* finetune.c */
-int load_source(run *r, wf_err *err);
-int init_from(run *r, wf_err *err);
-int freeze(run *r, wf_err *err);
+/* Load model.init_from (a model file, a directory's model.h5 or its newest
+ * complete checkpoint's) into r->src, r->src_meta. */
+int wf_finetune_load_source(run *r, wf_err *err);
+/* Copy r->src's layers that match r->m by name and shape (r->initialised
+ * marks them), log the rest, take its preprocessing; frees r->src. */
+int wf_finetune_init_from(run *r, wf_err *err);
+/* model.freeze: mark the layers non-trainable (before the executor is built). */
+int wf_finetune_freeze(run *r, wf_err *err);
 
 #endif
