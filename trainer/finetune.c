@@ -56,6 +56,69 @@ int wf_finetune_load_source(run *r, wf_err *err)
 	return rc;
 }
 
+/* 1 when the new classes (dst) are the source's classes (src) in another
+ * order: perm[j] is the source index of class j. Both lists complete, the
+ * names unique. */
+static int class_permutation(const wf_model_meta *src, const wf_model_meta *dst, int *perm)
+{
+	int k = dst->nclasses;
+	if (src->nclasses != k || !src->class_names || !dst->class_names)
+		return 0;
+	for (int j = 0; j < k; j++) {
+		perm[j] = -1;
+		for (int i = 0; i < k; i++) {
+			if (!src->class_names[i] || !dst->class_names[j] ||
+			    strcmp(src->class_names[i], dst->class_names[j]) != 0)
+				continue;
+			if (perm[j] >= 0)
+				return 0; /* a name twice */
+			perm[j] = i;
+		}
+		if (perm[j] < 0)
+			return 0;
+		for (int q = 0; q < j; q++)
+			if (perm[q] == perm[j])
+				return 0;
+	}
+	return 1;
+}
+
+/* 1 when every parameter of layer i (the output) has the k classes as its
+ * last dimension (a dense or 1x1-conv head: kernel [.., k], bias [k]). */
+static int head_by_class(const wf_model *m, int i, int k)
+{
+	const wf_layer *l = &m->layers[i];
+	int views[6] = {l->p_kernel, l->p_bias, l->p_gamma, l->p_beta, l->s_mean, l->s_var};
+	int any = 0;
+	for (int q = 0; q < 6; q++) {
+		if (views[q] < 0)
+			continue;
+		const wf_view *v = &m->views[views[q]];
+		if (v->ndim < 1 || v->shape[v->ndim - 1] != k)
+			return 0;
+		any = 1;
+	}
+	return any;
+}
+
+/* Copy view s of src into v of m; with perm, v's last dimension holds the
+ * classes and entry j comes from the source's class perm[j] (the output
+ * layer's kernel and bias taken by class name). */
+static void copy_view(wf_model *m, const wf_view *v, const wf_model *src, const wf_view *s,
+		      const int *perm)
+{
+	float *dst = (v->trainable ? m->params : m->state) + v->offset;
+	const float *from = (s->trainable ? src->params : src->state) + s->offset;
+	if (!perm) {
+		memcpy(dst, from, v->count * sizeof(float));
+		return;
+	}
+	size_t k = (size_t)v->shape[v->ndim - 1];
+	for (size_t row = 0; row < v->count / k; row++)
+		for (size_t j = 0; j < k; j++)
+			dst[row * k + j] = from[row * k + (size_t)perm[j]];
+}
+
 int wf_finetune_init_from(run *r, wf_err *err)
 {
 	const wf_config *c = r->cfg;
@@ -66,18 +129,31 @@ int wf_finetune_init_from(run *r, wf_err *err)
 	wf_model *m = r->m;
 	int copied = 0, with_params = 0;
 	wf_err names = {0};
-	/* a head of the same size for other classes (or another order) is no head */
+	/* a head of the same size for other classes is no head; the same classes in
+	 * another order are taken by name (below) */
 	int new_head = sm.nclasses == r->meta.nclasses &&
 		       wf_check_class_names(sm.class_names, sm.nclasses, file, r->meta.class_names,
 					    r->meta.nclasses, c->data.train, &names) != 0;
-	if (new_head)
-		wf_info("model.init_from: %s; the output layer starts fresh", names.msg);
 	char missing[2048] = "";
 	size_t mlen = 0;
-	if (!(r->initialised = calloc((size_t)m->nlayers, 1))) {
+	int *perm = NULL; /* the same classes in another order: the head is remapped */
+	if (!(r->initialised = calloc((size_t)m->nlayers, 1)) ||
+	    (new_head && !(perm = malloc(sizeof(int) * (size_t)sm.nclasses)))) {
 		rc = wf_errf(err, WF_ENOMEM, "out of memory");
 		goto out;
 	}
+	if (new_head && class_permutation(&sm, &r->meta, perm) &&
+	    head_by_class(m, m->output, sm.nclasses)) {
+		new_head = 0;
+		wf_info("model.init_from: %s holds the classes of %s in another order: the "
+			"output layer's rows are taken by class name",
+			c->data.train, file);
+	} else {
+		free(perm);
+		perm = NULL;
+	}
+	if (new_head)
+		wf_info("model.init_from: %s; the output layer starts fresh", names.msg);
 	for (int i = 0; i < m->nlayers; i++) {
 		const wf_layer *l = &m->layers[i];
 		int views[6] = {l->p_kernel, l->p_bias, l->p_gamma, l->p_beta, l->s_mean, l->s_var};
@@ -105,9 +181,7 @@ int wf_finetune_init_from(run *r, wf_err *err)
 				continue;
 			const wf_view *v = &m->views[views[k]];
 			const wf_view *s = wf_model_view(src, v->name);
-			memcpy((v->trainable ? m->params : m->state) + v->offset,
-			       (s->trainable ? src->params : src->state) + s->offset,
-			       v->count * sizeof(float));
+			copy_view(m, v, src, s, i == m->output ? perm : NULL);
 		}
 		r->initialised[i] = 1;
 		copied++;
@@ -127,6 +201,7 @@ int wf_finetune_init_from(run *r, wf_err *err)
 	memcpy(r->meta.std, sm.std, sizeof(r->meta.std));
 	memcpy(r->meta.channel_order, sm.channel_order, sizeof(r->meta.channel_order));
 out:
+	free(perm);
 	wf_model_free(src);
 	r->src = NULL;
 	return rc;
