@@ -209,14 +209,9 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 		"weft eval --model FILE --data FILE [options]",
 		"Evaluate a model file on a dataset with the preprocessing stored in the model:\n"
 		"prints the mean loss and the top-1 accuracy."};
-	wf_model *m = NULL;
-	wf_model_meta meta;
-	wf_dataset *ds = NULL;
-	wf_backend *be = NULL;
-	wf_exec *ex = NULL;
+	wf_eval_setup es = {0};
 	wf_eval_result r;
 	long *confusion = NULL;
-	wf_model_meta_init(&meta);
 	int rc = wf_cli_parse(&help, flags, argc, argv, &pos, 0, err);
 	if (rc != 0)
 		goto cleanup;
@@ -233,22 +228,6 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 			     threads);
 		goto cleanup;
 	}
-	if ((rc = wf_model_load(&m, &meta, model_path, err)) != 0)
-		goto cleanup;
-	if ((rc = wf_dataset_open(&ds, data_path, err)) != 0)
-		goto cleanup;
-	if ((rc = wf_check_data_fits(m, ds, data_path, err)) != 0) {
-		wf_err_wrap(err, "model %s", model_path);
-		goto cleanup;
-	}
-	const wf_dataset_info *di = wf_dataset_info_get(ds);
-	if ((rc = wf_check_class_names(meta.class_names, meta.nclasses, model_path, di->classes,
-				       di->nclasses, data_path, err)) != 0)
-		goto cleanup;
-	if (json && !(confusion = calloc((size_t)m->classes * (size_t)m->classes, sizeof(long)))) {
-		rc = wf_errf(err, WF_ENOMEM, "eval: out of memory");
-		goto cleanup;
-	}
 	if (threads == 0 && !getenv("OMP_NUM_THREADS"))
 		threads = wf_cpus_default_threads();
 	wf_config env;
@@ -256,27 +235,23 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 	wf_config_from_env(&env);
 	wf_config_backend_opts(&env, &bo);
 	bo.threads = (int)threads;
-	if ((rc = wf_backend_create_opts(&be, device, &bo, err)) != 0)
+	if ((rc = wf_eval_setup_open(&es, model_path, data_path, device, &bo, (int)batch, err)) !=
+	    0)
 		goto cleanup;
-	if ((rc = wf_exec_create(&ex, m, be, (int)batch, 0, err)) != 0)
+	int classes = es.m->classes;
+	if (json && !(confusion = calloc((size_t)classes * (size_t)classes, sizeof(long)))) {
+		rc = wf_errf(err, WF_ENOMEM, "eval: out of memory");
 		goto cleanup;
-	if ((rc = wf_evaluate_ex(ex, ds, &meta, (int)batch, &r, confusion, err)) != 0)
+	}
+	if ((rc = wf_evaluate_ex(es.ex, es.ds, &es.meta, (int)batch, &r, confusion, err)) != 0)
 		goto cleanup;
 	printf("loss %.4f accuracy %.4f top-5 %.4f (%ld samples, model trained %ld steps)\n",
-	       r.loss, r.accuracy, r.top5, r.count, meta.trained_steps);
+	       r.loss, r.accuracy, r.top5, r.count, es.meta.trained_steps);
 	if (json)
-		print_eval_json(&r, &meta, di, m->classes, confusion);
+		print_eval_json(&r, &es.meta, wf_dataset_info_get(es.ds), classes, confusion);
 cleanup:
 	free(confusion);
-	if (ex)
-		wf_exec_free(ex);
-	if (be)
-		wf_backend_free(be);
-	if (ds)
-		wf_dataset_close(ds);
-	if (m)
-		wf_model_free(m);
-	wf_model_meta_free(&meta);
+	wf_eval_setup_free(&es);
 	wf_cli_list_free(&pos);
 	return rc;
 }

@@ -139,3 +139,40 @@ int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int b
 	}
 	return 0;
 }
+
+int wf_eval_setup_open(wf_eval_setup *s, const char *model_path, const char *data_path,
+		       const char *device, const wf_backend_opts *bo, int batch, wf_err *err)
+{
+	int rc;
+	memset(s, 0, sizeof(*s));
+	wf_model_meta_init(&s->meta);
+	if ((rc = wf_model_load(&s->m, &s->meta, model_path, err)) != 0)
+		return rc;
+	if ((rc = wf_dataset_open(&s->ds, data_path, err)) != 0)
+		return rc;
+	if ((rc = wf_check_data_fits(s->m, s->ds, data_path, err)) != 0)
+		return wf_err_wrap(err, "model %s", model_path), rc;
+	const wf_dataset_info *di = wf_dataset_info_get(s->ds);
+	if ((rc = wf_check_class_names(s->meta.class_names, s->meta.nclasses, model_path,
+				       di->classes, di->nclasses, data_path, err)) != 0)
+		return rc;
+	if ((rc = wf_backend_create_opts(&s->be, device, bo, err)) != 0)
+		return rc;
+	return wf_exec_create(&s->ex, s->m, s->be, batch, 0, err);
+}
+
+void wf_eval_setup_free(wf_eval_setup *s)
+{
+	if (!s)
+		return;
+	if (s->ex)
+		wf_exec_free(s->ex);
+	if (s->be)
+		wf_backend_free(s->be);
+	if (s->ds)
+		wf_dataset_close(s->ds);
+	if (s->m)
+		wf_model_free(s->m);
+	wf_model_meta_free(&s->meta);
+	memset(s, 0, sizeof(*s));
+}

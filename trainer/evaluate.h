@@ -5,6 +5,7 @@
 #define WF_EVALUATE_H
 
 #include "common/error.h"
+#include "kernels/kernels.h"
 #include "model/model.h"
 #include "worker/data.h"
 
@@ -31,5 +32,23 @@ int wf_check_class_names(char *const *a, int na, const char *what_a, char *const
 /* Check that ds's images and classes fit model m; errors name both shapes
  * and `what` (e.g. "data.eval"). */
 int wf_check_data_fits(const wf_model *m, const wf_dataset *ds, const char *what, wf_err *err);
+
+/* A model file set up for evaluation on a dataset file (`weft eval`, the
+ * evaluator role): the one load-model-then-evaluate path. */
+typedef struct wf_eval_setup {
+	wf_model *m;
+	wf_model_meta meta;
+	wf_dataset *ds;
+	wf_backend *be;
+	wf_exec *ex; /* inference executor, max batch `batch` */
+} wf_eval_setup;
+
+/* Load model_path, open data_path, check that the data fits the model
+ * (shape, classes, class names) and build an inference executor for batch
+ * on backend device with bo. Errors name the file at fault. Release s with
+ * wf_eval_setup_free, also after an error. */
+int wf_eval_setup_open(wf_eval_setup *s, const char *model_path, const char *data_path,
+		       const char *device, const wf_backend_opts *bo, int batch, wf_err *err);
+void wf_eval_setup_free(wf_eval_setup *s);
 
 #endif

@@ -1,4 +1,5 @@
 #include "trainer/train.h"
+#include "trainer/train_priv.h"
 
 #include "common/ckptdir.h"
 #include "common/log.h"
@@ -41,35 +42,6 @@ static void on_signal(int sig)
 	(void)sig;
 	stop_requested = 1;
 }
-
-/* Everything a run owns, released in reverse order by run_free(). */
-typedef struct run {
-	const wf_config *cfg;
-	wf_dataset *train_ds, *eval_ds;
-	wf_backend *be;
-	wf_model *m;
-	wf_model_meta meta;
-	wf_exec *ex;
-	wf_exchange *x;
-	wf_reader *rd;
-	FILE *metrics;
-	wf_tfevents *tb;
-	int log_failed;			/* the last log write failed (warned once) */
-	wf_tfevents *tb_train, *tb_val; /* log.dir/train, log.dir/validation (Keras's runs) */
-	int bn_warned;
-	wf_optim_cfg optim;
-	long start; /* 0-based step to run next */
-	long steps_per_epoch;
-	wf_progress prog;
-	int reports;	       /* prints progress (see wf_train_result.reports) */
-	size_t *segs;	       /* the trainable parameters' boundaries (clipnorm) */
-	double first_loss;     /* the first step's loss (divergence check); 0 before */
-	unsigned char *frozen; /* per segment (model.freeze) */
-	char *initialised;     /* per layer: copied from model.init_from */
-	wf_model *src;	       /* model.init_from, until copied */
-	wf_model_meta src_meta;
-	char src_file[WF_CFG_PATH_MAX + 4300];
-} run;
 
 static void run_free(run *r)
 {
@@ -160,168 +132,6 @@ static int init_model(run *r, wf_err *err)
 	return 0;
 }
 
-/* model.init_from as a model file: itself, or a directory's model.h5, or
- * its newest complete checkpoint's. */
-static int init_source_file(const char *from, char *file, size_t size, wf_err *err)
-{
-	struct stat st;
-	if (stat(from, &st) != 0)
-		return wf_errf(err, WF_EIO, "model.init_from: %s: %s", from, strerror(errno));
-	snprintf(file, size, "%s", from);
-	if (!S_ISDIR(st.st_mode)) {
-		int rc = wf_keras_check_archive(from, err);
-		if (rc != 0)
-			wf_err_wrap(err, "model.init_from");
-		return rc;
-	}
-	snprintf(file, size, "%s/model.h5", from);
-	if (stat(file, &st) == 0)
-		return 0;
-	char dir[4200];
-	long step;
-	int found = wf_ckpt_latest(from, &step, dir, sizeof(dir), err);
-	if (found < 0)
-		return wf_err_wrap(err, "model.init_from"), found;
-	if (!found)
-		return wf_errf(err, WF_EINVAL,
-			       "model.init_from: %s holds neither model.h5 nor a complete "
-			       "checkpoint (step-N/model.h5)",
-			       from);
-	snprintf(file, size, "%s/model.h5", dir);
-	return 0;
-}
-
-/* model.init_from: copy every layer whose name and parameter shapes match;
- * say what was not. The source's preprocessing comes along (its weights
- * expect it). */
-static int load_source(run *r, wf_err *err)
-{
-	int rc = init_source_file(r->cfg->model.init_from, r->src_file, sizeof(r->src_file), err);
-	if (rc == 0 && (rc = wf_model_load(&r->src, &r->src_meta, r->src_file, err)) != 0)
-		wf_err_wrap(err, "model.init_from");
-	return rc;
-}
-
-static int init_from(run *r, wf_err *err)
-{
-	const wf_config *c = r->cfg;
-	wf_model *src = r->src;
-	wf_model_meta sm = r->src_meta;
-	const char *file = r->src_file;
-	int rc = 0;
-	wf_model *m = r->m;
-	int copied = 0, with_params = 0;
-	wf_err names = {0};
-	/* a head of the same size for other classes (or another order) is no head */
-	int new_head = sm.nclasses == r->meta.nclasses &&
-		       wf_check_class_names(sm.class_names, sm.nclasses, file, r->meta.class_names,
-					    r->meta.nclasses, c->data.train, &names) != 0;
-	if (new_head)
-		wf_info("model.init_from: %s; the output layer starts fresh", names.msg);
-	char missing[2048] = "";
-	size_t mlen = 0;
-	if (!(r->initialised = calloc((size_t)m->nlayers, 1))) {
-		rc = wf_errf(err, WF_ENOMEM, "out of memory");
-		goto out;
-	}
-	for (int i = 0; i < m->nlayers; i++) {
-		const wf_layer *l = &m->layers[i];
-		int views[6] = {l->p_kernel, l->p_bias, l->p_gamma, l->p_beta, l->s_mean, l->s_var};
-		int any = 0, ok = 1;
-		for (int k = 0; k < 6; k++) {
-			if (views[k] < 0)
-				continue;
-			any = 1;
-			const wf_view *v = &m->views[views[k]];
-			const wf_view *s = wf_model_view(src, v->name);
-			ok = ok && s && s->count == v->count && s->ndim == v->ndim &&
-			     memcmp(s->shape, v->shape, sizeof(int) * (size_t)v->ndim) == 0;
-		}
-		if (!any)
-			continue;
-		with_params++;
-		if (!ok || (new_head && i == m->output)) {
-			if (mlen < sizeof(missing) - 1)
-				mlen += (size_t)snprintf(missing + mlen, sizeof(missing) - mlen,
-							 "%s%s", mlen ? ", " : "", l->name);
-			continue;
-		}
-		for (int k = 0; k < 6; k++) {
-			if (views[k] < 0)
-				continue;
-			const wf_view *v = &m->views[views[k]];
-			const wf_view *s = wf_model_view(src, v->name);
-			memcpy((v->trainable ? m->params : m->state) + v->offset,
-			       (s->trainable ? src->params : src->state) + s->offset,
-			       v->count * sizeof(float));
-		}
-		r->initialised[i] = 1;
-		copied++;
-	}
-	if (!copied) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "model.init_from: no layer of %s matches model %s by name and shape "
-			     "(is it the same architecture?)",
-			     file, c->model.name);
-		goto out;
-	}
-	wf_info("model.init_from: %d of %d layers initialised from %s%s%s", copied, with_params,
-		file, copied < with_params ? "; not initialised (new): " : "",
-		copied < with_params ? missing : "");
-	r->meta.scale = sm.scale;
-	memcpy(r->meta.mean, sm.mean, sizeof(r->meta.mean));
-	memcpy(r->meta.std, sm.std, sizeof(r->meta.std));
-	memcpy(r->meta.channel_order, sm.channel_order, sizeof(r->meta.channel_order));
-out:
-	wf_model_free(src);
-	r->src = NULL;
-	return rc;
-}
-
-/* model.freeze: mark the layers (before the executor is built). */
-static int freeze(run *r, wf_err *err)
-{
-	const wf_config *c = r->cfg;
-	wf_model *m = r->m;
-	if (!c->model.freeze[0])
-		return 0;
-	char list[sizeof(c->model.freeze)];
-	snprintf(list, sizeof(list), "%s", c->model.freeze);
-	int n = 0;
-	for (char *save = NULL, *t = strtok_r(list, ",", &save); t;
-	     t = strtok_r(NULL, ",", &save)) {
-		while (*t == ' ')
-			t++;
-		int hit = 0;
-		for (int i = 1; i < m->nlayers; i++) {
-			wf_layer *l = &m->layers[i];
-			int yes;
-			if (strcmp(t, "backbone") == 0)
-				yes = r->initialised ? r->initialised[i] : i != m->output;
-			else
-				yes = strncmp(l->name, t, strlen(t)) == 0;
-			if (yes) {
-				hit = 1;
-				n += !l->frozen;
-				l->frozen = 1;
-			}
-		}
-		if (!hit)
-			return wf_errf(err, WF_EINVAL, "model.freeze: no layer of %s matches '%s'",
-				       c->model.name, t);
-	}
-	int trainable = 0;
-	for (int i = 0; i < m->nlayers; i++) {
-		const wf_layer *l = &m->layers[i];
-		trainable += !l->frozen && (l->p_kernel >= 0 || l->p_gamma >= 0);
-	}
-	if (!trainable)
-		return wf_errf(err, WF_EINVAL, "model.freeze: '%s' freezes every layer of %s",
-			       c->model.freeze, c->model.name);
-	wf_info("model.freeze: %d layers frozen, %d with parameters still trained", n, trainable);
-	return 0;
-}
-
 /* Boundaries of the trainable parameters in the flat vector, for clipnorm. */
 static int param_segments(run *r, wf_err *err)
 {
@@ -380,7 +190,7 @@ static int build_model(run *r, wf_err *err)
 	zo.alpha = (float)c->model.alpha;
 	wf_model_meta_init(&r->src_meta);
 	if (c->model.init_from[0]) { /* its input name is kept (Keras requests name it) */
-		if ((rc = load_source(r, err)) != 0)
+		if ((rc = wf_finetune_load_source(r, err)) != 0)
 			return rc;
 		zo.input_name = r->src->layers[0].name;
 	}
@@ -407,9 +217,9 @@ static int build_model(run *r, wf_err *err)
 			if (ti->classes[i] && !(r->meta.class_names[i] = strdup(ti->classes[i])))
 				return wf_errf(err, WF_ENOMEM, "out of memory");
 	}
-	if (c->model.init_from[0] && (rc = init_from(r, err)) != 0)
+	if (c->model.init_from[0] && (rc = wf_finetune_init_from(r, err)) != 0)
 		return rc;
-	if ((rc = freeze(r, err)) != 0)
+	if ((rc = wf_finetune_freeze(r, err)) != 0)
 		return rc;
 	rc = wf_exec_create(&r->ex, r->m, r->be, (int)c->train.batch_size, 1, err);
 	if (rc != 0)
