@@ -189,7 +189,7 @@ static wf_serve_endpoint match_route(const route_entry *t, size_t n, const char 
 	return WF_SERVE_EP_OTHER;
 }
 
-static wf_serve_endpoint parse_route(const char *url, route *r)
+wf_serve_endpoint parse_route(const char *url, route *r)
 {
 	memset(r, 0, sizeof(*r));
 	wf_serve_endpoint ep = match_route(exact_routes, WF_ARRAY_LEN(exact_routes), url, r);
@@ -281,8 +281,8 @@ static const char *accepted_encoding(struct MHD_Connection *c)
 	return NULL;
 }
 
-static enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
-				  char *body, size_t len, const char *ctype, size_t header_len)
+enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
+			   char *body, size_t len, const char *ctype, size_t header_len)
 {
 	struct MHD_Response *resp;
 	if (!body) {
@@ -347,21 +347,21 @@ static enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, re
 	return ret;
 }
 
-static enum MHD_Result send_json(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
-				 char *json)
+enum MHD_Result send_json(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
+			  char *json)
 {
 	return send_reply(h, c, q, code, json, json ? strlen(json) : 0, CT_JSON, 0);
 }
 
-static enum MHD_Result send_jobj(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
-				 json_t *obj)
+enum MHD_Result send_jobj(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
+			  json_t *obj)
 {
 	char *s = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(9));
 	json_decref(obj);
 	return send_json(h, c, q, code, s);
 }
 
-__attribute__((format(printf, 5, 6))) static enum MHD_Result
+__attribute__((format(printf, 5, 6))) enum MHD_Result
 send_error(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code, const char *fmt, ...)
 {
 	char msg[1200];
@@ -373,7 +373,7 @@ send_error(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code, con
 }
 
 /* HTTP status for a library error code. */
-static int http_code(int rc)
+int http_code(int rc)
 {
 	switch (rc) {
 	case WF_EINVAL:
@@ -387,7 +387,7 @@ static int http_code(int rc)
 
 /* Undo Content-Encoding gzip|deflate of the request body in place; the
  * inflated body is bounded by max_body. */
-static int inflate_body(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, wf_err *err)
+int inflate_body(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, wf_err *err)
 {
 	const char *ce =
 		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
@@ -478,8 +478,8 @@ static long label_version(wf_serve_http *h, const char *name, const char *label)
 	return 0;
 }
 
-static enum MHD_Result handle_v1_status(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-					const route *r)
+enum MHD_Result handle_v1_status(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				 const route *r)
 {
 	int n = 0;
 	long want = r->version;
@@ -538,8 +538,8 @@ static json_t *weft_info(const wf_serve_version *v)
 			 "trained_steps", (json_int_t)v->meta.trained_steps);
 }
 
-static enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-					  wf_serve_version *v)
+enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				   wf_serve_version *v)
 {
 	int in_dims[4] = {-1, v->io.h, v->io.w, v->io.c}, out_dims[2] = {-1, v->io.classes};
 	char ver[32];
@@ -573,8 +573,8 @@ static json_t *served_versions(wf_serve_http *h, const char *name)
 	return a;
 }
 
-static enum MHD_Result handle_v2_model(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-				       wf_serve_version *v)
+enum MHD_Result handle_v2_model(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				wf_serve_version *v)
 {
 	json_t *doc = json_pack("{sssosss[{sssss[iiii]}]s[{sssss[ii]},{sssss[ii]}]so}", "name",
 				v->name, "versions", served_versions(h, v->name), "platform",
@@ -587,8 +587,8 @@ static enum MHD_Result handle_v2_model(wf_serve_http *h, struct MHD_Connection *
 }
 
 /* Triton's model configuration JSON (model_config.proto as JSON). */
-static enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-					wf_serve_version *v)
+enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				 wf_serve_version *v)
 {
 	wf_serve_model_config mc;
 	wf_err err = {0};
@@ -635,8 +635,8 @@ static enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection 
 
 /* Triton's statistics of model `name` (all models when NULL), optionally of
  * one version. */
-static enum MHD_Result handle_stats(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-				    const char *name, long version)
+enum MHD_Result handle_stats(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+			     const char *name, long version)
 {
 	int n = 0, m = 0;
 	wf_serve_version **vs = wf_serve_repo_acquire_all(h->repo, name, &n);
@@ -665,7 +665,7 @@ static enum MHD_Result handle_stats(wf_serve_http *h, struct MHD_Connection *c, 
 
 /* Triton's repository index: [{name, version, state, reason}]. Body
  * {"ready": true} lists only the models ready for inference. */
-static enum MHD_Result handle_repo_index(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q)
+enum MHD_Result handle_repo_index(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q)
 {
 	int ready_only = 0;
 	if (q->len) {
@@ -703,8 +703,8 @@ static enum MHD_Result handle_repo_index(wf_serve_http *h, struct MHD_Connection
 	return send_jobj(h, c, q, MHD_HTTP_OK, a);
 }
 
-static enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-					   const route *r)
+enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				    const route *r)
 {
 	wf_err err = {0};
 	if (q->len) {
@@ -730,8 +730,8 @@ static enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connecti
 
 /* ---- inference -------------------------------------------------------- */
 
-static enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-				       const route *r, wf_serve_version *v)
+enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				const route *r, wf_serve_version *v)
 {
 	wf_serve_tf_req req;
 	wf_err err = {0};
@@ -759,8 +759,8 @@ out:
 	return ret;
 }
 
-static enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-				       wf_serve_version *v)
+enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				wf_serve_version *v)
 {
 	wf_serve_kv2_req req;
 	wf_err err = {0};
@@ -872,8 +872,8 @@ static enum MHD_Result dispatch_model(wf_serve_http *h, struct MHD_Connection *c
 	return ret;
 }
 
-static enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-				const char *url, const char *method, const route *r)
+enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, const char *url,
+			 const char *method, const route *r)
 {
 	int is_get = strcmp(method, "GET") == 0 || strcmp(method, "HEAD") == 0;
 	int is_post = strcmp(method, "POST") == 0;
