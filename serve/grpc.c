@@ -298,7 +298,7 @@ double wf_grpc_parse_timeout(const char *v)
 }
 
 /* grpc-message is percent-encoded outside printable ASCII (and '%'). */
-static void pct_encode(const char *s, char *out, size_t cap)
+void pct_encode(const char *s, char *out, size_t cap)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	size_t o = 0;
@@ -340,7 +340,7 @@ static ssize_t read_reply(nghttp2_session *s, int32_t id, uint8_t *buf, size_t l
 }
 
 /* A trailers-only response: status and message in the one HEADERS frame. */
-static void answer_error(conn *c, stream *st, int code, const char *msg)
+void answer_error(conn *c, stream *st, int code, const char *msg)
 {
 	char cs[16], pm[2048];
 	if (st->answered)
@@ -353,7 +353,7 @@ static void answer_error(conn *c, stream *st, int code, const char *msg)
 	nghttp2_submit_response(c->s, st->id, h, WF_ARRAY_LEN(h), NULL);
 }
 
-static void answer_http(conn *c, stream *st, const char *status)
+void answer_http(conn *c, stream *st, const char *status)
 {
 	if (st->answered)
 		return;
@@ -363,7 +363,7 @@ static void answer_http(conn *c, stream *st, const char *status)
 }
 
 /* Takes ownership of reply (prefix + len bytes). */
-static void answer_ok(conn *c, stream *st, uint8_t *reply, size_t len)
+void answer_ok(conn *c, stream *st, uint8_t *reply, size_t len)
 {
 	if (st->answered) {
 		free(reply);
@@ -389,7 +389,7 @@ static void answer_ok(conn *c, stream *st, uint8_t *reply, size_t len)
 
 /* The last reference parks a closed connection for loop_main to free after
  * the events of this wake-up, which may still name it. */
-static void conn_unref(conn *c)
+void conn_unref(conn *c)
 {
 	if (--c->refs > 0)
 		return;
@@ -397,7 +397,7 @@ static void conn_unref(conn *c)
 	c->g->dead = c;
 }
 
-static void free_dead(wf_grpc *g)
+void free_dead(wf_grpc *g)
 {
 	while (g->dead) {
 		conn *c = g->dead;
@@ -422,7 +422,7 @@ static void stream_free(conn *c, stream *st)
 	free(st);
 }
 
-static void conn_close(conn *c)
+void conn_close(conn *c)
 {
 	wf_grpc *g = c->g;
 	if (c->closed)
@@ -464,7 +464,7 @@ static int pend_append(conn *c, const uint8_t *d, size_t n)
 /* Write what nghttp2 has to send until the socket would block, gathering
  * its frames into one send per GATHER bytes; keep the epoll interest in step.
  * Returns -1 when the connection must close. */
-static int conn_flush(conn *c)
+int conn_flush(conn *c)
 {
 	for (;;) {
 		while (c->pend_len - c->pend_off < GATHER) {
@@ -503,7 +503,7 @@ static int conn_flush(conn *c)
 
 /* ---- nghttp2 callbacks ------------------------------------------------- */
 
-static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *user)
+int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *user)
 {
 	conn *c = user;
 	if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
@@ -537,8 +537,8 @@ static void hdr_copy(char *dst, size_t cap, const uint8_t *v, size_t n, int *bad
 	dst[n] = 0;
 }
 
-static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
-		     const uint8_t *value, size_t vlen, uint8_t flags, void *user)
+int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
+	      const uint8_t *value, size_t vlen, uint8_t flags, void *user)
 {
 	if (f->hd.type != NGHTTP2_HEADERS || f->headers.cat != NGHTTP2_HCAT_REQUEST)
 		return 0;
@@ -564,8 +564,8 @@ static int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *
 	return 0;
 }
 
-static int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
-		   void *user)
+int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
+	    void *user)
 {
 	conn *c = user;
 	wf_grpc *g = c->g;
@@ -647,7 +647,7 @@ static void run_inline(conn *c, stream *st, const wf_grpc_method *m)
 }
 
 /* The request is complete: answer what is wrong with it, or queue a job. */
-static void dispatch(conn *c, stream *st)
+void dispatch_call(conn *c, stream *st)
 {
 	wf_grpc *g = c->g;
 	char why[512];
@@ -720,7 +720,7 @@ static void dispatch(conn *c, stream *st)
 	pthread_mutex_unlock(&g->mu);
 }
 
-static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
+int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
 {
 	conn *c = user;
 	c->frames++;
@@ -728,12 +728,12 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
 	    (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
 		stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
 		if (st)
-			dispatch(c, st);
+			dispatch_call(c, st);
 	}
 	return 0;
 }
 
-static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *user)
+int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *user)
 {
 	conn *c = user;
 	stream *st = nghttp2_session_get_stream_user_data(s, id);
@@ -899,7 +899,7 @@ static void sweep(wf_grpc *g)
 	}
 }
 
-static void *loop_main(void *arg)
+void *loop_main(void *arg)
 {
 	wf_grpc *g = arg;
 	struct epoll_event ev[64];
