@@ -247,7 +247,7 @@ struct wf_serve_repo {
 	long long config_stamp; /* file_stamp of the config file last read */
 };
 
-static model_ent *find_model(wf_serve_repo *r, const char *name)
+model_ent *find_model(wf_serve_repo *r, const char *name)
 {
 	for (int i = 0; i < r->nmodels; i++)
 		if (!strcmp(r->models[i]->cfg.name, name))
@@ -279,7 +279,7 @@ static model_ent *upsert_model(wf_serve_repo *r, const wf_serve_model_config *c)
 	return m;
 }
 
-static vrec *find_vrec(model_ent *m, long version)
+vrec *find_vrec(model_ent *m, long version)
 {
 	for (int i = 0; i < m->nvs; i++)
 		if (m->vs[i].version == version)
@@ -287,7 +287,7 @@ static vrec *find_vrec(model_ent *m, long version)
 	return NULL;
 }
 
-static vrec *get_vrec(model_ent *m, long version)
+vrec *get_vrec(model_ent *m, long version)
 {
 	vrec *x = find_vrec(m, version);
 	if (x)
@@ -314,7 +314,7 @@ typedef struct found {
 	long long stamp; /* model.h5's mtime and size; 0: no model.h5 */
 } found;
 
-static long long file_stamp(const char *path)
+long long file_stamp(const char *path)
 {
 	struct stat sb;
 	if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
@@ -493,7 +493,7 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 
 /* Drop the repository's reference to version x (mu held); the version is
  * freed when its last request ends. */
-static void unload_vrec(model_ent *m, vrec *x)
+void unload_vrec(model_ent *m, vrec *x)
 {
 	if (x->state != VS_AVAILABLE)
 		return;
@@ -515,7 +515,7 @@ static int listed(const wf_serve_model_config *c, long version)
 /* Bring model m's loaded versions in line with its policy and files
  * (load_mu held). New versions load before old ones go, so a model that
  * served keeps serving. */
-static void sync_model(wf_serve_repo *r, model_ent *m)
+void sync_model(wf_serve_repo *r, model_ent *m)
 {
 	pthread_mutex_lock(&r->mu);
 	wf_serve_model_config cfg = m->cfg;
@@ -659,7 +659,7 @@ static char **list_repository(wf_serve_repo *r, int *n)
 
 /* Make the repository folder's models known; activate them (all, or
  * `only` when non-NULL). */
-static void scan_repository(wf_serve_repo *r, int activate_all)
+void scan_repository(wf_serve_repo *r, int activate_all)
 {
 	int n = 0;
 	char **names = list_repository(r, &n);
