@@ -21,12 +21,12 @@ void wf_serve_input_free(wf_serve_input *in)
 	in->n = 0;
 }
 
-static size_t sample_floats(const wf_image_io *io)
+size_t sample_floats(const wf_image_io *io)
 {
 	return (size_t)io->h * io->w * io->c;
 }
 
-static int input_alloc(const wf_image_io *io, wf_serve_input *in, size_t n, wf_err *err)
+int input_alloc(const wf_image_io *io, wf_serve_input *in, size_t n, wf_err *err)
 {
 	size_t per = sample_floats(io);
 	if (n == 0)
@@ -81,13 +81,13 @@ static char *replace_nonfinite(const char *body, size_t len, size_t *out_len)
 	return o;
 }
 
-static float num_f(const json_t *v)
+float num_f(const json_t *v)
 {
 	double d = json_number_value(v);
 	return d == NAN_SENTINEL ? NAN : (float)d;
 }
 
-static json_t *parse_json(const char *body, size_t len, wf_err *err)
+json_t *parse_json(const char *body, size_t len, wf_err *err)
 {
 	json_error_t jerr;
 	char *fixed = NULL;
@@ -151,8 +151,8 @@ bad_shape:
 		       what, idx, io->h, io->w, io->c);
 }
 
-static int parse_b64_image(const wf_image_io *io, const char *s, size_t n, float *dst,
-			   const char *what, long idx, wf_err *err)
+int parse_b64_image(const wf_image_io *io, const char *s, size_t n, float *dst, const char *what,
+		    long idx, wf_err *err)
 {
 	uint8_t *bytes = NULL;
 	size_t nbytes = 0;
@@ -198,8 +198,8 @@ static int parse_sample(const wf_image_io *io, const json_t *v, float *dst, cons
 		what, idx, io->h, io->w, io->c);
 }
 
-static int parse_samples(const wf_image_io *io, const json_t *arr, wf_serve_input *in,
-			 const char *what, wf_err *err)
+int parse_samples(const wf_image_io *io, const json_t *arr, wf_serve_input *in, const char *what,
+		  wf_err *err)
 {
 	if (!json_is_array(arr))
 		return wf_errf(err, WF_EINVAL, "\"%s\" must be a list of samples", what);
@@ -313,7 +313,7 @@ char *wf_serve_tf_predict_reply(const float *probs, int n, int k, int columnar)
 }
 
 /* Indices of the top_k largest of p[k], best first (top_k <= k). */
-static void top_indices(const float *p, int k, int top_k, int *idx)
+void top_indices(const float *p, int k, int top_k, int *idx)
 {
 	for (int t = 0; t < top_k; t++) {
 		int best = -1;
@@ -328,7 +328,7 @@ static void top_indices(const float *p, int k, int top_k, int *idx)
 	}
 }
 
-static void label_of(char *const *labels, int j, char *buf, size_t cap)
+void label_of(char *const *labels, int j, char *buf, size_t cap)
 {
 	if (labels && labels[j])
 		snprintf(buf, cap, "%s", labels[j]);
