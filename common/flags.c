@@ -1,4 +1,4 @@
-#include "trainer/cli.h"
+#include "common/flags.h"
 
 #include <errno.h>
 #include <stdlib.h>
