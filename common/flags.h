@@ -10,10 +10,12 @@
 #include <stdio.h>
 
 typedef enum {
-	WF_FLAG_BOOL, /* present = 1 */
-	WF_FLAG_STR,  /* const char * */
-	WF_FLAG_INT,  /* long */
-	WF_FLAG_LIST, /* wf_cli_list: repeatable string */
+	WF_FLAG_BOOL,	/* present = 1 */
+	WF_FLAG_STR,	/* const char * */
+	WF_FLAG_INT,	/* long */
+	WF_FLAG_LIST,	/* wf_cli_list: repeatable string */
+	WF_FLAG_DOUBLE, /* double */
+	WF_FLAG_TOGGLE, /* int: present = 1, or --name=true|false|1|0 (TF Serving's bools) */
 } wf_flag_kind;
 
 typedef struct wf_cli_list {
@@ -22,11 +24,13 @@ typedef struct wf_cli_list {
 } wf_cli_list;
 
 typedef struct wf_flag {
-	const char *name; /* without the dashes: "config" */
+	const char *name; /* without the dashes: "config"; other spellings after '|':
+			   * "rest_api_port|http-port" */
 	wf_flag_kind kind;
-	void *dst;	     /* int*, const char**, long*, wf_cli_list* */
+	void *dst;	     /* int*, const char**, long*, wf_cli_list*, double*; NULL:
+			      * accepted (its value too) and ignored */
 	const char *metavar; /* "FILE" */
-	const char *help;
+	const char *help;    /* NULL: accepted but not listed in --help */
 } wf_flag;
 
 typedef struct wf_command_help {
