@@ -27,33 +27,14 @@ static void version_free(wf_serve_version *v)
 	free(v);
 }
 
-/* The GPU settings weft-serve takes from the environment, as weft does
- * (README, environment variables): precision, device (the launcher's local
- * rank first), cuDNN workspace. */
-static void backend_opts_env(wf_backend_opts *bo)
-{
-	static const char *const local[] = {"OMPI_COMM_WORLD_LOCAL_RANK",
-					    "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
-					    "LOCAL_RANK", "WEFT_CUDA_DEVICE"};
-	const char *v = getenv("WEFT_PRECISION");
-	snprintf(bo->precision, sizeof(bo->precision), "%s", v ? v : "");
-	for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++)
-		if ((v = getenv(local[i])) && *v) {
-			bo->device_index = atoi(v);
-			break;
-		}
-	if ((v = getenv("WEFT_CUDNN_WORKSPACE_MB")) && *v)
-		bo->workspace_mb = atol(v);
-}
-
 /* Backend, executors at each bucket size, staging buffers; one forward per
  * executor so plans are built before the first request. */
 static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_opts *o,
 		     wf_err *err)
 {
 	size_t per = (size_t)v->io.h * v->io.w * v->io.c;
-	wf_backend_opts bo = {.threads = o->threads};
-	backend_opts_env(&bo);
+	wf_backend_opts bo = o->backend;
+	bo.threads = o->threads;
 	int rc = wf_backend_create_opts(&s->be, o->device, &bo, err);
 	if (rc)
 		return rc;
