@@ -190,7 +190,7 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 			 r->kind == R_V1_REGRESS || r->kind == R_V2_INFER ||
 			 r->kind == R_V2_REPO_INDEX || r->kind == R_V2_REPO_LOAD ||
 			 r->kind == R_V2_REPO_UNLOAD;
-	if (r->kind == R_UNKNOWN)
+	if (r->kind == R_UNKNOWN || (h->o.metrics_only && r->kind != R_METRICS))
 		return send_error(h, c, q, MHD_HTTP_NOT_FOUND, "Malformed request: %s %s", method,
 				  url);
 	if ((wants_post && !is_post) || (!wants_post && !is_get))

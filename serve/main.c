@@ -69,6 +69,7 @@ typedef struct serve_opts {
 	long grpc_port;		 /* --grpc_port, --grpc-port: KServe v2 gRPC (UNSET: 8001) */
 	long grpc_max_message;
 	long grpc_threads;
+	long metrics_port;  /* --metrics-port: /metrics on its own port too; 0: off */
 	int grpc_ports_set; /* bit 1: --port given, bit 2: --grpc_port given */
 	/* from the environment, as weft reads them (README, environment variables) */
 	wf_backend_opts backend; /* GPU index, cuda precision, cuDNN workspace */
@@ -102,8 +103,7 @@ static const char serve_epilog[] =
 	"--tensorflow_{intra,inter}_op_parallelism, --tensorflow_session_parallelism,\n"
 	"--allow_version_labels_for_unavailable_models.\n"
 	"Accepted for Triton command lines and ignored: --strict-model-config,\n"
-	"--allow-http, --allow-grpc, --allow-metrics, --log-verbose (= --verbose),\n"
-	"--metrics-port (metrics are served on the HTTP port).\n"
+	"--allow-http, --allow-grpc, --allow-metrics; --log-verbose N > 0 is --verbose.\n"
 	"\n"
 	"environment: WEFT_PRECISION (cuda conv precision), WEFT_CUDNN_WORKSPACE_MB,\n"
 	"and the GPU index from OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK,\n"
@@ -128,6 +128,7 @@ static int check_ranges(serve_opts *o, wf_err *err)
 		{"--grpc_port", &o->grpc_port, 0, 65535},
 		{"--grpc_max_message_bytes", &o->grpc_max_message, 1024, 1L << 31},
 		{"--grpc_threads", &o->grpc_threads, 1, 4096},
+		{"--metrics-port", &o->metrics_port, 0, 65535},
 		{"--log-verbose", &o->log_verbose, 0, 1000},
 		{"--max_batch_size", &o->max_batch, 1, 4096},
 		{"--batch_timeout_micros", &o->timeout_us, 0, 10000000},
@@ -326,6 +327,9 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		{"auth_token_file", WF_FLAG_STR, &o->token_file, "F",
 		 "require \"Authorization: Bearer TOKEN\" (TOKEN: F's first line; 401 otherwise) "
 		 "on all but /v2/health/live and /ready (probes)"},
+		{"metrics-port|metrics_port", WF_FLAG_INT, &o->metrics_port, "N",
+		 "also serve Prometheus /metrics (only) on port N, as Triton does (default 0: "
+		 "metrics on the HTTP port only)"},
 		{"verbose", WF_FLAG_TOGGLE, &o->verbose, NULL, "debug logging"},
 		{"log-verbose", WF_FLAG_INT, &o->log_verbose, "N", NULL},
 		/* accepted for TF Serving and Triton command lines, ignored (--help's epilog) */
@@ -339,7 +343,7 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		{"allow-http", WF_FLAG_TOGGLE, NULL, NULL, NULL},
 		{"allow-grpc", WF_FLAG_TOGGLE, NULL, NULL, NULL},
 		{"allow-metrics", WF_FLAG_TOGGLE, NULL, NULL, NULL},
-		{"metrics-port", WF_FLAG_STR, NULL, "N", NULL},
+
 		{0},
 	};
 	wf_cli_list pos = {0};
@@ -389,7 +393,7 @@ int main(int argc, char **argv)
 	wf_serve_metrics *metrics = NULL;
 	wf_serve_repo *repo = NULL;
 	wf_serve_batcher *batcher = NULL;
-	wf_serve_http *http = NULL;
+	wf_serve_http *http = NULL, *metrics_http = NULL;
 	wf_cpus_passive_openmp(argv); /* OpenMP threads sleep when idle; may re-exec once */
 	wf_grpc_adapter *grpc_adapter = NULL;
 	wf_grpc_servers *grpc = NULL;
@@ -487,6 +491,16 @@ int main(int argc, char **argv)
 		rc = wf_serve_repo_create(&repo, &ro, &err);
 	if (!rc)
 		rc = wf_serve_http_start(&http, &ho, repo, batcher, metrics, &err);
+	if (!rc && f.metrics_port) { /* Triton's --metrics-port: /metrics on its own port */
+		wf_serve_http_opts mo = ho;
+		mo.port = (int)f.metrics_port;
+		mo.threads = 2;
+		mo.metrics_only = 1;
+		rc = wf_serve_http_start(&metrics_http, &mo, repo, batcher, metrics, &err);
+		if (!rc)
+			wf_info("weft-serve: metrics on http://%s:%d/metrics", f.bind_address,
+				wf_serve_http_port(metrics_http));
+	}
 	if (!rc && (f.tf_grpc_port || f.grpc_port)) {
 		wf_grpc_adapter_opts ga = {
 			.repo = repo,
@@ -534,6 +548,8 @@ int main(int argc, char **argv)
 		sig == SIGTERM ? "SIGTERM" : "SIGINT", wf_serve_http_inflight(http),
 		wf_grpc_servers_inflight(grpc));
 	wf_serve_http_drain(http);
+	if (metrics_http)
+		wf_serve_http_drain(metrics_http);
 	if (grpc_adapter)
 		wf_grpc_adapter_drain(grpc_adapter);
 	wf_serve_batcher_flush(batcher);
@@ -554,6 +570,7 @@ out:
 	wf_grpc_servers_stop(grpc);
 	wf_grpc_adapter_free(grpc_adapter);
 	wf_serve_http_stop(http);
+	wf_serve_http_stop(metrics_http);
 	wf_serve_batcher_free(batcher);
 	wf_serve_repo_free(repo);
 	wf_serve_metrics_free(metrics);
