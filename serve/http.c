@@ -95,7 +95,7 @@ static void *reaper_main(void *arg)
 
 /* Reserve n more bytes of the body budget for q; 0 when it is exhausted
  * (a request alone may always use up to the budget). */
-static int reserve_body(wf_serve_http *h, req_ctx *q, size_t n)
+int reserve_body(wf_serve_http *h, req_ctx *q, size_t n)
 {
 	if (!h->o.body_budget) {
 		q->reserved += n;

@@ -139,6 +139,9 @@ __attribute__((format(printf, 5, 6))) enum MHD_Result
 send_error(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code, const char *fmt, ...);
 int http_code(int rc);
 int inflate_body(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, wf_err *err);
+/* Count n more bytes of q's body in the in-flight body budget; 0 when that
+ * would exceed it while other requests hold bytes (then answer 503). */
+int reserve_body(wf_serve_http *h, req_ctx *q, size_t n);
 enum MHD_Result handle_v1_status(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				 const route *r);
 enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,

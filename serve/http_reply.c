@@ -152,6 +152,14 @@ int http_code(int rc)
 
 /* Undo Content-Encoding gzip|deflate of the request body in place; the
  * inflated body is bounded by max_body. */
+static int over_budget(wf_serve_http *h, const char *ce, wf_err *err)
+{
+	return wf_errf(err, WF_ETRANSIENT,
+		       "too many request bodies in memory (budget %zu bytes, counting this %s "
+		       "body inflated); retry later",
+		       h->o.body_budget, ce);
+}
+
 int inflate_body(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, wf_err *err)
 {
 	const char *ce =
@@ -172,6 +180,11 @@ again:
 	if (inflateInit2(&z, raw ? -15 : 15 + 32) != Z_OK)
 		return wf_errf(err, WF_EINTERNAL, "zlib inflateInit failed");
 	size_t cap = q->len * 4 + 4096, n = 0;
+	/* the inflated body counts in the body budget (--max_body_bytes_in_flight) */
+	if (!reserve_body(h, q, cap + 1)) {
+		inflateEnd(&z);
+		return over_budget(h, ce, err);
+	}
 	char *out = malloc(cap + 1);
 	int rc = Z_OK;
 	z.next_in = (Bytef *)q->body;
@@ -185,7 +198,13 @@ again:
 					       "the %s body inflates beyond the limit of %zu bytes",
 					       ce, h->o.max_body);
 			}
-			cap = WF_MIN(cap * 2, h->o.max_body);
+			size_t grown = WF_MIN(cap * 2, h->o.max_body);
+			if (!reserve_body(h, q, grown - cap)) {
+				free(out);
+				inflateEnd(&z);
+				return over_budget(h, ce, err);
+			}
+			cap = grown;
 			char *p = realloc(out, cap + 1);
 			if (!p)
 				break;

@@ -16,6 +16,7 @@ tls:      HTTPS with a certificate made by openssl, checked with curl --cacert;
           a bearer token (401 without it; health probes open).
 
 Every process started here is killed in `finally`; each mode stops by itself."""
+import gzip
 import http.client
 import json
 import os
@@ -445,12 +446,20 @@ def overload(tmp):
         s.close()
         check(st == 503 and "retry-after" in hd,
               "a body over the in-flight budget gets 503 + Retry-After at once (%d)" % st)
+        # A gzip body of a few KB that inflates to 1.5 MB counts at its inflated size.
+        gz = gzip.compress(body + b" " * (1500000 - len(body)))
+        gz_head = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        st, _, hd = request(port, "POST", "/v1/models/m:predict", gz, headers=gz_head)
+        check(st == 503 and "Retry-After" in hd,
+              "a %d-byte gzip body inflating over the in-flight budget gets 503 + Retry-After "
+              "(%d)" % (len(gz), st))
         up.sendall(pad[1000:])
         st1 = read_response(up)[0]
         up.close()
         st2 = request(port, "POST", "/v1/models/m:predict", pad)[0]
-        check(st1 == 200 and st2 == 200, "both bodies are served once the budget frees (%d, %d)"
-              % (st1, st2))
+        st3 = request(port, "POST", "/v1/models/m:predict", gz, headers=gz_head)[0]
+        check(st1 == 200 and st2 == 200 and st3 == 200,
+              "the bodies are served once the budget frees (%d, %d, gzip %d)" % (st1, st2, st3))
     finally:
         stop(p)
 
