@@ -5,6 +5,7 @@
  * 5) or random raw tensors. Prints throughput, latency percentiles, non-2xx
  * counts, the model versions that answered and, when the inputs carry labels
  * (a dataset file, or JPEGs in one folder per class), the top-1 accuracy. */
+#include "common/flags.h"
 #include "common/util.h"
 #include "worker/data.h"
 
@@ -705,75 +706,84 @@ static double pct(const double *v, long n, double q)
 	return v[i < n ? i : n - 1];
 }
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: weft-bench [flags]\n"
-		"  --url URL           server (default http://127.0.0.1:8501)\n"
-		"  --model NAME        model name (default \"default\")\n"
-		"  --protocol tf|kserve  TF Serving :predict (JSON, b64 JPEG) or KServe v2 /infer\n"
-		"                      (binary tensors) (default tf)\n"
-		"  --concurrency N     client threads, one keep-alive connection each (default "
-		"50)\n"
-		"  --requests N        requests in all (default 1000; with --dataset, one pass)\n"
-		"  --duration S        run for S seconds instead of a request count\n"
-		"  --images DIR        JPEG files in DIR, or in DIR/<class>/ (then accuracy is\n"
-		"                      reported); without it random raw tensors are sent\n"
-		"  --dataset FILE.h5   the images of a weft dataset file with their labels\n"
-		"                      (accuracy is reported): KServe sends raw UINT8 pixels,\n"
-		"                      TF numbers preprocessed as the model's metadata says\n"
-		"  --limit N           use the first N samples of --dataset (default all)\n"
-		"  --batch N           samples per raw-tensor or --dataset request (default 1)\n"
-		"  --json              print the result as one JSON line\n");
-}
-
 int main(int argc, char **argv)
 {
 	bench b = {.concurrency = 50, .requests = 1000, .batch = 1};
 	int as_json = 0, count_given = 0;
-	const char *url = "http://127.0.0.1:8501", *model = "default";
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i];
-		const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--help")) {
-			usage(stdout);
-			return 0;
-		} else if (!strcmp(a, "--json")) {
-			as_json = 1;
-			continue;
-		}
-		if (!v) {
-			fprintf(stderr, "weft-bench: flag %s needs a value (see --help)\n", a);
-			return 1;
-		}
-		i++;
-		if (!strcmp(a, "--url"))
-			url = v;
-		else if (!strcmp(a, "--model"))
-			model = v;
-		else if (!strcmp(a, "--protocol") && (!strcmp(v, "tf") || !strcmp(v, "kserve")))
-			b.kserve = !strcmp(v, "kserve");
-		else if (!strcmp(a, "--concurrency") && atoi(v) > 0)
-			b.concurrency = atoi(v);
-		else if (!strcmp(a, "--requests") && atol(v) > 0) {
-			b.requests = atol(v);
-			count_given = 1;
-		} else if (!strcmp(a, "--duration") && atof(v) > 0) {
-			b.duration = atof(v);
-			b.requests = 0;
-			count_given = 1;
-		} else if (!strcmp(a, "--images"))
-			b.images = v;
-		else if (!strcmp(a, "--dataset"))
-			b.dataset = v;
-		else if (!strcmp(a, "--limit") && atol(v) > 0)
-			b.limit = atol(v);
-		else if (!strcmp(a, "--batch") && atoi(v) > 0)
-			b.batch = atoi(v);
-		else {
-			fprintf(stderr, "weft-bench: bad flag %s %s (see --help)\n", a, v);
-			return 1;
-		}
+	const char *url = "http://127.0.0.1:8501", *model = "default", *protocol = "tf";
+	/* -1: not given */
+	long concurrency = b.concurrency, requests = -1, limit = -1, batch = b.batch;
+	double duration = -1;
+	const wf_command_help help = {
+		"weft-bench [flags]",
+		"Load-tests a weft-serve (or TF Serving / Triton) HTTP endpoint: throughput,\n"
+		"latency percentiles and, with labelled images, accuracy."};
+	const wf_flag flags[] = {
+		{"url", WF_FLAG_STR, &url, "URL", "server (default http://127.0.0.1:8501)"},
+		{"model", WF_FLAG_STR, &model, "NAME", "model name (default \"default\")"},
+		{"protocol", WF_FLAG_STR, &protocol, "tf|kserve",
+		 "TF Serving :predict (JSON, b64 JPEG) or KServe v2 /infer (binary tensors) "
+		 "(default tf)"},
+		{"concurrency", WF_FLAG_INT, &concurrency, "N",
+		 "client threads, one keep-alive connection each (default 50)"},
+		{"requests", WF_FLAG_INT, &requests, "N",
+		 "requests in all (default 1000; with --dataset, one pass)"},
+		{"duration", WF_FLAG_DOUBLE, &duration, "S",
+		 "run for S seconds instead of a request count"},
+		{"images", WF_FLAG_STR, &b.images, "DIR",
+		 "JPEG files in DIR, or in DIR/<class>/ (then accuracy is reported); without it "
+		 "random raw tensors are sent"},
+		{"dataset", WF_FLAG_STR, &b.dataset, "FILE.h5",
+		 "the images of a weft dataset file with their labels (accuracy is reported): "
+		 "KServe sends raw UINT8 pixels, TF numbers preprocessed as the model's metadata "
+		 "says"},
+		{"limit", WF_FLAG_INT, &limit, "N",
+		 "use the first N samples of --dataset (default all)"},
+		{"batch", WF_FLAG_INT, &batch, "N",
+		 "samples per raw-tensor or --dataset request (default 1)"},
+		{"json", WF_FLAG_BOOL, &as_json, NULL, "print the result as one JSON line"},
+		{0},
+	};
+	wf_cli_list pos = {0};
+	wf_err err = {0};
+	char *cmd = argv[0];
+	argv[0] = "weft-bench"; /* messages name the program, not its path */
+	int rc = wf_cli_parse(&help, flags, argc, argv, &pos, 0, &err);
+	argv[0] = cmd;
+	wf_cli_list_free(&pos);
+	if (rc == 1)
+		return 0;
+	if (!rc && strcmp(protocol, "tf") && strcmp(protocol, "kserve"))
+		rc = wf_errf(&err, WF_EINVAL,
+			     "weft-bench: flag --protocol: '%s' is not tf or kserve", protocol);
+	const struct {
+		const char *flag;
+		double v;
+	} positive[] = {{"concurrency", (double)concurrency},
+			{"requests", (double)requests},
+			{"duration", duration},
+			{"limit", (double)limit},
+			{"batch", (double)batch}};
+	for (size_t i = 0; !rc && i < sizeof(positive) / sizeof(positive[0]); i++)
+		if (positive[i].v <= 0 && (positive[i].v != -1 || i == 0 || i == 4))
+			rc = wf_errf(&err, WF_EINVAL, "weft-bench: flag --%s: must be positive",
+				     positive[i].flag);
+	if (rc) {
+		fprintf(stderr, "%s\n", err.msg);
+		return 1;
+	}
+	b.kserve = !strcmp(protocol, "kserve");
+	b.concurrency = (int)concurrency;
+	b.batch = (int)batch;
+	b.limit = limit > 0 ? limit : 0;
+	if (requests > 0) {
+		b.requests = requests;
+		count_given = 1;
+	}
+	if (duration > 0) {
+		b.duration = duration;
+		b.requests = 0;
+		count_given = 1;
 	}
 	snprintf(b.model, sizeof(b.model), "%s", model);
 	if (parse_url(&b, url)) {

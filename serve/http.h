@@ -36,6 +36,7 @@ typedef struct wf_serve_http_opts {
 	const char *tls_key_file;
 	const char *ssl_config_file; /* TF Serving SSLConfig text (instead of the two) */
 	const char *auth_token_file; /* "Authorization: Bearer <its first line>" required */
+	int metrics_only;	     /* 1: only /metrics (Triton's --metrics-port); others 404 */
 } wf_serve_http_opts;
 
 typedef struct wf_serve_http wf_serve_http;

@@ -4,6 +4,7 @@
  * drain, and the process exits 0. */
 #include "common/cpus.h"
 #include "common/error.h"
+#include "common/flags.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "serve/batcher.h"
@@ -23,416 +24,368 @@
 #include <time.h>
 #include <unistd.h>
 
-typedef struct serve_flags {
-	int port;
+/* weft-serve's settings, resolved once here (flags > environment > defaults)
+ * and handed down in the libraries' option structs; nothing below main reads
+ * the environment. Integer flags are long (the flag parser's type). */
+typedef struct serve_opts {
+	long port; /* HTTP; UNSET: 8501, or Triton's 8000 with a repository */
 	const char *bind_address;
 	const char *model_name;
 	const char *base_path;
 	double poll_seconds;
 	int batching;
-	int max_batch;
+	long max_batch;
 	long timeout_us;
-	int batch_threads; /* 0: default */
+	long batch_threads; /* 0: default */
 	const char *device;
 	const char *precision; /* fp32, bf16, auto */
-	int threads;	       /* 0: cores / batch threads */
+	long threads;	       /* 0: cores / batch threads */
 	long max_body;
 	double request_timeout;
-	int idle_timeout;
+	double request_timeout_ms; /* --rest_api_timeout_in_ms; 0: not given */
+	long idle_timeout;
 	double drain_timeout;
 	int verbose;
+	long log_verbose;      /* Triton's --log-verbose N: verbose when N > 0 */
 	long max_image_pixels; /* 0: the image module's default */
 	/* hardening: connections, memory, overload, TLS and token */
-	int http_threads; /* 0: derived from batching */
-	int max_connections;
-	int max_per_client;
+	long http_threads; /* 0: derived from batching */
+	long max_connections;
+	long max_per_client;
 	double header_timeout;
 	double body_timeout;
 	long body_budget; /* 0: 4 x max_request_bytes */
-	int max_queue;
-	int retry_after;
+	long max_queue;
+	long retry_after;
 	const char *ssl_cert, *ssl_key, *ssl_config, *token_file;
 	/* many models and the TF Serving / Triton command lines (issue 12) */
-	const char *config_file;     /* --model_config_file */
-	double config_poll_seconds;  /* --model_config_file_poll_wait_seconds */
-	const char *repository;	     /* --model_repository, --model-repository */
-	int control;		     /* --model_control_mode none|poll|explicit */
-	const char *load_models[64]; /* --load-model (repeatable) */
-	int nload_models;
-	int tf_grpc_port; /* --port: TF Serving's gRPC port (8500) */
-	int grpc_port;	  /* --grpc_port, --grpc-port: KServe v2 gRPC (8001) */
-	int port_set;	  /* an HTTP port flag was given (else Triton's 8000 with a repository) */
+	const char *config_file;    /* --model_config_file */
+	double config_poll_seconds; /* --model_config_file_poll_wait_seconds */
+	const char *repository;	    /* --model_repository, --model-repository */
+	const char *control_mode;   /* --model_control_mode none|poll|explicit */
+	int control;
+	wf_cli_list load_models; /* --load-model (repeatable) */
+	long tf_grpc_port;	 /* --port: TF Serving's gRPC port (UNSET: 8500) */
+	long grpc_port;		 /* --grpc_port, --grpc-port: KServe v2 gRPC (UNSET: 8001) */
 	long grpc_max_message;
-	int grpc_threads;
+	long grpc_threads;
+	long metrics_port;  /* --metrics-port: /metrics on its own port too; 0: off */
 	int grpc_ports_set; /* bit 1: --port given, bit 2: --grpc_port given */
-} serve_flags;
+	/* from the environment, as weft reads them (README, environment variables) */
+	wf_backend_opts backend; /* GPU index, cuda precision, cuDNN workspace */
+} serve_opts;
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: weft-serve (--model_base_path DIR | --model_config_file FILE |\n"
-		"                   --model_repository DIR) [flags]\n"
-		"\n"
-		"Serves DIR/<version>/model.h5 (the highest numeric version) over HTTP: the\n"
-		"TensorFlow Serving REST API (/v1/models/NAME...), the KServe v2 protocol\n"
-		"(/v2/...) and Prometheus /metrics, all on one port. New versions appearing\n"
-		"under DIR are loaded and warmed in the background and swapped in without\n"
-		"failing a request.\n"
-		"\n"
-		"Input: numbers in :predict bodies and KServe FP32 tensors are the model's\n"
-		"input after preprocessing; JPEG and PNG images ({\"b64\": ...}, KServe BYTES)\n"
-		"and KServe UINT8 tensors are raw pixels that get the model's recorded\n"
-		"preprocessing (images are also resized; PNG alpha is dropped).\n"
-		"\n"
-		"flags (--flag=value or --flag value):\n"
-		"  --rest_api_port, --http-port N    HTTP port (default 8501, with\n"
-		"                                    --model_repository 8000 as in Triton; 0 =\n"
-		"                                    any free port)\n"
-		"  --port N                          TF Serving gRPC API: PredictionService and\n"
-		"                                    ModelService (default 8500; 0 = off)\n"
-		"  --grpc_port, --grpc-port N        KServe v2 gRPC API, GRPCInferenceService\n"
-		"                                    (default 8001; 0 = off)\n"
-		"  --grpc_max_message_bytes N        largest gRPC request message (default\n"
-		"                                    67108864; images are not limited to 4 MB)\n"
-		"  --grpc_threads N                  gRPC handler threads per API (default 128)\n"
-		"                                    (a default gRPC port found in use is skipped\n"
-		"                                    with a warning; a port given is required)\n"
-		"  --bind_address A                  IPv4 address to listen on (default 0.0.0.0)\n"
-		"  --model_name NAME                 name in URLs (default \"default\")\n"
-		"  --model_base_path DIR             holds <version>/model.h5 (one model)\n"
-		"  --model_config_file FILE          many models: TF Serving's ModelServerConfig\n"
-		"                                    text (model_config_list { config { name\n"
-		"                                    base_path model_version_policy\n"
-		"                                    version_labels } })\n"
-		"  --model_config_file_poll_wait_seconds S  re-read FILE every S s (default 0:\n"
-		"                                    never)\n"
-		"  --model_repository, --model-repository DIR  many models, Triton style:\n"
-		"                                    DIR/<model>/<version>/model.h5 and an\n"
-		"                                    optional DIR/<model>/config.pbtxt\n"
-		"                                    (version_policy, max_batch_size,\n"
-		"                                    dynamic_batching, instance_group count:\n"
-		"                                    batch threads the model may hold at once,\n"
-		"                                    parameters weft_threads)\n"
-		"  --model_control_mode, --model-control-mode M  none (load the repository\n"
-		"                                    once), poll (follow it) or explicit\n"
-		"                                    (/v2/repository/models/NAME/load|unload);\n"
-		"                                    default none\n"
-		"  --load-model, --load_model NAME   explicit mode: load NAME at start ('*': all;\n"
-		"                                    repeatable)\n"
-		"  --repository-poll-secs S          Triton's name for the version poll period\n"
-		"  --file_system_poll_wait_seconds S poll DIR every S seconds (default 1; 0 = "
-		"load\n"
-		"                                    once, never poll)\n"
-		"  --enable_batching[=true|false]    batch concurrent requests (default false)\n"
-		"  --max_batch_size N                samples per forward (default 32)\n"
-		"  --batch_timeout_micros U          a partial batch waits U us for more\n"
-		"                                    (default 1000)\n"
-		"  --num_batch_threads N             forward threads (default 2 with batching,\n"
-		"                                    else the number of cores)\n"
-		"  --device D                        auto, cpu, cuda or ref (default auto)\n"
-		"  --precision P                     conv compute fp32, bf16 (fp32 with a notice\n"
-		"                                    where the CPU lacks bf16) or auto (default "
-		"fp32)\n"
-		"  --threads N                       compute threads per forward thread\n"
-		"                                    (default cores / forward threads)\n"
-		"  --max_request_bytes N             larger bodies get 413 (default 67108864)\n"
-		"  --request_timeout_seconds S       longest wait for a forward thread before\n"
-		"                                    503 (default 30)\n"
-		"  --idle_timeout_seconds S          close idle connections after S (default 60)\n"
-		"  --drain_timeout_seconds S         on SIGTERM, wait at most S for in-flight\n"
-		"                                    requests (default 30)\n"
-		"  --max_image_pixels N              refuse request images larger than N pixels\n"
-		"                                    (width x height, read from the header before\n"
-		"                                    decoding; default 67108864)\n"
-		"  --http_threads N                  HTTP threads (default 16, more with\n"
-		"                                    batching); connections are event-driven,\n"
-		"                                    a thread is held only while a request runs\n"
-		"  --max_connections N               open connections in all (default 10000;\n"
-		"                                    the open-file limit is raised to fit)\n"
-		"  --max_connections_per_client N    open connections per client address,\n"
-		"                                    like nginx limit_conn (default 0 = no\n"
-		"                                    limit, as behind a load balancer)\n"
-		"  --client_header_timeout_seconds S a request header must arrive within S of\n"
-		"                                    the connection or previous reply (+ idle\n"
-		"                                    timeout on keep-alive) (default 10)\n"
-		"  --client_body_timeout_seconds S   a body must arrive within S of its header\n"
-		"                                    (default 60)\n"
-		"  --max_body_bytes_in_flight N      request bodies held at once; over it 503\n"
-		"                                    with Retry-After (default 4 x\n"
-		"                                    max_request_bytes)\n"
-		"  --max_queue_size N                inference requests waiting for a handler\n"
-		"                                    thread (and as many for a forward thread);\n"
-		"                                    more get 429 with Retry-After at once\n"
-		"                                    (default 128; 0 = no bound)\n"
-		"  --retry_after_seconds S           Retry-After of 429/503 answers (default 1)\n"
-		"  --ssl_cert_file F                 serve HTTPS only, with this PEM\n"
-		"  --ssl_key_file F                  certificate (chain) and key\n"
-		"  --ssl_config_file F               instead: TF Serving's SSLConfig text\n"
-		"                                    (server_key, server_cert: PEM strings)\n"
-		"  --auth_token_file F               require \"Authorization: Bearer TOKEN\"\n"
-		"                                    (TOKEN: F's first line; 401 otherwise) on\n"
-		"                                    all but /v2/health/live and /ready (probes)\n"
-		"  --verbose                         debug logging\n"
-		"  --help                            this text\n"
-		"\n"
-		"On SIGTERM/SIGINT readiness fails, the port stops accepting, every request\n"
-		"already received is answered (with \"Connection: close\"), then the process\n"
-		"exits, at the latest after --drain_timeout_seconds.\n"
-		"TF Serving's --rest_api_timeout_in_ms sets the request timeout; accepted and\n"
-		"ignored: --enable_model_warmup (always on), --rest_api_num_threads,\n"
-		"--tensorflow_{intra,inter}_op_parallelism, --tensorflow_session_parallelism,\n"
-		"--allow_version_labels_for_unavailable_models.\n"
-		"Accepted for Triton command lines and ignored: --strict-model-config,\n"
-		"--allow-http, --allow-grpc, --allow-metrics, --log-verbose (= --verbose),\n"
-		"--metrics-port (metrics are served on the HTTP port).\n"
-		"\n"
-		"exit status: 0 after SIGTERM/SIGINT and a clean drain; 1 on bad flags or a\n"
-		"base path that is not a directory.\n");
-}
+#define UNSET (-1L - 65535) /* a flag not given (its default depends on others) */
 
-static int parse_long(const char *flag, const char *v, long lo, long hi, long *out, wf_err *err)
-{
-	char *end;
-	errno = 0;
-	long x = strtol(v, &end, 10);
-	if (errno || end == v || *end || x < lo || x > hi)
-		return wf_errf(err, WF_EINVAL, "flag %s: \"%s\" is not an integer in [%ld, %ld]",
-			       flag, v, lo, hi);
-	*out = x;
-	return 0;
-}
+static const wf_command_help serve_help = {
+	"weft-serve (--model_base_path DIR | --model_config_file FILE |\n"
+	"                  --model_repository DIR) [flags]",
+	"Serves DIR/<version>/model.h5 (the highest numeric version) over HTTP: the\n"
+	"TensorFlow Serving REST API (/v1/models/NAME...), the KServe v2 protocol\n"
+	"(/v2/...) and Prometheus /metrics, all on one port. New versions appearing\n"
+	"under DIR are loaded and warmed in the background and swapped in without\n"
+	"failing a request.\n"
+	"\n"
+	"Input: numbers in :predict bodies and KServe FP32 tensors are the model's\n"
+	"input after preprocessing; JPEG and PNG images ({\"b64\": ...}, KServe BYTES)\n"
+	"and KServe UINT8 tensors are raw pixels that get the model's recorded\n"
+	"preprocessing (images are also resized; PNG alpha is dropped).\n"
+	"\n"
+	"Flags take --flag=value or --flag value."};
 
-static int parse_double(const char *flag, const char *v, double lo, double hi, double *out,
-			wf_err *err)
-{
-	char *end;
-	errno = 0;
-	double x = strtod(v, &end);
-	if (errno || end == v || *end || !(x >= lo && x <= hi))
-		return wf_errf(err, WF_EINVAL, "flag %s: \"%s\" is not a number in [%g, %g]", flag,
-			       v, lo, hi);
-	*out = x;
-	return 0;
-}
+static const char serve_epilog[] =
+	"\n"
+	"On SIGTERM/SIGINT readiness fails, the port stops accepting, every request\n"
+	"already received is answered (with \"Connection: close\"), then the process\n"
+	"exits, at the latest after --drain_timeout_seconds.\n"
+	"TF Serving's --rest_api_timeout_in_ms sets the request timeout; accepted and\n"
+	"ignored: --enable_model_warmup (always on), --rest_api_num_threads,\n"
+	"--tensorflow_{intra,inter}_op_parallelism, --tensorflow_session_parallelism,\n"
+	"--allow_version_labels_for_unavailable_models.\n"
+	"Accepted for Triton command lines and ignored: --strict-model-config,\n"
+	"--allow-http, --allow-grpc, --allow-metrics; --log-verbose N > 0 is --verbose.\n"
+	"\n"
+	"environment: WEFT_PRECISION (cuda conv precision), WEFT_CUDNN_WORKSPACE_MB,\n"
+	"and the GPU index from OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK,\n"
+	"SLURM_LOCALID, LOCAL_RANK or WEFT_CUDA_DEVICE (the first set), as for weft.\n"
+	"\n"
+	"exit status: 0 after SIGTERM/SIGINT and a clean drain; 1 on bad flags or a\n"
+	"base path that is not a directory.\n";
 
-static int parse_bool(const char *flag, const char *v, int *out, wf_err *err)
+/* The flag table: every spelling weft-serve accepts (TF Serving's and
+ * Triton's), in --help order; ranges are checked by check_ranges. */
+/* The ranges of the numeric flags (named by their first spelling), and the
+ * values that must be one of a list; then what follows from the flags. */
+static int check_ranges(serve_opts *o, wf_err *err)
 {
-	if (!v || !strcmp(v, "true") || !strcmp(v, "1")) {
-		*out = 1;
-		return 0;
-	}
-	if (!strcmp(v, "false") || !strcmp(v, "0")) {
-		*out = 0;
-		return 0;
-	}
-	return wf_errf(err, WF_EINVAL, "flag %s: \"%s\" is not true or false", flag, v);
-}
-
-/* Returns 1 when --help was asked for, 0 to run, or an error. */
-static int parse_flags(int argc, char **argv, serve_flags *f, wf_err *err)
-{
-	for (int i = 1; i < argc; i++) {
-		char name[128];
-		const char *a = argv[i], *val = NULL;
-		long l = 0;
-		int rc = 0;
-		if (strncmp(a, "--", 2) != 0)
+	const struct {
+		const char *flag;
+		long *v;
+		long lo, hi;
+	} ints[] = {
+		{"--rest_api_port", &o->port, 0, 65535},
+		{"--port", &o->tf_grpc_port, 0, 65535},
+		{"--grpc_port", &o->grpc_port, 0, 65535},
+		{"--grpc_max_message_bytes", &o->grpc_max_message, 1024, 1L << 31},
+		{"--grpc_threads", &o->grpc_threads, 1, 4096},
+		{"--metrics-port", &o->metrics_port, 0, 65535},
+		{"--log-verbose", &o->log_verbose, 0, 1000},
+		{"--max_batch_size", &o->max_batch, 1, 4096},
+		{"--batch_timeout_micros", &o->timeout_us, 0, 10000000},
+		{"--num_batch_threads", &o->batch_threads, 1, 256},
+		{"--threads", &o->threads, 0, 1024},
+		{"--max_request_bytes", &o->max_body, 1024, 1L << 34},
+		{"--idle_timeout_seconds", &o->idle_timeout, 1, 86400},
+		{"--max_image_pixels", &o->max_image_pixels, 1, 1L << 32},
+		{"--http_threads", &o->http_threads, 1, 1024},
+		{"--max_connections", &o->max_connections, 1, 1000000},
+		{"--max_connections_per_client", &o->max_per_client, 0, 1000000},
+		{"--max_body_bytes_in_flight", &o->body_budget, 1024, 1L << 40},
+		{"--max_queue_size", &o->max_queue, 0, 1000000},
+		{"--retry_after_seconds", &o->retry_after, 1, 3600},
+	};
+	const struct {
+		const char *flag;
+		double *v;
+		double lo, hi;
+	} reals[] = {
+		{"--model_config_file_poll_wait_seconds", &o->config_poll_seconds, 0, 86400},
+		{"--file_system_poll_wait_seconds", &o->poll_seconds, 0, 86400},
+		{"--request_timeout_seconds", &o->request_timeout, 0.001, 86400},
+		{"--rest_api_timeout_in_ms", &o->request_timeout_ms, 0, 86400000},
+		{"--drain_timeout_seconds", &o->drain_timeout, 0, 86400},
+		{"--client_header_timeout_seconds", &o->header_timeout, 0.1, 86400},
+		{"--client_body_timeout_seconds", &o->body_timeout, 0.1, 86400},
+	};
+	for (size_t i = 0; i < WF_ARRAY_LEN(ints); i++)
+		if (*ints[i].v != UNSET && (*ints[i].v < ints[i].lo || *ints[i].v > ints[i].hi))
 			return wf_errf(err, WF_EINVAL,
-				       "unexpected argument \"%s\" (flags start "
-				       "with --)",
-				       a);
-		const char *eq = strchr(a, '=');
-		size_t n = eq ? (size_t)(eq - a) : strlen(a);
-		if (n >= sizeof(name))
-			return wf_errf(err, WF_EINVAL, "unknown flag %.64s...", a);
-		memcpy(name, a, n);
-		name[n] = 0;
-		if (!strcmp(name, "--help") || !strcmp(name, "-h"))
-			return 1;
-		int is_bool = !strcmp(name, "--enable_batching") || !strcmp(name, "--verbose") ||
-			      !strcmp(name, "--strict-model-config") ||
-			      !strcmp(name, "--allow-http") || !strcmp(name, "--allow-grpc") ||
-			      !strcmp(name, "--allow-metrics") ||
-			      !strcmp(name, "--enable_model_warmup") ||
-			      !strcmp(name, "--allow_version_labels_for_unavailable_models");
-		if (eq)
-			val = eq + 1;
-		else if (!is_bool) {
-			if (i + 1 >= argc)
-				return wf_errf(err, WF_EINVAL, "flag %s needs a value", name);
-			val = argv[++i];
-		}
-		if (!strcmp(name, "--rest_api_port") || !strcmp(name, "--http-port")) {
-			rc = parse_long(name, val, 0, 65535, &l, err);
-			f->port = (int)l;
-			f->port_set = 1;
-		} else if (!strcmp(name, "--port")) {
-			rc = parse_long(name, val, 0, 65535, &l, err);
-			f->tf_grpc_port = (int)l;
-			f->grpc_ports_set |= 1;
-		} else if (!strcmp(name, "--grpc_port") || !strcmp(name, "--grpc-port")) {
-			rc = parse_long(name, val, 0, 65535, &l, err);
-			f->grpc_port = (int)l;
-			f->grpc_ports_set |= 2;
-		} else if (!strcmp(name, "--grpc_max_message_bytes")) {
-			rc = parse_long(name, val, 1024, 1L << 31, &f->grpc_max_message, err);
-		} else if (!strcmp(name, "--grpc_threads")) {
-			rc = parse_long(name, val, 1, 4096, &l, err);
-			f->grpc_threads = (int)l;
-		} else if (!strcmp(name, "--model_config_file")) {
-			f->config_file = val;
-		} else if (!strcmp(name, "--model_config_file_poll_wait_seconds")) {
-			rc = parse_double(name, val, 0, 86400, &f->config_poll_seconds, err);
-		} else if (!strcmp(name, "--model_repository") ||
-			   !strcmp(name, "--model-repository") || !strcmp(name, "--model-store")) {
-			f->repository = val;
-		} else if (!strcmp(name, "--model_control_mode") ||
-			   !strcmp(name, "--model-control-mode")) {
-			if (!strcmp(val, "none"))
-				f->control = WF_SERVE_CONTROL_NONE;
-			else if (!strcmp(val, "poll"))
-				f->control = WF_SERVE_CONTROL_POLL;
-			else if (!strcmp(val, "explicit"))
-				f->control = WF_SERVE_CONTROL_EXPLICIT;
-			else
-				return wf_errf(err, WF_EINVAL,
-					       "flag %s: \"%s\" is not none, poll or explicit",
-					       name, val);
-		} else if (!strcmp(name, "--load-model") || !strcmp(name, "--load_model")) {
-			if (f->nload_models == (int)WF_ARRAY_LEN(f->load_models))
-				return wf_errf(err, WF_EINVAL, "more than %d --load-model flags",
-					       (int)WF_ARRAY_LEN(f->load_models));
-			f->load_models[f->nload_models++] = val;
-		} else if (!strcmp(name, "--repository-poll-secs")) {
-			rc = parse_double(name, val, 0, 86400, &f->poll_seconds, err);
-		} else if (!strcmp(name, "--log-verbose")) {
-			long lv = 0;
-			rc = parse_long(name, val, 0, 1000, &lv, err);
-			f->verbose = lv > 0;
-		} else if (!strcmp(name, "--rest_api_timeout_in_ms")) {
-			rc = parse_double(name, val, 1, 86400000, &f->request_timeout, err);
-			f->request_timeout /= 1000;
-		} else if (!strcmp(name, "--enable_model_warmup") ||
-			   !strcmp(name, "--rest_api_num_threads") ||
-			   !strcmp(name, "--tensorflow_intra_op_parallelism") ||
-			   !strcmp(name, "--tensorflow_inter_op_parallelism") ||
-			   !strcmp(name, "--tensorflow_session_parallelism") ||
-			   !strcmp(name, "--allow_version_labels_for_unavailable_models")) {
-			/* TF Serving flags that do not apply (weft always warms up) */
-		} else if (!strcmp(name, "--strict-model-config") ||
-			   !strcmp(name, "--allow-http") || !strcmp(name, "--allow-grpc") ||
-			   !strcmp(name, "--allow-metrics") || !strcmp(name, "--metrics-port")) {
-			/* Triton flags that do not apply to weft-serve */
-		} else if (!strcmp(name, "--bind_address")) {
-			f->bind_address = val;
-		} else if (!strcmp(name, "--model_name")) {
-			if (!*val || strcspn(val, "/: ?#") != strlen(val))
-				return wf_errf(
-					err, WF_EINVAL,
-					"flag --model_name: \"%s\" must be non-empty without "
-					"'/', ':', spaces, '?' or '#'",
-					val);
-			f->model_name = val;
-		} else if (!strcmp(name, "--model_base_path")) {
-			f->base_path = val;
-		} else if (!strcmp(name, "--file_system_poll_wait_seconds")) {
-			rc = parse_double(name, val, 0, 86400, &f->poll_seconds, err);
-		} else if (!strcmp(name, "--enable_batching")) {
-			rc = parse_bool(name, val, &f->batching, err);
-		} else if (!strcmp(name, "--verbose")) {
-			rc = parse_bool(name, val, &f->verbose, err);
-		} else if (!strcmp(name, "--max_batch_size")) {
-			rc = parse_long(name, val, 1, 4096, &l, err);
-			f->max_batch = (int)l;
-		} else if (!strcmp(name, "--batch_timeout_micros")) {
-			rc = parse_long(name, val, 0, 10000000, &f->timeout_us, err);
-		} else if (!strcmp(name, "--num_batch_threads")) {
-			rc = parse_long(name, val, 1, 256, &l, err);
-			f->batch_threads = (int)l;
-		} else if (!strcmp(name, "--device")) {
-			f->device = val;
-		} else if (!strcmp(name, "--precision")) {
-			f->precision = val;
-		} else if (!strcmp(name, "--threads")) {
-			rc = parse_long(name, val, 0, 1024, &l, err);
-			f->threads = (int)l;
-		} else if (!strcmp(name, "--max_request_bytes")) {
-			rc = parse_long(name, val, 1024, 1L << 34, &f->max_body, err);
-		} else if (!strcmp(name, "--request_timeout_seconds")) {
-			rc = parse_double(name, val, 0.001, 86400, &f->request_timeout, err);
-		} else if (!strcmp(name, "--idle_timeout_seconds")) {
-			rc = parse_long(name, val, 1, 86400, &l, err);
-			f->idle_timeout = (int)l;
-		} else if (!strcmp(name, "--max_image_pixels")) {
-			rc = parse_long(name, val, 1, 1L << 32, &f->max_image_pixels, err);
-		} else if (!strcmp(name, "--drain_timeout_seconds")) {
-			rc = parse_double(name, val, 0, 86400, &f->drain_timeout, err);
-		} else if (!strcmp(name, "--http_threads")) {
-			rc = parse_long(name, val, 1, 1024, &l, err);
-			f->http_threads = (int)l;
-		} else if (!strcmp(name, "--max_connections")) {
-			rc = parse_long(name, val, 1, 1000000, &l, err);
-			f->max_connections = (int)l;
-		} else if (!strcmp(name, "--max_connections_per_client")) {
-			rc = parse_long(name, val, 0, 1000000, &l, err);
-			f->max_per_client = (int)l;
-		} else if (!strcmp(name, "--client_header_timeout_seconds")) {
-			rc = parse_double(name, val, 0.1, 86400, &f->header_timeout, err);
-		} else if (!strcmp(name, "--client_body_timeout_seconds")) {
-			rc = parse_double(name, val, 0.1, 86400, &f->body_timeout, err);
-		} else if (!strcmp(name, "--max_body_bytes_in_flight")) {
-			rc = parse_long(name, val, 1024, 1L << 40, &f->body_budget, err);
-		} else if (!strcmp(name, "--max_queue_size")) {
-			rc = parse_long(name, val, 0, 1000000, &l, err);
-			f->max_queue = (int)l;
-		} else if (!strcmp(name, "--retry_after_seconds")) {
-			rc = parse_long(name, val, 1, 3600, &l, err);
-			f->retry_after = (int)l;
-		} else if (!strcmp(name, "--ssl_cert_file")) {
-			f->ssl_cert = val;
-		} else if (!strcmp(name, "--ssl_key_file")) {
-			f->ssl_key = val;
-		} else if (!strcmp(name, "--ssl_config_file")) {
-			f->ssl_config = val;
-		} else if (!strcmp(name, "--auth_token_file")) {
-			f->token_file = val;
-		} else {
-			return wf_errf(err, WF_EINVAL, "unknown flag %s (see --help)", name);
-		}
-		if (rc)
-			return rc;
-	}
-	if (f->repository && !f->port_set)
-		f->port = 8000; /* Triton's HTTP port */
-	if (!!f->base_path + !!f->config_file + !!f->repository != 1)
+				       "flag %s: %ld is not an integer in [%ld, %ld]", ints[i].flag,
+				       *ints[i].v, ints[i].lo, ints[i].hi);
+	for (size_t i = 0; i < WF_ARRAY_LEN(reals); i++)
+		if (!(*reals[i].v >= reals[i].lo && *reals[i].v <= reals[i].hi))
+			return wf_errf(err, WF_EINVAL, "flag %s: %g is not a number in [%g, %g]",
+				       reals[i].flag, *reals[i].v, reals[i].lo, reals[i].hi);
+	if (!strcmp(o->control_mode, "none"))
+		o->control = WF_SERVE_CONTROL_NONE;
+	else if (!strcmp(o->control_mode, "poll"))
+		o->control = WF_SERVE_CONTROL_POLL;
+	else if (!strcmp(o->control_mode, "explicit"))
+		o->control = WF_SERVE_CONTROL_EXPLICIT;
+	else
+		return wf_errf(err, WF_EINVAL,
+			       "flag --model_control_mode: \"%s\" is not none, poll or explicit",
+			       o->control_mode);
+	if (!*o->model_name || strcspn(o->model_name, "/: ?#") != strlen(o->model_name))
+		return wf_errf(err, WF_EINVAL,
+			       "flag --model_name: \"%s\" must be non-empty without "
+			       "'/', ':', spaces, '?' or '#'",
+			       o->model_name);
+	if (o->load_models.n > 64)
+		return wf_errf(err, WF_EINVAL, "more than %d --load-model flags", 64);
+	long *zero_unset[] = {&o->max_image_pixels, &o->batch_threads, &o->http_threads,
+			      &o->body_budget}; /* UNSET: 0, the derived default */
+	for (size_t i = 0; i < WF_ARRAY_LEN(zero_unset); i++)
+		if (*zero_unset[i] == UNSET)
+			*zero_unset[i] = 0;
+	if (o->log_verbose > 0)
+		o->verbose = 1;
+	if (o->request_timeout_ms > 0)
+		o->request_timeout = o->request_timeout_ms / 1000;
+	if (o->tf_grpc_port != UNSET)
+		o->grpc_ports_set |= 1;
+	else
+		o->tf_grpc_port = 8500;
+	if (o->grpc_port != UNSET)
+		o->grpc_ports_set |= 2;
+	else
+		o->grpc_port = 8001;
+	if (o->port == UNSET)
+		o->port = o->repository ? 8000 : 8501; /* Triton's HTTP port */
+	if (!!o->base_path + !!o->config_file + !!o->repository != 1)
 		return wf_errf(err, WF_EINVAL,
 			       "give one of --model_base_path, --model_config_file or "
 			       "--model_repository (see --help)");
 	return 0;
 }
 
+/* The environment weft-serve reads, as weft reads it (README, environment
+ * variables): the GPU settings. */
+static void resolve_env(serve_opts *o)
+{
+	static const char *const local[] = {"OMPI_COMM_WORLD_LOCAL_RANK",
+					    "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
+					    "LOCAL_RANK", "WEFT_CUDA_DEVICE"};
+	const char *v = getenv("WEFT_PRECISION");
+	snprintf(o->backend.precision, sizeof(o->backend.precision), "%s", v ? v : "");
+	for (size_t i = 0; i < WF_ARRAY_LEN(local); i++)
+		if ((v = getenv(local[i])) && *v) {
+			o->backend.device_index = atoi(v);
+			break;
+		}
+	if ((v = getenv("WEFT_CUDNN_WORKSPACE_MB")) && *v)
+		o->backend.workspace_mb = atol(v);
+}
+
+/* Defaults are in *o; the flags of argv override them. Returns 1 when --help
+ * was printed, 0 to run, or WF_EINVAL naming the flag. */
+static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
+{
+	const wf_flag flags[] = {
+		{"rest_api_port|http-port", WF_FLAG_INT, &o->port, "N",
+		 "HTTP port (default 8501, with --model_repository 8000 as in Triton; 0 = any free "
+		 "port)"},
+		{"port", WF_FLAG_INT, &o->tf_grpc_port, "N",
+		 "TF Serving gRPC API: PredictionService and ModelService (default 8500; 0 = "
+		 "off)"},
+		{"grpc_port|grpc-port", WF_FLAG_INT, &o->grpc_port, "N",
+		 "KServe v2 gRPC API, GRPCInferenceService (default 8001; 0 = off)"},
+		{"grpc_max_message_bytes", WF_FLAG_INT, &o->grpc_max_message, "N",
+		 "largest gRPC request message (default 67108864; images are not limited to 4 "
+		 "MB)"},
+		{"grpc_threads", WF_FLAG_INT, &o->grpc_threads, "N",
+		 "gRPC handler threads per API (default 128) (a default gRPC port found in use "
+		 "is skipped with a warning; a port given is required)"},
+		{"bind_address", WF_FLAG_STR, &o->bind_address, "A",
+		 "IPv4 address to listen on (default 0.0.0.0)"},
+		{"model_name", WF_FLAG_STR, &o->model_name, "NAME",
+		 "name in URLs (default \"default\")"},
+		{"model_base_path", WF_FLAG_STR, &o->base_path, "DIR",
+		 "holds <version>/model.h5 (one model)"},
+		{"model_config_file", WF_FLAG_STR, &o->config_file, "FILE",
+		 "many models: TF Serving's ModelServerConfig text (model_config_list { config { "
+		 "name base_path model_version_policy version_labels } })"},
+		{"model_config_file_poll_wait_seconds", WF_FLAG_DOUBLE, &o->config_poll_seconds,
+		 "S", "re-read FILE every S s (default 0: never)"},
+		{"model_repository|model-repository|model-store", WF_FLAG_STR, &o->repository,
+		 "DIR",
+		 "many models, Triton style: DIR/<model>/<version>/model.h5 and an optional "
+		 "DIR/<model>/config.pbtxt (version_policy, max_batch_size, dynamic_batching, "
+		 "instance_group count: batch threads the model may hold at once, parameters "
+		 "weft_threads)"},
+		{"model_control_mode|model-control-mode", WF_FLAG_STR, &o->control_mode, "M",
+		 "none (load the repository once), poll (follow it) or explicit "
+		 "(/v2/repository/models/NAME/load|unload); default none"},
+		{"load-model|load_model", WF_FLAG_LIST, &o->load_models, "NAME",
+		 "explicit mode: load NAME at start ('*': all; repeatable)"},
+		{"repository-poll-secs", WF_FLAG_DOUBLE, &o->poll_seconds, "S",
+		 "Triton's name for the version poll period"},
+		{"file_system_poll_wait_seconds", WF_FLAG_DOUBLE, &o->poll_seconds, "S",
+		 "poll DIR every S seconds (default 1; 0 = load once, never poll)"},
+		{"enable_batching", WF_FLAG_TOGGLE, &o->batching, NULL,
+		 "batch concurrent requests (default false)"},
+		{"max_batch_size", WF_FLAG_INT, &o->max_batch, "N",
+		 "samples per forward (default 32)"},
+		{"batch_timeout_micros", WF_FLAG_INT, &o->timeout_us, "U",
+		 "a partial batch waits U us for more (default 1000)"},
+		{"num_batch_threads", WF_FLAG_INT, &o->batch_threads, "N",
+		 "forward threads (default 2 with batching, else the number of cores)"},
+		{"device", WF_FLAG_STR, &o->device, "D", "auto, cpu, cuda or ref (default auto)"},
+		{"precision", WF_FLAG_STR, &o->precision, "P",
+		 "conv compute fp32, bf16 (fp32 with a notice where the CPU lacks bf16) or auto "
+		 "(default fp32)"},
+		{"threads", WF_FLAG_INT, &o->threads, "N",
+		 "compute threads per forward thread (default cores / forward threads)"},
+		{"max_request_bytes", WF_FLAG_INT, &o->max_body, "N",
+		 "larger bodies get 413 (default 67108864)"},
+		{"request_timeout_seconds", WF_FLAG_DOUBLE, &o->request_timeout, "S",
+		 "longest wait for a forward thread before 503 (default 30)"},
+		{"rest_api_timeout_in_ms", WF_FLAG_DOUBLE, &o->request_timeout_ms, "MS", NULL},
+		{"idle_timeout_seconds", WF_FLAG_INT, &o->idle_timeout, "S",
+		 "close idle connections after S (default 60)"},
+		{"drain_timeout_seconds", WF_FLAG_DOUBLE, &o->drain_timeout, "S",
+		 "on SIGTERM, wait at most S for in-flight requests (default 30)"},
+		{"max_image_pixels", WF_FLAG_INT, &o->max_image_pixels, "N",
+		 "refuse request images larger than N pixels (width x height, read from the "
+		 "header before decoding; default 67108864)"},
+		{"http_threads", WF_FLAG_INT, &o->http_threads, "N",
+		 "HTTP threads (default 16, more with batching); connections are event-driven, "
+		 "a thread is held only while a request runs"},
+		{"max_connections", WF_FLAG_INT, &o->max_connections, "N",
+		 "open connections in all (default 10000; the open-file limit is raised to fit)"},
+		{"max_connections_per_client", WF_FLAG_INT, &o->max_per_client, "N",
+		 "open connections per client address, like nginx limit_conn (default 0 = no "
+		 "limit, as behind a load balancer)"},
+		{"client_header_timeout_seconds", WF_FLAG_DOUBLE, &o->header_timeout, "S",
+		 "a request header must arrive within S of the connection or previous reply (+ "
+		 "idle timeout on keep-alive) (default 10)"},
+		{"client_body_timeout_seconds", WF_FLAG_DOUBLE, &o->body_timeout, "S",
+		 "a body must arrive within S of its header (default 60)"},
+		{"max_body_bytes_in_flight", WF_FLAG_INT, &o->body_budget, "N",
+		 "request bodies held at once; over it 503 with Retry-After (default 4 x "
+		 "max_request_bytes)"},
+		{"max_queue_size", WF_FLAG_INT, &o->max_queue, "N",
+		 "inference requests waiting for a handler thread (and as many for a forward "
+		 "thread); more get 429 with Retry-After at once (default 128; 0 = no bound)"},
+		{"retry_after_seconds", WF_FLAG_INT, &o->retry_after, "S",
+		 "Retry-After of 429/503 answers (default 1)"},
+		{"ssl_cert_file", WF_FLAG_STR, &o->ssl_cert, "F",
+		 "serve HTTPS only, with this PEM certificate (chain) ..."},
+		{"ssl_key_file", WF_FLAG_STR, &o->ssl_key, "F", "... and key"},
+		{"ssl_config_file", WF_FLAG_STR, &o->ssl_config, "F",
+		 "instead: TF Serving's SSLConfig text (server_key, server_cert: PEM strings)"},
+		{"auth_token_file", WF_FLAG_STR, &o->token_file, "F",
+		 "require \"Authorization: Bearer TOKEN\" (TOKEN: F's first line; 401 otherwise) "
+		 "on all but /v2/health/live and /ready (probes)"},
+		{"metrics-port|metrics_port", WF_FLAG_INT, &o->metrics_port, "N",
+		 "also serve Prometheus /metrics (only) on port N, as Triton does (default 0: "
+		 "metrics on the HTTP port only)"},
+		{"verbose", WF_FLAG_TOGGLE, &o->verbose, NULL, "debug logging"},
+		{"log-verbose", WF_FLAG_INT, &o->log_verbose, "N", NULL},
+		/* accepted for TF Serving and Triton command lines, ignored (--help's epilog) */
+		{"enable_model_warmup", WF_FLAG_TOGGLE, NULL, NULL, NULL},
+		{"allow_version_labels_for_unavailable_models", WF_FLAG_TOGGLE, NULL, NULL, NULL},
+		{"rest_api_num_threads", WF_FLAG_STR, NULL, "N", NULL},
+		{"tensorflow_intra_op_parallelism", WF_FLAG_STR, NULL, "N", NULL},
+		{"tensorflow_inter_op_parallelism", WF_FLAG_STR, NULL, "N", NULL},
+		{"tensorflow_session_parallelism", WF_FLAG_STR, NULL, "N", NULL},
+		{"strict-model-config", WF_FLAG_TOGGLE, NULL, NULL, NULL},
+		{"allow-http", WF_FLAG_TOGGLE, NULL, NULL, NULL},
+		{"allow-grpc", WF_FLAG_TOGGLE, NULL, NULL, NULL},
+		{"allow-metrics", WF_FLAG_TOGGLE, NULL, NULL, NULL},
+
+		{0},
+	};
+	wf_cli_list pos = {0};
+	char *cmd = argv[0];
+	argv[0] = "weft-serve"; /* messages name the program, not its path */
+	int rc = wf_cli_parse(&serve_help, flags, argc, argv, &pos, 0, err);
+	argv[0] = cmd;
+	wf_cli_list_free(&pos);
+	if (rc == 1)
+		fputs(serve_epilog, stdout);
+	if (rc)
+		return rc;
+	return check_ranges(o, err);
+}
+
 int main(int argc, char **argv)
 {
-	serve_flags f = {
-		.port = 8501,
+	serve_opts f = {
+		.port = UNSET,
 		.bind_address = "0.0.0.0",
 		.model_name = "default",
 		.poll_seconds = 1,
 		.max_batch = 32,
 		.timeout_us = 1000,
+		.batch_threads = UNSET,
 		.device = "auto",
 		.precision = "fp32",
 		.max_body = 64L << 20,
 		.request_timeout = 30,
 		.idle_timeout = 60,
 		.drain_timeout = 30,
+		.max_image_pixels = UNSET,
+		.http_threads = UNSET,
 		.max_connections = 10000,
 		.header_timeout = 10,
 		.body_timeout = 60,
+		.body_budget = UNSET,
 		.max_queue = 128,
 		.retry_after = 1,
-		.tf_grpc_port = 8500,
-		.grpc_port = 8001,
+		.control_mode = "none",
+		.tf_grpc_port = UNSET,
+		.grpc_port = UNSET,
 		.grpc_max_message = 64L << 20,
 		.grpc_threads = 128,
 	};
@@ -440,17 +393,18 @@ int main(int argc, char **argv)
 	wf_serve_metrics *metrics = NULL;
 	wf_serve_repo *repo = NULL;
 	wf_serve_batcher *batcher = NULL;
-	wf_serve_http *http = NULL;
+	wf_serve_http *http = NULL, *metrics_http = NULL;
 	wf_cpus_passive_openmp(argv); /* OpenMP threads sleep when idle; may re-exec once */
 	wf_grpc_adapter *grpc_adapter = NULL;
 	wf_grpc_servers *grpc = NULL;
+	resolve_env(&f); /* defaults < environment < flags */
 	int rc = parse_flags(argc, argv, &f, &err);
-	if (rc == 1) {
-		usage(stdout);
+	if (rc == 1)
 		return 0;
-	}
 	if (rc) {
-		fprintf(stderr, "weft-serve: %s\n", err.msg);
+		fprintf(stderr, "%s%s\n",
+			strncmp(err.msg, "weft-serve: ", 12) ? "weft-serve: " : "", err.msg);
+		wf_cli_list_free(&f.load_models);
 		return wf_exit_status(rc);
 	}
 	wf_log_set_level(f.verbose ? WF_LOG_DEBUG : WF_LOG_INFO);
@@ -484,8 +438,8 @@ int main(int argc, char **argv)
 		.config_poll_seconds = f.config_poll_seconds,
 		.repository = f.repository,
 		.control = (wf_serve_control)f.control,
-		.load_models = f.load_models,
-		.nload_models = f.nload_models,
+		.load_models = f.load_models.items,
+		.nload_models = f.load_models.n,
 		.batch_delay_us = f.timeout_us,
 		.batching = f.batching,
 		.name = f.model_name,
@@ -493,6 +447,7 @@ int main(int argc, char **argv)
 		.device = f.device,
 		.precision = f.precision,
 		.threads = f.threads,
+		.backend = f.backend,
 		.nslots = f.batch_threads,
 		.max_batch = f.max_batch,
 		.poll_seconds = f.poll_seconds,
@@ -536,6 +491,16 @@ int main(int argc, char **argv)
 		rc = wf_serve_repo_create(&repo, &ro, &err);
 	if (!rc)
 		rc = wf_serve_http_start(&http, &ho, repo, batcher, metrics, &err);
+	if (!rc && f.metrics_port) { /* Triton's --metrics-port: /metrics on its own port */
+		wf_serve_http_opts mo = ho;
+		mo.port = (int)f.metrics_port;
+		mo.threads = 2;
+		mo.metrics_only = 1;
+		rc = wf_serve_http_start(&metrics_http, &mo, repo, batcher, metrics, &err);
+		if (!rc)
+			wf_info("weft-serve: metrics on http://%s:%d/metrics", f.bind_address,
+				wf_serve_http_port(metrics_http));
+	}
 	if (!rc && (f.tf_grpc_port || f.grpc_port)) {
 		wf_grpc_adapter_opts ga = {
 			.repo = repo,
@@ -568,7 +533,7 @@ int main(int argc, char **argv)
 	if (rc)
 		goto out;
 	wf_info("weft-serve: model %s from %s on http://%s:%d (device %s, batching %s, "
-		"max_batch_size %d, %d forward threads x %d compute threads)",
+		"max_batch_size %ld, %ld forward threads x %ld compute threads)",
 		f.base_path ? f.model_name : "(many)",
 		f.base_path	? f.base_path
 		: f.config_file ? f.config_file
@@ -583,6 +548,8 @@ int main(int argc, char **argv)
 		sig == SIGTERM ? "SIGTERM" : "SIGINT", wf_serve_http_inflight(http),
 		wf_grpc_servers_inflight(grpc));
 	wf_serve_http_drain(http);
+	if (metrics_http)
+		wf_serve_http_drain(metrics_http);
 	if (grpc_adapter)
 		wf_grpc_adapter_drain(grpc_adapter);
 	wf_serve_batcher_flush(batcher);
@@ -603,9 +570,11 @@ out:
 	wf_grpc_servers_stop(grpc);
 	wf_grpc_adapter_free(grpc_adapter);
 	wf_serve_http_stop(http);
+	wf_serve_http_stop(metrics_http);
 	wf_serve_batcher_free(batcher);
 	wf_serve_repo_free(repo);
 	wf_serve_metrics_free(metrics);
+	wf_cli_list_free(&f.load_models);
 	if (rc) {
 		fprintf(stderr, "weft-serve: %s\n", err.msg);
 		return wf_exit_status(rc);

@@ -89,15 +89,17 @@ typedef struct wf_serve_repo_opts {
 	wf_serve_control control;	/* REPOSITORY */
 	const char *const *load_models; /* EXPLICIT: loaded at start ("*": all) */
 	int nload_models;
-	const char *device;    /* backend: auto, cpu, cuda, ref */
-	const char *precision; /* fp32 (NULL), bf16, auto: wf_backend_set_precision */
-	int threads;	       /* backend threads per executor (0: default) */
-	int nslots;	       /* batch threads */
-	int max_batch;	       /* largest executor batch */
-	long batch_delay_us;   /* the server's batching delay (for /config) */
-	int batching;	       /* dynamic batching on (for /config) */
-	double poll_seconds;   /* version scan period; 0: load once, never poll */
-	long max_image_pixels; /* largest request image, width x height (0: default) */
+	const char *device;	 /* backend: auto, cpu, cuda, ref */
+	const char *precision;	 /* fp32 (NULL), bf16, auto: wf_backend_set_precision */
+	int threads;		 /* backend threads per executor (0: default) */
+	wf_backend_opts backend; /* device index, cuda precision, workspace (weft-serve's
+				  * main resolves them); threads: from `threads` */
+	int nslots;		 /* batch threads */
+	int max_batch;		 /* largest executor batch */
+	long batch_delay_us;	 /* the server's batching delay (for /config) */
+	int batching;		 /* dynamic batching on (for /config) */
+	double poll_seconds;	 /* version scan period; 0: load once, never poll */
+	long max_image_pixels;	 /* largest request image, width x height (0: default) */
 } wf_serve_repo_opts;
 
 typedef struct wf_serve_repo wf_serve_repo;

@@ -5,8 +5,10 @@ starve:   1000 slowloris + 1000 idle keep-alive connections held while a normal
           client's p99 stays within 100 ms of its p99 without them; the
           per-address connection limit; the whole-header deadline.
 drain:    SIGTERM while requests sit in the batcher (a long batch timeout), one
-          on a keep-alive connection and one mid-upload: all get complete 200
-          answers (keep-alive ones with Connection: close), no new connection is
+          on a keep-alive connection, one mid-upload and a large one queued behind
+          them (so the server is still computing it after the signal): none was
+          answered before SIGTERM, all get complete 200 answers after it
+          (keep-alive ones with Connection: close), no new connection is
           accepted, the process exits 0 before the drain timeout.
 overload: a bounded queue answers 429 + Retry-After at once; the body budget
           answers 503 + Retry-After; a 32 MB JSON body leaves RSS bounded.
@@ -14,9 +16,11 @@ tls:      HTTPS with a certificate made by openssl, checked with curl --cacert;
           a bearer token (401 without it; health probes open).
 
 Every process started here is killed in `finally`; each mode stops by itself."""
+import gzip
 import http.client
 import json
 import os
+import select
 import selectors
 import shutil
 import signal
@@ -307,12 +311,20 @@ def read_response(s):
 
 
 def drain(tmp):
-    # Requests wait up to 5 s in the batcher for a batch of 64 to fill.
+    # Requests wait up to 5 s in the batcher for a batch of 64 to fill; one
+    # batch thread, so a large request queued behind that batch cannot start
+    # before SIGTERM flushes it: the server is still computing it after the
+    # signal, whatever the machine's speed, and must finish it before exiting.
     p, port = start_server(tmp, "smallcnn", "--enable_batching", "--max_batch_size", "64",
-                           "--batch_timeout_micros", "5000000", "--drain_timeout_seconds", "20")
+                           "--num_batch_threads", "1", "--batch_timeout_micros", "5000000",
+                           "--drain_timeout_seconds", "20")
     body = zeros_body(1)
     req = (b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
            b"Content-Length: %d\r\n\r\n" % len(body))
+    big_n = 768
+    big_body = zeros_body(big_n)
+    big_req = (b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\n"
+               b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(big_body))
     results = {}
     try:
         # A keep-alive connection: one answered request, then one held in the batcher.
@@ -329,7 +341,14 @@ def drain(tmp):
         # One request mid-upload: header and half the body now, the rest after SIGTERM.
         up = socket.create_connection(("127.0.0.1", port), timeout=30)
         up.sendall(req + body[:len(body) // 2])
-        time.sleep(0.5)
+        # A large request (768 samples, 12 forwards of 64) queued behind the held batch.
+        big = socket.create_connection(("127.0.0.1", port), timeout=60)
+        big.sendall(big_req + big_body)
+        time.sleep(1.0)
+        socks = [("keep-alive", ka), ("held 1", held[0]), ("held 2", held[1]),
+                 ("mid-upload", up), ("large", big)]
+        readable, _, _ = select.select([s for _, s in socks], [], [], 0)
+        check(not readable, "no request was answered before SIGTERM (%d were)" % len(readable))
         t_term = time.time()
         p.send_signal(signal.SIGTERM)
         time.sleep(0.5)
@@ -341,8 +360,7 @@ def drain(tmp):
         check(refused, "no new connection is accepted after SIGTERM")
         time.sleep(0.5)
         up.sendall(body[len(body) // 2:])
-        for name, s in [("keep-alive", ka), ("held 1", held[0]), ("held 2", held[1]),
-                        ("mid-upload", up)]:
+        for name, s in socks:
             try:
                 st, hd, b = read_response(s)
                 doc = json.loads(b)
@@ -355,7 +373,10 @@ def drain(tmp):
         took = time.time() - t_term
         print("drain results %s; exit %d after %.2f s" % (results, rc, took), flush=True)
         for name, (st, conn, npred) in results.items():
-            check(st == 200 and npred == 1, "%s request answered completely after SIGTERM" % name)
+            want = big_n if name == "large" else 1
+            check(st == 200 and npred == want,
+                  "%s request answered completely after SIGTERM (%d of %d predictions)"
+                  % (name, npred, want))
         check(results["keep-alive"][1] == "close", "keep-alive answer carries Connection: close")
         check(rc == 0 and took < 20, "exit 0 within the drain timeout (%.2f s)" % took)
     finally:
@@ -425,12 +446,20 @@ def overload(tmp):
         s.close()
         check(st == 503 and "retry-after" in hd,
               "a body over the in-flight budget gets 503 + Retry-After at once (%d)" % st)
+        # A gzip body of a few KB that inflates to 1.5 MB counts at its inflated size.
+        gz = gzip.compress(body + b" " * (1500000 - len(body)))
+        gz_head = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+        st, _, hd = request(port, "POST", "/v1/models/m:predict", gz, headers=gz_head)
+        check(st == 503 and "Retry-After" in hd,
+              "a %d-byte gzip body inflating over the in-flight budget gets 503 + Retry-After "
+              "(%d)" % (len(gz), st))
         up.sendall(pad[1000:])
         st1 = read_response(up)[0]
         up.close()
         st2 = request(port, "POST", "/v1/models/m:predict", pad)[0]
-        check(st1 == 200 and st2 == 200, "both bodies are served once the budget frees (%d, %d)"
-              % (st1, st2))
+        st3 = request(port, "POST", "/v1/models/m:predict", gz, headers=gz_head)[0]
+        check(st1 == 200 and st2 == 200 and st3 == 200,
+              "the bodies are served once the budget frees (%d, %d, gzip %d)" % (st1, st2, st3))
     finally:
         stop(p)
 

@@ -403,6 +403,18 @@ def drain(tmp):
     check(rc == 0, "weft-serve exits 0 after draining")
 
 
+def metrics_port_checks(port, mport):
+    """Triton's --metrics-port: /metrics on its own port too, nothing else there."""
+    st, body, _ = request(mport, "GET", "/metrics")
+    _, main_body, _ = request(port, "GET", "/metrics")
+    names = lambda b: {l.split()[2] for l in b.decode().splitlines() if l.startswith("# TYPE")}
+    check(st == 200 and names(body) and names(body) == names(main_body),
+          "--metrics-port serves the HTTP port's metrics (%d, %d metric names)"
+          % (st, len(names(body))))
+    check(request(mport, "GET", "/v2/health/ready")[0] == 404,
+          "--metrics-port serves nothing but /metrics")
+
+
 def main():
     global JPEG
     tmp = tempfile.mkdtemp(prefix="weft-serve-test-")
@@ -422,11 +434,12 @@ def main():
         code = subprocess.run([SERVE, "--model_base_path", os.path.join(tmp, "missing")],
                               capture_output=True, text=True)
         check(code.returncode != 0 and "missing" in code.stderr, "missing base path is named")
-        port = free_port()
+        port, mport = free_port(), free_port()
         p = start_server(base, port, "--enable_batching", "--max_batch_size", "8",
                          "--batch_timeout_micros", "2000", "--file_system_poll_wait_seconds", "0.2",
-                         "--max_request_bytes", str(1 << 20))
+                         "--max_request_bytes", str(1 << 20), "--metrics-port=%d" % mport)
         api_checks(port, jpeg_b64)
+        metrics_port_checks(port, mport)
         png_checks(port, tmp)
         hot_swap(port, base, images, tmp)
         p.send_signal(signal.SIGTERM)

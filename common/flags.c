@@ -1,4 +1,4 @@
-#include "trainer/cli.h"
+#include "common/flags.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -20,6 +20,18 @@ static int list_push(wf_cli_list *l, const char *s, wf_err *err)
 		return wf_errf(err, WF_ENOMEM, "out of memory");
 	l->items = n;
 	l->items[l->n++] = s;
+	return 0;
+}
+
+/* Whether name[0..len) is one of the '|'-separated spellings. */
+static int spelled(const char *names, const char *name, size_t len)
+{
+	for (const char *a = names; *a;) {
+		size_t n = strcspn(a, "|");
+		if (n == len && strncmp(a, name, len) == 0)
+			return 1;
+		a += n + (a[n] == '|');
+	}
 	return 0;
 }
 
@@ -52,11 +64,20 @@ void wf_cli_print_help(FILE *out, const wf_command_help *help, const wf_flag *fl
 {
 	fprintf(out, "usage: %s\n\n%s\n\noptions:\n", help->usage, help->summary);
 	for (const wf_flag *f = flags; f && f->name; f++) {
-		char left[64];
-		if (f->kind == WF_FLAG_BOOL)
-			snprintf(left, sizeof(left), "--%s", f->name);
-		else
-			snprintf(left, sizeof(left), "--%s %s", f->name, f->metavar);
+		if (!f->help)
+			continue;
+		char left[160];
+		int n = 0;
+		for (const char *a = f->name; *a && n < (int)sizeof(left) - 8;) {
+			size_t len = strcspn(a, "|");
+			n += snprintf(left + n, sizeof(left) - (size_t)n, "%s--%.*s", n ? ", " : "",
+				      (int)len, a);
+			a += len + (a[len] == '|');
+		}
+		if (f->kind == WF_FLAG_TOGGLE)
+			snprintf(left + n, sizeof(left) - (size_t)n, "[=true|false]");
+		else if (f->kind != WF_FLAG_BOOL)
+			snprintf(left + n, sizeof(left) - (size_t)n, " %s", f->metavar);
 		print_wrapped(out, left, f->help);
 	}
 	fprintf(out, "  %-26s %s\n", "--help", "show this help");
@@ -93,39 +114,62 @@ int wf_cli_parse(const wf_command_help *help, const wf_flag *flags, int argc, ch
 		const char *name = a + 2, *eq = strchr(name, '=');
 		size_t len = eq ? (size_t)(eq - name) : strlen(name);
 		const wf_flag *f = flags;
-		while (f && f->name &&
-		       !(strlen(f->name) == len && strncmp(f->name, name, len) == 0))
+		while (f && f->name && !spelled(f->name, name, len))
 			f++;
 		if (!f || !f->name)
 			return wf_errf(err, WF_EINVAL, "%s: unknown flag '--%.*s' (see --help)",
 				       cmd, (int)len, name);
+		if (f->kind == WF_FLAG_TOGGLE) {
+			int v = 1;
+			if (eq && (!strcmp(eq + 1, "false") || !strcmp(eq + 1, "0")))
+				v = 0;
+			else if (eq && strcmp(eq + 1, "true") && strcmp(eq + 1, "1"))
+				return wf_errf(err, WF_EINVAL,
+					       "%s: flag --%.*s: '%s' is not true or false", cmd,
+					       (int)len, name, eq + 1);
+			if (f->dst)
+				*(int *)f->dst = v;
+			continue;
+		}
 		if (f->kind == WF_FLAG_BOOL) {
 			if (eq)
-				return wf_errf(err, WF_EINVAL, "%s: flag --%s takes no value", cmd,
-					       f->name);
-			*(int *)f->dst = 1;
+				return wf_errf(err, WF_EINVAL, "%s: flag --%.*s takes no value",
+					       cmd, (int)len, name);
+			if (f->dst)
+				*(int *)f->dst = 1;
 			continue;
 		}
 		const char *val = eq ? eq + 1 : NULL;
 		if (!val) {
 			if (i + 1 >= argc)
-				return wf_errf(err, WF_EINVAL, "%s: flag --%s needs a value (%s)",
-					       cmd, f->name, f->metavar);
+				return wf_errf(err, WF_EINVAL, "%s: flag --%.*s needs a value (%s)",
+					       cmd, (int)len, name, f->metavar);
 			val = argv[++i];
 		}
-		if (f->kind == WF_FLAG_STR) {
+		if (!f->dst) {
+			continue; /* accepted and ignored */
+		} else if (f->kind == WF_FLAG_STR) {
 			*(const char **)f->dst = val;
 		} else if (f->kind == WF_FLAG_LIST) {
 			if (list_push(f->dst, val, err) != 0)
 				return WF_ENOMEM;
+		} else if (f->kind == WF_FLAG_DOUBLE) {
+			char *end;
+			errno = 0;
+			double v = strtod(val, &end);
+			if (!*val || *end || errno || v != v)
+				return wf_errf(err, WF_EINVAL,
+					       "%s: flag --%.*s: expected a number, got '%s'", cmd,
+					       (int)len, name, val);
+			*(double *)f->dst = v;
 		} else {
 			char *end;
 			errno = 0;
 			long v = strtol(val, &end, 10);
 			if (!*val || *end || errno)
 				return wf_errf(err, WF_EINVAL,
-					       "%s: flag --%s: expected an integer, got '%s'", cmd,
-					       f->name, val);
+					       "%s: flag --%.*s: expected an integer, got '%s'",
+					       cmd, (int)len, name, val);
 			*(long *)f->dst = v;
 		}
 	}

@@ -1,0 +1,325 @@
+/* grpc_call.c: one gRPC call: status codes and failure replies, the
+ * length-prefixed message framing (compression, size limit), grpc-timeout,
+ * and the dispatch of a finished stream to its method (inline or on a
+ * worker). */
+#include "serve/grpc_internal.h"
+
+static const char *code_names[] = {
+	"OK",
+	"CANCELLED",
+	"UNKNOWN",
+	"INVALID_ARGUMENT",
+	"DEADLINE_EXCEEDED",
+	"NOT_FOUND",
+	"ALREADY_EXISTS",
+	"PERMISSION_DENIED",
+	"RESOURCE_EXHAUSTED",
+	"FAILED_PRECONDITION",
+	"ABORTED",
+	"OUT_OF_RANGE",
+	"UNIMPLEMENTED",
+	"INTERNAL",
+	"UNAVAILABLE",
+	"DATA_LOSS",
+	"UNAUTHENTICATED",
+};
+
+const char *wf_grpc_code_name(int code)
+{
+	return code >= 0 && code < (int)WF_ARRAY_LEN(code_names) ? code_names[code] : "UNKNOWN";
+}
+
+uint8_t *wf_grpc_reply_buf(wf_grpc_call *call, size_t n)
+{
+	free(call->reply);
+	call->reply = malloc(PREFIX + (n ? n : 1));
+	call->reply_len = call->reply ? n : 0;
+	return call->reply ? call->reply + PREFIX : NULL;
+}
+
+int wf_grpc_fail(wf_grpc_call *call, int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(call->message, sizeof(call->message), fmt, ap);
+	va_end(ap);
+	return code;
+}
+
+/* ---- framing ---------------------------------------------------------- */
+
+static int inflate_msg(const uint8_t *in, size_t n, int gzip, size_t max, uint8_t **out,
+		       size_t *out_len, char *why, size_t cap)
+{
+	z_stream z = {0};
+	if (inflateInit2(&z, gzip ? 16 + MAX_WBITS : MAX_WBITS) != Z_OK) {
+		snprintf(why, cap, "cannot start decompression");
+		return WF_GRPC_INTERNAL;
+	}
+	size_t bcap = n * 4 + 64 < max + 1 ? n * 4 + 64 : max + 1, len = 0;
+	uint8_t *buf = malloc(bcap);
+	int zr = Z_OK, code = WF_GRPC_OK;
+	z.next_in = (Bytef *)in;
+	z.avail_in = (uInt)n;
+	while (buf && zr != Z_STREAM_END) {
+		if (len == bcap) {
+			if (bcap > max) {
+				snprintf(why, cap,
+					 "grpc: received message after decompression larger than "
+					 "max (%zu)",
+					 max);
+				code = WF_GRPC_RESOURCE_EXHAUSTED;
+				break;
+			}
+			size_t ncap = bcap * 2 < max + 1 ? bcap * 2 : max + 1;
+			uint8_t *nb = realloc(buf, ncap);
+			if (!nb)
+				break;
+			buf = nb;
+			bcap = ncap;
+		}
+		z.next_out = buf + len;
+		z.avail_out = (uInt)(bcap - len);
+		zr = inflate(&z, Z_NO_FLUSH);
+		len = bcap - z.avail_out;
+		if (zr != Z_OK && zr != Z_STREAM_END && !(zr == Z_BUF_ERROR && len == bcap)) {
+			snprintf(why, cap, "the %s-compressed message is corrupt",
+				 gzip ? "gzip" : "deflate");
+			code = WF_GRPC_INVALID_ARGUMENT;
+			break;
+		}
+		if (zr == Z_OK && z.avail_in == 0 && len < bcap) {
+			snprintf(why, cap, "the %s-compressed message is truncated",
+				 gzip ? "gzip" : "deflate");
+			code = WF_GRPC_INVALID_ARGUMENT;
+			break;
+		}
+	}
+	inflateEnd(&z);
+	if (!buf) {
+		snprintf(why, cap, "out of memory");
+		return WF_GRPC_RESOURCE_EXHAUSTED;
+	}
+	if (code == WF_GRPC_OK && len > max) {
+		snprintf(why, cap,
+			 "grpc: received message after decompression larger than max (%zu)", max);
+		code = WF_GRPC_RESOURCE_EXHAUSTED;
+	}
+	if (code != WF_GRPC_OK) {
+		free(buf);
+		return code;
+	}
+	*out = buf;
+	*out_len = len;
+	return WF_GRPC_OK;
+}
+
+int wf_grpc_unframe(const uint8_t *body, size_t len, const char *encoding, size_t max,
+		    uint8_t **msg, size_t *msg_len, char *why, size_t why_cap)
+{
+	*msg = NULL;
+	*msg_len = 0;
+	if (len < PREFIX) {
+		snprintf(why, why_cap,
+			 "the request has %s (a gRPC message starts with a 5-byte prefix)",
+			 len ? "a truncated message prefix" : "no message");
+		return WF_GRPC_INVALID_ARGUMENT;
+	}
+	uint32_t n = ((uint32_t)body[1] << 24) | ((uint32_t)body[2] << 16) |
+		     ((uint32_t)body[3] << 8) | body[4];
+	if (body[0] > 1) {
+		snprintf(why, why_cap, "bad compressed-flag byte %u in the message prefix",
+			 body[0]);
+		return WF_GRPC_INVALID_ARGUMENT;
+	}
+	if ((size_t)n > len - PREFIX) {
+		snprintf(why, why_cap, "the message prefix says %u bytes, the stream has %zu", n,
+			 len - PREFIX);
+		return WF_GRPC_INVALID_ARGUMENT;
+	}
+	if ((size_t)n < len - PREFIX) {
+		snprintf(why, why_cap, "a unary call carries one message; %zu bytes follow it",
+			 len - PREFIX - n);
+		return WF_GRPC_INVALID_ARGUMENT;
+	}
+	if (n > max) {
+		snprintf(why, why_cap, "grpc: received message larger than max (%u vs. %zu)", n,
+			 max);
+		return WF_GRPC_RESOURCE_EXHAUSTED;
+	}
+	int identity = !encoding || !*encoding || !strcmp(encoding, "identity");
+	if (body[0] == 1) {
+		if (identity) {
+			snprintf(why, why_cap,
+				 "the message is flagged compressed but no grpc-encoding was sent");
+			return WF_GRPC_INVALID_ARGUMENT;
+		}
+		if (strcmp(encoding, "gzip") && strcmp(encoding, "deflate")) {
+			snprintf(why, why_cap,
+				 "grpc-encoding \"%.32s\" is not supported (identity, gzip, "
+				 "deflate)",
+				 encoding);
+			return WF_GRPC_UNIMPLEMENTED;
+		}
+		return inflate_msg(body + PREFIX, n, !strcmp(encoding, "gzip"), max, msg, msg_len,
+				   why, why_cap);
+	}
+	if (n) {
+		*msg = malloc(n);
+		if (!*msg) {
+			snprintf(why, why_cap, "out of memory");
+			return WF_GRPC_RESOURCE_EXHAUSTED;
+		}
+		memcpy(*msg, body + PREFIX, n);
+	}
+	*msg_len = n;
+	return WF_GRPC_OK;
+}
+
+double wf_grpc_parse_timeout(const char *v)
+{
+	size_t n = strlen(v);
+	if (n < 2 || n > 9 || strspn(v, "0123456789") != n - 1)
+		return -1;
+	double x = (double)strtol(v, NULL, 10);
+	switch (v[n - 1]) {
+	case 'H': return x * 3600;
+	case 'M': return x * 60;
+	case 'S': return x;
+	case 'm': return x * 1e-3;
+	case 'u': return x * 1e-6;
+	case 'n': return x * 1e-9;
+	default: return -1;
+	}
+}
+
+/* grpc-message is percent-encoded outside printable ASCII (and '%'). */
+void pct_encode(const char *s, char *out, size_t cap)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0;
+	for (; *s && o + 4 < cap; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch >= 0x20 && ch <= 0x7e && ch != '%') {
+			out[o++] = (char)ch;
+		} else {
+			out[o++] = '%';
+			out[o++] = hex[ch >> 4];
+			out[o++] = hex[ch & 15];
+		}
+	}
+	out[o] = 0;
+}
+
+static const wf_grpc_method *find_method(wf_grpc *g, const char *path)
+{
+	for (int i = 0; i < g->nmethods; i++)
+		if (!strcmp(g->methods[i].path, path))
+			return &g->methods[i];
+	return NULL;
+}
+
+/* A handler that never blocks (health, metadata) runs in the loop thread. */
+static void run_inline(conn *c, stream *st, const wf_grpc_method *m)
+{
+	wf_grpc *g = c->g;
+	wf_grpc_call call = {0};
+	uint8_t *msg = NULL;
+	char why[512];
+	int code = wf_grpc_unframe(st->body, st->len, st->encoding, g->o.max_message, &msg,
+				   &call.len, why, sizeof(why));
+	c->receiving -= st->len;
+	free(st->body);
+	st->body = NULL;
+	st->len = st->cap = 0;
+	if (code != WF_GRPC_OK) {
+		answer_error(c, st, code, why);
+		return;
+	}
+	call.msg = msg;
+	call.t_begin = st->t_begin;
+	call.deadline = st->timeout > 0 ? st->t_begin + st->timeout : 0;
+	code = m->fn(g->ctx, &call);
+	if (code == WF_GRPC_OK && call.reply) {
+		answer_ok(c, st, call.reply, call.reply_len);
+		call.reply = NULL;
+	} else {
+		answer_error(c, st, code == WF_GRPC_OK ? WF_GRPC_INTERNAL : code, call.message);
+	}
+	free(call.reply);
+	free(msg);
+}
+
+/* The request is complete: answer what is wrong with it, or queue a job. */
+void dispatch_call(conn *c, stream *st)
+{
+	wf_grpc *g = c->g;
+	char why[512];
+	if (st->answered)
+		return;
+	if (!st->post) {
+		answer_http(c, st, "405");
+		return;
+	}
+	if (!st->grpc_ct) {
+		answer_http(c, st, "415");
+		return;
+	}
+	const wf_grpc_method *m = st->bad_header ? NULL : find_method(g, st->path);
+	if (!m) {
+		snprintf(why, sizeof(why), "Method not found: %.200s",
+			 st->path[0] == '/' ? st->path + 1 : st->path);
+		answer_error(c, st, WF_GRPC_UNIMPLEMENTED, why);
+		return;
+	}
+	if (atomic_load(&g->stop)) {
+		answer_error(c, st, WF_GRPC_UNAVAILABLE, "the server is shutting down");
+		return;
+	}
+	if (m->quick) {
+		run_inline(c, st, m);
+		return;
+	}
+	job *j = calloc(1, sizeof(*j));
+	if (!j) {
+		answer_error(c, st, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	int code = wf_grpc_unframe(st->body, st->len, st->encoding, g->o.max_message, &j->msg,
+				   &j->call.len, why, sizeof(why));
+	c->receiving -= st->len;
+	free(st->body);
+	st->body = NULL;
+	st->len = st->cap = 0;
+	if (code != WF_GRPC_OK) {
+		free(j);
+		answer_error(c, st, code, why);
+		return;
+	}
+	j->c = c;
+	j->stream_id = st->id;
+	j->m = m;
+	j->call.msg = j->msg;
+	j->call.deadline = st->timeout > 0 ? st->t_begin + st->timeout : 0;
+	j->call.t_begin = st->t_begin;
+	pthread_mutex_lock(&g->mu);
+	if (g->queued >= g->o.max_queue) {
+		pthread_mutex_unlock(&g->mu);
+		free(j->msg);
+		free(j);
+		snprintf(why, sizeof(why),
+			 "%d calls are waiting for a worker (the limit); retry later",
+			 g->o.max_queue);
+		answer_error(c, st, WF_GRPC_RESOURCE_EXHAUSTED, why);
+		return;
+	}
+	c->refs++;
+	if (g->q_tail)
+		g->q_tail->next = j;
+	else
+		g->q_head = j;
+	g->q_tail = j;
+	g->queued++;
+	pthread_cond_signal(&g->more);
+	pthread_mutex_unlock(&g->mu);
+}

@@ -1,0 +1,130 @@
+/* grpc_internal.h: what serve/grpc.c, grpc_h2.c and grpc_call.c share: the
+ * connection, stream, job and server state, and the helpers one file defines
+ * and another calls (not an API: only those files include it). */
+#ifndef WF_SERVE_GRPC_INTERNAL_H
+#define WF_SERVE_GRPC_INTERNAL_H
+
+#include "serve/grpc.h"
+
+#include "common/log.h"
+#include "common/util.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <nghttp2/nghttp2.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define PREFIX	     5	       /* compressed flag + 4-byte big-endian length */
+#define READ_CHUNK   65536     /* bytes read per recv */
+#define READ_BUDGET  (1 << 20) /* bytes read from one connection per wake-up */
+#define STREAM_WIN   (1 << 20) /* HTTP/2 initial window per stream */
+#define CONN_WIN     (1 << 24) /* HTTP/2 window per connection */
+#define MAX_PATH_LEN 256
+#define GATHER	     (256 << 10) /* bytes of frames gathered into one send */
+#define HELLO_SECS   10	 /* a connection must send the HTTP/2 preface and SETTINGS by then */
+#define IDLE_SECS    300 /* a connection without streams for this long gets GOAWAY */
+
+typedef struct conn conn;
+
+typedef struct stream {
+	int32_t id;
+	char path[MAX_PATH_LEN];
+	char encoding[32];
+	double timeout;	   /* seconds from grpc-timeout; 0: none */
+	double t_begin;	   /* wf_now() at its first header */
+	int post, grpc_ct; /* :method POST, content-type application/grpc* */
+	int bad_header;	   /* a header we read was too long */
+	uint8_t *body;	   /* DATA received so far */
+	size_t len, cap;
+	int answered; /* a response was submitted */
+	uint8_t *out; /* reply: prefix + message */
+	size_t out_len, out_off;
+	struct stream *prev, *next;
+} stream;
+
+struct conn {
+	wf_grpc *g;
+	int fd;
+	nghttp2_session *s;
+	int refs;	  /* the loop's own + one per job in flight */
+	int closed;	  /* socket closed, session deleted */
+	size_t receiving; /* bytes held in stream bodies */
+	uint8_t *pend;	  /* bytes nghttp2 produced that the socket did not take yet */
+	size_t pend_len, pend_off, pend_cap;
+	uint32_t events;	 /* registered epoll events */
+	double t_open, t_active; /* wf_now() at accept, at the last bytes read */
+	long frames;		 /* frames received */
+	int dirty;		 /* in deliver's list of connections to flush */
+	conn *dirty_next;
+	stream *streams;
+	conn *prev, *next;
+};
+
+typedef struct job {
+	conn *c;
+	int32_t stream_id;
+	const wf_grpc_method *m;
+	wf_grpc_call call;
+	uint8_t *msg; /* owned copy of call.msg */
+	int code;
+	struct job *next;
+} job;
+
+struct wf_grpc {
+	wf_grpc_opts o;
+	const wf_grpc_method *methods;
+	int nmethods;
+	void *ctx;
+	int lfd, efd, epfd, port;
+	pthread_t loop;
+	int loop_started;
+	nghttp2_session_callbacks *cbs;
+	nghttp2_option *opt;
+	conn *conns;
+	conn *dead; /* closed, unreferenced, freed after this wake-up */
+	int nconns;
+	atomic_int stop;
+	atomic_int inflight; /* streams open: being received, handled or answered */
+	/* workers */
+	pthread_mutex_t mu;
+	pthread_cond_t more;
+	job *q_head, *q_tail; /* waiting for a worker */
+	int queued;
+	job *done; /* finished, for the loop */
+	pthread_t *workers;
+	int nworkers;
+};
+
+/* Shared between the serve/grpc.c, grpc_h2.c and grpc_call.c files (defined where named). */
+void pct_encode(const char *s, char *out, size_t cap);
+void answer_error(conn *c, stream *st, int code, const char *msg);
+void answer_http(conn *c, stream *st, const char *status);
+void answer_ok(conn *c, stream *st, uint8_t *reply, size_t len);
+void conn_unref(conn *c);
+void free_dead(wf_grpc *g);
+void conn_close(conn *c);
+int conn_flush(conn *c);
+int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *user);
+int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
+	      const uint8_t *value, size_t vlen, uint8_t flags, void *user);
+int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
+	    void *user);
+void dispatch_call(conn *c, stream *st);
+int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user);
+int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *user);
+void *loop_main(void *arg);
+
+#endif

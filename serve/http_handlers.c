@@ -1,0 +1,356 @@
+/* http_handlers.c: the handlers of weft-serve's HTTP API: TF Serving's and
+ * KServe v2's status, metadata, config, statistics and repository documents,
+ * and inference (:predict/:classify/:regress, /infer). */
+#include "serve/http_internal.h"
+
+/* ---- status and metadata documents ------------------------------------ */
+
+static json_t *version_status(long version, const char *state, const char *code, const char *msg)
+{
+	char v[32];
+	snprintf(v, sizeof(v), "%ld", version);
+	return json_pack("{sssss{ssss}}", "version", v, "state", state, "status", "error_code",
+			 code, "error_message", msg);
+}
+
+/* The version label L of model name names; 0 when unknown. */
+static long label_version(wf_serve_http *h, const char *name, const char *label)
+{
+	wf_serve_model_config mc;
+	wf_err err = {0};
+	if (wf_serve_repo_model_config(h->repo, name, &mc, &err))
+		return 0;
+	for (int i = 0; i < mc.nlabels; i++)
+		if (!strcmp(mc.labels[i].key, label))
+			return mc.labels[i].version;
+	return 0;
+}
+
+enum MHD_Result handle_v1_status(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				 const route *r)
+{
+	int n = 0;
+	long want = r->version;
+	if (r->label[0] && !(want = label_version(h, r->name, r->label)))
+		return send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+				  "Unrecognized servable version label: %s", r->label);
+	wf_serve_version_state *st = wf_serve_repo_status(h->repo, r->name, &n);
+	json_t *list = json_array();
+	for (int i = 0; i < n; i++) {
+		if (want && st[i].version != want)
+			continue;
+		int failed = st[i].error[0] != 0;
+		json_array_append_new(list, version_status(st[i].version, st[i].state,
+							   failed ? "UNKNOWN" : "OK", st[i].error));
+	}
+	free(st);
+	if (json_array_size(list) == 0) {
+		json_decref(list);
+		if (want)
+			return send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+					  "Could not find version %ld of model %s", want, r->name);
+		return send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+				  "Could not find any versions of model %s", r->name);
+	}
+	return send_jobj(h, c, q, MHD_HTTP_OK, json_pack("{so}", "model_version_status", list));
+}
+
+static json_t *tf_tensor_info(const char *name, const int *dims, int ndim)
+{
+	json_t *d = json_array();
+	char s[32], tname[64];
+	for (int i = 0; i < ndim; i++) {
+		snprintf(s, sizeof(s), "%d", dims[i]);
+		json_array_append_new(d, json_pack("{ssss}", "size", s, "name", ""));
+	}
+	snprintf(tname, sizeof(tname), "%s:0", name);
+	return json_pack("{sss{sosb}ss}", "dtype", "DT_FLOAT", "tensor_shape", "dim", d,
+			 "unknown_rank", 0, "name", tname);
+}
+
+static json_t *weft_info(const wf_serve_version *v)
+{
+	json_t *classes = json_array();
+	for (int i = 0; i < v->meta.nclasses && v->meta.class_names; i++)
+		json_array_append_new(
+			classes, json_string(v->meta.class_names[i] ? v->meta.class_names[i] : ""));
+	json_t *mean = json_array(), *std = json_array();
+	for (int i = 0; i < v->io.c && i < 4; i++) {
+		json_array_append_new(mean, json_real(v->meta.mean[i]));
+		json_array_append_new(std, json_real(v->meta.std[i]));
+	}
+	return json_pack("{sos{sfsosossss}sI}", "classes", classes, "preprocessing", "scale",
+			 (double)v->meta.scale, "mean", mean, "std", std, "channel_order",
+			 v->meta.channel_order[0] ? v->meta.channel_order : "RGB", "input",
+			 "numbers are model input after preprocessing; images get it applied",
+			 "trained_steps", (json_int_t)v->meta.trained_steps);
+}
+
+enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				   wf_serve_version *v)
+{
+	int in_dims[4] = {-1, v->io.h, v->io.w, v->io.c}, out_dims[2] = {-1, v->io.classes};
+	char ver[32];
+	snprintf(ver, sizeof(ver), "%ld", v->version);
+	json_t *sig = json_pack(
+		"{s{so}s{soso}ss}", "inputs", WF_SERVE_INPUT_NAME,
+		tf_tensor_info(WF_SERVE_INPUT_NAME, in_dims, 4), "outputs", WF_SERVE_OUTPUT_PROBS,
+		tf_tensor_info(WF_SERVE_OUTPUT_PROBS, out_dims, 2), WF_SERVE_OUTPUT_LOGITS,
+		tf_tensor_info(WF_SERVE_OUTPUT_LOGITS, out_dims, 2), "method_name",
+		"tensorflow/serving/predict");
+	json_t *doc = json_pack("{s{ssssss}s{s{s{so}}so}}", "model_spec", "name", v->name,
+				"signature_name", "", "version", ver, "metadata", "signature_def",
+				"signature_def", "serving_default", sig, "weft", weft_info(v));
+	(void)h;
+	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
+}
+
+/* Versions of model `name` being served, as strings, newest first. */
+static json_t *served_versions(wf_serve_http *h, const char *name)
+{
+	int n = 0;
+	wf_serve_version **vs = wf_serve_repo_acquire_all(h->repo, name, &n);
+	json_t *a = json_array();
+	for (int i = 0; i < n; i++) {
+		char ver[32];
+		snprintf(ver, sizeof(ver), "%ld", vs[i]->version);
+		json_array_append_new(a, json_string(ver));
+		wf_serve_version_release(vs[i]);
+	}
+	free(vs);
+	return a;
+}
+
+enum MHD_Result handle_v2_model(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				wf_serve_version *v)
+{
+	json_t *doc = json_pack("{sssosss[{sssss[iiii]}]s[{sssss[ii]},{sssss[ii]}]so}", "name",
+				v->name, "versions", served_versions(h, v->name), "platform",
+				"weft", "inputs", "name", WF_SERVE_INPUT_NAME, "datatype", "FP32",
+				"shape", -1, v->io.h, v->io.w, v->io.c, "outputs", "name",
+				WF_SERVE_OUTPUT_PROBS, "datatype", "FP32", "shape", -1,
+				v->io.classes, "name", WF_SERVE_OUTPUT_LOGITS, "datatype", "FP32",
+				"shape", -1, v->io.classes, "parameters", weft_info(v));
+	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
+}
+
+/* Triton's model configuration JSON (model_config.proto as JSON). */
+enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				 wf_serve_version *v)
+{
+	wf_serve_model_config mc;
+	wf_err err = {0};
+	if (wf_serve_repo_model_config(h->repo, v->name, &mc, &err))
+		return send_error(h, c, q, MHD_HTTP_NOT_FOUND, "%s", err.msg);
+	json_t *policy;
+	if (mc.policy == WF_SERVE_POLICY_SPECIFIC) {
+		json_t *vl = json_array();
+		for (int i = 0; i < mc.nspecific; i++)
+			json_array_append_new(vl, json_integer(mc.specific[i]));
+		policy = json_pack("{s{so}}", "specific", "versions", vl);
+	} else if (mc.policy == WF_SERVE_POLICY_ALL) {
+		policy = json_pack("{s{}}", "all");
+	} else {
+		policy = json_pack("{s{si}}", "latest", "num_versions", mc.num_versions);
+	}
+	char lab[WF_SERVE_MAX_LABELS * (WF_SERVE_MAX_NAME + 24)] = "";
+	for (int i = 0; i < mc.nlabels; i++)
+		snprintf(lab + strlen(lab), sizeof(lab) - strlen(lab), "%s%s:%ld", i ? "," : "",
+			 mc.labels[i].key, mc.labels[i].version);
+	json_t *labels = json_pack("{ss}", "string_value", lab);
+	char group[WF_SERVE_MAX_NAME + 8];
+	snprintf(group, sizeof(group), "%s_0", v->name);
+	json_t *outs = json_array();
+	const char *onames[2] = {WF_SERVE_OUTPUT_PROBS, WF_SERVE_OUTPUT_LOGITS};
+	for (int i = 0; i < 2; i++)
+		json_array_append_new(outs, json_pack("{sssss[i]ss}", "name", onames[i],
+						      "data_type", "TYPE_FP32", "dims",
+						      v->io.classes, "label_filename", ""));
+	json_t *doc = json_pack(
+		"{sssssssosis[{sssssss[iii]sb}]sos[{sssiss}]s{so}}", "name", v->name, "platform",
+		mc.platform, "backend", "weft", "version_policy", policy, "max_batch_size",
+		mc.max_batch, "input", "name", WF_SERVE_INPUT_NAME, "data_type", "TYPE_FP32",
+		"format", "FORMAT_NHWC", "dims", v->io.h, v->io.w, v->io.c, "allow_ragged_batch", 0,
+		"output", outs, "instance_group", "name", group, "count", mc.instances, "kind",
+		"KIND_CPU", "parameters", "weft_version_labels", labels);
+	if (mc.batch_delay_us >= 0)
+		json_object_set_new(doc, "dynamic_batching",
+				    json_pack("{s[]sI}", "preferred_batch_size",
+					      "max_queue_delay_microseconds",
+					      (json_int_t)mc.batch_delay_us));
+	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
+}
+
+/* Triton's statistics of model `name` (all models when NULL), optionally of
+ * one version. */
+enum MHD_Result handle_stats(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+			     const char *name, long version)
+{
+	int n = 0, m = 0;
+	wf_serve_version **vs = wf_serve_repo_acquire_all(h->repo, name, &n);
+	for (int i = 0; i < n; i++)
+		if (!version || vs[i]->version == version)
+			vs[m++] = vs[i];
+		else
+			wf_serve_version_release(vs[i]);
+	if (name && m == 0) {
+		free(vs);
+		return version ? send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+					    "Request for unknown model: '%s' version %ld is not "
+					    "found",
+					    name, version)
+			       : send_error(h, c, q, MHD_HTTP_NOT_FOUND,
+					    "Request for unknown model: '%s' has no available "
+					    "versions",
+					    name);
+	}
+	char *s = wf_serve_stats_json(vs, m);
+	for (int i = 0; i < m; i++)
+		wf_serve_version_release(vs[i]);
+	free(vs);
+	return send_json(h, c, q, MHD_HTTP_OK, s);
+}
+
+/* Triton's repository index: [{name, version, state, reason}]. Body
+ * {"ready": true} lists only the models ready for inference. */
+enum MHD_Result handle_repo_index(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q)
+{
+	int ready_only = 0;
+	if (q->len) {
+		json_error_t jerr;
+		json_t *b = json_loadb(q->body, q->len, 0, &jerr);
+		if (!json_is_object(b)) {
+			json_decref(b);
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+					  "the index request body must be a JSON object");
+		}
+		ready_only = json_is_true(json_object_get(b, "ready"));
+		json_decref(b);
+	}
+	int n = 0;
+	wf_serve_version_state *st = wf_serve_repo_index(h->repo, &n);
+	json_t *a = json_array();
+	for (int i = 0; i < n; i++) {
+		const char *state = !strcmp(st[i].state, "AVAILABLE") ? "READY"
+				    : !strcmp(st[i].state, "LOADING") ? "LOADING"
+								      : "UNAVAILABLE";
+		if (ready_only && strcmp(state, "READY"))
+			continue;
+		json_t *e = json_pack("{ssss}", "name", st[i].name, "state", state);
+		if (st[i].version) {
+			char ver[32];
+			snprintf(ver, sizeof(ver), "%ld", st[i].version);
+			json_object_set_new(e, "version", json_string(ver));
+		}
+		if (!strcmp(state, "UNAVAILABLE"))
+			json_object_set_new(e, "reason",
+					    json_string(st[i].error[0] ? st[i].error : "unloaded"));
+		json_array_append_new(a, e);
+	}
+	free(st);
+	return send_jobj(h, c, q, MHD_HTTP_OK, a);
+}
+
+enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				    const route *r)
+{
+	wf_err err = {0};
+	if (q->len) {
+		json_error_t jerr;
+		json_t *b = json_loadb(q->body, q->len, 0, &jerr);
+		const json_t *p = json_object_get(b, "parameters");
+		int overrides = p && (json_object_get(p, "config") || json_object_size(p) > 1);
+		json_decref(b);
+		if (!b)
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+					  "the request body must be a JSON object");
+		if (overrides)
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+					  "load parameters (config, files) are not supported: "
+					  "weft-serve loads the model folder as it is");
+	}
+	int rc = r->kind == R_V2_REPO_LOAD ? wf_serve_repo_load(h->repo, r->name, &err)
+					   : wf_serve_repo_unload(h->repo, r->name, &err);
+	if (rc)
+		return send_error(h, c, q, http_code(rc), "%s", err.msg);
+	return send_json(h, c, q, MHD_HTTP_OK, strdup(""));
+}
+
+/* ---- inference -------------------------------------------------------- */
+
+enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				const route *r, wf_serve_version *v)
+{
+	wf_serve_tf_req req;
+	wf_err err = {0};
+	wf_serve_result res = {0};
+	enum MHD_Result ret;
+	int rc = wf_serve_tf_parse(&v->io, q->body ? q->body : "", q->len, &req, &err);
+	if (rc) {
+		wf_serve_stats_done(v, 0, wf_now() - q->t0);
+		return send_error(h, c, q, http_code(rc), "%s", err.msg);
+	}
+	rc = wf_serve_run(h->batcher, v, &req.in, h->o.request_timeout, &res, &err);
+	if (rc) {
+		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
+		goto out;
+	}
+	char *body = r->kind == R_V1_CLASSIFY
+			     ? wf_serve_tf_classify_reply(res.probs, req.in.n, v->io.classes,
+							  v->meta.class_names, req.top_k)
+			     : wf_serve_tf_predict_reply(res.probs, req.in.n, v->io.classes,
+							 req.columnar);
+	ret = send_json(h, c, q, MHD_HTTP_OK, body);
+out:
+	wf_serve_result_free(&res);
+	wf_serve_tf_req_free(&req);
+	return ret;
+}
+
+enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				wf_serve_version *v)
+{
+	wf_serve_kv2_req req;
+	wf_err err = {0};
+	wf_serve_result res = {0};
+	enum MHD_Result ret;
+	size_t json_len = q->len;
+	const char *hcl =
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+	if (hcl) {
+		char *end;
+		unsigned long long l = strtoull(hcl, &end, 10);
+		if (*hcl < '0' || *hcl > '9' || *end || l > q->len)
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+					  "bad Inference-Header-Content-Length \"%s\" for a body "
+					  "of %zu bytes",
+					  hcl, q->len);
+		json_len = (size_t)l;
+	}
+	int rc = wf_serve_kv2_parse(&v->io, q->body ? q->body : "", q->len, json_len, &req, &err);
+	if (rc) {
+		wf_serve_stats_done(v, 0, wf_now() - q->t0);
+		return send_error(h, c, q, http_code(rc), "%s", err.msg);
+	}
+	double timeout = h->o.request_timeout;
+	if (req.timeout_us > 0 && req.timeout_us * 1e-6 < timeout)
+		timeout = req.timeout_us * 1e-6;
+	rc = wf_serve_run(h->batcher, v, &req.in, timeout, &res, &err);
+	if (rc) {
+		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
+		goto out;
+	}
+	char *body = NULL;
+	size_t len = 0, header_len = 0;
+	rc = wf_serve_kv2_reply(&req, v->name, v->version, res.logits, res.probs, req.in.n,
+				v->io.classes, v->meta.class_names, &body, &len, &header_len, &err);
+	if (rc)
+		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
+	else
+		ret = send_reply(h, c, q, MHD_HTTP_OK, body, len,
+				 header_len ? "application/octet-stream" : CT_JSON, header_len);
+out:
+	wf_serve_result_free(&res);
+	wf_serve_kv2_req_free(&req);
+	return ret;
+}

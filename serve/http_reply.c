@@ -1,0 +1,240 @@
+/* http_reply.c: sending replies (JSON, errors, Accept-Encoding compression)
+ * and inflating Content-Encoding request bodies. */
+#include "serve/http_internal.h"
+
+/* ---- per-request state and replies ------------------------------------ */
+
+/* Compress body with zlib (gzip: 1, deflate: 0) into a malloc'd buffer. */
+static char *zcompress(const char *body, size_t len, int gzip, size_t *out_len)
+{
+	z_stream z;
+	memset(&z, 0, sizeof(z));
+	if (deflateInit2(&z, Z_BEST_SPEED, Z_DEFLATED, gzip ? 15 + 16 : 15, 8,
+			 Z_DEFAULT_STRATEGY) != Z_OK)
+		return NULL;
+	size_t cap = deflateBound(&z, (uLong)len);
+	char *out = malloc(cap ? cap : 1);
+	if (!out) {
+		deflateEnd(&z);
+		return NULL;
+	}
+	z.next_in = (Bytef *)body;
+	z.avail_in = (uInt)len;
+	z.next_out = (Bytef *)out;
+	z.avail_out = (uInt)cap;
+	int rc = deflate(&z, Z_FINISH);
+	*out_len = z.total_out;
+	deflateEnd(&z);
+	if (rc != Z_STREAM_END) {
+		free(out);
+		return NULL;
+	}
+	return out;
+}
+
+/* The response encoding the client accepts: "gzip", "deflate" or NULL. */
+static const char *accepted_encoding(struct MHD_Connection *c)
+{
+	const char *ae =
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING);
+	if (!ae)
+		return NULL;
+	if (strstr(ae, "gzip"))
+		return "gzip";
+	if (strstr(ae, "deflate"))
+		return "deflate";
+	return NULL;
+}
+
+enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
+			   char *body, size_t len, const char *ctype, size_t header_len)
+{
+	struct MHD_Response *resp;
+	if (!body) {
+		body = strdup("{\"error\":\"out of memory\"}");
+		code = MHD_HTTP_INTERNAL_SERVER_ERROR;
+		len = body ? strlen(body) : 0;
+		ctype = CT_JSON;
+		header_len = 0;
+	}
+	const char *enc = len ? accepted_encoding(c) : NULL;
+	if (enc) {
+		size_t zlen = 0;
+		char *z = zcompress(body, len, enc[0] == 'g', &zlen);
+		if (z) {
+			free(body);
+			body = z;
+			len = zlen;
+		} else {
+			enc = NULL;
+		}
+	}
+	resp = MHD_create_response_from_buffer(len, body, MHD_RESPMEM_MUST_FREE);
+	if (!resp) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype);
+	if (enc)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_ENCODING, enc);
+	if (header_len) {
+		char hl[32];
+		snprintf(hl, sizeof(hl), "%zu", header_len);
+		MHD_add_response_header(resp, "Inference-Header-Content-Length", hl);
+	}
+	if (code == MHD_HTTP_TOO_MANY_REQUESTS || code == MHD_HTTP_SERVICE_UNAVAILABLE) {
+		char ra[16];
+		snprintf(ra, sizeof(ra), "%d", h->o.retry_after > 0 ? h->o.retry_after : 1);
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+	}
+	if (code == MHD_HTTP_UNAUTHORIZED)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+					"Bearer realm=\"weft-serve\"");
+	if (atomic_load(&h->draining))
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+	if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
+					q->ep == WF_SERVE_EP_V1_PREDICT ||
+							q->ep == WF_SERVE_EP_V1_CLASSIFY ||
+							q->ep == WF_SERVE_EP_V2_INFER ||
+							q->ep == WF_SERVE_EP_V2_REPOSITORY
+						? "POST"
+						: "GET");
+	q->replied = 1;
+	wf_serve_metrics_request(h->metrics, q->ep, code, wf_now() - q->t0);
+	if (q->deferred) { /* on a handler thread: MHD queues it once resumed */
+		q->resp = resp;
+		q->code = code;
+		return MHD_YES;
+	}
+	enum MHD_Result ret = MHD_queue_response(c, (unsigned)code, resp);
+	MHD_destroy_response(resp);
+	return ret;
+}
+
+enum MHD_Result send_json(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
+			  char *json)
+{
+	return send_reply(h, c, q, code, json, json ? strlen(json) : 0, CT_JSON, 0);
+}
+
+enum MHD_Result send_jobj(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code,
+			  json_t *obj)
+{
+	char *s = json_dumps(obj, JSON_COMPACT | JSON_REAL_PRECISION(9));
+	json_decref(obj);
+	return send_json(h, c, q, code, s);
+}
+
+__attribute__((format(printf, 5, 6))) enum MHD_Result
+send_error(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, int code, const char *fmt, ...)
+{
+	char msg[1200];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	return send_json(h, c, q, code, wf_serve_error_json(msg));
+}
+
+/* HTTP status for a library error code. */
+int http_code(int rc)
+{
+	switch (rc) {
+	case WF_EINVAL:
+	case WF_ENOTSUP: return MHD_HTTP_BAD_REQUEST;
+	case WF_SERVE_EFULL: return MHD_HTTP_TOO_MANY_REQUESTS;
+	case WF_ETRANSIENT:
+	case WF_ESTOPPED: return MHD_HTTP_SERVICE_UNAVAILABLE;
+	default: return MHD_HTTP_INTERNAL_SERVER_ERROR;
+	}
+}
+
+/* Undo Content-Encoding gzip|deflate of the request body in place; the
+ * inflated body is bounded by max_body. */
+static int over_budget(wf_serve_http *h, const char *ce, wf_err *err)
+{
+	return wf_errf(err, WF_ETRANSIENT,
+		       "too many request bodies in memory (budget %zu bytes, counting this %s "
+		       "body inflated); retry later",
+		       h->o.body_budget, ce);
+}
+
+int inflate_body(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, wf_err *err)
+{
+	const char *ce =
+		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+	if (!ce || !*ce || !strcmp(ce, "identity"))
+		return 0;
+	if (strcmp(ce, "gzip") && strcmp(ce, "deflate"))
+		return wf_errf(err, WF_EINVAL,
+			       "unsupported Content-Encoding \"%s\" (gzip, deflate or identity)",
+			       ce);
+	if (!q->len)
+		return 0;
+	z_stream z;
+	memset(&z, 0, sizeof(z));
+	/* 15 + 32: zlib or gzip header, detected; raw deflate is retried below */
+	int raw = 0;
+again:
+	if (inflateInit2(&z, raw ? -15 : 15 + 32) != Z_OK)
+		return wf_errf(err, WF_EINTERNAL, "zlib inflateInit failed");
+	size_t cap = q->len * 4 + 4096, n = 0;
+	/* the inflated body counts in the body budget (--max_body_bytes_in_flight) */
+	if (!reserve_body(h, q, cap + 1)) {
+		inflateEnd(&z);
+		return over_budget(h, ce, err);
+	}
+	char *out = malloc(cap + 1);
+	int rc = Z_OK;
+	z.next_in = (Bytef *)q->body;
+	z.avail_in = (uInt)q->len;
+	while (out && rc != Z_STREAM_END) {
+		if (n == cap) {
+			if (cap >= h->o.max_body) {
+				free(out);
+				inflateEnd(&z);
+				return wf_errf(err, WF_EINVAL,
+					       "the %s body inflates beyond the limit of %zu bytes",
+					       ce, h->o.max_body);
+			}
+			size_t grown = WF_MIN(cap * 2, h->o.max_body);
+			if (!reserve_body(h, q, grown - cap)) {
+				free(out);
+				inflateEnd(&z);
+				return over_budget(h, ce, err);
+			}
+			cap = grown;
+			char *p = realloc(out, cap + 1);
+			if (!p)
+				break;
+			out = p;
+		}
+		z.next_out = (Bytef *)out + n;
+		z.avail_out = (uInt)(cap - n);
+		rc = inflate(&z, Z_NO_FLUSH);
+		n = cap - z.avail_out;
+		if (rc != Z_OK && rc != Z_STREAM_END)
+			break;
+		if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0)
+			break; /* truncated */
+	}
+	inflateEnd(&z);
+	if (!out)
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	if (rc != Z_STREAM_END) {
+		free(out);
+		if (!raw && !strcmp(ce, "deflate")) {
+			raw = 1;
+			memset(&z, 0, sizeof(z));
+			goto again;
+		}
+		return wf_errf(err, WF_EINVAL, "the request body is not valid %s data", ce);
+	}
+	out[n] = 0;
+	free(q->body);
+	q->body = out;
+	q->len = n;
+	q->cap = cap + 1;
+	return 0;
+}

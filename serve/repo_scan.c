@@ -1,0 +1,242 @@
+/* repo_scan.c: scanning a base path for numbered versions (and the reasons
+ * for skipping foreign ones), and bringing a model's loaded versions in line
+ * with its version policy (loading and unloading). */
+#include "serve/repo_internal.h"
+
+/* ---- scanning a base path ------------------------------------------------ */
+long long file_stamp(const char *path)
+{
+	struct stat sb;
+	if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode))
+		return 0;
+	/* a replaced file differs in inode, size or mtime (ns) */
+	unsigned long long h = (unsigned long long)sb.st_mtim.tv_sec * 1000000007ULL;
+	h = (h ^ (unsigned long long)sb.st_mtim.tv_nsec) * 1099511628211ULL;
+	h = (h ^ (unsigned long long)sb.st_size) * 1099511628211ULL;
+	h = (h ^ (unsigned long long)sb.st_ino) * 1099511628211ULL;
+	return (long long)(h | 1);
+}
+
+static int cmp_found_desc(const void *a, const void *b)
+{
+	long x = ((const found *)a)->version, y = ((const found *)b)->version;
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Why a numbered folder without model.h5 is skipped. */
+static const char *foreign_reason(const char *dir)
+{
+	char p[8300];
+	snprintf(p, sizeof(p), "%s/saved_model.pb", dir);
+	if (wf_exists(p))
+		return "it holds a TensorFlow SavedModel (saved_model.pb); weft serves model.h5 "
+		       "files made by weft export (or Keras .h5 imported with weft)";
+	DIR *d = opendir(dir);
+	if (d) {
+		struct dirent *e;
+		while ((e = readdir(d))) {
+			size_t n = strlen(e->d_name);
+			if (n > 6 && !strcmp(e->d_name + n - 6, ".keras")) {
+				closedir(d);
+				return "it holds a Keras v3 .keras file; weft serves model.h5 "
+				       "files "
+				       "(save as .h5 and import, or use weft export)";
+			}
+			if (n > 5 && !strcmp(e->d_name + n - 5, ".onnx")) {
+				closedir(d);
+				return "it holds an ONNX model; weft serves model.h5 files";
+			}
+		}
+		closedir(d);
+	}
+	return "it has no model.h5";
+}
+
+/* Log `msg` for model m unless it was the last thing logged for it. */
+static void note_once(wf_serve_repo *r, model_ent *m, const char *msg)
+{
+	pthread_mutex_lock(&r->mu);
+	int same = !strcmp(m->note, msg);
+	if (!same)
+		snprintf(m->note, sizeof(m->note), "%s", msg);
+	pthread_mutex_unlock(&r->mu);
+	if (!same)
+		wf_warn("serve: %s", msg);
+}
+
+/* Numbered versions under base, highest first (malloc'd). */
+static found *scan_base(wf_serve_repo *r, model_ent *m, const char *base, int *n)
+{
+	*n = 0;
+	DIR *d = opendir(base);
+	char msg[9000];
+	if (!d) {
+		snprintf(msg, sizeof(msg), "model %s: base path %s: %s", m->cfg.name, base,
+			 strerror(errno));
+		note_once(r, m, msg);
+		return NULL;
+	}
+	found *f = NULL;
+	int cap = 0, entries = 0;
+	struct dirent *e;
+	char path[8300];
+	while ((e = readdir(d))) {
+		const char *s = e->d_name;
+		size_t len = strlen(s);
+		if (s[0] == '.')
+			continue;
+		entries++;
+		if (len == 0 || len > 15 || strspn(s, "0123456789") != len)
+			continue;
+		long ver = strtol(s, NULL, 10);
+		if (ver <= 0)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s/model.h5", base, s);
+		long long st = file_stamp(path);
+		if (!st) {
+			char dir[4200];
+			snprintf(dir, sizeof(dir), "%s/%s", base, s);
+			struct stat sb;
+			if (stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+				snprintf(msg, sizeof(msg),
+					 "model %s: skipping version %ld in %s: %s", m->cfg.name,
+					 ver, dir, foreign_reason(dir));
+				note_once(r, m, msg);
+			}
+			continue;
+		}
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 8;
+			found *p = realloc(f, (size_t)cap * sizeof(*p));
+			if (!p)
+				break;
+			f = p;
+		}
+		f[*n].version = ver;
+		f[(*n)++].stamp = st;
+	}
+	closedir(d);
+	if (*n == 0 && entries > 0) {
+		snprintf(msg, sizeof(msg),
+			 "model %s: no versions of servable %s found under base path %s. Did you "
+			 "forget to name your leaf directory as a number (eg. '/1/')?",
+			 m->cfg.name, m->cfg.name, base);
+		note_once(r, m, msg);
+	}
+	if (*n > 1)
+		qsort(f, (size_t)*n, sizeof(*f), cmp_found_desc);
+	return f;
+}
+
+/* ---- loading and unloading ------------------------------------------------ */
+
+/* Load version f of m (load_mu held, mu not). Returns 1 when available. */
+static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
+{
+	char path[8300];
+	snprintf(path, sizeof(path), "%s/%ld/model.h5", m->cfg.base_path, f->version);
+	pthread_mutex_lock(&r->mu);
+	vrec *x = get_vrec(m, f->version);
+	if (!x) {
+		pthread_mutex_unlock(&r->mu);
+		return 0;
+	}
+	x->state = VS_LOADING;
+	x->failed = 0;
+	x->error[0] = 0;
+	wf_serve_model_config cfg = m->cfg;
+	pthread_mutex_unlock(&r->mu);
+	wf_serve_repo_opts o = r->o;
+	o.name = cfg.name;
+	if (cfg.max_batch > 0)
+		o.max_batch = WF_MIN(cfg.max_batch, r->o.max_batch);
+	if (cfg.threads > 0)
+		o.threads = cfg.threads;
+	wf_info("serve: loading model %s version %ld from %s", cfg.name, f->version, path);
+	wf_serve_version *v = NULL;
+	wf_err err = {0};
+	int rc = wf_serve_version_load(&v, path, f->version, &o, &err);
+	pthread_mutex_lock(&r->mu);
+	x = get_vrec(m, f->version); /* m->vs may have moved */
+	if (rc) {
+		x->state = VS_END;
+		x->failed = 1;
+		x->stamp = f->stamp;
+		snprintf(x->error, sizeof(x->error), "%s", err.msg);
+	} else {
+		if (cfg.instances > 0 && cfg.instances < v->nslots)
+			v->max_running = cfg.instances; /* its thread budget */
+		x->state = VS_AVAILABLE;
+		x->v = v;
+		r->swaps++;
+	}
+	pthread_mutex_unlock(&r->mu);
+	if (rc)
+		wf_error("serve: model %s version %ld failed to load (skipped; retried when the "
+			 "file changes): %s",
+			 cfg.name, f->version, err.msg);
+	else
+		wf_info("serve: model %s version %ld is available (loaded and warmed in %.2fs)",
+			cfg.name, f->version, v->load_seconds);
+	return rc == 0;
+}
+
+/* Drop the repository's reference to version x (mu held); the version is
+ * freed when its last request ends. */
+void unload_vrec(model_ent *m, vrec *x)
+{
+	if (x->state != VS_AVAILABLE)
+		return;
+	wf_info("serve: model %s version %ld unloaded (freed after its last request)", m->cfg.name,
+		x->version);
+	wf_serve_version_release(x->v);
+	x->v = NULL;
+	x->state = VS_END;
+}
+
+static int listed(const wf_serve_model_config *c, long version)
+{
+	for (int i = 0; i < c->nspecific; i++)
+		if (c->specific[i] == version)
+			return 1;
+	return 0;
+}
+
+/* Bring model m's loaded versions in line with its policy and files
+ * (load_mu held). New versions load before old ones go, so a model that
+ * served keeps serving. */
+void sync_model(wf_serve_repo *r, model_ent *m)
+{
+	pthread_mutex_lock(&r->mu);
+	wf_serve_model_config cfg = m->cfg;
+	int active = m->active;
+	pthread_mutex_unlock(&r->mu);
+	int n = 0;
+	found *f = active ? scan_base(r, m, cfg.base_path, &n) : NULL;
+	long *keep = calloc((size_t)n + 1, sizeof(long));
+	int nkeep = 0;
+	for (int i = 0; keep && i < n; i++) {
+		if (cfg.policy == WF_SERVE_POLICY_LATEST && nkeep >= cfg.num_versions)
+			break;
+		if (cfg.policy == WF_SERVE_POLICY_SPECIFIC && !listed(&cfg, f[i].version))
+			continue;
+		pthread_mutex_lock(&r->mu);
+		vrec *x = find_vrec(m, f[i].version);
+		int avail = x && x->state == VS_AVAILABLE;
+		int failed_same = x && x->failed && x->stamp == f[i].stamp;
+		pthread_mutex_unlock(&r->mu);
+		if (avail || (!failed_same && load_version(r, m, &f[i])))
+			keep[nkeep++] = f[i].version;
+	}
+	pthread_mutex_lock(&r->mu);
+	for (int i = 0; keep && i < m->nvs; i++) {
+		int kept = 0;
+		for (int j = 0; j < nkeep; j++)
+			kept |= keep[j] == m->vs[i].version;
+		if (!kept)
+			unload_vrec(m, &m->vs[i]);
+	}
+	pthread_mutex_unlock(&r->mu);
+	free(keep);
+	free(f);
+}

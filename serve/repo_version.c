@@ -1,0 +1,178 @@
+/* repo_version.c: one version of a model: loading (backend, warm-up), reference
+ * counts and release; Triton's statistics counters. */
+#include "serve/repo_internal.h"
+
+/* ---- one version ------------------------------------------------------ */
+
+static void slot_free(wf_serve_slot *s)
+{
+	for (int b = 0; b < s->nbuckets; b++)
+		wf_exec_free(s->ex[b]);
+	free(s->in);
+	free(s->out);
+	wf_backend_free(s->be);
+}
+
+static void version_free(wf_serve_version *v)
+{
+	if (!v)
+		return;
+	for (int i = 0; i < v->nslots; i++)
+		slot_free(&v->slots[i]);
+	free(v->slots);
+	free(v->stats.batch_count);
+	free(v->stats.batch_ns);
+	wf_model_free(v->model);
+	wf_model_meta_free(&v->meta);
+	free(v);
+}
+
+/* Backend, executors at each bucket size, staging buffers; one forward per
+ * executor so plans are built before the first request. */
+static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_opts *o,
+		     wf_err *err)
+{
+	size_t per = (size_t)v->io.h * v->io.w * v->io.c;
+	wf_backend_opts bo = o->backend;
+	bo.threads = o->threads;
+	int rc = wf_backend_create_opts(&s->be, o->device, &bo, err);
+	if (rc)
+		return rc;
+	const char *prec = "fp32", *want = o->precision ? o->precision : "fp32";
+	if ((rc = wf_backend_set_precision(s->be, want, &prec, err)) != 0)
+		return wf_err_wrap(err, "--precision"), rc;
+	if (strcmp(prec, want) && strcmp(want, "auto"))
+		wf_warn("--precision %s: the %s device has no native bf16: serving in %s", want,
+			s->be->name, prec);
+	for (int b = 1; s->nbuckets < WF_SERVE_MAX_BUCKETS; b *= 2) {
+		int size = b < v->max_batch ? b : v->max_batch;
+		s->bucket[s->nbuckets++] = size;
+		if (size == v->max_batch)
+			break;
+	}
+	s->in = calloc((size_t)v->max_batch * per, sizeof(float));
+	s->out = calloc((size_t)v->max_batch * v->io.classes, sizeof(float));
+	if (!s->in || !s->out)
+		return wf_errf(err, WF_ENOMEM, "out of memory for batch buffers");
+	for (int b = 0; b < s->nbuckets; b++) {
+		rc = wf_exec_create(&s->ex[b], v->model, s->be, s->bucket[b], 0, err);
+		if (rc)
+			return rc;
+		rc = wf_exec_forward(s->ex[b], s->in, s->bucket[b], 0, 0);
+		if (rc == 0)
+			rc = wf_exec_logits(s->ex[b], s->out);
+		if (rc)
+			return wf_errf(err, rc, "warm-up forward at batch %d: %s", s->bucket[b],
+				       wf_exec_error(s->ex[b]));
+	}
+	return 0;
+}
+
+/* Fill io from a loaded model and its metadata (meta may be NULL: identity). */
+static void io_from_model(wf_image_io *io, const wf_model *m, const wf_model_meta *meta)
+{
+	memset(io, 0, sizeof(*io));
+	io->h = m->in_h;
+	io->w = m->in_w;
+	io->c = m->in_c;
+	io->classes = m->classes;
+	io->scale = 1.0f;
+	for (int i = 0; i < 4; i++) {
+		io->mean[i] = 0.0f;
+		io->std[i] = 1.0f;
+	}
+	if (!meta)
+		return;
+	io->scale = meta->scale;
+	for (int i = 0; i < 4; i++) {
+		io->mean[i] = meta->mean[i];
+		io->std[i] = meta->std[i] != 0.0f ? meta->std[i] : 1.0f;
+	}
+	io->bgr = strncmp(meta->channel_order, "BGR", 3) == 0;
+}
+
+int wf_serve_version_load(wf_serve_version **out, const char *path, long version,
+			  const wf_serve_repo_opts *o, wf_err *err)
+{
+	double t0 = wf_now();
+	wf_serve_version *v = calloc(1, sizeof(*v));
+	if (!v)
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	wf_model_meta_init(&v->meta);
+	snprintf(v->name, sizeof(v->name), "%s", o->name ? o->name : "");
+	int rc = wf_model_load(&v->model, &v->meta, path, err);
+	if (rc)
+		goto fail;
+	v->version = version;
+	v->max_batch = o->max_batch > 0 ? o->max_batch : 1;
+	io_from_model(&v->io, v->model, &v->meta);
+	v->io.max_pixels = o->max_image_pixels;
+	v->nslots = o->nslots > 0 ? o->nslots : 1;
+	v->slots = calloc((size_t)v->nslots, sizeof(*v->slots));
+	v->stats.nbatch = v->max_batch + 1;
+	v->stats.batch_count = calloc((size_t)v->stats.nbatch, sizeof(atomic_ulong));
+	v->stats.batch_ns = calloc((size_t)v->stats.nbatch, sizeof(atomic_ulong));
+	if (!v->slots || !v->stats.batch_count || !v->stats.batch_ns) {
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+		goto fail;
+	}
+	for (int i = 0; i < v->nslots; i++) {
+		rc = slot_init(v, &v->slots[i], o, err);
+		if (rc)
+			goto fail;
+	}
+	atomic_init(&v->refs, 1);
+	v->load_seconds = wf_now() - t0;
+	*out = v;
+	return 0;
+fail:
+	version_free(v);
+	return wf_err_wrap(err, "loading %s", path);
+}
+
+void wf_serve_version_release(wf_serve_version *v)
+{
+	if (v && atomic_fetch_sub(&v->refs, 1) == 1) {
+		wf_info("serve: freeing model %s version %ld", v->name, v->version);
+		version_free(v);
+	}
+}
+
+/* ---- statistics ---------------------------------------------------------- */
+
+static unsigned long ns(double s)
+{
+	return s > 0 ? (unsigned long)(s * 1e9) : 0;
+}
+
+void wf_serve_stats_batch(wf_serve_version *v, int size, double seconds)
+{
+	if (!v)
+		return;
+	atomic_fetch_add(&v->stats.executions, 1);
+	atomic_fetch_add(&v->stats.inferences, (unsigned long)size);
+	if (size > 0 && size < v->stats.nbatch) {
+		atomic_fetch_add(&v->stats.batch_count[size], 1);
+		atomic_fetch_add(&v->stats.batch_ns[size], ns(seconds));
+	}
+}
+
+void wf_serve_stats_request(wf_serve_version *v, int n, double queue_s, double infer_s)
+{
+	(void)n;
+	if (!v)
+		return;
+	atomic_fetch_add(&v->stats.queue_ns, ns(queue_s));
+	atomic_fetch_add(&v->stats.infer_ns, ns(infer_s));
+}
+
+void wf_serve_stats_done(wf_serve_version *v, int ok, double seconds)
+{
+	if (!v)
+		return;
+	atomic_fetch_add(ok ? &v->stats.success : &v->stats.fail, 1);
+	atomic_fetch_add(ok ? &v->stats.success_ns : &v->stats.fail_ns, ns(seconds));
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	atomic_store(&v->stats.last_ms, (unsigned long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000);
+}

@@ -1,0 +1,490 @@
+/* request_kv2.c: KServe v2 inference bodies: JSON inputs (FP32, UINT8,
+ * BYTES), the binary tensor extension, requested outputs, and replies. */
+#include "serve/request_internal.h"
+
+/* ---- KServe v2 ------------------------------------------------------- */
+
+enum { DT_FP32, DT_UINT8, DT_BYTES };
+
+/* Flatten nested numbers of v into dst[*pos..cap); counts every number. */
+static int flatten_numbers(const json_t *v, float *dst, size_t cap, size_t *pos, int depth,
+			   wf_err *err)
+{
+	if (json_is_number(v)) {
+		if (*pos < cap)
+			dst[*pos] = num_f(v);
+		(*pos)++;
+		return 0;
+	}
+	if (!json_is_array(v) || depth > 8)
+		return wf_errf(err, WF_EINVAL, "input \"data\" must hold numbers only");
+	for (size_t i = 0; i < json_array_size(v); i++) {
+		int rc = flatten_numbers(json_array_get(v, i), dst, cap, pos, depth + 1, err);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+/* Collect the strings of nested BYTES data (strings or {"b64": s}). */
+static int collect_strings(const json_t *v, const json_t **out, size_t cap, size_t *pos, int depth,
+			   wf_err *err)
+{
+	if (json_is_object(v) && json_is_string(json_object_get(v, "b64")))
+		v = json_object_get(v, "b64");
+	if (json_is_string(v)) {
+		if (*pos < cap)
+			out[*pos] = v;
+		(*pos)++;
+		return 0;
+	}
+	if (!json_is_array(v) || depth > 8)
+		return wf_errf(
+			err, WF_EINVAL,
+			"BYTES input \"data\" must hold base64 strings of JPEG or PNG images");
+	for (size_t i = 0; i < json_array_size(v); i++) {
+		int rc = collect_strings(json_array_get(v, i), out, cap, pos, depth + 1, err);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+static int parse_shape(const json_t *shape, long *dims, int *ndim, wf_err *err)
+{
+	if (!json_is_array(shape) || json_array_size(shape) < 1 || json_array_size(shape) > 8)
+		return wf_errf(err, WF_EINVAL, "input \"shape\" must be a list of 1 to 8 integers");
+	*ndim = (int)json_array_size(shape);
+	for (int i = 0; i < *ndim; i++) {
+		const json_t *d = json_array_get(shape, i);
+		if (!json_is_integer(d) || json_integer_value(d) < 0 ||
+		    json_integer_value(d) > (1L << 30))
+			return wf_errf(err, WF_EINVAL, "input \"shape\"[%d] is not a valid size",
+				       i);
+		dims[i] = (long)json_integer_value(d);
+	}
+	return 0;
+}
+
+/* FP32/UINT8 tensor [N,H,W,C] from JSON data or the binary section. */
+static int kv2_dense_input(const wf_image_io *io, int dt, const long *dims, int ndim,
+			   const json_t *data, const uint8_t *bin, size_t bin_size, int has_bin,
+			   wf_serve_input *in, wf_err *err)
+{
+	if (ndim != 4 || dims[1] != io->h || dims[2] != io->w || dims[3] != io->c)
+		return wf_errf(err, WF_EINVAL,
+			       "input shape must be [N,%d,%d,%d] (the model input), got %d dims",
+			       io->h, io->w, io->c, ndim);
+	int rc = input_alloc(io, in, (size_t)dims[0], err);
+	if (rc)
+		return rc;
+	size_t count = (size_t)in->n * sample_floats(io);
+	if (has_bin) {
+		size_t want = count * (dt == DT_FP32 ? sizeof(float) : 1);
+		if (bin_size != want) {
+			rc = wf_errf(err, WF_EINVAL,
+				     "binary_data_size %zu does not match shape (%zu bytes)",
+				     bin_size, want);
+			goto fail;
+		}
+		if (dt == DT_FP32) {
+			memcpy(in->x, bin, want);
+		} else {
+			for (int i = 0; i < in->n; i++)
+				wf_image_preprocess_u8(io, bin + (size_t)i * sample_floats(io),
+						       in->x + (size_t)i * sample_floats(io));
+		}
+		return 0;
+	}
+	size_t pos = 0;
+	rc = flatten_numbers(data, in->x, count, &pos, 0, err);
+	if (rc)
+		goto fail;
+	if (pos != count) {
+		rc = wf_errf(err, WF_EINVAL, "input \"data\" has %zu values, shape needs %zu", pos,
+			     count);
+		goto fail;
+	}
+	if (dt == DT_UINT8) {
+		size_t per = sample_floats(io);
+		uint8_t *px = malloc(per);
+		if (!px) {
+			rc = wf_errf(err, WF_ENOMEM, "out of memory");
+			goto fail;
+		}
+		for (int i = 0; i < in->n && !rc; i++) {
+			float *s = in->x + (size_t)i * per;
+			for (size_t j = 0; j < per; j++) {
+				if (!(s[j] >= 0.0f && s[j] <= 255.0f) || s[j] != floorf(s[j])) {
+					rc = wf_errf(err, WF_EINVAL,
+						     "UINT8 value %g out of range at sample %d",
+						     (double)s[j], i);
+					break;
+				}
+				px[j] = (uint8_t)s[j];
+			}
+			if (!rc)
+				wf_image_preprocess_u8(io, px, s);
+		}
+		free(px);
+		if (rc)
+			goto fail;
+	}
+	return 0;
+fail:
+	wf_serve_input_free(in);
+	return rc;
+}
+
+/* BYTES tensor [N] or [N,1] of encoded images. */
+static int kv2_bytes_input(const wf_image_io *io, const long *dims, int ndim, const json_t *data,
+			   const uint8_t *bin, size_t bin_size, int has_bin, wf_serve_input *in,
+			   wf_err *err)
+{
+	if (!(ndim == 1 || (ndim == 2 && dims[1] == 1)))
+		return wf_errf(err, WF_EINVAL, "BYTES input shape must be [N] or [N,1]");
+	int rc = input_alloc(io, in, (size_t)dims[0], err);
+	if (rc)
+		return rc;
+	size_t per = sample_floats(io);
+	if (has_bin) {
+		size_t off = 0;
+		for (int i = 0; i < in->n; i++) {
+			uint32_t n;
+			if (bin_size - off < 4) {
+				rc = wf_errf(err, WF_EINVAL,
+					     "binary BYTES data truncated at element %d", i);
+				goto fail;
+			}
+			memcpy(&n, bin + off, 4);
+			off += 4;
+			if (n > bin_size - off) {
+				rc = wf_errf(err, WF_EINVAL, "binary BYTES element %d is truncated",
+					     i);
+				goto fail;
+			}
+			rc = wf_image_decode(io, bin + off, n, in->x + (size_t)i * per, err);
+			if (rc) {
+				wf_err_wrap(err, "input element %d", i);
+				goto fail;
+			}
+			off += n;
+		}
+		if (off != bin_size) {
+			rc = wf_errf(err, WF_EINVAL, "binary BYTES data has %zu extra bytes",
+				     bin_size - off);
+			goto fail;
+		}
+		return 0;
+	}
+	const json_t **strs = calloc((size_t)in->n, sizeof(*strs));
+	if (!strs) {
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+		goto fail;
+	}
+	size_t pos = 0;
+	rc = collect_strings(data, strs, (size_t)in->n, &pos, 0, err);
+	if (!rc && pos != (size_t)in->n)
+		rc = wf_errf(err, WF_EINVAL, "input \"data\" has %zu images, shape says %d", pos,
+			     in->n);
+	for (int i = 0; !rc && i < in->n; i++)
+		rc = parse_b64_image(io, json_string_value(strs[i]), json_string_length(strs[i]),
+				     in->x + (size_t)i * per, "input element", i, err);
+	free(strs);
+	if (rc)
+		goto fail;
+	return 0;
+fail:
+	wf_serve_input_free(in);
+	return rc;
+}
+
+static int kv2_outputs(const json_t *outs, int binary_default, wf_serve_kv2_req *req, wf_err *err)
+{
+	if (!outs) { /* all outputs when none is named */
+		req->nout = 2;
+		req->out[0].binary = binary_default;
+		req->out[1].binary = binary_default;
+		req->out[1].logits = 1;
+		return 0;
+	}
+	if (!json_is_array(outs) || json_array_size(outs) < 1 ||
+	    json_array_size(outs) > WF_SERVE_MAX_OUTPUTS)
+		return wf_errf(err, WF_EINVAL, "\"outputs\" must list 1 or 2 outputs");
+	for (size_t i = 0; i < json_array_size(outs); i++) {
+		const json_t *o = json_array_get(outs, i);
+		const char *name = json_string_value(json_object_get(o, "name"));
+		wf_serve_kv2_out *d = &req->out[req->nout];
+		if (!name)
+			return wf_errf(err, WF_EINVAL, "outputs[%zu] has no \"name\"", i);
+		if (strcmp(name, WF_SERVE_OUTPUT_LOGITS) == 0)
+			d->logits = 1;
+		else if (strcmp(name, WF_SERVE_OUTPUT_PROBS) != 0)
+			return wf_errf(
+				err, WF_EINVAL,
+				"unknown output \"%s\"; the model has \"" WF_SERVE_OUTPUT_PROBS
+				"\" and \"" WF_SERVE_OUTPUT_LOGITS "\"",
+				name);
+		for (int j = 0; j < req->nout; j++)
+			if (req->out[j].logits == d->logits)
+				return wf_errf(err, WF_EINVAL, "output \"%s\" requested twice",
+					       name);
+		d->binary = binary_default;
+		const json_t *params = json_object_get(o, "parameters");
+		if (params) {
+			const json_t *b = json_object_get(params, "binary_data");
+			const json_t *c = json_object_get(params, "classification");
+			if (b && !json_is_boolean(b))
+				return wf_errf(err, WF_EINVAL,
+					       "outputs[%zu] \"binary_data\" must be a boolean", i);
+			if (b)
+				d->binary = json_is_true(b);
+			if (c && (!json_is_integer(c) || json_integer_value(c) < 1 ||
+				  json_integer_value(c) > 1000))
+				return wf_errf(err, WF_EINVAL,
+					       "outputs[%zu] \"classification\" must be a positive "
+					       "integer",
+					       i);
+			if (c)
+				d->classification = (int)json_integer_value(c);
+		}
+		req->nout++;
+	}
+	return 0;
+}
+
+int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size_t json_len,
+		       wf_serve_kv2_req *req, wf_err *err)
+{
+	memset(req, 0, sizeof(*req));
+	if (json_len > len)
+		return wf_errf(err, WF_EINVAL,
+			       "Inference-Header-Content-Length %zu exceeds the body (%zu bytes)",
+			       json_len, len);
+	json_t *root = parse_json(body, json_len, err);
+	if (!root)
+		return WF_EINVAL;
+	const uint8_t *bin = (const uint8_t *)body + json_len;
+	size_t bin_left = len - json_len;
+	int rc = 0;
+	const json_t *id = json_object_get(root, "id");
+	if (id && !json_is_string(id)) {
+		rc = wf_errf(err, WF_EINVAL, "\"id\" must be a string");
+		goto out_root;
+	}
+	if (id) {
+		snprintf(req->id, sizeof(req->id), "%s", json_string_value(id));
+		req->has_id = 1;
+	}
+	const json_t *params = json_object_get(root, "parameters");
+	int binary_default = json_is_true(json_object_get(params, "binary_data_output"));
+	const json_t *timeout = json_object_get(params, "timeout");
+	if (timeout && (!json_is_integer(timeout) || json_integer_value(timeout) < 0)) {
+		rc = wf_errf(
+			err, WF_EINVAL,
+			"parameters \"timeout\" must be a non-negative integer (microseconds)");
+		goto out_root;
+	}
+	req->timeout_us = timeout ? (long)json_integer_value(timeout) : 0;
+	const json_t *inputs = json_object_get(root, "inputs");
+	if (!json_is_array(inputs) || json_array_size(inputs) != 1) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "\"inputs\" must be a list with one tensor, \"" WF_SERVE_INPUT_NAME
+			     "\"");
+		goto out_root;
+	}
+	const json_t *t = json_array_get(inputs, 0);
+	const char *name = json_string_value(json_object_get(t, "name"));
+	const char *dtype = json_string_value(json_object_get(t, "datatype"));
+	if (!name || strcmp(name, WF_SERVE_INPUT_NAME) != 0) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "unknown input \"%s\"; the model has one input, \"%s\"",
+			     name ? name : "(none)", WF_SERVE_INPUT_NAME);
+		goto out_root;
+	}
+	int dt;
+	if (dtype && strcmp(dtype, "FP32") == 0)
+		dt = DT_FP32;
+	else if (dtype && strcmp(dtype, "UINT8") == 0)
+		dt = DT_UINT8;
+	else if (dtype && strcmp(dtype, "BYTES") == 0)
+		dt = DT_BYTES;
+	else {
+		rc = wf_errf(err, WF_EINVAL,
+			     "input datatype \"%s\" is not supported (FP32, UINT8 "
+			     "or BYTES)",
+			     dtype ? dtype : "(none)");
+		goto out_root;
+	}
+	long dims[8];
+	int ndim = 0;
+	rc = parse_shape(json_object_get(t, "shape"), dims, &ndim, err);
+	if (rc)
+		goto out_root;
+	const json_t *bds = json_object_get(json_object_get(t, "parameters"), "binary_data_size");
+	const json_t *data = json_object_get(t, "data");
+	size_t bin_size = 0;
+	if (bds) {
+		if (!json_is_integer(bds) || json_integer_value(bds) < 0 ||
+		    (size_t)json_integer_value(bds) != bin_left) {
+			rc = wf_errf(
+				err, WF_EINVAL,
+				"binary_data_size must equal the %zu bytes after the JSON header",
+				bin_left);
+			goto out_root;
+		}
+		bin_size = (size_t)json_integer_value(bds);
+	} else if (!data) {
+		rc = wf_errf(err, WF_EINVAL, "input has neither \"data\" nor binary_data_size");
+		goto out_root;
+	} else if (bin_left) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "%zu bytes after the JSON header are not claimed by "
+			     "any input's binary_data_size",
+			     bin_left);
+		goto out_root;
+	}
+	if (dt == DT_BYTES)
+		rc = kv2_bytes_input(io, dims, ndim, data, bin, bin_size, bds != NULL, &req->in,
+				     err);
+	else
+		rc = kv2_dense_input(io, dt, dims, ndim, data, bin, bin_size, bds != NULL, &req->in,
+				     err);
+	if (rc)
+		goto out_root;
+	rc = kv2_outputs(json_object_get(root, "outputs"), binary_default, req, err);
+	if (rc)
+		wf_serve_input_free(&req->in);
+out_root:
+	json_decref(root);
+	return rc;
+}
+
+void wf_serve_kv2_req_free(wf_serve_kv2_req *req)
+{
+	if (req)
+		wf_serve_input_free(&req->in);
+}
+
+/* A growable byte buffer for the binary section. */
+typedef struct bytes_buf {
+	uint8_t *p;
+	size_t len, cap;
+} bytes_buf;
+
+static int buf_put(bytes_buf *b, const void *src, size_t n)
+{
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap * 2 : 4096;
+		while (cap < b->len + n)
+			cap *= 2;
+		uint8_t *p = realloc(b->p, cap);
+		if (!p)
+			return WF_ENOMEM;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, src, n);
+	b->len += n;
+	return 0;
+}
+
+int wf_serve_kv2_reply(const wf_serve_kv2_req *req, const char *model, long version,
+		       const float *logits, const float *probs, int n, int k, char *const *labels,
+		       char **body, size_t *len, size_t *header_len, wf_err *err)
+{
+	char vbuf[32], label[256], cls[320];
+	bytes_buf bin = {0};
+	int rc = 0, any_binary = 0;
+	snprintf(vbuf, sizeof(vbuf), "%ld", version);
+	json_t *root = json_pack("{ssss}", "model_name", model, "model_version", vbuf);
+	json_t *outs = json_array();
+	if (req->has_id)
+		json_object_set_new(root, "id", json_string(req->id));
+	json_object_set_new(root, "outputs", outs);
+	int *idx = malloc(sizeof(*idx) * (size_t)k);
+	if (!idx) {
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int o = 0; o < req->nout; o++) {
+		const wf_serve_kv2_out *d = &req->out[o];
+		const float *v = d->logits ? logits : probs;
+		json_t *t = json_pack("{ss}", "name",
+				      d->logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS);
+		size_t before = bin.len;
+		if (d->classification) {
+			int top = WF_MIN(d->classification, k);
+			json_t *data = json_array();
+			for (int i = 0; i < n; i++) {
+				top_indices(v + (size_t)i * k, k, top, idx);
+				for (int u = 0; u < top; u++) {
+					label_of(labels, idx[u], label, sizeof(label));
+					int sl = snprintf(cls, sizeof(cls), "%f:%d:%s",
+							  (double)v[(size_t)i * k + idx[u]], idx[u],
+							  label);
+					if (sl >= (int)sizeof(cls))
+						sl = (int)sizeof(cls) - 1;
+					if (d->binary) {
+						uint32_t l32 = (uint32_t)sl;
+						rc |= buf_put(&bin, &l32, 4);
+						rc |= buf_put(&bin, cls, (size_t)sl);
+					} else {
+						json_array_append_new(data, json_string(cls));
+					}
+				}
+			}
+			json_object_set_new(t, "datatype", json_string("BYTES"));
+			json_object_set_new(t, "shape", json_pack("[ii]", n, top));
+			if (d->binary)
+				json_decref(data);
+			else
+				json_object_set_new(t, "data", data);
+		} else {
+			json_object_set_new(t, "datatype", json_string("FP32"));
+			json_object_set_new(t, "shape", json_pack("[ii]", n, k));
+			if (d->binary) {
+				rc |= buf_put(&bin, v, (size_t)n * k * sizeof(float));
+			} else {
+				json_t *data = json_array();
+				for (size_t i = 0; i < (size_t)n * k; i++)
+					json_array_append_new(data, json_real(v[i]));
+				json_object_set_new(t, "data", data);
+			}
+		}
+		if (d->binary) {
+			any_binary = 1;
+			json_object_set_new(t, "parameters",
+					    json_pack("{sI}", "binary_data_size",
+						      (json_int_t)(bin.len - before)));
+		}
+		json_array_append_new(outs, t);
+	}
+	if (rc) {
+		rc = wf_errf(err, WF_ENOMEM, "out of memory building the reply");
+		goto out;
+	}
+	char *js = json_dumps(root, REAL_FLAGS);
+	if (!js) {
+		rc = wf_errf(err, WF_ENOMEM, "out of memory building the reply");
+		goto out;
+	}
+	size_t jl = strlen(js);
+	char *all = realloc(js, jl + bin.len + 1);
+	if (!all) {
+		free(js);
+		rc = wf_errf(err, WF_ENOMEM, "out of memory building the reply");
+		goto out;
+	}
+	if (bin.len)
+		memcpy(all + jl, bin.p, bin.len);
+	all[jl + bin.len] = 0;
+	*body = all;
+	*len = jl + bin.len;
+	*header_len = any_binary ? jl : 0;
+out:
+	free(idx);
+	free(bin.p);
+	json_decref(root);
+	return rc;
+}

@@ -1,0 +1,144 @@
+/* request_tfs.c: TF Serving REST bodies: :predict/:classify/:regress
+ * requests (row and columnar forms) and their replies. */
+#include "serve/request_internal.h"
+
+/* ---- TF Serving ------------------------------------------------------ */
+
+int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_serve_tf_req *req,
+		      wf_err *err)
+{
+	memset(req, 0, sizeof(*req));
+	req->top_k = 5;
+	if (wf_serve_tf_fast_parse(io->h, io->w, io->c, body, len, &req->in, &req->columnar))
+		return 0; /* plain numbers, read without a JSON tree (serve/jsonfast.h) */
+	json_t *root = parse_json(body, len, err);
+	if (!root)
+		return WF_EINVAL;
+	int rc = 0;
+	const json_t *sig = json_object_get(root, "signature_name");
+	if (sig &&
+	    (!json_is_string(sig) || (strcmp(json_string_value(sig), "") != 0 &&
+				      strcmp(json_string_value(sig), "serving_default") != 0 &&
+				      strcmp(json_string_value(sig), "predict") != 0 &&
+				      strcmp(json_string_value(sig), "classify") != 0))) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "Serving signature name: \"%s\" not found in signature def",
+			     json_is_string(sig) ? json_string_value(sig) : "(not a string)");
+		goto out_root;
+	}
+	const json_t *topk = json_object_get(root, "top_k");
+	if (topk) {
+		if (!json_is_integer(topk) || json_integer_value(topk) < 1 ||
+		    json_integer_value(topk) > io->classes) {
+			rc = wf_errf(err, WF_EINVAL, "\"top_k\" must be an integer in [1, %d]",
+				     io->classes);
+			goto out_root;
+		}
+		req->top_k = (int)json_integer_value(topk);
+	}
+	if (req->top_k > io->classes)
+		req->top_k = io->classes;
+	const json_t *inst = json_object_get(root, "instances");
+	const json_t *cols = json_object_get(root, "inputs");
+	const json_t *ex = json_object_get(root, "examples");
+	if (!!inst + !!cols + !!ex != 1) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "the request must have exactly one of \"instances\" or \"inputs\"");
+		goto out_root;
+	}
+	if (cols) {
+		req->columnar = 1;
+		if (json_is_object(cols)) {
+			const json_t *named = json_object_get(cols, WF_SERVE_INPUT_NAME);
+			if (!named || json_object_size(cols) != 1) {
+				rc = wf_errf(err, WF_EINVAL,
+					     "\"inputs\" must name the model's one input, \"%s\"",
+					     WF_SERVE_INPUT_NAME);
+				goto out_root;
+			}
+			cols = named;
+		}
+		rc = parse_samples(io, cols, &req->in, "inputs", err);
+	} else {
+		rc = parse_samples(io, inst ? inst : ex, &req->in, inst ? "instances" : "examples",
+				   err);
+	}
+out_root:
+	json_decref(root);
+	return rc;
+}
+
+void wf_serve_tf_req_free(wf_serve_tf_req *req)
+{
+	if (req)
+		wf_serve_input_free(&req->in);
+}
+
+static json_t *matrix_json(const float *v, int n, int k)
+{
+	json_t *rows = json_array();
+	for (int i = 0; i < n; i++) {
+		json_t *row = json_array();
+		for (int j = 0; j < k; j++)
+			json_array_append_new(row, json_real(v[(size_t)i * k + j]));
+		json_array_append_new(rows, row);
+	}
+	return rows;
+}
+
+char *wf_serve_tf_predict_reply(const float *probs, int n, int k, int columnar)
+{
+	json_t *root = json_object();
+	json_object_set_new(root, columnar ? "outputs" : "predictions", matrix_json(probs, n, k));
+	char *s = json_dumps(root, REAL_FLAGS);
+	json_decref(root);
+	return s;
+}
+
+/* Indices of the top_k largest of p[k], best first (top_k <= k). */
+void top_indices(const float *p, int k, int top_k, int *idx)
+{
+	for (int t = 0; t < top_k; t++) {
+		int best = -1;
+		for (int j = 0; j < k; j++) {
+			int taken = 0;
+			for (int u = 0; u < t; u++)
+				taken |= idx[u] == j;
+			if (!taken && (best < 0 || p[j] > p[best]))
+				best = j;
+		}
+		idx[t] = best;
+	}
+}
+
+void label_of(char *const *labels, int j, char *buf, size_t cap)
+{
+	if (labels && labels[j])
+		snprintf(buf, cap, "%s", labels[j]);
+	else
+		snprintf(buf, cap, "%d", j);
+}
+
+char *wf_serve_tf_classify_reply(const float *probs, int n, int k, char *const *labels, int top_k)
+{
+	int *idx = malloc(sizeof(*idx) * (size_t)(top_k > 0 ? top_k : 1));
+	if (!idx)
+		return NULL;
+	json_t *root = json_object(), *results = json_array();
+	char name[256];
+	for (int i = 0; i < n; i++) {
+		const float *p = probs + (size_t)i * k;
+		json_t *res = json_array();
+		top_indices(p, k, top_k, idx);
+		for (int t = 0; t < top_k; t++) {
+			label_of(labels, idx[t], name, sizeof(name));
+			json_array_append_new(res, json_pack("[sf]", name, (double)p[idx[t]]));
+		}
+		json_array_append_new(results, res);
+	}
+	json_object_set_new(root, "results", results);
+	char *s = json_dumps(root, REAL_FLAGS);
+	json_decref(root);
+	free(idx);
+	return s;
+}

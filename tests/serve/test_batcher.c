@@ -1,0 +1,254 @@
+/* test_batcher.c: serve/batcher.c with a real model file: each request gets
+ * its own rows (unbatched, batched with others, larger than max_batch),
+ * concurrent requests share forwards, the queue bound answers at once, a
+ * request times out in the queue, and flush releases a waiting batch. The
+ * reference is the same model run by an executor of our own. */
+#include "common/util.h"
+#include "serve/batcher.h"
+#include "tests/test.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define K 10 /* classes */
+
+static char dir[] = "/tmp/weft-test-batcher-XXXXXX";
+static wf_serve_version *ver;
+static int per;	    /* floats per sample */
+static float *xs;   /* [NS, per] inputs */
+static float *refs; /* [NS, K] reference logits (one sample per forward) */
+enum { NS = 64 };
+
+/* A smallcnn at 32x32 saved as DIR/1/model.h5, loaded as a served version. */
+static int setup(void)
+{
+	wf_err err = {0};
+	wf_model *m = NULL;
+	wf_model_meta meta;
+	char path[512];
+	if (!mkdtemp(dir))
+		return 1;
+	snprintf(path, sizeof(path), "%s/1", dir);
+	wf_mkdirs(path);
+	snprintf(path, sizeof(path), "%s/1/model.h5", dir);
+	if (wf_model_zoo(&m, "smallcnn", 32, 32, 3, K, &err))
+		goto fail;
+	wf_model_init_params(m, 7);
+	wf_model_meta_init(&meta);
+	int rc = wf_model_save(m, &meta, path, &err);
+	wf_model_meta_free(&meta);
+	wf_model_free(m);
+	if (rc)
+		goto fail;
+	wf_serve_repo_opts ro = {.device = "cpu", .threads = 1, .nslots = 2, .max_batch = 64};
+	if (wf_serve_version_load(&ver, path, 1, &ro, &err))
+		goto fail;
+	per = ver->io.h * ver->io.w * ver->io.c;
+	xs = malloc((size_t)NS * per * sizeof(float));
+	refs = malloc((size_t)NS * K * sizeof(float));
+	wf_rng r;
+	wf_rng_seed(&r, 11);
+	for (size_t i = 0; i < (size_t)NS * per; i++)
+		xs[i] = (float)wf_rng_uniform(&r);
+	wf_backend *be = NULL;
+	wf_exec *ex = NULL;
+	rc = wf_backend_create(&be, "cpu", 1, &err);
+	if (!rc)
+		rc = wf_exec_create(&ex, ver->model, be, 1, 0, &err);
+	for (int i = 0; i < NS && !rc; i++) {
+		rc = wf_exec_forward(ex, xs + (size_t)i * per, 1, 0, 0);
+		if (!rc)
+			rc = wf_exec_logits(ex, refs + (size_t)i * K);
+	}
+	wf_exec_free(ex);
+	wf_backend_free(be);
+	if (rc)
+		goto fail;
+	return 0;
+fail:
+	fprintf(stderr, "setup: %s\n", err.msg);
+	return 1;
+}
+
+/* Rows [first, first+n) of a result match the reference. */
+static int rows_match(const float *logits, int first, int n)
+{
+	for (int i = 0; i < n * K; i++)
+		if (fabsf(logits[i] - refs[(size_t)first * K + i]) > 1e-3f) {
+			fprintf(stderr, "row %d class %d: %g vs reference %g\n", first + i / K,
+				i % K, logits[i], refs[(size_t)first * K + i]);
+			return 0;
+		}
+	return 1;
+}
+
+static wf_serve_batcher *make(int threads, int batching, int max_batch, long timeout_us,
+			      int max_queue, wf_serve_metrics *mx)
+{
+	wf_serve_batcher_opts o = {.threads = threads,
+				   .max_batch = max_batch,
+				   .timeout_us = timeout_us,
+				   .batching = batching,
+				   .max_queue = max_queue};
+	wf_serve_batcher *b = NULL;
+	wf_err err = {0};
+	if (wf_serve_batcher_create(&b, &o, mx, &err))
+		fprintf(stderr, "batcher: %s\n", err.msg);
+	return b;
+}
+
+static void test_unbatched_rows(void)
+{
+	wf_serve_metrics *mx = wf_serve_metrics_create();
+	wf_serve_batcher *b = make(2, 0, 8, 0, 0, mx);
+	float out[3 * K];
+	wf_err err = {0};
+	WF_CHECK_INT(wf_serve_batcher_infer(b, ver, xs + 5 * per, 3, out, 10, &err), 0);
+	WF_CHECK(rows_match(out, 5, 3));
+	/* larger than max_batch (8 here, the version's executors go to 64): chunks */
+	float *big = malloc(20 * K * sizeof(float));
+	unsigned long ex0 = atomic_load(&ver->stats.executions);
+	WF_CHECK_INT(wf_serve_batcher_infer(b, ver, xs + 20 * per, 20, big, 10, &err), 0);
+	WF_CHECK(rows_match(big, 20, 20));
+	WF_CHECK(atomic_load(&ver->stats.executions) > ex0);
+	free(big);
+	wf_serve_batcher_free(b);
+	wf_serve_metrics_free(mx);
+}
+
+typedef struct client {
+	wf_serve_batcher *b;
+	int first, n, rc;
+	double timeout_s, took;
+	float *out; /* [n, K] */
+} client;
+
+static void *client_main(void *arg)
+{
+	client *c = arg;
+	wf_err err = {0};
+	double t0 = wf_now();
+	c->rc = wf_serve_batcher_infer(c->b, ver, xs + (size_t)c->first * per, c->n, c->out,
+				       c->timeout_s, &err);
+	c->took = wf_now() - t0;
+	return NULL;
+}
+
+static void start(client *c, pthread_t *t, wf_serve_batcher *b, int first, int n, double timeout_s)
+{
+	*c = (client){.b = b, .first = first, .n = n, .timeout_s = timeout_s};
+	c->out = calloc((size_t)n * K, sizeof(float));
+	pthread_create(t, NULL, client_main, c);
+}
+
+/* Eight concurrent one- and two-sample requests with batching on: each gets
+ * its own rows, and fewer forwards run than requests. */
+static void test_concurrent_requests_share_forwards(void)
+{
+	wf_serve_metrics *mx = wf_serve_metrics_create();
+	/* a batch of 12 samples fills at once; the 2 s delay only bounds stragglers */
+	wf_serve_batcher *b = make(1, 1, 12, 2000000, 0, mx);
+	client c[8];
+	pthread_t t[8];
+	unsigned long ex0 = atomic_load(&ver->stats.executions);
+	for (int i = 0; i < 8; i++)
+		start(&c[i], &t[i], b, 3 * i, 1 + i % 2, 30);
+	for (int i = 0; i < 8; i++) {
+		pthread_join(t[i], NULL);
+		WF_CHECK_INT(c[i].rc, 0);
+		WF_CHECK_MSG(rows_match(c[i].out, c[i].first, c[i].n), "client %d", i);
+		free(c[i].out);
+	}
+	unsigned long forwards = atomic_load(&ver->stats.executions) - ex0;
+	WF_CHECK_MSG(forwards >= 1 && forwards < 8, "%lu forwards for 8 requests", forwards);
+	wf_serve_batcher_free(b);
+	wf_serve_metrics_free(mx);
+}
+
+/* One batch thread holds an 8-sample request while it waits (5 s) for the
+ * batch of 64 to fill; a 60-sample request does not fit and stays queued.
+ * With max_queue 1 the next request is refused at once; flush runs the
+ * waiting batch (and then the queued request) at once. */
+static void test_queue_bound_and_flush(void)
+{
+	wf_serve_metrics *mx = wf_serve_metrics_create();
+	wf_serve_batcher *b = make(1, 1, 64, 5000000, 1, mx);
+	client a, q;
+	pthread_t ta, tq;
+	start(&a, &ta, b, 0, 8, 30);
+	usleep(200 * 1000); /* a is with the batch thread, waiting for more */
+	start(&q, &tq, b, 2, 60, 30);
+	usleep(200 * 1000); /* q is queued: 8 + 60 > 64 */
+	float *out = malloc(60 * K * sizeof(float));
+	wf_err err = {0};
+	double t0 = wf_now();
+	int rc = wf_serve_batcher_infer(b, ver, xs, 60, out, 30, &err);
+	WF_CHECK_INT(rc, WF_SERVE_EFULL);
+	WF_CHECK_MSG(wf_now() - t0 < 1, "refused after %.2f s", wf_now() - t0);
+	WF_CHECK(strstr(err.msg, "queue is full") != NULL);
+	double tf = wf_now();
+	wf_serve_batcher_flush(b);
+	pthread_join(ta, NULL);
+	pthread_join(tq, NULL);
+	double after = wf_now() - tf; /* the batch would have waited 5 s */
+	WF_CHECK_MSG(after < 3, "answered %.2f s after flush", after);
+	WF_CHECK_INT(a.rc, 0);
+	WF_CHECK_INT(q.rc, 0);
+	WF_CHECK(rows_match(a.out, 0, 8));
+	WF_CHECK(rows_match(q.out, 2, 60));
+	free(a.out);
+	free(q.out);
+	free(out);
+	wf_serve_batcher_free(b);
+	wf_serve_metrics_free(mx);
+}
+
+/* A queued request whose timeout passes before a batch thread takes it
+ * fails with WF_ETRANSIENT (HTTP 503) and leaves the queue. */
+static void test_queue_timeout(void)
+{
+	wf_serve_metrics *mx = wf_serve_metrics_create();
+	wf_serve_batcher *b = make(1, 1, 64, 5000000, 0, mx);
+	client a;
+	pthread_t ta;
+	start(&a, &ta, b, 0, 8, 30);
+	usleep(200 * 1000);
+	float *out = malloc(60 * K * sizeof(float));
+	wf_err err = {0};
+	double t0 = wf_now();
+	int rc = wf_serve_batcher_infer(b, ver, xs, 60, out, 0.3, &err);
+	double waited = wf_now() - t0;
+	WF_CHECK_INT(rc, WF_ETRANSIENT);
+	WF_CHECK_MSG(waited >= 0.25 && waited < 4, "timed out after %.2f s", waited);
+	WF_CHECK(strstr(err.msg, "timed out") != NULL);
+	wf_serve_batcher_flush(b);
+	pthread_join(ta, NULL);
+	WF_CHECK_INT(a.rc, 0);
+	WF_CHECK(rows_match(a.out, 0, 8));
+	free(a.out);
+	free(out);
+	wf_serve_batcher_free(b);
+	wf_serve_metrics_free(mx);
+}
+
+int main(void)
+{
+	if (setup()) {
+		fprintf(stderr, "FAIL setup\n");
+		return 1;
+	}
+	WF_RUN(test_unbatched_rows);
+	WF_RUN(test_concurrent_requests_share_forwards);
+	WF_RUN(test_queue_bound_and_flush);
+	WF_RUN(test_queue_timeout);
+	wf_serve_version_release(ver);
+	free(xs);
+	free(refs);
+	char cmd[600];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+	return wf_test_summary();
+}
