@@ -11,8 +11,8 @@
 static void forget_replies(server *s, int w)
 {
 	for (int i = 0; i < s->nchunks; i++)
-		release(s, &s->chunks[i].held[w]);
-	release(s, &s->workers[w].barrier);
+		wf_pss_release(s, &s->chunks[i].held[w]);
+	wf_pss_release(s, &s->workers[w].barrier);
 }
 
 static void handle(server *s, int n, int overflow)
@@ -49,7 +49,7 @@ static void handle(server *s, int n, int overflow)
 			wf_warn("ps %d: rejected message (%s, %llu rejected so far): %s",
 				s->cfg->index, wf_ps_reject_name(reason),
 				(unsigned long long)s->rejected_total, e.msg);
-		send_error(s, rid, rid_len, &m.hdr, WF_EFORMAT, e.msg);
+		wf_pss_send_error(s, rid, rid_len, &m.hdr, WF_EFORMAT, e.msg);
 		return;
 	}
 	const wf_ps_hdr *h = &m.hdr;
@@ -66,10 +66,10 @@ static void handle(server *s, int n, int overflow)
 			wk->alive = 1;
 			wk->stall_step = -1;
 		} else if (wk->alive == 0) {
-			send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
-				    "worker %d was declared dead (no heartbeat for %.1f s): "
-				    "register again",
-				    w, s->cfg->heartbeat_timeout);
+			wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
+					   "worker %d was declared dead (no heartbeat for %.1f s): "
+					   "register again",
+					   w, s->cfg->heartbeat_timeout);
 			return;
 		} else {
 			wk->alive = 1;
@@ -77,33 +77,34 @@ static void handle(server *s, int n, int overflow)
 	}
 	switch (h->op) {
 	case WF_PS_OP_REGISTER:
-		send_ok(s, rid, rid_len, h, server_step(s), (uint32_t)s->pl.nchunks);
+		wf_pss_send_ok(s, rid, rid_len, h, wf_pss_server_step(s), (uint32_t)s->pl.nchunks);
 		if (w >= 0)
-			membership_changed(s);
+			wf_pss_membership_changed(s);
 		break;
-	case WF_PS_OP_INIT: op_init(s, rid, rid_len, &m); break;
-	case WF_PS_OP_PUSH_PULL: op_push_pull(s, rid, rid_len, &m, w); break;
-	case WF_PS_OP_PULL: op_pull(s, rid, rid_len, &m); break;
+	case WF_PS_OP_INIT: wf_pss_op_init(s, rid, rid_len, &m); break;
+	case WF_PS_OP_PUSH_PULL: wf_pss_op_push_pull(s, rid, rid_len, &m, w); break;
+	case WF_PS_OP_PULL: wf_pss_op_pull(s, rid, rid_len, &m); break;
 	case WF_PS_OP_BARRIER:
 		if (w < 0) {
-			send_ok(s, rid, rid_len, h, h->step, 0);
+			wf_pss_send_ok(s, rid, rid_len, h, h->step, 0);
 			break;
 		}
-		if (s->nchunks && (long)h->step > server_step(s)) {
-			send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
-				    "barrier at step %lld but the job is at step %ld (it went "
-				    "back): train from there",
-				    (long long)h->step, server_step(s));
+		if (s->nchunks && (long)h->step > wf_pss_server_step(s)) {
+			wf_pss_send_errorf(
+				s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
+				"barrier at step %lld but the job is at step %ld (it went "
+				"back): train from there",
+				(long long)h->step, wf_pss_server_step(s));
 			break;
 		}
 		if (s->workers[w].barrier.used)
-			release(s, &s->workers[w].barrier); /* a retried barrier replaces */
-		hold(s, &s->workers[w].barrier, rid, rid_len, h);
-		barrier_try_release(s);
+			wf_pss_release(s, &s->workers[w].barrier); /* a retried barrier replaces */
+		wf_pss_hold(s, &s->workers[w].barrier, rid, rid_len, h);
+		wf_pss_barrier_try_release(s);
 		break;
-	case WF_PS_OP_CHECKPOINT: op_checkpoint(s, rid, rid_len, &m); break;
-	case WF_PS_OP_RESTORE: op_restore(s, rid, rid_len, &m); break;
-	case WF_PS_OP_STATS: op_stats(s, rid, rid_len, h); break;
+	case WF_PS_OP_CHECKPOINT: wf_pss_op_checkpoint(s, rid, rid_len, &m); break;
+	case WF_PS_OP_RESTORE: wf_pss_op_restore(s, rid, rid_len, &m); break;
+	case WF_PS_OP_STATS: wf_pss_op_stats(s, rid, rid_len, h); break;
 	case WF_PS_OP_SHUTDOWN:
 		wf_info("ps %d: shutdown requested", s->cfg->index);
 		if (s->cfg->mode == WF_PS_MODE_SSP)
@@ -113,20 +114,22 @@ static void handle(server *s, int n, int overflow)
 				s->cfg->index, (unsigned long long)s->ssp_held, s->cfg->staleness,
 				s->ssp_max_lead);
 		for (int i = 0; i < s->nchunks; i++)
-			fail_held(s, &s->chunks[i], WF_ESTOPPED, "server shutting down");
+			wf_pss_fail_held(s, &s->chunks[i], WF_ESTOPPED, "server shutting down");
 		for (int v = 0; v < s->nworkers; v++) {
 			held *b = &s->workers[v].barrier;
 			if (b->used) {
 				wf_ps_hdr req = {.op = WF_PS_OP_BARRIER, .tag = b->tag};
-				send_error(s, b->rid, b->rid_len, &req, WF_ESTOPPED,
-					   "server shutting down");
-				release(s, b);
+				wf_pss_send_error(s, b->rid, b->rid_len, &req, WF_ESTOPPED,
+						  "server shutting down");
+				wf_pss_release(s, b);
 			}
 		}
-		send_ok(s, rid, rid_len, h, server_step(s), 0);
+		wf_pss_send_ok(s, rid, rid_len, h, wf_pss_server_step(s), 0);
 		s->running = 0;
 		break;
-	case WF_PS_OP_HEARTBEAT: send_ok(s, rid, rid_len, h, server_step(s), s->incarnation); break;
+	case WF_PS_OP_HEARTBEAT:
+		wf_pss_send_ok(s, rid, rid_len, h, wf_pss_server_step(s), s->incarnation);
+		break;
 	default: break;
 	}
 }
@@ -170,14 +173,14 @@ static void check_heartbeats(server *s, double now)
 		if (wk->alive != 1 || now - wk->last_seen <= s->cfg->heartbeat_timeout)
 			continue;
 		wk->alive = 0;
-		release(s, &wk->barrier);
+		wf_pss_release(s, &wk->barrier);
 		wf_warn("ps %d: worker %d silent for %.1f s: declared dead, it leaves the "
 			"aggregation count until it registers again",
 			s->cfg->index, w, now - wk->last_seen);
 		changed = 1;
 	}
 	if (changed)
-		membership_changed(s);
+		wf_pss_membership_changed(s);
 }
 
 /* Name live workers that owe pushes of a step others already pushed. */
@@ -273,7 +276,7 @@ static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 		c->gidx = g;
 		c->offset = pc->offset;
 		c->count = pc->count;
-		c->vb = vbuf_new(c->count, NULL);
+		c->vb = wf_pss_vbuf_new(c->count, NULL);
 		c->values = c->vb ? c->vb->data : NULL;
 		c->acc = calloc(c->count, sizeof(float));
 		for (int j = 0; j < s->nslots; j++)
@@ -300,7 +303,7 @@ static void server_free(server *s)
 {
 	for (int i = 0; s->chunks && i < s->nchunks; i++) {
 		schunk *c = &s->chunks[i];
-		vbuf_unref(c->vb);
+		wf_pss_vbuf_unref(c->vb);
 		free(c->acc);
 		free(c->slot[0]);
 		free(c->slot[1]);
@@ -369,7 +372,7 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 	if (cfg->ckpt_dir && wf_exists(cfg->ckpt_dir)) {
 		long step;
 		wf_err e = {0};
-		rc = restore(s, cfg->ckpt_dir, -1, &step, &e);
+		rc = wf_pss_restore(s, cfg->ckpt_dir, -1, &step, &e);
 		if (rc && rc != WF_EIO) {
 			wf_errf(err, rc, "%s", e.msg);
 			goto cleanup;
@@ -450,7 +453,7 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 			s->last_stall_check = now;
 		}
 		if (cfg->stats_every > 0 && now - s->last_stats >= cfg->stats_every) {
-			log_stats(s);
+			wf_pss_log_stats(s);
 			s->last_stats = now;
 		}
 	}

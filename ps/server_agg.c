@@ -6,7 +6,7 @@
 
 /* A buffer of n floats (64-byte aligned) with one reference, or adopting
  * data (malloc'd, n floats) when not NULL. NULL when out of memory. */
-vbuf *vbuf_new(size_t n, float *data)
+vbuf *wf_pss_vbuf_new(size_t n, float *data)
 {
 	vbuf *b = malloc(sizeof(*b));
 	void *p = data;
@@ -21,7 +21,7 @@ vbuf *vbuf_new(size_t n, float *data)
 	return b;
 }
 
-void vbuf_unref(vbuf *b)
+void wf_pss_vbuf_unref(vbuf *b)
 {
 	if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
 		free(b->data);
@@ -32,24 +32,24 @@ void vbuf_unref(vbuf *b)
 static void vbuf_zmq_free(void *data, void *hint)
 {
 	(void)data;
-	vbuf_unref(hint);
+	wf_pss_vbuf_unref(hint);
 }
 
 /* Before changing c's values: move to a private copy if a reply still
  * sends the current ones; forget their CRC. Out of memory: change them in
  * place (such a reply then fails its checksum at the worker). */
-void values_writable(server *s, schunk *c)
+void wf_pss_values_writable(server *s, schunk *c)
 {
 	c->crc_ok = 0;
 	if (atomic_load(&c->vb->refs) == 1)
 		return;
-	vbuf *nb = vbuf_new(c->count, NULL);
+	vbuf *nb = wf_pss_vbuf_new(c->count, NULL);
 	if (!nb) {
 		wf_warn("ps %d: out of memory copying chunk %d's values", s->cfg->index, c->gidx);
 		return;
 	}
 	memcpy(nb->data, c->values, c->count * sizeof(float));
-	vbuf_unref(c->vb);
+	wf_pss_vbuf_unref(c->vb);
 	c->vb = nb;
 	c->values = nb->data;
 }
@@ -58,8 +58,8 @@ void values_writable(server *s, schunk *c)
 
 /* Send a reply; with zc, frame 0 is zc's values, sent zero-copy with a
  * reference on zc; other frames are copied. */
-void send_raw(server *s, const uint8_t *rid, size_t rid_len, const uint8_t *hdr,
-	      const void *const *frames, const size_t *sizes, int nf, vbuf *zc)
+void wf_pss_send_raw(server *s, const uint8_t *rid, size_t rid_len, const uint8_t *hdr,
+		     const void *const *frames, const size_t *sizes, int nf, vbuf *zc)
 {
 	int rc = zmq_send(s->sock, rid, rid_len, ZMQ_SNDMORE);
 	if (rc >= 0)
@@ -71,7 +71,7 @@ void send_raw(server *s, const uint8_t *rid, size_t rid_len, const uint8_t *hdr,
 			atomic_fetch_add(&zc->refs, 1);
 			rc = zmq_msg_init_data(&m, (void *)frames[i], sizes[i], vbuf_zmq_free, zc);
 			if (rc < 0) {
-				vbuf_unref(zc);
+				wf_pss_vbuf_unref(zc);
 				break;
 			}
 		} else {
@@ -90,7 +90,7 @@ void send_raw(server *s, const uint8_t *rid, size_t rid_len, const uint8_t *hdr,
 		wf_warn("ps %d: reply not sent: %s", s->cfg->index, zmq_strerror(zmq_errno()));
 }
 
-void reply_hdr(server *s, wf_ps_hdr *h, uint16_t op, uint32_t tag, uint32_t chunk, long step)
+void wf_pss_reply_hdr(server *s, wf_ps_hdr *h, uint16_t op, uint32_t tag, uint32_t chunk, long step)
 {
 	memset(h, 0, sizeof(*h));
 	h->version = WF_PS_VERSION;
@@ -103,36 +103,37 @@ void reply_hdr(server *s, wf_ps_hdr *h, uint16_t op, uint32_t tag, uint32_t chun
 	h->step = step;
 }
 
-void send_ok(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req, long step,
-	     uint32_t aux)
+void wf_pss_send_ok(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req, long step,
+		    uint32_t aux)
 {
 	wf_ps_hdr h;
 	uint8_t hb[WF_PS_HEADER_BYTES];
-	reply_hdr(s, &h, req->op, req->tag, req->chunk, step);
+	wf_pss_reply_hdr(s, &h, req->op, req->tag, req->chunk, step);
 	h.aux = aux;
 	wf_ps_hdr_encode(&h, hb, NULL, NULL, 0);
-	send_raw(s, rid, rid_len, hb, NULL, NULL, 0, NULL);
+	wf_pss_send_raw(s, rid, rid_len, hb, NULL, NULL, 0, NULL);
 }
 
-void send_error(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req, int code,
-		const char *text)
+void wf_pss_send_error(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+		       int code, const char *text)
 {
 	wf_ps_hdr h;
 	uint8_t hb[WF_PS_HEADER_BYTES];
 	const void *f[1] = {text};
 	size_t sz[1] = {strlen(text)};
-	reply_hdr(s, &h, req->op, req->tag, req->chunk, req->step);
+	wf_pss_reply_hdr(s, &h, req->op, req->tag, req->chunk, req->step);
 	h.flags |= WF_PS_FLAG_ERROR;
 	h.aux = (uint32_t)(-code);
 	h.dtype = WF_PS_DTYPE_BYTES;
 	wf_ps_hdr_encode(&h, hb, f, sz, 1);
-	send_raw(s, rid, rid_len, hb, f, sz, 1, NULL);
+	wf_pss_send_raw(s, rid, rid_len, hb, f, sz, 1, NULL);
 }
 
-void send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req, int code,
-		 int reason, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-void send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req, int code,
-		 int reason, const char *fmt, ...)
+void wf_pss_send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+			int code, int reason, const char *fmt, ...)
+	__attribute__((format(printf, 7, 8)));
+void wf_pss_send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+			int code, int reason, const char *fmt, ...)
 {
 	char text[1024];
 	va_list ap;
@@ -145,14 +146,14 @@ void send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr 
 	}
 	wf_warn("ps %d: %s from sender %d:%d refused: %s", s->cfg->index, wf_ps_op_name(req->op),
 		WF_PS_SENDER_ROLE(req->sender), WF_PS_SENDER_INDEX(req->sender), text);
-	send_error(s, rid, rid_len, req, code, text);
+	wf_pss_send_error(s, rid, rid_len, req, code, text);
 }
 
 /* Values (and state) of chunk c to the held requesters or one requester.
  * The values go zero-copy from c's buffer (c->vb; a pseudo chunk without
  * one is copied) and their CRC is computed once per version of the values,
  * for every reply of that version; the state frame is copied. */
-void send_values(server *s, schunk *c, const held *to, int nto, int stale)
+void wf_pss_send_values(server *s, schunk *c, const held *to, int nto, int stale)
 {
 	const void *f[2] = {c->values, s->state};
 	size_t sz[2] = {c->count * sizeof(float), s->nstate * sizeof(float)};
@@ -174,18 +175,18 @@ void send_values(server *s, schunk *c, const held *to, int nto, int stale)
 		}
 		wf_ps_hdr h;
 		uint8_t hb[WF_PS_HEADER_BYTES];
-		reply_hdr(s, &h, r->op, r->tag, (uint32_t)c->gidx, c->version);
+		wf_pss_reply_hdr(s, &h, r->op, r->tag, (uint32_t)c->gidx, c->version);
 		h.dtype = WF_PS_DTYPE_F32;
 		if (nf == 2)
 			h.flags |= WF_PS_FLAG_STATE;
 		if (stale)
 			h.flags |= WF_PS_FLAG_STALE;
 		wf_ps_hdr_encode_crc(&h, hb, *crc, sz[0] + (nf == 2 ? sz[1] : 0), nf);
-		send_raw(s, r->rid, r->rid_len, hb, f, sz, nf, c->vb);
+		wf_pss_send_raw(s, r->rid, r->rid_len, hb, f, sz, nf, c->vb);
 	}
 }
 
-void hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req)
+void wf_pss_hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req)
 {
 	h->used = 1;
 	memcpy(h->rid, rid, rid_len);
@@ -198,7 +199,7 @@ void hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const wf_ps_hd
 	s->held_count++;
 }
 
-void release(server *s, held *h)
+void wf_pss_release(server *s, held *h)
 {
 	if (h->used)
 		s->held_count--;
@@ -206,7 +207,7 @@ void release(server *s, held *h)
 }
 
 /* Fail every held reply of chunk c (re-init, restore, shutdown). */
-void fail_held(server *s, schunk *c, int code, const char *why)
+void wf_pss_fail_held(server *s, schunk *c, int code, const char *why)
 {
 	for (int w = 0; w < s->nworkers; w++) {
 		held *h = &c->held[w];
@@ -214,8 +215,8 @@ void fail_held(server *s, schunk *c, int code, const char *why)
 			continue;
 		wf_ps_hdr req = {
 			.op = h->op, .tag = h->tag, .chunk = (uint32_t)c->gidx, .step = h->step};
-		send_error(s, h->rid, h->rid_len, &req, code, why);
-		release(s, h);
+		wf_pss_send_error(s, h->rid, h->rid_len, &req, code, why);
+		wf_pss_release(s, h);
 	}
 	memset(c->pushed, 0, (size_t)s->nworkers);
 	c->ncontrib = 0;
@@ -235,10 +236,10 @@ static float grad_scale(long samples)
  * step; async and ssp apply every worker's push, and the version becomes the
  * highest step applied + 1, so a (re)joining worker starts at the step the
  * job reached (not at the number of pushes). */
-int apply(server *s, schunk *c, const float *grad, long samples, long step)
+int wf_pss_apply(server *s, schunk *c, const float *grad, long samples, long step)
 {
 	int nsl = s->nslots;
-	values_writable(s, c);
+	wf_pss_values_writable(s, c);
 	int rc = wf_optim_apply(s->be, &s->cfg->optim, step, c->count, c->values, grad,
 				nsl > 0 ? c->slot[0] : NULL, nsl > 1 ? c->slot[1] : NULL,
 				grad_scale(samples));
@@ -250,7 +251,7 @@ int apply(server *s, schunk *c, const float *grad, long samples, long step)
 }
 
 /* Required workers (not declared dead) that have not pushed chunk c, other than skip. */
-int missing(const server *s, const schunk *c, int skip)
+int wf_pss_missing(const server *s, const schunk *c, int skip)
 {
 	int n = 0;
 	for (int w = 0; w < s->nworkers; w++)
@@ -260,12 +261,12 @@ int missing(const server *s, const schunk *c, int skip)
 }
 
 /* Sync: apply and answer once every required worker pushed. */
-void sync_try_complete(server *s, schunk *c)
+void wf_pss_sync_try_complete(server *s, schunk *c)
 {
-	if (!c->ncontrib || missing(s, c, -1))
+	if (!c->ncontrib || wf_pss_missing(s, c, -1))
 		return;
 	if (!c->direct)
-		apply(s, c, c->acc, c->samples, c->version);
+		wf_pss_apply(s, c, c->acc, c->samples, c->version);
 	int want_state = 0;
 	for (int w = 0; w < s->nworkers; w++)
 		want_state |= c->held[w].used && c->held[w].want_state;
@@ -275,16 +276,16 @@ void sync_try_complete(server *s, schunk *c)
 			s->state[i] = s->state_acc[i] * k;
 		s->state_n = 0;
 	}
-	send_values(s, c, c->held, s->nworkers, 0);
+	wf_pss_send_values(s, c, c->held, s->nworkers, 0);
 	for (int w = 0; w < s->nworkers; w++)
-		release(s, &c->held[w]);
+		wf_pss_release(s, &c->held[w]);
 	memset(c->pushed, 0, (size_t)s->nworkers);
 	c->ncontrib = 0;
 	c->samples = 0;
 	c->direct = 0;
 }
 
-long slowest_step(const server *s)
+long wf_pss_slowest_step(const server *s)
 {
 	long m = -1;
 	int any = 0;
@@ -300,17 +301,17 @@ long slowest_step(const server *s)
 
 /* ssp: a push of step `step` is answered now; record how far it ran ahead
  * of the slowest live worker (the bound says: at most K). */
-void ssp_answered(server *s, long step)
+void wf_pss_ssp_answered(server *s, long step)
 {
-	long lead = step - slowest_step(s);
+	long lead = step - wf_pss_slowest_step(s);
 	if (lead > s->ssp_max_lead)
 		s->ssp_max_lead = lead;
 }
 
 /* ssp: answer held pushes that are now within the staleness bound. */
-void ssp_release(server *s)
+void wf_pss_ssp_release(server *s)
 {
-	long slowest = slowest_step(s), bound = slowest + s->cfg->staleness;
+	long slowest = wf_pss_slowest_step(s), bound = slowest + s->cfg->staleness;
 	double now = wf_now();
 	for (int i = 0; i < s->nchunks; i++) {
 		schunk *c = &s->chunks[i];
@@ -325,14 +326,14 @@ void ssp_release(server *s)
 					s->cfg->index, w, now - h->since, h->step, slowest,
 					s->cfg->staleness);
 			}
-			ssp_answered(s, h->step);
-			send_values(s, c, h, 1, 0);
-			release(s, h);
+			wf_pss_ssp_answered(s, h->step);
+			wf_pss_send_values(s, c, h, 1, 0);
+			wf_pss_release(s, h);
 		}
 	}
 }
 
-void barrier_try_release(server *s)
+void wf_pss_barrier_try_release(server *s)
 {
 	int arrived = 0;
 	for (int w = 0; w < s->nworkers; w++) {
@@ -347,8 +348,8 @@ void barrier_try_release(server *s)
 		if (!h->used)
 			continue;
 		wf_ps_hdr req = {.op = WF_PS_OP_BARRIER, .tag = h->tag, .step = h->step};
-		send_ok(s, h->rid, h->rid_len, &req, h->step, 0);
-		release(s, h);
+		wf_pss_send_ok(s, h->rid, h->rid_len, &req, h->step, 0);
+		wf_pss_release(s, h);
 	}
 }
 
@@ -356,9 +357,9 @@ void barrier_try_release(server *s)
  * waiting at the final barrier past the new step must train again from it,
  * so their barriers fail at once (they re-synchronise) instead of holding
  * the chief's next step forever. */
-void barriers_rolled_back(server *s)
+void wf_pss_barriers_rolled_back(server *s)
 {
-	long step = server_step(s);
+	long step = wf_pss_server_step(s);
 	for (int w = 0; w < s->nworkers; w++) {
 		held *b = &s->workers[w].barrier;
 		if (!b->used || !s->nchunks || b->step <= step)
@@ -369,18 +370,18 @@ void barriers_rolled_back(server *s)
 			 "the job went back to step %ld while worker %d waited at step %ld: "
 			 "train from there",
 			 step, w, b->step);
-		send_error(s, b->rid, b->rid_len, &req, WF_ETRANSIENT, why);
-		release(s, b);
+		wf_pss_send_error(s, b->rid, b->rid_len, &req, WF_ETRANSIENT, why);
+		wf_pss_release(s, b);
 	}
 }
 
 /* After membership changed: steps, barriers and ssp bounds may now complete. */
-void membership_changed(server *s)
+void wf_pss_membership_changed(server *s)
 {
 	if (s->cfg->mode == WF_PS_MODE_SYNC)
 		for (int i = 0; i < s->nchunks; i++)
-			sync_try_complete(s, &s->chunks[i]);
+			wf_pss_sync_try_complete(s, &s->chunks[i]);
 	if (s->cfg->mode == WF_PS_MODE_SSP)
-		ssp_release(s);
-	barrier_try_release(s);
+		wf_pss_ssp_release(s);
+	wf_pss_barrier_try_release(s);
 }

@@ -121,39 +121,41 @@ typedef struct server {
 	char text[PATH_BYTES];
 } server;
 
-vbuf *vbuf_new(size_t n, float *data);
-void vbuf_unref(vbuf *b);
-void values_writable(server *s, schunk *c);
-void send_raw(server *s, const uint8_t *rid, size_t rid_len, const uint8_t *hdr,
-	      const void *const *frames, const size_t *sizes, int nf, vbuf *zc);
-void reply_hdr(server *s, wf_ps_hdr *h, uint16_t op, uint32_t tag, uint32_t chunk, long step);
-void send_ok(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req, long step,
-	     uint32_t aux);
-void send_error(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req, int code,
-		const char *text);
-void send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req, int code,
-		 int reason, const char *fmt, ...) __attribute__((format(printf, 7, 8)));
-void send_values(server *s, schunk *c, const held *to, int nto, int stale);
-void hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req);
-void release(server *s, held *h);
-void fail_held(server *s, schunk *c, int code, const char *why);
-int apply(server *s, schunk *c, const float *grad, long samples, long step);
-int missing(const server *s, const schunk *c, int skip);
-void sync_try_complete(server *s, schunk *c);
-long slowest_step(const server *s);
-void ssp_answered(server *s, long step);
-void ssp_release(server *s);
-void barrier_try_release(server *s);
-void barriers_rolled_back(server *s);
-void membership_changed(server *s);
-long server_step(const server *s);
-void op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
-void op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m, int w);
-void op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
-void op_checkpoint(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
-int restore(server *s, const char *root, long want_step, long *step, wf_err *err);
-void op_restore(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
-void op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h);
-void log_stats(server *s);
+vbuf *wf_pss_vbuf_new(size_t n, float *data);
+void wf_pss_vbuf_unref(vbuf *b);
+void wf_pss_values_writable(server *s, schunk *c);
+void wf_pss_send_raw(server *s, const uint8_t *rid, size_t rid_len, const uint8_t *hdr,
+		     const void *const *frames, const size_t *sizes, int nf, vbuf *zc);
+void wf_pss_reply_hdr(server *s, wf_ps_hdr *h, uint16_t op, uint32_t tag, uint32_t chunk,
+		      long step);
+void wf_pss_send_ok(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req, long step,
+		    uint32_t aux);
+void wf_pss_send_error(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+		       int code, const char *text);
+void wf_pss_send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+			int code, int reason, const char *fmt, ...)
+	__attribute__((format(printf, 7, 8)));
+void wf_pss_send_values(server *s, schunk *c, const held *to, int nto, int stale);
+void wf_pss_hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req);
+void wf_pss_release(server *s, held *h);
+void wf_pss_fail_held(server *s, schunk *c, int code, const char *why);
+int wf_pss_apply(server *s, schunk *c, const float *grad, long samples, long step);
+int wf_pss_missing(const server *s, const schunk *c, int skip);
+void wf_pss_sync_try_complete(server *s, schunk *c);
+long wf_pss_slowest_step(const server *s);
+void wf_pss_ssp_answered(server *s, long step);
+void wf_pss_ssp_release(server *s);
+void wf_pss_barrier_try_release(server *s);
+void wf_pss_barriers_rolled_back(server *s);
+void wf_pss_membership_changed(server *s);
+long wf_pss_server_step(const server *s);
+void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
+void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m, int w);
+void wf_pss_op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
+void wf_pss_op_checkpoint(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
+int wf_pss_restore(server *s, const char *root, long want_step, long *step, wf_err *err);
+void wf_pss_op_restore(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
+void wf_pss_op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h);
+void wf_pss_log_stats(server *s);
 
 #endif

@@ -5,7 +5,7 @@
 /* ---- ops -------------------------------------------------------------- */
 
 /* The server's step: -1 before init, else the lowest chunk version. */
-long server_step(const server *s)
+long wf_pss_server_step(const server *s)
 {
 	long m = -1;
 	for (int i = 0; i < s->nchunks; i++) {
@@ -19,19 +19,19 @@ long server_step(const server *s)
 	return m;
 }
 
-void op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
+void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
 {
 	const wf_ps_hdr *h = &m->hdr;
 	if (h->chunk == WF_PS_STATE_CHUNK) {
 		memcpy(s->state, m->frame[0], m->size[0]);
 		s->state_n = 0;
 		s->state_initialized = 1;
-		send_ok(s, rid, rid_len, h, h->step, 0);
+		wf_pss_send_ok(s, rid, rid_len, h, h->step, 0);
 		return;
 	}
 	schunk *c = &s->chunks[s->local[h->chunk]];
-	fail_held(s, c, WF_ETRANSIENT, "chunk re-initialized while a push was pending");
-	values_writable(s, c);
+	wf_pss_fail_held(s, c, WF_ETRANSIENT, "chunk re-initialized while a push was pending");
+	wf_pss_values_writable(s, c);
 	memcpy(c->values, m->frame[0], m->size[0]);
 	for (int k = 0; k < s->nslots; k++) {
 		if (m->nframes > 1 + k)
@@ -41,35 +41,36 @@ void op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
 	}
 	c->version = h->step > 0 ? (long)h->step : 0;
 	c->initialized = 1;
-	send_ok(s, rid, rid_len, h, c->version, 0);
-	barriers_rolled_back(s);
+	wf_pss_send_ok(s, rid, rid_len, h, c->version, 0);
+	wf_pss_barriers_rolled_back(s);
 }
 
-void op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m, int w)
+void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m, int w)
 {
 	const wf_ps_hdr *h = &m->hdr;
 	schunk *c = &s->chunks[s->local[h->chunk]];
 	if (WF_PS_SENDER_ROLE(h->sender) != WF_PS_ROLE_WORKER) {
-		send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_SENDER,
-			    "push_pull needs role worker");
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_SENDER,
+				   "push_pull needs role worker");
 		return;
 	}
 	if (!c->initialized) {
-		send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
-			    "chunk %d is not initialized: the chief must init it first", c->gidx);
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
+				   "chunk %d is not initialized: the chief must init it first",
+				   c->gidx);
 		return;
 	}
 	if (c->held[w].used) {
-		send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_STATE,
-			    "worker %d pushed chunk %d again before its reply", w, c->gidx);
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_STATE,
+				   "worker %d pushed chunk %d again before its reply", w, c->gidx);
 		return;
 	}
 	if (s->cfg->mode == WF_PS_MODE_SYNC && c->pushed[w] && h->step == c->version) {
 		/* a restarted worker pushes again what its previous process pushed
 		 * already for this step: that gradient counts once, this one only
 		 * waits for the step's values */
-		hold(s, &c->held[w], rid, rid_len, h);
-		sync_try_complete(s, c);
+		wf_pss_hold(s, &c->held[w], rid, rid_len, h);
+		wf_pss_sync_try_complete(s, c);
 		return;
 	}
 	long samples = h->aux ? (long)h->aux : (s->cfg->batch > 0 ? s->cfg->batch : 1);
@@ -80,45 +81,45 @@ void op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg
 	if (s->cfg->mode != WF_PS_MODE_SYNC) {
 		if (h->step > wk->last_step)
 			wk->last_step = (long)h->step;
-		apply(s, c, grad, samples, (long)h->step);
+		wf_pss_apply(s, c, grad, samples, (long)h->step);
 		if (st)
 			memcpy(s->state, st, s->nstate * sizeof(float));
 		held r = {0};
-		hold(s, &r, rid, rid_len, h);
+		wf_pss_hold(s, &r, rid, rid_len, h);
 		if (s->cfg->mode == WF_PS_MODE_SSP &&
-		    h->step > slowest_step(s) + s->cfg->staleness) {
-			c->held[w] = r; /* answered by ssp_release */
+		    h->step > wf_pss_slowest_step(s) + s->cfg->staleness) {
+			c->held[w] = r; /* answered by wf_pss_ssp_release */
 			s->ssp_held++;
 		} else {
 			if (s->cfg->mode == WF_PS_MODE_SSP)
-				ssp_answered(s, (long)h->step);
-			send_values(s, c, &r, 1, 0);
-			release(s, &r);
+				wf_pss_ssp_answered(s, (long)h->step);
+			wf_pss_send_values(s, c, &r, 1, 0);
+			wf_pss_release(s, &r);
 		}
 		if (s->cfg->mode == WF_PS_MODE_SSP)
-			ssp_release(s);
+			wf_pss_ssp_release(s);
 		return;
 	}
 	if (h->step < c->version) {
 		held r = {0};
-		hold(s, &r, rid, rid_len, h);
-		send_values(s, c, &r, 1, 1);
-		release(s, &r);
+		wf_pss_hold(s, &r, rid, rid_len, h);
+		wf_pss_send_values(s, c, &r, 1, 1);
+		wf_pss_release(s, &r);
 		return;
 	}
 	if (h->step > c->version) {
-		send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
-			    "worker %d pushed step %lld but chunk %d is at step %ld (server "
-			    "restored? roll back to the server's step)",
-			    w, (long long)h->step, c->gidx, c->version);
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
+				   "worker %d pushed step %lld but chunk %d is at step %ld (server "
+				   "restored? roll back to the server's step)",
+				   w, (long long)h->step, c->gidx, c->version);
 		return;
 	}
 	if (h->step > wk->last_step)
 		wk->last_step = (long)h->step;
 	if (!c->ncontrib)
 		c->first_push = wf_now();
-	if (!c->ncontrib && !missing(s, c, w)) {
-		apply(s, c, grad, samples, c->version); /* sole contributor: no copy */
+	if (!c->ncontrib && !wf_pss_missing(s, c, w)) {
+		wf_pss_apply(s, c, grad, samples, c->version); /* sole contributor: no copy */
 		c->direct = 1;
 	} else if (!c->ncontrib) {
 		memcpy(c->acc, grad, c->count * sizeof(float));
@@ -135,11 +136,11 @@ void op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg
 	c->pushed[w] = 1;
 	c->ncontrib++;
 	c->samples += samples;
-	hold(s, &c->held[w], rid, rid_len, h);
-	sync_try_complete(s, c);
+	wf_pss_hold(s, &c->held[w], rid, rid_len, h);
+	wf_pss_sync_try_complete(s, c);
 }
 
-void op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
+void wf_pss_op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
 {
 	const wf_ps_hdr *h = &m->hdr;
 	held r = {0};
@@ -149,22 +150,22 @@ void op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
 		schunk pseudo = {.gidx = (int)WF_PS_STATE_CHUNK,
 				 .values = s->state,
 				 .count = s->nstate,
-				 .version = server_step(s)};
-		hold(s, &r, rid, rid_len, h);
+				 .version = wf_pss_server_step(s)};
+		wf_pss_hold(s, &r, rid, rid_len, h);
 		r.want_state = 0;
-		send_values(s, &pseudo, &r, 1, 0);
-		release(s, &r);
+		wf_pss_send_values(s, &pseudo, &r, 1, 0);
+		wf_pss_release(s, &r);
 		return;
 	}
 	schunk *c = &s->chunks[s->local[h->chunk]];
 	if (!c->initialized) {
-		send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
-			    "chunk %d is not initialized", c->gidx);
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
+				   "chunk %d is not initialized", c->gidx);
 		return;
 	}
-	hold(s, &r, rid, rid_len, h);
-	send_values(s, c, &r, 1, 0);
-	release(s, &r);
+	wf_pss_hold(s, &r, rid, rid_len, h);
+	wf_pss_send_values(s, c, &r, 1, 0);
+	wf_pss_release(s, &r);
 }
 
 static void shard_views(server *s)
@@ -180,20 +181,21 @@ static void shard_views(server *s)
 	}
 }
 
-void op_checkpoint(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
+void wf_pss_op_checkpoint(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
 {
 	const wf_ps_hdr *h = &m->hdr;
 	char path[PATH_BYTES + 64];
 	wf_err e = {0};
 	if (m->nframes || h->step < 0) {
-		send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_BYTES,
-			    "checkpoint takes a step >= 0 and no payload (a server writes only "
-			    "under its own checkpoint.dir)");
+		wf_pss_send_errorf(
+			s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_BYTES,
+			"checkpoint takes a step >= 0 and no payload (a server writes only "
+			"under its own checkpoint.dir)");
 		return;
 	}
 	if (!s->cfg->ckpt_dir) {
-		send_errorf(s, rid, rid_len, h, WF_EINVAL, -1,
-			    "checkpoint: this server has no checkpoint.dir");
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_EINVAL, -1,
+				   "checkpoint: this server has no checkpoint.dir");
 		return;
 	}
 	shard_views(s);
@@ -204,17 +206,17 @@ void op_checkpoint(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_ms
 				  s->nchunks, s->nslots, s->state, s->nstate, &e);
 	if (rc) {
 		wf_error("ps %d: %s", s->cfg->index, e.msg);
-		send_error(s, rid, rid_len, h, rc, e.msg);
+		wf_pss_send_error(s, rid, rid_len, h, rc, e.msg);
 		return;
 	}
 	wf_info("ps %d: checkpoint step %lld written to %s (%.2f s)", s->cfg->index,
 		(long long)h->step, path, wf_now() - t0);
-	send_ok(s, rid, rid_len, h, h->step, 0);
+	wf_pss_send_ok(s, rid, rid_len, h, h->step, 0);
 }
 
 /* Load the newest complete checkpoint (or want_step) from root into fresh
  * buffers, then swap them in: a failed restore leaves the server as it was. */
-int restore(server *s, const char *root, long want_step, long *step, wf_err *err)
+int wf_pss_restore(server *s, const char *root, long want_step, long *step, wf_err *err)
 {
 	char path[PATH_BYTES + 64];
 	int rc = wf_ps_ckpt_find(root, s->cfg->index, s->cfg->nservers, want_step, step, path,
@@ -243,14 +245,14 @@ int restore(server *s, const char *root, long want_step, long *step, wf_err *err
 		goto cleanup;
 	for (int i = 0; i < s->nchunks; i++) {
 		schunk *c = &s->chunks[i];
-		fail_held(s, c, WF_ETRANSIENT, "server restored from a checkpoint");
-		vbuf *nb = vbuf_new(c->count, tmp[i].values);
+		wf_pss_fail_held(s, c, WF_ETRANSIENT, "server restored from a checkpoint");
+		vbuf *nb = wf_pss_vbuf_new(c->count, tmp[i].values);
 		if (!nb) { /* cannot adopt: copy into the chunk's own buffer */
-			values_writable(s, c);
+			wf_pss_values_writable(s, c);
 			memcpy(c->values, tmp[i].values, c->count * sizeof(float));
 		} else {
 			tmp[i].values = NULL; /* adopted */
-			vbuf_unref(c->vb);
+			wf_pss_vbuf_unref(c->vb);
 			c->vb = nb;
 			c->values = nb->data;
 			c->crc_ok = 0;
@@ -270,7 +272,7 @@ int restore(server *s, const char *root, long want_step, long *step, wf_err *err
 		s->state_n = 0;
 	}
 	s->restored_step = *step;
-	barriers_rolled_back(s);
+	wf_pss_barriers_rolled_back(s);
 	wf_info("ps %d: restored step %ld from %s", s->cfg->index, *step, path);
 cleanup:
 	if (rc == WF_ENOMEM)
@@ -285,29 +287,29 @@ cleanup:
 	return rc;
 }
 
-void op_restore(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
+void wf_pss_op_restore(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
 {
 	const wf_ps_hdr *h = &m->hdr;
 	wf_err e = {0};
 	long step = -1;
 	if (m->nframes) {
-		send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_BYTES,
-			    "restore takes no payload (a server restores only from its own "
-			    "checkpoint.dir)");
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_BYTES,
+				   "restore takes no payload (a server restores only from its own "
+				   "checkpoint.dir)");
 		return;
 	}
 	if (!s->cfg->ckpt_dir) {
-		send_errorf(s, rid, rid_len, h, WF_EINVAL, -1,
-			    "restore: this server has no checkpoint.dir");
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_EINVAL, -1,
+				   "restore: this server has no checkpoint.dir");
 		return;
 	}
-	int rc = restore(s, s->cfg->ckpt_dir, h->step >= 0 ? (long)h->step : -1, &step, &e);
+	int rc = wf_pss_restore(s, s->cfg->ckpt_dir, h->step >= 0 ? (long)h->step : -1, &step, &e);
 	if (rc) {
 		wf_error("ps %d: %s", s->cfg->index, e.msg);
-		send_error(s, rid, rid_len, h, rc, e.msg);
+		wf_pss_send_error(s, rid, rid_len, h, rc, e.msg);
 		return;
 	}
-	send_ok(s, rid, rid_len, h, step, 0);
+	wf_pss_send_ok(s, rid, rid_len, h, step, 0);
 }
 
 static void fill_stats(server *s, wf_ps_stats *st, long *steps, int *alive)
@@ -325,7 +327,7 @@ static void fill_stats(server *s, wf_ps_stats *st, long *steps, int *alive)
 	st->bytes_in = s->bytes_in;
 	st->bytes_out = s->bytes_out;
 	st->held = s->held_count;
-	st->version_min = server_step(s);
+	st->version_min = wf_pss_server_step(s);
 	st->version_max = st->version_min;
 	for (int i = 0; i < s->nchunks; i++)
 		st->version_max = WF_MAX(st->version_max, s->chunks[i].version);
@@ -342,7 +344,7 @@ static void fill_stats(server *s, wf_ps_stats *st, long *steps, int *alive)
 	st->ssp_max_lead = s->ssp_max_lead;
 }
 
-void op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h)
+void wf_pss_op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h)
 {
 	wf_ps_stats st;
 	long *steps = calloc((size_t)s->nworkers, sizeof(*steps));
@@ -350,29 +352,29 @@ void op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h)
 	char *json = NULL;
 	wf_err e = {0};
 	if (!steps || !alive) {
-		send_error(s, rid, rid_len, h, WF_ENOMEM, "stats: out of memory");
+		wf_pss_send_error(s, rid, rid_len, h, WF_ENOMEM, "stats: out of memory");
 		goto cleanup;
 	}
 	fill_stats(s, &st, steps, alive);
 	if (wf_ps_stats_to_json(&st, &json, &e)) {
-		send_error(s, rid, rid_len, h, e.code, e.msg);
+		wf_pss_send_error(s, rid, rid_len, h, e.code, e.msg);
 		goto cleanup;
 	}
 	wf_ps_hdr r;
 	uint8_t hb[WF_PS_HEADER_BYTES];
 	const void *f[1] = {json};
 	size_t sz[1] = {strlen(json)};
-	reply_hdr(s, &r, h->op, h->tag, h->chunk, server_step(s));
+	wf_pss_reply_hdr(s, &r, h->op, h->tag, h->chunk, wf_pss_server_step(s));
 	r.dtype = WF_PS_DTYPE_BYTES;
 	wf_ps_hdr_encode(&r, hb, f, sz, 1);
-	send_raw(s, rid, rid_len, hb, f, sz, 1, NULL);
+	wf_pss_send_raw(s, rid, rid_len, hb, f, sz, 1, NULL);
 cleanup:
 	free(json);
 	free(steps);
 	free(alive);
 }
 
-void log_stats(server *s)
+void wf_pss_log_stats(server *s)
 {
 	wf_ps_stats st;
 	long *steps = calloc((size_t)s->nworkers, sizeof(*steps));
