@@ -11,7 +11,10 @@
  *   40 u64 payload bytes (sum of payload frames)
  *   48 u32 tag (request id, echoed by the reply)
  *   52 u32 payload frame count
- *   56 u32 checksum            60 u32 aux (push: samples summed; error: -code)
+ *   56 u32 checksum            60 u32 aux (push: contributors; error: -code)
+ * A push's aux counts the workers' mean gradients the payload sums (the
+ * client's `contributors`, 1 for a worker's own push; 0: the server's
+ * configured batch); the server scales by 1 / (contributors of the step).
  * checksum = CRC32C (Castagnoli, reflected, init ~0, final ~) over every
  * payload frame in order, continued over the 64 header bytes with the
  * checksum field set to zero (payload first, so a server replying the same

@@ -8,10 +8,10 @@
  * directory. With keys, traffic is CURVE-encrypted and only holders of the
  * cluster's client key are admitted (ps/auth.h).
  *
- * Gradient scale: a push carries the gradient SUMMED over the worker's
- * samples and, in the header's aux field, how many samples that is (0: the
- * configured batch). The server applies grad_scale = 1 / (total samples of
- * the contributors), so W sync workers equal one process with
+ * Gradient scale: a push carries a sum of workers' mean gradients and, in
+ * the header's aux field, how many (its contributors: 1 for a worker's own
+ * push; 0: the configured batch). The server applies grad_scale = 1 / (the
+ * contributors of the step), so W sync workers equal one process with
  * --accumulate W.
  *
  * Sync: a chunk advances when every worker not declared dead has pushed for

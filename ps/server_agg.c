@@ -220,15 +220,15 @@ void wf_pss_fail_held(server *s, schunk *c, int code, const char *why)
 	}
 	memset(c->pushed, 0, (size_t)s->nworkers);
 	c->ncontrib = 0;
-	c->samples = 0;
+	c->contributors = 0;
 	c->direct = 0;
 }
 
 /* ---- aggregation -------------------------------------------------------- */
 
-static float grad_scale(long samples)
+static float grad_scale(long contributors)
 {
-	return samples > 0 ? 1.0f / (float)samples : 1.0f;
+	return contributors > 0 ? 1.0f / (float)contributors : 1.0f;
 }
 
 /* Apply a gradient of training step `step` (its learning-rate schedule).
@@ -236,13 +236,13 @@ static float grad_scale(long samples)
  * step; async and ssp apply every worker's push, and the version becomes the
  * highest step applied + 1, so a (re)joining worker starts at the step the
  * job reached (not at the number of pushes). */
-int wf_pss_apply(server *s, schunk *c, const float *grad, long samples, long step)
+int wf_pss_apply(server *s, schunk *c, const float *grad, long contributors, long step)
 {
 	int nsl = s->nslots;
 	wf_pss_values_writable(s, c);
 	int rc = wf_optim_apply(s->be, &s->cfg->optim, step, c->count, c->values, grad,
 				nsl > 0 ? c->slot[0] : NULL, nsl > 1 ? c->slot[1] : NULL,
-				grad_scale(samples));
+				grad_scale(contributors));
 	if (rc)
 		wf_error("ps %d: optimizer on chunk %d failed: %s", s->cfg->index, c->gidx,
 			 s->be->err.msg);
@@ -266,7 +266,7 @@ void wf_pss_sync_try_complete(server *s, schunk *c)
 	if (!c->ncontrib || wf_pss_missing(s, c, -1))
 		return;
 	if (!c->direct)
-		wf_pss_apply(s, c, c->acc, c->samples, c->version);
+		wf_pss_apply(s, c, c->acc, c->contributors, c->version);
 	int want_state = 0;
 	for (int w = 0; w < s->nworkers; w++)
 		want_state |= c->held[w].used && c->held[w].want_state;
@@ -281,7 +281,7 @@ void wf_pss_sync_try_complete(server *s, schunk *c)
 		wf_pss_release(s, &c->held[w]);
 	memset(c->pushed, 0, (size_t)s->nworkers);
 	c->ncontrib = 0;
-	c->samples = 0;
+	c->contributors = 0;
 	c->direct = 0;
 }
 

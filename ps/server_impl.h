@@ -73,7 +73,7 @@ typedef struct schunk {
 	long version;	/* steps applied = the step being aggregated */
 	int initialized;
 	int ncontrib;	   /* pushes summed into acc for `version` */
-	long samples;	   /* samples behind acc */
+	long contributors; /* workers' mean gradients summed in acc */
 	int direct;	   /* the single contribution was applied already */
 	double first_push; /* seconds: first contribution to `version` */
 	uint8_t *pushed;   /* [nworkers] */
@@ -139,7 +139,7 @@ void wf_pss_send_values(server *s, schunk *c, const held *to, int nto, int stale
 void wf_pss_hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req);
 void wf_pss_release(server *s, held *h);
 void wf_pss_fail_held(server *s, schunk *c, int code, const char *why);
-int wf_pss_apply(server *s, schunk *c, const float *grad, long samples, long step);
+int wf_pss_apply(server *s, schunk *c, const float *grad, long contributors, long step);
 int wf_pss_missing(const server *s, const schunk *c, int skip);
 void wf_pss_sync_try_complete(server *s, schunk *c);
 long wf_pss_slowest_step(const server *s);

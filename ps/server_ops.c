@@ -73,7 +73,7 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 		wf_pss_sync_try_complete(s, c);
 		return;
 	}
-	long samples = h->aux ? (long)h->aux : (s->cfg->batch > 0 ? s->cfg->batch : 1);
+	long contributors = h->aux ? (long)h->aux : (s->cfg->batch > 0 ? s->cfg->batch : 1);
 	const float *grad = m->frame[0];
 	const float *st = (h->flags & WF_PS_FLAG_STATE) ? m->frame[1] : NULL;
 	worker *wk = &s->workers[w];
@@ -81,7 +81,7 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 	if (s->cfg->mode != WF_PS_MODE_SYNC) {
 		if (h->step > wk->last_step)
 			wk->last_step = (long)h->step;
-		wf_pss_apply(s, c, grad, samples, (long)h->step);
+		wf_pss_apply(s, c, grad, contributors, (long)h->step);
 		if (st)
 			memcpy(s->state, st, s->nstate * sizeof(float));
 		held r = {0};
@@ -119,7 +119,7 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 	if (!c->ncontrib)
 		c->first_push = wf_now();
 	if (!c->ncontrib && !wf_pss_missing(s, c, w)) {
-		wf_pss_apply(s, c, grad, samples, c->version); /* sole contributor: no copy */
+		wf_pss_apply(s, c, grad, contributors, c->version); /* sole contributor: no copy */
 		c->direct = 1;
 	} else if (!c->ncontrib) {
 		memcpy(c->acc, grad, c->count * sizeof(float));
@@ -135,7 +135,7 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 	}
 	c->pushed[w] = 1;
 	c->ncontrib++;
-	c->samples += samples;
+	c->contributors += contributors;
 	wf_pss_hold(s, &c->held[w], rid, rid_len, h);
 	wf_pss_sync_try_complete(s, c);
 }

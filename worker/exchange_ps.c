@@ -468,7 +468,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		.params = m->params,
 		.state = m->nstate ? m->state : NULL,
 		.nstate = m->nstate,
-		.samples = 1, /* each push is one worker's mean gradient */
+		.contributors = 1, /* each push is one worker's mean gradient */
 		.timeout = cfg->timeout,
 		.connect_timeout =
 			cfg->done_step > 0
