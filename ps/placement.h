@@ -11,7 +11,9 @@
 
 #include <stddef.h>
 
-#define WF_PS_CHUNK_BYTES_DEFAULT (4u << 20)
+/* 1 MiB: small enough that pushes start early in backward and that a few
+ * servers share even a small model (config key ps.chunk_bytes). */
+#define WF_PS_CHUNK_BYTES_DEFAULT 1048576
 
 typedef struct wf_ps_chunk {
 	size_t offset; /* floats from the start of the parameter vector */

@@ -78,6 +78,10 @@ typedef enum {
 	WF_PS_ROLE_TOOL = 3,   /* stats, benchmarks, tests */
 } wf_ps_role;
 
+/* How servers aggregate pushes (strategy.mode, parsed once by trainer/config.c;
+ * worker and server must agree): sync, async, or ssp:K (staleness bound K). */
+typedef enum { WF_PS_MODE_SYNC, WF_PS_MODE_ASYNC, WF_PS_MODE_SSP } wf_ps_mode;
+
 #define WF_PS_SENDER(role, index) (((uint32_t)(role) << 24) | ((uint32_t)(index)&0xffffffu))
 #define WF_PS_SENDER_ROLE(s)	  ((int)((s) >> 24))
 #define WF_PS_SENDER_INDEX(s)	  ((int)((s)&0xffffffu))
@@ -143,6 +147,8 @@ typedef struct wf_ps_msg {
 /* Name of an op / reject reason, for logs and stats ("push_pull", "checksum"). */
 const char *wf_ps_op_name(int op);
 const char *wf_ps_reject_name(int reason);
+/* "sync", "async" or "ssp:K" into buf (n bytes); returns buf. */
+const char *wf_ps_mode_str(wf_ps_mode mode, int staleness, char *buf, size_t n);
 
 /* CRC32C continuing from crc (start with 0); hardware-accelerated with SSE4.2. */
 uint32_t wf_ps_crc32c(uint32_t crc, const void *data, size_t n);

@@ -331,33 +331,9 @@ void wf_ps_server_cfg_default(wf_ps_server_cfg *c)
 	c->nworkers = 1;
 	c->mode = WF_PS_MODE_SYNC;
 	wf_optim_cfg_default(&c->optim);
-	c->heartbeat_timeout = 60;
-	c->stall_timeout = 120;
-	c->stats_every = 30;
-}
-
-int wf_ps_mode_parse(const char *str, wf_ps_mode *mode, int *staleness, wf_err *err)
-{
-	*staleness = 0;
-	if (!strcmp(str, "sync")) {
-		*mode = WF_PS_MODE_SYNC;
-		return 0;
-	}
-	if (!strcmp(str, "async")) {
-		*mode = WF_PS_MODE_ASYNC;
-		return 0;
-	}
-	if (!strncmp(str, "ssp:", 4)) {
-		char *end;
-		long k = strtol(str + 4, &end, 10);
-		if (end != str + 4 && !*end && k >= 0 && k < 1000000) {
-			*mode = WF_PS_MODE_SSP;
-			*staleness = (int)k;
-			return 0;
-		}
-	}
-	return wf_errf(err, WF_EINVAL, "strategy.mode: \"%s\" is not sync, async or ssp:K (K >= 0)",
-		       str);
+	c->heartbeat_timeout = WF_PS_HEARTBEAT_TIMEOUT_DEFAULT;
+	c->stall_timeout = WF_PS_STALL_TIMEOUT_DEFAULT;
+	c->stats_every = WF_PS_STATS_EVERY_DEFAULT;
 }
 
 int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)

@@ -28,12 +28,16 @@
 #include "common/error.h"
 #include "model/model.h"
 #include "model/optim.h"
+#include "ps/proto.h"
 
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { WF_PS_MODE_SYNC, WF_PS_MODE_ASYNC, WF_PS_MODE_SSP } wf_ps_mode;
+/* The defaults of a server weft starts (the config keys ps.* use them). */
+#define WF_PS_HEARTBEAT_TIMEOUT_DEFAULT 5.0  /* seconds of worker silence: dead */
+#define WF_PS_STALL_TIMEOUT_DEFAULT	60.0 /* seconds before naming a stalled worker */
+#define WF_PS_STATS_EVERY_DEFAULT	30.0 /* seconds between stats lines */
 
 typedef struct wf_ps_server_cfg {
 	const char *bind;    /* endpoint to bind, e.g. tcp://0.0.0.0:2222 */
@@ -65,11 +69,9 @@ typedef struct wf_ps_server_cfg {
 	const struct wf_ps_keys *keys;
 } wf_ps_server_cfg;
 
-/* Defaults: one server, one worker, sync, SGD defaults, 60 s heartbeat
- * timeout, 120 s stall timeout, stats every 30 s. */
+/* Defaults: one server, one worker, sync, SGD defaults, and the
+ * WF_PS_*_DEFAULT timeouts above. */
 void wf_ps_server_cfg_default(wf_ps_server_cfg *c);
-/* Parse "sync", "async" or "ssp:K" (K >= 0). */
-int wf_ps_mode_parse(const char *s, wf_ps_mode *mode, int *staleness, wf_err *err);
 /* Run the server until a shutdown op (returns 0), *cfg->stop (WF_ESTOPPED)
  * or a fatal error (bind failure, bad cfg, restore failure). Bad messages are
  * never fatal. Call from one thread; it owns its own ZeroMQ context. */
