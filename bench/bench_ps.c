@@ -30,8 +30,7 @@
 #include <unistd.h>
 #include <zmq.h>
 
-#define JOB		  99
-#define BENCH_CHUNK_BYTES ((size_t)4 << 20) /* the 4 MB chunks the figures are for */
+#define JOB 99
 
 static pid_t kids[4];
 static int nkids;
@@ -153,7 +152,6 @@ static double bench_ps(int nservers, size_t n, const wf_ps_placement *pl, float 
 			c.nservers = nservers;
 			c.job_id = JOB;
 			c.nparams = n;
-			c.chunk_bytes = BENCH_CHUNK_BYTES;
 			c.optim.momentum = 0;
 			c.optim.lr = 1e-6;
 			c.stats_every = 0;
@@ -254,7 +252,7 @@ int main(int argc, char **argv)
 			continue;
 		wf_ps_placement pl;
 		wf_err err = {0};
-		if (wf_ps_place(&pl, NULL, 0, n, ns, BENCH_CHUNK_BYTES, &err)) {
+		if (wf_ps_place(&pl, NULL, 0, n, ns, 0, &err)) {
 			fprintf(stderr, "bench_ps: %s\n", err.msg);
 			return 1;
 		}

@@ -173,7 +173,7 @@ static const key_def keys[] = {
 	 "parameter_server: keep receive buffers warm in the heap (glibc mallopt); false "
 	 "(or 0 in the environment) turns it off"},
 	/* the parameter server's tuning, once read by trainer/role.c (issue 15) */
-	{"ps.chunk_bytes", T_INT, F(ps.chunk_bytes), STR(WF_PS_CHUNK_BYTES_DEFAULT),
+	{"ps.chunk_bytes", T_INT, F(ps.chunk_bytes), STR(WF_PS_CHUNK_BYTES_JOB_DEFAULT),
 	 "parameter_server: chunk size cap in bytes (>= 1024; servers and workers must agree)"},
 	{"ps.timeout", T_NUM, F(ps.timeout), STR(WF_PS_TIMEOUT_DEFAULT),
 	 "parameter_server worker: seconds to wait for a reply"},
