@@ -171,7 +171,7 @@ static double bench_ps(int nservers, size_t n, const wf_ps_placement *pl, float 
 			       .index = 0,
 			       .pl = pl,
 			       .params = params,
-			       .samples = 1,
+			       .contributors = 1,
 			       .timeout = 120,
 			       .connect_timeout = 30,
 			       .keys = keys};

@@ -58,6 +58,11 @@ void wf_h5_quiet_end(wf_h5_quiet *q)
 
 /* ---- files and ids ------------------------------------------------------------ */
 
+void wf_h5_quiet_process(void)
+{
+	H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
 int wf_h5_open(const char *path, unsigned flags, hid_t *file, wf_err *err)
 {
 	wf_h5_quiet q;
@@ -144,6 +149,30 @@ int wf_h5_write_f32(hid_t loc, const char *name, int rank, const hsize_t *dims, 
 		rc = WF_H5_FAIL(err, WF_EIO, "%s: writing %s", path, name);
 	wf_h5_close(&d);
 	wf_h5_close(&sp);
+	return rc;
+}
+
+int wf_h5_read_f32_exact(hid_t loc, const char *name, float *p, size_t n)
+{
+	if (H5Lexists(loc, name, H5P_DEFAULT) <= 0)
+		return -1;
+	hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
+	if (d < 0)
+		return -1;
+	hid_t sp = H5Dget_space(d);
+	hsize_t dims[1] = {0};
+	int rc = -1;
+	if (sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1) {
+		H5Sget_simple_extent_dims(sp, dims, NULL);
+		rc = dims[0] != n
+			     ? -2
+			     : (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, p) < 0
+					? -1
+					: 0);
+	}
+	if (sp >= 0)
+		H5Sclose(sp);
+	H5Dclose(d);
 	return rc;
 }
 

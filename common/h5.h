@@ -27,6 +27,9 @@ typedef struct wf_h5_quiet {
 	void *data;
 } wf_h5_quiet;
 void wf_h5_quiet_begin(wf_h5_quiet *q);
+/* Turn HDF5's error printing off for the whole process (its errors reach the
+ * user through wf_err): what a program's main does once. */
+void wf_h5_quiet_process(void);
 /* Clear the error stack and restore the setting saved by begin. */
 void wf_h5_quiet_end(wf_h5_quiet *q);
 
@@ -53,6 +56,11 @@ int wf_h5_commit_mem(hid_t *file, const char *path, wf_err *err);
  * dims, written from data; WF_EIO "<path>: writing <name>". */
 int wf_h5_write_f32(hid_t loc, const char *name, int rank, const hsize_t *dims, const float *data,
 		    const char *path, wf_err *err);
+
+/* Read the 1-D dataset name (a path from loc) of exactly n floats into data:
+ * 0; -1 when absent or unreadable; -2 when it holds another count. Sets no
+ * wf_err: the caller names the file and what it expected. */
+int wf_h5_read_f32_exact(hid_t loc, const char *name, float *data, size_t n);
 
 /* ---- writing attributes (new ones: the name must not exist yet) --------------- */
 

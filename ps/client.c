@@ -713,7 +713,7 @@ int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads,
 	size_t sz[2] = {ch->count * sizeof(float), c->cfg.nstate * sizeof(float)};
 	req_hdr(c, &h, WF_PS_OP_PUSH_PULL, (uint32_t)chunk, step);
 	h.dtype = WF_PS_DTYPE_F32;
-	h.aux = (uint32_t)(c->cfg.samples > 0 ? c->cfg.samples : 0);
+	h.aux = (uint32_t)(c->cfg.contributors > 0 ? c->cfg.contributors : 0);
 	if (with_state)
 		h.flags |= WF_PS_FLAG_STATE;
 	return send_req(c, ch->server, chunk, &h, f, sz, with_state ? 2 : 1, 1, err);

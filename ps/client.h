@@ -37,7 +37,7 @@ typedef struct wf_ps_client_cfg {
 	float *state;		   /* host [nstate], or NULL */
 	size_t nstate;		   /* non-trainable floats (kept by server 0) */
 	int nslots;		   /* optimizer slots init may send */
-	int samples;		   /* samples each pushed gradient sums over */
+	int contributors;	   /* workers' mean gradients a push sums (header aux) */
 	double timeout;		   /* seconds to wait for a reply; 0: WF_PS_TIMEOUT_DEFAULT */
 	double connect_timeout;	   /* seconds register keeps retrying; 0: the default */
 	double heartbeat_interval; /* seconds; 0: no heartbeat thread */

@@ -11,7 +11,12 @@
 
 #include <stddef.h>
 
+/* The cap when a caller passes 0 (the library's tests and bench_ps). */
 #define WF_PS_CHUNK_BYTES_DEFAULT (4u << 20)
+/* The cap weft's processes use (config key ps.chunk_bytes): 1 MiB, small
+ * enough that pushes start early in backward and that a few servers share
+ * even a small model. */
+#define WF_PS_CHUNK_BYTES_JOB_DEFAULT 1048576
 
 typedef struct wf_ps_chunk {
 	size_t offset; /* floats from the start of the parameter vector */

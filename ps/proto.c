@@ -57,6 +57,15 @@ const char *wf_ps_reject_name(int reason)
 	return reject_names[reason];
 }
 
+const char *wf_ps_mode_str(wf_ps_mode mode, int staleness, char *buf, size_t n)
+{
+	if (mode == WF_PS_MODE_SSP)
+		snprintf(buf, n, "ssp:%d", staleness);
+	else
+		snprintf(buf, n, "%s", mode == WF_PS_MODE_ASYNC ? "async" : "sync");
+	return buf;
+}
+
 /* ---- CRC32C (common/crc32c) --------------------------------------------- */
 
 uint32_t wf_ps_crc32c(uint32_t crc, const void *data, size_t n)

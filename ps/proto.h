@@ -11,7 +11,10 @@
  *   40 u64 payload bytes (sum of payload frames)
  *   48 u32 tag (request id, echoed by the reply)
  *   52 u32 payload frame count
- *   56 u32 checksum            60 u32 aux (push: samples summed; error: -code)
+ *   56 u32 checksum            60 u32 aux (push: contributors; error: -code)
+ * A push's aux counts the workers' mean gradients the payload sums (the
+ * client's `contributors`, 1 for a worker's own push; 0: the server's
+ * configured batch); the server scales by 1 / (contributors of the step).
  * checksum = CRC32C (Castagnoli, reflected, init ~0, final ~) over every
  * payload frame in order, continued over the 64 header bytes with the
  * checksum field set to zero (payload first, so a server replying the same
@@ -74,6 +77,10 @@ typedef enum {
 	WF_PS_ROLE_CHIEF = 2,  /* coordination only */
 	WF_PS_ROLE_TOOL = 3,   /* stats, benchmarks, tests */
 } wf_ps_role;
+
+/* How servers aggregate pushes (strategy.mode, parsed once by trainer/config.c;
+ * worker and server must agree): sync, async, or ssp:K (staleness bound K). */
+typedef enum { WF_PS_MODE_SYNC, WF_PS_MODE_ASYNC, WF_PS_MODE_SSP } wf_ps_mode;
 
 #define WF_PS_SENDER(role, index) (((uint32_t)(role) << 24) | ((uint32_t)(index)&0xffffffu))
 #define WF_PS_SENDER_ROLE(s)	  ((int)((s) >> 24))
@@ -140,6 +147,8 @@ typedef struct wf_ps_msg {
 /* Name of an op / reject reason, for logs and stats ("push_pull", "checksum"). */
 const char *wf_ps_op_name(int op);
 const char *wf_ps_reject_name(int reason);
+/* "sync", "async" or "ssp:K" into buf (n bytes); returns buf. */
+const char *wf_ps_mode_str(wf_ps_mode mode, int staleness, char *buf, size_t n);
 
 /* CRC32C continuing from crc (start with 0); hardware-accelerated with SSE4.2. */
 uint32_t wf_ps_crc32c(uint32_t crc, const void *data, size_t n);

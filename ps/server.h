@@ -8,10 +8,10 @@
  * directory. With keys, traffic is CURVE-encrypted and only holders of the
  * cluster's client key are admitted (ps/auth.h).
  *
- * Gradient scale: a push carries the gradient SUMMED over the worker's
- * samples and, in the header's aux field, how many samples that is (0: the
- * configured batch). The server applies grad_scale = 1 / (total samples of
- * the contributors), so W sync workers equal one process with
+ * Gradient scale: a push carries a sum of workers' mean gradients and, in
+ * the header's aux field, how many (its contributors: 1 for a worker's own
+ * push; 0: the configured batch). The server applies grad_scale = 1 / (the
+ * contributors of the step), so W sync workers equal one process with
  * --accumulate W.
  *
  * Sync: a chunk advances when every worker not declared dead has pushed for
@@ -28,12 +28,16 @@
 #include "common/error.h"
 #include "model/model.h"
 #include "model/optim.h"
+#include "ps/proto.h"
 
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { WF_PS_MODE_SYNC, WF_PS_MODE_ASYNC, WF_PS_MODE_SSP } wf_ps_mode;
+/* The defaults of a server weft starts (the config keys ps.* use them). */
+#define WF_PS_HEARTBEAT_TIMEOUT_DEFAULT 5.0  /* seconds of worker silence: dead */
+#define WF_PS_STALL_TIMEOUT_DEFAULT	60.0 /* seconds before naming a stalled worker */
+#define WF_PS_STATS_EVERY_DEFAULT	30.0 /* seconds between stats lines */
 
 typedef struct wf_ps_server_cfg {
 	const char *bind;    /* endpoint to bind, e.g. tcp://0.0.0.0:2222 */
@@ -65,11 +69,9 @@ typedef struct wf_ps_server_cfg {
 	const struct wf_ps_keys *keys;
 } wf_ps_server_cfg;
 
-/* Defaults: one server, one worker, sync, SGD defaults, 60 s heartbeat
- * timeout, 120 s stall timeout, stats every 30 s. */
+/* Defaults: one server, one worker, sync, SGD defaults, and the
+ * WF_PS_*_DEFAULT timeouts above. */
 void wf_ps_server_cfg_default(wf_ps_server_cfg *c);
-/* Parse "sync", "async" or "ssp:K" (K >= 0). */
-int wf_ps_mode_parse(const char *s, wf_ps_mode *mode, int *staleness, wf_err *err);
 /* Run the server until a shutdown op (returns 0), *cfg->stop (WF_ESTOPPED)
  * or a fatal error (bind failure, bad cfg, restore failure). Bad messages are
  * never fatal. Call from one thread; it owns its own ZeroMQ context. */

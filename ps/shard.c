@@ -16,83 +16,19 @@
 
 static const char *slot_names[2] = {"m", "v"};
 
-/* HDF5 status check: records file, line and the call. */
-#define WF_H5_CHECK(call, ...)                                                                     \
-	do {                                                                                       \
-		if ((call) < 0) {                                                                  \
-			rc = wf_errf(err, WF_EIO, __VA_ARGS__);                                    \
-			wf_err_wrap(err, "%s:%d: %s", __FILE__, __LINE__, #call);                  \
-			goto cleanup;                                                              \
-		}                                                                                  \
-	} while (0)
-
 void wf_ps_shard_path(char *out, size_t n, const char *root, long step, int server, int nservers)
 {
 	snprintf(out, n, "%s/step-%ld/ps-%d-of-%d.h5", root, step, server, nservers);
 }
 
-static int write_attr_long(hid_t obj, const char *name, long v)
-{
-	hid_t sp = H5Screate(H5S_SCALAR);
-	if (sp < 0)
-		return -1;
-	hid_t a = H5Acreate2(obj, name, H5T_NATIVE_LONG, sp, H5P_DEFAULT, H5P_DEFAULT);
-	int rc = a < 0 ? -1 : H5Awrite(a, H5T_NATIVE_LONG, &v);
-	if (a >= 0)
-		H5Aclose(a);
-	H5Sclose(sp);
-	return rc < 0 ? -1 : 0;
-}
-
 static int read_attr_long(hid_t obj, const char *name, long *v)
 {
-	if (H5Aexists(obj, name) <= 0)
+	int64_t x;
+	wf_err e = {0};
+	if (H5Aexists(obj, name) <= 0 || wf_h5_attr_read_i64(obj, name, &x, 1, "", &e) != 0)
 		return -1;
-	hid_t a = H5Aopen(obj, name, H5P_DEFAULT);
-	if (a < 0)
-		return -1;
-	int rc = H5Aread(a, H5T_NATIVE_LONG, v);
-	H5Aclose(a);
-	return rc < 0 ? -1 : 0;
-}
-
-static int write_floats(hid_t loc, const char *name, const float *p, size_t n)
-{
-	hsize_t dims[1] = {n};
-	hid_t sp = H5Screate_simple(1, dims, NULL);
-	if (sp < 0)
-		return -1;
-	hid_t d = H5Dcreate2(loc, name, H5T_IEEE_F32LE, sp, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-	int rc = d < 0 ? -1 : H5Dwrite(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, p);
-	if (d >= 0)
-		H5Dclose(d);
-	H5Sclose(sp);
-	return rc < 0 ? -1 : 0;
-}
-
-/* Read dataset name of exactly n floats; -2 when the size differs. */
-static int read_floats(hid_t loc, const char *name, float *p, size_t n)
-{
-	if (H5Lexists(loc, name, H5P_DEFAULT) <= 0)
-		return -1;
-	hid_t d = H5Dopen2(loc, name, H5P_DEFAULT);
-	if (d < 0)
-		return -1;
-	hid_t sp = H5Dget_space(d);
-	hsize_t dims[1] = {0};
-	int rc = -1;
-	if (sp >= 0 && H5Sget_simple_extent_ndims(sp) == 1) {
-		H5Sget_simple_extent_dims(sp, dims, NULL);
-		rc = dims[0] != n
-			     ? -2
-			     : (H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, p) < 0
-					? -1
-					: 0);
-	}
-	if (sp >= 0)
-		H5Sclose(sp);
-	H5Dclose(d);
-	return rc;
+	*v = (long)x;
+	return 0;
 }
 
 int wf_ps_shard_save(const char *path, int server, int nservers, long step,
@@ -111,30 +47,43 @@ int wf_ps_shard_save(const char *path, int server, int nservers, long step,
 	 * naming path, never a half-written file or a crash in libhdf5. */
 	if ((rc = wf_h5_create_mem(path, &f, err)) != 0)
 		return rc;
-	WF_H5_CHECK(write_attr_long(f, "weft_ps_format", WF_PS_SHARD_FORMAT), "writing %s", tmp);
-	WF_H5_CHECK(write_attr_long(f, "server", server), "writing %s", tmp);
-	WF_H5_CHECK(write_attr_long(f, "nservers", nservers), "writing %s", tmp);
-	WF_H5_CHECK(write_attr_long(f, "step", step), "writing %s", tmp);
-	WF_H5_CHECK(write_attr_long(f, "nslots", nslots), "writing %s", tmp);
-	WF_H5_CHECK(g = H5Gcreate2(f, "chunks", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-		    "writing %s", tmp);
+	const struct {
+		const char *name;
+		long v;
+	} attrs[] = {{"weft_ps_format", WF_PS_SHARD_FORMAT},
+		     {"server", server},
+		     {"nservers", nservers},
+		     {"step", step},
+		     {"nslots", nslots}};
+	for (size_t i = 0; i < sizeof(attrs) / sizeof(attrs[0]); i++)
+		if ((rc = wf_h5_attr_write_i64(f, attrs[i].name, attrs[i].v, tmp, err)) != 0)
+			goto cleanup;
+	if ((g = H5Gcreate2(f, "chunks", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0) {
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: writing chunks", tmp);
+		goto cleanup;
+	}
 	for (int i = 0; i < nchunks; i++) {
 		const wf_ps_shard_chunk *c = &chunks[i];
+		hsize_t n = c->count;
 		snprintf(name, sizeof(name), "%d", c->index);
-		WF_H5_CHECK(cg = H5Gcreate2(g, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-			    "writing chunk %d to %s", c->index, tmp);
-		WF_H5_CHECK(write_attr_long(cg, "offset", (long)c->offset), "writing %s", tmp);
-		WF_H5_CHECK(write_attr_long(cg, "count", (long)c->count), "writing %s", tmp);
-		WF_H5_CHECK(write_attr_long(cg, "version", c->version), "writing %s", tmp);
-		WF_H5_CHECK(write_floats(cg, "values", c->values, c->count), "writing %s", tmp);
+		if ((cg = H5Gcreate2(g, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT)) < 0) {
+			rc = WF_H5_FAIL(err, WF_EIO, "%s: writing chunk %d", tmp, c->index);
+			goto cleanup;
+		}
+		if ((rc = wf_h5_attr_write_i64(cg, "offset", (int64_t)c->offset, tmp, err)) ||
+		    (rc = wf_h5_attr_write_i64(cg, "count", (int64_t)c->count, tmp, err)) ||
+		    (rc = wf_h5_attr_write_i64(cg, "version", c->version, tmp, err)) ||
+		    (rc = wf_h5_write_f32(cg, "values", 1, &n, c->values, tmp, err)))
+			goto cleanup;
 		for (int s = 0; s < nslots; s++)
-			WF_H5_CHECK(write_floats(cg, slot_names[s], c->slot[s], c->count),
-				    "writing %s", tmp);
+			if ((rc = wf_h5_write_f32(cg, slot_names[s], 1, &n, c->slot[s], tmp, err)))
+				goto cleanup;
 		H5Gclose(cg);
 		cg = -1;
 	}
-	if (nstate && state)
-		WF_H5_CHECK(write_floats(f, "state", state, nstate), "writing %s", tmp);
+	hsize_t ns = nstate;
+	if (nstate && state && (rc = wf_h5_write_f32(f, "state", 1, &ns, state, tmp, err)))
+		goto cleanup;
 	H5Gclose(g);
 	g = -1;
 	return wf_h5_commit_mem(&f, path, err);
@@ -206,9 +155,9 @@ static int shard_load(const char *path, int server, int nservers, wf_ps_shard_ch
 				path, c->index, off, cnt, c->offset, c->count);
 			goto cleanup;
 		}
-		int r = read_floats(cg, "values", c->values, c->count);
+		int r = wf_h5_read_f32_exact(cg, "values", c->values, c->count);
 		for (int s = 0; s < nslots && !r; s++)
-			r = read_floats(cg, slot_names[s], c->slot[s], c->count);
+			r = wf_h5_read_f32_exact(cg, slot_names[s], c->slot[s], c->count);
 		if (r) {
 			rc = wf_errf(err, WF_EFORMAT, "restore: %s: chunk %d: bad values or slots",
 				     path, c->index);
@@ -218,7 +167,7 @@ static int shard_load(const char *path, int server, int nservers, wf_ps_shard_ch
 		H5Gclose(cg);
 		cg = -1;
 	}
-	if (nstate && state && read_floats(f, "state", state, nstate)) {
+	if (nstate && state && wf_h5_read_f32_exact(f, "state", state, nstate)) {
 		rc = wf_errf(err, WF_EFORMAT,
 			     "restore: %s: dataset state missing or not %zu floats", path, nstate);
 		goto cleanup;

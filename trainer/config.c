@@ -4,7 +4,9 @@
 #include "common/log.h"
 #include "model/model.h"
 #include "ps/client.h"
+#include "ps/placement.h"
 #include "ps/proto.h"
+#include "ps/server.h"
 #include "worker/data.h"
 #include "worker/exchange_mpi.h"
 #include "worker/rendezvous.h"
@@ -170,6 +172,27 @@ static const key_def keys[] = {
 	{"cluster.malloc_tune", T_BOOL, F(cluster.malloc_tune), "true",
 	 "parameter_server: keep receive buffers warm in the heap (glibc mallopt); false "
 	 "(or 0 in the environment) turns it off"},
+	/* the parameter server's tuning, once read by trainer/role.c (issue 15) */
+	{"ps.chunk_bytes", T_INT, F(ps.chunk_bytes), STR(WF_PS_CHUNK_BYTES_JOB_DEFAULT),
+	 "parameter_server: chunk size cap in bytes (>= 1024; servers and workers must agree)"},
+	{"ps.timeout", T_NUM, F(ps.timeout), STR(WF_PS_TIMEOUT_DEFAULT),
+	 "parameter_server worker: seconds to wait for a reply"},
+	{"ps.connect_timeout", T_NUM, F(ps.connect_timeout), STR(WF_PS_CONNECT_TIMEOUT_DEFAULT),
+	 "parameter_server worker: seconds to wait for the servers to come up"},
+	{"ps.server_timeout", T_NUM, F(ps.server_timeout), STR(WF_PS_SERVER_TIMEOUT_DEFAULT),
+	 "parameter_server worker: seconds of heartbeat silence after which a server is gone"},
+	{"ps.heartbeat_timeout", T_NUM, F(ps.heartbeat_timeout),
+	 STR(WF_PS_HEARTBEAT_TIMEOUT_DEFAULT),
+	 "ps server: seconds of worker silence after which it is dead (`weft ps "
+	 "--heartbeat-timeout`); 0: never"},
+	{"ps.stall_timeout", T_NUM, F(ps.stall_timeout), STR(WF_PS_STALL_TIMEOUT_DEFAULT),
+	 "ps server: seconds a sync step waits before the server names the workers it waits for "
+	 "(`weft ps --stall-timeout`); 0: no reports"},
+	{"ps.stats_every", T_NUM, F(ps.stats_every), STR(WF_PS_STATS_EVERY_DEFAULT),
+	 "ps server: seconds between stats lines (`weft ps --stats-every`); 0: none"},
+	{"ps.debug_stall", T_STR, F(ps.debug_stall), "\"\"",
+	 "\"rank:step:seconds\": that worker sleeps before pushing that step (tests of stall "
+	 "reports; not for production); empty: never"},
 };
 
 /* The environment column of the table: the variable that sets a key
@@ -185,6 +208,14 @@ static const struct {
 	{"strategy.stall_timeout", "WEFT_STALL_TIMEOUT"},
 	{"strategy.rendezvous_timeout", "WEFT_RENDEZVOUS_TIMEOUT"},
 	{"cluster.malloc_tune", "WEFT_PS_MALLOC_TUNE"},
+	{"ps.chunk_bytes", "WEFT_PS_CHUNK_BYTES"},
+	{"ps.timeout", "WEFT_PS_TIMEOUT"},
+	{"ps.connect_timeout", "WEFT_PS_CONNECT_TIMEOUT"},
+	{"ps.server_timeout", "WEFT_PS_SERVER_TIMEOUT"},
+	{"ps.heartbeat_timeout", "WEFT_PS_HEARTBEAT_TIMEOUT"},
+	{"ps.stall_timeout", "WEFT_PS_STALL_TIMEOUT"},
+	{"ps.stats_every", "WEFT_PS_STATS_EVERY"},
+	{"ps.debug_stall", "WEFT_PS_DEBUG_STALL"},
 };
 
 /* Environment variables that are not config keys: the process identity a
@@ -217,23 +248,6 @@ static const env_def env_only[] = {
 	{"WEFT_LAUNCH", "", "set by `weft launch` in its children (it prefixes their log lines)"},
 	{"WEFT_KEY_DIR", "",
 	 "parameter_server: CURVE key directory when `cluster.key_dir` is empty"},
-	{"WEFT_PS_CHUNK_BYTES", "1048576",
-	 "parameter_server: chunk size cap in bytes (>= 1024; servers and workers must agree)"},
-	{"WEFT_PS_TIMEOUT", STR(WF_PS_TIMEOUT_DEFAULT),
-	 "parameter_server worker: seconds to wait for a reply"},
-	{"WEFT_PS_CONNECT_TIMEOUT", STR(WF_PS_CONNECT_TIMEOUT_DEFAULT),
-	 "parameter_server worker: seconds to wait for the servers to come up"},
-	{"WEFT_PS_SERVER_TIMEOUT", STR(WF_PS_SERVER_TIMEOUT_DEFAULT),
-	 "parameter_server worker: seconds of heartbeat silence after which a server is gone"},
-	{"WEFT_PS_HEARTBEAT_TIMEOUT", "5",
-	 "ps server: seconds of worker silence after which it is dead (`--heartbeat-timeout`)"},
-	{"WEFT_PS_STALL_TIMEOUT", "60",
-	 "ps server: seconds a sync step waits before the server names the workers it waits for "
-	 "(`--stall-timeout`)"},
-	{"WEFT_PS_STATS_EVERY", "30", "ps server: seconds between stats lines (`--stats-every`)"},
-	{"WEFT_PS_DEBUG_STALL", "",
-	 "\"rank:step:seconds\": that worker sleeps before pushing that step (tests of stall "
-	 "reports; not for production)"},
 	{"OMP_NUM_THREADS", "", "set: `train.threads` 0 leaves the thread count to the library"},
 	{"OMP_WAIT_POLICY, GOMP_SPINCOUNT", "",
 	 "OpenMP spinning: both unset, weft sets OMP_WAIT_POLICY=passive and re-executes itself "
@@ -649,9 +663,37 @@ int wf_config_validate(wf_config *c, wf_err *err)
 			     errno == 0 && k >= 1 && k <= 1000000,
 		     "strategy.mode: ssp:K needs an integer K >= 1, got '%s'", c->strategy.mode);
 		c->strategy.staleness = k;
+		c->ps.mode = WF_PS_MODE_SSP;
 	} else {
 		NEED(one_of(c->strategy.mode, "sync async"),
 		     "strategy.mode: expected sync, async or ssp:K, got '%s'", c->strategy.mode);
+		c->ps.mode = strcmp(c->strategy.mode, "async") ? WF_PS_MODE_SYNC : WF_PS_MODE_ASYNC;
+	}
+	NEED(c->ps.chunk_bytes >= 1024 && c->ps.chunk_bytes <= (1L << 30),
+	     "ps.chunk_bytes (WEFT_PS_CHUNK_BYTES): must be a byte count in [1024, 2^30], got %ld",
+	     c->ps.chunk_bytes);
+	const struct {
+		const char *key;
+		double v;
+	} secs[] = {
+		{"ps.timeout (WEFT_PS_TIMEOUT)", c->ps.timeout},
+		{"ps.connect_timeout (WEFT_PS_CONNECT_TIMEOUT)", c->ps.connect_timeout},
+		{"ps.server_timeout (WEFT_PS_SERVER_TIMEOUT)", c->ps.server_timeout},
+		{"ps.heartbeat_timeout (WEFT_PS_HEARTBEAT_TIMEOUT)", c->ps.heartbeat_timeout},
+		{"ps.stall_timeout (WEFT_PS_STALL_TIMEOUT)", c->ps.stall_timeout},
+		{"ps.stats_every (WEFT_PS_STATS_EVERY)", c->ps.stats_every},
+	};
+	for (size_t i = 0; i < sizeof(secs) / sizeof(secs[0]); i++)
+		NEED(secs[i].v >= 0 && secs[i].v <= 1e9,
+		     "%s: must be a number of seconds >= 0, got %g", secs[i].key, secs[i].v);
+	if (c->ps.debug_stall[0]) {
+		int r;
+		long st;
+		double sl;
+		char tail;
+		NEED(sscanf(c->ps.debug_stall, "%d:%ld:%lf%c", &r, &st, &sl, &tail) == 3,
+		     "ps.debug_stall (WEFT_PS_DEBUG_STALL): expected rank:step:seconds, got '%s'",
+		     c->ps.debug_stall);
 	}
 	NEED(c->strategy.bucket_mb > 0 && c->strategy.bucket_mb <= 4096,
 	     "strategy.bucket_mb: must be in (0, 4096], got %g", c->strategy.bucket_mb);

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "kernels/kernels.h"
 #include "model/optim.h"
+#include "ps/proto.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -86,6 +87,13 @@ typedef struct wf_config {
 		int insecure;		       /* plain TCP, no authentication */
 		int malloc_tune;	       /* ps receive buffers kept warm in the heap */
 	} cluster;
+	struct { /* parameter_server tuning (the WEFT_PS_* variables) */
+		long chunk_bytes;
+		double timeout, connect_timeout, server_timeout;      /* worker, seconds */
+		double heartbeat_timeout, stall_timeout, stats_every; /* server, seconds */
+		char debug_stall[64]; /* "rank:step:seconds"; "": off */
+		wf_ps_mode mode;      /* strategy.mode parsed (derived) */
+	} ps;
 } wf_config;
 
 /* Every key at its default. */

@@ -3,6 +3,7 @@
  * turns a status into the process exit code (DESIGN section 11). */
 #include "common/cpus.h"
 #include "common/error.h"
+#include "common/h5.h"
 #include "common/log.h"
 #include "trainer/cmd_keygen.h"
 #include "trainer/cmd_model.h"
@@ -13,7 +14,6 @@
 #include "trainer/role.h"
 #include "trainer/export.h"
 
-#include <hdf5.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -53,8 +53,8 @@ static void usage(FILE *out)
 int main(int argc, char **argv)
 {
 	wf_err err = {0};
-	wf_cpus_passive_openmp(argv);	       /* may re-execute this program once */
-	H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* errors are reported through wf_err */
+	wf_cpus_passive_openmp(argv); /* may re-execute this program once */
+	wf_h5_quiet_process();	      /* errors are reported through wf_err */
 	if (argc < 2) {
 		usage(stderr);
 		return wf_exit_status(WF_EINVAL);

@@ -21,22 +21,6 @@
 #include <string.h>
 #include <time.h>
 
-/* Seconds from an environment variable (a tuning knob documented in the
- * README), or def when unset or malformed. */
-static double env_seconds(const char *name, double def)
-{
-	const char *s = getenv(name);
-	if (!s || !*s)
-		return def;
-	char *end;
-	double v = strtod(s, &end);
-	if (*end || v < 0) {
-		wf_warn("%s=\"%s\" is not a number of seconds: using %g", name, s, def);
-		return def;
-	}
-	return v;
-}
-
 /* Log lines name the role ("worker:1"), except under `weft launch`, which
  * prefixes every line of its children itself. */
 static void set_log_prefix(const char *role, int index)
@@ -46,22 +30,6 @@ static void set_log_prefix(const char *role, int index)
 		return;
 	snprintf(prefix, sizeof(prefix), "%s:%d", role, index);
 	wf_log_set_prefix(prefix);
-}
-
-/* Chunk size cap of the parameter vector (servers and workers must agree):
- * WEFT_PS_CHUNK_BYTES, else 1 MiB: small enough that pushes start early in
- * backward and that a few servers share even a small model. */
-static size_t chunk_bytes(void)
-{
-	const char *s = getenv("WEFT_PS_CHUNK_BYTES");
-	if (s && *s) {
-		char *end;
-		long long v = strtoll(s, &end, 10);
-		if (!*end && v >= 1024)
-			return (size_t)v;
-		wf_warn("WEFT_PS_CHUNK_BYTES=\"%s\" is not a byte count >= 1024: using 1 MiB", s);
-	}
-	return (size_t)1 << 20;
 }
 
 /* ---- the cluster --------------------------------------------------------- */
@@ -226,16 +194,15 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 		.rank = c.rank,
 		.workers = wf_role_num_workers(&c),
 		.is_chief = c.is_chief,
-		.mode = cfg->strategy.mode,
+		.mode = cfg->ps.mode,
+		.staleness = (int)cfg->strategy.staleness,
 		.ckpt_dir = cfg->checkpoint.dir,
-		.chunk_bytes = chunk_bytes(),
-		.timeout = env_seconds("WEFT_PS_TIMEOUT", WF_PS_TIMEOUT_DEFAULT),
-		.connect_timeout =
-			env_seconds("WEFT_PS_CONNECT_TIMEOUT", WF_PS_CONNECT_TIMEOUT_DEFAULT),
+		.chunk_bytes = (size_t)cfg->ps.chunk_bytes,
+		.timeout = cfg->ps.timeout,
+		.connect_timeout = cfg->ps.connect_timeout,
 		.heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT,
-		.server_timeout =
-			env_seconds("WEFT_PS_SERVER_TIMEOUT", WF_PS_SERVER_TIMEOUT_DEFAULT),
-		.debug_stall = getenv("WEFT_PS_DEBUG_STALL"),
+		.server_timeout = cfg->ps.server_timeout,
+		.debug_stall = cfg->ps.debug_stall[0] ? cfg->ps.debug_stall : NULL,
 	};
 	rc = wf_exchange_ps_create(out, ex, m, &pc, err);
 	memset(&keys, 0, sizeof(keys));
@@ -257,11 +224,7 @@ static void on_stop_signal(int sig)
 	ps_stop = 1;
 }
 
-typedef struct ps_opts {
-	double stats_every, heartbeat_timeout, stall_timeout; /* seconds */
-} ps_opts;
-
-static int run_ps(const wf_config *cfg, const wf_cluster *c, const ps_opts *po, wf_err *err)
+static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 {
 	wf_model *m = NULL;
 	char host[256], bind[300];
@@ -293,18 +256,18 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, const ps_opts *po, 
 	sc.nservers = c->jobs[WF_ROLE_PS].n;
 	sc.job_id = wf_role_job_id(cfg, c);
 	sc.nworkers = wf_role_num_workers(c);
-	if ((rc = wf_ps_mode_parse(cfg->strategy.mode, &sc.mode, &sc.staleness, err)) != 0)
-		goto cleanup;
+	sc.mode = cfg->ps.mode;
+	sc.staleness = (int)cfg->strategy.staleness;
 	wf_config_optim(cfg, &sc.optim);
 	sc.views = m->views;
 	sc.nviews = m->nviews;
 	sc.nparams = m->nparams;
 	sc.nstate = m->nstate;
-	sc.chunk_bytes = chunk_bytes();
+	sc.chunk_bytes = (size_t)cfg->ps.chunk_bytes;
 	sc.batch = (int)(cfg->train.batch_size * cfg->train.accumulate);
-	sc.heartbeat_timeout = po->heartbeat_timeout;
-	sc.stall_timeout = po->stall_timeout;
-	sc.stats_every = po->stats_every;
+	sc.heartbeat_timeout = cfg->ps.heartbeat_timeout;
+	sc.stall_timeout = cfg->ps.stall_timeout;
+	sc.stats_every = cfg->ps.stats_every;
 	sc.ckpt_dir = cfg->checkpoint.dir;
 	sc.keys = kp;
 	sc.threads = 1;
@@ -325,17 +288,9 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, const ps_opts *po, 
 	sigaction(SIGTERM, &old_term, NULL);
 	if (rc == 0)
 		wf_info("ps %d: shut down by the chief", c->index);
-cleanup:
 	memset(&keys, 0, sizeof(keys));
 	wf_model_free(m);
 	return rc;
-}
-
-static void ps_opts_default(ps_opts *po)
-{
-	po->stats_every = env_seconds("WEFT_PS_STATS_EVERY", 30);
-	po->heartbeat_timeout = env_seconds("WEFT_PS_HEARTBEAT_TIMEOUT", 5);
-	po->stall_timeout = env_seconds("WEFT_PS_STALL_TIMEOUT", 60);
 }
 
 /* ---- the evaluator role ---------------------------------------------------- */
@@ -454,12 +409,7 @@ int wf_role_run(const wf_config *cfg, const wf_train_opts *opts, wf_train_result
 	if (c.source == WF_CLUSTER_SRC_TF_CONFIG && !strcmp(cfg->strategy.name, "parameter_server"))
 		set_log_prefix(wf_role_name(c.role), c.index);
 	switch (c.role) {
-	case WF_ROLE_PS: {
-		ps_opts po;
-		ps_opts_default(&po);
-		rc = run_ps(cfg, &c, &po, err);
-		break;
-	}
+	case WF_ROLE_PS: rc = run_ps(cfg, &c, err); break;
 	case WF_ROLE_EVALUATOR: rc = run_evaluator(cfg, err); break;
 	default: {
 		wf_train_opts o = *opts;
@@ -501,8 +451,6 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 	const char *config = NULL, *key_dir = NULL;
 	int insecure = 0;
 	wf_cli_list sets = {0}, pos = {0};
-	ps_opts po;
-	ps_opts_default(&po);
 	long stats = -1, hb = -1, stall = -1;
 	const wf_flag flags[] = {
 		{"config", WF_FLAG_STR, &config, "FILE",
@@ -510,12 +458,13 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 		 "optimizer, strategy.mode, checkpoint.dir)"},
 		{"set", WF_FLAG_LIST, &sets, "KEY=VALUE", "override a config key (repeatable)"},
 		{"stats-every", WF_FLAG_INT, &stats, "S",
-		 "seconds between stats lines (30, or WEFT_PS_STATS_EVERY; 0: none)"},
+		 "seconds between stats lines (ps.stats_every: 30, or WEFT_PS_STATS_EVERY; 0: "
+		 "none)"},
 		{"heartbeat-timeout", WF_FLAG_INT, &hb, "S",
-		 "declare a silent worker dead after S seconds (5, or "
+		 "declare a silent worker dead after S seconds (ps.heartbeat_timeout: 5, or "
 		 "WEFT_PS_HEARTBEAT_TIMEOUT)"},
 		{"stall-timeout", WF_FLAG_INT, &stall, "S",
-		 "name a live worker that owes pushes after S seconds (60, or "
+		 "name a live worker that owes pushes after S seconds (ps.stall_timeout: 60, or "
 		 "WEFT_PS_STALL_TIMEOUT)"},
 		{"key-dir", WF_FLAG_STR, &key_dir, "DIR",
 		 "the cluster's CURVE key files (`weft keygen`); same as --set "
@@ -553,17 +502,18 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 	if (strcmp(cfg.strategy.name, "parameter_server") != 0 &&
 	    (rc = wf_config_set(&cfg, "strategy.name=parameter_server", err)) != 0)
 		goto cleanup;
+	/* the flags over --set, the environment and the file */
+	if (stats >= 0)
+		cfg.ps.stats_every = (double)stats;
+	if (hb >= 0)
+		cfg.ps.heartbeat_timeout = (double)hb;
+	if (stall >= 0)
+		cfg.ps.stall_timeout = (double)stall;
 	wf_config_apply_process(&cfg);
 	if ((rc = wf_config_validate(&cfg, err)) != 0) {
 		wf_err_wrap(err, "%s", config);
 		goto cleanup;
 	}
-	if (stats >= 0)
-		po.stats_every = (double)stats;
-	if (hb >= 0)
-		po.heartbeat_timeout = (double)hb;
-	if (stall >= 0)
-		po.stall_timeout = (double)stall;
 	if ((rc = ps_cluster(&c, &cfg, err)) != 0)
 		goto cleanup;
 	if (c.role != WF_ROLE_PS) {
@@ -574,7 +524,7 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 		goto cleanup;
 	}
 	set_log_prefix("ps", c.index);
-	rc = run_ps(&cfg, &c, &po, err);
+	rc = run_ps(&cfg, &c, err);
 cleanup:
 	wf_cluster_free(&c);
 	wf_cli_list_free(&sets);

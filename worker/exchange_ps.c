@@ -117,7 +117,7 @@ static int servers_agree(ps_ctx *c, long *step, long *lo, long *hi, wf_err *err)
 	 * while the fastest worker is between its chunks (or died there) one
 	 * server may be a step ahead of another; more than that is a restarted
 	 * server */
-	long slack = strcmp(c->mode, "sync") ? 1 : 0;
+	long slack = c->cfg.mode != WF_PS_MODE_SYNC ? 1 : 0;
 	return *lo >= 0 && *hi - *lo <= slack;
 }
 
@@ -318,7 +318,7 @@ static int ps_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 	long version;
 	int rc = 0;
 	/* sync: the executor holds exactly the servers' values of this step */
-	if (strcmp(c->mode, "sync") != 0 && (rc = pull_all(c, &version, err)) != 0)
+	if (c->cfg.mode != WF_PS_MODE_SYNC && (rc = pull_all(c, &version, err)) != 0)
 		return rc;
 	rc = wf_ps_client_checkpoint(c->cl, step, err);
 	if (rc != 0)
@@ -345,8 +345,8 @@ static int ps_finish(wf_exchange *x, wf_err *err)
 		wf_err_clear(err);
 		wf_ckptdir_step_path(step_dir, sizeof(step_dir), c->cfg.ckpt_dir, c->step);
 		int sealed = !x->is_chief && c->ckpt_dir[0] && wf_ckptdir_has_done(step_dir);
-		double was = sealed ? wf_ps_client_set_connect_timeout(c->cl, WF_PS_JOB_OVER_WAIT)
-				    : 0;
+		double was =
+			sealed ? wf_ps_client_set_connect_timeout(c->cl, WF_PS_JOB_OVER_WAIT) : 0;
 		rc = resync(x, why, err);
 		if (sealed)
 			wf_ps_client_set_connect_timeout(c->cl, was);
@@ -432,9 +432,8 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	x->workers = cfg->workers;
 	x->is_chief = cfg->is_chief;
 	c->cfg = *cfg;
-	snprintf(c->mode, sizeof(c->mode), "%s", cfg->mode ? cfg->mode : "sync");
+	wf_ps_mode_str(cfg->mode, cfg->staleness, c->mode, sizeof(c->mode));
 	snprintf(c->ckpt_dir, sizeof(c->ckpt_dir), "%s", cfg->ckpt_dir ? cfg->ckpt_dir : "");
-	c->cfg.mode = c->mode;
 	c->cfg.ckpt_dir = c->ckpt_dir;
 	c->cfg.endpoints = NULL; /* the client keeps its own copies */
 	c->ex = ex;
@@ -469,7 +468,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		.params = m->params,
 		.state = m->nstate ? m->state : NULL,
 		.nstate = m->nstate,
-		.samples = 1, /* each push is one worker's mean gradient */
+		.contributors = 1, /* each push is one worker's mean gradient */
 		.timeout = cfg->timeout,
 		.connect_timeout =
 			cfg->done_step > 0

@@ -17,6 +17,7 @@
 #ifndef WF_EXCHANGE_PS_H
 #define WF_EXCHANGE_PS_H
 
+#include "ps/proto.h"
 #include "worker/exchange.h"
 
 #include <stdint.h>
@@ -28,7 +29,8 @@ typedef struct wf_exchange_ps_cfg {
 	int rank;		      /* this trainer: chief 0, worker i -> i + chiefs */
 	int workers;		      /* trainers in the job */
 	int is_chief;
-	const char *mode;     /* "sync", "async" or "ssp:K" */
+	wf_ps_mode mode;      /* as the servers aggregate (strategy.mode) */
+	int staleness;	      /* K of ssp:K */
 	const char *ckpt_dir; /* checkpoint root (servers write shards under it) */
 	size_t chunk_bytes;   /* 0: WF_PS_CHUNK_BYTES_DEFAULT (servers must agree) */
 	/* 0: the WF_PS_*_DEFAULT of ps/client.h */
@@ -36,7 +38,7 @@ typedef struct wf_exchange_ps_cfg {
 	double connect_timeout;	   /* seconds to wait for servers to come up */
 	double heartbeat_interval; /* seconds */
 	double server_timeout;	   /* seconds of heartbeat silence = server gone */
-	/* "rank:step:seconds" (WEFT_PS_DEBUG_STALL, read by the program): worker
+	/* "rank:step:seconds" (ps.debug_stall, WEFT_PS_DEBUG_STALL): worker
 	 * `rank` sleeps before pushing that step (to see stall reports; not for
 	 * production); NULL: never */
 	const char *debug_stall;

@@ -112,7 +112,7 @@ static wf_ps_client *make_client(const wf_ps_placement *pl, float *params, float
 			       .state = state,
 			       .nstate = state ? 10 : 0,
 			       .nslots = 1,
-			       .samples = 4,
+			       .contributors = 4,
 			       .timeout = 10,
 			       .connect_timeout = 10,
 			       .heartbeat_interval = hb};

@@ -45,4 +45,16 @@ WEFT_DATA_MEMORY_MB=lots WEFT_PS_MALLOC_TUNE=0 run bad
 grep -q "WEFT_DATA_MEMORY_MB=lots ignored (data.memory_mb: expected an integer" bad.err ||
 	fail "no warning naming the malformed variable: $(cat bad.err)"
 [ "$(key bad cluster malloc_tune)" = False ] || fail "WEFT_PS_MALLOC_TUNE=0 is not false"
+# the parameter server's WEFT_PS_* variables are keys too (ps.*), defaults as weft ran them
+grep -q '^| `ps.heartbeat_timeout` | number | `5.0` | `WEFT_PS_HEARTBEAT_TIMEOUT` |' keys.txt ||
+	fail "ps.heartbeat_timeout: $(grep heartbeat_timeout keys.txt)"
+[ "$(key file ps chunk_bytes)" = 1048576 ] || fail "default ps.chunk_bytes: $(key file ps chunk_bytes)"
+WEFT_PS_HEARTBEAT_TIMEOUT=3 WEFT_PS_DEBUG_STALL=1:2:3 run psenv
+[ "$(key psenv ps heartbeat_timeout)" = 3.0 ] || fail "WEFT_PS_HEARTBEAT_TIMEOUT: $(key psenv ps heartbeat_timeout)"
+[ "$(key psenv ps debug_stall)" = 1:2:3 ] || fail "WEFT_PS_DEBUG_STALL: $(key psenv ps debug_stall)"
+if WEFT_PS_CHUNK_BYTES=100 "$WEFT" train --config c.json --device ref --set log.dir=small \
+	--set checkpoint.dir=small/ck >/dev/null 2>small.err; then
+	fail "WEFT_PS_CHUNK_BYTES=100 was accepted"
+fi
+grep -q "WEFT_PS_CHUNK_BYTES.*got 100" small.err || fail "no error naming the variable: $(cat small.err)"
 echo ok

@@ -1,0 +1,387 @@
+/* server_agg.c: the parameter server's value buffers, replies and gradient
+ * aggregation (sync, async, ssp:K, barriers). */
+#include "ps/server_impl.h"
+
+/* ---- value buffers ------------------------------------------------------ */
+
+/* A buffer of n floats (64-byte aligned) with one reference, or adopting
+ * data (malloc'd, n floats) when not NULL. NULL when out of memory. */
+vbuf *wf_pss_vbuf_new(size_t n, float *data)
+{
+	vbuf *b = malloc(sizeof(*b));
+	void *p = data;
+	if (!b || (!p && posix_memalign(&p, 64, (n ? n : 1) * sizeof(float)))) {
+		free(b);
+		return NULL;
+	}
+	if (!data)
+		memset(p, 0, n * sizeof(float));
+	atomic_init(&b->refs, 1);
+	b->data = p;
+	return b;
+}
+
+void wf_pss_vbuf_unref(vbuf *b)
+{
+	if (b && atomic_fetch_sub(&b->refs, 1) == 1) {
+		free(b->data);
+		free(b);
+	}
+}
+
+static void vbuf_zmq_free(void *data, void *hint)
+{
+	(void)data;
+	wf_pss_vbuf_unref(hint);
+}
+
+/* Before changing c's values: move to a private copy if a reply still
+ * sends the current ones; forget their CRC. Out of memory: change them in
+ * place (such a reply then fails its checksum at the worker). */
+void wf_pss_values_writable(server *s, schunk *c)
+{
+	c->crc_ok = 0;
+	if (atomic_load(&c->vb->refs) == 1)
+		return;
+	vbuf *nb = wf_pss_vbuf_new(c->count, NULL);
+	if (!nb) {
+		wf_warn("ps %d: out of memory copying chunk %d's values", s->cfg->index, c->gidx);
+		return;
+	}
+	memcpy(nb->data, c->values, c->count * sizeof(float));
+	wf_pss_vbuf_unref(c->vb);
+	c->vb = nb;
+	c->values = nb->data;
+}
+
+/* ---- sending ---------------------------------------------------------- */
+
+/* Send a reply; with zc, frame 0 is zc's values, sent zero-copy with a
+ * reference on zc; other frames are copied. */
+void wf_pss_send_raw(server *s, const uint8_t *rid, size_t rid_len, const uint8_t *hdr,
+		     const void *const *frames, const size_t *sizes, int nf, vbuf *zc)
+{
+	int rc = zmq_send(s->sock, rid, rid_len, ZMQ_SNDMORE);
+	if (rc >= 0)
+		rc = zmq_send(s->sock, hdr, WF_PS_HEADER_BYTES, nf ? ZMQ_SNDMORE : 0);
+	s->bytes_out += WF_PS_HEADER_BYTES;
+	for (int i = 0; i < nf && rc >= 0; i++) {
+		zmq_msg_t m;
+		if (i == 0 && zc) {
+			atomic_fetch_add(&zc->refs, 1);
+			rc = zmq_msg_init_data(&m, (void *)frames[i], sizes[i], vbuf_zmq_free, zc);
+			if (rc < 0) {
+				wf_pss_vbuf_unref(zc);
+				break;
+			}
+		} else {
+			rc = zmq_msg_init_size(&m, sizes[i]);
+			if (rc == 0)
+				memcpy(zmq_msg_data(&m), frames[i], sizes[i]);
+		}
+		if (rc < 0)
+			break;
+		rc = zmq_msg_send(&m, s->sock, i + 1 < nf ? ZMQ_SNDMORE : 0);
+		if (rc < 0)
+			zmq_msg_close(&m);
+		s->bytes_out += sizes[i];
+	}
+	if (rc < 0)
+		wf_warn("ps %d: reply not sent: %s", s->cfg->index, zmq_strerror(zmq_errno()));
+}
+
+void wf_pss_reply_hdr(server *s, wf_ps_hdr *h, uint16_t op, uint32_t tag, uint32_t chunk, long step)
+{
+	memset(h, 0, sizeof(*h));
+	h->version = WF_PS_VERSION;
+	h->op = op;
+	h->flags = WF_PS_FLAG_REPLY;
+	h->sender = WF_PS_SENDER(0, s->cfg->index);
+	h->job_id = s->cfg->job_id;
+	h->tag = tag;
+	h->chunk = chunk;
+	h->step = step;
+}
+
+void wf_pss_send_ok(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req, long step,
+		    uint32_t aux)
+{
+	wf_ps_hdr h;
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	wf_pss_reply_hdr(s, &h, req->op, req->tag, req->chunk, step);
+	h.aux = aux;
+	wf_ps_hdr_encode(&h, hb, NULL, NULL, 0);
+	wf_pss_send_raw(s, rid, rid_len, hb, NULL, NULL, 0, NULL);
+}
+
+void wf_pss_send_error(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+		       int code, const char *text)
+{
+	wf_ps_hdr h;
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	const void *f[1] = {text};
+	size_t sz[1] = {strlen(text)};
+	wf_pss_reply_hdr(s, &h, req->op, req->tag, req->chunk, req->step);
+	h.flags |= WF_PS_FLAG_ERROR;
+	h.aux = (uint32_t)(-code);
+	h.dtype = WF_PS_DTYPE_BYTES;
+	wf_ps_hdr_encode(&h, hb, f, sz, 1);
+	wf_pss_send_raw(s, rid, rid_len, hb, f, sz, 1, NULL);
+}
+
+void wf_pss_send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+			int code, int reason, const char *fmt, ...)
+	__attribute__((format(printf, 7, 8)));
+void wf_pss_send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+			int code, int reason, const char *fmt, ...)
+{
+	char text[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(text, sizeof(text), fmt, ap);
+	va_end(ap);
+	if (reason >= 0) {
+		s->rejected[reason]++;
+		s->rejected_total++;
+	}
+	wf_warn("ps %d: %s from sender %d:%d refused: %s", s->cfg->index, wf_ps_op_name(req->op),
+		WF_PS_SENDER_ROLE(req->sender), WF_PS_SENDER_INDEX(req->sender), text);
+	wf_pss_send_error(s, rid, rid_len, req, code, text);
+}
+
+/* Values (and state) of chunk c to the held requesters or one requester.
+ * The values go zero-copy from c's buffer (c->vb; a pseudo chunk without
+ * one is copied) and their CRC is computed once per version of the values,
+ * for every reply of that version; the state frame is copied. */
+void wf_pss_send_values(server *s, schunk *c, const held *to, int nto, int stale)
+{
+	const void *f[2] = {c->values, s->state};
+	size_t sz[2] = {c->count * sizeof(float), s->nstate * sizeof(float)};
+	uint32_t crc2 = 0;
+	int have2 = 0;
+	if (!c->crc_ok) {
+		c->crc = wf_ps_crc32c(0, c->values, sz[0]);
+		c->crc_ok = 1;
+	}
+	for (int i = 0; i < nto; i++) {
+		const held *r = &to[i];
+		if (!r->used)
+			continue;
+		int nf = r->want_state ? 2 : 1;
+		uint32_t *crc = nf == 2 ? &crc2 : &c->crc;
+		if (nf == 2 && !have2) {
+			crc2 = wf_ps_crc32c(c->crc, s->state, sz[1]); /* continues over frame 1 */
+			have2 = 1;
+		}
+		wf_ps_hdr h;
+		uint8_t hb[WF_PS_HEADER_BYTES];
+		wf_pss_reply_hdr(s, &h, r->op, r->tag, (uint32_t)c->gidx, c->version);
+		h.dtype = WF_PS_DTYPE_F32;
+		if (nf == 2)
+			h.flags |= WF_PS_FLAG_STATE;
+		if (stale)
+			h.flags |= WF_PS_FLAG_STALE;
+		wf_ps_hdr_encode_crc(&h, hb, *crc, sz[0] + (nf == 2 ? sz[1] : 0), nf);
+		wf_pss_send_raw(s, r->rid, r->rid_len, hb, f, sz, nf, c->vb);
+	}
+}
+
+void wf_pss_hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req)
+{
+	h->used = 1;
+	memcpy(h->rid, rid, rid_len);
+	h->rid_len = rid_len;
+	h->tag = req->tag;
+	h->op = req->op;
+	h->want_state = (req->flags & WF_PS_FLAG_STATE) != 0;
+	h->step = req->step;
+	h->since = wf_now();
+	s->held_count++;
+}
+
+void wf_pss_release(server *s, held *h)
+{
+	if (h->used)
+		s->held_count--;
+	h->used = 0;
+}
+
+/* Fail every held reply of chunk c (re-init, restore, shutdown). */
+void wf_pss_fail_held(server *s, schunk *c, int code, const char *why)
+{
+	for (int w = 0; w < s->nworkers; w++) {
+		held *h = &c->held[w];
+		if (!h->used)
+			continue;
+		wf_ps_hdr req = {
+			.op = h->op, .tag = h->tag, .chunk = (uint32_t)c->gidx, .step = h->step};
+		wf_pss_send_error(s, h->rid, h->rid_len, &req, code, why);
+		wf_pss_release(s, h);
+	}
+	memset(c->pushed, 0, (size_t)s->nworkers);
+	c->ncontrib = 0;
+	c->contributors = 0;
+	c->direct = 0;
+}
+
+/* ---- aggregation -------------------------------------------------------- */
+
+static float grad_scale(long contributors)
+{
+	return contributors > 0 ? 1.0f / (float)contributors : 1.0f;
+}
+
+/* Apply a gradient of training step `step` (its learning-rate schedule).
+ * The version is the global step: sync applies step == version once per
+ * step; async and ssp apply every worker's push, and the version becomes the
+ * highest step applied + 1, so a (re)joining worker starts at the step the
+ * job reached (not at the number of pushes). */
+int wf_pss_apply(server *s, schunk *c, const float *grad, long contributors, long step)
+{
+	int nsl = s->nslots;
+	wf_pss_values_writable(s, c);
+	int rc = wf_optim_apply(s->be, &s->cfg->optim, step, c->count, c->values, grad,
+				nsl > 0 ? c->slot[0] : NULL, nsl > 1 ? c->slot[1] : NULL,
+				grad_scale(contributors));
+	if (rc)
+		wf_error("ps %d: optimizer on chunk %d failed: %s", s->cfg->index, c->gidx,
+			 s->be->err.msg);
+	c->version = WF_MAX(c->version, step + 1);
+	return rc;
+}
+
+/* Required workers (not declared dead) that have not pushed chunk c, other than skip. */
+int wf_pss_missing(const server *s, const schunk *c, int skip)
+{
+	int n = 0;
+	for (int w = 0; w < s->nworkers; w++)
+		if (w != skip && s->workers[w].alive != 0 && !c->pushed[w])
+			n++;
+	return n;
+}
+
+/* Sync: apply and answer once every required worker pushed. */
+void wf_pss_sync_try_complete(server *s, schunk *c)
+{
+	if (!c->ncontrib || wf_pss_missing(s, c, -1))
+		return;
+	if (!c->direct)
+		wf_pss_apply(s, c, c->acc, c->contributors, c->version);
+	int want_state = 0;
+	for (int w = 0; w < s->nworkers; w++)
+		want_state |= c->held[w].used && c->held[w].want_state;
+	if (want_state && s->state_n > 0) {
+		float k = 1.0f / (float)s->state_n;
+		for (size_t i = 0; i < s->nstate; i++)
+			s->state[i] = s->state_acc[i] * k;
+		s->state_n = 0;
+	}
+	wf_pss_send_values(s, c, c->held, s->nworkers, 0);
+	for (int w = 0; w < s->nworkers; w++)
+		wf_pss_release(s, &c->held[w]);
+	memset(c->pushed, 0, (size_t)s->nworkers);
+	c->ncontrib = 0;
+	c->contributors = 0;
+	c->direct = 0;
+}
+
+long wf_pss_slowest_step(const server *s)
+{
+	long m = -1;
+	int any = 0;
+	for (int w = 0; w < s->nworkers; w++) {
+		if (s->workers[w].alive == 0)
+			continue;
+		if (!any || s->workers[w].last_step < m)
+			m = s->workers[w].last_step;
+		any = 1;
+	}
+	return m;
+}
+
+/* ssp: a push of step `step` is answered now; record how far it ran ahead
+ * of the slowest live worker (the bound says: at most K). */
+void wf_pss_ssp_answered(server *s, long step)
+{
+	long lead = step - wf_pss_slowest_step(s);
+	if (lead > s->ssp_max_lead)
+		s->ssp_max_lead = lead;
+}
+
+/* ssp: answer held pushes that are now within the staleness bound. */
+void wf_pss_ssp_release(server *s)
+{
+	long slowest = wf_pss_slowest_step(s), bound = slowest + s->cfg->staleness;
+	double now = wf_now();
+	for (int i = 0; i < s->nchunks; i++) {
+		schunk *c = &s->chunks[i];
+		for (int w = 0; w < s->nworkers; w++) {
+			held *h = &c->held[w];
+			if (!h->used || h->step > bound)
+				continue;
+			if (now - h->since > 0.5 && h->step > s->workers[w].ssp_logged) {
+				s->workers[w].ssp_logged = h->step;
+				wf_info("ps %d: ssp: worker %d waited %.1f s at step %ld until the "
+					"slowest worker reached step %ld (staleness %d)",
+					s->cfg->index, w, now - h->since, h->step, slowest,
+					s->cfg->staleness);
+			}
+			wf_pss_ssp_answered(s, h->step);
+			wf_pss_send_values(s, c, h, 1, 0);
+			wf_pss_release(s, h);
+		}
+	}
+}
+
+void wf_pss_barrier_try_release(server *s)
+{
+	int arrived = 0;
+	for (int w = 0; w < s->nworkers; w++) {
+		if (s->workers[w].alive != 0 && !s->workers[w].barrier.used)
+			return;
+		arrived += s->workers[w].barrier.used;
+	}
+	if (!arrived)
+		return;
+	for (int w = 0; w < s->nworkers; w++) {
+		held *h = &s->workers[w].barrier;
+		if (!h->used)
+			continue;
+		wf_ps_hdr req = {.op = WF_PS_OP_BARRIER, .tag = h->tag, .step = h->step};
+		wf_pss_send_ok(s, h->rid, h->rid_len, &req, h->step, 0);
+		wf_pss_release(s, h);
+	}
+}
+
+/* The job went back (the chief re-seeded or restored the servers): workers
+ * waiting at the final barrier past the new step must train again from it,
+ * so their barriers fail at once (they re-synchronise) instead of holding
+ * the chief's next step forever. */
+void wf_pss_barriers_rolled_back(server *s)
+{
+	long step = wf_pss_server_step(s);
+	for (int w = 0; w < s->nworkers; w++) {
+		held *b = &s->workers[w].barrier;
+		if (!b->used || b->step <= step) /* a server without chunks: the restored step */
+			continue;
+		wf_ps_hdr req = {.op = WF_PS_OP_BARRIER, .tag = b->tag, .step = b->step};
+		char why[160];
+		snprintf(why, sizeof(why),
+			 "the job went back to step %ld while worker %d waited at step %ld: "
+			 "train from there",
+			 step, w, b->step);
+		wf_pss_send_error(s, b->rid, b->rid_len, &req, WF_ETRANSIENT, why);
+		wf_pss_release(s, b);
+	}
+}
+
+/* After membership changed: steps, barriers and ssp bounds may now complete. */
+void wf_pss_membership_changed(server *s)
+{
+	if (s->cfg->mode == WF_PS_MODE_SYNC)
+		for (int i = 0; i < s->nchunks; i++)
+			wf_pss_sync_try_complete(s, &s->chunks[i]);
+	if (s->cfg->mode == WF_PS_MODE_SSP)
+		wf_pss_ssp_release(s);
+	wf_pss_barrier_try_release(s);
+}

@@ -1,0 +1,161 @@
+/* server_impl.h: the parameter server's state, shared by server.c (event
+ * loop, timers, set-up), server_agg.c (value buffers, sending, aggregation)
+ * and server_ops.c (the ops). Private to ps/server*.c. */
+#ifndef WF_PS_SERVER_IMPL_H
+#define WF_PS_SERVER_IMPL_H
+
+#include "ps/server.h"
+
+#include "common/log.h"
+#include "common/util.h"
+#include "ps/auth.h"
+#include "ps/placement.h"
+#include "ps/proto.h"
+#include "ps/shard.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#define RID_MAX	   256
+#define MAX_RECV   (2 + WF_PS_MAX_FRAMES) /* routing id + header + payload */
+#define PATH_BYTES 4096
+
+/* ZeroMQ status check: records file, line and zmq's own message. */
+#define ZCHECK(call, what)                                                                         \
+	do {                                                                                       \
+		if ((call) < 0) {                                                                  \
+			rc = wf_errf(err, WF_EINTERNAL, "%s:%d: %s: %s", __FILE__, __LINE__, what, \
+				     zmq_strerror(zmq_errno()));                                   \
+			goto cleanup;                                                              \
+		}                                                                                  \
+	} while (0)
+
+/* ---- state ------------------------------------------------------------ */
+
+/* A reply the server owes and sends later (sync completion, ssp bound, barrier). */
+typedef struct held {
+	int used;
+	uint8_t rid[RID_MAX]; /* ROUTER routing id of the requester */
+	size_t rid_len;
+	uint32_t tag;
+	uint16_t op;
+	int want_state; /* reply carries the state frame */
+	long step;	/* the step pushed */
+	double since;	/* when it was held */
+} held;
+
+/* A chunk's values, shared with the replies that send them zero-copy:
+ * one reference for the chunk, one per reply ZeroMQ has not sent yet
+ * (released by its free callback, on ZeroMQ's I/O thread). The values are
+ * changed in place only while the chunk holds the sole reference; otherwise
+ * the chunk moves to a copy first, and the last reply frees the old buffer. */
+typedef struct vbuf {
+	atomic_int refs;
+	float *data; /* [count] */
+} vbuf;
+
+typedef struct schunk {
+	int gidx;	/* global chunk index */
+	size_t offset;	/* floats */
+	size_t count;	/* floats */
+	vbuf *vb;	/* holds values */
+	float *values;	/* [count] = vb->data */
+	uint32_t crc;	/* CRC32C of values, valid when crc_ok */
+	int crc_ok;	/* values unchanged since crc was computed */
+	float *slot[2]; /* [count] optimizer slots */
+	float *acc;	/* [count] sync gradient sum */
+	long version;	/* steps applied = the step being aggregated */
+	int initialized;
+	int ncontrib;	   /* pushes summed into acc for `version` */
+	long contributors; /* workers' mean gradients summed in acc */
+	int direct;	   /* the single contribution was applied already */
+	double first_push; /* seconds: first contribution to `version` */
+	uint8_t *pushed;   /* [nworkers] */
+	held *held;	   /* [nworkers] */
+} schunk;
+
+typedef struct worker {
+	int alive;	  /* -1 never seen, 1 alive, 0 declared dead */
+	double last_seen; /* seconds */
+	long last_step;	  /* highest step pushed, -1 none */
+	long stall_step;  /* step last reported stalled */
+	double stall_log; /* when a stall of this worker was last logged */
+	long ssp_logged;  /* ssp: last step whose long wait was logged */
+	held barrier;
+} worker;
+
+typedef struct server {
+	const wf_ps_server_cfg *cfg;
+	void *zctx, *sock;
+	wf_backend *be;
+	wf_ps_placement pl;
+	int nslots;
+	int nchunks; /* owned */
+	schunk *chunks;
+	int *local;		   /* [pl.nchunks] global -> owned index or -1 */
+	uint64_t *floats;	   /* [pl.nchunks] for the parser: 0 when not owned */
+	wf_ps_shard_chunk *shards; /* [nchunks] views for checkpoints */
+	wf_ps_limits lim;
+	size_t nstate; /* state floats kept here (server 0 only) */
+	float *state, *state_acc;
+	int state_n, state_initialized;
+	int nworkers;
+	worker *workers;
+	uint64_t pushes, pulls, bytes_in, bytes_out, rejected[WF_PS_REJECT__COUNT];
+	uint64_t rejected_total;
+	int held_count;
+	uint64_t ssp_held; /* ssp: pushes whose reply waited for the bound */
+	long ssp_max_lead; /* ssp: largest (step - slowest step) of an answered push */
+	long restored_step;
+	uint32_t incarnation; /* random per process: heartbeat replies carry it in aux */
+	double start, last_stats, last_stall_check;
+	int running;
+	zmq_msg_t frames[MAX_RECV];
+	wf_ps_scratch align[MAX_RECV]; /* aligned copies of misaligned payload frames */
+	char text[PATH_BYTES];
+} server;
+
+vbuf *wf_pss_vbuf_new(size_t n, float *data);
+void wf_pss_vbuf_unref(vbuf *b);
+void wf_pss_values_writable(server *s, schunk *c);
+void wf_pss_send_raw(server *s, const uint8_t *rid, size_t rid_len, const uint8_t *hdr,
+		     const void *const *frames, const size_t *sizes, int nf, vbuf *zc);
+void wf_pss_reply_hdr(server *s, wf_ps_hdr *h, uint16_t op, uint32_t tag, uint32_t chunk,
+		      long step);
+void wf_pss_send_ok(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req, long step,
+		    uint32_t aux);
+void wf_pss_send_error(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+		       int code, const char *text);
+void wf_pss_send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+			int code, int reason, const char *fmt, ...)
+	__attribute__((format(printf, 7, 8)));
+void wf_pss_send_values(server *s, schunk *c, const held *to, int nto, int stale);
+void wf_pss_hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req);
+void wf_pss_release(server *s, held *h);
+void wf_pss_fail_held(server *s, schunk *c, int code, const char *why);
+int wf_pss_apply(server *s, schunk *c, const float *grad, long contributors, long step);
+int wf_pss_missing(const server *s, const schunk *c, int skip);
+void wf_pss_sync_try_complete(server *s, schunk *c);
+long wf_pss_slowest_step(const server *s);
+void wf_pss_ssp_answered(server *s, long step);
+void wf_pss_ssp_release(server *s);
+void wf_pss_barrier_try_release(server *s);
+void wf_pss_barriers_rolled_back(server *s);
+void wf_pss_membership_changed(server *s);
+long wf_pss_server_step(const server *s);
+void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
+void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m, int w);
+void wf_pss_op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
+void wf_pss_op_checkpoint(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
+int wf_pss_restore(server *s, const char *root, long want_step, long *step, wf_err *err);
+void wf_pss_op_restore(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
+void wf_pss_op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h);
+void wf_pss_log_stats(server *s);
+
+#endif
