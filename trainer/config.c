@@ -191,7 +191,8 @@ static const key_def keys[] = {
 	{"ps.stats_every", T_NUM, F(ps.stats_every), STR(WF_PS_STATS_EVERY_DEFAULT),
 	 "ps server: seconds between stats lines (`weft ps --stats-every`); 0: none"},
 	{"ps.debug_stall", T_STR, F(ps.debug_stall), "\"\"",
-	 "\"rank:step:seconds\": that worker sleeps before pushing that step (tests of stall "
+	 "\"rank:step:seconds\": that worker sleeps once, before pushing that step or the first "
+	 "one after it (tests of stall "
 	 "reports; not for production); empty: never"},
 };
 

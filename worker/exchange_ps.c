@@ -34,7 +34,7 @@ typedef struct ps_ctx {
 	long step;	 /* step being computed (0-based) */
 	int push_rc;	 /* first failure of a push from grad_ready */
 	wf_err push_err;
-	long stall_step; /* WEFT_PS_DEBUG_STALL: sleep before pushing this step... */
+	long stall_step; /* WEFT_PS_DEBUG_STALL: sleep before pushing this step (or the next)... */
 	double stall_s;	 /* ...for this long (a test of stall reports) */
 	long *steps;	 /* [nservers] scratch for register */
 	int job_over;	 /* the job had ended before this process started */
@@ -62,7 +62,7 @@ static int push_chunk(ps_ctx *c, int k, wf_err *err)
 static void ps_grad_ready(wf_exchange *x, size_t done)
 {
 	ps_ctx *c = x->ctx;
-	if (c->next == 0 && c->step == c->stall_step && c->stall_s > 0) {
+	if (c->next == 0 && c->stall_step >= 0 && c->step >= c->stall_step && c->stall_s > 0) {
 		wf_warn("WEFT_PS_DEBUG_STALL: worker %d sleeps %.1f s before pushing step %ld",
 			x->rank, c->stall_s, c->step);
 		sleep_s(c->stall_s);
@@ -402,8 +402,9 @@ static const wf_exchange_ops ps_ops = {
 	.free = ps_free,
 };
 
-/* cfg.debug_stall="rank:step:seconds": worker `rank` sleeps before
- * pushing that step (to see stall reports; not for production). */
+/* cfg.debug_stall="rank:step:seconds": worker `rank` sleeps once, before
+ * pushing that step or the first one after it it pushes (a worker that
+ * joins late starts past it; to see stall reports; not for production). */
 static void debug_stall(ps_ctx *c, const char *s)
 {
 	int rank = -1;
