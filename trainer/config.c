@@ -39,6 +39,10 @@ static const key_def keys[] = {
 	 "model from the zoo (`weft train --help` lists them)"},
 	{"model.classes", T_INT, F(model.classes), "0",
 	 "number of classes; 0 takes it from the train data, otherwise it must match the data"},
+	{"model.input_shape", T_STR, F(model.input_shape), "\"\"",
+	 "[H, W, C] of the input images, as Keras' input_shape; with model.classes the "
+	 "parameter servers build the model without reading data.train; empty: from the data, "
+	 "otherwise it must match the data"},
 	{"data.train", T_STR, F(data.train), "\"\"", "training dataset file (required)"},
 	{"data.eval", T_STR, F(data.eval), "\"\"", "evaluation dataset file; empty: no evaluation"},
 	{"data.augment", T_BOOL, F(data.augment), "false",
@@ -319,6 +323,38 @@ static int set_list(char *field, const key_def *k, const json_t *v, wf_err *err)
 	return 0;
 }
 
+/* model.input_shape given as a JSON array [H, W, C] -> "H,W,C". */
+static int set_shape(char *field, const key_def *k, const json_t *v, wf_err *err)
+{
+	long d[3];
+	if (json_array_size(v) != 3)
+		return wf_errf(err, WF_EINVAL, "%s: expected [H, W, C], got %zu numbers", k->path,
+			       json_array_size(v));
+	for (size_t i = 0; i < 3; i++) {
+		const json_t *e = json_array_get(v, i);
+		if (!json_is_integer(e))
+			return wf_errf(err, WF_EINVAL, "%s[%zu]: expected an integer, got %s",
+				       k->path, i, wf_json_type_name(e));
+		d[i] = (long)json_integer_value(e);
+	}
+	snprintf(field, k->size, "%ld,%ld,%ld", d[0], d[1], d[2]);
+	return 0;
+}
+
+int wf_config_input_shape(const wf_config *c, int *h, int *w, int *ch)
+{
+	long d[3];
+	char end;
+	const char *s = c->model.input_shape;
+	if (!s[0])
+		return 0;
+	if (sscanf(s, "%ld%*[,x ]%ld%*[,x ]%ld%c", &d[0], &d[1], &d[2], &end) != 3 || d[0] < 1 ||
+	    d[0] > 16384 || d[1] < 1 || d[1] > 16384 || d[2] < 1 || d[2] > 4)
+		return -1;
+	*h = (int)d[0], *w = (int)d[1], *ch = (int)d[2];
+	return 1;
+}
+
 static int set_value(wf_config *c, const key_def *k, const json_t *v, const char *raw, wf_err *err)
 {
 	char *field = (char *)c + k->offset;
@@ -326,6 +362,8 @@ static int set_value(wf_config *c, const key_def *k, const json_t *v, const char
 	case T_STR: {
 		if (json_is_array(v) && strcmp(k->path, "model.freeze") == 0)
 			return set_list(field, k, v, err);
+		if (json_is_array(v) && strcmp(k->path, "model.input_shape") == 0)
+			return set_shape(field, k, v, err);
 		const char *s = json_is_string(v) ? json_string_value(v) : raw;
 		if (!s)
 			return wf_errf(err, WF_EINVAL, "%s: expected a string, got %s", k->path,
@@ -582,6 +620,11 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	const char *zoo = wf_model_zoo_names();
 	NEED(one_of(c->model.name, zoo), "model.name: unknown model '%s' (known: %s)",
 	     c->model.name, zoo);
+	int ih, iw, ic;
+	NEED(wf_config_input_shape(c, &ih, &iw, &ic) >= 0,
+	     "model.input_shape: expected [H, W, C] with H, W in 1..16384 and C in 1..4, got "
+	     "'%s'",
+	     c->model.input_shape);
 	NEED(c->model.classes >= 0 && c->model.classes <= 1000000,
 	     "model.classes: must be >= 1 (or 0: from the data), got %ld", c->model.classes);
 	NEED(c->data.train[0], "data.train: required (path of the training dataset file)");

@@ -19,6 +19,7 @@ typedef struct wf_config {
 	struct {
 		char name[64];
 		long classes;		     /* 0: from the data file */
+		char input_shape[32];	     /* "H,W,C"; "": from the data file */
 		char kernel_initializer[32]; /* auto (as Keras builds the model) or a Keras name */
 		double bn_momentum;	     /* 0: the model's own */
 		double alpha;		     /* mobilenetv2 width */
@@ -111,6 +112,8 @@ int wf_config_load_string(wf_config *c, const char *text, const char *origin, wf
 /* Apply one "a.b=value" override (value parsed as JSON when it parses,
  * else taken as a string). */
 int wf_config_set(wf_config *c, const char *assignment, wf_err *err);
+/* model.input_shape: 1 and *h, *w, *c when set, 0 when empty, -1 when malformed. */
+int wf_config_input_shape(const wf_config *c, int *h, int *w, int *ch);
 /* Check values (ranges, names, required keys); fills derived fields. Does not
  * touch the file system. */
 int wf_config_validate(wf_config *c, wf_err *err);

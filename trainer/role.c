@@ -144,16 +144,25 @@ static int ps_endpoints(const wf_cluster *c, char ***out, wf_err *err)
 	return 0;
 }
 
-/* The model the job trains, built from the config and the training data's
- * shape (servers need its parameter layout). */
+/* The model the job trains (servers need its parameter layout): from
+ * model.input_shape and model.classes when both are set (the servers then
+ * never read the data), else from the training data's shape. */
 static int job_model(const wf_config *cfg, wf_model **m, wf_err *err)
 {
+	wf_zoo_opts zo = WF_ZOO_OPTS_DEFAULT;
+	zo.alpha = (float)cfg->model.alpha;
+	int h, w, ch, rc;
+	if (wf_config_input_shape(cfg, &h, &w, &ch) == 1 && cfg->model.classes > 0) {
+		rc = wf_model_zoo_ex(m, cfg->model.name, h, w, ch, (int)cfg->model.classes, &zo, err);
+		return rc ? (wf_err_wrap(err, "model.name"), rc) : 0;
+	}
 	wf_dataset *ds = NULL;
-	int rc = wf_dataset_open(&ds, cfg->data.train, err);
-	if (rc != 0)
-		return wf_err_wrap(err, "data.train"), rc;
+	if ((rc = wf_dataset_open(&ds, cfg->data.train, err)) != 0)
+		return wf_err_wrap(err, "data.train (set model.input_shape and model.classes and "
+					"the servers need no data)"),
+		       rc;
 	const wf_dataset_info *ti = wf_dataset_info_get(ds);
-	rc = wf_model_zoo(m, cfg->model.name, ti->h, ti->w, ti->c, ti->nclasses, err);
+	rc = wf_model_zoo_ex(m, cfg->model.name, ti->h, ti->w, ti->c, ti->nclasses, &zo, err);
 	if (rc != 0)
 		wf_err_wrap(err, "model.name");
 	wf_dataset_close(ds);
@@ -454,7 +463,8 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 	long stats = -1, hb = -1, stall = -1;
 	const wf_flag flags[] = {
 		{"config", WF_FLAG_STR, &config, "FILE",
-		 "the job's training config (required: model, data.train for the model's shape, "
+		 "the job's training config (required: model, data.train for the model's shape "
+		 "unless model.input_shape and model.classes are set, "
 		 "optimizer, strategy.mode, checkpoint.dir)"},
 		{"set", WF_FLAG_LIST, &sets, "KEY=VALUE", "override a config key (repeatable)"},
 		{"stats-every", WF_FLAG_INT, &stats, "S",

@@ -84,6 +84,12 @@ static int open_data(run *r, wf_err *err)
 		return wf_errf(err, WF_EINVAL,
 			       "model.classes: is %ld but data.train (%s) has %d classes",
 			       c->model.classes, c->data.train, ti->nclasses);
+	int h, w, ch;
+	if (wf_config_input_shape(c, &h, &w, &ch) == 1 && (h != ti->h || w != ti->w || ch != ti->c))
+		return wf_errf(err, WF_EINVAL,
+			       "model.input_shape: is [%d, %d, %d] but data.train (%s) holds "
+			       "%dx%dx%d images",
+			       h, w, ch, c->data.train, ti->h, ti->w, ti->c);
 	long global = c->train.batch_size * c->train.accumulate;
 	if (ti->count < global)
 		return wf_errf(err, WF_EINVAL,

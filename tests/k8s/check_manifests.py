@@ -239,9 +239,16 @@ def check_train(docs, where, gpu):
         check(vols.get(mounts.get("/weft"), {}).get("persistentVolumeClaim", {}).get("claimName") == "weft-run",
               "%s: the run volume (PVC weft-run) is not at /weft" % w)
         data = [m for m in c.get("volumeMounts", []) if m["mountPath"] == "/data"]
-        check(data and data[0].get("readOnly") and vols.get(data[0]["name"], {}).get(
-            "persistentVolumeClaim", {}).get("claimName") == "weft-data",
-            "%s: the data volume (PVC weft-data) is not at /data, read-only" % w)
+        if role == "ps":  # the config's model.input_shape and classes give the layout
+            check(not data, "%s: the servers mount the data volume (they need no data)" % w)
+            m = cfg.get("model", {}) if isinstance(cfg, dict) else {}
+            check(len(m.get("input_shape", [])) == 3 and m.get("classes", 0) > 0,
+                  "%s: config.json lacks model.input_shape and model.classes (the servers "
+                  "would need the data)" % w)
+        else:
+            check(data and data[0].get("readOnly") and vols.get(data[0]["name"], {}).get(
+                "persistentVolumeClaim", {}).get("claimName") == "weft-data",
+                "%s: the data volume (PVC weft-data) is not at /data, read-only" % w)
         for k in ("train", "eval"):
             path = cfg.get("data", {}).get(k, "") if isinstance(cfg, dict) else ""
             check(not path or path.startswith("/data/"), "%s: data.%s %s is not on the data volume" % (w, k, path))

@@ -59,4 +59,6 @@ broken "the model name set twice" base/serve/serve.yaml \
 broken "synthetic data made in every pod again" base/train/worker.yaml \
 	's|      containers:|      initContainers:\n        - {name: data, image: weft-train, args: [data, synth, --out, /data/train.h5]}\n      containers:|' \
 	"init containers"
+broken "servers that need the data" base/common/config.yaml \
+	's/, "input_shape": \[32, 32, 3\]//' "lacks model.input_shape"
 echo ok
