@@ -4,9 +4,9 @@
 #include "worker/exchange_ps.h"
 
 #include "common/ckptdir.h"
-#include "kernels/ops.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "kernels/ops.h"
 #include "ps/client.h"
 #include "ps/placement.h"
 
@@ -403,7 +403,7 @@ static const wf_exchange_ops ps_ops = {
 };
 
 /* cfg.debug_stall="rank:step:seconds": worker `rank` sleeps once, before
- * pushing that step or the first one after it it pushes (a worker that
+ * pushing that step or the first one after it (a worker that
  * joins late starts past it; to see stall reports; not for production). */
 static void debug_stall(ps_ctx *c, const char *s)
 {
