@@ -90,6 +90,9 @@ int wf_ckptdir_has_done(const char *step_dir)
 int wf_ckptdir_undone(const char *step_dir, wf_err *err)
 {
 	char p[CKPT_FILE_MAX];
+	/* a step written again was never exported */
+	snprintf(p, sizeof(p), "%s/" WF_CKPTDIR_EXPORTED, step_dir);
+	unlink(p);
 	snprintf(p, sizeof(p), "%s/DONE", step_dir);
 	if (unlink(p) != 0) {
 		if (errno == ENOENT)
@@ -101,11 +104,12 @@ int wf_ckptdir_undone(const char *step_dir, wf_err *err)
 	return 0;
 }
 
-/* A file of the step that DONE covers: not DONE itself, not a temporary, not
- * hidden. */
+/* A file of the step that DONE covers: not DONE itself, not the export
+ * record (written after DONE), not a temporary, not hidden. */
 static int listed_name(const char *name)
 {
-	return name[0] != '.' && strcmp(name, "DONE") != 0 && !strstr(name, ".tmp");
+	return name[0] != '.' && strcmp(name, "DONE") != 0 &&
+	       strcmp(name, WF_CKPTDIR_EXPORTED) != 0 && !strstr(name, ".tmp");
 }
 
 int wf_ckptdir_seal(const char *step_dir, long step, wf_err *err)

@@ -5,6 +5,8 @@
  *   <dir>/step-<N>/<files...>   each written atomically (common/atomicfile)
  *   <dir>/step-<N>/DONE         written last: JSON listing every file of the
  *                               step with its size and CRC32C
+ *   <dir>/step-<N>/EXPORTED     the final step only, after DONE: the record of
+ *                               its export (trainer/export.c); not in DONE
  *
  * A step is complete when it has DONE; it is trusted when every file DONE
  * lists has that size and checksum. Readers take the newest step that is
@@ -17,6 +19,8 @@
 
 #include <stddef.h>
 
+#define WF_CKPTDIR_EXPORTED "EXPORTED"
+
 /* "<dir>/step-<step>" into out. */
 void wf_ckptdir_step_path(char *out, size_t n, const char *dir, long step);
 /* All step-<N> directories under dir, ascending, into *steps (malloc'd, *n
@@ -24,7 +28,8 @@ void wf_ckptdir_step_path(char *out, size_t n, const char *dir, long step);
 int wf_ckptdir_list(const char *dir, long **steps, int *n, wf_err *err);
 /* 1 when step_dir has a DONE file. */
 int wf_ckptdir_has_done(const char *step_dir);
-/* Remove step_dir/DONE (before rewriting a step); 0 when there was none. */
+/* Remove step_dir/DONE and its export record (before rewriting a step); 0
+ * when there was no DONE. */
 int wf_ckptdir_undone(const char *step_dir, wf_err *err);
 /* Checksum every regular file of step_dir (not DONE, not temporaries) and
  * write DONE atomically; the step is complete from then on. */

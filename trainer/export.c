@@ -3,6 +3,7 @@
 #include "trainer/export.h"
 
 #include "common/atomicfile.h"
+#include "common/ckptdir.h"
 #include "common/crc32c.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -244,7 +245,7 @@ static uint32_t checkpoint_id(const char *step_dir)
 static int record(const char *step_dir, uint32_t id, const char *path, wf_err *err)
 {
 	char marker[EXPORT_FILE_MAX + 16], line[EXPORT_FILE_MAX + 64];
-	snprintf(marker, sizeof(marker), "%s/EXPORTED", step_dir);
+	snprintf(marker, sizeof(marker), "%s/" WF_CKPTDIR_EXPORTED, step_dir);
 	int len = snprintf(line, sizeof(line), "%08x %s\n", id, path);
 	int rc = wf_atomic_write(marker, line, (size_t)len, err);
 	return rc ? (wf_err_wrap(err, "export: recording the export"), rc) : 0;
@@ -258,7 +259,7 @@ static int already_exported(const char *step_dir, uint32_t id, char *what, size_
 	size_t len = 0;
 	if (!step_dir || !id)
 		return 0;
-	snprintf(marker, sizeof(marker), "%s/EXPORTED", step_dir);
+	snprintf(marker, sizeof(marker), "%s/" WF_CKPTDIR_EXPORTED, step_dir);
 	if (wf_read_file(marker, &data, &len) != 0)
 		return 0;
 	unsigned got = 0;

@@ -9,7 +9,8 @@
 #     version serves the checkpoint's weights (weft eval: same accuracy).
 #  3. Once more: "already exported", still exactly one version.
 #  4. Without --resume in the same directories it trains again and exports
-#     version 2 (a rewritten final checkpoint is a new one).
+#     version 2 (a rewritten final checkpoint is a new one), and the record
+#     does not spoil that checkpoint: --resume then takes it, exports nothing.
 . "$WEFT_SRC/tests/trainer/lib.sh"
 make_synth train.h5 256 8 1
 make_synth eval.h5 128 8 2
@@ -48,4 +49,8 @@ grep -q "already exported" err3.txt || { cat err3.txt; fail "the third run did n
 
 train 2>err4.txt || { cat err4.txt; fail "the fresh run failed"; }
 grep -q "exported version 2 " err4.txt || { cat err4.txt; fail "a fresh run did not export a new version"; }
+train --resume 2>err5.txt || { cat err5.txt; fail "--resume after the fresh run failed"; }
+grep -q "skipped" err5.txt && { cat err5.txt; fail "the rewritten final checkpoint was skipped"; }
+grep -q "already exported" err5.txt || { cat err5.txt; fail "the fresh run's export was not recorded"; }
+[ "$(ls blocker/models/m | tr '\n' ' ')" = "1 2 " ] || fail "versions: $(ls blocker/models/m)"
 echo ok
