@@ -3,7 +3,10 @@
 # random moment or at a phase: start-up, a checkpoint, the final step (the
 # final barrier), the chief's export. Every trial must end exit 0, with a
 # complete final checkpoint, exactly one exported version, an eval accuracy
-# near the unkilled run of its mode (0.05), and within twice the unkilled
+# near the unkilled run of its mode (sync 0.05; async and ssp 0.3: their
+# accuracy varies from run to run without any kill, one unkilled-like run in
+# about 60 ended at 0.73 against 0.98, while a broken recovery ends near
+# chance, 0.1, or diverges), and within twice the unkilled
 # time plus the timeouts (60 s). Seeded: WEFT_CHAOS_SEED (1);
 # WEFT_CHAOS_TRIALS (6 in CI, cycling through the six set-ups; the longer
 # run out of CI: WEFT_CHAOS_TRIALS=60 ctest -R ps_test_chaos). Each trial's
@@ -20,6 +23,7 @@ args=(--workers 2 --threads 2 --device cpu --config "$WEFT_SRC/configs/synth-sma
 	--set train.eval_every_steps=400 --set checkpoint.every_steps=50 --set log.every_steps=20)
 # async and ssp apply every worker's push: about 1/W of the sync learning rate
 declare -A lr=([sync]=0.05 [async]=0.025 [ssp:2]=0.025)
+declare -A tol=([sync]=0.05 [async]=0.3 [ssp:2]=0.3)
 declare -A ref_acc ref_time
 for mode in sync async ssp:2; do
 	t0=$(date +%s.%N)
@@ -75,7 +79,7 @@ for ((t = 0; t < trials; t++)); do
 	[ "$versions" = "1 " ] || fail "trial $t ($nps ps, $mode, kill $victim at $at): exported versions: '$versions' (want exactly 1)"
 	acc=$(eval_accuracy $name/logs/metrics.jsonl)
 	echo "trial $t: $nps ps, $mode, kill -9 $victim at $at (killed: $killed): exit 0 in $took s, eval accuracy $acc"
-	python3 -c "import sys; sys.exit(0 if abs($acc - ${ref_acc[$mode]}) <= 0.05 else 1)" ||
+	python3 -c "import sys; sys.exit(0 if abs($acc - ${ref_acc[$mode]}) <= ${tol[$mode]} else 1)" ||
 		fail "trial $t: eval accuracy $acc, unkilled ${ref_acc[$mode]}"
 done
 echo ok
