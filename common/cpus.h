@@ -24,8 +24,8 @@ double wf_cpus_quota_at(const char *proc_cgroup, const char *sys_root);
 int wf_cpus_busy(double seconds);
 /* The same from two /proc/stat texts taken in that order (CPUs < WF_CPUS_MAX). */
 int wf_cpus_busy_between(const char *stat0, const char *stat1, const cpu_set_t *mask);
-#define WF_CPUS_MAX		1024
-#define WF_CPUS_SAMPLE_SECONDS	0.1
+#define WF_CPUS_MAX	       1024
+#define WF_CPUS_SAMPLE_SECONDS 0.1
 /* The default compute thread count: min(affinity - CPUs other processes
  * keep busy (sampled for WF_CPUS_SAMPLE_SECONDS), floor(quota)), >= 1. */
 int wf_cpus_default_threads(void);

@@ -47,7 +47,7 @@ struct wf_ps_client {
 	wf_ps_stats *stats_out;
 	pthread_t hb;
 	int hb_started;
-	int fail_fast; /* wait_slots stops at the first refusal (barriers) */
+	int fail_fast;	 /* wait_slots stops at the first refusal (barriers) */
 	wf_ps_keys keys; /* when secure */
 	int secure;
 	atomic_int hb_stop;

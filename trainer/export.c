@@ -158,8 +158,7 @@ static int stage(const wf_model *m, const wf_model_meta *meta, const char *base,
 	snprintf(st->tmp, sizeof(st->tmp), "%s/.export-%ld-%llx", base, (long)getpid(),
 		 (unsigned long long)wf_hash64((uint64_t)(wf_now() * 1e9)));
 	if (mkdir(st->tmp, 0755) != 0) {
-		rc = wf_errf(err, WF_EIO, "export: cannot create %s: %s", st->tmp,
-			     strerror(errno));
+		rc = wf_errf(err, WF_EIO, "export: cannot create %s: %s", st->tmp, strerror(errno));
 		goto free_folded;
 	}
 	snprintf(file, sizeof(file), "%s/model.h5", st->tmp);
@@ -179,8 +178,7 @@ free_folded:
 
 /* Rename the staged directory to base/version (0: the next free number);
  * the temporary is removed on failure. */
-static int publish(const staged *st, long version, long *written, char *path, size_t n,
-		   wf_err *err)
+static int publish(const staged *st, long version, long *written, char *path, size_t n, wf_err *err)
 {
 	char dst[EXPORT_FILE_MAX];
 	int rc = 0;

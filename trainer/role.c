@@ -153,7 +153,8 @@ static int job_model(const wf_config *cfg, wf_model **m, wf_err *err)
 	zo.alpha = (float)cfg->model.alpha;
 	int h, w, ch, rc;
 	if (wf_config_input_shape(cfg, &h, &w, &ch) == 1 && cfg->model.classes > 0) {
-		rc = wf_model_zoo_ex(m, cfg->model.name, h, w, ch, (int)cfg->model.classes, &zo, err);
+		rc = wf_model_zoo_ex(m, cfg->model.name, h, w, ch, (int)cfg->model.classes, &zo,
+				     err);
 		return rc ? (wf_err_wrap(err, "model.name"), rc) : 0;
 	}
 	wf_dataset *ds = NULL;

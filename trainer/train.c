@@ -744,7 +744,8 @@ again:
 		goto again;
 	/* finished: the next serving version, once per final checkpoint (a chief
 	 * restarted after the job's end finishes an export that did not happen) */
-	if (rc == 0 && r.x->is_chief && cfg->export_.dir[0] && res->steps_done == cfg->train.steps) {
+	if (rc == 0 && r.x->is_chief && cfg->export_.dir[0] &&
+	    res->steps_done == cfg->train.steps) {
 		char step_dir[4200];
 		wf_ckptdir_step_path(step_dir, sizeof(step_dir), cfg->checkpoint.dir,
 				     cfg->train.steps);
