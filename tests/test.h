@@ -5,10 +5,14 @@
 #ifndef WF_TEST_H
 #define WF_TEST_H
 
+#include <dirent.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int wf_test_failed_checks;
 static int wf_test_failed_tests;
@@ -64,11 +68,64 @@ static int wf_test_skip_flag;
 		return;                                                                            \
 	} while (0)
 
+/* The descriptors this process has open, as a bit set over fds < 1024
+ * (libuv's tests check at the end of each test that it closed what it
+ * opened; this is the same check for files, sockets, pipes and eventfds). */
+typedef struct {
+	unsigned char open[128];
+} wf_test_fds;
+
+static inline void wf_test_fds_now(wf_test_fds *s)
+{
+	memset(s, 0, sizeof *s);
+	DIR *d = opendir("/proc/self/fd");
+	if (!d)
+		return;
+	int self = dirfd(d);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		int fd = atoi(e->d_name);
+		if (e->d_name[0] != '.' && fd != self && fd >= 0 && fd < 1024)
+			s->open[fd / 8] |= (unsigned char)(1u << (fd % 8));
+	}
+	closedir(d);
+}
+
+/* Report (and count as failed checks) every descriptor open now that was not
+ * open in `before`, and any child process not yet waited for. */
+static inline void wf_test_check_leaks(const char *name, const wf_test_fds *before)
+{
+	wf_test_fds now;
+	wf_test_fds_now(&now);
+	for (int fd = 0; fd < 1024; fd++) {
+		unsigned char bit = (unsigned char)(1u << (fd % 8));
+		if ((now.open[fd / 8] & bit) && !(before->open[fd / 8] & bit)) {
+			char link[64], target[PATH_MAX] = "?";
+			snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+			ssize_t n = readlink(link, target, sizeof target - 1);
+			target[n > 0 ? n : 1] = 0;
+			fprintf(stderr, "%s: leaked descriptor %d (%s)\n", name, fd, target);
+			wf_test_failed_checks++;
+		}
+	}
+	int status;
+	pid_t child = waitpid(-1, &status, WNOHANG);
+	if (child >= 0) {
+		fprintf(stderr, "%s: left a child process %s\n", name,
+			child > 0 ? "exited but not waited for" : "running");
+		wf_test_failed_checks++;
+	}
+}
+
+/* Run one test; it fails on a failed check or on what it left open. */
 #define WF_RUN(fn)                                                                                 \
 	do {                                                                                       \
 		int before_ = wf_test_failed_checks;                                               \
+		wf_test_fds fds_;                                                                  \
+		wf_test_fds_now(&fds_);                                                            \
 		wf_test_skip_flag = 0;                                                             \
 		fn();                                                                              \
+		wf_test_check_leaks(#fn, &fds_);                                                   \
 		if (wf_test_failed_checks != before_) {                                            \
 			wf_test_failed_tests++;                                                    \
 			fprintf(stderr, "FAIL %s\n", #fn);                                         \
