@@ -1,5 +1,6 @@
 #include "trainer/checkpoint.h"
 
+#include "common/events.h"
 #include "common/ckptdir.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -51,6 +52,7 @@ int wf_ckpt_save(const char *dir, long step, wf_exec *ex, wf_model *m, wf_model_
 	if (wf_fsync_path(dir) != 0)
 		return wf_errf(err, WF_EIO, "%s: fsync of the directory failed: %s", dir,
 			       strerror(errno));
+	wf_event("checkpoint", json_pack("{s:I, s:s}", "step", (json_int_t)step, "dir", sdir));
 	return wf_ckpt_prune(dir, keep, err);
 }
 

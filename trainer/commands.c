@@ -1,5 +1,6 @@
 #include "trainer/commands.h"
 
+#include "common/events.h"
 #include "common/image.h"
 #include "common/cpus.h"
 #include "common/log.h"
@@ -134,6 +135,12 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		.resume = resume, .tty = no_tty ? 0 : -1, .stop_at = stop_at, .fresh = fresh};
 	int trained = 0; /* 0: this process was a ps or an evaluator (TF_CONFIG) */
 	rc = wf_role_run(&cfg, &opts, &res, &trained, err);
+	if (rc == 0 && trained)
+		wf_event("trained", json_pack("{s:I, s:f, s:f, s:f, s:f}", "steps",
+					      (json_int_t)res.steps_done, "loss", res.loss, "accuracy",
+					      res.accuracy, "eval_loss", res.eval_loss, "eval_accuracy",
+					      res.eval_accuracy));
+	wf_events_close();
 	if (rc == 0 && trained && res.reports) {
 		printf("trained %ld steps: loss %.4f accuracy %.4f", res.steps_done, res.loss,
 		       res.accuracy);

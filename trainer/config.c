@@ -117,6 +117,9 @@ static const key_def keys[] = {
 	{"log.dir", T_STR, F(log.dir), "\"run/logs\"",
 	 "metrics.jsonl, TensorBoard events and the resolved config.json"},
 	{"log.every_steps", T_INT, F(log.every_steps), "10", "log metrics every N steps"},
+	{"log.events", T_STR, F(log.events), "\"\"",
+	 "append machine-readable events (one JSON object per line; see Events) to this "
+	 "file, shared by every process of the job; empty: none"},
 	{"export.dir", T_STR, F(export_.dir), "\"\"",
 	 "at the end of training, export the model as the next version under this "
 	 "BASE/NAME directory (weft-serve's --model_base_path); empty: no export"},
@@ -207,6 +210,7 @@ static const struct {
 	const char *path, *env;
 } key_env[] = {
 	{"train.precision", "WEFT_PRECISION"},
+	{"log.events", "WEFT_EVENTS"},
 	{"train.cuda_device", "WEFT_CUDA_DEVICE"},
 	{"train.cudnn_workspace_mb", "WEFT_CUDNN_WORKSPACE_MB"},
 	{"data.memory_mb", "WEFT_DATA_MEMORY_MB"},

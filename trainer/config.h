@@ -79,6 +79,7 @@ typedef struct wf_config {
 	struct {
 		char dir[WF_CFG_PATH_MAX];
 		long every_steps;
+		char events[WF_CFG_PATH_MAX]; /* "": no event file */
 	} log;
 	struct {
 		char dir[WF_CFG_PATH_MAX];

@@ -2,6 +2,7 @@
  * new version directory atomically. */
 #include "trainer/export.h"
 
+#include "common/events.h"
 #include "common/atomicfile.h"
 #include "common/ckptdir.h"
 #include "common/crc32c.h"
@@ -287,6 +288,8 @@ int wf_export_after_training(wf_exec *ex, const wf_model *m, const wf_model_meta
 		wf_info("the final checkpoint %s was already exported (%s): not exporting it "
 			"again",
 			step_dir, path);
+		wf_event("export_skipped", json_pack("{s:s, s:s}", "checkpoint", step_dir,
+						     "exported", path));
 		return 0;
 	}
 	if (wf_exec_params_to_host(ex) != 0)
@@ -303,6 +306,8 @@ int wf_export_after_training(wf_exec *ex, const wf_model *m, const wf_model_meta
 		return wf_err_wrap(err, "export.dir"), rc;
 	wf_info("exported version %ld (step %ld, batch norm folded) to %s", v, meta->trained_steps,
 		path);
+	wf_event("export", json_pack("{s:I, s:I, s:s}", "version", (json_int_t)v, "step",
+				     (json_int_t)meta->trained_steps, "dir", path));
 	return id ? record(step_dir, id, path, err) : 0;
 }
 

@@ -6,6 +6,7 @@
  * and die with the launcher (PR_SET_PDEATHSIG). */
 #include "trainer/launch.h"
 
+#include "common/events.h"
 #include "common/cpus.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -201,6 +202,8 @@ static void spawn(launcher *l, child *c, int resume)
 	fcntl(errp[0], F_SETFL, O_NONBLOCK);
 	fprintf(stderr, "[launch] %s started (pid %d)%s\n", c->name, (int)pid,
 		resume > 0 ? " with --resume" : "");
+	wf_event("started", json_pack("{s:s, s:i, s:b}", "task", c->name, "task_pid", (int)pid,
+				      "resume", resume > 0));
 }
 
 static void emit(child *c, int which, const char *line, size_t n)
@@ -304,7 +307,10 @@ static void reap(launcher *l, child *c, int st)
 		snprintf(how, sizeof(how), "was killed by signal %d (%s)", WTERMSIG(st),
 			 strsignal(WTERMSIG(st)));
 	int transient = !WIFEXITED(st) || code == WF_EXIT_TRANSIENT;
-	if (!l->stopping && transient && c->restarts < l->max_restarts) {
+	int again = !l->stopping && transient && c->restarts < l->max_restarts;
+	wf_event("exited", json_pack("{s:s, s:i, s:i, s:b}", "task", c->name, "code", code,
+				     "signal", WIFSIGNALED(st) ? WTERMSIG(st) : 0, "restart", again));
+	if (again) {
 		c->restarts++;
 		fprintf(stderr, "[launch] %s %s: restarting it (%d of %d)\n", c->name, how,
 			c->restarts, l->max_restarts);
@@ -521,6 +527,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	}
 	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
 		goto cleanup;
+	if ((rc = wf_events_open(cfg.log.events, "launch", err)) != 0)
+		goto cleanup;
 
 	if (!(l = calloc(1, sizeof(*l)))) {
 		rc = wf_errf(err, WF_ENOMEM, "out of memory");
@@ -637,7 +645,9 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 			l->fail_code ? l->fail_code : code);
 	else
 		fprintf(stderr, "[launch] done: every process exited 0\n");
+	wf_event("done", json_pack("{s:i}", "code", rc == 0 ? 0 : code));
 cleanup:
+	wf_events_close();
 	remove_keys(l);
 	free(l);
 	wf_cli_list_free(&sets);

@@ -2,6 +2,7 @@
  * the evaluator role, and the parameter-server exchange's set-up. */
 #include "trainer/role.h"
 
+#include "common/events.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "model/model.h"
@@ -30,6 +31,17 @@ static void set_log_prefix(const char *role, int index)
 		return;
 	snprintf(prefix, sizeof(prefix), "%s:%d", role, index);
 	wf_log_set_prefix(prefix);
+}
+
+/* Events (log.events) name the task ("worker:1", "ps:0"). */
+static int open_events(const wf_config *cfg, const char *role, int index, wf_err *err)
+{
+	char who[64];
+	snprintf(who, sizeof(who), "%s:%d", role, index);
+	int rc = wf_events_open(cfg->log.events, who, err);
+	if (rc == 0)
+		wf_event("start", json_pack("{s:s, s:i}", "role", role, "index", index));
+	return rc;
 }
 
 /* ---- the cluster --------------------------------------------------------- */
@@ -296,8 +308,10 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	rc = wf_ps_server_run(&sc, err);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
-	if (rc == 0)
+	if (rc == 0) {
 		wf_info("ps %d: shut down by the chief", c->index);
+		wf_event("shut_down", NULL);
+	}
 	memset(&keys, 0, sizeof(keys));
 	wf_model_free(m);
 	return rc;
@@ -418,6 +432,8 @@ int wf_role_run(const wf_config *cfg, const wf_train_opts *opts, wf_train_result
 	}
 	if (c.source == WF_CLUSTER_SRC_TF_CONFIG && !strcmp(cfg->strategy.name, "parameter_server"))
 		set_log_prefix(wf_role_name(c.role), c.index);
+	if ((rc = open_events(cfg, wf_role_name(c.role), c.index, err)) != 0)
+		goto cleanup;
 	switch (c.role) {
 	case WF_ROLE_PS: rc = run_ps(cfg, &c, err); break;
 	case WF_ROLE_EVALUATOR: rc = run_evaluator(cfg, err); break;
@@ -535,7 +551,8 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 		goto cleanup;
 	}
 	set_log_prefix("ps", c.index);
-	rc = run_ps(&cfg, &c, err);
+	if ((rc = open_events(&cfg, "ps", c.index, err)) == 0)
+		rc = run_ps(&cfg, &c, err);
 cleanup:
 	wf_cluster_free(&c);
 	wf_cli_list_free(&sets);

@@ -1,6 +1,7 @@
 #include "trainer/train.h"
 #include "trainer/train_priv.h"
 
+#include "common/events.h"
 #include "common/ckptdir.h"
 #include "common/log.h"
 #include "common/progress.h"
@@ -264,8 +265,10 @@ static int restore(run *r, const wf_train_opts *opts, wf_err *err)
 	int rc = wf_exchange_start(r->x, found ? dir : NULL, step, &r->start, err);
 	if (rc != 0)
 		return rc;
-	if (found)
+	if (found) {
 		wf_info("resuming from %s (step %ld of %ld)", dir, r->start, c->train.steps);
+		wf_event("resume", json_pack("{s:I, s:s}", "step", (json_int_t)r->start, "dir", dir));
+	}
 	return 0;
 }
 
@@ -575,6 +578,7 @@ exec_failed:
 static int rewind_to(run *r, long from, long to, wf_err *err)
 {
 	wf_progress_message(&r->prog, "step %ld: the job continues from step %ld", from, to);
+	wf_event("rollback", json_pack("{s:I, s:I}", "from", (json_int_t)from, "to", (json_int_t)to));
 	r->x->rolled_back = 0;
 	wf_reader_free(r->rd);
 	r->rd = NULL;
@@ -637,6 +641,9 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		int logs = done % c->log.every_steps == 0 || done == steps || evals;
 		if (evals && (rc = evaluate(r, done, &ev, err)) != 0)
 			return rc;
+		if (evals)
+			wf_event("eval", json_pack("{s:I, s:f, s:f}", "step", (json_int_t)done, "loss",
+						   ev.loss, "accuracy", ev.accuracy));
 		if (logs && chief)
 			log_metrics_or_warn(r, done, &s, evals ? &ev : NULL);
 		if (logs) {
@@ -732,6 +739,8 @@ again:
 	if (r.start >= cfg->train.steps) {
 		wf_info("already trained %ld of %ld steps: nothing to do", r.start,
 			cfg->train.steps);
+		wf_event("nothing_to_do", json_pack("{s:I, s:I}", "step", (json_int_t)r.start,
+						    "steps", (json_int_t)cfg->train.steps));
 	} else {
 		rc = loop(&r, opts->stop_at, res, err);
 		wf_progress_finish(&r.prog);

@@ -3,6 +3,7 @@
  * the chief, and the recovery that follows a server restart. */
 #include "worker/exchange_ps.h"
 
+#include "common/events.h"
 #include "common/ckptdir.h"
 #include "common/log.h"
 #include "common/util.h"
@@ -146,6 +147,7 @@ static int chief_repair(ps_ctx *c, long lo, long hi, wf_err *err)
 	wf_warn("ps: no checkpoint to restore (%s): seeding every server with the chief's "
 		"values at step %ld (optimizer slots restart at zero)",
 		e.msg, at);
+	wf_event("seed", json_pack("{s:I}", "step", (json_int_t)at));
 	if (!c->host && wf_exec_params_to_host(c->ex) != 0)
 		return wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
 	return wf_ps_client_init(c->cl, c->m->params, NULL, c->m->nstate ? c->m->state : NULL, at,
@@ -207,6 +209,7 @@ static int job_over(wf_exchange *x, int rc, long *start_step, wf_err *err)
 	wf_info("ps: worker %d: no parameter server answers and the job's final checkpoint "
 		"(step %ld) is complete: the job is over, nothing to do (%s)",
 		x->rank, c->cfg.done_step, err->msg);
+	wf_event("job_over", json_pack("{s:I}", "step", (json_int_t)c->cfg.done_step));
 	wf_err_clear(err);
 	c->job_over = 1;
 	c->step = c->cfg.done_step;
@@ -271,8 +274,10 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 		}
 		if ((rc = pull_all(c, &version, err)) != 0)
 			return rc;
-		if (step > 0)
+		if (step > 0) {
 			wf_info("ps: worker %d joins at the servers' step %ld", x->rank, step);
+			wf_event("join", json_pack("{s:I}", "step", (json_int_t)step));
+		}
 	}
 	c->step = step;
 	c->next = 0;
@@ -354,6 +359,7 @@ static int ps_finish(wf_exchange *x, wf_err *err)
 			wf_info("ps: worker %d: the servers are gone and the final checkpoint "
 				"(step %ld) is complete: the job is over (%s)",
 				x->rank, c->step, err->msg);
+			wf_event("job_over", json_pack("{s:I}", "step", (json_int_t)c->step));
 			wf_err_clear(err);
 			c->job_over = 1;
 			return 0;
@@ -376,6 +382,7 @@ static int ps_finish(wf_exchange *x, wf_err *err)
 	if ((rc = wf_ps_client_shutdown(c->cl, err)) != 0)
 		return wf_err_wrap(err, "ps: shutting the servers down"), rc;
 	wf_info("ps: training done; the parameter servers were told to shut down");
+	wf_event("servers_shut_down", NULL);
 	return 0;
 }
 

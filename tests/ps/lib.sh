@@ -41,6 +41,13 @@ launch_bg() {
 	LAUNCH_PIDS+=("$LAUNCH_PID")
 }
 
+# Every weft process of the test appends its events here (see README, Events).
+export WEFT_EVENTS=$WORK/events.jsonl
+# events OP EVENT ...: query $WEFT_EVENTS (tests/events.py: count, get, wait)
+events() {
+	python3 "$WEFT_SRC/tests/events.py" "$WEFT_EVENTS" "$@"
+}
+
 # wait_for LOG REGEX SECONDS: until a line of LOG matches (fails otherwise).
 wait_for() {
 	local i
@@ -51,9 +58,9 @@ wait_for() {
 	fail "no line matching '$2' in $1 within $3 s"
 }
 
-# pid_of LOG NAME: pid of the latest process NAME ("worker:1") launch started.
+# pid_of NAME: pid of the latest process NAME ("worker:1") launch started.
 pid_of() {
-	grep -oE "\[launch\] $2 started \(pid [0-9]+" "$1" | tail -1 | grep -oE "[0-9]+$"
+	events get started task_pid "task=$1"
 }
 
 # eval_accuracy METRICS: eval_accuracy of the last line of a metrics.jsonl that has one

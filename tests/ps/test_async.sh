@@ -17,7 +17,7 @@ launch_bg launch.log --ps 1 --workers 2 --config "$WEFT_SRC/configs/synth-smallc
 	--set train.steps=$steps --set train.eval_every_steps=$steps --set checkpoint.dir=run/ckpt \
 	--set checkpoint.every_steps=100 --set log.dir=run/logs --set log.every_steps=10
 wait_for launch.log '\[worker:1\] step +100/' 60
-pid=$(pid_of launch.log worker:1)
+pid=$(pid_of worker:1)
 [ -n "$pid" ] || fail "no pid for worker:1"
 kill -9 "$pid"
 rc=0

@@ -61,7 +61,7 @@ for ((t = 0; t < trials; t++)); do
 		done
 		at=$phase
 	fi
-	pid=$(pid_of $name.log "$victim" || true)
+	pid=$(pid_of "$victim" || true)
 	killed=no
 	if [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; then killed=yes; fi
 	limit=$(python3 -c "print(int(2 * ${ref_time[$mode]} + 60))")

@@ -21,7 +21,7 @@ for mode in async sync; do
 	wait_for $mode.log 'WEFT_PS_DEBUG_STALL: worker 1 sleeps' 90
 	grep -qE "\[ps:1\] .*listening on .*: 0 of 1 chunks" $mode.log ||
 		fail "$mode: ps 1 should hold no chunk (smallcnn is one chunk)"
-	pid=$(pid_of $mode.log worker:1)
+	pid=$(pid_of worker:1)
 	[ -n "$pid" ] || fail "$mode: no pid for worker:1"
 	kill -9 "$pid"
 	rc=0

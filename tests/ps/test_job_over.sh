@@ -65,9 +65,9 @@ start worker 0 chief2.log # the same command: a pod restart
 chief_pid=$!
 wait_pid "$chief_pid" 120
 [ $rc = 0 ] || fail "the restarted chief exited $rc"
-grep -qE "holds a complete checkpoint \(step (40|60)\): the chief resumes from it" chief2.log ||
-	fail "the restarted chief did not resume from the newest checkpoint"
-grep -q "seeding every server" chief2.log && fail "the restarted chief reseeded the servers"
+step=$(events get resume step pid=$chief_pid) || fail "the restarted chief did not resume"
+[ "$step" = 40 ] || [ "$step" = 60 ] || fail "the restarted chief resumed at step $step, not the newest checkpoint"
+[ "$(events count seed pid=$chief_pid)" = 0 ] || fail "the restarted chief reseeded the servers"
 wait_pid "$worker_pid" 60
 [ $rc = 0 ] || fail "worker 1 exited $rc"
 wait_pid "$ps_pid" 30
@@ -77,13 +77,15 @@ wait_pid "$ps_pid" 30
 # 2. the job is over: restarted processes exit 0 at once
 t0=$(date +%s)
 start worker 1 late-worker.log
-wait_pid $! 45
+late=$!
+wait_pid $late 45
 [ $rc = 0 ] || fail "a worker started after the job ended exited $rc: $(tail -3 late-worker.log)"
-grep -q "the job is over" late-worker.log || fail "the late worker did not say the job is over"
+[ "$(events count job_over pid=$late step=80)" = 1 ] || fail "the late worker did not see that the job is over"
 start worker 0 late-chief.log
-wait_pid $! 45
+late=$!
+wait_pid $late 45
 [ $rc = 0 ] || fail "a chief started after the job ended exited $rc: $(tail -3 late-chief.log)"
-grep -q "the job is over" late-chief.log || fail "the late chief did not say the job is over"
+[ "$(events count job_over pid=$late step=80)" = 1 ] || fail "the late chief did not see that the job is over"
 t1=$(date +%s)
 [ $((t1 - t0)) -lt 50 ] || fail "late processes took $((t1 - t0)) s"
 
@@ -96,21 +98,17 @@ start ps 0 ps3.log
 ps_pid=$!
 start worker 1 worker3.log --set train.steps=5
 worker_pid=$!
-for ((i = 0; i < 600; i++)); do
-	grep -q "already trained 80 of 5 steps" worker3.log && break
-	sleep 0.1
-done
-grep -q "already trained 80 of 5 steps" worker3.log || fail "worker 1 did not wait at the barrier"
+events wait nothing_to_do 60 pid=$worker_pid step=80 steps=5 || fail "worker 1 did not wait at the barrier"
 sleep 1
 start worker 0 chief3.log --fresh --set train.steps=5
 chief_pid=$!
 wait_pid "$chief_pid" 90
 [ $rc = 0 ] || fail "the --fresh chief exited $rc"
-grep -q "resumes from it" chief3.log && fail "--fresh resumed"
-grep -q "trained 5 steps" chief3.log || fail "--fresh did not train 5 steps from 0"
+[ "$(events count resume pid=$chief_pid)" = 0 ] || fail "--fresh resumed"
+[ "$(events get trained steps pid=$chief_pid)" = 5 ] || fail "--fresh did not train 5 steps from 0"
 wait_pid "$worker_pid" 30
 [ $rc = 0 ] || fail "worker 1 exited $rc after the rollback"
-grep -q "the job continues from step 0" worker3.log || fail "the rollback did not reach worker 1 at the barrier"
-grep -q "trained 5 steps" worker3.log || fail "worker 1 did not train again from step 0"
+[ "$(events count rollback pid=$worker_pid to=0)" = 1 ] || fail "the rollback did not reach worker 1 at the barrier"
+[ "$(events get trained steps pid=$worker_pid)" = 5 ] || fail "worker 1 did not train again from step 0"
 wait_pid "$ps_pid" 30
 echo "ok"

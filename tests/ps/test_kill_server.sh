@@ -14,7 +14,7 @@ args=(--ps 2 --workers 2 --config "$WEFT_SRC/configs/synth-smallcnn.json"
 launch_bg launch.log "${args[@]}" --set checkpoint.dir=b/ckpt --set log.dir=b/logs
 wait_for launch.log '\[worker:1\] step +120/' 60
 grep -q "ps 0: checkpoint step 100 written" launch.log || fail "no checkpoint before the kill"
-kill -9 "$(pid_of launch.log ps:0)"
+kill -9 "$(pid_of ps:0)"
 rc=0
 wait "$LAUNCH_PID" || rc=$?
 [ $rc = 0 ] || fail "launch exited $rc"

@@ -10,17 +10,18 @@ launch_bg launch.log --ps 1 --workers 2 --config "$WEFT_SRC/configs/synth-smallc
 	--set train.eval_every_steps=300 --set checkpoint.dir=run/ckpt --set checkpoint.every_steps=50 \
 	--set log.dir=run/logs --set log.every_steps=10
 wait_for launch.log '\[worker:1\] step +100/' 60
-pid=$(pid_of launch.log worker:1)
+pid=$(pid_of worker:1)
 [ -n "$pid" ] || fail "no pid for worker:1"
 kill -9 "$pid"
 rc=0
 wait "$LAUNCH_PID" || rc=$?
 [ $rc = 0 ] || fail "launch exited $rc"
-grep -q "\[launch\] worker:1 was killed by signal 9.*restarting" launch.log ||
+[ "$(events count exited task=worker:1 signal=9 restart=true)" = 1 ] ||
 	fail "the killed worker was not restarted"
-grep -qE "\[worker:1\] ps: worker 1 joins at the servers' step [1-9]" launch.log ||
-	fail "the restarted worker did not rejoin at the servers' step"
-grep -q "\[worker:1\] trained 300 steps" launch.log || fail "the restarted worker did not finish"
+step=$(events get join step who=worker:1) || fail "the restarted worker did not rejoin at the servers' step"
+[ "$step" -ge 100 ] || fail "the restarted worker joined at step $step, before the kill"
+[ "$(events get trained steps who=worker:1)" = 300 ] || fail "the restarted worker did not finish"
+[ "$(events get done code who=launch)" = 0 ] || fail "launch did not end with code 0"
 [ -f run/ckpt/step-300/DONE ] || fail "no complete final checkpoint"
 acc=$(eval_accuracy run/logs/metrics.jsonl)
 echo "ok: eval accuracy $acc"
