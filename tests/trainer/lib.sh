@@ -13,6 +13,11 @@ fail() {
 	exit 1
 }
 
+# events FILE OP EVENT ...: query a weft event file (tests/events.py: count, get, wait)
+events() {
+	python3 "$WEFT_SRC/tests/events.py" "$@"
+}
+
 # make_synth FILE COUNT SIZE SEED
 make_synth() {
 	"$WEFT" data synth --out "$1" --count "$2" --size "$3" --seed "$4" >/dev/null

@@ -22,18 +22,20 @@ cat >c.json <<'JSON'
  "export": {"dir": "blocker/models/m"},
  "log": {"dir": "logs", "every_steps": 10}}
 JSON
-train() { "$WEFT" train --config c.json --device cpu --threads 2 "$@"; }
+train() { # EVENTS ARGS...: one run, its events in file EVENTS
+	WEFT_EVENTS=$1 "$WEFT" train --config c.json --device cpu --threads 2 "${@:2}"
+}
 touch blocker
 rc=0
-train 2>err1.txt || rc=$?
+train ev1 2>err1.txt || rc=$?
 [ $rc != 0 ] || fail "the export under a plain file did not fail"
 grep -q "export.dir" err1.txt || { cat err1.txt; fail "the error does not name export.dir"; }
 [ -f ckpt/step-30/DONE ] || fail "no complete final checkpoint before the export"
 
 rm blocker
-train --resume 2>err2.txt || { cat err2.txt; fail "the restarted run failed"; }
-grep -q "already trained 30 of 30 steps" err2.txt || { cat err2.txt; fail "the restarted run did not resume at the end"; }
-grep -q "exported version 1 " err2.txt || { cat err2.txt; fail "the restarted run did not export"; }
+train ev2 --resume 2>err2.txt || { cat err2.txt; fail "the restarted run failed"; }
+[ "$(events ev2 count nothing_to_do step=30)" = 1 ] || { cat err2.txt; fail "the restarted run did not resume at the end"; }
+[ "$(events ev2 get export version)" = 1 ] || { cat err2.txt; fail "the restarted run did not export version 1"; }
 [ "$(ls blocker/models/m)" = 1 ] || fail "versions after the restart: $(ls blocker/models/m)"
 accuracy() { # MODEL: top-1 accuracy of weft eval on eval.h5
 	"$WEFT" eval --model "$1" --data eval.h5 --device cpu --json 2>/dev/null |
@@ -43,14 +45,14 @@ ckpt_acc=$(accuracy ckpt/step-30/model.h5)
 exp_acc=$(accuracy blocker/models/m/1/model.h5)
 [ "$ckpt_acc" = "$exp_acc" ] || fail "the exported version scores $exp_acc, the final checkpoint $ckpt_acc"
 
-train --resume 2>err3.txt || { cat err3.txt; fail "the third run failed"; }
-grep -q "already exported" err3.txt || { cat err3.txt; fail "the third run did not see the export"; }
+train ev3 --resume 2>err3.txt || { cat err3.txt; fail "the third run failed"; }
+[ "$(events ev3 count export_skipped)" = 1 ] || { cat err3.txt; fail "the third run did not see the export"; }
 [ "$(ls blocker/models/m)" = 1 ] || fail "a second export of the same checkpoint: $(ls blocker/models/m)"
 
-train 2>err4.txt || { cat err4.txt; fail "the fresh run failed"; }
-grep -q "exported version 2 " err4.txt || { cat err4.txt; fail "a fresh run did not export a new version"; }
-train --resume 2>err5.txt || { cat err5.txt; fail "--resume after the fresh run failed"; }
+train ev4 2>err4.txt || { cat err4.txt; fail "the fresh run failed"; }
+[ "$(events ev4 get export version)" = 2 ] || { cat err4.txt; fail "a fresh run did not export a new version"; }
+train ev5 --resume 2>err5.txt || { cat err5.txt; fail "--resume after the fresh run failed"; }
 grep -q "skipped" err5.txt && { cat err5.txt; fail "the rewritten final checkpoint was skipped"; }
-grep -q "already exported" err5.txt || { cat err5.txt; fail "the fresh run's export was not recorded"; }
+[ "$(events ev5 count export_skipped)" = 1 ] || { cat err5.txt; fail "the fresh run's export was not recorded"; }
 [ "$(ls blocker/models/m | tr '\n' ' ')" = "1 2 " ] || fail "versions: $(ls blocker/models/m)"
 echo ok
