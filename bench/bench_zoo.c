@@ -11,12 +11,15 @@
  *
  *   bench_zoo [--models mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge]
  *             [--infer-batch 1,32] [--train-batch 16] [--threads 2] [--reps 5]
- *             [--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16]
- */
+ *             [--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16] [--no-plan]
+ *
+ * "plan" rows (batch > 1): the same batch through model/batchplan.h, the
+ * measured fastest sequence of forwards, as weft-serve runs it. */
 #include "common/util.h"
 #include "kernels/kernels.h"
 #include "model/fold.h"
 #include "model/model.h"
+#include "model/batchplan.h"
 #include "model/optim.h"
 
 #include <stdio.h>
@@ -78,6 +81,33 @@ static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps,
 	return rc;
 }
 
+/* Images/s of b rows through a batch plan (model/batchplan.h: executors at
+ * 1, 2, 4, ... b, the measured fastest sequence of forwards), as weft-serve
+ * runs a batch of b. */
+static int bench_plan(wf_backend *be, wf_model *m, int b, int reps, double *ips)
+{
+	wf_err err = {0};
+	wf_batchplan *p = NULL;
+	double *t = malloc(sizeof(double) * (size_t)(reps + 1));
+	int rc = t ? wf_batchplan_create(&p, m, be, b, &err) : WF_ENOMEM;
+	wf_rng r;
+	wf_rng_seed(&r, 7);
+	for (size_t i = 0; !rc && i < p->per * (size_t)b; i++)
+		p->in[i] = (float)wf_rng_normal(&r);
+	for (int s = 0; !rc && s <= reps; s++) { /* s = 0: warm-up */
+		double t0 = wf_now();
+		rc = wf_batchplan_run(p, b, &err);
+		t[s] = wf_now() - t0;
+	}
+	if (rc)
+		fprintf(stderr, "bench_zoo: %s\n", err.msg);
+	else
+		*ips = b / wf_median(t + 1, reps);
+	wf_batchplan_free(p);
+	free(t);
+	return rc;
+}
+
 /* Bytes a training step at batch b needs for activations and their
  * gradients (a lower bound: every layer's output, twice). */
 static double train_bytes(const wf_model *m, int b)
@@ -127,12 +157,15 @@ static double peer(const char *model, const char *mode, int batch, char *eng, si
 	return best;
 }
 
-/* One row: weft fp32 and bf16 (0 = not run), best peer, ratio of the bests. */
+/* One row: weft fp32 and bf16 (0 = not run), best peer, ratio of the bests.
+ * The "plan" rows (a batch through the batch plan) compare with the peers'
+ * inference at that batch. */
 static void row(const char *model, const char *mode, int batch, double fp32, double bf16,
 		double gflop)
 {
 	char eng[64];
-	double tp = peer(model, mode, batch, eng, sizeof(eng)), best = fp32 > bf16 ? fp32 : bf16;
+	double tp = peer(model, strcmp(mode, "plan") ? mode : "infer", batch, eng, sizeof(eng)),
+	       best = fp32 > bf16 ? fp32 : bf16;
 	printf("%-12s %-5s %5d %9.2f ", model, mode, batch, fp32);
 	if (bf16 > 0)
 		printf("%9.2f", bf16);
@@ -146,15 +179,18 @@ static void row(const char *model, const char *mode, int batch, double fp32, dou
 	fflush(stdout);
 }
 
-/* fp32 and (bf16 != 0 and the CPU has it) bf16 images/s of one measurement. */
+/* fp32 and (bf16 != 0 and the CPU has it) bf16 images/s of one measurement
+ * (training < 0: through the batch plan). */
 static int bench_both(wf_backend *be, wf_model *m, int b, int training, int reps, int bf16,
 		      double *fp32, double *b16)
 {
 	*fp32 = *b16 = 0;
-	int rc = bench_one(be, m, b, training, reps, fp32);
+	int rc = training < 0 ? bench_plan(be, m, b, reps, fp32)
+			      : bench_one(be, m, b, training, reps, fp32);
 	if (!rc && bf16 && (be->caps & WF_CAP_BF16)) {
 		wf_backend_set_precision(be, "bf16", NULL, NULL);
-		rc = bench_one(be, m, b, training, reps, b16);
+		rc = training < 0 ? bench_plan(be, m, b, reps, b16)
+				  : bench_one(be, m, b, training, reps, b16);
 		wf_backend_set_precision(be, "fp32", NULL, NULL);
 	}
 	return rc;
@@ -164,7 +200,7 @@ int main(int argc, char **argv)
 {
 	const char *models = "mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge";
 	const char *infer = "1,32", *device = "cpu";
-	int train_batch = 16, threads = 2, reps = 5, use_peer = 1, bf16 = 1;
+	int train_batch = 16, threads = 2, reps = 5, use_peer = 1, bf16 = 1, plan = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--models") && v)
@@ -185,11 +221,14 @@ int main(int argc, char **argv)
 			train_batch = 0;
 		else if (!strcmp(a, "--no-bf16"))
 			bf16 = 0;
+		else if (!strcmp(a, "--no-plan"))
+			plan = 0;
 		else {
 			fprintf(stderr,
 				"usage: bench_zoo [--models a,b] [--infer-batch 1,32] "
 				"[--train-batch N] [--threads N] [--reps N] "
-				"[--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16]\n");
+				"[--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16] "
+				"[--no-plan]\n");
 			return strcmp(a, "--help") ? 2 : 0;
 		}
 	}
@@ -237,6 +276,10 @@ int main(int argc, char **argv)
 			if (b >= 1 && bench_both(be, folded, b, 0, reps, bf16, &ips, &ips16) == 0)
 				row(name, "infer", b, ips, ips16, f);
 			else
+				rc = 1;
+			if (b > 1 && plan && bench_both(be, folded, b, -1, reps, bf16, &ips, &ips16) == 0)
+				row(name, "plan", b, ips, ips16, f);
+			else if (b > 1 && plan)
 				rc = 1;
 		}
 		double need = train_bytes(m, train_batch);

@@ -105,22 +105,13 @@ static job *next_runnable(wf_serve_batcher *b, job **prev)
 	return NULL;
 }
 
-/* Forward rows [0, total) staged in slot->in; logits land in slot->out. */
-static int run_forward(wf_serve_slot *s, const wf_image_io *io, int total, char *msg, size_t cap)
+/* Forward rows [0, total) staged in the plan's input; msg gets the failure. */
+static int run_forward(wf_batchplan *p, int total, char *msg, size_t cap)
 {
-	int b = 0;
-	while (b + 1 < s->nbuckets && s->bucket[b] < total)
-		b++;
-	int size = s->bucket[b];
-	size_t per = (size_t)io->h * io->w * io->c;
-	if (size > total)
-		memset(s->in + (size_t)total * per, 0,
-		       (size_t)(size - total) * per * sizeof(float));
-	int rc = wf_exec_forward(s->ex[b], s->in, size, 0, 0);
-	if (rc == 0)
-		rc = wf_exec_logits(s->ex[b], s->out);
+	wf_err e = {0};
+	int rc = wf_batchplan_run(p, total, &e);
 	if (rc)
-		snprintf(msg, cap, "inference failed: %s", wf_exec_error(s->ex[b]));
+		snprintf(msg, cap, "%.250s", e.msg);
 	return rc;
 }
 
@@ -140,10 +131,10 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 		for (int off = 0; off < j->n && !rc; off += cap) {
 			int m = WF_MIN(cap, j->n - off);
 			double tc = wf_now();
-			memcpy(s->in, j->x + (size_t)off * per, (size_t)m * per * sizeof(float));
-			rc = run_forward(s, io, m, msg, sizeof(msg));
+			memcpy(s->plan->in, j->x + (size_t)off * per, (size_t)m * per * sizeof(float));
+			rc = run_forward(s->plan, m, msg, sizeof(msg));
 			if (!rc)
-				memcpy(j->logits + (size_t)off * k, s->out,
+				memcpy(j->logits + (size_t)off * k, s->plan->out,
 				       (size_t)m * k * sizeof(float));
 			wf_serve_metrics_batch(b->metrics, m);
 			wf_serve_stats_batch(v, m, wf_now() - tc);
@@ -151,14 +142,14 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 	} else {
 		int row = 0;
 		for (int i = 0; i < count; i++) {
-			memcpy(s->in + (size_t)row * per, batch[i]->x,
+			memcpy(s->plan->in + (size_t)row * per, batch[i]->x,
 			       (size_t)batch[i]->n * per * sizeof(float));
 			row += batch[i]->n;
 		}
-		rc = run_forward(s, io, total, msg, sizeof(msg));
+		rc = run_forward(s->plan, total, msg, sizeof(msg));
 		row = 0;
 		for (int i = 0; i < count && !rc; i++) {
-			memcpy(batch[i]->logits, s->out + (size_t)row * k,
+			memcpy(batch[i]->logits, s->plan->out + (size_t)row * k,
 			       (size_t)batch[i]->n * k * sizeof(float));
 			row += batch[i]->n;
 		}

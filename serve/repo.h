@@ -21,24 +21,18 @@
 #define WF_SERVE_REPO_H
 
 #include "common/error.h"
+#include "model/batchplan.h"
 #include "model/model.h"
 #include "common/image.h"
 #include "serve/modelconfig.h"
 
 #include <stdatomic.h>
 
-/* Batch sizes an executor runs at: powers of two up to max_batch (and
- * max_batch itself), so a backend's plans never change shape. */
-#define WF_SERVE_MAX_BUCKETS 16
-
-/* What one batch thread owns inside a version: its backend and executors. */
+/* What one batch thread owns inside a version: its backend and the batch
+ * plan (executors at every batch size, staging buffers). */
 typedef struct wf_serve_slot {
 	wf_backend *be;
-	int nbuckets;
-	int bucket[WF_SERVE_MAX_BUCKETS]; /* batch size of each executor */
-	wf_exec *ex[WF_SERVE_MAX_BUCKETS];
-	float *in;  /* [max_batch,H,W,C] staging */
-	float *out; /* [max_batch,K] logits */
+	wf_batchplan *plan;
 } wf_serve_slot;
 
 /* Triton's statistics extension, per version; nanoseconds. */

@@ -6,10 +6,7 @@
 
 static void slot_free(wf_serve_slot *s)
 {
-	for (int b = 0; b < s->nbuckets; b++)
-		wf_exec_free(s->ex[b]);
-	free(s->in);
-	free(s->out);
+	wf_batchplan_free(s->plan);
 	wf_backend_free(s->be);
 }
 
@@ -27,12 +24,11 @@ static void version_free(wf_serve_version *v)
 	free(v);
 }
 
-/* Backend, executors at each bucket size, staging buffers; one forward per
- * executor so plans are built before the first request. */
+/* Backend and batch plan (executors at each batch size, warmed and timed, so
+ * plans are built before the first request). */
 static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_opts *o,
 		     wf_err *err)
 {
-	size_t per = (size_t)v->io.h * v->io.w * v->io.c;
 	wf_backend_opts bo = o->backend;
 	bo.threads = o->threads;
 	int rc = wf_backend_create_opts(&s->be, o->device, &bo, err);
@@ -44,28 +40,7 @@ static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_
 	if (strcmp(prec, want) && strcmp(want, "auto"))
 		wf_warn("--precision %s: the %s device has no native bf16: serving in %s", want,
 			s->be->name, prec);
-	for (int b = 1; s->nbuckets < WF_SERVE_MAX_BUCKETS; b *= 2) {
-		int size = b < v->max_batch ? b : v->max_batch;
-		s->bucket[s->nbuckets++] = size;
-		if (size == v->max_batch)
-			break;
-	}
-	s->in = calloc((size_t)v->max_batch * per, sizeof(float));
-	s->out = calloc((size_t)v->max_batch * v->io.classes, sizeof(float));
-	if (!s->in || !s->out)
-		return wf_errf(err, WF_ENOMEM, "out of memory for batch buffers");
-	for (int b = 0; b < s->nbuckets; b++) {
-		rc = wf_exec_create(&s->ex[b], v->model, s->be, s->bucket[b], 0, err);
-		if (rc)
-			return rc;
-		rc = wf_exec_forward(s->ex[b], s->in, s->bucket[b], 0, 0);
-		if (rc == 0)
-			rc = wf_exec_logits(s->ex[b], s->out);
-		if (rc)
-			return wf_errf(err, rc, "warm-up forward at batch %d: %s", s->bucket[b],
-				       wf_exec_error(s->ex[b]));
-	}
-	return 0;
+	return wf_batchplan_create(&s->plan, v->model, s->be, v->max_batch, err);
 }
 
 /* Fill io from a loaded model and its metadata (meta may be NULL: identity). */

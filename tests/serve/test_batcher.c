@@ -118,6 +118,39 @@ static void test_unbatched_rows(void)
 	wf_serve_metrics_free(mx);
 }
 
+/* Let every slot's batch plan start each forward with size index idx (the
+ * measured plan is whatever was fastest at load; these cover the others). */
+static void force_plan(int idx)
+{
+	for (int i = 0; i < ver->nslots; i++)
+		wf_batchplan_force(ver->slots[i].plan, idx);
+}
+
+/* Whatever sequence of forwards a batch runs as (one row at a time, padded
+ * 4-row forwards, one big forward), each row gets its own logits. */
+static void test_batch_plans(void)
+{
+	wf_serve_metrics *mx = wf_serve_metrics_create();
+	wf_serve_batcher *b = make(1, 0, 64, 0, 0, mx);
+	float *out = malloc((size_t)NS * K * sizeof(float));
+	wf_err err = {0};
+	int sizes[] = {1, 3, 7, 33, 64};
+	for (int bucket = 0; bucket < ver->slots[0].plan->nsizes; bucket += 2) {
+		force_plan(bucket);
+		for (int i = 0; i < 5; i++) {
+			int n = sizes[i];
+			memset(out, 0, (size_t)NS * K * sizeof(float));
+			WF_CHECK_INT(wf_serve_batcher_infer(b, ver, xs, n, out, 10, &err), 0);
+			WF_CHECK_MSG(rows_match(out, 0, n), "plan: batch %d first, %d rows",
+				     ver->slots[0].plan->size[bucket], n);
+		}
+	}
+	force_plan(-1);
+	free(out);
+	wf_serve_batcher_free(b);
+	wf_serve_metrics_free(mx);
+}
+
 typedef struct client {
 	wf_serve_batcher *b;
 	int first, n, rc;
@@ -240,6 +273,7 @@ int main(void)
 		return 1;
 	}
 	WF_RUN(test_unbatched_rows);
+	WF_RUN(test_batch_plans);
 	WF_RUN(test_concurrent_requests_share_forwards);
 	WF_RUN(test_queue_bound_and_flush);
 	WF_RUN(test_queue_timeout);

@@ -1,0 +1,128 @@
+#include "model/batchplan.h"
+
+#include "common/util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* first[n] for every n from the measured seconds per forward. */
+static int choose(wf_batchplan *p)
+{
+	double *cost = malloc(sizeof(double) * ((size_t)p->max_batch + 1));
+	if (!cost)
+		return WF_ENOMEM;
+	cost[0] = 0;
+	for (int n = 1; n <= p->max_batch; n++) {
+		cost[n] = -1;
+		for (int b = p->nsizes - 1; b >= 0; b--) { /* ties: the larger batch */
+			int rest = n > p->size[b] ? n - p->size[b] : 0;
+			double c = p->secs[b] + cost[rest];
+			if (cost[n] < 0 || c < cost[n]) {
+				cost[n] = c;
+				p->first[n] = (unsigned char)b;
+			}
+		}
+	}
+	free(cost);
+	return 0;
+}
+
+int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max_batch,
+			wf_err *err)
+{
+	*out = NULL;
+	if (max_batch < 1)
+		return wf_errf(err, WF_EINVAL, "batch plan: max_batch must be >= 1, got %d",
+			       max_batch);
+	wf_batchplan *p = calloc(1, sizeof(*p));
+	if (!p)
+		return wf_errf(err, WF_ENOMEM, "out of memory for a batch plan");
+	p->max_batch = max_batch;
+	p->per = (size_t)m->in_h * m->in_w * m->in_c;
+	p->classes = (size_t)m->classes;
+	p->first = calloc((size_t)max_batch + 1, 1);
+	p->in = calloc(2 * (size_t)max_batch * p->per, sizeof(float));
+	p->out = calloc(2 * (size_t)max_batch * p->classes, sizeof(float));
+	int rc = 0;
+	if (!p->first || !p->in || !p->out) {
+		rc = wf_errf(err, WF_ENOMEM, "out of memory for batch buffers (batch %d)",
+			     max_batch);
+		goto fail;
+	}
+	for (int b = 1; p->nsizes < WF_BATCHPLAN_MAX_SIZES; b *= 2) {
+		int size = b < max_batch ? b : max_batch;
+		p->size[p->nsizes++] = size;
+		if (size == max_batch)
+			break;
+	}
+	for (int b = 0; b < p->nsizes; b++) {
+		if ((rc = wf_exec_create(&p->ex[b], m, be, p->size[b], 0, err)) != 0)
+			goto fail;
+		/* the first forward builds the plans; then time it */
+		int reps = -1;
+		double t0 = 0, el = 0;
+		do {
+			if (wf_exec_forward(p->ex[b], p->in, p->size[b], 0, 0) != 0 ||
+			    wf_exec_logits(p->ex[b], p->out) != 0) {
+				rc = wf_errf(err, WF_EINTERNAL, "warm-up forward at batch %d: %s",
+					     p->size[b], wf_exec_error(p->ex[b]));
+				goto fail;
+			}
+			if (reps < 0)
+				t0 = wf_now();
+			el = wf_now() - t0;
+		} while (++reps < 3 && (reps == 0 || el < 0.25));
+		p->secs[b] = el / reps;
+	}
+	if ((rc = choose(p)) != 0) {
+		wf_errf(err, rc, "out of memory for a batch plan");
+		goto fail;
+	}
+	*out = p;
+	return 0;
+fail:
+	wf_batchplan_free(p);
+	return rc;
+}
+
+int wf_batchplan_run(wf_batchplan *p, int n, wf_err *err)
+{
+	if (n < 1 || n > p->max_batch)
+		return wf_errf(err, WF_EINVAL, "batch plan: %d rows, want 1..%d", n,
+			       p->max_batch);
+	for (int off = 0; off < n;) {
+		int b = p->first[n - off], size = p->size[b];
+		int rows = WF_MIN(size, n - off);
+		if (size > rows) /* a padded last forward */
+			memset(p->in + (size_t)(off + rows) * p->per, 0,
+			       (size_t)(size - rows) * p->per * sizeof(float));
+		if (wf_exec_forward(p->ex[b], p->in + (size_t)off * p->per, size, 0, 0) != 0 ||
+		    wf_exec_logits(p->ex[b], p->out + (size_t)off * p->classes) != 0)
+			return wf_errf(err, WF_EINTERNAL, "inference failed: %s",
+				       wf_exec_error(p->ex[b]));
+		off += rows;
+	}
+	return 0;
+}
+
+void wf_batchplan_force(wf_batchplan *p, int idx)
+{
+	if (idx < 0) {
+		choose(p);
+		return;
+	}
+	for (int n = 1; n <= p->max_batch; n++)
+		p->first[n] = (unsigned char)WF_MIN(idx, p->nsizes - 1);
+}
+
+void wf_batchplan_free(wf_batchplan *p)
+{
+	if (!p)
+		return;
+	for (int b = 0; b < p->nsizes; b++)
+		wf_exec_free(p->ex[b]);
+	free(p->first);
+	free(p->in);
+	free(p->out);
+	free(p);
+}
