@@ -1,4 +1,5 @@
-/* jsonfast.c: {"instances"|"inputs": [[H][W][C] numbers, ...]} into floats. */
+/* jsonfast.c: {"instances"|"inputs": [[H][W][C] numbers, ...]} and a KServe
+ * v2 input's "data" into floats. */
 #include "serve/jsonfast.h"
 
 #include <errno.h>
@@ -166,5 +167,155 @@ int wf_serve_tf_fast_parse(int h, int w, int ch, const char *body, size_t len, w
 	return 1;
 no:
 	free(x);
+	return 0;
+}
+
+/* ---- KServe v2: the first input's "data" ---------------------------------- */
+
+typedef struct floats {
+	float *x;
+	size_t n, cap;
+} floats;
+
+static int push(floats *f, float v)
+{
+	if (f->n == f->cap) {
+		size_t cap = f->cap ? 2 * f->cap : 4096;
+		if (cap > (size_t)WF_SERVE_MAX_INPUT_FLOATS)
+			cap = (size_t)WF_SERVE_MAX_INPUT_FLOATS;
+		if (cap <= f->n)
+			return 0;
+		float *x = realloc(f->x, cap * sizeof(float));
+		if (!x)
+			return 0;
+		f->x = x;
+		f->cap = cap;
+	}
+	f->x[f->n++] = v;
+	return 1;
+}
+
+/* Nested arrays of numbers (the array at depth 0 is "data" itself; deeper
+ * than 8 is left to the general parser, which refuses it). */
+static int numbers(cur *c, floats *f, int depth)
+{
+	if (depth > 8 || !lit(c, '['))
+		return 0;
+	if (lit(c, ']'))
+		return 1;
+	do {
+		ws(c);
+		float v;
+		if (c->p < c->end && *c->p == '[') {
+			if (!numbers(c, f, depth + 1))
+				return 0;
+		} else if (!number(c, &v) || !push(f, v)) {
+			return 0;
+		}
+	} while (lit(c, ','));
+	return lit(c, ']');
+}
+
+/* Past one JSON string (escapes included); 0 when it does not end. */
+static int skip_string(cur *c)
+{
+	if (!lit(c, '"'))
+		return 0;
+	while (c->p < c->end && *c->p != '"')
+		c->p += *c->p == '\\' ? 2 : 1;
+	if (c->p >= c->end)
+		return 0;
+	c->p++;
+	return 1;
+}
+
+/* Past one JSON value of any kind; structure only, no validation. */
+static int skip_value(cur *c, int depth)
+{
+	ws(c);
+	if (c->p >= c->end || depth > 64)
+		return 0;
+	char open = *c->p;
+	if (open == '"')
+		return skip_string(c);
+	if (open != '{' && open != '[') {
+		while (c->p < c->end && !strchr(",]} \t\r\n", *c->p))
+			c->p++;
+		return 1;
+	}
+	char close = open == '{' ? '}' : ']';
+	c->p++;
+	if (lit(c, close))
+		return 1;
+	do {
+		if (open == '{' && (!skip_string(c) || !lit(c, ':')))
+			return 0;
+		if (!skip_value(c, depth + 1))
+			return 0;
+	} while (lit(c, ','));
+	return lit(c, close);
+}
+
+/* The first input object: finds "datatype" and "data"; 1 when usable. */
+static int first_input(cur *c, floats *f, size_t *start, size_t *end, const char *body)
+{
+	int typed = 0, found = 0;
+	if (!lit(c, '{'))
+		return 0;
+	if (lit(c, '}'))
+		return 0;
+	do {
+		if (key(c, "data")) {
+			if (found || !lit(c, ':'))
+				return 0;
+			ws(c);
+			*start = (size_t)(c->p - body);
+			if (!numbers(c, f, 0))
+				return 0;
+			*end = (size_t)(c->p - body);
+			found = 1;
+		} else if (key(c, "datatype")) {
+			if (!lit(c, ':'))
+				return 0;
+			typed = key(c, "FP32") || key(c, "UINT8");
+			if (!typed)
+				return 0;
+		} else if (!skip_string(c) || !lit(c, ':') || !skip_value(c, 2)) {
+			return 0;
+		}
+	} while (lit(c, ','));
+	return lit(c, '}') && typed && found;
+}
+
+int wf_serve_kv2_fast_data(const char *body, size_t len, float **x, size_t *n, size_t *start,
+			   size_t *end)
+{
+	cur c = {body, body + len};
+	floats f = {0};
+	int got = 0;
+	if (!lit(&c, '{') || lit(&c, '}'))
+		return 0;
+	do {
+		if (key(&c, "inputs")) {
+			if (got || !lit(&c, ':') || !lit(&c, '[') ||
+			    !first_input(&c, &f, start, end, body))
+				goto no;
+			got = 1;
+			while (lit(&c, ',')) /* other inputs: the general parser's */
+				if (!skip_value(&c, 2))
+					goto no;
+			if (!lit(&c, ']'))
+				goto no;
+		} else if (!skip_string(&c) || !lit(&c, ':') || !skip_value(&c, 1)) {
+			goto no;
+		}
+	} while (lit(&c, ','));
+	if (!got || !lit(&c, '}'))
+		goto no;
+	*x = f.x;
+	*n = f.n;
+	return 1;
+no:
+	free(f.x);
 	return 0;
 }

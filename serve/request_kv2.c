@@ -6,6 +6,9 @@
 
 enum { DT_FP32, DT_UINT8, DT_BYTES };
 
+/* JSON bodies from this size on read a numeric "data" array without a tree. */
+#define KV2_FAST_MIN 4096
+
 /* Flatten nested numbers of v into dst[*pos..cap); counts every number. */
 static int flatten_numbers(const json_t *v, float *dst, size_t cap, size_t *pos, int depth,
 			   wf_err *err)
@@ -66,10 +69,17 @@ static int parse_shape(const json_t *shape, long *dims, int *ndim, wf_err *err)
 	return 0;
 }
 
-/* FP32/UINT8 tensor [N,H,W,C] from JSON data or the binary section. */
+/* Values of a large "data" array read without a JSON tree (jsonfast.h). */
+typedef struct kv2_pre {
+	float *x; /* NULL: read "data" from the tree */
+	size_t n;
+} kv2_pre;
+
+/* FP32/UINT8 tensor [N,H,W,C] from JSON data (or its values read ahead in
+ * pre) or the binary section. */
 static int kv2_dense_input(const wf_image_io *io, int dt, const long *dims, int ndim,
-			   const json_t *data, const uint8_t *bin, size_t bin_size, int has_bin,
-			   wf_serve_input *in, wf_err *err)
+			   const json_t *data, const kv2_pre *pre, const uint8_t *bin,
+			   size_t bin_size, int has_bin, wf_serve_input *in, wf_err *err)
 {
 	if (ndim != 4 || dims[1] != io->h || dims[2] != io->w || dims[3] != io->c)
 		return wf_errf(err, WF_EINVAL,
@@ -97,9 +107,12 @@ static int kv2_dense_input(const wf_image_io *io, int dt, const long *dims, int 
 		return 0;
 	}
 	size_t pos = 0;
-	rc = flatten_numbers(data, in->x, count, &pos, 0, err);
-	if (rc)
+	if (pre->x) {
+		pos = pre->n;
+		memcpy(in->x, pre->x, WF_MIN(pos, count) * sizeof(float));
+	} else if ((rc = flatten_numbers(data, in->x, count, &pos, 0, err)) != 0) {
 		goto fail;
+	}
 	if (pos != count) {
 		rc = wf_errf(err, WF_EINVAL, "input \"data\" has %zu values, shape needs %zu", pos,
 			     count);
@@ -261,8 +274,27 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 		return wf_errf(err, WF_EINVAL,
 			       "Inference-Header-Content-Length %zu exceeds the body (%zu bytes)",
 			       json_len, len);
-	json_t *root = parse_json(body, json_len, err);
-	if (!root)
+	/* a large "data" array is read straight into floats, the rest as a tree */
+	kv2_pre pre = {0};
+	size_t s0, s1;
+	json_t *root = NULL;
+	if (json_len >= KV2_FAST_MIN &&
+	    wf_serve_kv2_fast_data(body, json_len, &pre.x, &pre.n, &s0, &s1)) {
+		size_t n = json_len - (s1 - s0) + 2;
+		char *rest = malloc(n);
+		if (rest) {
+			memcpy(rest, body, s0);
+			memcpy(rest + s0, "[]", 2);
+			memcpy(rest + s0 + 2, body + s1, json_len - s1);
+			root = parse_json(rest, n, err);
+			free(rest);
+		}
+		if (!root) { /* the whole body again, for the general parser's message */
+			free(pre.x);
+			pre.x = NULL;
+		}
+	}
+	if (!root && !(root = parse_json(body, json_len, err)))
 		return WF_EINVAL;
 	const uint8_t *bin = (const uint8_t *)body + json_len;
 	size_t bin_left = len - json_len;
@@ -348,8 +380,8 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 		rc = kv2_bytes_input(io, dims, ndim, data, bin, bin_size, bds != NULL, &req->in,
 				     err);
 	else
-		rc = kv2_dense_input(io, dt, dims, ndim, data, bin, bin_size, bds != NULL, &req->in,
-				     err);
+		rc = kv2_dense_input(io, dt, dims, ndim, data, &pre, bin, bin_size, bds != NULL,
+				     &req->in, err);
 	if (rc)
 		goto out_root;
 	rc = kv2_outputs(json_object_get(root, "outputs"), binary_default, req, err);
@@ -357,6 +389,7 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 		wf_serve_input_free(&req->in);
 out_root:
 	json_decref(root);
+	free(pre.x);
 	return rc;
 }
 

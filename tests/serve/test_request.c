@@ -236,6 +236,86 @@ static void test_kserve_uint8_gets_preprocessing(void)
 	WF_CHECK(strstr(err.msg, "[N,2,2,3]") != NULL);
 }
 
+/* A KServe JSON body of n samples of 2x2x3 with "data" as nested [n][2][2][3]
+ * values v(i) = i % 251 (fields in the order a client may send them). */
+static char *big_kv2(int n, const char *dtype, const char *extra_value)
+{
+	size_t cap = (size_t)n * 12 * 8 + 512, k = 0;
+	char *b = malloc(cap);
+	k += (size_t)snprintf(b + k, cap - k,
+			      "{\"parameters\": {\"timeout\": 0}, \"inputs\": [{\"name\": "
+			      "\"input\", \"data\": [");
+	for (int i = 0; i < n * 12; i++) {
+		const char *open = i % 12 == 0 ? "[[[" : i % 6 == 0 ? "[[" : i % 3 == 0 ? "[" : "";
+		k += (size_t)snprintf(b + k, cap - k, "%s%s%d", i % 3 ? ", " : i ? ", " : "", open,
+				      i % 251);
+		if (i == 5 && extra_value)
+			k += (size_t)snprintf(b + k, cap - k, "%s", extra_value);
+		const char *close = i % 12 == 11 ? "]]]" : i % 6 == 5 ? "]]" : i % 3 == 2 ? "]" : "";
+		k += (size_t)snprintf(b + k, cap - k, "%s", close);
+	}
+	snprintf(b + k, cap - k,
+		 "], \"shape\": [%d, 2, 2, 3], \"datatype\": \"%s\"}], "
+		 "\"outputs\": [{\"name\": \"logits\"}], \"id\": \"big\"}",
+		 n, dtype);
+	return b;
+}
+
+/* A body over the fast-path size reads its "data" without a JSON tree: the
+ * same values and fields as the general parser, and the same errors. */
+static void test_kserve_large_json_data(void)
+{
+	wf_image_io io = test_io();
+	wf_serve_kv2_req r;
+	wf_err err = {0};
+	char *b = big_kv2(300, "FP32", NULL);
+	WF_CHECK(strlen(b) > 8192);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), 0);
+	WF_CHECK_INT(r.in.n, 300);
+	int same = r.in.x != NULL;
+	for (int i = 0; same && i < 300 * 12; i++)
+		same = r.in.x[i] == (float)(i % 251);
+	WF_CHECK(same);
+	WF_CHECK(r.has_id && strcmp(r.id, "big") == 0);
+	WF_CHECK_INT(r.nout, 1);
+	wf_serve_kv2_req_free(&r);
+	free(b);
+	/* UINT8 gets the preprocessing; 256 is out of range as before */
+	b = big_kv2(300, "UINT8", NULL);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), 0);
+	if (r.in.x)
+		WF_CHECK_NEAR(r.in.x[1], (1.0 / 255 - 0.5) / 0.25, 1e-5);
+	wf_serve_kv2_req_free(&r);
+	free(b);
+	b = big_kv2(300, "UINT8", NULL);
+	char *at = strstr(b, "[[[0, 1, 2]"), *b256 = malloc(strlen(b) + 3);
+	/* the first value 0 becomes 256 */
+	sprintf(b256, "%.*s[[[256%s", at ? (int)(at - b) : 0, b, at ? at + 4 : "");
+	free(b);
+	b = b256;
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "UINT8 value 256") != NULL);
+	free(b);
+	/* a string among the numbers, one value too many, BYTES: as before */
+	b = big_kv2(300, "FP32", ", \"x\"");
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "numbers only") != NULL);
+	free(b);
+	b = big_kv2(300, "FP32", ", 7");
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "3601 values, shape needs 3600") != NULL);
+	free(b);
+	b = big_kv2(300, "BYTES", NULL);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "BYTES input shape") != NULL);
+	free(b);
+	/* malformed after the data: the general parser's message */
+	b = big_kv2(300, "FP32", NULL);
+	b[strlen(b) - 1] = ',';
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), WF_EINVAL);
+	free(b);
+}
+
 static void test_replies_carry_probabilities_labels_and_binary(void)
 {
 	float logits[6] = {0, 1, 3, 2, 0, 0}, probs[6];
@@ -274,6 +354,7 @@ int main(void)
 	WF_RUN(test_tf_nan_and_infinity);
 	WF_RUN(test_kserve_fp32_json_and_binary_agree);
 	WF_RUN(test_kserve_uint8_gets_preprocessing);
+	WF_RUN(test_kserve_large_json_data);
 	WF_RUN(test_replies_carry_probabilities_labels_and_binary);
 	return wf_test_summary();
 }
