@@ -484,6 +484,25 @@ def overload(tmp):
     finally:
         stop(p)
 
+    # The same for a KServe v2 JSON body: its "data" array is read without a tree.
+    p, port = start_server(tmp, "smallcnn")
+    try:
+        samples = zeros_body(n)[len(b'{"instances": '):-1]
+        body = (b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [%d, 32, 32, 3], '
+                b'"data": ' % n) + samples + b'}]}'
+        before = rss_kb(p, "VmRSS")
+        st, reply, _ = request(port, "POST", "/v2/models/m/infer", body, timeout=120)
+        time.sleep(0.5)
+        hwm = rss_kb(p, "VmHWM")
+        print("32 MB KServe JSON body (%d samples): %d; VmRSS before %d MB, VmHWM %d MB" %
+              (n, st, before >> 10, hwm >> 10), flush=True)
+        check(st == 200, "a 32 MB KServe JSON body is served (%d %s)" % (st, reply[:200]))
+        check(hwm - before < 200 << 10,
+              "peak memory for a 32 MB KServe body under 200 MB above idle (%d MB)" %
+              ((hwm - before) >> 10))
+    finally:
+        stop(p)
+
 
 # ---- tls ------------------------------------------------------------------
 
