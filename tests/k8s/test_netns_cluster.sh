@@ -55,7 +55,7 @@ netns_hosts "$DOMAIN"
 cat >config.json <<JSON
 {"model": {"name": "smallcnn"}, "data": {"train": "$WORK/train.h5", "augment": false},
  "train": {"batch_size": 16, "steps": STEPS, "seed": 1, "threads": 1},
- "optimizer": {"name": "sgd", "lr": 0.05, "momentum": 0.9,
+ "optimizer": {"name": "sgd", "lr": 0.02, "momentum": 0.9,
                "schedule": {"name": "cosine", "warmup_steps": 20}},
  "strategy": {"name": "parameter_server", "mode": "sync"},
  "checkpoint": {"dir": "CKPT", "every_steps": 50, "keep": 2},
