@@ -59,6 +59,7 @@ typedef struct wf_grpc_method {
 	const char *path; /* "/package.Service/Method" */
 	wf_grpc_handler fn;
 	int quick; /* 1: never blocks (health, metadata): runs in the event loop */
+	int open;  /* 1: answered without the token (liveness, readiness) */
 } wf_grpc_method;
 
 typedef struct wf_grpc_opts {
@@ -70,6 +71,9 @@ typedef struct wf_grpc_opts {
 	int max_queue;		  /* calls waiting for a worker before RESOURCE_EXHAUSTED */
 	int max_streams;	  /* concurrent streams per connection */
 	int max_conns;		  /* open connections; more are closed at once */
+	const char *token;	  /* every call but the open ones must carry metadata
+				   * "authorization: Bearer <token>" (else UNAUTHENTICATED,
+				   * before its message is read); NULL: none */
 } wf_grpc_opts;
 
 typedef struct wf_grpc wf_grpc;

@@ -251,6 +251,19 @@ static void run_inline(conn *c, stream *st, const wf_grpc_method *m)
 }
 
 /* The request is complete: answer what is wrong with it, or queue a job. */
+int refuse_unauthorized(conn *c, stream *st)
+{
+	wf_grpc *g = c->g;
+	if (!g->o.token || st->authorized || st->answered)
+		return st->answered;
+	const wf_grpc_method *m = st->bad_header ? NULL : find_method(g, st->path);
+	if (m && m->open)
+		return 0;
+	answer_error(c, st, WF_GRPC_UNAUTHENTICATED,
+		     "this server requires metadata \"authorization: Bearer <token>\"");
+	return 1;
+}
+
 void dispatch_call(conn *c, stream *st)
 {
 	wf_grpc *g = c->g;
@@ -265,6 +278,8 @@ void dispatch_call(conn *c, stream *st)
 		answer_http(c, st, "415");
 		return;
 	}
+	if (refuse_unauthorized(c, st))
+		return;
 	const wf_grpc_method *m = st->bad_header ? NULL : find_method(g, st->path);
 	if (!m) {
 		snprintf(why, sizeof(why), "Method not found: %.200s",

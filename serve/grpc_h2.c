@@ -3,6 +3,8 @@
  * callbacks that collect a stream's headers and body. */
 #include "serve/grpc_internal.h"
 
+#include <strings.h>
+
 /* ---- responses (loop thread) ------------------------------------------ */
 
 #define NV(n, v)                                                                                   \
@@ -225,6 +227,21 @@ static void hdr_copy(char *dst, size_t cap, const uint8_t *v, size_t n, int *bad
 	dst[n] = 0;
 }
 
+/* 1 when value is "Bearer <token>" (scheme case-insensitive; constant time
+ * in the token's length). */
+static int bearer_ok(const char *token, const uint8_t *value, size_t vlen)
+{
+	if (!token || vlen < 7 || strncasecmp((const char *)value, "Bearer ", 7) != 0)
+		return 0;
+	value += 7;
+	vlen -= 7;
+	size_t t = strlen(token);
+	unsigned diff = vlen != t;
+	for (size_t i = 0; i < t; i++)
+		diff |= (unsigned char)token[i] ^ (i < vlen ? value[i] : 0);
+	return diff == 0;
+}
+
 int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
 	      const uint8_t *value, size_t vlen, uint8_t flags, void *user)
 {
@@ -242,6 +259,8 @@ int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, s
 			      (vlen == 16 || value[16] == '+' || value[16] == ';');
 	} else if (hdr_is(name, nlen, "grpc-encoding")) {
 		hdr_copy(st->encoding, sizeof(st->encoding), value, vlen, &st->bad_header);
+	} else if (hdr_is(name, nlen, "authorization")) {
+		st->authorized = bearer_ok(((conn *)user)->g->o.token, value, vlen);
 	} else if (hdr_is(name, nlen, "grpc-timeout")) {
 		char t[16];
 		int bad = 0;
@@ -304,6 +323,11 @@ int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
 		stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
 		if (st)
 			dispatch_call(c, st);
+	} else if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+		/* a call without the token is refused before its message arrives */
+		stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+		if (st)
+			refuse_unauthorized(c, st);
 	}
 	return 0;
 }

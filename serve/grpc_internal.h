@@ -47,6 +47,7 @@ typedef struct stream {
 	double t_begin;	   /* wf_now() at its first header */
 	int post, grpc_ct; /* :method POST, content-type application/grpc* */
 	int bad_header;	   /* a header we read was too long */
+	int authorized;	   /* "authorization: Bearer <the server's token>" */
 	uint8_t *body;	   /* DATA received so far */
 	size_t len, cap;
 	int answered; /* a response was submitted */
@@ -123,6 +124,9 @@ int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, s
 int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
 	    void *user);
 void dispatch_call(conn *c, stream *st);
+/* With a token set: answer UNAUTHENTICATED to a call without it (open
+ * methods excepted); 1 when the stream is answered. */
+int refuse_unauthorized(conn *c, stream *st);
 int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user);
 int on_stream_close(nghttp2_session *s, int32_t id, uint32_t code, void *user);
 void *loop_main(void *arg);

@@ -761,16 +761,16 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 #define KS(m) "/inference.GRPCInferenceService/" m
 
 const wf_grpc_method wf_grpc_kserve_methods[] = {
-	{KS("ServerLive"), server_live, 1},
-	{KS("ServerReady"), server_ready, 1},
-	{KS("ModelReady"), model_ready, 1},
-	{KS("ServerMetadata"), server_metadata, 1},
-	{KS("ModelMetadata"), model_metadata, 1},
-	{KS("ModelConfig"), model_config, 1},
-	{KS("ModelStatistics"), model_statistics, 1},
-	{KS("RepositoryIndex"), repository_index, 1},
-	{KS("RepositoryModelLoad"), repository_load, 0},
-	{KS("RepositoryModelUnload"), repository_unload, 0},
-	{KS("ModelInfer"), model_infer, 0},
+	{KS("ServerLive"), server_live, 1, 1},
+	{KS("ServerReady"), server_ready, 1, 1},
+	{KS("ModelReady"), model_ready, 1, 0},
+	{KS("ServerMetadata"), server_metadata, 1, 0},
+	{KS("ModelMetadata"), model_metadata, 1, 0},
+	{KS("ModelConfig"), model_config, 1, 0},
+	{KS("ModelStatistics"), model_statistics, 1, 0},
+	{KS("RepositoryIndex"), repository_index, 1, 0},
+	{KS("RepositoryModelLoad"), repository_load, 0, 0},
+	{KS("RepositoryModelUnload"), repository_unload, 0, 0},
+	{KS("ModelInfer"), model_infer, 0, 0},
 };
 const int wf_grpc_kserve_nmethods = (int)WF_ARRAY_LEN(wf_grpc_kserve_methods);

@@ -27,6 +27,7 @@ int wf_grpc_servers_start(wf_grpc_servers **out, const wf_grpc_servers_opts *o, 
 		.max_queue = o->max_queue,
 		.max_streams = 128,
 		.max_conns = 1024,
+		.token = o->token,
 	};
 	int rc = 0;
 	if (o->tfs_port) {

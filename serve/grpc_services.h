@@ -30,6 +30,7 @@ typedef struct wf_grpc_servers_opts {
 	int max_queue;	    /* calls waiting for a handler thread before RESOURCE_EXHAUSTED */
 	int tfs_default;    /* 1: tfs_port is the default, not asked for: when it is */
 	int kserve_default; /* in use, that API is off with a warning instead of an error */
+	const char *token;  /* bearer token every call but liveness/readiness needs; NULL: none */
 } wf_grpc_servers_opts;
 
 typedef struct wf_grpc_servers wf_grpc_servers;

@@ -426,16 +426,24 @@ static int load_secrets(wf_serve_http *h, wf_err *err)
 		h->tls_cert = sc.server_cert;
 		free(sc.custom_ca); /* only used to verify clients */
 	}
-	if (o->auth_token_file) {
-		int rc = read_small_file(o->auth_token_file, "token file", &h->token, err);
-		if (rc)
-			return rc;
-		h->token[strcspn(h->token, "\r\n")] = 0;
-		if (strlen(h->token) < 16 || strspn(h->token, " \t") == strlen(h->token))
-			return wf_errf(err, WF_EINVAL,
-				       "token file %s: the token (its first line) must have at "
-				       "least 16 characters",
-				       o->auth_token_file);
+	return o->auth_token_file ? wf_serve_token_load(o->auth_token_file, &h->token, err) : 0;
+}
+
+int wf_serve_token_load(const char *file, char **token, wf_err *err)
+{
+	int rc = read_small_file(file, "token file", token, err);
+	if (rc)
+		return rc;
+	char *t = *token;
+	t[strcspn(t, "\r\n")] = 0;
+	if (strlen(t) < 16 || strspn(t, " \t") == strlen(t)) {
+		memset(t, 0, strlen(t));
+		free(t);
+		*token = NULL;
+		return wf_errf(err, WF_EINVAL,
+			       "token file %s: the token (its first line) must have at least 16 "
+			       "characters",
+			       file);
 	}
 	return 0;
 }

@@ -53,4 +53,8 @@ int wf_serve_http_inflight(wf_serve_http *h);
 /* Close the listening socket and every connection, join threads, free. */
 void wf_serve_http_stop(wf_serve_http *h);
 
+/* The bearer token of --auth_token_file: its first line, at least 16
+ * characters (malloc'd into *token; the caller wipes and frees it). */
+int wf_serve_token_load(const char *file, char **token, wf_err *err);
+
 #endif

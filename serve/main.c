@@ -326,7 +326,8 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		 "instead: TF Serving's SSLConfig text (server_key, server_cert: PEM strings)"},
 		{"auth_token_file", WF_FLAG_STR, &o->token_file, "F",
 		 "require \"Authorization: Bearer TOKEN\" (TOKEN: F's first line; 401 otherwise) "
-		 "on all but /v2/health/live and /ready (probes)"},
+		 "on all but /v2/health/live and /ready (probes), and as gRPC metadata on all "
+		 "calls but ServerLive/ServerReady (UNAUTHENTICATED otherwise)"},
 		{"metrics-port|metrics_port", WF_FLAG_INT, &o->metrics_port, "N",
 		 "also serve Prometheus /metrics (only) on port N, as Triton does (default 0: "
 		 "metrics on the HTTP port only)"},
@@ -397,6 +398,7 @@ int main(int argc, char **argv)
 	wf_cpus_passive_openmp(argv); /* OpenMP threads sleep when idle; may re-exec once */
 	wf_grpc_adapter *grpc_adapter = NULL;
 	wf_grpc_servers *grpc = NULL;
+	char *grpc_token = NULL;
 	resolve_env(&f); /* defaults < environment < flags */
 	int rc = parse_flags(argc, argv, &f, &err);
 	if (rc == 1)
@@ -522,7 +524,11 @@ int main(int argc, char **argv)
 			.tfs_default = !(f.grpc_ports_set & 1),
 			.kserve_default = !(f.grpc_ports_set & 2),
 		};
-		rc = wf_grpc_adapter_create(&grpc_adapter, &ga, &err);
+		if (f.token_file) /* the same token as HTTP: the metadata "authorization" */
+			rc = wf_serve_token_load(f.token_file, &grpc_token, &err);
+		gs.token = grpc_token;
+		if (!rc)
+			rc = wf_grpc_adapter_create(&grpc_adapter, &ga, &err);
 		if (!rc)
 			rc = wf_grpc_servers_start(&grpc, &gs, grpc_adapter, &err);
 		if (!rc)
@@ -569,6 +575,9 @@ int main(int argc, char **argv)
 out:
 	wf_grpc_servers_stop(grpc);
 	wf_grpc_adapter_free(grpc_adapter);
+	if (grpc_token)
+		memset(grpc_token, 0, strlen(grpc_token));
+	free(grpc_token);
 	wf_serve_http_stop(http);
 	wf_serve_http_stop(metrics_http);
 	wf_serve_batcher_free(batcher);

@@ -551,6 +551,45 @@ def drain_check(tmp, base):
     c.close()
 
 
+def token_checks(tmp, base):
+    """--auth_token_file guards gRPC as it guards HTTP: liveness and readiness
+    stay open, every other call without "authorization: Bearer <token>"
+    metadata gets UNAUTHENTICATED (tritonclient.grpc and TF Serving's stub),
+    a wrong token too, the right one is answered."""
+    token = "s3cret-token-0123456789"
+    tf = os.path.join(tmp, "token.txt")
+    with open(tf, "w") as f:
+        f.write(token + "\n")
+    port, tfs_port = free_port(), free_port()
+    log = open(os.path.join(tmp, "serve-token.log"), "w")
+    p, c = start_kserve_server(base, port, log, "--auth_token_file", tf, "--port", str(tfs_port))
+    x = np.random.default_rng(5).random((1, H, W, C), dtype=np.float32)
+    good = {"authorization": "Bearer " + token}
+    check(c.is_server_live() and c.is_server_ready(), "token: liveness and readiness stay open")
+    check(status_of(lambda: c.infer("m", [infer_input(x)])) == "UNAUTHENTICATED",
+          "token: ModelInfer without the token is UNAUTHENTICATED")
+    check(status_of(lambda: c.get_model_metadata("m")) == "UNAUTHENTICATED",
+          "token: ModelMetadata without the token is UNAUTHENTICATED")
+    check(status_of(lambda: c.infer("m", [infer_input(x)],
+                                    headers={"authorization": "Bearer " + token[:-1] + "x"}))
+          == "UNAUTHENTICATED", "token: a wrong token is UNAUTHENTICATED")
+    r = c.infer("m", [infer_input(x)], headers=good)
+    check(r.as_numpy("probabilities").shape == (1, 10), "token: ModelInfer with the token")
+    ch = grpc.insecure_channel("127.0.0.1:%d" % tfs_port)
+    ps = prediction_service_pb2_grpc.PredictionServiceStub(ch)
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = "m"
+    tensor(req, x, types_pb2.DT_FLOAT).tensor_content = x.tobytes()
+    check(status_of(lambda: ps.Predict(req, timeout=60)) == "UNAUTHENTICATED",
+          "token: TF Serving Predict without the token is UNAUTHENTICATED")
+    r = ps.Predict(req, timeout=60, metadata=(("authorization", "Bearer " + token),))
+    check(len(r.outputs["probabilities"].float_val) == 10, "token: TF Serving Predict with it")
+    ch.close()
+    c.close()
+    p.send_signal(signal.SIGTERM)
+    check(p.wait(timeout=60) == 0, "token: SIGTERM, exit 0")
+
+
 def wait_ready(p, port, log):
     client = tg.InferenceServerClient("127.0.0.1:%d" % port)
     deadline = time.time() + 90
@@ -720,6 +759,7 @@ def main():
         stalled_closed(stalled, t_open)
         overload_check(tmp, os.path.join(tmp, "m"))
         drain_check(tmp, os.path.join(tmp, "m"))
+        token_checks(tmp, os.path.join(tmp, "m"))
         config_file_checks(tmp)
         repository_checks(tmp)
         c.close()
