@@ -359,92 +359,16 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 	wf_debug("serve: http: %s", msg);
 }
 
-/* The whole of a small text file (PEM, token) into *out (malloc'd). */
-static int read_small_file(const char *path, const char *what, char **out, wf_err *err)
-{
-	FILE *f = fopen(path, "rb");
-	if (!f)
-		return wf_errf(err, WF_EIO, "cannot open %s %s", what, path);
-	char *buf = malloc(1 << 20);
-	size_t n = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-	int toolong = buf && n == (1 << 20) - 1 && fgetc(f) != EOF;
-	fclose(f);
-	if (!buf)
-		return wf_errf(err, WF_ENOMEM, "out of memory reading %s", path);
-	if (toolong || n == 0) {
-		free(buf);
-		return wf_errf(err, WF_EINVAL, "%s %s is %s", what, path,
-			       n ? "larger than 1 MiB" : "empty");
-	}
-	buf[n] = 0;
-	*out = buf;
-	return 0;
-}
-
-/* Loads the TLS key pair and the token named in the options. */
+/* The TLS key pair and the token the options name (weft-serve's secrets). */
 static int load_secrets(wf_serve_http *h, wf_err *err)
 {
-	const wf_serve_http_opts *o = &h->o;
-	if (!o->tls_cert_file != !o->tls_key_file)
-		return wf_errf(err, WF_EINVAL,
-			       "TLS needs both --ssl_cert_file and --ssl_key_file (got only %s)",
-			       o->tls_cert_file ? "the certificate" : "the key");
-	if (o->ssl_config_file && o->tls_cert_file)
-		return wf_errf(err, WF_EINVAL,
-			       "give either --ssl_config_file or --ssl_cert_file/--ssl_key_file");
-	if ((o->tls_cert_file || o->ssl_config_file) &&
-	    MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+	const wf_serve_secrets *sc = h->o.secrets;
+	if (sc && sc->tls_cert && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
 		return wf_errf(err, WF_ENOTSUP,
 			       "this libmicrohttpd was built without TLS (GnuTLS)");
-	if (o->tls_cert_file) {
-		int rc = read_small_file(o->tls_cert_file, "TLS certificate", &h->tls_cert, err);
-		if (!rc)
-			rc = read_small_file(o->tls_key_file, "TLS key", &h->tls_key, err);
-		if (rc)
-			return rc;
-	}
-	if (o->ssl_config_file) {
-		char *text = NULL;
-		wf_serve_ssl_config sc;
-		int rc = read_small_file(o->ssl_config_file, "SSL config", &text, err);
-		if (rc)
-			return rc;
-		rc = wf_serve_ssl_config_parse(text, strlen(text), &sc, err);
-		free(text);
-		if (rc)
-			return wf_err_wrap(err, "--ssl_config_file %s", o->ssl_config_file);
-		int verify = sc.client_verify;
-		if (!sc.server_key || !sc.server_cert || verify) {
-			wf_serve_ssl_config_free(&sc);
-			return wf_errf(
-				err, verify ? WF_ENOTSUP : WF_EINVAL, "--ssl_config_file %s: %s",
-				o->ssl_config_file,
-				verify ? "client_verify (client certificates) is not supported"
-				       : "server_key and server_cert are required");
-		}
-		h->tls_key = sc.server_key;
-		h->tls_cert = sc.server_cert;
-		free(sc.custom_ca); /* only used to verify clients */
-	}
-	return o->auth_token_file ? wf_serve_token_load(o->auth_token_file, &h->token, err) : 0;
-}
-
-int wf_serve_token_load(const char *file, char **token, wf_err *err)
-{
-	int rc = read_small_file(file, "token file", token, err);
-	if (rc)
-		return rc;
-	char *t = *token;
-	t[strcspn(t, "\r\n")] = 0;
-	if (strlen(t) < 16 || strspn(t, " \t") == strlen(t)) {
-		memset(t, 0, strlen(t));
-		free(t);
-		*token = NULL;
-		return wf_errf(err, WF_EINVAL,
-			       "token file %s: the token (its first line) must have at least 16 "
-			       "characters",
-			       file);
-	}
+	h->tls_cert = sc ? sc->tls_cert : NULL;
+	h->tls_key = sc ? sc->tls_key : NULL;
+	h->token = sc ? sc->token : NULL;
 	return 0;
 }
 
@@ -495,13 +419,6 @@ static void http_free(wf_serve_http *h)
 	pthread_mutex_destroy(&h->wmu);
 	pthread_cond_destroy(&h->ccv);
 	pthread_mutex_destroy(&h->cmu);
-	free(h->tls_cert);
-	if (h->tls_key)
-		memset(h->tls_key, 0, strlen(h->tls_key));
-	free(h->tls_key);
-	if (h->token)
-		memset(h->token, 0, strlen(h->token));
-	free(h->token);
 	free(h->model_name);
 	free(h);
 }
@@ -563,8 +480,8 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 	OPT(MHD_OPTION_LISTEN_BACKLOG_SIZE, 1024, NULL);
 	OPT(MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, h);
 	if (h->tls_cert) {
-		OPT(MHD_OPTION_HTTPS_MEM_CERT, 0, h->tls_cert);
-		OPT(MHD_OPTION_HTTPS_MEM_KEY, 0, h->tls_key);
+		OPT(MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)h->tls_cert);
+		OPT(MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)h->tls_key);
 	}
 	OPT(MHD_OPTION_END, 0, NULL);
 #undef OPT

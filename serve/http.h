@@ -11,6 +11,7 @@
 #define WF_SERVE_HTTP_H
 
 #include "common/error.h"
+#include "serve/secrets.h"
 #include "serve/batcher.h"
 #include "serve/metrics.h"
 #include "serve/repo.h"
@@ -32,10 +33,9 @@ typedef struct wf_serve_http_opts {
 	double body_timeout;	   /* seconds from header to the last body byte */
 	size_t body_budget;	   /* bytes of request bodies held at once; over: 503 */
 	int retry_after;	   /* seconds in Retry-After of 429/503 answers */
-	const char *tls_cert_file; /* PEM; with tls_key_file: HTTPS only */
-	const char *tls_key_file;
-	const char *ssl_config_file; /* TF Serving SSLConfig text (instead of the two) */
-	const char *auth_token_file; /* "Authorization: Bearer <its first line>" required */
+	/* TLS pair (HTTPS only) and bearer token ("Authorization: Bearer <token>"
+	 * required); NULL or empty: neither. Must outlive the server. */
+	const wf_serve_secrets *secrets;
 	int metrics_only;	     /* 1: only /metrics (Triton's --metrics-port); others 404 */
 } wf_serve_http_opts;
 
@@ -52,9 +52,5 @@ void wf_serve_http_drain(wf_serve_http *h);
 int wf_serve_http_inflight(wf_serve_http *h);
 /* Close the listening socket and every connection, join threads, free. */
 void wf_serve_http_stop(wf_serve_http *h);
-
-/* The bearer token of --auth_token_file: its first line, at least 16
- * characters (malloc'd into *token; the caller wipes and frees it). */
-int wf_serve_token_load(const char *file, char **token, wf_err *err);
 
 #endif

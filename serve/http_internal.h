@@ -48,8 +48,8 @@ struct wf_serve_http {
 	int port;
 	atomic_int active;	  /* requests received, not yet fully answered */
 	atomic_size_t body_bytes; /* request bodies held now (the body budget) */
-	char *token;		  /* bearer token, or NULL */
-	char *tls_cert, *tls_key; /* PEM text, or NULL */
+	const char *token;		/* bearer token, or NULL (owned by o.secrets) */
+	const char *tls_cert, *tls_key; /* PEM text, or NULL (owned by o.secrets) */
 	/* Connections and their deadlines; the reaper thread shuts down the
 	 * socket of one past its deadline (MHD then closes it). */
 	pthread_mutex_t cmu;

@@ -398,7 +398,7 @@ int main(int argc, char **argv)
 	wf_cpus_passive_openmp(argv); /* OpenMP threads sleep when idle; may re-exec once */
 	wf_grpc_adapter *grpc_adapter = NULL;
 	wf_grpc_servers *grpc = NULL;
-	char *grpc_token = NULL;
+	wf_serve_secrets secrets = {0};
 	resolve_env(&f); /* defaults < environment < flags */
 	int rc = parse_flags(argc, argv, &f, &err);
 	if (rc == 1)
@@ -478,17 +478,17 @@ int main(int argc, char **argv)
 		.body_timeout = f.body_timeout,
 		.body_budget = f.body_budget ? (size_t)f.body_budget : 4 * (size_t)f.max_body,
 		.retry_after = f.retry_after,
-		.tls_cert_file = f.ssl_cert,
-		.tls_key_file = f.ssl_key,
-		.ssl_config_file = f.ssl_config,
-		.auth_token_file = f.token_file,
+		.secrets = &secrets,
 	};
 	if (!ho.threads) /* requests filling a batch and the next each hold one */
 		ho.threads =
 			f.batching ? (int)WF_MIN(256,
 						 WF_MAX(16, 2 * f.max_batch * f.batch_threads + 4))
 				   : 16;
-	rc = wf_serve_batcher_create(&batcher, &bo, metrics, &err);
+	rc = wf_serve_secrets_load(&secrets, f.ssl_cert, f.ssl_key, f.ssl_config, f.token_file,
+				   &err);
+	if (!rc)
+		rc = wf_serve_batcher_create(&batcher, &bo, metrics, &err);
 	if (!rc)
 		rc = wf_serve_repo_create(&repo, &ro, &err);
 	if (!rc)
@@ -524,11 +524,8 @@ int main(int argc, char **argv)
 			.tfs_default = !(f.grpc_ports_set & 1),
 			.kserve_default = !(f.grpc_ports_set & 2),
 		};
-		if (f.token_file) /* the same token as HTTP: the metadata "authorization" */
-			rc = wf_serve_token_load(f.token_file, &grpc_token, &err);
-		gs.token = grpc_token;
-		if (!rc)
-			rc = wf_grpc_adapter_create(&grpc_adapter, &ga, &err);
+		gs.token = secrets.token; /* the same token: the metadata "authorization" */
+		rc = wf_grpc_adapter_create(&grpc_adapter, &ga, &err);
 		if (!rc)
 			rc = wf_grpc_servers_start(&grpc, &gs, grpc_adapter, &err);
 		if (!rc)
@@ -575,9 +572,7 @@ int main(int argc, char **argv)
 out:
 	wf_grpc_servers_stop(grpc);
 	wf_grpc_adapter_free(grpc_adapter);
-	if (grpc_token)
-		memset(grpc_token, 0, strlen(grpc_token));
-	free(grpc_token);
+	wf_serve_secrets_free(&secrets);
 	wf_serve_http_stop(http);
 	wf_serve_http_stop(metrics_http);
 	wf_serve_batcher_free(batcher);
