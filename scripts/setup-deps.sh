@@ -12,6 +12,7 @@ PKGS=(
   libzmq3-dev            # parameter-server transport
   openmpi-bin libopenmpi-dev # allreduce on CPUs, mpirun
   libmicrohttpd-dev      # weft-serve HTTP
+  libgnutls28-dev        # weft-serve gRPC over TLS (HTTPS goes through libmicrohttpd)
   libjpeg-dev            # JPEG decoding (libjpeg-turbo)
   libpng-dev             # PNG decoding (weft-serve)
   libnghttp2-dev libprotobuf-c-dev protobuf-c-compiler zlib1g-dev # weft-serve gRPC (HTTP/2, protobuf-c)

@@ -32,8 +32,15 @@ static void accept_all(wf_grpc *g)
 		c->g = g;
 		c->fd = fd;
 		c->refs = 1;
+		if (g->tls && !(c->tls = wf_tls_conn_new(g->tls, fd))) {
+			close(fd);
+			free(c);
+			continue;
+		}
+		c->handshaking = c->tls != NULL;
 		c->t_open = c->t_active = wf_now();
 		if (nghttp2_session_server_new2(&c->s, g->cbs, c, g->opt) != 0) {
+			wf_tls_conn_free(c->tls);
 			close(fd);
 			free(c);
 			continue;
@@ -62,8 +69,17 @@ static void conn_readable(conn *c)
 {
 	uint8_t buf[READ_CHUNK];
 	size_t got = 0;
-	while (got < READ_BUDGET) {
-		ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
+	if (c->handshaking) {
+		if (conn_flush(c) != 0) { /* the TLS handshake failed */
+			conn_close(c);
+			return;
+		}
+		if (c->handshaking)
+			return; /* not done yet */
+	}
+	/* TLS keeps decrypted bytes no socket event announces: drain them too */
+	while (got < READ_BUDGET || (c->tls && wf_tls_pending(c->tls))) {
+		ssize_t n = conn_recv(c, buf, sizeof(buf));
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -294,6 +310,10 @@ int wf_grpc_start(wf_grpc **out, const wf_grpc_opts *o, const wf_grpc_method *me
 		rc = wf_errf(err, WF_ENOMEM, "out of memory");
 		goto fail;
 	}
+	if (o->tls_cert && (rc = wf_tls_server_create(&g->tls, o->tls_cert, o->tls_key, err)) != 0) {
+		wf_err_wrap(err, "%s", g->o.name);
+		goto fail;
+	}
 	nghttp2_session_callbacks_set_on_begin_headers_callback(g->cbs, on_begin_headers);
 	nghttp2_session_callbacks_set_on_header_callback(g->cbs, on_header);
 	nghttp2_session_callbacks_set_on_data_chunk_recv_callback(g->cbs, on_data);
@@ -385,6 +405,7 @@ void wf_grpc_stop(wf_grpc *g)
 		nghttp2_session_callbacks_del(g->cbs);
 	if (g->opt)
 		nghttp2_option_del(g->opt);
+	wf_tls_server_free(g->tls);
 	if (g->lfd >= 0)
 		close(g->lfd);
 	if (g->efd >= 0)

@@ -71,6 +71,8 @@ typedef struct wf_grpc_opts {
 	int max_queue;		  /* calls waiting for a worker before RESOURCE_EXHAUSTED */
 	int max_streams;	  /* concurrent streams per connection */
 	int max_conns;		  /* open connections; more are closed at once */
+	const char *tls_cert;	  /* PEM pair: the port speaks TLS only (ALPN "h2"); */
+	const char *tls_key;	  /* NULL: plain h2c */
 	const char *token;	  /* every call but the open ones must carry metadata
 				   * "authorization: Bearer <token>" (else UNAUTHENTICATED,
 				   * before its message is read); NULL: none */

@@ -119,6 +119,8 @@ void conn_close(conn *c)
 		return;
 	c->closed = 1;
 	epoll_ctl(g->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	wf_tls_conn_free(c->tls);
+	c->tls = NULL;
 	close(c->fd);
 	nghttp2_session_del(c->s);
 	c->s = NULL;
@@ -154,8 +156,52 @@ static int pend_append(conn *c, const uint8_t *d, size_t n)
 /* Write what nghttp2 has to send until the socket would block, gathering
  * its frames into one send per GATHER bytes; keep the epoll interest in step.
  * Returns -1 when the connection must close. */
+ssize_t conn_recv(conn *c, void *buf, size_t n)
+{
+	return c->tls ? wf_tls_recv(c->tls, buf, n) : recv(c->fd, buf, n, 0);
+}
+
+ssize_t conn_send(conn *c, const void *buf, size_t n)
+{
+	return c->tls ? wf_tls_send(c->tls, buf, n) : send(c->fd, buf, n, MSG_NOSIGNAL);
+}
+
+/* epoll interest in reading, and in writing when blocked. */
+static void conn_want(conn *c, int write)
+{
+	uint32_t ev = EPOLLIN | (write ? EPOLLOUT : 0);
+	if (ev != c->events) {
+		struct epoll_event e = {.events = ev, .data.ptr = c};
+		epoll_ctl(c->g->epfd, EPOLL_CTL_MOD, c->fd, &e);
+		c->events = ev;
+	}
+}
+
+/* One step of the TLS handshake; -1 when it failed. */
+static int handshake(conn *c)
+{
+	char why[160];
+	int want_write = 0, r = wf_tls_handshake(c->tls, &want_write, why, sizeof(why));
+	if (r < 0) {
+		wf_debug("%s: closing a connection: %s", c->g->o.name, why);
+		return -1;
+	}
+	if (r == 0) {
+		conn_want(c, want_write);
+		return 0;
+	}
+	c->handshaking = 0;
+	return 0;
+}
+
 int conn_flush(conn *c)
 {
+	if (c->handshaking) { /* TLS first: HTTP/2 only once it is done */
+		if (handshake(c) != 0)
+			return -1;
+		if (c->handshaking)
+			return 0;
+	}
 	for (;;) {
 		while (c->pend_len - c->pend_off < GATHER) {
 			const uint8_t *d;
@@ -169,8 +215,7 @@ int conn_flush(conn *c)
 		}
 		if (c->pend_off == c->pend_len)
 			break;
-		ssize_t w =
-			send(c->fd, c->pend + c->pend_off, c->pend_len - c->pend_off, MSG_NOSIGNAL);
+		ssize_t w = conn_send(c, c->pend + c->pend_off, c->pend_len - c->pend_off);
 		if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			break;
 		if (w < 0 && errno == EINTR)
@@ -182,12 +227,7 @@ int conn_flush(conn *c)
 	int blocked = c->pend_off < c->pend_len;
 	if (!blocked && !nghttp2_session_want_read(c->s) && !nghttp2_session_want_write(c->s))
 		return -1;
-	uint32_t ev = EPOLLIN | (blocked ? EPOLLOUT : 0);
-	if (ev != c->events) {
-		struct epoll_event e = {.events = ev, .data.ptr = c};
-		epoll_ctl(c->g->epfd, EPOLL_CTL_MOD, c->fd, &e);
-		c->events = ev;
-	}
+	conn_want(c, blocked);
 	return 0;
 }
 

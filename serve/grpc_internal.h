@@ -5,6 +5,7 @@
 #define WF_SERVE_GRPC_INTERNAL_H
 
 #include "serve/grpc.h"
+#include "serve/grpc_tls.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -59,6 +60,8 @@ typedef struct stream {
 struct conn {
 	wf_grpc *g;
 	int fd;
+	wf_tls_conn *tls; /* NULL: plain h2c */
+	int handshaking;  /* TLS handshake not finished: nothing of HTTP/2 yet */
 	nghttp2_session *s;
 	int refs;	  /* the loop's own + one per job in flight */
 	int closed;	  /* socket closed, session deleted */
@@ -94,6 +97,7 @@ struct wf_grpc {
 	int loop_started;
 	nghttp2_session_callbacks *cbs;
 	nghttp2_option *opt;
+	wf_tls_server *tls; /* NULL: plain h2c */
 	conn *conns;
 	conn *dead; /* closed, unreferenced, freed after this wake-up */
 	int nconns;
@@ -118,6 +122,9 @@ void conn_unref(conn *c);
 void free_dead(wf_grpc *g);
 void conn_close(conn *c);
 int conn_flush(conn *c);
+/* recv/send on the connection, through TLS where it has it. */
+ssize_t conn_recv(conn *c, void *buf, size_t n);
+ssize_t conn_send(conn *c, const void *buf, size_t n);
 int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *user);
 int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
 	      const uint8_t *value, size_t vlen, uint8_t flags, void *user);

@@ -28,6 +28,8 @@ int wf_grpc_servers_start(wf_grpc_servers **out, const wf_grpc_servers_opts *o, 
 		.max_streams = 128,
 		.max_conns = 1024,
 		.token = o->token,
+		.tls_cert = o->tls_cert,
+		.tls_key = o->tls_key,
 	};
 	int rc = 0;
 	if (o->tfs_port) {

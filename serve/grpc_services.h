@@ -31,6 +31,7 @@ typedef struct wf_grpc_servers_opts {
 	int tfs_default;    /* 1: tfs_port is the default, not asked for: when it is */
 	int kserve_default; /* in use, that API is off with a warning instead of an error */
 	const char *token;  /* bearer token every call but liveness/readiness needs; NULL: none */
+	const char *tls_cert, *tls_key; /* PEM: both ports speak TLS only; NULL: h2c */
 } wf_grpc_servers_opts;
 
 typedef struct wf_grpc_servers wf_grpc_servers;

@@ -320,7 +320,7 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		{"retry_after_seconds", WF_FLAG_INT, &o->retry_after, "S",
 		 "Retry-After of 429/503 answers (default 1)"},
 		{"ssl_cert_file", WF_FLAG_STR, &o->ssl_cert, "F",
-		 "serve HTTPS only, with this PEM certificate (chain) ..."},
+		 "serve HTTPS and gRPC over TLS only, with this PEM certificate (chain) ..."},
 		{"ssl_key_file", WF_FLAG_STR, &o->ssl_key, "F", "... and key"},
 		{"ssl_config_file", WF_FLAG_STR, &o->ssl_config, "F",
 		 "instead: TF Serving's SSLConfig text (server_key, server_cert: PEM strings)"},
@@ -524,7 +524,11 @@ int main(int argc, char **argv)
 			.tfs_default = !(f.grpc_ports_set & 1),
 			.kserve_default = !(f.grpc_ports_set & 2),
 		};
-		gs.token = secrets.token; /* the same token: the metadata "authorization" */
+		/* the same certificate and token as HTTP (TF Serving's --ssl_config_file
+		 * is for its gRPC port) */
+		gs.token = secrets.token;
+		gs.tls_cert = secrets.tls_cert;
+		gs.tls_key = secrets.tls_key;
 		rc = wf_grpc_adapter_create(&grpc_adapter, &ga, &err);
 		if (!rc)
 			rc = wf_grpc_servers_start(&grpc, &gs, grpc_adapter, &err);

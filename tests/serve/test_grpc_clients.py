@@ -551,21 +551,46 @@ def drain_check(tmp, base):
     c.close()
 
 
-def token_checks(tmp, base):
-    """--auth_token_file guards gRPC as it guards HTTP: liveness and readiness
-    stay open, every other call without "authorization: Bearer <token>"
-    metadata gets UNAUTHENTICATED (tritonclient.grpc and TF Serving's stub),
-    a wrong token too, the right one is answered."""
+def tls_token_checks(tmp, base):
+    """--ssl_cert_file/--ssl_key_file and --auth_token_file guard gRPC as they
+    guard HTTP: both ports speak TLS only (tritonclient.grpc ssl=True and a
+    secure channel of TF Serving's stub work with the certificate; a plain
+    h2c client gets nothing), liveness and readiness stay open, every other
+    call without "authorization: Bearer <token>" metadata gets
+    UNAUTHENTICATED, a wrong token too, the right one is answered."""
+    key, cert = os.path.join(tmp, "key.pem"), os.path.join(tmp, "cert.pem")
+    subprocess.check_call(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days",
+                           "2", "-subj", "/CN=localhost", "-addext",
+                           "subjectAltName=DNS:localhost,IP:127.0.0.1", "-keyout", key, "-out",
+                           cert], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     token = "s3cret-token-0123456789"
     tf = os.path.join(tmp, "token.txt")
     with open(tf, "w") as f:
         f.write(token + "\n")
     port, tfs_port = free_port(), free_port()
-    log = open(os.path.join(tmp, "serve-token.log"), "w")
-    p, c = start_kserve_server(base, port, log, "--auth_token_file", tf, "--port", str(tfs_port))
+    log = open(os.path.join(tmp, "serve-tls.log"), "w")
+    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
+                          "--bind_address", "127.0.0.1", "--rest_api_port", "0",
+                          "--port", str(tfs_port), "--grpc_port", str(port),
+                          "--ssl_cert_file", cert, "--ssl_key_file", key,
+                          "--auth_token_file", tf], stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
+    pem = open(cert, "rb").read()
+    c = tg.InferenceServerClient("localhost:%d" % port, ssl=True, root_certificates=cert)
+    deadline = time.time() + 60
+    ready = False
+    while time.time() < deadline and not ready:
+        try:
+            ready = c.is_server_ready()
+        except InferenceServerException:
+            time.sleep(0.1)
+    check(ready and c.is_server_live(), "TLS: liveness and readiness over TLS, open without a token")
+    plain = tg.InferenceServerClient("127.0.0.1:%d" % port)
+    check(status_of(lambda: plain.is_server_live()) == "UNAVAILABLE",
+          "TLS: a plain-text (h2c) client gets nothing")
+    plain.close()
     x = np.random.default_rng(5).random((1, H, W, C), dtype=np.float32)
     good = {"authorization": "Bearer " + token}
-    check(c.is_server_live() and c.is_server_ready(), "token: liveness and readiness stay open")
     check(status_of(lambda: c.infer("m", [infer_input(x)])) == "UNAUTHENTICATED",
           "token: ModelInfer without the token is UNAUTHENTICATED")
     check(status_of(lambda: c.get_model_metadata("m")) == "UNAUTHENTICATED",
@@ -574,8 +599,14 @@ def token_checks(tmp, base):
                                     headers={"authorization": "Bearer " + token[:-1] + "x"}))
           == "UNAUTHENTICATED", "token: a wrong token is UNAUTHENTICATED")
     r = c.infer("m", [infer_input(x)], headers=good)
-    check(r.as_numpy("probabilities").shape == (1, 10), "token: ModelInfer with the token")
-    ch = grpc.insecure_channel("127.0.0.1:%d" % tfs_port)
+    check(r.as_numpy("probabilities").shape == (1, 10),
+          "TLS + token: ModelInfer (tritonclient.grpc ssl=True)")
+    big = np.random.default_rng(6).random((200, H, W, C), dtype=np.float32)  # 2.4 MB
+    want = c.infer("m", [infer_input(big[:1])], headers=good).as_numpy("logits")
+    r = c.infer("m", [infer_input(big)], headers=good)
+    check(r.as_numpy("logits").shape == (200, 10) and close(r.as_numpy("logits")[:1], want),
+          "TLS: a 2.4 MB request (many TLS records) is answered")
+    ch = grpc.secure_channel("localhost:%d" % tfs_port, grpc.ssl_channel_credentials(pem))
     ps = prediction_service_pb2_grpc.PredictionServiceStub(ch)
     req = predict_pb2.PredictRequest()
     req.model_spec.name = "m"
@@ -583,11 +614,12 @@ def token_checks(tmp, base):
     check(status_of(lambda: ps.Predict(req, timeout=60)) == "UNAUTHENTICATED",
           "token: TF Serving Predict without the token is UNAUTHENTICATED")
     r = ps.Predict(req, timeout=60, metadata=(("authorization", "Bearer " + token),))
-    check(len(r.outputs["probabilities"].float_val) == 10, "token: TF Serving Predict with it")
+    check(len(r.outputs["probabilities"].float_val) == 10,
+          "TLS + token: TF Serving Predict over a secure channel")
     ch.close()
     c.close()
     p.send_signal(signal.SIGTERM)
-    check(p.wait(timeout=60) == 0, "token: SIGTERM, exit 0")
+    check(p.wait(timeout=60) == 0, "TLS: SIGTERM, exit 0")
 
 
 def wait_ready(p, port, log):
@@ -759,7 +791,7 @@ def main():
         stalled_closed(stalled, t_open)
         overload_check(tmp, os.path.join(tmp, "m"))
         drain_check(tmp, os.path.join(tmp, "m"))
-        token_checks(tmp, os.path.join(tmp, "m"))
+        tls_token_checks(tmp, os.path.join(tmp, "m"))
         config_file_checks(tmp)
         repository_checks(tmp)
         c.close()
