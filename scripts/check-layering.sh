@@ -28,11 +28,13 @@ fi
 #  - worker/exchange_nccl.c includes <cuda_runtime.h>: the NCCL exchange
 #    orders its stream after the backend's and waits on CUDA events; it is
 #    the other GPU module of DESIGN section 2 (built only with NCCL).
+#  - bench/onednn/conv.c includes <dnnl.h>: it compares oneDNN versions
+#    directly (bench_onednn3.sh), outside weft.
 #  - tests/ps/ and bench/bench_ps.c include <zmq.h>: the attack and
 #    protocol tests speak raw ZeroMQ to a real server, and the benchmark
 #    measures raw ZeroMQ as the peer weft's parameter server is compared to.
 rules=(
-	'oneapi/dnnl/|dnnl[_a-z]*\.h|^kernels/cpu/|oneDNN'
+	'oneapi/dnnl/|dnnl[_a-z]*\.h|^kernels/cpu/|^bench/onednn/|oneDNN'
 	'cuda[_a-z0-9]*\.h|cudnn[_a-z0-9]*\.h|cublas[_a-z0-9]*\.h|curand[_a-z0-9]*\.h|^kernels/cuda/|^worker/exchange_nccl\.c|CUDA'
 	'nccl\.h|^worker/exchange_nccl\.c|NCCL'
 	'mpi\.h|^worker/exchange_mpi\.c|MPI'
