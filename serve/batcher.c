@@ -200,11 +200,16 @@ static void *batch_main(void *arg)
 		batch[0] = first;
 		int count = 1, total = first->n;
 		int cap = first->v->max_batch;
-		if (b->o.batching && total < cap) {
+		/* a model's own dynamic_batching delay, else the server's */
+		long delay = first->v->batch_delay_us;
+		int batching = b->o.batching || delay >= 0;
+		if (delay < 0)
+			delay = b->o.timeout_us;
+		if (batching && total < cap) {
 			take_more(b, first->v, batch, &count, &total, cap);
-			if (total < cap && b->o.timeout_us > 0) {
+			if (total < cap && delay > 0) {
 				struct timespec ts;
-				abs_deadline(&ts, b->o.timeout_us * 1e-6);
+				abs_deadline(&ts, (double)delay * 1e-6);
 				while (total < cap && !b->stop && !b->flush) {
 					if (pthread_cond_timedwait(&b->more, &b->mu, &ts) != 0) {
 						take_more(b, first->v, batch, &count, &total, cap);

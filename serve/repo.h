@@ -55,6 +55,8 @@ typedef struct wf_serve_version {
 	int nslots; /* one per batch thread */
 	wf_serve_slot *slots;
 	int max_running;     /* batch threads it may hold at once (0: all) */
+	long batch_delay_us; /* its dynamic_batching delay (config.pbtxt): batched even
+			      * without --enable_batching; -1: the server's setting */
 	int running;	     /* batches running now (under the batcher's lock) */
 	atomic_int refs;     /* the repository's reference + one per request */
 	double load_seconds; /* load + warm-up time */

@@ -166,6 +166,7 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 	} else {
 		if (cfg.instances > 0 && cfg.instances < v->nslots)
 			v->max_running = cfg.instances; /* its thread budget */
+		v->batch_delay_us = cfg.batch_delay_us;
 		x->state = VS_AVAILABLE;
 		x->v = v;
 		r->swaps++;

@@ -80,6 +80,7 @@ int wf_serve_version_load(wf_serve_version **out, const char *path, long version
 		goto fail;
 	v->version = version;
 	v->max_batch = o->max_batch > 0 ? o->max_batch : 1;
+	v->batch_delay_us = -1;
 	io_from_model(&v->io, v->model, &v->meta);
 	v->io.max_pixels = o->max_image_pixels;
 	v->nslots = o->nslots > 0 ? o->nslots : 1;

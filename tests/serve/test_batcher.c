@@ -176,6 +176,34 @@ static void start(client *c, pthread_t *t, wf_serve_batcher *b, int first, int n
 	pthread_create(t, NULL, client_main, c);
 }
 
+/* A model's own dynamic_batching delay (config.pbtxt) batches it even when
+ * the server's batching is off: two requests 0.1 s apart share one forward;
+ * without it they take one each. */
+static void test_model_batching_delay(void)
+{
+	wf_serve_metrics *mx = wf_serve_metrics_create();
+	wf_serve_batcher *b = make(1, 0, 8, 0, 0, mx);
+	for (int own = 1; own >= 0; own--) {
+		ver->batch_delay_us = own ? 1000000 : -1;
+		unsigned long ex0 = atomic_load(&ver->stats.executions);
+		client c1, c2;
+		pthread_t t1, t2;
+		start(&c1, &t1, b, 3, 1, 10);
+		usleep(100000);
+		start(&c2, &t2, b, 4, 1, 10);
+		pthread_join(t1, NULL);
+		pthread_join(t2, NULL);
+		WF_CHECK(c1.rc == 0 && c2.rc == 0 && rows_match(c1.out, 3, 1) &&
+			 rows_match(c2.out, 4, 1));
+		WF_CHECK_INT(atomic_load(&ver->stats.executions) - ex0, own ? 1 : 2);
+		free(c1.out);
+		free(c2.out);
+	}
+	ver->batch_delay_us = -1;
+	wf_serve_batcher_free(b);
+	wf_serve_metrics_free(mx);
+}
+
 /* Eight concurrent one- and two-sample requests with batching on: each gets
  * its own rows, and fewer forwards run than requests. */
 static void test_concurrent_requests_share_forwards(void)
@@ -275,6 +303,7 @@ int main(void)
 	WF_RUN(test_unbatched_rows);
 	WF_RUN(test_batch_plans);
 	WF_RUN(test_concurrent_requests_share_forwards);
+	WF_RUN(test_model_batching_delay);
 	WF_RUN(test_queue_bound_and_flush);
 	WF_RUN(test_queue_timeout);
 	wf_serve_version_release(ver);
