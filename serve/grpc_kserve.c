@@ -337,9 +337,10 @@ static int repository_index(void *ctx, wf_grpc_call *call)
 			snprintf(reasons[n], sizeof(reasons[n]), "%s", vi[k].reason);
 			mi[n].name = (char *)names[i];
 			mi[n].version = vers[n];
-			mi[n].state = ready				       ? "READY"
-				      : vi[k].state == WF_GRPC_VERSION_LOADING ? "LOADING"
-									       : "UNAVAILABLE";
+			mi[n].state = ready					 ? "READY"
+				      : vi[k].state == WF_GRPC_VERSION_LOADING	 ? "LOADING"
+				      : vi[k].state == WF_GRPC_VERSION_UNLOADING ? "UNLOADING"
+										 : "UNAVAILABLE";
 			mi[n].reason = reasons[n];
 			mip[n] = &mi[n];
 			n++;

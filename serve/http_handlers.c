@@ -231,9 +231,11 @@ enum MHD_Result handle_repo_index(wf_serve_http *h, struct MHD_Connection *c, re
 	wf_serve_version_state *st = wf_serve_repo_index(h->repo, &n);
 	json_t *a = json_array();
 	for (int i = 0; i < n; i++) {
-		const char *state = !strcmp(st[i].state, "AVAILABLE") ? "READY"
-				    : !strcmp(st[i].state, "LOADING") ? "LOADING"
-								      : "UNAVAILABLE";
+		/* Triton's names: READY, LOADING, UNLOADING, UNAVAILABLE */
+		const char *state = !strcmp(st[i].state, "AVAILABLE")	? "READY"
+				    : !strcmp(st[i].state, "LOADING")	? "LOADING"
+				    : !strcmp(st[i].state, "UNLOADING") ? "UNLOADING"
+									: "UNAVAILABLE";
 		if (ready_only && strcmp(state, "READY"))
 			continue;
 		json_t *e = json_pack("{ssss}", "name", st[i].name, "state", state);

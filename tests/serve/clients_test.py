@@ -419,6 +419,12 @@ def newest_that_loads(tmp):
           st["2"]["status"]["error_code"] != "OK",
           "a version that fails to load is reported; the newest that loads serves (%s)" %
           {k: v["state"] for k, v in st.items()})
+    code, idx = http(port, "POST", "/v2/repository/index", "{}")
+    idx = {e.get("version"): e for e in idx if e["name"] == "fl"} if code == 200 else {}
+    check(idx.get("1", {}).get("state") == "READY" and idx.get("2", {}).get("state") ==
+          "UNAVAILABLE" and "model.h5" in idx.get("2", {}).get("reason", ""),
+          "repository index: the failed version is UNAVAILABLE with the load error as its "
+          "reason (%s)" % idx)
     model(os.path.join(base, "2", "tmp.h5"), 52)
     os.replace(os.path.join(base, "2", "tmp.h5"), os.path.join(base, "2", "model.h5"))
     deadline, ok = time.time() + 60, False
