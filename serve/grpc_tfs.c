@@ -1,10 +1,10 @@
 /* grpc_tfs.c: TF Serving's gRPC API: tensorflow.serving.PredictionService
  * (Predict, Classify, Regress, GetModelMetadata) and ModelService
- * (GetModelStatus, HandleReloadConfigRequest). The signature
- * "serving_default" has one input, "input" [N,H,W,C] (DT_FLOAT model input,
- * DT_UINT8 raw pixels, or DT_STRING [N] encoded JPEG/PNG images; in
- * tensor_content or the typed *_val fields), and outputs "probabilities" and
- * "logits" [N,K] DT_FLOAT, returned in float_val. Classify takes tf.Examples
+ * (GetModelStatus, HandleReloadConfigRequest). The signatures have one
+ * input, "input" [N,H,W,C] (DT_FLOAT model input, DT_UINT8 raw pixels, or
+ * DT_STRING [N] encoded JPEG/PNG images; in tensor_content or the typed *_val
+ * fields); "serving_default" has the output "probabilities", "serving_all"
+ * also "logits" ([N,K] DT_FLOAT, returned in float_val). Classify takes tf.Examples
  * whose feature ("image/encoded", "image", "input", or the only one) is an
  * encoded image (bytes_list) or model input (float_list) and returns the top
  * 5 classes with their probabilities. */
@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SIGNATURE    "serving_default"
 #define CLASSIFY_TOP 5
 #define SIGDEF_TYPE  "type.googleapis.com/tensorflow.serving.SignatureDefMap"
 
@@ -31,10 +30,12 @@ static int get_model(wf_grpc_adapter *a, const model_spec *spec, int check_signa
 	if (!spec)
 		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "Missing ModelSpec");
 	if (check_signature && *spec->signature_name &&
-	    strcmp(spec->signature_name, SIGNATURE) != 0)
+	    strcmp(spec->signature_name, WF_SERVE_SIGNATURE_DEFAULT) != 0 &&
+	    strcmp(spec->signature_name, WF_SERVE_SIGNATURE_ALL) != 0)
 		return wf_grpc_fail(call, WF_GRPC_FAILED_PRECONDITION,
 				    "Serving signature key \"%.200s\" not found (the model has "
-				    "\"" SIGNATURE "\")",
+				    "\"" WF_SERVE_SIGNATURE_DEFAULT "\" and \"" WF_SERVE_SIGNATURE_ALL
+				    "\")",
 				    spec->signature_name);
 	long version = 0;
 	const char *label = NULL;
@@ -48,8 +49,15 @@ static int get_model(wf_grpc_adapter *a, const model_spec *spec, int check_signa
 				 sizeof(call->message));
 }
 
+/* The signature a request names: 1 for the one with every output. */
+static int all_outputs(const model_spec *spec)
+{
+	return spec && !strcmp(spec->signature_name, WF_SERVE_SIGNATURE_ALL);
+}
+
 /* The reply's ModelSpec: name, the version served, the signature. */
-static void fill_spec(model_spec *s, Google__Protobuf__Int64Value *v, const wf_grpc_model *m)
+static void fill_spec(model_spec *s, Google__Protobuf__Int64Value *v, const wf_grpc_model *m,
+		      int all)
 {
 	tensorflow__serving__model_spec__init(s);
 	google__protobuf__int64_value__init(v);
@@ -57,7 +65,7 @@ static void fill_spec(model_spec *s, Google__Protobuf__Int64Value *v, const wf_g
 	s->name = (char *)m->name;
 	s->version_choice_case = TENSORFLOW__SERVING__MODEL_SPEC__VERSION_CHOICE_VERSION;
 	s->version = v;
-	s->signature_name = SIGNATURE;
+	s->signature_name = all ? WF_SERVE_SIGNATURE_ALL : WF_SERVE_SIGNATURE_DEFAULT;
 }
 
 /* ---- input -------------------------------------------------------------- */
@@ -323,14 +331,15 @@ static int predict(void *ctx, wf_grpc_call *call)
 	}
 	wf_grpc_model m = {0};
 	float *x = NULL, *logits = NULL, *probs = NULL;
-	int n = 0, want[2] = {1, 1}, inferred = 0; /* probabilities, logits */
+	/* probabilities, logits: the signature's outputs, or those of the filter */
+	int all = all_outputs(rq->model_spec), n = 0, want[2] = {1, all}, inferred = 0;
 	int code = get_model(a, rq->model_spec, 1, &m, call);
 	if (!code && rq->n_output_filter) {
 		want[0] = want[1] = 0;
 		for (size_t i = 0; i < rq->n_output_filter && !code; i++) {
 			if (!strcmp(rq->output_filter[i], WF_SERVE_OUTPUT_PROBS))
 				want[0] = 1;
-			else if (!strcmp(rq->output_filter[i], WF_SERVE_OUTPUT_LOGITS))
+			else if (all && !strcmp(rq->output_filter[i], WF_SERVE_OUTPUT_LOGITS))
 				want[1] = 1;
 			else
 				code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
@@ -348,7 +357,7 @@ static int predict(void *ctx, wf_grpc_call *call)
 	if (!code) {
 		Tensorflow__Serving__ModelSpec spec;
 		Google__Protobuf__Int64Value ver;
-		fill_spec(&spec, &ver, &m);
+		fill_spec(&spec, &ver, &m, all);
 		Tensorflow__TensorShapeProto__Dim d0 = TENSORFLOW__TENSOR_SHAPE_PROTO__DIM__INIT,
 						  d1 = TENSORFLOW__TENSOR_SHAPE_PROTO__DIM__INIT;
 		Tensorflow__TensorShapeProto__Dim *dims[2] = {&d0, &d1};
@@ -445,7 +454,7 @@ static int classify(void *ctx, wf_grpc_call *call)
 			}
 			Tensorflow__Serving__ModelSpec spec;
 			Google__Protobuf__Int64Value ver;
-			fill_spec(&spec, &ver, &m);
+			fill_spec(&spec, &ver, &m, 0);
 			Tensorflow__Serving__ClassificationResult res =
 				TENSORFLOW__SERVING__CLASSIFICATION_RESULT__INIT;
 			res.n_classifications = (size_t)n;
@@ -552,20 +561,24 @@ static int get_model_metadata(void *ctx, wf_grpc_call *call)
 		oe[0].value = &ti[1];
 		oe[1].key = WF_SERVE_OUTPUT_LOGITS;
 		oe[1].value = &ti[2];
-		Tensorflow__SignatureDef sig = TENSORFLOW__SIGNATURE_DEF__INIT;
-		sig.n_inputs = 1;
-		sig.inputs = iep;
-		sig.n_outputs = 2;
-		sig.outputs = oep;
-		sig.method_name = "tensorflow/serving/predict";
-		Tensorflow__Serving__SignatureDefMap__SignatureDefEntry se =
-			TENSORFLOW__SERVING__SIGNATURE_DEF_MAP__SIGNATURE_DEF_ENTRY__INIT;
-		Tensorflow__Serving__SignatureDefMap__SignatureDefEntry *sep[1] = {&se};
-		se.key = SIGNATURE;
-		se.value = &sig;
+		/* serving_default: probabilities; serving_all: both outputs */
+		Tensorflow__SignatureDef sig[2] = {TENSORFLOW__SIGNATURE_DEF__INIT,
+						   TENSORFLOW__SIGNATURE_DEF__INIT};
+		Tensorflow__Serving__SignatureDefMap__SignatureDefEntry se[2], *sep[2];
+		for (int k = 0; k < 2; k++) {
+			sig[k].n_inputs = 1;
+			sig[k].inputs = iep;
+			sig[k].n_outputs = (size_t)(k + 1);
+			sig[k].outputs = oep;
+			sig[k].method_name = "tensorflow/serving/predict";
+			tensorflow__serving__signature_def_map__signature_def_entry__init(&se[k]);
+			se[k].key = k ? WF_SERVE_SIGNATURE_ALL : WF_SERVE_SIGNATURE_DEFAULT;
+			se[k].value = &sig[k];
+			sep[k] = &se[k];
+		}
 		Tensorflow__Serving__SignatureDefMap map =
 			TENSORFLOW__SERVING__SIGNATURE_DEF_MAP__INIT;
-		map.n_signature_def = 1;
+		map.n_signature_def = 2;
 		map.signature_def = sep;
 		size_t mlen = tensorflow__serving__signature_def_map__get_packed_size(&map);
 		uint8_t *mbuf = malloc(mlen ? mlen : 1);
@@ -585,7 +598,7 @@ static int get_model_metadata(void *ctx, wf_grpc_call *call)
 			me.value = &any;
 			Tensorflow__Serving__ModelSpec spec;
 			Google__Protobuf__Int64Value ver;
-			fill_spec(&spec, &ver, &m);
+			fill_spec(&spec, &ver, &m, 0);
 			spec.signature_name = "";
 			Tensorflow__Serving__GetModelMetadataResponse r =
 				TENSORFLOW__SERVING__GET_MODEL_METADATA_RESPONSE__INIT;

@@ -92,15 +92,23 @@ enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connection *c, r
 	int in_dims[4] = {-1, v->io.h, v->io.w, v->io.c}, out_dims[2] = {-1, v->io.classes};
 	char ver[32];
 	snprintf(ver, sizeof(ver), "%ld", v->version);
+	/* the default signature has one output (replies are plain lists); the
+	 * second has both (replies keyed by output name) */
 	json_t *sig = json_pack(
+		"{s{so}s{so}ss}", "inputs", WF_SERVE_INPUT_NAME,
+		tf_tensor_info(WF_SERVE_INPUT_NAME, in_dims, 4), "outputs", WF_SERVE_OUTPUT_PROBS,
+		tf_tensor_info(WF_SERVE_OUTPUT_PROBS, out_dims, 2), "method_name",
+		"tensorflow/serving/predict");
+	json_t *all = json_pack(
 		"{s{so}s{soso}ss}", "inputs", WF_SERVE_INPUT_NAME,
 		tf_tensor_info(WF_SERVE_INPUT_NAME, in_dims, 4), "outputs", WF_SERVE_OUTPUT_PROBS,
 		tf_tensor_info(WF_SERVE_OUTPUT_PROBS, out_dims, 2), WF_SERVE_OUTPUT_LOGITS,
 		tf_tensor_info(WF_SERVE_OUTPUT_LOGITS, out_dims, 2), "method_name",
 		"tensorflow/serving/predict");
-	json_t *doc = json_pack("{s{ssssss}s{s{s{so}}so}}", "model_spec", "name", v->name,
+	json_t *doc = json_pack("{s{ssssss}s{s{s{soso}}so}}", "model_spec", "name", v->name,
 				"signature_name", "", "version", ver, "metadata", "signature_def",
-				"signature_def", "serving_default", sig, "weft", weft_info(v));
+				"signature_def", WF_SERVE_SIGNATURE_DEFAULT, sig,
+				WF_SERVE_SIGNATURE_ALL, all, "weft", weft_info(v));
 	(void)h;
 	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
 }
@@ -300,8 +308,9 @@ enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_
 	char *body = r->kind == R_V1_CLASSIFY
 			     ? wf_serve_tf_classify_reply(res.probs, req.in.n, v->io.classes,
 							  v->meta.class_names, req.top_k)
-			     : wf_serve_tf_predict_reply(res.probs, req.in.n, v->io.classes,
-							 req.columnar);
+			     : wf_serve_tf_predict_reply(res.probs, res.logits, req.in.n,
+							 v->io.classes, req.columnar,
+							 req.all_outputs);
 	ret = send_json(h, c, q, MHD_HTTP_OK, body);
 out:
 	wf_serve_result_free(&res);

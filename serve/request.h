@@ -22,6 +22,11 @@
 #define WF_SERVE_INPUT_NAME    "input"
 #define WF_SERVE_OUTPUT_PROBS  "probabilities"
 #define WF_SERVE_OUTPUT_LOGITS "logits"
+/* Signatures, as TF Serving names them: the default one has one output
+ * (probabilities: replies are plain lists); WF_SERVE_SIGNATURE_ALL has both
+ * outputs (replies keyed by output name, TF Serving's form for several). */
+#define WF_SERVE_SIGNATURE_DEFAULT "serving_default"
+#define WF_SERVE_SIGNATURE_ALL	   "serving_all"
 /* Most input floats one request may carry (bounds memory per request). */
 #define WF_SERVE_MAX_INPUT_FLOATS (1L << 26)
 
@@ -39,6 +44,7 @@ typedef struct wf_serve_tf_req {
 	wf_serve_input in;
 	int columnar; /* 1: body had "inputs" (reply "outputs"); 0: "instances" */
 	int top_k;    /* :classify: classes per result (body "top_k", default 5) */
+	int all_outputs; /* signature_name WF_SERVE_SIGNATURE_ALL */
 } wf_serve_tf_req;
 
 /* Parse a :predict or :classify body ("instances", "inputs" or, for
@@ -46,8 +52,12 @@ typedef struct wf_serve_tf_req {
 int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_serve_tf_req *req,
 		      wf_err *err);
 void wf_serve_tf_req_free(wf_serve_tf_req *req);
-/* {"predictions": probs} or {"outputs": probs}; probs [n,K]. malloc'd. */
-char *wf_serve_tf_predict_reply(const float *probs, int n, int k, int columnar);
+/* {"predictions": probs} or {"outputs": probs}; probs [n,K]. With
+ * all_outputs, every output by name: {"predictions": [{"probabilities": [..],
+ * "logits": [..]}, ...]} or {"outputs": {"probabilities": probs, "logits":
+ * logits}}. malloc'd. */
+char *wf_serve_tf_predict_reply(const float *probs, const float *logits, int n, int k,
+				int columnar, int all_outputs);
 /* {"results": [[[label, score], ...] per sample]}, top_k best first. malloc'd. */
 char *wf_serve_tf_classify_reply(const float *probs, int n, int k, char *const *labels, int top_k);
 /* {"error": msg}. malloc'd. */

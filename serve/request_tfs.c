@@ -16,11 +16,14 @@ int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_se
 		return WF_EINVAL;
 	int rc = 0;
 	const json_t *sig = json_object_get(root, "signature_name");
-	if (sig &&
-	    (!json_is_string(sig) || (strcmp(json_string_value(sig), "") != 0 &&
-				      strcmp(json_string_value(sig), "serving_default") != 0 &&
-				      strcmp(json_string_value(sig), "predict") != 0 &&
-				      strcmp(json_string_value(sig), "classify") != 0))) {
+	req->all_outputs =
+		json_is_string(sig) && !strcmp(json_string_value(sig), WF_SERVE_SIGNATURE_ALL);
+	if (sig && !req->all_outputs &&
+	    (!json_is_string(sig) ||
+	     (strcmp(json_string_value(sig), "") != 0 &&
+	      strcmp(json_string_value(sig), WF_SERVE_SIGNATURE_DEFAULT) != 0 &&
+	      strcmp(json_string_value(sig), "predict") != 0 &&
+	      strcmp(json_string_value(sig), "classify") != 0))) {
 		rc = wf_errf(err, WF_EINVAL,
 			     "Serving signature name: \"%s\" not found in signature def",
 			     json_is_string(sig) ? json_string_value(sig) : "(not a string)");
@@ -74,22 +77,41 @@ void wf_serve_tf_req_free(wf_serve_tf_req *req)
 		wf_serve_input_free(&req->in);
 }
 
+/* Row i of a [n,k] matrix as a JSON list. */
+static json_t *row_json(const float *v, int i, int k)
+{
+	json_t *row = json_array();
+	for (int j = 0; j < k; j++)
+		json_array_append_new(row, json_real(v[(size_t)i * k + j]));
+	return row;
+}
+
 static json_t *matrix_json(const float *v, int n, int k)
 {
 	json_t *rows = json_array();
-	for (int i = 0; i < n; i++) {
-		json_t *row = json_array();
-		for (int j = 0; j < k; j++)
-			json_array_append_new(row, json_real(v[(size_t)i * k + j]));
-		json_array_append_new(rows, row);
-	}
+	for (int i = 0; i < n; i++)
+		json_array_append_new(rows, row_json(v, i, k));
 	return rows;
 }
 
-char *wf_serve_tf_predict_reply(const float *probs, int n, int k, int columnar)
+char *wf_serve_tf_predict_reply(const float *probs, const float *logits, int n, int k,
+				int columnar, int all_outputs)
 {
-	json_t *root = json_object();
-	json_object_set_new(root, columnar ? "outputs" : "predictions", matrix_json(probs, n, k));
+	json_t *root = json_object(), *out;
+	if (!all_outputs) {
+		out = matrix_json(probs, n, k);
+	} else if (columnar) {
+		out = json_pack("{soso}", WF_SERVE_OUTPUT_PROBS, matrix_json(probs, n, k),
+				WF_SERVE_OUTPUT_LOGITS, matrix_json(logits, n, k));
+	} else {
+		out = json_array();
+		for (int i = 0; i < n; i++)
+			json_array_append_new(out, json_pack("{soso}", WF_SERVE_OUTPUT_PROBS,
+							     row_json(probs, i, k),
+							     WF_SERVE_OUTPUT_LOGITS,
+							     row_json(logits, i, k)));
+	}
+	json_object_set_new(root, columnar ? "outputs" : "predictions", out);
 	char *s = json_dumps(root, REAL_FLAGS);
 	json_decref(root);
 	return s;

@@ -388,6 +388,23 @@ def curl_checks(port, jpeg):
     code, doc = curl("-d", json.dumps({"inputs": [row]}), "-X", "POST",
                      base + "/v1/models/m2/versions/1:predict")
     check(code == 200 and len(doc["outputs"]) == 1, "curl: columnar format predict")
+    code, meta = curl(base + "/v1/models/m2/metadata")
+    sigs = meta.get("metadata", {}).get("signature_def", {}).get("signature_def", {}) \
+        if code == 200 else {}
+    check(sorted(sigs.get("serving_default", {}).get("outputs", {})) == ["probabilities"] and
+          sorted(sigs.get("serving_all", {}).get("outputs", {})) == ["logits", "probabilities"],
+          "curl: metadata lists serving_default (probabilities) and serving_all (both outputs)")
+    code, doc = curl("-d", json.dumps({"signature_name": "serving_all", "instances": [row, row]}),
+                     "-X", "POST", base + "/v1/models/m2:predict")
+    p0 = doc.get("predictions", [{}])[0] if code == 200 else {}
+    check(code == 200 and len(doc["predictions"]) == 2 and sorted(p0) == ["logits", "probabilities"]
+          and len(p0["logits"]) == 10 and abs(sum(p0["probabilities"]) - 1) < 1e-4,
+          "curl: a signature with several outputs answers one object per instance (TF Serving)")
+    code, doc = curl("-d", json.dumps({"signature_name": "serving_all", "inputs": [row]}),
+                     "-X", "POST", base + "/v1/models/m2:predict")
+    check(code == 200 and sorted(doc.get("outputs", {})) == ["logits", "probabilities"]
+          and len(doc["outputs"]["logits"]) == 1,
+          "curl: columnar, several outputs: {\"outputs\": {name: value}}")
     nan_row = json.dumps({"instances": [row]}).replace("0.5", "NaN", 1).replace("0.25", "Infinity", 1)
     code, doc = curl("-d", nan_row, "-X", "POST", base + "/v1/models/m2:predict")
     check(code == 200, "curl: NaN and Infinity accepted as TF Serving documents (%d)" % code)

@@ -309,17 +309,31 @@ def tfs_checks(ports, c, tmp):
     ms = model_service_pb2_grpc.ModelServiceStub(ch)
     rng = np.random.default_rng(2)
     x = rng.random((2, H, W, C), dtype=np.float32)
-    want = c.infer("m", [infer_input(x)]).as_numpy("logits")
+    kv = c.infer("m", [infer_input(x)])
+    want, want_p = kv.as_numpy("logits"), kv.as_numpy("probabilities")
 
+    # serving_default has one output (probabilities), serving_all both
     req = predict_pb2.PredictRequest()
     req.model_spec.name = "m"
     req.model_spec.signature_name = "serving_default"
     tensor(req, x, types_pb2.DT_FLOAT).tensor_content = x.tobytes()
     r = ps.Predict(req, timeout=60)
+    pr = r.outputs["probabilities"]
+    check(r.model_spec.version.value == 1 and list(r.outputs.keys()) == ["probabilities"]
+          and [d.size for d in pr.tensor_shape.dim] == [2, 10]
+          and close(np.array(pr.float_val, np.float32).reshape(2, 10), want_p),
+          "Predict serving_default (tensor_content) == KServe probabilities; version in model_spec")
+    req.model_spec.signature_name = "serving_all"
+    r = ps.Predict(req, timeout=60)
     lg = r.outputs["logits"]
-    check(r.model_spec.version.value == 1 and [d.size for d in lg.tensor_shape.dim] == [2, 10]
+    check(sorted(r.outputs.keys()) == ["logits", "probabilities"]
+          and r.model_spec.signature_name == "serving_all"
           and close(np.array(lg.float_val, np.float32).reshape(2, 10), want),
-          "Predict (tensor_content) == KServe logits; version in model_spec")
+          "Predict serving_all: both outputs, logits == KServe logits")
+    req.model_spec.signature_name = ""
+    req.output_filter.append("logits")
+    check(status_of(lambda: ps.Predict(req, timeout=60)) == "INVALID_ARGUMENT",
+          "Predict output_filter logits on serving_default: not in the signature")
     req = predict_pb2.PredictRequest()
     req.model_spec.name = "m"
     req.model_spec.version.value = 1
@@ -331,12 +345,12 @@ def tfs_checks(ports, c, tmp):
           "Predict (float_val, version 1, output_filter)")
 
     px = rng.integers(0, 256, (1, H, W, C), dtype=np.uint8)
-    want_u8 = c.infer("m", [infer_input(px, "UINT8")]).as_numpy("logits")
+    want_u8 = c.infer("m", [infer_input(px, "UINT8")]).as_numpy("probabilities")
     req = predict_pb2.PredictRequest()
     req.model_spec.name = "m"
     tensor(req, px, types_pb2.DT_UINT8).int_val.extend(px.ravel().tolist())
     r = ps.Predict(req, timeout=60)
-    check(close(np.array(r.outputs["logits"].float_val, np.float32).reshape(1, 10), want_u8),
+    check(close(np.array(r.outputs["probabilities"].float_val, np.float32).reshape(1, 10), want_u8),
           "Predict DT_UINT8 == KServe UINT8")
     jpeg = open(os.path.join(tmp, "a.jpg"), "rb").read()
     want_img = c.infer("m", [infer_input(np.array([jpeg], np.object_), "BYTES")]).as_numpy("probabilities")
@@ -371,9 +385,10 @@ def tfs_checks(ports, c, tmp):
     mr.metadata["signature_def"].Unpack(sd)
     sig = sd.signature_def["serving_default"]
     check([d.size for d in sig.inputs["input"].tensor_shape.dim] == [-1, H, W, C]
-          and sorted(sig.outputs.keys()) == ["logits", "probabilities"]
+          and sorted(sig.outputs.keys()) == ["probabilities"]
+          and sorted(sd.signature_def["serving_all"].outputs.keys()) == ["logits", "probabilities"]
           and sig.method_name == "tensorflow/serving/predict",
-          "GetModelMetadata: SignatureDefMap in an Any")
+          "GetModelMetadata: SignatureDefMap in an Any (serving_default, serving_all)")
 
     sreq = get_model_status_pb2.GetModelStatusRequest()
     sreq.model_spec.name = "m"
@@ -396,6 +411,7 @@ def tfs_checks(ports, c, tmp):
     lreq = predict_pb2.PredictRequest()
     lreq.model_spec.name = "m"
     lreq.model_spec.version_label = "stable"
+    lreq.model_spec.signature_name = "serving_all"
     tensor(lreq, x, types_pb2.DT_FLOAT).tensor_content = x.tobytes()
     lr = ps.Predict(lreq, timeout=60)
     check(lr.model_spec.version.value == 1
@@ -706,6 +722,7 @@ def config_file_checks(tmp):
             req.model_spec.version_label = label
         if version:
             req.model_spec.version.value = version
+        req.model_spec.signature_name = "serving_all"
         tensor(req, x, types_pb2.DT_FLOAT).tensor_content = x.tobytes()
         r = ps.Predict(req, timeout=60)
         return r.model_spec.version.value, np.array(r.outputs["logits"].float_val,

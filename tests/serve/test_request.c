@@ -326,8 +326,17 @@ static void test_replies_carry_probabilities_labels_and_binary(void)
 	char *s = wf_serve_tf_classify_reply(probs, 2, 3, labels, 2);
 	WF_CHECK(s && strstr(s, "{\"results\":[[[\"eel\",") == s);
 	free(s);
-	s = wf_serve_tf_predict_reply(probs, 2, 3, 1);
+	s = wf_serve_tf_predict_reply(probs, logits, 2, 3, 1, 0);
 	WF_CHECK(s && strncmp(s, "{\"outputs\":[[", 13) == 0);
+	free(s);
+	/* the signature with both outputs: keyed by output name (TF Serving's form) */
+	s = wf_serve_tf_predict_reply(probs, logits, 2, 3, 0, 1);
+	WF_CHECK(s && strstr(s, "{\"predictions\":[{\"probabilities\":[") == s &&
+		 strstr(s, "\"logits\":[0.0,1.0,3.0]},{"));
+	free(s);
+	s = wf_serve_tf_predict_reply(probs, logits, 2, 3, 1, 1);
+	WF_CHECK(s && strstr(s, "{\"outputs\":{\"probabilities\":[[") == s &&
+		 strstr(s, "\"logits\":[[0.0,1.0,3.0],[2.0,0.0,0.0]]}"));
 	free(s);
 
 	wf_serve_kv2_req req = {
