@@ -52,6 +52,26 @@ for t in conv1/kernel conv2/bias dense1/kernel; do
 		fail "frozen $t changed in fine-tuning"
 done
 
+# The same under parameter servers (1 server, 2 workers): the servers update
+# every parameter they hold, the frozen ones get zero gradients and stay
+# bitwise as they were (momentum and Adam alike); weight decay would move
+# them, so that combination is refused naming the keys.
+for opt in sgd adam; do
+	"$WEFT" launch --ps 1 --workers 2 --threads 1 --device cpu --config cfg.json \
+		--set data.train=f4.h5 --set model.init_from=pre/ckpt --set model.freeze=backbone \
+		--set optimizer.name=$opt --set train.steps=20 --set log.dir=ps-$opt/logs \
+		--set checkpoint.dir=ps-$opt/ckpt >ps-$opt.out 2>&1 || { tail -20 ps-$opt.out; fail "ps fine-tuning ($opt) failed"; }
+	for t in conv1/kernel conv2/bias dense1/kernel; do
+		[ "$(tensor pre/ckpt/step-150/model.h5 $t)" = "$(tensor ps-$opt/ckpt/step-20/model.h5 $t)" ] ||
+			fail "parameter servers ($opt): frozen $t changed"
+	done
+done
+rc=0
+"$WEFT" launch --ps 1 --workers 1 --config cfg.json --set data.train=f4.h5 \
+	--set model.freeze=backbone --set optimizer.weight_decay=0.01 >wd.out 2>&1 || rc=$?
+[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] && grep -q "model.freeze with optimizer.weight_decay" wd.out ||
+	fail "model.freeze + weight_decay under parameter servers is not refused: $(tail -3 wd.out)"
+
 # Freezing by prefix: conv1 and conv2 fixed, dense1 trained.
 train pfx --set data.train=f4.h5 --set model.init_from=pre/ckpt --set 'model.freeze=["conv1","conv2"]' \
 	--set train.steps=10
