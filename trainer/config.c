@@ -141,7 +141,8 @@ static const key_def keys[] = {
 	{"model.init_from", T_STR, F(model.init_from), "\"\"",
 	 "start from this weft model file, checkpoint directory (its newest complete step) or "
 	 "Keras .h5/.keras: every layer whose name and shapes match is copied, the rest is listed "
-	 "and starts fresh (a new head when the classes differ)"},
+	 "and starts fresh; the output layer's rows are taken by class name (classes in another "
+	 "order, a subset, a partial overlap: classes the source lacks start fresh)"},
 	{"model.freeze", T_STR, F(model.freeze), "\"\"",
 	 "layers not trained (Keras trainable=False; their batch norms in inference mode): "
 	 "a list (or comma-separated string) of layer-name prefixes, or \"backbone\" = every "

@@ -56,29 +56,46 @@ int wf_finetune_load_source(run *r, wf_err *err)
 	return rc;
 }
 
-/* 1 when the new classes (dst) are the source's classes (src) in another
- * order: perm[j] is the source index of class j. Both lists complete, the
- * names unique. */
-static int class_permutation(const wf_model_meta *src, const wf_model_meta *dst, int *perm)
+/* The new classes (dst) by name in the source's (src): map[j] is the source
+ * index of class j, -1 for a class the source does not have. Returns how
+ * many are shared; 0 when a list is missing or a name is there twice. */
+static int class_map(const wf_model_meta *src, const wf_model_meta *dst, int *map)
 {
-	int k = dst->nclasses;
-	if (src->nclasses != k || !src->class_names || !dst->class_names)
+	if (!src->class_names || !dst->class_names)
 		return 0;
-	for (int j = 0; j < k; j++) {
-		perm[j] = -1;
-		for (int i = 0; i < k; i++) {
+	int shared = 0;
+	for (int j = 0; j < dst->nclasses; j++) {
+		map[j] = -1;
+		for (int i = 0; i < src->nclasses; i++) {
 			if (!src->class_names[i] || !dst->class_names[j] ||
 			    strcmp(src->class_names[i], dst->class_names[j]) != 0)
 				continue;
-			if (perm[j] >= 0)
+			if (map[j] >= 0)
 				return 0; /* a name twice */
-			perm[j] = i;
+			map[j] = i;
 		}
-		if (perm[j] < 0)
-			return 0;
-		for (int q = 0; q < j; q++)
-			if (perm[q] == perm[j])
+		for (int q = 0; q < j && map[j] >= 0; q++)
+			if (map[q] == map[j])
 				return 0;
+		shared += map[j] >= 0;
+	}
+	return shared;
+}
+
+/* 1 when the output layer's views of m (k classes) and src (sk classes) are
+ * the same but for the class dimension. */
+static int heads_match(const wf_model *m, const wf_model *src, int k, int sk)
+{
+	const wf_layer *l = &m->layers[m->output];
+	int views[6] = {l->p_kernel, l->p_bias, l->p_gamma, l->p_beta, l->s_mean, l->s_var};
+	for (int q = 0; q < 6; q++) {
+		if (views[q] < 0)
+			continue;
+		const wf_view *v = &m->views[views[q]], *s = wf_model_view(src, v->name);
+		if (!s || s->ndim != v->ndim || v->shape[v->ndim - 1] != k ||
+		    s->shape[s->ndim - 1] != sk ||
+		    memcmp(s->shape, v->shape, sizeof(int) * (size_t)(v->ndim - 1)) != 0)
+			return 0;
 	}
 	return 1;
 }
@@ -101,22 +118,24 @@ static int head_by_class(const wf_model *m, int i, int k)
 	return any;
 }
 
-/* Copy view s of src into v of m; with perm, v's last dimension holds the
- * classes and entry j comes from the source's class perm[j] (the output
- * layer's kernel and bias taken by class name). */
+/* Copy view s of src into v of m; with map, the last dimensions hold the
+ * classes and entry j comes from the source's class map[j] (the output
+ * layer's kernel and bias taken by class name; -1: a new class keeps its
+ * fresh initialisation). */
 static void copy_view(wf_model *m, const wf_view *v, const wf_model *src, const wf_view *s,
-		      const int *perm)
+		      const int *map)
 {
 	float *dst = (v->trainable ? m->params : m->state) + v->offset;
 	const float *from = (s->trainable ? src->params : src->state) + s->offset;
-	if (!perm) {
+	if (!map) {
 		memcpy(dst, from, v->count * sizeof(float));
 		return;
 	}
-	size_t k = (size_t)v->shape[v->ndim - 1];
+	size_t k = (size_t)v->shape[v->ndim - 1], sk = (size_t)s->shape[s->ndim - 1];
 	for (size_t row = 0; row < v->count / k; row++)
 		for (size_t j = 0; j < k; j++)
-			dst[row * k + j] = from[row * k + (size_t)perm[j]];
+			if (map[j] >= 0)
+				dst[row * k + j] = from[row * sk + (size_t)map[j]];
 }
 
 int wf_finetune_init_from(run *r, wf_err *err)
@@ -136,18 +155,32 @@ int wf_finetune_init_from(run *r, wf_err *err)
 					    r->meta.nclasses, c->data.train, &names) != 0;
 	char missing[2048] = "";
 	size_t mlen = 0;
-	int *perm = NULL; /* the same classes in another order: the head is remapped */
+	int nk = r->meta.nclasses;
+	/* classes shared by name: the head's rows are taken by class name (all
+	 * of them in another order, or those of the shared classes) */
+	int *perm = NULL, partial = 0;
 	if (!(r->initialised = calloc((size_t)m->nlayers, 1)) ||
-	    (new_head && !(perm = malloc(sizeof(int) * (size_t)sm.nclasses)))) {
+	    !(perm = malloc(sizeof(int) * (size_t)(nk + 1)))) {
 		rc = wf_errf(err, WF_ENOMEM, "out of memory");
 		goto out;
 	}
-	if (new_head && class_permutation(&sm, &r->meta, perm) &&
-	    head_by_class(m, m->output, sm.nclasses)) {
+	int shared = (new_head || sm.nclasses != nk) ? class_map(&sm, &r->meta, perm) : 0;
+	if (shared && head_by_class(m, m->output, nk) && heads_match(m, src, nk, sm.nclasses)) {
+		partial = shared < nk || sm.nclasses != nk;
 		new_head = 0;
-		wf_info("model.init_from: %s holds the classes of %s in another order: the "
-			"output layer's rows are taken by class name",
-			c->data.train, file);
+		if (!partial)
+			wf_info("model.init_from: %s holds the classes of %s in another order: "
+				"the output layer's rows are taken by class name",
+				c->data.train, file);
+		else if (shared == nk)
+			wf_info("model.init_from: %s holds %d of the %d classes of %s: the output "
+				"layer keeps their rows (by class name) and trains on",
+				c->data.train, nk, sm.nclasses, file);
+		else
+			wf_info("model.init_from: %s shares %d of its %d classes with the %d of "
+				"%s: the output layer keeps their rows (by class name), the %d "
+				"others start fresh",
+				c->data.train, shared, nk, sm.nclasses, file, nk - shared);
 	} else {
 		free(perm);
 		perm = NULL;
@@ -167,6 +200,8 @@ int wf_finetune_init_from(run *r, wf_err *err)
 			ok = ok && s && s->count == v->count && s->ndim == v->ndim &&
 			     memcmp(s->shape, v->shape, sizeof(int) * (size_t)v->ndim) == 0;
 		}
+		if (i == m->output && perm)
+			ok = 1; /* checked by heads_match */
 		if (!any)
 			continue;
 		with_params++;
@@ -183,7 +218,8 @@ int wf_finetune_init_from(run *r, wf_err *err)
 			const wf_view *s = wf_model_view(src, v->name);
 			copy_view(m, v, src, s, i == m->output ? perm : NULL);
 		}
-		r->initialised[i] = 1;
+		/* a head with new classes is not "backbone": it trains */
+		r->initialised[i] = !(partial && i == m->output);
 		copied++;
 	}
 	if (!copied) {

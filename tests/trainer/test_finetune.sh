@@ -38,8 +38,10 @@ train pre --set data.train=p10.h5 --set train.steps=150
 train ft --set data.train=f4.h5 --set data.eval=f4e.h5 --set model.init_from=pre/ckpt \
 	--set 'model.freeze=["backbone"]'
 cat ft.err
-grep -q "model.init_from: 3 of 4 layers initialised from pre/ckpt/step-150/model.h5; not initialised (new): logits" ft.err ||
+grep -q "model.init_from: 4 of 4 layers initialised from pre/ckpt/step-150/model.h5" ft.err ||
 	fail "init_from does not list what it initialised"
+grep -q "model.init_from: f4.h5 holds 4 of the 10 classes of pre/ckpt/step-150/model.h5: the output layer keeps their rows (by class name)" ft.err ||
+	fail "no notice that the head keeps the rows of the classes f4.h5 holds"
 acc=$(last_metric ft/logs/metrics.jsonl eval_accuracy)
 # the same head on the same frozen architecture without the pretrained weights
 train scratch --set data.train=f4.h5 --set data.eval=f4e.h5 --set model.freeze=backbone
