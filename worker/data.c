@@ -113,6 +113,8 @@ struct wf_dataset {
 	uint64_t *offsets; /* [N+1] */
 	uint8_t *enc;	   /* all of `encoded` when under the memory budget, else NULL */
 	hid_t dencoded;	   /* open while streaming an encoded dataset */
+	uint32_t *sample_crc; /* streaming encoded: each sample's CRC-32 (`sample_crc32`),
+			       * checked at every read; NULL: the file has none */
 	int resize;	   /* wf_image_resize of the encoded form */
 	/* gather scratch, guarded by the HDF5 lock, grown (never per batch once warm) */
 	gather_ent *order;
@@ -257,6 +259,28 @@ static int read_image_range(wf_dataset *ds, hid_t d, long start, long n, uint8_t
 	return rc;
 }
 
+/* Streaming an encoded set: the optional `sample_crc32` [N] (uint32). */
+static int read_sample_crcs(wf_dataset *ds, hid_t file, const char *path, wf_err *err)
+{
+	if (H5Lexists(file, "sample_crc32", H5P_DEFAULT) <= 0)
+		return 0; /* written by another tool or an older weft: nothing to check */
+	hsize_t dims[1];
+	hid_t d = H5I_INVALID_HID;
+	int rc = open_checked(file, path, "sample_crc32", H5T_INTEGER, 4, 1, "uint32", 1, dims,
+			      H5P_DEFAULT, &d, err);
+	if (!rc && dims[0] != (hsize_t)ds->info.count)
+		rc = wf_errf(err, WF_EFORMAT, "%s: `sample_crc32` has %llu entries, want %ld", path,
+			     (unsigned long long)dims[0], ds->info.count);
+	if (!rc && !(ds->sample_crc = malloc(sizeof(uint32_t) * (size_t)(dims[0] + 1))))
+		rc = wf_errf(err, WF_ENOMEM, "%s: out of memory for %llu checksums", path,
+			     (unsigned long long)dims[0]);
+	if (!rc && dims[0] &&
+	    H5Dread(d, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, ds->sample_crc) < 0)
+		rc = WF_H5_FAIL(err, WF_EIO, "%s: reading `sample_crc32`", path);
+	wf_h5_close(&d);
+	return rc;
+}
+
 /* Read `labels` ([n], any integer type), check their range and checksum.
  * Lock held. */
 static int read_labels(wf_dataset *ds, hid_t file, const char *path, long n, wf_err *err)
@@ -389,6 +413,7 @@ static int open_encoded(wf_dataset *ds, hid_t file, const char *path, hid_t dapl
 		}
 		rc = check_crc(file, path, "encoded", wf_data_crc_bytes(0, ds->enc, edims[0]), err);
 	} else {
+		rc = read_sample_crcs(ds, file, path, err);
 		ds->file = file;
 		ds->dencoded = denc;
 		file = denc = H5I_INVALID_HID;
@@ -629,6 +654,7 @@ void wf_dataset_close(wf_dataset *ds)
 	free(ds->offsets);
 	free(ds->enc);
 	free(ds->group_crc);
+	free(ds->sample_crc);
 	free(ds->group_ok);
 	free(ds->group_buf);
 	free(ds->order);
@@ -678,6 +704,13 @@ int wf_dataset_load_sample(wf_dataset *ds, long idx, uint8_t *image, wf_err *err
 		wf_h5_close(&fs);
 		wf_data_h5_unlock();
 		bytes = owned;
+		uint32_t crc = rc || !ds->sample_crc ? 0 : wf_data_crc_bytes(0, owned, len);
+		if (!rc && ds->sample_crc && crc != ds->sample_crc[idx])
+			rc = wf_errf(err, WF_EFORMAT,
+				     "%s: sample %ld of dataset `encoded` fails its checksum (crc32 "
+				     "%08x, `sample_crc32` says %08x): the file is damaged; convert "
+				     "it again",
+				     ds->path, idx, crc, ds->sample_crc[idx]);
 	}
 	if (!rc) {
 		rc = wf_image_load_u8(bytes, len, ds->info.c, ds->info.h, ds->info.w, ds->resize, 0,

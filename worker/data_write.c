@@ -32,6 +32,7 @@ struct wf_dataset_writer {
 	hid_t dencoded;
 	uint64_t *offsets; /* [count+1] (encoded) */
 	uint32_t crc_encoded;
+	uint32_t *sample_crc; /* [count] (encoded): each sample's bytes, for streaming readers */
 	uint32_t crc_images, crc_labels; /* running CRC-32 of what was appended */
 	/* per group of `group` samples (one images chunk): CRC-32s for readers
 	 * that stream and check each group when they first read from it */
@@ -49,6 +50,7 @@ static void writer_discard(wf_dataset_writer *wr)
 	wf_h5_close(&wr->file);
 	wf_data_h5_unlock();
 	free(wr->offsets);
+	free(wr->sample_crc);
 	free(wr->group_crc);
 	if (wr->tmp)
 		unlink(wr->tmp);
@@ -170,7 +172,8 @@ static int create_writer(wf_dataset_writer **out, const char *path, long count, 
 		hsize_t edims[1] = {0}, echunk[1] = {CHUNK_TARGET_BYTES};
 		int64_t size[3] = {h, w, c};
 		wr->offsets = calloc((size_t)count + 1, sizeof(*wr->offsets));
-		if (!wr->offsets) {
+		wr->sample_crc = calloc((size_t)count + 1, sizeof(*wr->sample_crc));
+		if (!wr->offsets || !wr->sample_crc) {
 			rc = wf_errf(err, WF_ENOMEM, "%s: out of memory for %ld offsets", path,
 				     count);
 			goto out;
@@ -330,8 +333,10 @@ int wf_dataset_append_encoded(wf_dataset_writer *wr, const uint8_t *const *bytes
 	if ((rc = write_labels(wr, labels, n, err)))
 		goto out;
 	wr->crc_encoded = wf_data_crc_bytes(wr->crc_encoded, flat, total);
-	for (long i = 0; i < n; i++)
+	for (long i = 0; i < n; i++) {
 		wr->offsets[wr->written + i + 1] = wr->offsets[wr->written + i] + lens[i];
+		wr->sample_crc[wr->written + i] = wf_data_crc_bytes(0, bytes[i], lens[i]);
+	}
 	wr->written += n;
 out:
 	wf_h5_close(&ms);
@@ -379,6 +384,19 @@ int wf_dataset_writer_close(wf_dataset_writer *wr, wf_err *err)
 			rc = write_crc(wr->dencoded, wr->crc_encoded, wr->path, "encoded", err);
 		wf_h5_close(&d);
 		wf_h5_close(&s);
+		if (!rc && wr->written) { /* each sample's CRC-32, for readers that stream */
+			hsize_t cdims[1] = {(hsize_t)wr->written};
+			s = H5Screate_simple(1, cdims, NULL);
+			d = s < 0 ? H5I_INVALID_HID
+				  : H5Dcreate2(wr->file, "sample_crc32", H5T_STD_U32LE, s,
+					       H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+			if (d < 0 || H5Dwrite(d, H5T_NATIVE_UINT32, H5S_ALL, H5S_ALL, H5P_DEFAULT,
+					      wr->sample_crc) < 0)
+				rc = WF_H5_FAIL(err, WF_EIO, "%s: writing `sample_crc32`",
+						wr->path);
+			wf_h5_close(&d);
+			wf_h5_close(&s);
+		}
 		wf_h5_close(&wr->dencoded);
 	} else if (!rc) {
 		rc = write_crc(wr->dimages, wr->crc_images, wr->path, "images", err);

@@ -59,6 +59,12 @@ if WEFT_DATA_MEMORY_MB=0 "$WEFT_IMAGES_CHECK" "$T/train.h5" "$T/bad_px.h5" 2>"$T
 	echo "FAIL: a streamed bad_px.h5 was read despite a changed byte"; exit 1
 fi
 grep -q "samples \[0, 17) fail their checksum" "$T/err" || { cat "$T/err"; exit 1; }
+# a streamed --encoded set: each sample's bytes against `sample_crc32` at every read
+WEFT_DATA_MEMORY_MB=0 "$WEFT_IMAGES_CHECK" "$T/train.h5" "$T/enc.h5" >/dev/null
+if WEFT_DATA_MEMORY_MB=0 "$WEFT_IMAGES_CHECK" "$T/train.h5" "$T/bad_enc.h5" 2>"$T/err"; then
+	echo "FAIL: a streamed bad_enc.h5 was read despite a changed byte"; exit 1
+fi
+grep -q "bad_enc.h5: sample [0-9]* of dataset \`encoded\` fails its checksum" "$T/err" || { cat "$T/err"; exit 1; }
 
 # validation split: Keras's seeded shuffle, validation last; both parts add up
 "$WEFT" data images "$T/photos" --out "$T/tr.h5" --val-split 0.25 --val-out "$T/va.h5" \
