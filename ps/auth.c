@@ -113,6 +113,39 @@ static int read_key(const char *path, int secret, char *out, wf_err *err)
 	return rc;
 }
 
+/* "fd:N": the four keys, one line each in key_names order, in the file
+ * open on descriptor N (an inherited memfd: `weft launch` keeps its run's
+ * keys off the disk). */
+static int read_keys_fd(const char *spec, char *dst[4], wf_err *err)
+{
+	char *end;
+	long fd = strtol(spec + 3, &end, 10);
+	char buf[1024];
+	ssize_t n = -1;
+	if (end != spec + 3 && !*end && fd >= 0 && fd < (1 << 20))
+		n = pread((int)fd, buf, sizeof(buf) - 1, 0);
+	if (n <= 0)
+		return wf_errf(err, WF_EINVAL,
+			       "cluster.key_dir %s: no keys on that descriptor (it is meant for "
+			       "the processes `weft launch` starts)",
+			       spec);
+	buf[n] = '\0';
+	size_t at = 0;
+	for (int i = 0; i < 4; i++) {
+		size_t e = at;
+		while (e < (size_t)n && buf[e] != '\n')
+			e++;
+		if (e == at || wf_ps_key_parse(buf + at, e - at, dst[i]) != 0) {
+			memset(buf, 0, sizeof(buf));
+			return wf_errf(err, WF_EFORMAT, "cluster.key_dir %s: line %d is not a key",
+				       spec, i + 1);
+		}
+		at = e + 1;
+	}
+	memset(buf, 0, sizeof(buf));
+	return 0;
+}
+
 int wf_ps_keys_load(wf_ps_keys *k, const char *dir, wf_err *err)
 {
 	char *dst[4] = {k->server_public, k->server_secret, k->client_public, k->client_secret};
@@ -120,7 +153,12 @@ int wf_ps_keys_load(wf_ps_keys *k, const char *dir, wf_err *err)
 	memset(k, 0, sizeof(*k));
 	if (!dir || !*dir)
 		return wf_errf(err, WF_EINVAL, "cluster.key_dir: empty");
-	for (int i = 0; i < 4; i++) {
+	if (!strncmp(dir, "fd:", 3)) {
+		int rc = read_keys_fd(dir, dst, err);
+		if (rc)
+			return rc;
+	}
+	for (int i = 0; i < 4 && strncmp(dir, "fd:", 3); i++) {
 		snprintf(path, sizeof(path), "%s/%s", dir, key_names[i]);
 		int rc = read_key(path, i % 2, dst[i], err);
 		if (rc)

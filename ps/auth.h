@@ -39,7 +39,9 @@ int wf_ps_curve_check(wf_err *err);
 int wf_ps_key_parse(const char *text, size_t n, char out[WF_PS_KEY_Z85]);
 /* Read the four key files of dir into k; the message names the file and
  * says how to make them (`weft keygen --out DIR`). Warns when a secret key
- * file can be read by group or others. */
+ * file can be read by group or others. dir "fd:N" reads the four keys
+ * (server.pub, server.key, client.pub, client.key: one Z85 line each) from
+ * descriptor N instead (`weft launch`'s keys, never on disk). */
 int wf_ps_keys_load(wf_ps_keys *k, const char *dir, wf_err *err);
 /* Two fresh key pairs in memory (benchmarks, tests). */
 int wf_ps_keys_new(wf_ps_keys *k, wf_err *err);

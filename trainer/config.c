@@ -124,8 +124,8 @@ static const key_def keys[] = {
 	 "at the end of training, export the model as the next version under this "
 	 "BASE/NAME directory (weft-serve's --model_base_path); empty: no export"},
 	{"cluster.key_dir", T_STR, F(cluster.key_dir), "\"\"",
-	 "parameter_server: directory of the CURVE key files (`weft keygen`); empty: "
-	 "$WEFT_KEY_DIR"},
+	 "parameter_server: directory of the CURVE key files (`weft keygen`); empty: none "
+	 "(`weft launch` makes its own)"},
 	{"cluster.insecure", T_BOOL, F(cluster.insecure), "false",
 	 "parameter_server: plain TCP without keys: anyone who reaches a server's port can "
 	 "read and overwrite the model"},
@@ -226,6 +226,7 @@ static const struct {
 	{"ps.stall_timeout", "WEFT_PS_STALL_TIMEOUT"},
 	{"ps.stats_every", "WEFT_PS_STATS_EVERY"},
 	{"ps.debug_stall", "WEFT_PS_DEBUG_STALL"},
+	{"cluster.key_dir", "WEFT_KEY_DIR"},
 };
 
 /* Environment variables that are not config keys: the process identity a
@@ -256,13 +257,10 @@ static const env_def env_only[] = {
 	{"WEFT_CHIEF_NAME, WEFT_WORKER_NAME, WEFT_PS_NAME, WEFT_EVALUATOR_NAME", "",
 	 "Kubernetes: pod name prefix of each role"},
 	{"WEFT_LAUNCH", "", "set by `weft launch` in its children (it prefixes their log lines)"},
-	{"WEFT_KEY_DIR", "",
-	 "parameter_server: CURVE key directory when `cluster.key_dir` is empty"},
 	{"OMP_NUM_THREADS", "", "set: `train.threads` 0 leaves the thread count to the library"},
 	{"OMP_WAIT_POLICY, GOMP_SPINCOUNT", "",
 	 "OpenMP spinning: both unset, weft sets OMP_WAIT_POLICY=passive and re-executes itself "
 	 "once; `weft version` shows them"},
-	{"TMPDIR", "/tmp", "`weft launch`: where the run's ephemeral CURVE keys go"},
 };
 
 /* The environment variable of key k, or NULL. */

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -63,7 +64,7 @@ typedef struct launcher {
 	int fail_code;	   /* first permanent failure's status, 0 none */
 	char fail_name[32];
 	char key_arg[4096 + 32];	    /* "cluster.key_dir=DIR" */
-	char key_tmp[WF_CFG_PATH_MAX - 16]; /* ephemeral key directory, "" none */
+	int key_fd; /* memfd holding this run's keys, -1: none */
 } launcher;
 
 static volatile sig_atomic_t got_signal;
@@ -418,31 +419,33 @@ static int code_to_rc(int code)
 /* ---- keys ------------------------------------------------------------------------------ */
 
 /* Fresh CURVE keys for this run in a private temporary directory (0700). */
+/* This run's keys in an anonymous memory file that the children inherit
+ * (cluster.key_dir=fd:N): nothing reaches the disk, and the keys vanish with
+ * the last process of the run, even when the launcher is killed. */
 static int ephemeral_keys(launcher *l, wf_err *err)
 {
-	const char *tmp = getenv("TMPDIR");
-	snprintf(l->key_tmp, sizeof(l->key_tmp), "%s/weft-keys-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-	if (!mkdtemp(l->key_tmp)) {
-		int rc = wf_errf(err, WF_EIO, "launch: cannot make a key directory %s: %s",
-				 l->key_tmp, strerror(errno));
-		l->key_tmp[0] = '\0';
+	wf_ps_keys k;
+	int rc = wf_ps_keys_new(&k, err);
+	if (rc)
 		return rc;
-	}
-	return wf_ps_keys_generate(l->key_tmp, 0, err);
+	char text[4 * WF_PS_KEY_Z85 + 8];
+	int n = snprintf(text, sizeof(text), "%s\n%s\n%s\n%s\n", k.server_public,
+			 k.server_secret, k.client_public, k.client_secret);
+	memset(&k, 0, sizeof(k));
+	l->key_fd = memfd_create("weft-keys", 0); /* no CLOEXEC: the children read it */
+	if (l->key_fd < 0 || write(l->key_fd, text, (size_t)n) != n)
+		rc = wf_errf(err, WF_EIO, "launch: cannot keep the run's keys in memory: %s",
+			     strerror(errno));
+	memset(text, 0, sizeof(text));
+	return rc;
 }
 
 static void remove_keys(launcher *l)
 {
-	static const char *const names[] = {"server.pub", "server.key", "client.pub", "client.key"};
-	if (!l || !l->key_tmp[0])
-		return;
-	for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
-		char path[4200];
-		snprintf(path, sizeof(path), "%s/%s", l->key_tmp, names[i]);
-		unlink(path);
-	}
-	rmdir(l->key_tmp);
-	l->key_tmp[0] = '\0';
+	if (l && l->key_fd >= 0)
+		close(l->key_fd);
+	if (l)
+		l->key_fd = -1;
 }
 
 /* ---- weft launch ------------------------------------------------------------------- */
@@ -534,6 +537,7 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		rc = wf_errf(err, WF_ENOMEM, "out of memory");
 		goto cleanup;
 	}
+	l->key_fd = -1;
 	ssize_t n = readlink("/proc/self/exe", l->exe, sizeof(l->exe) - 1);
 	if (n <= 0) {
 		rc = wf_errf(err, WF_EINTERNAL, "launch: cannot find the weft binary: %s",
@@ -559,8 +563,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		if (!cfg.cluster.key_dir[0]) {
 			if ((rc = ephemeral_keys(l, err)) != 0)
 				goto cleanup;
-			snprintf(cfg.cluster.key_dir, sizeof(cfg.cluster.key_dir), "%s",
-				 l->key_tmp);
+			snprintf(cfg.cluster.key_dir, sizeof(cfg.cluster.key_dir), "fd:%d",
+				 l->key_fd);
 		}
 		rc = wf_role_keys(&cfg, &keys, &kp, err);
 		memset(&keys, 0, sizeof(keys));

@@ -1,10 +1,13 @@
 # test_kill_worker.sh: a worker killed with SIGKILL mid-run is restarted by
 # `weft launch` with the same TF_CONFIG, rejoins at the servers' current step
+# (reading the run's keys from the memory file it inherits: nothing on disk)
 # and the job finishes; the chief's checkpoints are complete.
 . "$WEFT_SRC/tests/ps/lib.sh"
 mkdir -p data
 make_synth data/train.h5 4000 32 1
 make_synth data/eval.h5 1000 32 2
+mkdir tmp
+export TMPDIR=$WORK/tmp # the run's keys must not land here (or anywhere on disk)
 launch_bg launch.log --ps 1 --workers 2 --config "$WEFT_SRC/configs/synth-smallcnn.json" \
 	--set data.train=data/train.h5 --set data.eval=data/eval.h5 --set train.steps=300 \
 	--set train.eval_every_steps=300 --set checkpoint.dir=run/ckpt --set checkpoint.every_steps=50 \
@@ -12,6 +15,9 @@ launch_bg launch.log --ps 1 --workers 2 --config "$WEFT_SRC/configs/synth-smallc
 wait_for launch.log '\[worker:1\] step +100/' 60
 pid=$(pid_of worker:1)
 [ -n "$pid" ] || fail "no pid for worker:1"
+[ -z "$(ls -A tmp)" ] || fail "weft launch wrote to TMPDIR: $(ls -A tmp)"
+tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "cluster.key_dir=fd:[0-9]" ||
+	fail "the worker did not get the run's keys from memory: $(tr '\0' ' ' <"/proc/$pid/cmdline")"
 kill -9 "$pid"
 rc=0
 wait "$LAUNCH_PID" || rc=$?
