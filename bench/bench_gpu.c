@@ -17,6 +17,7 @@
 #include "common/util.h"
 #include "kernels/cuda/cuda.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "model/model.h"
 #include "model/optim.h"
 
@@ -52,7 +53,7 @@ static int bench_model(wf_backend *be, const char *name, int side, int classes, 
 	float *images = malloc(sizeof(float) * npix);
 	int32_t *labels = malloc(sizeof(int32_t) * (size_t)batch);
 	double *t = malloc(sizeof(double) * (size_t)cfg->steps);
-	float *mom = be->ops->alloc(be, sizeof(float) * m->nparams);
+	float *mom = wf_op_alloc(be, sizeof(float) * m->nparams);
 	wf_rng r;
 	wf_rng_seed(&r, 7);
 	for (size_t i = 0; i < npix; i++)
@@ -73,7 +74,7 @@ static int bench_model(wf_backend *be, const char *name, int side, int classes, 
 		rc = rc ? rc
 			: wf_optim_apply(be, &oc, s, m->nparams, wf_exec_params(ex),
 					 wf_exec_grads(ex), mom, NULL, 1.0f);
-		rc = rc ? rc : be->ops->sync(be);
+		rc = rc ? rc : wf_op_sync(be);
 		if (s >= cfg->warmup)
 			t[s - cfg->warmup] = wf_now() - t0;
 	}
@@ -85,7 +86,7 @@ static int bench_model(wf_backend *be, const char *name, int side, int classes, 
 		*ips = batch / sec;
 		*tflops = 3.0 * wf_model_flops(m) * batch / sec / 1e12;
 	}
-	be->ops->free(be, mom);
+	wf_op_free(be, mom);
 	free(images);
 	free(labels);
 	free(t);

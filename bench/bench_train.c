@@ -12,6 +12,7 @@
  */
 #include "common/util.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "model/model.h"
 #include "model/optim.h"
 
@@ -24,24 +25,24 @@ static double gemm_peak(wf_backend *be)
 {
 	const int n = 1024;
 	wf_dense_desc d = {.n = n, .in = n, .out = n, .bias = 0};
-	float *x = be->ops->alloc(be, sizeof(float) * n * n);
-	float *w = be->ops->alloc(be, sizeof(float) * n * n);
-	float *y = be->ops->alloc(be, sizeof(float) * n * n);
+	float *x = wf_op_alloc(be, sizeof(float) * n * n);
+	float *w = wf_op_alloc(be, sizeof(float) * n * n);
+	float *y = wf_op_alloc(be, sizeof(float) * n * n);
 	wf_plan *plan = NULL;
 	double t[9];
 	for (int i = 0; i < n * n; i++)
 		x[i] = w[i] = 0.001f * (float)(i % 97);
-	be->ops->dense_forward(be, &plan, &d, y, x, w, NULL); /* plan + warm-up */
+	wf_op_dense_forward(be, &plan, &d, y, x, w, NULL); /* plan + warm-up */
 	for (int r = 0; r < 9; r++) {
 		double t0 = wf_now();
-		be->ops->dense_forward(be, &plan, &d, y, x, w, NULL);
-		be->ops->sync(be);
+		wf_op_dense_forward(be, &plan, &d, y, x, w, NULL);
+		wf_op_sync(be);
 		t[r] = wf_now() - t0;
 	}
 	wf_backend_plan_free(be, &plan);
-	be->ops->free(be, x);
-	be->ops->free(be, w);
-	be->ops->free(be, y);
+	wf_op_free(be, x);
+	wf_op_free(be, w);
+	wf_op_free(be, y);
 	return 2.0 * n * (double)n * n / wf_median(t, 9) / 1e9;
 }
 
@@ -66,7 +67,7 @@ static int bench_model(wf_backend *be, const char *name, int batch, int warmup, 
 	float *images = malloc(sizeof(float) * (size_t)batch * 32 * 32 * 3);
 	int32_t *labels = malloc(sizeof(int32_t) * (size_t)batch);
 	double *t = malloc(sizeof(double) * (size_t)steps);
-	float *mom = be->ops->alloc(be, sizeof(float) * m->nparams);
+	float *mom = wf_op_alloc(be, sizeof(float) * m->nparams);
 	wf_rng r;
 	wf_rng_seed(&r, 7);
 	for (int i = 0; i < batch * 32 * 32 * 3; i++)
@@ -87,7 +88,7 @@ static int bench_model(wf_backend *be, const char *name, int batch, int warmup, 
 		rc = rc ? rc
 			: wf_optim_apply(be, &oc, s, m->nparams, wf_exec_params(ex),
 					 wf_exec_grads(ex), mom, NULL, 1.0f);
-		be->ops->sync(be);
+		wf_op_sync(be);
 		if (s >= warmup)
 			t[s - warmup] = wf_now() - t0;
 	}
@@ -99,7 +100,7 @@ static int bench_model(wf_backend *be, const char *name, int batch, int warmup, 
 		/* forward + backward (data and weights) = 3x the forward FLOPs */
 		*gflops = 3.0 * wf_model_flops(m) * batch / sec / 1e9;
 	}
-	be->ops->free(be, mom);
+	wf_op_free(be, mom);
 	free(images);
 	free(labels);
 	free(t);

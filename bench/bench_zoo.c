@@ -17,6 +17,7 @@
  * measured fastest sequence of forwards, as weft-serve runs it. */
 #include "common/util.h"
 #include "kernels/kernels.h"
+#include "kernels/ops.h"
 #include "model/fold.h"
 #include "model/model.h"
 #include "model/batchplan.h"
@@ -46,7 +47,7 @@ static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps,
 		y[i] = (int32_t)wf_rng_below(&r, (uint64_t)m->classes);
 	if (!rc && (rc = wf_exec_create(&ex, m, be, b, training, &err)) != 0)
 		fprintf(stderr, "bench_zoo: %s\n", err.msg);
-	if (!rc && training && !(mom = be->ops->alloc(be, sizeof(float) * m->nparams)))
+	if (!rc && training && !(mom = wf_op_alloc(be, sizeof(float) * m->nparams)))
 		rc = WF_ENOMEM;
 	wf_optim_cfg oc;
 	wf_optim_cfg_default(&oc);
@@ -65,7 +66,7 @@ static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps,
 		} else {
 			rc = wf_exec_forward(ex, x, b, 0, 0);
 		}
-		be->ops->sync(be);
+		wf_op_sync(be);
 		t[s] = wf_now() - t0;
 	}
 	if (rc && ex)
@@ -73,7 +74,7 @@ static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps,
 	if (!rc)
 		*ips = b / wf_median(t + 1, reps);
 	if (mom)
-		be->ops->free(be, mom);
+		wf_op_free(be, mom);
 	wf_exec_free(ex);
 	free(x);
 	free(y);

@@ -58,7 +58,7 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		 "plain progress lines even on a terminal"},
 		{"key-dir", WF_FLAG_STR, &key_dir, "DIR",
 		 "parameter_server: the cluster's CURVE key files (`weft keygen`); same as --set "
-		 "cluster.key_dir=DIR (default: $WEFT_KEY_DIR)"},
+		 "cluster.key_dir=DIR (environment: WEFT_KEY_DIR)"},
 		{"fresh", WF_FLAG_BOOL, &fresh, NULL,
 		 "parameter_server chief: start over at step 0 even when checkpoint.dir holds a "
 		 "complete checkpoint (by default a chief resumes from it, as a restarted pod "

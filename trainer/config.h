@@ -85,7 +85,7 @@ typedef struct wf_config {
 		char dir[WF_CFG_PATH_MAX];
 	} export_;
 	struct {
-		char key_dir[WF_CFG_PATH_MAX]; /* CURVE key files; "": WEFT_KEY_DIR */
+		char key_dir[WF_CFG_PATH_MAX]; /* CURVE key files (WEFT_KEY_DIR); "": none */
 		int insecure;		       /* plain TCP, no authentication */
 		int malloc_tune;	       /* ps receive buffers kept warm in the heap */
 	} cluster;

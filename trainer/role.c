@@ -53,8 +53,13 @@ int wf_role_security_flags(wf_config *cfg, const char *key_dir, int insecure, wf
 			return wf_errf(err, WF_EINVAL, "--key-dir: path too long");
 		snprintf(cfg->cluster.key_dir, sizeof(cfg->cluster.key_dir), "%s", key_dir);
 	}
-	if (insecure)
+	if (insecure) {
 		cfg->cluster.insecure = 1;
+		/* the flag outranks a key directory that only the environment gave */
+		const char *env = getenv("WEFT_KEY_DIR");
+		if (!key_dir && env && !strcmp(env, cfg->cluster.key_dir))
+			cfg->cluster.key_dir[0] = 0;
+	}
 	return 0;
 }
 
@@ -71,8 +76,6 @@ int wf_role_keys(const wf_config *cfg, wf_ps_keys *k, const wf_ps_keys **out, wf
 		return 0;
 	}
 	if (!dir[0])
-		dir = getenv("WEFT_KEY_DIR");
-	if (!dir || !dir[0])
 		return wf_errf(
 			err, WF_EINVAL,
 			"cluster.key_dir: parameter-server traffic is encrypted and authenticated "
@@ -324,30 +327,23 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 static int eval_checkpoint(const wf_config *cfg, const char *dir, long step, wf_err *err)
 {
 	char path[4400];
-	wf_model *m = NULL;
-	wf_model_meta meta;
-	wf_dataset *ds = NULL;
-	wf_backend *be = NULL;
-	wf_exec *ex = NULL;
+	wf_eval_setup es;
 	wf_eval_result r;
-	int rc;
-	wf_model_meta_init(&meta);
-	snprintf(path, sizeof(path), "%s/model.h5", dir);
-	if ((rc = wf_model_load(&m, &meta, path, err)) != 0)
-		goto cleanup;
-	if ((rc = wf_dataset_open(&ds, cfg->data.eval, err)) != 0)
-		goto cleanup;
 	wf_backend_opts bo;
 	wf_config_backend_opts(cfg, &bo);
-	if ((rc = wf_backend_create_opts(&be, cfg->train.device, &bo, err)) != 0)
-		goto cleanup;
-	if ((rc = wf_exec_create(&ex, m, be, (int)cfg->train.batch_size, 0, err)) != 0)
-		goto cleanup;
-	if ((rc = wf_evaluate(ex, ds, &meta, (int)cfg->train.batch_size, &r, err)) != 0)
-		goto cleanup;
+	snprintf(path, sizeof(path), "%s/model.h5", dir);
+	int rc = wf_eval_setup_open(&es, path, cfg->data.eval, cfg->train.device, &bo,
+				    (int)cfg->train.batch_size, err);
+	if (!rc)
+		rc = wf_evaluate(es.ex, es.ds, &es.meta, (int)cfg->train.batch_size, &r, err);
+	wf_eval_setup_free(&es);
+	if (rc)
+		return rc;
 	printf("evaluator: step %ld: eval_loss %.4f eval_accuracy %.4f (%ld samples)\n", step,
 	       r.loss, r.accuracy, r.count);
 	fflush(stdout);
+	wf_event("eval", json_pack("{s:I, s:f, s:f}", "step", (json_int_t)step, "loss", r.loss,
+				   "accuracy", r.accuracy));
 	snprintf(path, sizeof(path), "%s/eval.jsonl", cfg->log.dir);
 	if (wf_mkdirs(cfg->log.dir) == 0) {
 		FILE *f = fopen(path, "a");
@@ -357,17 +353,7 @@ static int eval_checkpoint(const wf_config *cfg, const char *dir, long step, wf_
 			fclose(f);
 		}
 	}
-cleanup:
-	if (ex)
-		wf_exec_free(ex);
-	if (be)
-		wf_backend_free(be);
-	if (ds)
-		wf_dataset_close(ds);
-	if (m)
-		wf_model_free(m);
-	wf_model_meta_free(&meta);
-	return rc;
+	return 0;
 }
 
 /* Evaluate each new complete checkpoint until one of train.steps appears. */
@@ -495,7 +481,7 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 		 "WEFT_PS_STALL_TIMEOUT)"},
 		{"key-dir", WF_FLAG_STR, &key_dir, "DIR",
 		 "the cluster's CURVE key files (`weft keygen`); same as --set "
-		 "cluster.key_dir=DIR (default: $WEFT_KEY_DIR)"},
+		 "cluster.key_dir=DIR (environment: WEFT_KEY_DIR)"},
 		{"insecure", WF_FLAG_BOOL, &insecure, NULL,
 		 "plain TCP without keys: anyone who reaches the port can read and overwrite the "
 		 "model"},

@@ -26,7 +26,7 @@ uint64_t wf_role_job_id(const wf_config *cfg, const wf_cluster *c);
  * trainer rank r is chief 0, worker i -> i + chiefs. */
 int wf_role_num_workers(const wf_cluster *c);
 
-/* The cluster's CURVE keys into *k from cluster.key_dir, else $WEFT_KEY_DIR;
+/* The cluster's CURVE keys into *k from cluster.key_dir (or WEFT_KEY_DIR);
  * *out = k, or NULL with cluster.insecure. Neither: WF_EINVAL saying what to
  * do (`weft keygen`, --key-dir, --insecure). */
 struct wf_ps_keys;

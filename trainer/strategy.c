@@ -1,5 +1,7 @@
 #include "trainer/strategy.h"
 
+#include "kernels/ops.h"
+
 #include "trainer/cluster.h"
 #include "trainer/role.h"
 #include "worker/exchange_mpi.h"
@@ -90,8 +92,10 @@ static int allreduce_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex
 		return rc;
 	wf_mpi_configure(&(wf_mpi_opts){.launched = launched_by_mpirun(),
 					.stall_timeout = cfg->strategy.stall_timeout});
-	const char *dev = wf_exec_backend(ex)->name;
-	if (strcmp(dev, "cuda") == 0)
+	/* device memory (a GPU backend): NCCL; host memory: MPI */
+	const wf_backend *be = wf_exec_backend(ex);
+	const char *dev = be->name;
+	if (!wf_backend_host_memory(be))
 		return wf_exchange_nccl_create(out, ex, m, optim, cfg->strategy.bucket_mb, &boot,
 					       err);
 	if (tf_world && boot.size > 1)
