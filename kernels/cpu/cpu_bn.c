@@ -42,6 +42,8 @@ fail:
 
 static int bn_build_fwd(wf_backend *be, wf_plan *pl, int training)
 {
+	if (bn_consts(be, pl) != 0)
+		return be->err.code;
 	const wf_bn_desc *d = &pl->d.bn;
 	dnnl_batch_normalization_desc_t bd;
 	dnnl_memory_desc_t x, c;
@@ -92,18 +94,10 @@ int wf_cpu_batchnorm_forward(wf_backend *be, wf_plan **plan, const wf_bn_desc *d
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = wf_cpu_plan_get(be, plan, PLAN_BN, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_part(be, plan, PLAN_BN, d, sizeof(*d),
+				  training ? PART_FWD : PART_FWD_INFER, bn_build_fwd, training, &pl);
 	if (rc)
 		return rc;
-	unsigned part = training ? PART_FWD : PART_FWD_INFER;
-	if (!(pl->parts & part)) {
-		rc = bn_consts(be, pl);
-		if (!rc)
-			rc = bn_build_fwd(be, pl, training);
-		if (rc)
-			return wf_cpu_plan_drop(plan, rc);
-		pl->parts |= part;
-	}
 	if (!training) {
 		return wf_cpu_bind_run(
 			be, &pl->inf, 6,
@@ -134,8 +128,11 @@ int wf_cpu_batchnorm_forward(wf_backend *be, wf_plan **plan, const wf_bn_desc *d
 	return 0;
 }
 
-static int bn_build_bwd(wf_backend *be, wf_plan *pl)
+static int bn_build_bwd(wf_backend *be, wf_plan *pl, int unused)
 {
+	(void)unused;
+	if (bn_consts(be, pl) != 0)
+		return be->err.code;
 	const wf_bn_desc *d = &pl->d.bn;
 	dnnl_batch_normalization_desc_t fd, bd;
 	dnnl_primitive_desc_t hint = NULL;
@@ -206,17 +203,9 @@ int wf_cpu_batchnorm_backward(wf_backend *be, wf_plan **plan, const wf_bn_desc *
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = wf_cpu_plan_get(be, plan, PLAN_BN, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_part(be, plan, PLAN_BN, d, sizeof(*d), PART_BWD, bn_build_bwd, 0, &pl);
 	if (rc)
 		return rc;
-	if (!(pl->parts & PART_BWD)) {
-		rc = bn_consts(be, pl);
-		if (!rc)
-			rc = bn_build_bwd(be, pl);
-		if (rc)
-			return wf_cpu_plan_drop(plan, rc);
-		pl->parts |= PART_BWD;
-	}
 	if (!dx && !pl->dx_tmp) {
 		/* oneDNN always writes diff_src: a scratch target, once per plan */
 		pl->dx_tmp = wf_cpu_plan_buf(be, pl, (size_t)d->n * d->h * d->w * d->c);

@@ -101,8 +101,9 @@ fail:
 	return rc;
 }
 
-static int conv_build_fwd(wf_backend *be, wf_plan *pl)
+static int conv_build_fwd(wf_backend *be, wf_plan *pl, int unused)
 {
+	(void)unused;
 	const wf_conv_desc *d = &pl->d.conv;
 	conv_mds m;
 	dnnl_convolution_desc_t cd;
@@ -164,15 +165,10 @@ int wf_cpu_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_de
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = wf_cpu_plan_get(be, plan, PLAN_CONV, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_part(be, plan, PLAN_CONV, d, sizeof(*d), PART_FWD, conv_build_fwd, 0,
+				  &pl);
 	if (rc)
 		return rc;
-	if (!(pl->parts & PART_FWD)) {
-		rc = conv_build_fwd(be, pl);
-		if (rc)
-			return wf_cpu_plan_drop(plan, rc);
-		pl->parts |= PART_FWD;
-	}
 	if (pl->w_once && !pl->w_done) {
 		rc = wf_cpu_bind(be, pl->f_w, w);
 		if (!rc)
@@ -193,8 +189,9 @@ int wf_cpu_conv2d_forward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d,
 	return wf_cpu_conv2d_forward_fused(be, plan, d, y, x, w, b, NULL);
 }
 
-static int conv_build_bwd(wf_backend *be, wf_plan *pl)
+static int conv_build_bwd(wf_backend *be, wf_plan *pl, int unused)
 {
+	(void)unused;
 	const wf_conv_desc *d = &pl->d.conv;
 	conv_mds m;
 	dnnl_convolution_desc_t fd, bd, wd;
@@ -297,15 +294,10 @@ int wf_cpu_conv2d_backward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = wf_cpu_plan_get(be, plan, PLAN_CONV, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_part(be, plan, PLAN_CONV, d, sizeof(*d), PART_BWD, conv_build_bwd, 0,
+				  &pl);
 	if (rc)
 		return rc;
-	if (!(pl->parts & PART_BWD)) {
-		rc = conv_build_bwd(be, pl);
-		if (rc)
-			return wf_cpu_plan_drop(plan, rc);
-		pl->parts |= PART_BWD;
-	}
 	if (dx &&
 	    (rc = wf_cpu_bind_run(be, &pl->bwd_d, 3, (dnnl_memory_t[]){pl->d_dy, pl->d_w, pl->d_dx},
 				  (const void *[]){dy, w, dx})) != 0)

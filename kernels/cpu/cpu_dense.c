@@ -42,38 +42,42 @@ fail:
 	return rc;
 }
 
+static int dense_build_fwd(wf_backend *be, wf_plan *pl, int unused)
+{
+	(void)unused;
+	const wf_dense_desc *d = &pl->d.dense;
+	dnnl_memory_desc_t mx, mw, mb, my;
+	int rc = md_mat(be, &mx, d->n, d->in, 0);
+	if (!rc)
+		rc = md_mat(be, &mw, d->in, d->out, 0);
+	if (!rc)
+		rc = md_mat(be, &mb, 1, d->out, 0);
+	if (!rc)
+		rc = md_mat(be, &my, d->n, d->out, 0);
+	if (!rc)
+		rc = matmul_build(be, pl, &pl->fwd, &mx, &mw, d->bias ? &mb : NULL, &my, 0, &pl->f_x,
+				  &pl->f_w, &pl->f_b, &pl->f_y);
+	return rc;
+}
+
 int wf_cpu_dense_forward(wf_backend *be, wf_plan **plan, const wf_dense_desc *d, float *y,
 			 const float *x, const float *w, const float *b)
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = wf_cpu_plan_get(be, plan, PLAN_DENSE, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_part(be, plan, PLAN_DENSE, d, sizeof(*d), PART_FWD, dense_build_fwd, 0,
+				  &pl);
 	if (rc)
 		return rc;
-	if (!(pl->parts & PART_FWD)) {
-		dnnl_memory_desc_t mx, mw, mb, my;
-		rc = md_mat(be, &mx, d->n, d->in, 0);
-		if (!rc)
-			rc = md_mat(be, &mw, d->in, d->out, 0);
-		if (!rc)
-			rc = md_mat(be, &mb, 1, d->out, 0);
-		if (!rc)
-			rc = md_mat(be, &my, d->n, d->out, 0);
-		if (!rc)
-			rc = matmul_build(be, pl, &pl->fwd, &mx, &mw, d->bias ? &mb : NULL, &my, 0,
-					  &pl->f_x, &pl->f_w, &pl->f_b, &pl->f_y);
-		if (rc)
-			return wf_cpu_plan_drop(plan, rc);
-		pl->parts |= PART_FWD;
-	}
 	return wf_cpu_bind_run(
 		be, &pl->fwd, 4,
 		(dnnl_memory_t[]){pl->f_x, pl->f_w, d->bias ? pl->f_b : NULL, pl->f_y},
 		(const void *[]){x, w, b, y});
 }
 
-static int dense_build_bwd(wf_backend *be, wf_plan *pl)
+static int dense_build_bwd(wf_backend *be, wf_plan *pl, int unused)
 {
+	(void)unused;
 	const wf_dense_desc *d = &pl->d.dense;
 	dnnl_memory_desc_t dy, wt, dx, xt, dw;
 	/* dx[N,IN] = dy[N,OUT] * w^T; dw[IN,OUT] += x^T * dy */
@@ -100,15 +104,10 @@ int wf_cpu_dense_backward(wf_backend *be, wf_plan **plan, const wf_dense_desc *d
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = wf_cpu_plan_get(be, plan, PLAN_DENSE, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_part(be, plan, PLAN_DENSE, d, sizeof(*d), PART_BWD, dense_build_bwd, 0,
+				  &pl);
 	if (rc)
 		return rc;
-	if (!(pl->parts & PART_BWD)) {
-		rc = dense_build_bwd(be, pl);
-		if (rc)
-			return wf_cpu_plan_drop(plan, rc);
-		pl->parts |= PART_BWD;
-	}
 	if (dx &&
 	    (rc = wf_cpu_bind_run(be, &pl->bwd_d, 3, (dnnl_memory_t[]){pl->d_dy, pl->d_w, pl->d_dx},
 				  (const void *[]){dy, w, dx})) != 0)

@@ -90,6 +90,18 @@ int wf_cpu_plan_drop(wf_plan **slot, int rc)
 	return rc;
 }
 
+int wf_cpu_plan_part(wf_backend *be, wf_plan **slot, int kind, const void *desc, size_t size,
+		     unsigned part, wf_cpu_part_build build, int arg, wf_plan **out)
+{
+	int rc = wf_cpu_plan_get(be, slot, kind, desc, size, out);
+	if (rc || ((*out)->parts & part))
+		return rc;
+	if ((rc = build(be, *out, arg)) != 0)
+		return wf_cpu_plan_drop(slot, rc);
+	(*out)->parts |= part;
+	return 0;
+}
+
 float *wf_cpu_plan_buf(wf_backend *be, wf_plan *pl, size_t nfloats)
 {
 	if (pl->nbufs >= PLAN_MAX_BUFS) {

@@ -23,30 +23,34 @@ fail:
 	return rc;
 }
 
+static int pool_build_fwd(wf_backend *be, wf_plan *pl, int unused)
+{
+	(void)unused;
+	dnnl_pooling_desc_t pd;
+	dnnl_memory_desc_t mx, my;
+	int rc = pool_fwd_desc(be, &pl->d.pool, dnnl_forward_inference, &pd, &mx, &my);
+	if (!rc)
+		rc = wf_cpu_op_create(be, pl, &pd, NULL, 0, &pl->fwd.prim);
+	if (!rc)
+		rc = wf_cpu_plan_mem(be, pl, &mx, DNNL_MEMORY_NONE, &pl->f_x);
+	if (!rc)
+		rc = wf_cpu_plan_mem(be, pl, &my, DNNL_MEMORY_NONE, &pl->f_y);
+	if (rc)
+		return rc;
+	wf_cpu_op_arg(pl->fwd.prim, DNNL_ARG_SRC, pl->f_x);
+	wf_cpu_op_arg(pl->fwd.prim, DNNL_ARG_DST, pl->f_y);
+	return 0;
+}
+
 int wf_cpu_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *y,
 			const float *x)
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = wf_cpu_plan_get(be, plan, PLAN_POOL, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_part(be, plan, PLAN_POOL, d, sizeof(*d), PART_FWD, pool_build_fwd, 0,
+				  &pl);
 	if (rc)
 		return rc;
-	if (!(pl->parts & PART_FWD)) {
-		dnnl_pooling_desc_t pd;
-		dnnl_memory_desc_t mx, my;
-		rc = pool_fwd_desc(be, d, dnnl_forward_inference, &pd, &mx, &my);
-		if (!rc)
-			rc = wf_cpu_op_create(be, pl, &pd, NULL, 0, &pl->fwd.prim);
-		if (!rc)
-			rc = wf_cpu_plan_mem(be, pl, &mx, DNNL_MEMORY_NONE, &pl->f_x);
-		if (!rc)
-			rc = wf_cpu_plan_mem(be, pl, &my, DNNL_MEMORY_NONE, &pl->f_y);
-		if (rc)
-			return wf_cpu_plan_drop(plan, rc);
-		wf_cpu_op_arg(pl->fwd.prim, DNNL_ARG_SRC, pl->f_x);
-		wf_cpu_op_arg(pl->fwd.prim, DNNL_ARG_DST, pl->f_y);
-		pl->parts |= PART_FWD;
-	}
 	return wf_cpu_bind_run(be, &pl->fwd, 2, (dnnl_memory_t[]){pl->f_x, pl->f_y},
 			       (const void *[]){x, y});
 }
@@ -54,8 +58,9 @@ int wf_cpu_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, f
 /* Max pooling backward needs the forward's workspace (where each max came
  * from); the forward may have run on other data since, so the backward part
  * recomputes it: a training forward into plan scratch, then the backward. */
-static int pool_build_bwd(wf_backend *be, wf_plan *pl)
+static int pool_build_bwd(wf_backend *be, wf_plan *pl, int unused)
 {
+	(void)unused;
 	const wf_pool_desc *d = &pl->d.pool;
 	dnnl_pooling_desc_t fd, bd;
 	dnnl_memory_desc_t mx, my;
@@ -106,15 +111,10 @@ int wf_cpu_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, 
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = wf_cpu_plan_get(be, plan, PLAN_POOL, d, sizeof(*d), &pl);
+	int rc = wf_cpu_plan_part(be, plan, PLAN_POOL, d, sizeof(*d), PART_BWD, pool_build_bwd, 0,
+				  &pl);
 	if (rc)
 		return rc;
-	if (!(pl->parts & PART_BWD)) {
-		rc = pool_build_bwd(be, pl);
-		if (rc)
-			return wf_cpu_plan_drop(plan, rc);
-		pl->parts |= PART_BWD;
-	}
 	if (!dx)
 		return 0;
 	return wf_cpu_bind_run(

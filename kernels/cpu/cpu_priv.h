@@ -133,6 +133,13 @@ int wf_cpu_plan_get(wf_backend *be, wf_plan **slot, int kind, const void *desc, 
 		    wf_plan **out);
 /* A part failed half-built: drop the whole plan (*slot = NULL); returns rc. */
 int wf_cpu_plan_drop(wf_plan **slot, int rc);
+/* Builds one part of a plan (PART_FWD, ...); arg is the op's own switch. */
+typedef int (*wf_cpu_part_build)(wf_backend *be, wf_plan *pl, int arg);
+/* The plan for (kind, desc) in *slot (wf_cpu_plan_get) with `part` built:
+ * build(be, pl, arg) runs the first time; when it fails the plan is
+ * dropped. */
+int wf_cpu_plan_part(wf_backend *be, wf_plan **slot, int kind, const void *desc, size_t size,
+		     unsigned part, wf_cpu_part_build build, int arg, wf_plan **out);
 /* nfloats zeroed host floats owned by the plan; NULL (be->err set) on failure. */
 float *wf_cpu_plan_buf(wf_backend *be, wf_plan *pl, size_t nfloats);
 /* A memory object owned by the plan (handle: DNNL_MEMORY_NONE, DNNL_MEMORY_ALLOCATE or a pointer).
