@@ -31,18 +31,6 @@ int wf_events_open(const char *path, const char *who, wf_err *err)
 	return 0;
 }
 
-void wf_events_set_who(const char *who)
-{
-	pthread_mutex_lock(&ev_lock);
-	snprintf(ev_who, sizeof(ev_who), "%s", who ? who : "");
-	pthread_mutex_unlock(&ev_lock);
-}
-
-int wf_events_on(void)
-{
-	return ev_fd >= 0;
-}
-
 void wf_event(const char *name, json_t *fields)
 {
 	if (ev_fd < 0) {

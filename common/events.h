@@ -17,13 +17,9 @@
  * "worker:1", or "launch"). An empty or NULL path turns events off. Opening
  * again replaces the file and the name. */
 int wf_events_open(const char *path, const char *who, wf_err *err);
-/* Name this process's events `who` from now on (no effect when off). */
-void wf_events_set_who(const char *who);
 /* Record one event; takes ownership of `fields` (a JSON object or NULL).
  * Thread-safe; a failed write is reported once on stderr and ignored. */
 void wf_event(const char *name, json_t *fields);
-/* 1 when events are being written. */
-int wf_events_on(void);
 void wf_events_close(void);
 
 #endif

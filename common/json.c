@@ -162,15 +162,3 @@ int wf_json_get_object(const json_t *obj, const char *path, const char *key, int
 	return 0;
 }
 
-int wf_json_get_array(const json_t *obj, const char *path, const char *key, int required,
-		      json_t **out, wf_err *err)
-{
-	json_t *v;
-	int rc = lookup(obj, path, key, required, &v, err);
-	if (rc <= 0)
-		return rc;
-	if (!json_is_array(v))
-		return type_error(path, key, "an array", v, err);
-	*out = v;
-	return 0;
-}

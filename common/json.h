@@ -30,11 +30,9 @@ int wf_json_get_double(const json_t *obj, const char *path, const char *key, int
 		       double *out, wf_err *err);
 int wf_json_get_bool(const json_t *obj, const char *path, const char *key, int required, int *out,
 		     wf_err *err);
-/* Objects and arrays are borrowed references (valid while obj lives). */
+/* A borrowed reference (valid while obj lives). */
 int wf_json_get_object(const json_t *obj, const char *path, const char *key, int required,
 		       json_t **out, wf_err *err);
-int wf_json_get_array(const json_t *obj, const char *path, const char *key, int required,
-		      json_t **out, wf_err *err);
 
 /* Join a path and a key: "a.b" + "c" -> "a.b.c" (truncates to n bytes). */
 void wf_json_path(char *dst, size_t n, const char *path, const char *key);

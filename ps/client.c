@@ -834,9 +834,3 @@ int wf_ps_client_shutdown(wf_ps_client *c, wf_err *err)
 	return rc;
 }
 
-int wf_ps_client_heartbeat(wf_ps_client *c, wf_err *err)
-{
-	int rc = to_servers(c, -1, WF_PS_OP_HEARTBEAT, 0, NULL, err);
-	clear_slots(c);
-	return rc;
-}

@@ -93,7 +93,5 @@ int wf_ps_client_restore(wf_ps_client *c, long step, long *restored, wf_err *err
 int wf_ps_client_stats(wf_ps_client *c, int s, wf_ps_stats *out, wf_err *err);
 /* Tell every server to exit (each replies first). */
 int wf_ps_client_shutdown(wf_ps_client *c, wf_err *err);
-/* One heartbeat to every server, waiting for the replies. */
-int wf_ps_client_heartbeat(wf_ps_client *c, wf_err *err);
 
 #endif

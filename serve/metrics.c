@@ -102,13 +102,6 @@ void wf_serve_metrics_queue(wf_serve_metrics *m, int delta)
 	pthread_mutex_unlock(&m->mu);
 }
 
-int wf_serve_metrics_queue_depth(wf_serve_metrics *m)
-{
-	pthread_mutex_lock(&m->mu);
-	int q = m->queue;
-	pthread_mutex_unlock(&m->mu);
-	return q;
-}
 
 /* A growing text buffer. */
 typedef struct text {

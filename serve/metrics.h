@@ -35,7 +35,6 @@ void wf_serve_metrics_batch(wf_serve_metrics *m, int size);
 void wf_serve_metrics_queue_time(wf_serve_metrics *m, double seconds);
 /* Requests waiting for a batch thread (+1 queued, -1 taken). */
 void wf_serve_metrics_queue(wf_serve_metrics *m, int delta);
-int wf_serve_metrics_queue_depth(wf_serve_metrics *m);
 /* The text exposition document (malloc'd): weft's metrics, and Triton's
  * nv_inference_* per model version of vs[n] (the versions being served). */
 char *wf_serve_metrics_render(wf_serve_metrics *m, wf_serve_version *const *vs, int n, int ready,

@@ -33,11 +33,6 @@
 
 static volatile sig_atomic_t stop_requested;
 
-void wf_train_request_stop(void)
-{
-	stop_requested = 1;
-}
-
 static void on_signal(int sig)
 {
 	(void)sig;

@@ -29,7 +29,4 @@ typedef struct wf_train_result {
  * checkpoint was written), or an error naming the cause. */
 int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *res, wf_err *err);
 
-/* Ask a running wf_train to stop after the current step (async-signal-safe). */
-void wf_train_request_stop(void);
-
 #endif
