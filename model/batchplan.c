@@ -28,7 +28,7 @@ static int choose(wf_batchplan *p)
 }
 
 int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max_batch,
-			wf_err *err)
+			size_t max_bytes, wf_err *err)
 {
 	*out = NULL;
 	if (max_batch < 1)
@@ -55,9 +55,18 @@ int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max
 		if (size == max_batch)
 			break;
 	}
+	p->bytes = (2 * (size_t)max_batch * (p->per + p->classes)) * sizeof(float);
 	for (int b = 0; b < p->nsizes; b++) {
 		if ((rc = wf_exec_create(&p->ex[b], m, be, p->size[b], 0, err)) != 0)
 			goto fail;
+		p->bytes += wf_exec_bytes(p->ex[b]);
+		if (max_bytes && p->bytes > max_bytes) {
+			rc = wf_errf(err, WF_ENOMEM,
+				     "executors up to batch %d already take %.1f MiB, over the "
+				     "budget of %.1f MiB",
+				     p->size[b], p->bytes / 1048576.0, max_bytes / 1048576.0);
+			goto fail;
+		}
 		/* the first forward builds the plans; then time it */
 		int reps = -1;
 		double t0 = 0, el = 0;

@@ -26,13 +26,16 @@ typedef struct wf_batchplan {
 	float *in;			       /* [2*max_batch, H, W, C] staging, zeroed */
 	float *out;			       /* [2*max_batch, K] logits */
 	size_t per, classes;		       /* floats per sample, per logits row */
+	size_t bytes;			       /* executors (wf_exec_bytes) + buffers */
 } wf_batchplan;
 
 /* Build the executors of model m on backend be (which must outlive the plan),
  * warm and time each one (up to 3 forwards or 0.25 s per size), choose the
- * sequences. max_batch >= 1. */
+ * sequences. max_batch >= 1. max_bytes > 0: WF_ENOMEM as soon as the plan
+ * would take more (the smaller executors are built first; the message says
+ * how much it needs). */
 int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max_batch,
-			wf_err *err);
+			size_t max_bytes, wf_err *err);
 /* Forward rows [0, n) staged in p->in (1 <= n <= max_batch); logits of row i
  * land at p->out + i * classes. Rows past n in p->in may be overwritten. */
 int wf_batchplan_run(wf_batchplan *p, int n, wf_err *err);

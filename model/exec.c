@@ -32,6 +32,7 @@ struct wf_exec {
 	int host;			  /* params/state are m->params/m->state */
 	float *params, *grads, *state;	  /* backend [nparams] / [nparams] / [nstate] */
 	void *arena, *garena;		  /* backend: activations; activation gradients */
+	size_t bytes;			  /* backend memory of the buffers above */
 	float **act;			  /* [nlayers] output now (aliases set per forward) */
 	float **own;			  /* [nlayers] own output memory, NULL for aliases */
 	float **dact;			  /* [nlayers] output gradient (training) */
@@ -449,6 +450,8 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 		wf_errf(err, rc, "executor: out of memory planning %d layers", nl);
 		goto fail;
 	}
+	ex->bytes = abytes + gbytes + (training ? m->nparams * sizeof(float) : 0) +
+		    (ex->host ? 0 : (m->nparams + m->nstate) * sizeof(float));
 	ex->arena = balloc(be, abytes);
 	if (training) {
 		ex->garena = balloc(be, gbytes);
@@ -677,6 +680,11 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 }
 
 /* ---- outputs and loss --------------------------------------------------- */
+
+size_t wf_exec_bytes(const wf_exec *ex)
+{
+	return ex->bytes;
+}
 
 int wf_exec_logits(wf_exec *ex, float *out)
 {

@@ -200,6 +200,10 @@ void wf_exec_free(wf_exec *ex);
 int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint64_t dropout_seed);
 /* After forward: host copy of logits [n,K] / softmax probabilities [n,K]. */
 int wf_exec_logits(wf_exec *ex, float *out);
+/* Backend memory the executor's buffers take (activations, gradients, and
+ * its own copy of the parameters on a device backend); oneDNN's own
+ * scratch and reordered weights are not counted. */
+size_t wf_exec_bytes(const wf_exec *ex);
 int wf_exec_probs(wf_exec *ex, float *out);
 /* After forward: mean loss and number of correct top-1 predictions for
  * labels [n] (host). Also prepares backward. */

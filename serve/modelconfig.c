@@ -537,6 +537,13 @@ int wf_serve_parse_triton_config(const char *text, size_t len, wf_serve_model_co
 					     .line = k->line};
 				rc = get_long(&tmp, 0, 1024, &x, err);
 				c->threads = (int)x;
+			} else if (!rc && key && val && !strcmp(key, "weft_memory_mb")) {
+				/* its weights, executors and buffers: a version that
+				 * needs more fails to load with the reason */
+				tnode tmp = {.key = "weft_memory_mb",
+					     .value = (char *)val,
+					     .line = k->line};
+				rc = get_long(&tmp, 1, 1L << 24, &c->memory_mb, err);
 			}
 		}
 	}

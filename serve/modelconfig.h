@@ -44,6 +44,7 @@ typedef struct wf_serve_model_config {
 	long batch_delay_us; /* -1: the server's --batch_timeout_micros */
 	int instances;	     /* instance_group count (0: not given) */
 	int threads;	     /* compute threads per forward (0: the server's --threads) */
+	long memory_mb;	     /* parameters weft_memory_mb: budget of a version (0: none) */
 } wf_serve_model_config;
 
 /* Defaults of one model config (latest 1, server settings for the rest). */

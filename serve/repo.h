@@ -52,6 +52,7 @@ typedef struct wf_serve_version {
 	wf_model_meta meta;
 	wf_image_io io;
 	int max_batch;
+	size_t memory_bytes; /* weights + every batch thread's executors and buffers */
 	int nslots; /* one per batch thread */
 	wf_serve_slot *slots;
 	int max_running;     /* batch threads it may hold at once (0: all) */
@@ -96,6 +97,7 @@ typedef struct wf_serve_repo_opts {
 	int batching;		 /* dynamic batching on (for /config) */
 	double poll_seconds;	 /* version scan period; 0: load once, never poll */
 	long max_image_pixels;	 /* largest request image, width x height (0: default) */
+	long memory_mb;		 /* a version's memory budget (weft_memory_mb); 0: none */
 } wf_serve_repo_opts;
 
 typedef struct wf_serve_repo wf_serve_repo;

@@ -152,6 +152,7 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 		o.max_batch = WF_MIN(cfg.max_batch, r->o.max_batch);
 	if (cfg.threads > 0)
 		o.threads = cfg.threads;
+	o.memory_mb = cfg.memory_mb;
 	wf_info("serve: loading model %s version %ld from %s", cfg.name, f->version, path);
 	wf_serve_version *v = NULL;
 	wf_err err = {0};
@@ -177,8 +178,9 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 			 "file changes): %s",
 			 cfg.name, f->version, err.msg);
 	else
-		wf_info("serve: model %s version %ld is available (loaded and warmed in %.2fs)",
-			cfg.name, f->version, v->load_seconds);
+		wf_info("serve: model %s version %ld is available (loaded and warmed in %.2fs; "
+			"%.1f MiB of weights and executors)",
+			cfg.name, f->version, v->load_seconds, v->memory_bytes / 1048576.0);
 	return rc == 0;
 }
 

@@ -25,9 +25,9 @@ static void version_free(wf_serve_version *v)
 }
 
 /* Backend and batch plan (executors at each batch size, warmed and timed, so
- * plans are built before the first request). */
+ * plans are built before the first request), in at most max_bytes (0: any). */
 static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_opts *o,
-		     wf_err *err)
+		     size_t max_bytes, wf_err *err)
 {
 	wf_backend_opts bo = o->backend;
 	bo.threads = o->threads;
@@ -40,7 +40,7 @@ static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_
 	if (strcmp(prec, want) && strcmp(want, "auto"))
 		wf_warn("--precision %s: the %s device has no native bf16: serving in %s", want,
 			s->be->name, prec);
-	return wf_batchplan_create(&s->plan, v->model, s->be, v->max_batch, err);
+	return wf_batchplan_create(&s->plan, v->model, s->be, v->max_batch, max_bytes, err);
 }
 
 /* Fill io from a loaded model and its metadata (meta may be NULL: identity). */
@@ -92,11 +92,30 @@ int wf_serve_version_load(wf_serve_version **out, const char *path, long version
 		rc = wf_errf(err, WF_ENOMEM, "out of memory");
 		goto fail;
 	}
+	/* the model's memory budget (weft_memory_mb): its weights, then each batch
+	 * thread's executors in what is left */
+	size_t budget = (size_t)o->memory_mb << 20, used = v->model->nparams * sizeof(float) +
+							   v->model->nstate * sizeof(float);
 	for (int i = 0; i < v->nslots; i++) {
-		rc = slot_init(v, &v->slots[i], o, err);
+		if (budget && used >= budget) {
+			rc = wf_errf(err, WF_ENOMEM, "its weights and %d batch thread(s) take %.1f MiB",
+				     i, used / 1048576.0);
+		} else {
+			rc = slot_init(v, &v->slots[i], o, budget ? budget - used : 0, err);
+			if (!rc)
+				used += v->slots[i].plan->bytes;
+		}
+		if (rc && budget && rc == WF_ENOMEM) {
+			wf_err_wrap(err, "model %s version %ld does not fit its memory budget "
+					 "(weft_memory_mb %ld) with max_batch_size %d and %d batch "
+					 "threads: lower them or raise the budget",
+				    v->name, version, o->memory_mb, v->max_batch, v->nslots);
+			goto fail;
+		}
 		if (rc)
 			goto fail;
 	}
+	v->memory_bytes = used;
 	atomic_init(&v->refs, 1);
 	v->load_seconds = wf_now() - t0;
 	*out = v;

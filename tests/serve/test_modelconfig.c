@@ -100,7 +100,8 @@ static void test_triton_config_pbtxt(void)
 			   "dynamic_batching { preferred_batch_size: [ 4 ]\n"
 			   "  max_queue_delay_microseconds: 500 }\n"
 			   "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
-			   "parameters { key: \"weft_threads\" value { string_value: \"3\" } }\n";
+			   "parameters { key: \"weft_threads\" value { string_value: \"3\" } }\n"
+			   "parameters { key: \"weft_memory_mb\" value { string_value: \"900\" } }\n";
 	wf_serve_model_config c;
 	wf_serve_model_config_init(&c);
 	strcpy(c.name, "densenet");
@@ -111,6 +112,7 @@ static void test_triton_config_pbtxt(void)
 	WF_CHECK_INT((int)c.batch_delay_us, 500);
 	WF_CHECK_INT(c.instances, 2);
 	WF_CHECK_INT(c.threads, 3);
+	WF_CHECK_INT(c.memory_mb, 900);
 	/* a name that differs from the folder is refused */
 	wf_serve_model_config d;
 	wf_serve_model_config_init(&d);

@@ -263,6 +263,33 @@ static void test_repository_explicit_load_unload(void)
 	wf_serve_repo_free(r);
 }
 
+/* A version whose weights and executors exceed its model's weft_memory_mb
+ * fails to load, saying so; within the budget it loads and reports what it
+ * takes (a smallcnn at 32x32, max batch 64: a few MiB). */
+static void test_memory_budget(void)
+{
+	WF_CHECK_INT(put_model("mem", 1), 0);
+	char path[600];
+	snprintf(path, sizeof(path), "%s/mem/1/model.h5", dir);
+	wf_serve_repo_opts o = base_opts();
+	o.max_batch = 64;
+	o.nslots = 2;
+	o.memory_mb = 1;
+	wf_serve_version *v = NULL;
+	wf_err err = {0};
+	WF_CHECK_INT(wf_serve_version_load(&v, path, 1, &o, &err), WF_ENOMEM);
+	WF_CHECK_MSG(strstr(err.msg, "memory budget (weft_memory_mb 1)") &&
+			     strstr(err.msg, "max_batch_size 64"),
+		     "%s", err.msg);
+	o.memory_mb = 512;
+	WF_CHECK_INT(wf_serve_version_load(&v, path, 1, &o, &err), 0);
+	if (v) {
+		WF_CHECK_MSG(v->memory_bytes > (1u << 20) && v->memory_bytes < (512u << 20),
+			     "%zu bytes", v->memory_bytes);
+		wf_serve_version_release(v);
+	}
+}
+
 int main(void)
 {
 	if (!mkdtemp(dir)) {
@@ -273,6 +300,7 @@ int main(void)
 	WF_RUN(test_missing_base_path);
 	WF_RUN(test_config_file_versions_and_labels);
 	WF_RUN(test_repository_explicit_load_unload);
+	WF_RUN(test_memory_budget);
 	char cmd[600];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)
