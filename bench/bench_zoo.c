@@ -225,11 +225,10 @@ int main(int argc, char **argv)
 		else if (!strcmp(a, "--no-plan"))
 			plan = 0;
 		else {
-			fprintf(stderr,
-				"usage: bench_zoo [--models a,b] [--infer-batch 1,32] "
-				"[--train-batch N] [--threads N] [--reps N] "
-				"[--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16] "
-				"[--no-plan]\n");
+			fprintf(stderr, "usage: bench_zoo [--models a,b] [--infer-batch 1,32] "
+					"[--train-batch N] [--threads N] [--reps N] "
+					"[--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16] "
+					"[--no-plan]\n");
 			return strcmp(a, "--help") ? 2 : 0;
 		}
 	}
@@ -278,7 +277,8 @@ int main(int argc, char **argv)
 				row(name, "infer", b, ips, ips16, f);
 			else
 				rc = 1;
-			if (b > 1 && plan && bench_both(be, folded, b, -1, reps, bf16, &ips, &ips16) == 0)
+			if (b > 1 && plan &&
+			    bench_both(be, folded, b, -1, reps, bf16, &ips, &ips16) == 0)
 				row(name, "plan", b, ips, ips16, f);
 			else if (b > 1 && plan)
 				rc = 1;

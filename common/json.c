@@ -161,4 +161,3 @@ int wf_json_get_object(const json_t *obj, const char *path, const char *key, int
 	*out = v;
 	return 0;
 }
-

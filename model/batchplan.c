@@ -97,8 +97,7 @@ fail:
 int wf_batchplan_run(wf_batchplan *p, int n, wf_err *err)
 {
 	if (n < 1 || n > p->max_batch)
-		return wf_errf(err, WF_EINVAL, "batch plan: %d rows, want 1..%d", n,
-			       p->max_batch);
+		return wf_errf(err, WF_EINVAL, "batch plan: %d rows, want 1..%d", n, p->max_batch);
 	for (int off = 0; off < n;) {
 		int b = p->first[n - off], size = p->size[b];
 		int rows = WF_MIN(size, n - off);

@@ -19,14 +19,14 @@
 typedef struct wf_batchplan {
 	int max_batch;
 	int nsizes;
-	int size[WF_BATCHPLAN_MAX_SIZES];      /* batch size of each executor, ascending */
+	int size[WF_BATCHPLAN_MAX_SIZES]; /* batch size of each executor, ascending */
 	wf_exec *ex[WF_BATCHPLAN_MAX_SIZES];
-	double secs[WF_BATCHPLAN_MAX_SIZES];   /* measured seconds per forward */
-	unsigned char *first;		       /* [max_batch+1]: size index to run first */
-	float *in;			       /* [2*max_batch, H, W, C] staging, zeroed */
-	float *out;			       /* [2*max_batch, K] logits */
-	size_t per, classes;		       /* floats per sample, per logits row */
-	size_t bytes;			       /* executors (wf_exec_bytes) + buffers */
+	double secs[WF_BATCHPLAN_MAX_SIZES]; /* measured seconds per forward */
+	unsigned char *first;		     /* [max_batch+1]: size index to run first */
+	float *in;			     /* [2*max_batch, H, W, C] staging, zeroed */
+	float *out;			     /* [2*max_batch, K] logits */
+	size_t per, classes;		     /* floats per sample, per logits row */
+	size_t bytes;			     /* executors (wf_exec_bytes) + buffers */
 } wf_batchplan;
 
 /* Build the executors of model m on backend be (which must outlive the plan),

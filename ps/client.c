@@ -833,4 +833,3 @@ int wf_ps_client_shutdown(wf_ps_client *c, wf_err *err)
 	clear_slots(c);
 	return rc;
 }
-

@@ -63,9 +63,9 @@ int main(int argc, char **argv)
 	CK(dnnl_memory_desc_create_with_tag(&d, 4, dd, dt, dnnl_format_tag_any));
 	CK(dnnl_post_ops_append_eltwise(po, dnnl_eltwise_relu, 0, 0));
 	CK(dnnl_primitive_attr_set_post_ops(attr, po));
-	CK(dnnl_convolution_forward_primitive_desc_create(
-		&pd, eng, dnnl_forward_inference, dnnl_convolution_direct, s, w, b, d, strides, dil,
-		pad, pad, attr));
+	CK(dnnl_convolution_forward_primitive_desc_create(&pd, eng, dnnl_forward_inference,
+							  dnnl_convolution_direct, s, w, b, d,
+							  strides, dil, pad, pad, attr));
 	const_dnnl_memory_desc_t qb = b;
 #else
 	dnnl_memory_desc_t s, w, b, d;
@@ -94,8 +94,10 @@ int main(int argc, char **argv)
 			      DNNL_MEMORY_ALLOCATE));
 	dnnl_primitive_t p;
 	CK(dnnl_primitive_create(&p, pd));
-	dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ms}, {DNNL_ARG_WEIGHTS, mw},
-				   {DNNL_ARG_BIAS, mb}, {DNNL_ARG_DST, md}};
+	dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, ms},
+				   {DNNL_ARG_WEIGHTS, mw},
+				   {DNNL_ARG_BIAS, mb},
+				   {DNNL_ARG_DST, md}};
 	int reps = n == 1 ? 200 : 10;
 	double t[7];
 	for (int r = -1; r < 7; r++) { /* round -1: warm-up */

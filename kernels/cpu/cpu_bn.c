@@ -94,8 +94,9 @@ int wf_cpu_batchnorm_forward(wf_backend *be, wf_plan **plan, const wf_bn_desc *d
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = wf_cpu_plan_part(be, plan, PLAN_BN, d, sizeof(*d),
-				  training ? PART_FWD : PART_FWD_INFER, bn_build_fwd, training, &pl);
+	int rc =
+		wf_cpu_plan_part(be, plan, PLAN_BN, d, sizeof(*d),
+				 training ? PART_FWD : PART_FWD_INFER, bn_build_fwd, training, &pl);
 	if (rc)
 		return rc;
 	if (!training) {

@@ -55,8 +55,8 @@ static int dense_build_fwd(wf_backend *be, wf_plan *pl, int unused)
 	if (!rc)
 		rc = md_mat(be, &my, d->n, d->out, 0);
 	if (!rc)
-		rc = matmul_build(be, pl, &pl->fwd, &mx, &mw, d->bias ? &mb : NULL, &my, 0, &pl->f_x,
-				  &pl->f_w, &pl->f_b, &pl->f_y);
+		rc = matmul_build(be, pl, &pl->fwd, &mx, &mw, d->bias ? &mb : NULL, &my, 0,
+				  &pl->f_x, &pl->f_w, &pl->f_b, &pl->f_y);
 	return rc;
 }
 
