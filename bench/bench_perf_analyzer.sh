@@ -1,15 +1,21 @@
 #!/usr/bin/env bash
 # bench_perf_analyzer.sh: Triton's perf_analyzer against weft-serve over HTTP
-# (KServe v2, binary FP32 tensors, dynamic batching) at concurrency 50, for
+# (KServe v2, binary FP32 tensors) and over gRPC (KServe v2
+# GRPCInferenceService, raw FP32 contents), dynamic batching, one server for
+# both, at concurrency 50, for
 # resnet50 and mobilenetv2 at 224x224x3 (random weights, 10 classes), next to
 # weft's in-process batched throughput of the same model file
 # (weft-bench-infer, batch MAX_BATCH, same compute threads) measured in the
-# same run, interleaved. Target: HTTP >= 85% of in-process at concurrency 50.
+# same run, interleaved. Targets at concurrency 50: HTTP >= 85% and gRPC >= 90%
+# of in-process, gRPC p99 no worse than HTTP's (ratios are medians of
+# per-round ratios).
 # perf_analyzer comes from the client venv (scripts/client-venv.sh).
 #   bench/bench_perf_analyzer.sh [BUILD_DIR] [MODELS]
 # Environment: REPEATS (1), THREADS (compute threads, default: all cores),
 # MAX_BATCH (16), CONCURRENCY (50), SECS (in-process seconds, 10),
-# REQUESTS (perf_analyzer requests per measurement window, 100).
+# WINDOW_MS (perf_analyzer's measurement window, 15000: windows must be long
+# against the seconds a request waits at concurrency 50, or the count of
+# requests completed inside a window falls short of the server's rate).
 set -euo pipefail
 BUILD=${1:-${WEFT_BUILD:-build}}
 MODELS=${2:-"resnet50 mobilenetv2"}
@@ -18,7 +24,7 @@ THREADS=${THREADS:-$(nproc)}
 MAXB=${MAX_BATCH:-16}
 CONC=${CONCURRENCY:-50}
 SECS=${SECS:-10}
-REQS=${REQUESTS:-100}
+WINDOW=${WINDOW_MS:-15000}
 HERE=$(cd "$(dirname "$0")" && pwd)
 for b in weft-serve bench/weft-bench-infer tests/serve_tool; do
 	[ -x "$BUILD/$b" ] || { echo "bench_perf_analyzer: $BUILD/$b not built" >&2; exit 1; }
@@ -38,12 +44,14 @@ cleanup() {
 trap cleanup EXIT
 echo "bench_perf_analyzer: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "224x224x3, cpu, $THREADS compute threads, batch $MAXB, concurrency $CONC, $REPEATS round(s)"
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
+GRPC=$(free_port)
 for m in $MODELS; do
 	mkdir -p "$TMP/repo/$m/1"
 	"$BUILD/tests/serve_tool" model "$m" "$TMP/repo/$m/1/model.h5" 1 224 >/dev/null
 done
-"$BUILD/weft-serve" --model_repository "$TMP/repo" --rest_api_port "$PORT" --bind_address 127.0.0.1 \
+"$BUILD/weft-serve" --model_repository "$TMP/repo" --rest_api_port "$PORT" --port 0 --grpc_port "$GRPC" --bind_address 127.0.0.1 \
 	--device cpu --enable_batching --max_batch_size "$MAXB" --batch_timeout_micros 5000 \
 	--num_batch_threads 1 --threads "$THREADS" --file_system_poll_wait_seconds 0 \
 	--request_timeout_seconds 600 \
@@ -58,11 +66,15 @@ for r in $(seq "$REPEATS"); do
 		"$BUILD/bench/weft-bench-infer" --model "$TMP/repo/$m/1/model.h5" --batch "$MAXB" \
 			--device cpu --threads "$THREADS" --seconds "$SECS" |
 			sed "s/^{/{\"round\":$r,\"model\":\"$m\",/" >>"$TMP/inproc.jsonl"
-		"$PA" -m "$m" -u "127.0.0.1:$PORT" -i http --concurrency-range "$CONC:$CONC" \
-			--measurement-mode count_windows --measurement-request-count "$REQS" \
-			--stability-percentage 1000 --max-trials 3 --percentile 99 \
-			-f "$TMP/pa-$m-$r.csv" >"$TMP/pa-$m-$r.log" 2>&1 ||
-			{ cat "$TMP/pa-$m-$r.log" >&2; exit 1; }
+		for proto in http grpc; do
+			url=127.0.0.1:$PORT
+			[ "$proto" = grpc ] && url=127.0.0.1:$GRPC
+			"$PA" -m "$m" -u "$url" -i "$proto" --concurrency-range "$CONC:$CONC" \
+				--measurement-mode time_windows --measurement-interval "$WINDOW" \
+				--stability-percentage 1000 --max-trials 3 --percentile 99 \
+				-f "$TMP/pa-$m-$proto-$r.csv" >"$TMP/pa-$m-$proto-$r.log" 2>&1 ||
+				{ cat "$TMP/pa-$m-$proto-$r.log" >&2; exit 1; }
+		done
 	done
 done
 python3 - "$TMP" "$MODELS" "$REPEATS" <<'PY'
@@ -71,18 +83,22 @@ tmp, models, repeats = sys.argv[1], sys.argv[2].split(), int(sys.argv[3])
 med = statistics.median
 inproc = {(r["model"], r["round"]): r["images_per_sec"]
           for r in map(json.loads, open(os.path.join(tmp, "inproc.jsonl")))}
-print("\n%-12s %14s %14s %10s %10s %8s" % ("model", "in-process/s", "HTTP infer/s", "p50_ms",
-                                         "p99_ms", "HTTP/in"))
+def pa(m, proto, r):
+    with open(os.path.join(tmp, "pa-%s-%s-%d.csv" % (m, proto, r))) as f:
+        row = next(csv.DictReader(f))
+    return (float(row["Inferences/Second"]), float(row["p50 latency"]) / 1e3,
+            float(row["p99 latency"]) / 1e3)
+print("\n%-12s %-5s %12s %10s %9s %9s %7s" % ("model", "proto", "in-process/s", "infer/s",
+                                            "p50_ms", "p99_ms", "vs in"))
+rounds = range(1, repeats + 1)
 for m in models:
-    rows = []
-    for r in range(1, repeats + 1):
-        with open(os.path.join(tmp, "pa-%s-%d.csv" % (m, r))) as f:
-            row = next(csv.DictReader(f))
-        rows.append((r, float(row["Inferences/Second"]), float(row["p50 latency"]) / 1e3,
-                     float(row["p99 latency"]) / 1e3))
-    ratio = med(x[1] / inproc[(m, x[0])] for x in rows)
-    print("%-12s %14.1f %14.1f %10.1f %10.1f %7.0f%%  target >= 85%%: %s" % (
-        m, med(inproc[(m, x[0])] for x in rows), med(x[1] for x in rows),
-        med(x[2] for x in rows), med(x[3] for x in rows), 100 * ratio,
-        "met" if ratio >= 0.85 else "NOT met"))
+    for proto, target in (("http", 0.85), ("grpc", 0.90)):
+        rows = [(r,) + pa(m, proto, r) for r in rounds]
+        ratio = med(x[1] / inproc[(m, x[0])] for x in rows)
+        print("%-12s %-5s %12.1f %10.1f %9.1f %9.1f %6.0f%%  target >= %.0f%%: %s" % (
+            m, proto, med(inproc[(m, r)] for r in rounds), med(x[1] for x in rows),
+            med(x[2] for x in rows), med(x[3] for x in rows), 100 * ratio, 100 * target,
+            "met" if ratio >= target else "NOT met"))
+    p99 = med(pa(m, "grpc", r)[2] / pa(m, "http", r)[2] for r in rounds)
+    print("%-12s gRPC p99 / HTTP p99 %.2f  target <= 1: %s" % (m, p99, "met" if p99 <= 1 else "NOT met"))
 PY

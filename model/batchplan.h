@@ -1,12 +1,15 @@
 /* batchplan.h: inference over any number of rows as the fastest sequence of
  * forwards. Executors are built at batch sizes 1, 2, 4, ... up to max_batch
- * (and max_batch itself: plans never change shape), each forward is timed
- * once at build, and a batch of n rows runs as the sequence of sizes that
- * took the least time in total (dynamic programming over the measured times;
- * the last forward may be padded with zero rows). Several small forwards can
- * beat one big one: a small batch's activations stay in cache (MobileNetV2 at
- * 224x224 runs ~1.4x faster per image at batch 1 than at 32 on a 2-core
- * AVX-512 machine). Used by weft-serve's batch threads and bench_zoo.
+ * (and max_batch itself: plans never change shape), each size is timed at
+ * build (the fastest of at least two forwards after a warm-up one), and a
+ * batch of n rows runs as the sequence of sizes that took the least time in
+ * total (dynamic programming over the measured times; the last forward may
+ * be padded with zero rows), or as one forward when the sequence is not at
+ * least 15% faster (short timings flatter small batches). Several small
+ * forwards can beat one big one: a small batch's activations stay in cache
+ * (MobileNetV2 at 224x224 runs ~1.4x faster per image at batch 1 than at 32
+ * on a 2-core AVX-512 Zen 4). Used by weft-serve's batch threads and
+ * bench_zoo.
  *
  * Threads: one thread at a time per plan (it owns its executors). */
 #ifndef WF_BATCHPLAN_H
@@ -30,7 +33,7 @@ typedef struct wf_batchplan {
 } wf_batchplan;
 
 /* Build the executors of model m on backend be (which must outlive the plan),
- * warm and time each one (up to 3 forwards or 0.25 s per size), choose the
+ * warm and time each one (2 to 5 timed forwards, 0.25 s per size), choose the
  * sequences. max_batch >= 1. max_bytes > 0: WF_ENOMEM as soon as the plan
  * would take more (the smaller executors are built first; the message says
  * how much it needs). */
@@ -39,6 +42,10 @@ int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max
 /* Forward rows [0, n) staged in p->in (1 <= n <= max_batch); logits of row i
  * land at p->out + i * classes. Rows past n in p->in may be overwritten. */
 int wf_batchplan_run(wf_batchplan *p, int n, wf_err *err);
+/* "1: 41.2 ms, 2: 80.3 ms, ...; runs as 8 + 8 for a batch of 16": the
+ * measured seconds per forward of each size and the sequence chosen for a
+ * full batch, for the log. Returns 0. */
+int wf_batchplan_describe(const wf_batchplan *p, char *buf, size_t cap);
 /* Let every n run as forwards of size index `idx` first (tests: cover the
  * sequences the measurement did not pick); idx < 0 restores the measured plan. */
 void wf_batchplan_force(wf_batchplan *p, int idx);

@@ -177,10 +177,13 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 		wf_error("serve: model %s version %ld failed to load (skipped; retried when the "
 			 "file changes): %s",
 			 cfg.name, f->version, err.msg);
-	else
+	else {
+		char plan[512];
+		wf_batchplan_describe(v->slots[0].plan, plan, sizeof(plan));
 		wf_info("serve: model %s version %ld is available (loaded and warmed in %.2fs; "
-			"%.1f MiB of weights and executors)",
-			cfg.name, f->version, v->load_seconds, v->memory_bytes / 1048576.0);
+			"%.1f MiB of weights and executors; forward %s)",
+			cfg.name, f->version, v->load_seconds, v->memory_bytes / 1048576.0, plan);
+	}
 	return rc == 0;
 }
 
