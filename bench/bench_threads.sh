@@ -6,7 +6,9 @@
 # logged images/s windows (first window dropped). "old" is the OpenMP
 # behaviour before this change (libgomp's default: spin 300000 rounds before
 # sleeping, GOMP_SPINCOUNT=300000); "new" is what weft does by default now
-# (OMP_WAIT_POLICY=passive, threads from affinity and cgroup quota).
+# (threads from affinity, cgroup quota and the CPUs found busy at start;
+# waiting threads spin briefly, GOMP_SPINCOUNT=20000, when no CPU was busy at
+# start, else sleep at once, OMP_WAIT_POLICY=passive).
 #   bench/bench_threads.sh [WEFT_BINARY] [STEPS]
 set -euo pipefail
 WEFT=${1:-build/weft}

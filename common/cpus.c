@@ -214,7 +214,9 @@ int wf_cpus_default_threads(void)
 	 * their share and hold up every parallel loop (one busy process on the
 	 * other core of 2 made --threads 2 1.36x slower than --threads 1) */
 	if (n > 1) {
-		int busy = wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS);
+		const char *seen = getenv(WF_CPUS_BUSY_ENV); /* this process's start */
+		int busy = seen && *seen >= '0' && *seen <= '9' ? atoi(seen)
+							       : wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS);
 		int free_cpus = wf_cpus_affinity() - busy;
 		if (free_cpus < n)
 			n = free_cpus;
@@ -222,12 +224,17 @@ int wf_cpus_default_threads(void)
 	return n >= 1 ? n : 1;
 }
 
-void wf_cpus_passive_openmp(char **argv)
+void wf_cpus_openmp_wait(char **argv)
 {
 	const char *wait = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
 	if ((wait && *wait) || (spin && *spin) || !argv || !argv[0])
 		return; /* the user's choice (an empty value counts as unset) */
-	if (setenv("OMP_WAIT_POLICY", "passive", 1) != 0)
+	int busy = wf_cpus_affinity() > 1 ? wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS) : 0;
+	char count[16];
+	snprintf(count, sizeof(count), "%d", busy);
+	if (setenv(WF_CPUS_BUSY_ENV, count, 1) != 0 ||
+	    (busy ? setenv("OMP_WAIT_POLICY", "passive", 1)
+		  : setenv("GOMP_SPINCOUNT", WF_CPUS_IDLE_SPIN, 1)) != 0)
 		return;
 	/* the binary's real path, not /proc/self/exe: the process keeps its name
 	 * (ps, pgrep, /proc/PID/comm) */

@@ -395,7 +395,7 @@ int main(int argc, char **argv)
 	wf_serve_repo *repo = NULL;
 	wf_serve_batcher *batcher = NULL;
 	wf_serve_http *http = NULL, *metrics_http = NULL;
-	wf_cpus_passive_openmp(argv); /* OpenMP threads sleep when idle; may re-exec once */
+	wf_cpus_openmp_wait(argv); /* OpenMP threads spin briefly or sleep; may re-exec once */
 	wf_grpc_adapter *grpc_adapter = NULL;
 	wf_grpc_servers *grpc = NULL;
 	wf_serve_secrets secrets = {0};

@@ -162,6 +162,14 @@ static void spawn(launcher *l, child *c, int resume)
 		signal(SIGTERM, SIG_DFL);
 		setenv("TF_CONFIG", c->tf_config, 1);
 		setenv("WEFT_LAUNCH", "1", 1);
+		if (getenv(WF_CPUS_BUSY_ENV)) {
+			/* weft, not the user, chose this process's short spin: the
+			 * job's processes share the machine and would spin against
+			 * each other */
+			unsetenv(WF_CPUS_BUSY_ENV);
+			unsetenv("GOMP_SPINCOUNT");
+			setenv("OMP_WAIT_POLICY", "passive", 1);
+		}
 		const char *argv[MAX_ARGS + 8];
 		int n = 0;
 		argv[n++] = l->exe;
