@@ -86,8 +86,7 @@ static int bench_model(wf_backend *be, const char *name, int batch, int warmup, 
 		rc = rc ? rc : wf_exec_loss(ex, labels, &loss, &correct);
 		rc = rc ? rc : wf_exec_backward(ex, 1.0f / (float)batch, NULL, NULL);
 		rc = rc ? rc
-			: wf_optim_apply(be, &oc, s, m->nparams, wf_exec_params(ex),
-					 wf_exec_grads(ex), mom, NULL, 1.0f);
+			: wf_exec_optim_step(ex, &oc, s, mom, NULL, 1.0f);
 		wf_op_sync(be);
 		if (s >= warmup)
 			t[s - warmup] = wf_now() - t0;

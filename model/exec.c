@@ -14,6 +14,7 @@
  * step. */
 #include "model/model.h"
 #include "model/model_priv.h"
+#include "model/optim.h"
 #include "kernels/ops.h"
 
 #include "common/util.h"
@@ -970,9 +971,38 @@ int wf_exec_backward(wf_exec *ex, float grad_scale, wf_grad_ready_fn ready, void
 
 /* ---- buffers ------------------------------------------------------------ */
 
-float *wf_exec_params(wf_exec *ex)
+const float *wf_exec_params(const wf_exec *ex)
 {
 	return ex->params;
+}
+
+/* After the parameters changed: an inference executor's plans keep reordered,
+ * fused weights; they are built again at the next forward. */
+static void params_changed(wf_exec *ex)
+{
+	if (!ex->training)
+		for (int i = 0; i < ex->m->nlayers; i++)
+			wf_backend_plan_free(ex->be, &ex->plans[i]);
+}
+
+float *wf_exec_params_begin(wf_exec *ex)
+{
+	return ex->params;
+}
+
+int wf_exec_params_end(wf_exec *ex)
+{
+	params_changed(ex);
+	return 0;
+}
+
+int wf_exec_optim_step(wf_exec *ex, const wf_optim_cfg *c, long step, float *m, float *v,
+		       float grad_scale)
+{
+	int rc = wf_optim_apply(ex->be, c, step, ex->m->nparams, ex->params, ex->grads, m, v,
+				grad_scale);
+	params_changed(ex);
+	return rc;
 }
 
 float *wf_exec_grads(wf_exec *ex)
@@ -1007,9 +1037,7 @@ int wf_exec_params_to_host(wf_exec *ex)
 
 int wf_exec_params_from_host(wf_exec *ex)
 {
-	if (!ex->training) /* inference plans keep reordered weights: rebuild them */
-		for (int i = 0; i < ex->m->nlayers; i++)
-			wf_backend_plan_free(ex->be, &ex->plans[i]);
+	params_changed(ex);
 	if (ex->host)
 		return 0;
 	wf_backend *be = ex->be;

@@ -216,8 +216,21 @@ int wf_exec_set_label_smoothing(wf_exec *ex, float s);
  * micro-batches). ready (may be NULL) is called as the gradient prefix grows. */
 int wf_exec_backward(wf_exec *ex, float grad_scale, wf_grad_ready_fn ready, void *arg);
 
-/* Buffers in backend memory, [m->nparams] / [m->nstate]. */
-float *wf_exec_params(wf_exec *ex);
+/* Buffers in backend memory, [m->nparams] / [m->nstate]. The parameters
+ * belong to the executor: read them here; they change only through
+ * wf_exec_optim_step, wf_exec_params_from_host (after writing m->params) or
+ * in place between wf_exec_params_begin and wf_exec_params_end (a
+ * broadcast), and each of these drops what the executor derived from them
+ * (an inference executor's reordered, fused weights). */
+const float *wf_exec_params(const wf_exec *ex);
+float *wf_exec_params_begin(wf_exec *ex);
+int wf_exec_params_end(wf_exec *ex);
+struct wf_optim_cfg;
+/* One optimizer step (model/optim.h) on the executor's parameters with its
+ * gradient times grad_scale and slots m, v (backend memory, NULL where the
+ * optimizer has none). Errors are in the backend's err, as wf_optim_apply's. */
+int wf_exec_optim_step(wf_exec *ex, const struct wf_optim_cfg *c, long step, float *m, float *v,
+		       float grad_scale);
 float *wf_exec_grads(wf_exec *ex);
 float *wf_exec_state(wf_exec *ex);
 int wf_exec_zero_grads(wf_exec *ex);

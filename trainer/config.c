@@ -1,5 +1,6 @@
 #include "trainer/config.h"
 
+#include "common/cpus.h"
 #include "common/json.h"
 #include "common/log.h"
 #include "model/model.h"
@@ -259,8 +260,11 @@ static const env_def env_only[] = {
 	{"WEFT_LAUNCH", "", "set by `weft launch` in its children (it prefixes their log lines)"},
 	{"OMP_NUM_THREADS", "", "set: `train.threads` 0 leaves the thread count to the library"},
 	{"OMP_WAIT_POLICY, GOMP_SPINCOUNT", "",
-	 "OpenMP spinning: both unset, weft sets OMP_WAIT_POLICY=passive and re-executes itself "
-	 "once; `weft version` shows them"},
+	 "OpenMP spinning: both unset, weft sets GOMP_SPINCOUNT=" WF_CPUS_IDLE_SPIN " (a short "
+	 "spin) when no CPU is busy at start, else OMP_WAIT_POLICY=passive, and re-executes "
+	 "itself once; `weft launch` gives its processes passive waits; `weft version` shows "
+	 "them"},
+	{WF_CPUS_BUSY_ENV, "", "set by weft for its re-executed self: the CPUs found busy at start"},
 };
 
 /* The environment variable of key k, or NULL. */
@@ -594,203 +598,6 @@ int wf_config_set(wf_config *c, const char *assignment, wf_err *err)
 	if (rc != 0)
 		wf_err_wrap(err, "--set");
 	return rc;
-}
-
-/* ---- validation -------------------------------------------------------- */
-
-static int one_of(const char *v, const char *choices)
-{
-	size_t n = strlen(v);
-	for (const char *s = choices; *s;) {
-		size_t len = strcspn(s, " ");
-		if (len == n && strncmp(s, v, n) == 0)
-			return 1;
-		s += len;
-		while (*s == ' ')
-			s++;
-	}
-	return 0;
-}
-
-#define NEED(cond, ...)                                                                            \
-	do {                                                                                       \
-		if (!(cond))                                                                       \
-			return wf_errf(err, WF_EINVAL, __VA_ARGS__);                               \
-	} while (0)
-
-int wf_config_validate(wf_config *c, wf_err *err)
-{
-	const char *zoo = wf_model_zoo_names();
-	NEED(one_of(c->model.name, zoo), "model.name: unknown model '%s' (known: %s)",
-	     c->model.name, zoo);
-	int ih, iw, ic;
-	NEED(wf_config_input_shape(c, &ih, &iw, &ic) >= 0,
-	     "model.input_shape: expected [H, W, C] with H, W in 1..16384 and C in 1..4, got "
-	     "'%s'",
-	     c->model.input_shape);
-	NEED(c->model.classes >= 0 && c->model.classes <= 1000000,
-	     "model.classes: must be >= 1 (or 0: from the data), got %ld", c->model.classes);
-	NEED(c->data.train[0], "data.train: required (path of the training dataset file)");
-	NEED(c->data.crop_padding >= 0 && c->data.crop_padding <= 1024,
-	     "data.crop_padding: must be in [0, 1024], got %ld", c->data.crop_padding);
-	NEED(c->data.aug.scale_min > 0 && c->data.aug.scale_min <= c->data.aug.scale_max &&
-		     c->data.aug.scale_max <= 1,
-	     "data.augment.scale_min/scale_max: want 0 < scale_min <= scale_max <= 1, got %g, %g",
-	     c->data.aug.scale_min, c->data.aug.scale_max);
-	NEED(c->data.aug.ratio_min > 0 && c->data.aug.ratio_min <= c->data.aug.ratio_max,
-	     "data.augment.ratio_min/ratio_max: want 0 < ratio_min <= ratio_max, got %g, %g",
-	     c->data.aug.ratio_min, c->data.aug.ratio_max);
-	NEED(c->data.aug.brightness >= 0 && c->data.aug.brightness <= 10 &&
-		     c->data.aug.contrast >= 0 && c->data.aug.contrast <= 10 &&
-		     c->data.aug.saturation >= 0 && c->data.aug.saturation <= 10,
-	     "data.augment.brightness/contrast/saturation: want 0..10, got %g, %g, %g",
-	     c->data.aug.brightness, c->data.aug.contrast, c->data.aug.saturation);
-	NEED(c->train.batch_size >= 1 && c->train.batch_size <= 1 << 20,
-	     "train.batch_size: must be >= 1, got %ld", c->train.batch_size);
-	NEED(c->train.steps >= 1, "train.steps: must be >= 1, got %ld", c->train.steps);
-	NEED(c->train.seed >= 0, "train.seed: must be >= 0, got %ld", c->train.seed);
-	NEED(c->train.eval_every_steps >= 0, "train.eval_every_steps: must be >= 0, got %ld",
-	     c->train.eval_every_steps);
-	NEED(c->train.threads >= 0 && c->train.threads <= 4096,
-	     "train.threads: must be in [0, 4096], got %ld", c->train.threads);
-	NEED(one_of(c->train.device, "cpu ref cuda auto"),
-	     "train.device: expected cpu, ref, cuda or auto, got '%s'", c->train.device);
-	NEED(one_of(c->train.precision, "fp32 bf16 auto"),
-	     "train.precision: expected fp32, bf16 or auto, got '%s'", c->train.precision);
-	NEED(c->train.accumulate >= 1 && c->train.accumulate <= 65536,
-	     "train.accumulate: must be in [1, 65536], got %ld", c->train.accumulate);
-	NEED(c->train.batch_size * c->train.accumulate <= 1 << 22,
-	     "train.batch_size * train.accumulate: too large (%ld)",
-	     c->train.batch_size * c->train.accumulate);
-
-	NEED(one_of(c->optimizer.name, "sgd adam adamw"),
-	     "optimizer.name: expected sgd, adam or adamw, got '%s'", c->optimizer.name);
-	NEED(c->optimizer.lr > 0 && c->optimizer.lr < 1e6, "optimizer.lr: must be > 0, got %g",
-	     c->optimizer.lr);
-	NEED(c->optimizer.momentum >= 0 && c->optimizer.momentum < 1,
-	     "optimizer.momentum: must be in [0, 1), got %g", c->optimizer.momentum);
-	NEED(c->optimizer.beta1 >= 0 && c->optimizer.beta1 < 1,
-	     "optimizer.beta1: must be in [0, 1), got %g", c->optimizer.beta1);
-	NEED(c->optimizer.beta2 >= 0 && c->optimizer.beta2 < 1,
-	     "optimizer.beta2: must be in [0, 1), got %g", c->optimizer.beta2);
-	NEED(c->optimizer.epsilon > 0, "optimizer.epsilon: must be > 0, got %g",
-	     c->optimizer.epsilon);
-	NEED(c->optimizer.weight_decay >= 0, "optimizer.weight_decay: must be >= 0, got %g",
-	     c->optimizer.weight_decay);
-	NEED(!(c->optimizer.nesterov && c->optimizer.momentum == 0),
-	     "optimizer.nesterov: needs optimizer.momentum > 0");
-	NEED(one_of(c->optimizer.schedule.name, "constant step cosine"),
-	     "optimizer.schedule.name: expected constant, step or cosine, got '%s'",
-	     c->optimizer.schedule.name);
-	NEED(c->optimizer.schedule.warmup_steps >= 0,
-	     "optimizer.schedule.warmup_steps: must be >= 0, got %ld",
-	     c->optimizer.schedule.warmup_steps);
-	NEED(c->optimizer.schedule.decay_steps >= 0,
-	     "optimizer.schedule.decay_steps: must be >= 0, got %ld",
-	     c->optimizer.schedule.decay_steps);
-	NEED(strcmp(c->optimizer.schedule.name, "step") != 0 ||
-		     c->optimizer.schedule.decay_steps > 0,
-	     "optimizer.schedule.decay_steps: the step schedule needs decay_steps >= 1");
-	NEED(c->optimizer.schedule.decay_rate > 0,
-	     "optimizer.schedule.decay_rate: must be > 0, got %g",
-	     c->optimizer.schedule.decay_rate);
-	NEED(c->optimizer.schedule.min_lr >= 0 && c->optimizer.schedule.min_lr <= c->optimizer.lr,
-	     "optimizer.schedule.min_lr: must be in [0, optimizer.lr], got %g",
-	     c->optimizer.schedule.min_lr);
-
-	NEED(one_of(c->strategy.name, "local parameter_server allreduce"),
-	     "strategy.name: expected local, parameter_server or allreduce, got '%s'",
-	     c->strategy.name);
-	c->strategy.staleness = 0;
-	if (strncmp(c->strategy.mode, "ssp:", 4) == 0) {
-		char *end;
-		errno = 0;
-		long k = strtol(c->strategy.mode + 4, &end, 10);
-		NEED(c->strategy.mode[4] >= '0' && c->strategy.mode[4] <= '9' && *end == '\0' &&
-			     errno == 0 && k >= 1 && k <= 1000000,
-		     "strategy.mode: ssp:K needs an integer K >= 1, got '%s'", c->strategy.mode);
-		c->strategy.staleness = k;
-		c->ps.mode = WF_PS_MODE_SSP;
-	} else {
-		NEED(one_of(c->strategy.mode, "sync async"),
-		     "strategy.mode: expected sync, async or ssp:K, got '%s'", c->strategy.mode);
-		c->ps.mode = strcmp(c->strategy.mode, "async") ? WF_PS_MODE_SYNC : WF_PS_MODE_ASYNC;
-	}
-	NEED(c->ps.chunk_bytes >= 1024 && c->ps.chunk_bytes <= (1L << 30),
-	     "ps.chunk_bytes (WEFT_PS_CHUNK_BYTES): must be a byte count in [1024, 2^30], got %ld",
-	     c->ps.chunk_bytes);
-	const struct {
-		const char *key;
-		double v;
-	} secs[] = {
-		{"ps.timeout (WEFT_PS_TIMEOUT)", c->ps.timeout},
-		{"ps.connect_timeout (WEFT_PS_CONNECT_TIMEOUT)", c->ps.connect_timeout},
-		{"ps.server_timeout (WEFT_PS_SERVER_TIMEOUT)", c->ps.server_timeout},
-		{"ps.heartbeat_timeout (WEFT_PS_HEARTBEAT_TIMEOUT)", c->ps.heartbeat_timeout},
-		{"ps.stall_timeout (WEFT_PS_STALL_TIMEOUT)", c->ps.stall_timeout},
-		{"ps.stats_every (WEFT_PS_STATS_EVERY)", c->ps.stats_every},
-	};
-	for (size_t i = 0; i < sizeof(secs) / sizeof(secs[0]); i++)
-		NEED(secs[i].v >= 0 && secs[i].v <= 1e9,
-		     "%s: must be a number of seconds >= 0, got %g", secs[i].key, secs[i].v);
-	if (c->ps.debug_stall[0]) {
-		int r;
-		long st;
-		double sl;
-		char tail;
-		NEED(sscanf(c->ps.debug_stall, "%d:%ld:%lf%c", &r, &st, &sl, &tail) == 3,
-		     "ps.debug_stall (WEFT_PS_DEBUG_STALL): expected rank:step:seconds, got '%s'",
-		     c->ps.debug_stall);
-	}
-	NEED(c->strategy.bucket_mb > 0 && c->strategy.bucket_mb <= 4096,
-	     "strategy.bucket_mb: must be in (0, 4096], got %g", c->strategy.bucket_mb);
-
-	NEED(c->checkpoint.dir[0], "checkpoint.dir: must not be empty");
-	NEED(c->checkpoint.every_steps >= 0, "checkpoint.every_steps: must be >= 0, got %ld",
-	     c->checkpoint.every_steps);
-	NEED(c->checkpoint.keep >= 1, "checkpoint.keep: must be >= 1, got %ld", c->checkpoint.keep);
-	NEED(c->log.dir[0], "log.dir: must not be empty");
-	NEED(c->log.every_steps >= 1, "log.every_steps: must be >= 1, got %ld", c->log.every_steps);
-	/* training that does what Keras does (issue 11) */
-	wf_init ki;
-	NEED(strcmp(c->model.kernel_initializer, "auto") == 0 ||
-		     wf_init_parse(c->model.kernel_initializer, &ki) == 0,
-	     "model.kernel_initializer: expected auto, glorot_uniform, glorot_normal, he_normal, "
-	     "he_uniform, lecun_normal or lecun_uniform, got '%s'",
-	     c->model.kernel_initializer);
-	NEED(c->model.bn_momentum >= 0 && c->model.bn_momentum < 1,
-	     "model.bn_momentum: must be in [0, 1) (0: the model's own), got %g",
-	     c->model.bn_momentum);
-	NEED(c->model.alpha > 0 && c->model.alpha <= 4, "model.alpha: must be in (0, 4], got %g",
-	     c->model.alpha);
-	NEED(c->model.alpha == 1 || strcmp(c->model.name, "mobilenetv2") == 0,
-	     "model.alpha: only mobilenetv2 has a width multiplier (model.name is '%s')",
-	     c->model.name);
-	NEED(c->optimizer.clipnorm >= 0, "optimizer.clipnorm: must be >= 0 (0: off), got %g",
-	     c->optimizer.clipnorm);
-	NEED(c->optimizer.global_clipnorm >= 0,
-	     "optimizer.global_clipnorm: must be >= 0 (0: off), got %g",
-	     c->optimizer.global_clipnorm);
-	NEED(!(c->optimizer.clipnorm > 0 && c->optimizer.global_clipnorm > 0),
-	     "optimizer.clipnorm and optimizer.global_clipnorm: set at most one (as Keras)");
-	NEED(c->optimizer.clipvalue >= 0, "optimizer.clipvalue: must be >= 0 (0: off), got %g",
-	     c->optimizer.clipvalue);
-	NEED(!(strcmp(c->strategy.name, "parameter_server") == 0 &&
-	       (c->optimizer.clipnorm > 0 || c->optimizer.global_clipnorm > 0)),
-	     "optimizer.clipnorm/global_clipnorm: not supported with strategy.name "
-	     "parameter_server (each server holds only part of the gradient); use clipvalue");
-	NEED(!(strcmp(c->strategy.name, "parameter_server") == 0 && c->model.freeze[0] &&
-	       c->optimizer.weight_decay > 0),
-	     "model.freeze with optimizer.weight_decay %g: not supported with strategy.name "
-	     "parameter_server (the servers would decay the frozen parameters); set "
-	     "optimizer.weight_decay to 0 or train with allreduce or local",
-	     c->optimizer.weight_decay);
-	NEED(c->train.label_smoothing >= 0 && c->train.label_smoothing < 1,
-	     "train.label_smoothing: must be in [0, 1), got %g", c->train.label_smoothing);
-	NEED(c->train.divergence_factor == 0 || c->train.divergence_factor > 1,
-	     "train.divergence_factor: must be > 1 (or 0: off), got %g",
-	     c->train.divergence_factor);
-	return 0;
 }
 
 int wf_config_parse_string(wf_config *c, const char *text, wf_err *err)

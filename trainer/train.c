@@ -531,8 +531,9 @@ static int check_params_finite(run *r, long done, wf_err *err)
 	return 0;
 }
 
-/* One optimizer step: every micro-batch forward/backward, then the exchange. */
-static int train_step(run *r, long step, wf_batch *b, window *w, wf_err *err)
+/* One optimizer step: every micro-batch forward/backward, then the exchange.
+ * Returns 0, an error, or WF_EXCHANGE_MOVED with *to (see exchange.h). */
+static int train_step(run *r, long step, wf_batch *b, window *w, long *to, wf_err *err)
 {
 	const wf_config *c = r->cfg;
 	int bs = (int)c->train.batch_size, acc = (int)c->train.accumulate;
@@ -562,7 +563,7 @@ static int train_step(run *r, long step, wf_batch *b, window *w, wf_err *err)
 		w->correct += correct;
 		w->samples += bs;
 	}
-	return wf_exchange_step(r->x, step, err);
+	return wf_exchange_step(r->x, step, to, err);
 exec_failed:
 	return wf_errf(err, WF_EINTERNAL, "step %ld: %s", step + 1, wf_exec_error(r->ex));
 }
@@ -574,7 +575,6 @@ static int rewind_to(run *r, long from, long to, wf_err *err)
 {
 	wf_progress_message(&r->prog, "step %ld: the job continues from step %ld", from, to);
 	wf_event("rollback", json_pack("{s:I, s:I}", "from", (json_int_t)from, "to", (json_int_t)to));
-	r->x->rolled_back = 0;
 	wf_reader_free(r->rd);
 	r->rd = NULL;
 	r->start = to;
@@ -609,7 +609,16 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 					     step);
 			return rc;
 		}
-		if ((rc = train_step(r, step, b, &w, err)) != 0)
+		long to;
+		rc = train_step(r, step, b, &w, &to, err);
+		if (rc == WF_EXCHANGE_MOVED) { /* ps: a server restarted; the job went back */
+			if ((rc = rewind_to(r, step, to, err)) != 0)
+				return rc;
+			step = r->start - 1;
+			w = (window){0, 0, 0, wf_now()};
+			continue;
+		}
+		if (rc != 0)
 			return rc;
 
 		long done = step + 1;
@@ -623,13 +632,6 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		if (r->reports)
 			wf_progress_update(&r->prog, &s);
 
-		if (r->x->rolled_back) { /* ps: a server restarted; the job went back */
-			if ((rc = rewind_to(r, step, r->x->rollback_step, err)) != 0)
-				return rc;
-			step = r->start - 1;
-			w = (window){0, 0, 0, wf_now()};
-			continue;
-		}
 		int evals = chief && r->eval_ds &&
 			    (done == steps || (c->train.eval_every_steps > 0 &&
 					       done % c->train.eval_every_steps == 0));
@@ -730,6 +732,7 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 	res->reports = r.reports;
 	wf_progress_init(&r.prog, stderr, opts->tty, r.start, cfg->train.steps,
 			 cfg->log.every_steps);
+	long to; /* where the exchange moved the job (WF_EXCHANGE_MOVED) */
 again:
 	if (r.start >= cfg->train.steps) {
 		wf_info("already trained %ld of %ld steps: nothing to do", r.start,
@@ -741,10 +744,9 @@ again:
 		wf_progress_finish(&r.prog);
 	}
 	if (rc == 0)
-		rc = wf_exchange_finish(r.x, err);
+		rc = wf_exchange_finish(r.x, &to, err);
 	/* ps: the job went back while this worker waited at the end: train on */
-	if (rc == 0 && r.x->rolled_back &&
-	    (rc = rewind_to(&r, cfg->train.steps, r.x->rollback_step, err)) == 0)
+	if (rc == WF_EXCHANGE_MOVED && (rc = rewind_to(&r, cfg->train.steps, to, err)) == 0)
 		goto again;
 	/* finished: the next serving version, once per final checkpoint (a chief
 	 * restarted after the job's end finishes an export that did not happen) */

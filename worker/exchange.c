@@ -18,9 +18,10 @@ void wf_exchange_grad_ready(void *arg, size_t done)
 		x->ops->grad_ready(x, done);
 }
 
-int wf_exchange_step(wf_exchange *x, long step, wf_err *err)
+int wf_exchange_step(wf_exchange *x, long step, long *to, wf_err *err)
 {
-	return x->ops->step(x, step, err);
+	*to = step + 1;
+	return x->ops->step(x, step, to, err);
 }
 
 int wf_exchange_save(wf_exchange *x, const char *dir, long step, wf_err *err)
@@ -28,9 +29,10 @@ int wf_exchange_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 	return x->ops->save ? x->ops->save(x, dir, step, err) : 0;
 }
 
-int wf_exchange_finish(wf_exchange *x, wf_err *err)
+int wf_exchange_finish(wf_exchange *x, long *to, wf_err *err)
 {
-	return x->ops->finish ? x->ops->finish(x, err) : 0;
+	*to = -1;
+	return x->ops->finish ? x->ops->finish(x, to, err) : 0;
 }
 
 int wf_exchange_should_stop(wf_exchange *x, long step, int requested)

@@ -38,14 +38,16 @@ typedef struct wf_exchange_ops {
 	/* The gradient prefix [0, done) floats is final for this step. May be NULL. */
 	void (*grad_ready)(wf_exchange *x, size_t done);
 	/* Finish step (0-based): combine gradients, update params (and, where
-	 * workers differ, batch-norm state) in the executor. */
-	int (*step)(wf_exchange *x, long step, wf_err *err);
+	 * workers differ, batch-norm state) in the executor. Returns 0, an
+	 * error, or WF_EXCHANGE_MOVED with *to set (see below). */
+	int (*step)(wf_exchange *x, long step, long *to, wf_err *err);
 	/* Write this strategy's optimizer state for `step` completed steps into
 	 * the checkpoint directory dir (before the trainer writes model.h5 and
 	 * DONE). Called on every worker; writes only where the strategy wants. */
 	int (*save)(wf_exchange *x, const char *dir, long step, wf_err *err);
-	/* The run ended normally (ps: tell servers to shut down). May be NULL. */
-	int (*finish)(wf_exchange *x, wf_err *err);
+	/* The run ended normally (ps: tell servers to shut down). May be NULL.
+	 * Returns 0, an error, or WF_EXCHANGE_MOVED with *to set. */
+	int (*finish)(wf_exchange *x, long *to, wf_err *err);
 	void (*free)(wf_exchange *x); /* frees x and its context */
 	/* After step() of `step`: whether the run stops now. requested is this
 	 * worker's own stop request (a signal); exchanges whose workers must
@@ -61,22 +63,23 @@ struct wf_exchange {
 	int rank;     /* this worker's index in [0, workers) */
 	int workers;  /* data-parallel workers (reader slices) */
 	int is_chief; /* writes checkpoints, metrics and the model */
-	/* Set by step() when the job moved to another step instead (ps: a server
-	 * restarted from a checkpoint and every worker rolls back to it): the
-	 * executor holds that step's model; the trainer restarts its reader at
-	 * rollback_step and clears the flag. */
-	int rolled_back;
-	long rollback_step;
 };
+
+/* What step() and finish() return when the job moved to another step
+ * instead of finishing this one (ps: a server restarted from a checkpoint
+ * and every worker goes back to it): not an error; the executor holds the
+ * model of step *to (0-based: the step to run next) and the trainer
+ * restarts its reader there. */
+#define WF_EXCHANGE_MOVED 1
 
 /* Wrappers: the trainer calls these, never the table directly. */
 int wf_exchange_start(wf_exchange *x, const char *resume_dir, long resume_step, long *start_step,
 		      wf_err *err);
 /* A wf_grad_ready_fn: pass it to wf_exec_backward with arg = the exchange. */
 void wf_exchange_grad_ready(void *x, size_t done);
-int wf_exchange_step(wf_exchange *x, long step, wf_err *err);
+int wf_exchange_step(wf_exchange *x, long step, long *to, wf_err *err);
 int wf_exchange_save(wf_exchange *x, const char *dir, long step, wf_err *err);
-int wf_exchange_finish(wf_exchange *x, wf_err *err);
+int wf_exchange_finish(wf_exchange *x, long *to, wf_err *err);
 /* 1 when the run stops after `step` (see should_stop), else 0. */
 int wf_exchange_should_stop(wf_exchange *x, long step, int requested);
 void wf_exchange_free(wf_exchange *x); /* accepts NULL */

@@ -219,11 +219,11 @@ static int local_start(wf_exchange *x, const char *resume_dir, long resume_step,
 	return rc;
 }
 
-static int local_step(wf_exchange *x, long step, wf_err *err)
+static int local_step(wf_exchange *x, long step, long *to, wf_err *err)
 {
 	local_ctx *c = x->ctx;
-	int rc = wf_optim_apply(c->be, &c->cfg, step, c->n, wf_exec_params(c->ex),
-				wf_exec_grads(c->ex), c->m, c->v, 1.0f);
+	(void)to; /* the workers never move to another step */
+	int rc = wf_exec_optim_step(c->ex, &c->cfg, step, c->m, c->v, 1.0f);
 	if (rc != 0)
 		return wf_errf(err, rc, "optimizer step %ld: %s", step, c->be->err.msg);
 	return 0;

@@ -570,9 +570,10 @@ static void mpi_grad_ready(wf_exchange *x, size_t done)
 	c->pending_rc = rc;
 }
 
-static int mpi_step(wf_exchange *x, long step, wf_err *err)
+static int mpi_step(wf_exchange *x, long step, long *to, wf_err *err)
 {
 	mpi_ctx *c = x->ctx;
+	(void)to; /* the workers never move to another step */
 	int rc = 0;
 	float inv = 1.0f / (float)g.w.size;
 	if (g.w.size > 1) {
@@ -600,8 +601,7 @@ static int mpi_step(wf_exchange *x, long step, wf_err *err)
 			return wf_errf(err, WF_EINTERNAL, "averaging batch-norm statistics: %s",
 				       c->be->err.msg);
 	}
-	rc = wf_optim_apply(c->be, &c->cfg, step, c->n, wf_exec_params(c->ex), wf_exec_grads(c->ex),
-			    c->slot_m, c->slot_v, inv);
+	rc = wf_exec_optim_step(c->ex, &c->cfg, step, c->slot_m, c->slot_v, inv);
 	if (rc != 0)
 		return wf_errf(err, rc, "optimizer step %ld: %s", step + 1, c->be->err.msg);
 	return 0;
@@ -733,9 +733,10 @@ static void hb_drain(heartbeat *h, wf_err *err)
 	}
 }
 
-static int mpi_finish(wf_exchange *x, wf_err *err)
+static int mpi_finish(wf_exchange *x, long *to, wf_err *err)
 {
 	mpi_ctx *c = x->ctx;
+	(void)to; /* the workers never move to another step */
 	int rc = barrier(&c->wt, "the end of training", err);
 	if (rc == 0) {
 		hb_drain(&c->wt.hb, err);

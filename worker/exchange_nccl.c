@@ -217,9 +217,10 @@ static void nccl_grad_ready(wf_exchange *x, size_t done)
 		c->pending_rc = post(c, done, &c->pending);
 }
 
-static int nccl_step(wf_exchange *x, long step, wf_err *err)
+static int nccl_step(wf_exchange *x, long step, long *to, wf_err *err)
 {
 	nccl_ctx *c = x->ctx;
+	(void)to; /* the workers never move to another step */
 	if (c->w.size > 1) {
 		if (c->pending_rc != 0) {
 			*err = c->pending;
@@ -238,8 +239,7 @@ static int nccl_step(wf_exchange *x, long step, wf_err *err)
 		c->stop_agreed = c->flag_host[1];
 	}
 	/* ncclAvg already averaged: the optimizer takes the gradient as is. */
-	int rc = wf_optim_apply(c->be, &c->cfg, step, c->n, wf_exec_params(c->ex),
-				wf_exec_grads(c->ex), c->slot_m, c->slot_v, 1.0f);
+	int rc = wf_exec_optim_step(c->ex, &c->cfg, step, c->slot_m, c->slot_v, 1.0f);
 	if (rc != 0)
 		return wf_errf(err, rc, "optimizer step %ld: %s", step + 1, c->be->err.msg);
 	return 0;
@@ -313,7 +313,8 @@ static int nccl_start(wf_exchange *x, const char *resume_dir, long resume_step, 
 	NCCL_CHECK(ncclGroupStart(), err, "start-up broadcast");
 	NCCL_CHECK(ncclBroadcast(dstep, dstep, 1, ncclInt64, 0, c->comm, c->stream), err,
 		   "start-up broadcast of the step");
-	rc = bcast_dev(c, wf_exec_params(c->ex), c->n, err);
+	rc = bcast_dev(c, wf_exec_params_begin(c->ex), c->n, err);
+	wf_exec_params_end(c->ex);
 	if (rc == 0)
 		rc = bcast_dev(c, wf_exec_state(c->ex), c->nstate, err);
 	if (rc == 0 && c->slot_m)
@@ -360,9 +361,10 @@ static int nccl_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 	return rc;
 }
 
-static int nccl_finish(wf_exchange *x, wf_err *err)
+static int nccl_finish(wf_exchange *x, long *to, wf_err *err)
 {
 	nccl_ctx *c = x->ctx;
+	(void)to; /* the workers never move to another step */
 	int rc = barrier(c, "the end of training", err);
 	if (rc == 0)
 		c->finished = 1;

@@ -87,7 +87,7 @@ static int pull_all(ps_ctx *c, long *version, wf_err *err)
 	int rc = wf_ps_client_pull(c->cl, -1, version, err);
 	if (rc == 0 && c->m->nstate)
 		rc = wf_ps_client_pull_state(c->cl, err);
-	if (rc == 0 && !c->host && wf_exec_params_from_host(c->ex) != 0)
+	if (rc == 0 && wf_exec_params_from_host(c->ex) != 0)
 		rc = wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
 	return rc;
 }
@@ -148,16 +148,16 @@ static int chief_repair(ps_ctx *c, long lo, long hi, wf_err *err)
 		"values at step %ld (optimizer slots restart at zero)",
 		e.msg, at);
 	wf_event("seed", json_pack("{s:I}", "step", (json_int_t)at));
-	if (!c->host && wf_exec_params_to_host(c->ex) != 0)
+	if (wf_exec_params_to_host(c->ex) != 0)
 		return wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
 	return wf_ps_client_init(c->cl, c->m->params, NULL, c->m->nstate ? c->m->state : NULL, at,
 				 err);
 }
 
 /* After a failed step: wait until the servers agree on a step (the chief
- * makes them), pull the model of that step and tell the trainer to go on
- * from there. */
-static int resync(wf_exchange *x, const char *why, wf_err *err)
+ * makes them), pull the model of that step and return WF_EXCHANGE_MOVED
+ * with *to = that step: the trainer goes on from there. */
+static int resync(wf_exchange *x, const char *why, long *to, wf_err *err)
 {
 	ps_ctx *c = x->ctx;
 	double limit =
@@ -191,9 +191,8 @@ static int resync(wf_exchange *x, const char *why, wf_err *err)
 		return rc;
 	wf_info("ps: worker %d continues at step %ld (was at %ld)", x->rank, step, c->step);
 	c->step = step;
-	x->rolled_back = 1;
-	x->rollback_step = step;
-	return 0;
+	*to = step;
+	return WF_EXCHANGE_MOVED;
 }
 
 /* ---- the table ------------------------------------------------------------- */
@@ -245,7 +244,7 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 			}
 			step = resume_step;
 		} else {
-			if (!c->host && wf_exec_params_to_host(c->ex) != 0)
+			if (wf_exec_params_to_host(c->ex) != 0)
 				return wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
 			rc = wf_ps_client_init(c->cl, c->m->params, NULL,
 					       c->m->nstate ? c->m->state : NULL, 0, err);
@@ -285,7 +284,7 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 	return 0;
 }
 
-static int ps_step(wf_exchange *x, long step, wf_err *err)
+static int ps_step(wf_exchange *x, long step, long *to, wf_err *err)
 {
 	ps_ctx *c = x->ctx;
 	int rc = c->push_rc;
@@ -303,7 +302,7 @@ static int ps_step(wf_exchange *x, long step, wf_err *err)
 	c->push_rc = 0;
 	if (rc == 0) {
 		c->step = step + 1;
-		if (!c->host && wf_exec_params_from_host(c->ex) != 0)
+		if (wf_exec_params_from_host(c->ex) != 0)
 			return wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
 		return 0;
 	}
@@ -312,7 +311,7 @@ static int ps_step(wf_exchange *x, long step, wf_err *err)
 	char why[1024];
 	snprintf(why, sizeof(why), "%s", err->msg);
 	wf_err_clear(err);
-	return resync(x, why, err);
+	return resync(x, why, to, err);
 }
 
 static int ps_save(wf_exchange *x, const char *dir, long step, wf_err *err)
@@ -331,7 +330,7 @@ static int ps_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 	return 0;
 }
 
-static int ps_finish(wf_exchange *x, wf_err *err)
+static int ps_finish(wf_exchange *x, long *to, wf_err *err)
 {
 	ps_ctx *c = x->ctx;
 	if (c->job_over)
@@ -352,7 +351,7 @@ static int ps_finish(wf_exchange *x, wf_err *err)
 		int sealed = !x->is_chief && c->ckpt_dir[0] && wf_ckptdir_has_done(step_dir);
 		double was =
 			sealed ? wf_ps_client_set_connect_timeout(c->cl, WF_PS_JOB_OVER_WAIT) : 0;
-		rc = resync(x, why, err);
+		rc = resync(x, why, to, err);
 		if (sealed)
 			wf_ps_client_set_connect_timeout(c->cl, was);
 		if (rc == WF_ETRANSIENT && sealed) {

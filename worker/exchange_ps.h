@@ -4,7 +4,7 @@
  * the servers. The chief seeds the servers (or has them restore a
  * checkpoint), checkpoints them and shuts them down at the end. When a
  * server restarts from its last checkpoint, the chief rolls every server back
- * to that step and every worker follows (wf_exchange.rolled_back).
+ * to that step and every worker follows (WF_EXCHANGE_MOVED).
  *
  * Gradient scale: the trainer leaves each worker's MEAN gradient in the
  * buffer; pushes carry it with weight 1 (aux = 1), so the servers average
@@ -48,6 +48,12 @@ typedef struct wf_exchange_ps_cfg {
 	 * the job may be over: a process that then finds no server within a short
 	 * wait (10 s) does nothing and succeeds; 0: not known to be over */
 	long done_step;
+	/* model.freeze: the trainer's optimizer segments and frozen flags
+	 * (wf_optim_cfg segs/frozen/nsegs); the servers leave those floats as
+	 * they are. NULL: nothing frozen. */
+	const size_t *segs;
+	const unsigned char *frozen;
+	int nsegs;
 } wf_exchange_ps_cfg;
 
 /* An exchange over executor ex of model m (both outlive it). optim must be

@@ -83,8 +83,7 @@ static int runner_update(runner *r, long step)
 	wf_optim_cfg oc;
 	wf_optim_cfg_default(&oc); /* sgd, momentum 0.9 */
 	oc.lr = 0.05;
-	int rc = wf_optim_apply(r->be, &oc, step, r->m->nparams, wf_exec_params(r->ex),
-				wf_exec_grads(r->ex), r->mom, NULL, 1.0f);
+	int rc = wf_exec_optim_step(r->ex, &oc, step, r->mom, NULL, 1.0f);
 	if (rc)
 		fprintf(stderr, "  %s: %s\n", r->be->name, r->be->err.msg);
 	return rc;

@@ -101,7 +101,7 @@ static void check_gradients(wf_model *m, const char *const *views, int nviews, i
 	train_loss(ex, x, y, n);
 	WF_CHECK_MSG(wf_exec_backward(ex, 1.0f / n, NULL, NULL) == 0, "%s", wf_exec_error(ex));
 	memcpy(g, wf_exec_grads(ex), sizeof(float) * m->nparams);
-	float *p = wf_exec_params(ex);
+	float *p = wf_exec_params_begin(ex); /* finite differences, in place */
 	int checked = 0;
 	for (int v = 0; v < nviews; v++) {
 		const wf_view *vw = wf_model_view(m, views[v]);
@@ -144,6 +144,7 @@ static void check_gradients(wf_model *m, const char *const *views, int nviews, i
 			checked++;
 		}
 	}
+	wf_exec_params_end(ex);
 	WF_CHECK(checked > 0);
 	free(x);
 	free(y);
