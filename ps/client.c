@@ -42,6 +42,9 @@ struct wf_ps_client {
 	pending *pend;
 	uint32_t gen;
 	uint64_t *floats; /* [nchunks] */
+	/* [nchunks] a push's frozen frame (u64 pairs), NULL: nothing frozen there */
+	uint8_t **frozen;
+	size_t *frozen_bytes;
 	wf_ps_limits lim;
 	int stale;
 	wf_ps_stats *stats_out;
@@ -60,6 +63,47 @@ struct wf_ps_client {
 static int nchunks_of(const wf_ps_client *c)
 {
 	return c->cfg.pl ? c->cfg.pl->nchunks : 0;
+}
+
+/* Each chunk's frozen frame from cfg.segs/frozen: the frozen segments that
+ * overlap it, clipped, chunk-relative. */
+static int frozen_frames(wf_ps_client *c)
+{
+	const wf_ps_client_cfg *cfg = &c->cfg;
+	int nc = nchunks_of(c);
+	if (!cfg->frozen || !cfg->segs || !nc)
+		return 0;
+	c->frozen = calloc((size_t)nc, sizeof(*c->frozen));
+	c->frozen_bytes = calloc((size_t)nc, sizeof(*c->frozen_bytes));
+	if (!c->frozen || !c->frozen_bytes)
+		return WF_ENOMEM;
+	for (int k = 0; k < nc; k++) {
+		size_t lo = cfg->pl->chunks[k].offset, hi = lo + cfg->pl->chunks[k].count, n = 0;
+		for (int pass = 0; pass < 2; pass++) { /* count, then fill */
+			n = 0;
+			for (int s = 0; s < cfg->nsegs; s++) {
+				size_t b = WF_MAX(cfg->segs[s], lo), e = WF_MIN(cfg->segs[s + 1], hi);
+				if (!cfg->frozen[s] || b >= e)
+					continue;
+				if (pass && n && wf_ps_get_u64(c->frozen[k] + 16 * (n - 1) + 8) == b - lo) {
+					/* adjacent frozen segments: one range */
+					wf_ps_put_u64(c->frozen[k] + 16 * (n - 1) + 8, e - lo);
+					continue;
+				}
+				if (pass) {
+					wf_ps_put_u64(c->frozen[k] + 16 * n, b - lo);
+					wf_ps_put_u64(c->frozen[k] + 16 * n + 8, e - lo);
+				}
+				n++;
+			}
+			if (!pass && n && !(c->frozen[k] = malloc(16 * n)))
+				return WF_ENOMEM;
+			if (!n)
+				break;
+		}
+		c->frozen_bytes[k] = 16 * n;
+	}
+	return 0;
 }
 
 static int slot_server(const wf_ps_client *c, int s)
@@ -498,6 +542,8 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 							     10.0 * cfg->heartbeat_interval);
 	for (int i = 0; i < nc; i++)
 		c->floats[i] = cfg->pl->chunks[i].count;
+	if (frozen_frames(c) != 0)
+		goto fail;
 	c->lim = (wf_ps_limits){.job_id = cfg->job_id,
 				.nchunks = (uint32_t)nc,
 				.chunk_floats = c->floats,
@@ -568,6 +614,10 @@ void wf_ps_client_free(wf_ps_client *c)
 	free(c->socks);
 	free(c->pend);
 	free(c->floats);
+	for (int k = 0; c->frozen && k < nchunks_of(c); k++)
+		free(c->frozen[k]);
+	free(c->frozen);
+	free(c->frozen_bytes);
 	free((void *)c->inc);
 	free((void *)c->seen);
 	memset(&c->keys, 0, sizeof(c->keys));
@@ -709,14 +759,20 @@ int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads,
 			       "%d) and needs cfg.state",
 			       chunk, ch->server);
 	wf_ps_hdr h;
-	const void *f[2] = {grads + ch->offset, c->cfg.state};
-	size_t sz[2] = {ch->count * sizeof(float), c->cfg.nstate * sizeof(float)};
+	const void *f[3] = {grads + ch->offset, c->cfg.state};
+	size_t sz[3] = {ch->count * sizeof(float), c->cfg.nstate * sizeof(float)};
+	int nf = with_state ? 2 : 1;
 	req_hdr(c, &h, WF_PS_OP_PUSH_PULL, (uint32_t)chunk, step);
 	h.dtype = WF_PS_DTYPE_F32;
 	h.aux = (uint32_t)(c->cfg.contributors > 0 ? c->cfg.contributors : 0);
 	if (with_state)
 		h.flags |= WF_PS_FLAG_STATE;
-	return send_req(c, ch->server, chunk, &h, f, sz, with_state ? 2 : 1, 1, err);
+	if (c->frozen && c->frozen_bytes[chunk]) {
+		h.flags |= WF_PS_FLAG_FROZEN;
+		f[nf] = c->frozen[chunk];
+		sz[nf++] = c->frozen_bytes[chunk];
+	}
+	return send_req(c, ch->server, chunk, &h, f, sz, nf, 1, err);
 }
 
 int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err)

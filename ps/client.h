@@ -47,6 +47,13 @@ typedef struct wf_ps_client_cfg {
 				    * incarnation) fails them at once. */
 
 	const struct wf_ps_keys *keys; /* CURVE keys (ps/auth.h, copied); NULL: plain TCP */
+	/* model.freeze: the parameters' segments (offsets segs[0..nsegs], as
+	 * wf_optim_cfg's) and frozen[s] = 1 for each frozen one; every push of a
+	 * chunk holding frozen floats names them, so the servers leave them as
+	 * they are. NULL: nothing frozen. */
+	const size_t *segs;
+	const unsigned char *frozen;
+	int nsegs;
 } wf_ps_client_cfg;
 
 /* Create the sockets and connect (ZeroMQ connects in the background, so the

@@ -208,6 +208,7 @@ typedef struct shape {
 	int dtype;
 	uint64_t frame_bytes[WF_PS_MAX_FRAMES]; /* 0 = any size up to max_text */
 	int chunk_op;				/* chunk field must name a chunk */
+	int ranges_frame;			/* index of the frozen frame, or -1 */
 	int allow_state_chunk;
 	int fault; /* reason when the shape is invalid */
 	const char *why;
@@ -226,8 +227,10 @@ static uint64_t chunk_floats_of(const wf_ps_limits *lim, uint32_t c)
 static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s)
 {
 	memset(s, 0, sizeof(*s));
+	s->ranges_frame = -1;
 	int reply = lim->is_reply;
 	int state = (h->flags & WF_PS_FLAG_STATE) != 0;
+	int frozen = (h->flags & WF_PS_FLAG_FROZEN) != 0;
 	uint64_t cb = 4 * chunk_floats_of(lim, h->chunk);
 	uint64_t sb = 4 * lim->state_floats;
 	s->dtype = WF_PS_DTYPE_NONE;
@@ -251,9 +254,11 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 	case WF_PS_OP_PUSH_PULL:
 		s->chunk_op = 1;
 		s->dtype = WF_PS_DTYPE_F32;
-		s->min_frames = s->max_frames = 1 + state;
+		s->min_frames = s->max_frames = 1 + state + frozen;
 		s->frame_bytes[0] = cb;
 		s->frame_bytes[1] = sb;
+		if (frozen)
+			s->ranges_frame = 1 + state;
 		if (state && !lim->state_floats) {
 			s->fault = WF_PS_REJECT_BYTES;
 			s->why = "state frame but no state vector here";
@@ -284,10 +289,40 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 		break;
 	default: /* register, barrier, shutdown, heartbeat: no payload */ break;
 	}
-	if (state && h->op != WF_PS_OP_PUSH_PULL) {
+	if ((state || frozen) && h->op != WF_PS_OP_PUSH_PULL) {
 		s->fault = WF_PS_REJECT_OP;
-		s->why = "flag state on an op other than push_pull";
+		s->why = "flag state or frozen on an op other than push_pull";
 	}
+}
+
+uint64_t wf_ps_get_u64(const void *p)
+{
+	return get64(p);
+}
+
+void wf_ps_put_u64(void *p, uint64_t v)
+{
+	put64(p, v);
+}
+
+/* A frozen frame: u64 pairs [begin, end), ascending, disjoint, inside a
+ * chunk of `floats`. */
+static int check_ranges(const uint8_t *p, size_t bytes, uint64_t floats, const char **why)
+{
+	if (bytes == 0 || bytes % 16 || bytes / 16 > WF_PS_MAX_FROZEN) {
+		*why = "frozen frame is not 1..65536 pairs of u64";
+		return 0;
+	}
+	uint64_t last = 0;
+	for (size_t i = 0; i < bytes / 16; i++) {
+		uint64_t b = get64(p + 16 * i), e = get64(p + 16 * i + 8);
+		if (b < last || b >= e || e > floats) {
+			*why = "frozen ranges out of order or outside the chunk";
+			return 0;
+		}
+		last = e;
+	}
+	return 1;
 }
 
 static int check_flags(const wf_ps_hdr *h, const wf_ps_limits *lim)
@@ -364,6 +399,13 @@ int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *siz
 	uint64_t max_text = lim->max_text ? lim->max_text : (1u << 20);
 	for (int i = 0; i < np; i++) {
 		total += sizes[i + 1];
+		if (i == s.ranges_frame) {
+			const char *why = "";
+			if (!check_ranges(frames[i + 1], sizes[i + 1], chunk_floats_of(lim, h->chunk),
+					  &why))
+				REJECT(WF_PS_REJECT_BYTES, "%s", why);
+			continue;
+		}
 		if (s.dtype == WF_PS_DTYPE_F32 && sizes[i + 1] != s.frame_bytes[i])
 			REJECT(WF_PS_REJECT_BYTES,
 			       "payload frame %d is %zu bytes, chunk %u needs %llu bytes", i,

@@ -23,7 +23,7 @@
  * Payloads per op (request -> reply; "values" = the chunk's floats):
  *   register   -                       -> -           (reply step: server step, chunk: nchunks)
  *   init       values [+ slots]        -> -           (step = version to start at)
- *   push_pull  grad [+ state]          -> values [+ state]  (flag STATE)
+ *   push_pull  grad [+ state] [+ frozen] -> values [+ state]  (flags STATE, FROZEN)
  *   pull       -                       -> values      (reply step: version)
  *   barrier    -                       -> -
  *   checkpoint dir (bytes)             -> -           (step = N)
@@ -32,6 +32,10 @@
  *   shutdown   -                       -> -
  *   heartbeat  -                       -> -
  *   any error reply: flag ERROR, aux = -code, one frame of text.
+ * A push's frozen frame (flag FROZEN, last) lists the chunk's frozen floats
+ * (model.freeze) as little-endian u64 pairs [begin, end), chunk-relative,
+ * ascending, not overlapping: the optimizer leaves them as they are (no
+ * update, no weight decay).
  * The state pseudo-chunk WF_PS_STATE_CHUNK (non-trainable state, kept by
  * server 0) can be the target of init and pull. */
 #ifndef WF_PS_PROTO_H
@@ -47,6 +51,7 @@
 #define WF_PS_HEADER_BYTES 64
 #define WF_PS_MAX_FRAMES   4 /* payload frames per message */
 #define WF_PS_STATE_CHUNK  0xffffffffu
+#define WF_PS_MAX_FROZEN   65536 /* ranges in a push's frozen frame */
 
 typedef enum {
 	WF_PS_OP_REGISTER = 1,
@@ -67,7 +72,8 @@ enum {
 	WF_PS_FLAG_ERROR = 1u << 1, /* error reply: aux = -code, payload = text */
 	WF_PS_FLAG_STATE = 1u << 2, /* an extra frame with the state vector */
 	WF_PS_FLAG_STALE = 1u << 3, /* push for a past step: ignored, values are current */
-	WF_PS_FLAG__ALL = 0xf,
+	WF_PS_FLAG_FROZEN = 1u << 4, /* push: a last frame of frozen ranges */
+	WF_PS_FLAG__ALL = 0x1f,
 };
 
 typedef enum { WF_PS_DTYPE_NONE = 0, WF_PS_DTYPE_F32 = 1, WF_PS_DTYPE_BYTES = 2 } wf_ps_dtype;
@@ -102,6 +108,10 @@ typedef enum {
 	WF_PS_REJECT_STATE, /* protocol state: duplicate push, server behind... */
 	WF_PS_REJECT__COUNT
 } wf_ps_reject;
+
+/* Little-endian u64 at p (the frozen frame's pairs). */
+uint64_t wf_ps_get_u64(const void *p);
+void wf_ps_put_u64(void *p, uint64_t v);
 
 /* Decoded header. */
 typedef struct wf_ps_hdr {

@@ -305,6 +305,8 @@ static void server_free(server *s)
 		schunk *c = &s->chunks[i];
 		wf_pss_vbuf_unref(c->vb);
 		free(c->acc);
+		free(c->fsegs);
+		free(c->ffrozen);
 		free(c->slot[0]);
 		free(c->slot[1]);
 		free(c->pushed);

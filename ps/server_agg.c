@@ -240,7 +240,11 @@ int wf_pss_apply(server *s, schunk *c, const float *grad, long contributors, lon
 {
 	int nsl = s->nslots;
 	wf_pss_values_writable(s, c);
-	int rc = wf_optim_apply(s->be, &s->cfg->optim, step, c->count, c->values, grad,
+	wf_optim_cfg o = s->cfg->optim;
+	o.segs = c->nfsegs ? c->fsegs : NULL;
+	o.frozen = c->nfsegs ? c->ffrozen : NULL;
+	o.nsegs = c->nfsegs;
+	int rc = wf_optim_apply(s->be, &o, step, c->count, c->values, grad,
 				nsl > 0 ? c->slot[0] : NULL, nsl > 1 ? c->slot[1] : NULL,
 				grad_scale(contributors));
 	if (rc)
@@ -248,6 +252,46 @@ int wf_pss_apply(server *s, schunk *c, const float *grad, long contributors, lon
 			 s->be->err.msg);
 	c->version = WF_MAX(c->version, step + 1);
 	return rc;
+}
+
+int wf_pss_take_frozen(schunk *c, const wf_ps_msg *m)
+{
+	c->nfsegs = 0;
+	if (!(m->hdr.flags & WF_PS_FLAG_FROZEN))
+		return 0;
+	const uint8_t *p = m->frame[m->nframes - 1]; /* checked by wf_ps_msg_parse */
+	int nr = (int)(m->size[m->nframes - 1] / 16);
+	if (2 * nr + 2 > c->fcap) {
+		size_t *segs = realloc(c->fsegs, sizeof(size_t) * (size_t)(2 * nr + 3));
+		if (segs)
+			c->fsegs = segs;
+		unsigned char *fr = realloc(c->ffrozen, (size_t)(2 * nr + 3));
+		if (fr)
+			c->ffrozen = fr;
+		if (!segs || !fr)
+			return -1;
+		c->fcap = 2 * nr + 2;
+	}
+	/* [0, b0) trained, [b0, e0) frozen, [e0, b1) trained, ... */
+	int n = 0;
+	size_t at = 0;
+	for (int i = 0; i < nr; i++) {
+		size_t b = (size_t)wf_ps_get_u64(p + 16 * i), e = (size_t)wf_ps_get_u64(p + 16 * i + 8);
+		if (b > at) {
+			c->fsegs[n] = at;
+			c->ffrozen[n++] = 0;
+		}
+		c->fsegs[n] = b;
+		c->ffrozen[n++] = 1;
+		at = e;
+	}
+	if (at < c->count) {
+		c->fsegs[n] = at;
+		c->ffrozen[n++] = 0;
+	}
+	c->fsegs[n] = c->count;
+	c->nfsegs = n;
+	return 0;
 }
 
 /* Required workers (not declared dead) that have not pushed chunk c, other than skip. */

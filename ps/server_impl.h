@@ -78,6 +78,11 @@ typedef struct schunk {
 	double first_push; /* seconds: first contribution to `version` */
 	uint8_t *pushed;   /* [nworkers] */
 	held *held;	   /* [nworkers] */
+	/* model.freeze: the frozen ranges of the last push, as the optimizer's
+	 * segments (wf_optim_cfg segs/frozen, chunk-relative); nfsegs 0: none */
+	size_t *fsegs;
+	unsigned char *ffrozen;
+	int nfsegs, fcap;
 } schunk;
 
 typedef struct worker {
@@ -140,6 +145,9 @@ void wf_pss_hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const w
 void wf_pss_release(server *s, held *h);
 void wf_pss_fail_held(server *s, schunk *c, int code, const char *why);
 int wf_pss_apply(server *s, schunk *c, const float *grad, long contributors, long step);
+/* Take the frozen ranges of push m (none without flag FROZEN) for chunk c;
+ * -1 when out of memory (the push is refused). */
+int wf_pss_take_frozen(schunk *c, const wf_ps_msg *m);
 int wf_pss_missing(const server *s, const schunk *c, int skip);
 void wf_pss_sync_try_complete(server *s, schunk *c);
 long wf_pss_slowest_step(const server *s);

@@ -75,6 +75,11 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 		wf_pss_sync_try_complete(s, c);
 		return;
 	}
+	if (wf_pss_take_frozen(c, m) != 0) {
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
+				   "out of memory for the frozen ranges of chunk %d", c->gidx);
+		return;
+	}
 	long contributors = h->aux ? (long)h->aux : (s->cfg->batch > 0 ? s->cfg->batch : 1);
 	const float *grad = m->frame[0];
 	const float *st = (h->flags & WF_PS_FLAG_STATE) ? m->frame[1] : NULL;

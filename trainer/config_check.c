@@ -189,12 +189,6 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	       (c->optimizer.clipnorm > 0 || c->optimizer.global_clipnorm > 0)),
 	     "optimizer.clipnorm/global_clipnorm: not supported with strategy.name "
 	     "parameter_server (each server holds only part of the gradient); use clipvalue");
-	NEED(!(strcmp(c->strategy.name, "parameter_server") == 0 && c->model.freeze[0] &&
-	       c->optimizer.weight_decay > 0),
-	     "model.freeze with optimizer.weight_decay %g: not supported with strategy.name "
-	     "parameter_server (the servers would decay the frozen parameters); set "
-	     "optimizer.weight_decay to 0 or train with allreduce or local",
-	     c->optimizer.weight_decay);
 	NEED(c->train.label_smoothing >= 0 && c->train.label_smoothing < 1,
 	     "train.label_smoothing: must be in [0, 1), got %g", c->train.label_smoothing);
 	NEED(c->train.divergence_factor == 0 || c->train.divergence_factor > 1,

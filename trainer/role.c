@@ -186,7 +186,7 @@ static int job_model(const wf_config *cfg, wf_model **m, wf_err *err)
 }
 
 int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex,
-			       const wf_model *m, wf_err *err)
+			       const wf_model *m, const wf_optim_cfg *optim, wf_err *err)
 {
 	wf_cluster c;
 	char **ep = NULL;
@@ -228,6 +228,9 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 		.heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT,
 		.server_timeout = cfg->ps.server_timeout,
 		.debug_stall = cfg->ps.debug_stall[0] ? cfg->ps.debug_stall : NULL,
+		.segs = optim->segs,
+		.frozen = optim->frozen,
+		.nsegs = optim->nsegs,
 	};
 	rc = wf_exchange_ps_create(out, ex, m, &pc, err);
 	memset(&keys, 0, sizeof(keys));

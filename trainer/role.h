@@ -36,9 +36,10 @@ int wf_role_keys(const wf_config *cfg, struct wf_ps_keys *k, const struct wf_ps_
 		 wf_err *err);
 
 /* The parameter-server exchange of this trainer: reads the cluster from
- * the environment, resolves the ps addresses (with retries) and connects. */
+ * the environment, resolves the ps addresses (with retries) and connects.
+ * optim's frozen segments (model.freeze) go with every push. */
 int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex,
-			       const wf_model *m, wf_err *err);
+			       const wf_model *m, const wf_optim_cfg *optim, wf_err *err);
 
 /* `weft ps`: the ps role of TF_CONFIG on its own, printing stats periodically. */
 int wf_cmd_ps(int argc, char **argv, wf_err *err);

@@ -118,6 +118,6 @@ int wf_strategy_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec
 	if (strcmp(cfg->strategy.name, "allreduce") == 0)
 		return allreduce_create(out, cfg, ex, m, optim, err);
 	if (strcmp(cfg->strategy.name, "parameter_server") == 0)
-		return wf_role_ps_exchange_create(out, cfg, ex, m, err);
+		return wf_role_ps_exchange_create(out, cfg, ex, m, optim, err);
 	return wf_exchange_local_create(out, ex, m, optim, err);
 }

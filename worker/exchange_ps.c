@@ -476,6 +476,9 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		.state = m->nstate ? m->state : NULL,
 		.nstate = m->nstate,
 		.contributors = 1, /* each push is one worker's mean gradient */
+		.segs = cfg->segs,
+		.frozen = cfg->frozen,
+		.nsegs = cfg->nsegs,
 		.timeout = cfg->timeout,
 		.connect_timeout =
 			cfg->done_step > 0

@@ -297,6 +297,68 @@ static void test_state_and_replies(void)
 	WF_CHECK_INT(-(int)m.hdr.aux, WF_EINVAL);
 }
 
+/* A push naming its chunk's frozen ranges (model.freeze): valid pairs parse;
+ * pairs out of order, overlapping, past the chunk, empty or odd-sized are
+ * refused; the flag is refused on other ops. */
+static void test_frozen_ranges(void)
+{
+	float g[256] = {0};
+	uint8_t r[48];
+	struct {
+		uint64_t pairs[6];
+		size_t bytes;
+		int ok;
+	} cases[] = {
+		{{0, 10, 20, 256}, 32, 1},
+		{{5, 6}, 16, 1},
+		{{20, 30, 10, 15}, 32, 0}, /* out of order */
+		{{0, 20, 10, 30}, 32, 0},  /* overlapping */
+		{{0, 257}, 16, 0},	   /* past the chunk */
+		{{7, 7}, 16, 0},	   /* empty */
+		{{0, 10}, 8, 0},	   /* half a pair */
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		for (int k = 0; k < 6; k++)
+			wf_ps_put_u64(r + 8 * k, cases[i].pairs[k]);
+		wf_ps_hdr h = {.op = WF_PS_OP_PUSH_PULL,
+			       .flags = WF_PS_FLAG_FROZEN,
+			       .sender = WF_PS_SENDER(WF_PS_ROLE_WORKER, 0),
+			       .job_id = JOB,
+			       .chunk = 0,
+			       .dtype = WF_PS_DTYPE_F32};
+		uint8_t hb[WF_PS_HEADER_BYTES];
+		const void *pf[2] = {g, r};
+		size_t ps[2] = {1024, cases[i].bytes};
+		wf_ps_hdr_encode(&h, hb, pf, ps, 2);
+		const void *f[3] = {hb, g, r};
+		size_t sz[3] = {64, 1024, cases[i].bytes};
+		wf_ps_msg m;
+		int reason = -1;
+		wf_ps_limits lim = server_limits();
+		int rc = wf_ps_msg_parse(&m, f, sz, 3, &lim, &reason, NULL);
+		WF_CHECK_MSG(rc == (cases[i].ok ? 0 : WF_EFORMAT), "case %zu: rc %d", i, rc);
+		if (!cases[i].ok)
+			WF_CHECK_INT(reason, WF_PS_REJECT_BYTES);
+		else
+			WF_CHECK_INT(m.nframes, 2);
+	}
+	/* the flag belongs to push_pull only */
+	wf_ps_hdr h = {.op = WF_PS_OP_PULL,
+		       .flags = WF_PS_FLAG_FROZEN,
+		       .sender = WF_PS_SENDER(WF_PS_ROLE_WORKER, 0),
+		       .job_id = JOB,
+		       .chunk = 0};
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	wf_ps_hdr_encode(&h, hb, NULL, NULL, 0);
+	const void *f[1] = {hb};
+	size_t sz[1] = {64};
+	wf_ps_msg m;
+	int reason = -1;
+	wf_ps_limits lim = server_limits();
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f, sz, 1, &lim, &reason, NULL), WF_EFORMAT);
+	WF_CHECK_INT(reason, WF_PS_REJECT_OP);
+}
+
 static void test_deferred_checksum_catches_corruption(void)
 {
 	/* a pull reply whose values are verified while being copied out */
@@ -483,6 +545,7 @@ int main(void)
 	WF_RUN(test_rejects_each_fault);
 	WF_RUN(test_rejects_nonzero_reserved_bytes);
 	WF_RUN(test_state_and_replies);
+	WF_RUN(test_frozen_ranges);
 	WF_RUN(test_stats_json_round_trip);
 	WF_RUN(test_placement_respects_views);
 	WF_RUN(test_placement_balance_many_servers);

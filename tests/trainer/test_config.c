@@ -113,9 +113,6 @@ static void test_bad_values_are_named(void)
 		{"{\"data\":{\"train\":\"t\"},\"checkpoint\":{\"keep\":0}}", "checkpoint.keep:"},
 		{"{\"data\":{\"train\":\"t\"},\"optimizer\":{\"schedule\":{\"name\":\"step\"}}}",
 		 "optimizer.schedule.decay_steps:"},
-		{"{\"data\":{\"train\":\"t\"},\"model\":{\"freeze\":\"backbone\"},"
-		 "\"optimizer\":{\"weight_decay\":0.01},\"strategy\":{\"name\":\"parameter_server\"}}",
-		 "model.freeze with optimizer.weight_decay 0.01"},
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
 		wf_config c;
