@@ -40,6 +40,7 @@ rules=(
 	'mpi\.h|^worker/exchange_mpi\.c|MPI'
 	'zmq\.h|czmq\.h|^ps/|^tests/ps/|^bench/bench_ps\.c|ZeroMQ'
 	'microhttpd\.h|^serve/|libmicrohttpd'
+	'sodium\.h|^worker/rendezvous\.c|libsodium'
 )
 includes=$(grep -rnE $SRC '^\s*#\s*include\s*[<"]' . 2>/dev/null |
 	grep -vE '^\./(build[^/]*|\.git|third_party|_deps)/' | sed 's|^\./||')

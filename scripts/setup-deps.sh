@@ -10,6 +10,7 @@ PKGS=(
   zlib1g-dev             # .keras (zip) archives
   libjansson-dev         # JSON: configs, TF_CONFIG, graphs, HTTP bodies
   libzmq3-dev            # parameter-server transport
+  libsodium-dev          # the NCCL rendezvous: sealed id, HMAC proofs
   openmpi-bin libopenmpi-dev # allreduce on CPUs, mpirun
   libmicrohttpd-dev      # weft-serve HTTP
   libgnutls28-dev        # weft-serve gRPC over TLS (HTTPS goes through libmicrohttpd)

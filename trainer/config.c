@@ -125,11 +125,12 @@ static const key_def keys[] = {
 	 "at the end of training, export the model as the next version under this "
 	 "BASE/NAME directory (weft-serve's --model_base_path); empty: no export"},
 	{"cluster.key_dir", T_STR, F(cluster.key_dir), "\"\"",
-	 "parameter_server: directory of the CURVE key files (`weft keygen`); empty: none "
-	 "(`weft launch` makes its own)"},
+	 "parameter_server (CURVE) and allreduce over NCCL through the TF_CONFIG chief (the "
+	 "id hand-out): directory of the key files (`weft keygen`); empty: none (`weft "
+	 "launch` makes its own)"},
 	{"cluster.insecure", T_BOOL, F(cluster.insecure), "false",
-	 "parameter_server: plain TCP without keys: anyone who reaches a server's port can "
-	 "read and overwrite the model"},
+	 "plain TCP without keys: anyone who reaches a parameter server's port can read and "
+	 "overwrite the model, or the NCCL chief's port get the job's NCCL id"},
 	/* training that does what Keras does (issue 11) */
 	{"model.kernel_initializer", T_STR, F(model.kernel_initializer), "\"auto\"",
 	 "conv and dense kernels: auto (as Keras builds the model: glorot_uniform, "

@@ -4,6 +4,8 @@
 
 #include "trainer/cluster.h"
 #include "trainer/role.h"
+#include "common/log.h"
+#include "ps/auth.h"
 #include "worker/exchange_mpi.h"
 #include "worker/exchange_nccl.h"
 
@@ -79,6 +81,35 @@ cleanup:
 	return rc;
 }
 
+/* The NCCL rendezvous through the TF_CONFIG chief is authenticated with the
+ * job key, derived from the cluster's client key (cluster.key_dir), as the
+ * parameter servers' CURVE traffic is; --insecure hands the id out in the
+ * clear. */
+static int rendezvous_key(const wf_config *cfg, wf_nccl_boot *boot, wf_err *err)
+{
+	if (cfg->cluster.insecure) {
+		wf_warn("cluster.insecure: the NCCL rendezvous hands the job's NCCL id to anyone "
+			"who reaches the chief's port");
+		return 0;
+	}
+	if (!cfg->cluster.key_dir[0])
+		return wf_errf(err, WF_EINVAL,
+			       "cluster.key_dir: the chief hands the job's NCCL id to the ranks "
+			       "only when both prove they hold the cluster's keys, and none were "
+			       "given: make them once with `weft keygen --out DIR` and give every "
+			       "rank --key-dir DIR (or --set cluster.key_dir=DIR, or "
+			       "WEFT_KEY_DIR=DIR); to hand the id out unauthenticated, pass "
+			       "--insecure");
+	wf_ps_keys k;
+	int rc = wf_ps_keys_load(&k, cfg->cluster.key_dir, err);
+	if (rc == 0) {
+		wf_rdv_key_derive(boot->key, k.client_secret);
+		boot->keyed = 1;
+	}
+	memset(&k, 0, sizeof(k));
+	return rc;
+}
+
 /* GPUs: NCCL on device memory, its id over MPI (mpirun) or from the TF_CONFIG
  * chief; CPUs: MPI on host memory, so only under mpirun. */
 static int allreduce_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex, const wf_model *m,
@@ -95,9 +126,14 @@ static int allreduce_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex
 	/* device memory (a GPU backend): NCCL; host memory: MPI */
 	const wf_backend *be = wf_exec_backend(ex);
 	const char *dev = be->name;
-	if (!wf_backend_host_memory(be))
-		return wf_exchange_nccl_create(out, ex, m, optim, cfg->strategy.bucket_mb, &boot,
-					       err);
+	if (!wf_backend_host_memory(be)) {
+		if (tf_world && (rc = rendezvous_key(cfg, &boot, err)) != 0)
+			return rc;
+		rc = wf_exchange_nccl_create(out, ex, m, optim, cfg->strategy.bucket_mb, &boot,
+					     err);
+		memset(boot.key, 0, sizeof(boot.key));
+		return rc;
+	}
 	if (tf_world && boot.size > 1)
 		return wf_errf(err, WF_EINVAL,
 			       "strategy.name allreduce on device %s: TF_CONFIG describes %d "

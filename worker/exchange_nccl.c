@@ -456,7 +456,8 @@ static int nccl_setup(nccl_ctx *c, wf_err *err)
 				 .size = c->w.size,
 				 .chief = c->chief,
 				 .job = c->boot.job,
-				 .timeout = c->boot.timeout};
+				 .timeout = c->boot.timeout,
+				 .key = c->boot.keyed ? c->boot.key : NULL};
 		rc = wf_rdv_exchange(&rv, (uint8_t *)&id, err);
 	} else {
 		rc = wf_mpi_bcast(&id, sizeof(id), 0, "the NCCL unique id", err);

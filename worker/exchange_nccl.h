@@ -12,6 +12,7 @@
 #define WF_EXCHANGE_NCCL_H
 
 #include "worker/exchange.h"
+#include "worker/rendezvous.h"
 
 #include <stdint.h>
 
@@ -26,6 +27,8 @@ typedef struct wf_nccl_boot {
 	double timeout;	      /* rendezvous seconds (<= 0: WF_RDV_TIMEOUT_DEFAULT) */
 	double stall_timeout; /* seconds (<= 0: WF_MPI_STALL_TIMEOUT_DEFAULT); read under mpirun too
 			       */
+	int keyed;	      /* key holds the job key (worker/rendezvous.h); 0: --insecure */
+	uint8_t key[WF_RDV_KEY_BYTES];
 } wf_nccl_boot;
 
 #ifdef WEFT_HAVE_NCCL

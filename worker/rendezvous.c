@@ -4,6 +4,15 @@
  *   hello (rank r -> chief, 24 bytes): "WFRV", version, rank, size, job (u64)
  *   reply (chief -> rank r, 272 bytes): "WFRV", version, status (0 ok,
  *     1 refused), size, id[128], message[128] (why it was refused)
+ * Version 2, with a job key K (both ends hold it):
+ *   hello: the 24 bytes, then nonce_r[32] (fresh random)
+ *   reply (320 bytes): "WFRV", 2, status, size, nonce_c[32] (fresh random),
+ *     box[144] = secretbox(id, nonce_c[0..24), HMAC(K, "weft rendezvous id" |
+ *     nonce_r | nonce_c | rank)), message[128]
+ *   proof (rank r -> chief, 32 bytes): HMAC(K, "weft rendezvous rank" |
+ *     nonce_c | nonce_r | rank); the rank counts as served only with it.
+ * A chief without a key answers a version-2 hello, and a chief with one a
+ * version-1 hello, with a version-1 refusal that says why.
  * The chief answers each hello at once and returns when every rank in
  * [1, size) has had its answer; a rank asking twice (a restarted pod) gets
  * the same id again. Anything that is not a hello is dropped without
@@ -20,6 +29,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,9 +39,14 @@
 
 #define RDV_MAGIC	0x57465256u /* "WFRV" */
 #define RDV_VERSION	1u
+#define RDV_VERSION_KEY 2u
 #define HELLO_BYTES	24
 #define MSG_BYTES	128
 #define REPLY_BYTES	(16 + WF_RDV_ID_BYTES + MSG_BYTES)
+#define NONCE_BYTES	32
+#define BOX_BYTES	(crypto_secretbox_MACBYTES + WF_RDV_ID_BYTES)
+#define REPLY2_BYTES	(16 + NONCE_BYTES + BOX_BYTES + MSG_BYTES)
+#define PROOF_BYTES	crypto_auth_hmacsha256_BYTES
 #define CLIENT_TIMEOUT	5.0 /* seconds the chief gives one connection */
 #define CONNECT_ATTEMPT 2.0 /* seconds one connect may take */
 #define BACKOFF_FIRST	0.1 /* seconds between attempts, doubling ... */
@@ -62,6 +77,31 @@ static void put64(uint8_t *p, uint64_t v)
 static uint64_t get64(const uint8_t *p)
 {
 	return (uint64_t)get32(p) << 32 | get32(p + 4);
+}
+
+/* ---- the job key ----------------------------------------------------------- */
+
+void wf_rdv_key_derive(uint8_t key[WF_RDV_KEY_BYTES], const char *client_secret)
+{
+	static const char ctx[] = "weft rendezvous key v2"; /* 16..64 bytes: a BLAKE2b key */
+	crypto_generichash(key, WF_RDV_KEY_BYTES, (const uint8_t *)client_secret,
+			   strlen(client_secret), (const uint8_t *)ctx, sizeof(ctx) - 1);
+}
+
+/* HMAC-SHA256 under key K of label | a[32] | b[32] | rank. */
+static void rdv_mac(uint8_t out[PROOF_BYTES], const uint8_t *key, const char *label,
+		    const uint8_t *a, const uint8_t *b, int rank)
+{
+	crypto_auth_hmacsha256_state st;
+	uint8_t r[4];
+	put32(r, (uint32_t)rank);
+	crypto_auth_hmacsha256_init(&st, key, WF_RDV_KEY_BYTES);
+	crypto_auth_hmacsha256_update(&st, (const uint8_t *)label, strlen(label));
+	crypto_auth_hmacsha256_update(&st, a, NONCE_BYTES);
+	crypto_auth_hmacsha256_update(&st, b, NONCE_BYTES);
+	crypto_auth_hmacsha256_update(&st, r, sizeof(r));
+	crypto_auth_hmacsha256_final(&st, out);
+	sodium_memzero(&st, sizeof(st));
 }
 
 /* ---- sockets with a deadline --------------------------------------------- */
@@ -220,17 +260,46 @@ typedef struct chief_state {
 	int nseen;	     /* ranks in [1, size) served */
 } chief_state;
 
-/* One connection: read a hello, answer it. Bad input only costs a warning. */
+/* A version-1 refusal (the format every rank reads): why. */
+static void refuse_v1(int fd, const chief_state *s, const char *why, double deadline)
+{
+	uint8_t reply[REPLY_BYTES];
+	memset(reply, 0, sizeof(reply));
+	put32(reply, RDV_MAGIC);
+	put32(reply + 4, RDV_VERSION);
+	put32(reply + 8, 1u);
+	put32(reply + 12, (uint32_t)s->cfg->size);
+	snprintf((char *)reply + 16 + WF_RDV_ID_BYTES, MSG_BYTES, "%s", why);
+	(void)io_full(fd, reply, sizeof(reply), 1, deadline);
+}
+
+/* One connection: read a hello, answer it (with a key: and read the rank's
+ * proof). Bad input only costs a warning. */
 static void serve_client(chief_state *s, int fd, const char *peer)
 {
-	uint8_t hello[HELLO_BYTES], reply[REPLY_BYTES];
+	uint8_t hello[HELLO_BYTES + NONCE_BYTES], reply[REPLY2_BYTES];
+	const uint8_t *key = s->cfg->key;
 	double deadline = wf_now() + CLIENT_TIMEOUT;
-	if (io_full(fd, hello, sizeof(hello), 0, deadline) != 0) {
+	if (io_full(fd, hello, HELLO_BYTES, 0, deadline) != 0) {
 		wf_warn("rendezvous: %s sent no hello: %s", peer, strerror(errno));
 		return;
 	}
-	if (get32(hello) != RDV_MAGIC || get32(hello + 4) != RDV_VERSION) {
+	uint32_t version = get32(hello + 4);
+	if (get32(hello) != RDV_MAGIC || (version != RDV_VERSION && version != RDV_VERSION_KEY)) {
 		wf_warn("rendezvous: %s is not a weft rank of this version (dropped)", peer);
+		return;
+	}
+	if ((version == RDV_VERSION_KEY) != (key != NULL)) {
+		const char *why = key ? "the chief authenticates its ranks with the job key: give "
+					"this rank the same cluster.key_dir"
+				      : "the chief has no job key (--insecure): start every rank "
+					"alike";
+		wf_warn("rendezvous: refused %s: %s", peer, why);
+		refuse_v1(fd, s, why, deadline);
+		return;
+	}
+	if (key && io_full(fd, hello + HELLO_BYTES, NONCE_BYTES, 0, deadline) != 0) {
+		wf_warn("rendezvous: %s sent half a hello: %s", peer, strerror(errno));
 		return;
 	}
 	int rank = (int)get32(hello + 8), size = (int)get32(hello + 12);
@@ -247,19 +316,44 @@ static void serve_client(chief_state *s, int fd, const char *peer)
 			 "rank %d belongs to another job (config or cluster spec differs)", rank);
 	memset(reply, 0, sizeof(reply));
 	put32(reply, RDV_MAGIC);
-	put32(reply + 4, RDV_VERSION);
+	put32(reply + 4, version);
 	put32(reply + 8, why[0] ? 1u : 0u);
 	put32(reply + 12, (uint32_t)s->cfg->size);
-	if (!why[0])
-		memcpy(reply + 16, s->id, WF_RDV_ID_BYTES);
-	memcpy(reply + 16 + WF_RDV_ID_BYTES, why, MSG_BYTES);
-	if (io_full(fd, reply, sizeof(reply), 1, deadline) != 0) {
+	size_t bytes = REPLY_BYTES;
+	uint8_t *nonce_c = reply + 16, *box = reply + 16 + NONCE_BYTES;
+	if (key) {
+		bytes = REPLY2_BYTES;
+		randombytes_buf(nonce_c, NONCE_BYTES);
+		if (!why[0]) {
+			uint8_t k[PROOF_BYTES];
+			rdv_mac(k, key, "weft rendezvous id", hello + HELLO_BYTES, nonce_c, rank);
+			crypto_secretbox_easy(box, s->id, WF_RDV_ID_BYTES, nonce_c, k);
+			sodium_memzero(k, sizeof(k));
+		}
+		memcpy(box + BOX_BYTES, why, MSG_BYTES);
+	} else {
+		if (!why[0])
+			memcpy(reply + 16, s->id, WF_RDV_ID_BYTES);
+		memcpy(reply + 16 + WF_RDV_ID_BYTES, why, MSG_BYTES);
+	}
+	if (io_full(fd, reply, bytes, 1, deadline) != 0) {
 		wf_warn("rendezvous: answering %s (rank %d): %s", peer, rank, strerror(errno));
 		return;
 	}
 	if (why[0]) {
 		wf_warn("rendezvous: refused %s: %s", peer, why);
 		return;
+	}
+	if (key) {
+		uint8_t proof[PROOF_BYTES], want[PROOF_BYTES];
+		rdv_mac(want, key, "weft rendezvous rank", nonce_c, hello + HELLO_BYTES, rank);
+		if (io_full(fd, proof, sizeof(proof), 0, deadline) != 0 ||
+		    crypto_verify_32(proof, want) != 0) {
+			wf_warn("rendezvous: %s (as rank %d) did not prove it holds the job key: "
+				"not counted",
+				peer, rank);
+			return;
+		}
 	}
 	if (s->seen[rank]) {
 		wf_info("rendezvous: rank %d (%s) asked again: same id", rank, peer);
@@ -388,33 +482,73 @@ static int join_once(const wf_rdv_cfg *cfg, const char *host, int port, double d
 	freeaddrinfo(ai);
 	if (fd < 0)
 		return 1;
-	uint8_t hello[HELLO_BYTES], reply[REPLY_BYTES];
+	const uint8_t *key = cfg->key;
+	uint8_t hello[HELLO_BYTES + NONCE_BYTES], reply[REPLY2_BYTES];
 	put32(hello, RDV_MAGIC);
-	put32(hello + 4, RDV_VERSION);
+	put32(hello + 4, key ? RDV_VERSION_KEY : RDV_VERSION);
 	put32(hello + 8, (uint32_t)cfg->rank);
 	put32(hello + 12, (uint32_t)cfg->size);
 	put64(hello + 16, cfg->job);
-	if (io_full(fd, hello, sizeof(hello), 1, deadline) != 0 ||
-	    io_full(fd, reply, sizeof(reply), 0, deadline) != 0) {
+	if (key)
+		randombytes_buf(hello + HELLO_BYTES, NONCE_BYTES);
+	/* the first 16 bytes say which reply follows (a refusal is version 1) */
+	if (io_full(fd, hello, key ? sizeof(hello) : HELLO_BYTES, 1, deadline) != 0 ||
+	    io_full(fd, reply, 16, 0, deadline) != 0) {
 		snprintf(last, nlast, "connected, but no answer: %s", strerror(errno));
 		goto close_fd;
 	}
-	if (get32(reply) != RDV_MAGIC || get32(reply + 4) != RDV_VERSION) {
+	uint32_t version = get32(reply + 4);
+	if (get32(reply) != RDV_MAGIC ||
+	    (version != RDV_VERSION && !(key && version == RDV_VERSION_KEY))) {
 		rc = wf_errf(err, WF_EINVAL,
 			     "rendezvous: %s answered, but it is not a weft chief of this version "
 			     "(is TF_CONFIG's chief address right?)",
 			     cfg->chief);
 		goto close_fd;
 	}
+	size_t bytes = version == RDV_VERSION_KEY ? REPLY2_BYTES : REPLY_BYTES;
+	if (io_full(fd, reply + 16, bytes - 16, 0, deadline) != 0) {
+		snprintf(last, nlast, "the chief's answer broke off: %s", strerror(errno));
+		goto close_fd;
+	}
 	if (get32(reply + 8) != 0) {
 		char why[MSG_BYTES + 1];
-		memcpy(why, reply + 16 + WF_RDV_ID_BYTES, MSG_BYTES);
+		memcpy(why, reply + bytes - MSG_BYTES, MSG_BYTES);
 		why[MSG_BYTES] = '\0';
 		rc = wf_errf(err, WF_EINVAL, "rendezvous: the chief at %s refused rank %d: %s",
 			     cfg->chief, cfg->rank, why);
 		goto close_fd;
 	}
-	memcpy(id, reply + 16, WF_RDV_ID_BYTES);
+	if (key && version != RDV_VERSION_KEY) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "rendezvous: the chief at %s handed out the NCCL id without the job "
+			     "key: refused (start every rank with the same cluster.key_dir, or "
+			     "every rank with --insecure)",
+			     cfg->chief);
+		goto close_fd;
+	}
+	if (key) {
+		const uint8_t *nonce_c = reply + 16, *box = reply + 16 + NONCE_BYTES;
+		uint8_t k[PROOF_BYTES], proof[PROOF_BYTES];
+		rdv_mac(k, key, "weft rendezvous id", hello + HELLO_BYTES, nonce_c, cfg->rank);
+		int opened = crypto_secretbox_open_easy(id, box, BOX_BYTES, nonce_c, k);
+		sodium_memzero(k, sizeof(k));
+		if (opened != 0) {
+			rc = wf_errf(err, WF_EINVAL,
+				     "rendezvous: the chief at %s did not prove it holds the job "
+				     "key (is cluster.key_dir the same on every rank?)",
+				     cfg->chief);
+			goto close_fd;
+		}
+		rdv_mac(proof, key, "weft rendezvous rank", nonce_c, hello + HELLO_BYTES,
+			cfg->rank);
+		if (io_full(fd, proof, sizeof(proof), 1, deadline) != 0) {
+			snprintf(last, nlast, "sending the proof: %s", strerror(errno));
+			goto close_fd;
+		}
+	} else {
+		memcpy(id, reply + 16, WF_RDV_ID_BYTES);
+	}
 	rc = 0;
 close_fd:
 	close(fd);
@@ -461,6 +595,8 @@ int wf_rdv_exchange(const wf_rdv_cfg *cfg, uint8_t id[WF_RDV_ID_BYTES], wf_err *
 	if (rc != 0)
 		return rc;
 	double timeout = cfg->timeout > 0 ? cfg->timeout : WF_RDV_TIMEOUT_DEFAULT;
+	if (cfg->key && sodium_init() < 0)
+		return wf_errf(err, WF_EINTERNAL, "rendezvous: libsodium failed to initialise");
 	if (cfg->rank == 0)
 		return chief_serve(cfg, port, id, timeout, err);
 	return worker_join(cfg, host, port, id, timeout, err);

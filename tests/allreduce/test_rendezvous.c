@@ -2,8 +2,9 @@
  * with real processes on loopback: a chief hands a 128-byte id to workers
  * that started before it, a worker whose chief never comes fails with exit
  * 138 naming the address, a chief names the rank that never came, a rank of
- * another job is refused, junk on the chief's port harms nothing, and a
- * chief whose port is taken exits 138. Each
+ * another job is refused, junk on the chief's port harms nothing, a
+ * chief whose port is taken exits 138; with the job key, only key holders
+ * get the id and count as served, and a rank refuses a chief without it. Each
  * process exits the way weft's main would (wf_exit_status). */
 #include "common/error.h"
 #include "common/util.h"
@@ -323,10 +324,149 @@ static void test_bad_address_is_a_permanent_error(void)
 	WF_CHECK_MSG(strstr(err.msg, "rank 2") != NULL, "%s", err.msg);
 }
 
+/* ---- the job key --------------------------------------------------------- */
+
+static void key_of(uint8_t key[WF_RDV_KEY_BYTES], const char *secret)
+{
+	wf_rdv_key_derive(key, secret);
+}
+
+static void be32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8),
+	p[3] = (uint8_t)v;
+}
+
+/* Connect to the chief on loopback port, retrying while it comes up; -1. */
+static int connect_chief(int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	for (int tries = 0; tries < 200; tries++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+			return fd;
+		if (fd >= 0)
+			close(fd);
+		nap(0.05);
+	}
+	return -1;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+	char *c = p;
+	while (n > 0) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		if (poll(&pf, 1, 5000) <= 0)
+			return -1;
+		ssize_t k = read(fd, c, n);
+		if (k <= 0)
+			return -1;
+		c += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
+static void test_keyed_rendezvous_hands_the_id_to_key_holders_only(void)
+{
+	char addr[64];
+	int port = free_port();
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
+	uint8_t id[WF_RDV_ID_BYTES], key[WF_RDV_KEY_BYTES], other[WF_RDV_KEY_BYTES];
+	fake_id(id, 21);
+	key_of(key, "rJ{0b9JcW1yLk(v0x8[5wF-Jt6b4s0#k8h1!rQ2e");
+	key_of(other, "x0b9JcW1yLk(v0x8[5wF-Jt6b4s0#k8h1!rQ2e{0");
+	wf_rdv_cfg cc = {.rank = 0, .size = 2, .chief = addr, .job = JOB, .timeout = 20, .key = key};
+	wf_rdv_cfg wrong = {.rank = 1, .size = 2, .chief = addr, .job = JOB, .timeout = 10,
+			    .key = other};
+	wf_rdv_cfg none = {.rank = 1, .size = 2, .chief = addr, .job = JOB, .timeout = 10};
+	wf_rdv_cfg good = {.rank = 1, .size = 2, .chief = addr, .job = JOB, .timeout = 10,
+			   .key = key};
+	child chief, w1, w2, w3;
+	WF_CHECK(spawn(&chief, &cc, id) == 0);
+	/* a rank with another key cannot open the id and says why */
+	WF_CHECK(spawn(&w1, &wrong, NULL) == 0);
+	WF_CHECK(reap(&w1, 15) == 0);
+	WF_CHECK_INT(w1.rc, WF_EINVAL);
+	WF_CHECK_MSG(strstr(w1.msg, "did not prove it holds the job key") != NULL, "%s", w1.msg);
+	WF_CHECK(memcmp(w1.id, id, sizeof(id)) != 0);
+	/* a rank without a key is refused with the reason */
+	WF_CHECK(spawn(&w2, &none, NULL) == 0);
+	WF_CHECK(reap(&w2, 15) == 0);
+	WF_CHECK_INT(w2.rc, WF_EINVAL);
+	WF_CHECK_MSG(strstr(w2.msg, "cluster.key_dir") != NULL, "%s", w2.msg);
+	WF_CHECK(memcmp(w2.id, id, sizeof(id)) != 0);
+	/* an outsider who speaks the protocol as rank 1 without the key: the
+	 * reply holds no readable id and its forged proof does not count */
+	int fd = connect_chief(port);
+	WF_CHECK(fd >= 0);
+	uint8_t hello[56] = {0}, reply[320], proof[32];
+	be32(hello, 0x57465256u);
+	be32(hello + 4, 2);
+	be32(hello + 8, 1);
+	be32(hello + 12, 2);
+	be32(hello + 16, (uint32_t)(JOB >> 32));
+	be32(hello + 20, (uint32_t)JOB);
+	write_all(fd, hello, sizeof(hello));
+	WF_CHECK(read_all(fd, reply, sizeof(reply)) == 0);
+	WF_CHECK_MSG(memmem(reply, sizeof(reply), id, 16) == NULL, "the id went out in the clear");
+	memset(proof, 0xab, sizeof(proof));
+	write_all(fd, proof, sizeof(proof));
+	close(fd);
+	/* the chief still waits for the real rank 1, which gets the id */
+	WF_CHECK(spawn(&w3, &good, NULL) == 0);
+	WF_CHECK(reap(&w3, 15) == 0);
+	WF_CHECK_MSG(w3.rc == 0, "%s", w3.msg);
+	WF_CHECK(memcmp(w3.id, id, sizeof(id)) == 0);
+	WF_CHECK(reap(&chief, 15) == 0);
+	WF_CHECK_MSG(chief.rc == 0, "%s", chief.msg);
+}
+
+/* Someone who answers on the chief's address without the key (a stand-in
+ * that would make the ranks join its NCCL communicator): the rank refuses
+ * its id. */
+static void test_keyed_rank_refuses_a_chief_without_the_key(void)
+{
+	int lfd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t len = sizeof(a);
+	WF_CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+		 listen(lfd, 4) == 0 && getsockname(lfd, (struct sockaddr *)&a, &len) == 0);
+	char addr[64];
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(a.sin_port));
+	uint8_t key[WF_RDV_KEY_BYTES];
+	key_of(key, "rJ{0b9JcW1yLk(v0x8[5wF-Jt6b4s0#k8h1!rQ2e");
+	wf_rdv_cfg cw = {.rank = 1, .size = 2, .chief = addr, .job = JOB, .timeout = 10, .key = key};
+	child w;
+	WF_CHECK(spawn(&w, &cw, NULL) == 0);
+	struct pollfd pf = {.fd = lfd, .events = POLLIN};
+	WF_CHECK(poll(&pf, 1, 10000) == 1);
+	int fd = accept(lfd, NULL, NULL);
+	WF_CHECK(fd >= 0);
+	uint8_t hello[56], reply[320];
+	WF_CHECK(read_all(fd, hello, sizeof(hello)) == 0);
+	memset(reply, 0x5a, sizeof(reply)); /* any nonce and box */
+	be32(reply, 0x57465256u);
+	be32(reply + 4, 2);
+	be32(reply + 8, 0);
+	be32(reply + 12, 2);
+	write_all(fd, reply, sizeof(reply));
+	WF_CHECK(reap(&w, 15) == 0);
+	WF_CHECK_INT(w.rc, WF_EINVAL);
+	WF_CHECK_MSG(strstr(w.msg, "did not prove it holds the job key") != NULL, "%s", w.msg);
+	close(fd);
+	close(lfd);
+}
+
 int main(void)
 {
 	signal(SIGPIPE, SIG_IGN);
 	WF_RUN(test_chief_hands_its_id_to_two_workers);
+	WF_RUN(test_keyed_rendezvous_hands_the_id_to_key_holders_only);
+	WF_RUN(test_keyed_rank_refuses_a_chief_without_the_key);
 	WF_RUN(test_worker_without_chief_exits_138);
 	WF_RUN(test_unresolvable_chief_exits_138);
 	WF_RUN(test_chief_names_the_rank_that_never_came);
