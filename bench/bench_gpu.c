@@ -71,8 +71,7 @@ static int bench_model(wf_backend *be, const char *name, int side, int classes, 
 		rc = rc ? rc : wf_exec_forward(ex, images, batch, 1, (uint64_t)s);
 		rc = rc ? rc : wf_exec_loss(ex, labels, &loss, &correct);
 		rc = rc ? rc : wf_exec_backward(ex, 1.0f / (float)batch, NULL, NULL);
-		rc = rc ? rc
-			: wf_exec_optim_step(ex, &oc, s, mom, NULL, 1.0f);
+		rc = rc ? rc : wf_exec_optim_step(ex, &oc, s, mom, NULL, 1.0f);
 		rc = rc ? rc : wf_op_sync(be);
 		if (s >= cfg->warmup)
 			t[s - cfg->warmup] = wf_now() - t0;

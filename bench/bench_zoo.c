@@ -60,8 +60,7 @@ static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps,
 			rc = rc ? rc : wf_exec_forward(ex, x, b, 1, (uint64_t)s);
 			rc = rc ? rc : wf_exec_loss(ex, y, &loss, NULL);
 			rc = rc ? rc : wf_exec_backward(ex, 1.0f / (float)b, NULL, NULL);
-			rc = rc ? rc
-				: wf_exec_optim_step(ex, &oc, s, mom, NULL, 1.0f);
+			rc = rc ? rc : wf_exec_optim_step(ex, &oc, s, mom, NULL, 1.0f);
 		} else {
 			rc = wf_exec_forward(ex, x, b, 0, 0);
 		}

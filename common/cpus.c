@@ -215,8 +215,9 @@ int wf_cpus_default_threads(void)
 	 * other core of 2 made --threads 2 1.36x slower than --threads 1) */
 	if (n > 1) {
 		const char *seen = getenv(WF_CPUS_BUSY_ENV); /* this process's start */
-		int busy = seen && *seen >= '0' && *seen <= '9' ? atoi(seen)
-							       : wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS);
+		int busy = seen && *seen >= '0' && *seen <= '9'
+				   ? atoi(seen)
+				   : wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS);
 		int free_cpus = wf_cpus_affinity() - busy;
 		if (free_cpus < n)
 			n = free_cpus;

@@ -82,10 +82,12 @@ static int frozen_frames(wf_ps_client *c)
 		for (int pass = 0; pass < 2; pass++) { /* count, then fill */
 			n = 0;
 			for (int s = 0; s < cfg->nsegs; s++) {
-				size_t b = WF_MAX(cfg->segs[s], lo), e = WF_MIN(cfg->segs[s + 1], hi);
+				size_t b = WF_MAX(cfg->segs[s], lo),
+				       e = WF_MIN(cfg->segs[s + 1], hi);
 				if (!cfg->frozen[s] || b >= e)
 					continue;
-				if (pass && n && wf_ps_get_u64(c->frozen[k] + 16 * (n - 1) + 8) == b - lo) {
+				if (pass && n &&
+				    wf_ps_get_u64(c->frozen[k] + 16 * (n - 1) + 8) == b - lo) {
 					/* adjacent frozen segments: one range */
 					wf_ps_put_u64(c->frozen[k] + 16 * (n - 1) + 8, e - lo);
 					continue;

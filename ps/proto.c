@@ -401,8 +401,8 @@ int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *siz
 		total += sizes[i + 1];
 		if (i == s.ranges_frame) {
 			const char *why = "";
-			if (!check_ranges(frames[i + 1], sizes[i + 1], chunk_floats_of(lim, h->chunk),
-					  &why))
+			if (!check_ranges(frames[i + 1], sizes[i + 1],
+					  chunk_floats_of(lim, h->chunk), &why))
 				REJECT(WF_PS_REJECT_BYTES, "%s", why);
 			continue;
 		}

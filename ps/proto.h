@@ -68,10 +68,10 @@ typedef enum {
 } wf_ps_op;
 
 enum {
-	WF_PS_FLAG_REPLY = 1u << 0, /* a reply to the request with the same tag */
-	WF_PS_FLAG_ERROR = 1u << 1, /* error reply: aux = -code, payload = text */
-	WF_PS_FLAG_STATE = 1u << 2, /* an extra frame with the state vector */
-	WF_PS_FLAG_STALE = 1u << 3, /* push for a past step: ignored, values are current */
+	WF_PS_FLAG_REPLY = 1u << 0,  /* a reply to the request with the same tag */
+	WF_PS_FLAG_ERROR = 1u << 1,  /* error reply: aux = -code, payload = text */
+	WF_PS_FLAG_STATE = 1u << 2,  /* an extra frame with the state vector */
+	WF_PS_FLAG_STALE = 1u << 3,  /* push for a past step: ignored, values are current */
 	WF_PS_FLAG_FROZEN = 1u << 4, /* push: a last frame of frozen ranges */
 	WF_PS_FLAG__ALL = 0x1f,
 };

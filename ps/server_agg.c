@@ -276,7 +276,8 @@ int wf_pss_take_frozen(schunk *c, const wf_ps_msg *m)
 	int n = 0;
 	size_t at = 0;
 	for (int i = 0; i < nr; i++) {
-		size_t b = (size_t)wf_ps_get_u64(p + 16 * i), e = (size_t)wf_ps_get_u64(p + 16 * i + 8);
+		size_t b = (size_t)wf_ps_get_u64(p + 16 * i),
+		       e = (size_t)wf_ps_get_u64(p + 16 * i + 8);
 		if (b > at) {
 			c->fsegs[n] = at;
 			c->ffrozen[n++] = 0;

@@ -265,7 +265,8 @@ static const env_def env_only[] = {
 	 "spin) when no CPU is busy at start, else OMP_WAIT_POLICY=passive, and re-executes "
 	 "itself once; `weft launch` gives its processes passive waits; `weft version` shows "
 	 "them"},
-	{WF_CPUS_BUSY_ENV, "", "set by weft for its re-executed self: the CPUs found busy at start"},
+	{WF_CPUS_BUSY_ENV, "",
+	 "set by weft for its re-executed self: the CPUs found busy at start"},
 };
 
 /* The environment variable of key k, or NULL. */

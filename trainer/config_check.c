@@ -196,4 +196,3 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	     c->train.divergence_factor);
 	return 0;
 }
-

@@ -63,8 +63,8 @@ typedef struct launcher {
 	double ps_grace;   /* when the trainers were all done */
 	int fail_code;	   /* first permanent failure's status, 0 none */
 	char fail_name[32];
-	char key_arg[4096 + 32];	    /* "cluster.key_dir=DIR" */
-	int key_fd; /* memfd holding this run's keys, -1: none */
+	char key_arg[4096 + 32]; /* "cluster.key_dir=DIR" */
+	int key_fd;		 /* memfd holding this run's keys, -1: none */
 } launcher;
 
 static volatile sig_atomic_t got_signal;
@@ -317,8 +317,9 @@ static void reap(launcher *l, child *c, int st)
 			 strsignal(WTERMSIG(st)));
 	int transient = !WIFEXITED(st) || code == WF_EXIT_TRANSIENT;
 	int again = !l->stopping && transient && c->restarts < l->max_restarts;
-	wf_event("exited", json_pack("{s:s, s:i, s:i, s:b}", "task", c->name, "code", code,
-				     "signal", WIFSIGNALED(st) ? WTERMSIG(st) : 0, "restart", again));
+	wf_event("exited",
+		 json_pack("{s:s, s:i, s:i, s:b}", "task", c->name, "code", code, "signal",
+			   WIFSIGNALED(st) ? WTERMSIG(st) : 0, "restart", again));
 	if (again) {
 		c->restarts++;
 		fprintf(stderr, "[launch] %s %s: restarting it (%d of %d)\n", c->name, how,
@@ -437,8 +438,8 @@ static int ephemeral_keys(launcher *l, wf_err *err)
 	if (rc)
 		return rc;
 	char text[4 * WF_PS_KEY_Z85 + 8];
-	int n = snprintf(text, sizeof(text), "%s\n%s\n%s\n%s\n", k.server_public,
-			 k.server_secret, k.client_public, k.client_secret);
+	int n = snprintf(text, sizeof(text), "%s\n%s\n%s\n%s\n", k.server_public, k.server_secret,
+			 k.client_public, k.client_secret);
 	memset(&k, 0, sizeof(k));
 	l->key_fd = memfd_create("weft-keys", 0); /* no CLOEXEC: the children read it */
 	if (l->key_fd < 0 || write(l->key_fd, text, (size_t)n) != n)

@@ -54,7 +54,7 @@ int main(int argc, char **argv)
 {
 	wf_err err = {0};
 	wf_cpus_openmp_wait(argv); /* may re-execute this program once */
-	wf_h5_quiet_process();	      /* errors are reported through wf_err */
+	wf_h5_quiet_process();	   /* errors are reported through wf_err */
 	if (argc < 2) {
 		usage(stderr);
 		return wf_exit_status(WF_EINVAL);

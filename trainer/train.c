@@ -262,7 +262,8 @@ static int restore(run *r, const wf_train_opts *opts, wf_err *err)
 		return rc;
 	if (found) {
 		wf_info("resuming from %s (step %ld of %ld)", dir, r->start, c->train.steps);
-		wf_event("resume", json_pack("{s:I, s:s}", "step", (json_int_t)r->start, "dir", dir));
+		wf_event("resume",
+			 json_pack("{s:I, s:s}", "step", (json_int_t)r->start, "dir", dir));
 	}
 	return 0;
 }
@@ -574,7 +575,8 @@ exec_failed:
 static int rewind_to(run *r, long from, long to, wf_err *err)
 {
 	wf_progress_message(&r->prog, "step %ld: the job continues from step %ld", from, to);
-	wf_event("rollback", json_pack("{s:I, s:I}", "from", (json_int_t)from, "to", (json_int_t)to));
+	wf_event("rollback",
+		 json_pack("{s:I, s:I}", "from", (json_int_t)from, "to", (json_int_t)to));
 	wf_reader_free(r->rd);
 	r->rd = NULL;
 	r->start = to;
@@ -639,8 +641,8 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		if (evals && (rc = evaluate(r, done, &ev, err)) != 0)
 			return rc;
 		if (evals)
-			wf_event("eval", json_pack("{s:I, s:f, s:f}", "step", (json_int_t)done, "loss",
-						   ev.loss, "accuracy", ev.accuracy));
+			wf_event("eval", json_pack("{s:I, s:f, s:f}", "step", (json_int_t)done,
+						   "loss", ev.loss, "accuracy", ev.accuracy));
 		if (logs && chief)
 			log_metrics_or_warn(r, done, &s, evals ? &ev : NULL);
 		if (logs) {

@@ -22,7 +22,7 @@
 
 #include <stdint.h>
 
-#define WF_RDV_ID_BYTES	       128   /* NCCL_UNIQUE_ID_BYTES */
+#define WF_RDV_ID_BYTES	       128 /* NCCL_UNIQUE_ID_BYTES */
 #define WF_RDV_KEY_BYTES       32
 #define WF_RDV_TIMEOUT_DEFAULT 300.0 /* seconds; the program passes WEFT_RENDEZVOUS_TIMEOUT */
 

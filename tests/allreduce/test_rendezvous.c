@@ -379,12 +379,13 @@ static void test_keyed_rendezvous_hands_the_id_to_key_holders_only(void)
 	fake_id(id, 21);
 	key_of(key, "rJ{0b9JcW1yLk(v0x8[5wF-Jt6b4s0#k8h1!rQ2e");
 	key_of(other, "x0b9JcW1yLk(v0x8[5wF-Jt6b4s0#k8h1!rQ2e{0");
-	wf_rdv_cfg cc = {.rank = 0, .size = 2, .chief = addr, .job = JOB, .timeout = 20, .key = key};
-	wf_rdv_cfg wrong = {.rank = 1, .size = 2, .chief = addr, .job = JOB, .timeout = 10,
-			    .key = other};
+	wf_rdv_cfg cc = {
+		.rank = 0, .size = 2, .chief = addr, .job = JOB, .timeout = 20, .key = key};
+	wf_rdv_cfg wrong = {
+		.rank = 1, .size = 2, .chief = addr, .job = JOB, .timeout = 10, .key = other};
 	wf_rdv_cfg none = {.rank = 1, .size = 2, .chief = addr, .job = JOB, .timeout = 10};
-	wf_rdv_cfg good = {.rank = 1, .size = 2, .chief = addr, .job = JOB, .timeout = 10,
-			   .key = key};
+	wf_rdv_cfg good = {
+		.rank = 1, .size = 2, .chief = addr, .job = JOB, .timeout = 10, .key = key};
 	child chief, w1, w2, w3;
 	WF_CHECK(spawn(&chief, &cc, id) == 0);
 	/* a rank with another key cannot open the id and says why */
@@ -439,7 +440,8 @@ static void test_keyed_rank_refuses_a_chief_without_the_key(void)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(a.sin_port));
 	uint8_t key[WF_RDV_KEY_BYTES];
 	key_of(key, "rJ{0b9JcW1yLk(v0x8[5wF-Jt6b4s0#k8h1!rQ2e");
-	wf_rdv_cfg cw = {.rank = 1, .size = 2, .chief = addr, .job = JOB, .timeout = 10, .key = key};
+	wf_rdv_cfg cw = {
+		.rank = 1, .size = 2, .chief = addr, .job = JOB, .timeout = 10, .key = key};
 	child w;
 	WF_CHECK(spawn(&w, &cw, NULL) == 0);
 	struct pollfd pf = {.fd = lfd, .events = POLLIN};

@@ -234,8 +234,7 @@ static void train_reduces_loss(const char *name)
 		rc = rc ? rc : wf_exec_forward(ex, x, n, 1, (uint64_t)s);
 		rc = rc ? rc : wf_exec_loss(ex, y, &loss, NULL);
 		rc = rc ? rc : wf_exec_backward(ex, 1.0f / n, NULL, NULL);
-		rc = rc ? rc
-			: wf_exec_optim_step(ex, &cfg, s, slot_m, slot_v, 1.0f);
+		rc = rc ? rc : wf_exec_optim_step(ex, &cfg, s, slot_m, slot_v, 1.0f);
 		WF_CHECK_MSG(rc == 0, "%s step %d: %s", name, s, wf_exec_error(ex));
 		if (rc)
 			break;

@@ -309,8 +309,7 @@ static void test_frozen_ranges(void)
 		size_t bytes;
 		int ok;
 	} cases[] = {
-		{{0, 10, 20, 256}, 32, 1},
-		{{5, 6}, 16, 1},
+		{{0, 10, 20, 256}, 32, 1}, {{5, 6}, 16, 1},
 		{{20, 30, 10, 15}, 32, 0}, /* out of order */
 		{{0, 20, 10, 30}, 32, 0},  /* overlapping */
 		{{0, 257}, 16, 0},	   /* past the chunk */
