@@ -230,13 +230,14 @@ typedef struct wf_backend_opts {
 struct wf_backend {
 	const char *name; /* "ref", "cpu", "cuda" */
 	const wf_backend_ops *ops;
-	void *ctx;		/* backend-private */
-	int threads;		/* worker threads (cpu); 0 = library default */
-	wf_err err;		/* cause of the last failed op */
-	unsigned caps;		/* WF_CAP_* the hardware offers this backend */
-	const char *precisions; /* compute precisions it runs ("fp32 bf16"); set by init */
-	int bf16;		/* conv/dense/pool compute in bf16 for plans built from now on */
-	wf_backend_opts opts;	/* as created */
+	void *ctx;		   /* backend-private */
+	int threads;		   /* worker threads (cpu); 0 = library default */
+	wf_err err;		   /* cause of the last failed op */
+	unsigned caps;		   /* WF_CAP_* the hardware offers this backend */
+	const char *precisions;	   /* compute precisions it runs ("fp32 bf16"); set by init */
+	int bf16;		   /* conv/dense/pool compute in bf16 for plans built from now on */
+	wf_backend_opts opts;	   /* as created */
+	unsigned long plans_built; /* plans built or rebuilt so far (cpu): reuse is visible */
 };
 
 #define WF_CAP_BF16	1u /* native bf16 dot products (AVX512_BF16, AMX) */

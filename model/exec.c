@@ -41,8 +41,12 @@ struct wf_exec {
 	float **save_mean, **save_invstd; /* [nlayers] batch norm [C] (training) */
 	uint8_t **mask;			  /* [nlayers] dropout masks (training) */
 	wf_plan **plans;		  /* [nlayers]: one slot per layer, forward and backward */
-	char *need_grad;		  /* [nlayers] some parameter lies at or before it */
-	char *gdone;			  /* [nlayers] gradient written in this backward */
+	/* [nlayers] a training executor's inference-mode forwards (evaluation):
+	 * their own slots, so evaluating (a partial last batch, batch norms in
+	 * inference mode) never replaces a training plan; NULL otherwise */
+	wf_plan **eval_plans;
+	char *need_grad;	   /* [nlayers] some parameter lies at or before it */
+	char *gdone;		   /* [nlayers] gradient written in this backward */
 	size_t *pend;		   /* [nlayers] end of the layer's trainable floats, 0 if none */
 	int32_t *labels;	   /* backend [max_batch] */
 	float *probs, *losses;	   /* backend [max_batch, K] / [max_batch] */
@@ -347,9 +351,12 @@ void wf_exec_free(wf_exec *ex)
 	if (!ex)
 		return;
 	wf_backend *be = ex->be;
-	if (ex->plans)
-		for (int i = 0; i < ex->m->nlayers; i++)
+	for (int i = 0; i < ex->m->nlayers; i++) {
+		if (ex->plans)
 			wf_backend_plan_free(be, &ex->plans[i]);
+		if (ex->eval_plans)
+			wf_backend_plan_free(be, &ex->eval_plans[i]);
+	}
 	if (!ex->host) {
 		wf_op_free(be, ex->params);
 		wf_op_free(be, ex->state);
@@ -358,6 +365,7 @@ void wf_exec_free(wf_exec *ex)
 	wf_op_free(be, ex->arena);
 	wf_op_free(be, ex->garena);
 	free(ex->plans);
+	free(ex->eval_plans);
 	free(ex->act);
 	free(ex->own);
 	free(ex->dact);
@@ -397,6 +405,8 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 	ex->m = m, ex->be = be, ex->max_batch = max_batch, ex->training = training != 0;
 	ex->host = wf_backend_host_memory(be);
 	ex->plans = calloc((size_t)nl, sizeof(*ex->plans));
+	if (training)
+		ex->eval_plans = calloc((size_t)nl, sizeof(*ex->eval_plans));
 	ex->act = calloc((size_t)nl, sizeof(*ex->act));
 	ex->own = calloc((size_t)nl, sizeof(*ex->own));
 	ex->dact = calloc((size_t)nl, sizeof(*ex->dact));
@@ -408,9 +418,9 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 	ex->pend = calloc((size_t)nl, sizeof(*ex->pend));
 	ex->h_probs = malloc(sizeof(float) * B * K);
 	ex->h_losses = malloc(sizeof(float) * B);
-	if (!ex->plans || !ex->act || !ex->own || !ex->dact || !ex->save_mean || !ex->save_invstd ||
-	    !ex->mask || !ex->need_grad || !ex->gdone || !ex->pend || !ex->h_probs ||
-	    !ex->h_losses) {
+	if (!ex->plans || (training && !ex->eval_plans) || !ex->act || !ex->own || !ex->dact ||
+	    !ex->save_mean || !ex->save_invstd || !ex->mask || !ex->need_grad || !ex->gdone ||
+	    !ex->pend || !ex->h_probs || !ex->h_losses) {
 		wf_errf(err, rc, "executor: out of memory");
 		goto fail;
 	}
@@ -560,7 +570,7 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 	wf_model *m = ex->m;
 	wf_backend *be = ex->be;
 	const wf_layer *l = &m->layers[i];
-	wf_plan **plan = &ex->plans[i];
+	wf_plan **plan = ex->eval_plans && !training ? &ex->eval_plans[i] : &ex->plans[i];
 	float *y = ex->act[i];
 	const float *x = l->ninputs ? ex->act[l->inputs[0]] : NULL;
 	size_t sz = (size_t)n * wf_layer_size(l);

@@ -76,6 +76,7 @@ int wf_cpu_plan_get(wf_backend *be, wf_plan **slot, int kind, const void *desc, 
 	pl->kind = kind;
 	pl->bf16 = be->bf16;
 	memcpy(&pl->d, desc, size);
+	be->plans_built++;
 	plan_release(old);
 	*slot = pl;
 	*out = pl;

@@ -500,6 +500,57 @@ static void test_cuda_matches_ref(void)
 	compare_with_ref("cuda");
 }
 
+/* Evaluating with a training executor (inference-mode batch norms, a
+ * partial last batch) uses its own plans: the next training step builds
+ * none (on cpu, where plans are counted). */
+static void test_evaluation_keeps_the_training_plans(void)
+{
+	wf_err err = {0};
+	wf_backend *cpu = NULL;
+	if (wf_backend_create(&cpu, "cpu", 1, &err) != 0) {
+		fprintf(stderr, "skip: no cpu backend: %s\n", err.msg);
+		return;
+	}
+	wf_model *m = NULL;
+	wf_exec *ex = NULL;
+	WF_CHECK_MSG(wf_model_zoo(&m, "resnet20", 8, 8, 3, 4, &err) == 0, "%s", err.msg);
+	if (m)
+		wf_model_init_params(m, 3);
+	WF_CHECK_MSG(m && wf_exec_create(&ex, m, cpu, 8, 1, &err) == 0, "%s", err.msg);
+	if (ex) {
+		size_t per = 8 * 8 * 3;
+		float *x = calloc(8 * per, sizeof(float));
+		int32_t y[8] = {0, 1, 2, 3, 0, 1, 2, 3};
+		for (size_t i = 0; i < 8 * per; i++)
+			x[i] = (float)((i * 37) % 17) / 17.0f - 0.5f;
+		float loss;
+		int ok = 1;
+		for (int round = 0; round < 2 && ok; round++) {
+			/* a training step, then an evaluation of 8 and of 3 samples */
+			ok = wf_exec_zero_grads(ex) == 0 && wf_exec_forward(ex, x, 8, 1, 1) == 0 &&
+			     wf_exec_loss(ex, y, &loss, NULL) == 0 &&
+			     wf_exec_backward(ex, 1.0f / 8, NULL, NULL) == 0;
+			unsigned long before = cpu->plans_built;
+			ok = ok && wf_exec_forward(ex, x, 8, 0, 0) == 0 &&
+			     wf_exec_forward(ex, x, 3, 0, 0) == 0;
+			if (round == 0)
+				WF_CHECK(cpu->plans_built > before); /* evaluation built its own */
+		}
+		WF_CHECK_MSG(ok, "%s", wf_exec_error(ex));
+		unsigned long before = cpu->plans_built;
+		WF_CHECK(wf_exec_zero_grads(ex) == 0 && wf_exec_forward(ex, x, 8, 1, 2) == 0 &&
+			 wf_exec_loss(ex, y, &loss, NULL) == 0 &&
+			 wf_exec_backward(ex, 1.0f / 8, NULL, NULL) == 0);
+		WF_CHECK_MSG(cpu->plans_built == before,
+			     "a training step after evaluating rebuilt %lu plans",
+			     cpu->plans_built - before);
+		free(x);
+	}
+	wf_exec_free(ex);
+	wf_model_free(m);
+	wf_backend_free(cpu);
+}
+
 int main(void)
 {
 	wf_err err = {0};
@@ -518,6 +569,7 @@ int main(void)
 	WF_RUN(test_misuse_fails_with_a_reason);
 	WF_RUN(test_cpu_matches_ref);
 	WF_RUN(test_cuda_matches_ref);
+	WF_RUN(test_evaluation_keeps_the_training_plans);
 	wf_backend_free(ref);
 	return wf_test_summary();
 }
