@@ -134,7 +134,7 @@ int wf_batchplan_run(wf_batchplan *p, int n, wf_err *err)
 	return 0;
 }
 
-int wf_batchplan_describe(const wf_batchplan *p, char *buf, size_t cap)
+void wf_batchplan_describe(const wf_batchplan *p, char *buf, size_t cap)
 {
 	size_t len = 0;
 	buf[0] = 0;
@@ -149,7 +149,6 @@ int wf_batchplan_describe(const wf_batchplan *p, char *buf, size_t cap)
 	}
 	if (len < cap)
 		snprintf(buf + len, cap - len, " for a batch of %d", p->max_batch);
-	return 0;
 }
 
 void wf_batchplan_force(wf_batchplan *p, int idx)

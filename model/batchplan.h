@@ -44,8 +44,8 @@ int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max
 int wf_batchplan_run(wf_batchplan *p, int n, wf_err *err);
 /* "1: 41.2 ms, 2: 80.3 ms, ...; runs as 8 + 8 for a batch of 16": the
  * measured seconds per forward of each size and the sequence chosen for a
- * full batch, for the log. Returns 0. */
-int wf_batchplan_describe(const wf_batchplan *p, char *buf, size_t cap);
+ * full batch, for the log. */
+void wf_batchplan_describe(const wf_batchplan *p, char *buf, size_t cap);
 /* Let every n run as forwards of size index `idx` first (tests: cover the
  * sequences the measurement did not pick); idx < 0 restores the measured plan. */
 void wf_batchplan_force(wf_batchplan *p, int idx);

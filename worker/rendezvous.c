@@ -260,15 +260,21 @@ typedef struct chief_state {
 	int nseen;	     /* ranks in [1, size) served */
 } chief_state;
 
+/* The first 16 bytes of a reply of n bytes, the rest zeroed. */
+static void reply_head(uint8_t *reply, size_t n, uint32_t version, int refused, int size)
+{
+	memset(reply, 0, n);
+	put32(reply, RDV_MAGIC);
+	put32(reply + 4, version);
+	put32(reply + 8, refused ? 1u : 0u);
+	put32(reply + 12, (uint32_t)size);
+}
+
 /* A version-1 refusal (the format every rank reads): why. */
 static void refuse_v1(int fd, const chief_state *s, const char *why, double deadline)
 {
 	uint8_t reply[REPLY_BYTES];
-	memset(reply, 0, sizeof(reply));
-	put32(reply, RDV_MAGIC);
-	put32(reply + 4, RDV_VERSION);
-	put32(reply + 8, 1u);
-	put32(reply + 12, (uint32_t)s->cfg->size);
+	reply_head(reply, sizeof(reply), RDV_VERSION, 1, s->cfg->size);
 	snprintf((char *)reply + 16 + WF_RDV_ID_BYTES, MSG_BYTES, "%s", why);
 	(void)io_full(fd, reply, sizeof(reply), 1, deadline);
 }
@@ -314,11 +320,7 @@ static void serve_client(chief_state *s, int fd, const char *peer)
 	else if (job != s->cfg->job)
 		snprintf(why, sizeof(why),
 			 "rank %d belongs to another job (config or cluster spec differs)", rank);
-	memset(reply, 0, sizeof(reply));
-	put32(reply, RDV_MAGIC);
-	put32(reply + 4, version);
-	put32(reply + 8, why[0] ? 1u : 0u);
-	put32(reply + 12, (uint32_t)s->cfg->size);
+	reply_head(reply, sizeof(reply), version, why[0] != 0, s->cfg->size);
 	size_t bytes = REPLY_BYTES;
 	uint8_t *nonce_c = reply + 16, *box = reply + 16 + NONCE_BYTES;
 	if (key) {

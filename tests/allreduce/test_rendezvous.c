@@ -138,6 +138,45 @@ static void nap(double s)
 	nanosleep(&ts, NULL);
 }
 
+static void be32(uint8_t *p, uint32_t v)
+{
+	p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8),
+	p[3] = (uint8_t)v;
+}
+
+/* Connect to the chief on loopback port, retrying while it comes up; -1. */
+static int connect_chief(int port)
+{
+	struct sockaddr_in a = {.sin_family = AF_INET,
+				.sin_port = htons((uint16_t)port),
+				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	for (int tries = 0; tries < 200; tries++) {
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
+			return fd;
+		if (fd >= 0)
+			close(fd);
+		nap(0.05);
+	}
+	return -1;
+}
+
+static int read_all(int fd, void *p, size_t n)
+{
+	char *c = p;
+	while (n > 0) {
+		struct pollfd pf = {.fd = fd, .events = POLLIN};
+		if (poll(&pf, 1, 5000) <= 0)
+			return -1;
+		ssize_t k = read(fd, c, n);
+		if (k <= 0)
+			return -1;
+		c += k;
+		n -= (size_t)k;
+	}
+	return 0;
+}
+
 static void test_chief_hands_its_id_to_two_workers(void)
 {
 	char addr[64];
@@ -262,26 +301,15 @@ static void test_junk_on_the_chiefs_port_is_dropped(void)
 	child chief, w;
 	WF_CHECK(spawn(&chief, &cc, id) == 0);
 	/* A probe that sends an HTTP request, and one that connects and leaves. */
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_port = htons((uint16_t)port),
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	for (int k = 0; k < 2; k++) {
-		int connected = 0;
-		for (int tries = 0; tries < 100 && !connected; tries++) {
-			int fd = socket(AF_INET, SOCK_STREAM, 0);
-			if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0) {
-				connected = 1;
-				if (k == 0) {
-					const char junk[] =
-						"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
-					write_all(fd, junk, sizeof(junk) - 1);
-				}
-			} else {
-				nap(0.05);
-			}
-			close(fd);
+		int fd = connect_chief(port);
+		WF_CHECK(fd >= 0);
+		if (fd >= 0 && k == 0) {
+			const char junk[] = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+			write_all(fd, junk, sizeof(junk) - 1);
 		}
-		WF_CHECK(connected);
+		if (fd >= 0)
+			close(fd);
 	}
 	WF_CHECK(spawn(&w, &cw, NULL) == 0);
 	WF_CHECK(reap(&w, 20) == 0);
@@ -324,52 +352,6 @@ static void test_bad_address_is_a_permanent_error(void)
 	WF_CHECK_MSG(strstr(err.msg, "rank 2") != NULL, "%s", err.msg);
 }
 
-/* ---- the job key --------------------------------------------------------- */
-
-static void key_of(uint8_t key[WF_RDV_KEY_BYTES], const char *secret)
-{
-	wf_rdv_key_derive(key, secret);
-}
-
-static void be32(uint8_t *p, uint32_t v)
-{
-	p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8),
-	p[3] = (uint8_t)v;
-}
-
-/* Connect to the chief on loopback port, retrying while it comes up; -1. */
-static int connect_chief(int port)
-{
-	struct sockaddr_in a = {.sin_family = AF_INET,
-				.sin_port = htons((uint16_t)port),
-				.sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-	for (int tries = 0; tries < 200; tries++) {
-		int fd = socket(AF_INET, SOCK_STREAM, 0);
-		if (fd >= 0 && connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0)
-			return fd;
-		if (fd >= 0)
-			close(fd);
-		nap(0.05);
-	}
-	return -1;
-}
-
-static int read_all(int fd, void *p, size_t n)
-{
-	char *c = p;
-	while (n > 0) {
-		struct pollfd pf = {.fd = fd, .events = POLLIN};
-		if (poll(&pf, 1, 5000) <= 0)
-			return -1;
-		ssize_t k = read(fd, c, n);
-		if (k <= 0)
-			return -1;
-		c += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
 static void test_keyed_rendezvous_hands_the_id_to_key_holders_only(void)
 {
 	char addr[64];
@@ -377,8 +359,8 @@ static void test_keyed_rendezvous_hands_the_id_to_key_holders_only(void)
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", port);
 	uint8_t id[WF_RDV_ID_BYTES], key[WF_RDV_KEY_BYTES], other[WF_RDV_KEY_BYTES];
 	fake_id(id, 21);
-	key_of(key, "rJ{0b9JcW1yLk(v0x8[5wF-Jt6b4s0#k8h1!rQ2e");
-	key_of(other, "x0b9JcW1yLk(v0x8[5wF-Jt6b4s0#k8h1!rQ2e{0");
+	wf_rdv_key_derive(key, "rJ{0b9JcW1yLk(v0x8[5wF-Jt6b4s0#k8h1!rQ2e");
+	wf_rdv_key_derive(other, "x0b9JcW1yLk(v0x8[5wF-Jt6b4s0#k8h1!rQ2e{0");
 	wf_rdv_cfg cc = {
 		.rank = 0, .size = 2, .chief = addr, .job = JOB, .timeout = 20, .key = key};
 	wf_rdv_cfg wrong = {
@@ -439,7 +421,7 @@ static void test_keyed_rank_refuses_a_chief_without_the_key(void)
 	char addr[64];
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", ntohs(a.sin_port));
 	uint8_t key[WF_RDV_KEY_BYTES];
-	key_of(key, "rJ{0b9JcW1yLk(v0x8[5wF-Jt6b4s0#k8h1!rQ2e");
+	wf_rdv_key_derive(key, "rJ{0b9JcW1yLk(v0x8[5wF-Jt6b4s0#k8h1!rQ2e");
 	wf_rdv_cfg cw = {
 		.rank = 1, .size = 2, .chief = addr, .job = JOB, .timeout = 10, .key = key};
 	child w;
