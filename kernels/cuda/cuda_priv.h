@@ -64,6 +64,35 @@ cudaError_t wfk_dropout_forward(cudaStream_t s, size_t n, float rate, uint64_t s
 cudaError_t wfk_dropout_backward(cudaStream_t s, size_t n, float rate, float *dx, const float *dy,
 				 const uint8_t *mask);
 
+/* ---- batch norm over NHWC: rows = N*H*W, C channels ---- */
+/* acc[0,C) += sum a, acc[C,2C) += sum b per channel (acc zeroed first):
+ * statistics (dy NULL) a = x - x[0,c], b = a*a; backward a = dy,
+ * b = dy * (x - center[c]). */
+cudaError_t wfk_bn_reduce(cudaStream_t s, size_t rows, int C, double *acc, const float *x,
+			  const float *dy, const float *center);
+/* The batch statistics from acc (mean, biased variance; save_* and run_*
+ * may be NULL, run_var is updated with the unbiased one) and coef[3C] =
+ * scale | mean | beta for wfk_bn_apply. */
+cudaError_t wfk_bn_stats(cudaStream_t s, size_t rows, int C, float eps, float momentum,
+			 const double *acc, const float *x, const float *gamma, const float *beta,
+			 float *save_mean, float *save_invstd, float *run_mean, float *run_var,
+			 float *coef);
+/* coef[3C] from the running statistics (inference). */
+cudaError_t wfk_bn_infer_coef(cudaStream_t s, int C, float eps, const float *gamma,
+			      const float *beta, const float *run_mean, const float *run_var,
+			      float *coef);
+/* y = (x - mean) * scale + beta (y may be x). */
+cudaError_t wfk_bn_apply(cudaStream_t s, size_t rows, int C, float *y, const float *x,
+			 const float *coef);
+/* From the backward acc: dgamma/dbeta accumulated (each may be NULL) and
+ * coef[4C] for wfk_bn_dx. */
+cudaError_t wfk_bn_backward_coef(cudaStream_t s, size_t rows, int C, const double *acc,
+				 const float *gamma, const float *save_mean,
+				 const float *save_invstd, float *dgamma, float *dbeta,
+				 float *coef);
+cudaError_t wfk_bn_dx(cudaStream_t s, size_t rows, int C, float *dx, const float *dy,
+		      const float *x, const float *coef);
+
 /* ---- loss and optimizer ---- */
 /* bad[0] = first row + 1 with a label outside [0,k), bad[1] = that label. */
 cudaError_t wfk_softmax_xent_forward(cudaStream_t s, int n, int k, float *probs, float *losses,

@@ -107,6 +107,12 @@ static void resnet_cases(wf_opc_case *cs, int *n)
 	cs[k].kind = WF_OPC_BN, cs[k].backward = 1, cs[k].training = 1;
 	cs[k++].bn =
 		(wf_bn_desc){.n = 8, .h = 16, .w = 16, .c = 32, .eps = 1e-3f, .momentum = 0.99f};
+	/* channels not a multiple of the kernels' 32, rows over many blocks */
+	memset(&cs[k], 0, sizeof(cs[k]));
+	snprintf(cs[k].name, sizeof(cs[k].name), "batchnorm_4x28x28x40");
+	cs[k].kind = WF_OPC_BN, cs[k].backward = 1, cs[k].training = 1;
+	cs[k++].bn =
+		(wf_bn_desc){.n = 4, .h = 28, .w = 28, .c = 40, .eps = 1e-5f, .momentum = 0.9f};
 	memset(&cs[k], 0, sizeof(cs[k]));
 	snprintf(cs[k].name, sizeof(cs[k].name), "maxpool_3x3_s2_same_r50");
 	cs[k].kind = WF_OPC_POOL, cs[k].backward = 1;
