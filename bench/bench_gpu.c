@@ -6,10 +6,15 @@
  * (channels_last, autocast bf16 for the bf16 rows; cudnn.benchmark on) with
  * the ratio weft / PyTorch. Timings are medians over the timed steps; every
  * step is forward, loss, backward and an SGD-momentum update, synchronised.
+ * --profile N runs N more steps per row with every op timed between device
+ * waits and prints where a step's time goes (wf_op_profile_print). The
+ * PyTorch rows use the same precision: float32 without TF32, tf32, or
+ * autocast bf16/fp16.
  *
  *   bench_gpu [--models resnet20,resnet50] [--precisions fp32,bf16]
  *             [--batch20 256] [--batch50 128] [--steps 30] [--warmup 5]
- *             [--peak-tflops 989] [--no-peer] [--python /usr/bin/python3]
+ *             [--peak-tflops 989] [--no-peer] [--profile STEPS]
+ *             [--python /usr/bin/python3]
  *
  * resnet20 runs at 32x32 (10 classes), resnet50 at 224x224 (1000 classes)
  * when the zoo has it. Exits 77 saying why when no CUDA device is usable.
@@ -29,6 +34,7 @@ typedef struct bench_cfg {
 	int warmup, steps;
 	double peak_tflops; /* bf16 dense peak of the GPU */
 	int peer;
+	int profile; /* steps to profile per row after the timed ones (0: none) */
 	const char *python;
 } bench_cfg;
 
@@ -63,7 +69,10 @@ static int bench_model(wf_backend *be, const char *name, int side, int classes, 
 	wf_optim_cfg oc;
 	wf_optim_cfg_default(&oc);
 	oc.lr = 0.01;
-	for (int s = 0; s < cfg->warmup + cfg->steps && rc == 0; s++) {
+	int timed_end = cfg->warmup + cfg->steps;
+	for (int s = 0; s < timed_end + cfg->profile && rc == 0; s++) {
+		if (s == timed_end)
+			rc = wf_op_profile_start(be);
 		double t0 = wf_now();
 		float loss;
 		int correct;
@@ -73,9 +82,15 @@ static int bench_model(wf_backend *be, const char *name, int side, int classes, 
 		rc = rc ? rc : wf_exec_backward(ex, 1.0f / (float)batch, NULL, NULL);
 		rc = rc ? rc : wf_exec_optim_step(ex, &oc, s, mom, NULL, 1.0f);
 		rc = rc ? rc : wf_op_sync(be);
-		if (s >= cfg->warmup)
+		if (s >= cfg->warmup && s < timed_end)
 			t[s - cfg->warmup] = wf_now() - t0;
 	}
+	if (rc == 0 && cfg->profile > 0) {
+		printf("%s, batch %d, %s: ops of one step, each timed between device waits:\n",
+		       name, batch, wf_precision_name(wf_backend_cuda_precision(be)));
+		wf_op_profile_print(be, stdout, cfg->profile);
+	}
+	wf_op_profile_stop(be);
 	if (rc != 0) {
 		fprintf(stderr, "bench_gpu: %s: %s\n", name,
 			wf_exec_error(ex)[0] ? wf_exec_error(ex) : be->err.msg);
@@ -103,8 +118,9 @@ static double torch_peer(const bench_cfg *cfg, const char *name, int side, int c
 		 "%s -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' "
 		 "2>/dev/null && %s %s/torch_train.py --device cuda --channels-last --amp %s "
 		 "--models %s --size %d --classes %d --batch %d --warmup %d --steps %d",
-		 cfg->python, cfg->python, WEFT_BENCH_DIR, p == WF_PREC_BF16 ? "bf16" : "none",
-		 name, side, classes, batch, cfg->warmup, cfg->steps);
+		 cfg->python, cfg->python, WEFT_BENCH_DIR,
+		 p == WF_PREC_FP32 ? "none" : wf_precision_name(p), name, side, classes, batch,
+		 cfg->warmup, cfg->steps);
 	FILE *f = popen(cmd, "r");
 	if (!f)
 		return 0;
@@ -130,7 +146,7 @@ static void usage(void)
 {
 	fprintf(stderr, "usage: bench_gpu [--models resnet20,resnet50] [--precisions fp32,bf16] "
 			"[--batch20 N] [--batch50 N] [--steps N] [--warmup N] "
-			"[--peak-tflops T] [--no-peer] [--python PATH]\n");
+			"[--peak-tflops T] [--no-peer] [--profile STEPS] [--python PATH]\n");
 }
 
 int main(int argc, char **argv)
@@ -157,6 +173,8 @@ int main(int argc, char **argv)
 			cfg.peak_tflops = atof(v), i++;
 		else if (!strcmp(a, "--python") && v)
 			cfg.python = v, i++;
+		else if (!strcmp(a, "--profile") && v)
+			cfg.profile = atoi(v), i++;
 		else if (!strcmp(a, "--no-peer"))
 			cfg.peer = 0;
 		else {
@@ -164,7 +182,7 @@ int main(int argc, char **argv)
 			return strcmp(a, "--help") ? 2 : 0;
 		}
 	}
-	if (batch20 < 1 || batch50 < 1 || cfg.steps < 1 || cfg.warmup < 0 ||
+	if (batch20 < 1 || batch50 < 1 || cfg.steps < 1 || cfg.warmup < 0 || cfg.profile < 0 ||
 	    !(cfg.peak_tflops > 0)) {
 		fprintf(stderr, "bench_gpu: batches, --steps and --peak-tflops must be positive\n");
 		return 2;

@@ -6,7 +6,7 @@ momentum) on random 32x32x3 data, and prints one JSON line per model:
 excluded). Run with Debian's python3 (python3-torch).
 
 --device cuda (used by bench_gpu) trains on the GPU instead, with
---amp bf16|fp16 for autocast mixed precision; --size 224 with resnet50
+--amp bf16|fp16 for autocast mixed precision, tf32 for TF32 tensor cores (cuda); --size 224 with resnet50
 needs torchvision. Timings then synchronise the device around each step."""
 import argparse
 import json
@@ -93,7 +93,7 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
-    ap.add_argument("--amp", default="none", choices=("none", "bf16", "fp16"))
+    ap.add_argument("--amp", default="none", choices=("none", "tf32", "bf16", "fp16"))
     ap.add_argument("--classes", type=int, default=10)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
@@ -103,8 +103,9 @@ def main():
     if cuda:
         torch.backends.cudnn.benchmark = True
         # float32 means float32, as weft's default precision (no TF32)
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+        # (tf32: float32 tensors on TF32 tensor cores, as weft's tf32)
+        torch.backends.cuda.matmul.allow_tf32 = a.amp == "tf32"
+        torch.backends.cudnn.allow_tf32 = a.amp == "tf32"
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(a.amp)
     for name in a.models.split(","):
         model = build(name, a.classes, a.size).to(dev)

@@ -158,5 +158,6 @@ void wf_backend_free(wf_backend *be)
 		return;
 	if (be->ops && be->ops->destroy)
 		be->ops->destroy(be);
+	free(be->prof);
 	free(be);
 }

@@ -238,6 +238,7 @@ struct wf_backend {
 	int bf16;		   /* conv/dense/pool compute in bf16 for plans built from now on */
 	wf_backend_opts opts;	   /* as created */
 	unsigned long plans_built; /* plans built or rebuilt so far (cpu): reuse is visible */
+	struct wf_op_prof *prof;   /* per-op times while profiling (ops.h), else NULL */
 };
 
 #define WF_CAP_BF16	1u /* native bf16 dot products (AVX512_BF16, AMX) */

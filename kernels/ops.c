@@ -4,7 +4,98 @@
  * descriptor checks here are the only ones shared by ref, cpu and cuda. */
 #include "kernels/ops.h"
 
+#include "common/util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+
+/* ---- profiling ---------------------------------------------------------------- */
+
+#define PROF_MAX 40
+struct wf_op_prof {
+	int n;
+	struct {
+		const char *name;
+		unsigned long calls;
+		double sec;
+	} op[PROF_MAX];
+};
+
+static double prof_begin(wf_backend *be)
+{
+	if (be->ops->sync)
+		be->ops->sync(be);
+	return wf_now();
+}
+
+static void prof_end(wf_backend *be, const char *name, double t0)
+{
+	if (be->ops->sync)
+		be->ops->sync(be);
+	struct wf_op_prof *p = be->prof;
+	int i = 0;
+	while (i < p->n && strcmp(p->op[i].name, name) != 0)
+		i++;
+	if (i == p->n && p->n < PROF_MAX)
+		p->op[p->n++].name = name;
+	if (i < p->n) {
+		p->op[i].calls++;
+		p->op[i].sec += wf_now() - t0;
+	}
+}
+
+/* The backend call, timed between two device waits while profiling. */
+#define TIMED(be, name, call)                                                                      \
+	__extension__({                                                                            \
+		double t0_ = (be)->prof ? prof_begin(be) : 0;                                      \
+		int rc_ = (call);                                                                  \
+		if ((be)->prof)                                                                    \
+			prof_end(be, name, t0_);                                                   \
+		rc_;                                                                               \
+	})
+
+int wf_op_profile_start(wf_backend *be)
+{
+	free(be->prof);
+	be->prof = calloc(1, sizeof(*be->prof));
+	return be->prof ? 0 : WF_ENOMEM;
+}
+
+static int by_time(const void *a, const void *b)
+{
+	double x = ((const double *)a)[0], y = ((const double *)b)[0];
+	return (x < y) - (x > y);
+}
+
+void wf_op_profile_print(wf_backend *be, FILE *f, int steps)
+{
+	struct wf_op_prof *p = be->prof;
+	if (!p)
+		return;
+	double total = 0, rows[PROF_MAX][2];
+	for (int i = 0; i < p->n; i++) {
+		rows[i][0] = p->op[i].sec;
+		rows[i][1] = i;
+		total += p->op[i].sec;
+	}
+	qsort(rows, (size_t)p->n, sizeof(rows[0]), by_time);
+	steps = steps > 0 ? steps : 1;
+	fprintf(f, "  %-22s %9s %12s %7s\n", "op", "calls/step", "ms/step", "share");
+	for (int r = 0; r < p->n; r++) {
+		int i = (int)rows[r][1];
+		fprintf(f, "  %-22s %9.1f %12.3f %6.1f%%\n", p->op[i].name,
+			(double)p->op[i].calls / steps, 1e3 * p->op[i].sec / steps,
+			total > 0 ? 100.0 * p->op[i].sec / total : 0.0);
+	}
+	fprintf(f, "  %-22s %9s %12.3f\n", "(all ops, synchronised)", "", 1e3 * total / steps);
+}
+
+void wf_op_profile_stop(wf_backend *be)
+{
+	free(be->prof);
+	be->prof = NULL;
+}
 
 /* ---- capabilities ---------------------------------------------------------- */
 
@@ -280,25 +371,25 @@ void wf_op_free(wf_backend *be, void *p)
 int wf_op_to_device(wf_backend *be, void *dst, const void *src_host, size_t bytes)
 {
 	wf_err_clear(&be->err);
-	return be->ops->to_device(be, dst, src_host, bytes);
+	return TIMED(be, "to_device", be->ops->to_device(be, dst, src_host, bytes));
 }
 
 int wf_op_to_host(wf_backend *be, void *dst_host, const void *src, size_t bytes)
 {
 	wf_err_clear(&be->err);
-	return be->ops->to_host(be, dst_host, src, bytes);
+	return TIMED(be, "to_host", be->ops->to_host(be, dst_host, src, bytes));
 }
 
 int wf_op_zero(wf_backend *be, void *p, size_t bytes)
 {
 	wf_err_clear(&be->err);
-	return be->ops->zero(be, p, bytes);
+	return TIMED(be, "zero", be->ops->zero(be, p, bytes));
 }
 
 int wf_op_copy(wf_backend *be, void *dst, const void *src, size_t bytes)
 {
 	wf_err_clear(&be->err);
-	return be->ops->copy(be, dst, src, bytes);
+	return TIMED(be, "copy", be->ops->copy(be, dst, src, bytes));
 }
 
 int wf_op_sync(wf_backend *be)
@@ -314,7 +405,8 @@ int wf_op_conv2d_forward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, 
 {
 	wf_err_clear(&be->err);
 	int rc = check_conv_plain(be, d);
-	return rc ? rc : be->ops->conv2d_forward(be, plan, d, y, x, w, b);
+	return rc ? rc
+		  : TIMED(be, "conv2d_forward", be->ops->conv2d_forward(be, plan, d, y, x, w, b));
 }
 
 int wf_op_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
@@ -325,7 +417,8 @@ int wf_op_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_des
 	if (rc)
 		return rc;
 	if (be->ops->conv2d_forward_fused)
-		return be->ops->conv2d_forward_fused(be, plan, d, y, x, w, b, r);
+		return TIMED(be, "conv2d_forward_fused",
+			     be->ops->conv2d_forward_fused(be, plan, d, y, x, w, b, r));
 	/* the default: the plain conv, then the residual, then the activation */
 	if (d->io_bf16)
 		return wf_errf(&be->err, WF_ENOTSUP, "conv2d: io_bf16=%d is not supported on %s",
@@ -347,7 +440,9 @@ int wf_op_conv2d_backward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d,
 {
 	wf_err_clear(&be->err);
 	int rc = check_conv_plain(be, d);
-	return rc ? rc : be->ops->conv2d_backward(be, plan, d, dx, dw, db, dy, x, w);
+	return rc ? rc
+		  : TIMED(be, "conv2d_backward",
+			  be->ops->conv2d_backward(be, plan, d, dx, dw, db, dy, x, w));
 }
 
 int wf_op_dense_forward(wf_backend *be, wf_plan **plan, const wf_dense_desc *d, float *y,
@@ -355,7 +450,8 @@ int wf_op_dense_forward(wf_backend *be, wf_plan **plan, const wf_dense_desc *d, 
 {
 	wf_err_clear(&be->err);
 	int rc = check_dense(be, d);
-	return rc ? rc : be->ops->dense_forward(be, plan, d, y, x, w, b);
+	return rc ? rc
+		  : TIMED(be, "dense_forward", be->ops->dense_forward(be, plan, d, y, x, w, b));
 }
 
 int wf_op_dense_backward(wf_backend *be, wf_plan **plan, const wf_dense_desc *d, float *dx,
@@ -363,7 +459,9 @@ int wf_op_dense_backward(wf_backend *be, wf_plan **plan, const wf_dense_desc *d,
 {
 	wf_err_clear(&be->err);
 	int rc = check_dense(be, d);
-	return rc ? rc : be->ops->dense_backward(be, plan, d, dx, dw, db, dy, x, w);
+	return rc ? rc
+		  : TIMED(be, "dense_backward",
+			  be->ops->dense_backward(be, plan, d, dx, dw, db, dy, x, w));
 }
 
 int wf_op_batchnorm_forward(wf_backend *be, wf_plan **plan, const wf_bn_desc *d, int training,
@@ -373,8 +471,10 @@ int wf_op_batchnorm_forward(wf_backend *be, wf_plan **plan, const wf_bn_desc *d,
 	wf_err_clear(&be->err);
 	int rc = check_bn(be, d);
 	return rc ? rc
-		  : be->ops->batchnorm_forward(be, plan, d, training, y, save_mean, save_invstd, x,
-					       gamma, beta, run_mean, run_var);
+		  : TIMED(be, "batchnorm_forward",
+			  be->ops->batchnorm_forward(be, plan, d, training, y, save_mean,
+						     save_invstd, x, gamma, beta, run_mean,
+						     run_var));
 }
 
 int wf_op_batchnorm_backward(wf_backend *be, wf_plan **plan, const wf_bn_desc *d, float *dx,
@@ -384,15 +484,16 @@ int wf_op_batchnorm_backward(wf_backend *be, wf_plan **plan, const wf_bn_desc *d
 	wf_err_clear(&be->err);
 	int rc = check_bn(be, d);
 	return rc ? rc
-		  : be->ops->batchnorm_backward(be, plan, d, dx, dgamma, dbeta, dy, x, gamma,
-						save_mean, save_invstd);
+		  : TIMED(be, "batchnorm_backward",
+			  be->ops->batchnorm_backward(be, plan, d, dx, dgamma, dbeta, dy, x, gamma,
+						      save_mean, save_invstd));
 }
 
 int wf_op_act_forward(wf_backend *be, wf_act_kind kind, size_t n, float *y, const float *x)
 {
 	wf_err_clear(&be->err);
 	int rc = check_act(be, kind);
-	return rc ? rc : be->ops->act_forward(be, kind, n, y, x);
+	return rc ? rc : TIMED(be, "act_forward", be->ops->act_forward(be, kind, n, y, x));
 }
 
 int wf_op_act_backward(wf_backend *be, wf_act_kind kind, size_t n, float *dx, const float *dy,
@@ -400,25 +501,25 @@ int wf_op_act_backward(wf_backend *be, wf_act_kind kind, size_t n, float *dx, co
 {
 	wf_err_clear(&be->err);
 	int rc = check_act(be, kind);
-	return rc ? rc : be->ops->act_backward(be, kind, n, dx, dy, y);
+	return rc ? rc : TIMED(be, "act_backward", be->ops->act_backward(be, kind, n, dx, dy, y));
 }
 
 int wf_op_add(wf_backend *be, size_t n, float *y, const float *a, const float *b)
 {
 	wf_err_clear(&be->err);
-	return be->ops->add(be, n, y, a, b);
+	return TIMED(be, "add", be->ops->add(be, n, y, a, b));
 }
 
 int wf_op_accumulate(wf_backend *be, size_t n, float *y, const float *x)
 {
 	wf_err_clear(&be->err);
-	return be->ops->accumulate(be, n, y, x);
+	return TIMED(be, "accumulate", be->ops->accumulate(be, n, y, x));
 }
 
 int wf_op_scale(wf_backend *be, size_t n, float *y, const float *x, float alpha)
 {
 	wf_err_clear(&be->err);
-	return be->ops->scale(be, n, y, x, alpha);
+	return TIMED(be, "scale", be->ops->scale(be, n, y, x, alpha));
 }
 
 int wf_op_concat_forward(wf_backend *be, size_t rows, int k, const int *widths, float *y,
@@ -426,7 +527,9 @@ int wf_op_concat_forward(wf_backend *be, size_t rows, int k, const int *widths, 
 {
 	wf_err_clear(&be->err);
 	int rc = check_concat(be, k, widths);
-	return rc ? rc : be->ops->concat_forward(be, rows, k, widths, y, xs);
+	return rc ? rc
+		  : TIMED(be, "concat_forward",
+			  be->ops->concat_forward(be, rows, k, widths, y, xs));
 }
 
 int wf_op_concat_backward(wf_backend *be, size_t rows, int k, const int *widths, float *const *dxs,
@@ -434,7 +537,9 @@ int wf_op_concat_backward(wf_backend *be, size_t rows, int k, const int *widths,
 {
 	wf_err_clear(&be->err);
 	int rc = check_concat(be, k, widths);
-	return rc ? rc : be->ops->concat_backward(be, rows, k, widths, dxs, dy);
+	return rc ? rc
+		  : TIMED(be, "concat_backward",
+			  be->ops->concat_backward(be, rows, k, widths, dxs, dy));
 }
 
 int wf_op_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *y,
@@ -442,7 +547,7 @@ int wf_op_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, fl
 {
 	wf_err_clear(&be->err);
 	int rc = check_pool(be, d);
-	return rc ? rc : be->ops->pool_forward(be, plan, d, y, x);
+	return rc ? rc : TIMED(be, "pool_forward", be->ops->pool_forward(be, plan, d, y, x));
 }
 
 int wf_op_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *dx,
@@ -450,35 +555,36 @@ int wf_op_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, f
 {
 	wf_err_clear(&be->err);
 	int rc = check_pool(be, d);
-	return rc ? rc : be->ops->pool_backward(be, plan, d, dx, dy, x, y);
+	return rc ? rc
+		  : TIMED(be, "pool_backward", be->ops->pool_backward(be, plan, d, dx, dy, x, y));
 }
 
 int wf_op_gap_forward(wf_backend *be, int n, int hw, int c, float *y, const float *x)
 {
 	wf_err_clear(&be->err);
 	int rc = check_gap(be, n, hw, c);
-	return rc ? rc : be->ops->gap_forward(be, n, hw, c, y, x);
+	return rc ? rc : TIMED(be, "gap_forward", be->ops->gap_forward(be, n, hw, c, y, x));
 }
 
 int wf_op_gap_backward(wf_backend *be, int n, int hw, int c, float *dx, const float *dy)
 {
 	wf_err_clear(&be->err);
 	int rc = check_gap(be, n, hw, c);
-	return rc ? rc : be->ops->gap_backward(be, n, hw, c, dx, dy);
+	return rc ? rc : TIMED(be, "gap_backward", be->ops->gap_backward(be, n, hw, c, dx, dy));
 }
 
 int wf_op_pad_forward(wf_backend *be, const wf_pad_desc *d, float *y, const float *x)
 {
 	wf_err_clear(&be->err);
 	int rc = check_pad(be, d);
-	return rc ? rc : be->ops->pad_forward(be, d, y, x);
+	return rc ? rc : TIMED(be, "pad_forward", be->ops->pad_forward(be, d, y, x));
 }
 
 int wf_op_pad_backward(wf_backend *be, const wf_pad_desc *d, float *dx, const float *dy)
 {
 	wf_err_clear(&be->err);
 	int rc = check_pad(be, d);
-	return rc ? rc : be->ops->pad_backward(be, d, dx, dy);
+	return rc ? rc : TIMED(be, "pad_backward", be->ops->pad_backward(be, d, dx, dy));
 }
 
 int wf_op_dropout_forward(wf_backend *be, size_t n, float rate, uint64_t seed, float *y,
@@ -486,7 +592,9 @@ int wf_op_dropout_forward(wf_backend *be, size_t n, float rate, uint64_t seed, f
 {
 	wf_err_clear(&be->err);
 	int rc = check_rate(be, rate);
-	return rc ? rc : be->ops->dropout_forward(be, n, rate, seed, y, mask, x);
+	return rc ? rc
+		  : TIMED(be, "dropout_forward",
+			  be->ops->dropout_forward(be, n, rate, seed, y, mask, x));
 }
 
 int wf_op_dropout_backward(wf_backend *be, size_t n, float rate, float *dx, const float *dy,
@@ -494,7 +602,9 @@ int wf_op_dropout_backward(wf_backend *be, size_t n, float rate, float *dx, cons
 {
 	wf_err_clear(&be->err);
 	int rc = check_rate(be, rate);
-	return rc ? rc : be->ops->dropout_backward(be, n, rate, dx, dy, mask);
+	return rc ? rc
+		  : TIMED(be, "dropout_backward",
+			  be->ops->dropout_backward(be, n, rate, dx, dy, mask));
 }
 
 int wf_op_softmax_xent_forward(wf_backend *be, int n, int k, float *probs, float *losses,
@@ -502,7 +612,9 @@ int wf_op_softmax_xent_forward(wf_backend *be, int n, int k, float *probs, float
 {
 	wf_err_clear(&be->err);
 	int rc = check_xent(be, n, k, labels);
-	return rc ? rc : be->ops->softmax_xent_forward(be, n, k, probs, losses, logits, labels);
+	return rc ? rc
+		  : TIMED(be, "softmax_xent_forward",
+			  be->ops->softmax_xent_forward(be, n, k, probs, losses, logits, labels));
 }
 
 int wf_op_softmax_xent_backward(wf_backend *be, int n, int k, float *dlogits, const float *probs,
@@ -512,7 +624,9 @@ int wf_op_softmax_xent_backward(wf_backend *be, int n, int k, float *dlogits, co
 	if (!labels)
 		return wf_errf(&be->err, WF_EINVAL, "softmax_xent: labels must not be NULL");
 	int rc = check_xent(be, n, k, labels);
-	return rc ? rc : be->ops->softmax_xent_backward(be, n, k, dlogits, probs, labels, scale);
+	return rc ? rc
+		  : TIMED(be, "softmax_xent_backward",
+			  be->ops->softmax_xent_backward(be, n, k, dlogits, probs, labels, scale));
 }
 
 int wf_op_optimizer_update(wf_backend *be, const wf_opt_desc *d, size_t n, float *p, const float *g,
@@ -520,5 +634,6 @@ int wf_op_optimizer_update(wf_backend *be, const wf_opt_desc *d, size_t n, float
 {
 	wf_err_clear(&be->err);
 	int rc = check_opt(be, d, m, v);
-	return rc ? rc : be->ops->optimizer_update(be, d, n, p, g, m, v);
+	return rc ? rc
+		  : TIMED(be, "optimizer_update", be->ops->optimizer_update(be, d, n, p, g, m, v));
 }

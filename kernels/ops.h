@@ -11,6 +11,8 @@
 
 #include "kernels/kernels.h"
 
+#include <stdio.h>
+
 /* What a backend offers. */
 typedef struct wf_backend_caps {
 	int host_memory;	/* 1: backend memory is host memory (ref, cpu) */
@@ -33,6 +35,14 @@ int wf_op_to_host(wf_backend *be, void *dst_host, const void *src, size_t bytes)
 int wf_op_zero(wf_backend *be, void *p, size_t bytes);
 int wf_op_copy(wf_backend *be, void *dst, const void *src, size_t bytes);
 int wf_op_sync(wf_backend *be); /* 0 at once on a backend without a queue */
+
+/* Profiling (benchmarks): from start on, every op waits for the device
+ * before and after its call and its time is added up per op; print writes
+ * the table (calls and ms per step over `steps` steps, slowest first); stop
+ * (or wf_backend_free) ends it. */
+int wf_op_profile_start(wf_backend *be);
+void wf_op_profile_print(wf_backend *be, FILE *f, int steps);
+void wf_op_profile_stop(wf_backend *be);
 
 /* ---- ops --------------------------------------------------------------- */
 
