@@ -24,6 +24,29 @@ static void conn_phase(wf_serve_http *h, struct MHD_Connection *c, int phase, do
 	pthread_mutex_unlock(&h->cmu);
 }
 
+/* Count connections whose request is on its way: from the request line
+ * (on_uri) until its header is complete (on_header) or the connection goes,
+ * so that a drain answers a request whose header was arriving at SIGTERM.
+ * (A request line still incomplete at SIGTERM is not seen.) */
+static void set_receiving(wf_serve_http *h, conn_rec *r, int on)
+{
+	if (!r)
+		return;
+	pthread_mutex_lock(&h->cmu);
+	if (r->receiving != on) {
+		r->receiving = on;
+		atomic_fetch_add(&h->receiving, on ? 1 : -1);
+	}
+	pthread_mutex_unlock(&h->cmu);
+}
+
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *c)
+{
+	(void)uri;
+	set_receiving(cls, conn_of(c), 1);
+	return NULL; /* no request context yet: on_request makes it */
+}
+
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
 			  enum MHD_ConnectionNotificationCode code)
 {
@@ -51,6 +74,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 		/* MHD reports CLOSED before it closes the socket, so the reaper
 		 * (under cmu) never shuts down a reused descriptor. */
 		pthread_mutex_lock(&h->cmu);
+		if (r->receiving)
+			atomic_fetch_sub(&h->receiving, 1);
 		if (r->prev)
 			r->prev->next = r->next;
 		else
@@ -150,6 +175,7 @@ static enum MHD_Result on_header(wf_serve_http *h, struct MHD_Connection *c, con
 	route r;
 	q->ep = parse_route(url, &r);
 	atomic_fetch_add(&h->active, 1);
+	set_receiving(h, conn_of(c), 0);
 	conn_phase(h, c, C_BODY, h->o.body_timeout);
 	if (h->token && r.kind != R_V2_LIVE && r.kind != R_V2_READY && !authorized(h, c))
 		return send_error(h, c, q, MHD_HTTP_UNAUTHORIZED,
@@ -459,6 +485,7 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 	atomic_init(&h->draining, 0);
 	atomic_init(&h->inflight, 0);
 	atomic_init(&h->active, 0);
+	atomic_init(&h->receiving, 0);
 	atomic_init(&h->body_bytes, 0);
 	int rc = load_secrets(h, err);
 	if (rc) {
@@ -473,6 +500,7 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 	OPT(MHD_OPTION_THREAD_POOL_SIZE, WF_SERVE_EVENT_THREADS, NULL);
 	OPT(MHD_OPTION_NOTIFY_COMPLETED, on_completed, h);
 	OPT(MHD_OPTION_NOTIFY_CONNECTION, on_connection, h);
+	OPT(MHD_OPTION_URI_LOG_CALLBACK, on_uri, h);
 	OPT(MHD_OPTION_CONNECTION_TIMEOUT, h->o.idle_timeout, NULL);
 	OPT(MHD_OPTION_CONNECTION_LIMIT, h->o.max_connections, NULL);
 	if (h->o.max_per_client > 0)
@@ -535,7 +563,7 @@ void wf_serve_http_drain(wf_serve_http *h)
 
 int wf_serve_http_inflight(wf_serve_http *h)
 {
-	return atomic_load(&h->active);
+	return atomic_load(&h->active) + atomic_load(&h->receiving);
 }
 
 void wf_serve_http_stop(wf_serve_http *h)

@@ -48,7 +48,8 @@ int wf_serve_http_port(wf_serve_http *h);
 /* Fail readiness, stop accepting connections, and answer every request
  * received so far with "Connection: close" from now on. */
 void wf_serve_http_drain(wf_serve_http *h);
-/* Requests received (at least their header) and not yet fully answered. */
+/* Requests not yet fully answered whose request line has arrived (those
+ * whose header is still arriving count too). */
 int wf_serve_http_inflight(wf_serve_http *h);
 /* Close the listening socket and every connection, join threads, free. */
 void wf_serve_http_stop(wf_serve_http *h);

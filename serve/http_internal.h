@@ -46,8 +46,9 @@ struct wf_serve_http {
 	atomic_int draining;
 	atomic_int inflight;
 	int port;
-	atomic_int active;	  /* requests received, not yet fully answered */
-	atomic_size_t body_bytes; /* request bodies held now (the body budget) */
+	atomic_int active;		/* requests received, not yet fully answered */
+	atomic_int receiving;		/* connections with a request line in and no header yet */
+	atomic_size_t body_bytes;	/* request bodies held now (the body budget) */
 	const char *token;		/* bearer token, or NULL (owned by o.secrets) */
 	const char *tls_cert, *tls_key; /* PEM text, or NULL (owned by o.secrets) */
 	/* Connections and their deadlines; the reaper thread shuts down the
@@ -74,6 +75,7 @@ enum { C_HEADER, C_BODY, C_BUSY };
 typedef struct conn_rec {
 	int fd;
 	int phase;
+	int receiving; /* request line in, header not yet complete: a drain waits */
 	double deadline;
 	struct conn_rec *prev, *next;
 } conn_rec;

@@ -96,7 +96,8 @@ static const wf_command_help serve_help = {
 static const char serve_epilog[] =
 	"\n"
 	"On SIGTERM/SIGINT readiness fails, the port stops accepting, every request\n"
-	"already received is answered (with \"Connection: close\"), then the process\n"
+	"already received or arriving (from its request line on) is answered (with\n"
+	"\"Connection: close\"), then the process\n"
 	"exits, at the latest after --drain_timeout_seconds.\n"
 	"TF Serving's --rest_api_timeout_in_ms sets the request timeout; accepted and\n"
 	"ignored: --enable_model_warmup (always on), --rest_api_num_threads,\n"

@@ -341,13 +341,17 @@ def drain(tmp):
         # One request mid-upload: header and half the body now, the rest after SIGTERM.
         up = socket.create_connection(("127.0.0.1", port), timeout=30)
         up.sendall(req + body[:len(body) // 2])
+        # One request mid-header: its request line and a header line now, the
+        # rest after every other answer (the drain must wait for it).
+        hdr = socket.create_connection(("127.0.0.1", port), timeout=30)
+        hdr.sendall(req[:req.index(b"Content-Type")])
         # A large request (768 samples, 12 forwards of 64) queued behind the held batch.
         big = socket.create_connection(("127.0.0.1", port), timeout=60)
         big.sendall(big_req + big_body)
         time.sleep(1.0)
         socks = [("keep-alive", ka), ("held 1", held[0]), ("held 2", held[1]),
                  ("mid-upload", up), ("large", big)]
-        readable, _, _ = select.select([s for _, s in socks], [], [], 0)
+        readable, _, _ = select.select([s for _, s in socks] + [hdr], [], [], 0)
         check(not readable, "no request was answered before SIGTERM (%d were)" % len(readable))
         t_term = time.time()
         p.send_signal(signal.SIGTERM)
@@ -369,6 +373,15 @@ def drain(tmp):
             except (OSError, ValueError) as e:
                 results[name] = (-1, str(e), 0)
             s.close()
+        time.sleep(0.5)
+        try:
+            hdr.sendall(req[req.index(b"Content-Type"):] + body)
+            st, hd, b = read_response(hdr)
+            results["mid-header"] = (st, hd.get("connection", "").lower(),
+                                     len(json.loads(b).get("predictions", [])))
+        except (OSError, ValueError) as e:
+            results["mid-header"] = (-1, str(e), 0)
+        hdr.close()
         rc = p.wait(timeout=30)
         took = time.time() - t_term
         print("drain results %s; exit %d after %.2f s" % (results, rc, took), flush=True)
@@ -378,6 +391,7 @@ def drain(tmp):
                   "%s request answered completely after SIGTERM (%d of %d predictions)"
                   % (name, npred, want))
         check(results["keep-alive"][1] == "close", "keep-alive answer carries Connection: close")
+        check(results["mid-header"][1] == "close", "mid-header answer carries Connection: close")
         check(rc == 0 and took < 20, "exit 0 within the drain timeout (%.2f s)" % took)
     finally:
         if p.poll() is None:
