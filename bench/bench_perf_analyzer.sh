@@ -15,7 +15,8 @@
 # MAX_BATCH (16), CONCURRENCY (50), SECS (in-process seconds, 10),
 # WINDOW_MS (perf_analyzer's measurement window, 15000: windows must be long
 # against the seconds a request waits at concurrency 50, or the count of
-# requests completed inside a window falls short of the server's rate).
+# requests completed inside a window falls short of the server's rate),
+# SERVE_ENV (a command prefix for weft-serve: "env OMP_WAIT_POLICY=passive").
 set -euo pipefail
 BUILD=${1:-${WEFT_BUILD:-build}}
 MODELS=${2:-"resnet50 mobilenetv2"}
@@ -51,7 +52,7 @@ for m in $MODELS; do
 	mkdir -p "$TMP/repo/$m/1"
 	"$BUILD/tests/serve_tool" model "$m" "$TMP/repo/$m/1/model.h5" 1 224 >/dev/null
 done
-"$BUILD/weft-serve" --model_repository "$TMP/repo" --rest_api_port "$PORT" --port 0 --grpc_port "$GRPC" --bind_address 127.0.0.1 \
+${SERVE_ENV:-} "$BUILD/weft-serve" --model_repository "$TMP/repo" --rest_api_port "$PORT" --port 0 --grpc_port "$GRPC" --bind_address 127.0.0.1 \
 	--device cpu --enable_batching --max_batch_size "$MAXB" --batch_timeout_micros 5000 \
 	--num_batch_threads 1 --threads "$THREADS" --file_system_poll_wait_seconds 0 \
 	--request_timeout_seconds 600 \
