@@ -1,11 +1,14 @@
 #include "common/cpus.h"
 
 #include <limits.h>
+#include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -246,4 +249,16 @@ void wf_cpus_openmp_wait(char **argv)
 		execv(self, argv);
 	}
 	/* no /proc: run on as we are (the variable stays set for children) */
+}
+
+void wf_cpus_io_thread(const char *name)
+{
+	if (name)
+		pthread_setname_np(pthread_self(), name);
+	/* Linux: the nice value of PRIO_PROCESS with a thread id is that thread's */
+	id_t tid = (id_t)gettid();
+	errno = 0;
+	int cur = getpriority(PRIO_PROCESS, tid);
+	if (errno == 0 && cur < WF_CPUS_IO_NICE)
+		setpriority(PRIO_PROCESS, tid, WF_CPUS_IO_NICE);
 }

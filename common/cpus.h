@@ -48,4 +48,14 @@ void wf_cpus_openmp_wait(char **argv);
  * count of CPUs found busy at start. */
 #define WF_CPUS_BUSY_ENV "WEFT_CPUS_BUSY_AT_START"
 
+/* Name the calling thread (name may be NULL: keep it) and lower its CPU
+ * priority to nice WF_CPUS_IO_NICE, for threads that move requests rather
+ * than compute (a server's protocol threads). On a saturated machine a
+ * compute thread that loses its core stalls its whole OpenMP team at the
+ * next barrier, so a slice taken from it costs the team twice; at a lower
+ * priority the I/O threads mostly run while the team waits. Raising nice
+ * needs no privilege; failures are ignored. */
+void wf_cpus_io_thread(const char *name);
+#define WF_CPUS_IO_NICE 10
+
 #endif

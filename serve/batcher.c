@@ -177,6 +177,7 @@ static void *batch_main(void *arg)
 {
 	batch_thread *t = arg;
 	wf_serve_batcher *b = t->b;
+	pthread_setname_np(pthread_self(), "serve-batch"); /* top -H, ps -L */
 	int cap_jobs = b->o.max_batch > 0 ? b->o.max_batch : 1;
 	job **batch = calloc((size_t)cap_jobs, sizeof(*batch));
 	if (!batch) {

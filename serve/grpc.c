@@ -8,6 +8,8 @@
  * method dispatch in grpc_call.c. */
 #include "serve/grpc_internal.h"
 
+#include "common/cpus.h"
+
 /* ---- the event loop ----------------------------------------------------- */
 
 static void accept_all(wf_grpc *g)
@@ -181,6 +183,7 @@ static void sweep(wf_grpc *g)
 
 void *loop_main(void *arg)
 {
+	wf_cpus_io_thread("grpc-loop");
 	wf_grpc *g = arg;
 	struct epoll_event ev[64];
 	double last_sweep = wf_now();
@@ -215,6 +218,7 @@ void *loop_main(void *arg)
 
 static void *worker_main(void *arg)
 {
+	wf_cpus_io_thread("grpc-worker");
 	wf_grpc *g = arg;
 	pthread_mutex_lock(&g->mu);
 	for (;;) {

@@ -4,6 +4,8 @@
  * and inference handlers: http_handlers.c. */
 #include "serve/http_internal.h"
 
+#include "common/cpus.h"
+
 /* ---- connections: deadlines, budget, authentication -------------------- */
 
 static conn_rec *conn_of(struct MHD_Connection *c)
@@ -53,6 +55,11 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 	wf_serve_http *h = cls;
 	conn_rec *r = *socket_context;
 	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		static __thread int io_thread; /* MHD's own event threads */
+		if (!io_thread) {
+			wf_cpus_io_thread(NULL);
+			io_thread = 1;
+		}
 		const union MHD_ConnectionInfo *ci =
 			MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 		r = calloc(1, sizeof(*r));
@@ -93,6 +100,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
  * body, so a client trickling one byte at a time gets no longer either). */
 static void *reaper_main(void *arg)
 {
+	wf_cpus_io_thread("http-reaper");
 	wf_serve_http *h = arg;
 	pthread_mutex_lock(&h->cmu);
 	while (!h->reaper_stop) {
@@ -277,6 +285,7 @@ static enum MHD_Result defer(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 
 static void *handler_main(void *arg)
 {
+	wf_cpus_io_thread("http-handler");
 	wf_serve_http *h = arg;
 	pthread_mutex_lock(&h->wmu);
 	for (;;) {

@@ -230,6 +230,7 @@ static double min_pos(double a, double b)
 
 static void *poller_main(void *arg)
 {
+	pthread_setname_np(pthread_self(), "repo-poller"); /* top -H, ps -L */
 	wf_serve_repo *r = arg;
 	double next_cfg = 0;
 	int follow_versions = r->o.poll_seconds > 0 && (r->o.kind != WF_SERVE_REPOSITORY ||

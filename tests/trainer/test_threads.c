@@ -5,10 +5,12 @@
 #include "common/cpus.h"
 #include "tests/test.h"
 
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -119,6 +121,30 @@ static void test_busy_cpus_from_proc_stat(void)
 	WF_CHECK(wf_cpus_busy_between(s1, s1, &all) == 0);
 }
 
+/* A protocol thread gets its name and nice WF_CPUS_IO_NICE; the caller's
+ * other threads keep theirs. */
+static void *io_thread_main(void *arg)
+{
+	int *nice_seen = arg;
+	wf_cpus_io_thread("io-test");
+	char name[16] = "";
+	pthread_getname_np(pthread_self(), name, sizeof(name));
+	nice_seen[0] = getpriority(PRIO_PROCESS, (id_t)gettid());
+	nice_seen[1] = strcmp(name, "io-test") == 0;
+	return NULL;
+}
+
+static void test_io_thread_is_named_and_niced(void)
+{
+	int seen[2] = {-100, 0}, before = getpriority(PRIO_PROCESS, (id_t)gettid());
+	pthread_t t;
+	WF_CHECK(pthread_create(&t, NULL, io_thread_main, seen) == 0);
+	pthread_join(t, NULL);
+	WF_CHECK_INT(seen[0], WF_CPUS_IO_NICE > before ? WF_CPUS_IO_NICE : before);
+	WF_CHECK(seen[1]);
+	WF_CHECK_INT(getpriority(PRIO_PROCESS, (id_t)gettid()), before);
+}
+
 int main(void)
 {
 	snprintf(root, sizeof(root), "/tmp/weft-test-threads.XXXXXX");
@@ -128,6 +154,7 @@ int main(void)
 	WF_RUN(test_v1_quota_and_unlimited);
 	WF_RUN(test_default_follows_affinity);
 	WF_RUN(test_busy_cpus_from_proc_stat);
+	WF_RUN(test_io_thread_is_named_and_niced);
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
 	if (system(cmd) != 0)
