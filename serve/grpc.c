@@ -183,8 +183,8 @@ static void sweep(wf_grpc *g)
 
 void *loop_main(void *arg)
 {
-	wf_cpus_io_thread("grpc-loop");
 	wf_grpc *g = arg;
+	wf_cpus_io_thread("grpc-loop");
 	struct epoll_event ev[64];
 	double last_sweep = wf_now();
 	while (!atomic_load(&g->stop)) {
@@ -218,8 +218,8 @@ void *loop_main(void *arg)
 
 static void *worker_main(void *arg)
 {
-	wf_cpus_io_thread("grpc-worker");
 	wf_grpc *g = arg;
+	wf_cpus_io_thread("grpc-worker");
 	pthread_mutex_lock(&g->mu);
 	for (;;) {
 		while (!g->q_head && !atomic_load(&g->stop))

@@ -100,8 +100,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
  * body, so a client trickling one byte at a time gets no longer either). */
 static void *reaper_main(void *arg)
 {
-	wf_cpus_io_thread("http-reaper");
 	wf_serve_http *h = arg;
+	wf_cpus_io_thread("http-reaper");
 	pthread_mutex_lock(&h->cmu);
 	while (!h->reaper_stop) {
 		struct timespec ts;
@@ -285,8 +285,8 @@ static enum MHD_Result defer(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 
 static void *handler_main(void *arg)
 {
-	wf_cpus_io_thread("http-handler");
 	wf_serve_http *h = arg;
+	wf_cpus_io_thread("http-handler");
 	pthread_mutex_lock(&h->wmu);
 	for (;;) {
 		while (!h->whead && !h->wstop)
