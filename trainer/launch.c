@@ -61,7 +61,9 @@ typedef struct launcher {
 	int stopping;	   /* 0, or the signal we forwarded / are stopping with */
 	double stop_since; /* wf_now() when stopping began */
 	double ps_grace;   /* when the trainers were all done */
+	int ps_stop_logged; /* the servers were told to stop after the grace */
 	int fail_code;	   /* first permanent failure's status, 0 none */
+	int wound_down;	   /* servers that ended non-zero after the trainers had ended */
 	char fail_name[32];
 	char key_arg[4096 + 32]; /* "cluster.key_dir=DIR" */
 	int key_fd;		 /* memfd holding this run's keys, -1: none */
@@ -316,7 +318,12 @@ static void reap(launcher *l, child *c, int st)
 		snprintf(how, sizeof(how), "was killed by signal %d (%s)", WTERMSIG(st),
 			 strsignal(WTERMSIG(st)));
 	int transient = !WIFEXITED(st) || code == WF_EXIT_TRANSIENT;
-	int again = !l->stopping && transient && c->restarts < l->max_restarts;
+	/* Every trainer has ended: the job is over and a server only winds
+	 * down. One that dies now (or that launch stops after the grace
+	 * period: a server restarted just after the chief shut the others down
+	 * waits for nobody) is neither restarted nor a failure of the job. */
+	int wind_down = c->kind == KIND_PS && running(l, 1, 0) == 0;
+	int again = !l->stopping && !wind_down && transient && c->restarts < l->max_restarts;
 	wf_event("exited",
 		 json_pack("{s:s, s:i, s:i, s:b}", "task", c->name, "code", code, "signal",
 			   WIFSIGNALED(st) ? WTERMSIG(st) : 0, "restart", again));
@@ -331,8 +338,10 @@ static void reap(launcher *l, child *c, int st)
 	}
 	c->exited = 1;
 	c->code = code;
-	fprintf(stderr, "[launch] %s %s\n", c->name, how);
-	if (code != 0 && !l->stopping) {
+	fprintf(stderr, "[launch] %s %s%s\n", c->name, how,
+		wind_down && code != 0 ? " (after the trainers ended)" : "");
+	l->wound_down += wind_down && code != 0;
+	if (code != 0 && !l->stopping && !wind_down) {
 		if (!l->fail_code) {
 			l->fail_code = code;
 			snprintf(l->fail_name, sizeof(l->fail_name), "%s", c->name);
@@ -395,8 +404,9 @@ static void run_loop(launcher *l)
 				if (l->stopping || l->fail_code)
 					signal_children(l, 0, 1, SIGTERM);
 			} else if (now - l->ps_grace > 15) {
-				fprintf(stderr, "[launch] servers still running 15 s after the "
-						"trainers ended: stopping them\n");
+				if (!l->ps_stop_logged++)
+					fprintf(stderr, "[launch] servers still running 15 s after "
+							"the trainers ended: stopping them\n");
 				signal_children(l, 0, 1,
 						now - l->ps_grace > 25 ? SIGKILL : SIGTERM);
 			}
@@ -656,6 +666,10 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		wf_errf(err, rc, "launch: %s exited with status %d (see its log above)",
 			l->fail_name[0] ? l->fail_name : l->ch[ci].name,
 			l->fail_code ? l->fail_code : code);
+	else if (l->wound_down)
+		fprintf(stderr, "[launch] done: the trainers exited 0 (%d server(s) ended after "
+				"them with a non-zero status)\n",
+			l->wound_down);
 	else
 		fprintf(stderr, "[launch] done: every process exited 0\n");
 	wf_event("done", json_pack("{s:i}", "code", rc == 0 ? 0 : code));
