@@ -131,7 +131,8 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 		for (int off = 0; off < j->n && !rc; off += cap) {
 			int m = WF_MIN(cap, j->n - off);
 			double tc = wf_now();
-			memcpy(s->plan->in, j->x + (size_t)off * per, (size_t)m * per * sizeof(float));
+			memcpy(s->plan->in, j->x + (size_t)off * per,
+			       (size_t)m * per * sizeof(float));
 			rc = run_forward(s->plan, m, msg, sizeof(msg));
 			if (!rc)
 				memcpy(j->logits + (size_t)off * k, s->plan->out,

@@ -314,7 +314,8 @@ int wf_grpc_start(wf_grpc **out, const wf_grpc_opts *o, const wf_grpc_method *me
 		rc = wf_errf(err, WF_ENOMEM, "out of memory");
 		goto fail;
 	}
-	if (o->tls_cert && (rc = wf_tls_server_create(&g->tls, o->tls_cert, o->tls_key, err)) != 0) {
+	if (o->tls_cert &&
+	    (rc = wf_tls_server_create(&g->tls, o->tls_cert, o->tls_key, err)) != 0) {
 		wf_err_wrap(err, "%s", g->o.name);
 		goto fail;
 	}

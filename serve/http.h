@@ -22,21 +22,21 @@ typedef struct wf_serve_http_opts {
 	const char *bind_address; /* IPv4 address to listen on ("0.0.0.0") */
 	int port;		  /* 0: any free port (see wf_serve_http_port) */
 	const char *model_name;
-	size_t max_body;	   /* bytes; larger bodies get 413 */
-	double request_timeout;	   /* seconds a request may wait for a batch thread */
-	int idle_timeout;	   /* seconds an idle or stalled connection is kept */
-	int threads;		   /* handler threads: a request in inference holds one */
-	int max_queue;		   /* inference requests waiting for one; more: 429; 0: no bound */
-	int max_connections;	   /* open connections in all; more are closed at accept */
-	int max_per_client;	   /* open connections per client address; 0: no limit */
-	double header_timeout;	   /* seconds from connection (or previous reply) to full header */
-	double body_timeout;	   /* seconds from header to the last body byte */
-	size_t body_budget;	   /* bytes of request bodies held at once; over: 503 */
-	int retry_after;	   /* seconds in Retry-After of 429/503 answers */
+	size_t max_body;	/* bytes; larger bodies get 413 */
+	double request_timeout; /* seconds a request may wait for a batch thread */
+	int idle_timeout;	/* seconds an idle or stalled connection is kept */
+	int threads;		/* handler threads: a request in inference holds one */
+	int max_queue;		/* inference requests waiting for one; more: 429; 0: no bound */
+	int max_connections;	/* open connections in all; more are closed at accept */
+	int max_per_client;	/* open connections per client address; 0: no limit */
+	double header_timeout;	/* seconds from connection (or previous reply) to full header */
+	double body_timeout;	/* seconds from header to the last body byte */
+	size_t body_budget;	/* bytes of request bodies held at once; over: 503 */
+	int retry_after;	/* seconds in Retry-After of 429/503 answers */
 	/* TLS pair (HTTPS only) and bearer token ("Authorization: Bearer <token>"
 	 * required); NULL or empty: neither. Must outlive the server. */
 	const wf_serve_secrets *secrets;
-	int metrics_only;	     /* 1: only /metrics (Triton's --metrics-port); others 404 */
+	int metrics_only; /* 1: only /metrics (Triton's --metrics-port); others 404 */
 } wf_serve_http_opts;
 
 typedef struct wf_serve_http wf_serve_http;

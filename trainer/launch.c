@@ -58,12 +58,12 @@ typedef struct launcher {
 	int argc;
 	char threads_arg[32];
 	int resume, max_restarts;
-	int stopping;	   /* 0, or the signal we forwarded / are stopping with */
-	double stop_since; /* wf_now() when stopping began */
-	double ps_grace;   /* when the trainers were all done */
+	int stopping;	    /* 0, or the signal we forwarded / are stopping with */
+	double stop_since;  /* wf_now() when stopping began */
+	double ps_grace;    /* when the trainers were all done */
 	int ps_stop_logged; /* the servers were told to stop after the grace */
-	int fail_code;	   /* first permanent failure's status, 0 none */
-	int wound_down;	   /* servers that ended non-zero after the trainers had ended */
+	int fail_code;	    /* first permanent failure's status, 0 none */
+	int wound_down;	    /* servers that ended non-zero after the trainers had ended */
 	char fail_name[32];
 	char key_arg[4096 + 32]; /* "cluster.key_dir=DIR" */
 	int key_fd;		 /* memfd holding this run's keys, -1: none */
@@ -667,8 +667,9 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 			l->fail_name[0] ? l->fail_name : l->ch[ci].name,
 			l->fail_code ? l->fail_code : code);
 	else if (l->wound_down)
-		fprintf(stderr, "[launch] done: the trainers exited 0 (%d server(s) ended after "
-				"them with a non-zero status)\n",
+		fprintf(stderr,
+			"[launch] done: the trainers exited 0 (%d server(s) ended after "
+			"them with a non-zero status)\n",
 			l->wound_down);
 	else
 		fprintf(stderr, "[launch] done: every process exited 0\n");
