@@ -132,6 +132,15 @@ static int exit_code(const child *ch)
 	return WIFEXITED(ch->status) ? WEXITSTATUS(ch->status) : -1;
 }
 
+/* Rank cfg, run now, gets the chief's id (checked failures name it). */
+static void rank_gets_id(child *w, const wf_rdv_cfg *cfg, const uint8_t *id, double limit)
+{
+	WF_CHECK(spawn(w, cfg, NULL) == 0);
+	WF_CHECK(reap(w, limit) == 0);
+	WF_CHECK_MSG(w->rc == 0, "rank %d: %s", cfg->rank, w->msg);
+	WF_CHECK(memcmp(w->id, id, WF_RDV_ID_BYTES) == 0);
+}
+
 static void nap(double s)
 {
 	struct timespec ts = {(time_t)s, (long)((s - (double)(time_t)s) * 1e9)};
@@ -250,10 +259,7 @@ static void test_chief_names_the_rank_that_never_came(void)
 	wf_rdv_cfg cw = {.rank = 1, .size = 3, .chief = addr, .job = JOB, .timeout = 10};
 	child chief, w;
 	WF_CHECK(spawn(&chief, &cc, id) == 0);
-	WF_CHECK(spawn(&w, &cw, NULL) == 0);
-	WF_CHECK(reap(&w, 15) == 0);
-	WF_CHECK_MSG(w.rc == 0, "rank 1: %s", w.msg);
-	WF_CHECK(memcmp(w.id, id, sizeof(id)) == 0);
+	rank_gets_id(&w, &cw, id, 15);
 	WF_CHECK(reap(&chief, 15) == 0);
 	WF_CHECK_INT(exit_code(&chief), WF_EXIT_TRANSIENT);
 	WF_CHECK_MSG(strstr(chief.msg, "rank 2 of 3 did not connect") != NULL, "%s", chief.msg);
@@ -281,10 +287,7 @@ static void test_rank_of_another_job_is_refused(void)
 	WF_CHECK_INT(w2.rc, WF_EINVAL);
 	WF_CHECK_MSG(strstr(w2.msg, "4 ranks") != NULL, "%s", w2.msg);
 	/* The refusals did not count: the chief still waits for the real rank 1. */
-	WF_CHECK(spawn(&w3, &good, NULL) == 0);
-	WF_CHECK(reap(&w3, 15) == 0);
-	WF_CHECK_MSG(w3.rc == 0, "%s", w3.msg);
-	WF_CHECK(memcmp(w3.id, id, sizeof(id)) == 0);
+	rank_gets_id(&w3, &good, id, 15);
 	WF_CHECK(reap(&chief, 15) == 0);
 	WF_CHECK_MSG(chief.rc == 0, "%s", chief.msg);
 }
@@ -311,10 +314,7 @@ static void test_junk_on_the_chiefs_port_is_dropped(void)
 		if (fd >= 0)
 			close(fd);
 	}
-	WF_CHECK(spawn(&w, &cw, NULL) == 0);
-	WF_CHECK(reap(&w, 20) == 0);
-	WF_CHECK_MSG(w.rc == 0, "%s", w.msg);
-	WF_CHECK(memcmp(w.id, id, sizeof(id)) == 0);
+	rank_gets_id(&w, &cw, id, 20);
 	WF_CHECK(reap(&chief, 20) == 0);
 	WF_CHECK_MSG(chief.rc == 0, "%s", chief.msg);
 }
@@ -400,10 +400,7 @@ static void test_keyed_rendezvous_hands_the_id_to_key_holders_only(void)
 	write_all(fd, proof, sizeof(proof));
 	close(fd);
 	/* the chief still waits for the real rank 1, which gets the id */
-	WF_CHECK(spawn(&w3, &good, NULL) == 0);
-	WF_CHECK(reap(&w3, 15) == 0);
-	WF_CHECK_MSG(w3.rc == 0, "%s", w3.msg);
-	WF_CHECK(memcmp(w3.id, id, sizeof(id)) == 0);
+	rank_gets_id(&w3, &good, id, 15);
 	WF_CHECK(reap(&chief, 15) == 0);
 	WF_CHECK_MSG(chief.rc == 0, "%s", chief.msg);
 }
