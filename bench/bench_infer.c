@@ -4,6 +4,7 @@
  *   weft-bench-infer (--model FILE.h5 | --zoo NAME [--save FILE.h5])
  *                    [--batch 32] [--seconds 3] [--device auto] [--threads 0] */
 #include "common/util.h"
+#include "model/fold.h"
 #include "model/model.h"
 
 #include <stdio.h>
@@ -51,6 +52,8 @@ int main(int argc, char **argv)
 	wf_model_meta_init(&meta);
 	if (model) {
 		rc = wf_model_load(&m, &meta, model, &err);
+		if (!rc && (rc = wf_model_fold_replace(&m, &err)) > 0) /* as weft-serve does */
+			rc = 0;
 	} else {
 		rc = wf_model_zoo(&m, zoo, 32, 32, 3, 10, &err);
 		if (!rc) {

@@ -228,3 +228,17 @@ out:
 	plan_free(&p);
 	return rc;
 }
+
+int wf_model_fold_replace(wf_model **m, wf_err *err)
+{
+	int removed = wf_model_fold_count(*m);
+	wf_model *f = NULL;
+	if (removed <= 0)
+		return 0;
+	int rc = wf_model_fold_for_inference(*m, &f, err);
+	if (rc)
+		return rc;
+	wf_model_free(*m);
+	*m = f;
+	return removed;
+}

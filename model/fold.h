@@ -15,5 +15,10 @@
 int wf_model_fold_for_inference(const wf_model *in, wf_model **out, wf_err *err);
 /* Layers the fold would remove (folded batch norms + dropouts). */
 int wf_model_fold_count(const wf_model *in);
+/* Replace *m by its folded form when the fold removes anything (the old
+ * model is freed); returns the number of layers removed (0: *m unchanged),
+ * or a negative WF_E* code with *m unchanged. For inference-only users of a
+ * model file that was not exported (weft-serve, weft-bench-infer). */
+int wf_model_fold_replace(wf_model **m, wf_err *err);
 
 #endif

@@ -61,6 +61,7 @@ typedef struct wf_serve_version {
 	int running;	     /* batches running now (under the batcher's lock) */
 	atomic_int refs;     /* the repository's reference + one per request */
 	double load_seconds; /* load + warm-up time */
+	int folded;	     /* batch norms and dropouts folded away at load */
 	wf_serve_stats stats;
 } wf_serve_version;
 

@@ -2,6 +2,8 @@
  * counts and release; Triton's statistics counters. */
 #include "serve/repo_internal.h"
 
+#include "model/fold.h"
+
 /* ---- one version ------------------------------------------------------ */
 
 static void slot_free(wf_serve_slot *s)
@@ -78,6 +80,12 @@ int wf_serve_version_load(wf_serve_version **out, const char *path, long version
 	int rc = wf_model_load(&v->model, &v->meta, path, err);
 	if (rc)
 		goto fail;
+	/* a model file that was not exported: fold as `weft export` would (the
+	 * forward is the same; a conv followed by relu then runs as one primitive) */
+	if ((rc = wf_model_fold_replace(&v->model, err)) < 0)
+		goto fail;
+	v->folded = rc;
+	rc = 0;
 	v->version = version;
 	v->max_batch = o->max_batch > 0 ? o->max_batch : 1;
 	v->batch_delay_us = -1;

@@ -7,6 +7,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -401,6 +402,9 @@ def drain(tmp):
     check(result.get("code") == 200 and result["doc"]["outputs"][0]["shape"] == [n, 10],
           "in-flight request completes after SIGTERM")
     check(rc == 0, "weft-serve exits 0 after draining")
+    log = open(os.path.join(tmp, "serve-%d.log" % port)).read()
+    check(re.search(r"; [1-9][0-9]* batch norm/dropout layers folded", log),
+          "a model file that was not exported is served with its batch norms folded")
 
 
 def metrics_port_checks(port, mport):

@@ -147,8 +147,37 @@ out:
 	wf_model_free(m);
 }
 
+/* What weft-serve does at load: the model is replaced by its fold once, and a
+ * folded model is left as it is. */
+static void test_fold_replace(void)
+{
+	wf_model *m = NULL, *orig = NULL;
+	wf_err err = {0};
+	WF_CHECK(wf_model_zoo(&m, "resnet20", 32, 32, 3, 10, &err) == 0);
+	WF_CHECK(wf_model_zoo(&orig, "resnet20", 32, 32, 3, 10, &err) == 0);
+	if (!m || !orig)
+		goto out;
+	wf_model_init_params(m, 3);
+	randomise_bn(m, 11);
+	wf_model_init_params(orig, 3);
+	randomise_bn(orig, 11);
+	int bns = count_type(m, WF_LAYER_BATCHNORM);
+	wf_model *before = m;
+	WF_CHECK_INT(wf_model_fold_replace(&m, &err), bns);
+	WF_CHECK(m != before && count_type(m, WF_LAYER_BATCHNORM) == 0);
+	double scale = 0, d = forward_diff(orig, m, 2, &scale);
+	WF_CHECK_MSG(d >= 0 && d <= 1e-5 * fmax(1.0, scale), "max diff %g", d);
+	before = m;
+	WF_CHECK_INT(wf_model_fold_replace(&m, &err), 0);
+	WF_CHECK(m == before);
+out:
+	wf_model_free(m);
+	wf_model_free(orig);
+}
+
 int main(void)
 {
+	WF_RUN(test_fold_replace);
 	WF_RUN(test_resnet20_fold_matches_forward);
 	WF_RUN(test_dropout_removed_and_unfoldable_bn_kept);
 	return wf_test_summary();
