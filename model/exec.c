@@ -64,6 +64,8 @@ struct wf_exec {
 	int *fuse_res;	/* [nlayers] conv: the residual layer it adds, else -1 */
 	char *fuse_act; /* [nlayers] conv: 0 none, 1 relu, 2 relu6 */
 	char *out_bf16; /* [nlayers] conv: its (fused) output is kept in bf16 (bf16 backend) */
+	char *pad_skip; /* [nlayers] zero padding that its sole consumer, a conv, applies as
+			 * its own padding: runs nothing, aliases its input */
 	wf_err err;
 };
 
@@ -146,6 +148,8 @@ static int alias_src(const wf_exec *ex, int i)
 	wf_layer_type t = ex->m->layers[i].type;
 	if (ex->fuse_into && ex->fuse_into[i] >= 0)
 		return ex->fuse_into[i];
+	if (ex->pad_skip && ex->pad_skip[i])
+		return ex->m->layers[i].inputs[0];
 	return t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !ex->training)
 		       ? ex->m->layers[i].inputs[0]
 		       : -1;
@@ -176,12 +180,23 @@ static int sole_consumer(const wf_model *m, int j)
 /* Inference plan: fold into each conv its sole consumer when that is an add
  * of two tensors whose other operand is ready before the conv runs (oneDNN
  * binary post-op), then a sole relu/relu6 consumer (eltwise post-op). The
- * folded layers alias the conv's output and run nothing. */
+ * folded layers alias the conv's output and run nothing. A zero padding read
+ * only by a conv becomes that conv's padding (MobileNetV2's and ResNet50's
+ * ZeroPadding2D before strided convs): it aliases its input. */
 static void fuse_plan(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
-	for (int i = 0; i < m->nlayers; i++)
+	for (int i = 0; i < m->nlayers; i++) {
 		ex->fuse_into[i] = ex->fuse_res[i] = -1;
+		const wf_layer *l = &m->layers[i];
+		int c = sole_consumer(m, i);
+		if (l->type == WF_LAYER_ZEROPAD && l->pad[0] >= 0 && l->pad[1] >= 0 &&
+		    l->pad[2] >= 0 && l->pad[3] >= 0 && c >= 0 &&
+		    m->layers[c].type == WF_LAYER_CONV2D) {
+			ex->pad_skip[i] = 1;
+			ex->nfused++;
+		}
+	}
 	for (int i = 0; i < m->nlayers; i++) {
 		if (m->layers[i].type != WF_LAYER_CONV2D || ex->fuse_into[i] >= 0)
 			continue;
@@ -218,7 +233,8 @@ static void fuse_plan(wf_exec *ex)
 			for (int k = 0; k < m->layers[j].ninputs; k++) {
 				if (m->layers[j].inputs[k] != cur)
 					continue;
-				int conv_x = m->layers[j].type == WF_LAYER_CONV2D;
+				int conv_x = m->layers[j].type == WF_LAYER_CONV2D ||
+					     ex->pad_skip[j];
 				int res = ex->fuse_into[j] >= 0 &&
 					  ex->fuse_res[ex->fuse_into[j]] == cur;
 				all &= conv_x || res;
@@ -230,6 +246,8 @@ static void fuse_plan(wf_exec *ex)
 /* Is layer j's output (through fusion aliases) kept in bf16? */
 static int is_bf16(const wf_exec *ex, int j)
 {
+	if (ex->pad_skip[j])
+		j = ex->m->layers[j].inputs[0];
 	if (ex->fuse_into[j] >= 0)
 		j = ex->fuse_into[j];
 	return ex->out_bf16[j];
@@ -378,6 +396,7 @@ void wf_exec_free(wf_exec *ex)
 	free(ex->fuse_into);
 	free(ex->fuse_res);
 	free(ex->fuse_act);
+	free(ex->pad_skip);
 	free(ex->out_bf16);
 	free(ex->h_probs);
 	free(ex->h_losses);
@@ -429,7 +448,9 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 		ex->fuse_res = malloc(sizeof(int) * (size_t)nl);
 		ex->fuse_act = calloc((size_t)nl, 1);
 		ex->out_bf16 = calloc((size_t)nl, 1);
-		if (!ex->fuse_into || !ex->fuse_res || !ex->fuse_act || !ex->out_bf16) {
+		ex->pad_skip = calloc((size_t)nl, 1);
+		if (!ex->fuse_into || !ex->fuse_res || !ex->fuse_act || !ex->out_bf16 ||
+		    !ex->pad_skip) {
 			wf_errf(err, rc, "executor: out of memory");
 			goto fail;
 		}
@@ -530,6 +551,10 @@ static void conv_desc(const wf_exec *ex, int i, int n, wf_conv_desc *d)
 	const wf_layer *l = &ex->m->layers[i], *x = &ex->m->layers[l->inputs[0]];
 	wf_conv_desc_init(d, n, x->oh, x->ow, x->oc, l->filters, l->kh, l->kw, l->sh, l->sw, l->dh,
 			  l->dw, l->groups, l->same, 0, 0, l->use_bias);
+	if (ex->pad_skip && ex->pad_skip[l->inputs[0]]) { /* read the unpadded input */
+		d->h -= x->pad[0] + x->pad[1], d->w -= x->pad[2] + x->pad[3];
+		d->pt += x->pad[0], d->pb += x->pad[1], d->pl += x->pad[2], d->pr += x->pad[3];
+	}
 }
 
 static void dense_desc(const wf_exec *ex, int i, int n, wf_dense_desc *d)
@@ -582,7 +607,7 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 		wf_pad_desc pad;
 	} d;
 
-	if (ex->fused && ex->fuse_into[i] >= 0)
+	if (ex->fused && (ex->fuse_into[i] >= 0 || ex->pad_skip[i]))
 		return 0; /* runs inside its conv */
 	switch (l->type) {
 	case WF_LAYER_INPUT: return 0;
@@ -671,6 +696,8 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 		wf_layer_type t = m->layers[i].type;
 		if (ex->fused && ex->fuse_into[i] >= 0)
 			ex->act[i] = ex->act[ex->fuse_into[i]];
+		else if (ex->fused && ex->pad_skip[i])
+			ex->act[i] = ex->act[m->layers[i].inputs[0]];
 		else if (t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !training))
 			ex->act[i] = ex->act[m->layers[i].inputs[0]];
 		else

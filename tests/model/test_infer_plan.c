@@ -1,7 +1,7 @@
 /* test_infer_plan.c: the cpu backend's fused inference plans (conv + bias +
  * residual add + relu/relu6 as one primitive, weights kept reordered, bf16
  * activations between convs) give the logits of the unfused forward, on
- * resnet20 and mobilenetv2 with batch norm folded as `weft export` does. */
+ * resnet20, mobilenetv2, resnet50 and nasnetmobile with batch norm folded as `weft export` does. */
 #include "model/fold.h"
 #include "model/model.h"
 #include "tests/test.h"
@@ -131,6 +131,18 @@ static void test_mobilenetv2_fused_equals_unfused(void)
 	check_model(cpu, "mobilenetv2");
 }
 
+/* conv1_pad (3 on each side) becomes conv1's padding; pool1_pad stays. */
+static void test_resnet50_fused_equals_unfused(void)
+{
+	check_model(cpu, "resnet50");
+}
+
+/* asymmetric zero paddings before strided separable convs */
+static void test_nasnetmobile_fused_equals_unfused(void)
+{
+	check_model(cpu, "nasnetmobile");
+}
+
 /* An inference executor keeps weights reordered; after the parameters change,
  * wf_exec_params_from_host makes it use the new ones. */
 static void test_new_params_are_used_after_params_from_host(void)
@@ -164,6 +176,8 @@ int main(void)
 	}
 	WF_RUN(test_resnet20_fused_equals_unfused);
 	WF_RUN(test_mobilenetv2_fused_equals_unfused);
+	WF_RUN(test_resnet50_fused_equals_unfused);
+	WF_RUN(test_nasnetmobile_fused_equals_unfused);
 	WF_RUN(test_new_params_are_used_after_params_from_host);
 	wf_backend_free(cpu);
 	return wf_test_summary();
