@@ -233,8 +233,8 @@ static void fuse_plan(wf_exec *ex)
 			for (int k = 0; k < m->layers[j].ninputs; k++) {
 				if (m->layers[j].inputs[k] != cur)
 					continue;
-				int conv_x = m->layers[j].type == WF_LAYER_CONV2D ||
-					     ex->pad_skip[j];
+				int conv_x =
+					m->layers[j].type == WF_LAYER_CONV2D || ex->pad_skip[j];
 				int res = ex->fuse_into[j] >= 0 &&
 					  ex->fuse_res[ex->fuse_into[j]] == cur;
 				all &= conv_x || res;

@@ -181,8 +181,10 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 		char plan[512], fold[96] = "";
 		wf_batchplan_describe(v->slots[0].plan, plan, sizeof(plan));
 		if (v->folded)
-			snprintf(fold, sizeof(fold), "; %d batch norm/dropout layers folded as weft "
-						     "export does", v->folded);
+			snprintf(fold, sizeof(fold),
+				 "; %d batch norm/dropout layers folded as weft "
+				 "export does",
+				 v->folded);
 		wf_info("serve: model %s version %ld is available (loaded and warmed in %.2fs; "
 			"%.1f MiB of weights and executors; forward %s%s)",
 			cfg.name, f->version, v->load_seconds, v->memory_bytes / 1048576.0, plan,

@@ -102,21 +102,23 @@ int wf_serve_version_load(wf_serve_version **out, const char *path, long version
 	}
 	/* the model's memory budget (weft_memory_mb): its weights, then each batch
 	 * thread's executors in what is left */
-	size_t budget = (size_t)o->memory_mb << 20, used = v->model->nparams * sizeof(float) +
-							   v->model->nstate * sizeof(float);
+	size_t budget = (size_t)o->memory_mb << 20,
+	       used = v->model->nparams * sizeof(float) + v->model->nstate * sizeof(float);
 	for (int i = 0; i < v->nslots; i++) {
 		if (budget && used >= budget) {
-			rc = wf_errf(err, WF_ENOMEM, "its weights and %d batch thread(s) take %.1f MiB",
-				     i, used / 1048576.0);
+			rc = wf_errf(err, WF_ENOMEM,
+				     "its weights and %d batch thread(s) take %.1f MiB", i,
+				     used / 1048576.0);
 		} else {
 			rc = slot_init(v, &v->slots[i], o, budget ? budget - used : 0, err);
 			if (!rc)
 				used += v->slots[i].plan->bytes;
 		}
 		if (rc && budget && rc == WF_ENOMEM) {
-			wf_err_wrap(err, "model %s version %ld does not fit its memory budget "
-					 "(weft_memory_mb %ld) with max_batch_size %d and %d batch "
-					 "threads: lower them or raise the budget",
+			wf_err_wrap(err,
+				    "model %s version %ld does not fit its memory budget "
+				    "(weft_memory_mb %ld) with max_batch_size %d and %d batch "
+				    "threads: lower them or raise the budget",
 				    v->name, version, o->memory_mb, v->max_batch, v->nslots);
 			goto fail;
 		}
