@@ -46,7 +46,8 @@ typedef struct wf_conv_desc {
 	int bias;	    /* 1 when a bias [OC] is added */
 	/* Read by conv2d_forward_fused only (0 elsewhere; wf_conv_desc_init zeroes them): */
 	int act;      /* 0 none, 1 relu, 2 relu6 applied last */
-	int residual; /* 1: a residual [N,OH,OW,OC] is added before act */
+	int residual; /* 1: a residual [N,OH,OW,OC] is added before act; 2: the same,
+		       * in place: y holds the residual on entry (r is y) */
 	int infer;    /* 1: w and b never change for this plan (inference): kept reordered */
 	int io_bf16;  /* bf16 backends: bits 1 x, 2 y, 4 residual are bf16 (not float) */
 } wf_conv_desc;

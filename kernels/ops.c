@@ -189,7 +189,7 @@ static int check_conv_plain(wf_backend *be, const wf_conv_desc *d)
 	return rc;
 }
 
-static int check_conv_fused(wf_backend *be, const wf_conv_desc *d, const float *r)
+static int check_conv_fused(wf_backend *be, const wf_conv_desc *d, const float *y, const float *r)
 {
 	int rc = check_conv(be, d);
 	if (rc)
@@ -197,8 +197,11 @@ static int check_conv_fused(wf_backend *be, const wf_conv_desc *d, const float *
 	if (d->act < 0 || d->act > 2)
 		return wf_errf(&be->err, WF_EINVAL, "conv2d: act=%d is not 0 none, 1 relu, 2 relu6",
 			       d->act);
-	if (d->residual && !r)
-		return wf_errf(&be->err, WF_EINVAL, "conv2d: residual=%d without a residual tensor",
+	if (d->residual < 0 || d->residual > 2 || (d->residual == 1 && !r) ||
+	    (d->residual == 2 && r && r != y))
+		return wf_errf(&be->err, WF_EINVAL,
+			       "conv2d: residual=%d needs 1 with a residual tensor or 2 with the "
+			       "residual in y",
 			       d->residual);
 	if (d->io_bf16 && !be->bf16)
 		return wf_errf(&be->err, WF_EINVAL,
@@ -413,16 +416,17 @@ int wf_op_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_des
 			       const float *x, const float *w, const float *b, const float *r)
 {
 	wf_err_clear(&be->err);
-	int rc = check_conv_fused(be, d, r);
+	int rc = check_conv_fused(be, d, y, r);
 	if (rc)
 		return rc;
 	if (be->ops->conv2d_forward_fused)
 		return TIMED(be, "conv2d_forward_fused",
 			     be->ops->conv2d_forward_fused(be, plan, d, y, x, w, b, r));
 	/* the default: the plain conv, then the residual, then the activation */
-	if (d->io_bf16)
-		return wf_errf(&be->err, WF_ENOTSUP, "conv2d: io_bf16=%d is not supported on %s",
-			       d->io_bf16, be->name);
+	if (d->io_bf16 || d->residual == 2)
+		return wf_errf(&be->err, WF_ENOTSUP,
+			       "conv2d: io_bf16=%d, residual=%d are not supported on %s",
+			       d->io_bf16, d->residual, be->name);
 	wf_conv_desc plain = *d;
 	plain.act = plain.residual = plain.infer = 0;
 	size_t n = (size_t)d->n * d->oh * d->ow * d->oc;

@@ -58,14 +58,15 @@ struct wf_exec {
 	float *h_dlogits;	   /* host [max_batch, K] (label smoothing) */
 	int h_dlogits_cap;	   /* rows allocated */
 	/* inference plans (fuse_plan): conv + residual add + relu/relu6 as one op */
-	int fused;	/* conv2d_forward_fused is used (inference executor, op present) */
-	int nfused;	/* layers folded into a conv */
-	int *fuse_into; /* [nlayers] the conv a relu/add layer is fused into, else -1 */
-	int *fuse_res;	/* [nlayers] conv: the residual layer it adds, else -1 */
-	char *fuse_act; /* [nlayers] conv: 0 none, 1 relu, 2 relu6 */
-	char *out_bf16; /* [nlayers] conv: its (fused) output is kept in bf16 (bf16 backend) */
-	char *pad_skip; /* [nlayers] zero padding that its sole consumer, a conv, applies as
-			 * its own padding: runs nothing, aliases its input */
+	int fused;	   /* conv2d_forward_fused is used (inference executor, op present) */
+	int nfused;	   /* layers folded into a conv */
+	int *fuse_into;	   /* [nlayers] the conv a relu/add layer is fused into, else -1 */
+	int *fuse_res;	   /* [nlayers] conv: the residual layer it adds, else -1 */
+	char *fuse_act;	   /* [nlayers] conv: 0 none, 1 relu, 2 relu6 */
+	char *out_bf16;	   /* [nlayers] conv: its (fused) output is kept in bf16 (bf16 backend) */
+	char *pad_skip;	   /* [nlayers] zero padding that its sole consumer, a conv, applies as
+			    * its own padding: runs nothing, aliases its input */
+	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
 	wf_err err;
 };
 
@@ -150,6 +151,8 @@ static int alias_src(const wf_exec *ex, int i)
 		return ex->fuse_into[i];
 	if (ex->pad_skip && ex->pad_skip[i])
 		return ex->m->layers[i].inputs[0];
+	if (ex->res_inplace && ex->res_inplace[i])
+		return ex->fuse_res[i];
 	return t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !ex->training)
 		       ? ex->m->layers[i].inputs[0]
 		       : -1;
@@ -175,6 +178,49 @@ static int sole_consumer(const wf_model *m, int j)
 				who = i;
 			}
 	return who;
+}
+
+/* Is layer j's output (through fusion aliases) kept in bf16? */
+static int is_bf16(const wf_exec *ex, int j)
+{
+	if (ex->pad_skip[j])
+		j = ex->m->layers[j].inputs[0];
+	if (ex->fuse_into[j] >= 0)
+		j = ex->fuse_into[j];
+	return ex->out_bf16[j];
+}
+
+/* The layer whose own memory holds layer j's output. */
+static int buf_root(const wf_exec *ex, int j)
+{
+	for (int a; (a = alias_src(ex, j)) >= 0;)
+		j = a;
+	return j;
+}
+
+/* A conv with a fused residual add writes into the residual's memory, which
+ * then needs no second read (oneDNN's sum post-op, which its fastest 1x1
+ * kernels take, where a binary add falls back to an older kernel: ResNet50's
+ * expanding 1x1 convs ran 2.4x slower that way). Only where nothing reads
+ * that memory after the conv but the add itself, in the same data type. */
+static void plan_inplace(wf_exec *ex)
+{
+	const wf_model *m = ex->m;
+	for (int i = 0; i < m->nlayers; i++) {
+		int r = ex->fuse_res[i];
+		if (r < 0 || m->layers[i].type != WF_LAYER_CONV2D ||
+		    is_bf16(ex, r) != ex->out_bf16[i])
+			continue;
+		int R = buf_root(ex, r), ok = R != 0 && buf_root(ex, m->layers[i].inputs[0]) != R;
+		for (int k = i + 1; ok && k < m->nlayers; k++) {
+			if (ex->fuse_into[k] == i)
+				continue; /* the add (and act) fused into this conv */
+			for (int q = 0; q < m->layers[k].ninputs; q++)
+				ok &= buf_root(ex, m->layers[k].inputs[q]) != R;
+		}
+		ok &= buf_root(ex, m->output) != R;
+		ex->res_inplace[i] = (char)ok;
+	}
 }
 
 /* Inference plan: fold into each conv its sole consumer when that is an add
@@ -241,16 +287,7 @@ static void fuse_plan(wf_exec *ex)
 			}
 		ex->out_bf16[i] = (char)all;
 	}
-}
-
-/* Is layer j's output (through fusion aliases) kept in bf16? */
-static int is_bf16(const wf_exec *ex, int j)
-{
-	if (ex->pad_skip[j])
-		j = ex->m->layers[j].inputs[0];
-	if (ex->fuse_into[j] >= 0)
-		j = ex->fuse_into[j];
-	return ex->out_bf16[j];
+	plan_inplace(ex);
 }
 
 /* Plan the activation arena; returns its size in bytes. */
@@ -397,6 +434,7 @@ void wf_exec_free(wf_exec *ex)
 	free(ex->fuse_res);
 	free(ex->fuse_act);
 	free(ex->pad_skip);
+	free(ex->res_inplace);
 	free(ex->out_bf16);
 	free(ex->h_probs);
 	free(ex->h_losses);
@@ -449,8 +487,9 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 		ex->fuse_act = calloc((size_t)nl, 1);
 		ex->out_bf16 = calloc((size_t)nl, 1);
 		ex->pad_skip = calloc((size_t)nl, 1);
+		ex->res_inplace = calloc((size_t)nl, 1);
 		if (!ex->fuse_into || !ex->fuse_res || !ex->fuse_act || !ex->out_bf16 ||
-		    !ex->pad_skip) {
+		    !ex->pad_skip || !ex->res_inplace) {
 			wf_errf(err, rc, "executor: out of memory");
 			goto fail;
 		}
@@ -616,7 +655,7 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 		if (ex->fused) {
 			int r = ex->fuse_res[i];
 			d.conv.act = ex->fuse_act[i];
-			d.conv.residual = r >= 0;
+			d.conv.residual = r < 0 ? 0 : ex->res_inplace[i] ? 2 : 1;
 			d.conv.infer = 1;
 			d.conv.io_bf16 = (is_bf16(ex, l->inputs[0]) ? 1 : 0) |
 					 (ex->out_bf16[i] ? 2 : 0) |
@@ -698,6 +737,8 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 			ex->act[i] = ex->act[ex->fuse_into[i]];
 		else if (ex->fused && ex->pad_skip[i])
 			ex->act[i] = ex->act[m->layers[i].inputs[0]];
+		else if (ex->fused && ex->res_inplace[i])
+			ex->act[i] = ex->act[ex->fuse_res[i]];
 		else if (t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !training))
 			ex->act[i] = ex->act[m->layers[i].inputs[0]];
 		else

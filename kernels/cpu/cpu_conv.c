@@ -77,7 +77,8 @@ fail:
 }
 
 /* Attributes of a fused forward: user scratchpad, then post-ops in order
- * residual add (binary, source DNNL_ARG_ATTR_MULTIPLE_POST_OP(0)), act. */
+ * residual add (binary, source DNNL_ARG_ATTR_MULTIPLE_POST_OP(0); or sum
+ * when the residual is y itself), act. */
 static int conv_fused_attr(wf_backend *be, const wf_conv_desc *d, const dnnl_memory_desc_t *y,
 			   dnnl_primitive_attr_t *attr)
 {
@@ -86,8 +87,10 @@ static int conv_fused_attr(wf_backend *be, const wf_conv_desc *d, const dnnl_mem
 	if (rc || (!d->residual && !d->act))
 		return rc;
 	DN_CHECK(dnnl_post_ops_create(&po), fail);
-	if (d->residual)
+	if (d->residual == 1)
 		DN_CHECK(dnnl_post_ops_append_binary(po, dnnl_binary_add, y), fail);
+	else if (d->residual == 2)
+		DN_CHECK(dnnl_post_ops_append_sum(po, 1.0f), fail);
 	if (d->act == 1)
 		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f),
 			 fail);
@@ -135,11 +138,11 @@ static int conv_build_fwd(wf_backend *be, wf_plan *pl, int unused)
 	if (!rc && d->infer && pl->fwd.npre > npre) /* the weight reorder: once, not per call */
 		pl->w_once = pl->fwd.pre[--pl->fwd.npre];
 	dnnl_memory_desc_t rmd = m.y;
-	if (!rc && d->residual)
+	if (!rc && d->residual == 1)
 		rc = pl->bf16 && (d->io_bf16 & 4)
 			     ? wf_cpu_md_bf16_nhwc(be, &rmd, &m.y)
 			     : wf_cpu_md_nhwc(be, &rmd, d->n, d->oh, d->ow, d->oc);
-	if (!rc && d->residual) {
+	if (!rc && d->residual == 1) {
 		rc = wf_cpu_plan_mem(be, pl, &rmd, DNNL_MEMORY_NONE, &pl->f_r);
 		if (!rc)
 			wf_cpu_op_arg(op, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
@@ -179,7 +182,7 @@ int wf_cpu_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_de
 	}
 	return wf_cpu_bind_run(be, &pl->fwd, 5,
 			       (dnnl_memory_t[]){pl->f_x, pl->f_w, d->bias ? pl->f_b : NULL,
-						 pl->f_y, d->residual ? pl->f_r : NULL},
+						 pl->f_y, d->residual == 1 ? pl->f_r : NULL},
 			       (const void *[]){x, w, b, y, r});
 }
 
