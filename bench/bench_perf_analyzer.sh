@@ -12,6 +12,10 @@
 # perf_analyzer comes from the client venv (scripts/client-venv.sh).
 #   bench/bench_perf_analyzer.sh [BUILD_DIR] [MODELS]
 # Environment: REPEATS (1), THREADS (compute threads, default: all cores),
+# BATCH_THREADS (weft-serve's --num_batch_threads, default 2 as weft-serve's
+# own default with batching; the server's compute threads THREADS are split
+# among them: --threads THREADS/BATCH_THREADS; 1 x 2 was 4-19% slower on 2
+# vCPUs for mobilenetv2, bench/RESULTS.md),
 # MAX_BATCH (16), CONCURRENCY (50), SECS (in-process seconds, 10),
 # WINDOW_MS (perf_analyzer's measurement window, 15000: windows must be long
 # against the seconds a request waits at concurrency 50, or the count of
@@ -22,6 +26,8 @@ BUILD=${1:-${WEFT_BUILD:-build}}
 MODELS=${2:-"resnet50 mobilenetv2"}
 REPEATS=${REPEATS:-1}
 THREADS=${THREADS:-$(nproc)}
+BATCH_THREADS=${BATCH_THREADS:-2}
+PER_BATCH=$((THREADS / BATCH_THREADS > 0 ? THREADS / BATCH_THREADS : 1))
 MAXB=${MAX_BATCH:-16}
 CONC=${CONCURRENCY:-50}
 SECS=${SECS:-10}
@@ -44,7 +50,7 @@ cleanup() {
 }
 trap cleanup EXIT
 echo "bench_perf_analyzer: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "224x224x3, cpu, $THREADS compute threads, batch $MAXB, concurrency $CONC, $REPEATS round(s)"
+echo "224x224x3, cpu, $THREADS compute threads (weft-serve: $BATCH_THREADS batch thread(s) x $PER_BATCH), batch $MAXB, concurrency $CONC, $REPEATS round(s)"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port)
 GRPC=$(free_port)
@@ -54,7 +60,7 @@ for m in $MODELS; do
 done
 ${SERVE_ENV:-} "$BUILD/weft-serve" --model_repository "$TMP/repo" --rest_api_port "$PORT" --port 0 --grpc_port "$GRPC" --bind_address 127.0.0.1 \
 	--device cpu --enable_batching --max_batch_size "$MAXB" --batch_timeout_micros 5000 \
-	--num_batch_threads 1 --threads "$THREADS" --file_system_poll_wait_seconds 0 \
+	--num_batch_threads "$BATCH_THREADS" --threads "$PER_BATCH" --file_system_poll_wait_seconds 0 \
 	--request_timeout_seconds 600 \
 	>"$TMP/serve.log" 2>&1 &
 SERVE_PID=$!
