@@ -101,6 +101,8 @@ typedef struct wf_model_meta {
 	float scale;	       /* usually 1/255 */
 	float mean[4], std[4]; /* per channel */
 	char channel_order[8]; /* "RGB" */
+	char precision[8];     /* compute precision to serve in (weft export --precision):
+				* "fp32", "bf16", "auto"; "": not chosen (fp32) */
 } wf_model_meta;
 
 /* ---- building ---- */
@@ -160,6 +162,8 @@ double wf_model_flops(const wf_model *m);
 
 void wf_model_meta_init(wf_model_meta *meta); /* scale 1/255, mean 0, std 1, RGB */
 void wf_model_meta_free(wf_model_meta *meta);
+/* 1 when s is a precision a model file may name: fp32, bf16, auto. */
+int wf_model_precision_ok(const char *s);
 
 /* ---- the model file (HDF5) ---- */
 

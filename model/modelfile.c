@@ -45,6 +45,11 @@ void wf_model_meta_free(wf_model_meta *meta)
 	meta->nclasses = 0;
 }
 
+int wf_model_precision_ok(const char *s)
+{
+	return !strcmp(s, "fp32") || !strcmp(s, "bf16") || !strcmp(s, "auto");
+}
+
 /* ---- writing ------------------------------------------------------------ */
 
 static char *preprocessing_json(const wf_model *m, const wf_model_meta *meta)
@@ -57,6 +62,8 @@ static char *preprocessing_json(const wf_model *m, const wf_model_meta *meta)
 	json_t *p = json_pack("{s:[iii], s:f, s:o, s:o, s:s}", "input_shape", m->in_h, m->in_w,
 			      m->in_c, "scale", (double)meta->scale, "mean", mean, "std", sd,
 			      "channel_order", meta->channel_order);
+	if (p && meta->precision[0])
+		json_object_set_new(p, "precision", json_string(meta->precision));
 	char *s = p ? json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9))
 		    : NULL;
 	json_decref(p);
@@ -223,6 +230,16 @@ static int parse_preprocessing(const char *text, wf_model_meta *meta, const char
 			goto done;
 		}
 		snprintf(meta->channel_order, sizeof(meta->channel_order), "%s", s);
+	}
+	if ((v = json_object_get(p, "precision"))) {
+		const char *s = json_string_value(v);
+		if (!s || !wf_model_precision_ok(s)) {
+			rc = wf_errf(err, WF_EFORMAT,
+				     "%s: preprocessing.precision: expected fp32, bf16 or auto",
+				     path);
+			goto done;
+		}
+		snprintf(meta->precision, sizeof(meta->precision), "%s", s);
 	}
 done:
 	json_decref(p);

@@ -284,7 +284,7 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		{"device", WF_FLAG_STR, &o->device, "D", "auto, cpu, cuda or ref (default auto)"},
 		{"precision", WF_FLAG_STR, &o->precision, "P",
 		 "conv compute fp32, bf16 (fp32 with a notice where the CPU lacks bf16) or auto "
-		 "(default fp32)"},
+		 "(default: what each model file names (weft export --precision), else fp32)"},
 		{"threads", WF_FLAG_INT, &o->threads, "N",
 		 "compute threads per forward thread (default cores / forward threads)"},
 		{"max_request_bytes", WF_FLAG_INT, &o->max_body, "N",
@@ -372,7 +372,7 @@ int main(int argc, char **argv)
 		.timeout_us = 1000,
 		.batch_threads = UNSET,
 		.device = "auto",
-		.precision = "fp32",
+		.precision = NULL,
 		.max_body = 64L << 20,
 		.request_timeout = 30,
 		.idle_timeout = 60,

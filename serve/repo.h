@@ -62,6 +62,7 @@ typedef struct wf_serve_version {
 	atomic_int refs;     /* the repository's reference + one per request */
 	double load_seconds; /* load + warm-up time */
 	int folded;	     /* batch norms and dropouts folded away at load */
+	char precision[8];   /* the compute precision it runs in */
 	wf_serve_stats stats;
 } wf_serve_version;
 

@@ -186,9 +186,9 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 				 "export does",
 				 v->folded);
 		wf_info("serve: model %s version %ld is available (loaded and warmed in %.2fs; "
-			"%.1f MiB of weights and executors; forward %s%s)",
-			cfg.name, f->version, v->load_seconds, v->memory_bytes / 1048576.0, plan,
-			fold);
+			"%.1f MiB of weights and executors; %s; forward %s%s)",
+			cfg.name, f->version, v->load_seconds, v->memory_bytes / 1048576.0,
+			v->precision, plan, fold);
 	}
 	return rc == 0;
 }

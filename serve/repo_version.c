@@ -36,12 +36,17 @@ static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_
 	int rc = wf_backend_create_opts(&s->be, o->device, &bo, err);
 	if (rc)
 		return rc;
-	const char *prec = "fp32", *want = o->precision ? o->precision : "fp32";
+	/* --precision, else the model file's (weft export --precision), else fp32 */
+	const char *prec = "fp32", *want = o->precision		  ? o->precision
+					   : v->meta.precision[0] ? v->meta.precision
+								  : "fp32";
+	const char *why = o->precision ? "--precision" : "the model file's precision";
 	if ((rc = wf_backend_set_precision(s->be, want, &prec, err)) != 0)
-		return wf_err_wrap(err, "--precision"), rc;
+		return wf_err_wrap(err, "%s", why), rc;
 	if (strcmp(prec, want) && strcmp(want, "auto"))
-		wf_warn("--precision %s: the %s device has no native bf16: serving in %s", want,
+		wf_warn("%s %s: the %s device has no native bf16: serving in %s", why, want,
 			s->be->name, prec);
+	snprintf(v->precision, sizeof(v->precision), "%s", prec);
 	return wf_batchplan_create(&s->plan, v->model, s->be, v->max_batch, max_bytes, err);
 }
 

@@ -136,10 +136,10 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 	int trained = 0; /* 0: this process was a ps or an evaluator (TF_CONFIG) */
 	rc = wf_role_run(&cfg, &opts, &res, &trained, err);
 	if (rc == 0 && trained)
-		wf_event("trained", json_pack("{s:I, s:f, s:f, s:f, s:f}", "steps",
-					      (json_int_t)res.steps_done, "loss", res.loss, "accuracy",
-					      res.accuracy, "eval_loss", res.eval_loss, "eval_accuracy",
-					      res.eval_accuracy));
+		wf_event("trained",
+			 json_pack("{s:I, s:f, s:f, s:f, s:f}", "steps", (json_int_t)res.steps_done,
+				   "loss", res.loss, "accuracy", res.accuracy, "eval_loss",
+				   res.eval_loss, "eval_accuracy", res.eval_accuracy));
 	wf_events_close();
 	if (rc == 0 && trained && res.reports) {
 		printf("trained %ld steps: loss %.4f accuracy %.4f", res.steps_done, res.loss,
@@ -516,6 +516,8 @@ int wf_cmd_inspect(int argc, char **argv, wf_err *err)
 	printf("trained_steps %ld\npreprocessing scale %g mean %g std %g order %s\n",
 	       meta.trained_steps, (double)meta.scale, (double)meta.mean[0], (double)meta.std[0],
 	       meta.channel_order);
+	if (meta.precision[0])
+		printf("serving precision %s\n", meta.precision);
 	for (int i = 0; i < m->nviews; i++) {
 		const wf_view *v = &m->views[i];
 		printf("  %-40s %s [", v->name, v->trainable ? "param" : "state");

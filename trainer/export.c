@@ -288,8 +288,8 @@ int wf_export_after_training(wf_exec *ex, const wf_model *m, const wf_model_meta
 		wf_info("the final checkpoint %s was already exported (%s): not exporting it "
 			"again",
 			step_dir, path);
-		wf_event("export_skipped", json_pack("{s:s, s:s}", "checkpoint", step_dir,
-						     "exported", path));
+		wf_event("export_skipped",
+			 json_pack("{s:s, s:s}", "checkpoint", step_dir, "exported", path));
 		return 0;
 	}
 	if (wf_exec_params_to_host(ex) != 0)
@@ -383,7 +383,7 @@ close:
 
 int wf_cmd_export(int argc, char **argv, wf_err *err)
 {
-	const char *ckpt = NULL, *model_path = NULL, *out = NULL, *data = NULL;
+	const char *ckpt = NULL, *model_path = NULL, *out = NULL, *data = NULL, *prec = NULL;
 	long step = 0;
 	wf_cli_list pos = {0};
 	const wf_flag flags[] = {
@@ -397,6 +397,10 @@ int wf_cmd_export(int argc, char **argv, wf_err *err)
 		 "highest version already there (1 for a new one)"},
 		{"data", WF_FLAG_STR, &data, "FILE",
 		 "take the class labels from this dataset file (when the model has none)"},
+		{"precision", WF_FLAG_STR, &prec, "P",
+		 "the compute precision weft-serve serves this version in unless its own "
+		 "--precision says otherwise: fp32, bf16 (fp32 with a notice where the CPU "
+		 "lacks bf16) or auto (default: none recorded, fp32)"},
 		{0},
 	};
 	const wf_command_help help = {
@@ -422,6 +426,11 @@ int wf_cmd_export(int argc, char **argv, wf_err *err)
 			"(see --help)");
 		goto cleanup;
 	}
+	if (prec && !wf_model_precision_ok(prec)) {
+		rc = wf_errf(err, WF_EINVAL, "export: --precision %s: expected fp32, bf16 or auto",
+			     prec);
+		goto cleanup;
+	}
 	if (step < 0 || (step > 0 && !ckpt)) {
 		rc = wf_errf(err, WF_EINVAL, "export: --step N needs --checkpoint and N >= 1");
 		goto cleanup;
@@ -440,6 +449,8 @@ int wf_cmd_export(int argc, char **argv, wf_err *err)
 		goto cleanup;
 	if (data && (rc = labels_from_data(m, &meta, data, err)) != 0)
 		goto cleanup;
+	if (prec)
+		snprintf(meta.precision, sizeof(meta.precision), "%s", prec);
 	if (!meta.class_names || meta.nclasses != m->classes)
 		wf_warn("%s has no class labels: :classify answers with class indices (give --data "
 			"FILE to take them from a dataset)",
@@ -447,9 +458,10 @@ int wf_cmd_export(int argc, char **argv, wf_err *err)
 	int removed = wf_model_fold_count(m);
 	if ((rc = wf_export_model(m, &meta, base, version, &written, file, sizeof(file), err)) != 0)
 		goto cleanup;
-	printf("exported %s (trained %ld steps; %d layers folded or dropped) to %s: version %ld "
-	       "of %s\n",
-	       src, meta.trained_steps, removed, file, written, base);
+	printf("exported %s (trained %ld steps; %d layers folded or dropped%s%s) to %s: version "
+	       "%ld of %s\n",
+	       src, meta.trained_steps, removed, meta.precision[0] ? "; served in " : "",
+	       meta.precision, file, written, base);
 cleanup:
 	wf_model_free(m);
 	wf_model_meta_free(&meta);

@@ -109,6 +109,12 @@ a, b = (json.load(open(p)) for p in sys.argv[1:])
 print("weft eval: checkpoint", a, "export", b)
 sys.exit(0 if a["accuracy"] == b["accuracy"] and abs(a["loss"] - b["loss"]) <= 1e-5 else 1)
 PY
+# --precision: recorded in the file (under its checksum), shown by inspect
+"$WEFT" export --model "$ck" --precision bf16 --out out/p >export-p.txt || fail "export --precision failed"
+grep -q "served in bf16" export-p.txt || fail "export --precision bf16 does not say so: $(cat export-p.txt)"
+"$WEFT" inspect --model out/p/1/model.h5 | grep -q "^serving precision bf16$" ||
+	fail "inspect does not show the serving precision"
+expect_error "--precision half" "$WEFT" export --model "$ck" --precision half --out out/p
 # --model with --data: labels from a dataset file
 "$WEFT" export --model "$ck" --data eval.h5 --out out/k >/dev/null || fail "export --model failed"
 expect_error "nope.h5" "$WEFT" export --model "$ck" --data nope.h5 --out out/k
@@ -153,4 +159,29 @@ fi
 kill "$SERVE_PID"
 wait "$SERVE_PID" || fail "weft-serve did not exit 0 on SIGTERM"
 SERVE_PID=
+grep -q "version 2 is available (.*; fp32; " serve.log || fail "a version without a precision is not served in fp32"
+# a version exported with --precision bf16 is served in bf16 (or in fp32 with
+# a notice naming the file's precision on a CPU without bf16); weft-serve's
+# own --precision wins over the file's
+for flag in "" "--precision fp32"; do
+	# shellcheck disable=SC2086
+	"$WEFT_SERVE" --model_name p --model_base_path out/p --rest_api_port 0 --port 0 --grpc_port 0 \
+		--file_system_poll_wait_seconds 0 --device cpu $flag >serve-p.log 2>&1 &
+	SERVE_PID=$!
+	for _ in $(seq 300); do
+		grep -q "is available" serve-p.log && break
+		kill -0 "$SERVE_PID" 2>/dev/null || { cat serve-p.log; fail "weft-serve exited"; }
+		sleep 0.1
+	done
+	kill "$SERVE_PID"
+	wait "$SERVE_PID" || true
+	SERVE_PID=
+	if [ -z "$flag" ]; then
+		grep -q "is available (.*; bf16; " serve-p.log ||
+			grep -q "the model file's precision bf16: the cpu device has no native bf16" serve-p.log ||
+			fail "the file's precision bf16 is not used: $(grep available serve-p.log)"
+	else
+		grep -q "is available (.*; fp32; " serve-p.log || fail "--precision fp32 does not win over the file's"
+	fi
+done
 echo "PASS"
