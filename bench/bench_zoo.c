@@ -7,11 +7,14 @@
  * fp32, OpenVINO fp32 and bf16, from the venv of bench/peers_venv.sh) on
  * ResNet50 and MobileNetV2 in the same run, same threads and batch. Each row
  * prints weft's best precision, the best peer, its name and the ratio.
- * Timings are medians over the repetitions.
+ * Timings are medians over the repetitions. --rounds N repeats the whole
+ * (peers, then weft) N times and ends with each row's median, lowest and
+ * highest ratio: on a shared machine one round's ratio can be off by 2x.
  *
  *   bench_zoo [--models mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge]
  *             [--infer-batch 1,32] [--train-batch 16] [--threads 2] [--reps 5]
- *             [--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16] [--no-plan]
+ *             [--rounds 1] [--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16]
+ *             [--no-plan]
  *
  * "plan" rows (batch > 1): the same batch through model/batchplan.h, the
  * measured fastest sequence of forwards, as weft-serve runs it. */
@@ -117,7 +120,7 @@ static double train_bytes(const wf_model *m, int b)
 	return 2.0 * 4.0 * f * b;
 }
 
-/* The peers' output (JSON lines of bench/peers.py), run once for all models. */
+/* The peers' output (JSON lines of bench/peers.py), run once per round for all models. */
 static char peer_out[32768];
 
 static void run_peer(const char *models, const char *infer, int train_batch, int threads, int reps)
@@ -127,6 +130,7 @@ static void run_peer(const char *models, const char *infer, int train_batch, int
 		 "py=$(sh %s/peers_venv.sh) && \"$py\" %s/peers.py --models %s --infer-batch %s "
 		 "--train-batch %d --threads %d --reps %d 2>/dev/null",
 		 WEFT_BENCH_DIR, WEFT_BENCH_DIR, models, infer, train_batch, threads, reps);
+	peer_out[0] = '\0';
 	FILE *p = popen(cmd, "r");
 	if (!p)
 		return;
@@ -156,6 +160,52 @@ static double peer(const char *model, const char *mode, int batch, char *eng, si
 	return best;
 }
 
+/* Every row's ratio in each round, for the summary after the last round. */
+#define MAX_ROWS   64
+#define MAX_ROUNDS 16
+static struct {
+	char key[96];
+	double ratio[MAX_ROUNDS];
+	int n;
+} rows[MAX_ROWS];
+static int nrows;
+
+static void record(const char *model, const char *mode, int batch, double ratio)
+{
+	char key[96];
+	snprintf(key, sizeof(key), "%-12s %-5s %5d", model, mode, batch);
+	int i = 0;
+	while (i < nrows && strcmp(rows[i].key, key))
+		i++;
+	if (i == MAX_ROWS)
+		return;
+	if (i == nrows)
+		snprintf(rows[nrows++].key, sizeof(rows[0].key), "%s", key);
+	if (rows[i].n < MAX_ROUNDS)
+		rows[i].ratio[rows[i].n++] = ratio;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+/* Median, lowest and highest ratio of each row over the rounds. */
+static void summary(int rounds)
+{
+	printf("\nratios over %d rounds (each round: the peers, then weft, minutes apart):\n"
+	       "%-12s %-5s %5s %7s %7s %7s\n",
+	       rounds, "model", "mode", "batch", "median", "lowest", "highest");
+	for (int i = 0; i < nrows; i++) {
+		double *r = rows[i].ratio;
+		int n = rows[i].n;
+		qsort(r, (size_t)n, sizeof(double), cmp_double);
+		double med = n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
+		printf("%s %6.2fx %6.2fx %6.2fx\n", rows[i].key, med, r[0], r[n - 1]);
+	}
+}
+
 /* One row: weft fp32 and bf16 (0 = not run), best peer, ratio of the bests.
  * The "plan" rows (a batch through the batch plan) compare with the peers'
  * inference at that batch. */
@@ -171,9 +221,10 @@ static void row(const char *model, const char *mode, int batch, double fp32, dou
 	else
 		printf("%9s", "-");
 	printf(" %8.1f", best * gflop);
-	if (tp > 0)
+	if (tp > 0) {
 		printf(" %9.2f %-17s %6.2fx\n", tp, eng, best / tp);
-	else
+		record(model, mode, batch, best / tp);
+	} else
 		printf(" %9s %-17s %7s\n", "-", "-", "-");
 	fflush(stdout);
 }
@@ -199,7 +250,7 @@ int main(int argc, char **argv)
 {
 	const char *models = "mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge";
 	const char *infer = "1,32", *device = "cpu";
-	int train_batch = 16, threads = 2, reps = 5, use_peer = 1, bf16 = 1, plan = 1;
+	int train_batch = 16, threads = 2, reps = 5, use_peer = 1, bf16 = 1, plan = 1, rounds = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--models") && v)
@@ -212,6 +263,8 @@ int main(int argc, char **argv)
 			threads = atoi(v), i++;
 		else if (!strcmp(a, "--reps") && v)
 			reps = atoi(v), i++;
+		else if (!strcmp(a, "--rounds") && v)
+			rounds = atoi(v), i++;
 		else if (!strcmp(a, "--device") && v)
 			device = v, i++;
 		else if (!strcmp(a, "--no-peer"))
@@ -224,14 +277,15 @@ int main(int argc, char **argv)
 			plan = 0;
 		else {
 			fprintf(stderr, "usage: bench_zoo [--models a,b] [--infer-batch 1,32] "
-					"[--train-batch N] [--threads N] [--reps N] "
+					"[--train-batch N] [--threads N] [--reps N] [--rounds N] "
 					"[--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16] "
 					"[--no-plan]\n");
 			return strcmp(a, "--help") ? 2 : 0;
 		}
 	}
-	if (reps < 1 || threads < 1) {
-		fprintf(stderr, "bench_zoo: --reps and --threads must be >= 1\n");
+	if (reps < 1 || threads < 1 || rounds < 1 || rounds > MAX_ROUNDS) {
+		fprintf(stderr, "bench_zoo: --reps and --threads must be >= 1, --rounds 1..%d\n",
+			MAX_ROUNDS);
 		return 2;
 	}
 	wf_err err = {0};
@@ -240,64 +294,73 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_zoo: %s\n", err.msg);
 		return 1;
 	}
-	if (use_peer && strcmp(device, "cpu") == 0)
-		run_peer(models, infer, train_batch, threads, reps);
-	printf("bench_zoo: %s backend, %d threads, medians of %d repetitions, images/s; peers: "
-	       "bench/peers.py (resnet50, mobilenetv2); ratio = weft best / best peer\n",
-	       be->name, threads, reps);
-	printf("%-12s %-5s %5s %9s %9s %8s %9s %-17s %7s\n", "model", "mode", "batch", "weft fp32",
-	       "weft bf16", "GFLOP/s", "best peer", "peer", "ratio");
-	char list[512];
-	snprintf(list, sizeof(list), "%s", models);
 	int rc = 0;
-	for (char *save = NULL, *name = strtok_r(list, ",", &save); name;
-	     name = strtok_r(NULL, ",", &save)) {
-		wf_model *m = NULL;
-		if (wf_model_zoo(&m, name, 0, 0, 3, 1000, &err) != 0) {
-			fprintf(stderr, "bench_zoo: %s\n", err.msg);
-			rc = 1;
-			continue;
-		}
-		double f = wf_model_flops(m) / 1e9, ips = 0, ips16 = 0;
-		wf_model *folded = NULL;
-		if (wf_model_fold_for_inference(m, &folded, &err) != 0) {
-			fprintf(stderr, "bench_zoo: %s\n", err.msg);
+	for (int round = 0; round < rounds; round++) {
+		if (use_peer && strcmp(device, "cpu") == 0)
+			run_peer(models, infer, train_batch, threads, reps);
+		printf("%sbench_zoo: %s backend, %d threads, medians of %d repetitions, images/s; "
+		       "peers: bench/peers.py (resnet50, mobilenetv2); ratio = weft best / best "
+		       "peer; round %d of %d\n",
+		       round ? "\n" : "", be->name, threads, reps, round + 1, rounds);
+		printf("%-12s %-5s %5s %9s %9s %8s %9s %-17s %7s\n", "model", "mode", "batch",
+		       "weft fp32", "weft bf16", "GFLOP/s", "best peer", "peer", "ratio");
+		char list[512];
+		snprintf(list, sizeof(list), "%s", models);
+		for (char *save = NULL, *name = strtok_r(list, ",", &save); name;
+		     name = strtok_r(NULL, ",", &save)) {
+			wf_model *m = NULL;
+			if (wf_model_zoo(&m, name, 0, 0, 3, 1000, &err) != 0) {
+				fprintf(stderr, "bench_zoo: %s\n", err.msg);
+				rc = 1;
+				continue;
+			}
+			double f = wf_model_flops(m) / 1e9, ips = 0, ips16 = 0;
+			wf_model *folded = NULL;
+			if (wf_model_fold_for_inference(m, &folded, &err) != 0) {
+				fprintf(stderr, "bench_zoo: %s\n", err.msg);
+				wf_model_free(m);
+				rc = 1;
+				continue;
+			}
+			char bl[64];
+			snprintf(bl, sizeof(bl), "%s", infer);
+			for (char *s2 = NULL, *bs = strtok_r(bl, ",", &s2); bs;
+			     bs = strtok_r(NULL, ",", &s2)) {
+				int b = atoi(bs);
+				if (b >= 1 &&
+				    bench_both(be, folded, b, 0, reps, bf16, &ips, &ips16) == 0)
+					row(name, "infer", b, ips, ips16, f);
+				else
+					rc = 1;
+				if (b > 1 && plan &&
+				    bench_both(be, folded, b, -1, reps, bf16, &ips, &ips16) == 0)
+					row(name, "plan", b, ips, ips16, f);
+				else if (b > 1 && plan)
+					rc = 1;
+			}
+			double need = train_bytes(m, train_batch);
+			double avail =
+				(double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+			if (train_batch > 0 && strcmp(device, "cpu") == 0 && need > avail) {
+				printf("%-13s %-6s %6d   skipped: needs ~%.0f GB of activations, "
+				       "%.0f GB "
+				       "free\n",
+				       name, "train", train_batch, need / 1e9, avail / 1e9);
+			} else if (train_batch > 0) {
+				/* fewer repetitions: a training step of the large nets takes long
+				 */
+				if (bench_both(be, m, train_batch, 1, reps > 2 ? 2 : reps, bf16,
+					       &ips, &ips16) == 0)
+					row(name, "train", train_batch, ips, ips16, 3 * f);
+				else
+					rc = 1;
+			}
+			wf_model_free(folded);
 			wf_model_free(m);
-			rc = 1;
-			continue;
 		}
-		char bl[64];
-		snprintf(bl, sizeof(bl), "%s", infer);
-		for (char *s2 = NULL, *bs = strtok_r(bl, ",", &s2); bs;
-		     bs = strtok_r(NULL, ",", &s2)) {
-			int b = atoi(bs);
-			if (b >= 1 && bench_both(be, folded, b, 0, reps, bf16, &ips, &ips16) == 0)
-				row(name, "infer", b, ips, ips16, f);
-			else
-				rc = 1;
-			if (b > 1 && plan &&
-			    bench_both(be, folded, b, -1, reps, bf16, &ips, &ips16) == 0)
-				row(name, "plan", b, ips, ips16, f);
-			else if (b > 1 && plan)
-				rc = 1;
-		}
-		double need = train_bytes(m, train_batch);
-		double avail = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
-		if (train_batch > 0 && strcmp(device, "cpu") == 0 && need > avail) {
-			printf("%-13s %-6s %6d   skipped: needs ~%.0f GB of activations, %.0f GB "
-			       "free\n",
-			       name, "train", train_batch, need / 1e9, avail / 1e9);
-		} else if (train_batch > 0) {
-			/* fewer repetitions: a training step of the large nets takes long */
-			if (bench_both(be, m, train_batch, 1, reps > 2 ? 2 : reps, bf16, &ips,
-				       &ips16) == 0)
-				row(name, "train", train_batch, ips, ips16, 3 * f);
-			else
-				rc = 1;
-		}
-		wf_model_free(folded);
-		wf_model_free(m);
 	}
+	if (rounds > 1 && nrows)
+		summary(rounds);
 	wf_backend_free(be);
 	return rc;
 }
