@@ -53,7 +53,7 @@ typedef struct wf_serve_version {
 	wf_image_io io;
 	int max_batch;
 	size_t memory_bytes; /* weights + every batch thread's executors and buffers */
-	int nslots; /* one per batch thread */
+	int nslots;	     /* one per batch thread */
 	wf_serve_slot *slots;
 	int max_running;     /* batch threads it may hold at once (0: all) */
 	long batch_delay_us; /* its dynamic_batching delay (config.pbtxt): batched even
