@@ -50,6 +50,13 @@ typedef struct wf_conv_desc {
 		       * in place: y holds the residual on entry (r is y) */
 	int infer;    /* 1: w and b never change for this plan (inference): kept reordered */
 	int io_bf16;  /* bf16 backends: bits 1 x, 2 y, 4 residual are bf16 (not float) */
+	/* int8 (backends with WF_CAP_INT8, infer = 1, io_bf16 = 0): qx > 0 runs
+	 * the conv in int8. x is quantised as round(x * qx), into u8 when x_u8
+	 * (x >= 0, after a relu) else s8; each output channel's weights to s8
+	 * with scale 127 / max |w| (on the first call); s32 accumulation, then y
+	 * in float with bias, residual and act applied as in fp32. */
+	float qx;
+	int x_u8;
 } wf_conv_desc;
 
 typedef struct wf_dense_desc {
@@ -244,6 +251,7 @@ struct wf_backend {
 
 #define WF_CAP_BF16	1u /* native bf16 dot products (AVX512_BF16, AMX) */
 #define WF_CAP_HOST_MEM 2u /* backend memory is host memory (ref, cpu) */
+#define WF_CAP_INT8	4u /* int8 convolutions (wf_conv_desc qx) */
 
 /* Set the compute precision: "fp32", "bf16" or "auto" (bf16 where the
  * hardware has native bf16, else fp32). "bf16" on a backend without it falls

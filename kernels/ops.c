@@ -105,6 +105,7 @@ wf_backend_caps wf_backend_caps_of(const wf_backend *be)
 	c.host_memory = (be->caps & WF_CAP_HOST_MEM) != 0;
 	c.bf16 = (be->caps & WF_CAP_BF16) != 0;
 	c.fused_conv = be->ops->conv2d_forward_fused != NULL;
+	c.int8 = (be->caps & WF_CAP_INT8) != 0;
 	c.precisions = be->precisions ? be->precisions : "fp32";
 	return c;
 }
@@ -181,11 +182,11 @@ static int check_conv(wf_backend *be, const wf_conv_desc *d)
 static int check_conv_plain(wf_backend *be, const wf_conv_desc *d)
 {
 	int rc = check_conv(be, d);
-	if (!rc && (d->act || d->residual || d->infer || d->io_bf16))
+	if (!rc && (d->act || d->residual || d->infer || d->io_bf16 || d->qx != 0 || d->x_u8))
 		rc = wf_errf(&be->err, WF_EINVAL,
-			     "conv2d: act=%d residual=%d infer=%d io_bf16=%d are for "
+			     "conv2d: act=%d residual=%d infer=%d io_bf16=%d qx=%g x_u8=%d are for "
 			     "conv2d_forward_fused (0 here)",
-			     d->act, d->residual, d->infer, d->io_bf16);
+			     d->act, d->residual, d->infer, d->io_bf16, (double)d->qx, d->x_u8);
 	return rc;
 }
 
@@ -207,6 +208,12 @@ static int check_conv_fused(wf_backend *be, const wf_conv_desc *d, const float *
 		return wf_errf(&be->err, WF_EINVAL,
 			       "conv2d: io_bf16=%d without bf16 precision on %s", d->io_bf16,
 			       be->name);
+	if (d->qx != 0 &&
+	    (!(d->qx > 0 && d->qx < 1e30f) || !d->infer || d->io_bf16 || !(be->caps & WF_CAP_INT8)))
+		return wf_errf(&be->err, WF_EINVAL,
+			       "conv2d: qx=%g (int8) needs a finite scale > 0, infer=1, io_bf16=0 "
+			       "and a backend with int8 convolutions (%s has %s)",
+			       (double)d->qx, be->name, be->caps & WF_CAP_INT8 ? "them" : "none");
 	return 0;
 }
 

@@ -18,6 +18,7 @@ typedef struct wf_backend_caps {
 	int host_memory;	/* 1: backend memory is host memory (ref, cpu) */
 	int bf16;		/* native bf16 compute ("auto" precision picks it) */
 	int fused_conv;		/* a native conv2d_forward_fused (else composed here) */
+	int int8;		/* int8 convolutions in conv2d_forward_fused (desc qx) */
 	const char *precisions; /* compute precisions it runs, e.g. "fp32 bf16" */
 } wf_backend_caps;
 

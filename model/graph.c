@@ -18,6 +18,8 @@
  *   zeropad    padding [[t,b],[l,r]] (or n, or [h,w]); default 1
  *   crop       cropping [[t,b],[l,r]] (or n, or [h,w]); default 0
  *   dropout    rate
+ * A layer may also carry "range": [min, max], its output's range measured by
+ * int8 calibration (weft export --quantize int8).
  * Layers may be listed in any order; they are sorted topologically, keeping
  * the listed order among independent layers. Every layer must lead to the
  * output, whose shape must be [N,classes]. */
@@ -371,7 +373,7 @@ static int parse_layer(raw_layer *r, json_t *jl, int index, wf_err *err)
 	json_object_foreach(jl, key, val)
 	{
 		if (strcmp(key, "name") && strcmp(key, "type") && strcmp(key, "inputs") &&
-		    strcmp(key, "config"))
+		    strcmp(key, "config") && strcmp(key, "range"))
 			return wf_errf(err, WF_EINVAL, "graph: layers[%d]: unknown key '%s'", index,
 				       key);
 	}
@@ -427,6 +429,21 @@ static int parse_layer(raw_layer *r, json_t *jl, int index, wf_err *err)
 	} else if (l->ninputs != 1) {
 		return wf_graph_layer_err(err, l, WF_EINVAL, "inputs: needs exactly 1, got %d",
 					  l->ninputs);
+	}
+	json_t *rg = json_object_get(jl, "range");
+	if (rg) {
+		json_t *lo = json_array_get(rg, 0), *hi = json_array_get(rg, 1);
+		if (!json_is_array(rg) || json_array_size(rg) != 2 || !json_is_number(lo) ||
+		    !json_is_number(hi) || !isfinite(json_number_value(lo)) ||
+		    !isfinite(json_number_value(hi)) ||
+		    json_number_value(lo) > json_number_value(hi) ||
+		    fabs(json_number_value(lo)) > 1e30 || fabs(json_number_value(hi)) > 1e30)
+			return wf_graph_layer_err(err, l, WF_EINVAL,
+						  "range: expected [min, max], two finite numbers "
+						  "with min <= max");
+		l->has_range = 1;
+		l->range[0] = (float)json_number_value(lo);
+		l->range[1] = (float)json_number_value(hi);
 	}
 	json_t *cfg = json_object_get(jl, "config");
 	if (cfg && !json_is_object(cfg) && !json_is_null(cfg))

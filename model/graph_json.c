@@ -75,6 +75,10 @@ int wf_graph_canonical_json(wf_model *m, wf_err *err)
 		json_t *jl = json_pack("{s:s, s:s, s:o, s:o}", "name", l->name, "type",
 				       wf_layer_type_name(l->type), "inputs", ins, "config",
 				       layer_config_json(l));
+		if (jl && l->has_range)
+			json_object_set_new(jl, "range",
+					    json_pack("[oo]", json_float(l->range[0]),
+						      json_float(l->range[1])));
 		if (!jl || json_array_append_new(layers, jl) != 0)
 			goto oom;
 	}

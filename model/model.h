@@ -62,6 +62,11 @@ typedef struct wf_layer {
 	/* parameter views, indices into wf_model.views (-1 when absent) */
 	int p_kernel, p_bias, p_gamma, p_beta; /* trainable */
 	int s_mean, s_var;		       /* non-trainable */
+	/* int8 calibration (weft export --quantize int8), graph JSON "range":
+	 * the [min, max] this layer's output is quantised over; has_range 0
+	 * where none was measured */
+	int has_range;
+	float range[2];
 	/* training only, not stored: 1 = frozen (Keras trainable=False): no
 	 * gradient for its parameters, batch norm in inference mode. Set before
 	 * wf_exec_create. */

@@ -3,6 +3,7 @@
 #include "kernels/cpu/cpu_priv.h"
 #include "kernels/cpu/cpu_loops.h"
 
+#include <math.h>
 #include <string.h>
 
 /* Conv activation layout. 0: the conv primitives read and write our NHWC
@@ -163,13 +164,119 @@ static int conv_build_fwd(wf_backend *be, wf_plan *pl, int unused)
 	return 0;
 }
 
+/* ---- int8 inference ------------------------------------------------------- */
+
+/* Per output channel s8 scales of HWIO weights: 127 / max |w| (1 for a
+ * channel of zeros). */
+static void weight_scales(const wf_conv_desc *d, const float *w, float *sw)
+{
+	size_t per = (size_t)d->kh * d->kw * (size_t)(d->c / d->groups);
+	for (int o = 0; o < d->oc; o++)
+		sw[o] = 0;
+	for (size_t k = 0; k < per; k++)
+		for (int o = 0; o < d->oc; o++) {
+			float a = fabsf(w[k * (size_t)d->oc + (size_t)o]);
+			if (a > sw[o])
+				sw[o] = a;
+		}
+	for (int o = 0; o < d->oc; o++)
+		sw[o] = sw[o] > 0 ? 127.0f / sw[o] : 1.0f;
+}
+
+/* The int8 forward: x (float) -> u8/s8 by a scaling reorder each call; the
+ * weights -> s8 per output channel once (w_once); the conv accumulates in s32
+ * and its output scales 1 / (qx * sw[oc]) bring y back to float before the
+ * fused residual and act. oneDNN 2.x adds the bias before the output scales,
+ * so the plan keeps it multiplied by qx * sw[oc]. */
+static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
+{
+	(void)unused;
+	const wf_conv_desc *d = &pl->d.conv;
+	const float *w = ctx_of(be)->build_w, *b = ctx_of(be)->build_b;
+	conv_mds m;
+	dnnl_convolution_desc_t cd;
+	dnnl_primitive_attr_t attr = NULL;
+	dnnl_memory_t px, pw;
+	float *sw = wf_cpu_plan_buf(be, pl, (size_t)d->oc);
+	float *os = wf_cpu_plan_buf(be, pl, (size_t)d->oc);
+	float *bq = d->bias ? wf_cpu_plan_buf(be, pl, (size_t)d->oc) : NULL;
+	if (!sw || !os || (d->bias && !bq))
+		return be->err.code;
+	weight_scales(d, w, sw);
+	for (int o = 0; o < d->oc; o++) {
+		os[o] = 1.0f / (d->qx * sw[o]);
+		if (bq)
+			bq[o] = b[o] * d->qx * sw[o];
+	}
+	int rc = conv_mds_init(be, d, 0, &m);
+	if (!rc)
+		rc = wf_cpu_md_tag_dt(be, &m.xa, 4, m.x.dims, d->x_u8 ? dnnl_u8 : dnnl_s8,
+				      dnnl_nhwc);
+	if (!rc)
+		rc = wf_cpu_md_tag_dt(be, &m.wa, m.w.ndims, m.w.dims, dnnl_s8, dnnl_format_tag_any);
+	if (!rc)
+		rc = conv_fwd_desc(be, d, &m, &cd);
+	if (!rc)
+		rc = conv_fused_attr(be, d, &m.y, &attr);
+	if (rc)
+		goto fail;
+	DN_CHECK(dnnl_primitive_attr_set_output_scales(attr, d->oc, 1 << 1, os), fail);
+	if ((rc = wf_cpu_op_create_attr(be, pl, &cd, NULL, 0, attr, &pl->fwd.prim)) != 0)
+		goto fail;
+	dn_op *op = pl->fwd.prim;
+	/* x: quantised into plan memory before each call */
+	rc = wf_cpu_plan_mem(be, pl, &m.x, DNNL_MEMORY_NONE, &pl->f_x);
+	if (!rc)
+		rc = wf_cpu_plan_mem(be, pl, &m.xa, DNNL_MEMORY_ALLOCATE, &px);
+	if (!rc)
+		rc = wf_cpu_reorder_scaled(be, pl, pl->f_x, px, 1, 0, &d->qx,
+					   &pl->fwd.pre[pl->fwd.npre++]);
+	/* weights: to s8 in the primitive's layout, once */
+	if (!rc)
+		rc = wf_cpu_plan_mem(be, pl, &m.w, DNNL_MEMORY_NONE, &pl->f_w);
+	if (!rc)
+		rc = wf_cpu_plan_mem(be, pl, wf_cpu_pd_md(op, dnnl_query_weights_md),
+				     DNNL_MEMORY_ALLOCATE, &pw);
+	if (!rc)
+		rc = wf_cpu_reorder_scaled(be, pl, pl->f_w, pw, d->oc, d->groups == 1 ? 1 : 3, sw,
+					   &pl->w_once);
+	if (!rc && d->residual == 1) {
+		rc = wf_cpu_plan_mem(be, pl, &m.y, DNNL_MEMORY_NONE, &pl->f_r);
+		if (!rc)
+			wf_cpu_op_arg(op, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
+				      pl->f_r);
+	}
+	if (!rc)
+		rc = wf_cpu_plan_mem(be, pl, &m.y, DNNL_MEMORY_NONE, &pl->f_y);
+	if (!rc && d->bias)
+		rc = wf_cpu_plan_mem(be, pl, &m.b, bq, &pl->f_b);
+	if (rc)
+		goto fail;
+	if (!dnnl_memory_desc_equal(&m.y, wf_cpu_pd_md(op, dnnl_query_dst_md))) {
+		rc = wf_errf(&be->err, WF_ENOTSUP, "cpu: int8 conv does not write NHWC float");
+		goto fail;
+	}
+	wf_cpu_op_arg(op, DNNL_ARG_SRC, px);
+	wf_cpu_op_arg(op, DNNL_ARG_WEIGHTS, pw);
+	if (d->bias)
+		wf_cpu_op_arg(op, DNNL_ARG_BIAS, pl->f_b);
+	wf_cpu_op_arg(op, DNNL_ARG_DST, pl->f_y);
+fail:
+	if (attr)
+		dnnl_primitive_attr_destroy(attr);
+	return rc;
+}
+
 int wf_cpu_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
 				const float *x, const float *w, const float *b, const float *r)
 {
 	use_threads(be);
 	wf_plan *pl = NULL;
-	int rc = wf_cpu_plan_part(be, plan, PLAN_CONV, d, sizeof(*d), PART_FWD, conv_build_fwd, 0,
-				  &pl);
+	int q = d->qx > 0;
+	ctx_of(be)->build_w = w, ctx_of(be)->build_b = b;
+	int rc = wf_cpu_plan_part(be, plan, PLAN_CONV, d, sizeof(*d), PART_FWD,
+				  q ? conv_build_fwd_int8 : conv_build_fwd, 0, &pl);
+	ctx_of(be)->build_w = ctx_of(be)->build_b = NULL;
 	if (rc)
 		return rc;
 	if (pl->w_once && !pl->w_done) {
@@ -181,8 +288,9 @@ int wf_cpu_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_de
 		pl->w_done = 1;
 	}
 	return wf_cpu_bind_run(be, &pl->fwd, 5,
-			       (dnnl_memory_t[]){pl->f_x, pl->f_w, d->bias ? pl->f_b : NULL,
-						 pl->f_y, d->residual == 1 ? pl->f_r : NULL},
+			       (dnnl_memory_t[]){pl->f_x, q ? NULL : pl->f_w,
+						 d->bias && !q ? pl->f_b : NULL, pl->f_y,
+						 d->residual == 1 ? pl->f_r : NULL},
 			       (const void *[]){x, w, b, y, r});
 }
 

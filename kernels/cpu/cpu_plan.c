@@ -225,21 +225,13 @@ int wf_cpu_op_create(wf_backend *be, wf_plan *pl, const void *op_desc,
 	return wf_cpu_op_create_attr(be, pl, op_desc, hint, sum, NULL, out);
 }
 
-/* A reorder src -> dst (dst += reorder(src) when sum != 0). */
-int wf_cpu_reorder_create(wf_backend *be, wf_plan *pl, dnnl_memory_t src, dnnl_memory_t dst,
-			  int sum, dn_op **out)
+static int reorder_attr(wf_backend *be, dnnl_memory_t src, dnnl_memory_t dst,
+			dnnl_primitive_attr_t attr, dn_op **out, dn_op *op)
 {
 	int rc = 0;
-	dnnl_primitive_attr_t attr = NULL;
 	const dnnl_memory_desc_t *smd, *dmd;
-	dn_op *op = wf_cpu_plan_op(be, pl);
-	if (!op)
-		return be->err.code;
 	DN_CHECK(dnnl_memory_get_memory_desc(src, &smd), fail);
 	DN_CHECK(dnnl_memory_get_memory_desc(dst, &dmd), fail);
-	rc = wf_cpu_make_attr(be, sum, &attr);
-	if (rc)
-		goto fail;
 	dnnl_engine_t eng = ctx_of(be)->eng;
 	DN_CHECK(dnnl_reorder_primitive_desc_create(&op->pd, smd, eng, dmd, eng, attr), fail);
 	rc = wf_cpu_op_finish(be, op);
@@ -248,6 +240,38 @@ int wf_cpu_reorder_create(wf_backend *be, wf_plan *pl, dnnl_memory_t src, dnnl_m
 	wf_cpu_op_arg(op, DNNL_ARG_FROM, src);
 	wf_cpu_op_arg(op, DNNL_ARG_TO, dst);
 	*out = op;
+fail:
+	return rc;
+}
+
+/* A reorder src -> dst (dst += reorder(src) when sum != 0). */
+int wf_cpu_reorder_create(wf_backend *be, wf_plan *pl, dnnl_memory_t src, dnnl_memory_t dst,
+			  int sum, dn_op **out)
+{
+	dnnl_primitive_attr_t attr = NULL;
+	dn_op *op = wf_cpu_plan_op(be, pl);
+	if (!op)
+		return be->err.code;
+	int rc = wf_cpu_make_attr(be, sum, &attr);
+	if (!rc)
+		rc = reorder_attr(be, src, dst, attr, out, op);
+	if (attr)
+		dnnl_primitive_attr_destroy(attr);
+	return rc;
+}
+
+int wf_cpu_reorder_scaled(wf_backend *be, wf_plan *pl, dnnl_memory_t src, dnnl_memory_t dst, int n,
+			  int mask, const float *scales, dn_op **out)
+{
+	dnnl_primitive_attr_t attr = NULL;
+	dn_op *op = wf_cpu_plan_op(be, pl);
+	if (!op)
+		return be->err.code;
+	int rc = wf_cpu_make_attr(be, 0, &attr);
+	if (rc)
+		return rc;
+	DN_CHECK(dnnl_primitive_attr_set_output_scales(attr, n, mask, scales), fail);
+	rc = reorder_attr(be, src, dst, attr, out, op);
 fail:
 	if (attr)
 		dnnl_primitive_attr_destroy(attr);

@@ -14,6 +14,9 @@
 typedef struct cpu_ctx {
 	dnnl_engine_t eng;
 	dnnl_stream_t stream;
+	/* the weights and bias of the int8 conv plan being built (its scales
+	 * and prescaled bias come from them); set by the caller of the build */
+	const float *build_w, *build_b;
 } cpu_ctx;
 
 /* Check a dnnl_status_t: on failure record file, line and the status name in
@@ -161,6 +164,10 @@ int wf_cpu_op_create_attr(wf_backend *be, wf_plan *pl, const void *op_desc,
 /* wf_cpu_op_create_attr with the default attributes. */
 int wf_cpu_op_create(wf_backend *be, wf_plan *pl, const void *op_desc,
 		     const_dnnl_primitive_desc_t hint, int sum, dn_op **out);
+/* A reorder dst = src * scales: n scales over the dims in mask (n = 1, mask
+ * 0: one for all). */
+int wf_cpu_reorder_scaled(wf_backend *be, wf_plan *pl, dnnl_memory_t src, dnnl_memory_t dst,
+			  int n, int mask, const float *scales, dn_op **out);
 /* A reorder src -> dst (dst += reorder(src) when sum != 0). */
 int wf_cpu_reorder_create(wf_backend *be, wf_plan *pl, dnnl_memory_t src, dnnl_memory_t dst,
 			  int sum, dn_op **out);

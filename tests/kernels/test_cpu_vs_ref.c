@@ -436,10 +436,13 @@ static void fill(float *p, size_t n, uint64_t seed)
 }
 
 /* conv2d_forward_fused (bias, residual add, relu / relu6, weights kept
- * reordered) equals ref's conv, add and activation run one after another. */
+ * reordered) equals ref's conv, add and activation run one after another.
+ * mode 0 fp32, 1 bf16, 2 int8 with s8 x, 3 int8 with u8 x (x >= 0).
+ * residual 2: in place (y holds the residual on entry). */
 static void fused_case(int n, int h, int ch, int oc, int k, int s, int groups, int act,
-		       int residual, int bf16, double tol)
+		       int residual, int mode, double tol)
 {
+	int bf16 = mode == 1;
 	wf_conv_desc d;
 	wf_conv_desc_init(&d, n, h, h, ch, oc, k, k, s, s, 1, 1, groups, 1, 0, 0, 1);
 	size_t nx = (size_t)n * h * h * ch, ny = (size_t)n * d.oh * d.ow * oc;
@@ -447,6 +450,8 @@ static void fused_case(int n, int h, int ch, int oc, int k, int s, int groups, i
 	float *x = malloc(nx * 4), *w = malloc(nw * 4), *b = malloc(oc * 4), *r = malloc(ny * 4);
 	float *y = malloc(ny * 4), *want = malloc(ny * 4);
 	fill(x, nx, 1), fill(w, nw, 2), fill(b, (size_t)oc, 3), fill(r, ny, 4);
+	for (size_t i = 0; mode == 3 && i < nx; i++)
+		x[i] = fabsf(x[i]);
 	wf_plan *rp = NULL, *cp = NULL;
 	WF_CHECK(wf_op_conv2d_forward(ref_be, &rp, &d, want, x, w, b) == 0);
 	if (residual)
@@ -455,10 +460,15 @@ static void fused_case(int n, int h, int ch, int oc, int k, int s, int groups, i
 		wf_op_act_forward(ref_be, act == 1 ? WF_ACT_RELU : WF_ACT_RELU6, ny, want, want);
 	wf_backend_set_precision(cpu_be, bf16 ? "bf16" : "fp32", NULL, NULL);
 	d.act = act, d.residual = residual, d.infer = 1;
+	if (mode >= 2)
+		d.qx = 127.0f * (mode == 3 ? 2 : 1), d.x_u8 = mode == 3;
 	for (int rep = 0; rep < 2; rep++) { /* the second call reuses the reordered weights */
-		memset(y, 0, ny * 4);
+		if (residual == 2)
+			memcpy(y, r, ny * 4);
+		else
+			memset(y, 0, ny * 4);
 		int rc = wf_op_conv2d_forward_fused(cpu_be, &cp, &d, y, x, w, b,
-						    residual ? r : NULL);
+						    residual == 1 ? r : NULL);
 		WF_CHECK_MSG(rc == 0, "%s", cpu_be->err.msg);
 		double mx = 1, worst = 0;
 		for (size_t i = 0; i < ny; i++)
@@ -467,9 +477,9 @@ static void fused_case(int n, int h, int ch, int oc, int k, int s, int groups, i
 			worst = fmax(worst, fabs((double)y[i] - want[i]));
 		WF_CHECK_MSG(
 			worst <= tol * mx,
-			"fused conv n%d h%d c%d oc%d k%d s%d g%d act%d res%d bf16 %d: |d| %.3g "
+			"fused conv n%d h%d c%d oc%d k%d s%d g%d act%d res%d mode %d: |d| %.3g "
 			"> %.3g",
-			n, h, ch, oc, k, s, groups, act, residual, bf16, worst, tol * mx);
+			n, h, ch, oc, k, s, groups, act, residual, mode, worst, tol * mx);
 	}
 	wf_backend_set_precision(cpu_be, "fp32", NULL, NULL);
 	wf_backend_plan_free(cpu_be, &cp);
@@ -485,7 +495,32 @@ static void test_fused_conv_matches_ref(void)
 		fused_case(1, 12, 32, 32, 3, 2, 32, 2, 0, bf16, tol); /* depthwise + relu6 */
 		fused_case(3, 7, 8, 24, 3, 1, 1, 2, 0, bf16, tol);    /* conv + relu6 */
 		fused_case(1, 5, 4, 8, 3, 1, 1, 0, 0, bf16, tol);     /* plain, infer */
+		fused_case(2, 6, 16, 64, 1, 1, 1, 1, 2, bf16, tol);   /* 1x1 + add in place */
 	}
+}
+
+/* int8 (qx > 0): x and the weights quantised, y in float within the
+ * rounding of 8 bits; s8 and u8 inputs, every fusion. */
+static void test_int8_conv_matches_ref(void)
+{
+	WF_CHECK(wf_backend_caps_of(cpu_be).int8);
+	for (int mode = 2; mode <= 3; mode++) {
+		double tol = 2e-2;
+		fused_case(2, 9, 16, 32, 3, 1, 1, 1, 1, mode, tol);   /* conv + add + relu */
+		fused_case(1, 8, 16, 16, 1, 1, 1, 0, 1, mode, tol);   /* 1x1 + add */
+		fused_case(1, 12, 32, 32, 3, 2, 32, 2, 0, mode, tol); /* depthwise + relu6 */
+		fused_case(3, 7, 8, 24, 3, 1, 1, 2, 0, mode, tol);    /* conv + relu6 */
+		fused_case(1, 5, 4, 8, 3, 1, 1, 0, 0, mode, tol);     /* plain */
+		fused_case(2, 6, 16, 64, 1, 1, 1, 1, 2, mode, tol);   /* 1x1 + add in place */
+		fused_case(2, 10, 3, 32, 3, 2, 1, 2, 0, mode, tol);   /* a first conv: 3 channels */
+	}
+	/* the ref backend has no int8: refused, naming the field */
+	wf_conv_desc d;
+	float v[64] = {0};
+	wf_conv_desc_init(&d, 1, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0);
+	d.infer = 1, d.qx = 127;
+	WF_CHECK_INT(wf_op_conv2d_forward_fused(ref_be, NULL, &d, v, v, v, NULL, NULL), WF_EINVAL);
+	WF_CHECK(strstr(ref_be->err.msg, "qx=127") != NULL);
 }
 
 int main(void)
@@ -509,6 +544,7 @@ int main(void)
 	WF_RUN(test_bad_descriptors_fail_with_a_message);
 	WF_RUN(test_precision_names);
 	WF_RUN(test_fused_conv_matches_ref);
+	WF_RUN(test_int8_conv_matches_ref);
 	WF_RUN(test_every_shared_case_in_bf16_matches_ref);
 	wf_backend_free(cpu_be);
 	wf_backend_free(ref_be);
