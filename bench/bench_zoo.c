@@ -2,7 +2,8 @@
  * images/s at batch 1 and 32 (batch norm folded as `weft export` does, fused
  * inference plans) and training images/s at batch 16 (forward, loss,
  * backward, SGD with momentum), each network at its Keras input size, in fp32
- * and, where the CPU has native bf16, in bf16; and the peer engines of
+ * and, where the CPU has native bf16, in bf16, and (inference) in int8
+ * after a calibration on random images; and the peer engines of
  * bench/peers.py (PyTorch fp32 channels_last and bf16 autocast, ONNX Runtime
  * fp32, OpenVINO fp32 and bf16, from the venv of bench/peers_venv.sh) on
  * ResNet50 and MobileNetV2 in the same run, same threads and batch. Each row
@@ -14,13 +15,14 @@
  *   bench_zoo [--models mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge]
  *             [--infer-batch 1,32] [--train-batch 16] [--threads 2] [--reps 5]
  *             [--rounds 1] [--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16]
- *             [--no-plan]
+ *             [--no-int8] [--no-plan]
  *
  * "plan" rows (batch > 1): the same batch through model/batchplan.h, the
  * measured fastest sequence of forwards, as weft-serve runs it. */
 #include "common/util.h"
 #include "kernels/kernels.h"
 #include "kernels/ops.h"
+#include "model/calib.h"
 #include "model/fold.h"
 #include "model/model.h"
 #include "model/batchplan.h"
@@ -206,20 +208,28 @@ static void summary(int rounds)
 	}
 }
 
-/* One row: weft fp32 and bf16 (0 = not run), best peer, ratio of the bests.
- * The "plan" rows (a batch through the batch plan) compare with the peers'
- * inference at that batch. */
-static void row(const char *model, const char *mode, int batch, double fp32, double bf16,
+/* One row: weft fp32, bf16 and int8 (0 = not run), best peer, ratio of the
+ * bests. The "plan" rows (a batch through the batch plan) compare with the
+ * peers' inference at that batch. */
+static void row(const char *model, const char *mode, int batch, const double ips[3],
 		double gflop)
 {
 	char eng[64];
 	double tp = peer(model, strcmp(mode, "plan") ? mode : "infer", batch, eng, sizeof(eng)),
-	       best = fp32 > bf16 ? fp32 : bf16;
-	printf("%-12s %-5s %5d %9.2f ", model, mode, batch, fp32);
-	if (bf16 > 0)
-		printf("%9.2f", bf16);
+	       best = ips[0];
+	printf("%-12s %-5s %5d %9.2f ", model, mode, batch, ips[0]);
+	for (int k = 1; k < 3; k++) {
+		if (ips[k] > 0)
+			printf("%9.2f ", ips[k]);
+		else
+			printf("%9s ", "-");
+		if (ips[k] > best)
+			best = ips[k];
+	}
+	if (ips[2] > 0)
+		printf("%6.2fx", ips[2] / ips[0]);
 	else
-		printf("%9s", "-");
+		printf("%7s", "-");
 	printf(" %8.1f", best * gflop);
 	if (tp > 0) {
 		printf(" %9.2f %-17s %6.2fx\n", tp, eng, best / tp);
@@ -229,20 +239,48 @@ static void row(const char *model, const char *mode, int batch, double fp32, dou
 	fflush(stdout);
 }
 
-/* fp32 and (bf16 != 0 and the CPU has it) bf16 images/s of one measurement
- * (training < 0: through the batch plan). */
-static int bench_both(wf_backend *be, wf_model *m, int b, int training, int reps, int bf16,
-		      double *fp32, double *b16)
+/* Images/s of one measurement (training < 0: through the batch plan) in
+ * fp32, bf16 (bf16 != 0 and the CPU has it) and int8 (int8 != 0, inference,
+ * m calibrated); 0 where not run. */
+static int bench_all(wf_backend *be, wf_model *m, int b, int training, int reps, int bf16,
+		     int int8, double ips[3])
 {
-	*fp32 = *b16 = 0;
-	int rc = training < 0 ? bench_plan(be, m, b, reps, fp32)
-			      : bench_one(be, m, b, training, reps, fp32);
-	if (!rc && bf16 && (be->caps & WF_CAP_BF16)) {
-		wf_backend_set_precision(be, "bf16", NULL, NULL);
-		rc = training < 0 ? bench_plan(be, m, b, reps, b16)
-				  : bench_one(be, m, b, training, reps, b16);
-		wf_backend_set_precision(be, "fp32", NULL, NULL);
+	const char *prec[3] = {"fp32", "bf16", "int8"};
+	int want[3] = {1, bf16 && (be->caps & WF_CAP_BF16),
+		       int8 && training <= 0 && wf_backend_caps_of(be).int8 &&
+			       wf_model_calibrated(m)};
+	int rc = 0;
+	for (int k = 0; k < 3 && !rc; k++) {
+		ips[k] = 0;
+		if (!want[k])
+			continue;
+		wf_backend_set_precision(be, prec[k], NULL, NULL);
+		rc = training < 0 ? bench_plan(be, m, b, reps, &ips[k])
+				  : bench_one(be, m, b, training, reps, &ips[k]);
 	}
+	wf_backend_set_precision(be, "fp32", NULL, NULL);
+	return rc;
+}
+
+/* Calibrate m for int8 on 8 images of N(0, 1) noise (the ranges set the
+ * scales; speed does not depend on them). */
+static int calibrate_noise(wf_backend *be, wf_model *m, wf_err *err)
+{
+	size_t n = (size_t)8 * m->in_h * m->in_w * m->in_c;
+	float *x = malloc(sizeof(float) * n);
+	wf_calib *c = NULL;
+	wf_rng r;
+	wf_rng_seed(&r, 11);
+	for (size_t i = 0; x && i < n; i++)
+		x[i] = (float)wf_rng_normal(&r);
+	int rc = x ? wf_calib_create(&c, m, be, 8, WF_CALIB_MAX, 0, err)
+		   : wf_errf(err, WF_ENOMEM, "out of memory");
+	if (!rc)
+		rc = wf_calib_add(c, x, 8, err);
+	if (!rc)
+		rc = wf_calib_finish(c, err);
+	wf_calib_free(c);
+	free(x);
 	return rc;
 }
 
@@ -250,7 +288,8 @@ int main(int argc, char **argv)
 {
 	const char *models = "mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge";
 	const char *infer = "1,32", *device = "cpu";
-	int train_batch = 16, threads = 2, reps = 5, use_peer = 1, bf16 = 1, plan = 1, rounds = 1;
+	int train_batch = 16, threads = 2, reps = 5, use_peer = 1, bf16 = 1, int8 = 1, plan = 1,
+	    rounds = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--models") && v)
@@ -273,13 +312,15 @@ int main(int argc, char **argv)
 			train_batch = 0;
 		else if (!strcmp(a, "--no-bf16"))
 			bf16 = 0;
+		else if (!strcmp(a, "--no-int8"))
+			int8 = 0;
 		else if (!strcmp(a, "--no-plan"))
 			plan = 0;
 		else {
 			fprintf(stderr, "usage: bench_zoo [--models a,b] [--infer-batch 1,32] "
 					"[--train-batch N] [--threads N] [--reps N] [--rounds N] "
 					"[--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16] "
-					"[--no-plan]\n");
+					"[--no-int8] [--no-plan]\n");
 			return strcmp(a, "--help") ? 2 : 0;
 		}
 	}
@@ -302,8 +343,9 @@ int main(int argc, char **argv)
 		       "peers: bench/peers.py (resnet50, mobilenetv2); ratio = weft best / best "
 		       "peer; round %d of %d\n",
 		       round ? "\n" : "", be->name, threads, reps, round + 1, rounds);
-		printf("%-12s %-5s %5s %9s %9s %8s %9s %-17s %7s\n", "model", "mode", "batch",
-		       "weft fp32", "weft bf16", "GFLOP/s", "best peer", "peer", "ratio");
+		printf("%-12s %-5s %5s %9s %9s %9s %7s %8s %9s %-17s %7s\n", "model", "mode",
+		       "batch", "weft fp32", "weft bf16", "weft int8", "i8/fp32", "GFLOP/s",
+		       "best peer", "peer", "ratio");
 		char list[512];
 		snprintf(list, sizeof(list), "%s", models);
 		for (char *save = NULL, *name = strtok_r(list, ",", &save); name;
@@ -314,9 +356,10 @@ int main(int argc, char **argv)
 				rc = 1;
 				continue;
 			}
-			double f = wf_model_flops(m) / 1e9, ips = 0, ips16 = 0;
+			double f = wf_model_flops(m) / 1e9, ips[3];
 			wf_model *folded = NULL;
-			if (wf_model_fold_for_inference(m, &folded, &err) != 0) {
+			if (wf_model_fold_for_inference(m, &folded, &err) != 0 ||
+			    (int8 && calibrate_noise(be, folded, &err) != 0)) {
 				fprintf(stderr, "bench_zoo: %s\n", err.msg);
 				wf_model_free(m);
 				rc = 1;
@@ -328,13 +371,13 @@ int main(int argc, char **argv)
 			     bs = strtok_r(NULL, ",", &s2)) {
 				int b = atoi(bs);
 				if (b >= 1 &&
-				    bench_both(be, folded, b, 0, reps, bf16, &ips, &ips16) == 0)
-					row(name, "infer", b, ips, ips16, f);
+				    bench_all(be, folded, b, 0, reps, bf16, int8, ips) == 0)
+					row(name, "infer", b, ips, f);
 				else
 					rc = 1;
 				if (b > 1 && plan &&
-				    bench_both(be, folded, b, -1, reps, bf16, &ips, &ips16) == 0)
-					row(name, "plan", b, ips, ips16, f);
+				    bench_all(be, folded, b, -1, reps, bf16, int8, ips) == 0)
+					row(name, "plan", b, ips, f);
 				else if (b > 1 && plan)
 					rc = 1;
 			}
@@ -349,9 +392,9 @@ int main(int argc, char **argv)
 			} else if (train_batch > 0) {
 				/* fewer repetitions: a training step of the large nets takes long
 				 */
-				if (bench_both(be, m, train_batch, 1, reps > 2 ? 2 : reps, bf16,
-					       &ips, &ips16) == 0)
-					row(name, "train", train_batch, ips, ips16, 3 * f);
+				if (bench_all(be, m, train_batch, 1, reps > 2 ? 2 : reps, bf16, 0,
+					      ips) == 0)
+					row(name, "train", train_batch, ips, 3 * f);
 				else
 					rc = 1;
 			}

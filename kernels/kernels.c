@@ -127,11 +127,13 @@ int wf_backend_set_precision(wf_backend *be, const char *want, const char **used
 {
 	int is_auto = want && strcmp(want, "auto") == 0;
 	int bf16 = want && (strcmp(want, "bf16") == 0 || strcmp(want, "bfloat16") == 0);
-	if (!is_auto && !bf16 &&
+	int int8 = want && strcmp(want, "int8") == 0;
+	if (!is_auto && !bf16 && !int8 &&
 	    !(want && (strcmp(want, "fp32") == 0 || strcmp(want, "float32") == 0)))
-		return wf_errf(err, WF_EINVAL, "precision '%s' is not one of fp32, bf16, auto",
+		return wf_errf(err, WF_EINVAL, "precision '%s' is not one of fp32, bf16, int8, auto",
 			       want ? want : "(null)");
 	int on = (bf16 || is_auto) && (be->caps & WF_CAP_BF16);
+	be->int8 = int8 && (be->caps & WF_CAP_INT8);
 	if (be->ops->set_bf16) {
 		int rc = be->ops->set_bf16(be, on, err);
 		if (rc)
@@ -139,7 +141,7 @@ int wf_backend_set_precision(wf_backend *be, const char *want, const char **used
 	}
 	be->bf16 = on;
 	if (used)
-		*used = on ? "bf16" : "fp32";
+		*used = on ? "bf16" : be->int8 ? "int8" : "fp32";
 	return 0;
 }
 

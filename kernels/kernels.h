@@ -244,6 +244,8 @@ struct wf_backend {
 	unsigned caps;		   /* WF_CAP_* the hardware offers this backend */
 	const char *precisions;	   /* compute precisions it runs ("fp32 bf16"); set by init */
 	int bf16;		   /* conv/dense/pool compute in bf16 for plans built from now on */
+	int int8; /* inference executors created from now on run the convs a model has
+		   * calibration ranges for in int8 (the rest in fp32) */
 	wf_backend_opts opts;	   /* as created */
 	unsigned long plans_built; /* plans built or rebuilt so far (cpu): reuse is visible */
 	struct wf_op_prof *prof;   /* per-op times while profiling (ops.h), else NULL */
@@ -253,10 +255,12 @@ struct wf_backend {
 #define WF_CAP_HOST_MEM 2u /* backend memory is host memory (ref, cpu) */
 #define WF_CAP_INT8	4u /* int8 convolutions (wf_conv_desc qx) */
 
-/* Set the compute precision: "fp32", "bf16" or "auto" (bf16 where the
- * hardware has native bf16, else fp32). "bf16" on a backend without it falls
- * back to fp32; *used (may be NULL) names what is used, so the caller can
- * print the notice. Fails only on an unknown name. */
+/* Set the compute precision: "fp32", "bf16", "int8" or "auto" (bf16 where
+ * the hardware has native bf16, else fp32). "bf16" or "int8" on a backend
+ * without it falls back to fp32; *used (may be NULL) names what is used, so
+ * the caller can print the notice. int8 applies to the convolutions of
+ * calibrated models (weft export --quantize int8), in inference executors.
+ * Fails only on an unknown name. */
 int wf_backend_set_precision(wf_backend *be, const char *want, const char **used, wf_err *err);
 
 /* ---- choosing and owning a backend ------------------------------------ */

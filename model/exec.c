@@ -67,6 +67,9 @@ struct wf_exec {
 	char *pad_skip;	   /* [nlayers] zero padding that its sole consumer, a conv, applies as
 			    * its own padding: runs nothing, aliases its input */
 	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
+	float *qx;	   /* [nlayers] conv: int8 input scale (0: runs in float) */
+	char *qu8;	   /* [nlayers] conv: its int8 input is u8 (x >= 0), else s8 */
+	int nint8;	   /* convs run in int8 */
 	wf_err err;
 };
 
@@ -290,6 +293,29 @@ static void fuse_plan(wf_exec *ex)
 	plan_inplace(ex);
 }
 
+/* int8 (a backend set to int8 precision): each conv whose input has a
+ * calibration range reads it quantised to u8 (range >= 0) or s8 with the
+ * symmetric scale 255 or 127 / max |range|. A zero padding applied inside
+ * the conv adds zeros only, so its input's range serves where it has none. */
+static void plan_int8(wf_exec *ex)
+{
+	const wf_model *m = ex->m;
+	for (int i = 0; ex->be->int8 && !ex->be->bf16 && i < m->nlayers; i++) {
+		const wf_layer *l = &m->layers[i], *x = &m->layers[l->inputs[0]];
+		if (l->type != WF_LAYER_CONV2D)
+			continue;
+		if (!x->has_range && ex->pad_skip[l->inputs[0]])
+			x = &m->layers[x->inputs[0]];
+		if (!x->has_range)
+			continue;
+		int u8 = x->range[0] >= 0;
+		float amax = u8 ? x->range[1] : fmaxf(-x->range[0], x->range[1]);
+		ex->qx[i] = amax > 1e-30f ? (u8 ? 255.0f : 127.0f) / amax : 1.0f;
+		ex->qu8[i] = (char)u8;
+		ex->nint8++;
+	}
+}
+
 /* Plan the activation arena; returns its size in bytes. */
 static int plan_activations(wf_exec *ex, size_t *bytes)
 {
@@ -436,6 +462,8 @@ void wf_exec_free(wf_exec *ex)
 	free(ex->pad_skip);
 	free(ex->res_inplace);
 	free(ex->out_bf16);
+	free(ex->qx);
+	free(ex->qu8);
 	free(ex->h_probs);
 	free(ex->h_losses);
 	free(ex->h_dlogits);
@@ -488,13 +516,17 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 		ex->out_bf16 = calloc((size_t)nl, 1);
 		ex->pad_skip = calloc((size_t)nl, 1);
 		ex->res_inplace = calloc((size_t)nl, 1);
+		ex->qx = calloc((size_t)nl, sizeof(float));
+		ex->qu8 = calloc((size_t)nl, 1);
 		if (!ex->fuse_into || !ex->fuse_res || !ex->fuse_act || !ex->out_bf16 ||
-		    !ex->pad_skip || !ex->res_inplace) {
+		    !ex->pad_skip || !ex->res_inplace || !ex->qx || !ex->qu8) {
 			wf_errf(err, rc, "executor: out of memory");
 			goto fail;
 		}
 		ex->fused = 1;
 		fuse_plan(ex);
+		if (wf_backend_caps_of(be).int8)
+			plan_int8(ex);
 	}
 	for (int i = 0; i < nl; i++) {
 		const wf_layer *l = &m->layers[i];
@@ -660,6 +692,8 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 			d.conv.io_bf16 = (is_bf16(ex, l->inputs[0]) ? 1 : 0) |
 					 (ex->out_bf16[i] ? 2 : 0) |
 					 (r >= 0 && is_bf16(ex, r) ? 4 : 0);
+			d.conv.qx = ex->qx[i];
+			d.conv.x_u8 = ex->qu8[i];
 			return wf_op_conv2d_forward_fused(be, plan, &d.conv, y, x,
 							  pv(ex, l->p_kernel), pv(ex, l->p_bias),
 							  r >= 0 ? ex->act[r] : NULL);
@@ -1128,6 +1162,16 @@ int wf_exec_params_from_host(wf_exec *ex)
 int wf_exec_fused(const wf_exec *ex)
 {
 	return ex->nfused;
+}
+
+int wf_exec_int8_convs(const wf_exec *ex)
+{
+	return ex->nint8;
+}
+
+const float *wf_exec_layer_output(const wf_exec *ex, int i)
+{
+	return i >= 0 && i < ex->m->nlayers ? ex->act[i] : NULL;
 }
 
 wf_backend *wf_exec_backend(wf_exec *ex)

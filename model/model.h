@@ -107,7 +107,7 @@ typedef struct wf_model_meta {
 	float mean[4], std[4]; /* per channel */
 	char channel_order[8]; /* "RGB" */
 	char precision[8];     /* compute precision to serve in (weft export --precision):
-				* "fp32", "bf16", "auto"; "": not chosen (fp32) */
+				* "fp32", "bf16", "int8", "auto"; "": not chosen (fp32) */
 } wf_model_meta;
 
 /* ---- building ---- */
@@ -167,7 +167,7 @@ double wf_model_flops(const wf_model *m);
 
 void wf_model_meta_init(wf_model_meta *meta); /* scale 1/255, mean 0, std 1, RGB */
 void wf_model_meta_free(wf_model_meta *meta);
-/* 1 when s is a precision a model file may name: fp32, bf16, auto. */
+/* 1 when s is a precision a model file may name: fp32, bf16, int8, auto. */
 int wf_model_precision_ok(const char *s);
 
 /* ---- the model file (HDF5) ---- */
@@ -251,6 +251,13 @@ int wf_exec_params_to_host(wf_exec *ex);
 int wf_exec_params_from_host(wf_exec *ex);
 /* Layers an inference executor fused into convolutions (relu/relu6, add). */
 int wf_exec_fused(const wf_exec *ex);
+/* Convolutions an inference executor runs in int8 (created on a backend
+ * set to int8 precision, for a model with calibration ranges). */
+int wf_exec_int8_convs(const wf_exec *ex);
+/* Layer i's output after a forward, in backend memory: every layer's in a
+ * training executor (also after an inference-mode forward); an inference
+ * executor reuses memory, so only the output layer's is meaningful there. */
+const float *wf_exec_layer_output(const wf_exec *ex, int i);
 wf_backend *wf_exec_backend(wf_exec *ex);
 const char *wf_exec_error(wf_exec *ex); /* cause of the last failure */
 

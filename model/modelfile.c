@@ -47,7 +47,7 @@ void wf_model_meta_free(wf_model_meta *meta)
 
 int wf_model_precision_ok(const char *s)
 {
-	return !strcmp(s, "fp32") || !strcmp(s, "bf16") || !strcmp(s, "auto");
+	return !strcmp(s, "fp32") || !strcmp(s, "bf16") || !strcmp(s, "int8") || !strcmp(s, "auto");
 }
 
 /* ---- writing ------------------------------------------------------------ */
@@ -235,7 +235,7 @@ static int parse_preprocessing(const char *text, wf_model_meta *meta, const char
 		const char *s = json_string_value(v);
 		if (!s || !wf_model_precision_ok(s)) {
 			rc = wf_errf(err, WF_EFORMAT,
-				     "%s: preprocessing.precision: expected fp32, bf16 or auto",
+				     "%s: preprocessing.precision: expected fp32, bf16, int8 or auto",
 				     path);
 			goto done;
 		}

@@ -38,7 +38,7 @@ typedef struct serve_opts {
 	long timeout_us;
 	long batch_threads; /* 0: default */
 	const char *device;
-	const char *precision; /* fp32, bf16, auto */
+	const char *precision; /* fp32, bf16, int8, auto */
 	long threads;	       /* 0: cores / batch threads */
 	long max_body;
 	double request_timeout;
@@ -283,7 +283,8 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		 "forward threads (default 2 with batching, else the number of cores)"},
 		{"device", WF_FLAG_STR, &o->device, "D", "auto, cpu, cuda or ref (default auto)"},
 		{"precision", WF_FLAG_STR, &o->precision, "P",
-		 "conv compute fp32, bf16 (fp32 with a notice where the CPU lacks bf16) or auto "
+		 "conv compute fp32, bf16 (fp32 with a notice where the CPU lacks bf16), int8 "
+		 "(versions exported with --quantize int8; fp32 with a notice for others) or auto "
 		 "(default: what each model file names (weft export --precision), else fp32)"},
 		{"threads", WF_FLAG_INT, &o->threads, "N",
 		 "compute threads per forward thread (default cores / forward threads)"},

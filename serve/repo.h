@@ -89,7 +89,7 @@ typedef struct wf_serve_repo_opts {
 	const char *const *load_models; /* EXPLICIT: loaded at start ("*": all) */
 	int nload_models;
 	const char *device;	 /* backend: auto, cpu, cuda, ref */
-	const char *precision;	 /* fp32 (NULL), bf16, auto: wf_backend_set_precision */
+	const char *precision;	 /* fp32 (NULL), bf16, int8, auto: wf_backend_set_precision */
 	int threads;		 /* backend threads per executor (0: default) */
 	wf_backend_opts backend; /* device index, cuda precision, workspace (weft-serve's
 				  * main resolves them); threads: from `threads` */

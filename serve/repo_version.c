@@ -2,6 +2,7 @@
  * counts and release; Triton's statistics counters. */
 #include "serve/repo_internal.h"
 
+#include "model/calib.h"
 #include "model/fold.h"
 
 /* ---- one version ------------------------------------------------------ */
@@ -44,8 +45,14 @@ static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_
 	if ((rc = wf_backend_set_precision(s->be, want, &prec, err)) != 0)
 		return wf_err_wrap(err, "%s", why), rc;
 	if (strcmp(prec, want) && strcmp(want, "auto"))
-		wf_warn("%s %s: the %s device has no native bf16: serving in %s", why, want,
-			s->be->name, prec);
+		wf_warn("%s %s: the %s device has no native %s: serving in %s", why, want,
+			s->be->name, want, prec);
+	else if (!strcmp(prec, "int8") && !wf_model_calibrated(v->model)) {
+		wf_warn("%s int8: version %ld has no int8 calibration (weft export --quantize "
+			"int8): serving in fp32",
+			why, v->version);
+		prec = "fp32";
+	}
 	snprintf(v->precision, sizeof(v->precision), "%s", prec);
 	return wf_batchplan_create(&s->plan, v->model, s->be, v->max_batch, max_bytes, err);
 }

@@ -197,7 +197,7 @@ static void print_eval_json(const wf_eval_result *r, const wf_model_meta *meta,
 
 int wf_cmd_eval(int argc, char **argv, wf_err *err)
 {
-	const char *model_path = NULL, *data_path = NULL, *device = "auto";
+	const char *model_path = NULL, *data_path = NULL, *device = "auto", *precision = NULL;
 	long batch = 100, threads = 0;
 	int json = 0;
 	wf_cli_list pos = {0};
@@ -207,6 +207,9 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 		{"device", WF_FLAG_STR, &device, "cpu|ref|cuda|auto", "kernel backend (auto)"},
 		{"threads", WF_FLAG_INT, &threads, "N", "CPU threads (0: library default)"},
 		{"batch", WF_FLAG_INT, &batch, "N", "samples per forward pass (100)"},
+		{"precision", WF_FLAG_STR, &precision, "fp32|bf16|int8|auto",
+		 "compute precision (default: the model file's, as weft-serve serves it, else "
+		 "fp32); int8 needs a model exported with --quantize int8"},
 		{"json", WF_FLAG_BOOL, &json, NULL,
 		 "also print one JSON line with the results: loss, accuracy, top5_accuracy, "
 		 "class_names, per_class_accuracy, confusion_matrix (rows: true class)"},
@@ -242,9 +245,16 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 	wf_config_from_env(&env);
 	wf_config_backend_opts(&env, &bo);
 	bo.threads = (int)threads;
-	if ((rc = wf_eval_setup_open(&es, model_path, data_path, device, &bo, (int)batch, err)) !=
-	    0)
+	if ((rc = wf_eval_setup_open(&es, model_path, data_path, device, &bo, precision,
+				     (int)batch, err)) != 0)
 		goto cleanup;
+	if (!strcmp(es.precision, "int8") && !wf_exec_int8_convs(es.ex))
+		wf_warn("%s has no int8 calibration (weft export --quantize int8): evaluating in "
+			"fp32",
+			model_path);
+	else if (precision && strcmp(precision, es.precision) && strcmp(precision, "auto"))
+		wf_warn("--precision %s: not available on the %s device: evaluating in %s",
+			precision, es.be->name, es.precision);
 	int classes = es.m->classes;
 	if (json && !(confusion = calloc((size_t)classes * (size_t)classes, sizeof(long)))) {
 		rc = wf_errf(err, WF_ENOMEM, "eval: out of memory");
@@ -252,8 +262,8 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 	}
 	if ((rc = wf_evaluate_ex(es.ex, es.ds, &es.meta, (int)batch, &r, confusion, err)) != 0)
 		goto cleanup;
-	printf("loss %.4f accuracy %.4f top-5 %.4f (%ld samples, model trained %ld steps)\n",
-	       r.loss, r.accuracy, r.top5, r.count, es.meta.trained_steps);
+	printf("loss %.4f accuracy %.4f top-5 %.4f (%ld samples, model trained %ld steps, %s)\n",
+	       r.loss, r.accuracy, r.top5, r.count, es.meta.trained_steps, es.precision);
 	if (json)
 		print_eval_json(&r, &es.meta, wf_dataset_info_get(es.ds), classes, confusion);
 cleanup:

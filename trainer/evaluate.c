@@ -65,21 +65,26 @@ int wf_evaluate(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batc
 	return wf_evaluate_ex(ex, ds, meta, batch, r, NULL, err);
 }
 
+void wf_eval_reader_cfg(wf_reader_cfg *c, const wf_model_meta *meta, int batch)
+{
+	wf_reader_cfg_default(c);
+	c->batch = batch;
+	c->first = 0;
+	c->slices = 1;
+	c->total_slices = 1;
+	c->shuffle = 0;
+	c->augment = 0;
+	c->scale = meta->scale;
+	memcpy(c->mean, meta->mean, sizeof(c->mean));
+	memcpy(c->std, meta->std, sizeof(c->std));
+	c->prefetch = 2;
+}
+
 int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
 		   wf_eval_result *r, long *confusion, wf_err *err)
 {
 	wf_reader_cfg rc_cfg;
-	wf_reader_cfg_default(&rc_cfg);
-	rc_cfg.batch = batch;
-	rc_cfg.first = 0;
-	rc_cfg.slices = 1;
-	rc_cfg.total_slices = 1;
-	rc_cfg.shuffle = 0;
-	rc_cfg.augment = 0;
-	rc_cfg.scale = meta->scale;
-	memcpy(rc_cfg.mean, meta->mean, sizeof(rc_cfg.mean));
-	memcpy(rc_cfg.std, meta->std, sizeof(rc_cfg.std));
-	rc_cfg.prefetch = 2;
+	wf_eval_reader_cfg(&rc_cfg, meta, batch);
 
 	memset(r, 0, sizeof(*r));
 	int k = wf_dataset_info_get(ds)->nclasses;
@@ -141,7 +146,8 @@ int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int b
 }
 
 int wf_eval_setup_open(wf_eval_setup *s, const char *model_path, const char *data_path,
-		       const char *device, const wf_backend_opts *bo, int batch, wf_err *err)
+		       const char *device, const wf_backend_opts *bo, const char *precision,
+		       int batch, wf_err *err)
 {
 	int rc;
 	memset(s, 0, sizeof(*s));
@@ -158,6 +164,11 @@ int wf_eval_setup_open(wf_eval_setup *s, const char *model_path, const char *dat
 		return rc;
 	if ((rc = wf_backend_create_opts(&s->be, device, bo, err)) != 0)
 		return rc;
+	const char *want = precision		 ? precision
+			   : s->meta.precision[0] ? s->meta.precision
+						  : "fp32";
+	if ((rc = wf_backend_set_precision(s->be, want, &s->precision, err)) != 0)
+		return wf_err_wrap(err, "%s", precision ? "--precision" : model_path), rc;
 	return wf_exec_create(&s->ex, s->m, s->be, batch, 0, err);
 }
 

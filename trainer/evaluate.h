@@ -16,6 +16,9 @@ typedef struct wf_eval_result {
 	double top5;	 /* top-5 accuracy (1 when there are 5 classes or fewer) */
 } wf_eval_result;
 
+/* A reader over a whole dataset in file order, in batches of `batch`, with
+ * meta's preprocessing and no augmentation. */
+void wf_eval_reader_cfg(wf_reader_cfg *c, const wf_model_meta *meta, int batch);
 /* Run ex (max_batch >= batch) over every sample of ds in file order, with
  * meta's preprocessing. */
 int wf_evaluate(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
@@ -40,15 +43,18 @@ typedef struct wf_eval_setup {
 	wf_model_meta meta;
 	wf_dataset *ds;
 	wf_backend *be;
-	wf_exec *ex; /* inference executor, max batch `batch` */
+	wf_exec *ex;	       /* inference executor, max batch `batch` */
+	const char *precision; /* the compute precision it runs in */
 } wf_eval_setup;
 
 /* Load model_path, open data_path, check that the data fits the model
  * (shape, classes, class names) and build an inference executor for batch
- * on backend device with bo. Errors name the file at fault. Release s with
- * wf_eval_setup_free, also after an error. */
+ * on backend device with bo, in precision (NULL: the model file's, else
+ * fp32). Errors name the file at fault. Release s with wf_eval_setup_free,
+ * also after an error. */
 int wf_eval_setup_open(wf_eval_setup *s, const char *model_path, const char *data_path,
-		       const char *device, const wf_backend_opts *bo, int batch, wf_err *err);
+		       const char *device, const wf_backend_opts *bo, const char *precision,
+		       int batch, wf_err *err);
 void wf_eval_setup_free(wf_eval_setup *s);
 
 #endif

@@ -1,6 +1,7 @@
 /* export.c: checkpoint -> serving model: pick the checkpoint, fold, write a
  * new version directory atomically. */
 #include "trainer/export.h"
+#include "trainer/quantize.h"
 
 #include "common/events.h"
 #include "common/atomicfile.h"
@@ -384,7 +385,9 @@ close:
 int wf_cmd_export(int argc, char **argv, wf_err *err)
 {
 	const char *ckpt = NULL, *model_path = NULL, *out = NULL, *data = NULL, *prec = NULL;
-	long step = 0;
+	const char *quantize = NULL, *method = "percentile";
+	wf_quantize_opts q = {.samples = 512, .percentile = 99.99, .max_drop = 1.0};
+	long step = 0, threads = 0;
 	wf_cli_list pos = {0};
 	const wf_flag flags[] = {
 		{"checkpoint", WF_FLAG_STR, &ckpt, "DIR",
@@ -400,17 +403,42 @@ int wf_cmd_export(int argc, char **argv, wf_err *err)
 		{"precision", WF_FLAG_STR, &prec, "P",
 		 "the compute precision weft-serve serves this version in unless its own "
 		 "--precision says otherwise: fp32, bf16 (fp32 with a notice where the CPU "
-		 "lacks bf16) or auto (default: none recorded, fp32)"},
+		 "lacks bf16), int8 (a model quantised by --quantize int8) or auto (default: none "
+		 "recorded, fp32)"},
+		{"quantize", WF_FLAG_STR, &quantize, "int8",
+		 "calibrate on --calibrate DATA and serve the convolutions in int8 (per-channel "
+		 "s8 weights, activation ranges from the calibration; the file keeps its fp32 "
+		 "weights). Prints fp32 and int8 top-1 and refuses a drop over "
+		 "--max-accuracy-drop"},
+		{"calibrate", WF_FLAG_STR, &q.calib_data, "DATA.h5",
+		 "dataset file (weft data format) whose first samples calibrate --quantize"},
+		{"calibration-samples", WF_FLAG_INT, &q.samples, "N",
+		 "samples of --calibrate to measure ranges on (default 512)"},
+		{"calibration-method", WF_FLAG_STR, &method, "M",
+		 "max (each tensor's full range) or percentile (default: |x| clipped at the "
+		 "--percentile of each batch, averaged)"},
+		{"percentile", WF_FLAG_DOUBLE, &q.percentile, "P",
+		 "for --calibration-method percentile, in (50, 100] (default 99.99)"},
+		{"eval-data", WF_FLAG_STR, &q.eval_data, "DATA.h5",
+		 "labelled dataset for the fp32 vs int8 top-1 check, read whole (default: the "
+		 "--calibrate file; a held-out set is the honest check)"},
+		{"max-accuracy-drop", WF_FLAG_DOUBLE, &q.max_drop, "POINTS",
+		 "top-1 percentage points int8 may lose against fp32 (default 1)"},
+		{"force", WF_FLAG_BOOL, &q.force, NULL, "export even when the drop is larger"},
+		{"threads", WF_FLAG_INT, &threads, "N",
+		 "cpu threads for calibration and the check (default: all)"},
 		{0},
 	};
 	const wf_command_help help = {
 		"weft export (--checkpoint DIR [--step N] | --model FILE) --out "
-		"BASE/NAME[/VERSION]",
+		"BASE/NAME[/VERSION] [--quantize int8 --calibrate DATA.h5]",
 		"Write a serving model for weft-serve --model_base_path BASE/NAME: batch norm is\n"
 		"folded into the convolution (or dense layer) before it, dropout is dropped, the\n"
 		"class labels and preprocessing are kept. The version directory appears at once\n"
 		"and complete (written under a hidden name, then renamed); an existing version\n"
-		"is never replaced. Predictions equal the checkpoint's within float rounding."};
+		"is never replaced. Predictions equal the checkpoint's within float rounding.\n"
+		"With --quantize int8 the convolutions are calibrated on DATA.h5 and served in\n"
+		"int8 (VNNI/AMX through oneDNN); fp32 and int8 top-1 are printed first."};
 	char base[EXPORT_PATH_MAX], src[EXPORT_PATH_MAX], file[EXPORT_FILE_MAX + 16];
 	long version = 0, written = 0;
 	wf_model *m = NULL;
@@ -427,10 +455,34 @@ int wf_cmd_export(int argc, char **argv, wf_err *err)
 		goto cleanup;
 	}
 	if (prec && !wf_model_precision_ok(prec)) {
-		rc = wf_errf(err, WF_EINVAL, "export: --precision %s: expected fp32, bf16 or auto",
-			     prec);
+		rc = wf_errf(err, WF_EINVAL,
+			     "export: --precision %s: expected fp32, bf16, int8 or auto", prec);
 		goto cleanup;
 	}
+	if (quantize && strcmp(quantize, "int8") != 0) {
+		rc = wf_errf(err, WF_EINVAL, "export: --quantize %s: only int8 is supported",
+			     quantize);
+		goto cleanup;
+	}
+	if (!quantize != !q.calib_data) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "export: --quantize int8 and --calibrate DATA.h5 go together");
+		goto cleanup;
+	}
+	if (quantize && prec && strcmp(prec, "int8") != 0) {
+		rc = wf_errf(err, WF_EINVAL, "export: --quantize int8 with --precision %s", prec);
+		goto cleanup;
+	}
+	if (quantize && (wf_calib_method_parse(method, &q.method) != 0 || q.samples < 1 ||
+			 threads < 0 || !(q.max_drop >= 0))) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "export: --calibration-method %s (max or percentile), "
+			     "--calibration-samples %ld (>= 1), --threads %ld (>= 0), "
+			     "--max-accuracy-drop %g (>= 0): one is out of range",
+			     method, q.samples, threads, q.max_drop);
+		goto cleanup;
+	}
+	q.threads = (int)threads;
 	if (step < 0 || (step > 0 && !ckpt)) {
 		rc = wf_errf(err, WF_EINVAL, "export: --step N needs --checkpoint and N >= 1");
 		goto cleanup;
@@ -456,6 +508,16 @@ int wf_cmd_export(int argc, char **argv, wf_err *err)
 			"FILE to take them from a dataset)",
 			src);
 	int removed = wf_model_fold_count(m);
+	if (quantize && ((rc = wf_model_fold_replace(&m, err)) < 0 ||
+			 (rc = wf_quantize_int8(m, &meta, &q, err)) != 0))
+		goto cleanup;
+	if (prec && !strcmp(prec, "int8") && !quantize && !wf_model_calibrated(m)) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "export: --precision int8: %s has no calibration ranges (use "
+			     "--quantize int8 --calibrate DATA.h5)",
+			     src);
+		goto cleanup;
+	}
 	if ((rc = wf_export_model(m, &meta, base, version, &written, file, sizeof(file), err)) != 0)
 		goto cleanup;
 	printf("exported %s (trained %ld steps; %d layers folded or dropped%s%s) to %s: version "

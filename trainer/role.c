@@ -335,7 +335,7 @@ static int eval_checkpoint(const wf_config *cfg, const char *dir, long step, wf_
 	wf_backend_opts bo;
 	wf_config_backend_opts(cfg, &bo);
 	snprintf(path, sizeof(path), "%s/model.h5", dir);
-	int rc = wf_eval_setup_open(&es, path, cfg->data.eval, cfg->train.device, &bo,
+	int rc = wf_eval_setup_open(&es, path, cfg->data.eval, cfg->train.device, &bo, NULL,
 				    (int)cfg->train.batch_size, err);
 	if (!rc)
 		rc = wf_evaluate(es.ex, es.ds, &es.meta, (int)cfg->train.batch_size, &r, err);
