@@ -211,8 +211,7 @@ static void summary(int rounds)
 /* One row: weft fp32, bf16 and int8 (0 = not run), best peer, ratio of the
  * bests. The "plan" rows (a batch through the batch plan) compare with the
  * peers' inference at that batch. */
-static void row(const char *model, const char *mode, int batch, const double ips[3],
-		double gflop)
+static void row(const char *model, const char *mode, int batch, const double ips[3], double gflop)
 {
 	char eng[64];
 	double tp = peer(model, strcmp(mode, "plan") ? mode : "infer", batch, eng, sizeof(eng)),
@@ -242,8 +241,8 @@ static void row(const char *model, const char *mode, int batch, const double ips
 /* Images/s of one measurement (training < 0: through the batch plan) in
  * fp32, bf16 (bf16 != 0 and the CPU has it) and int8 (int8 != 0, inference,
  * m calibrated); 0 where not run. */
-static int bench_all(wf_backend *be, wf_model *m, int b, int training, int reps, int bf16,
-		     int int8, double ips[3])
+static int bench_all(wf_backend *be, wf_model *m, int b, int training, int reps, int bf16, int int8,
+		     double ips[3])
 {
 	const char *prec[3] = {"fp32", "bf16", "int8"};
 	int want[3] = {1, bf16 && (be->caps & WF_CAP_BF16),

@@ -57,6 +57,13 @@ typedef struct wf_conv_desc {
 	 * in float with bias, residual and act applied as in fp32. */
 	float qx;
 	int x_u8;
+	/* int8 tensors between convs: io_q bit 1: the caller's x is already
+	 * quantised (u8/s8 as x_u8, scale qx); bit 2: y is written quantised,
+	 * round(y * qy) into u8 (y_u8) or s8 (saturating), after residual and
+	 * act (not with residual = 2) */
+	int io_q;
+	float qy;
+	int y_u8;
 } wf_conv_desc;
 
 typedef struct wf_dense_desc {

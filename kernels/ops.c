@@ -182,11 +182,12 @@ static int check_conv(wf_backend *be, const wf_conv_desc *d)
 static int check_conv_plain(wf_backend *be, const wf_conv_desc *d)
 {
 	int rc = check_conv(be, d);
-	if (!rc && (d->act || d->residual || d->infer || d->io_bf16 || d->qx != 0 || d->x_u8))
+	if (!rc && (d->act || d->residual || d->infer || d->io_bf16 || d->qx != 0 || d->x_u8 ||
+		    d->io_q || d->qy != 0 || d->y_u8))
 		rc = wf_errf(&be->err, WF_EINVAL,
-			     "conv2d: act=%d residual=%d infer=%d io_bf16=%d qx=%g x_u8=%d are for "
+			     "conv2d: act=%d residual=%d infer=%d io_bf16=%d qx=%g io_q=%d are for "
 			     "conv2d_forward_fused (0 here)",
-			     d->act, d->residual, d->infer, d->io_bf16, (double)d->qx, d->x_u8);
+			     d->act, d->residual, d->infer, d->io_bf16, (double)d->qx, d->io_q);
 	return rc;
 }
 
@@ -214,6 +215,13 @@ static int check_conv_fused(wf_backend *be, const wf_conv_desc *d, const float *
 			       "conv2d: qx=%g (int8) needs a finite scale > 0, infer=1, io_bf16=0 "
 			       "and a backend with int8 convolutions (%s has %s)",
 			       (double)d->qx, be->name, be->caps & WF_CAP_INT8 ? "them" : "none");
+	if ((d->io_q & ~3) || (d->io_q && !(d->qx > 0)) ||
+	    ((d->io_q & 2) && (!(d->qy > 0 && d->qy < 1e30f) || d->residual == 2)))
+		return wf_errf(
+			&be->err, WF_EINVAL,
+			"conv2d: io_q=%d (int8 tensors) needs qx > 0, and for y a finite qy > "
+			"0 (got %g) and residual != 2",
+			d->io_q, (double)d->qy);
 	return 0;
 }
 

@@ -69,6 +69,9 @@ struct wf_exec {
 	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
 	float *qx;	   /* [nlayers] conv: int8 input scale (0: runs in float) */
 	char *qu8;	   /* [nlayers] conv: its int8 input is u8 (x >= 0), else s8 */
+	float *qy;	   /* [nlayers] conv: its (fused) output is kept quantised with this
+			    * scale (0: float) */
+	char *qyu8;	   /* [nlayers] conv: ... in u8, else s8 */
 	int nint8;	   /* convs run in int8 */
 	wf_err err;
 };
@@ -293,26 +296,69 @@ static void fuse_plan(wf_exec *ex)
 	plan_inplace(ex);
 }
 
+/* The int8 quantisation of layer j's output: symmetric, u8 with scale
+ * 255 / max when its calibration range is >= 0, else s8 with 127 / max |x|.
+ * A zero padding applied inside its conv adds zeros only: its input's. 0
+ * when the layer has no range. */
+static int tensor_q(const wf_exec *ex, int j, float *scale, char *u8)
+{
+	const wf_model *m = ex->m;
+	if (ex->pad_skip[j])
+		j = m->layers[j].inputs[0];
+	const wf_layer *l = &m->layers[j];
+	if (!l->has_range)
+		return 0;
+	*u8 = l->range[0] >= 0;
+	float amax = *u8 ? l->range[1] : fmaxf(-l->range[0], l->range[1]);
+	*scale = amax > 1e-30f ? (*u8 ? 255.0f : 127.0f) / amax : 1.0f;
+	return 1;
+}
+
+/* Is layer j's output (through fusion aliases) kept quantised? */
+static int is_q(const wf_exec *ex, int j)
+{
+	if (ex->pad_skip[j])
+		j = ex->m->layers[j].inputs[0];
+	if (ex->fuse_into[j] >= 0)
+		j = ex->fuse_into[j];
+	return ex->qy[j] > 0;
+}
+
 /* int8 (a backend set to int8 precision): each conv whose input has a
- * calibration range reads it quantised to u8 (range >= 0) or s8 with the
- * symmetric scale 255 or 127 / max |range|. A zero padding applied inside
- * the conv adds zeros only, so its input's range serves where it has none. */
+ * calibration range reads it quantised (tensor_q). A conv's output stays
+ * quantised, in its own range's scale, when every reader is such a conv
+ * reading it as input (not an add, a pool or the logits). */
 static void plan_int8(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
-	for (int i = 0; ex->be->int8 && !ex->be->bf16 && i < m->nlayers; i++) {
-		const wf_layer *l = &m->layers[i], *x = &m->layers[l->inputs[0]];
-		if (l->type != WF_LAYER_CONV2D)
+	if (!ex->be->int8 || ex->be->bf16)
+		return;
+	for (int i = 0; i < m->nlayers; i++) {
+		float q;
+		if (m->layers[i].type == WF_LAYER_CONV2D &&
+		    tensor_q(ex, m->layers[i].inputs[0], &q, &ex->qu8[i])) {
+			ex->qx[i] = q;
+			ex->nint8++;
+		}
+	}
+	for (int i = 0; i < m->nlayers; i++) {
+		if (ex->qx[i] == 0 || ex->res_inplace[i])
 			continue;
-		if (!x->has_range && ex->pad_skip[l->inputs[0]])
-			x = &m->layers[x->inputs[0]];
-		if (!x->has_range)
-			continue;
-		int u8 = x->range[0] >= 0;
-		float amax = u8 ? x->range[1] : fmaxf(-x->range[0], x->range[1]);
-		ex->qx[i] = amax > 1e-30f ? (u8 ? 255.0f : 127.0f) / amax : 1.0f;
-		ex->qu8[i] = (char)u8;
-		ex->nint8++;
+		int cur = i;
+		for (int j = i + 1; j < m->nlayers; j++)
+			if (ex->fuse_into[j] == i)
+				cur = j;
+		float q;
+		int ok = cur != m->output && tensor_q(ex, cur, &q, &ex->qyu8[i]);
+		for (int k = cur + 1; ok && k < m->nlayers; k++)
+			for (int e = 0; e < m->layers[k].ninputs; e++) {
+				if (m->layers[k].inputs[e] != cur)
+					continue;
+				int conv = ex->pad_skip[k] ? sole_consumer(m, k) : k;
+				ok &= e == 0 && conv >= 0 && ex->fuse_into[k] < 0 &&
+				      m->layers[conv].type == WF_LAYER_CONV2D && ex->qx[conv] > 0;
+			}
+		ex->qy[i] = ok ? q : 0;
 	}
 }
 
@@ -464,6 +510,8 @@ void wf_exec_free(wf_exec *ex)
 	free(ex->out_bf16);
 	free(ex->qx);
 	free(ex->qu8);
+	free(ex->qy);
+	free(ex->qyu8);
 	free(ex->h_probs);
 	free(ex->h_losses);
 	free(ex->h_dlogits);
@@ -518,8 +566,11 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 		ex->res_inplace = calloc((size_t)nl, 1);
 		ex->qx = calloc((size_t)nl, sizeof(float));
 		ex->qu8 = calloc((size_t)nl, 1);
+		ex->qy = calloc((size_t)nl, sizeof(float));
+		ex->qyu8 = calloc((size_t)nl, 1);
 		if (!ex->fuse_into || !ex->fuse_res || !ex->fuse_act || !ex->out_bf16 ||
-		    !ex->pad_skip || !ex->res_inplace || !ex->qx || !ex->qu8) {
+		    !ex->pad_skip || !ex->res_inplace || !ex->qx || !ex->qu8 || !ex->qy ||
+		    !ex->qyu8) {
 			wf_errf(err, rc, "executor: out of memory");
 			goto fail;
 		}
@@ -694,6 +745,9 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 					 (r >= 0 && is_bf16(ex, r) ? 4 : 0);
 			d.conv.qx = ex->qx[i];
 			d.conv.x_u8 = ex->qu8[i];
+			d.conv.io_q = (is_q(ex, l->inputs[0]) ? 1 : 0) | (ex->qy[i] > 0 ? 2 : 0);
+			d.conv.qy = ex->qy[i];
+			d.conv.y_u8 = ex->qyu8[i];
 			return wf_op_conv2d_forward_fused(be, plan, &d.conv, y, x,
 							  pv(ex, l->p_kernel), pv(ex, l->p_bias),
 							  r >= 0 ? ex->act[r] : NULL);

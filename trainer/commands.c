@@ -245,8 +245,8 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 	wf_config_from_env(&env);
 	wf_config_backend_opts(&env, &bo);
 	bo.threads = (int)threads;
-	if ((rc = wf_eval_setup_open(&es, model_path, data_path, device, &bo, precision,
-				     (int)batch, err)) != 0)
+	if ((rc = wf_eval_setup_open(&es, model_path, data_path, device, &bo, precision, (int)batch,
+				     err)) != 0)
 		goto cleanup;
 	if (!strcmp(es.precision, "int8") && !wf_exec_int8_convs(es.ex))
 		wf_warn("%s has no int8 calibration (weft export --quantize int8): evaluating in "

@@ -164,7 +164,7 @@ int wf_eval_setup_open(wf_eval_setup *s, const char *model_path, const char *dat
 		return rc;
 	if ((rc = wf_backend_create_opts(&s->be, device, bo, err)) != 0)
 		return rc;
-	const char *want = precision		 ? precision
+	const char *want = precision		  ? precision
 			   : s->meta.precision[0] ? s->meta.precision
 						  : "fp32";
 	if ((rc = wf_backend_set_precision(s->be, want, &s->precision, err)) != 0)

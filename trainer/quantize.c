@@ -89,16 +89,18 @@ int wf_quantize_int8(wf_model *m, wf_model_meta *meta, const wf_quantize_opts *o
 	       n8, used, o->calib_data, count, eval_path, acc32 * 100.0, acc8 * 100.0,
 	       drop > 0 ? drop : 0.0);
 	if (drop > o->max_drop && !o->force) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "--quantize int8: top-1 fell %.2f points (fp32 %.2f%%, int8 %.2f%% on "
-			     "%s), more than --max-accuracy-drop %.2f: not exported (--force writes "
-			     "it anyway; more --calibration-samples or --calibration-method max may "
-			     "help)",
-			     drop, acc32 * 100.0, acc8 * 100.0, eval_path, o->max_drop);
+		rc = wf_errf(
+			err, WF_EINVAL,
+			"--quantize int8: top-1 fell %.2f points (fp32 %.2f%%, int8 %.2f%% on "
+			"%s), more than --max-accuracy-drop %.2f: not exported (--force writes "
+			"it anyway; more --calibration-samples or --calibration-method max may "
+			"help)",
+			drop, acc32 * 100.0, acc8 * 100.0, eval_path, o->max_drop);
 		goto done;
 	}
 	if (drop > o->max_drop)
-		wf_warn("top-1 fell %.2f points with int8, more than %.2f: exported anyway (--force)",
+		wf_warn("top-1 fell %.2f points with int8, more than %.2f: exported anyway "
+			"(--force)",
 			drop, o->max_drop);
 	snprintf(meta->precision, sizeof(meta->precision), "int8");
 	goto done;

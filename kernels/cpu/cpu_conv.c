@@ -81,11 +81,11 @@ fail:
  * residual add (binary, source DNNL_ARG_ATTR_MULTIPLE_POST_OP(0); or sum
  * when the residual is y itself), act. */
 static int conv_fused_attr(wf_backend *be, const wf_conv_desc *d, const dnnl_memory_desc_t *y,
-			   dnnl_primitive_attr_t *attr)
+			   float out_scale, dnnl_primitive_attr_t *attr)
 {
 	int rc = wf_cpu_make_attr(be, 0, attr);
 	dnnl_post_ops_t po = NULL;
-	if (rc || (!d->residual && !d->act))
+	if (rc || (!d->residual && !d->act && out_scale == 0))
 		return rc;
 	DN_CHECK(dnnl_post_ops_create(&po), fail);
 	if (d->residual == 1)
@@ -97,6 +97,10 @@ static int conv_fused_attr(wf_backend *be, const wf_conv_desc *d, const dnnl_mem
 			 fail);
 	else if (d->act == 2)
 		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.0f, 6.0f),
+			 fail);
+	if (out_scale != 0) /* into the quantised output's scale */
+		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, out_scale,
+						      0.0f),
 			 fail);
 	DN_CHECK(dnnl_primitive_attr_set_post_ops(*attr, po), fail);
 fail:
@@ -122,7 +126,7 @@ static int conv_build_fwd(wf_backend *be, wf_plan *pl, int unused)
 	if (!rc)
 		rc = wf_cpu_md_bf16_nhwc(be, &r16, &r32);
 	if (!rc)
-		rc = conv_fused_attr(be, d, pl->bf16 && (d->io_bf16 & 4) ? &r16 : &r32, &attr);
+		rc = conv_fused_attr(be, d, pl->bf16 && (d->io_bf16 & 4) ? &r16 : &r32, 0, &attr);
 	if (!rc)
 		rc = wf_cpu_op_create_attr(be, pl, &cd, NULL, 0, attr, &pl->fwd.prim);
 	if (attr)
@@ -183,11 +187,13 @@ static void weight_scales(const wf_conv_desc *d, const float *w, float *sw)
 		sw[o] = sw[o] > 0 ? 127.0f / sw[o] : 1.0f;
 }
 
-/* The int8 forward: x (float) -> u8/s8 by a scaling reorder each call; the
- * weights -> s8 per output channel once (w_once); the conv accumulates in s32
- * and its output scales 1 / (qx * sw[oc]) bring y back to float before the
- * fused residual and act. oneDNN 2.x adds the bias before the output scales,
- * so the plan keeps it multiplied by qx * sw[oc]. */
+/* The int8 forward: x (float) -> u8/s8 by a scaling reorder each call (or
+ * read as it is when io_q says it is quantised); the weights -> s8 per output
+ * channel once (w_once); the conv accumulates in s32 and its output scales
+ * 1 / (qx * sw[oc]) bring y back to float before the fused residual and act,
+ * then (io_q bit 2) a linear post-op scales it by qy into a u8/s8 y. oneDNN
+ * 2.x adds the bias before the output scales, so the plan keeps it
+ * multiplied by qx * sw[oc]. */
 static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
 {
 	(void)unused;
@@ -212,23 +218,27 @@ static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
 	if (!rc)
 		rc = wf_cpu_md_tag_dt(be, &m.xa, 4, m.x.dims, d->x_u8 ? dnnl_u8 : dnnl_s8,
 				      dnnl_nhwc);
+	if (!rc && (d->io_q & 2))
+		rc = wf_cpu_md_tag_dt(be, &m.ya, 4, m.y.dims, d->y_u8 ? dnnl_u8 : dnnl_s8,
+				      dnnl_nhwc);
 	if (!rc)
 		rc = wf_cpu_md_tag_dt(be, &m.wa, m.w.ndims, m.w.dims, dnnl_s8, dnnl_format_tag_any);
 	if (!rc)
 		rc = conv_fwd_desc(be, d, &m, &cd);
 	if (!rc)
-		rc = conv_fused_attr(be, d, &m.y, &attr);
+		rc = conv_fused_attr(be, d, &m.y, (d->io_q & 2) ? d->qy : 0, &attr);
 	if (rc)
 		goto fail;
 	DN_CHECK(dnnl_primitive_attr_set_output_scales(attr, d->oc, 1 << 1, os), fail);
 	if ((rc = wf_cpu_op_create_attr(be, pl, &cd, NULL, 0, attr, &pl->fwd.prim)) != 0)
 		goto fail;
 	dn_op *op = pl->fwd.prim;
-	/* x: quantised into plan memory before each call */
-	rc = wf_cpu_plan_mem(be, pl, &m.x, DNNL_MEMORY_NONE, &pl->f_x);
-	if (!rc)
+	/* x: quantised into plan memory before each call, unless it already is */
+	rc = wf_cpu_plan_mem(be, pl, (d->io_q & 1) ? &m.xa : &m.x, DNNL_MEMORY_NONE, &pl->f_x);
+	px = pl->f_x;
+	if (!rc && !(d->io_q & 1))
 		rc = wf_cpu_plan_mem(be, pl, &m.xa, DNNL_MEMORY_ALLOCATE, &px);
-	if (!rc)
+	if (!rc && !(d->io_q & 1))
 		rc = wf_cpu_reorder_scaled(be, pl, pl->f_x, px, 1, 0, &d->qx,
 					   &pl->fwd.pre[pl->fwd.npre++]);
 	/* weights: to s8 in the primitive's layout, once */
@@ -247,13 +257,13 @@ static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
 				      pl->f_r);
 	}
 	if (!rc)
-		rc = wf_cpu_plan_mem(be, pl, &m.y, DNNL_MEMORY_NONE, &pl->f_y);
+		rc = wf_cpu_plan_mem(be, pl, &m.ya, DNNL_MEMORY_NONE, &pl->f_y);
 	if (!rc && d->bias)
 		rc = wf_cpu_plan_mem(be, pl, &m.b, bq, &pl->f_b);
 	if (rc)
 		goto fail;
-	if (!dnnl_memory_desc_equal(&m.y, wf_cpu_pd_md(op, dnnl_query_dst_md))) {
-		rc = wf_errf(&be->err, WF_ENOTSUP, "cpu: int8 conv does not write NHWC float");
+	if (!dnnl_memory_desc_equal(&m.ya, wf_cpu_pd_md(op, dnnl_query_dst_md))) {
+		rc = wf_errf(&be->err, WF_ENOTSUP, "cpu: int8 conv does not write NHWC");
 		goto fail;
 	}
 	wf_cpu_op_arg(op, DNNL_ARG_SRC, px);

@@ -523,6 +523,61 @@ static void test_int8_conv_matches_ref(void)
 	WF_CHECK(strstr(ref_be->err.msg, "qx=127") != NULL);
 }
 
+/* Two int8 convs with the tensor between them kept quantised (io_q): the
+ * first writes y as u8 (after relu) or s8 (no act) with scale qy from its
+ * range, the second reads it as it is and writes float with a residual. */
+static void int8_chain_case(int act)
+{
+	int n = 2, h = 8, c = 16, mid = 32;
+	wf_conv_desc a, b;
+	wf_conv_desc_init(&a, n, h, h, c, mid, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1);
+	wf_conv_desc_init(&b, n, h, h, mid, c, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 1);
+	size_t nx = (size_t)n * h * h * c, nm = (size_t)n * h * h * mid;
+	float *x = malloc(nx * 4), *wa = malloc(9 * c * mid * 4), *wb = malloc(mid * c * 4);
+	float *ba = malloc(mid * 4), *bb = malloc(c * 4), *r = malloc(nx * 4);
+	float *t = malloc(nm * 4), *want = malloc(nx * 4), *got = malloc(nx * 4);
+	uint8_t *q = malloc(nm);
+	fill(x, nx, 5), fill(wa, (size_t)9 * c * mid, 6), fill(wb, (size_t)mid * c, 7);
+	fill(ba, (size_t)mid, 8), fill(bb, (size_t)c, 9), fill(r, nx, 10);
+	wf_plan *p1 = NULL, *p2 = NULL, *p3 = NULL, *p4 = NULL;
+	WF_CHECK(wf_op_conv2d_forward(ref_be, &p1, &a, t, x, wa, ba) == 0);
+	if (act)
+		wf_op_act_forward(ref_be, WF_ACT_RELU, nm, t, t);
+	double amax = 0;
+	for (size_t i = 0; i < nm; i++)
+		amax = fmax(amax, fabs(t[i]));
+	WF_CHECK(wf_op_conv2d_forward(ref_be, &p2, &b, want, t, wb, bb) == 0);
+	wf_op_add(ref_be, nx, want, want, r);
+	a.act = act, a.infer = 1, a.qx = 127, a.io_q = 2, a.y_u8 = act;
+	a.qy = (float)((act ? 255 : 127) / amax);
+	b.residual = 1, b.infer = 1, b.qx = a.qy, b.x_u8 = act, b.io_q = 1;
+	int rc = wf_op_conv2d_forward_fused(cpu_be, &p3, &a, (float *)q, x, wa, ba, NULL);
+	WF_CHECK_MSG(rc == 0, "%s", cpu_be->err.msg);
+	rc = wf_op_conv2d_forward_fused(cpu_be, &p4, &b, got, (float *)q, wb, bb, r);
+	WF_CHECK_MSG(rc == 0, "%s", cpu_be->err.msg);
+	double mx = 1, worst = 0;
+	for (size_t i = 0; i < nx; i++) {
+		mx = fmax(mx, fabs(want[i]));
+		worst = fmax(worst, fabs((double)got[i] - want[i]));
+	}
+	WF_CHECK_MSG(worst <= 3e-2 * mx, "int8 chain act %d: |d| %.3g > %.3g", act, worst,
+		     3e-2 * mx);
+	/* an in-place residual cannot take a quantised y: refused, naming io_q */
+	a.residual = 2;
+	WF_CHECK_INT(wf_op_conv2d_forward_fused(cpu_be, &p3, &a, t, x, wa, ba, NULL), WF_EINVAL);
+	WF_CHECK(strstr(cpu_be->err.msg, "io_q") != NULL);
+	wf_backend_plan_free(cpu_be, &p3);
+	wf_backend_plan_free(cpu_be, &p4);
+	free(x), free(wa), free(wb), free(ba), free(bb), free(r), free(t), free(want), free(got),
+		free(q);
+}
+
+static void test_int8_tensors_between_convs(void)
+{
+	int8_chain_case(1);
+	int8_chain_case(0);
+}
+
 int main(void)
 {
 	wf_err err = {0};
@@ -545,6 +600,7 @@ int main(void)
 	WF_RUN(test_precision_names);
 	WF_RUN(test_fused_conv_matches_ref);
 	WF_RUN(test_int8_conv_matches_ref);
+	WF_RUN(test_int8_tensors_between_convs);
 	WF_RUN(test_every_shared_case_in_bf16_matches_ref);
 	wf_backend_free(cpu_be);
 	wf_backend_free(ref_be);

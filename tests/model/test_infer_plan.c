@@ -1,7 +1,9 @@
 /* test_infer_plan.c: the cpu backend's fused inference plans (conv + bias +
  * residual add + relu/relu6 as one primitive, weights kept reordered, bf16
- * activations between convs) give the logits of the unfused forward, on
+ * activations between convs; int8 after a calibration) give the logits of
+ * the unfused forward, on
  * resnet20, mobilenetv2, resnet50 and nasnetmobile with batch norm folded as `weft export` does. */
+#include "model/calib.h"
 #include "model/fold.h"
 #include "model/model.h"
 #include "tests/test.h"
@@ -21,12 +23,9 @@ static double rel_diff(const float *a, const float *b, size_t n)
 	return d / mx;
 }
 
-/* Logits of an inference executor (fused) and of a training executor's
- * inference-mode forward (never fused) on the same batch. */
-static int logits_pair(wf_backend *be, wf_model *m, int n, float *fused, float *plain, int *nfused)
+/* n images of uniform noise in [-1, 1) for m, the same on every call. */
+static float *noise(const wf_model *m, int n)
 {
-	wf_err err = {0};
-	wf_exec *fx = NULL, *px = NULL;
 	size_t per = (size_t)m->in_h * m->in_w * m->in_c;
 	float *x = malloc(sizeof(float) * per * (size_t)n);
 	uint64_t s = 99;
@@ -34,6 +33,16 @@ static int logits_pair(wf_backend *be, wf_model *m, int n, float *fused, float *
 		s = s * 6364136223846793005ULL + 1442695040888963407ULL;
 		x[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 	}
+	return x;
+}
+
+/* Logits of an inference executor (fused) and of a training executor's
+ * inference-mode forward (never fused) on the same batch. */
+static int logits_pair(wf_backend *be, wf_model *m, int n, float *fused, float *plain, int *nfused)
+{
+	wf_err err = {0};
+	wf_exec *fx = NULL, *px = NULL;
+	float *x = noise(m, n);
 	int rc = wf_exec_create(&fx, m, be, n, 0, &err);
 	if (!rc)
 		rc = wf_exec_create(&px, m, be, n, 1, &err);
@@ -48,6 +57,32 @@ static int logits_pair(wf_backend *be, wf_model *m, int n, float *fused, float *
 	wf_exec_free(px);
 	free(x);
 	return rc;
+}
+
+/* The inference plan in precision prec (bf16; int8 on a calibrated model)
+ * against the fp32 unfused logits want [k] of the same batch of 3. */
+static void check_precision(wf_backend *be, wf_model *f, const char *name, const char *prec,
+			    double tol, const float *want, size_t k)
+{
+	wf_err err = {0};
+	wf_exec *ex = NULL;
+	const int n = 3;
+	float *c = malloc(sizeof(float) * k), *x = noise(f, n);
+	wf_backend_set_precision(be, prec, NULL, NULL);
+	int rc = wf_exec_create(&ex, f, be, n, 0, &err);
+	WF_CHECK_MSG(rc == 0, "%s", err.msg);
+	rc = rc ? rc : wf_exec_forward(ex, x, n, 0, 0) || wf_exec_logits(ex, c);
+	WF_CHECK_MSG(rc == 0, "%s", ex ? wf_exec_error(ex) : err.msg);
+	if (!strcmp(prec, "int8"))
+		WF_CHECK_MSG(ex && wf_exec_int8_convs(ex) > 0, "%s: no conv ran in int8", name);
+	double d = rel_diff(c, want, k);
+	WF_CHECK_MSG(!rc && d < tol, "%s %s: differs from fp32 by %.3g", name, prec, d);
+	printf("  %s: %s rel diff %.2g\n", name, prec, d);
+	fflush(stdout);
+	wf_backend_set_precision(be, "fp32", NULL, NULL);
+	wf_exec_free(ex);
+	free(x);
+	free(c);
 }
 
 static void check_model(wf_backend *be, const char *name)
@@ -88,31 +123,18 @@ static void check_model(wf_backend *be, const char *name)
 		       b[0]);
 		fflush(stdout);
 	}
-	if (be->caps & WF_CAP_BF16) {
-		/* bf16 inference plan against the fp32 unfused forward */
-		float *c = malloc(sizeof(float) * k);
-		wf_exec *ex = NULL;
-		size_t per = (size_t)f->in_h * f->in_w * f->in_c;
-		float *x = calloc(per * n, sizeof(float));
-		uint64_t s = 99;
-		for (size_t i = 0; i < per * (size_t)n; i++) {
-			s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-			x[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-		}
-		wf_backend_set_precision(be, "bf16", NULL, NULL);
-		int rc = wf_exec_create(&ex, f, be, n, 0, &err);
-		WF_CHECK_MSG(rc == 0, "%s", err.msg);
-		rc = rc ? rc : wf_exec_forward(ex, x, n, 0, 0) || wf_exec_logits(ex, c);
-		WF_CHECK_MSG(rc == 0, "%s", ex ? wf_exec_error(ex) : err.msg);
-		double d = rel_diff(c, b, k);
-		WF_CHECK_MSG(!rc && d < 0.08, "%s bf16: differs from fp32 by %.3g", name, d);
-		printf("  %s: bf16 rel diff %.2g\n", name, d);
-		fflush(stdout);
-		wf_backend_set_precision(be, "fp32", NULL, NULL);
-		wf_exec_free(ex);
-		free(x);
-		free(c);
-	}
+	if (be->caps & WF_CAP_BF16)
+		check_precision(be, f, name, "bf16", 0.08, b, k);
+	/* int8 after a calibration on the same batch (the max of each tensor) */
+	wf_calib *cal = NULL;
+	float *x = noise(f, n);
+	int rc = wf_calib_create(&cal, f, be, n, WF_CALIB_MAX, 0, &err);
+	rc = rc ? rc : wf_calib_add(cal, x, n, &err);
+	rc = rc ? rc : wf_calib_finish(cal, &err);
+	WF_CHECK_MSG(rc == 0, "%s: calibration: %s", name, err.msg);
+	wf_calib_free(cal);
+	free(x);
+	check_precision(be, f, name, "int8", 0.1, b, k);
 	free(a);
 	free(b);
 	wf_model_free(f);
