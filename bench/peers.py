@@ -2,7 +2,8 @@
 """The peer engines for bench_zoo and bench_train, run with the venv of
 bench/peers_venv.sh: PyTorch eager fp32 channels_last and bf16 autocast,
 ONNX Runtime fp32 (torch.onnx export of the same network), OpenVINO fp32 and
-bf16 (from the same ONNX file). The networks are those of torch_zoo.py
+bf16 (from the same ONNX file) and int8 (NNCF post-training quantisation of
+it, calibrated on noise, where nncf is installed). The networks are those of torch_zoo.py
 (resnet50, mobilenetv2 at 224x224) and torch_train.py (resnet20, smallcnn at
 32x32). Inference uses random input at each --infer-batch; training (torch
 only: SGD with momentum) at --train-batch. Prints one JSON line per
@@ -93,6 +94,21 @@ def infer(name, m, size, b, a, tmp):
                  timed(lambda: req.infer({0: xn}), a.reps, a.warmup))
     except Exception as e:  # noqa: BLE001
         print(f"peers: openvino {name}: {e}", file=sys.stderr)
+    try:  # post-training int8 with NNCF, calibrated on noise as bench_zoo calibrates weft
+        import nncf
+        import numpy as np
+        import openvino as ov
+        core = ov.Core()
+        rng = np.random.default_rng(11)
+        calib = [rng.standard_normal(xn.shape, dtype=np.float32) for _ in range(max(1, 8 // b))]
+        q = nncf.quantize(core.read_model(path), nncf.Dataset(calib),
+                          subset_size=len(calib))
+        cm = core.compile_model(q, "CPU", {"INFERENCE_NUM_THREADS": a.threads,
+                                           "PERFORMANCE_HINT": "LATENCY"})
+        req = cm.create_infer_request()
+        emit(name, "infer", b, "openvino-int8", timed(lambda: req.infer({0: xn}), a.reps, a.warmup))
+    except Exception as e:  # noqa: BLE001
+        print(f"peers: openvino int8 {name}: {e}", file=sys.stderr)
 
 
 def train(name, m, size, b, a, classes):
