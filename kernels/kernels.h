@@ -60,10 +60,13 @@ typedef struct wf_conv_desc {
 	/* int8 tensors between convs: io_q bit 1: the caller's x is already
 	 * quantised (u8/s8 as x_u8, scale qx); bit 2: y is written quantised,
 	 * round(y * qy) into u8 (y_u8) or s8 (saturating), after residual and
-	 * act (not with residual = 2) */
+	 * act; bit 4: the residual is quantised (u8/s8 as r_u8, scale qr). With
+	 * residual = 2 (in place) y and the residual have one data type. */
 	int io_q;
 	float qy;
 	int y_u8;
+	float qr;
+	int r_u8;
 } wf_conv_desc;
 
 typedef struct wf_dense_desc {

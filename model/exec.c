@@ -324,10 +324,20 @@ static int is_q(const wf_exec *ex, int j)
 	return ex->qy[j] > 0;
 }
 
+/* The u8-ness of layer j's quantised output. */
+static int res_u8(const wf_exec *ex, int j)
+{
+	float q;
+	char u8 = 0;
+	tensor_q(ex, j, &q, &u8);
+	return u8;
+}
+
 /* int8 (a backend set to int8 precision): each conv whose input has a
  * calibration range reads it quantised (tensor_q). A conv's output stays
  * quantised, in its own range's scale, when every reader is such a conv
- * reading it as input (not an add, a pool or the logits). */
+ * reading it as input or as the residual of its fused add (not a plain add,
+ * a pool or the logits). */
 static void plan_int8(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
@@ -354,11 +364,23 @@ static void plan_int8(wf_exec *ex)
 			for (int e = 0; e < m->layers[k].ninputs; e++) {
 				if (m->layers[k].inputs[e] != cur)
 					continue;
+				int f = ex->fuse_into[k];
+				if (f >= 0) { /* an add fused into an int8 conv, cur its residual */
+					ok &= ex->fuse_res[f] == cur && ex->qx[f] > 0;
+					continue;
+				}
 				int conv = ex->pad_skip[k] ? sole_consumer(m, k) : k;
-				ok &= e == 0 && conv >= 0 && ex->fuse_into[k] < 0 &&
-				      m->layers[conv].type == WF_LAYER_CONV2D && ex->qx[conv] > 0;
+				ok &= e == 0 && conv >= 0 && m->layers[conv].type == WF_LAYER_CONV2D &&
+				      ex->qx[conv] > 0;
 			}
 		ex->qy[i] = ok ? q : 0;
+	}
+	/* in place only into memory of the output's own data type */
+	for (int i = 0; i < m->nlayers; i++) {
+		int r = ex->fuse_res[i];
+		if (ex->res_inplace[i] && (is_q(ex, r) != (ex->qy[i] > 0) ||
+					   (ex->qy[i] > 0 && res_u8(ex, r) != ex->qyu8[i])))
+			ex->res_inplace[i] = 0;
 	}
 }
 
@@ -748,6 +770,12 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 			d.conv.io_q = (is_q(ex, l->inputs[0]) ? 1 : 0) | (ex->qy[i] > 0 ? 2 : 0);
 			d.conv.qy = ex->qy[i];
 			d.conv.y_u8 = ex->qyu8[i];
+			if (r >= 0 && is_q(ex, r)) {
+				char u8 = 0;
+				d.conv.io_q |= 4;
+				tensor_q(ex, r, &d.conv.qr, &u8);
+				d.conv.r_u8 = u8;
+			}
 			return wf_op_conv2d_forward_fused(be, plan, &d.conv, y, x,
 							  pv(ex, l->p_kernel), pv(ex, l->p_bias),
 							  r >= 0 ? ex->act[r] : NULL);

@@ -81,7 +81,7 @@ fail:
  * residual add (binary, source DNNL_ARG_ATTR_MULTIPLE_POST_OP(0); or sum
  * when the residual is y itself), act. */
 static int conv_fused_attr(wf_backend *be, const wf_conv_desc *d, const dnnl_memory_desc_t *y,
-			   float out_scale, dnnl_primitive_attr_t *attr)
+			   float dom, float out_scale, dnnl_primitive_attr_t *attr)
 {
 	int rc = wf_cpu_make_attr(be, 0, attr);
 	dnnl_post_ops_t po = NULL;
@@ -96,9 +96,9 @@ static int conv_fused_attr(wf_backend *be, const wf_conv_desc *d, const dnnl_mem
 		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f),
 			 fail);
 	else if (d->act == 2)
-		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.0f, 6.0f),
+		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.0f, 6.0f * dom),
 			 fail);
-	if (out_scale != 0) /* into the quantised output's scale */
+	if (out_scale != 0) /* out of the post-ops' scale dom */
 		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, out_scale,
 						      0.0f),
 			 fail);
@@ -126,7 +126,8 @@ static int conv_build_fwd(wf_backend *be, wf_plan *pl, int unused)
 	if (!rc)
 		rc = wf_cpu_md_bf16_nhwc(be, &r16, &r32);
 	if (!rc)
-		rc = conv_fused_attr(be, d, pl->bf16 && (d->io_bf16 & 4) ? &r16 : &r32, 0, &attr);
+		rc = conv_fused_attr(be, d, pl->bf16 && (d->io_bf16 & 4) ? &r16 : &r32, 1.0f, 0,
+				     &attr);
 	if (!rc)
 		rc = wf_cpu_op_create_attr(be, pl, &cd, NULL, 0, attr, &pl->fwd.prim);
 	if (attr)
@@ -191,7 +192,10 @@ static void weight_scales(const wf_conv_desc *d, const float *w, float *sw)
  * read as it is when io_q says it is quantised); the weights -> s8 per output
  * channel once (w_once); the conv accumulates in s32 and its output scales
  * 1 / (qx * sw[oc]) bring y back to float before the fused residual and act,
- * then (io_q bit 2) a linear post-op scales it by qy into a u8/s8 y. oneDNN
+ * then (io_q bit 2) a linear post-op scales it by qy into a u8/s8 y. A
+ * quantised residual (bit 4) is added raw, the post-ops then working in its
+ * scale qr (output scales qr / (qx * sw[oc]), relu6 clipped at 6 qr, the
+ * final linear qy / qr, or 1 / qr back to float). oneDNN
  * 2.x adds the bias before the output scales, so the plan keeps it
  * multiplied by qx * sw[oc]. */
 static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
@@ -209,12 +213,17 @@ static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
 	if (!sw || !os || (d->bias && !bq))
 		return be->err.code;
 	weight_scales(d, w, sw);
+	/* the post-ops run in the quantised residual's scale ps (a raw u8/s8
+	 * residual is then added as it is), else in real values (ps = 1) */
+	float ps = (d->io_q & 4) ? d->qr : 1.0f;
+	float lin = (d->io_q & 2) ? d->qy / ps : ps != 1.0f ? 1.0f / ps : 0;
 	for (int o = 0; o < d->oc; o++) {
-		os[o] = 1.0f / (d->qx * sw[o]);
+		os[o] = ps / (d->qx * sw[o]);
 		if (bq)
 			bq[o] = b[o] * d->qx * sw[o];
 	}
 	int rc = conv_mds_init(be, d, 0, &m);
+	dnnl_memory_desc_t rmd = m.y;
 	if (!rc)
 		rc = wf_cpu_md_tag_dt(be, &m.xa, 4, m.x.dims, d->x_u8 ? dnnl_u8 : dnnl_s8,
 				      dnnl_nhwc);
@@ -225,8 +234,11 @@ static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
 		rc = wf_cpu_md_tag_dt(be, &m.wa, m.w.ndims, m.w.dims, dnnl_s8, dnnl_format_tag_any);
 	if (!rc)
 		rc = conv_fwd_desc(be, d, &m, &cd);
+	if (!rc && (d->io_q & 4))
+		rc = wf_cpu_md_tag_dt(be, &rmd, 4, m.y.dims, d->r_u8 ? dnnl_u8 : dnnl_s8,
+				      dnnl_nhwc);
 	if (!rc)
-		rc = conv_fused_attr(be, d, &m.y, (d->io_q & 2) ? d->qy : 0, &attr);
+		rc = conv_fused_attr(be, d, &rmd, ps, lin, &attr);
 	if (rc)
 		goto fail;
 	DN_CHECK(dnnl_primitive_attr_set_output_scales(attr, d->oc, 1 << 1, os), fail);
@@ -251,7 +263,7 @@ static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
 		rc = wf_cpu_reorder_scaled(be, pl, pl->f_w, pw, d->oc, d->groups == 1 ? 1 : 3, sw,
 					   &pl->w_once);
 	if (!rc && d->residual == 1) {
-		rc = wf_cpu_plan_mem(be, pl, &m.y, DNNL_MEMORY_NONE, &pl->f_r);
+		rc = wf_cpu_plan_mem(be, pl, &rmd, DNNL_MEMORY_NONE, &pl->f_r);
 		if (!rc)
 			wf_cpu_op_arg(op, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
 				      pl->f_r);

@@ -562,7 +562,35 @@ static void int8_chain_case(int act)
 	}
 	WF_CHECK_MSG(worst <= 3e-2 * mx, "int8 chain act %d: |d| %.3g > %.3g", act, worst,
 		     3e-2 * mx);
-	/* an in-place residual cannot take a quantised y: refused, naming io_q */
+	/* the residual quantised too (s8, scale from its range), added raw:
+	 * into a float y, then in place into a quantised y of its own type */
+	double rmax = 0, wmax = 0;
+	for (size_t i = 0; i < nx; i++)
+		rmax = fmax(rmax, fabs(r[i])), wmax = fmax(wmax, fabs(want[i]));
+	int8_t *rq = malloc(nx), *yq = malloc(nx);
+	float qr = (float)(127 / rmax), qy = (float)(127 / wmax);
+	for (size_t i = 0; i < nx; i++)
+		rq[i] = (int8_t)lrintf(r[i] * qr);
+	b.io_q = 1 | 4, b.qr = qr, b.r_u8 = 0;
+	wf_backend_plan_free(cpu_be, &p4);
+	rc = wf_op_conv2d_forward_fused(cpu_be, &p4, &b, got, (float *)q, wb, bb, (float *)rq);
+	WF_CHECK_MSG(rc == 0, "%s", cpu_be->err.msg);
+	memcpy(yq, rq, nx);
+	b.residual = 2, b.io_q = 1 | 2 | 4, b.qy = qy, b.y_u8 = 0;
+	rc = wf_op_conv2d_forward_fused(cpu_be, &p3, &b, (float *)yq, (float *)q, wb, bb, NULL);
+	WF_CHECK_MSG(rc == 0, "%s", cpu_be->err.msg);
+	double w1 = 0, w2 = 0;
+	for (size_t i = 0; i < nx; i++) {
+		w1 = fmax(w1, fabs((double)got[i] - want[i]));
+		w2 = fmax(w2, fabs((double)yq[i] / qy - want[i]));
+	}
+	WF_CHECK_MSG(w1 <= 3e-2 * mx && w2 <= 3e-2 * mx,
+		     "int8 chain act %d, quantised residual: |d| %.3g (float y), %.3g (in place) > "
+		     "%.3g",
+		     act, w1, w2, 3e-2 * mx);
+	free(rq), free(yq);
+	wf_backend_plan_free(cpu_be, &p3);
+	/* an in-place residual and y of different data types: refused, naming io_q */
 	a.residual = 2;
 	WF_CHECK_INT(wf_op_conv2d_forward_fused(cpu_be, &p3, &a, t, x, wa, ba, NULL), WF_EINVAL);
 	WF_CHECK(strstr(cpu_be->err.msg, "io_q") != NULL);
