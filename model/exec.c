@@ -352,7 +352,7 @@ static void plan_int8(wf_exec *ex)
 		}
 	}
 	for (int i = 0; i < m->nlayers; i++) {
-		if (ex->qx[i] == 0 || ex->res_inplace[i])
+		if (ex->qx[i] == 0)
 			continue;
 		int cur = i;
 		for (int j = i + 1; j < m->nlayers; j++)
@@ -370,8 +370,8 @@ static void plan_int8(wf_exec *ex)
 					continue;
 				}
 				int conv = ex->pad_skip[k] ? sole_consumer(m, k) : k;
-				ok &= e == 0 && conv >= 0 && m->layers[conv].type == WF_LAYER_CONV2D &&
-				      ex->qx[conv] > 0;
+				ok &= e == 0 && conv >= 0 &&
+				      m->layers[conv].type == WF_LAYER_CONV2D && ex->qx[conv] > 0;
 			}
 		ex->qy[i] = ok ? q : 0;
 	}

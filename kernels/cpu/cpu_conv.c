@@ -96,8 +96,9 @@ static int conv_fused_attr(wf_backend *be, const wf_conv_desc *d, const dnnl_mem
 		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f),
 			 fail);
 	else if (d->act == 2)
-		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.0f, 6.0f * dom),
-			 fail);
+		DN_CHECK(
+			dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip, 0.0f, 6.0f * dom),
+			fail);
 	if (out_scale != 0) /* out of the post-ops' scale dom */
 		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_linear, out_scale,
 						      0.0f),
