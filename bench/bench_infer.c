@@ -2,7 +2,10 @@
  * on one model: the ceiling that weft-serve's HTTP throughput is compared
  * with in bench_serve.sh. Prints one JSON line.
  *   weft-bench-infer (--model FILE.h5 | --zoo NAME [--save FILE.h5])
- *                    [--batch 32] [--seconds 3] [--device auto] [--threads 0] */
+ *                    [--batch 32] [--seconds 3] [--device auto] [--threads 0]
+ *                    [--precision P]
+ * Precision: --precision, else the model file's (as weft-serve serves it),
+ * else fp32; the JSON names the one it ran in. */
 #include "common/util.h"
 #include "model/fold.h"
 #include "model/model.h"
@@ -13,7 +16,7 @@
 
 int main(int argc, char **argv)
 {
-	const char *model = NULL, *zoo = NULL, *save = NULL, *device = "auto";
+	const char *model = NULL, *zoo = NULL, *save = NULL, *device = "auto", *prec = NULL;
 	int batch = 32, threads = 0;
 	double seconds = 3;
 	for (int i = 1; i + 1 < argc; i += 2) {
@@ -32,6 +35,8 @@ int main(int argc, char **argv)
 			threads = atoi(v);
 		else if (!strcmp(a, "--seconds"))
 			seconds = atof(v);
+		else if (!strcmp(a, "--precision"))
+			prec = v;
 		else {
 			fprintf(stderr, "weft-bench-infer: unknown flag %s\n", a);
 			return 1;
@@ -39,7 +44,8 @@ int main(int argc, char **argv)
 	}
 	if ((!model && !zoo) || batch < 1) {
 		fprintf(stderr, "usage: weft-bench-infer (--model FILE.h5 | --zoo NAME [--save "
-				"FILE.h5]) [--batch N] [--seconds S] [--device D] [--threads N]\n");
+				"FILE.h5]) [--batch N] [--seconds S] [--device D] [--threads N] "
+				"[--precision P]\n");
 		return 1;
 	}
 	wf_model *m = NULL;
@@ -62,8 +68,12 @@ int main(int argc, char **argv)
 				rc = wf_model_save(m, &meta, save, &err);
 		}
 	}
+	const char *used = "fp32";
 	if (!rc)
 		rc = wf_backend_create(&be, device, threads, &err);
+	if (!rc)
+		rc = wf_backend_set_precision(
+			be, prec ? prec : meta.precision[0] ? meta.precision : "fp32", &used, &err);
 	if (!rc)
 		rc = wf_exec_create(&ex, m, be, batch, 0, &err);
 	if (rc)
@@ -87,8 +97,9 @@ int main(int argc, char **argv)
 		wf_errf(&err, WF_EINTERNAL, "forward failed: %s", wf_exec_error(ex));
 		goto out;
 	}
-	printf("{\"device\":\"%s\",\"batch\":%d,\"images_per_sec\":%.2f,\"ms_per_batch\":%.3f}\n",
-	       be->name, batch, iters * batch / el, 1e3 * el / iters);
+	printf("{\"device\":\"%s\",\"precision\":\"%s\",\"int8_convs\":%d,\"batch\":%d,"
+	       "\"images_per_sec\":%.2f,\"ms_per_batch\":%.3f}\n",
+	       be->name, used, wf_exec_int8_convs(ex), batch, iters * batch / el, 1e3 * el / iters);
 out:
 	if (rc)
 		fprintf(stderr, "weft-bench-infer: %s\n", err.msg);

@@ -20,7 +20,9 @@
 # WINDOW_MS (perf_analyzer's measurement window, 15000: windows must be long
 # against the seconds a request waits at concurrency 50, or the count of
 # requests completed inside a window falls short of the server's rate),
-# SERVE_ENV (a command prefix for weft-serve: "env OMP_WAIT_POLICY=passive").
+# SERVE_ENV (a command prefix for weft-serve: "env OMP_WAIT_POLICY=passive"),
+# PRECISION (fp32; int8: each model exported with --quantize int8, calibrated
+# on 16 synthetic images, served and measured in-process in int8).
 set -euo pipefail
 BUILD=${1:-${WEFT_BUILD:-build}}
 MODELS=${2:-"resnet50 mobilenetv2"}
@@ -33,7 +35,8 @@ CONC=${CONCURRENCY:-50}
 SECS=${SECS:-10}
 WINDOW=${WINDOW_MS:-15000}
 HERE=$(cd "$(dirname "$0")" && pwd)
-for b in weft-serve bench/weft-bench-infer tests/serve_tool; do
+PRECISION=${PRECISION:-fp32}
+for b in weft weft-serve bench/weft-bench-infer tests/serve_tool; do
 	[ -x "$BUILD/$b" ] || { echo "bench_perf_analyzer: $BUILD/$b not built" >&2; exit 1; }
 done
 VENV=$("$HERE/../scripts/client-venv.sh") || exit $?
@@ -50,13 +53,22 @@ cleanup() {
 }
 trap cleanup EXIT
 echo "bench_perf_analyzer: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "224x224x3, cpu, $THREADS compute threads (weft-serve: $BATCH_THREADS batch thread(s) x $PER_BATCH), batch $MAXB, concurrency $CONC, $REPEATS round(s)"
+echo "224x224x3, cpu, $PRECISION, $THREADS compute threads (weft-serve: $BATCH_THREADS batch thread(s) x $PER_BATCH), batch $MAXB, concurrency $CONC, $REPEATS round(s)"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port)
 GRPC=$(free_port)
+[ "$PRECISION" = int8 ] &&
+	"$BUILD/weft" data synth --out "$TMP/calib.h5" --count 16 --size 224 >/dev/null
 for m in $MODELS; do
-	mkdir -p "$TMP/repo/$m/1"
-	"$BUILD/tests/serve_tool" model "$m" "$TMP/repo/$m/1/model.h5" 1 224 >/dev/null
+	mkdir -p "$TMP/repo/$m"
+	if [ "$PRECISION" = int8 ]; then # random weights: the accuracy check means nothing
+		"$BUILD/tests/serve_tool" model "$m" "$TMP/$m.h5" 1 224 >/dev/null
+		"$BUILD/weft" export --model "$TMP/$m.h5" --out "$TMP/repo/$m/1" --quantize int8 \
+			--calibrate "$TMP/calib.h5" --calibration-samples 16 --force >/dev/null 2>&1
+	else
+		mkdir -p "$TMP/repo/$m/1"
+		"$BUILD/tests/serve_tool" model "$m" "$TMP/repo/$m/1/model.h5" 1 224 >/dev/null
+	fi
 done
 ${SERVE_ENV:-} "$BUILD/weft-serve" --model_repository "$TMP/repo" --rest_api_port "$PORT" --port 0 --grpc_port "$GRPC" --bind_address 127.0.0.1 \
 	--device cpu --enable_batching --max_batch_size "$MAXB" --batch_timeout_micros 5000 \

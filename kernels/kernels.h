@@ -61,7 +61,8 @@ typedef struct wf_conv_desc {
 	 * quantised (u8/s8 as x_u8, scale qx); bit 2: y is written quantised,
 	 * round(y * qy) into u8 (y_u8) or s8 (saturating), after residual and
 	 * act; bit 4: the residual is quantised (u8/s8 as r_u8, scale qr). With
-	 * residual = 2 (in place) y and the residual have one data type. */
+	 * residual = 2 (in place) y and the residual are both quantised or both
+	 * float. */
 	int io_q;
 	float qy;
 	int y_u8;

@@ -218,12 +218,12 @@ static int check_conv_fused(wf_backend *be, const wf_conv_desc *d, const float *
 	int yq = (d->io_q & 2) != 0, rq = (d->io_q & 4) != 0;
 	if ((d->io_q & ~7) || (d->io_q && !(d->qx > 0)) || (yq && !(d->qy > 0 && d->qy < 1e30f)) ||
 	    (rq && !(d->qr > 0 && d->qr < 1e30f)) || (rq && !d->residual) ||
-	    (d->residual == 2 && (yq != rq || (yq && d->y_u8 != d->r_u8))))
+	    (d->residual == 2 && yq != rq))
 		return wf_errf(
 			&be->err, WF_EINVAL,
 			"conv2d: io_q=%d (int8 tensors) needs qx > 0, finite qy > 0 for a "
 			"quantised y (got %g), qr > 0 and a residual for a quantised residual "
-			"(got %g), one data type for y and an in-place residual",
+			"(got %g), y and an in-place residual both quantised or both not",
 			d->io_q, (double)d->qy, (double)d->qr);
 	return 0;
 }

@@ -324,15 +324,6 @@ static int is_q(const wf_exec *ex, int j)
 	return ex->qy[j] > 0;
 }
 
-/* The u8-ness of layer j's quantised output. */
-static int res_u8(const wf_exec *ex, int j)
-{
-	float q;
-	char u8 = 0;
-	tensor_q(ex, j, &q, &u8);
-	return u8;
-}
-
 /* int8 (a backend set to int8 precision): each conv whose input has a
  * calibration range reads it quantised (tensor_q). A conv's output stays
  * quantised, in its own range's scale, when every reader is such a conv
@@ -375,13 +366,11 @@ static void plan_int8(wf_exec *ex)
 			}
 		ex->qy[i] = ok ? q : 0;
 	}
-	/* in place only into memory of the output's own data type */
-	for (int i = 0; i < m->nlayers; i++) {
-		int r = ex->fuse_res[i];
-		if (ex->res_inplace[i] && (is_q(ex, r) != (ex->qy[i] > 0) ||
-					   (ex->qy[i] > 0 && res_u8(ex, r) != ex->qyu8[i])))
+	/* in place only into memory of the output's own size: float into float,
+	 * u8/s8 into u8/s8 */
+	for (int i = 0; i < m->nlayers; i++)
+		if (ex->res_inplace[i] && is_q(ex, ex->fuse_res[i]) != (ex->qy[i] > 0))
 			ex->res_inplace[i] = 0;
-	}
 }
 
 /* Plan the activation arena; returns its size in bytes. */

@@ -90,8 +90,12 @@ static int conv_fused_attr(wf_backend *be, const wf_conv_desc *d, const dnnl_mem
 	DN_CHECK(dnnl_post_ops_create(&po), fail);
 	if (d->residual == 1)
 		DN_CHECK(dnnl_post_ops_append_binary(po, dnnl_binary_add, y), fail);
-	else if (d->residual == 2)
-		DN_CHECK(dnnl_post_ops_append_sum(po, 1.0f), fail);
+	else if (d->residual == 2) /* the residual's own type: s8 under a u8 y */
+		DN_CHECK(dnnl_post_ops_append_sum_v2(po, 1.0f,
+						     !(d->io_q & 4) ? dnnl_data_type_undef
+						     : d->r_u8	    ? dnnl_u8
+								    : dnnl_s8),
+			 fail);
 	if (d->act == 1)
 		DN_CHECK(dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f),
 			 fail);
