@@ -310,7 +310,7 @@ static int tensor_q(const wf_exec *ex, int j, float *scale, char *u8)
 		return 0;
 	*u8 = l->range[0] >= 0;
 	float amax = *u8 ? l->range[1] : fmaxf(-l->range[0], l->range[1]);
-	*scale = amax > 1e-30f ? (*u8 ? 255.0f : 127.0f) / amax : 1.0f;
+	*scale = (*u8 ? 255.0f : 127.0f) / fmaxf(amax, 1e-20f); /* a range of zeros: any */
 	return 1;
 }
 

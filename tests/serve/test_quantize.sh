@@ -46,7 +46,7 @@ python3 "$WEFT_SRC/tests/trainer/make_digits.py" eval.bin 1000 2
 train() { # train NAME STEPS extra-settings...
 	local name=$1 steps=$2
 	shift 2
-	"$WEFT" train --config "$WEFT_SRC/configs/synth-resnet20.json" --device cpu --threads 2 \
+	"$WEFT" train --config "$WEFT_SRC/configs/synth-resnet20.json" --device cpu --threads 1 \
 		--no-progress-line --set model.bn_momentum=0.9 --set data.train=train.h5 \
 		--set data.eval=eval.h5 --set train.steps="$steps" --set train.batch_size=32 \
 		--set train.eval_every_steps="$steps" --set checkpoint.dir="$name/ckpt" \
@@ -59,7 +59,7 @@ train mnv2 600 --set model.name=mobilenetv2 --set model.alpha=0.35 --set optimiz
 
 for name in r20 mnv2; do
 	"$WEFT" export --checkpoint $name/ckpt --out models/$name --quantize int8 --calibrate train.h5 \
-		--calibration-samples 256 --eval-data eval.h5 --threads 2 >export-$name.txt 2>&1 ||
+		--calibration-samples 256 --eval-data eval.h5 --threads 1 >export-$name.txt 2>&1 ||
 		{ cat export-$name.txt; fail "$name: export --quantize int8 failed"; }
 	cat export-$name.txt
 	line=$(grep "^int8: " export-$name.txt) || fail "$name: no int8 line"
@@ -73,9 +73,9 @@ print(m.group(1), float(m.group(2)) / 100, float(m.group(3)) / 100)' "$line")
 	within_point "$a32" "$a8" "$name: export's fp32 and int8 top-1"
 	"$WEFT" inspect --model models/$name/1/model.h5 >inspect-$name.txt
 	grep -q "serving precision int8" inspect-$name.txt || fail "$name: the file does not say int8"
-	"$WEFT" eval --model models/$name/1/model.h5 --data eval.h5 --device cpu --threads 2 \
+	"$WEFT" eval --model models/$name/1/model.h5 --data eval.h5 --device cpu --threads 1 \
 		>eval8-$name.txt 2>&1 || { cat eval8-$name.txt; fail "$name: eval failed"; }
-	"$WEFT" eval --model models/$name/1/model.h5 --data eval.h5 --device cpu --threads 2 \
+	"$WEFT" eval --model models/$name/1/model.h5 --data eval.h5 --device cpu --threads 1 \
 		--precision fp32 >eval32-$name.txt 2>&1
 	grep -q "int8)" eval8-$name.txt || fail "$name: weft eval did not run int8: $(cat eval8-$name.txt)"
 	grep -q "fp32)" eval32-$name.txt || fail "$name: --precision fp32 ignored"
@@ -103,7 +103,7 @@ expect_error "calibration-method" "$WEFT" export --checkpoint r20/ckpt --out mod
 expect_error "no calibration ranges" "$WEFT" export --checkpoint r20/ckpt --out models/x --precision int8
 expect_error "nope.h5" "$WEFT" export --checkpoint r20/ckpt --out models/x --quantize int8 --calibrate nope.h5
 # an uncalibrated model evaluated with --precision int8 runs fp32 and says so
-"$WEFT" eval --model r20/ckpt/step-200/model.h5 --data eval.h5 --device cpu --threads 2 \
+"$WEFT" eval --model r20/ckpt/step-200/model.h5 --data eval.h5 --device cpu --threads 1 \
 	--precision int8 >eval-plain.txt 2>&1
 grep -q "no int8 calibration" eval-plain.txt || fail "no notice for int8 without calibration"
 
@@ -116,7 +116,7 @@ fi
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 "$WEFT_SERVE" --model_name mnv2 --model_base_path models/mnv2 --rest_api_port "$PORT" --port 0 \
 	--grpc_port 0 --bind_address 127.0.0.1 --enable_batching --file_system_poll_wait_seconds 0 \
-	--device cpu >serve.log 2>&1 &
+	--device cpu --threads 1 >serve.log 2>&1 &
 SERVE_PID=$!
 for _ in $(seq 300); do
 	curl -sf "http://127.0.0.1:$PORT/v2/health/ready" >/dev/null && break
