@@ -114,6 +114,16 @@ fail:
 	return rc;
 }
 
+/* The residual of a binary post-op: a caller buffer of layout md, bound per
+ * call (pl->f_r). */
+static int bind_residual(wf_backend *be, wf_plan *pl, dn_op *op, const dnnl_memory_desc_t *md)
+{
+	int rc = wf_cpu_plan_mem(be, pl, md, DNNL_MEMORY_NONE, &pl->f_r);
+	if (!rc)
+		wf_cpu_op_arg(op, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, pl->f_r);
+	return rc;
+}
+
 static int conv_build_fwd(wf_backend *be, wf_plan *pl, int unused)
 {
 	(void)unused;
@@ -153,12 +163,8 @@ static int conv_build_fwd(wf_backend *be, wf_plan *pl, int unused)
 		rc = pl->bf16 && (d->io_bf16 & 4)
 			     ? wf_cpu_md_bf16_nhwc(be, &rmd, &m.y)
 			     : wf_cpu_md_nhwc(be, &rmd, d->n, d->oh, d->ow, d->oc);
-	if (!rc && d->residual == 1) {
-		rc = wf_cpu_plan_mem(be, pl, &rmd, DNNL_MEMORY_NONE, &pl->f_r);
-		if (!rc)
-			wf_cpu_op_arg(op, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
-				      pl->f_r);
-	}
+	if (!rc && d->residual == 1)
+		rc = bind_residual(be, pl, op, &rmd);
 	if (!rc)
 		rc = wf_cpu_bind_out(be, pl, &pl->fwd, &m.y, wf_cpu_pd_md(op, dnnl_query_dst_md),
 				     &pl->f_y, &py);
@@ -267,12 +273,8 @@ static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
 	if (!rc)
 		rc = wf_cpu_reorder_scaled(be, pl, pl->f_w, pw, d->oc, d->groups == 1 ? 1 : 3, sw,
 					   &pl->w_once);
-	if (!rc && d->residual == 1) {
-		rc = wf_cpu_plan_mem(be, pl, &rmd, DNNL_MEMORY_NONE, &pl->f_r);
-		if (!rc)
-			wf_cpu_op_arg(op, DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1,
-				      pl->f_r);
-	}
+	if (!rc && d->residual == 1)
+		rc = bind_residual(be, pl, op, &rmd);
 	if (!rc)
 		rc = wf_cpu_plan_mem(be, pl, &m.ya, DNNL_MEMORY_NONE, &pl->f_y);
 	if (!rc && d->bias)

@@ -7,33 +7,8 @@
 # step, incomplete step), and export.dir giving versions 1 then 2 on two runs.
 # Where weft-serve is built, the exported versions are served and scored.
 set -euo pipefail
-: "${WEFT:?set by ctest}" "${WEFT_EXPORT_CHECK:?set by ctest}"
-command -v python3 >/dev/null || { echo "skip: python3 not found"; exit 77; }
-WORK=$(mktemp -d /tmp/weft-export-test.XXXXXX)
-SERVE_PID=
-cleanup() {
-	if [ -n "$SERVE_PID" ]; then
-		kill "$SERVE_PID" 2>/dev/null || true
-		wait "$SERVE_PID" 2>/dev/null || true
-	fi
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-cd "$WORK"
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
-json() { # json FILE EXPR: evaluate EXPR on the JSON document in FILE as `d`
-	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
-}
-expect_error() { # want-substring command...
-	local want=$1 rc=0
-	shift
-	"$@" >out.txt 2>err.txt || rc=$?
-	[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "$*: exit $rc, want 1..127"
-	grep -q -- "$want" err.txt || fail "$*: error does not mention '$want': $(cat err.txt)"
-}
+: "${WEFT:?set by ctest}" "${WEFT_SRC:?set by ctest}" "${WEFT_EXPORT_CHECK:?set by ctest}"
+. "$WEFT_SRC/tests/serve/export_lib.sh"
 
 "$WEFT" data synth --out train.h5 --count 512 --size 16 --seed 1 >/dev/null
 "$WEFT" data synth --out eval.h5 --count 200 --size 16 --seed 2 >/dev/null

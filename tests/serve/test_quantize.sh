@@ -10,29 +10,7 @@
 # weft eval (skipped where weft-serve is not built).
 set -euo pipefail
 : "${WEFT:?set by ctest}" "${WEFT_SRC:?set by ctest}"
-command -v python3 >/dev/null || { echo "skip: python3 not found"; exit 77; }
-WORK=$(mktemp -d /tmp/weft-quantize-test.XXXXXX)
-SERVE_PID=
-cleanup() {
-	if [ -n "$SERVE_PID" ]; then
-		kill "$SERVE_PID" 2>/dev/null || true
-		wait "$SERVE_PID" 2>/dev/null || true
-	fi
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-cd "$WORK"
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
-expect_error() { # want-substring command...
-	local want=$1 rc=0
-	shift
-	"$@" >out.txt 2>err.txt || rc=$?
-	[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "$*: exit $rc, want 1..127"
-	grep -q -- "$want" err.txt || fail "$*: error does not mention '$want': $(cat err.txt)"
-}
+. "$WEFT_SRC/tests/serve/export_lib.sh"
 within_point() { # within_point A B WHAT: |A - B| <= 0.01 (fractions)
 	python3 -c 'import sys; sys.exit(0 if abs(float(sys.argv[1]) - float(sys.argv[2])) <= 0.01 else 1)' \
 		"$1" "$2" || fail "$3: $1 and $2 differ by more than a point"
