@@ -72,8 +72,11 @@ int main(int argc, char **argv)
 	if (!rc)
 		rc = wf_backend_create(&be, device, threads, &err);
 	if (!rc)
-		rc = wf_backend_set_precision(
-			be, prec ? prec : meta.precision[0] ? meta.precision : "fp32", &used, &err);
+		rc = wf_backend_set_precision(be,
+					      prec		  ? prec
+					      : meta.precision[0] ? meta.precision
+								  : "fp32",
+					      &used, &err);
 	if (!rc)
 		rc = wf_exec_create(&ex, m, be, batch, 0, &err);
 	if (rc)

@@ -130,7 +130,8 @@ int wf_backend_set_precision(wf_backend *be, const char *want, const char **used
 	int int8 = want && strcmp(want, "int8") == 0;
 	if (!is_auto && !bf16 && !int8 &&
 	    !(want && (strcmp(want, "fp32") == 0 || strcmp(want, "float32") == 0)))
-		return wf_errf(err, WF_EINVAL, "precision '%s' is not one of fp32, bf16, int8, auto",
+		return wf_errf(err, WF_EINVAL,
+			       "precision '%s' is not one of fp32, bf16, int8, auto",
 			       want ? want : "(null)");
 	int on = (bf16 || is_auto) && (be->caps & WF_CAP_BF16);
 	be->int8 = int8 && (be->caps & WF_CAP_INT8);

@@ -249,15 +249,15 @@ typedef struct wf_backend_opts {
 struct wf_backend {
 	const char *name; /* "ref", "cpu", "cuda" */
 	const wf_backend_ops *ops;
-	void *ctx;		   /* backend-private */
-	int threads;		   /* worker threads (cpu); 0 = library default */
-	wf_err err;		   /* cause of the last failed op */
-	unsigned caps;		   /* WF_CAP_* the hardware offers this backend */
-	const char *precisions;	   /* compute precisions it runs ("fp32 bf16"); set by init */
-	int bf16;		   /* conv/dense/pool compute in bf16 for plans built from now on */
-	int int8; /* inference executors created from now on run the convs a model has
-		   * calibration ranges for in int8 (the rest in fp32) */
-	wf_backend_opts opts;	   /* as created */
+	void *ctx;		/* backend-private */
+	int threads;		/* worker threads (cpu); 0 = library default */
+	wf_err err;		/* cause of the last failed op */
+	unsigned caps;		/* WF_CAP_* the hardware offers this backend */
+	const char *precisions; /* compute precisions it runs ("fp32 bf16"); set by init */
+	int bf16;		/* conv/dense/pool compute in bf16 for plans built from now on */
+	int int8;		/* inference executors created from now on run the convs a model has
+				 * calibration ranges for in int8 (the rest in fp32) */
+	wf_backend_opts opts;	/* as created */
 	unsigned long plans_built; /* plans built or rebuilt so far (cpu): reuse is visible */
 	struct wf_op_prof *prof;   /* per-op times while profiling (ops.h), else NULL */
 };

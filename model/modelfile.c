@@ -234,9 +234,10 @@ static int parse_preprocessing(const char *text, wf_model_meta *meta, const char
 	if ((v = json_object_get(p, "precision"))) {
 		const char *s = json_string_value(v);
 		if (!s || !wf_model_precision_ok(s)) {
-			rc = wf_errf(err, WF_EFORMAT,
-				     "%s: preprocessing.precision: expected fp32, bf16, int8 or auto",
-				     path);
+			rc = wf_errf(
+				err, WF_EFORMAT,
+				"%s: preprocessing.precision: expected fp32, bf16, int8 or auto",
+				path);
 			goto done;
 		}
 		snprintf(meta->precision, sizeof(meta->precision), "%s", s);

@@ -9,14 +9,14 @@
 #include "model/model.h"
 
 typedef struct wf_quantize_opts {
-	const char *calib_data;	 /* dataset file the calibration samples come from */
-	long samples;		 /* calibration samples (the first ones of calib_data) */
-	wf_calib_method method;	 /* how ranges are taken */
-	double percentile;	 /* WF_CALIB_PERCENTILE: of |x| */
-	const char *eval_data;	 /* labelled dataset for the accuracy check (NULL: calib_data) */
-	double max_drop;	 /* top-1 points int8 may lose against fp32 */
-	int force;		 /* write even when the drop is larger */
-	int threads;		 /* cpu threads (0: default) */
+	const char *calib_data; /* dataset file the calibration samples come from */
+	long samples;		/* calibration samples (the first ones of calib_data) */
+	wf_calib_method method; /* how ranges are taken */
+	double percentile;	/* WF_CALIB_PERCENTILE: of |x| */
+	const char *eval_data;	/* labelled dataset for the accuracy check (NULL: calib_data) */
+	double max_drop;	/* top-1 points int8 may lose against fp32 */
+	int force;		/* write even when the drop is larger */
+	int threads;		/* cpu threads (0: default) */
 } wf_quantize_opts;
 
 /* Calibrate m (folded, parameters on the host) into its graph's ranges,

@@ -166,8 +166,8 @@ int wf_cpu_op_create(wf_backend *be, wf_plan *pl, const void *op_desc,
 		     const_dnnl_primitive_desc_t hint, int sum, dn_op **out);
 /* A reorder dst = src * scales: n scales over the dims in mask (n = 1, mask
  * 0: one for all). */
-int wf_cpu_reorder_scaled(wf_backend *be, wf_plan *pl, dnnl_memory_t src, dnnl_memory_t dst,
-			  int n, int mask, const float *scales, dn_op **out);
+int wf_cpu_reorder_scaled(wf_backend *be, wf_plan *pl, dnnl_memory_t src, dnnl_memory_t dst, int n,
+			  int mask, const float *scales, dn_op **out);
 /* A reorder src -> dst (dst += reorder(src) when sum != 0). */
 int wf_cpu_reorder_create(wf_backend *be, wf_plan *pl, dnnl_memory_t src, dnnl_memory_t dst,
 			  int sum, dn_op **out);
