@@ -1,6 +1,6 @@
 # export_lib.sh: what the export and quantize script tests share (sourced):
 # $WORK (a fresh directory, the current one, removed on exit with the
-# weft-serve of $SERVE_PID), fail, json, expect_error.
+# weft-serve of $SERVE_PID), fail, json, expect_error, start_serve.
 command -v python3 >/dev/null || { echo "skip: python3 not found"; exit 77; }
 WORK=$(mktemp -d /tmp/weft-export-test.XXXXXX)
 SERVE_PID=
@@ -26,4 +26,17 @@ expect_error() { # want-substring command...
 	"$@" >out.txt 2>err.txt || rc=$?
 	[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "$*: exit $rc, want 1..127"
 	grep -q -- "$want" err.txt || fail "$*: error does not mention '$want': $(cat err.txt)"
+}
+start_serve() { # start_serve LOG ARGS...: weft-serve ARGS on loopback, REST on a free $PORT, until ready
+	local log=$1
+	shift
+	PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	"$WEFT_SERVE" --rest_api_port "$PORT" --bind_address 127.0.0.1 "$@" >"$log" 2>&1 &
+	SERVE_PID=$!
+	for _ in $(seq 300); do
+		curl -sf "http://127.0.0.1:$PORT/v2/health/ready" >/dev/null && return 0
+		kill -0 "$SERVE_PID" 2>/dev/null || { cat "$log"; fail "weft-serve exited"; }
+		sleep 0.1
+	done
+	fail "weft-serve not ready after 30 s: $(cat "$log")"
 }

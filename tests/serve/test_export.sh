@@ -100,16 +100,8 @@ if [ -z "${WEFT_SERVE:-}" ] || [ ! -x "$WEFT_SERVE" ]; then
 	echo "PASS"
 	exit 0
 fi
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$WEFT_SERVE" --model_name m --model_base_path models/m --rest_api_port "$PORT" \
-	--bind_address 127.0.0.1 --enable_batching --file_system_poll_wait_seconds 0 \
-	--device cpu >serve.log 2>&1 &
-SERVE_PID=$!
-for _ in $(seq 300); do
-	curl -sf "http://127.0.0.1:$PORT/v2/health/ready" >/dev/null && break
-	kill -0 "$SERVE_PID" 2>/dev/null || { cat serve.log; fail "weft-serve exited"; }
-	sleep 0.1
-done
+start_serve serve.log --model_name m --model_base_path models/m --enable_batching \
+	--file_system_poll_wait_seconds 0 --device cpu
 curl -sf "http://127.0.0.1:$PORT/v1/models/m" >status.json || fail "no model status"
 [ "$(json status.json 'd["model_version_status"][0]["version"]')" = 2 ] ||
 	fail "weft-serve does not serve the newest version 2: $(cat status.json)"

@@ -91,16 +91,8 @@ if [ -z "${WEFT_SERVE:-}" ] || [ ! -x "$WEFT_SERVE" ]; then
 	echo "PASS"
 	exit 0
 fi
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$WEFT_SERVE" --model_name mnv2 --model_base_path models/mnv2 --rest_api_port "$PORT" --port 0 \
-	--grpc_port 0 --bind_address 127.0.0.1 --enable_batching --file_system_poll_wait_seconds 0 \
-	--device cpu --threads 1 >serve.log 2>&1 &
-SERVE_PID=$!
-for _ in $(seq 300); do
-	curl -sf "http://127.0.0.1:$PORT/v2/health/ready" >/dev/null && break
-	kill -0 "$SERVE_PID" 2>/dev/null || { cat serve.log; fail "weft-serve exited"; }
-	sleep 0.1
-done
+start_serve serve.log --model_name mnv2 --model_base_path models/mnv2 --port 0 --grpc_port 0 \
+	--enable_batching --file_system_poll_wait_seconds 0 --device cpu --threads 1
 grep -q "version 1 is available (.*; int8; " serve.log || fail "not served in int8: $(grep available serve.log)"
 if [ -n "${WEFT_BENCH:-}" ] && [ -x "$WEFT_BENCH" ]; then
 	"$WEFT_BENCH" --url "http://127.0.0.1:$PORT" --model mnv2 --protocol kserve \
