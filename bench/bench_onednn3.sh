@@ -1,23 +1,24 @@
 #!/bin/bash
 # bench_onednn3.sh: would moving weft's cpu backend from oneDNN 2.6 (Debian
 # 12's libdnnl) to oneDNN 3.x make its kernels faster? Builds
-# bench/onednn/conv.c against both and runs the same convolutions (resnet50's
-# 3x3 at 56x56x64, mobilenetv2's 3x3 depthwise at 56x56x144; fp32 and bf16;
-# batch 1 and 32; ReLU post-op) in one run, 2 threads each.
+# bench/onednn/conv.c against both and runs the same convolutions in one run,
+# 2 threads each: resnet50's 3x3 at 56x56x64, its first 7x7/2 on 224x224 RGB
+# and a 1x1 256->64 at 56x56, mobilenetv2's 3x3 depthwise at 56x56x144; fp32,
+# bf16 and int8 (u8 x s8 -> u8, per-channel scales); batch 1 and 32; ReLU.
 #
-# oneDNN 3.x comes from PyPI's `onednn` + `onednn-devel` wheels (the only 3.x
-# reachable here): they are built for the SYCL CPU runtime, so they also need
-# tbb and Intel's OpenCL CPU runtime (intel-opencl-rt, ~225 MB), found through
-# OCL_ICD_FILENAMES. The venv is cached in ${WEFT_VENV_DIR:-~/.cache/weft}/onednn3.
+# oneDNN 3.x comes from PyPI's `onednn-cpu-gomp` + `onednn-devel-cpu-gomp`
+# (oneDNN 3.2 built with GNU OpenMP, as Debian's 2.6 is: no SYCL or TBB
+# runtime needed). The venv is cached in ${WEFT_VENV_DIR:-~/.cache/weft}/onednn3-gomp.
 #
-# usage: bench/bench_onednn3.sh
+# usage: bench/bench_onednn3.sh [SHAPES] [TYPES] [BATCHES]
+#   e.g. bench/bench_onednn3.sh "dense first" "int8" "32"
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-venv=${WEFT_VENV_DIR:-$HOME/.cache/weft}/onednn3
-if [ ! -x "$venv/bin/python" ]; then
+venv=${WEFT_VENV_DIR:-$HOME/.cache/weft}/onednn3-gomp
+if [ ! -f "$venv/include/dnnl.h" ]; then
 	python3 -m venv "$venv"
-	"$venv/bin/pip" install -q onednn onednn-devel tbb ||
-		{ echo "bench_onednn3: cannot install onednn from PyPI" >&2; exit 77; }
+	"$venv/bin/pip" install -q onednn-cpu-gomp onednn-devel-cpu-gomp ||
+		{ echo "bench_onednn3: cannot install onednn-cpu-gomp from PyPI" >&2; exit 77; }
 fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
@@ -25,12 +26,11 @@ cc -O2 "$here/onednn/conv.c" -o "$out/conv2" -ldnnl
 cc -O2 -I"$venv/include" "$here/onednn/conv.c" -o "$out/conv3" -L"$venv/lib" -ldnnl \
 	-Wl,-rpath,"$venv/lib"
 export OMP_NUM_THREADS=${THREADS:-2}
-for shape in dense depthwise; do
-	for dt in f32 bf16; do
-		for n in 1 32; do
-			"$out/conv2" $n $dt $shape
-			LD_LIBRARY_PATH="$venv/lib" OCL_ICD_FILENAMES="$venv/lib/libintelocl.so" \
-				"$out/conv3" $n $dt $shape
+for shape in ${1:-dense first pointwise depthwise}; do
+	for dt in ${2:-f32 bf16 int8}; do
+		for n in ${3:-1 32}; do
+			"$out/conv2" "$n" "$dt" "$shape"
+			"$out/conv3" "$n" "$dt" "$shape"
 		done
 	done
 done
