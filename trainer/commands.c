@@ -198,7 +198,7 @@ static void print_eval_json(const wf_eval_result *r, const wf_model_meta *meta,
 int wf_cmd_eval(int argc, char **argv, wf_err *err)
 {
 	const char *model_path = NULL, *data_path = NULL, *device = "auto", *precision = NULL;
-	long batch = 100, threads = 0;
+	long batch = 100, threads = 0, samples = 0;
 	int json = 0;
 	wf_cli_list pos = {0};
 	const wf_flag flags[] = {
@@ -207,6 +207,8 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 		{"device", WF_FLAG_STR, &device, "cpu|ref|cuda|auto", "kernel backend (auto)"},
 		{"threads", WF_FLAG_INT, &threads, "N", "CPU threads (0: library default)"},
 		{"batch", WF_FLAG_INT, &batch, "N", "samples per forward pass (100)"},
+		{"samples", WF_FLAG_INT, &samples, "N",
+		 "evaluate the first N samples of the file (default: all of them)"},
 		{"precision", WF_FLAG_STR, &precision, "fp32|bf16|int8|auto",
 		 "compute precision (default: the model file's, as weft-serve serves it, else "
 		 "fp32); int8 needs a model exported with --quantize int8"},
@@ -231,6 +233,10 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 	}
 	if (batch < 1 || batch > 1 << 16) {
 		rc = wf_errf(err, WF_EINVAL, "eval: --batch must be in [1, 65536], got %ld", batch);
+		goto cleanup;
+	}
+	if (samples < 0) {
+		rc = wf_errf(err, WF_EINVAL, "eval: --samples must be >= 0, got %ld", samples);
 		goto cleanup;
 	}
 	if (threads < 0 || threads > 4096) {
@@ -260,7 +266,8 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 		rc = wf_errf(err, WF_ENOMEM, "eval: out of memory");
 		goto cleanup;
 	}
-	if ((rc = wf_evaluate_ex(es.ex, es.ds, &es.meta, (int)batch, &r, confusion, err)) != 0)
+	if ((rc = wf_evaluate_ex(es.ex, es.ds, &es.meta, (int)batch, samples, &r, confusion,
+				 err)) != 0)
 		goto cleanup;
 	printf("loss %.4f accuracy %.4f top-5 %.4f (%ld samples, model trained %ld steps, %s)\n",
 	       r.loss, r.accuracy, r.top5, r.count, es.meta.trained_steps, es.precision);

@@ -1,5 +1,7 @@
 #include "trainer/evaluate.h"
 
+#include "common/util.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,7 +64,7 @@ int wf_check_data_fits(const wf_model *m, const wf_dataset *ds, const char *what
 int wf_evaluate(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
 		wf_eval_result *r, wf_err *err)
 {
-	return wf_evaluate_ex(ex, ds, meta, batch, r, NULL, err);
+	return wf_evaluate_ex(ex, ds, meta, batch, 0, r, NULL, err);
 }
 
 void wf_eval_reader_cfg(wf_reader_cfg *c, const wf_model_meta *meta, int batch)
@@ -81,7 +83,7 @@ void wf_eval_reader_cfg(wf_reader_cfg *c, const wf_model_meta *meta, int batch)
 }
 
 int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
-		   wf_eval_result *r, long *confusion, wf_err *err)
+		   long limit, wf_eval_result *r, long *confusion, wf_err *err)
 {
 	wf_reader_cfg rc_cfg;
 	wf_eval_reader_cfg(&rc_cfg, meta, batch);
@@ -101,14 +103,15 @@ int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int b
 	}
 	double loss_sum = 0;
 	long correct_sum = 0, top5_sum = 0;
-	for (;;) {
+	while (!limit || r->count < limit) {
 		wf_batch *b;
 		rc = wf_reader_next(rd, &b, err);
 		if (rc <= 0)
 			break;
+		int n = limit ? (int)WF_MIN((long)b->n, limit - r->count) : b->n;
 		float loss;
 		int correct;
-		if (wf_exec_forward(ex, b->images, b->n, 0, 0) != 0 ||
+		if (wf_exec_forward(ex, b->images, n, 0, 0) != 0 ||
 		    wf_exec_loss(ex, b->labels, &loss, &correct) != 0) {
 			rc = wf_errf(err, WF_EINTERNAL, "evaluation: %s", wf_exec_error(ex));
 			break;
@@ -117,7 +120,7 @@ int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int b
 			rc = wf_errf(err, WF_EINTERNAL, "evaluation: %s", wf_exec_error(ex));
 			break;
 		}
-		for (int i = 0; i < b->n; i++) {
+		for (int i = 0; i < n; i++) {
 			const float *p = probs + (size_t)i * k;
 			int y = b->labels[i], above = 0, best = 0;
 			for (int c = 0; c < k; c++) {
@@ -129,9 +132,9 @@ int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int b
 			if (confusion)
 				confusion[(size_t)y * k + best]++;
 		}
-		loss_sum += (double)loss * b->n;
+		loss_sum += (double)loss * n;
 		correct_sum += correct;
-		r->count += b->n;
+		r->count += n;
 	}
 	wf_reader_free(rd);
 	free(probs);

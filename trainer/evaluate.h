@@ -23,10 +23,11 @@ void wf_eval_reader_cfg(wf_reader_cfg *c, const wf_model_meta *meta, int batch);
  * meta's preprocessing. */
 int wf_evaluate(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
 		wf_eval_result *r, wf_err *err);
-/* wf_evaluate that also counts confusion[true * K + predicted] (K = the
- * model's classes; caller-allocated, zeroed here) when confusion != NULL. */
+/* wf_evaluate over the first `limit` samples of ds (0: all of them) that
+ * also counts confusion[true * K + predicted] (K = the model's classes;
+ * caller-allocated, zeroed here) when confusion != NULL. */
 int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
-		   wf_eval_result *r, long *confusion, wf_err *err);
+		   long limit, wf_eval_result *r, long *confusion, wf_err *err);
 /* WF_EINVAL showing both lists when class names a (what_a) and b (what_b)
  * differ in number, name or order; 0 when they agree or either is unknown
  * (NULL or all NULL). */

@@ -420,8 +420,10 @@ int wf_cmd_export(int argc, char **argv, wf_err *err)
 		{"percentile", WF_FLAG_DOUBLE, &q.percentile, "P",
 		 "for --calibration-method percentile, in (50, 100] (default 99.99)"},
 		{"eval-data", WF_FLAG_STR, &q.eval_data, "DATA.h5",
-		 "labelled dataset for the fp32 vs int8 top-1 check, read whole (default: the "
-		 "--calibrate file; a held-out set is the honest check)"},
+		 "labelled dataset for the fp32 vs int8 top-1 check (default: the --calibrate "
+		 "file; a held-out set is the honest check)"},
+		{"eval-samples", WF_FLAG_INT, &q.eval_samples, "N",
+		 "check top-1 on the first N samples of --eval-data (default: all of them)"},
 		{"max-accuracy-drop", WF_FLAG_DOUBLE, &q.max_drop, "POINTS",
 		 "top-1 percentage points int8 may lose against fp32 (default 1)"},
 		{"force", WF_FLAG_BOOL, &q.force, NULL, "export even when the drop is larger"},
@@ -474,12 +476,13 @@ int wf_cmd_export(int argc, char **argv, wf_err *err)
 		goto cleanup;
 	}
 	if (quantize && (wf_calib_method_parse(method, &q.method) != 0 || q.samples < 1 ||
-			 threads < 0 || !(q.max_drop >= 0))) {
+			 q.eval_samples < 0 || threads < 0 || !(q.max_drop >= 0))) {
 		rc = wf_errf(err, WF_EINVAL,
 			     "export: --calibration-method %s (max or percentile), "
-			     "--calibration-samples %ld (>= 1), --threads %ld (>= 0), "
-			     "--max-accuracy-drop %g (>= 0): one is out of range",
-			     method, q.samples, threads, q.max_drop);
+			     "--calibration-samples %ld (>= 1), --eval-samples %ld (>= 0), "
+			     "--threads %ld (>= 0), --max-accuracy-drop %g (>= 0): one is out of "
+			     "range",
+			     method, q.samples, q.eval_samples, threads, q.max_drop);
 		goto cleanup;
 	}
 	q.threads = (int)threads;

@@ -37,9 +37,11 @@ static int calibrate(wf_model *m, const wf_model_meta *meta, wf_backend *be, wf_
 	return rc;
 }
 
-/* Top-1 of m on ds in precision prec; *int8 gets the convs run in int8. */
+/* Top-1 of m on the first `limit` samples of ds (0: all) in precision
+ * prec; *int8 gets the convs run in int8. */
 static int accuracy(wf_model *m, const wf_model_meta *meta, wf_backend *be, wf_dataset *ds,
-		    const char *prec, double *acc, long *count, int *int8, wf_err *err)
+		    long limit, const char *prec, double *acc, long *count, int *int8,
+		    wf_err *err)
 {
 	wf_exec *ex = NULL;
 	wf_eval_result r = {0};
@@ -48,7 +50,7 @@ static int accuracy(wf_model *m, const wf_model_meta *meta, wf_backend *be, wf_d
 		rc = wf_exec_create(&ex, m, be, CALIB_BATCH, 0, err);
 	if (!rc) {
 		*int8 = wf_exec_int8_convs(ex);
-		rc = wf_evaluate(ex, ds, meta, CALIB_BATCH, &r, err);
+		rc = wf_evaluate_ex(ex, ds, meta, CALIB_BATCH, limit, &r, NULL, err);
 	}
 	wf_exec_free(ex);
 	*acc = r.accuracy, *count = r.count;
@@ -80,8 +82,10 @@ int wf_quantize_int8(wf_model *m, wf_model_meta *meta, const wf_quantize_opts *o
 		o->method == WF_CALIB_MAX ? "max" : "percentile");
 	if ((rc = calibrate(m, meta, be, cal, o, &used, err)))
 		goto wrap_cal;
-	if ((rc = accuracy(m, meta, be, ev ? ev : cal, "fp32", &acc32, &count, &unused, err)) ||
-	    (rc = accuracy(m, meta, be, ev ? ev : cal, "int8", &acc8, &count, &n8, err)))
+	wf_dataset *check = ev ? ev : cal;
+	if ((rc = accuracy(m, meta, be, check, o->eval_samples, "fp32", &acc32, &count, &unused,
+			   err)) ||
+	    (rc = accuracy(m, meta, be, check, o->eval_samples, "int8", &acc8, &count, &n8, err)))
 		goto wrap_eval;
 	double drop = (acc32 - acc8) * 100.0;
 	printf("int8: %d convolutions quantised, calibrated on %ld samples of %s; top-1 on %ld "

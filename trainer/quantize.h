@@ -14,6 +14,7 @@ typedef struct wf_quantize_opts {
 	wf_calib_method method; /* how ranges are taken */
 	double percentile;	/* WF_CALIB_PERCENTILE: of |x| */
 	const char *eval_data;	/* labelled dataset for the accuracy check (NULL: calib_data) */
+	long eval_samples;	/* the check's samples (the first ones; 0: all) */
 	double max_drop;	/* top-1 points int8 may lose against fp32 */
 	int force;		/* write even when the drop is larger */
 	int threads;		/* cpu threads (0: default) */

@@ -69,13 +69,25 @@ expect_error "top-1 fell" "$WEFT" export --checkpoint mnv2/ckpt --out models/bad
 	--calibrate train.h5 --calibration-samples 16 --percentile 60 --eval-data eval.h5
 [ ! -e models/bad ] || fail "a refused quantisation left models/bad"
 "$WEFT" export --checkpoint mnv2/ckpt --out models/bad --quantize int8 --calibrate train.h5 \
-	--calibration-samples 16 --percentile 60 --eval-data eval.h5 --force >force.txt 2>&1 ||
-	fail "--force did not export: $(cat force.txt)"
+	--calibration-samples 16 --percentile 60 --eval-data eval.h5 --eval-samples 50 --force \
+	>force.txt 2>&1 || fail "--force did not export: $(cat force.txt)"
 grep -q "exported anyway" force.txt || fail "--force does not warn: $(cat force.txt)"
+# --eval-samples checks the first N samples only; weft eval --samples N agrees.
+grep -q "top-1 on 50 samples" force.txt || fail "--eval-samples 50 ignored: $(cat force.txt)"
+f8=$(sed -n 's/.*int8 \([0-9.]*\)%.*/\1/p' force.txt | head -1)
+"$WEFT" eval --model models/bad/1/model.h5 --data eval.h5 --device cpu --threads 1 --samples 50 \
+	>eval50.txt 2>&1 || fail "eval --samples 50: $(cat eval50.txt)"
+grep -q "(50 samples" eval50.txt || fail "eval --samples 50 ignored: $(cat eval50.txt)"
+python3 -c 'import sys; sys.exit(0 if abs(float(sys.argv[1]) * 100 - float(sys.argv[2])) < 0.01 else 1)' \
+	"$(awk '/^loss/ {print $4}' eval50.txt)" "$f8" ||
+	fail "eval --samples 50 ($(cat eval50.txt)) is not the export's top-1 on 50 samples ($f8%)"
+expect_error "--samples" "$WEFT" eval --model models/bad/1/model.h5 --data eval.h5 --samples -1
 
 # Bad flags are named.
 expect_error "--calibrate" "$WEFT" export --checkpoint r20/ckpt --out models/x --quantize int8
 expect_error "only int8" "$WEFT" export --checkpoint r20/ckpt --out models/x --quantize int4 --calibrate train.h5
+expect_error "--eval-samples -2" "$WEFT" export --checkpoint r20/ckpt --out models/x --quantize int8 \
+	--calibrate train.h5 --eval-samples -2
 expect_error "calibration-method" "$WEFT" export --checkpoint r20/ckpt --out models/x --quantize int8 \
 	--calibrate train.h5 --calibration-method mean
 expect_error "no calibration ranges" "$WEFT" export --checkpoint r20/ckpt --out models/x --precision int8
