@@ -82,8 +82,8 @@ void wf_eval_reader_cfg(wf_reader_cfg *c, const wf_model_meta *meta, int batch)
 	c->prefetch = 2;
 }
 
-int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
-		   long limit, wf_eval_result *r, long *confusion, wf_err *err)
+int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch, long limit,
+		   wf_eval_result *r, long *confusion, wf_err *err)
 {
 	wf_reader_cfg rc_cfg;
 	wf_eval_reader_cfg(&rc_cfg, meta, batch);

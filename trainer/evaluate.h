@@ -26,8 +26,8 @@ int wf_evaluate(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batc
 /* wf_evaluate over the first `limit` samples of ds (0: all of them) that
  * also counts confusion[true * K + predicted] (K = the model's classes;
  * caller-allocated, zeroed here) when confusion != NULL. */
-int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch,
-		   long limit, wf_eval_result *r, long *confusion, wf_err *err);
+int wf_evaluate_ex(wf_exec *ex, wf_dataset *ds, const wf_model_meta *meta, int batch, long limit,
+		   wf_eval_result *r, long *confusion, wf_err *err);
 /* WF_EINVAL showing both lists when class names a (what_a) and b (what_b)
  * differ in number, name or order; 0 when they agree or either is unknown
  * (NULL or all NULL). */

@@ -40,8 +40,7 @@ static int calibrate(wf_model *m, const wf_model_meta *meta, wf_backend *be, wf_
 /* Top-1 of m on the first `limit` samples of ds (0: all) in precision
  * prec; *int8 gets the convs run in int8. */
 static int accuracy(wf_model *m, const wf_model_meta *meta, wf_backend *be, wf_dataset *ds,
-		    long limit, const char *prec, double *acc, long *count, int *int8,
-		    wf_err *err)
+		    long limit, const char *prec, double *acc, long *count, int *int8, wf_err *err)
 {
 	wf_exec *ex = NULL;
 	wf_eval_result r = {0};

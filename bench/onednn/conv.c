@@ -45,7 +45,8 @@ static void fill(dnnl_memory_t m, dnnl_data_type_t dt, size_t bytes)
 		else if (dt == dnnl_bf16)
 			memcpy((char *)p + i, (char *)&v + 2, 2);
 		else
-			((unsigned char *)p)[i] = (unsigned char)(x >> 16) & (dt == dnnl_s8 ? 0x3f : 0xff);
+			((unsigned char *)p)[i] =
+				(unsigned char)(x >> 16) & (dt == dnnl_s8 ? 0x3f : 0xff);
 	}
 }
 
@@ -66,9 +67,18 @@ int main(int argc, char **argv)
 	int pw = !strcmp(argv[3], "pointwise");
 	/* resnet50's 3x3 conv of stage 1, its first 7x7/2 conv on 224x224 RGB and
 	 * the 1x1 256->64 at 56x56; mobilenetv2's 3x3 depthwise at 56x56 */
-	int c = dw ? 144 : first ? 3 : pw ? 256 : 64, k = dw ? 144 : 64, kh = first ? 7 : pw ? 1 : 3;
+	int c = dw	? 144
+		: first ? 3
+		: pw	? 256
+			: 64,
+	    k = dw ? 144 : 64,
+	    kh = first ? 7
+		 : pw  ? 1
+		       : 3;
 	int h = first ? 224 : 56, oh = first ? 112 : 56, st2 = first ? 2 : 1,
-	    p0 = first ? 3 : pw ? 0 : 1;
+	    p0 = first ? 3
+		 : pw  ? 0
+		       : 1;
 	dnnl_dims_t sd = {n, c, h, h}, wd = {k, c, kh, kh}, gwd = {c, 1, 1, 3, 3}, bd = {k},
 		    dd = {n, k, oh, oh}, strides = {st2, st2}, dil = {0, 0}, pad = {p0, p0};
 	dnnl_data_type_t dt = bf16 ? dnnl_bf16 : dnnl_f32;
@@ -130,7 +140,8 @@ int main(int argc, char **argv)
 	CK(dnnl_memory_create(&mb, qb, eng, DNNL_MEMORY_ALLOCATE));
 	CK(dnnl_memory_create(&md, dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0), eng,
 			      DNNL_MEMORY_ALLOCATE));
-	fill(ms, sdt, dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0)));
+	fill(ms, sdt,
+	     dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_src_md, 0)));
 	fill(mw, wdt,
 	     dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0)));
 	fill(mb, dnnl_f32, (size_t)k * 4);
