@@ -154,7 +154,10 @@ typedef struct wf_backend_ops {
 	 * d->infer (weights constant for the plan's life). */
 	int (*conv2d_forward_fused)(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
 				    const float *x, const float *w, const float *b, const float *r);
-	/* dx = (dy conv^T w); dw += x (*) dy; db += sum dy. dx, dw, db may be NULL. */
+	/* dx = (dy conv^T w); dw += x (*) dy; db += sum dy. dx, dw, db may be NULL.
+	 * When the last forward through the same plan read this x, x must still
+	 * hold what it read then (as in a training step; a backend may reuse
+	 * what that forward derived from x). */
 	int (*conv2d_backward)(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *dx,
 			       float *dw, float *db, const float *dy, const float *x,
 			       const float *w);

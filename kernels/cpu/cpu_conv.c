@@ -152,6 +152,8 @@ static int conv_build_fwd(wf_backend *be, wf_plan *pl, int unused)
 	dn_op *op = pl->fwd.prim;
 	rc = wf_cpu_bind_in(be, pl, &pl->fwd, &m.x, wf_cpu_pd_md(op, dnnl_query_src_md), &pl->f_x,
 			    &px);
+	if (!rc && pl->bf16 && !d->infer && px != pl->f_x)
+		pl->f_x16 = px; /* backward weights reads it (conv_build_bwd) */
 	int npre = pl->fwd.npre;
 	if (!rc)
 		rc = wf_cpu_bind_in(be, pl, &pl->fwd, &m.w, wf_cpu_pd_md(op, dnnl_query_weights_md),
@@ -316,17 +318,48 @@ int wf_cpu_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_de
 			return rc;
 		pl->w_done = 1;
 	}
-	return wf_cpu_bind_run(be, &pl->fwd, 5,
-			       (dnnl_memory_t[]){pl->f_x, q ? NULL : pl->f_w,
-						 d->bias && !q ? pl->f_b : NULL, pl->f_y,
-						 d->residual == 1 ? pl->f_r : NULL},
-			       (const void *[]){x, w, b, y, r});
+	rc = wf_cpu_bind_run(be, &pl->fwd, 5,
+			     (dnnl_memory_t[]){pl->f_x, q ? NULL : pl->f_w,
+					       d->bias && !q ? pl->f_b : NULL, pl->f_y,
+					       d->residual == 1 ? pl->f_r : NULL},
+			     (const void *[]){x, w, b, y, r});
+	pl->x16_of = !rc && pl->f_x16 ? x : NULL;
+	return rc;
 }
 
 int wf_cpu_conv2d_forward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
 			  const float *x, const float *w, const float *b)
 {
 	return wf_cpu_conv2d_forward_fused(be, plan, d, y, x, w, b, NULL);
+}
+
+/* Backward weights' input `arg` (user layout user_md, bound per call to
+ * *user): the bf16 copy `shared` another part of the plan makes when it
+ * matches what the primitive wants, with *redo (user -> shared) for calls
+ * where that copy is not current; else a reorder of its own, as bind_in. */
+static int bind_shared(wf_backend *be, wf_plan *pl, dn_op *op, int arg,
+		       const dnnl_memory_desc_t *user_md, dnnl_memory_t shared, dnnl_memory_t *user,
+		       dn_op **redo)
+{
+	dnnl_memory_t mem;
+	const dnnl_memory_desc_t *want =
+		wf_cpu_pd_md(op, arg == DNNL_ARG_SRC ? dnnl_query_src_md : dnnl_query_diff_dst_md);
+	const dnnl_memory_desc_t *have = NULL;
+	int rc = 0;
+	if (shared)
+		DN_CHECK(dnnl_memory_get_memory_desc(shared, &have), fail);
+	if (have && dnnl_memory_desc_equal(have, want)) {
+		rc = wf_cpu_plan_mem(be, pl, user_md, DNNL_MEMORY_NONE, user);
+		if (!rc)
+			rc = wf_cpu_reorder_create(be, pl, *user, shared, 0, redo);
+		mem = shared;
+	} else {
+		rc = wf_cpu_bind_in(be, pl, &pl->bwd_w, user_md, want, user, &mem);
+	}
+	if (!rc)
+		wf_cpu_op_arg(op, arg, mem);
+fail:
+	return rc;
 }
 
 static int conv_build_bwd(wf_backend *be, wf_plan *pl, int unused)
@@ -367,6 +400,8 @@ static int conv_build_bwd(wf_backend *be, wf_plan *pl, int unused)
 	if (rc)
 		goto fail;
 	wf_cpu_op_arg(op, DNNL_ARG_DIFF_DST, mem);
+	if (bf16 && mem != pl->d_dy)
+		pl->d_dy16 = mem;
 	rc = wf_cpu_bind_in(be, pl, &pl->bwd_d, &m.w, wf_cpu_pd_md(op, dnnl_query_weights_md),
 			    &pl->d_w, &mem);
 	if (rc)
@@ -391,16 +426,12 @@ static int conv_build_bwd(wf_backend *be, wf_plan *pl, int unused)
 	if (rc)
 		goto fail;
 	op = pl->bwd_w.prim;
-	rc = wf_cpu_bind_in(be, pl, &pl->bwd_w, &m.x, wf_cpu_pd_md(op, dnnl_query_src_md), &pl->w_x,
-			    &mem);
+	rc = bind_shared(be, pl, op, DNNL_ARG_SRC, &m.x, pl->f_x16, &pl->w_x, &pl->x16_redo);
+	if (!rc)
+		rc = bind_shared(be, pl, op, DNNL_ARG_DIFF_DST, &m.y, pl->d_dy16, &pl->w_dy,
+				 &pl->dy16_redo);
 	if (rc)
 		goto fail;
-	wf_cpu_op_arg(op, DNNL_ARG_SRC, mem);
-	rc = wf_cpu_bind_in(be, pl, &pl->bwd_w, &m.y, wf_cpu_pd_md(op, dnnl_query_diff_dst_md),
-			    &pl->w_dy, &mem);
-	if (rc)
-		goto fail;
-	wf_cpu_op_arg(op, DNNL_ARG_DIFF_DST, mem);
 	rc = wf_cpu_plan_mem(be, pl, wf_cpu_pd_md(op, dnnl_query_diff_weights_md),
 			     DNNL_MEMORY_ALLOCATE, &dw_int);
 	if (!rc)
@@ -443,8 +474,18 @@ int wf_cpu_conv2d_backward(wf_backend *be, wf_plan **plan, const wf_conv_desc *d
 				  (const void *[]){dy, w, dx})) != 0)
 		return rc;
 	if (dw || (db && d->bias)) {
-		rc = wf_cpu_bind_run(be, &pl->bwd_w, 2, (dnnl_memory_t[]){pl->w_x, pl->w_dy},
-				     (const void *[]){x, dy});
+		rc = wf_cpu_bind(be, pl->w_x, x);
+		if (!rc)
+			rc = wf_cpu_bind(be, pl->w_dy, dy);
+		if (!rc && pl->x16_redo && pl->x16_of != x) {
+			rc = wf_cpu_op_exec(be, pl->x16_redo);
+			pl->x16_of = rc ? NULL : x;
+		}
+		if (!rc && pl->dy16_redo && !dx)
+			rc = wf_cpu_op_exec(be, pl->dy16_redo);
+		if (!rc)
+			rc = wf_cpu_seq_exec(be, &pl->bwd_w);
+		pl->x16_of = NULL; /* one backward per forward's copy */
 		if (!rc && dw) {
 			rc = wf_cpu_bind(be, pl->w_dw, dw);
 			if (!rc)

@@ -110,6 +110,13 @@ struct wf_plan {
 	dn_seq bwd_w;
 	dnnl_memory_t w_x, w_dy, w_dw;
 	dn_op *dw_acc;
+	/* bf16 training: backward weights reads the forward's bf16 copy of x and
+	 * backward data's bf16 copy of dy instead of converting both again; the
+	 * redo reorders refill them when that copy is not of this call's x / dy
+	 * (x16_of: the x the forward last converted; NULL: none). */
+	dnnl_memory_t f_x16, d_dy16;
+	const void *x16_of;
+	dn_op *x16_redo, *dy16_redo;
 	/* pooling backward: the recomputed forward's input */
 	dnnl_memory_t p_x;
 	dn_op *pool_ws_fwd;

@@ -413,6 +413,51 @@ static void test_every_shared_case_in_bf16_matches_ref(void)
 	WF_CHECK(!cpu_be->bf16);
 }
 
+/* bf16 training: backward weights reuses the forward's bf16 x and backward
+ * data's bf16 dy. Backward of the x the forward saw, of another x, without
+ * dx, and twice after one forward: each dw as ref computes it. */
+static void test_bf16_conv_backward_reuses_only_current_copies(void)
+{
+	if (!(cpu_be->caps & WF_CAP_BF16))
+		return;
+	WF_CHECK(wf_backend_set_precision(cpu_be, "bf16", NULL, NULL) == 0);
+	wf_conv_desc d;
+	wf_conv_desc_init(&d, 4, 12, 12, 16, 32, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1);
+	size_t xl = (size_t)4 * 12 * 12 * 16, yl = (size_t)4 * 12 * 12 * 32, wl = 3 * 3 * 16 * 32;
+	float *x1 = rnd(xl, 71), *x2 = rnd(xl, 72), *w = rnd(wl, 73), *b = rnd(32, 74);
+	float *dy1 = rnd(yl, 75), *dy2 = rnd(yl, 76), *y = calloc(yl, 4), *dx = calloc(xl, 4);
+	float *dw1 = calloc(wl, 4), *dw2 = calloc(wl, 4), db1[32], db2[32];
+	wf_plan *slot = NULL, *rp = NULL;
+	struct {
+		const float *fwd_x, *x, *dy;
+		int with_dx;
+	} steps[] = {
+		{x1, x1, dy1, 1},   /* both copies current */
+		{x1, x2, dy2, 1},   /* another x: converted again */
+		{x1, x1, dy2, 0},   /* no dx: dy converted here */
+		{NULL, x1, dy1, 0}, /* a second backward after one forward */
+		{x2, x2, dy1, 0},
+	};
+	for (size_t s = 0; s < WF_ARRAY_LEN(steps); s++) {
+		memset(dw1, 0, wl * 4), memset(dw2, 0, wl * 4);
+		memset(db1, 0, sizeof(db1)), memset(db2, 0, sizeof(db2));
+		if (steps[s].fwd_x)
+			WF_CHECK(wf_op_conv2d_forward(cpu_be, &slot, &d, y, steps[s].fwd_x, w, b) ==
+				 0);
+		WF_CHECK(wf_op_conv2d_backward(cpu_be, &slot, &d, steps[s].with_dx ? dx : NULL, dw1,
+					       db1, steps[s].dy, steps[s].x, w) == 0);
+		WF_CHECK(wf_op_conv2d_backward(ref_be, &rp, &d, NULL, dw2, db2, steps[s].dy,
+					       steps[s].x, w) == 0);
+		double e = max_rel_diff(dw1, dw2, wl), eb = max_rel_diff(db1, db2, 32);
+		WF_CHECK_MSG(e < 3e-2 && eb < 3e-2, "step %zu: dw rel diff %g, db %g", s, e, eb);
+	}
+	wf_backend_plan_free(cpu_be, &slot);
+	wf_backend_plan_free(ref_be, &rp);
+	wf_backend_set_precision(cpu_be, "fp32", NULL, NULL);
+	free(x1), free(x2), free(w), free(b), free(dy1), free(dy2), free(y), free(dx);
+	free(dw1), free(dw2);
+}
+
 static void test_precision_names(void)
 {
 	wf_err err = {0};
@@ -639,6 +684,7 @@ int main(void)
 	WF_RUN(test_int8_conv_matches_ref);
 	WF_RUN(test_int8_tensors_between_convs);
 	WF_RUN(test_every_shared_case_in_bf16_matches_ref);
+	WF_RUN(test_bf16_conv_backward_reuses_only_current_copies);
 	wf_backend_free(cpu_be);
 	wf_backend_free(ref_be);
 	return wf_test_summary();
