@@ -22,7 +22,11 @@
 # requests completed inside a window falls short of the server's rate),
 # SERVE_ENV (a command prefix for weft-serve: "env OMP_WAIT_POLICY=passive"),
 # PRECISION (fp32; int8: each model exported with --quantize int8, calibrated
-# on 16 synthetic images, served and measured in-process in int8).
+# on 16 synthetic images, served and measured in-process in int8),
+# PEERS (1: each round also runs bench/peers.py, the peer engines in-process
+# at batch MAX_BATCH with THREADS threads, while the server idles, and prints
+# served HTTP throughput / the best peer's, issue 13's serving target >= 1.2;
+# 0: skip them).
 set -euo pipefail
 BUILD=${1:-${WEFT_BUILD:-build}}
 MODELS=${2:-"resnet50 mobilenetv2"}
@@ -36,6 +40,7 @@ SECS=${SECS:-10}
 WINDOW=${WINDOW_MS:-15000}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PRECISION=${PRECISION:-fp32}
+PEERS=${PEERS:-1}
 for b in weft weft-serve bench/weft-bench-infer tests/serve_tool; do
 	[ -x "$BUILD/$b" ] || { echo "bench_perf_analyzer: $BUILD/$b not built" >&2; exit 1; }
 done
@@ -43,6 +48,10 @@ VENV=$("$HERE/../scripts/client-venv.sh") || exit $?
 PA="$VENV/bin/perf_analyzer"
 export LD_LIBRARY_PATH="$(echo "$VENV"/lib/python3*/site-packages/nvidia/cuda_runtime/lib):${LD_LIBRARY_PATH:-}"
 TMP=$(mktemp -d)
+if [ "$PEERS" != 0 ]; then
+	PEER_PY=$(sh "$HERE/peers_venv.sh") ||
+		{ echo "bench_perf_analyzer: no peer engines (see above): PEERS=0" >&2; PEERS=0; }
+fi
 SERVE_PID=
 cleanup() {
 	if [ -n "$SERVE_PID" ]; then
@@ -85,6 +94,9 @@ for r in $(seq "$REPEATS"); do
 		"$BUILD/bench/weft-bench-infer" --model "$TMP/repo/$m/1/model.h5" --batch "$MAXB" \
 			--device cpu --threads "$THREADS" --seconds "$SECS" |
 			sed "s/^{/{\"round\":$r,\"model\":\"$m\",/" >>"$TMP/inproc.jsonl"
+		[ "$PEERS" = 0 ] ||
+			"$PEER_PY" "$HERE/peers.py" --models "$m" --infer-batch "$MAXB" --threads "$THREADS" \
+				--reps 5 2>/dev/null | sed -n "s/^{/{\"round\":$r,/p" >>"$TMP/peers.jsonl"
 		for proto in http grpc; do
 			url=127.0.0.1:$PORT
 			[ "$proto" = grpc ] && url=127.0.0.1:$GRPC
@@ -120,4 +132,15 @@ for m in models:
             "met" if ratio >= target else "NOT met"))
     p99 = med(pa(m, "grpc", r)[2] / pa(m, "http", r)[2] for r in rounds)
     print("%-12s gRPC p99 / HTTP p99 %.2f  target <= 1: %s" % (m, p99, "met" if p99 <= 1 else "NOT met"))
+    best = {}
+    peers = os.path.join(tmp, "peers.jsonl")
+    for p in (map(json.loads, open(peers)) if os.path.exists(peers) else []):
+        if p["model"] == m and p["images_per_sec"] > best.get(p["round"], (0, ""))[0]:
+            best[p["round"]] = (p["images_per_sec"], p["engine"])
+    if best:
+        ratio = med(pa(m, "http", r)[0] / best[r][0] for r in rounds if r in best)
+        print("%-12s best peer in-process %s %s img/s; served HTTP / best peer %.2f  "
+              "target >= 1.2: %s" % (m, ", ".join(best[r][1] for r in sorted(best)),
+                                     ", ".join("%.1f" % best[r][0] for r in sorted(best)),
+                                     ratio, "met" if ratio >= 1.2 else "NOT met"))
 PY
