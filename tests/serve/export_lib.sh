@@ -1,8 +1,8 @@
 # export_lib.sh: what the export and quantize script tests share (sourced):
-# $WORK (a fresh directory, the current one, removed on exit with the
-# weft-serve of $SERVE_PID), fail, json, expect_error, start_serve.
+# tests/trainer/lib.sh ($WORK, fail, expect_error, make_synth), its cleanup
+# also ending the weft-serve of $SERVE_PID, json, start_serve.
 command -v python3 >/dev/null || { echo "skip: python3 not found"; exit 77; }
-WORK=$(mktemp -d /tmp/weft-export-test.XXXXXX)
+. "$WEFT_SRC/tests/trainer/lib.sh"
 SERVE_PID=
 cleanup() {
 	if [ -n "$SERVE_PID" ]; then
@@ -11,21 +11,8 @@ cleanup() {
 	fi
 	rm -rf "$WORK"
 }
-trap cleanup EXIT
-cd "$WORK"
-fail() {
-	echo "FAIL: $*" >&2
-	exit 1
-}
 json() { # json FILE EXPR: evaluate EXPR on the JSON document in FILE as `d`
 	python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$1" "$2"
-}
-expect_error() { # want-substring command...
-	local want=$1 rc=0
-	shift
-	"$@" >out.txt 2>err.txt || rc=$?
-	[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "$*: exit $rc, want 1..127"
-	grep -q -- "$want" err.txt || fail "$*: error does not mention '$want': $(cat err.txt)"
 }
 start_serve() { # start_serve LOG ARGS...: weft-serve ARGS on loopback, REST on a free $PORT, until ready
 	local log=$1

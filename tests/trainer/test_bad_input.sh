@@ -4,14 +4,6 @@
 make_synth train.h5 128 8 1
 make_synth other.h5 64 12 2
 
-expect_error() { # want-substring command...
-	local want=$1 rc=0
-	shift
-	"$@" >out.txt 2>err.txt || rc=$?
-	[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || { cat err.txt; fail "$*: exit $rc, want 1..127"; }
-	grep -q -- "$want" err.txt || fail "$*: error does not mention '$want': $(cat err.txt)"
-	echo "ok: $(tail -1 err.txt)"
-}
 
 good='"data": {"train": "train.h5"}, "train": {"steps": 2, "batch_size": 8}'
 printf '{\n  %s,\n  "model": {"name": "mlp",}\n}\n' "$good" >malformed.json

@@ -11,13 +11,6 @@ done
 "$WEFT" train --help-config >keys.txt || fail "train --help-config failed"
 grep -q "optimizer.schedule.warmup_steps" keys.txt || fail "no key reference"
 
-expect_error() { # want-substring command...
-	local want=$1 rc=0
-	shift
-	"$@" >out.txt 2>err.txt || rc=$?
-	[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "$*: exit $rc, want 1..127"
-	grep -q -- "$want" err.txt || fail "$*: error does not mention '$want': $(cat err.txt)"
-}
 expect_error "unknown command 'trian'" "$WEFT" trian
 expect_error "unknown flag '--lr'" "$WEFT" train --config x.json --lr 3
 expect_error "--config FILE is required" "$WEFT" train
