@@ -49,7 +49,10 @@ typedef struct wf_conv_desc {
 	int residual; /* 1: a residual [N,OH,OW,OC] is added before act; 2: the same,
 		       * in place: y holds the residual on entry (r is y) */
 	int infer;    /* 1: w and b never change for this plan (inference): kept reordered */
-	int io_bf16;  /* bf16 backends: bits 1 x, 2 y, 4 residual are bf16 (not float) */
+	/* bf16 backends: bits 1 x, 2 y, 4 residual are bf16 (not float). Also in
+	 * conv2d_forward/backward (bits 1 and 2) on backends with
+	 * WF_CAP_TRAIN_FUSE: then dx is bf16 with x, and dy with y. */
+	int io_bf16;
 	/* int8 (backends with WF_CAP_INT8, infer = 1, io_bf16 = 0): qx > 0 runs
 	 * the conv in int8. x is quantised as round(x * qx), into u8 when x_u8
 	 * (x >= 0, after a relu) else s8; each output channel's weights to s8
@@ -82,6 +85,9 @@ typedef struct wf_bn_desc {
 	int n, h, w, c; /* input [N,H,W,C]; statistics are per channel over N*H*W */
 	float eps;	/* added to the variance (Keras default 1e-3) */
 	float momentum; /* running = momentum*running + (1-momentum)*batch (Keras 0.99) */
+	/* Backends with WF_CAP_TRAIN_FUSE (0 elsewhere): */
+	int relu;    /* y = max(bn(x), 0); backward goes through the relu too */
+	int io_bf16; /* x, y, dx and dy are bf16 (statistics, parameters fp32) */
 } wf_bn_desc;
 
 typedef enum { WF_POOL_MAX, WF_POOL_AVG } wf_pool_kind;
@@ -268,6 +274,10 @@ struct wf_backend {
 #define WF_CAP_BF16	1u /* native bf16 dot products (AVX512_BF16, AMX) */
 #define WF_CAP_HOST_MEM 2u /* backend memory is host memory (ref, cpu) */
 #define WF_CAP_INT8	4u /* int8 convolutions (wf_conv_desc qx) */
+/* training fusions: batch norm with a fused relu and bf16 tensors
+ * (wf_bn_desc relu, io_bf16), plain convs reading and writing bf16 tensors
+ * (wf_conv_desc io_bf16 bits 1 and 2) */
+#define WF_CAP_TRAIN_FUSE 8u
 
 /* Set the compute precision: "fp32", "bf16", "int8" or "auto" (bf16 where
  * the hardware has native bf16, else fp32). "bf16" or "int8" on a backend

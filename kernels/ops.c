@@ -106,6 +106,7 @@ wf_backend_caps wf_backend_caps_of(const wf_backend *be)
 	c.bf16 = (be->caps & WF_CAP_BF16) != 0;
 	c.fused_conv = be->ops->conv2d_forward_fused != NULL;
 	c.int8 = (be->caps & WF_CAP_INT8) != 0;
+	c.train_fuse = (be->caps & WF_CAP_TRAIN_FUSE) != 0;
 	c.precisions = be->precisions ? be->precisions : "fp32";
 	return c;
 }
@@ -182,11 +183,13 @@ static int check_conv(wf_backend *be, const wf_conv_desc *d)
 static int check_conv_plain(wf_backend *be, const wf_conv_desc *d)
 {
 	int rc = check_conv(be, d);
-	if (!rc && (d->act || d->residual || d->infer || d->io_bf16 || d->qx != 0 || d->x_u8 ||
-		    d->io_q || d->qy != 0 || d->y_u8 || d->qr != 0 || d->r_u8))
+	int bf16_ok = (d->io_bf16 & ~3) == 0 && be->bf16 && (be->caps & WF_CAP_TRAIN_FUSE);
+	if (!rc && (d->act || d->residual || d->infer || (d->io_bf16 && !bf16_ok) || d->qx != 0 ||
+		    d->x_u8 || d->io_q || d->qy != 0 || d->y_u8 || d->qr != 0 || d->r_u8))
 		rc = wf_errf(&be->err, WF_EINVAL,
 			     "conv2d: act=%d residual=%d infer=%d io_bf16=%d qx=%g io_q=%d are for "
-			     "conv2d_forward_fused (0 here)",
+			     "conv2d_forward_fused (0 here; io_bf16 1|2 with bf16 training "
+			     "fusions)",
 			     d->act, d->residual, d->infer, d->io_bf16, (double)d->qx, d->io_q);
 	return rc;
 }
@@ -248,6 +251,12 @@ static int check_bn(wf_backend *be, const wf_bn_desc *d)
 	if (!(d->momentum >= 0.0f && d->momentum <= 1.0f))
 		return wf_errf(&be->err, WF_EINVAL, "batchnorm: momentum=%g must be in [0, 1]",
 			       (double)d->momentum);
+	if ((d->relu || d->io_bf16) && (!(be->caps & WF_CAP_TRAIN_FUSE) || (d->relu & ~1) ||
+					(d->io_bf16 & ~1) || (d->io_bf16 && !be->bf16)))
+		return wf_errf(&be->err, WF_EINVAL,
+			       "batchnorm: relu=%d io_bf16=%d need 0 or 1, a backend with "
+			       "training fusions and bf16 precision for io_bf16 (%s)",
+			       d->relu, d->io_bf16, be->name);
 	return 0;
 }
 

@@ -58,12 +58,17 @@ struct wf_exec {
 	float *h_dlogits;	   /* host [max_batch, K] (label smoothing) */
 	int h_dlogits_cap;	   /* rows allocated */
 	/* inference plans (fuse_plan): conv + residual add + relu/relu6 as one op */
-	int fused;	   /* conv2d_forward_fused is used (inference executor, op present) */
-	int nfused;	   /* layers folded into a conv */
-	int *fuse_into;	   /* [nlayers] the conv a relu/add layer is fused into, else -1 */
+	int fused;  /* conv2d_forward_fused is used (inference executor, op present) */
+	int nfused; /* layers folded into a conv (training: relus into batch norms) */
+	/* training plans (train_fuse_plan, backends with train_fuse): a relu
+	 * into its batch norm; bf16 tensors (out_bf16) from a conv through its
+	 * batch norm (and relu) to the next conv, their gradients bf16 too */
+	int tfused;
+	int *fuse_into;	   /* [nlayers] the conv a relu/add layer is fused into, else -1
+			    * (training: the batch norm a relu is fused into) */
 	int *fuse_res;	   /* [nlayers] conv: the residual layer it adds, else -1 */
 	char *fuse_act;	   /* [nlayers] conv: 0 none, 1 relu, 2 relu6 */
-	char *out_bf16;	   /* [nlayers] conv: its (fused) output is kept in bf16 (bf16 backend) */
+	char *out_bf16;	   /* [nlayers] conv (training: also bn): its output is kept in bf16 */
 	char *pad_skip;	   /* [nlayers] zero padding that its sole consumer, a conv, applies as
 			    * its own padding: runs nothing, aliases its input */
 	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
@@ -296,6 +301,36 @@ static void fuse_plan(wf_exec *ex)
 	plan_inplace(ex);
 }
 
+/* Training plan (see tfused): each batch norm (not frozen) fuses a sole relu
+ * consumer, which then aliases it and runs nothing. With bf16 compute, a
+ * conv read only by a batch norm whose output (after its fused relu) only a
+ * conv reads keeps its output in bf16, and so does the batch norm: the convs
+ * read and write them without conversions and batch norm moves half the
+ * bytes. Their gradients are bf16 as well; every such tensor has one reader,
+ * so no gradient is ever accumulated in bf16. */
+static void train_fuse_plan(wf_exec *ex)
+{
+	const wf_model *m = ex->m;
+	for (int i = 0; i < m->nlayers; i++)
+		ex->fuse_into[i] = ex->fuse_res[i] = -1;
+	for (int b = 0; b < m->nlayers; b++) {
+		const wf_layer *l = &m->layers[b];
+		if (l->type != WF_LAYER_BATCHNORM || l->frozen)
+			continue;
+		int t = b, r = sole_consumer(m, b);
+		if (r >= 0 && m->layers[r].type == WF_LAYER_RELU) {
+			ex->fuse_into[r] = b;
+			ex->nfused++;
+			t = r;
+		}
+		int c = l->inputs[0], c2 = sole_consumer(m, t);
+		if (ex->be->bf16 && m->layers[c].type == WF_LAYER_CONV2D &&
+		    sole_consumer(m, c) == b && c2 >= 0 && m->layers[c2].type == WF_LAYER_CONV2D) {
+			ex->out_bf16[c] = ex->out_bf16[b] = 1;
+		}
+	}
+}
+
 /* The int8 quantisation of layer j's output: symmetric, u8 with scale
  * 255 / max when its calibration range is >= 0, else s8 with 127 / max |x|.
  * A zero padding applied inside its conv adds zeros only: its input's. 0
@@ -445,15 +480,24 @@ static int plan_gradients(wf_exec *ex, size_t *bytes)
 	placed[m->output] = 1;
 	for (int i = nl - 1; i >= 1; i--) {
 		const wf_layer *l = &m->layers[i];
+		int into = ex->tfused ? ex->fuse_into[i] : -1; /* a relu's batch norm */
 		for (int k = 0; k < l->ninputs; k++) {
 			int j = l->inputs[k];
 			if (placed[j] || !ex->need_grad[j])
 				continue;
 			placed[j] = 1;
-			ex->dact[j] = OFFSET(planner_alloc(
-				&p, j, B * wf_layer_size(&m->layers[j]) * sizeof(float)));
+			ex->dact[j] =
+				j == into ? ex->dact[i]
+					  : OFFSET(planner_alloc(&p, j,
+								 B * wf_layer_size(&m->layers[j]) *
+									 sizeof(float)));
 		}
+		if (into >= 0)
+			continue; /* the batch norm's backward reads it: released there */
 		planner_release(&p, i);
+		int r = ex->tfused ? sole_consumer(m, i) : -1;
+		if (r >= 0 && ex->fuse_into[r] == i)
+			planner_release(&p, r);
 	}
 	memset(placed, 0, (size_t)nl);
 	*bytes = p.top;
@@ -568,7 +612,8 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 		wf_errf(err, rc, "executor: out of memory");
 		goto fail;
 	}
-	if (!ex->training && wf_backend_caps_of(be).fused_conv) {
+	wf_backend_caps caps = wf_backend_caps_of(be);
+	if ((!ex->training && caps.fused_conv) || (ex->training && caps.train_fuse)) {
 		ex->fuse_into = malloc(sizeof(int) * (size_t)nl);
 		ex->fuse_res = malloc(sizeof(int) * (size_t)nl);
 		ex->fuse_act = calloc((size_t)nl, 1);
@@ -585,10 +630,15 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 			wf_errf(err, rc, "executor: out of memory");
 			goto fail;
 		}
-		ex->fused = 1;
-		fuse_plan(ex);
-		if (wf_backend_caps_of(be).int8)
-			plan_int8(ex);
+		if (ex->training) {
+			ex->tfused = 1;
+			train_fuse_plan(ex);
+		} else {
+			ex->fused = 1;
+			fuse_plan(ex);
+			if (caps.int8)
+				plan_int8(ex);
+		}
 	}
 	for (int i = 0; i < nl; i++) {
 		const wf_layer *l = &m->layers[i];
@@ -688,6 +738,8 @@ static void conv_desc(const wf_exec *ex, int i, int n, wf_conv_desc *d)
 		d->h -= x->pad[0] + x->pad[1], d->w -= x->pad[2] + x->pad[3];
 		d->pt += x->pad[0], d->pb += x->pad[1], d->pl += x->pad[2], d->pr += x->pad[3];
 	}
+	if (ex->tfused)
+		d->io_bf16 = (is_bf16(ex, l->inputs[0]) ? 1 : 0) | (ex->out_bf16[i] ? 2 : 0);
 }
 
 static void dense_desc(const wf_exec *ex, int i, int n, wf_dense_desc *d)
@@ -703,9 +755,15 @@ static void dense_desc(const wf_exec *ex, int i, int n, wf_dense_desc *d)
 static void bn_desc(const wf_exec *ex, int i, int n, wf_bn_desc *d)
 {
 	const wf_layer *l = &ex->m->layers[i];
+	memset(d, 0, sizeof(*d));
 	d->n = n, d->h = l->oh, d->w = l->ow, d->c = l->oc;
 	d->eps = l->eps;
 	d->momentum = l->momentum;
+	if (ex->tfused) {
+		int r = sole_consumer(ex->m, i);
+		d->relu = r >= 0 && ex->fuse_into[r] == i;
+		d->io_bf16 = ex->out_bf16[i];
+	}
 }
 
 static void pool_desc(const wf_exec *ex, int i, int n, wf_pool_desc *d)
@@ -740,8 +798,8 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 		wf_pad_desc pad;
 	} d;
 
-	if (ex->fused && (ex->fuse_into[i] >= 0 || ex->pad_skip[i]))
-		return 0; /* runs inside its conv */
+	if (ex->fuse_into && (ex->fuse_into[i] >= 0 || ex->pad_skip[i]))
+		return 0; /* runs inside its conv (training: its batch norm) */
 	switch (l->type) {
 	case WF_LAYER_INPUT: return 0;
 	case WF_LAYER_CONV2D:
@@ -838,7 +896,7 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 	/* dropout aliases its input in inference only; flatten always */
 	for (int i = 0; i < m->nlayers; i++) {
 		wf_layer_type t = m->layers[i].type;
-		if (ex->fused && ex->fuse_into[i] >= 0)
+		if (ex->fuse_into && ex->fuse_into[i] >= 0)
 			ex->act[i] = ex->act[ex->fuse_into[i]];
 		else if (ex->fused && ex->pad_skip[i])
 			ex->act[i] = ex->act[m->layers[i].inputs[0]];
@@ -1054,6 +1112,10 @@ static int layer_backward(wf_exec *ex, int i, int n)
 	case WF_LAYER_CONCAT: return concat_backward(ex, i, n, dy);
 	default: break;
 	}
+	if (ex->tfused && ex->fuse_into[i] >= 0) { /* a relu inside its batch norm, */
+		ex->gdone[j] = 1;		   /* whose gradient memory is this one's */
+		return 0;
+	}
 
 	float *dx = l->ninputs ? dx_target(ex, j, &acc) : NULL;
 	if (!dx && ex->pend[i] == 0)
@@ -1238,6 +1300,14 @@ int wf_exec_fused(const wf_exec *ex)
 int wf_exec_int8_convs(const wf_exec *ex)
 {
 	return ex->nint8;
+}
+
+int wf_exec_bf16_layers(const wf_exec *ex)
+{
+	int n = 0;
+	for (int i = 0; ex->out_bf16 && i < ex->m->nlayers; i++)
+		n += ex->out_bf16[i];
+	return n;
 }
 
 const float *wf_exec_layer_output(const wf_exec *ex, int i)

@@ -249,14 +249,18 @@ int wf_exec_zero_grads(wf_exec *ex);
  * m->params, call wf_exec_params_from_host, which also rebuilds its plans. */
 int wf_exec_params_to_host(wf_exec *ex);
 int wf_exec_params_from_host(wf_exec *ex);
-/* Layers an inference executor fused into convolutions (relu/relu6, add). */
+/* Layers an inference executor fused into convolutions (relu/relu6, add);
+ * a training executor: relus fused into batch norms. */
 int wf_exec_fused(const wf_exec *ex);
+/* Layers whose output the executor keeps in bf16 (bf16 precision). */
+int wf_exec_bf16_layers(const wf_exec *ex);
 /* Convolutions an inference executor runs in int8 (created on a backend
  * set to int8 precision, for a model with calibration ranges). */
 int wf_exec_int8_convs(const wf_exec *ex);
 /* Layer i's output after a forward, in backend memory: every layer's in a
- * training executor (also after an inference-mode forward); an inference
- * executor reuses memory, so only the output layer's is meaningful there. */
+ * training executor (also after an inference-mode forward; in bf16 for the
+ * layers wf_exec_bf16_layers counts); an inference executor reuses memory,
+ * so only the output layer's is meaningful there. */
 const float *wf_exec_layer_output(const wf_exec *ex, int i);
 wf_backend *wf_exec_backend(wf_exec *ex);
 const char *wf_exec_error(wf_exec *ex); /* cause of the last failure */

@@ -131,7 +131,7 @@ int wf_backend_cpu_init(wf_backend *be, wf_err *err)
 	if (!c)
 		return wf_errf(err, WF_ENOMEM, "cpu: out of memory creating the backend");
 	be->name = "cpu";
-	be->caps |= WF_CAP_HOST_MEM | WF_CAP_INT8;
+	be->caps |= WF_CAP_HOST_MEM | WF_CAP_INT8 | WF_CAP_TRAIN_FUSE;
 	be->precisions = "fp32";
 	be->ops = &cpu_ops;
 	be->ctx = c;

@@ -22,14 +22,22 @@ static int bn_consts(wf_backend *be, wf_plan *pl)
 	return 0;
 }
 
-/* flags: dnnl_use_scale|dnnl_use_shift (+ dnnl_use_global_stats for inference). */
+/* The flags of d: dnnl_use_scale|dnnl_use_shift, + dnnl_fuse_norm_relu. */
+static unsigned bn_flags(const wf_bn_desc *d)
+{
+	return dnnl_use_scale | dnnl_use_shift | (d->relu ? dnnl_fuse_norm_relu : 0);
+}
+
+/* x: the data layout (NHWC, fp32 or bf16); + dnnl_use_global_stats for inference. */
 static int bn_fwd_desc(wf_backend *be, const wf_bn_desc *d, int training,
 		       dnnl_batch_normalization_desc_t *bd, dnnl_memory_desc_t *x)
 {
 	int rc = wf_cpu_md_nhwc(be, x, d->n, d->h, d->w, d->c);
+	if (!rc && d->io_bf16)
+		rc = wf_cpu_md_bf16_nhwc(be, x, x);
 	if (rc)
 		return rc;
-	unsigned flags = dnnl_use_scale | dnnl_use_shift;
+	unsigned flags = bn_flags(d);
 	if (!training)
 		flags |= dnnl_use_global_stats;
 	DN_CHECK(dnnl_batch_normalization_forward_desc_init(
@@ -76,9 +84,14 @@ static int bn_build_fwd(wf_backend *be, wf_plan *pl, int training)
 	} else if (!rc) {
 		rc = wf_cpu_plan_mem(be, pl, &c, DNNL_MEMORY_NONE, mv);
 	}
+	if (!rc && training && d->relu) /* the relu's mask, for backward */
+		rc = wf_cpu_plan_mem(be, pl, wf_cpu_pd_md(seq->prim, dnnl_query_workspace_md),
+				     DNNL_MEMORY_ALLOCATE, &pl->bn_ws);
 	if (rc)
 		return rc;
 	dn_op *op = seq->prim;
+	if (training && d->relu)
+		wf_cpu_op_arg(op, DNNL_ARG_WORKSPACE, pl->bn_ws);
 	wf_cpu_op_arg(op, DNNL_ARG_SRC, *mx);
 	wf_cpu_op_arg(op, DNNL_ARG_DST, *my);
 	wf_cpu_op_arg(op, DNNL_ARG_SCALE, *mg);
@@ -148,8 +161,12 @@ static int bn_build_bwd(wf_backend *be, wf_plan *pl, int unused)
 	if (rc)
 		goto fail;
 	DN_CHECK(dnnl_primitive_desc_create(&hint, &fd, attr, ctx_of(be)->eng, NULL), fail);
+	if (d->relu && !pl->bn_ws) {
+		rc = wf_errf(&be->err, WF_EINVAL, "batchnorm: backward before a training forward");
+		goto fail;
+	}
 	DN_CHECK(dnnl_batch_normalization_backward_desc_init(&bd, dnnl_backward, &x, &x, d->eps,
-							     dnnl_use_scale | dnnl_use_shift),
+							     bn_flags(d)),
 		 fail);
 	rc = wf_cpu_op_create(be, pl, &bd, hint, 0, &pl->bwd_d.prim);
 	if (rc)
@@ -190,6 +207,8 @@ static int bn_build_bwd(wf_backend *be, wf_plan *pl, int unused)
 	wf_cpu_op_arg(op, DNNL_ARG_DIFF_SRC, pl->d_dx);
 	wf_cpu_op_arg(op, DNNL_ARG_DIFF_SCALE, dg);
 	wf_cpu_op_arg(op, DNNL_ARG_DIFF_SHIFT, dbeta);
+	if (d->relu)
+		wf_cpu_op_arg(op, DNNL_ARG_WORKSPACE, pl->bn_ws);
 fail:
 	if (hint)
 		dnnl_primitive_desc_destroy(hint);
@@ -209,7 +228,8 @@ int wf_cpu_batchnorm_backward(wf_backend *be, wf_plan **plan, const wf_bn_desc *
 		return rc;
 	if (!dx && !pl->dx_tmp) {
 		/* oneDNN always writes diff_src: a scratch target, once per plan */
-		pl->dx_tmp = wf_cpu_plan_buf(be, pl, (size_t)d->n * d->h * d->w * d->c);
+		pl->dx_tmp =
+			wf_cpu_plan_buf(be, pl, (size_t)d->n * d->h * d->w * d->c); /* >= bf16 */
 		if (!pl->dx_tmp)
 			return be->err.code;
 	}

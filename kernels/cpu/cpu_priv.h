@@ -95,7 +95,8 @@ struct wf_plan {
 	/* bn forward inference (separate primitive, same user roles) */
 	dn_seq inf;
 	dnnl_memory_t i_x, i_y, i_g, i_b, i_m, i_v;
-	float *bn_var; /* [C] batch variance from oneDNN (training) */
+	float *bn_var;	     /* [C] batch variance from oneDNN (training) */
+	dnnl_memory_t bn_ws; /* the fused relu's mask: training forward -> backward */
 	/* backward data: dy, w -> dx (bn: the whole backward) */
 	dn_seq bwd_d;
 	dnnl_memory_t d_dy, d_w, d_dx, d_x, d_m, d_v, d_g;

@@ -458,6 +458,111 @@ static void test_bf16_conv_backward_reuses_only_current_copies(void)
 	free(dw1), free(dw2);
 }
 
+/* bf16 storage of floats (round to nearest even) and back. */
+static void to_bf16(uint16_t *h, const float *f, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &f[i], 4);
+		h[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+	}
+}
+
+static void from_bf16(float *f, const uint16_t *h, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u = (uint32_t)h[i] << 16;
+		memcpy(&f[i], &u, 4);
+	}
+}
+
+/* Training fusions: batch norm with a fused relu (fp32, then bf16 tensors)
+ * and a plain conv reading and writing bf16 tensors, forward and backward,
+ * against ref's batch norm, relu and conv on the same (bf16-rounded) values. */
+static void test_training_fusions_match_ref(void)
+{
+	const size_t N = 4 * 6 * 6 * 16;
+	wf_bn_desc bd = {.n = 4, .h = 6, .w = 6, .c = 16, .eps = 1e-3f, .momentum = 0.9f};
+	float *x = rnd(N, 81), *dy = rnd(N, 82), *g = rnd(16, 83), *bt = rnd(16, 84);
+	float *y1 = calloc(N, 4), *y2 = calloc(N, 4), *dx1 = calloc(N, 4), *dx2 = calloc(N, 4);
+	float *t = calloc(N, 4);
+	uint16_t *xh = calloc(N, 2), *yh = calloc(N, 2), *dyh = calloc(N, 2), *dxh = calloc(N, 2);
+	float sm[2][16], si[2][16], rm[2][16] = {{0}}, rv[2][16], dg[2][16], db[2][16];
+	for (int bf16 = 0; bf16 < 2; bf16++) {
+		if (bf16 && !(cpu_be->caps & WF_CAP_BF16))
+			break;
+		WF_CHECK(wf_backend_set_precision(cpu_be, bf16 ? "bf16" : "fp32", NULL, NULL) == 0);
+		if (bf16) { /* ref sees the values the bf16 tensors hold */
+			to_bf16(xh, x, N), from_bf16(x, xh, N);
+			to_bf16(dyh, dy, N), from_bf16(dy, dyh, N);
+		}
+		wf_bn_desc fd = bd;
+		fd.relu = 1, fd.io_bf16 = bf16;
+		wf_plan *cp = NULL, *rp = NULL;
+		for (int k = 0; k < 2; k++)
+			for (int c = 0; c < 16; c++)
+				rv[k][c] = 1, dg[k][c] = db[k][c] = 0;
+		WF_CHECK(wf_op_batchnorm_forward(cpu_be, &cp, &fd, 1, bf16 ? (float *)yh : y1,
+						 sm[0], si[0], bf16 ? (float *)xh : x, g, bt, rm[0],
+						 rv[0]) == 0);
+		WF_CHECK(wf_op_batchnorm_backward(cpu_be, &cp, &fd, bf16 ? (float *)dxh : dx1,
+						  dg[0], db[0], bf16 ? (float *)dyh : dy,
+						  bf16 ? (float *)xh : x, g, sm[0], si[0]) == 0);
+		WF_CHECK(wf_op_batchnorm_forward(ref_be, &rp, &bd, 1, t, sm[1], si[1], x, g, bt,
+						 rm[1], rv[1]) == 0);
+		WF_CHECK(wf_op_act_forward(ref_be, WF_ACT_RELU, N, y2, t) == 0);
+		WF_CHECK(wf_op_act_backward(ref_be, WF_ACT_RELU, N, t, dy, y2) == 0);
+		WF_CHECK(wf_op_batchnorm_backward(ref_be, &rp, &bd, dx2, dg[1], db[1], t, x, g,
+						  sm[1], si[1]) == 0);
+		if (bf16)
+			from_bf16(y1, yh, N), from_bf16(dx1, dxh, N);
+		double tol = bf16 ? 2e-2 : 1e-4;
+		WF_CHECK_MSG(max_rel_diff(y1, y2, N) < tol, "bn relu %s y", bf16 ? "bf16" : "fp32");
+		WF_CHECK_MSG(max_rel_diff(dx1, dx2, N) < tol, "bn relu %s dx: %g",
+			     bf16 ? "bf16" : "fp32", max_rel_diff(dx1, dx2, N));
+		WF_CHECK(max_rel_diff(dg[0], dg[1], 16) < tol &&
+			 max_rel_diff(db[0], db[1], 16) < tol);
+		WF_CHECK(max_rel_diff(rv[0], rv[1], 16) < 1e-4 &&
+			 max_rel_diff(si[0], si[1], 16) < 1e-4);
+		wf_backend_plan_free(cpu_be, &cp);
+		wf_backend_plan_free(ref_be, &rp);
+		if (!bf16)
+			continue;
+		/* a conv 16 -> 16 reading and writing bf16: y, dx bf16, dw fp32 */
+		wf_conv_desc cd;
+		wf_conv_desc_init(&cd, 4, 6, 6, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0);
+		cd.io_bf16 = 3;
+		float *w = rnd(9 * 16 * 16, 85), *dw1 = calloc(9 * 16 * 16, 4);
+		float *dw2 = calloc(9 * 16 * 16, 4);
+		WF_CHECK(wf_op_conv2d_forward(cpu_be, &cp, &cd, (float *)yh, (float *)xh, w,
+					      NULL) == 0);
+		WF_CHECK(wf_op_conv2d_backward(cpu_be, &cp, &cd, (float *)dxh, dw1, NULL,
+					       (float *)dyh, (float *)xh, w) == 0);
+		cd.io_bf16 = 0;
+		WF_CHECK(wf_op_conv2d_forward(ref_be, &rp, &cd, y2, x, w, NULL) == 0);
+		WF_CHECK(wf_op_conv2d_backward(ref_be, &rp, &cd, dx2, dw2, NULL, dy, x, w) == 0);
+		from_bf16(y1, yh, N), from_bf16(dx1, dxh, N);
+		WF_CHECK_MSG(max_rel_diff(y1, y2, N) < 2e-2 && max_rel_diff(dx1, dx2, N) < 2e-2 &&
+				     max_rel_diff(dw1, dw2, 9 * 16 * 16) < 2e-2,
+			     "bf16 conv: y %g dx %g dw %g", max_rel_diff(y1, y2, N),
+			     max_rel_diff(dx1, dx2, N), max_rel_diff(dw1, dw2, 9 * 16 * 16));
+		wf_backend_plan_free(cpu_be, &cp);
+		wf_backend_plan_free(ref_be, &rp);
+		free(w), free(dw1), free(dw2);
+	}
+	/* without the capability (ref) the fields are refused, by name */
+	wf_bn_desc fd = bd;
+	fd.relu = 1;
+	wf_plan *rp = NULL;
+	WF_CHECK_INT(wf_op_batchnorm_forward(ref_be, &rp, &fd, 1, y2, sm[1], si[1], x, g, bt, rm[1],
+					     rv[1]),
+		     WF_EINVAL);
+	WF_CHECK(strstr(ref_be->err.msg, "relu=1") != NULL);
+	wf_backend_set_precision(cpu_be, "fp32", NULL, NULL);
+	free(x), free(dy), free(g), free(bt), free(y1), free(y2), free(dx1), free(dx2), free(t);
+	free(xh), free(yh), free(dyh), free(dxh);
+}
+
 static void test_precision_names(void)
 {
 	wf_err err = {0};
@@ -685,6 +790,7 @@ int main(void)
 	WF_RUN(test_int8_tensors_between_convs);
 	WF_RUN(test_every_shared_case_in_bf16_matches_ref);
 	WF_RUN(test_bf16_conv_backward_reuses_only_current_copies);
+	WF_RUN(test_training_fusions_match_ref);
 	wf_backend_free(cpu_be);
 	wf_backend_free(ref_be);
 	return wf_test_summary();
