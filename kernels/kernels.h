@@ -200,6 +200,12 @@ typedef struct wf_backend_ops {
 	int (*accumulate)(wf_backend *be, size_t n, float *y, const float *x);
 	/* y = alpha * x over n floats (y may alias x). */
 	int (*scale)(wf_backend *be, size_t n, float *y, const float *x, float alpha);
+	/* Training fusions (WF_CAP_TRAIN_FUSE; NULL elsewhere): y = a + b over n
+	 * values into float y, a bf16 when bit 1 of bf16 is set, b with bit 2;
+	 * y (bf16) = x (float) over n values, rounded to nearest even. */
+	int (*add_mixed)(wf_backend *be, size_t n, float *y, const void *a, const void *b,
+			 int bf16);
+	int (*to_bf16)(wf_backend *be, size_t n, void *y, const float *x);
 
 	/* Channel concat: xs[i] is [rows, widths[i]], y is [rows, sum widths]. */
 	int (*concat_forward)(wf_backend *be, size_t rows, int k, const int *widths, float *y,

@@ -541,6 +541,23 @@ int wf_op_add(wf_backend *be, size_t n, float *y, const float *a, const float *b
 	return TIMED(be, "add", be->ops->add(be, n, y, a, b));
 }
 
+int wf_op_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const void *b, int bf16)
+{
+	wf_err_clear(&be->err);
+	if (!be->ops->add_mixed || (bf16 & ~3))
+		return wf_errf(&be->err, WF_EINVAL, "add: bf16=%d (inputs in bf16) on %s", bf16,
+			       be->name);
+	return TIMED(be, "add", be->ops->add_mixed(be, n, y, a, b, bf16));
+}
+
+int wf_op_to_bf16(wf_backend *be, size_t n, void *y, const float *x)
+{
+	wf_err_clear(&be->err);
+	if (!be->ops->to_bf16)
+		return wf_errf(&be->err, WF_EINVAL, "to_bf16: no bf16 tensors on %s", be->name);
+	return TIMED(be, "to_bf16", be->ops->to_bf16(be, n, y, x));
+}
+
 int wf_op_accumulate(wf_backend *be, size_t n, float *y, const float *x)
 {
 	wf_err_clear(&be->err);

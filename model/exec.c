@@ -304,10 +304,11 @@ static void fuse_plan(wf_exec *ex)
 /* Training plan (see tfused): each batch norm (not frozen) fuses a sole relu
  * consumer, which then aliases it and runs nothing. With bf16 compute, a
  * conv read only by a batch norm whose output (after its fused relu) only a
- * conv reads keeps its output in bf16, and so does the batch norm: the convs
- * read and write them without conversions and batch norm moves half the
- * bytes. Their gradients are bf16 as well; every such tensor has one reader,
- * so no gradient is ever accumulated in bf16. */
+ * conv or a two-input add reads keeps its output in bf16, and so does the
+ * batch norm: the convs read and write them without conversions, batch norm
+ * moves half the bytes, the add reads bf16 (and writes float). Their
+ * gradients are bf16 as well (the add converts its dy); every such tensor
+ * has one reader, so no gradient is ever accumulated in bf16. */
 static void train_fuse_plan(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
@@ -324,8 +325,10 @@ static void train_fuse_plan(wf_exec *ex)
 			t = r;
 		}
 		int c = l->inputs[0], c2 = sole_consumer(m, t);
+		wf_layer_type t2 = c2 >= 0 ? m->layers[c2].type : WF_LAYER_INPUT;
 		if (ex->be->bf16 && m->layers[c].type == WF_LAYER_CONV2D &&
-		    sole_consumer(m, c) == b && c2 >= 0 && m->layers[c2].type == WF_LAYER_CONV2D) {
+		    sole_consumer(m, c) == b &&
+		    (t2 == WF_LAYER_CONV2D || (t2 == WF_LAYER_ADD && m->layers[c2].ninputs == 2))) {
 			ex->out_bf16[c] = ex->out_bf16[b] = 1;
 		}
 	}
@@ -845,6 +848,9 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 		return wf_op_act_forward(be, l->type == WF_LAYER_RELU ? WF_ACT_RELU : WF_ACT_RELU6,
 					 sz, y, x);
 	case WF_LAYER_ADD: {
+		int h = ex->tfused ? is_bf16(ex, l->inputs[0]) | is_bf16(ex, l->inputs[1]) << 1 : 0;
+		if (h)
+			return wf_op_add_mixed(be, sz, y, x, ex->act[l->inputs[1]], h);
 		int rc = wf_op_add(be, sz, y, x, ex->act[l->inputs[1]]);
 		for (int k = 2; k < l->ninputs && rc == 0; k++)
 			rc = wf_op_accumulate(be, sz, y, ex->act[l->inputs[k]]);
@@ -1043,7 +1049,8 @@ static int dx_finish(wf_exec *ex, int j, int acc, int n)
 	return wf_op_accumulate(ex->be, sz, ex->dact[j], ex->scratch);
 }
 
-/* dx_j = dy (add, flatten): a copy on first write, else accumulate straight from dy. */
+/* dx_j = dy (add, flatten): a copy on first write (converted when j is kept
+ * in bf16: its only reader is this add), else accumulate straight from dy. */
 static int pass_through(wf_exec *ex, int j, const float *dy, int n)
 {
 	if (!ex->need_grad[j])
@@ -1051,6 +1058,8 @@ static int pass_through(wf_exec *ex, int j, const float *dy, int n)
 	size_t sz = (size_t)n * wf_layer_size(&ex->m->layers[j]);
 	if (!ex->gdone[j]) {
 		ex->gdone[j] = 1;
+		if (ex->tfused && is_bf16(ex, j))
+			return wf_op_to_bf16(ex->be, sz, ex->dact[j], dy);
 		return wf_op_copy(ex->be, ex->dact[j], dy, sz * sizeof(float));
 	}
 	return wf_op_accumulate(ex->be, sz, ex->dact[j], dy);

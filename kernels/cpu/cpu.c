@@ -81,6 +81,9 @@ THREADED(softmax_xent_backward,
 	 (wf_backend * be, int n, int k, float *dlogits, const float *probs, const int32_t *labels,
 	  float scale),
 	 (be, n, k, dlogits, probs, labels, scale))
+THREADED(add_mixed, (wf_backend * be, size_t n, float *y, const void *a, const void *b, int bf16),
+	 (be, n, y, a, b, bf16))
+THREADED(to_bf16, (wf_backend * be, size_t n, void *y, const float *x), (be, n, y, x))
 THREADED(optimizer_update,
 	 (wf_backend * be, const wf_opt_desc *d, size_t n, float *p, const float *g, float *m,
 	  float *v),
@@ -109,6 +112,8 @@ static const wf_backend_ops cpu_ops = {
 	.add = threaded_add,
 	.accumulate = threaded_accumulate,
 	.scale = threaded_scale,
+	.add_mixed = threaded_add_mixed,
+	.to_bf16 = threaded_to_bf16,
 	.concat_forward = threaded_concat_forward,
 	.concat_backward = threaded_concat_backward,
 	.pool_forward = wf_cpu_pool_forward,

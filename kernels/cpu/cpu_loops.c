@@ -107,6 +107,39 @@ int wf_cpu_add(wf_backend *be, size_t n, float *y, const float *a, const float *
 	return 0;
 }
 
+static inline float bf16_in(const void *p, size_t i, int bf16)
+{
+	if (!bf16)
+		return ((const float *)p)[i];
+	uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+	float f;
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+int wf_cpu_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const void *b, int bf16)
+{
+	int ah = bf16 & 1, bh = (bf16 & 2) != 0;
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+	for (size_t i = 0; i < n; i++)
+		y[i] = bf16_in(a, i, ah) + bf16_in(b, i, bh);
+	return 0;
+}
+
+int wf_cpu_to_bf16(wf_backend *be, size_t n, void *y, const float *x)
+{
+	uint16_t *h = y;
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &x[i], sizeof(u));
+		uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* nearest, ties to even */
+		h[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u
+								  : r); /* NaN */
+	}
+	return 0;
+}
+
 int wf_cpu_accumulate(wf_backend *be, size_t n, float *y, const float *x)
 {
 	wf_cpu_add_into(y, x, n);

@@ -550,6 +550,18 @@ static void test_training_fusions_match_ref(void)
 		wf_backend_plan_free(ref_be, &rp);
 		free(w), free(dw1), free(dw2);
 	}
+	/* the add reading bf16 and the conversion of a gradient to bf16 */
+	float v[6] = {1.0f, -2.5f, 1.00390625f, 1.01171875f, 3e38f, NAN}, w6[6];
+	uint16_t vh[6], vh2[6];
+	to_bf16(vh, v, 6);
+	WF_CHECK(wf_op_to_bf16(cpu_be, 6, vh2, v) == 0);
+	WF_CHECK(memcmp(vh, vh2, 10) == 0); /* ties to even: 1+2^-8 -> 1, 1+3*2^-8 -> 1+2^-6 */
+	WF_CHECK((vh2[5] & 0x7f80) == 0x7f80 && (vh2[5] & 0x7f)); /* NaN stays NaN */
+	WF_CHECK(wf_op_add_mixed(cpu_be, 4, w6, vh, v, 1) == 0);
+	from_bf16(t, vh, 4);
+	for (int i = 0; i < 4; i++)
+		WF_CHECK(w6[i] == t[i] + v[i]);
+	WF_CHECK_INT(wf_op_add_mixed(ref_be, 4, w6, v, vh, 2), WF_EINVAL);
 	/* without the capability (ref) the fields are refused, by name */
 	wf_bn_desc fd = bd;
 	fd.relu = 1;
