@@ -126,6 +126,7 @@ struct wf_plan {
 	int w_done;
 	dnnl_memory_t f_r; /* fused residual (binary add post-op source) */
 	int bf16;	   /* built for bf16 compute (be->bf16 when created) */
+	int mm;		   /* conv backward as two matmuls (cpu_conv.c conv_is_mm) */
 };
 
 static inline cpu_ctx *ctx_of(wf_backend *be)

@@ -415,47 +415,56 @@ static void test_every_shared_case_in_bf16_matches_ref(void)
 
 /* bf16 training: backward weights reuses the forward's bf16 x and backward
  * data's bf16 dy. Backward of the x the forward saw, of another x, without
- * dx, and twice after one forward: each dw as ref computes it. */
+ * dx, and twice after one forward: dx, dw and db as ref computes them; a 3x3
+ * conv (oneDNN's convolution backward) and a 1x1 (two matmuls). */
 static void test_bf16_conv_backward_reuses_only_current_copies(void)
 {
 	if (!(cpu_be->caps & WF_CAP_BF16))
 		return;
 	WF_CHECK(wf_backend_set_precision(cpu_be, "bf16", NULL, NULL) == 0);
-	wf_conv_desc d;
-	wf_conv_desc_init(&d, 4, 12, 12, 16, 32, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 1);
-	size_t xl = (size_t)4 * 12 * 12 * 16, yl = (size_t)4 * 12 * 12 * 32, wl = 3 * 3 * 16 * 32;
-	float *x1 = rnd(xl, 71), *x2 = rnd(xl, 72), *w = rnd(wl, 73), *b = rnd(32, 74);
-	float *dy1 = rnd(yl, 75), *dy2 = rnd(yl, 76), *y = calloc(yl, 4), *dx = calloc(xl, 4);
-	float *dw1 = calloc(wl, 4), *dw2 = calloc(wl, 4), db1[32], db2[32];
-	wf_plan *slot = NULL, *rp = NULL;
-	struct {
-		const float *fwd_x, *x, *dy;
-		int with_dx;
-	} steps[] = {
-		{x1, x1, dy1, 1},   /* both copies current */
-		{x1, x2, dy2, 1},   /* another x: converted again */
-		{x1, x1, dy2, 0},   /* no dx: dy converted here */
-		{NULL, x1, dy1, 0}, /* a second backward after one forward */
-		{x2, x2, dy1, 0},
-	};
-	for (size_t s = 0; s < WF_ARRAY_LEN(steps); s++) {
-		memset(dw1, 0, wl * 4), memset(dw2, 0, wl * 4);
-		memset(db1, 0, sizeof(db1)), memset(db2, 0, sizeof(db2));
-		if (steps[s].fwd_x)
-			WF_CHECK(wf_op_conv2d_forward(cpu_be, &slot, &d, y, steps[s].fwd_x, w, b) ==
-				 0);
-		WF_CHECK(wf_op_conv2d_backward(cpu_be, &slot, &d, steps[s].with_dx ? dx : NULL, dw1,
-					       db1, steps[s].dy, steps[s].x, w) == 0);
-		WF_CHECK(wf_op_conv2d_backward(ref_be, &rp, &d, NULL, dw2, db2, steps[s].dy,
-					       steps[s].x, w) == 0);
-		double e = max_rel_diff(dw1, dw2, wl), eb = max_rel_diff(db1, db2, 32);
-		WF_CHECK_MSG(e < 3e-2 && eb < 3e-2, "step %zu: dw rel diff %g, db %g", s, e, eb);
+	for (int k = 3; k >= 1; k -= 2) {
+		wf_conv_desc d;
+		wf_conv_desc_init(&d, 4, 12, 12, 16, 32, k, k, 1, 1, 1, 1, 1, 1, 0, 0, 1);
+		size_t xl = (size_t)4 * 12 * 12 * 16, yl = (size_t)4 * 12 * 12 * 32;
+		size_t wl = (size_t)k * k * 16 * 32;
+		float *x1 = rnd(xl, 71), *x2 = rnd(xl, 72), *w = rnd(wl, 73), *b = rnd(32, 74);
+		float *dy1 = rnd(yl, 75), *dy2 = rnd(yl, 76), *y = calloc(yl, 4);
+		float *dx = calloc(xl, 4), *dx2 = calloc(xl, 4);
+		float *dw1 = calloc(wl, 4), *dw2 = calloc(wl, 4), db1[32], db2[32];
+		wf_plan *slot = NULL, *rp = NULL;
+		struct {
+			const float *fwd_x, *x, *dy;
+			int with_dx;
+		} steps[] = {
+			{x1, x1, dy1, 1},   /* both copies current */
+			{x1, x2, dy2, 1},   /* another x: converted again */
+			{x1, x1, dy2, 0},   /* no dx: dy converted here */
+			{NULL, x1, dy1, 0}, /* a second backward after one forward */
+			{x2, x2, dy1, 0},
+		};
+		for (size_t s = 0; s < WF_ARRAY_LEN(steps); s++) {
+			memset(dw1, 0, wl * 4), memset(dw2, 0, wl * 4);
+			memset(db1, 0, sizeof(db1)), memset(db2, 0, sizeof(db2));
+			if (steps[s].fwd_x)
+				WF_CHECK(wf_op_conv2d_forward(cpu_be, &slot, &d, y, steps[s].fwd_x,
+							      w, b) == 0);
+			WF_CHECK(wf_op_conv2d_backward(cpu_be, &slot, &d,
+						       steps[s].with_dx ? dx : NULL, dw1, db1,
+						       steps[s].dy, steps[s].x, w) == 0);
+			WF_CHECK(wf_op_conv2d_backward(ref_be, &rp, &d, dx2, dw2, db2, steps[s].dy,
+						       steps[s].x, w) == 0);
+			double e = max_rel_diff(dw1, dw2, wl), eb = max_rel_diff(db1, db2, 32);
+			double ex = steps[s].with_dx ? max_rel_diff(dx, dx2, xl) : 0;
+			WF_CHECK_MSG(e < 3e-2 && eb < 3e-2 && ex < 3e-2,
+				     "%dx%d step %zu: dw rel diff %g, db %g, dx %g", k, k, s, e, eb,
+				     ex);
+		}
+		wf_backend_plan_free(cpu_be, &slot);
+		wf_backend_plan_free(ref_be, &rp);
+		free(x1), free(x2), free(w), free(b), free(dy1), free(dy2), free(y), free(dx);
+		free(dx2), free(dw1), free(dw2);
 	}
-	wf_backend_plan_free(cpu_be, &slot);
-	wf_backend_plan_free(ref_be, &rp);
 	wf_backend_set_precision(cpu_be, "fp32", NULL, NULL);
-	free(x1), free(x2), free(w), free(b), free(dy1), free(dy2), free(y), free(dx);
-	free(dw1), free(dw2);
 }
 
 /* bf16 storage of floats (round to nearest even) and back. */
@@ -528,27 +537,34 @@ static void test_training_fusions_match_ref(void)
 		wf_backend_plan_free(ref_be, &rp);
 		if (!bf16)
 			continue;
-		/* a conv 16 -> 16 reading and writing bf16: y, dx bf16, dw fp32 */
-		wf_conv_desc cd;
-		wf_conv_desc_init(&cd, 4, 6, 6, 16, 16, 3, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0);
-		cd.io_bf16 = 3;
-		float *w = rnd(9 * 16 * 16, 85), *dw1 = calloc(9 * 16 * 16, 4);
-		float *dw2 = calloc(9 * 16 * 16, 4);
-		WF_CHECK(wf_op_conv2d_forward(cpu_be, &cp, &cd, (float *)yh, (float *)xh, w,
-					      NULL) == 0);
-		WF_CHECK(wf_op_conv2d_backward(cpu_be, &cp, &cd, (float *)dxh, dw1, NULL,
-					       (float *)dyh, (float *)xh, w) == 0);
-		cd.io_bf16 = 0;
-		WF_CHECK(wf_op_conv2d_forward(ref_be, &rp, &cd, y2, x, w, NULL) == 0);
-		WF_CHECK(wf_op_conv2d_backward(ref_be, &rp, &cd, dx2, dw2, NULL, dy, x, w) == 0);
-		from_bf16(y1, yh, N), from_bf16(dx1, dxh, N);
-		WF_CHECK_MSG(max_rel_diff(y1, y2, N) < 2e-2 && max_rel_diff(dx1, dx2, N) < 2e-2 &&
-				     max_rel_diff(dw1, dw2, 9 * 16 * 16) < 2e-2,
-			     "bf16 conv: y %g dx %g dw %g", max_rel_diff(y1, y2, N),
-			     max_rel_diff(dx1, dx2, N), max_rel_diff(dw1, dw2, 9 * 16 * 16));
-		wf_backend_plan_free(cpu_be, &cp);
-		wf_backend_plan_free(ref_be, &rp);
-		free(w), free(dw1), free(dw2);
+		/* convs 16 -> 16 reading and writing bf16: y, dx bf16, dw, db fp32 (a
+		 * 3x3, and a 1x1 whose backward is two matmuls) */
+		for (int k = 3; k >= 1; k -= 2) {
+			wf_conv_desc cd;
+			wf_conv_desc_init(&cd, 4, 6, 6, 16, 16, k, k, 1, 1, 1, 1, 1, 1, 0, 0, 1);
+			cd.io_bf16 = 3;
+			size_t wl = (size_t)k * k * 16 * 16;
+			float *w = rnd(wl, 85), *dw1 = calloc(wl, 4), *dw2 = calloc(wl, 4);
+			float *cb = rnd(16, 86), cdb[2][16] = {{0}};
+			WF_CHECK(wf_op_conv2d_forward(cpu_be, &cp, &cd, (float *)yh, (float *)xh, w,
+						      cb) == 0);
+			WF_CHECK(wf_op_conv2d_backward(cpu_be, &cp, &cd, (float *)dxh, dw1, cdb[0],
+						       (float *)dyh, (float *)xh, w) == 0);
+			cd.io_bf16 = 0;
+			WF_CHECK(wf_op_conv2d_forward(ref_be, &rp, &cd, y2, x, w, cb) == 0);
+			WF_CHECK(wf_op_conv2d_backward(ref_be, &rp, &cd, dx2, dw2, cdb[1], dy, x,
+						       w) == 0);
+			from_bf16(y1, yh, N), from_bf16(dx1, dxh, N);
+			double ey = max_rel_diff(y1, y2, N), ex = max_rel_diff(dx1, dx2, N);
+			double ew = max_rel_diff(dw1, dw2, wl),
+			       eb = max_rel_diff(cdb[0], cdb[1], 16);
+			WF_CHECK_MSG(ey < 2e-2 && ex < 2e-2 && ew < 2e-2 && eb < 2e-2,
+				     "bf16 %dx%d conv: y %g dx %g dw %g db %g", k, k, ey, ex, ew,
+				     eb);
+			wf_backend_plan_free(cpu_be, &cp);
+			wf_backend_plan_free(ref_be, &rp);
+			free(w), free(dw1), free(dw2), free(cb);
+		}
 	}
 	/* the add reading bf16 and the conversion of a gradient to bf16 */
 	float v[6] = {1.0f, -2.5f, 1.00390625f, 1.01171875f, 3e38f, NAN}, w6[6];
