@@ -4,7 +4,8 @@
  * step reaches, and the same networks trained in the same run by the peers of
  * bench/peers.py (PyTorch fp32 channels_last and bf16 autocast, from the venv
  * of bench/peers_venv.sh): best peer, its name, and the ratio of weft's best
- * precision to it; Debian's python3-torch (1.13) as a reference column.
+ * precision to it, weft fp32 / PyTorch fp32 channels_last (issue 13's fp32
+ * target); Debian's python3-torch (1.13) as a reference column.
  * Timings are medians over the timed steps.
  *
  *   bench_train [--models smallcnn,resnet20] [--batch 64] [--threads 2]
@@ -133,9 +134,10 @@ static double torch_peer(const char *script, const char *models, const char *nam
 	return at ? atof(at + strlen(key)) : 0;
 }
 
-/* The peers of bench/peers.py (training): best images/s for `name`, engine in eng. */
-static double best_peer(const char *models, const char *name, int batch, int threads, char *eng,
-			size_t cap)
+/* The peers of bench/peers.py (training): images/s of engine `want` for
+ * `name`, or (want NULL) the best one's, its engine in eng. */
+static double peer_ips(const char *models, const char *name, int batch, int threads,
+		       const char *want, char *eng, size_t cap)
 {
 	static char out[8192];
 	static int ran;
@@ -163,7 +165,7 @@ static double best_peer(const char *models, const char *name, int batch, int thr
 		double ips = 0;
 		if (sscanf(at + strlen(key), "\"engine\": \"%63[^\"]\", \"images_per_sec\": %lf", e,
 			   &ips) == 2 &&
-		    ips > best) {
+		    (!want || !strcmp(e, want)) && ips > best) {
 			best = ips;
 			snprintf(eng, cap, "%s", e);
 		}
@@ -213,8 +215,8 @@ int main(int argc, char **argv)
 	double peak = gemm_peak(be);
 	printf("machine: %s backend, %d threads, measured float32 GEMM peak %.1f GFLOP/s\n",
 	       be->name, threads, peak);
-	printf("%-10s %5s %9s %9s %7s %9s %-14s %6s %9s\n", "model", "batch", "weft fp32",
-	       "weft bf16", "% peak", "best peer", "peer", "ratio", "torch1.13");
+	printf("%-10s %5s %9s %9s %7s %9s %-14s %6s %9s %9s\n", "model", "batch", "weft fp32",
+	       "weft bf16", "% peak", "best peer", "peer", "ratio", "fp32/pt32", "torch1.13");
 	char list[256];
 	snprintf(list, sizeof(list), "%s", models);
 	int rc = 0;
@@ -229,12 +231,18 @@ int main(int argc, char **argv)
 		    bench_model(be, name, batch, warmup, steps, &ips16, &gf16, 1) != 0)
 			rc = 1;
 		char eng[64] = "-";
-		double bp = peer ? best_peer(models, name, batch, threads, eng, sizeof(eng)) : 0;
+		double bp =
+			peer ? peer_ips(models, name, batch, threads, NULL, eng, sizeof(eng)) : 0;
+		char e32[64];
+		double p32 = peer ? peer_ips(models, name, batch, threads, "torch-fp32-cl", e32,
+					     sizeof(e32))
+				  : 0;
 		double tp =
 			peer ? torch_peer(script, models, name, batch, threads, warmup, steps) : 0;
 		double best = ips > ips16 ? ips : ips16;
-		printf("%-10s %5d %9.1f %9.1f %6.1f%% %9.1f %-14s %5.2fx %9.1f\n", name, batch, ips,
-		       ips16, 100.0 * gf / peak, bp, eng, bp > 0 ? best / bp : 0.0, tp);
+		printf("%-10s %5d %9.1f %9.1f %6.1f%% %9.1f %-14s %5.2fx %8.2fx %9.1f\n", name,
+		       batch, ips, ips16, 100.0 * gf / peak, bp, eng, bp > 0 ? best / bp : 0.0,
+		       p32 > 0 ? ips / p32 : 0.0, tp);
 		fflush(stdout);
 	}
 	wf_backend_free(be);

@@ -141,8 +141,10 @@ static void run_peer(const char *models, const char *infer, int train_batch, int
 	pclose(p);
 }
 
-/* The fastest peer engine for (model, mode, batch): images/s, name in eng. */
-static double peer(const char *model, const char *mode, int batch, char *eng, size_t cap)
+/* The fastest peer engine for (model, mode, batch), or engine `want` when
+ * not NULL: images/s, name in eng. */
+static double peer(const char *model, const char *mode, int batch, const char *want, char *eng,
+		   size_t cap)
 {
 	char key[160];
 	double best = 0;
@@ -154,7 +156,7 @@ static double peer(const char *model, const char *mode, int batch, char *eng, si
 		double ips = 0;
 		if (sscanf(at + strlen(key), "\"engine\": \"%63[^\"]\", \"images_per_sec\": %lf",
 			   name, &ips) == 2 &&
-		    ips > best) {
+		    (!want || !strcmp(name, want)) && ips > best) {
 			best = ips;
 			snprintf(eng, cap, "%s", name);
 		}
@@ -214,7 +216,8 @@ static void summary(int rounds)
 static void row(const char *model, const char *mode, int batch, const double ips[3], double gflop)
 {
 	char eng[64];
-	double tp = peer(model, strcmp(mode, "plan") ? mode : "infer", batch, eng, sizeof(eng)),
+	double tp = peer(model, strcmp(mode, "plan") ? mode : "infer", batch, NULL, eng,
+			 sizeof(eng)),
 	       best = ips[0];
 	printf("%-12s %-5s %5d %9.2f ", model, mode, batch, ips[0]);
 	for (int k = 1; k < 3; k++) {
@@ -233,6 +236,14 @@ static void row(const char *model, const char *mode, int batch, const double ips
 	if (tp > 0) {
 		printf(" %9.2f %-17s %6.2fx\n", tp, eng, best / tp);
 		record(model, mode, batch, best / tp);
+		double t32 = strcmp(mode, "train")
+				     ? 0
+				     : peer(model, mode, batch, "torch-fp32-cl", eng, sizeof(eng));
+		if (t32 > 0) { /* issue 13's fp32 training target: against PyTorch fp32 */
+			printf("%-12s %-5s %5d %9.2f %49.2f %-17s %6.2fx\n", model, "fp32", batch,
+			       ips[0], t32, eng, ips[0] / t32);
+			record(model, "fp32", batch, ips[0] / t32);
+		}
 	} else
 		printf(" %9s %-17s %7s\n", "-", "-", "-");
 	fflush(stdout);

@@ -234,6 +234,35 @@ static void plan_inplace(wf_exec *ex)
 	}
 }
 
+/* A zero padding (no cropping) read only by a conv becomes that conv's
+ * padding: pad_skip, the layer aliases its input and runs nothing. In
+ * training its gradient memory is its input's (the conv's dx has the
+ * unpadded size), so there it must also be its input's only reader. */
+static void skip_pads(wf_exec *ex)
+{
+	const wf_model *m = ex->m;
+	for (int i = 0; i < m->nlayers; i++) {
+		const wf_layer *l = &m->layers[i];
+		int c = sole_consumer(m, i);
+		if (l->type == WF_LAYER_ZEROPAD && l->pad[0] >= 0 && l->pad[1] >= 0 &&
+		    l->pad[2] >= 0 && l->pad[3] >= 0 && c >= 0 &&
+		    m->layers[c].type == WF_LAYER_CONV2D &&
+		    (!ex->training || sole_consumer(m, l->inputs[0]) == i)) {
+			ex->pad_skip[i] = 1;
+			ex->nfused++;
+		}
+	}
+}
+
+/* Training: the input whose gradient memory layer i's is (a relu fused into
+ * its batch norm, a zero padding its conv applies), else -1. */
+static int grad_alias(const wf_exec *ex, int i)
+{
+	if (!ex->tfused || (ex->fuse_into[i] < 0 && !ex->pad_skip[i]))
+		return -1;
+	return ex->m->layers[i].inputs[0];
+}
+
 /* Inference plan: fold into each conv its sole consumer when that is an add
  * of two tensors whose other operand is ready before the conv runs (oneDNN
  * binary post-op), then a sole relu/relu6 consumer (eltwise post-op). The
@@ -243,17 +272,9 @@ static void plan_inplace(wf_exec *ex)
 static void fuse_plan(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
-	for (int i = 0; i < m->nlayers; i++) {
+	skip_pads(ex);
+	for (int i = 0; i < m->nlayers; i++)
 		ex->fuse_into[i] = ex->fuse_res[i] = -1;
-		const wf_layer *l = &m->layers[i];
-		int c = sole_consumer(m, i);
-		if (l->type == WF_LAYER_ZEROPAD && l->pad[0] >= 0 && l->pad[1] >= 0 &&
-		    l->pad[2] >= 0 && l->pad[3] >= 0 && c >= 0 &&
-		    m->layers[c].type == WF_LAYER_CONV2D) {
-			ex->pad_skip[i] = 1;
-			ex->nfused++;
-		}
-	}
 	for (int i = 0; i < m->nlayers; i++) {
 		if (m->layers[i].type != WF_LAYER_CONV2D || ex->fuse_into[i] >= 0)
 			continue;
@@ -301,8 +322,9 @@ static void fuse_plan(wf_exec *ex)
 	plan_inplace(ex);
 }
 
-/* Training plan (see tfused): each batch norm (not frozen) fuses a sole relu
- * consumer, which then aliases it and runs nothing. With bf16 compute, a
+/* Training plan (see tfused): zero paddings into their convs (skip_pads);
+ * each batch norm (not frozen) fuses a sole relu consumer, which then
+ * aliases it and runs nothing. With bf16 compute, a
  * conv read only by a batch norm whose output (after its fused relu) only a
  * conv or a two-input add reads keeps its output in bf16, and so does the
  * batch norm: the convs read and write them without conversions, batch norm
@@ -314,6 +336,7 @@ static void train_fuse_plan(wf_exec *ex)
 	const wf_model *m = ex->m;
 	for (int i = 0; i < m->nlayers; i++)
 		ex->fuse_into[i] = ex->fuse_res[i] = -1;
+	skip_pads(ex);
 	for (int b = 0; b < m->nlayers; b++) {
 		const wf_layer *l = &m->layers[b];
 		if (l->type != WF_LAYER_BATCHNORM || l->frozen)
@@ -483,7 +506,7 @@ static int plan_gradients(wf_exec *ex, size_t *bytes)
 	placed[m->output] = 1;
 	for (int i = nl - 1; i >= 1; i--) {
 		const wf_layer *l = &m->layers[i];
-		int into = ex->tfused ? ex->fuse_into[i] : -1; /* a relu's batch norm */
+		int into = grad_alias(ex, i);
 		for (int k = 0; k < l->ninputs; k++) {
 			int j = l->inputs[k];
 			if (placed[j] || !ex->need_grad[j])
@@ -496,10 +519,10 @@ static int plan_gradients(wf_exec *ex, size_t *bytes)
 									 sizeof(float)));
 		}
 		if (into >= 0)
-			continue; /* the batch norm's backward reads it: released there */
+			continue; /* into's backward reads it: released there */
 		planner_release(&p, i);
-		int r = ex->tfused ? sole_consumer(m, i) : -1;
-		if (r >= 0 && ex->fuse_into[r] == i)
+		int r = sole_consumer(m, i);
+		if (r >= 0 && grad_alias(ex, r) == i)
 			planner_release(&p, r);
 	}
 	memset(placed, 0, (size_t)nl);
@@ -904,7 +927,7 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 		wf_layer_type t = m->layers[i].type;
 		if (ex->fuse_into && ex->fuse_into[i] >= 0)
 			ex->act[i] = ex->act[ex->fuse_into[i]];
-		else if (ex->fused && ex->pad_skip[i])
+		else if (ex->pad_skip && ex->pad_skip[i])
 			ex->act[i] = ex->act[m->layers[i].inputs[0]];
 		else if (ex->fused && ex->res_inplace[i])
 			ex->act[i] = ex->act[ex->fuse_res[i]];
@@ -1121,8 +1144,8 @@ static int layer_backward(wf_exec *ex, int i, int n)
 	case WF_LAYER_CONCAT: return concat_backward(ex, i, n, dy);
 	default: break;
 	}
-	if (ex->tfused && ex->fuse_into[i] >= 0) { /* a relu inside its batch norm, */
-		ex->gdone[j] = 1;		   /* whose gradient memory is this one's */
+	if (grad_alias(ex, i) >= 0) { /* a relu inside its batch norm, a padding in */
+		ex->gdone[j] = 1;     /* its conv: j's gradient memory is this one's */
 		return 0;
 	}
 

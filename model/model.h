@@ -249,8 +249,9 @@ int wf_exec_zero_grads(wf_exec *ex);
  * m->params, call wf_exec_params_from_host, which also rebuilds its plans. */
 int wf_exec_params_to_host(wf_exec *ex);
 int wf_exec_params_from_host(wf_exec *ex);
-/* Layers an inference executor fused into convolutions (relu/relu6, add);
- * a training executor: relus fused into batch norms. */
+/* Layers an inference executor fused into convolutions (relu/relu6, add,
+ * zero padding); a training executor: relus into batch norms, zero
+ * paddings into convolutions. */
 int wf_exec_fused(const wf_exec *ex);
 /* Layers whose output the executor keeps in bf16 (bf16 precision). */
 int wf_exec_bf16_layers(const wf_exec *ex);

@@ -452,9 +452,28 @@ static void compare_with_ref(const char *name, const char *prec, double tol)
 		WF_SKIP("%s has no %s here (runs %s)", name, prec, used);
 	}
 	int bf16 = strcmp(prec, "bf16") == 0;
-	const char *names[] = {"resnet20", "smallcnn", "kitchen"};
-	for (int t = 0; t < 3; t++) {
-		wf_model *m = t == 2 ? parse(kitchen_sink) : zoo(names[t], 8, 8, 3, 10);
+	/* padnet: a zero padding whose input needs a gradient, read by a strided
+	 * conv (MobileNetV2's pattern) */
+	static const char *const padnet =
+		"{\"format\": 1, \"input_shape\": [9, 9, 3], \"classes\": 10, \"output\": \"fc\","
+		" \"layers\": ["
+		" {\"name\": \"image\", \"type\": \"input\", \"inputs\": []},"
+		" {\"name\": \"c0\", \"type\": \"conv2d\", \"inputs\": [\"image\"], \"config\": "
+		"{\"filters\": 8, \"kernel_size\": 3, \"padding\": \"same\"}},"
+		" {\"name\": \"b0\", \"type\": \"batchnorm\", \"inputs\": [\"c0\"]},"
+		" {\"name\": \"r0\", \"type\": \"relu\", \"inputs\": [\"b0\"]},"
+		" {\"name\": \"pad\", \"type\": \"zeropad\", \"inputs\": [\"r0\"], \"config\": "
+		"{\"padding\": [[0, 1], [1, 1]]}},"
+		" {\"name\": \"c1\", \"type\": \"conv2d\", \"inputs\": [\"pad\"], \"config\": "
+		"{\"filters\": 8, \"kernel_size\": 3, \"strides\": 2, \"padding\": \"valid\"}},"
+		" {\"name\": \"g\", \"type\": \"gap\", \"inputs\": [\"c1\"]},"
+		" {\"name\": \"fc\", \"type\": \"dense\", \"inputs\": [\"g\"], \"config\": "
+		"{\"units\": 10}}]}";
+	const char *names[] = {"resnet20", "smallcnn", "kitchen", "padnet"};
+	for (int t = 0; t < 4; t++) {
+		wf_model *m = t == 2   ? parse(kitchen_sink)
+			      : t == 3 ? parse(padnet)
+				       : zoo(names[t], 8, 8, 3, 10);
 		if (!m) {
 			WF_CHECK(0);
 			continue;
@@ -506,6 +525,11 @@ static void compare_with_ref(const char *name, const char *prec, double tol)
 			WF_CHECK_MSG(!bf16 || sqrt(e2 / g2) < tol,
 				     "%s on %s bf16: relative L2 %.3g", names[t], name,
 				     sqrt(e2 / g2));
+			if (t == 3 && wf_backend_caps_of(be).train_fuse)
+				WF_CHECK_MSG(wf_exec_fused(b) == 2,
+					     "padnet: %d layers fused (want the "
+					     "relu and the padding)",
+					     wf_exec_fused(b));
 			if (t == 0 && wf_backend_caps_of(be).train_fuse) {
 				WF_CHECK_MSG(wf_exec_fused(b) == 10, "resnet20: %d relus fused",
 					     wf_exec_fused(b));
