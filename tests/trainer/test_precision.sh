@@ -1,6 +1,6 @@
 # test_precision.sh: train.precision bf16 (--precision) on the cpu backend:
-# smallcnn trained in bf16 for 300 steps reaches the fp32 run's eval accuracy
-# within 2 points (the runs diverge by rounding; at 300 steps, short of
+# smallcnn and resnet20 trained in bf16 for 300 steps reach the fp32 runs' eval
+# accuracy within 2 points (the runs diverge by rounding; at 300 steps, short of
 # convergence, 1 point is below the run-to-run spread); the notice and fp32 fallback where the CPU has no bf16 (simulated
 # with oneDNN's own ISA cap, DNNL_MAX_CPU_ISA=AVX512_CORE); bad names fail.
 . "$WEFT_SRC/tests/trainer/lib.sh"
@@ -29,6 +29,22 @@ python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) >= float(sys.argv[1]) -
 if grep -q "no native bf16" bf16.txt; then
 	echo "note: this CPU has no native bf16: the bf16 run fell back to fp32"
 fi
+
+# resnet20 (batch norms: in bf16 on the cpu device, with the activations and
+# gradients between its convs, batch norms and adds) reaches fp32's accuracy too.
+r20=("$WEFT_SRC/configs/synth-resnet20.json" --device cpu --threads 2 --set train.steps=300
+	--set data.train=data/train.h5 --set data.eval=data/eval.h5 --set data.augment=false
+	--set train.batch_size=32 --set train.eval_every_steps=300 --no-progress-line)
+for p in fp32 bf16; do
+	"$WEFT" train --config "${r20[@]}" --precision $p --set log.dir=r20$p/logs \
+		--set checkpoint.dir=r20$p/ckpt >r20$p.txt 2>&1 ||
+		{ cat r20$p.txt; fail "resnet20 $p training failed"; }
+done
+b32=$(last_metric r20fp32/logs/metrics.jsonl eval_accuracy)
+b16=$(last_metric r20bf16/logs/metrics.jsonl eval_accuracy)
+echo "resnet20 eval accuracy fp32 $b32 bf16 $b16"
+python3 -c "import sys; sys.exit(0 if float(sys.argv[2]) >= float(sys.argv[1]) - 0.02 else 1)" \
+	"$b32" "$b16" || fail "resnet20 bf16 accuracy $b16 more than 2 points below fp32 $b32"
 
 # A CPU without bf16: the run falls back to fp32 and says so.
 DNNL_MAX_CPU_ISA=AVX512_CORE ONEDNN_MAX_CPU_ISA=AVX512_CORE "$WEFT" train --config "$cfg" \
