@@ -350,7 +350,7 @@ int main(int argc, char **argv)
 		if (use_peer && strcmp(device, "cpu") == 0)
 			run_peer(models, infer, train_batch, threads, reps);
 		printf("%sbench_zoo: %s backend, %d threads, medians of %d repetitions, images/s; "
-		       "peers: bench/peers.py (resnet50, mobilenetv2); ratio = weft best / best "
+		       "peers: bench/peers.py (resnet50, mobilenetv2, nasnetmobile); ratio = weft best / best "
 		       "peer; round %d of %d\n",
 		       round ? "\n" : "", be->name, threads, reps, round + 1, rounds);
 		printf("%-12s %-5s %5s %9s %9s %9s %7s %8s %9s %-17s %7s\n", "model", "mode",

@@ -4,7 +4,7 @@ bench/peers_venv.sh: PyTorch eager fp32 channels_last and bf16 autocast,
 ONNX Runtime fp32 (torch.onnx export of the same network), OpenVINO fp32 and
 bf16 (from the same ONNX file) and int8 (NNCF post-training quantisation of
 it, calibrated on noise, where nncf is installed). The networks are those of torch_zoo.py
-(resnet50, mobilenetv2 at 224x224) and torch_train.py (resnet20, smallcnn at
+(resnet50, mobilenetv2, nasnetmobile at 224x224) and torch_train.py (resnet20, smallcnn at
 32x32). Inference uses random input at each --infer-batch; training (torch
 only: SGD with momentum) at --train-batch. Prints one JSON line per
 measurement: {"model", "mode", "batch", "engine", "images_per_sec"} (median of

@@ -72,6 +72,8 @@ struct wf_exec {
 	char *pad_skip;	   /* [nlayers] zero padding that its sole consumer, a conv, applies as
 			    * its own padding: runs nothing, aliases its input */
 	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
+	int *same_as;	   /* [nlayers] an earlier relu/relu6 of the same input whose output
+			    * this one's is (inference: NASNet applies one relu per branch) */
 	float *qx;	   /* [nlayers] conv: int8 input scale (0: runs in float) */
 	char *qu8;	   /* [nlayers] conv: its int8 input is u8 (x >= 0), else s8 */
 	float *qy;	   /* [nlayers] conv: its (fused) output is kept quantised with this
@@ -164,6 +166,8 @@ static int alias_src(const wf_exec *ex, int i)
 		return ex->m->layers[i].inputs[0];
 	if (ex->res_inplace && ex->res_inplace[i])
 		return ex->fuse_res[i];
+	if (ex->same_as && ex->same_as[i] >= 0)
+		return ex->same_as[i];
 	return t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !ex->training)
 		       ? ex->m->layers[i].inputs[0]
 		       : -1;
@@ -297,6 +301,17 @@ static void fuse_plan(wf_exec *ex)
 			ex->nfused++;
 			cur = c;
 		}
+	}
+	/* one relu/relu6 per input: the others are the same values */
+	for (int i = 0; i < m->nlayers; i++) {
+		wf_layer_type t = m->layers[i].type;
+		ex->same_as[i] = -1;
+		if ((t != WF_LAYER_RELU && t != WF_LAYER_RELU6) || ex->fuse_into[i] >= 0)
+			continue;
+		for (int k = 0; k < i && ex->same_as[i] < 0; k++)
+			if (m->layers[k].type == t && ex->fuse_into[k] < 0 && ex->same_as[k] < 0 &&
+			    m->layers[k].inputs[0] == m->layers[i].inputs[0])
+				ex->same_as[i] = k, ex->nfused++;
 	}
 	/* bf16: a conv's output stays bf16 when only convs read it (as input or residual) */
 	for (int i = 0; ex->be->bf16 && i < m->nlayers; i++) {
@@ -588,6 +603,7 @@ void wf_exec_free(wf_exec *ex)
 	free(ex->fuse_act);
 	free(ex->pad_skip);
 	free(ex->res_inplace);
+	free(ex->same_as);
 	free(ex->out_bf16);
 	free(ex->qx);
 	free(ex->qu8);
@@ -646,13 +662,14 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 		ex->out_bf16 = calloc((size_t)nl, 1);
 		ex->pad_skip = calloc((size_t)nl, 1);
 		ex->res_inplace = calloc((size_t)nl, 1);
+		ex->same_as = ex->training ? NULL : malloc(sizeof(int) * (size_t)nl);
 		ex->qx = calloc((size_t)nl, sizeof(float));
 		ex->qu8 = calloc((size_t)nl, 1);
 		ex->qy = calloc((size_t)nl, sizeof(float));
 		ex->qyu8 = calloc((size_t)nl, 1);
 		if (!ex->fuse_into || !ex->fuse_res || !ex->fuse_act || !ex->out_bf16 ||
-		    !ex->pad_skip || !ex->res_inplace || !ex->qx || !ex->qu8 || !ex->qy ||
-		    !ex->qyu8) {
+		    !ex->pad_skip || !ex->res_inplace || (!ex->training && !ex->same_as) ||
+		    !ex->qx || !ex->qu8 || !ex->qy || !ex->qyu8) {
 			wf_errf(err, rc, "executor: out of memory");
 			goto fail;
 		}
@@ -826,6 +843,8 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 
 	if (ex->fuse_into && (ex->fuse_into[i] >= 0 || ex->pad_skip[i]))
 		return 0; /* runs inside its conv (training: its batch norm) */
+	if (ex->same_as && ex->same_as[i] >= 0)
+		return 0; /* an earlier relu computed it */
 	switch (l->type) {
 	case WF_LAYER_INPUT: return 0;
 	case WF_LAYER_CONV2D:
@@ -931,6 +950,8 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 			ex->act[i] = ex->act[m->layers[i].inputs[0]];
 		else if (ex->fused && ex->res_inplace[i])
 			ex->act[i] = ex->act[ex->fuse_res[i]];
+		else if (ex->same_as && ex->same_as[i] >= 0)
+			ex->act[i] = ex->act[ex->same_as[i]];
 		else if (t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !training))
 			ex->act[i] = ex->act[m->layers[i].inputs[0]];
 		else
