@@ -59,10 +59,12 @@ struct wf_exec {
 	int h_dlogits_cap;	   /* rows allocated */
 	/* inference plans (fuse_plan): conv + residual add + relu/relu6 as one op */
 	int fused;  /* conv2d_forward_fused is used (inference executor, op present) */
-	int nfused; /* layers folded into a conv (training: relus into batch norms) */
+	int nfused; /* layers folded into a conv (training: relus into batch norms,
+		     * paddings into convs) */
 	/* training plans (train_fuse_plan, backends with train_fuse): a relu
-	 * into its batch norm; bf16 tensors (out_bf16) from a conv through its
-	 * batch norm (and relu) to the next conv, their gradients bf16 too */
+	 * into its batch norm, a padding into its conv; bf16 tensors (out_bf16)
+	 * from a conv through its batch norm (and relu) to the next conv or add,
+	 * their gradients bf16 too */
 	int tfused;
 	int *fuse_into;	   /* [nlayers] the conv a relu/add layer is fused into, else -1
 			    * (training: the batch norm a relu is fused into) */
@@ -339,9 +341,9 @@ static void fuse_plan(wf_exec *ex)
 
 /* Training plan (see tfused): zero paddings into their convs (skip_pads);
  * each batch norm (not frozen) fuses a sole relu consumer, which then
- * aliases it and runs nothing. With bf16 compute, a
- * conv read only by a batch norm whose output (after its fused relu) only a
- * conv or a two-input add reads keeps its output in bf16, and so does the
+ * aliases it and runs nothing. With bf16 compute, a conv read only by a
+ * batch norm whose output (after its fused relu) only a conv or a
+ * two-input add reads keeps its output in bf16, and so does the
  * batch norm: the convs read and write them without conversions, batch norm
  * moves half the bytes, the add reads bf16 (and writes float). Their
  * gradients are bf16 as well (the add converts its dy); every such tensor
