@@ -169,12 +169,20 @@ def _avg3(x):
     return F.avg_pool2d(x, 3, 1, 1, count_include_pad=False)
 
 
-class _Normal(nn.Module):
-    def __init__(self, ic, isize, pc, psize, f, first=False):
+class _Cell(nn.Module):
+    """What every cell starts with: the previous input adjusted (adj) and this
+    input's stem (relu, 1x1 conv, batch norm)."""
+
+    def __init__(self, ic, isize, pc, psize, f, first):
         super().__init__()
         self.adj = _Adjust(pc, psize, isize, f, first)
-        q = self.adj.c
         self.stem = nn.Sequential(nn.ReLU(), nn.Conv2d(ic, f, 1, bias=False), _bn(f))
+
+
+class _Normal(_Cell):
+    def __init__(self, ic, isize, pc, psize, f, first=False):
+        super().__init__(ic, isize, pc, psize, f, first)
+        q = self.adj.c
         self.l1, self.r1 = _SepBlock(f, f, 5, 1, isize), _SepBlock(q, f, 3, 1, isize)
         self.l2, self.r2 = _SepBlock(q, f, 5, 1, isize), _SepBlock(q, f, 3, 1, isize)
         self.l5 = _SepBlock(f, f, 3, 1, isize)
@@ -187,12 +195,10 @@ class _Normal(nn.Module):
                           _avg3(p) + _avg3(p), self.l5(h) + h], 1)
 
 
-class _Reduction(nn.Module):
+class _Reduction(_Cell):
     def __init__(self, ic, isize, pc, psize, f, first=False):
-        super().__init__()
-        self.adj = _Adjust(pc, psize, isize, f, first)
+        super().__init__(ic, isize, pc, psize, f, first)
         q = self.adj.c
-        self.stem = nn.Sequential(nn.ReLU(), nn.Conv2d(ic, f, 1, bias=False), _bn(f))
         self.pad3 = _correct_pad(isize, 3)
         self.l1, self.r1 = _SepBlock(f, f, 5, 2, isize), _SepBlock(q, f, 7, 2, isize)
         self.r2, self.r3 = _SepBlock(q, f, 7, 2, isize), _SepBlock(q, f, 5, 2, isize)
