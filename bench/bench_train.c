@@ -6,10 +6,12 @@
  * of bench/peers_venv.sh): best peer, its name, and the ratio of weft's best
  * precision to it, weft fp32 / PyTorch fp32 channels_last (issue 13's fp32
  * target); Debian's python3-torch (1.13) as a reference column.
- * Timings are medians over the timed steps.
+ * Timings are medians over the timed steps. --rounds N repeats the peers and
+ * weft N times and ends with each ratio's median, lowest and highest (this
+ * machine is shared: one round's ratio can be off by 2x).
  *
  *   bench_train [--models smallcnn,resnet20] [--batch 64] [--threads 2]
- *               [--steps 30] [--warmup 5] [--device cpu] [--no-peer]
+ *               [--steps 30] [--warmup 5] [--rounds 1] [--device cpu] [--no-peer]
  */
 #include "common/util.h"
 #include "kernels/kernels.h"
@@ -134,27 +136,30 @@ static double torch_peer(const char *script, const char *models, const char *nam
 	return at ? atof(at + strlen(key)) : 0;
 }
 
-/* The peers of bench/peers.py (training): images/s of engine `want` for
- * `name`, or (want NULL) the best one's, its engine in eng. */
-static double peer_ips(const char *models, const char *name, int batch, int threads,
-		       const char *want, char *eng, size_t cap)
+/* The output (JSON lines) of bench/peers.py's training runs, once a round. */
+static char peer_out[8192];
+
+static void run_peers(const char *models, int batch, int threads)
 {
-	static char out[8192];
-	static int ran;
-	if (!ran) {
-		char cmd[2048];
-		ran = 1;
-		snprintf(cmd, sizeof(cmd),
-			 "py=$(sh %s/peers_venv.sh) && \"$py\" %s/peers.py --models %s "
-			 "--infer-batch '' --train-batch %d --threads %d --reps 10 2>/dev/null",
-			 WEFT_BENCH_DIR, WEFT_BENCH_DIR, models, batch, threads);
-		FILE *p = popen(cmd, "r");
-		if (p) {
-			size_t n = fread(out, 1, sizeof(out) - 1, p);
-			out[n] = '\0';
-			pclose(p);
-		}
+	char cmd[2048];
+	snprintf(cmd, sizeof(cmd),
+		 "py=$(sh %s/peers_venv.sh) && \"$py\" %s/peers.py --models %s "
+		 "--infer-batch '' --train-batch %d --threads %d --reps 10 2>/dev/null",
+		 WEFT_BENCH_DIR, WEFT_BENCH_DIR, models, batch, threads);
+	peer_out[0] = '\0';
+	FILE *p = popen(cmd, "r");
+	if (p) {
+		size_t n = fread(peer_out, 1, sizeof(peer_out) - 1, p);
+		peer_out[n] = '\0';
+		pclose(p);
 	}
+}
+
+/* The peers' images/s of engine `want` for `name`, or (want NULL) the best
+ * one's, its engine in eng. */
+static double peer_ips(const char *name, int batch, const char *want, char *eng, size_t cap)
+{
+	const char *out = peer_out;
 	char key[160];
 	double best = 0;
 	snprintf(key, sizeof(key), "{\"model\": \"%s\", \"mode\": \"train\", \"batch\": %d, ", name,
@@ -173,10 +178,22 @@ static double peer_ips(const char *models, const char *name, int batch, int thre
 	return best;
 }
 
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+#define MAX_MODELS 8
+#define MAX_ROUNDS 16
+
 int main(int argc, char **argv)
 {
 	const char *models = "smallcnn,resnet20", *device = "cpu";
-	int batch = 64, threads = 2, steps = 30, warmup = 5, peer = 1;
+	int batch = 64, threads = 2, steps = 30, warmup = 5, peer = 1, rounds = 1;
+	/* per model and round: weft best / best peer, weft fp32 / PyTorch fp32 */
+	double ratio[MAX_MODELS][2][MAX_ROUNDS] = {{{0}}};
+	char names[MAX_MODELS][32] = {{0}};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--models") && v)
@@ -191,17 +208,22 @@ int main(int argc, char **argv)
 			warmup = atoi(v), i++;
 		else if (!strcmp(a, "--device") && v)
 			device = v, i++;
+		else if (!strcmp(a, "--rounds") && v)
+			rounds = atoi(v), i++;
 		else if (!strcmp(a, "--no-peer"))
 			peer = 0;
 		else {
 			fprintf(stderr,
 				"usage: bench_train [--models a,b] [--batch N] [--threads N] "
-				"[--steps N] [--warmup N] [--device cpu|ref] [--no-peer]\n");
+				"[--steps N] [--warmup N] [--rounds N] [--device cpu|ref] "
+				"[--no-peer]\n");
 			return strcmp(a, "--help") ? 2 : 0;
 		}
 	}
-	if (batch < 1 || steps < 1 || warmup < 0) {
-		fprintf(stderr, "bench_train: --batch and --steps must be >= 1\n");
+	if (batch < 1 || steps < 1 || warmup < 0 || rounds < 1 || rounds > MAX_ROUNDS) {
+		fprintf(stderr,
+			"bench_train: --batch and --steps must be >= 1, --rounds in [1, %d]\n",
+			MAX_ROUNDS);
 		return 2;
 	}
 	wf_err err = {0};
@@ -215,35 +237,60 @@ int main(int argc, char **argv)
 	double peak = gemm_peak(be);
 	printf("machine: %s backend, %d threads, measured float32 GEMM peak %.1f GFLOP/s\n",
 	       be->name, threads, peak);
-	printf("%-10s %5s %9s %9s %7s %9s %-14s %6s %9s %9s\n", "model", "batch", "weft fp32",
-	       "weft bf16", "% peak", "best peer", "peer", "ratio", "fp32/pt32", "torch1.13");
-	char list[256];
-	snprintf(list, sizeof(list), "%s", models);
-	int rc = 0;
-	for (char *save = NULL, *name = strtok_r(list, ",", &save); name;
-	     name = strtok_r(NULL, ",", &save)) {
-		double ips = 0, gf = 0, ips16 = 0, gf16 = 0;
-		if (bench_model(be, name, batch, warmup, steps, &ips, &gf, 0) != 0) {
-			rc = 1;
-			continue;
+	int rc = 0, nm = 0;
+	for (int round = 0; round < rounds; round++) {
+		if (peer)
+			run_peers(models, batch, threads);
+		printf("%-10s %5s %9s %9s %7s %9s %-14s %6s %9s %9s\n", "model", "batch",
+		       "weft fp32", "weft bf16", "% peak", "best peer", "peer", "ratio",
+		       "fp32/pt32", "torch1.13");
+		char list[256];
+		snprintf(list, sizeof(list), "%s", models);
+		int k = 0;
+		for (char *save = NULL, *name = strtok_r(list, ",", &save); name && k < MAX_MODELS;
+		     name = strtok_r(NULL, ",", &save), k++) {
+			double ips = 0, gf = 0, ips16 = 0, gf16 = 0;
+			snprintf(names[k], sizeof(names[k]), "%s", name);
+			nm = k + 1 > nm ? k + 1 : nm;
+			if (bench_model(be, name, batch, warmup, steps, &ips, &gf, 0) != 0) {
+				rc = 1;
+				continue;
+			}
+			if ((be->caps & WF_CAP_BF16) &&
+			    bench_model(be, name, batch, warmup, steps, &ips16, &gf16, 1) != 0)
+				rc = 1;
+			char eng[64] = "-";
+			double bp = peer ? peer_ips(name, batch, NULL, eng, sizeof(eng)) : 0;
+			char e32[64];
+			double p32 =
+				peer ? peer_ips(name, batch, "torch-fp32-cl", e32, sizeof(e32)) : 0;
+			double tp = peer ? torch_peer(script, models, name, batch, threads, warmup,
+						      steps)
+					 : 0;
+			double best = ips > ips16 ? ips : ips16;
+			ratio[k][0][round] = bp > 0 ? best / bp : 0.0;
+			ratio[k][1][round] = p32 > 0 ? ips / p32 : 0.0;
+			printf("%-10s %5d %9.1f %9.1f %6.1f%% %9.1f %-14s %5.2fx %8.2fx %9.1f\n",
+			       name, batch, ips, ips16, 100.0 * gf / peak, bp, eng,
+			       ratio[k][0][round], ratio[k][1][round], tp);
+			fflush(stdout);
 		}
-		if ((be->caps & WF_CAP_BF16) &&
-		    bench_model(be, name, batch, warmup, steps, &ips16, &gf16, 1) != 0)
-			rc = 1;
-		char eng[64] = "-";
-		double bp =
-			peer ? peer_ips(models, name, batch, threads, NULL, eng, sizeof(eng)) : 0;
-		char e32[64];
-		double p32 = peer ? peer_ips(models, name, batch, threads, "torch-fp32-cl", e32,
-					     sizeof(e32))
-				  : 0;
-		double tp =
-			peer ? torch_peer(script, models, name, batch, threads, warmup, steps) : 0;
-		double best = ips > ips16 ? ips : ips16;
-		printf("%-10s %5d %9.1f %9.1f %6.1f%% %9.1f %-14s %5.2fx %8.2fx %9.1f\n", name,
-		       batch, ips, ips16, 100.0 * gf / peak, bp, eng, bp > 0 ? best / bp : 0.0,
-		       p32 > 0 ? ips / p32 : 0.0, tp);
-		fflush(stdout);
+	}
+	if (rounds > 1 && peer) {
+		printf("\nratios over %d rounds (each round: the peers, then weft): median "
+		       "[lowest, highest]\n%-10s %-24s %-24s\n",
+		       rounds, "model", "best / best peer", "fp32 / PyTorch fp32");
+		for (int k = 0; k < nm; k++) {
+			printf("%-10s", names[k]);
+			for (int w = 0; w < 2; w++) {
+				double *r = ratio[k][w];
+				qsort(r, (size_t)rounds, sizeof(double), cmp_double);
+				double med = rounds % 2 ? r[rounds / 2]
+							: 0.5 * (r[rounds / 2 - 1] + r[rounds / 2]);
+				printf(" %5.2fx [%5.2f, %5.2f]     ", med, r[0], r[rounds - 1]);
+			}
+			printf("\n");
+		}
 	}
 	wf_backend_free(be);
 	return rc;
