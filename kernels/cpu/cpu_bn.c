@@ -227,9 +227,9 @@ int wf_cpu_batchnorm_backward(wf_backend *be, wf_plan **plan, const wf_bn_desc *
 	if (rc)
 		return rc;
 	if (!dx && !pl->dx_tmp) {
-		/* oneDNN always writes diff_src: a scratch target, once per plan */
-		pl->dx_tmp =
-			wf_cpu_plan_buf(be, pl, (size_t)d->n * d->h * d->w * d->c); /* >= bf16 */
+		/* oneDNN always writes diff_src: a scratch target, once per plan
+		 * (floats: room for a bf16 diff_src too) */
+		pl->dx_tmp = wf_cpu_plan_buf(be, pl, (size_t)d->n * d->h * d->w * d->c);
 		if (!pl->dx_tmp)
 			return be->err.code;
 	}
