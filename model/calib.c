@@ -71,6 +71,13 @@ int wf_calib_create(wf_calib **out, wf_model *m, wf_backend *be, int max_batch,
 	}
 	for (int i = 0; i < m->nlayers; i++)
 		c->st[i].lo = INFINITY, c->st[i].hi = -INFINITY;
+	if (be->bf16) { /* ranges are read from float tensors */
+		wf_calib_free(c);
+		return wf_errf(
+			err, WF_EINVAL,
+			"calibration: the %s backend is in bf16 precision: calibrate in fp32",
+			be->name);
+	}
 	int rc = wf_exec_create(&c->ex, m, be, max_batch, 1, err);
 	if (rc) {
 		wf_calib_free(c);
@@ -115,8 +122,10 @@ int wf_calib_add(wf_calib *c, const float *images, int n, wf_err *err)
 		return wf_errf(err, WF_EINTERNAL, "calibration: %s", wf_exec_error(c->ex));
 	for (int i = 0; i < m->nlayers; i++) {
 		size_t count = (size_t)n * wf_layer_size(&m->layers[i]);
-		int rc = wf_op_to_host(c->be, c->host, wf_exec_layer_output(c->ex, i),
-				       count * sizeof(float));
+		const float *out = wf_exec_layer_output(c->ex, i);
+		if (!out)
+			continue; /* no tensor of its own (a padding inside its conv): no range */
+		int rc = wf_op_to_host(c->be, c->host, out, count * sizeof(float));
 		if (rc)
 			return wf_errf(err, rc, "calibration: layer '%s': %s", m->layers[i].name,
 				       c->be->err.msg);
@@ -152,6 +161,10 @@ int wf_calib_finish(wf_calib *c, wf_err *err)
 	for (int i = 0; i < m->nlayers; i++) {
 		const layer_stat *s = &c->st[i];
 		double lo = s->lo, hi = s->hi;
+		if (!(lo <= hi)) { /* never read */
+			m->layers[i].has_range = 0;
+			continue;
+		}
 		if (c->method == WF_CALIB_PERCENTILE) {
 			double clip = s->pct_sum / (double)c->batches;
 			hi = fmin(hi, clip);

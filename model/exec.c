@@ -260,6 +260,13 @@ static void skip_pads(wf_exec *ex)
 	}
 }
 
+/* Training: does batch norm i run its relu consumer inside? */
+static int relu_inside(const wf_exec *ex, int i)
+{
+	int r = ex->tfused ? sole_consumer(ex->m, i) : -1;
+	return r >= 0 && ex->fuse_into[r] == i;
+}
+
 /* Training: the input whose gradient memory layer i's is (a relu fused into
  * its batch norm, a zero padding its conv applies), else -1. */
 static int grad_alias(const wf_exec *ex, int i)
@@ -805,8 +812,7 @@ static void bn_desc(const wf_exec *ex, int i, int n, wf_bn_desc *d)
 	d->eps = l->eps;
 	d->momentum = l->momentum;
 	if (ex->tfused) {
-		int r = sole_consumer(ex->m, i);
-		d->relu = r >= 0 && ex->fuse_into[r] == i;
+		d->relu = relu_inside(ex, i);
 		d->io_bf16 = ex->out_bf16[i];
 	}
 }
@@ -1367,7 +1373,11 @@ int wf_exec_bf16_layers(const wf_exec *ex)
 
 const float *wf_exec_layer_output(const wf_exec *ex, int i)
 {
-	return i >= 0 && i < ex->m->nlayers ? ex->act[i] : NULL;
+	if (i < 0 || i >= ex->m->nlayers)
+		return NULL;
+	if (ex->tfused && (ex->pad_skip[i] || relu_inside(ex, i)))
+		return NULL; /* no tensor of its own: its conv pads, its relu's output */
+	return ex->act[i];
 }
 
 wf_backend *wf_exec_backend(wf_exec *ex)

@@ -260,8 +260,10 @@ int wf_exec_bf16_layers(const wf_exec *ex);
 int wf_exec_int8_convs(const wf_exec *ex);
 /* Layer i's output after a forward, in backend memory: every layer's in a
  * training executor (also after an inference-mode forward; in bf16 for the
- * layers wf_exec_bf16_layers counts); an inference executor reuses memory,
- * so only the output layer's is meaningful there. */
+ * layers wf_exec_bf16_layers counts), except NULL for those that keep no
+ * tensor of their own there (a zero padding its conv applies, a batch norm
+ * whose relu runs inside it); an inference executor reuses memory, so only
+ * the output layer's is meaningful there. */
 const float *wf_exec_layer_output(const wf_exec *ex, int i);
 wf_backend *wf_exec_backend(wf_exec *ex);
 const char *wf_exec_error(wf_exec *ex); /* cause of the last failure */

@@ -123,8 +123,15 @@ static void check_model(wf_backend *be, const char *name)
 		       b[0]);
 		fflush(stdout);
 	}
-	if (be->caps & WF_CAP_BF16)
+	if (be->caps & WF_CAP_BF16) {
 		check_precision(be, f, name, "bf16", 0.08, b, k);
+		/* calibration reads float tensors: refused in bf16 */
+		wf_calib *c16 = NULL;
+		WF_CHECK(wf_backend_set_precision(be, "bf16", NULL, NULL) == 0);
+		WF_CHECK_INT(wf_calib_create(&c16, f, be, n, WF_CALIB_MAX, 0, &err), WF_EINVAL);
+		WF_CHECK(c16 == NULL && strstr(err.msg, "bf16") != NULL);
+		wf_backend_set_precision(be, "fp32", NULL, NULL);
+	}
 	/* int8 after a calibration on the same batch (the max of each tensor) */
 	wf_calib *cal = NULL;
 	float *x = noise(f, n);
@@ -134,6 +141,16 @@ static void check_model(wf_backend *be, const char *name)
 	WF_CHECK_MSG(rc == 0, "%s: calibration: %s", name, err.msg);
 	wf_calib_free(cal);
 	free(x);
+	/* every conv has a range; a zero padding that its conv applies keeps no
+	 * tensor of its own (the conv reads the input's range): ResNet50's
+	 * conv1_pad has none, its pool1_pad (read by a max pool) has one */
+	for (int i = 1; i < f->nlayers; i++) {
+		const wf_layer *l = &f->layers[i];
+		if (l->type == WF_LAYER_CONV2D || !strcmp(l->name, "pool1_pad"))
+			WF_CHECK_MSG(l->has_range, "%s: %s has no range", name, l->name);
+		if (!strcmp(l->name, "conv1_pad"))
+			WF_CHECK_MSG(!l->has_range, "%s: conv1_pad has a range", name);
+	}
 	check_precision(be, f, name, "int8", 0.1, b, k);
 	free(a);
 	free(b);
