@@ -467,8 +467,8 @@ fail:
  * a [C,K] matrix and x, dx, dy (NHWC) row-major [M,C] / [M,K]. oneDNN 2.6's
  * brgemm matmul on AMX runs them 1.3-4.5x (dw) and up to 1.9x (dx) faster
  * than its convolution backward (jit:avx512_core_amx_bf16) at ResNet50's
- * shapes; in fp32 the two are equal (bench/RESULTS.md, "bf16 training:
- * 1x1 backward as matmuls"). */
+ * shapes; in fp32 the two are equal (bench/RESULTS.md, "Training fusions
+ * and bf16 tensors in training"). */
 static int conv_is_mm(const wf_conv_desc *d, int bf16)
 {
 	return bf16 && d->kh == 1 && d->kw == 1 && d->sh == 1 && d->sw == 1 && d->groups == 1 &&
@@ -476,18 +476,6 @@ static int conv_is_mm(const wf_conv_desc *d, int bf16)
 }
 
 #define MM_PARTS 8 /* row blocks of the bias gradient's sums */
-
-/* A row-major [rows, cols] matrix of type dt, or its transpose (t != 0, same bytes). */
-static int mat_md(wf_backend *be, dnnl_memory_desc_t *md, dnnl_dim_t rows, dnnl_dim_t cols, int t,
-		  dnnl_data_type_t dt)
-{
-	dnnl_dims_t dims = {t ? cols : rows, t ? rows : cols};
-	dnnl_dims_t st = {t ? 1 : cols, t ? cols : 1};
-	int rc = 0;
-	DN_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, st), fail);
-fail:
-	return rc;
-}
 
 /* The bf16 copy of a float caller input (layout user_md, bound per call to
  * *user) for backward weights: the one another part made (shared: the same
@@ -520,21 +508,21 @@ static int conv_build_bwd_mm(wf_backend *be, wf_plan *pl)
 	dnnl_memory_desc_t dy, dy16, wt, wt16, dx, xtr, xtr16, dw;
 	dnnl_matmul_desc_t md;
 	dnnl_memory_t mem;
-	int rc = mat_md(be, &dy, M, K, 0, yt);
+	int rc = wf_cpu_md_mat(be, &dy, M, K, 0, yt);
 	if (!rc)
-		rc = mat_md(be, &dy16, M, K, 0, dnnl_bf16);
+		rc = wf_cpu_md_mat(be, &dy16, M, K, 0, dnnl_bf16);
 	if (!rc)
-		rc = mat_md(be, &wt, C, K, 1, dnnl_f32); /* w^T: [K,C] */
+		rc = wf_cpu_md_mat(be, &wt, C, K, 1, dnnl_f32); /* w^T: [K,C] */
 	if (!rc)
 		rc = wf_cpu_md_tag_dt(be, &wt16, 2, wt.dims, dnnl_bf16, dnnl_format_tag_any);
 	if (!rc)
-		rc = mat_md(be, &dx, M, C, 0, xt);
+		rc = wf_cpu_md_mat(be, &dx, M, C, 0, xt);
 	if (!rc)
-		rc = mat_md(be, &xtr, M, C, 1, xt); /* x^T: [C,M] */
+		rc = wf_cpu_md_mat(be, &xtr, M, C, 1, xt); /* x^T: [C,M] */
 	if (!rc)
-		rc = mat_md(be, &xtr16, M, C, 1, dnnl_bf16);
+		rc = wf_cpu_md_mat(be, &xtr16, M, C, 1, dnnl_bf16);
 	if (!rc)
-		rc = mat_md(be, &dw, C, K, 0, dnnl_f32);
+		rc = wf_cpu_md_mat(be, &dw, C, K, 0, dnnl_f32);
 	if (rc)
 		return rc;
 	/* dx = dy w^T (dy converted once when float: backward weights reads it too) */

@@ -5,12 +5,10 @@
 
 /* ---- dense (matmul) ---------------------------------------------------------- */
 
-/* A row-major [rows, cols] matrix, or its transpose when t != 0 (same bytes). */
+/* A float row-major [rows, cols] matrix, or its transpose when t != 0. */
 static int md_mat(wf_backend *be, dnnl_memory_desc_t *md, dnnl_dim_t rows, dnnl_dim_t cols, int t)
 {
-	dnnl_dims_t dims = {t ? cols : rows, t ? rows : cols};
-	dnnl_dims_t st = {t ? 1 : cols, t ? cols : 1};
-	return wf_cpu_md_strides(be, md, 2, dims, st);
+	return wf_cpu_md_mat(be, md, rows, cols, t, dnnl_f32);
 }
 
 /* One matmul dst = src * wei (+ bias) (dst += ... when sum), all caller buffers. */

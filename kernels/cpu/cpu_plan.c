@@ -391,6 +391,17 @@ fail:
 	return rc;
 }
 
+int wf_cpu_md_mat(wf_backend *be, dnnl_memory_desc_t *md, dnnl_dim_t rows, dnnl_dim_t cols, int t,
+		  dnnl_data_type_t dt)
+{
+	dnnl_dims_t dims = {t ? cols : rows, t ? rows : cols};
+	dnnl_dims_t st = {t ? 1 : cols, t ? cols : 1};
+	int rc = 0;
+	DN_CHECK(dnnl_memory_desc_init_by_strides(md, 2, dims, dt, st), fail);
+fail:
+	return rc;
+}
+
 /* Activations [N,H,W,C] (oneDNN dims are always N,C,H,W). */
 int wf_cpu_md_nhwc(wf_backend *be, dnnl_memory_desc_t *md, int n, int h, int w, int c)
 {

@@ -205,6 +205,10 @@ int wf_cpu_md_tag(wf_backend *be, dnnl_memory_desc_t *md, int nd, const dnnl_dim
 int wf_cpu_md_strides(wf_backend *be, dnnl_memory_desc_t *md, int nd, const dnnl_dims_t dims,
 		      const dnnl_dims_t strides);
 int wf_cpu_md_nhwc(wf_backend *be, dnnl_memory_desc_t *md, int n, int h, int w, int c);
+/* A row-major [rows, cols] matrix of type dt, or its transpose (t != 0: the
+ * same bytes seen as [cols, rows]). */
+int wf_cpu_md_mat(wf_backend *be, dnnl_memory_desc_t *md, dnnl_dim_t rows, dnnl_dim_t cols, int t,
+		  dnnl_data_type_t dt);
 int wf_cpu_md_vec(wf_backend *be, dnnl_memory_desc_t *md, int c);
 int wf_cpu_md_hwio(wf_backend *be, dnnl_memory_desc_t *md, const wf_conv_desc *d);
 int wf_cpu_md_any_like(wf_backend *be, dnnl_memory_desc_t *md, const dnnl_memory_desc_t *like);
