@@ -178,12 +178,6 @@ static double peer_ips(const char *name, int batch, const char *want, char *eng,
 	return best;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
 #define MAX_MODELS 8
 #define MAX_ROUNDS 16
 
@@ -284,9 +278,7 @@ int main(int argc, char **argv)
 			printf("%-10s", names[k]);
 			for (int w = 0; w < 2; w++) {
 				double *r = ratio[k][w];
-				qsort(r, (size_t)rounds, sizeof(double), cmp_double);
-				double med = rounds % 2 ? r[rounds / 2]
-							: 0.5 * (r[rounds / 2 - 1] + r[rounds / 2]);
+				double med = wf_median(r, (size_t)rounds); /* sorts r */
 				printf(" %5.2fx [%5.2f, %5.2f]     ", med, r[0], r[rounds - 1]);
 			}
 			printf("\n");

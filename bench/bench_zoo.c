@@ -189,12 +189,6 @@ static void record(const char *model, const char *mode, int batch, double ratio)
 		rows[i].ratio[rows[i].n++] = ratio;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
 /* Median, lowest and highest ratio of each row over the rounds. */
 static void summary(int rounds)
 {
@@ -204,8 +198,7 @@ static void summary(int rounds)
 	for (int i = 0; i < nrows; i++) {
 		double *r = rows[i].ratio;
 		int n = rows[i].n;
-		qsort(r, (size_t)n, sizeof(double), cmp_double);
-		double med = n % 2 ? r[n / 2] : 0.5 * (r[n / 2 - 1] + r[n / 2]);
+		double med = wf_median(r, (size_t)n); /* sorts r */
 		printf("%s %6.2fx %6.2fx %6.2fx\n", rows[i].key, med, r[0], r[n - 1]);
 	}
 }
@@ -350,7 +343,8 @@ int main(int argc, char **argv)
 		if (use_peer && strcmp(device, "cpu") == 0)
 			run_peer(models, infer, train_batch, threads, reps);
 		printf("%sbench_zoo: %s backend, %d threads, medians of %d repetitions, images/s; "
-		       "peers: bench/peers.py (resnet50, mobilenetv2, nasnetmobile); ratio = weft best / best "
+		       "peers: bench/peers.py (resnet50, mobilenetv2, nasnetmobile); ratio = weft "
+		       "best / best "
 		       "peer; round %d of %d\n",
 		       round ? "\n" : "", be->name, threads, reps, round + 1, rounds);
 		printf("%-12s %-5s %5s %9s %9s %9s %7s %8s %9s %-17s %7s\n", "model", "mode",
