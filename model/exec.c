@@ -69,7 +69,7 @@ struct wf_exec {
 	int *fuse_into;	   /* [nlayers] the conv a relu/add layer is fused into, else -1
 			    * (training: the batch norm a relu is fused into) */
 	int *fuse_res;	   /* [nlayers] conv: the residual layer it adds, else -1 */
-	char *fuse_act;	   /* [nlayers] conv: 0 none, 1 relu, 2 relu6 */
+	char *fuse_act;	   /* [nlayers] conv: 0 none, 1 relu, 2 relu6 (training: bn, 1 relu) */
 	char *out_bf16;	   /* [nlayers] conv (training: also bn): its output is kept in bf16 */
 	char *pad_skip;	   /* [nlayers] zero padding that its sole consumer, a conv, applies as
 			    * its own padding: runs nothing, aliases its input */
@@ -263,8 +263,7 @@ static void skip_pads(wf_exec *ex)
 /* Training: does batch norm i run its relu consumer inside? */
 static int relu_inside(const wf_exec *ex, int i)
 {
-	int r = ex->tfused ? sole_consumer(ex->m, i) : -1;
-	return r >= 0 && ex->fuse_into[r] == i;
+	return ex->tfused && ex->fuse_act[i];
 }
 
 /* Training: the input whose gradient memory layer i's is (a relu fused into
@@ -368,6 +367,7 @@ static void train_fuse_plan(wf_exec *ex)
 		int t = b, r = sole_consumer(m, b);
 		if (r >= 0 && m->layers[r].type == WF_LAYER_RELU) {
 			ex->fuse_into[r] = b;
+			ex->fuse_act[b] = 1;
 			ex->nfused++;
 			t = r;
 		}
