@@ -98,6 +98,12 @@ typedef struct wf_pool_desc {
 	int oh, ow;	    /* output */
 	int kh, kw, sh, sw; /* window and strides */
 	int pt, pb, pl, pr; /* padding; max ignores it, avg excludes it from the count */
+	/* Max pooling forward only (0 elsewhere; wf_pool_desc_init zeroes them):
+	 * q8 (backends with WF_CAP_INT8): 1: x and y are u8, 2: s8, both in one
+	 * scale (a max needs no rescaling); io_bf16 (bf16 backends): 1: x and y
+	 * are bf16. */
+	int q8;
+	int io_bf16;
 } wf_pool_desc;
 
 /* Zero padding (positive) and cropping (negative) of H and W. */

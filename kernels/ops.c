@@ -285,6 +285,17 @@ static int check_pool(wf_backend *be, const wf_pool_desc *d)
 			&be->err, WF_EINVAL,
 			"pool: padding t%d b%d l%d r%d must be smaller than the window %dx%d",
 			d->pt, d->pb, d->pl, d->pr, d->kh, d->kw);
+	if (d->q8 &&
+	    (d->q8 < 0 || d->q8 > 2 || d->kind != WF_POOL_MAX || !(be->caps & WF_CAP_INT8)))
+		return wf_errf(&be->err, WF_EINVAL,
+			       "pool: q8=%d (int8 tensors) is 1 (u8) or 2 (s8), for max pooling "
+			       "on a backend with int8 (%s has %s)",
+			       d->q8, be->name, be->caps & WF_CAP_INT8 ? "it" : "none");
+	if (d->io_bf16 && (d->io_bf16 != 1 || d->q8 || d->kind != WF_POOL_MAX || !be->bf16))
+		return wf_errf(&be->err, WF_EINVAL,
+			       "pool: io_bf16=%d (bf16 tensors) is 1, for max pooling on a backend "
+			       "computing in bf16 (%s: %s)",
+			       d->io_bf16, be->name, be->bf16 ? "bf16" : "not bf16");
 	int oh = window_out(d->h, d->pt, d->pb, d->kh, d->sh, 1);
 	int ow = window_out(d->w, d->pl, d->pr, d->kw, d->sw, 1);
 	if (d->oh != oh || d->ow != ow)
@@ -603,6 +614,11 @@ int wf_op_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, f
 {
 	wf_err_clear(&be->err);
 	int rc = check_pool(be, d);
+	if (!rc && (d->q8 || d->io_bf16))
+		rc = wf_errf(&be->err, WF_EINVAL,
+			     "pool backward: q8=%d io_bf16=%d: int8 and bf16 tensors are forward "
+			     "only",
+			     d->q8, d->io_bf16);
 	return rc ? rc
 		  : TIMED(be, "pool_backward", be->ops->pool_backward(be, plan, d, dx, dy, x, y));
 }

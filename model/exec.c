@@ -71,8 +71,9 @@ struct wf_exec {
 	int *fuse_res;	   /* [nlayers] conv: the residual layer it adds, else -1 */
 	char *fuse_act;	   /* [nlayers] conv: 0 none, 1 relu, 2 relu6 (training: bn, 1 relu) */
 	char *out_bf16;	   /* [nlayers] conv (training: also bn): its output is kept in bf16 */
-	char *pad_skip;	   /* [nlayers] zero padding that its sole consumer, a conv, applies as
-			    * its own padding: runs nothing, aliases its input */
+	char *pad_skip;	   /* [nlayers] zero padding that its sole consumer, a conv (inference:
+			    * or a max pool of a relu's output), applies as its own padding:
+			    * runs nothing, aliases its input */
 	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
 	int *same_as;	   /* [nlayers] an earlier relu/relu6 of the same input whose output
 			    * this one's is (inference: NASNet applies one relu per branch) */
@@ -240,20 +241,63 @@ static void plan_inplace(wf_exec *ex)
 	}
 }
 
+/* The conv that reads layer k's output as its input: k itself, or the conv
+ * whose padding k is (pad_skip); else -1. */
+static int conv_reader(const wf_exec *ex, int k)
+{
+	if (ex->pad_skip[k])
+		k = sole_consumer(ex->m, k);
+	return k >= 0 && ex->m->layers[k].type == WF_LAYER_CONV2D ? k : -1;
+}
+
+/* The max pool that reads layer k's output: k itself, or the pool whose
+ * padding k is (pad_skip); else -1. */
+static int pool_reader(const wf_exec *ex, int k)
+{
+	if (ex->pad_skip[k])
+		k = sole_consumer(ex->m, k);
+	return k >= 0 && ex->m->layers[k].type == WF_LAYER_MAXPOOL ? k : -1;
+}
+
+/* Do only convs (int8: int8 convs) read layer j's output, each as its
+ * input (through a padding it applies)? */
+static int read_by_convs(const wf_exec *ex, int j, int int8)
+{
+	const wf_model *m = ex->m;
+	int ok = j != m->output;
+	for (int k = j + 1; ok && k < m->nlayers; k++)
+		for (int e = 0; e < m->layers[k].ninputs; e++)
+			if (m->layers[k].inputs[e] == j) {
+				int c = conv_reader(ex, k);
+				ok &= e == 0 && c >= 0 && (!int8 || ex->qx[c] > 0);
+			}
+	return ok;
+}
+
 /* A zero padding (no cropping) read only by a conv becomes that conv's
  * padding: pad_skip, the layer aliases its input and runs nothing. In
  * training its gradient memory is its input's (the conv's dx has the
- * unpadded size), so there it must also be its input's only reader. */
+ * unpadded size), so there it must also be its input's only reader. In
+ * inference a max pool applies it too when its input is a relu's output:
+ * zeros then never exceed a window's real values (ResNet50's pool1_pad,
+ * a copy of 32x64x112x112 floats at batch 32). */
 static void skip_pads(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
 	for (int i = 0; i < m->nlayers; i++) {
 		const wf_layer *l = &m->layers[i];
 		int c = sole_consumer(m, i);
-		if (l->type == WF_LAYER_ZEROPAD && l->pad[0] >= 0 && l->pad[1] >= 0 &&
-		    l->pad[2] >= 0 && l->pad[3] >= 0 && c >= 0 &&
-		    m->layers[c].type == WF_LAYER_CONV2D &&
-		    (!ex->training || sole_consumer(m, l->inputs[0]) == i)) {
+		if (l->type != WF_LAYER_ZEROPAD || l->pad[0] < 0 || l->pad[1] < 0 ||
+		    l->pad[2] < 0 || l->pad[3] < 0 || c < 0)
+			continue;
+		const wf_layer *cl = &m->layers[c];
+		wf_layer_type in = m->layers[l->inputs[0]].type;
+		int conv = cl->type == WF_LAYER_CONV2D &&
+			   (!ex->training || sole_consumer(m, l->inputs[0]) == i);
+		int pool = !ex->training && cl->type == WF_LAYER_MAXPOOL && !cl->same &&
+			   (in == WF_LAYER_RELU || in == WF_LAYER_RELU6) && l->pad[0] < cl->kh &&
+			   l->pad[1] < cl->kh && l->pad[2] < cl->kw && l->pad[3] < cl->kw;
+		if (conv || pool) {
 			ex->pad_skip[i] = 1;
 			ex->nfused++;
 		}
@@ -321,11 +365,13 @@ static void fuse_plan(wf_exec *ex)
 			    m->layers[k].inputs[0] == m->layers[i].inputs[0])
 				ex->same_as[i] = k, ex->nfused++;
 	}
-	/* bf16: a conv's output stays bf16 when only convs read it (as input or residual) */
+	/* bf16: a conv's output stays bf16 when only convs read it (as input or
+	 * residual), or a max pool (through a padding it applies) that only convs
+	 * read: then that pool runs in bf16 too */
 	for (int i = 0; ex->be->bf16 && i < m->nlayers; i++) {
 		if (m->layers[i].type != WF_LAYER_CONV2D)
 			continue;
-		int cur = i;
+		int cur = i, pool = -1;
 		for (int j = i + 1; j < m->nlayers; j++)
 			if (ex->fuse_into[j] == i)
 				cur = j;
@@ -334,13 +380,20 @@ static void fuse_plan(wf_exec *ex)
 			for (int k = 0; k < m->layers[j].ninputs; k++) {
 				if (m->layers[j].inputs[k] != cur)
 					continue;
-				int conv_x =
-					m->layers[j].type == WF_LAYER_CONV2D || ex->pad_skip[j];
+				int p = pool_reader(ex, j);
+				if (p >= 0 && pool < 0) {
+					all &= read_by_convs(ex, p, 0);
+					pool = p;
+					continue;
+				}
+				int conv_x = conv_reader(ex, j) >= 0;
 				int res = ex->fuse_into[j] >= 0 &&
 					  ex->fuse_res[ex->fuse_into[j]] == cur;
 				all &= conv_x || res;
 			}
 		ex->out_bf16[i] = (char)all;
+		if (all && pool >= 0)
+			ex->out_bf16[pool] = 1;
 	}
 	plan_inplace(ex);
 }
@@ -383,12 +436,13 @@ static void train_fuse_plan(wf_exec *ex)
 
 /* The int8 quantisation of layer j's output: symmetric, u8 with scale
  * 255 / max when its calibration range is >= 0, else s8 with 127 / max |x|.
- * A zero padding applied inside its conv adds zeros only: its input's. 0
- * when the layer has no range. */
+ * A zero padding applied inside its conv adds zeros only, and a max pool
+ * picks among its input's values: their input's (so an int8 max pool needs
+ * no rescaling). 0 when the layer has no range. */
 static int tensor_q(const wf_exec *ex, int j, float *scale, char *u8)
 {
 	const wf_model *m = ex->m;
-	if (ex->pad_skip[j])
+	while (ex->pad_skip[j] || m->layers[j].type == WF_LAYER_MAXPOOL)
 		j = m->layers[j].inputs[0];
 	const wf_layer *l = &m->layers[j];
 	if (!l->has_range)
@@ -412,8 +466,10 @@ static int is_q(const wf_exec *ex, int j)
 /* int8 (a backend set to int8 precision): each conv whose input has a
  * calibration range reads it quantised (tensor_q). A conv's output stays
  * quantised, in its own range's scale, when every reader is such a conv
- * reading it as input or as the residual of its fused add (not a plain add,
- * a pool or the logits). */
+ * reading it as input or as the residual of its fused add, or a max pool
+ * (through a padding it applies) that only such convs read: that pool then
+ * runs on the quantised values (not a plain add, another pool or the
+ * logits). */
 static void plan_int8(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
@@ -435,7 +491,7 @@ static void plan_int8(wf_exec *ex)
 			if (ex->fuse_into[j] == i)
 				cur = j;
 		float q;
-		int ok = cur != m->output && tensor_q(ex, cur, &q, &ex->qyu8[i]);
+		int ok = cur != m->output && tensor_q(ex, cur, &q, &ex->qyu8[i]), pool = -1;
 		for (int k = cur + 1; ok && k < m->nlayers; k++)
 			for (int e = 0; e < m->layers[k].ninputs; e++) {
 				if (m->layers[k].inputs[e] != cur)
@@ -445,11 +501,18 @@ static void plan_int8(wf_exec *ex)
 					ok &= ex->fuse_res[f] == cur && ex->qx[f] > 0;
 					continue;
 				}
-				int conv = ex->pad_skip[k] ? sole_consumer(m, k) : k;
-				ok &= e == 0 && conv >= 0 &&
-				      m->layers[conv].type == WF_LAYER_CONV2D && ex->qx[conv] > 0;
+				int p = pool_reader(ex, k);
+				if (p >= 0 && pool < 0) {
+					ok &= read_by_convs(ex, p, 1);
+					pool = p;
+					continue;
+				}
+				int c = conv_reader(ex, k);
+				ok &= e == 0 && c >= 0 && ex->qx[c] > 0;
 			}
 		ex->qy[i] = ok ? q : 0;
+		if (ok && pool >= 0) /* the pool's output: in its input's scale */
+			ex->qy[pool] = q, ex->qyu8[pool] = ex->qyu8[i];
 	}
 	/* in place only into memory of the output's own size: float into float,
 	 * u8/s8 into u8/s8 */
@@ -822,6 +885,14 @@ static void pool_desc(const wf_exec *ex, int i, int n, wf_pool_desc *d)
 	const wf_layer *l = &ex->m->layers[i], *x = &ex->m->layers[l->inputs[0]];
 	wf_pool_desc_init(d, l->type == WF_LAYER_MAXPOOL ? WF_POOL_MAX : WF_POOL_AVG, n, x->oh,
 			  x->ow, x->oc, l->kh, l->kw, l->sh, l->sw, l->same);
+	if (ex->pad_skip && ex->pad_skip[l->inputs[0]]) { /* read the unpadded input */
+		d->h -= x->pad[0] + x->pad[1], d->w -= x->pad[2] + x->pad[3];
+		d->pt = x->pad[0], d->pb = x->pad[1], d->pl = x->pad[2], d->pr = x->pad[3];
+	}
+	if (ex->qy && ex->qy[i] > 0)
+		d->q8 = ex->qyu8[i] ? 1 : 2;
+	if (!ex->training && ex->out_bf16 && ex->out_bf16[i])
+		d->io_bf16 = 1;
 }
 
 static void pad_desc(const wf_exec *ex, int i, int n, wf_pad_desc *d)
@@ -1369,6 +1440,21 @@ int wf_exec_bf16_layers(const wf_exec *ex)
 	for (int i = 0; ex->out_bf16 && i < ex->m->nlayers; i++)
 		n += ex->out_bf16[i];
 	return n;
+}
+
+const char *wf_exec_layer_dtype(const wf_exec *ex, int i)
+{
+	if (i < 0 || i >= ex->m->nlayers)
+		return NULL;
+	if (ex->fuse_into && is_bf16(ex, i))
+		return "bf16";
+	if (ex->qy && is_q(ex, i)) {
+		float q;
+		char u8 = 0;
+		tensor_q(ex, i, &q, &u8);
+		return u8 ? "u8" : "s8";
+	}
+	return "f32";
 }
 
 const float *wf_exec_layer_output(const wf_exec *ex, int i)

@@ -9,9 +9,14 @@
 static int pool_fwd_desc(wf_backend *be, const wf_pool_desc *d, dnnl_prop_kind_t prop,
 			 dnnl_pooling_desc_t *pd, dnnl_memory_desc_t *x, dnnl_memory_desc_t *y)
 {
-	int rc = wf_cpu_md_nhwc(be, x, d->n, d->h, d->w, d->c);
+	dnnl_data_type_t dt = d->q8 == 1   ? dnnl_u8
+			      : d->q8 == 2 ? dnnl_s8
+			      : d->io_bf16 ? dnnl_bf16
+					   : dnnl_f32;
+	dnnl_dims_t dx = {d->n, d->c, d->h, d->w}, dy = {d->n, d->c, d->oh, d->ow};
+	int rc = wf_cpu_md_tag_dt(be, x, 4, dx, dt, dnnl_nhwc);
 	if (!rc)
-		rc = wf_cpu_md_nhwc(be, y, d->n, d->oh, d->ow, d->c);
+		rc = wf_cpu_md_tag_dt(be, y, 4, dy, dt, dnnl_nhwc);
 	if (rc)
 		return rc;
 	dnnl_dims_t st = {d->sh, d->sw}, k = {d->kh, d->kw};

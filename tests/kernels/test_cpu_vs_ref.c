@@ -793,6 +793,61 @@ static void test_int8_tensors_between_convs(void)
 	int8_chain_case(0);
 }
 
+/* Max pooling (padding included) on u8, s8 and bf16 tensors gives ref's
+ * fp32 pooling of the same values exactly (a max only picks one); ref and
+ * the backward refuse those tensor types. */
+static void test_max_pool_on_int8_and_bf16_tensors(void)
+{
+	wf_pool_desc d;
+	wf_pool_desc_init(&d, WF_POOL_MAX, 2, 7, 7, 16, 3, 3, 2, 2, 0);
+	d.pt = d.pb = d.pl = d.pr = 1, d.oh = d.ow = 4; /* (7 + 2 - 3) / 2 + 1 */
+	size_t nx = 2 * 7 * 7 * 16, ny = 2 * 4 * 4 * 16;
+	float *x = rnd(nx, 91), *want = calloc(ny, 4), *got = calloc(ny, 4);
+	uint8_t *x8 = calloc(nx, 1), *y8 = calloc(ny, 1);
+	uint16_t *xh = calloc(nx, 2), *yh = calloc(ny, 2);
+	wf_backend_set_precision(cpu_be, "int8", NULL, NULL);
+	for (int q8 = 1; q8 <= 2; q8++) {
+		for (size_t i = 0; i < nx; i++) { /* integers: u8 0..255, s8 -127..127 */
+			float v = q8 == 1 ? fabsf(x[i]) * 255 : x[i] * 127;
+			x[i] = fminf(roundf(v), q8 == 1 ? 255 : 127);
+			x8[i] = q8 == 1 ? (uint8_t)x[i] : (uint8_t)(int8_t)x[i];
+		}
+		wf_pool_desc qd = d;
+		qd.q8 = q8;
+		wf_plan *cp = NULL, *rp = NULL;
+		WF_CHECK(wf_op_pool_forward(cpu_be, &cp, &qd, (float *)y8, (float *)x8) == 0);
+		WF_CHECK(wf_op_pool_forward(ref_be, &rp, &d, want, x) == 0);
+		for (size_t i = 0; i < ny; i++)
+			got[i] = q8 == 1 ? (float)y8[i] : (float)(int8_t)y8[i];
+		WF_CHECK_MSG(max_rel_diff(got, want, ny) == 0, "max pool q8=%d", q8);
+		WF_CHECK_INT(wf_op_pool_forward(ref_be, &rp, &qd, want, x), WF_EINVAL);
+		WF_CHECK_INT(wf_op_pool_backward(cpu_be, &cp, &qd, x, want, x, want), WF_EINVAL);
+		wf_backend_plan_free(cpu_be, &cp);
+		wf_backend_plan_free(ref_be, &rp);
+	}
+	wf_backend_set_precision(cpu_be, "fp32", NULL, NULL);
+	if (cpu_be->caps & WF_CAP_BF16) {
+		WF_CHECK(wf_backend_set_precision(cpu_be, "bf16", NULL, NULL) == 0);
+		float *xv = rnd(nx, 92);
+		to_bf16(xh, xv, nx), from_bf16(xv, xh, nx);
+		wf_pool_desc bd = d;
+		bd.io_bf16 = 1;
+		wf_plan *cp = NULL, *rp = NULL;
+		WF_CHECK(wf_op_pool_forward(cpu_be, &cp, &bd, (float *)yh, (float *)xh) == 0);
+		WF_CHECK(wf_op_pool_forward(ref_be, &rp, &d, want, xv) == 0);
+		from_bf16(got, yh, ny);
+		WF_CHECK_MSG(max_rel_diff(got, want, ny) == 0, "max pool bf16");
+		bd.kind = WF_POOL_AVG;
+		WF_CHECK_INT(wf_op_pool_forward(cpu_be, &cp, &bd, (float *)yh, (float *)xh),
+			     WF_EINVAL);
+		wf_backend_plan_free(cpu_be, &cp);
+		wf_backend_plan_free(ref_be, &rp);
+		wf_backend_set_precision(cpu_be, "fp32", NULL, NULL);
+		free(xv);
+	}
+	free(x), free(want), free(got), free(x8), free(y8), free(xh), free(yh);
+}
+
 int main(void)
 {
 	wf_err err = {0};
@@ -819,6 +874,7 @@ int main(void)
 	WF_RUN(test_every_shared_case_in_bf16_matches_ref);
 	WF_RUN(test_bf16_conv_backward_reuses_only_current_copies);
 	WF_RUN(test_training_fusions_match_ref);
+	WF_RUN(test_max_pool_on_int8_and_bf16_tensors);
 	wf_backend_free(cpu_be);
 	wf_backend_free(ref_be);
 	return wf_test_summary();

@@ -75,6 +75,16 @@ static void check_precision(wf_backend *be, wf_model *f, const char *name, const
 	WF_CHECK_MSG(rc == 0, "%s", ex ? wf_exec_error(ex) : err.msg);
 	if (!strcmp(prec, "int8"))
 		WF_CHECK_MSG(ex && wf_exec_int8_convs(ex) > 0, "%s: no conv ran in int8", name);
+	/* ResNet50's max pool (its padding inside) reads and writes conv1's
+	 * tensor type: u8 after a relu, or bf16 */
+	const char *want_t = !strcmp(prec, "int8") ? "u8" : "bf16";
+	for (int i = 0; ex && i < f->nlayers; i++)
+		if (!strcmp(f->layers[i].name, "pool1_pool") ||
+		    !strcmp(f->layers[i].name, "conv1_relu")) {
+			const char *t = wf_exec_layer_dtype(ex, i);
+			WF_CHECK_MSG(t && !strcmp(t, want_t), "%s %s: %s is %s, not %s", name, prec,
+				     f->layers[i].name, t ? t : "?", want_t);
+		}
 	double d = rel_diff(c, want, k);
 	WF_CHECK_MSG(!rc && d < tol, "%s %s: differs from fp32 by %.3g", name, prec, d);
 	printf("  %s: %s rel diff %.2g\n", name, prec, d);
@@ -170,7 +180,8 @@ static void test_mobilenetv2_fused_equals_unfused(void)
 	check_model(cpu, "mobilenetv2");
 }
 
-/* conv1_pad (3 on each side) becomes conv1's padding; pool1_pad stays. */
+/* conv1_pad (3 on each side) becomes conv1's padding; pool1_pad the max
+ * pool's (its input is a relu's). */
 static void test_resnet50_fused_equals_unfused(void)
 {
 	check_model(cpu, "resnet50");
