@@ -227,9 +227,13 @@ static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
 		return be->err.code;
 	weight_scales(d, w, sw);
 	/* the post-ops run in the quantised residual's scale ps (a raw u8/s8
-	 * residual is then added as it is), else in real values (ps = 1) */
-	float ps = (d->io_q & 4) ? d->qr : 1.0f;
+	 * residual is then added as it is); without a residual, in the output's
+	 * scale when it is quantised (relu and clip commute with a positive
+	 * scale: no rescaling post-op), else in real values (ps = 1) */
+	float ps = (d->io_q & 4) ? d->qr : (d->io_q & 2) && !d->residual ? d->qy : 1.0f;
 	float lin = (d->io_q & 2) ? d->qy / ps : ps != 1.0f ? 1.0f / ps : 0;
+	if (lin == 1.0f)
+		lin = 0; /* y is in the post-ops' scale already */
 	for (int o = 0; o < d->oc; o++) {
 		os[o] = ps / (d->qx * sw[o]);
 		if (bq)
