@@ -15,8 +15,10 @@
  *   bench_zoo [--models mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge]
  *             [--infer-batch 1,32] [--train-batch 16] [--threads 2] [--reps 5]
  *             [--rounds 1] [--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16]
- *             [--no-int8] [--no-plan]
+ *             [--no-int8] [--no-plan] [--profile]
  *
+ * --profile: one more forward (or training step) per measurement with every
+ * op timed (wf_op_profile_print): where weft's time goes, by op.
  * "plan" rows (batch > 1): the same batch through model/batchplan.h, the
  * measured fastest sequence of forwards, as weft-serve runs it. */
 #include "common/util.h"
@@ -34,7 +36,8 @@
 #include <unistd.h>
 
 /* Images/s of inference (training = 0) or training steps at batch b. */
-static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps, double *ips)
+static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps, int profile,
+		     double *ips)
 {
 	wf_err err = {0};
 	wf_exec *ex = NULL;
@@ -57,7 +60,9 @@ static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps,
 	wf_optim_cfg oc;
 	wf_optim_cfg_default(&oc);
 	oc.lr = 0.001;
-	for (int s = 0; !rc && s <= reps; s++) { /* s = 0: warm-up (plans, first touch) */
+	for (int s = 0; !rc && s <= reps + profile; s++) { /* s = 0: warm-up (plans, first touch) */
+		if (s == reps + 1)
+			rc = wf_op_profile_start(be);
 		double t0 = wf_now();
 		if (training) {
 			float loss;
@@ -70,8 +75,12 @@ static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps,
 			rc = wf_exec_forward(ex, x, b, 0, 0);
 		}
 		wf_op_sync(be);
-		t[s] = wf_now() - t0;
+		if (s <= reps)
+			t[s] = wf_now() - t0;
 	}
+	if (!rc && profile)
+		wf_op_profile_print(be, stdout, 1);
+	wf_op_profile_stop(be);
 	if (rc && ex)
 		fprintf(stderr, "bench_zoo: %s\n", wf_exec_error(ex));
 	if (!rc)
@@ -246,7 +255,7 @@ static void row(const char *model, const char *mode, int batch, const double ips
  * fp32, bf16 (bf16 != 0 and the CPU has it) and int8 (int8 != 0, inference,
  * m calibrated); 0 where not run. */
 static int bench_all(wf_backend *be, wf_model *m, int b, int training, int reps, int bf16, int int8,
-		     double ips[3])
+		     int profile, double ips[3])
 {
 	const char *prec[3] = {"fp32", "bf16", "int8"};
 	int want[3] = {1, bf16 && (be->caps & WF_CAP_BF16),
@@ -258,8 +267,11 @@ static int bench_all(wf_backend *be, wf_model *m, int b, int training, int reps,
 		if (!want[k])
 			continue;
 		wf_backend_set_precision(be, prec[k], NULL, NULL);
+		if (profile && training >= 0)
+			printf("profile (of the row below): %s batch %d, %s\n",
+			       training ? "train" : "infer", b, prec[k]);
 		rc = training < 0 ? bench_plan(be, m, b, reps, &ips[k])
-				  : bench_one(be, m, b, training, reps, &ips[k]);
+				  : bench_one(be, m, b, training, reps, profile, &ips[k]);
 	}
 	wf_backend_set_precision(be, "fp32", NULL, NULL);
 	return rc;
@@ -292,7 +304,7 @@ int main(int argc, char **argv)
 	const char *models = "mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge";
 	const char *infer = "1,32", *device = "cpu";
 	int train_batch = 16, threads = 2, reps = 5, use_peer = 1, bf16 = 1, int8 = 1, plan = 1,
-	    rounds = 1;
+	    rounds = 1, profile = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--models") && v)
@@ -319,11 +331,13 @@ int main(int argc, char **argv)
 			int8 = 0;
 		else if (!strcmp(a, "--no-plan"))
 			plan = 0;
+		else if (!strcmp(a, "--profile"))
+			profile = 1;
 		else {
 			fprintf(stderr, "usage: bench_zoo [--models a,b] [--infer-batch 1,32] "
 					"[--train-batch N] [--threads N] [--reps N] [--rounds N] "
 					"[--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16] "
-					"[--no-int8] [--no-plan]\n");
+					"[--no-int8] [--no-plan] [--profile]\n");
 			return strcmp(a, "--help") ? 2 : 0;
 		}
 	}
@@ -374,13 +388,14 @@ int main(int argc, char **argv)
 			for (char *s2 = NULL, *bs = strtok_r(bl, ",", &s2); bs;
 			     bs = strtok_r(NULL, ",", &s2)) {
 				int b = atoi(bs);
-				if (b >= 1 &&
-				    bench_all(be, folded, b, 0, reps, bf16, int8, ips) == 0)
+				if (b >= 1 && bench_all(be, folded, b, 0, reps, bf16, int8, profile,
+							ips) == 0)
 					row(name, "infer", b, ips, f);
 				else
 					rc = 1;
 				if (b > 1 && plan &&
-				    bench_all(be, folded, b, -1, reps, bf16, int8, ips) == 0)
+				    bench_all(be, folded, b, -1, reps, bf16, int8, profile, ips) ==
+					    0)
 					row(name, "plan", b, ips, f);
 				else if (b > 1 && plan)
 					rc = 1;
@@ -397,7 +412,7 @@ int main(int argc, char **argv)
 				/* fewer repetitions: a training step of the large nets takes long
 				 */
 				if (bench_all(be, m, train_batch, 1, reps > 2 ? 2 : reps, bf16, 0,
-					      ips) == 0)
+					      profile, ips) == 0)
 					row(name, "train", train_batch, ips, 3 * f);
 				else
 					rc = 1;

@@ -212,6 +212,10 @@ typedef struct wf_backend_ops {
 	int (*add_mixed)(wf_backend *be, size_t n, float *y, const void *a, const void *b,
 			 int bf16);
 	int (*to_bf16)(wf_backend *be, size_t n, void *y, const float *x);
+	/* int8 tensors (WF_CAP_INT8; NULL elsewhere): y (u8) = x * scale over n
+	 * values, rounded to nearest even and saturated to [0, 255] (a relu
+	 * too); NaN gives 0. */
+	int (*to_u8)(wf_backend *be, size_t n, void *y, const float *x, float scale);
 
 	/* Channel concat: xs[i] is [rows, widths[i]], y is [rows, sum widths]. */
 	int (*concat_forward)(wf_backend *be, size_t rows, int k, const int *widths, float *y,

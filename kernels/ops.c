@@ -569,6 +569,17 @@ int wf_op_to_bf16(wf_backend *be, size_t n, void *y, const float *x)
 	return TIMED(be, "to_bf16", be->ops->to_bf16(be, n, y, x));
 }
 
+int wf_op_to_u8(wf_backend *be, size_t n, void *y, const float *x, float scale)
+{
+	wf_err_clear(&be->err);
+	if (!be->ops->to_u8)
+		return wf_errf(&be->err, WF_EINVAL, "to_u8: no int8 tensors on %s", be->name);
+	if (!(scale > 0 && scale < 1e30f))
+		return wf_errf(&be->err, WF_EINVAL, "to_u8: scale %g must be finite and > 0",
+			       (double)scale);
+	return TIMED(be, "to_u8", be->ops->to_u8(be, n, y, x, scale));
+}
+
 int wf_op_accumulate(wf_backend *be, size_t n, float *y, const float *x)
 {
 	wf_err_clear(&be->err);

@@ -80,8 +80,10 @@ struct wf_exec {
 	float *qx;	   /* [nlayers] conv: int8 input scale (0: runs in float) */
 	char *qu8;	   /* [nlayers] conv: its int8 input is u8 (x >= 0), else s8 */
 	float *qy;	   /* [nlayers] conv: its (fused) output is kept quantised with this
-			    * scale (0: float) */
-	char *qyu8;	   /* [nlayers] conv: ... in u8, else s8 */
+			    * scale (0: float); also a max pool between int8 convs, and a
+			    * relu that only int8 convs read (it then runs as a conversion
+			    * to u8, whose saturation at 0 is the relu) */
+	char *qyu8;	   /* [nlayers] ... in u8, else s8 */
 	int nint8;	   /* convs run in int8 */
 	wf_err err;
 };
@@ -460,6 +462,8 @@ static int is_q(const wf_exec *ex, int j)
 		j = ex->m->layers[j].inputs[0];
 	if (ex->fuse_into[j] >= 0)
 		j = ex->fuse_into[j];
+	if (ex->same_as && ex->same_as[j] >= 0)
+		j = ex->same_as[j];
 	return ex->qy[j] > 0;
 }
 
@@ -482,6 +486,26 @@ static void plan_int8(wf_exec *ex)
 			ex->qx[i] = q;
 			ex->nint8++;
 		}
+	}
+	/* a relu (with the relus that alias it) that only int8 convs read, each
+	 * quantising it into u8 from its range (>= 0): it converts its input to
+	 * u8 once for all of them; the conversion's saturation at 0 (and at the
+	 * range's top, <= 6 for relu6) is the relu. NASNet applies a relu to a
+	 * branch sum in front of two or three separable convs. */
+	for (int r = 0; r < m->nlayers; r++) {
+		wf_layer_type t = m->layers[r].type;
+		float q;
+		char u8 = 0;
+		if ((t != WF_LAYER_RELU && t != WF_LAYER_RELU6) || ex->fuse_into[r] >= 0 ||
+		    ex->same_as[r] >= 0 || is_q(ex, m->layers[r].inputs[0]) ||
+		    !tensor_q(ex, r, &q, &u8) || !u8)
+			continue;
+		int ok = 1;
+		for (int k = r; ok && k < m->nlayers; k++)
+			if (k == r || ex->same_as[k] == r)
+				ok &= read_by_convs(ex, k, 1);
+		if (ok)
+			ex->qy[r] = q, ex->qyu8[r] = 1;
 	}
 	for (int i = 0; i < m->nlayers; i++) {
 		if (ex->qx[i] == 0)
@@ -966,6 +990,8 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 					       ex->state + m->views[l->s_var].offset);
 	case WF_LAYER_RELU:
 	case WF_LAYER_RELU6:
+		if (ex->qy && ex->qy[i] > 0) /* to u8 for int8 convs (plan_int8) */
+			return wf_op_to_u8(be, sz, y, x, ex->qy[i]);
 		return wf_op_act_forward(be, l->type == WF_LAYER_RELU ? WF_ACT_RELU : WF_ACT_RELU6,
 					 sz, y, x);
 	case WF_LAYER_ADD: {
@@ -1444,7 +1470,7 @@ int wf_exec_bf16_layers(const wf_exec *ex)
 
 const char *wf_exec_layer_dtype(const wf_exec *ex, int i)
 {
-	if (i < 0 || i >= ex->m->nlayers)
+	if (i < 0 || i >= ex->m->nlayers || (ex->fuse_into && !ex->training && ex->pad_skip[i]))
 		return NULL;
 	if (ex->fuse_into && is_bf16(ex, i))
 		return "bf16";

@@ -259,7 +259,8 @@ int wf_exec_bf16_layers(const wf_exec *ex);
  * set to int8 precision, for a model with calibration ranges). */
 int wf_exec_int8_convs(const wf_exec *ex);
 /* The data type layer i's output is kept in: "f32", "bf16", "u8" or "s8"
- * (int8 tensors), NULL when out of range. */
+ * (int8 tensors); NULL when out of range or when the layer keeps no tensor
+ * (an inference executor's zero padding that its reader applies). */
 const char *wf_exec_layer_dtype(const wf_exec *ex, int i);
 /* Layer i's output after a forward, in backend memory: every layer's in a
  * training executor (also after an inference-mode forward; in bf16 for the

@@ -84,6 +84,8 @@ THREADED(softmax_xent_backward,
 THREADED(add_mixed, (wf_backend * be, size_t n, float *y, const void *a, const void *b, int bf16),
 	 (be, n, y, a, b, bf16))
 THREADED(to_bf16, (wf_backend * be, size_t n, void *y, const float *x), (be, n, y, x))
+THREADED(to_u8, (wf_backend * be, size_t n, void *y, const float *x, float scale),
+	 (be, n, y, x, scale))
 THREADED(optimizer_update,
 	 (wf_backend * be, const wf_opt_desc *d, size_t n, float *p, const float *g, float *m,
 	  float *v),
@@ -114,6 +116,7 @@ static const wf_backend_ops cpu_ops = {
 	.scale = threaded_scale,
 	.add_mixed = threaded_add_mixed,
 	.to_bf16 = threaded_to_bf16,
+	.to_u8 = threaded_to_u8,
 	.concat_forward = threaded_concat_forward,
 	.concat_backward = threaded_concat_backward,
 	.pool_forward = wf_cpu_pool_forward,

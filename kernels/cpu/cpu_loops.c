@@ -140,6 +140,21 @@ int wf_cpu_to_bf16(wf_backend *be, size_t n, void *y, const float *x)
 	return 0;
 }
 
+int wf_cpu_to_u8(wf_backend *be, size_t n, void *y, const float *x, float scale)
+{
+	uint8_t *q = y;
+	const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds [0, 255] to integers,
+					  * ties to even */
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+	for (size_t i = 0; i < n; i++) {
+		float v = x[i] * scale;
+		v = v > 0.0f ? v : 0.0f; /* NaN: 0 */
+		v = v < 255.0f ? v : 255.0f;
+		q[i] = (uint8_t)(int)((v + magic) - magic);
+	}
+	return 0;
+}
+
 int wf_cpu_accumulate(wf_backend *be, size_t n, float *y, const float *x)
 {
 	wf_cpu_add_into(y, x, n);

@@ -848,6 +848,33 @@ static void test_max_pool_on_int8_and_bf16_tensors(void)
 	free(x), free(want), free(got), free(x8), free(y8), free(xh), free(yh);
 }
 
+/* to_u8 (a relu read by int8 convs): x * scale to nearest, ties to even,
+ * saturated to [0, 255], NaN to 0, over enough values for the threads; ref
+ * has no int8 tensors, and a scale must be finite and positive. */
+static void test_to_u8_rounds_to_even_and_saturates(void)
+{
+	const size_t n = 100003;
+	float *x = calloc(n, sizeof(float));
+	uint8_t *y = calloc(n, 1);
+	const float in[] = {-3.0f,   0.0f,   0.25f,  0.5f,   1.5f, 2.5f,
+			    2.4999f, 127.5f, 254.5f, 300.0f, NAN};
+	const uint8_t want[] = {0, 0, 0, 0, 2, 2, 2, 128, 254, 255, 0};
+	size_t k = sizeof(in) / sizeof(in[0]);
+	for (size_t i = 0; i < n; i++)
+		x[i] = in[i % k] / 2.0f;
+	WF_CHECK(wf_op_to_u8(cpu_be, n, y, x, 2.0f) == 0);
+	size_t bad = 0;
+	for (size_t i = 0; i < n; i++)
+		bad += y[i] != want[i % k];
+	WF_CHECK_MSG(bad == 0, "to_u8: %zu of %zu values wrong (y[2..5] %d %d %d %d)", bad, n, y[2],
+		     y[3], y[4], y[5]);
+	WF_CHECK_INT(wf_op_to_u8(ref_be, n, y, x, 2.0f), WF_EINVAL);
+	WF_CHECK_INT(wf_op_to_u8(cpu_be, n, y, x, 0.0f), WF_EINVAL);
+	WF_CHECK_INT(wf_op_to_u8(cpu_be, n, y, x, INFINITY), WF_EINVAL);
+	free(x);
+	free(y);
+}
+
 int main(void)
 {
 	wf_err err = {0};
@@ -875,6 +902,7 @@ int main(void)
 	WF_RUN(test_bf16_conv_backward_reuses_only_current_copies);
 	WF_RUN(test_training_fusions_match_ref);
 	WF_RUN(test_max_pool_on_int8_and_bf16_tensors);
+	WF_RUN(test_to_u8_rounds_to_even_and_saturates);
 	wf_backend_free(cpu_be);
 	wf_backend_free(ref_be);
 	return wf_test_summary();
