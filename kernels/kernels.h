@@ -206,12 +206,13 @@ typedef struct wf_backend_ops {
 	int (*accumulate)(wf_backend *be, size_t n, float *y, const float *x);
 	/* y = alpha * x over n floats (y may alias x). */
 	int (*scale)(wf_backend *be, size_t n, float *y, const float *x, float alpha);
-	/* Training fusions (WF_CAP_TRAIN_FUSE; NULL elsewhere): y = a + b over n
+	/* bf16 tensors (WF_CAP_TRAIN_FUSE; NULL elsewhere): y = a + b over n
 	 * values into float y, a bf16 when bit 1 of bf16 is set, b with bit 2;
-	 * y (bf16) = x (float) over n values, rounded to nearest even. */
+	 * y (bf16) = act(x) (x float) over n values, rounded to nearest even,
+	 * act 0 none, 1 relu (max(x, 0)), 2 relu6 (NaN stays NaN). */
 	int (*add_mixed)(wf_backend *be, size_t n, float *y, const void *a, const void *b,
 			 int bf16);
-	int (*to_bf16)(wf_backend *be, size_t n, void *y, const float *x);
+	int (*to_bf16)(wf_backend *be, size_t n, void *y, const float *x, int act);
 	/* int8 tensors (WF_CAP_INT8; NULL elsewhere): y (u8) = x * scale over n
 	 * values, rounded to nearest even and saturated to [0, 255] (a relu
 	 * too); NaN gives 0. */

@@ -561,12 +561,15 @@ int wf_op_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const voi
 	return TIMED(be, "add", be->ops->add_mixed(be, n, y, a, b, bf16));
 }
 
-int wf_op_to_bf16(wf_backend *be, size_t n, void *y, const float *x)
+int wf_op_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act)
 {
 	wf_err_clear(&be->err);
 	if (!be->ops->to_bf16)
 		return wf_errf(&be->err, WF_EINVAL, "to_bf16: no bf16 tensors on %s", be->name);
-	return TIMED(be, "to_bf16", be->ops->to_bf16(be, n, y, x));
+	if (act < 0 || act > 2)
+		return wf_errf(&be->err, WF_EINVAL, "to_bf16: act=%d is 0, 1 (relu) or 2 (relu6)",
+			       act);
+	return TIMED(be, "to_bf16", be->ops->to_bf16(be, n, y, x, act));
 }
 
 int wf_op_to_u8(wf_backend *be, size_t n, void *y, const float *x, float scale)

@@ -19,7 +19,8 @@ typedef struct wf_backend_caps {
 	int bf16;		/* native bf16 compute ("auto" precision picks it) */
 	int fused_conv;		/* a native conv2d_forward_fused (else composed here) */
 	int int8;		/* int8 convolutions in conv2d_forward_fused (desc qx) */
-	int train_fuse;		/* WF_CAP_TRAIN_FUSE: bn + relu, bf16 tensors in training */
+	int train_fuse;		/* WF_CAP_TRAIN_FUSE: bn + relu, bf16 tensors in training
+				 * (and to_bf16, which inference plans use too) */
 	const char *precisions; /* compute precisions it runs, e.g. "fp32 bf16" */
 } wf_backend_caps;
 
@@ -70,7 +71,7 @@ int wf_op_act_backward(wf_backend *be, wf_act_kind kind, size_t n, float *dx, co
 		       const float *y);
 int wf_op_add(wf_backend *be, size_t n, float *y, const float *a, const float *b);
 int wf_op_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const void *b, int bf16);
-int wf_op_to_bf16(wf_backend *be, size_t n, void *y, const float *x);
+int wf_op_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act);
 int wf_op_to_u8(wf_backend *be, size_t n, void *y, const float *x, float scale);
 int wf_op_accumulate(wf_backend *be, size_t n, float *y, const float *x);
 int wf_op_scale(wf_backend *be, size_t n, float *y, const float *x, float alpha);

@@ -207,6 +207,8 @@ static int is_bf16(const wf_exec *ex, int j)
 		j = ex->m->layers[j].inputs[0];
 	if (ex->fuse_into[j] >= 0)
 		j = ex->fuse_into[j];
+	if (ex->same_as && ex->same_as[j] >= 0)
+		j = ex->same_as[j];
 	return ex->out_bf16[j];
 }
 
@@ -396,6 +398,22 @@ static void fuse_plan(wf_exec *ex)
 		ex->out_bf16[i] = (char)all;
 		if (all && pool >= 0)
 			ex->out_bf16[pool] = 1;
+	}
+	/* bf16: a relu (with the relus that alias it) that only convs read
+	 * converts its float input to bf16 once for all of them, the relu
+	 * applied on the way (to_bf16; backends with bf16 tensors): NASNet's
+	 * relus of branch sums in front of two or three separable convs */
+	int relu16 = ex->be->bf16 && wf_backend_caps_of(ex->be).train_fuse;
+	for (int r = 0; relu16 && r < m->nlayers; r++) {
+		wf_layer_type t = m->layers[r].type;
+		if ((t != WF_LAYER_RELU && t != WF_LAYER_RELU6) || ex->fuse_into[r] >= 0 ||
+		    ex->same_as[r] >= 0 || is_bf16(ex, m->layers[r].inputs[0]))
+			continue;
+		int ok = 1;
+		for (int k = r; ok && k < m->nlayers; k++)
+			if (k == r || ex->same_as[k] == r)
+				ok &= read_by_convs(ex, k, 0);
+		ex->out_bf16[r] = (char)ok;
 	}
 	plan_inplace(ex);
 }
@@ -992,6 +1010,8 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 	case WF_LAYER_RELU6:
 		if (ex->qy && ex->qy[i] > 0) /* to u8 for int8 convs (plan_int8) */
 			return wf_op_to_u8(be, sz, y, x, ex->qy[i]);
+		if (ex->fused && ex->out_bf16[i]) /* to bf16 for bf16 convs (fuse_plan) */
+			return wf_op_to_bf16(be, sz, y, x, l->type == WF_LAYER_RELU ? 1 : 2);
 		return wf_op_act_forward(be, l->type == WF_LAYER_RELU ? WF_ACT_RELU : WF_ACT_RELU6,
 					 sz, y, x);
 	case WF_LAYER_ADD: {
@@ -1208,7 +1228,7 @@ static int pass_through(wf_exec *ex, int j, const float *dy, int n)
 	if (!ex->gdone[j]) {
 		ex->gdone[j] = 1;
 		if (ex->tfused && is_bf16(ex, j))
-			return wf_op_to_bf16(ex->be, sz, ex->dact[j], dy);
+			return wf_op_to_bf16(ex->be, sz, ex->dact[j], dy, 0);
 		return wf_op_copy(ex->be, ex->dact[j], dy, sz * sizeof(float));
 	}
 	return wf_op_accumulate(ex->be, sz, ex->dact[j], dy);

@@ -83,7 +83,7 @@ THREADED(softmax_xent_backward,
 	 (be, n, k, dlogits, probs, labels, scale))
 THREADED(add_mixed, (wf_backend * be, size_t n, float *y, const void *a, const void *b, int bf16),
 	 (be, n, y, a, b, bf16))
-THREADED(to_bf16, (wf_backend * be, size_t n, void *y, const float *x), (be, n, y, x))
+THREADED(to_bf16, (wf_backend * be, size_t n, void *y, const float *x, int act), (be, n, y, x, act))
 THREADED(to_u8, (wf_backend * be, size_t n, void *y, const float *x, float scale),
 	 (be, n, y, x, scale))
 THREADED(optimizer_update,

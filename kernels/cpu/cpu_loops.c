@@ -126,13 +126,17 @@ int wf_cpu_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const vo
 	return 0;
 }
 
-int wf_cpu_to_bf16(wf_backend *be, size_t n, void *y, const float *x)
+int wf_cpu_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act)
 {
 	uint16_t *h = y;
+	float hi = act == 2 ? 6.0f : INFINITY;
 #pragma omp parallel for if (n > PAR_MIN) schedule(static)
 	for (size_t i = 0; i < n; i++) {
+		float v = x[i];
+		if (act) /* NaN compares false: kept */
+			v = v < 0.0f ? 0.0f : v > hi ? hi : v;
 		uint32_t u;
-		memcpy(&u, &x[i], sizeof(u));
+		memcpy(&u, &v, sizeof(u));
 		uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* nearest, ties to even */
 		h[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u
 								  : r); /* NaN */

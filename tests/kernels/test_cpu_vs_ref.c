@@ -570,7 +570,7 @@ static void test_training_fusions_match_ref(void)
 	float v[6] = {1.0f, -2.5f, 1.00390625f, 1.01171875f, 3e38f, NAN}, w6[6];
 	uint16_t vh[6], vh2[6];
 	to_bf16(vh, v, 6);
-	WF_CHECK(wf_op_to_bf16(cpu_be, 6, vh2, v) == 0);
+	WF_CHECK(wf_op_to_bf16(cpu_be, 6, vh2, v, 0) == 0);
 	WF_CHECK(memcmp(vh, vh2, 10) == 0); /* ties to even: 1+2^-8 -> 1, 1+3*2^-8 -> 1+2^-6 */
 	WF_CHECK((vh2[5] & 0x7f80) == 0x7f80 && (vh2[5] & 0x7f)); /* NaN stays NaN */
 	WF_CHECK(wf_op_add_mixed(cpu_be, 4, w6, vh, v, 1) == 0);
