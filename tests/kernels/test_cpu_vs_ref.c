@@ -573,6 +573,13 @@ static void test_training_fusions_match_ref(void)
 	WF_CHECK(wf_op_to_bf16(cpu_be, 6, vh2, v, 0) == 0);
 	WF_CHECK(memcmp(vh, vh2, 10) == 0); /* ties to even: 1+2^-8 -> 1, 1+3*2^-8 -> 1+2^-6 */
 	WF_CHECK((vh2[5] & 0x7f80) == 0x7f80 && (vh2[5] & 0x7f)); /* NaN stays NaN */
+	/* with a relu (1) or relu6 (2) on the way (inference plans) */
+	WF_CHECK(wf_op_to_bf16(cpu_be, 6, vh2, v, 1) == 0);
+	WF_CHECK(vh2[0] == vh[0] && vh2[1] == 0 && vh2[4] == vh[4]);
+	WF_CHECK(wf_op_to_bf16(cpu_be, 6, vh2, v, 2) == 0);
+	WF_CHECK(vh2[0] == vh[0] && vh2[1] == 0 && vh2[4] == 0x40c0); /* 6.0 */
+	WF_CHECK((vh2[5] & 0x7f80) == 0x7f80 && (vh2[5] & 0x7f));
+	WF_CHECK_INT(wf_op_to_bf16(cpu_be, 6, vh2, v, 3), WF_EINVAL);
 	WF_CHECK(wf_op_add_mixed(cpu_be, 4, w6, vh, v, 1) == 0);
 	from_bf16(t, vh, 4);
 	for (int i = 0; i < 4; i++)
