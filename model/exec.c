@@ -75,8 +75,9 @@ struct wf_exec {
 			    * or a max pool of a relu's output), applies as its own padding:
 			    * runs nothing, aliases its input */
 	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
-	int *same_as;	   /* [nlayers] an earlier relu/relu6 of the same input whose output
-			    * this one's is (inference: NASNet applies one relu per branch) */
+	int *same_as;	   /* [nlayers] an earlier relu/relu6 (average pool) of the same input
+			    * (and window) whose output this one's is (inference: NASNet applies
+			    * one relu per branch) */
 	float *qx;	   /* [nlayers] conv: int8 input scale (0: runs in float) */
 	char *qu8;	   /* [nlayers] conv: its int8 input is u8 (x >= 0), else s8 */
 	float *qy;	   /* [nlayers] conv: its (fused) output is kept quantised with this
@@ -358,16 +359,25 @@ static void fuse_plan(wf_exec *ex)
 			cur = c;
 		}
 	}
-	/* one relu/relu6 per input: the others are the same values */
+	/* one relu/relu6 or average pool (of one window) per input: the others
+	 * are the same values (NASNet's branches apply their own relu to one
+	 * tensor, and its normal cells add two equal 3x3 average pools) */
 	for (int i = 0; i < m->nlayers; i++) {
-		wf_layer_type t = m->layers[i].type;
+		const wf_layer *l = &m->layers[i];
 		ex->same_as[i] = -1;
-		if ((t != WF_LAYER_RELU && t != WF_LAYER_RELU6) || ex->fuse_into[i] >= 0)
+		if ((l->type != WF_LAYER_RELU && l->type != WF_LAYER_RELU6 &&
+		     l->type != WF_LAYER_AVGPOOL) ||
+		    ex->fuse_into[i] >= 0)
 			continue;
-		for (int k = 0; k < i && ex->same_as[i] < 0; k++)
-			if (m->layers[k].type == t && ex->fuse_into[k] < 0 && ex->same_as[k] < 0 &&
-			    m->layers[k].inputs[0] == m->layers[i].inputs[0])
+		for (int k = 0; k < i && ex->same_as[i] < 0; k++) {
+			const wf_layer *o = &m->layers[k];
+			if (o->type == l->type && ex->fuse_into[k] < 0 && ex->same_as[k] < 0 &&
+			    o->inputs[0] == l->inputs[0] &&
+			    (l->type != WF_LAYER_AVGPOOL ||
+			     (o->kh == l->kh && o->kw == l->kw && o->sh == l->sh &&
+			      o->sw == l->sw && o->same == l->same)))
 				ex->same_as[i] = k, ex->nfused++;
+		}
 	}
 	/* bf16: a conv's output stays bf16 when only convs read it (as input or
 	 * residual), or a max pool (through a padding it applies) that only convs
