@@ -207,12 +207,19 @@ typedef struct wf_backend_ops {
 	/* y = alpha * x over n floats (y may alias x). */
 	int (*scale)(wf_backend *be, size_t n, float *y, const float *x, float alpha);
 	/* bf16 tensors (WF_CAP_TRAIN_FUSE; NULL elsewhere): y = a + b over n
-	 * values into float y, a bf16 when bit 1 of bf16 is set, b with bit 2;
-	 * y (bf16) = act(x) (x float) over n values, rounded to nearest even,
-	 * act 0 none, 1 relu (max(x, 0)), 2 relu6 (NaN stays NaN). */
-	int (*add_mixed)(wf_backend *be, size_t n, float *y, const void *a, const void *b,
-			 int bf16);
+	 * values into float y, a bf16 when bit 1 of bf16 is set, b with bit 2,
+	 * then max(y, 0) when relu; y (bf16) = act(x) (x float) over n values,
+	 * rounded to nearest even, act 0 none, 1 relu (max(x, 0)), 2 relu6 (NaN
+	 * stays NaN). */
+	int (*add_mixed)(wf_backend *be, size_t n, float *y, const void *a, const void *b, int bf16,
+			 int relu);
 	int (*to_bf16)(wf_backend *be, size_t n, void *y, const float *x, int act);
+	/* The backward of y = relu(a + b) (WF_CAP_TRAIN_FUSE): g = dy where
+	 * y > 0, else 0, over n values, into da and db as their modes say: 0
+	 * not wanted, 1 written (float), 2 added into (float), 3 written as
+	 * bf16 (nearest even). */
+	int (*add_relu_backward)(wf_backend *be, size_t n, const float *dy, const float *y,
+				 void *da, int ma, void *db, int mb);
 	/* int8 tensors (WF_CAP_INT8; NULL elsewhere): y (u8) = x * scale over n
 	 * values, rounded to nearest even and saturated to [0, 255] (a relu
 	 * too); NaN gives 0. */

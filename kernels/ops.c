@@ -552,13 +552,14 @@ int wf_op_add(wf_backend *be, size_t n, float *y, const float *a, const float *b
 	return TIMED(be, "add", be->ops->add(be, n, y, a, b));
 }
 
-int wf_op_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const void *b, int bf16)
+int wf_op_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const void *b, int bf16,
+		    int relu)
 {
 	wf_err_clear(&be->err);
 	if (!be->ops->add_mixed || (bf16 & ~3))
 		return wf_errf(&be->err, WF_EINVAL, "add: bf16=%d (inputs in bf16) on %s", bf16,
 			       be->name);
-	return TIMED(be, "add", be->ops->add_mixed(be, n, y, a, b, bf16));
+	return TIMED(be, "add", be->ops->add_mixed(be, n, y, a, b, bf16, relu != 0));
 }
 
 int wf_op_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act)
@@ -570,6 +571,20 @@ int wf_op_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act)
 		return wf_errf(&be->err, WF_EINVAL, "to_bf16: act=%d is 0, 1 (relu) or 2 (relu6)",
 			       act);
 	return TIMED(be, "to_bf16", be->ops->to_bf16(be, n, y, x, act));
+}
+
+int wf_op_add_relu_backward(wf_backend *be, size_t n, const float *dy, const float *y, void *da,
+			    int ma, void *db, int mb)
+{
+	wf_err_clear(&be->err);
+	if (!be->ops->add_relu_backward)
+		return wf_errf(&be->err, WF_EINVAL, "add_relu_backward: not on %s", be->name);
+	if (ma < 0 || ma > 3 || mb < 0 || mb > 3 || (ma && !da) || (mb && !db))
+		return wf_errf(&be->err, WF_EINVAL,
+			       "add_relu_backward: modes %d, %d are 0..3, each with its buffer", ma,
+			       mb);
+	return TIMED(be, "add_relu_backward",
+		     be->ops->add_relu_backward(be, n, dy, y, da, ma, db, mb));
 }
 
 int wf_op_to_u8(wf_backend *be, size_t n, void *y, const float *x, float scale)

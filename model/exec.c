@@ -309,7 +309,7 @@ static void skip_pads(wf_exec *ex)
 	}
 }
 
-/* Training: does batch norm i run its relu consumer inside? */
+/* Training: does batch norm or add i run its relu consumer inside? */
 static int relu_inside(const wf_exec *ex, int i)
 {
 	return ex->tfused && ex->fuse_act[i];
@@ -460,6 +460,19 @@ static void train_fuse_plan(wf_exec *ex)
 		    sole_consumer(m, c) == b &&
 		    (t2 == WF_LAYER_CONV2D || (t2 == WF_LAYER_ADD && m->layers[c2].ninputs == 2))) {
 			ex->out_bf16[c] = ex->out_bf16[b] = 1;
+		}
+	}
+	/* a two-input add of two different tensors runs its sole relu consumer
+	 * inside (ResNet's block outputs): one pass forward, and backward one
+	 * pass that masks dy and writes both inputs' gradients */
+	for (int a = 0; a < m->nlayers; a++) {
+		const wf_layer *l = &m->layers[a];
+		int r = sole_consumer(m, a);
+		if (l->type == WF_LAYER_ADD && l->ninputs == 2 && l->inputs[0] != l->inputs[1] &&
+		    r >= 0 && m->layers[r].type == WF_LAYER_RELU) {
+			ex->fuse_into[r] = a;
+			ex->fuse_act[a] = 1;
+			ex->nfused++;
 		}
 	}
 }
@@ -1026,8 +1039,9 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 					 sz, y, x);
 	case WF_LAYER_ADD: {
 		int h = ex->tfused ? is_bf16(ex, l->inputs[0]) | is_bf16(ex, l->inputs[1]) << 1 : 0;
-		if (h)
-			return wf_op_add_mixed(be, sz, y, x, ex->act[l->inputs[1]], h);
+		if (h || relu_inside(ex, i))
+			return wf_op_add_mixed(be, sz, y, x, ex->act[l->inputs[1]], h,
+					       relu_inside(ex, i));
 		int rc = wf_op_add(be, sz, y, x, ex->act[l->inputs[1]]);
 		for (int k = 2; k < l->ninputs && rc == 0; k++)
 			rc = wf_op_accumulate(be, sz, y, ex->act[l->inputs[k]]);
@@ -1272,6 +1286,27 @@ static int concat_backward(wf_exec *ex, int i, int n, const float *dy)
 	return 0;
 }
 
+/* The backward of an add with its relu inside (train_fuse_plan): dy (the
+ * relu's, whose memory is the add's) masked where the output is 0, into each
+ * input's gradient as pass_through would write it. */
+static int add_relu_backward(wf_exec *ex, int i, int n)
+{
+	const wf_layer *l = &ex->m->layers[i];
+	void *d[2] = {NULL, NULL};
+	int mode[2] = {0, 0};
+	for (int k = 0; k < 2; k++) {
+		int j = l->inputs[k];
+		if (!ex->need_grad[j])
+			continue;
+		d[k] = ex->dact[j];
+		mode[k] = ex->gdone[j] ? 2 : is_bf16(ex, j) ? 3 : 1;
+		ex->gdone[j] = 1;
+	}
+	size_t sz = (size_t)n * wf_layer_size(l);
+	return wf_op_add_relu_backward(ex->be, sz, ex->dact[i], ex->act[i], d[0], mode[0], d[1],
+				       mode[1]);
+}
+
 static int layer_backward(wf_exec *ex, int i, int n)
 {
 	wf_model *m = ex->m;
@@ -1292,6 +1327,8 @@ static int layer_backward(wf_exec *ex, int i, int n)
 
 	switch (l->type) {
 	case WF_LAYER_ADD:
+		if (relu_inside(ex, i))
+			return add_relu_backward(ex, i, n);
 		for (int k = 0; k < l->ninputs; k++)
 			if ((rc = pass_through(ex, l->inputs[k], dy, n)))
 				return rc;

@@ -81,8 +81,13 @@ THREADED(softmax_xent_backward,
 	 (wf_backend * be, int n, int k, float *dlogits, const float *probs, const int32_t *labels,
 	  float scale),
 	 (be, n, k, dlogits, probs, labels, scale))
-THREADED(add_mixed, (wf_backend * be, size_t n, float *y, const void *a, const void *b, int bf16),
-	 (be, n, y, a, b, bf16))
+THREADED(add_mixed,
+	 (wf_backend * be, size_t n, float *y, const void *a, const void *b, int bf16, int relu),
+	 (be, n, y, a, b, bf16, relu))
+THREADED(add_relu_backward,
+	 (wf_backend * be, size_t n, const float *dy, const float *y, void *da, int ma, void *db,
+	  int mb),
+	 (be, n, dy, y, da, ma, db, mb))
 THREADED(to_bf16, (wf_backend * be, size_t n, void *y, const float *x, int act), (be, n, y, x, act))
 THREADED(to_u8, (wf_backend * be, size_t n, void *y, const float *x, float scale),
 	 (be, n, y, x, scale))
@@ -117,6 +122,7 @@ static const wf_backend_ops cpu_ops = {
 	.add_mixed = threaded_add_mixed,
 	.to_bf16 = threaded_to_bf16,
 	.to_u8 = threaded_to_u8,
+	.add_relu_backward = threaded_add_relu_backward,
 	.concat_forward = threaded_concat_forward,
 	.concat_backward = threaded_concat_backward,
 	.pool_forward = wf_cpu_pool_forward,

@@ -117,12 +117,69 @@ static inline float bf16_in(const void *p, size_t i, int bf16)
 	return f;
 }
 
-int wf_cpu_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const void *b, int bf16)
+int wf_cpu_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const void *b, int bf16,
+		     int relu)
 {
 	int ah = bf16 & 1, bh = (bf16 & 2) != 0;
+	if (relu) {
+#pragma omp parallel for if (n > PAR_MIN) schedule(static)
+		for (size_t i = 0; i < n; i++) {
+			float v = bf16_in(a, i, ah) + bf16_in(b, i, bh);
+			y[i] = v > 0.0f ? v : 0.0f;
+		}
+		return 0;
+	}
 #pragma omp parallel for if (n > PAR_MIN) schedule(static)
 	for (size_t i = 0; i < n; i++)
 		y[i] = bf16_in(a, i, ah) + bf16_in(b, i, bh);
+	return 0;
+}
+
+/* Round a float to bf16, nearest even; NaN stays NaN. */
+static inline uint16_t bf16_out(float f)
+{
+	uint32_t u;
+	memcpy(&u, &f, sizeof(u));
+	uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+	return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u : r);
+}
+
+/* One output of add_relu_backward: g by mode m (1 write, 2 add, 3 bf16). */
+static inline void grad_out(void *d, int m, size_t i, float g)
+{
+	if (m == 1)
+		((float *)d)[i] = g;
+	else if (m == 2)
+		((float *)d)[i] += g;
+	else if (m == 3)
+		((uint16_t *)d)[i] = bf16_out(g);
+}
+
+/* One loop per pair of modes, so that each compiles to vector code. */
+#define ARB_LOOP(MA, MB)                                                                           \
+	_Pragma("omp parallel for if (n > PAR_MIN) schedule(static)") for (size_t i = 0; i < n;    \
+									   i++)                    \
+	{                                                                                          \
+		float g = select_pos(y[i] > 0.0f, dy[i]);                                          \
+		grad_out(da, MA, i, g);                                                            \
+		grad_out(db, MB, i, g);                                                            \
+	}
+#define ARB_CASES(MA)                                                                              \
+	case MA * 4 + 0: ARB_LOOP(MA, 0) break;                                                    \
+	case MA * 4 + 1: ARB_LOOP(MA, 1) break;                                                    \
+	case MA * 4 + 2: ARB_LOOP(MA, 2) break;                                                    \
+	case MA * 4 + 3: ARB_LOOP(MA, 3) break;
+
+int wf_cpu_add_relu_backward(wf_backend *be, size_t n, const float *dy, const float *y, void *da,
+			     int ma, void *db, int mb)
+{
+	switch (ma * 4 + mb) {
+		ARB_CASES(0)
+		ARB_CASES(1)
+		ARB_CASES(2)
+		ARB_CASES(3)
+	default: break;
+	}
 	return 0;
 }
 
@@ -135,11 +192,7 @@ int wf_cpu_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act)
 		float v = x[i];
 		if (act) /* NaN compares false: kept */
 			v = v < 0.0f ? 0.0f : v > hi ? hi : v;
-		uint32_t u;
-		memcpy(&u, &v, sizeof(u));
-		uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16; /* nearest, ties to even */
-		h[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? (u >> 16) | 0x40u
-								  : r); /* NaN */
+		h[i] = bf16_out(v);
 	}
 	return 0;
 }

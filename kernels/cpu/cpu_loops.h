@@ -19,8 +19,11 @@ int wf_cpu_act_forward(wf_backend *be, wf_act_kind kind, size_t n, float *y, con
 int wf_cpu_act_backward(wf_backend *be, wf_act_kind kind, size_t n, float *dx, const float *dy,
 			const float *y);
 int wf_cpu_add(wf_backend *be, size_t n, float *y, const float *a, const float *b);
-int wf_cpu_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const void *b, int bf16);
+int wf_cpu_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const void *b, int bf16,
+		     int relu);
 int wf_cpu_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act);
+int wf_cpu_add_relu_backward(wf_backend *be, size_t n, const float *dy, const float *y, void *da,
+			     int ma, void *db, int mb);
 int wf_cpu_to_u8(wf_backend *be, size_t n, void *y, const float *x, float scale);
 int wf_cpu_accumulate(wf_backend *be, size_t n, float *y, const float *x);
 int wf_cpu_scale(wf_backend *be, size_t n, float *y, const float *x, float alpha);

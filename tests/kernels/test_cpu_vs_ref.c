@@ -580,11 +580,35 @@ static void test_training_fusions_match_ref(void)
 	WF_CHECK(vh2[0] == vh[0] && vh2[1] == 0 && vh2[4] == 0x40c0); /* 6.0 */
 	WF_CHECK((vh2[5] & 0x7f80) == 0x7f80 && (vh2[5] & 0x7f));
 	WF_CHECK_INT(wf_op_to_bf16(cpu_be, 6, vh2, v, 3), WF_EINVAL);
-	WF_CHECK(wf_op_add_mixed(cpu_be, 4, w6, vh, v, 1) == 0);
+	WF_CHECK(wf_op_add_mixed(cpu_be, 4, w6, vh, v, 1, 0) == 0);
 	from_bf16(t, vh, 4);
 	for (int i = 0; i < 4; i++)
 		WF_CHECK(w6[i] == t[i] + v[i]);
-	WF_CHECK_INT(wf_op_add_mixed(ref_be, 4, w6, v, vh, 2), WF_EINVAL);
+	WF_CHECK(wf_op_add_mixed(cpu_be, 4, w6, vh, v, 1, 1) == 0); /* relu inside */
+	for (int i = 0; i < 4; i++)
+		WF_CHECK(w6[i] == fmaxf(t[i] + v[i], 0.0f));
+	WF_CHECK_INT(wf_op_add_mixed(ref_be, 4, w6, v, vh, 2, 0), WF_EINVAL);
+	/* its backward: dy where y > 0 into a float gradient written, one added
+	 * into, one converted to bf16; ref has none */
+	{
+		const size_t M = 50001;
+		float *gy = rnd(M, 87), *yy = rnd(M, 88), *ga = rnd(M, 89), *gb = calloc(M, 4);
+		float *want = calloc(M, 4), *base = malloc(M * 4);
+		uint16_t *gh = calloc(M, 2), *wh = calloc(M, 2);
+		memcpy(base, ga, M * 4);
+		WF_CHECK(wf_op_act_backward(ref_be, WF_ACT_RELU, M, want, gy, yy) == 0);
+		WF_CHECK(wf_op_add_relu_backward(cpu_be, M, gy, yy, ga, 2, gb, 1) == 0);
+		int bad = 0;
+		for (size_t i = 0; i < M; i++)
+			bad += ga[i] != base[i] + want[i] || gb[i] != want[i];
+		WF_CHECK(wf_op_add_relu_backward(cpu_be, M, gy, yy, gh, 3, NULL, 0) == 0);
+		to_bf16(wh, want, M);
+		bad += memcmp(gh, wh, M * 2) != 0;
+		WF_CHECK_MSG(bad == 0, "add_relu_backward: %d wrong", bad);
+		WF_CHECK_INT(wf_op_add_relu_backward(ref_be, M, gy, yy, ga, 1, gb, 1), WF_EINVAL);
+		WF_CHECK_INT(wf_op_add_relu_backward(cpu_be, M, gy, yy, ga, 4, gb, 1), WF_EINVAL);
+		free(gy), free(yy), free(ga), free(gb), free(want), free(base), free(gh), free(wh);
+	}
 	/* without the capability (ref) the fields are refused, by name */
 	wf_bn_desc fd = bd;
 	fd.relu = 1;
