@@ -138,7 +138,7 @@ static void run_peer(const char *models, const char *infer, int train_batch, int
 {
 	char cmd[1536];
 	snprintf(cmd, sizeof(cmd),
-		 "py=$(sh %s/peers_venv.sh) && \"$py\" %s/peers.py --models %s --infer-batch %s "
+		 "py=$(sh %s/peers_venv.sh) && \"$py\" %s/peers.py --models '%s' --infer-batch '%s' "
 		 "--train-batch %d --threads %d --reps %d 2>/dev/null",
 		 WEFT_BENCH_DIR, WEFT_BENCH_DIR, models, infer, train_batch, threads, reps);
 	peer_out[0] = '\0';

@@ -279,6 +279,23 @@ static int read_by_convs(const wf_exec *ex, int j, int int8)
 	return ok;
 }
 
+/* Is r a relu/relu6 of its own (not inside a conv, not an alias of another)
+ * that, with the relus aliasing it (same_as), only convs (int8: int8 convs)
+ * read? Such a relu can write the convs' input type for all of them. */
+static int relu_read_by_convs(const wf_exec *ex, int r, int int8)
+{
+	const wf_model *m = ex->m;
+	wf_layer_type t = m->layers[r].type;
+	if ((t != WF_LAYER_RELU && t != WF_LAYER_RELU6) || ex->fuse_into[r] >= 0 ||
+	    ex->same_as[r] >= 0)
+		return 0;
+	int ok = 1;
+	for (int k = r; ok && k < m->nlayers; k++)
+		if (k == r || ex->same_as[k] == r)
+			ok &= read_by_convs(ex, k, int8);
+	return ok;
+}
+
 /* A zero padding (no cropping) read only by a conv becomes that conv's
  * padding: pad_skip, the layer aliases its input and runs nothing. In
  * training its gradient memory is its input's (the conv's dx has the
@@ -414,17 +431,9 @@ static void fuse_plan(wf_exec *ex)
 	 * applied on the way (to_bf16; backends with bf16 tensors): NASNet's
 	 * relus of branch sums in front of two or three separable convs */
 	int relu16 = ex->be->bf16 && wf_backend_caps_of(ex->be).train_fuse;
-	for (int r = 0; relu16 && r < m->nlayers; r++) {
-		wf_layer_type t = m->layers[r].type;
-		if ((t != WF_LAYER_RELU && t != WF_LAYER_RELU6) || ex->fuse_into[r] >= 0 ||
-		    ex->same_as[r] >= 0 || is_bf16(ex, m->layers[r].inputs[0]))
-			continue;
-		int ok = 1;
-		for (int k = r; ok && k < m->nlayers; k++)
-			if (k == r || ex->same_as[k] == r)
-				ok &= read_by_convs(ex, k, 0);
-		ex->out_bf16[r] = (char)ok;
-	}
+	for (int r = 0; relu16 && r < m->nlayers; r++)
+		if (relu_read_by_convs(ex, r, 0) && !is_bf16(ex, m->layers[r].inputs[0]))
+			ex->out_bf16[r] = 1;
 	plan_inplace(ex);
 }
 
@@ -534,18 +543,10 @@ static void plan_int8(wf_exec *ex)
 	 * range's top, <= 6 for relu6) is the relu. NASNet applies a relu to a
 	 * branch sum in front of two or three separable convs. */
 	for (int r = 0; r < m->nlayers; r++) {
-		wf_layer_type t = m->layers[r].type;
 		float q;
 		char u8 = 0;
-		if ((t != WF_LAYER_RELU && t != WF_LAYER_RELU6) || ex->fuse_into[r] >= 0 ||
-		    ex->same_as[r] >= 0 || is_q(ex, m->layers[r].inputs[0]) ||
-		    !tensor_q(ex, r, &q, &u8) || !u8)
-			continue;
-		int ok = 1;
-		for (int k = r; ok && k < m->nlayers; k++)
-			if (k == r || ex->same_as[k] == r)
-				ok &= read_by_convs(ex, k, 1);
-		if (ok)
+		if (relu_read_by_convs(ex, r, 1) && !is_q(ex, m->layers[r].inputs[0]) &&
+		    tensor_q(ex, r, &q, &u8) && u8)
 			ex->qy[r] = q, ex->qyu8[r] = 1;
 	}
 	for (int i = 0; i < m->nlayers; i++) {
