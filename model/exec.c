@@ -72,8 +72,8 @@ struct wf_exec {
 	char *fuse_act;	   /* [nlayers] conv: 0 none, 1 relu, 2 relu6 (training: bn, 1 relu) */
 	char *out_bf16;	   /* [nlayers] conv (training: also bn): its output is kept in bf16 */
 	char *pad_skip;	   /* [nlayers] zero padding that its sole consumer, a conv (inference:
-			    * or a max pool of a relu's output), applies as its own padding:
-			    * runs nothing, aliases its input */
+			    * or a max pool of a relu's output, or a cropping), applies as its
+			    * own padding: runs nothing, aliases its input */
 	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
 	int *same_as;	   /* [nlayers] an earlier relu/relu6 (average pool) of the same input
 			    * (and window) whose output this one's is (inference: NASNet applies
@@ -302,7 +302,8 @@ static int relu_read_by_convs(const wf_exec *ex, int r, int int8)
  * unpadded size), so there it must also be its input's only reader. In
  * inference a max pool applies it too when its input is a relu's output:
  * zeros then never exceed a window's real values (ResNet50's pool1_pad,
- * a copy of 32x64x112x112 floats at batch 32). */
+ * a copy of 32x64x112x112 floats at batch 32), and a cropping, as one
+ * shifted copy (NASNet's adjust blocks pad by one and crop by one). */
 static void skip_pads(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
@@ -319,7 +320,8 @@ static void skip_pads(wf_exec *ex)
 		int pool = !ex->training && cl->type == WF_LAYER_MAXPOOL && !cl->same &&
 			   (in == WF_LAYER_RELU || in == WF_LAYER_RELU6) && l->pad[0] < cl->kh &&
 			   l->pad[1] < cl->kh && l->pad[2] < cl->kw && l->pad[3] < cl->kw;
-		if (conv || pool) {
+		int crop = !ex->training && cl->type == WF_LAYER_CROP;
+		if (conv || pool || crop) {
 			ex->pad_skip[i] = 1;
 			ex->nfused++;
 		}
@@ -967,6 +969,10 @@ static void pad_desc(const wf_exec *ex, int i, int n, wf_pad_desc *d)
 	int s = l->type == WF_LAYER_CROP ? -1 : 1;
 	d->n = n, d->h = x->oh, d->w = x->ow, d->c = x->oc;
 	d->pt = s * l->pad[0], d->pb = s * l->pad[1], d->pl = s * l->pad[2], d->pr = s * l->pad[3];
+	if (ex->pad_skip && ex->pad_skip[l->inputs[0]]) { /* a padding, then this cropping */
+		d->h -= x->pad[0] + x->pad[1], d->w -= x->pad[2] + x->pad[3];
+		d->pt += x->pad[0], d->pb += x->pad[1], d->pl += x->pad[2], d->pr += x->pad[3];
+	}
 }
 
 static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
