@@ -18,6 +18,7 @@
 #include "kernels/ops.h"
 #include "model/model.h"
 #include "model/optim.h"
+#include "peers_run.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -136,48 +137,6 @@ static double torch_peer(const char *script, const char *models, const char *nam
 	return at ? atof(at + strlen(key)) : 0;
 }
 
-/* The output (JSON lines) of bench/peers.py's training runs, once a round. */
-static char peer_out[8192];
-
-static void run_peers(const char *models, int batch, int threads)
-{
-	char cmd[2048];
-	snprintf(cmd, sizeof(cmd),
-		 "py=$(sh %s/peers_venv.sh) && \"$py\" %s/peers.py --models %s "
-		 "--infer-batch '' --train-batch %d --threads %d --reps 10 2>/dev/null",
-		 WEFT_BENCH_DIR, WEFT_BENCH_DIR, models, batch, threads);
-	peer_out[0] = '\0';
-	FILE *p = popen(cmd, "r");
-	if (p) {
-		size_t n = fread(peer_out, 1, sizeof(peer_out) - 1, p);
-		peer_out[n] = '\0';
-		pclose(p);
-	}
-}
-
-/* The peers' images/s of engine `want` for `name`, or (want NULL) the best
- * one's, its engine in eng. */
-static double peer_ips(const char *name, int batch, const char *want, char *eng, size_t cap)
-{
-	const char *out = peer_out;
-	char key[160];
-	double best = 0;
-	snprintf(key, sizeof(key), "{\"model\": \"%s\", \"mode\": \"train\", \"batch\": %d, ", name,
-		 batch);
-	snprintf(eng, cap, "-");
-	for (const char *at = strstr(out, key); at; at = strstr(at + 1, key)) {
-		char e[64];
-		double ips = 0;
-		if (sscanf(at + strlen(key), "\"engine\": \"%63[^\"]\", \"images_per_sec\": %lf", e,
-			   &ips) == 2 &&
-		    (!want || !strcmp(e, want)) && ips > best) {
-			best = ips;
-			snprintf(eng, cap, "%s", e);
-		}
-	}
-	return best;
-}
-
 #define MAX_MODELS 8
 #define MAX_ROUNDS 16
 
@@ -234,7 +193,7 @@ int main(int argc, char **argv)
 	int rc = 0, nm = 0;
 	for (int round = 0; round < rounds; round++) {
 		if (peer)
-			run_peers(models, batch, threads);
+			peers_run(models, "", batch, threads, 10);
 		printf("%-10s %5s %9s %9s %7s %9s %-14s %6s %9s %9s\n", "model", "batch",
 		       "weft fp32", "weft bf16", "% peak", "best peer", "peer", "ratio",
 		       "fp32/pt32", "torch1.13");
@@ -254,10 +213,12 @@ int main(int argc, char **argv)
 			    bench_model(be, name, batch, warmup, steps, &ips16, &gf16, 1) != 0)
 				rc = 1;
 			char eng[64] = "-";
-			double bp = peer ? peer_ips(name, batch, NULL, eng, sizeof(eng)) : 0;
+			double bp =
+				peer ? peers_ips(name, "train", batch, NULL, eng, sizeof(eng)) : 0;
 			char e32[64];
-			double p32 =
-				peer ? peer_ips(name, batch, "torch-fp32-cl", e32, sizeof(e32)) : 0;
+			double p32 = peer ? peers_ips(name, "train", batch, "torch-fp32-cl", e32,
+						      sizeof(e32))
+					  : 0;
 			double tp = peer ? torch_peer(script, models, name, batch, threads, warmup,
 						      steps)
 					 : 0;

@@ -29,6 +29,7 @@
 #include "model/model.h"
 #include "model/batchplan.h"
 #include "model/optim.h"
+#include "peers_run.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,48 +132,6 @@ static double train_bytes(const wf_model *m, int b)
 	return 2.0 * 4.0 * f * b;
 }
 
-/* The peers' output (JSON lines of bench/peers.py), run once per round for all models. */
-static char peer_out[32768];
-
-static void run_peer(const char *models, const char *infer, int train_batch, int threads, int reps)
-{
-	char cmd[1536];
-	snprintf(cmd, sizeof(cmd),
-		 "py=$(sh %s/peers_venv.sh) && \"$py\" %s/peers.py --models '%s' --infer-batch '%s' "
-		 "--train-batch %d --threads %d --reps %d 2>/dev/null",
-		 WEFT_BENCH_DIR, WEFT_BENCH_DIR, models, infer, train_batch, threads, reps);
-	peer_out[0] = '\0';
-	FILE *p = popen(cmd, "r");
-	if (!p)
-		return;
-	size_t n = fread(peer_out, 1, sizeof(peer_out) - 1, p);
-	peer_out[n] = '\0';
-	pclose(p);
-}
-
-/* The fastest peer engine for (model, mode, batch), or engine `want` when
- * not NULL: images/s, name in eng. */
-static double peer(const char *model, const char *mode, int batch, const char *want, char *eng,
-		   size_t cap)
-{
-	char key[160];
-	double best = 0;
-	snprintf(key, sizeof(key), "{\"model\": \"%s\", \"mode\": \"%s\", \"batch\": %d, ", model,
-		 mode, batch);
-	snprintf(eng, cap, "-");
-	for (const char *at = strstr(peer_out, key); at; at = strstr(at + 1, key)) {
-		char name[64];
-		double ips = 0;
-		if (sscanf(at + strlen(key), "\"engine\": \"%63[^\"]\", \"images_per_sec\": %lf",
-			   name, &ips) == 2 &&
-		    (!want || !strcmp(name, want)) && ips > best) {
-			best = ips;
-			snprintf(eng, cap, "%s", name);
-		}
-	}
-	return best;
-}
-
 /* Every row's ratio in each round, for the summary after the last round. */
 #define MAX_ROWS   64
 #define MAX_ROUNDS 16
@@ -218,8 +177,8 @@ static void summary(int rounds)
 static void row(const char *model, const char *mode, int batch, const double ips[3], double gflop)
 {
 	char eng[64];
-	double tp = peer(model, strcmp(mode, "plan") ? mode : "infer", batch, NULL, eng,
-			 sizeof(eng)),
+	double tp = peers_ips(model, strcmp(mode, "plan") ? mode : "infer", batch, NULL, eng,
+			      sizeof(eng)),
 	       best = ips[0];
 	printf("%-12s %-5s %5d %9.2f ", model, mode, batch, ips[0]);
 	for (int k = 1; k < 3; k++) {
@@ -238,9 +197,9 @@ static void row(const char *model, const char *mode, int batch, const double ips
 	if (tp > 0) {
 		printf(" %9.2f %-17s %6.2fx\n", tp, eng, best / tp);
 		record(model, mode, batch, best / tp);
-		double t32 = strcmp(mode, "train")
-				     ? 0
-				     : peer(model, mode, batch, "torch-fp32-cl", eng, sizeof(eng));
+		double t32 = strcmp(mode, "train") ? 0
+						   : peers_ips(model, mode, batch, "torch-fp32-cl",
+							       eng, sizeof(eng));
 		if (t32 > 0) { /* issue 13's fp32 training target: against PyTorch fp32 */
 			printf("%-12s %-5s %5d %9.2f %49.2f %-17s %6.2fx\n", model, "fp32", batch,
 			       ips[0], t32, eng, ips[0] / t32);
@@ -355,7 +314,7 @@ int main(int argc, char **argv)
 	int rc = 0;
 	for (int round = 0; round < rounds; round++) {
 		if (use_peer && strcmp(device, "cpu") == 0)
-			run_peer(models, infer, train_batch, threads, reps);
+			peers_run(models, infer, train_batch, threads, reps);
 		printf("%sbench_zoo: %s backend, %d threads, medians of %d repetitions, images/s; "
 		       "peers: bench/peers.py (resnet50, mobilenetv2, nasnetmobile); ratio = weft "
 		       "best / best "
