@@ -59,21 +59,21 @@ struct wf_exec {
 	int h_dlogits_cap;	   /* rows allocated */
 	/* inference plans (fuse_plan): conv + residual add + relu/relu6 as one op */
 	int fused;  /* conv2d_forward_fused is used (inference executor, op present) */
-	int nfused; /* layers folded into a conv (training: relus into batch norms,
-		     * paddings into convs) */
+	int nfused; /* layers folded into a conv (training: relus into batch norms and
+		     * adds, paddings into convs) */
 	/* training plans (train_fuse_plan, backends with train_fuse): a relu
-	 * into its batch norm, a padding into its conv; bf16 tensors (out_bf16)
+	 * into its batch norm or add, a padding into its conv; bf16 tensors (out_bf16)
 	 * from a conv through its batch norm (and relu) to the next conv or add,
 	 * their gradients bf16 too */
 	int tfused;
-	int *fuse_into;	   /* [nlayers] the conv a relu/add layer is fused into, else -1
-			    * (training: the batch norm a relu is fused into) */
-	int *fuse_res;	   /* [nlayers] conv: the residual layer it adds, else -1 */
-	char *fuse_act;	   /* [nlayers] conv: 0 none, 1 relu, 2 relu6 (training: bn, 1 relu) */
-	char *out_bf16;	   /* [nlayers] conv (training: also bn): its output is kept in bf16 */
-	char *pad_skip;	   /* [nlayers] zero padding that its sole consumer, a conv (inference:
-			    * or a max pool of a relu's output, or a cropping), applies as its
-			    * own padding: runs nothing, aliases its input */
+	int *fuse_into; /* [nlayers] the conv a relu/add layer is fused into, else -1
+			 * (training: the batch norm or add a relu is fused into) */
+	int *fuse_res;	/* [nlayers] conv: the residual layer it adds, else -1 */
+	char *fuse_act; /* [nlayers] conv: 0 none, 1 relu, 2 relu6 (training: bn or add, 1 relu) */
+	char *out_bf16; /* [nlayers] conv (training: also bn): its output is kept in bf16 */
+	char *pad_skip; /* [nlayers] zero padding that its sole consumer, a conv (inference:
+			 * or a max pool of a relu's output, or a cropping), applies as its
+			 * own padding: runs nothing, aliases its input */
 	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
 	int *same_as;	   /* [nlayers] an earlier relu/relu6 (average pool) of the same input
 			    * (and window) whose output this one's is (inference: NASNet applies

@@ -250,7 +250,7 @@ int wf_exec_zero_grads(wf_exec *ex);
 int wf_exec_params_to_host(wf_exec *ex);
 int wf_exec_params_from_host(wf_exec *ex);
 /* Layers an inference executor fused into convolutions (relu/relu6, add,
- * zero padding); a training executor: relus into batch norms, zero
+ * zero padding); a training executor: relus into batch norms and adds, zero
  * paddings into convolutions. */
 int wf_exec_fused(const wf_exec *ex);
 /* Layers whose output the executor keeps in bf16 (bf16 precision). */
@@ -266,7 +266,7 @@ const char *wf_exec_layer_dtype(const wf_exec *ex, int i);
  * training executor (also after an inference-mode forward; in bf16 for the
  * layers wf_exec_bf16_layers counts), except NULL for those that keep no
  * tensor of their own there (a zero padding its conv applies, a batch norm
- * whose relu runs inside it); an inference executor reuses memory, so only
+ * or add whose relu runs inside it); an inference executor reuses memory, so only
  * the output layer's is meaningful there. */
 const float *wf_exec_layer_output(const wf_exec *ex, int i);
 wf_backend *wf_exec_backend(wf_exec *ex);
