@@ -148,7 +148,8 @@ static void deliver(wf_grpc *g)
 		}
 		conn_unref(c);
 		free(j->call.reply);
-		free(j->msg);
+		free(j->body);
+		free(j->inflated);
 		free(j);
 	}
 	for (conn *c = dirty, *n; c; c = n) {
@@ -370,7 +371,8 @@ static void free_jobs(job *j)
 	while (j) {
 		job *n = j->next;
 		free(j->call.reply);
-		free(j->msg);
+		free(j->body);
+		free(j->inflated);
 		free(j);
 		j = n;
 	}

@@ -102,11 +102,13 @@ const char *wf_grpc_code_name(int code);
 
 /* The framing of one unary request body (the DATA of a stream): one message
  * with its 5-byte prefix, decompressed per encoding (NULL or "identity",
- * "gzip", "deflate") into *msg (malloc'd; NULL for an empty message) of at
- * most max bytes. Returns WF_GRPC_OK or a status code with why filled. Pure:
- * the fuzz target drives it. */
+ * "gzip", "deflate"), of at most max bytes: *msg points into body (identity:
+ * read in place) or is *inflated (malloc'd, the caller frees it; NULL when
+ * not compressed). Returns WF_GRPC_OK or a status code with why filled.
+ * Pure: the fuzz target drives it. */
 int wf_grpc_unframe(const uint8_t *body, size_t len, const char *encoding, size_t max,
-		    uint8_t **msg, size_t *msg_len, char *why, size_t why_cap);
+		    const uint8_t **msg, size_t *msg_len, uint8_t **inflated, char *why,
+		    size_t why_cap);
 /* Seconds in a grpc-timeout header value ("100m", "5S"); -1 when malformed. */
 double wf_grpc_parse_timeout(const char *v);
 

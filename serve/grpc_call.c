@@ -115,10 +115,12 @@ static int inflate_msg(const uint8_t *in, size_t n, int gzip, size_t max, uint8_
 }
 
 int wf_grpc_unframe(const uint8_t *body, size_t len, const char *encoding, size_t max,
-		    uint8_t **msg, size_t *msg_len, char *why, size_t why_cap)
+		    const uint8_t **msg, size_t *msg_len, uint8_t **inflated, char *why,
+		    size_t why_cap)
 {
 	*msg = NULL;
 	*msg_len = 0;
+	*inflated = NULL;
 	if (len < PREFIX) {
 		snprintf(why, why_cap,
 			 "the request has %s (a gRPC message starts with a 5-byte prefix)",
@@ -161,17 +163,12 @@ int wf_grpc_unframe(const uint8_t *body, size_t len, const char *encoding, size_
 				 encoding);
 			return WF_GRPC_UNIMPLEMENTED;
 		}
-		return inflate_msg(body + PREFIX, n, !strcmp(encoding, "gzip"), max, msg, msg_len,
-				   why, why_cap);
+		int code = inflate_msg(body + PREFIX, n, !strcmp(encoding, "gzip"), max, inflated,
+				       msg_len, why, why_cap);
+		*msg = *inflated;
+		return code;
 	}
-	if (n) {
-		*msg = malloc(n);
-		if (!*msg) {
-			snprintf(why, why_cap, "out of memory");
-			return WF_GRPC_RESOURCE_EXHAUSTED;
-		}
-		memcpy(*msg, body + PREFIX, n);
-	}
+	*msg = body + PREFIX; /* read in place: no copy of a large message */
 	*msg_len = n;
 	return WF_GRPC_OK;
 }
@@ -224,30 +221,30 @@ static void run_inline(conn *c, stream *st, const wf_grpc_method *m)
 {
 	wf_grpc *g = c->g;
 	wf_grpc_call call = {0};
-	uint8_t *msg = NULL;
+	uint8_t *inflated = NULL;
 	char why[512];
-	int code = wf_grpc_unframe(st->body, st->len, st->encoding, g->o.max_message, &msg,
-				   &call.len, why, sizeof(why));
+	int code = wf_grpc_unframe(st->body, st->len, st->encoding, g->o.max_message, &call.msg,
+				   &call.len, &inflated, why, sizeof(why));
+	int framed = code == WF_GRPC_OK;
+	if (framed) {
+		call.t_begin = st->t_begin;
+		call.deadline = st->timeout > 0 ? st->t_begin + st->timeout : 0;
+		code = m->fn(g->ctx, &call);
+	}
 	c->receiving -= st->len;
-	free(st->body);
+	free(st->body); /* call.msg pointed into it */
+	free(inflated);
 	st->body = NULL;
 	st->len = st->cap = 0;
-	if (code != WF_GRPC_OK) {
+	if (!framed) {
 		answer_error(c, st, code, why);
-		return;
-	}
-	call.msg = msg;
-	call.t_begin = st->t_begin;
-	call.deadline = st->timeout > 0 ? st->t_begin + st->timeout : 0;
-	code = m->fn(g->ctx, &call);
-	if (code == WF_GRPC_OK && call.reply) {
+	} else if (code == WF_GRPC_OK && call.reply) {
 		answer_ok(c, st, call.reply, call.reply_len);
 		call.reply = NULL;
 	} else {
 		answer_error(c, st, code == WF_GRPC_OK ? WF_GRPC_INTERNAL : code, call.message);
 	}
 	free(call.reply);
-	free(msg);
 }
 
 /* The request is complete: answer what is wrong with it, or queue a job. */
@@ -300,27 +297,28 @@ void dispatch_call(conn *c, stream *st)
 		answer_error(c, st, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 		return;
 	}
-	int code = wf_grpc_unframe(st->body, st->len, st->encoding, g->o.max_message, &j->msg,
-				   &j->call.len, why, sizeof(why));
-	c->receiving -= st->len;
-	free(st->body);
-	st->body = NULL;
-	st->len = st->cap = 0;
+	int code = wf_grpc_unframe(st->body, st->len, st->encoding, g->o.max_message, &j->call.msg,
+				   &j->call.len, &j->inflated, why, sizeof(why));
 	if (code != WF_GRPC_OK) {
 		free(j);
 		answer_error(c, st, code, why);
 		return;
 	}
+	/* the job reads the message where it was received */
+	c->receiving -= st->len;
+	j->body = st->body;
+	st->body = NULL;
+	st->len = st->cap = 0;
 	j->c = c;
 	j->stream_id = st->id;
 	j->m = m;
-	j->call.msg = j->msg;
 	j->call.deadline = st->timeout > 0 ? st->t_begin + st->timeout : 0;
 	j->call.t_begin = st->t_begin;
 	pthread_mutex_lock(&g->mu);
 	if (g->queued >= g->o.max_queue) {
 		pthread_mutex_unlock(&g->mu);
-		free(j->msg);
+		free(j->body);
+		free(j->inflated);
 		free(j);
 		snprintf(why, sizeof(why),
 			 "%d calls are waiting for a worker (the limit); retry later",

@@ -338,6 +338,19 @@ int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, 
 		size_t ncap = st->cap ? st->cap : 4096;
 		while (ncap < st->len + len)
 			ncap *= 2;
+		/* The message's size is in its prefix: reserve it whole rather
+		 * than double and copy, up to 64 times what has arrived (a
+		 * prefix alone must not reserve megabytes). */
+		if (st->len + len >= PREFIX) {
+			uint8_t p[PREFIX];
+			for (size_t i = 0; i < PREFIX; i++)
+				p[i] = i < st->len ? st->body[i] : data[i - st->len];
+			size_t whole = PREFIX + ((size_t)p[1] << 24 | (size_t)p[2] << 16 |
+						 (size_t)p[3] << 8 | p[4]);
+			whole = WF_MIN(whole, 64 * (st->len + len));
+			if (whole > ncap)
+				ncap = whole;
+		}
 		if (ncap > max)
 			ncap = max;
 		uint8_t *b = realloc(st->body, ncap);

@@ -82,7 +82,7 @@ typedef struct job {
 	int32_t stream_id;
 	const wf_grpc_method *m;
 	wf_grpc_call call;
-	uint8_t *msg; /* owned copy of call.msg */
+	uint8_t *body, *inflated; /* what call.msg points into (owned) */
 	int code;
 	struct job *next;
 } job;

@@ -393,6 +393,8 @@ static int fail_why(char *why, size_t cap, int code, const char *fmt, const char
 }
 
 /* The one input tensor of a request into model input. */
+/* The model input of rq into *x: malloc'd, or rq's raw FP32 contents read in
+ * place (free it with input_free while rq lives). */
 static int decode_input(const wf_grpc_io *io, const infer_req *rq, float **x, int *n, char *why,
 			size_t cap)
 {
@@ -449,6 +451,10 @@ static int decode_input(const wf_grpc_io *io, const infer_req *rq, float **x, in
 					 "datatype need %zu",
 					 WF_SERVE_INPUT_NAME, raw->len, want);
 				return WF_GRPC_INVALID_ARGUMENT;
+			}
+			if (is_fp32 && (uintptr_t)raw->data % _Alignof(float) == 0) {
+				*x = (float *)raw->data; /* read in place: see input_free */
+				return WF_GRPC_OK;
 			}
 			return wf_grpc_input_dense(io, batch, raw->data, is_u8, x, why, cap);
 		}
@@ -553,6 +559,12 @@ bytes_out:
 	return code;
 }
 
+static void input_free(const infer_req *rq, float *x)
+{
+	if (!rq->n_raw_input_contents || (uint8_t *)x != rq->raw_input_contents[0].data)
+		free(x);
+}
+
 static const uint8_t empty_msg[1]; /* what an empty body unpacks from */
 
 int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, float **x,
@@ -564,9 +576,20 @@ int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t
 	if (!rq)
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
 				"cannot parse the ModelInferRequest message%s", "");
-	int code = decode_input(io, rq, x, n, why, cap);
+	float *in = NULL;
+	int code = decode_input(io, rq, &in, n, why, cap);
 	if (!code && *n == 0)
 		*n = (int)rq->inputs[0]->shape[0];
+	if (!code) { /* the caller's own copy: rq's contents go with it */
+		size_t bytes = (size_t)*n * io->h * io->w * io->c * sizeof(float);
+		*x = malloc(bytes ? bytes : 1);
+		if (*x)
+			memcpy(*x, in, bytes);
+		else
+			code = fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory%s",
+					"");
+	}
+	input_free(rq, in);
 	inference__model_infer_request__free_unpacked(rq, NULL);
 	return code;
 }
@@ -752,7 +775,7 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	if (code && !inferred)
 		wf_grpc_model_failed(a, WF_SERVE_EP_V2_INFER, code, wf_now() - t0);
 	wf_grpc_model_put(a, &m);
-	free(x);
+	input_free(rq, x);
 	free(logits);
 	free(probs);
 	inference__model_infer_request__free_unpacked(rq, NULL);

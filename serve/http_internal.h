@@ -110,8 +110,9 @@ typedef struct route {
 	int bad_version;	       /* /versions/<not a number> */
 } route;
 typedef struct req_ctx {
-	char *body;
-	size_t len, cap;
+	char *body; /* base + pad: the allocation, pad bytes in */
+	char *base; /* (a binary tensor after pad + the KServe header aligns) */
+	size_t len, cap, pad;
 	int too_big;
 	double t0;
 	wf_serve_endpoint ep;

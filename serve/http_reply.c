@@ -232,8 +232,9 @@ again:
 		return wf_errf(err, WF_EINVAL, "the request body is not valid %s data", ce);
 	}
 	out[n] = 0;
-	free(q->body);
-	q->body = out;
+	free(q->base);
+	q->body = q->base = out;
+	q->pad = 0;
 	q->len = n;
 	q->cap = cap + 1;
 	return 0;

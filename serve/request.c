@@ -8,9 +8,11 @@ void wf_serve_input_free(wf_serve_input *in)
 {
 	if (!in)
 		return;
-	free(in->x);
+	if (!in->borrowed)
+		free(in->x);
 	in->x = NULL;
 	in->n = 0;
+	in->borrowed = 0;
 }
 
 size_t sample_floats(const wf_image_io *io)
@@ -18,7 +20,8 @@ size_t sample_floats(const wf_image_io *io)
 	return (size_t)io->h * io->w * io->c;
 }
 
-int input_alloc(const wf_image_io *io, wf_serve_input *in, size_t n, wf_err *err)
+int input_alloc(const wf_image_io *io, wf_serve_input *in, size_t n, const float *borrow,
+		wf_err *err)
 {
 	size_t per = sample_floats(io);
 	if (n == 0)
@@ -26,6 +29,12 @@ int input_alloc(const wf_image_io *io, wf_serve_input *in, size_t n, wf_err *err
 	if (per == 0 || n > (size_t)WF_SERVE_MAX_INPUT_FLOATS / per)
 		return wf_errf(err, WF_EINVAL, "too many samples in one request: %zu (at most %zu)",
 			       n, per ? (size_t)WF_SERVE_MAX_INPUT_FLOATS / per : 0);
+	if (borrow) {
+		in->x = (float *)borrow; /* never written: wf_serve_input */
+		in->borrowed = 1;
+		in->n = (int)n;
+		return 0;
+	}
 	in->x = malloc(n * per * sizeof(float));
 	if (!in->x)
 		return wf_errf(err, WF_ENOMEM, "out of memory for %zu samples", n);
@@ -195,7 +204,7 @@ int parse_samples(const wf_image_io *io, const json_t *arr, wf_serve_input *in, 
 {
 	if (!json_is_array(arr))
 		return wf_errf(err, WF_EINVAL, "\"%s\" must be a list of samples", what);
-	int rc = input_alloc(io, in, json_array_size(arr), err);
+	int rc = input_alloc(io, in, json_array_size(arr), NULL, err);
 	if (rc)
 		return rc;
 	size_t per = sample_floats(io);

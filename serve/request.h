@@ -32,8 +32,9 @@
 
 /* A parsed request's input: n samples of model input. */
 typedef struct wf_serve_input {
-	int n;	  /* samples */
-	float *x; /* malloc'd [n,H,W,C], preprocessed */
+	int n;	      /* samples */
+	float *x;     /* [n,H,W,C], preprocessed: malloc'd, or borrowed */
+	int borrowed; /* x is the request body's binary FP32 tensor, read in place */
 } wf_serve_input;
 
 void wf_serve_input_free(wf_serve_input *in);
@@ -42,8 +43,8 @@ void wf_serve_input_free(wf_serve_input *in);
 
 typedef struct wf_serve_tf_req {
 	wf_serve_input in;
-	int columnar; /* 1: body had "inputs" (reply "outputs"); 0: "instances" */
-	int top_k;    /* :classify: classes per result (body "top_k", default 5) */
+	int columnar;	 /* 1: body had "inputs" (reply "outputs"); 0: "instances" */
+	int top_k;	 /* :classify: classes per result (body "top_k", default 5) */
 	int all_outputs; /* signature_name WF_SERVE_SIGNATURE_ALL */
 } wf_serve_tf_req;
 
@@ -56,8 +57,8 @@ void wf_serve_tf_req_free(wf_serve_tf_req *req);
  * all_outputs, every output by name: {"predictions": [{"probabilities": [..],
  * "logits": [..]}, ...]} or {"outputs": {"probabilities": probs, "logits":
  * logits}}. malloc'd. */
-char *wf_serve_tf_predict_reply(const float *probs, const float *logits, int n, int k,
-				int columnar, int all_outputs);
+char *wf_serve_tf_predict_reply(const float *probs, const float *logits, int n, int k, int columnar,
+				int all_outputs);
 /* {"results": [[[label, score], ...] per sample]}, top_k best first. malloc'd. */
 char *wf_serve_tf_classify_reply(const float *probs, int n, int k, char *const *labels, int top_k);
 /* {"error": msg}. malloc'd. */

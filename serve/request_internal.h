@@ -19,7 +19,9 @@
 
 /* Shared between the serve/request*.c files (defined where named). */
 size_t sample_floats(const wf_image_io *io);
-int input_alloc(const wf_image_io *io, wf_serve_input *in, size_t n, wf_err *err);
+/* in: n samples, malloc'd, or borrow itself (read in place, not freed). */
+int input_alloc(const wf_image_io *io, wf_serve_input *in, size_t n, const float *borrow,
+		wf_err *err);
 float num_f(const json_t *v);
 json_t *parse_json(const char *body, size_t len, wf_err *err);
 int parse_b64_image(const wf_image_io *io, const char *s, size_t n, float *dst, const char *what,

@@ -19,11 +19,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	wf_grpc_io io = {.h = 8, .w = 8, .c = 3, .classes = 5, .scale = 1.0f / 255};
 	for (int i = 0; i < 4; i++)
 		io.std[i] = 1.0f;
-	uint8_t *msg = NULL;
+	const uint8_t *msg = NULL;
+	uint8_t *inflated = NULL;
 	size_t len = 0;
 	char why[512];
-	if (wf_grpc_unframe(data + 1, size - 1, enc[data[0] & 3], 1 << 20, &msg, &len, why,
-			    sizeof(why)) != WF_GRPC_OK)
+	if (wf_grpc_unframe(data + 1, size - 1, enc[data[0] & 3], 1 << 20, &msg, &len, &inflated,
+			    why, sizeof(why)) != WF_GRPC_OK)
 		return 0;
 	float *x = NULL;
 	int n = 0;
@@ -33,6 +34,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	default: wf_grpc_tfs_decode_input(&io, msg, len, 1, &x, &n, why, sizeof(why)); break;
 	}
 	free(x);
-	free(msg);
+	free(inflated);
 	return 0;
 }

@@ -47,38 +47,41 @@ static void test_framing_takes_exactly_one_message(void)
 {
 	const uint8_t msg[] = "hello protobuf";
 	size_t len, ml;
-	uint8_t *b = frame(msg, sizeof(msg), 0, &len), *out;
+	uint8_t *b = frame(msg, sizeof(msg), 0, &len), *own;
+	const uint8_t *out;
 	char why[256];
-	WF_CHECK_INT(wf_grpc_unframe(b, len, NULL, 1 << 20, &out, &ml, why, sizeof(why)),
+	WF_CHECK_INT(wf_grpc_unframe(b, len, NULL, 1 << 20, &out, &ml, &own, why, sizeof(why)),
 		     WF_GRPC_OK);
 	WF_CHECK(ml == sizeof(msg) && !memcmp(out, msg, ml));
-	free(out);
+	WF_CHECK(own == NULL && out == b + 5); /* read in place */
 	/* truncated prefix, short body, trailing bytes, bad flag, no message */
-	WF_CHECK_INT(wf_grpc_unframe(b, 3, NULL, 1 << 20, &out, &ml, why, sizeof(why)),
+	WF_CHECK_INT(wf_grpc_unframe(b, 3, NULL, 1 << 20, &out, &ml, &own, why, sizeof(why)),
 		     WF_GRPC_INVALID_ARGUMENT);
 	WF_CHECK(strstr(why, "prefix") != NULL);
-	WF_CHECK_INT(wf_grpc_unframe(b, len - 1, NULL, 1 << 20, &out, &ml, why, sizeof(why)),
+	WF_CHECK_INT(wf_grpc_unframe(b, len - 1, NULL, 1 << 20, &out, &ml, &own, why, sizeof(why)),
 		     WF_GRPC_INVALID_ARGUMENT);
 	uint8_t *two = malloc(len * 2);
 	memcpy(two, b, len);
 	memcpy(two + len, b, len);
-	WF_CHECK_INT(wf_grpc_unframe(two, 2 * len, NULL, 1 << 20, &out, &ml, why, sizeof(why)),
-		     WF_GRPC_INVALID_ARGUMENT);
+	WF_CHECK_INT(
+		wf_grpc_unframe(two, 2 * len, NULL, 1 << 20, &out, &ml, &own, why, sizeof(why)),
+		WF_GRPC_INVALID_ARGUMENT);
 	WF_CHECK(strstr(why, "one message") != NULL);
 	b[0] = 7;
-	WF_CHECK_INT(wf_grpc_unframe(b, len, NULL, 1 << 20, &out, &ml, why, sizeof(why)),
+	WF_CHECK_INT(wf_grpc_unframe(b, len, NULL, 1 << 20, &out, &ml, &own, why, sizeof(why)),
 		     WF_GRPC_INVALID_ARGUMENT);
-	WF_CHECK_INT(wf_grpc_unframe(b, 0, NULL, 1 << 20, &out, &ml, why, sizeof(why)),
+	WF_CHECK_INT(wf_grpc_unframe(b, 0, NULL, 1 << 20, &out, &ml, &own, why, sizeof(why)),
 		     WF_GRPC_INVALID_ARGUMENT);
 	/* the limit */
 	b[0] = 0;
-	WF_CHECK_INT(wf_grpc_unframe(b, len, NULL, 4, &out, &ml, why, sizeof(why)),
+	WF_CHECK_INT(wf_grpc_unframe(b, len, NULL, 4, &out, &ml, &own, why, sizeof(why)),
 		     WF_GRPC_RESOURCE_EXHAUSTED);
 	WF_CHECK(strstr(why, "larger than max") != NULL);
 	/* an empty message is a valid (all-defaults) protobuf */
 	uint8_t empty[5] = {0};
-	WF_CHECK_INT(wf_grpc_unframe(empty, 5, NULL, 16, &out, &ml, why, sizeof(why)), WF_GRPC_OK);
-	WF_CHECK(ml == 0 && out == NULL);
+	WF_CHECK_INT(wf_grpc_unframe(empty, 5, NULL, 16, &out, &ml, &own, why, sizeof(why)),
+		     WF_GRPC_OK);
+	WF_CHECK(ml == 0 && own == NULL);
 	free(two);
 	free(b);
 }
@@ -86,7 +89,8 @@ static void test_framing_takes_exactly_one_message(void)
 static void test_gzip_and_deflate_messages_are_inflated_within_the_limit(void)
 {
 	size_t n = 100000, zl, len, ml;
-	uint8_t *msg = malloc(n), *out;
+	uint8_t *msg = malloc(n), *own;
+	const uint8_t *out;
 	char why[256];
 	for (size_t i = 0; i < n; i++)
 		msg[i] = (uint8_t)(i % 7);
@@ -94,25 +98,26 @@ static void test_gzip_and_deflate_messages_are_inflated_within_the_limit(void)
 		uint8_t *z = squeeze(msg, n, gz, &zl);
 		uint8_t *b = frame(z, zl, 1, &len);
 		const char *enc = gz ? "gzip" : "deflate";
-		WF_CHECK_INT(wf_grpc_unframe(b, len, enc, n, &out, &ml, why, sizeof(why)),
+		WF_CHECK_INT(wf_grpc_unframe(b, len, enc, n, &out, &ml, &own, why, sizeof(why)),
 			     WF_GRPC_OK);
-		WF_CHECK(ml == n && !memcmp(out, msg, n));
-		free(out);
+		WF_CHECK(ml == n && !memcmp(out, msg, n) && out == own);
+		free(own);
 		/* a small message that inflates past the limit (a zip bomb) */
-		WF_CHECK_INT(wf_grpc_unframe(b, len, enc, n / 10, &out, &ml, why, sizeof(why)),
-			     WF_GRPC_RESOURCE_EXHAUSTED);
+		WF_CHECK_INT(
+			wf_grpc_unframe(b, len, enc, n / 10, &out, &ml, &own, why, sizeof(why)),
+			WF_GRPC_RESOURCE_EXHAUSTED);
 		/* the wrong algorithm, a corrupt and a truncated stream */
-		WF_CHECK_INT(wf_grpc_unframe(b, len, gz ? "deflate" : "gzip", n, &out, &ml, why,
-					     sizeof(why)),
+		WF_CHECK_INT(wf_grpc_unframe(b, len, gz ? "deflate" : "gzip", n, &out, &ml, &own,
+					     why, sizeof(why)),
 			     WF_GRPC_INVALID_ARGUMENT);
 		b[5 + zl / 2] ^= 0x5a;
-		int code = wf_grpc_unframe(b, len, enc, n, &out, &ml, why, sizeof(why));
+		int code = wf_grpc_unframe(b, len, enc, n, &out, &ml, &own, why, sizeof(why));
 		WF_CHECK(code == WF_GRPC_INVALID_ARGUMENT || (code == WF_GRPC_OK && ml <= n));
 		if (code == WF_GRPC_OK)
-			free(out);
+			free(own);
 		free(b);
 		b = frame(z, zl / 2, 1, &len);
-		WF_CHECK_INT(wf_grpc_unframe(b, len, enc, n, &out, &ml, why, sizeof(why)),
+		WF_CHECK_INT(wf_grpc_unframe(b, len, enc, n, &out, &ml, &own, why, sizeof(why)),
 			     WF_GRPC_INVALID_ARGUMENT);
 		free(b);
 		free(z);
@@ -120,9 +125,9 @@ static void test_gzip_and_deflate_messages_are_inflated_within_the_limit(void)
 	/* compressed flag without an encoding, and an unknown encoding */
 	size_t fl;
 	uint8_t *b = frame(msg, 10, 1, &fl);
-	WF_CHECK_INT(wf_grpc_unframe(b, fl, NULL, n, &out, &ml, why, sizeof(why)),
+	WF_CHECK_INT(wf_grpc_unframe(b, fl, NULL, n, &out, &ml, &own, why, sizeof(why)),
 		     WF_GRPC_INVALID_ARGUMENT);
-	WF_CHECK_INT(wf_grpc_unframe(b, fl, "snappy", n, &out, &ml, why, sizeof(why)),
+	WF_CHECK_INT(wf_grpc_unframe(b, fl, "snappy", n, &out, &ml, &own, why, sizeof(why)),
 		     WF_GRPC_UNIMPLEMENTED);
 	free(b);
 	free(msg);
