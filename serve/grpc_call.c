@@ -232,9 +232,9 @@ static void run_inline(conn *c, stream *st, const wf_grpc_method *m)
 		code = m->fn(g->ctx, &call);
 	}
 	c->receiving -= st->len;
-	free(st->body); /* call.msg pointed into it */
+	free(st->base); /* call.msg pointed into it */
 	free(inflated);
-	st->body = NULL;
+	st->body = st->base = NULL;
 	st->len = st->cap = 0;
 	if (!framed) {
 		answer_error(c, st, code, why);
@@ -306,8 +306,8 @@ void dispatch_call(conn *c, stream *st)
 	}
 	/* the job reads the message where it was received */
 	c->receiving -= st->len;
-	j->body = st->body;
-	st->body = NULL;
+	j->body = st->base;
+	st->body = st->base = NULL;
 	st->len = st->cap = 0;
 	j->c = c;
 	j->stream_id = st->id;

@@ -107,7 +107,7 @@ static void stream_free(conn *c, stream *st)
 		st->next->prev = st->prev;
 	c->receiving -= st->len;
 	atomic_fetch_sub(&c->g->inflight, 1);
-	free(st->body);
+	free(st->base);
 	free(st->out);
 	free(st);
 }
@@ -328,8 +328,8 @@ int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, 
 		snprintf(m, sizeof(m), "grpc: received message larger than max (%zu vs. %zu)",
 			 st->len + len - PREFIX, g->o.max_message);
 		c->receiving -= st->len;
-		free(st->body);
-		st->body = NULL;
+		free(st->base);
+		st->body = st->base = NULL;
 		st->len = st->cap = 0;
 		answer_error(c, st, WF_GRPC_RESOURCE_EXHAUSTED, m);
 		return 0;
@@ -338,27 +338,35 @@ int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, 
 		size_t ncap = st->cap ? st->cap : 4096;
 		while (ncap < st->len + len)
 			ncap *= 2;
+		size_t pad = st->pad;
 		/* The message's size is in its prefix: reserve it whole rather
 		 * than double and copy, up to 64 times what has arrived (a
-		 * prefix alone must not reserve megabytes). */
+		 * prefix alone must not reserve megabytes). The message ends
+		 * 64-byte aligned: serializers write fields in number order, so
+		 * a large bytes field at its end (KServe's raw_input_contents,
+		 * TF's tensor_content) starts aligned and is read in place. */
 		if (st->len + len >= PREFIX) {
 			uint8_t p[PREFIX];
 			for (size_t i = 0; i < PREFIX; i++)
 				p[i] = i < st->len ? st->body[i] : data[i - st->len];
 			size_t whole = PREFIX + ((size_t)p[1] << 24 | (size_t)p[2] << 16 |
 						 (size_t)p[3] << 8 | p[4]);
+			if (!st->base)
+				pad = (64 - whole % 64) % 64;
 			whole = WF_MIN(whole, 64 * (st->len + len));
 			if (whole > ncap)
 				ncap = whole;
 		}
 		if (ncap > max)
 			ncap = max;
-		uint8_t *b = realloc(st->body, ncap);
+		uint8_t *b = realloc(st->base, pad + ncap);
 		if (!b) {
 			answer_error(c, st, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 			return 0;
 		}
-		st->body = b;
+		st->base = b;
+		st->pad = pad;
+		st->body = b + pad;
 		st->cap = ncap;
 	}
 	memcpy(st->body + st->len, data, len);

@@ -49,8 +49,9 @@ typedef struct stream {
 	int post, grpc_ct; /* :method POST, content-type application/grpc* */
 	int bad_header;	   /* a header we read was too long */
 	int authorized;	   /* "authorization: Bearer <the server's token>" */
-	uint8_t *body;	   /* DATA received so far */
-	size_t len, cap;
+	uint8_t *body;	   /* DATA received so far: base + pad */
+	uint8_t *base;	   /* the allocation */
+	size_t len, cap, pad;
 	int answered; /* a response was submitted */
 	uint8_t *out; /* reply: prefix + message */
 	size_t out_len, out_off;

@@ -567,12 +567,113 @@ static void input_free(const infer_req *rq, float *x)
 
 static const uint8_t empty_msg[1]; /* what an empty body unpacks from */
 
+/* ---- ModelInferRequest without copying its tensor bytes ---------------- */
+
+static int varint(const uint8_t *m, size_t len, size_t *pos, uint64_t *v)
+{
+	*v = 0;
+	for (int s = 0; s < 64 && *pos < len; s += 7) {
+		uint8_t b = m[(*pos)++];
+		*v |= (uint64_t)(b & 0x7f) << s;
+		if (!(b & 0x80))
+			return 0;
+	}
+	return -1;
+}
+
+/* The top-level field at *pos: its number and, for a length-delimited one,
+ * its payload (*p; NULL for other wire types); *pos moves past it.
+ * -1: malformed (protobuf-c then says so). */
+static int next_field(const uint8_t *m, size_t len, size_t *pos, uint64_t *field, const uint8_t **p,
+		      size_t *plen)
+{
+	uint64_t tag, v;
+	*p = NULL;
+	*plen = 0;
+	if (varint(m, len, pos, &tag))
+		return -1;
+	*field = tag >> 3;
+	switch (tag & 7) {
+	case 0: return varint(m, len, pos, &v);
+	case 1: return len - *pos < 8 ? -1 : (*pos += 8, 0);
+	case 5: return len - *pos < 4 ? -1 : (*pos += 4, 0);
+	case 2:
+		if (varint(m, len, pos, &v) || v > len - *pos)
+			return -1;
+		*p = m + *pos;
+		*plen = (size_t)v;
+		*pos += (size_t)v;
+		return 0;
+	default: return -1;
+	}
+}
+
+#define RAW_INPUT_CONTENTS 7 /* ModelInferRequest's field number */
+
+/* rq from msg, its raw_input_contents (megabytes of tensor data that
+ * protobuf-c would copy) views into msg: the other fields are unpacked on
+ * their own. msg must outlive rq; free rq with infer_request_free. NULL when
+ * msg does not parse. */
+static infer_req *infer_request_unpack(const uint8_t *msg, size_t len)
+{
+	size_t nraw = 0, kept = 0, pos = 0, pl;
+	uint64_t f;
+	const uint8_t *p;
+	while (pos < len) {
+		size_t at = pos;
+		if (next_field(msg, len, &pos, &f, &p, &pl))
+			return inference__model_infer_request__unpack(NULL, len, msg);
+		if (f == RAW_INPUT_CONTENTS && p)
+			nraw++;
+		else
+			kept += pos - at;
+	}
+	if (!nraw)
+		return inference__model_infer_request__unpack(NULL, len, len ? msg : empty_msg);
+	ProtobufCBinaryData *raw = calloc(nraw, sizeof(*raw));
+	uint8_t *rest = malloc(kept ? kept : 1);
+	infer_req *rq = NULL;
+	if (raw && rest) {
+		size_t k = 0, r = 0;
+		for (pos = 0; pos < len;) {
+			size_t at = pos;
+			next_field(msg, len, &pos, &f, &p, &pl);
+			if (f == RAW_INPUT_CONTENTS && p) {
+				raw[r].data = (uint8_t *)p; /* read only */
+				raw[r++].len = pl;
+			} else {
+				memcpy(rest + k, msg + at, pos - at);
+				k += pos - at;
+			}
+		}
+		rq = inference__model_infer_request__unpack(NULL, kept, kept ? rest : empty_msg);
+	}
+	free(rest);
+	if (!rq) {
+		free(raw);
+		return NULL;
+	}
+	rq->n_raw_input_contents = nraw;
+	rq->raw_input_contents = raw;
+	return rq;
+}
+
+static void infer_request_free(infer_req *rq)
+{
+	if (!rq)
+		return;
+	free(rq->raw_input_contents);
+	rq->raw_input_contents = NULL;
+	rq->n_raw_input_contents = 0;
+	inference__model_infer_request__free_unpacked(rq, NULL);
+}
+
 int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, float **x,
 				int *n, char *why, size_t cap)
 {
 	*x = NULL;
 	*n = 0;
-	infer_req *rq = inference__model_infer_request__unpack(NULL, len, len ? msg : empty_msg);
+	infer_req *rq = infer_request_unpack(msg, len);
 	if (!rq)
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
 				"cannot parse the ModelInferRequest message%s", "");
@@ -590,7 +691,7 @@ int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t
 					"");
 	}
 	input_free(rq, in);
-	inference__model_infer_request__free_unpacked(rq, NULL);
+	infer_request_free(rq);
 	return code;
 }
 
@@ -738,7 +839,7 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 {
 	double t0 = wf_now();
 	wf_grpc_adapter *a = ctx;
-	infer_req *rq = wf_grpc_unpack(&inference__model_infer_request__descriptor, call);
+	infer_req *rq = infer_request_unpack(call->msg, call->len);
 	if (!rq) {
 		wf_grpc_model_failed(a, WF_SERVE_EP_V2_INFER, WF_GRPC_INVALID_ARGUMENT,
 				     wf_now() - t0);
@@ -778,7 +879,7 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	input_free(rq, x);
 	free(logits);
 	free(probs);
-	inference__model_infer_request__free_unpacked(rq, NULL);
+	infer_request_free(rq);
 	return code;
 }
 

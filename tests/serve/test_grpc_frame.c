@@ -184,6 +184,28 @@ static void test_kserve_request_becomes_model_input(void)
 	WF_CHECK_INT(samples, 2);
 	WF_CHECK(got && !memcmp(got, x, sizeof(x)));
 	free(got);
+	/* the tensor bytes first (fields in any order), and twice (two entries
+	 * for one input): read where they are, the same checks */
+	rq.n_raw_input_contents = 0;
+	size_t rest = inference__model_infer_request__get_packed_size(&rq);
+	uint8_t *moved = malloc(2 * (sizeof(x) + 3) + rest), *at = moved;
+	for (int twice = 0; twice < 2; twice++) {
+		*at++ = 7 << 3 | 2; /* raw_input_contents, length-delimited */
+		*at++ = (uint8_t)(sizeof(x) & 0x7f) | 0x80;
+		*at++ = (uint8_t)(sizeof(x) >> 7);
+		memcpy(at, x, sizeof(x));
+		at += sizeof(x);
+		inference__model_infer_request__pack(&rq, at);
+		WF_CHECK_INT(wf_grpc_kserve_decode_input(&io, moved, (size_t)(at - moved) + rest,
+							 &got, &samples, why, sizeof(why)),
+			     twice ? WF_GRPC_INVALID_ARGUMENT : WF_GRPC_OK);
+		WF_CHECK(twice ? strstr(why, "one entry per input") != NULL
+			       : got && !memcmp(got, x, sizeof(x)));
+		free(got);
+		got = NULL;
+	}
+	free(moved);
+	rq.n_raw_input_contents = 1;
 	/* every truncation of the message is rejected or decoded, never a crash */
 	for (size_t cut = 0; cut < n; cut += 7) {
 		int code = wf_grpc_kserve_decode_input(&io, buf, cut, &got, &samples, why,
