@@ -240,6 +240,10 @@ typedef struct wf_backend_ops {
 
 	/* Global average pool: x [N,HW,C] -> y [N,C]. */
 	int (*gap_forward)(wf_backend *be, int n, int hw, int c, float *y, const float *x);
+	/* The same of an int8 tensor (WF_CAP_INT8; NULL elsewhere): x u8 (u8 1)
+	 * or s8 in scale (x = value * scale), y float values. */
+	int (*gap_q8)(wf_backend *be, int n, int hw, int c, float *y, const void *x, float scale,
+		      int u8);
 	int (*gap_backward)(wf_backend *be, int n, int hw, int c, float *dx, const float *dy);
 
 	/* Zero padding / cropping of H and W (wf_pad_desc). */

@@ -659,6 +659,18 @@ int wf_op_gap_forward(wf_backend *be, int n, int hw, int c, float *y, const floa
 	return rc ? rc : TIMED(be, "gap_forward", be->ops->gap_forward(be, n, hw, c, y, x));
 }
 
+int wf_op_gap_q8(wf_backend *be, int n, int hw, int c, float *y, const void *x, float scale, int u8)
+{
+	wf_err_clear(&be->err);
+	int rc = check_gap(be, n, hw, c);
+	if (!rc && !be->ops->gap_q8)
+		rc = wf_errf(&be->err, WF_EINVAL, "gap_q8: no int8 tensors on %s", be->name);
+	if (!rc && !(scale > 0 && scale < 1e30f))
+		rc = wf_errf(&be->err, WF_EINVAL, "gap_q8: scale %g must be finite and > 0",
+			     (double)scale);
+	return rc ? rc : TIMED(be, "gap_q8", be->ops->gap_q8(be, n, hw, c, y, x, scale, u8));
+}
+
 int wf_op_gap_backward(wf_backend *be, int n, int hw, int c, float *dx, const float *dy)
 {
 	wf_err_clear(&be->err);

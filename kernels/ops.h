@@ -87,6 +87,8 @@ int wf_op_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, fl
 int wf_op_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *dx,
 			const float *dy, const float *x, const float *y);
 int wf_op_gap_forward(wf_backend *be, int n, int hw, int c, float *y, const float *x);
+int wf_op_gap_q8(wf_backend *be, int n, int hw, int c, float *y, const void *x, float scale,
+		 int u8);
 int wf_op_gap_backward(wf_backend *be, int n, int hw, int c, float *dx, const float *dy);
 int wf_op_pad_forward(wf_backend *be, const wf_pad_desc *d, float *y, const float *x);
 int wf_op_pad_backward(wf_backend *be, const wf_pad_desc *d, float *dx, const float *dy);

@@ -507,8 +507,9 @@ static int tensor_q(const wf_exec *ex, int j, float *scale, char *u8)
 	return 1;
 }
 
-/* Is layer j's output (through fusion aliases) kept quantised? */
-static int is_q(const wf_exec *ex, int j)
+/* The layer whose qy/qyu8 say how layer j's output (through fusion
+ * aliases) is kept quantised; -1 when it is float. */
+static int q_producer(const wf_exec *ex, int j)
 {
 	if (ex->pad_skip[j])
 		j = ex->m->layers[j].inputs[0];
@@ -516,16 +517,22 @@ static int is_q(const wf_exec *ex, int j)
 		j = ex->fuse_into[j];
 	if (ex->same_as && ex->same_as[j] >= 0)
 		j = ex->same_as[j];
-	return ex->qy[j] > 0;
+	return ex->qy[j] > 0 ? j : -1;
+}
+
+static int is_q(const wf_exec *ex, int j)
+{
+	return q_producer(ex, j) >= 0;
 }
 
 /* int8 (a backend set to int8 precision): each conv whose input has a
  * calibration range reads it quantised (tensor_q). A conv's output stays
  * quantised, in its own range's scale, when every reader is such a conv
- * reading it as input or as the residual of its fused add, or a max pool
- * (through a padding it applies) that only such convs read: that pool then
- * runs on the quantised values (not a plain add, another pool or the
- * logits). */
+ * reading it as input or as the residual of its fused add, a max pool
+ * (through a padding it applies) that only such convs read (that pool then
+ * runs on the quantised values), or a global average pool (ResNet50's last
+ * block: its conv then adds the residual in place, and the pool's float
+ * output dequantises); not a plain add, another pool or the logits. */
 static void plan_int8(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
@@ -569,6 +576,8 @@ static void plan_int8(wf_exec *ex)
 					ok &= ex->fuse_res[f] == cur && ex->qx[f] > 0;
 					continue;
 				}
+				if (m->layers[k].type == WF_LAYER_GAP && ex->be->ops->gap_q8)
+					continue;
 				int p = pool_reader(ex, k);
 				if (p >= 0 && pool < 0) {
 					ok &= read_by_convs(ex, p, 1);
@@ -1070,6 +1079,10 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 		return wf_op_pool_forward(be, plan, &d.pool, y, x);
 	case WF_LAYER_GAP: {
 		const wf_layer *xl = &m->layers[l->inputs[0]];
+		int q = ex->qy ? q_producer(ex, l->inputs[0]) : -1;
+		if (q >= 0)
+			return wf_op_gap_q8(be, n, xl->oh * xl->ow, xl->oc, y, x, ex->qy[q],
+					    ex->qyu8[q]);
 		return wf_op_gap_forward(be, n, xl->oh * xl->ow, xl->oc, y, x);
 	}
 	case WF_LAYER_FLATTEN: return 0; /* aliases its input */

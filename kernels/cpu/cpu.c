@@ -60,6 +60,9 @@ THREADED(concat_backward,
 	 (be, rows, k, widths, dxs, dy))
 THREADED(gap_forward, (wf_backend * be, int n, int hw, int c, float *y, const float *x),
 	 (be, n, hw, c, y, x))
+THREADED(gap_q8,
+	 (wf_backend * be, int n, int hw, int c, float *y, const void *x, float scale, int u8),
+	 (be, n, hw, c, y, x, scale, u8))
 THREADED(gap_backward, (wf_backend * be, int n, int hw, int c, float *dx, const float *dy),
 	 (be, n, hw, c, dx, dy))
 THREADED(pad_forward, (wf_backend * be, const wf_pad_desc *d, float *y, const float *x),
@@ -128,6 +131,7 @@ static const wf_backend_ops cpu_ops = {
 	.pool_forward = wf_cpu_pool_forward,
 	.pool_backward = wf_cpu_pool_backward,
 	.gap_forward = threaded_gap_forward,
+	.gap_q8 = threaded_gap_q8,
 	.gap_backward = threaded_gap_backward,
 	.pad_forward = threaded_pad_forward,
 	.pad_backward = threaded_pad_backward,

@@ -288,6 +288,33 @@ int wf_cpu_gap_forward(wf_backend *be, int n, int hw, int c, float *y, const flo
 	return 0;
 }
 
+int wf_cpu_gap_q8(wf_backend *be, int n, int hw, int c, float *y, const void *x, float scale,
+		  int u8)
+{
+	float inv = 1.0f / ((float)hw * scale);
+#pragma omp parallel for if ((size_t)n * hw * c > PAR_MIN) schedule(static)
+	for (int i = 0; i < n; i++) {
+		float *yi = y + (size_t)i * c;
+		size_t at = (size_t)i * hw * c;
+		for (int ch = 0; ch < c; ch++)
+			yi[ch] = 0.0f; /* exact sums up to 65793 positions */
+		for (int p = 0; p < hw; p++, at += (size_t)c) {
+			if (u8) {
+				const uint8_t *xp = (const uint8_t *)x + at;
+				for (int ch = 0; ch < c; ch++)
+					yi[ch] += (float)xp[ch];
+			} else {
+				const int8_t *xp = (const int8_t *)x + at;
+				for (int ch = 0; ch < c; ch++)
+					yi[ch] += (float)xp[ch];
+			}
+		}
+		for (int ch = 0; ch < c; ch++)
+			yi[ch] *= inv;
+	}
+	return 0;
+}
+
 int wf_cpu_gap_backward(wf_backend *be, int n, int hw, int c, float *dx, const float *dy)
 {
 	float inv = 1.0f / (float)hw;

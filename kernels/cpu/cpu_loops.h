@@ -25,6 +25,8 @@ int wf_cpu_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act);
 int wf_cpu_add_relu_backward(wf_backend *be, size_t n, const float *dy, const float *y, void *da,
 			     int ma, void *db, int mb);
 int wf_cpu_to_u8(wf_backend *be, size_t n, void *y, const float *x, float scale);
+int wf_cpu_gap_q8(wf_backend *be, int n, int hw, int c, float *y, const void *x, float scale,
+		  int u8);
 int wf_cpu_accumulate(wf_backend *be, size_t n, float *y, const float *x);
 int wf_cpu_scale(wf_backend *be, size_t n, float *y, const float *x, float alpha);
 int wf_cpu_concat_forward(wf_backend *be, size_t rows, int k, const int *widths, float *y,

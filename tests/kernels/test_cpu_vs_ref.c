@@ -906,6 +906,34 @@ static void test_to_u8_rounds_to_even_and_saturates(void)
 	free(y);
 }
 
+/* the global average pool of an int8 tensor equals ref's of its values */
+static void test_gap_of_int8_tensors_matches_ref(void)
+{
+	const int n = 3, hw = 49, c = 70;
+	size_t cnt = (size_t)n * hw * c;
+	uint8_t *q = malloc(cnt);
+	float *x = malloc(cnt * sizeof(float)), y[3 * 70], want[3 * 70];
+	const float scale = 255.0f / 6.0f;
+	for (int u8 = 0; u8 < 2; u8++) {
+		for (size_t i = 0; i < cnt; i++) {
+			int v = u8 ? (int)(i * 37 % 256) : (int)(i * 37 % 256) - 128;
+			q[i] = (uint8_t)v;
+			x[i] = (float)v / scale;
+		}
+		WF_CHECK(wf_op_gap_forward(ref_be, n, hw, c, want, x) == 0);
+		WF_CHECK(wf_op_gap_q8(cpu_be, n, hw, c, y, q, scale, u8) == 0);
+		float worst = 0;
+		for (int i = 0; i < n * c; i++)
+			worst = fmaxf(worst, fabsf(y[i] - want[i]));
+		WF_CHECK_MSG(worst < 1e-5f, "gap_q8 (u8 %d): worst difference %g", u8,
+			     (double)worst);
+	}
+	WF_CHECK_INT(wf_op_gap_q8(ref_be, n, hw, c, y, q, scale, 1), WF_EINVAL);
+	WF_CHECK_INT(wf_op_gap_q8(cpu_be, n, hw, c, y, q, 0.0f, 1), WF_EINVAL);
+	free(q);
+	free(x);
+}
+
 int main(void)
 {
 	wf_err err = {0};
@@ -934,6 +962,7 @@ int main(void)
 	WF_RUN(test_training_fusions_match_ref);
 	WF_RUN(test_max_pool_on_int8_and_bf16_tensors);
 	WF_RUN(test_to_u8_rounds_to_even_and_saturates);
+	WF_RUN(test_gap_of_int8_tensors_matches_ref);
 	wf_backend_free(cpu_be);
 	wf_backend_free(ref_be);
 	return wf_test_summary();
