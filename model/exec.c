@@ -75,7 +75,7 @@ struct wf_exec {
 			 * or a max pool of a relu's output, or a cropping), applies as its
 			 * own padding: runs nothing, aliases its input */
 	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
-	int *same_as;	   /* [nlayers] an earlier relu/relu6 (average pool) of the same input
+	int *same_as;	   /* [nlayers] an earlier relu/relu6 (pool) of the same input
 			    * (and window) whose output this one's is (inference: NASNet applies
 			    * one relu per branch) */
 	float *qx;	   /* [nlayers] conv: int8 input scale (0: runs in float) */
@@ -378,23 +378,23 @@ static void fuse_plan(wf_exec *ex)
 			cur = c;
 		}
 	}
-	/* one relu/relu6 or average pool (of one window) per input: the others
-	 * are the same values (NASNet's branches apply their own relu to one
-	 * tensor, and its normal cells add two equal 3x3 average pools) */
+	/* one relu/relu6 or pool (of one window) per input: the others are the
+	 * same values (NASNet's branches apply their own relu to one tensor, its
+	 * normal cells add two equal 3x3 average pools and its reduction cells
+	 * two equal 3x3 max pools) */
 	for (int i = 0; i < m->nlayers; i++) {
 		const wf_layer *l = &m->layers[i];
+		int pool = l->type == WF_LAYER_AVGPOOL || l->type == WF_LAYER_MAXPOOL;
 		ex->same_as[i] = -1;
-		if ((l->type != WF_LAYER_RELU && l->type != WF_LAYER_RELU6 &&
-		     l->type != WF_LAYER_AVGPOOL) ||
+		if ((l->type != WF_LAYER_RELU && l->type != WF_LAYER_RELU6 && !pool) ||
 		    ex->fuse_into[i] >= 0)
 			continue;
 		for (int k = 0; k < i && ex->same_as[i] < 0; k++) {
 			const wf_layer *o = &m->layers[k];
 			if (o->type == l->type && ex->fuse_into[k] < 0 && ex->same_as[k] < 0 &&
 			    o->inputs[0] == l->inputs[0] &&
-			    (l->type != WF_LAYER_AVGPOOL ||
-			     (o->kh == l->kh && o->kw == l->kw && o->sh == l->sh &&
-			      o->sw == l->sw && o->same == l->same)))
+			    (!pool || (o->kh == l->kh && o->kw == l->kw && o->sh == l->sh &&
+				       o->sw == l->sw && o->same == l->same)))
 				ex->same_as[i] = k, ex->nfused++;
 		}
 	}

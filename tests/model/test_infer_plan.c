@@ -5,10 +5,12 @@
  * resnet20, mobilenetv2, resnet50 and nasnetmobile with batch norm folded as `weft export` does. */
 #include "model/calib.h"
 #include "model/fold.h"
+#include "kernels/ops.h"
 #include "model/model.h"
 #include "tests/test.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -59,6 +61,46 @@ static int logits_pair(wf_backend *be, wf_model *m, int n, float *fused, float *
 	return rc;
 }
 
+/* Pool layers of f with a distinct (input, window): those a plan runs. */
+static int distinct_pools(const wf_model *f)
+{
+	int n = 0;
+	for (int i = 0; i < f->nlayers; i++) {
+		const wf_layer *l = &f->layers[i];
+		int dup = 0;
+		for (int k = 0; k < i && !dup; k++) {
+			const wf_layer *o = &f->layers[k];
+			dup = o->type == l->type && o->inputs[0] == l->inputs[0] &&
+			      o->kh == l->kh && o->kw == l->kw && o->sh == l->sh &&
+			      o->sw == l->sw && o->same == l->same;
+		}
+		n += (l->type == WF_LAYER_MAXPOOL || l->type == WF_LAYER_AVGPOOL) && !dup;
+	}
+	return n;
+}
+
+/* Calls of op in one profiled forward of ex. */
+static double op_calls(wf_exec *ex, const float *x, int n, const char *op)
+{
+	wf_backend *be = wf_exec_backend(ex);
+	char *text = NULL, *at;
+	size_t len = 0;
+	double calls = -1;
+	FILE *f = open_memstream(&text, &len);
+	wf_op_profile_start(be);
+	if (f && wf_exec_forward(ex, x, n, 0, 0) == 0) {
+		wf_op_profile_print(be, f, 1);
+		fflush(f);
+		if ((at = strstr(text, op)) != NULL)
+			calls = strtod(at + strlen(op), NULL);
+	}
+	wf_op_profile_stop(be);
+	if (f)
+		fclose(f);
+	free(text);
+	return calls;
+}
+
 /* The inference plan in precision prec (bf16; int8 on a calibrated model)
  * against the fp32 unfused logits want [k] of the same batch of 3. */
 static void check_precision(wf_backend *be, wf_model *f, const char *name, const char *prec,
@@ -96,9 +138,15 @@ static void check_precision(wf_backend *be, wf_model *f, const char *name, const
 	/* the relus in front of NASNet's separable convs convert the branch sums
 	 * to u8 or bf16 once for the convs that read them (180 of its 192 relus
 	 * are u8 or bf16 tensors; 80, those inside a conv, without that) */
-	if (!strcmp(name, "nasnetmobile"))
+	if (!strcmp(name, "nasnetmobile")) {
 		WF_CHECK_MSG(low >= 150, "%s %s: %d of %d relus in %s", name, prec, low, relus,
 			     want_t);
+		/* equal pools of one input run once (two 3x3 average pools in each
+		 * normal cell, two 3x3 max pools in each reduction cell) */
+		double calls = ex ? op_calls(ex, x, n, "pool_forward") : -1;
+		WF_CHECK_MSG(calls == distinct_pools(f), "%s %s: %g pools ran, %d distinct", name,
+			     prec, calls, distinct_pools(f));
+	}
 	printf("  %s %s: %d of %d relus in %s\n", name, prec, low, relus, want_t);
 	double d = rel_diff(c, want, k);
 	WF_CHECK_MSG(!rc && d < tol, "%s %s: differs from fp32 by %.3g", name, prec, d);
