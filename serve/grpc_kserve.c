@@ -392,8 +392,7 @@ static int fail_why(char *why, size_t cap, int code, const char *fmt, const char
 	return code;
 }
 
-/* The one input tensor of a request into model input. */
-/* The model input of rq into *x: malloc'd, or rq's raw FP32 contents read in
+/* The one input tensor of rq into model input *x: malloc'd, or rq's raw FP32 contents read in
  * place (free it with input_free while rq lives). */
 static int decode_input(const wf_grpc_io *io, const infer_req *rq, float **x, int *n, char *why,
 			size_t cap)
