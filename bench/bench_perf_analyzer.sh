@@ -23,6 +23,9 @@
 # SERVE_ENV (a command prefix for weft-serve: "env OMP_WAIT_POLICY=passive"),
 # PRECISION (fp32; int8: each model exported with --quantize int8, calibrated
 # on 16 synthetic images, served and measured in-process in int8),
+# PA_FLAGS (extra perf_analyzer flags, e.g. "--async": its asynchronous
+# client, a few threads instead of one per concurrent request, takes less of
+# the CPU the server shares with it; default its synchronous client),
 # PEERS (1: each round also runs bench/peers.py, the peer engines in-process
 # at batch MAX_BATCH with THREADS threads, while the server idles, and prints
 # served HTTP throughput / the best peer's, issue 13's serving target >= 1.2;
@@ -62,7 +65,7 @@ cleanup() {
 }
 trap cleanup EXIT
 echo "bench_perf_analyzer: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "224x224x3, cpu, $PRECISION, $THREADS compute threads (weft-serve: $BATCH_THREADS batch thread(s) x $PER_BATCH), batch $MAXB, concurrency $CONC, $REPEATS round(s)"
+echo "224x224x3, cpu, $PRECISION, $THREADS compute threads (weft-serve: $BATCH_THREADS batch thread(s) x $PER_BATCH), batch $MAXB, concurrency $CONC, $REPEATS round(s), perf_analyzer ${PA_FLAGS:-(synchronous)}"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port)
 GRPC=$(free_port)
@@ -100,7 +103,8 @@ for r in $(seq "$REPEATS"); do
 		for proto in http grpc; do
 			url=127.0.0.1:$PORT
 			[ "$proto" = grpc ] && url=127.0.0.1:$GRPC
-			"$PA" -m "$m" -u "$url" -i "$proto" --concurrency-range "$CONC:$CONC" \
+			# shellcheck disable=SC2086
+			"$PA" -m "$m" -u "$url" -i "$proto" ${PA_FLAGS:-} --concurrency-range "$CONC:$CONC" \
 				--measurement-mode time_windows --measurement-interval "$WINDOW" \
 				--stability-percentage 1000 --max-trials 3 --percentile 99 \
 				-f "$TMP/pa-$m-$proto-$r.csv" >"$TMP/pa-$m-$proto-$r.log" 2>&1 ||
