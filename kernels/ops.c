@@ -587,15 +587,22 @@ int wf_op_add_relu_backward(wf_backend *be, size_t n, const float *dy, const flo
 		     be->ops->add_relu_backward(be, n, dy, y, da, ma, db, mb));
 }
 
+/* An int8 tensor op: the backend has it (op), its scale is usable. */
+static int check_q8(wf_backend *be, const char *name, int op, float scale)
+{
+	if (!op)
+		return wf_errf(&be->err, WF_EINVAL, "%s: no int8 tensors on %s", name, be->name);
+	if (!(scale > 0 && scale < 1e30f))
+		return wf_errf(&be->err, WF_EINVAL, "%s: scale %g must be finite and > 0", name,
+			       (double)scale);
+	return 0;
+}
+
 int wf_op_to_u8(wf_backend *be, size_t n, void *y, const float *x, float scale)
 {
 	wf_err_clear(&be->err);
-	if (!be->ops->to_u8)
-		return wf_errf(&be->err, WF_EINVAL, "to_u8: no int8 tensors on %s", be->name);
-	if (!(scale > 0 && scale < 1e30f))
-		return wf_errf(&be->err, WF_EINVAL, "to_u8: scale %g must be finite and > 0",
-			       (double)scale);
-	return TIMED(be, "to_u8", be->ops->to_u8(be, n, y, x, scale));
+	int rc = check_q8(be, "to_u8", be->ops->to_u8 != NULL, scale);
+	return rc ? rc : TIMED(be, "to_u8", be->ops->to_u8(be, n, y, x, scale));
 }
 
 int wf_op_accumulate(wf_backend *be, size_t n, float *y, const float *x)
@@ -663,11 +670,8 @@ int wf_op_gap_q8(wf_backend *be, int n, int hw, int c, float *y, const void *x, 
 {
 	wf_err_clear(&be->err);
 	int rc = check_gap(be, n, hw, c);
-	if (!rc && !be->ops->gap_q8)
-		rc = wf_errf(&be->err, WF_EINVAL, "gap_q8: no int8 tensors on %s", be->name);
-	if (!rc && !(scale > 0 && scale < 1e30f))
-		rc = wf_errf(&be->err, WF_EINVAL, "gap_q8: scale %g must be finite and > 0",
-			     (double)scale);
+	if (!rc)
+		rc = check_q8(be, "gap_q8", be->ops->gap_q8 != NULL, scale);
 	return rc ? rc : TIMED(be, "gap_q8", be->ops->gap_q8(be, n, hw, c, y, x, scale, u8));
 }
 

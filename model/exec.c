@@ -201,8 +201,10 @@ static int sole_consumer(const wf_model *m, int j)
 	return who;
 }
 
-/* Is layer j's output (through fusion aliases) kept in bf16? */
-static int is_bf16(const wf_exec *ex, int j)
+/* The layer whose plan entries (out_bf16, qy, qyu8) say how layer j's
+ * output is kept: through a padding its reader applies, the layer j is
+ * fused into, an equal earlier layer (same_as). */
+static int planned_at(const wf_exec *ex, int j)
 {
 	if (ex->pad_skip[j])
 		j = ex->m->layers[j].inputs[0];
@@ -210,7 +212,13 @@ static int is_bf16(const wf_exec *ex, int j)
 		j = ex->fuse_into[j];
 	if (ex->same_as && ex->same_as[j] >= 0)
 		j = ex->same_as[j];
-	return ex->out_bf16[j];
+	return j;
+}
+
+/* Is layer j's output (through fusion aliases) kept in bf16? */
+static int is_bf16(const wf_exec *ex, int j)
+{
+	return ex->out_bf16[planned_at(ex, j)];
 }
 
 /* The layer whose own memory holds layer j's output. */
@@ -507,16 +515,10 @@ static int tensor_q(const wf_exec *ex, int j, float *scale, char *u8)
 	return 1;
 }
 
-/* The layer whose qy/qyu8 say how layer j's output (through fusion
- * aliases) is kept quantised; -1 when it is float. */
+/* planned_at(j) when layer j's output is kept quantised, else -1. */
 static int q_producer(const wf_exec *ex, int j)
 {
-	if (ex->pad_skip[j])
-		j = ex->m->layers[j].inputs[0];
-	if (ex->fuse_into[j] >= 0)
-		j = ex->fuse_into[j];
-	if (ex->same_as && ex->same_as[j] >= 0)
-		j = ex->same_as[j];
+	j = planned_at(ex, j);
 	return ex->qy[j] > 0 ? j : -1;
 }
 
