@@ -98,10 +98,15 @@ typedef struct wf_pool_desc {
 	int oh, ow;	    /* output */
 	int kh, kw, sh, sw; /* window and strides */
 	int pt, pb, pl, pr; /* padding; max ignores it, avg excludes it from the count */
-	/* Max pooling forward only (0 elsewhere; wf_pool_desc_init zeroes them):
-	 * q8 (backends with WF_CAP_INT8): 1: x and y are u8, 2: s8, both in one
-	 * scale (a max needs no rescaling); io_bf16 (bf16 backends): 1: x and y
-	 * are bf16. */
+	/* Max pooling, and pooling of a 1x1 window, forward only (0 elsewhere;
+	 * wf_pool_desc_init zeroes them): q8 (backends with WF_CAP_INT8): 1: x
+	 * and y are u8, 2: s8, both in one scale (a max, or a window of one
+	 * pixel, needs no rescaling); io_bf16 (bf16 backends): 1: x and y are
+	 * bf16.
+	 * A 1x1 window picks pixel (i*sh - pt, j*sw - pl) for output (i, j);
+	 * on backends with fused inference plans (conv2d_forward_fused) its
+	 * forward also takes negative pt/pl (a cropping in front of it) and any
+	 * pb/pr, a pixel outside the input then being zero. */
 	int q8;
 	int io_bf16;
 } wf_pool_desc;

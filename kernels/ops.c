@@ -276,25 +276,34 @@ static int check_pool(wf_backend *be, const wf_pool_desc *d)
 	CHECK_POS(op, d, kw);
 	CHECK_POS(op, d, sh);
 	CHECK_POS(op, d, sw);
-	CHECK_NONNEG(op, d, pt);
-	CHECK_NONNEG(op, d, pb);
-	CHECK_NONNEG(op, d, pl);
-	CHECK_NONNEG(op, d, pr);
-	if (d->pt >= d->kh || d->pb >= d->kh || d->pl >= d->kw || d->pr >= d->kw)
-		return wf_errf(
-			&be->err, WF_EINVAL,
-			"pool: padding t%d b%d l%d r%d must be smaller than the window %dx%d",
-			d->pt, d->pb, d->pl, d->pr, d->kh, d->kw);
-	if (d->q8 &&
-	    (d->q8 < 0 || d->q8 > 2 || d->kind != WF_POOL_MAX || !(be->caps & WF_CAP_INT8)))
+	/* a 1x1 window picks one pixel (kernels.h): values kept, any offset */
+	int pick = d->kh == 1 && d->kw == 1 && be->ops->conv2d_forward_fused;
+	if (pick && (d->pt <= -d->h || d->pl <= -d->w || d->pb <= -d->h || d->pr <= -d->w))
+		return wf_errf(&be->err, WF_EINVAL,
+			       "pool: a 1x1 window's cropping t%d b%d l%d r%d leaves nothing of "
+			       "the %dx%d input",
+			       -d->pt, -d->pb, -d->pl, -d->pr, d->h, d->w);
+	if (!pick) {
+		CHECK_NONNEG(op, d, pt);
+		CHECK_NONNEG(op, d, pb);
+		CHECK_NONNEG(op, d, pl);
+		CHECK_NONNEG(op, d, pr);
+		if (d->pt >= d->kh || d->pb >= d->kh || d->pl >= d->kw || d->pr >= d->kw)
+			return wf_errf(&be->err, WF_EINVAL,
+				       "pool: padding t%d b%d l%d r%d must be smaller than the "
+				       "window %dx%d",
+				       d->pt, d->pb, d->pl, d->pr, d->kh, d->kw);
+	}
+	int keeps = d->kind == WF_POOL_MAX || pick; /* values pass through unchanged */
+	if (d->q8 && (d->q8 < 0 || d->q8 > 2 || !keeps || !(be->caps & WF_CAP_INT8)))
 		return wf_errf(&be->err, WF_EINVAL,
 			       "pool: q8=%d (int8 tensors) is 1 (u8) or 2 (s8), for max pooling "
-			       "on a backend with int8 (%s has %s)",
+			       "or a 1x1 window on a backend with int8 (%s has %s)",
 			       d->q8, be->name, be->caps & WF_CAP_INT8 ? "it" : "none");
-	if (d->io_bf16 && (d->io_bf16 != 1 || d->q8 || d->kind != WF_POOL_MAX || !be->bf16))
+	if (d->io_bf16 && (d->io_bf16 != 1 || d->q8 || !keeps || !be->bf16))
 		return wf_errf(&be->err, WF_EINVAL,
-			       "pool: io_bf16=%d (bf16 tensors) is 1, for max pooling on a backend "
-			       "computing in bf16 (%s: %s)",
+			       "pool: io_bf16=%d (bf16 tensors) is 1, for max pooling or a 1x1 "
+			       "window on a backend computing in bf16 (%s: %s)",
 			       d->io_bf16, be->name, be->bf16 ? "bf16" : "not bf16");
 	int oh = window_out(d->h, d->pt, d->pb, d->kh, d->sh, 1);
 	int ow = window_out(d->w, d->pl, d->pr, d->kw, d->sw, 1);
@@ -650,11 +659,11 @@ int wf_op_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, f
 {
 	wf_err_clear(&be->err);
 	int rc = check_pool(be, d);
-	if (!rc && (d->q8 || d->io_bf16))
+	if (!rc && (d->q8 || d->io_bf16 || d->pt < 0 || d->pb < 0 || d->pl < 0 || d->pr < 0))
 		rc = wf_errf(&be->err, WF_EINVAL,
-			     "pool backward: q8=%d io_bf16=%d: int8 and bf16 tensors are forward "
-			     "only",
-			     d->q8, d->io_bf16);
+			     "pool backward: q8=%d io_bf16=%d padding t%d b%d l%d r%d: int8 and "
+			     "bf16 tensors and cropping are forward only",
+			     d->q8, d->io_bf16, d->pt, d->pb, d->pl, d->pr);
 	return rc ? rc
 		  : TIMED(be, "pool_backward", be->ops->pool_backward(be, plan, d, dx, dy, x, y));
 }

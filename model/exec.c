@@ -73,7 +73,8 @@ struct wf_exec {
 	char *out_bf16; /* [nlayers] conv (training: also bn): its output is kept in bf16 */
 	char *pad_skip; /* [nlayers] zero padding that its sole consumer, a conv (inference:
 			 * or a max pool of a relu's output, or a cropping), applies as its
-			 * own padding: runs nothing, aliases its input */
+			 * own padding, or (inference) a cropping that its sole consumer, a
+			 * 1x1 pool, applies as its offset: runs nothing, aliases its input */
 	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
 	int *same_as;	   /* [nlayers] an earlier relu/relu6 (pool) of the same input
 			    * (and window) whose output this one's is (inference: NASNet applies
@@ -206,7 +207,7 @@ static int sole_consumer(const wf_model *m, int j)
  * fused into, an equal earlier layer (same_as). */
 static int planned_at(const wf_exec *ex, int j)
 {
-	if (ex->pad_skip[j])
+	while (ex->pad_skip[j])
 		j = ex->m->layers[j].inputs[0];
 	if (ex->fuse_into[j] >= 0)
 		j = ex->fuse_into[j];
@@ -263,34 +264,49 @@ static int conv_reader(const wf_exec *ex, int k)
 	return k >= 0 && ex->m->layers[k].type == WF_LAYER_CONV2D ? k : -1;
 }
 
-/* The max pool that reads layer k's output: k itself, or the pool whose
- * padding k is (pad_skip); else -1. */
+/* A pool of a 1x1 window: it picks pixels (kernels.h, wf_pool_desc). */
+static int is_pick(const wf_layer *l)
+{
+	return (l->type == WF_LAYER_MAXPOOL || l->type == WF_LAYER_AVGPOOL) && l->kh == 1 &&
+	       l->kw == 1;
+}
+
+/* The pool that reads layer k's output and keeps its values (a max pool, a
+ * pick): k itself, or the pool whose padding or cropping k is (pad_skip);
+ * else -1. */
 static int pool_reader(const wf_exec *ex, int k)
 {
-	if (ex->pad_skip[k])
+	while (k >= 0 && ex->pad_skip[k])
 		k = sole_consumer(ex->m, k);
-	return k >= 0 && ex->m->layers[k].type == WF_LAYER_MAXPOOL ? k : -1;
+	return k >= 0 && (ex->m->layers[k].type == WF_LAYER_MAXPOOL || is_pick(&ex->m->layers[k]))
+		       ? k
+		       : -1;
 }
 
 /* Do only convs (int8: int8 convs) read layer j's output, each as its
- * input (through a padding it applies)? */
-static int read_by_convs(const wf_exec *ex, int j, int int8)
+ * input (through a padding it applies), or (pools) pools that keep the
+ * values (pool_reader) and that only such convs read? */
+static int read_by_convs(const wf_exec *ex, int j, int int8, int pools)
 {
 	const wf_model *m = ex->m;
 	int ok = j != m->output;
 	for (int k = j + 1; ok && k < m->nlayers; k++)
 		for (int e = 0; e < m->layers[k].ninputs; e++)
 			if (m->layers[k].inputs[e] == j) {
-				int c = conv_reader(ex, k);
-				ok &= e == 0 && c >= 0 && (!int8 || ex->qx[c] > 0);
+				int c = conv_reader(ex, k), p = pool_reader(ex, k);
+				if (pools && c < 0 && p >= 0)
+					ok &= read_by_convs(ex, p, int8, 0);
+				else
+					ok &= e == 0 && c >= 0 && (!int8 || ex->qx[c] > 0);
 			}
 	return ok;
 }
 
 /* Is r a relu/relu6 of its own (not inside a conv, not an alias of another)
  * that, with the relus aliasing it (same_as), only convs (int8: int8 convs)
- * read? Such a relu can write the convs' input type for all of them. */
-static int relu_read_by_convs(const wf_exec *ex, int r, int int8)
+ * read, or (pools) pools that only such convs read? Such a relu can write
+ * the convs' input type for all of them. */
+static int relu_read_by_convs(const wf_exec *ex, int r, int int8, int pools)
 {
 	const wf_model *m = ex->m;
 	wf_layer_type t = m->layers[r].type;
@@ -300,7 +316,7 @@ static int relu_read_by_convs(const wf_exec *ex, int r, int int8)
 	int ok = 1;
 	for (int k = r; ok && k < m->nlayers; k++)
 		if (k == r || ex->same_as[k] == r)
-			ok &= read_by_convs(ex, k, int8);
+			ok &= read_by_convs(ex, k, int8, pools);
 	return ok;
 }
 
@@ -311,13 +327,21 @@ static int relu_read_by_convs(const wf_exec *ex, int r, int int8)
  * inference a max pool applies it too when its input is a relu's output:
  * zeros then never exceed a window's real values (ResNet50's pool1_pad,
  * a copy of 32x64x112x112 floats at batch 32), and a cropping, as one
- * shifted copy (NASNet's adjust blocks pad by one and crop by one). */
+ * shifted copy (NASNet's adjust blocks pad by one and crop by one). A
+ * cropping (inference) that only a pick (is_pick) reads is that pool's
+ * offset: NASNet's adjust blocks then pool 1x1 with stride 2, so the pool
+ * picks every other pixel of the uncropped input, shifted by one. */
 static void skip_pads(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
 	for (int i = 0; i < m->nlayers; i++) {
 		const wf_layer *l = &m->layers[i];
 		int c = sole_consumer(m, i);
+		if (!ex->training && l->type == WF_LAYER_CROP && c >= 0 && is_pick(&m->layers[c])) {
+			ex->pad_skip[i] = 1;
+			ex->nfused++;
+			continue;
+		}
 		if (l->type != WF_LAYER_ZEROPAD || l->pad[0] < 0 || l->pad[1] < 0 ||
 		    l->pad[2] < 0 || l->pad[3] < 0 || c < 0)
 			continue;
@@ -423,7 +447,7 @@ static void fuse_plan(wf_exec *ex)
 					continue;
 				int p = pool_reader(ex, j);
 				if (p >= 0 && pool < 0) {
-					all &= read_by_convs(ex, p, 0);
+					all &= read_by_convs(ex, p, 0, 0);
 					pool = p;
 					continue;
 				}
@@ -442,7 +466,7 @@ static void fuse_plan(wf_exec *ex)
 	 * relus of branch sums in front of two or three separable convs */
 	int relu16 = ex->be->bf16 && wf_backend_caps_of(ex->be).train_fuse;
 	for (int r = 0; relu16 && r < m->nlayers; r++)
-		if (relu_read_by_convs(ex, r, 0) && !is_bf16(ex, m->layers[r].inputs[0]))
+		if (relu_read_by_convs(ex, r, 0, 0) && !is_bf16(ex, m->layers[r].inputs[0]))
 			ex->out_bf16[r] = 1;
 	plan_inplace(ex);
 }
@@ -499,12 +523,12 @@ static void train_fuse_plan(wf_exec *ex)
 /* The int8 quantisation of layer j's output: symmetric, u8 with scale
  * 255 / max when its calibration range is >= 0, else s8 with 127 / max |x|.
  * A zero padding applied inside its conv adds zeros only, and a max pool
- * picks among its input's values: their input's (so an int8 max pool needs
- * no rescaling). 0 when the layer has no range. */
+ * or a pick (is_pick) picks among its input's values: their input's (so an
+ * int8 max pool needs no rescaling). 0 when the layer has no range. */
 static int tensor_q(const wf_exec *ex, int j, float *scale, char *u8)
 {
 	const wf_model *m = ex->m;
-	while (ex->pad_skip[j] || m->layers[j].type == WF_LAYER_MAXPOOL)
+	while (ex->pad_skip[j] || m->layers[j].type == WF_LAYER_MAXPOOL || is_pick(&m->layers[j]))
 		j = m->layers[j].inputs[0];
 	const wf_layer *l = &m->layers[j];
 	if (!l->has_range)
@@ -552,13 +576,19 @@ static void plan_int8(wf_exec *ex)
 	 * quantising it into u8 from its range (>= 0): it converts its input to
 	 * u8 once for all of them; the conversion's saturation at 0 (and at the
 	 * range's top, <= 6 for relu6) is the relu. NASNet applies a relu to a
-	 * branch sum in front of two or three separable convs. */
+	 * branch sum in front of two or three separable convs, and one to its
+	 * stem's output in front of four convs and two 1x1 average pools of
+	 * stride 2 (its adjust block's), which then pick u8 values. */
 	for (int r = 0; r < m->nlayers; r++) {
 		float q;
 		char u8 = 0;
-		if (relu_read_by_convs(ex, r, 1) && !is_q(ex, m->layers[r].inputs[0]) &&
-		    tensor_q(ex, r, &q, &u8) && u8)
-			ex->qy[r] = q, ex->qyu8[r] = 1;
+		if (!relu_read_by_convs(ex, r, 1, 1) || is_q(ex, m->layers[r].inputs[0]) ||
+		    !tensor_q(ex, r, &q, &u8) || !u8)
+			continue;
+		ex->qy[r] = q, ex->qyu8[r] = 1;
+		for (int p = r + 1; p < m->nlayers; p++)
+			if (pool_reader(ex, p) == p && planned_at(ex, m->layers[p].inputs[0]) == r)
+				ex->qy[p] = q, ex->qyu8[p] = 1;
 	}
 	for (int i = 0; i < m->nlayers; i++) {
 		if (ex->qx[i] == 0)
@@ -582,7 +612,7 @@ static void plan_int8(wf_exec *ex)
 					continue;
 				int p = pool_reader(ex, k);
 				if (p >= 0 && pool < 0) {
-					ok &= read_by_convs(ex, p, 1);
+					ok &= read_by_convs(ex, p, 1, 0);
 					pool = p;
 					continue;
 				}
@@ -964,9 +994,14 @@ static void pool_desc(const wf_exec *ex, int i, int n, wf_pool_desc *d)
 	const wf_layer *l = &ex->m->layers[i], *x = &ex->m->layers[l->inputs[0]];
 	wf_pool_desc_init(d, l->type == WF_LAYER_MAXPOOL ? WF_POOL_MAX : WF_POOL_AVG, n, x->oh,
 			  x->ow, x->oc, l->kh, l->kw, l->sh, l->sw, l->same);
-	if (ex->pad_skip && ex->pad_skip[l->inputs[0]]) { /* read the unpadded input */
-		d->h -= x->pad[0] + x->pad[1], d->w -= x->pad[2] + x->pad[3];
-		d->pt = x->pad[0], d->pb = x->pad[1], d->pl = x->pad[2], d->pr = x->pad[3];
+	/* read the input of the padding (and cropping, in front of a pick) it applies */
+	for (int j = l->inputs[0]; ex->pad_skip && ex->pad_skip[j];
+	     j = ex->m->layers[j].inputs[0]) {
+		const wf_layer *p = &ex->m->layers[j], *px = &ex->m->layers[p->inputs[0]];
+		int s = p->type == WF_LAYER_CROP ? -1 : 1;
+		d->h = px->oh, d->w = px->ow;
+		d->pt += s * p->pad[0], d->pb += s * p->pad[1];
+		d->pl += s * p->pad[2], d->pr += s * p->pad[3];
 	}
 	if (ex->qy && ex->qy[i] > 0)
 		d->q8 = ex->qyu8[i] ? 1 : 2;

@@ -385,6 +385,31 @@ int wf_cpu_pad_backward(wf_backend *be, const wf_pad_desc *d, float *dx, const f
 	return 0;
 }
 
+int wf_cpu_pool_pick(const wf_pool_desc *d, void *y, const void *x, size_t esize)
+{
+	size_t px = (size_t)d->c * esize; /* bytes a pixel */
+#pragma omp parallel for collapse(2) if ((size_t)d->n * d->oh * d->ow * d->c > PAR_MIN)            \
+	schedule(static)
+	for (int i = 0; i < d->n; i++)
+		for (int r = 0; r < d->oh; r++) {
+			char *dst = (char *)y + ((size_t)i * d->oh + r) * d->ow * px;
+			int sr = r * d->sh - d->pt;
+			if (sr < 0 || sr >= d->h) {
+				memset(dst, 0, d->ow * px);
+				continue;
+			}
+			const char *src = (const char *)x + ((size_t)i * d->h + sr) * d->w * px;
+			for (int j = 0; j < d->ow; j++) {
+				int sc = j * d->sw - d->pl;
+				if (sc < 0 || sc >= d->w)
+					memset(dst + j * px, 0, px);
+				else
+					memcpy(dst + j * px, src + (size_t)sc * px, px);
+			}
+		}
+	return 0;
+}
+
 /* ---- dropout ----------------------------------------------------------- */
 
 int wf_cpu_dropout_forward(wf_backend *be, size_t n, float rate, uint64_t seed, float *y,

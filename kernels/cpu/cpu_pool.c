@@ -1,6 +1,7 @@
 /* cpu_pool.c: the cpu backend's max and average pooling as oneDNN
  * primitives inside plans. */
 #include "kernels/cpu/cpu_priv.h"
+#include "kernels/cpu/cpu_loops.h"
 
 #include <string.h>
 
@@ -51,6 +52,8 @@ int wf_cpu_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, f
 			const float *x)
 {
 	use_threads(be);
+	if (d->kh == 1 && d->kw == 1) /* one pixel per window: a strided copy */
+		return wf_cpu_pool_pick(d, y, x, d->q8 ? 1 : d->io_bf16 ? 2 : sizeof(float));
 	wf_plan *pl = NULL;
 	int rc = wf_cpu_plan_part(be, plan, PLAN_POOL, d, sizeof(*d), PART_FWD, pool_build_fwd, 0,
 				  &pl);

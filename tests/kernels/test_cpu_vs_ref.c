@@ -879,6 +879,54 @@ static void test_max_pool_on_int8_and_bf16_tensors(void)
 	free(x), free(want), free(got), free(x8), free(y8), free(xh), free(yh);
 }
 
+/* A 1x1 pool picks pixels: with a cropping folded in (NASNet's adjust
+ * blocks: pad by one at the bottom and right, crop one at the top and left,
+ * average 1x1 with stride 2; an odd size, so the last pick lies in the
+ * padding) it equals ref's crop then pool, on f32, u8 and bf16 tensors
+ * alike; ref (no inference plans) and the backward refuse the cropping. */
+static void test_pick_pool_applies_a_cropping(void)
+{
+	const int n = 2, h = 7, w = 8, c = 12;
+	wf_pad_desc crop = {.n = n, .h = h, .w = w, .c = c, .pt = -1, .pb = 1, .pl = -1, .pr = 1};
+	wf_pool_desc d, qd;
+	wf_pool_desc_init(&d, WF_POOL_AVG, n, h, w, c, 1, 1, 2, 2, 0);
+	qd = d;
+	qd.pt = qd.pl = -1, qd.pb = qd.pr = 1; /* the same output size: 4x4 */
+	size_t nx = (size_t)n * h * w * c, ny = (size_t)n * 4 * 4 * c;
+	float *x = rnd(nx, 93), *xc = calloc(nx, 4), *want = calloc(ny, 4), *got = calloc(ny, 4);
+	uint8_t *x8 = calloc(nx, 1), *y8 = calloc(ny, 1);
+	uint16_t *xh = calloc(nx, 2), *yh = calloc(ny, 2);
+	for (size_t i = 0; i < nx; i++) /* u8 values, exact in bf16 too */
+		x[i] = fminf(roundf(fabsf(x[i]) * 80), 255), x8[i] = (uint8_t)x[i];
+	wf_plan *cp = NULL, *rp = NULL;
+	WF_CHECK(wf_op_pad_forward(ref_be, &crop, xc, x) == 0);
+	WF_CHECK(wf_op_pool_forward(ref_be, &rp, &d, want, xc) == 0);
+	WF_CHECK(wf_op_pool_forward(cpu_be, &cp, &qd, got, x) == 0);
+	WF_CHECK_MSG(max_rel_diff(got, want, ny) == 0, "1x1 pool with a cropping, f32");
+	WF_CHECK(want[(size_t)(3 * 4 + 3) * c] == 0 && want[c] != 0); /* a pick in the padding */
+	WF_CHECK_INT(wf_op_pool_forward(ref_be, &rp, &qd, got, x), WF_EINVAL);
+	WF_CHECK_INT(wf_op_pool_backward(cpu_be, &cp, &qd, x, want, x, want), WF_EINVAL);
+	wf_backend_set_precision(cpu_be, "int8", NULL, NULL);
+	qd.q8 = 1;
+	WF_CHECK(wf_op_pool_forward(cpu_be, &cp, &qd, (float *)y8, (float *)x8) == 0);
+	for (size_t i = 0; i < ny; i++)
+		got[i] = y8[i];
+	WF_CHECK_MSG(max_rel_diff(got, want, ny) == 0, "1x1 pool with a cropping, u8");
+	wf_backend_set_precision(cpu_be, "fp32", NULL, NULL);
+	if (cpu_be->caps & WF_CAP_BF16) {
+		WF_CHECK(wf_backend_set_precision(cpu_be, "bf16", NULL, NULL) == 0);
+		qd.q8 = 0, qd.io_bf16 = 1;
+		to_bf16(xh, x, nx);
+		WF_CHECK(wf_op_pool_forward(cpu_be, &cp, &qd, (float *)yh, (float *)xh) == 0);
+		from_bf16(got, yh, ny);
+		WF_CHECK_MSG(max_rel_diff(got, want, ny) == 0, "1x1 pool with a cropping, bf16");
+		wf_backend_set_precision(cpu_be, "fp32", NULL, NULL);
+	}
+	wf_backend_plan_free(cpu_be, &cp);
+	wf_backend_plan_free(ref_be, &rp);
+	free(x), free(xc), free(want), free(got), free(x8), free(y8), free(xh), free(yh);
+}
+
 /* to_u8 (a relu read by int8 convs): x * scale to nearest, ties to even,
  * saturated to [0, 255], NaN to 0, over enough values for the threads; ref
  * has no int8 tensors, and a scale must be finite and positive. */
@@ -961,6 +1009,7 @@ int main(void)
 	WF_RUN(test_bf16_conv_backward_reuses_only_current_copies);
 	WF_RUN(test_training_fusions_match_ref);
 	WF_RUN(test_max_pool_on_int8_and_bf16_tensors);
+	WF_RUN(test_pick_pool_applies_a_cropping);
 	WF_RUN(test_to_u8_rounds_to_even_and_saturates);
 	WF_RUN(test_gap_of_int8_tensors_matches_ref);
 	wf_backend_free(cpu_be);

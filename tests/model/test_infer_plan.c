@@ -120,7 +120,7 @@ static void check_precision(wf_backend *be, wf_model *f, const char *name, const
 	/* ResNet50's max pool (its padding inside) reads and writes conv1's
 	 * tensor type: u8 after a relu, or bf16 */
 	const char *want_t = !strcmp(prec, "int8") ? "u8" : "bf16";
-	int relus = 0, low = 0;
+	int relus = 0, low = 0, picks = 0, low_picks = 0;
 	for (int i = 0; ex && i < f->nlayers; i++) {
 		const wf_layer *l = &f->layers[i];
 		/* ... and int8: the last block's output, which only the global
@@ -134,6 +134,9 @@ static void check_precision(wf_backend *be, wf_model *f, const char *name, const
 		const char *t = wf_exec_layer_dtype(ex, i);
 		relus += l->type == WF_LAYER_RELU;
 		low += l->type == WF_LAYER_RELU && t && !strcmp(t, want_t);
+		int pick = l->type == WF_LAYER_AVGPOOL && l->kh == 1 && l->kw == 1;
+		picks += pick;
+		low_picks += pick && t && !strcmp(t, want_t);
 	}
 	/* the relus in front of NASNet's separable convs convert the branch sums
 	 * to u8 or bf16 once for the convs that read them (180 of its 192 relus
@@ -146,6 +149,15 @@ static void check_precision(wf_backend *be, wf_model *f, const char *name, const
 		double calls = ex ? op_calls(ex, x, n, "pool_forward") : -1;
 		WF_CHECK_MSG(calls == distinct_pools(f), "%s %s: %g pools ran, %d distinct", name,
 			     prec, calls, distinct_pools(f));
+		/* the adjust blocks' croppings run inside their 1x1 pools (only the
+		 * four reduction cells' paddings read by two pools run), and in
+		 * int8 those pools pick u8 values of the relu before them */
+		calls = ex ? op_calls(ex, x, n, "pad_forward") : -1;
+		WF_CHECK_MSG(calls == 4, "%s %s: %g paddings and croppings ran, not 4", name, prec,
+			     calls);
+		if (!strcmp(prec, "int8"))
+			WF_CHECK_MSG(picks > 0 && low_picks == picks,
+				     "%s int8: %d of %d 1x1 pools in u8", name, low_picks, picks);
 	}
 	printf("  %s %s: %d of %d relus in %s\n", name, prec, low, relus, want_t);
 	double d = rel_diff(c, want, k);
