@@ -233,6 +233,10 @@ typedef struct wf_backend_ops {
 	/* Channel concat: xs[i] is [rows, widths[i]], y is [rows, sum widths]. */
 	int (*concat_forward)(wf_backend *be, size_t rows, int k, const int *widths, float *y,
 			      const float *const *xs);
+	/* The same, y u8 as to_u8 makes it (WF_CAP_INT8; NULL elsewhere): a
+	 * concat that only a relu read by int8 convs reads. */
+	int (*concat_u8)(wf_backend *be, size_t rows, int k, const int *widths, void *y,
+			 const float *const *xs, float scale);
 	/* Split dy back; dxs[i] may be NULL (no gradient wanted). */
 	int (*concat_backward)(wf_backend *be, size_t rows, int k, const int *widths,
 			       float *const *dxs, const float *dy);

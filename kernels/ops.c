@@ -636,6 +636,16 @@ int wf_op_concat_forward(wf_backend *be, size_t rows, int k, const int *widths, 
 			  be->ops->concat_forward(be, rows, k, widths, y, xs));
 }
 
+int wf_op_concat_u8(wf_backend *be, size_t rows, int k, const int *widths, void *y,
+		    const float *const *xs, float scale)
+{
+	wf_err_clear(&be->err);
+	int rc = check_concat(be, k, widths);
+	rc = rc ? rc : check_q8(be, "concat_u8", be->ops->concat_u8 != NULL, scale);
+	return rc ? rc
+		  : TIMED(be, "concat_u8", be->ops->concat_u8(be, rows, k, widths, y, xs, scale));
+}
+
 int wf_op_concat_backward(wf_backend *be, size_t rows, int k, const int *widths, float *const *dxs,
 			  const float *dy)
 {

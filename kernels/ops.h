@@ -80,6 +80,8 @@ int wf_op_accumulate(wf_backend *be, size_t n, float *y, const float *x);
 int wf_op_scale(wf_backend *be, size_t n, float *y, const float *x, float alpha);
 int wf_op_concat_forward(wf_backend *be, size_t rows, int k, const int *widths, float *y,
 			 const float *const *xs);
+int wf_op_concat_u8(wf_backend *be, size_t rows, int k, const int *widths, void *y,
+		    const float *const *xs, float scale);
 int wf_op_concat_backward(wf_backend *be, size_t rows, int k, const int *widths, float *const *dxs,
 			  const float *dy);
 int wf_op_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *y,

@@ -66,7 +66,8 @@ struct wf_exec {
 	 * from a conv through its batch norm (and relu) to the next conv or add,
 	 * their gradients bf16 too */
 	int tfused;
-	int *fuse_into; /* [nlayers] the conv a relu/add layer is fused into, else -1
+	int *fuse_into; /* [nlayers] the conv a relu/add layer is fused into (int8: or the
+			 * concat a u8 relu is), else -1
 			 * (training: the batch norm or add a relu is fused into) */
 	int *fuse_res;	/* [nlayers] conv: the residual layer it adds, else -1 */
 	char *fuse_act; /* [nlayers] conv: 0 none, 1 relu, 2 relu6 (training: bn or add, 1 relu) */
@@ -628,6 +629,28 @@ static void plan_int8(wf_exec *ex)
 	for (int i = 0; i < m->nlayers; i++)
 		if (ex->res_inplace[i] && is_q(ex, ex->fuse_res[i]) != (ex->qy[i] > 0))
 			ex->res_inplace[i] = 0;
+	/* a concat that only one u8 relu (with the relus aliasing it) reads
+	 * writes that relu's u8 tensor itself: NASNet's cell outputs, each read
+	 * by the next cell's relu and the adjust block's of the one after (the
+	 * float concat was written and read once more only to be converted) */
+	for (int c = 0; ex->be->ops->concat_u8 && c < m->nlayers; c++) {
+		if (m->layers[c].type != WF_LAYER_CONCAT || c == m->output)
+			continue;
+		int r = -1, ok = 1;
+		for (int k = c + 1; ok && k < m->nlayers; k++)
+			for (int e = 0; e < m->layers[k].ninputs; e++)
+				if (m->layers[k].inputs[e] == c) {
+					int a = ex->same_as[k] >= 0 ? ex->same_as[k] : k;
+					ok &= (r < 0 || a == r) && ex->qy[a] > 0 && ex->qyu8[a] &&
+					      ex->fuse_into[a] < 0;
+					r = a;
+				}
+		if (ok && r >= 0) {
+			ex->fuse_into[r] = c;
+			ex->qy[c] = ex->qy[r], ex->qyu8[c] = 1;
+			ex->nfused++;
+		}
+	}
 }
 
 /* Plan the activation arena; returns its size in bytes. */
@@ -1107,6 +1130,9 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 			widths[k] = m->layers[l->inputs[k]].oc;
 			xs[k] = ex->act[l->inputs[k]];
 		}
+		if (ex->qy && ex->qy[i] > 0) /* the u8 relu reading it (plan_int8) */
+			return wf_op_concat_u8(be, (size_t)n * l->oh * l->ow, l->ninputs, widths, y,
+					       xs, ex->qy[i]);
 		return wf_op_concat_forward(be, (size_t)n * l->oh * l->ow, l->ninputs, widths, y,
 					    xs);
 	}
@@ -1598,12 +1624,8 @@ const char *wf_exec_layer_dtype(const wf_exec *ex, int i)
 		return NULL;
 	if (ex->fuse_into && is_bf16(ex, i))
 		return "bf16";
-	if (ex->qy && is_q(ex, i)) {
-		float q;
-		char u8 = 0;
-		tensor_q(ex, i, &q, &u8);
-		return u8 ? "u8" : "s8";
-	}
+	if (ex->qy && is_q(ex, i))
+		return ex->qyu8[q_producer(ex, i)] ? "u8" : "s8";
 	return "f32";
 }
 

@@ -54,6 +54,10 @@ THREADED(scale, (wf_backend * be, size_t n, float *y, const float *x, float alph
 THREADED(concat_forward,
 	 (wf_backend * be, size_t rows, int k, const int *widths, float *y, const float *const *xs),
 	 (be, rows, k, widths, y, xs))
+THREADED(concat_u8,
+	 (wf_backend * be, size_t rows, int k, const int *widths, void *y, const float *const *xs,
+	  float scale),
+	 (be, rows, k, widths, y, xs, scale))
 THREADED(concat_backward,
 	 (wf_backend * be, size_t rows, int k, const int *widths, float *const *dxs,
 	  const float *dy),
@@ -127,6 +131,7 @@ static const wf_backend_ops cpu_ops = {
 	.to_u8 = threaded_to_u8,
 	.add_relu_backward = threaded_add_relu_backward,
 	.concat_forward = threaded_concat_forward,
+	.concat_u8 = threaded_concat_u8,
 	.concat_backward = threaded_concat_backward,
 	.pool_forward = wf_cpu_pool_forward,
 	.pool_backward = wf_cpu_pool_backward,

@@ -197,18 +197,23 @@ int wf_cpu_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act)
 	return 0;
 }
 
+/* x * scale to nearest even, saturated to [0, 255]; NaN gives 0. */
+static inline uint8_t u8_of(float x, float scale)
+{
+	const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds [0, 255] to integers,
+					  * ties to even */
+	float v = x * scale;
+	v = v > 0.0f ? v : 0.0f; /* NaN: 0 */
+	v = v < 255.0f ? v : 255.0f;
+	return (uint8_t)(int)((v + magic) - magic);
+}
+
 int wf_cpu_to_u8(wf_backend *be, size_t n, void *y, const float *x, float scale)
 {
 	uint8_t *q = y;
-	const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds [0, 255] to integers,
-					  * ties to even */
 #pragma omp parallel for if (n > PAR_MIN) schedule(static)
-	for (size_t i = 0; i < n; i++) {
-		float v = x[i] * scale;
-		v = v > 0.0f ? v : 0.0f; /* NaN: 0 */
-		v = v < 255.0f ? v : 255.0f;
-		q[i] = (uint8_t)(int)((v + magic) - magic);
-	}
+	for (size_t i = 0; i < n; i++)
+		q[i] = u8_of(x[i], scale);
 	return 0;
 }
 
@@ -249,6 +254,44 @@ int wf_cpu_concat_forward(wf_backend *be, size_t rows, int k, const int *widths,
 			memcpy(dst, xs[i] + r * wi, wi * sizeof(float));
 			dst += wi;
 		}
+	}
+	return 0;
+}
+
+int wf_cpu_concat_u8(wf_backend *be, size_t rows, int k, const int *widths, void *y,
+		     const float *const *xs, float scale)
+{
+	/* blocks of rows gathered into a float buffer in L1, then converted in
+	 * one long loop: converting each input's short run (NASNet: 44-176
+	 * channels) left a scalar tail per run, slower than a float concat and
+	 * to_u8 after it */
+	enum { BUF = 4096 };
+	size_t total = concat_total(k, widths), per = total < BUF ? BUF / total : 1;
+	size_t blocks = (rows + per - 1) / per;
+	if (total > BUF) { /* rows too wide for the buffer: convert in place per run */
+#pragma omp parallel for if (rows * total > PAR_MIN) schedule(static)
+		for (size_t r = 0; r < rows; r++) {
+			uint8_t *dst = (uint8_t *)y + r * total;
+			for (int i = 0; i < k; i++)
+				for (size_t j = 0, wi = (size_t)widths[i]; j < wi; j++)
+					*dst++ = u8_of(xs[i][r * wi + j], scale);
+		}
+		return 0;
+	}
+#pragma omp parallel for if (rows * total > PAR_MIN) schedule(static)
+	for (size_t b = 0; b < blocks; b++) {
+		float buf[BUF];
+		size_t r0 = b * per, r1 = WF_MIN(rows, r0 + per), n = (r1 - r0) * total;
+		float *at = buf;
+		for (size_t r = r0; r < r1; r++)
+			for (int i = 0; i < k; i++) {
+				size_t wi = (size_t)widths[i];
+				memcpy(at, xs[i] + r * wi, wi * sizeof(float));
+				at += wi;
+			}
+		uint8_t *dst = (uint8_t *)y + r0 * total;
+		for (size_t j = 0; j < n; j++)
+			dst[j] = u8_of(buf[j], scale);
 	}
 	return 0;
 }

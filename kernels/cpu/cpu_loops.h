@@ -37,6 +37,8 @@ int wf_cpu_gap_forward(wf_backend *be, int n, int hw, int c, float *y, const flo
 int wf_cpu_gap_backward(wf_backend *be, int n, int hw, int c, float *dx, const float *dy);
 /* Pooling of a 1x1 window (kernels.h: wf_pool_desc), esize bytes an element. */
 int wf_cpu_pool_pick(const wf_pool_desc *d, void *y, const void *x, size_t esize);
+int wf_cpu_concat_u8(wf_backend *be, size_t rows, int k, const int *widths, void *y,
+		     const float *const *xs, float scale);
 int wf_cpu_pad_forward(wf_backend *be, const wf_pad_desc *d, float *y, const float *x);
 int wf_cpu_pad_backward(wf_backend *be, const wf_pad_desc *d, float *dx, const float *dy);
 int wf_cpu_dropout_forward(wf_backend *be, size_t n, float rate, uint64_t seed, float *y,

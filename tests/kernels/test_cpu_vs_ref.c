@@ -927,6 +927,37 @@ static void test_pick_pool_applies_a_cropping(void)
 	free(x), free(xc), free(want), free(got), free(x8), free(y8), free(xh), free(yh);
 }
 
+/* concat_u8 (a concat read only by a u8 relu) writes to_u8 of the float
+ * concat: rows that fit its buffer many at a time (a last block short),
+ * and rows wider than it. */
+static void test_concat_u8_is_to_u8_of_the_concat(void)
+{
+	const int w1[] = {44, 88, 5}, w2[] = {3000, 1500};
+	const int *ws[] = {w1, w2}, ks[] = {3, 2};
+	const size_t rows[] = {1001, 7};
+	for (int t = 0; t < 2; t++) {
+		int k = ks[t], total = 0;
+		const float *xs[3];
+		float *in[3];
+		for (int i = 0; i < k; i++) {
+			in[i] = rnd(rows[t] * ws[t][i], 94 + i);
+			xs[i] = in[i];
+			total += ws[t][i];
+		}
+		size_t n = rows[t] * total;
+		float *cat = calloc(n, 4);
+		uint8_t *want = calloc(n, 1), *got = calloc(n, 1);
+		WF_CHECK(wf_op_concat_forward(cpu_be, rows[t], k, ws[t], cat, xs) == 0);
+		WF_CHECK(wf_op_to_u8(cpu_be, n, want, cat, 60.0f) == 0);
+		WF_CHECK(wf_op_concat_u8(cpu_be, rows[t], k, ws[t], got, xs, 60.0f) == 0);
+		WF_CHECK_MSG(memcmp(got, want, n) == 0, "concat_u8, rows of %d", total);
+		WF_CHECK_INT(wf_op_concat_u8(ref_be, rows[t], k, ws[t], got, xs, 60.0f), WF_EINVAL);
+		for (int i = 0; i < k; i++)
+			free(in[i]);
+		free(cat), free(want), free(got);
+	}
+}
+
 /* to_u8 (a relu read by int8 convs): x * scale to nearest, ties to even,
  * saturated to [0, 255], NaN to 0, over enough values for the threads; ref
  * has no int8 tensors, and a scale must be finite and positive. */
@@ -1010,6 +1041,7 @@ int main(void)
 	WF_RUN(test_training_fusions_match_ref);
 	WF_RUN(test_max_pool_on_int8_and_bf16_tensors);
 	WF_RUN(test_pick_pool_applies_a_cropping);
+	WF_RUN(test_concat_u8_is_to_u8_of_the_concat);
 	WF_RUN(test_to_u8_rounds_to_even_and_saturates);
 	WF_RUN(test_gap_of_int8_tensors_matches_ref);
 	wf_backend_free(cpu_be);

@@ -155,9 +155,17 @@ static void check_precision(wf_backend *be, wf_model *f, const char *name, const
 		calls = ex ? op_calls(ex, x, n, "pad_forward") : -1;
 		WF_CHECK_MSG(calls == 4, "%s %s: %g paddings and croppings ran, not 4", name, prec,
 			     calls);
-		if (!strcmp(prec, "int8"))
+		if (!strcmp(prec, "int8")) {
 			WF_CHECK_MSG(picks > 0 && low_picks == picks,
 				     "%s int8: %d of %d 1x1 pools in u8", name, low_picks, picks);
+			/* a concat that only the next cells' relus read writes their
+			 * u8 tensor: the 16 cells' outputs but the last (read by the
+			 * relu before the global pool), and the stem's adjust block's
+			 * (its reduction cell reads it through relus only) */
+			calls = ex ? op_calls(ex, x, n, "concat_u8") : -1;
+			WF_CHECK_MSG(calls == 16, "%s int8: %g concats wrote u8, not 16", name,
+				     calls);
+		}
 	}
 	printf("  %s %s: %d of %d relus in %s\n", name, prec, low, relus, want_t);
 	double d = rel_diff(c, want, k);
