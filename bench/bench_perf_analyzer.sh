@@ -26,6 +26,11 @@
 # PA_FLAGS (extra perf_analyzer flags, e.g. "--async": its asynchronous
 # client, a few threads instead of one per concurrent request, takes less of
 # the CPU the server shares with it; default its synchronous client),
+# The client shares the machine's cores with the server: each perf_analyzer
+# run's CPU time (user + system, from getrusage) over its wall time and the
+# cores gives its share S, and "vs in/(1-S)" is the served throughput against
+# the in-process throughput scaled to the CPU left to the server (the
+# server's own efficiency; 100%: no cost per request beyond the forward).
 # PEERS (1: each round also runs bench/peers.py, the peer engines in-process
 # at batch MAX_BATCH with THREADS threads, while the server idles, and prints
 # served HTTP throughput / the best peer's, issue 13's serving target >= 1.2;
@@ -66,6 +71,13 @@ cleanup() {
 trap cleanup EXIT
 echo "bench_perf_analyzer: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "224x224x3, cpu, $PRECISION, $THREADS compute threads (weft-serve: $BATCH_THREADS batch thread(s) x $PER_BATCH), batch $MAXB, concurrency $CONC, $REPEATS round(s), perf_analyzer ${PA_FLAGS:-(synchronous)}"
+# runs a command; writes its CPU seconds (children's user + system) and wall seconds to $1
+CPU_PY='import resource, subprocess, sys, time
+t = time.time()
+rc = subprocess.call(sys.argv[2:])
+u = resource.getrusage(resource.RUSAGE_CHILDREN)
+open(sys.argv[1], "w").write("%f %f\n" % (u.ru_utime + u.ru_stime, time.time() - t))
+sys.exit(rc)'
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 PORT=$(free_port)
 GRPC=$(free_port)
@@ -104,7 +116,7 @@ for r in $(seq "$REPEATS"); do
 			url=127.0.0.1:$PORT
 			[ "$proto" = grpc ] && url=127.0.0.1:$GRPC
 			# shellcheck disable=SC2086
-			"$PA" -m "$m" -u "$url" -i "$proto" ${PA_FLAGS:-} --concurrency-range "$CONC:$CONC" \
+			python3 -c "$CPU_PY" "$TMP/pa-$m-$proto-$r.cpu" "$PA" -m "$m" -u "$url" -i "$proto" ${PA_FLAGS:-} --concurrency-range "$CONC:$CONC" \
 				--measurement-mode time_windows --measurement-interval "$WINDOW" \
 				--stability-percentage 1000 --max-trials 3 --percentile 99 \
 				-f "$TMP/pa-$m-$proto-$r.csv" >"$TMP/pa-$m-$proto-$r.log" 2>&1 ||
@@ -123,17 +135,23 @@ def pa(m, proto, r):
         row = next(csv.DictReader(f))
     return (float(row["Inferences/Second"]), float(row["p50 latency"]) / 1e3,
             float(row["p99 latency"]) / 1e3)
-print("\n%-12s %-5s %12s %10s %9s %9s %7s" % ("model", "proto", "in-process/s", "infer/s",
-                                            "p50_ms", "p99_ms", "vs in"))
+def client_share(m, proto, r):  # perf_analyzer's share of the machine's cores
+    cpu, wall = map(float, open(os.path.join(tmp, "pa-%s-%s-%d.cpu" % (m, proto, r))).read().split())
+    return cpu / (wall * os.cpu_count())
+print("\n%-12s %-5s %12s %10s %9s %9s %7s %9s %11s" % (
+    "model", "proto", "in-process/s", "infer/s", "p50_ms", "p99_ms", "vs in", "client S",
+    "vs in/(1-S)"))
 rounds = range(1, repeats + 1)
 for m in models:
     for proto, target in (("http", 0.85), ("grpc", 0.90)):
         rows = [(r,) + pa(m, proto, r) for r in rounds]
         ratio = med(x[1] / inproc[(m, x[0])] for x in rows)
-        print("%-12s %-5s %12.1f %10.1f %9.1f %9.1f %6.0f%%  target >= %.0f%%: %s" % (
+        share = med(client_share(m, proto, r) for r in rounds)
+        own = med(x[1] / (inproc[(m, x[0])] * (1 - client_share(m, proto, x[0]))) for x in rows)
+        print("%-12s %-5s %12.1f %10.1f %9.1f %9.1f %6.0f%% %8.0f%% %10.0f%%  target >= %.0f%%: %s" % (
             m, proto, med(inproc[(m, r)] for r in rounds), med(x[1] for x in rows),
-            med(x[2] for x in rows), med(x[3] for x in rows), 100 * ratio, 100 * target,
-            "met" if ratio >= target else "NOT met"))
+            med(x[2] for x in rows), med(x[3] for x in rows), 100 * ratio, 100 * share,
+            100 * own, 100 * target, "met" if ratio >= target else "NOT met"))
     p99 = med(pa(m, "grpc", r)[2] / pa(m, "http", r)[2] for r in rounds)
     print("%-12s gRPC p99 / HTTP p99 %.2f  target <= 1: %s" % (m, p99, "met" if p99 <= 1 else "NOT met"))
     best = {}
