@@ -80,8 +80,8 @@ struct wf_exec {
 	int *same_as;	   /* [nlayers] an earlier relu/relu6 (pool) of the same input
 			    * (and window) whose output this one's is (inference: NASNet applies
 			    * one relu per branch) */
-	float *qx;	   /* [nlayers] conv: int8 input scale (0: runs in float) */
-	char *qu8;	   /* [nlayers] conv: its int8 input is u8 (x >= 0), else s8 */
+	float *qx;	   /* [nlayers] conv, dense: int8 input scale (0: runs in float) */
+	char *qu8;	   /* [nlayers] conv, dense: its int8 input is u8 (x >= 0), else s8 */
 	float *qy;	   /* [nlayers] conv: its (fused) output is kept quantised with this
 			    * scale (0: float); also a max pool between int8 convs, and a
 			    * relu that only int8 convs read (it then runs as a conversion
@@ -559,7 +559,9 @@ static int is_q(const wf_exec *ex, int j)
  * (through a padding it applies) that only such convs read (that pool then
  * runs on the quantised values), or a global average pool (ResNet50's last
  * block: its conv then adds the residual in place, and the pool's float
- * output dequantises); not a plain add, another pool or the logits. */
+ * output dequantises); not a plain add, another pool or the logits. A dense
+ * layer whose input has a range runs in int8 as a 1x1 conv over one pixel
+ * (its [in, units] kernel is that conv's), its output float. */
 static void plan_int8(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
@@ -567,10 +569,11 @@ static void plan_int8(wf_exec *ex)
 		return;
 	for (int i = 0; i < m->nlayers; i++) {
 		float q;
-		if (m->layers[i].type == WF_LAYER_CONV2D &&
+		wf_layer_type t = m->layers[i].type;
+		if ((t == WF_LAYER_CONV2D || t == WF_LAYER_DENSE) &&
 		    tensor_q(ex, m->layers[i].inputs[0], &q, &ex->qu8[i])) {
 			ex->qx[i] = q;
-			ex->nint8++;
+			ex->nint8 += t == WF_LAYER_CONV2D;
 		}
 	}
 	/* a relu (with the relus that alias it) that only int8 convs read, each
@@ -1095,6 +1098,17 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 		return wf_op_conv2d_forward(be, plan, &d.conv, y, x, pv(ex, l->p_kernel),
 					    pv(ex, l->p_bias));
 	case WF_LAYER_DENSE:
+		if (ex->qx && ex->qx[i] > 0) { /* int8: a 1x1 conv over one pixel (plan_int8) */
+			wf_conv_desc_init(&d.conv, n, 1, 1, m->layers[l->inputs[0]].oc, l->units, 1,
+					  1, 1, 1, 1, 1, 1, 0, 0, 0, l->use_bias);
+			d.conv.infer = 1;
+			d.conv.qx = ex->qx[i];
+			d.conv.x_u8 = ex->qu8[i];
+			d.conv.io_q = is_q(ex, l->inputs[0]) ? 1 : 0;
+			return wf_op_conv2d_forward_fused(be, plan, &d.conv, y, x,
+							  pv(ex, l->p_kernel), pv(ex, l->p_bias),
+							  NULL);
+		}
 		dense_desc(ex, i, n, &d.dense);
 		return wf_op_dense_forward(be, plan, &d.dense, y, x, pv(ex, l->p_kernel),
 					   pv(ex, l->p_bias));

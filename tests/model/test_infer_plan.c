@@ -115,8 +115,12 @@ static void check_precision(wf_backend *be, wf_model *f, const char *name, const
 	WF_CHECK_MSG(rc == 0, "%s", err.msg);
 	rc = rc ? rc : wf_exec_forward(ex, x, n, 0, 0) || wf_exec_logits(ex, c);
 	WF_CHECK_MSG(rc == 0, "%s", ex ? wf_exec_error(ex) : err.msg);
-	if (!strcmp(prec, "int8"))
+	if (!strcmp(prec, "int8")) {
 		WF_CHECK_MSG(ex && wf_exec_int8_convs(ex) > 0, "%s: no conv ran in int8", name);
+		/* the logits' dense layer runs in int8 too, as a 1x1 conv */
+		WF_CHECK_MSG(ex && op_calls(ex, x, n, "dense_forward") < 0,
+			     "%s int8: the dense layer ran in float", name);
+	}
 	/* ResNet50's max pool (its padding inside) reads and writes conv1's
 	 * tensor type: u8 after a relu, or bf16 */
 	const char *want_t = !strcmp(prec, "int8") ? "u8" : "bf16";
