@@ -1187,10 +1187,16 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 	if (training && !ex->training)
 		return exec_fail(ex, WF_EINVAL,
 				 "forward: training mode needs an executor created for training");
+	/* an inference executor on host memory reads the images where they are
+	 * (nothing writes layer 0's memory: plan_inplace never picks it); a
+	 * training executor's backward reads them after forward returns */
+	int in_place = !ex->training && (be->caps & WF_CAP_HOST_MEM);
 	/* dropout aliases its input in inference only; flatten always */
 	for (int i = 0; i < m->nlayers; i++) {
 		wf_layer_type t = m->layers[i].type;
-		if (ex->fuse_into && ex->fuse_into[i] >= 0)
+		if (i == 0 && in_place)
+			ex->act[0] = (float *)images;
+		else if (ex->fuse_into && ex->fuse_into[i] >= 0)
 			ex->act[i] = ex->act[ex->fuse_into[i]];
 		else if (ex->pad_skip && ex->pad_skip[i])
 			ex->act[i] = ex->act[m->layers[i].inputs[0]];
@@ -1204,7 +1210,7 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 			ex->act[i] = ex->own[i];
 	}
 	size_t bytes = (size_t)n * wf_layer_size(&m->layers[0]) * sizeof(float);
-	int rc = wf_op_to_device(be, ex->act[0], images, bytes);
+	int rc = in_place ? 0 : wf_op_to_device(be, ex->act[0], images, bytes);
 	if (rc)
 		return op_fail(ex, rc, 0, "copy to device");
 	for (int i = 1; i < m->nlayers; i++) {

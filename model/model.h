@@ -204,8 +204,10 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 void wf_exec_free(wf_exec *ex);
 
 /* Forward n <= max_batch samples. images: host [n,H,W,C] float, already
- * preprocessed. training selects batch-norm mode and dropout; dropout_seed
- * keys the masks (use wf_hash3(seed, step, micro)). */
+ * preprocessed; an inference executor on a host-memory backend reads them
+ * in place (they must not change until forward returns), others copy them.
+ * training selects batch-norm mode and dropout; dropout_seed keys the masks
+ * (use wf_hash3(seed, step, micro)). */
 int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint64_t dropout_seed);
 /* After forward: host copy of logits [n,K] / softmax probabilities [n,K]. */
 int wf_exec_logits(wf_exec *ex, float *out);

@@ -117,6 +117,9 @@ static void check_precision(wf_backend *be, wf_model *f, const char *name, const
 	WF_CHECK_MSG(rc == 0, "%s", ex ? wf_exec_error(ex) : err.msg);
 	if (!strcmp(prec, "int8")) {
 		WF_CHECK_MSG(ex && wf_exec_int8_convs(ex) > 0, "%s: no conv ran in int8", name);
+		/* the images are read where they are (no copy into the executor) */
+		WF_CHECK_MSG(ex && op_calls(ex, x, n, "to_device") < 0,
+			     "%s int8: the images were copied", name);
 		/* the logits' dense layer runs in int8 too, as a 1x1 conv */
 		WF_CHECK_MSG(ex && op_calls(ex, x, n, "dense_forward") < 0,
 			     "%s int8: the dense layer ran in float", name);
