@@ -259,7 +259,13 @@ static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
 	if (rc)
 		goto fail;
 	DN_CHECK(dnnl_primitive_attr_set_output_scales(attr, d->oc, 1 << 1, os), fail);
-	if ((rc = wf_cpu_op_create_attr(be, pl, &cd, NULL, 0, attr, &pl->fwd.prim)) != 0)
+	/* small convs run faster without AMX tiles: below 2^24 multiply-adds
+	 * oneDNN 2.6's AVX512-VNNI kernels took 0.70-0.99x the time of its AMX
+	 * ones on NASNet's, MobileNetV2's and ResNet50's shapes (batch 1 and
+	 * 32, 2 threads; above it AMX took 0.4-0.9x): bench/RESULTS.md */
+	double macs = (double)d->n * d->oh * d->ow * d->oc * (d->c / d->groups) * d->kh * d->kw;
+	if ((rc = wf_cpu_op_create_avoiding(be, pl, &cd, NULL, 0, attr,
+					    macs < 16777216.0 ? "amx" : NULL, &pl->fwd.prim)) != 0)
 		goto fail;
 	dn_op *op = pl->fwd.prim;
 	/* x: quantised into plan memory before each call, unless it already is */

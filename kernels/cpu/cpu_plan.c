@@ -193,9 +193,48 @@ fail:
 /* A compute op from an op descriptor (hint: the forward pd for backward ops)
  * with attributes `given` when not NULL (the caller keeps them), else
  * wf_cpu_make_attr(sum). */
+/* The first implementation of op_desc whose name does not contain avoid
+ * (oneDNN's order is its preference), else its first. */
+static int pd_avoiding(wf_backend *be, const void *op_desc, const_dnnl_primitive_attr_t attr,
+		       const_dnnl_primitive_desc_t hint, const char *avoid,
+		       dnnl_primitive_desc_t *pd)
+{
+	int rc = 0;
+	dnnl_primitive_desc_iterator_t it = NULL;
+	DN_CHECK(dnnl_primitive_desc_iterator_create(&it, op_desc, attr, ctx_of(be)->eng, hint),
+		 fail);
+	do {
+		dnnl_primitive_desc_t p = dnnl_primitive_desc_iterator_fetch(it);
+		const char *name = NULL;
+		if (p &&
+		    dnnl_primitive_desc_query(p, dnnl_query_impl_info_str, 0, &name) ==
+			    dnnl_success &&
+		    name && !strstr(name, avoid)) {
+			*pd = p;
+			break;
+		}
+		if (p)
+			dnnl_primitive_desc_destroy(p);
+	} while (dnnl_primitive_desc_iterator_next(it) == dnnl_success);
+	if (!*pd)
+		DN_CHECK(dnnl_primitive_desc_create(pd, op_desc, attr, ctx_of(be)->eng, hint),
+			 fail);
+fail:
+	if (it)
+		dnnl_primitive_desc_iterator_destroy(it);
+	return rc;
+}
+
 int wf_cpu_op_create_attr(wf_backend *be, wf_plan *pl, const void *op_desc,
 			  const_dnnl_primitive_desc_t hint, int sum,
 			  const_dnnl_primitive_attr_t given, dn_op **out)
+{
+	return wf_cpu_op_create_avoiding(be, pl, op_desc, hint, sum, given, NULL, out);
+}
+
+int wf_cpu_op_create_avoiding(wf_backend *be, wf_plan *pl, const void *op_desc,
+			      const_dnnl_primitive_desc_t hint, int sum,
+			      const_dnnl_primitive_attr_t given, const char *avoid, dn_op **out)
 {
 	int rc = 0;
 	dnnl_primitive_attr_t attr = NULL;
@@ -208,7 +247,13 @@ int wf_cpu_op_create_attr(wf_backend *be, wf_plan *pl, const void *op_desc,
 			goto fail;
 		given = attr;
 	}
-	DN_CHECK(dnnl_primitive_desc_create(&op->pd, op_desc, given, ctx_of(be)->eng, hint), fail);
+	if (avoid)
+		rc = pd_avoiding(be, op_desc, given, hint, avoid, &op->pd);
+	else
+		DN_CHECK(dnnl_primitive_desc_create(&op->pd, op_desc, given, ctx_of(be)->eng, hint),
+			 fail);
+	if (rc)
+		goto fail;
 	rc = wf_cpu_op_finish(be, op);
 	if (rc)
 		goto fail;

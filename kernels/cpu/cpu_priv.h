@@ -170,6 +170,11 @@ int wf_cpu_make_attr(wf_backend *be, int sum, dnnl_primitive_attr_t *attr);
 int wf_cpu_op_create_attr(wf_backend *be, wf_plan *pl, const void *op_desc,
 			  const_dnnl_primitive_desc_t hint, int sum,
 			  const_dnnl_primitive_attr_t given, dn_op **out);
+/* The same, with the first implementation whose name does not contain avoid
+ * (NULL: oneDNN's first), or oneDNN's first when all do. */
+int wf_cpu_op_create_avoiding(wf_backend *be, wf_plan *pl, const void *op_desc,
+			      const_dnnl_primitive_desc_t hint, int sum,
+			      const_dnnl_primitive_attr_t given, const char *avoid, dn_op **out);
 /* wf_cpu_op_create_attr with the default attributes. */
 int wf_cpu_op_create(wf_backend *be, wf_plan *pl, const void *op_desc,
 		     const_dnnl_primitive_desc_t hint, int sum, dn_op **out);

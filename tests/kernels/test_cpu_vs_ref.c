@@ -722,6 +722,10 @@ static void test_int8_conv_matches_ref(void)
 		fused_case(1, 5, 4, 8, 3, 1, 1, 0, 0, mode, tol);     /* plain */
 		fused_case(2, 6, 16, 64, 1, 1, 1, 1, 2, mode, tol);   /* 1x1 + add in place */
 		fused_case(2, 10, 3, 32, 3, 2, 1, 2, 0, mode, tol);   /* a first conv: 3 channels */
+		/* 2^24 multiply-adds and more: the AMX kernels where the CPU has
+		 * them (smaller convs avoid them, cpu_conv.c) */
+		fused_case(2, 28, 128, 128, 1, 1, 1, 1, 1, mode, tol); /* 1x1 + add + relu */
+		fused_case(2, 16, 64, 64, 3, 1, 1, 1, 2, mode, tol);   /* 3x3 + add in place */
 	}
 	/* the ref backend has no int8: refused, naming the field */
 	wf_conv_desc d;
