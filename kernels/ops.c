@@ -260,6 +260,13 @@ static int check_bn(wf_backend *be, const wf_bn_desc *d)
 	return 0;
 }
 
+/* Every padding >= 0 and smaller than the window. */
+static int pool_pads_plain(const wf_pool_desc *d)
+{
+	return d->pt >= 0 && d->pb >= 0 && d->pl >= 0 && d->pr >= 0 && d->pt < d->kh &&
+	       d->pb < d->kh && d->pl < d->kw && d->pr < d->kw;
+}
+
 static int check_pool(wf_backend *be, const wf_pool_desc *d)
 {
 	const char *op = "pool";
@@ -283,17 +290,11 @@ static int check_pool(wf_backend *be, const wf_pool_desc *d)
 			       "pool: a 1x1 window's cropping t%d b%d l%d r%d leaves nothing of "
 			       "the %dx%d input",
 			       -d->pt, -d->pb, -d->pl, -d->pr, d->h, d->w);
-	if (!pick) {
-		CHECK_NONNEG(op, d, pt);
-		CHECK_NONNEG(op, d, pb);
-		CHECK_NONNEG(op, d, pl);
-		CHECK_NONNEG(op, d, pr);
-		if (d->pt >= d->kh || d->pb >= d->kh || d->pl >= d->kw || d->pr >= d->kw)
-			return wf_errf(&be->err, WF_EINVAL,
-				       "pool: padding t%d b%d l%d r%d must be smaller than the "
-				       "window %dx%d",
-				       d->pt, d->pb, d->pl, d->pr, d->kh, d->kw);
-	}
+	if (!pick && !pool_pads_plain(d))
+		return wf_errf(&be->err, WF_EINVAL,
+			       "pool: padding t%d b%d l%d r%d must be >= 0 and smaller than the "
+			       "window %dx%d",
+			       d->pt, d->pb, d->pl, d->pr, d->kh, d->kw);
 	int keeps = d->kind == WF_POOL_MAX || pick; /* values pass through unchanged */
 	if (d->q8 && (d->q8 < 0 || d->q8 > 2 || !keeps || !(be->caps & WF_CAP_INT8)))
 		return wf_errf(&be->err, WF_EINVAL,
@@ -669,10 +670,11 @@ int wf_op_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, f
 {
 	wf_err_clear(&be->err);
 	int rc = check_pool(be, d);
-	if (!rc && (d->q8 || d->io_bf16 || d->pt < 0 || d->pb < 0 || d->pl < 0 || d->pr < 0))
+	if (!rc && (d->q8 || d->io_bf16 || !pool_pads_plain(d)))
 		rc = wf_errf(&be->err, WF_EINVAL,
 			     "pool backward: q8=%d io_bf16=%d padding t%d b%d l%d r%d: int8 and "
-			     "bf16 tensors and cropping are forward only",
+			     "bf16 tensors, cropping and padding beyond the window are forward "
+			     "only",
 			     d->q8, d->io_bf16, d->pt, d->pb, d->pl, d->pr);
 	return rc ? rc
 		  : TIMED(be, "pool_backward", be->ops->pool_backward(be, plan, d, dx, dy, x, y));

@@ -190,9 +190,6 @@ fail:
 	return rc;
 }
 
-/* A compute op from an op descriptor (hint: the forward pd for backward ops)
- * with attributes `given` when not NULL (the caller keeps them), else
- * wf_cpu_make_attr(sum). */
 /* The first implementation of op_desc whose name does not contain avoid
  * (oneDNN's order is its preference), else its first. */
 static int pd_avoiding(wf_backend *be, const void *op_desc, const_dnnl_primitive_attr_t attr,
@@ -225,6 +222,9 @@ fail:
 	return rc;
 }
 
+/* A compute op from an op descriptor (hint: the forward pd for backward ops)
+ * with attributes `given` when not NULL (the caller keeps them), else
+ * wf_cpu_make_attr(sum). */
 int wf_cpu_op_create_attr(wf_backend *be, wf_plan *pl, const void *op_desc,
 			  const_dnnl_primitive_desc_t hint, int sum,
 			  const_dnnl_primitive_attr_t given, dn_op **out)
