@@ -83,9 +83,10 @@ struct wf_exec {
 	float *qx;	   /* [nlayers] conv, dense: int8 input scale (0: runs in float) */
 	char *qu8;	   /* [nlayers] conv, dense: its int8 input is u8 (x >= 0), else s8 */
 	float *qy;	   /* [nlayers] conv: its (fused) output is kept quantised with this
-			    * scale (0: float); also a max pool between int8 convs, and a
-			    * relu that only int8 convs read (it then runs as a conversion
-			    * to u8, whose saturation at 0 is the relu) */
+			    * scale (0: float); also a max pool or a 1x1 pool between int8
+			    * convs, a relu that only int8 convs (and such pools) read (it
+			    * then runs as a conversion to u8, whose saturation at 0 is the
+			    * relu), and a concat that only such a relu reads (concat_u8) */
 	char *qyu8;	   /* [nlayers] ... in u8, else s8 */
 	int nint8;	   /* convs run in int8 */
 	wf_err err;
