@@ -48,6 +48,19 @@ events() {
 	python3 "$WEFT_SRC/tests/events.py" "$WEFT_EVENTS" "$@"
 }
 
+# wait_launch SECONDS: the exit status of the background launch; fails with
+# the logs when it still runs after SECONDS (a hung job then says where it
+# stood instead of running into ctest's timeout with no output).
+wait_launch() {
+	local i
+	for ((i = 0; i < $1 * 10; i++)); do
+		kill -0 "$LAUNCH_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -0 "$LAUNCH_PID" 2>/dev/null && fail "weft launch still runs after $1 s"
+	wait "$LAUNCH_PID"
+}
+
 # wait_for LOG REGEX SECONDS: until a line of LOG matches (fails otherwise).
 wait_for() {
 	local i

@@ -16,7 +16,7 @@ wait_for launch.log '\[worker:1\] step +120/' 60
 grep -q "ps 0: checkpoint step 100 written" launch.log || fail "no checkpoint before the kill"
 kill -9 "$(pid_of ps:0)"
 rc=0
-wait "$LAUNCH_PID" || rc=$?
+wait_launch 150 || rc=$?
 [ $rc = 0 ] || fail "launch exited $rc"
 grep -q "\[ps:0\] ps 0: restored step [1-9]" launch.log || fail "the restarted server did not restore"
 grep -q "rolling every server back to step" launch.log || fail "the chief did not roll back"

@@ -20,7 +20,7 @@ tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q "cluster.key_dir=fd:[0-9]" ||
 	fail "the worker did not get the run's keys from memory: $(tr '\0' ' ' <"/proc/$pid/cmdline")"
 kill -9 "$pid"
 rc=0
-wait "$LAUNCH_PID" || rc=$?
+wait_launch 120 || rc=$?
 [ $rc = 0 ] || fail "launch exited $rc"
 [ "$(events count exited task=worker:1 signal=9 restart=true)" = 1 ] ||
 	fail "the killed worker was not restarted"
