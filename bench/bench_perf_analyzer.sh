@@ -26,15 +26,15 @@
 # PA_FLAGS (extra perf_analyzer flags, e.g. "--async": its asynchronous
 # client, a few threads instead of one per concurrent request, takes less of
 # the CPU the server shares with it; default its synchronous client),
-# The client shares the machine's cores with the server: each perf_analyzer
-# run's CPU time (user + system, from getrusage) over its wall time and the
-# cores gives its share S, and "vs in/(1-S)" is the served throughput against
-# the in-process throughput scaled to the CPU left to the server (the
-# server's own efficiency; 100%: no cost per request beyond the forward).
 # PEERS (1: each round also runs bench/peers.py, the peer engines in-process
 # at batch MAX_BATCH with THREADS threads, while the server idles, and prints
 # served HTTP throughput / the best peer's, issue 13's serving target >= 1.2;
 # 0: skip them).
+# The client shares the machine's cores with the server: each perf_analyzer
+# run's CPU time (user + system, from getrusage) over its wall time and the
+# cores gives its share S, printed with "vs in/(1-S)", the served throughput against
+# the in-process throughput scaled to the CPU left to the server (the
+# server's own efficiency; 100%: no cost per request beyond the forward).
 set -euo pipefail
 BUILD=${1:-${WEFT_BUILD:-build}}
 MODELS=${2:-"resnet50 mobilenetv2"}
@@ -137,7 +137,7 @@ def pa(m, proto, r):
             float(row["p99 latency"]) / 1e3)
 def client_share(m, proto, r):  # perf_analyzer's share of the machine's cores
     cpu, wall = map(float, open(os.path.join(tmp, "pa-%s-%s-%d.cpu" % (m, proto, r))).read().split())
-    return cpu / (wall * os.cpu_count())
+    return cpu / (wall * len(os.sched_getaffinity(0)))  # the cores nproc counts
 print("\n%-12s %-5s %12s %10s %9s %9s %7s %9s %11s" % (
     "model", "proto", "in-process/s", "infer/s", "p50_ms", "p99_ms", "vs in", "client S",
     "vs in/(1-S)"))
