@@ -162,6 +162,10 @@ typedef struct wf_backend_ops {
 	/* Optional (NULL: be->bf16 alone decides): switch the backend's own
 	 * compute precision to bf16 (on) or fp32 for plans built from now on. */
 	int (*set_bf16)(wf_backend *be, int on, wf_err *err);
+	/* Optional (NULL: one layer after another): run fn(arg, t, nt) on nt
+	 * threads at once, t = 0 .. nt-1, nt <= n (fewer where the runtime
+	 * gives fewer). Ops called from fn run on the calling thread alone. */
+	void (*branches)(wf_backend *be, int n, void (*fn)(void *arg, int t, int nt), void *arg);
 
 	/* y[N,OH,OW,OC] = conv(x[N,H,W,C], w[KH,KW,C/g,OC]) + b[OC] */
 	int (*conv2d_forward)(wf_backend *be, wf_plan **plan, const wf_conv_desc *d, float *y,
@@ -290,6 +294,7 @@ typedef struct wf_backend_opts {
 	int device_index;   /* GPU (cuda), taken modulo the device count */
 	char precision[16]; /* conv/dense precision (cuda): fp32, tf32, bf16, fp16; "": fp32 */
 	long workspace_mb;  /* cuDNN algorithm-search workspace; <= 0: the default */
+	int sequential;	    /* 1: inference runs one layer after another (no branches at once) */
 } wf_backend_opts;
 
 struct wf_backend {

@@ -106,6 +106,7 @@ wf_backend_caps wf_backend_caps_of(const wf_backend *be)
 	c.bf16 = (be->caps & WF_CAP_BF16) != 0;
 	c.fused_conv = be->ops->conv2d_forward_fused != NULL;
 	c.int8 = (be->caps & WF_CAP_INT8) != 0;
+	c.branches = be->ops->branches && be->threads > 1 && !be->opts.sequential ? be->threads : 1;
 	c.train_fuse = (be->caps & WF_CAP_TRAIN_FUSE) != 0;
 	c.precisions = be->precisions ? be->precisions : "fp32";
 	return c;

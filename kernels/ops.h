@@ -19,6 +19,8 @@ typedef struct wf_backend_caps {
 	int bf16;		/* native bf16 compute ("auto" precision picks it) */
 	int fused_conv;		/* a native conv2d_forward_fused (else composed here) */
 	int int8;		/* int8 convolutions in conv2d_forward_fused (desc qx) */
+	int branches;		/* threads that can run layers at once (the branches
+				 * slot; be->threads), else 1 */
 	int train_fuse;		/* WF_CAP_TRAIN_FUSE: bn + relu, bf16 tensors in training
 				 * (and to_bf16, which inference plans use too) */
 	const char *precisions; /* compute precisions it runs, e.g. "fp32 bf16" */

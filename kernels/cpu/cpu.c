@@ -104,6 +104,15 @@ THREADED(optimizer_update,
 	 (be, d, n, p, g, m, v))
 #undef THREADED
 
+/* Branches run on OpenMP's threads, the ones oneDNN's primitives use
+ * otherwise; inside the region every op runs alone (use_threads). */
+static void cpu_branches(wf_backend *be, int n, void (*fn)(void *arg, int t, int nt), void *arg)
+{
+	(void)be;
+#pragma omp parallel num_threads(n)
+	fn(arg, omp_get_thread_num(), omp_get_num_threads());
+}
+
 static const wf_backend_ops cpu_ops = {
 	.alloc = wf_cpu_alloc,
 	.free = wf_cpu_free,
@@ -114,6 +123,7 @@ static const wf_backend_ops cpu_ops = {
 	.sync = wf_cpu_sync,
 	.plan_free = wf_cpu_plan_free,
 	.destroy = cpu_destroy,
+	.branches = cpu_branches,
 	.conv2d_forward = wf_cpu_conv2d_forward,
 	.conv2d_forward_fused = wf_cpu_conv2d_forward_fused,
 	.conv2d_backward = wf_cpu_conv2d_backward,

@@ -201,6 +201,11 @@ static void weight_scales(const wf_conv_desc *d, const float *w, float *sw)
 		sw[o] = sw[o] > 0 ? 127.0f / sw[o] : 1.0f;
 }
 
+/* The weights and bias of the int8 conv plan being built (its scales and
+ * prescaled bias come from them), set around the build by its caller; per
+ * thread, as branches build plans at once. */
+static _Thread_local const float *build_w, *build_b;
+
 /* The int8 forward: x (float) -> u8/s8 by a scaling reorder each call (or
  * read as it is when io_q says it is quantised); the weights -> s8 per output
  * channel once (w_once); the conv accumulates in s32 and its output scales
@@ -215,7 +220,7 @@ static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
 {
 	(void)unused;
 	const wf_conv_desc *d = &pl->d.conv;
-	const float *w = ctx_of(be)->build_w, *b = ctx_of(be)->build_b;
+	const float *w = build_w, *b = build_b;
 	conv_mds m;
 	dnnl_convolution_desc_t cd;
 	dnnl_primitive_attr_t attr = NULL;
@@ -314,10 +319,10 @@ int wf_cpu_conv2d_forward_fused(wf_backend *be, wf_plan **plan, const wf_conv_de
 	use_threads(be);
 	wf_plan *pl = NULL;
 	int q = d->qx > 0;
-	ctx_of(be)->build_w = w, ctx_of(be)->build_b = b;
+	build_w = w, build_b = b;
 	int rc = wf_cpu_plan_part(be, plan, PLAN_CONV, d, sizeof(*d), PART_FWD,
 				  q ? conv_build_fwd_int8 : conv_build_fwd, 0, &pl);
-	ctx_of(be)->build_w = ctx_of(be)->build_b = NULL;
+	build_w = build_b = NULL;
 	if (rc)
 		return rc;
 	if (pl->w_once && !pl->w_done) {

@@ -76,7 +76,7 @@ int wf_cpu_plan_get(wf_backend *be, wf_plan **slot, int kind, const void *desc, 
 	pl->kind = kind;
 	pl->bf16 = be->bf16;
 	memcpy(&pl->d, desc, size);
-	be->plans_built++;
+	__atomic_fetch_add(&be->plans_built, 1, __ATOMIC_RELAXED); /* branches build at once */
 	plan_release(old);
 	*slot = pl;
 	*out = pl;

@@ -14,9 +14,6 @@
 typedef struct cpu_ctx {
 	dnnl_engine_t eng;
 	dnnl_stream_t stream;
-	/* the weights and bias of the int8 conv plan being built (its scales
-	 * and prescaled bias come from them); set by the caller of the build */
-	const float *build_w, *build_b;
 } cpu_ctx;
 
 /* Check a dnnl_status_t: on failure record file, line and the status name in
@@ -37,11 +34,14 @@ typedef struct cpu_ctx {
  * created in one thread and used in others (weft-serve loads a model in its
  * repository thread and runs forwards in its batch threads), so every op that
  * runs a parallel region or a primitive first makes the calling thread's count
- * be->threads. Reading the count is cheap; it is set only on a change. */
+ * be->threads (1 inside the branches slot's parallel region: an op then
+ * runs on its calling thread alone, as oneDNN does inside a parallel region).
+ * Reading the count is cheap; it is set only on a change. */
 static inline void use_threads(const wf_backend *be)
 {
-	if (be->threads > 0 && omp_get_max_threads() != be->threads)
-		omp_set_num_threads(be->threads);
+	int want = omp_in_parallel() ? 1 : be->threads; /* inside branches: alone */
+	if (want > 0 && omp_get_max_threads() != want)
+		omp_set_num_threads(want);
 }
 
 /* ---- primitives and plans ------------------------------------------------ */
