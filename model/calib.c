@@ -4,6 +4,7 @@
  * minimum, the maximum, and for the percentile method the batch's percentile
  * of |x|, averaged over batches (outliers in one batch move it little). */
 #include "model/calib.h"
+#include "common/util.h"
 #include "model/graph_priv.h"
 #include "model/model_priv.h"
 #include "kernels/ops.h"
@@ -187,4 +188,24 @@ void wf_calib_free(wf_calib *c)
 	free(c->st);
 	free(c->host);
 	free(c);
+}
+
+int wf_calib_noise(wf_model *m, wf_backend *be, int n, wf_err *err)
+{
+	size_t count = (size_t)n * m->in_h * m->in_w * m->in_c;
+	float *x = malloc(sizeof(float) * count);
+	wf_calib *c = NULL;
+	wf_rng r;
+	wf_rng_seed(&r, 11);
+	for (size_t i = 0; x && i < count; i++)
+		x[i] = (float)wf_rng_normal(&r);
+	int rc = x ? wf_calib_create(&c, m, be, n, WF_CALIB_MAX, 0, err)
+		   : wf_errf(err, WF_ENOMEM, "calibration: out of memory");
+	if (!rc)
+		rc = wf_calib_add(c, x, n, err);
+	if (!rc)
+		rc = wf_calib_finish(c, err);
+	wf_calib_free(c);
+	free(x);
+	return rc;
 }

@@ -27,6 +27,9 @@ int wf_calib_add(wf_calib *c, const float *images, int n, wf_err *err);
  * wf_calib_add). */
 int wf_calib_finish(wf_calib *c, wf_err *err);
 void wf_calib_free(wf_calib *c);
+/* Calibrate m (max method) on n images of N(0, 1) noise: for benchmarks,
+ * whose speed does not depend on the ranges. */
+int wf_calib_noise(wf_model *m, wf_backend *be, int n, wf_err *err);
 /* 1 when some layer of m has a calibration range (an int8-ready model). */
 int wf_model_calibrated(const wf_model *m);
 /* Method by name ("max", "percentile"): 0, or -1 if unknown. */

@@ -14,6 +14,7 @@
  * step. */
 #include "model/model.h"
 #include "model/model_priv.h"
+#include "model/exec_priv.h"
 #include "model/optim.h"
 #include "kernels/ops.h"
 
@@ -24,73 +25,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-struct wf_exec {
-	wf_model *m;
-	wf_backend *be;
-	int max_batch;
-	int training;			  /* built with gradient memory */
-	int host;			  /* params/state are m->params/m->state */
-	float *params, *grads, *state;	  /* backend [nparams] / [nparams] / [nstate] */
-	void *arena, *garena;		  /* backend: activations; activation gradients */
-	size_t bytes;			  /* backend memory of the buffers above */
-	float **act;			  /* [nlayers] output now (aliases set per forward) */
-	float **own;			  /* [nlayers] own output memory, NULL for aliases */
-	float **dact;			  /* [nlayers] output gradient (training) */
-	float *scratch;			  /* [max_batch * largest output] (training) */
-	float **save_mean, **save_invstd; /* [nlayers] batch norm [C] (training) */
-	uint8_t **mask;			  /* [nlayers] dropout masks (training) */
-	wf_plan **plans;		  /* [nlayers]: one slot per layer, forward and backward */
-	/* [nlayers] a training executor's inference-mode forwards (evaluation):
-	 * their own slots, so evaluating (a partial last batch, batch norms in
-	 * inference mode) never replaces a training plan; NULL otherwise */
-	wf_plan **eval_plans;
-	char *need_grad;	   /* [nlayers] some parameter lies at or before it */
-	char *gdone;		   /* [nlayers] gradient written in this backward */
-	size_t *pend;		   /* [nlayers] end of the layer's trainable floats, 0 if none */
-	int32_t *labels;	   /* backend [max_batch] */
-	float *probs, *losses;	   /* backend [max_batch, K] / [max_batch] */
-	float *h_probs, *h_losses; /* host copies */
-	int n;			   /* batch of the last forward, 0 before any */
-	int fwd_training;	   /* mode of the last forward */
-	int have_loss;		   /* wf_exec_loss ran after the last forward */
-	float smoothing;	   /* label smoothing; > 0: h_dlogits holds probs - targets */
-	float *h_dlogits;	   /* host [max_batch, K] (label smoothing) */
-	int h_dlogits_cap;	   /* rows allocated */
-	/* inference plans (fuse_plan): conv + residual add + relu/relu6 as one op */
-	int fused;  /* conv2d_forward_fused is used (inference executor, op present) */
-	int nfused; /* layers folded into a conv (training: relus into batch norms and
-		     * adds, paddings into convs) */
-	/* training plans (train_fuse_plan, backends with train_fuse): a relu
-	 * into its batch norm or add, a padding into its conv; bf16 tensors (out_bf16)
-	 * from a conv through its batch norm (and relu) to the next conv or add,
-	 * their gradients bf16 too */
-	int tfused;
-	int *fuse_into; /* [nlayers] the conv a relu/add layer is fused into (int8: or the
-			 * concat a u8 relu is), else -1
-			 * (training: the batch norm or add a relu is fused into) */
-	int *fuse_res;	/* [nlayers] conv: the residual layer it adds, else -1 */
-	char *fuse_act; /* [nlayers] conv: 0 none, 1 relu, 2 relu6 (training: bn or add, 1 relu) */
-	char *out_bf16; /* [nlayers] conv (training: also bn): its output is kept in bf16 */
-	char *pad_skip; /* [nlayers] zero padding that its sole consumer, a conv (inference:
-			 * or a max pool of a relu's output, or a cropping), applies as its
-			 * own padding, or (inference) a cropping that its sole consumer, a
-			 * 1x1 pool, applies as its offset: runs nothing, aliases its input */
-	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
-	int *same_as;	   /* [nlayers] an earlier relu/relu6 (pool) of the same input
-			    * (and window) whose output this one's is (inference: NASNet applies
-			    * one relu per branch) */
-	float *qx;	   /* [nlayers] conv, dense: int8 input scale (0: runs in float) */
-	char *qu8;	   /* [nlayers] conv, dense: its int8 input is u8 (x >= 0), else s8 */
-	float *qy;	   /* [nlayers] conv: its (fused) output is kept quantised with this
-			    * scale (0: float); also a max pool or a 1x1 pool between int8
-			    * convs, a relu that only int8 convs (and such pools) read (it
-			    * then runs as a conversion to u8, whose saturation at 0 is the
-			    * relu), and a concat that only such a relu reads (concat_u8) */
-	char *qyu8;	   /* [nlayers] ... in u8, else s8 */
-	int nint8;	   /* convs run in int8 */
-	wf_err err;
-};
 
 /* ---- memory planning ---------------------------------------------------- */
 
@@ -224,8 +158,7 @@ static int is_bf16(const wf_exec *ex, int j)
 	return ex->out_bf16[planned_at(ex, j)];
 }
 
-/* The layer whose own memory holds layer j's output. */
-static int buf_root(const wf_exec *ex, int j)
+int wf_exec_root(const wf_exec *ex, int j)
 {
 	for (int a; (a = alias_src(ex, j)) >= 0;)
 		j = a;
@@ -245,14 +178,15 @@ static void plan_inplace(wf_exec *ex)
 		if (r < 0 || m->layers[i].type != WF_LAYER_CONV2D ||
 		    is_bf16(ex, r) != ex->out_bf16[i])
 			continue;
-		int R = buf_root(ex, r), ok = R != 0 && buf_root(ex, m->layers[i].inputs[0]) != R;
+		int R = wf_exec_root(ex, r),
+		    ok = R != 0 && wf_exec_root(ex, m->layers[i].inputs[0]) != R;
 		for (int k = i + 1; ok && k < m->nlayers; k++) {
 			if (ex->fuse_into[k] == i)
 				continue; /* the add (and act) fused into this conv */
 			for (int q = 0; q < m->layers[k].ninputs; q++)
-				ok &= buf_root(ex, m->layers[k].inputs[q]) != R;
+				ok &= wf_exec_root(ex, m->layers[k].inputs[q]) != R;
 		}
-		ok &= buf_root(ex, m->output) != R;
+		ok &= wf_exec_root(ex, m->output) != R;
 		ex->res_inplace[i] = (char)ok;
 	}
 }
@@ -658,7 +592,15 @@ static void plan_int8(wf_exec *ex)
 }
 
 /* Plan the activation arena; returns its size in bytes. */
-static int plan_activations(wf_exec *ex, size_t *bytes)
+size_t wf_exec_out_bytes(const wf_exec *ex, int i)
+{
+	return align_up((size_t)ex->max_batch * wf_layer_size(&ex->m->layers[i]) * sizeof(float));
+}
+
+/* Offsets of the activations, placed in the order seq (NULL: layer order);
+ * an inference executor releases root j before it places seq[free_at[j]]
+ * (free_at NULL: after its last reader). */
+static int plan_activations(wf_exec *ex, size_t *bytes, const int *seq, const int *free_at)
 {
 	wf_model *m = ex->m;
 	int nl = m->nlayers, rc = WF_ENOMEM;
@@ -670,17 +612,26 @@ static int plan_activations(wf_exec *ex, size_t *bytes)
 		goto done;
 	for (int i = 0; i < nl; i++) {
 		owner[i] = is_alias(ex, i) ? owner[alias_src(ex, i)] : i;
-		last[i] = i;
+		last[i] = i + 1;
 	}
 	for (int i = 0; i < nl; i++)
 		for (int k = 0; k < m->layers[i].ninputs; k++)
-			last[owner[m->layers[i].inputs[k]]] = i;
-	last[owner[m->output]] = nl; /* logits are read after forward */
-	for (int i = 0; i < nl; i++) {
+			last[owner[m->layers[i].inputs[k]]] = i + 1;
+	last[owner[m->output]] = nl + 1; /* logits are read after forward */
+	if (free_at)
+		memcpy(last, free_at, sizeof(int) * (size_t)nl);
+	for (int at = 0;; at++) {
+		/* an inference executor frees what no later layer reads */
+		if (!ex->training)
+			for (int j = 0; j < nl; j++)
+				if (owner[j] == j && last[j] == at)
+					planner_release(&p, j);
+		if (at == nl)
+			break;
+		int i = seq ? seq[at] : at;
 		const wf_layer *l = &m->layers[i];
 		if (owner[i] == i)
-			ex->own[i] =
-				OFFSET(planner_alloc(&p, i, B * wf_layer_size(l) * sizeof(float)));
+			ex->own[i] = OFFSET(planner_alloc(&p, i, wf_exec_out_bytes(ex, i)));
 		if (ex->training && l->type == WF_LAYER_BATCHNORM) {
 			ex->save_mean[i] =
 				OFFSET(planner_alloc(&p, nl + 2 * i, sizeof(float) * l->oc));
@@ -689,11 +640,6 @@ static int plan_activations(wf_exec *ex, size_t *bytes)
 		}
 		if (ex->training && l->type == WF_LAYER_DROPOUT)
 			ex->mask[i] = OFFSET(planner_alloc(&p, 3 * nl + i, B * wf_layer_size(l)));
-		/* an inference executor frees what no later layer reads */
-		if (!ex->training)
-			for (int j = 0; j <= i; j++)
-				if (owner[j] == j && last[j] == i)
-					planner_release(&p, j);
 	}
 	ex->labels = OFFSET(planner_alloc(&p, 4 * nl, B * sizeof(int32_t)));
 	ex->probs = OFFSET(planner_alloc(&p, 4 * nl + 1, B * (size_t)m->classes * sizeof(float)));
@@ -820,12 +766,66 @@ void wf_exec_free(wf_exec *ex)
 	free(ex->h_probs);
 	free(ex->h_losses);
 	free(ex->h_dlogits);
+	wf_branches_free(ex->br);
 	free(ex);
 }
 
 static void *balloc(wf_backend *be, size_t bytes)
 {
 	return wf_op_alloc(be, bytes ? bytes : ALIGN);
+}
+
+/* The activations' offsets (*abytes in all): in layer order, or in the
+ * order of the branches an inference executor runs at once (exec_branch.c,
+ * us: microseconds of each layer measured, NULL: estimated). */
+static int plan_order(wf_exec *ex, const double *us, size_t *abytes)
+{
+	int nl = ex->m->nlayers, rc = WF_ENOMEM;
+	int *seq = malloc(sizeof(int) * (size_t)nl), *free_at = malloc(sizeof(int) * (size_t)nl);
+	wf_branches_free(ex->br);
+	ex->br = NULL;
+	if (seq && free_at)
+		rc = ex->fused && !ex->no_branches ? wf_branches_plan(ex, us, seq, free_at) : 0;
+	if (!rc)
+		rc = plan_activations(ex, abytes, ex->br ? seq : NULL, ex->br ? free_at : NULL);
+	if (!rc && ex->br)
+		wf_branches_schedule(ex);
+	free(seq);
+	free(free_at);
+	return rc;
+}
+
+/* Offsets of the activations (and labels, probabilities, losses) become
+ * pointers into ex->arena. */
+static void rebase_activations(wf_exec *ex)
+{
+	for (int i = 0; i < ex->m->nlayers; i++) {
+		if (ex->own[i] || !is_alias(ex, i))
+			REBASE(ex->own[i], ex->arena);
+		ex->act[i] = ex->own[i] ? ex->own[i] : ex->act[alias_src(ex, i)];
+	}
+	REBASE(ex->labels, ex->arena);
+	REBASE(ex->probs, ex->arena);
+	REBASE(ex->losses, ex->arena);
+}
+
+int wf_exec_replan(wf_exec *ex, const double *us, int branches)
+{
+	ex->no_branches = !branches;
+	size_t abytes = 0;
+	memset(ex->own, 0, sizeof(*ex->own) * (size_t)ex->m->nlayers);
+	ex->labels = NULL, ex->probs = ex->losses = NULL;
+	int rc = plan_order(ex, us, &abytes);
+	if (rc)
+		return exec_fail(ex, rc, "executor: out of memory planning the branches");
+	wf_op_free(ex->be, ex->arena);
+	if (!(ex->arena = balloc(ex->be, abytes)))
+		return exec_fail(ex, WF_ENOMEM, "executor: out of %s memory (%.1f MiB activations)",
+				 ex->be->name, abytes / 1048576.0);
+	ex->bytes = ex->bytes - ex->abytes + abytes;
+	ex->abytes = abytes;
+	rebase_activations(ex);
+	return 0;
 }
 
 int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, int training,
@@ -912,10 +912,15 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 	}
 
 	size_t abytes = 0, gbytes = 0;
-	if (plan_activations(ex, &abytes) || (training && plan_gradients(ex, &gbytes))) {
+	rc = plan_order(ex, NULL, &abytes);
+	if (!rc && training)
+		rc = plan_gradients(ex, &gbytes);
+	if (rc) {
 		wf_errf(err, rc, "executor: out of memory planning %d layers", nl);
 		goto fail;
 	}
+	rc = WF_ENOMEM;
+	ex->abytes = abytes;
 	ex->bytes = abytes + gbytes + (training ? m->nparams * sizeof(float) : 0) +
 		    (ex->host ? 0 : (m->nparams + m->nstate) * sizeof(float));
 	ex->arena = balloc(be, abytes);
@@ -937,10 +942,8 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 			be->name, max_batch, abytes / 1048576.0, gbytes / 1048576.0);
 		goto fail;
 	}
+	rebase_activations(ex);
 	for (int i = 0; i < nl; i++) {
-		if (ex->own[i] || !is_alias(ex, i))
-			REBASE(ex->own[i], ex->arena);
-		ex->act[i] = ex->own[i] ? ex->own[i] : ex->act[alias_src(ex, i)];
 		if (ex->save_mean[i] || m->layers[i].type == WF_LAYER_BATCHNORM) {
 			if (training) {
 				REBASE(ex->save_mean[i], ex->arena);
@@ -952,9 +955,6 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 		if (training && (ex->need_grad[i] || i == m->output))
 			REBASE(ex->dact[i], ex->garena);
 	}
-	REBASE(ex->labels, ex->arena);
-	REBASE(ex->probs, ex->arena);
-	REBASE(ex->losses, ex->arena);
 	if (training)
 		REBASE(ex->scratch, ex->garena);
 	if (!ex->host && (rc = wf_exec_params_from_host(ex)) != 0) {
@@ -1048,6 +1048,25 @@ static void pad_desc(const wf_exec *ex, int i, int n, wf_pad_desc *d)
 	}
 }
 
+/* Does layer i run an op in a forward (training: a training forward)? Not
+ * the input, flatten and inference dropout (aliases of their input), nor a
+ * layer that runs inside its conv (training: its batch norm) or that an
+ * earlier equal relu computed. */
+static int runs(const wf_exec *ex, int i, int training)
+{
+	wf_layer_type t = ex->m->layers[i].type;
+	if (ex->fuse_into && (ex->fuse_into[i] >= 0 || ex->pad_skip[i]))
+		return 0;
+	if (ex->same_as && ex->same_as[i] >= 0)
+		return 0;
+	return t != WF_LAYER_INPUT && t != WF_LAYER_FLATTEN && (t != WF_LAYER_DROPOUT || training);
+}
+
+int wf_exec_runs(const wf_exec *ex, int i)
+{
+	return runs(ex, i, 0);
+}
+
 static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 {
 	wf_model *m = ex->m;
@@ -1065,12 +1084,9 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 		wf_pad_desc pad;
 	} d;
 
-	if (ex->fuse_into && (ex->fuse_into[i] >= 0 || ex->pad_skip[i]))
-		return 0; /* runs inside its conv (training: its batch norm) */
-	if (ex->same_as && ex->same_as[i] >= 0)
-		return 0; /* an earlier relu computed it */
+	if (!runs(ex, i, training))
+		return 0;
 	switch (l->type) {
-	case WF_LAYER_INPUT: return 0;
 	case WF_LAYER_CONV2D:
 		conv_desc(ex, i, n, &d.conv);
 		if (ex->fused) {
@@ -1163,17 +1179,19 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 					    ex->qyu8[q]);
 		return wf_op_gap_forward(be, n, xl->oh * xl->ow, xl->oc, y, x);
 	}
-	case WF_LAYER_FLATTEN: return 0; /* aliases its input */
 	case WF_LAYER_ZEROPAD:
 	case WF_LAYER_CROP: pad_desc(ex, i, n, &d.pad); return wf_op_pad_forward(be, &d.pad, y, x);
 	case WF_LAYER_DROPOUT:
-		if (!training)
-			return 0; /* aliases its input */
 		return wf_op_dropout_forward(be, sz, l->rate,
 					     wf_hash3(seed, (uint64_t)i, 0x64726f70), y,
 					     ex->mask[i], x);
 	default: return WF_EINTERNAL;
 	}
+}
+
+int wf_exec_layer_forward(wf_exec *ex, int i, int n)
+{
+	return layer_forward(ex, i, n, 0, 0);
 }
 
 int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint64_t dropout_seed)
@@ -1192,6 +1210,9 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 	 * (nothing writes layer 0's memory: plan_inplace never picks it); a
 	 * training executor's backward reads them after forward returns */
 	int in_place = !ex->training && (be->caps & WF_CAP_HOST_MEM);
+	int rc = ex->br ? wf_branches_retime(ex) : 0;
+	if (rc)
+		return rc;
 	/* dropout aliases its input in inference only; flatten always */
 	for (int i = 0; i < m->nlayers; i++) {
 		wf_layer_type t = m->layers[i].type;
@@ -1211,14 +1232,19 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 			ex->act[i] = ex->own[i];
 	}
 	size_t bytes = (size_t)n * wf_layer_size(&m->layers[0]) * sizeof(float);
-	int rc = in_place ? 0 : wf_op_to_device(be, ex->act[0], images, bytes);
+	rc = in_place ? 0 : wf_op_to_device(be, ex->act[0], images, bytes);
 	if (rc)
 		return op_fail(ex, rc, 0, "copy to device");
-	for (int i = 1; i < m->nlayers; i++) {
-		be->err.msg[0] = '\0';
-		if ((rc = layer_forward(ex, i, n, training, dropout_seed)) != 0)
-			return op_fail(ex, rc, i, "forward");
-	}
+	if (ex->br && !be->prof) { /* (profiling times one op at a time) */
+		int failed = 0;
+		if ((rc = wf_branches_forward(ex, n, &failed)) != 0)
+			return op_fail(ex, rc, failed, "forward");
+	} else
+		for (int i = 1; i < m->nlayers; i++) {
+			be->err.msg[0] = '\0';
+			if ((rc = layer_forward(ex, i, n, training, dropout_seed)) != 0)
+				return op_fail(ex, rc, i, "forward");
+		}
 	ex->n = n;
 	ex->fwd_training = training != 0;
 	return 0;

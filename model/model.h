@@ -255,6 +255,10 @@ int wf_exec_params_from_host(wf_exec *ex);
  * zero padding); a training executor: relus into batch norms and adds, zero
  * paddings into convolutions. */
 int wf_exec_fused(const wf_exec *ex);
+/* Threads that run an inference executor's layers at once (the parallel
+ * branches of a cell: NASNet at batches up to 4 on a cpu backend of two
+ * threads or more); 1: one layer after another. */
+int wf_exec_branch_threads(const wf_exec *ex);
 /* Layers whose output the executor keeps in bf16 (bf16 precision). */
 int wf_exec_bf16_layers(const wf_exec *ex);
 /* Convolutions an inference executor runs in int8 (created on a backend

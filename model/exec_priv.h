@@ -1,0 +1,120 @@
+/* exec_priv.h: the executor's state, shared by exec.c (planning, forward,
+ * backward) and exec_branch.c (branches of an inference forward run at
+ * once); not part of the public API. */
+#ifndef WF_EXEC_PRIV_H
+#define WF_EXEC_PRIV_H
+
+#include "model/model.h"
+#include "kernels/kernels.h"
+
+typedef struct wf_branches wf_branches;
+
+struct wf_exec {
+	wf_model *m;
+	wf_backend *be;
+	int max_batch;
+	int training;			  /* built with gradient memory */
+	int host;			  /* params/state are m->params/m->state */
+	float *params, *grads, *state;	  /* backend [nparams] / [nparams] / [nstate] */
+	void *arena, *garena;		  /* backend: activations; activation gradients */
+	size_t bytes;			  /* backend memory of the buffers above */
+	size_t abytes;			  /* ... of which the activation arena */
+	float **act;			  /* [nlayers] output now (aliases set per forward) */
+	float **own;			  /* [nlayers] own output memory, NULL for aliases */
+	float **dact;			  /* [nlayers] output gradient (training) */
+	float *scratch;			  /* [max_batch * largest output] (training) */
+	float **save_mean, **save_invstd; /* [nlayers] batch norm [C] (training) */
+	uint8_t **mask;			  /* [nlayers] dropout masks (training) */
+	wf_plan **plans;		  /* [nlayers]: one slot per layer, forward and backward */
+	/* [nlayers] a training executor's inference-mode forwards (evaluation):
+	 * their own slots, so evaluating (a partial last batch, batch norms in
+	 * inference mode) never replaces a training plan; NULL otherwise */
+	wf_plan **eval_plans;
+	char *need_grad;	   /* [nlayers] some parameter lies at or before it */
+	char *gdone;		   /* [nlayers] gradient written in this backward */
+	size_t *pend;		   /* [nlayers] end of the layer's trainable floats, 0 if none */
+	int32_t *labels;	   /* backend [max_batch] */
+	float *probs, *losses;	   /* backend [max_batch, K] / [max_batch] */
+	float *h_probs, *h_losses; /* host copies */
+	int n;			   /* batch of the last forward, 0 before any */
+	int fwd_training;	   /* mode of the last forward */
+	int have_loss;		   /* wf_exec_loss ran after the last forward */
+	float smoothing;	   /* label smoothing; > 0: h_dlogits holds probs - targets */
+	float *h_dlogits;	   /* host [max_batch, K] (label smoothing) */
+	int h_dlogits_cap;	   /* rows allocated */
+	/* inference plans (fuse_plan): conv + residual add + relu/relu6 as one op */
+	int fused;  /* conv2d_forward_fused is used (inference executor, op present) */
+	int nfused; /* layers folded into a conv (training: relus into batch norms and
+		     * adds, paddings into convs) */
+	/* training plans (train_fuse_plan, backends with train_fuse): a relu
+	 * into its batch norm or add, a padding into its conv; bf16 tensors (out_bf16)
+	 * from a conv through its batch norm (and relu) to the next conv or add,
+	 * their gradients bf16 too */
+	int tfused;
+	int *fuse_into; /* [nlayers] the conv a relu/add layer is fused into (int8: or the
+			 * concat a u8 relu is), else -1
+			 * (training: the batch norm or add a relu is fused into) */
+	int *fuse_res;	/* [nlayers] conv: the residual layer it adds, else -1 */
+	char *fuse_act; /* [nlayers] conv: 0 none, 1 relu, 2 relu6 (training: bn or add, 1 relu) */
+	char *out_bf16; /* [nlayers] conv (training: also bn): its output is kept in bf16 */
+	char *pad_skip; /* [nlayers] zero padding that its sole consumer, a conv (inference:
+			 * or a max pool of a relu's output, or a cropping), applies as its
+			 * own padding, or (inference) a cropping that its sole consumer, a
+			 * 1x1 pool, applies as its offset: runs nothing, aliases its input */
+	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
+	int *same_as;	   /* [nlayers] an earlier relu/relu6 (pool) of the same input
+			    * (and window) whose output this one's is (inference: NASNet applies
+			    * one relu per branch) */
+	float *qx;	   /* [nlayers] conv, dense: int8 input scale (0: runs in float) */
+	char *qu8;	   /* [nlayers] conv, dense: its int8 input is u8 (x >= 0), else s8 */
+	float *qy;	   /* [nlayers] conv: its (fused) output is kept quantised with this
+			    * scale (0: float); also a max pool or a 1x1 pool between int8
+			    * convs, a relu that only int8 convs (and such pools) read (it
+			    * then runs as a conversion to u8, whose saturation at 0 is the
+			    * relu), and a concat that only such a relu reads (concat_u8) */
+	char *qyu8;	   /* [nlayers] ... in u8, else s8 */
+	int nint8;	   /* convs run in int8 */
+	wf_branches *br;   /* inference: layers of parallel branches run at once, else NULL */
+	int no_branches;   /* measured: one layer after another is faster (exec_branch.c) */
+	wf_err err;
+};
+
+/* ---- exec.c, for exec_branch.c ---- */
+
+/* 1 when layer i runs an op in an inference forward (not the input, not an
+ * alias of another layer's memory, not fused into another layer). */
+int wf_exec_runs(const wf_exec *ex, int i);
+/* The layer whose own memory holds layer i's output. */
+int wf_exec_root(const wf_exec *ex, int i);
+/* Bytes of layer i's own memory (max_batch samples, aligned). */
+size_t wf_exec_out_bytes(const wf_exec *ex, int i);
+/* Layer i's inference forward over n samples (wf_exec_runs(ex, i)). */
+int wf_exec_layer_forward(wf_exec *ex, int i, int n);
+/* Plan the activations of an inference executor again and move them to a
+ * new arena, between forwards only (the last forward's outputs are gone):
+ * with branches (wf_branches_plan with us[layer], the microseconds each
+ * layer took), or (branches 0) for good one layer after another. */
+int wf_exec_replan(wf_exec *ex, const double *us, int branches);
+
+/* ---- exec_branch.c ---- */
+
+/* Branches of an inference forward (fused plans, a backend whose branches
+ * slot runs threads, small batches; us: each layer's measured microseconds,
+ * NULL: estimated from its shape): decide whether they pay and, if so,
+ * build ex->br and the order the activation memory is planned in: layers
+ * seq[0..nl-1] (each once), root j released before seq[free_at[j]] is
+ * placed. Returns 0 with ex->br NULL when the layers run one after another
+ * (seq, free_at untouched); WF_ENOMEM. */
+int wf_branches_plan(wf_exec *ex, const double *us, int *seq, int *free_at);
+/* After the memory is planned (ex->own holds offsets): the hazards between
+ * layers from the memory they share, and each thread's list. */
+int wf_branches_schedule(wf_exec *ex);
+/* Before a forward: once the layers have been timed, plan again from the
+ * times (wf_exec_replan). */
+int wf_branches_retime(wf_exec *ex);
+/* Layers 1.. of an inference forward over n samples (ex->act set); on a
+ * failure *failed is the layer that failed. */
+int wf_branches_forward(wf_exec *ex, int n, int *failed);
+void wf_branches_free(wf_branches *br);
+
+#endif
