@@ -15,8 +15,10 @@
  *   bench_zoo [--models mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge]
  *             [--infer-batch 1,32] [--train-batch 16] [--threads 2] [--reps 5]
  *             [--rounds 1] [--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16]
- *             [--no-int8] [--no-plan] [--profile]
+ *             [--no-int8] [--no-plan] [--sequential] [--profile]
  *
+ * --sequential: inference runs one layer after another (no parallel branches,
+ * model/exec_branch.c), for an A/B of the branches.
  * --profile: one more forward (or training step) per measurement with every
  * op timed (wf_op_profile_print): where weft's time goes, by op.
  * "plan" rows (batch > 1): the same batch through model/batchplan.h, the
@@ -236,34 +238,12 @@ static int bench_all(wf_backend *be, wf_model *m, int b, int training, int reps,
 	return rc;
 }
 
-/* Calibrate m for int8 on 8 images of N(0, 1) noise (the ranges set the
- * scales; speed does not depend on them). */
-static int calibrate_noise(wf_backend *be, wf_model *m, wf_err *err)
-{
-	size_t n = (size_t)8 * m->in_h * m->in_w * m->in_c;
-	float *x = malloc(sizeof(float) * n);
-	wf_calib *c = NULL;
-	wf_rng r;
-	wf_rng_seed(&r, 11);
-	for (size_t i = 0; x && i < n; i++)
-		x[i] = (float)wf_rng_normal(&r);
-	int rc = x ? wf_calib_create(&c, m, be, 8, WF_CALIB_MAX, 0, err)
-		   : wf_errf(err, WF_ENOMEM, "out of memory");
-	if (!rc)
-		rc = wf_calib_add(c, x, 8, err);
-	if (!rc)
-		rc = wf_calib_finish(c, err);
-	wf_calib_free(c);
-	free(x);
-	return rc;
-}
-
 int main(int argc, char **argv)
 {
 	const char *models = "mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge";
 	const char *infer = "1,32", *device = "cpu";
 	int train_batch = 16, threads = 2, reps = 5, use_peer = 1, bf16 = 1, int8 = 1, plan = 1,
-	    rounds = 1, profile = 0;
+	    sequential = 0, rounds = 1, profile = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--models") && v)
@@ -290,13 +270,15 @@ int main(int argc, char **argv)
 			int8 = 0;
 		else if (!strcmp(a, "--no-plan"))
 			plan = 0;
+		else if (!strcmp(a, "--sequential"))
+			sequential = 1;
 		else if (!strcmp(a, "--profile"))
 			profile = 1;
 		else {
 			fprintf(stderr, "usage: bench_zoo [--models a,b] [--infer-batch 1,32] "
 					"[--train-batch N] [--threads N] [--reps N] [--rounds N] "
 					"[--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16] "
-					"[--no-int8] [--no-plan] [--profile]\n");
+					"[--no-int8] [--no-plan] [--sequential] [--profile]\n");
 			return strcmp(a, "--help") ? 2 : 0;
 		}
 	}
@@ -307,7 +289,8 @@ int main(int argc, char **argv)
 	}
 	wf_err err = {0};
 	wf_backend *be = NULL;
-	if (wf_backend_create(&be, device, threads, &err) != 0) {
+	wf_backend_opts bo = {.threads = threads, .sequential = sequential};
+	if (wf_backend_create_opts(&be, device, &bo, &err) != 0) {
 		fprintf(stderr, "bench_zoo: %s\n", err.msg);
 		return 1;
 	}
@@ -336,7 +319,7 @@ int main(int argc, char **argv)
 			double f = wf_model_flops(m) / 1e9, ips[3];
 			wf_model *folded = NULL;
 			if (wf_model_fold_for_inference(m, &folded, &err) != 0 ||
-			    (int8 && calibrate_noise(be, folded, &err) != 0)) {
+			    (int8 && wf_calib_noise(folded, be, 8, &err) != 0)) {
 				fprintf(stderr, "bench_zoo: %s\n", err.msg);
 				wf_model_free(m);
 				rc = 1;
