@@ -81,7 +81,7 @@ struct wf_branches {
 	struct {
 		int v;
 		char pad[64 - sizeof(int)];
-	} __attribute__((aligned(64))) prog[BR_MAX_THREADS];
+	} prog[BR_MAX_THREADS]; /* 64 bytes apart: each on its own cache line */
 	int abort, fail_rc, fail_layer;
 	wf_exec *ex;
 	int n;
