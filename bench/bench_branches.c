@@ -7,8 +7,10 @@
  *   bench_branches [--models nasnetmobile] [--batch 1,2,4] [--threads 2]
  *                  [--pairs 40] [--no-int8]
  *
- * Each executor first runs 8 forwards (plans built, layers timed and the
- * branches re-planned from the times) that are not counted. */
+ * Each executor first runs 16 forwards that are not counted: plans built,
+ * layers timed, the branches planned again from the times and tried against
+ * one layer after another (the "threads" column: what the executor kept,
+ * 1 where one after another was faster). */
 #include "common/util.h"
 #include "kernels/ops.h"
 #include "model/calib.h"
@@ -19,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WARM 8
+#define WARM 16
 
 /* Paired forwards of batch b on par (branches) and seq; 0 or an error. */
 static int pair_run(wf_model *m, wf_backend *par_be, wf_backend *seq_be, int b, int pairs,

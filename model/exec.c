@@ -767,6 +767,7 @@ void wf_exec_free(wf_exec *ex)
 	free(ex->h_losses);
 	free(ex->h_dlogits);
 	wf_branches_free(ex->br);
+	free(ex->trial_us);
 	free(ex);
 }
 
@@ -913,6 +914,7 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 
 	size_t abytes = 0, gbytes = 0;
 	rc = plan_order(ex, NULL, &abytes);
+	ex->trial = ex->br ? 0 : -1; /* branches: try them against one after another */
 	if (!rc && training)
 		rc = plan_gradients(ex, &gbytes);
 	if (rc) {
@@ -1210,7 +1212,7 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 	 * (nothing writes layer 0's memory: plan_inplace never picks it); a
 	 * training executor's backward reads them after forward returns */
 	int in_place = !ex->training && (be->caps & WF_CAP_HOST_MEM);
-	int rc = ex->br ? wf_branches_retime(ex) : 0;
+	int rc = ex->trial >= 0 ? wf_branches_trial_before(ex) : 0;
 	if (rc)
 		return rc;
 	/* dropout aliases its input in inference only; flatten always */
@@ -1235,7 +1237,8 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 	rc = in_place ? 0 : wf_op_to_device(be, ex->act[0], images, bytes);
 	if (rc)
 		return op_fail(ex, rc, 0, "copy to device");
-	if (ex->br && !be->prof) { /* (profiling times one op at a time) */
+	double t0 = wf_now();
+	if (ex->br) {
 		int failed = 0;
 		if ((rc = wf_branches_forward(ex, n, &failed)) != 0)
 			return op_fail(ex, rc, failed, "forward");
@@ -1245,6 +1248,8 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 			if ((rc = layer_forward(ex, i, n, training, dropout_seed)) != 0)
 				return op_fail(ex, rc, i, "forward");
 		}
+	if (ex->trial >= 0)
+		wf_branches_trial_after(ex, wf_now() - t0);
 	ex->n = n;
 	ex->fwd_training = training != 0;
 	return 0;

@@ -25,10 +25,9 @@
  *
  * 4. The first forwards time each layer (alone on its thread, while the
  *    others run theirs); steps 1-3 run again with those times instead of the
- *    estimates (wf_exec_replan: a new arena), then a few forwards alternate
- *    with the same order run one layer after another (each op on all
- *    threads), and where that was faster the executor is planned again
- *    without branches.
+ *    estimates (wf_exec_replan: a new arena). A few forwards run so, a few
+ *    one layer after another (each op on all threads, memory planned in
+ *    layer order), and the executor keeps the faster way.
  *
  * At run time each thread walks its list, waiting (spinning) on the other
  * threads' progress counters. Every edge goes forward in one total order
@@ -54,13 +53,17 @@
 /* Used when the simulated schedule takes at most this share of the time
  * the layers take one after another. */
 #define BR_MIN_GAIN 0.8
-/* Forwards 2 .. 1 + BR_TIMED time each layer, and the branches are planned
- * again from the least times (the first forward builds the plans); the next
- * 2 * BR_TRIES forwards alternate between the branches and the same order
- * one layer after another (each op on all threads), and the executor keeps
- * the faster (least time of each). */
-#define BR_TIMED 3
-#define BR_TRIES 3
+/* The trial: forwards 1 .. BR_TIMED (after the first, which builds the
+ * plans) time each layer and the branches are planned again from the least
+ * times; the next BR_TRIES forwards run so, the BR_TRIES after them one
+ * layer after another (planned in layer order), and the executor keeps the
+ * faster (median time of each: the least flatters the branches, whose
+ * threads wait on each other when the machine takes one away). */
+#define BR_TIMED     3
+#define BR_TRIES     4
+#define T_BRANCHES   (1 + BR_TIMED)	     /* first forward of the branches' tries */
+#define T_SEQUENTIAL (T_BRANCHES + BR_TRIES) /* ... of one after another */
+#define T_DONE	     (T_SEQUENTIAL + BR_TRIES)
 
 struct wf_branches {
 	int nt;	    /* threads */
@@ -74,8 +77,7 @@ struct wf_branches {
 	int *rd;
 	double *cost; /* [nrun] estimated microseconds, one thread */
 	double *meas; /* [nrun] least seconds measured over the timed forwards */
-	int forwards, timing;
-	double best[2]; /* least seconds of a whole forward: branches, one after another */
+	int timing;   /* this forward times each layer */
 	double *start, *end;
 	/* run time */
 	struct {
@@ -418,27 +420,37 @@ static void run_thread(void *arg, int t, int nt)
 	}
 }
 
-int wf_branches_retime(wf_exec *ex)
+int wf_branches_trial_before(wf_exec *ex)
 {
 	wf_branches *br = ex->br;
-	if (br->forwards == BR_TIMED + 1) {
-		double *us = calloc((size_t)ex->m->nlayers, sizeof(double));
-		if (!us)
+	switch (ex->trial) {
+	case T_BRANCHES:
+		if (!(ex->trial_us = calloc((size_t)ex->m->nlayers, sizeof(double))))
 			return WF_ENOMEM;
 		for (int k = 0; k < br->nrun; k++)
-			us[br->layer[k]] = 1e6 * br->meas[k];
-		int rc = wf_exec_replan(ex, us, 1);
-		free(us);
-		if (ex->br)
-			ex->br->forwards = BR_TIMED + 2;
+			ex->trial_us[br->layer[k]] = 1e6 * br->meas[k];
+		return wf_exec_replan(ex, ex->trial_us, 1);
+	case T_SEQUENTIAL: return wf_exec_replan(ex, NULL, 0);
+	case T_DONE: {
+		int rc = wf_median(ex->tries[0], BR_TRIES) < wf_median(ex->tries[1], BR_TRIES)
+				 ? wf_exec_replan(ex, ex->trial_us, 1)
+				 : 0;
+		free(ex->trial_us);
+		ex->trial_us = NULL;
+		ex->trial = -1;
 		return rc;
 	}
-	if (br->forwards == BR_TIMED + 2 + 2 * BR_TRIES) {
-		if (br->best[0] > br->best[1]) /* one after another was faster */
-			return wf_exec_replan(ex, NULL, 0);
-		br->forwards++;
+	default: return 0;
 	}
-	return 0;
+}
+
+void wf_branches_trial_after(wf_exec *ex, double secs)
+{
+	int f = ex->trial++;
+	if (f >= T_SEQUENTIAL)
+		ex->tries[1][f - T_SEQUENTIAL] = secs;
+	else if (f >= T_BRANCHES)
+		ex->tries[0][f - T_BRANCHES] = secs;
 }
 
 int wf_branches_forward(wf_exec *ex, int n, int *failed)
@@ -448,11 +460,11 @@ int wf_branches_forward(wf_exec *ex, int n, int *failed)
 		br->prog[t].v = 0;
 	br->abort = br->fail_rc = br->fail_layer = 0;
 	br->n = n;
-	int f = br->forwards, trial = f >= BR_TIMED + 2 && f < BR_TIMED + 2 + 2 * BR_TRIES;
-	int one_by_one = trial && (f - BR_TIMED) % 2; /* (odd trials) */
-	br->timing = f >= 1 && f <= BR_TIMED;
-	double t0 = wf_now();
-	if (one_by_one)
+	br->timing = ex->trial >= 1 && ex->trial <= BR_TIMED;
+	/* the first forward builds the plans for all threads (one after another
+	 * runs them so; inside the branches each runs on its thread alone);
+	 * profiling times one op at a time: the order, one by one */
+	if (ex->trial == 0 || ex->be->prof)
 		for (int k = 0; k < br->nrun && !br->fail_rc; k++) {
 			int rc = wf_exec_layer_forward(ex, br->layer[k], n);
 			if (rc)
@@ -460,11 +472,6 @@ int wf_branches_forward(wf_exec *ex, int n, int *failed)
 		}
 	else
 		ex->be->ops->branches(ex->be, br->nt, run_thread, br);
-	double dt = wf_now() - t0;
-	if (trial && (br->best[one_by_one] == 0 || dt < br->best[one_by_one]))
-		br->best[one_by_one] = dt;
-	if (!br->fail_rc)
-		br->forwards++;
 	*failed = br->fail_layer;
 	return br->fail_rc;
 }

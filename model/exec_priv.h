@@ -75,7 +75,13 @@ struct wf_exec {
 	char *qyu8;	   /* [nlayers] ... in u8, else s8 */
 	int nint8;	   /* convs run in int8 */
 	wf_branches *br;   /* inference: layers of parallel branches run at once, else NULL */
-	int no_branches;   /* measured: one layer after another is faster (exec_branch.c) */
+	int no_branches;   /* plan without branches (measured: they were slower) */
+	/* the trial of the branches against one layer after another (exec_branch.c):
+	 * forwards since created (counted while trying, else -1), the seconds of
+	 * each tried forward each way, the layers' measured microseconds */
+	int trial;
+	double tries[2][8];
+	double *trial_us;
 	wf_err err;
 };
 
@@ -109,9 +115,11 @@ int wf_branches_plan(wf_exec *ex, const double *us, int *seq, int *free_at);
 /* After the memory is planned (ex->own holds offsets): the hazards between
  * layers from the memory they share, and each thread's list. */
 int wf_branches_schedule(wf_exec *ex);
-/* Before a forward: once the layers have been timed, plan again from the
- * times (wf_exec_replan). */
-int wf_branches_retime(wf_exec *ex);
+/* Around each forward while ex->trial >= 0: before, plan again where the
+ * trial moves on (wf_exec_replan); after a forward that succeeded, its
+ * seconds. */
+int wf_branches_trial_before(wf_exec *ex);
+void wf_branches_trial_after(wf_exec *ex, double secs);
 /* Layers 1.. of an inference forward over n samples (ex->act set); on a
  * failure *failed is the layer that failed. */
 int wf_branches_forward(wf_exec *ex, int n, int *failed);
