@@ -1,7 +1,8 @@
 /* test_branches.c: an inference executor that runs the parallel branches of
  * NASNet's cells at once (model/exec_branch.c) gives the logits of one that
- * runs its layers one after another, forward after forward (through the
- * re-planning from measured times), in fp32 and int8; a chain
+ * runs its layers one after another, forward after forward (18 at batch 1:
+ * through the re-planning from measured times, the trial against one after
+ * another and the plan it keeps), in fp32 and int8; a chain
  * (MobileNetV2) and a large batch run one layer after another. */
 #include "model/calib.h"
 #include "model/fold.h"
@@ -93,7 +94,7 @@ static void test_nasnet_branches_equal_one_after_another(void)
 	wf_model *f = folded("nasnetmobile");
 	if (!f)
 		return;
-	WF_CHECK_INT(compare(f, 1, 12, 1e-5, "nasnetmobile fp32 batch 1"), 2);
+	WF_CHECK_INT(compare(f, 1, 18, 1e-5, "nasnetmobile fp32 batch 1"), 2);
 	WF_CHECK_INT(compare(f, 3, 9, 1e-5, "nasnetmobile fp32 batch 3"), 2);
 	/* a batch that keeps both threads busy in each op: one after another */
 	WF_CHECK_INT(compare(f, 8, 1, 1e-5, "nasnetmobile fp32 batch 8"), 1);
@@ -109,7 +110,7 @@ static void test_nasnet_branches_equal_one_after_another(void)
 	free(x);
 	WF_CHECK(wf_backend_set_precision(two, "int8", NULL, NULL) == 0);
 	WF_CHECK(wf_backend_set_precision(one, "int8", NULL, NULL) == 0);
-	WF_CHECK_INT(compare(f, 1, 12, 1e-5, "nasnetmobile int8 batch 1"), 2);
+	WF_CHECK_INT(compare(f, 1, 18, 1e-5, "nasnetmobile int8 batch 1"), 2);
 	WF_CHECK_INT(compare(f, 2, 9, 1e-5, "nasnetmobile int8 batch 2"), 2);
 	wf_backend_set_precision(two, "fp32", NULL, NULL);
 	wf_backend_set_precision(one, "fp32", NULL, NULL);
