@@ -7,10 +7,10 @@
  *   bench_branches [--models nasnetmobile] [--batch 1,2,4] [--threads 2]
  *                  [--pairs 40] [--no-int8]
  *
- * Each executor first runs 16 forwards that are not counted: plans built,
- * layers timed, the branches planned again from the times and tried against
- * one layer after another (the "threads" column: what the executor kept,
- * 1 where one after another was faster). */
+ * Uncounted forwards come first: plans built, and while the executor tunes
+ * itself (wf_exec_tuning) layers timed, the branches planned again from the
+ * times and tried against one layer after another (the "threads" column:
+ * what the executor kept, 1 where one after another was faster). */
 #include "common/util.h"
 #include "kernels/ops.h"
 #include "model/calib.h"
@@ -20,8 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define WARM 16
 
 /* Paired forwards of batch b on par (branches) and seq; 0 or an error. */
 static int pair_run(wf_model *m, wf_backend *par_be, wf_backend *seq_be, int b, int pairs,
@@ -43,16 +41,15 @@ static int pair_run(wf_model *m, wf_backend *par_be, wf_backend *seq_be, int b, 
 		rc = wf_exec_create(&par, m, par_be, b, 0, &err);
 	if (!rc)
 		rc = wf_exec_create(&seq, m, seq_be, b, 0, &err);
-	for (int s = 0; !rc && s < WARM + pairs; s++) {
+	for (int s = 0; !rc && (s < 2 || wf_exec_tuning(par)); s++) /* uncounted */
+		rc = wf_exec_forward(par, x, b, 0, 0) || wf_exec_forward(seq, x, b, 0, 0);
+	for (int s = 0; !rc && s < pairs; s++) {
 		double t0 = wf_now();
 		rc = wf_exec_forward(par, x, b, 0, 0);
 		double t1 = wf_now();
 		rc = rc ? rc : wf_exec_forward(seq, x, b, 0, 0);
 		double t2 = wf_now();
-		if (s >= WARM) {
-			tp[s - WARM] = t1 - t0, ts[s - WARM] = t2 - t1;
-			ratio[s - WARM] = (t2 - t1) / (t1 - t0);
-		}
+		tp[s] = t1 - t0, ts[s] = t2 - t1, ratio[s] = (t2 - t1) / (t1 - t0);
 	}
 	if (rc)
 		fprintf(stderr, "bench_branches: %s %s batch %d: %s%s%s\n", name, prec, b, err.msg,

@@ -76,6 +76,9 @@ static int bench_one(wf_backend *be, wf_model *m, int b, int training, int reps,
 			rc = rc ? rc : wf_exec_optim_step(ex, &oc, s, mom, NULL, 1.0f);
 		} else {
 			rc = wf_exec_forward(ex, x, b, 0, 0);
+			if (s == 0) /* an executor trying its branches: warm until it chose */
+				while (!rc && wf_exec_tuning(ex))
+					rc = wf_exec_forward(ex, x, b, 0, 0);
 		}
 		wf_op_sync(be);
 		if (s <= reps)

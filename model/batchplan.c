@@ -42,6 +42,16 @@ static int choose(wf_batchplan *p)
 	return 0;
 }
 
+/* One warm-up forward of executor b over the staging rows. */
+static int forward(wf_batchplan *p, int b, wf_err *err)
+{
+	if (wf_exec_forward(p->ex[b], p->in, p->size[b], 0, 0) != 0 ||
+	    wf_exec_logits(p->ex[b], p->out) != 0)
+		return wf_errf(err, WF_EINTERNAL, "warm-up forward at batch %d: %s", p->size[b],
+			       wf_exec_error(p->ex[b]));
+	return 0;
+}
+
 int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max_batch,
 			size_t max_bytes, wf_err *err)
 {
@@ -74,6 +84,15 @@ int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max
 	for (int b = 0; b < p->nsizes; b++) {
 		if ((rc = wf_exec_create(&p->ex[b], m, be, p->size[b], 0, err)) != 0)
 			goto fail;
+		/* the first forward builds the plans; an executor still tuning
+		 * (branches tried) runs on until it has chosen: all untimed; then
+		 * the fastest of at least two, as long as they take less than
+		 * 0.25 s together: one slow forward (a page fault storm, another
+		 * process) would otherwise fix the plan for the server's life */
+		for (int rep = 0; rc == 0 && (rep == 0 || wf_exec_tuning(p->ex[b])); rep++)
+			rc = forward(p, b, err);
+		if (rc)
+			goto fail;
 		p->bytes += wf_exec_bytes(p->ex[b]);
 		if (max_bytes && p->bytes > max_bytes) {
 			rc = wf_errf(err, WF_ENOMEM,
@@ -82,23 +101,13 @@ int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max
 				     p->size[b], p->bytes / 1048576.0, max_bytes / 1048576.0);
 			goto fail;
 		}
-		/* the first forward builds the plans (untimed); then the fastest of
-		 * at least two, as long as they take less than 0.25 s together: one
-		 * slow forward (a page fault storm, another process) would
-		 * otherwise fix the plan for the server's life */
 		double spent = 0;
 		p->secs[b] = -1;
-		for (int rep = 0; rep < 2 || (rep < 5 && spent < 0.25); rep++) {
+		for (int rep = 0; rep < 2 || (rep < 4 && spent < 0.25); rep++) {
 			double t0 = wf_now();
-			if (wf_exec_forward(p->ex[b], p->in, p->size[b], 0, 0) != 0 ||
-			    wf_exec_logits(p->ex[b], p->out) != 0) {
-				rc = wf_errf(err, WF_EINTERNAL, "warm-up forward at batch %d: %s",
-					     p->size[b], wf_exec_error(p->ex[b]));
+			if ((rc = forward(p, b, err)) != 0)
 				goto fail;
-			}
 			double el = wf_now() - t0;
-			if (rep == 0)
-				continue;
 			spent += el;
 			if (p->secs[b] < 0 || el < p->secs[b])
 				p->secs[b] = el;

@@ -33,7 +33,8 @@ typedef struct wf_batchplan {
 } wf_batchplan;
 
 /* Build the executors of model m on backend be (which must outlive the plan),
- * warm and time each one (2 to 5 timed forwards, 0.25 s per size), choose the
+ * warm each one (a forward, and more while it tunes itself: wf_exec_tuning),
+ * time it (2 to 4 timed forwards, 0.25 s per size), choose the
  * sequences. max_batch >= 1. max_bytes > 0: WF_ENOMEM as soon as the plan
  * would take more (the smaller executors are built first; the message says
  * how much it needs). */

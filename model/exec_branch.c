@@ -94,6 +94,11 @@ int wf_exec_branch_threads(const wf_exec *ex)
 	return ex->br ? ex->br->nt : 1;
 }
 
+int wf_exec_tuning(const wf_exec *ex)
+{
+	return ex->trial >= 0;
+}
+
 void wf_branches_free(wf_branches *br)
 {
 	if (!br)

@@ -259,6 +259,10 @@ int wf_exec_fused(const wf_exec *ex);
  * branches of a cell: NASNet at batches up to 4 on a cpu backend of two
  * threads or more); 1: one layer after another. */
 int wf_exec_branch_threads(const wf_exec *ex);
+/* 1 while an inference executor still tries its ways of running (with
+ * branches: its first 14 forwards time layers, plan again and try the
+ * branches against one layer after another); time forwards after it. */
+int wf_exec_tuning(const wf_exec *ex);
 /* Layers whose output the executor keeps in bf16 (bf16 precision). */
 int wf_exec_bf16_layers(const wf_exec *ex);
 /* Convolutions an inference executor runs in int8 (created on a backend
