@@ -60,7 +60,7 @@
  * faster (median time of each: the least flatters the branches, whose
  * threads wait on each other when the machine takes one away). */
 #define BR_TIMED     3
-#define BR_TRIES     4
+#define BR_TRIES     5
 #define T_BRANCHES   (1 + BR_TIMED)	     /* first forward of the branches' tries */
 #define T_SEQUENTIAL (T_BRANCHES + BR_TRIES) /* ... of one after another */
 #define T_DONE	     (T_SEQUENTIAL + BR_TRIES)
