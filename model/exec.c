@@ -591,7 +591,6 @@ static void plan_int8(wf_exec *ex)
 	}
 }
 
-/* Plan the activation arena; returns its size in bytes. */
 size_t wf_exec_out_bytes(const wf_exec *ex, int i)
 {
 	return align_up((size_t)ex->max_batch * wf_layer_size(&ex->m->layers[i]) * sizeof(float));
@@ -817,12 +816,16 @@ int wf_exec_replan(wf_exec *ex, const double *us, int branches)
 	memset(ex->own, 0, sizeof(*ex->own) * (size_t)ex->m->nlayers);
 	ex->labels = NULL, ex->probs = ex->losses = NULL;
 	int rc = plan_order(ex, us, &abytes);
-	if (rc)
-		return exec_fail(ex, rc, "executor: out of memory planning the branches");
 	wf_op_free(ex->be, ex->arena);
-	if (!(ex->arena = balloc(ex->be, abytes)))
-		return exec_fail(ex, WF_ENOMEM, "executor: out of %s memory (%.1f MiB activations)",
+	if (!rc && !(ex->arena = balloc(ex->be, abytes)))
+		rc = WF_ENOMEM;
+	if (rc) { /* the old plan is gone: every later forward fails too */
+		ex->arena = NULL;
+		return exec_fail(ex, rc,
+				 "executor: out of %s memory planning its activations again (%.1f "
+				 "MiB); create it again",
 				 ex->be->name, abytes / 1048576.0);
+	}
 	ex->bytes = ex->bytes - ex->abytes + abytes;
 	ex->abytes = abytes;
 	rebase_activations(ex);
@@ -1202,6 +1205,8 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 	wf_backend *be = ex->be;
 	ex->n = 0;
 	ex->have_loss = 0;
+	if (!ex->arena)
+		return exec_fail(ex, WF_ENOMEM, "executor: it ran out of memory; create it again");
 	if (n < 1 || n > ex->max_batch)
 		return exec_fail(ex, WF_EINVAL, "forward: batch %d is out of range [1, %d]", n,
 				 ex->max_batch);
