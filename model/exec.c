@@ -538,10 +538,18 @@ static void plan_int8(wf_exec *ex)
 				cur = j;
 		float q;
 		int ok = cur != m->output && tensor_q(ex, cur, &q, &ex->qyu8[i]), pool = -1;
+		int relu = -1, others = 0; /* a u8 relu (with its aliases) reading cur */
 		for (int k = cur + 1; ok && k < m->nlayers; k++)
 			for (int e = 0; e < m->layers[k].ninputs; e++) {
 				if (m->layers[k].inputs[e] != cur)
 					continue;
+				int a = ex->same_as[k] >= 0 ? ex->same_as[k] : k;
+				if (ex->qy[a] > 0 && ex->qyu8[a] && ex->fuse_into[a] < 0 &&
+				    (relu < 0 || relu == a) && m->layers[a].type == WF_LAYER_RELU) {
+					relu = a;
+					continue;
+				}
+				others++;
 				int f = ex->fuse_into[k];
 				if (f >= 0) { /* an add fused into an int8 conv, cur its residual */
 					ok &= ex->fuse_res[f] == cur && ex->qx[f] > 0;
@@ -558,6 +566,16 @@ static void plan_int8(wf_exec *ex)
 				int c = conv_reader(ex, k);
 				ok &= e == 0 && c >= 0 && ex->qx[c] > 0;
 			}
+		if (ok && relu >= 0 && !others) {
+			/* only a u8 relu reads it (NASNet's stem conv: the five relus of
+			 * its reduction cell's branches): the conv writes that relu's u8
+			 * tensor, whose saturation at 0 is the relu */
+			ex->fuse_into[relu] = i;
+			ex->qy[i] = ex->qy[relu], ex->qyu8[i] = 1;
+			ex->nfused++;
+			continue;
+		}
+		ok &= relu < 0;
 		ex->qy[i] = ok ? q : 0;
 		if (ok && pool >= 0) /* the pool's output: in its input's scale */
 			ex->qy[pool] = q, ex->qyu8[pool] = ex->qyu8[i];

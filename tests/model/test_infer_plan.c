@@ -131,9 +131,12 @@ static void check_precision(wf_backend *be, wf_model *f, const char *name, const
 	for (int i = 0; ex && i < f->nlayers; i++) {
 		const wf_layer *l = &f->layers[i];
 		/* ... and int8: the last block's output, which only the global
-		 * average pool reads, stays u8 (its conv adds in place) */
+		 * average pool reads, stays u8 (its conv adds in place); NASNet's
+		 * stem conv, which only the (equal) relus of its reduction cell's
+		 * branches read, writes their u8 tensor */
 		if (!strcmp(l->name, "pool1_pool") || !strcmp(l->name, "conv1_relu") ||
-		    (!strcmp(l->name, "conv5_block3_out") && !strcmp(prec, "int8"))) {
+		    (!strcmp(l->name, "conv5_block3_out") && !strcmp(prec, "int8")) ||
+		    (!strcmp(l->name, "stem_conv1") && !strcmp(prec, "int8"))) {
 			const char *t = wf_exec_layer_dtype(ex, i);
 			WF_CHECK_MSG(t && !strcmp(t, want_t), "%s %s: %s is %s, not %s", name, prec,
 				     l->name, t ? t : "?", want_t);
