@@ -497,6 +497,18 @@ static int is_q(const wf_exec *ex, int j)
  * output dequantises); not a plain add, another pool or the logits. A dense
  * layer whose input has a range runs in int8 as a 1x1 conv over one pixel
  * (its [in, units] kernel is that conv's), its output float. */
+/* The relu that reader k is (or aliases: same_as) when plan_int8 made it a
+ * conversion to u8 and nothing is fused into yet; else -1. */
+static int u8_relu(const wf_exec *ex, int k)
+{
+	int a = ex->same_as[k] >= 0 ? ex->same_as[k] : k;
+	wf_layer_type t = ex->m->layers[a].type;
+	return (t == WF_LAYER_RELU || t == WF_LAYER_RELU6) && ex->qy[a] > 0 && ex->qyu8[a] &&
+			       ex->fuse_into[a] < 0
+		       ? a
+		       : -1;
+}
+
 static void plan_int8(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
@@ -543,9 +555,8 @@ static void plan_int8(wf_exec *ex)
 			for (int e = 0; e < m->layers[k].ninputs; e++) {
 				if (m->layers[k].inputs[e] != cur)
 					continue;
-				int a = ex->same_as[k] >= 0 ? ex->same_as[k] : k;
-				if (ex->qy[a] > 0 && ex->qyu8[a] && ex->fuse_into[a] < 0 &&
-				    (relu < 0 || relu == a) && m->layers[a].type == WF_LAYER_RELU) {
+				int a = u8_relu(ex, k);
+				if (a >= 0 && (relu < 0 || relu == a)) {
 					relu = a;
 					continue;
 				}
@@ -596,9 +607,8 @@ static void plan_int8(wf_exec *ex)
 		for (int k = c + 1; ok && k < m->nlayers; k++)
 			for (int e = 0; e < m->layers[k].ninputs; e++)
 				if (m->layers[k].inputs[e] == c) {
-					int a = ex->same_as[k] >= 0 ? ex->same_as[k] : k;
-					ok &= (r < 0 || a == r) && ex->qy[a] > 0 && ex->qyu8[a] &&
-					      ex->fuse_into[a] < 0;
+					int a = u8_relu(ex, k);
+					ok &= a >= 0 && (r < 0 || a == r);
 					r = a;
 				}
 		if (ok && r >= 0) {

@@ -355,7 +355,7 @@ nomem:
 	return WF_ENOMEM;
 }
 
-int wf_branches_schedule(wf_exec *ex)
+void wf_branches_schedule(wf_exec *ex)
 {
 	wf_branches *br = ex->br;
 	schedule(br, ex, 1);
@@ -367,7 +367,6 @@ int wf_branches_schedule(wf_exec *ex)
 				br->tlist[at++] = k;
 	}
 	br->toff[br->nt] = at;
-	return 0;
 }
 
 static void cpu_relax(void)

@@ -114,7 +114,7 @@ int wf_exec_replan(wf_exec *ex, const double *us, int branches);
 int wf_branches_plan(wf_exec *ex, const double *us, int *seq, int *free_at);
 /* After the memory is planned (ex->own holds offsets): the hazards between
  * layers from the memory they share, and each thread's list. */
-int wf_branches_schedule(wf_exec *ex);
+void wf_branches_schedule(wf_exec *ex);
 /* Around each forward while ex->trial >= 0: before, plan again where the
  * trial moves on (wf_exec_replan); after a forward that succeeded, its
  * seconds. */
