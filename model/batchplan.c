@@ -84,16 +84,8 @@ int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max
 	for (int b = 0; b < p->nsizes; b++) {
 		if ((rc = wf_exec_create(&p->ex[b], m, be, p->size[b], 0, err)) != 0)
 			goto fail;
-		/* the first forward builds the plans; an executor still tuning
-		 * (branches tried) runs on until it has chosen: all untimed; then
-		 * the fastest of at least two, as long as they take less than
-		 * 0.25 s together: one slow forward (a page fault storm, another
-		 * process) would otherwise fix the plan for the server's life */
-		for (int rep = 0; rc == 0 && (rep == 0 || wf_exec_tuning(p->ex[b])); rep++)
-			rc = forward(p, b, err);
-		if (rc)
-			goto fail;
-		p->bytes += wf_exec_bytes(p->ex[b]);
+		size_t made = wf_exec_bytes(p->ex[b]);
+		p->bytes += made;
 		if (max_bytes && p->bytes > max_bytes) {
 			rc = wf_errf(err, WF_ENOMEM,
 				     "executors up to batch %d already take %.1f MiB, over the "
@@ -101,6 +93,17 @@ int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max
 				     p->size[b], p->bytes / 1048576.0, max_bytes / 1048576.0);
 			goto fail;
 		}
+		/* the first forward builds the plans; an executor still tuning
+		 * (branches tried) runs on until it has chosen, planning its
+		 * memory again: all untimed; then the fastest of at least two, as
+		 * long as they take less than 0.25 s together: one slow forward (a
+		 * page fault storm, another process) would otherwise fix the plan
+		 * for the server's life */
+		for (int rep = 0; rc == 0 && (rep == 0 || wf_exec_tuning(p->ex[b])); rep++)
+			rc = forward(p, b, err);
+		if (rc)
+			goto fail;
+		p->bytes = p->bytes - made + wf_exec_bytes(p->ex[b]); /* after any re-plan */
 		double spent = 0;
 		p->secs[b] = -1;
 		for (int rep = 0; rep < 2 || (rep < 4 && spent < 0.25); rep++) {
