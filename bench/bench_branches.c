@@ -1,16 +1,19 @@
-/* bench_branches.c: inference with the parallel branches of the cells run at
- * once (model/exec_branch.c) against one layer after another, paired: the two
- * executors alternate forward by forward in one process, so a noisy machine
- * slows both alike. Prints, per model, precision and batch, the images/s of
- * each (medians) and the median of the per-pair ratios.
+/* bench_branches.c: inference the way the executor chose it (the parallel
+ * branches of the cells run at once at small batches, model/exec_branch.c;
+ * a large batch as tiles, model/exec_tile.c) against one layer after another
+ * over the whole batch, paired: the two executors alternate forward by
+ * forward in one process, so a noisy machine slows both alike. Prints, per
+ * model, precision and batch, the images/s of each (medians) and the median
+ * of the per-pair ratios.
  *
  *   bench_branches [--models nasnetmobile] [--batch 1,2,4] [--threads 2]
  *                  [--pairs 40] [--no-int8]
  *
  * Uncounted forwards come first: plans built, and while the executor tunes
  * itself (wf_exec_tuning) layers timed, the branches planned again from the
- * times and tried against one layer after another (the "threads" column:
- * what the executor kept, 1 where one after another was faster). */
+ * times and tried against one layer after another, or tiles tried against
+ * the whole batch (the "threads" column: what the executor kept, 1 where one
+ * after another was faster; "tile": rows per tile, 0 for the whole batch). */
 #include "common/util.h"
 #include "kernels/ops.h"
 #include "model/calib.h"
@@ -55,9 +58,9 @@ static int pair_run(wf_model *m, wf_backend *par_be, wf_backend *seq_be, int b, 
 		fprintf(stderr, "bench_branches: %s %s batch %d: %s%s%s\n", name, prec, b, err.msg,
 			par ? wf_exec_error(par) : "", seq ? wf_exec_error(seq) : "");
 	else
-		printf("%-13s %-5s %5d %8d %10.1f %10.1f %8.2fx\n", name, prec, b,
-		       wf_exec_branch_threads(par), b / wf_median(tp, pairs),
-		       b / wf_median(ts, pairs), wf_median(ratio, pairs));
+		printf("%-13s %-5s %5d %8d %5d %10.1f %10.1f %8.2fx\n", name, prec, b,
+		       wf_exec_branch_threads(par), wf_exec_tile_rows(par),
+		       b / wf_median(tp, pairs), b / wf_median(ts, pairs), wf_median(ratio, pairs));
 	fflush(stdout);
 	wf_exec_free(par);
 	wf_exec_free(seq);
@@ -103,10 +106,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	printf("bench_branches: cpu, %d threads, %d paired forwards; images/s (medians), "
-	       "ratio = median of sequential time / branches time per pair\n",
+	       "ratio = median of sequential time / chosen way's time per pair\n",
 	       threads, pairs);
-	printf("%-13s %-5s %5s %8s %10s %10s %9s\n", "model", "prec", "batch", "threads",
-	       "branches", "sequential", "ratio");
+	printf("%-13s %-5s %5s %8s %5s %10s %10s %9s\n", "model", "prec", "batch", "threads",
+	       "tile", "chosen", "sequential", "ratio");
 	int rc = 0;
 	char list[512];
 	snprintf(list, sizeof(list), "%s", models);

@@ -17,8 +17,9 @@
  *             [--rounds 1] [--device cpu|cuda] [--no-peer] [--no-train] [--no-bf16]
  *             [--no-int8] [--no-plan] [--sequential] [--profile]
  *
- * --sequential: inference runs one layer after another (no parallel branches,
- * model/exec_branch.c), for an A/B of the branches.
+ * --sequential: inference runs one layer after another over the whole batch
+ * (no parallel branches, model/exec_branch.c; no tiles, model/exec_tile.c),
+ * for an A/B of those.
  * --profile: one more forward (or training step) per measurement with every
  * op timed (wf_op_profile_print): where weft's time goes, by op.
  * "plan" rows (batch > 1): the same batch through model/batchplan.h, the

@@ -294,7 +294,8 @@ typedef struct wf_backend_opts {
 	int device_index;   /* GPU (cuda), taken modulo the device count */
 	char precision[16]; /* conv/dense precision (cuda): fp32, tf32, bf16, fp16; "": fp32 */
 	long workspace_mb;  /* cuDNN algorithm-search workspace; <= 0: the default */
-	int sequential;	    /* 1: inference runs one layer after another (no branches at once) */
+	int sequential;	    /* 1: inference runs one layer after another over the whole
+			     * batch (no branches at once, no tiles: A/B benchmarks) */
 } wf_backend_opts;
 
 struct wf_backend {

@@ -795,6 +795,8 @@ void wf_exec_free(wf_exec *ex)
 	free(ex->h_dlogits);
 	wf_branches_free(ex->br);
 	free(ex->trial_us);
+	wf_tiles_free(ex);
+	free(ex->tile_out);
 	free(ex);
 }
 
@@ -946,6 +948,7 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 	size_t abytes = 0, gbytes = 0;
 	rc = plan_order(ex, NULL, &abytes);
 	ex->trial = ex->br ? 0 : -1; /* branches: try them against one after another */
+	wf_tiles_init(ex);	     /* a large batch: try tiles against it whole */
 	if (!rc && training)
 		rc = plan_gradients(ex, &gbytes);
 	if (rc) {
@@ -1227,6 +1230,38 @@ int wf_exec_layer_forward(wf_exec *ex, int i, int n)
 	return layer_forward(ex, i, n, 0, 0);
 }
 
+/* Bytes of one row of layer j's own memory (its element size: u8, bf16 or
+ * float). */
+static size_t row_bytes(const wf_exec *ex, int j)
+{
+	size_t e = ex->qy && ex->qy[j] > 0 ? 1 : ex->out_bf16 && ex->out_bf16[j] ? 2 : 4;
+	return e * wf_layer_size(&ex->m->layers[j]);
+}
+
+/* Where each layer's output is in a forward, from row r on (a tile's rows:
+ * exec_tile.c); images: read in place (else layer 0's own memory). */
+static void set_acts(wf_exec *ex, const float *images, int r, int training)
+{
+	const wf_model *m = ex->m;
+	/* dropout aliases its input in inference only; flatten always */
+	for (int i = 0; i < m->nlayers; i++) {
+		wf_layer_type t = m->layers[i].type;
+		if (i == 0 && images)
+			ex->act[0] = (float *)images + (size_t)r * wf_layer_size(&m->layers[0]);
+		else if (ex->fuse_into && ex->fuse_into[i] >= 0)
+			ex->act[i] = ex->act[ex->fuse_into[i]];
+		else if (ex->pad_skip && ex->pad_skip[i])
+			ex->act[i] = ex->act[m->layers[i].inputs[0]];
+		else if (ex->fused && ex->res_inplace[i])
+			ex->act[i] = ex->act[ex->fuse_res[i]];
+		else if (ex->same_as && ex->same_as[i] >= 0)
+			ex->act[i] = ex->act[ex->same_as[i]];
+		else if (t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !training))
+			ex->act[i] = ex->act[m->layers[i].inputs[0]];
+		else
+			ex->act[i] = (float *)((char *)ex->own[i] + (size_t)r * row_bytes(ex, i));
+	}
+}
 int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint64_t dropout_seed)
 {
 	wf_model *m = ex->m;
@@ -1248,24 +1283,10 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 	int rc = ex->trial >= 0 ? wf_branches_trial_before(ex) : 0;
 	if (rc)
 		return rc;
-	/* dropout aliases its input in inference only; flatten always */
-	for (int i = 0; i < m->nlayers; i++) {
-		wf_layer_type t = m->layers[i].type;
-		if (i == 0 && in_place)
-			ex->act[0] = (float *)images;
-		else if (ex->fuse_into && ex->fuse_into[i] >= 0)
-			ex->act[i] = ex->act[ex->fuse_into[i]];
-		else if (ex->pad_skip && ex->pad_skip[i])
-			ex->act[i] = ex->act[m->layers[i].inputs[0]];
-		else if (ex->fused && ex->res_inplace[i])
-			ex->act[i] = ex->act[ex->fuse_res[i]];
-		else if (ex->same_as && ex->same_as[i] >= 0)
-			ex->act[i] = ex->act[ex->same_as[i]];
-		else if (t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !training))
-			ex->act[i] = ex->act[m->layers[i].inputs[0]];
-		else
-			ex->act[i] = ex->own[i];
-	}
+	int rows = wf_tiles_before(ex, n);
+	if (rows < 0)
+		return exec_fail(ex, WF_ENOMEM, "forward: out of memory for the tiles' plans");
+	set_acts(ex, in_place ? images : NULL, 0, training);
 	size_t bytes = (size_t)n * wf_layer_size(&m->layers[0]) * sizeof(float);
 	rc = in_place ? 0 : wf_op_to_device(be, ex->act[0], images, bytes);
 	if (rc)
@@ -1275,12 +1296,37 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 		int failed = 0;
 		if ((rc = wf_branches_forward(ex, n, &failed)) != 0)
 			return op_fail(ex, rc, failed, "forward");
-	} else
-		for (int i = 1; i < m->nlayers; i++) {
-			be->err.msg[0] = '\0';
-			if ((rc = layer_forward(ex, i, n, training, dropout_seed)) != 0)
-				return op_fail(ex, rc, i, "forward");
+	} else {
+		/* a tile's output rows are kept aside: the next tile's layers may
+		 * write where the planner placed them, for the whole batch, after
+		 * memory those layers no longer needed */
+		int out = wf_exec_root(ex, m->output);
+		size_t ob = row_bytes(ex, out);
+		if (rows && !ex->tile_out && !(ex->tile_out = malloc(ob * (size_t)ex->max_batch)))
+			rc = exec_fail(ex, WF_ENOMEM,
+				       "forward: out of memory for the tiles' output");
+		for (int r = 0; r < n && !rc; r += rows ? rows : n) {
+			if (rows)
+				set_acts(ex, images, r, 0);
+			for (int i = 1; i < m->nlayers && !rc; i++) {
+				be->err.msg[0] = '\0';
+				if ((rc = layer_forward(ex, i, rows ? rows : n, training,
+							dropout_seed)) != 0)
+					rc = op_fail(ex, rc, i, "forward");
+			}
+			if (rows && !rc)
+				memcpy(ex->tile_out + r * ob, ex->act[out], (size_t)rows * ob);
 		}
+		if (rows && !rc) {
+			set_acts(ex, images, 0, 0);
+			memcpy(ex->act[out], ex->tile_out, (size_t)n * ob);
+		}
+		if (rc) {
+			wf_tiles_after(ex, n, rows, -1);
+			return rc;
+		}
+	}
+	wf_tiles_after(ex, n, rows, wf_now() - t0);
 	if (ex->trial >= 0)
 		wf_branches_trial_after(ex, wf_now() - t0);
 	ex->n = n;
@@ -1621,6 +1667,7 @@ static void params_changed(wf_exec *ex)
 	if (!ex->training)
 		for (int i = 0; i < ex->m->nlayers; i++)
 			wf_backend_plan_free(ex->be, &ex->plans[i]);
+	wf_tiles_free(ex);
 }
 
 float *wf_exec_params_begin(wf_exec *ex)

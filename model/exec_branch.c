@@ -96,7 +96,7 @@ int wf_exec_branch_threads(const wf_exec *ex)
 
 int wf_exec_tuning(const wf_exec *ex)
 {
-	return ex->trial >= 0;
+	return ex->trial >= 0 || ex->tile_trial >= 0;
 }
 
 void wf_branches_free(wf_branches *br)

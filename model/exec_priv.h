@@ -82,6 +82,14 @@ struct wf_exec {
 	int trial;
 	double tries[2][8];
 	double *trial_us;
+	/* tiles (exec_tile.c): a forward of a large batch run as tiles of
+	 * `tile` rows, each through every layer, where measured faster */
+	int tile;	      /* rows per tile; 0: the whole batch at once */
+	int tile_rows;	      /* the rows tried */
+	int tile_trial;	      /* forwards of the trial so far, -1: none or over */
+	wf_plan **tile_plans; /* during the trial: the other way's plan slots */
+	char *tile_out;	      /* [max_batch] rows of the output: each tile's */
+	double tile_secs[2][8];
 	wf_err err;
 };
 
@@ -124,5 +132,19 @@ void wf_branches_trial_after(wf_exec *ex, double secs);
  * failure *failed is the layer that failed. */
 int wf_branches_forward(wf_exec *ex, int n, int *failed);
 void wf_branches_free(wf_branches *br);
+
+/* ---- exec_tile.c ---- */
+
+/* At creation: whether the executor tries tiles (inference, fused plans,
+ * host memory, a batch of 8 or more, no branches). */
+void wf_tiles_init(wf_exec *ex);
+/* Before a forward of n rows: the rows per tile it runs (0: the whole
+ * batch at once; during the trial the plan slots are those of the way
+ * tried); -1: out of memory. */
+int wf_tiles_before(wf_exec *ex, int n);
+/* After it (secs < 0: it failed): the trial's plan slots back, its time. */
+void wf_tiles_after(wf_exec *ex, int n, int rows, double secs);
+/* The trial's spare plan slots (at free, or when the parameters change). */
+void wf_tiles_free(wf_exec *ex);
 
 #endif

@@ -3,7 +3,9 @@
  * runs its layers one after another, forward after forward (18 at batch 1:
  * through the re-planning from measured times, the trial against one after
  * another and the plan it keeps), in fp32 and int8; a chain
- * (MobileNetV2) and a large batch run one layer after another. */
+ * (MobileNetV2) and a large batch run one layer after another. A large batch
+ * run as tiles (model/exec_tile.c) gives the logits of the whole batch, in
+ * fp32, bf16 and int8. */
 #include "model/calib.h"
 #include "model/fold.h"
 #include "kernels/ops.h"
@@ -127,6 +129,81 @@ static void test_a_chain_runs_one_layer_after_another(void)
 	wf_model_free(f);
 }
 
+/* An executor of batch 16: its trial runs forwards 1, 3, 5, 7 as two tiles
+ * of 8 rows and the others whole; every forward's logits equal the first's,
+ * as do those of the way it keeps and of 8 rows; a backend with the
+ * sequential option tries nothing. */
+static void tiles_equal_whole(wf_model *f, const char *prec, double tol)
+{
+	wf_err err = {0};
+	wf_exec *ex = NULL;
+	WF_CHECK(wf_backend_set_precision(two, prec, NULL, NULL) == 0);
+	WF_CHECK_MSG(wf_exec_create(&ex, f, two, 16, 0, &err) == 0, "%s: %s", prec, err.msg);
+	if (!ex)
+		return;
+	size_t k = (size_t)16 * f->classes;
+	float *x = noise(f, 16, 21), *ref = malloc(sizeof(float) * k),
+	      *y = malloc(sizeof(float) * k);
+	double worst = 0;
+	for (int s = 0; s < 11; s++) {
+		int n = s == 10 ? 8 : 16;
+		WF_CHECK_MSG(wf_exec_tuning(ex) == (s < 8), "%s: forward %d: tuning %d", prec, s,
+			     wf_exec_tuning(ex));
+		int rc = wf_exec_forward(ex, x, n, 0, 0) || wf_exec_logits(ex, s ? y : ref);
+		WF_CHECK_MSG(rc == 0, "%s: forward %d: %s", prec, s, wf_exec_error(ex));
+		if (rc || !s)
+			continue;
+		double mx = 1e-30, d = 0;
+		for (size_t i = 0; i < (size_t)n * f->classes; i++)
+			mx = fmax(mx, fabs(ref[i])), d = fmax(d, fabs((double)y[i] - ref[i]));
+		worst = fmax(worst, d / mx);
+		WF_CHECK_MSG(d <= tol * mx, "%s: forward %d (%s): logits differ by %.3g (of %.3g)",
+			     prec, s, s < 8 && s % 2 ? "tiles" : "whole", d, mx);
+	}
+	int rows = wf_exec_tile_rows(ex);
+	WF_CHECK_MSG(rows == 0 || rows == 8, "%s: %d rows per tile", prec, rows);
+	printf("  %s batch 16: kept %d rows per tile, rel diff %.2g\n", prec, rows, worst);
+	wf_exec_free(ex);
+
+	wf_backend *sq = NULL;
+	wf_backend_opts o = {.threads = 2, .sequential = 1};
+	WF_CHECK_MSG(wf_backend_create_opts(&sq, "cpu", &o, &err) == 0, "%s", err.msg);
+	WF_CHECK(wf_backend_set_precision(sq, prec, NULL, NULL) == 0);
+	WF_CHECK(wf_exec_create(&ex, f, sq, 16, 0, &err) == 0);
+	WF_CHECK(ex && !wf_exec_tuning(ex) && wf_exec_forward(ex, x, 16, 0, 0) == 0 &&
+		 !wf_exec_tuning(ex) && wf_exec_tile_rows(ex) == 0);
+	wf_exec_free(ex);
+	wf_backend_free(sq);
+	wf_backend_set_precision(two, "fp32", NULL, NULL);
+	free(x);
+	free(ref);
+	free(y);
+}
+
+static void test_tiles_equal_the_whole_batch(void)
+{
+	wf_model *f = folded("mobilenetv2");
+	if (!f)
+		return;
+	tiles_equal_whole(f, "fp32", 1e-5);
+	wf_err err = {0};
+	wf_backend_caps caps = wf_backend_caps_of(two);
+	if (caps.bf16)
+		tiles_equal_whole(f, "bf16", 1e-5);
+	else
+		printf("  bf16: not on this CPU, not tried\n");
+	wf_calib *cal = NULL;
+	float *x = noise(f, 4, 11);
+	int rc = wf_calib_create(&cal, f, two, 4, WF_CALIB_MAX, 0, &err);
+	rc = rc ? rc : wf_calib_add(cal, x, 4, &err);
+	rc = rc ? rc : wf_calib_finish(cal, &err);
+	WF_CHECK_MSG(rc == 0, "calibration: %s", err.msg);
+	wf_calib_free(cal);
+	free(x);
+	tiles_equal_whole(f, "int8", 1e-5);
+	wf_model_free(f);
+}
+
 int main(void)
 {
 	wf_err err = {0};
@@ -137,6 +214,7 @@ int main(void)
 	}
 	WF_RUN(test_nasnet_branches_equal_one_after_another);
 	WF_RUN(test_a_chain_runs_one_layer_after_another);
+	WF_RUN(test_tiles_equal_the_whole_batch);
 	wf_backend_free(two);
 	wf_backend_free(one);
 	return wf_test_summary();
