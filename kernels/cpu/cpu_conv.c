@@ -81,7 +81,7 @@ fail:
  * residual add (binary, source DNNL_ARG_ATTR_MULTIPLE_POST_OP(0); or sum
  * when the residual is y itself), act. */
 static int conv_fused_attr(wf_backend *be, const wf_conv_desc *d, const dnnl_memory_desc_t *y,
-			   float dom, float out_scale, dnnl_primitive_attr_t *attr)
+			   float dom, float sum_scale, float out_scale, dnnl_primitive_attr_t *attr)
 {
 	int rc = wf_cpu_make_attr(be, 0, attr);
 	dnnl_post_ops_t po = NULL;
@@ -91,7 +91,7 @@ static int conv_fused_attr(wf_backend *be, const wf_conv_desc *d, const dnnl_mem
 	if (d->residual == 1)
 		DN_CHECK(dnnl_post_ops_append_binary(po, dnnl_binary_add, y), fail);
 	else if (d->residual == 2) /* the residual's own type: s8 under a u8 y */
-		DN_CHECK(dnnl_post_ops_append_sum_v2(po, 1.0f,
+		DN_CHECK(dnnl_post_ops_append_sum_v2(po, sum_scale,
 						     !(d->io_q & 4) ? dnnl_data_type_undef
 						     : d->r_u8	    ? dnnl_u8
 								    : dnnl_s8),
@@ -141,8 +141,8 @@ static int conv_build_fwd(wf_backend *be, wf_plan *pl, int unused)
 	if (!rc)
 		rc = wf_cpu_md_bf16_nhwc(be, &r16, &r32);
 	if (!rc)
-		rc = conv_fused_attr(be, d, pl->bf16 && (d->io_bf16 & 4) ? &r16 : &r32, 1.0f, 0,
-				     &attr);
+		rc = conv_fused_attr(be, d, pl->bf16 && (d->io_bf16 & 4) ? &r16 : &r32, 1.0f, 1.0f,
+				     0, &attr);
 	if (!rc)
 		rc = wf_cpu_op_create_attr(be, pl, &cd, NULL, 0, attr, &pl->fwd.prim);
 	if (attr)
@@ -209,11 +209,10 @@ static _Thread_local const float *build_w, *build_b;
 /* The int8 forward: x (float) -> u8/s8 by a scaling reorder each call (or
  * read as it is when io_q says it is quantised); the weights -> s8 per output
  * channel once (w_once); the conv accumulates in s32 and its output scales
- * 1 / (qx * sw[oc]) bring y back to float before the fused residual and act,
- * then (io_q bit 2) a linear post-op scales it by qy into a u8/s8 y. A
- * quantised residual (bit 4) is added raw, the post-ops then working in its
- * scale qr (output scales qr / (qx * sw[oc]), relu6 clipped at 6 qr, the
- * final linear qy / qr, or 1 / qr back to float). oneDNN
+ * qy / (qx * sw[oc]) bring it to y's scale (1 for a float y) before the
+ * fused residual and act (relu6 clipped at 6 qy). A quantised residual (bit
+ * 4) added in place is scaled by qy / qr (sum post-op); see the build for
+ * one added as a binary post-op. oneDNN
  * 2.x adds the bias before the output scales, so the plan keeps it
  * multiplied by qx * sw[oc]. */
 static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
@@ -231,12 +230,16 @@ static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
 	if (!sw || !os || (d->bias && !bq))
 		return be->err.code;
 	weight_scales(d, w, sw);
-	/* the post-ops run in the quantised residual's scale ps (a raw u8/s8
-	 * residual is then added as it is); without a residual, in the output's
-	 * scale when it is quantised (relu and clip commute with a positive
-	 * scale: no rescaling post-op), else in real values (ps = 1) */
-	float ps = (d->io_q & 4) ? d->qr : (d->io_q & 2) && !d->residual ? d->qy : 1.0f;
-	float lin = (d->io_q & 2) ? d->qy / ps : ps != 1.0f ? 1.0f / ps : 0;
+	/* the post-ops run in the output's scale ps when it is quantised, else
+	 * in real values (ps = 1): relu and clip commute with a positive scale,
+	 * and a residual added in place (sum post-op) is scaled from its own
+	 * scale (qr quantised, else 1) to ps. A binary post-op has no scale: a
+	 * residual added so is added as it is, the post-ops working in its
+	 * scale and a final linear one rescaling to y's */
+	float rs = (d->io_q & 4) ? d->qr : 1.0f, ys = (d->io_q & 2) ? d->qy : 1.0f;
+	float ps = d->residual == 1 ? rs : ys;
+	float sum = d->residual == 2 ? ps / rs : 1.0f;
+	float lin = ys / ps;
 	if (lin == 1.0f)
 		lin = 0; /* y is in the post-ops' scale already */
 	for (int o = 0; o < d->oc; o++) {
@@ -260,7 +263,7 @@ static int conv_build_fwd_int8(wf_backend *be, wf_plan *pl, int unused)
 		rc = wf_cpu_md_tag_dt(be, &rmd, 4, m.y.dims, d->r_u8 ? dnnl_u8 : dnnl_s8,
 				      dnnl_nhwc);
 	if (!rc)
-		rc = conv_fused_attr(be, d, &rmd, ps, lin, &attr);
+		rc = conv_fused_attr(be, d, &rmd, ps, sum, lin, &attr);
 	if (rc)
 		goto fail;
 	DN_CHECK(dnnl_primitive_attr_set_output_scales(attr, d->oc, 1 << 1, os), fail);
