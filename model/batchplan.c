@@ -84,6 +84,10 @@ int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max
 	for (int b = 0; b < p->nsizes; b++) {
 		if ((rc = wf_exec_create(&p->ex[b], m, be, p->size[b], 0, err)) != 0)
 			goto fail;
+		/* the plan composes a batch from its smaller executors itself:
+		 * only the largest tries tiles (each trial costs forwards at load) */
+		if (p->size[b] < max_batch)
+			wf_exec_whole_batches(p->ex[b]);
 		size_t made = wf_exec_bytes(p->ex[b]);
 		p->bytes += made;
 		if (max_bytes && p->bytes > max_bytes) {
@@ -151,8 +155,9 @@ void wf_batchplan_describe(const wf_batchplan *p, char *buf, size_t cap)
 	size_t len = 0;
 	buf[0] = 0;
 	for (int b = 0; b < p->nsizes && len < cap; b++)
-		len += (size_t)snprintf(buf + len, cap - len, "%s%d: %.1f ms", b ? ", " : "",
-					p->size[b], p->secs[b] * 1e3);
+		len += (size_t)snprintf(buf + len, cap - len, "%s%d: %.1f ms%s", b ? ", " : "",
+					p->size[b], p->secs[b] * 1e3,
+					wf_exec_tile_rows(p->ex[b]) ? " (as tiles)" : "");
 	for (int n = p->max_batch, off = 0; off < n && len < cap;) {
 		int size = p->size[p->first[n - off]];
 		len += (size_t)snprintf(buf + len, cap - len, "%s%d", off ? " + " : "; runs as ",

@@ -30,6 +30,10 @@
  * (the same work either way: a small margin keeps noise from choosing). */
 #define TILE_TRIES    3
 #define TILE_MIN_GAIN 1.03
+/* An executor whose first forward (plans built) took longer is not tried:
+ * 8 such forwards would add seconds to a model's load (fp32 ResNet50 at
+ * batch 32 on 2 cores: ~0.8 s, where tiles were not faster either) */
+#define TILE_MAX_SECS 0.5
 #define T_DONE	      (2 + 2 * TILE_TRIES)
 
 void wf_tiles_init(wf_exec *ex)
@@ -47,6 +51,11 @@ void wf_tiles_init(wf_exec *ex)
 int wf_exec_tile_rows(const wf_exec *ex)
 {
 	return ex->tile;
+}
+
+void wf_exec_whole_batches(wf_exec *ex)
+{
+	ex->tile_trial = -1;
 }
 
 static void free_slots(wf_exec *ex, wf_plan **slots)
@@ -87,6 +96,11 @@ void wf_tiles_after(wf_exec *ex, int n, int rows, double secs)
 	if (secs < 0) /* failed */
 		return;
 	int f = ex->tile_trial++;
+	if (f == 0 && secs > TILE_MAX_SECS) {
+		wf_tiles_free(ex);
+		ex->tile_trial = -1;
+		return;
+	}
 	if (f >= 2)
 		ex->tile_secs[f % 2][(f - 2) / 2] = secs;
 	if (ex->tile_trial < T_DONE)

@@ -262,13 +262,16 @@ int wf_exec_branch_threads(const wf_exec *ex);
 /* 1 while an inference executor still tries its ways of running (with
  * branches: its first 14 forwards time layers, plan again and try the
  * branches against one layer after another; at a batch of 8 or more its
- * first 8 forwards of max_batch rows try tiles against the whole batch);
- * time forwards after it. */
+ * first 8 forwards of max_batch rows try tiles against the whole batch,
+ * unless the first took over 0.5 s); time forwards after it. */
 int wf_exec_tuning(const wf_exec *ex);
 /* Rows per tile where an inference executor runs a forward of a large batch
  * as tiles, each through every layer (chosen by its first forwards when
  * measured faster: the tiles' tensors stay in the cache); 0: whole. */
 int wf_exec_tile_rows(const wf_exec *ex);
+/* Before the first forward: run every forward over the whole batch, never
+ * trying tiles (their trial costs 8 forwards). */
+void wf_exec_whole_batches(wf_exec *ex);
 /* Layers whose output the executor keeps in bf16 (bf16 precision). */
 int wf_exec_bf16_layers(const wf_exec *ex);
 /* Convolutions an inference executor runs in int8 (created on a backend
