@@ -145,10 +145,17 @@ static void tiles_equal_whole(wf_model *f, const char *prec, double tol)
 	float *x = noise(f, 16, 21), *ref = malloc(sizeof(float) * k),
 	      *y = malloc(sizeof(float) * k);
 	double worst = 0;
+	int tried = 1;
 	for (int s = 0; s < 11; s++) {
 		int n = s == 10 ? 8 : 16;
-		WF_CHECK_MSG(wf_exec_tuning(ex) == (s < 8), "%s: forward %d: tuning %d", prec, s,
-			     wf_exec_tuning(ex));
+		/* a first forward over 0.5 s (a machine loaded by other work) ends
+		 * the trial at once: then there is nothing to compare */
+		if (s == 1 && !wf_exec_tuning(ex)) {
+			printf("  %s: the first forward took over 0.5 s: no tiles tried\n", prec);
+			tried = 0;
+		}
+		WF_CHECK_MSG(!tried || wf_exec_tuning(ex) == (s < 8), "%s: forward %d: tuning %d",
+			     prec, s, wf_exec_tuning(ex));
 		int rc = wf_exec_forward(ex, x, n, 0, 0) || wf_exec_logits(ex, s ? y : ref);
 		WF_CHECK_MSG(rc == 0, "%s: forward %d: %s", prec, s, wf_exec_error(ex));
 		if (rc || !s)
