@@ -1262,6 +1262,7 @@ static void set_acts(wf_exec *ex, const float *images, int r, int training)
 			ex->act[i] = (float *)((char *)ex->own[i] + (size_t)r * row_bytes(ex, i));
 	}
 }
+
 int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint64_t dropout_seed)
 {
 	wf_model *m = ex->m;

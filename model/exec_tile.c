@@ -2,7 +2,7 @@
  * through every layer before the next starts.
  *
  * At batch 32 a network's tensors no longer fit in the caches: on a 2-core
- * Zen 5 (2 MiB L2 per core, 32 MiB L3) ResNet50 int8's 1x1 convs that add
+ * AMD EPYC (2 MiB L2 per core, 32 MiB L3) ResNet50 int8's 1x1 convs that add
  * the residual (a 25 MiB u8 tensor at 56x56x256) ran at 221 GMAC/s against
  * ~900 without the add, reading the residual back from memory. Tiles of 8
  * rows keep each tile's tensors in the cache (ResNet50 and MobileNetV2 int8
@@ -58,15 +58,10 @@ void wf_exec_whole_batches(wf_exec *ex)
 	ex->tile_trial = -1;
 }
 
-static void free_slots(wf_exec *ex, wf_plan **slots)
-{
-	for (int i = 0; slots && i < ex->m->nlayers; i++)
-		wf_backend_plan_free(ex->be, &slots[i]);
-}
-
 void wf_tiles_free(wf_exec *ex)
 {
-	free_slots(ex, ex->tile_plans);
+	for (int i = 0; ex->tile_plans && i < ex->m->nlayers; i++)
+		wf_backend_plan_free(ex->be, &ex->tile_plans[i]);
 	free(ex->tile_plans);
 	ex->tile_plans = NULL;
 }

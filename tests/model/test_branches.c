@@ -50,6 +50,20 @@ static wf_model *folded(const char *name)
 	return f;
 }
 
+/* int8 ranges for f from a calibration on n images of noise. */
+static void calibrate(wf_model *f, int n)
+{
+	wf_err err = {0};
+	wf_calib *cal = NULL;
+	float *x = noise(f, n, 11);
+	int rc = wf_calib_create(&cal, f, two, n, WF_CALIB_MAX, 0, &err);
+	rc = rc ? rc : wf_calib_add(cal, x, n, &err);
+	rc = rc ? rc : wf_calib_finish(cal, &err);
+	WF_CHECK_MSG(rc == 0, "calibration: %s", err.msg);
+	wf_calib_free(cal);
+	free(x);
+}
+
 /* Forwards of batches of n on executors of max_batch n on both backends:
  * the branch threads of the one on `two`, and every forward's logits equal
  * (relative to the largest) within tol. */
@@ -100,16 +114,7 @@ static void test_nasnet_branches_equal_one_after_another(void)
 	WF_CHECK_INT(compare(f, 3, 9, 1e-5, "nasnetmobile fp32 batch 3"), 2);
 	/* a batch that keeps both threads busy in each op: one after another */
 	WF_CHECK_INT(compare(f, 8, 1, 1e-5, "nasnetmobile fp32 batch 8"), 1);
-	/* int8 after a calibration on noise */
-	wf_err err = {0};
-	wf_calib *cal = NULL;
-	float *x = noise(f, 3, 11);
-	int rc = wf_calib_create(&cal, f, two, 3, WF_CALIB_MAX, 0, &err);
-	rc = rc ? rc : wf_calib_add(cal, x, 3, &err);
-	rc = rc ? rc : wf_calib_finish(cal, &err);
-	WF_CHECK_MSG(rc == 0, "calibration: %s", err.msg);
-	wf_calib_free(cal);
-	free(x);
+	calibrate(f, 3);
 	WF_CHECK(wf_backend_set_precision(two, "int8", NULL, NULL) == 0);
 	WF_CHECK(wf_backend_set_precision(one, "int8", NULL, NULL) == 0);
 	WF_CHECK_INT(compare(f, 1, 18, 1e-5, "nasnetmobile int8 batch 1"), 2);
@@ -193,20 +198,11 @@ static void test_tiles_equal_the_whole_batch(void)
 	if (!f)
 		return;
 	tiles_equal_whole(f, "fp32", 1e-5);
-	wf_err err = {0};
-	wf_backend_caps caps = wf_backend_caps_of(two);
-	if (caps.bf16)
+	if (wf_backend_caps_of(two).bf16)
 		tiles_equal_whole(f, "bf16", 1e-5);
 	else
 		printf("  bf16: not on this CPU, not tried\n");
-	wf_calib *cal = NULL;
-	float *x = noise(f, 4, 11);
-	int rc = wf_calib_create(&cal, f, two, 4, WF_CALIB_MAX, 0, &err);
-	rc = rc ? rc : wf_calib_add(cal, x, 4, &err);
-	rc = rc ? rc : wf_calib_finish(cal, &err);
-	WF_CHECK_MSG(rc == 0, "calibration: %s", err.msg);
-	wf_calib_free(cal);
-	free(x);
+	calibrate(f, 4);
 	tiles_equal_whole(f, "int8", 1e-5);
 	wf_model_free(f);
 }
