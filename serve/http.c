@@ -155,7 +155,7 @@ static void release_body(wf_serve_http *h, req_ctx *q)
 	q->len = q->cap = q->pad = 0;
 	if (q->reserved) {
 		atomic_fetch_sub(&h->body_bytes, q->reserved);
-		if (q->reserved >= ((size_t)1 << 20))
+		if (q->reserved >= WF_SERVE_BODY_REUSE_BYTES)
 			malloc_trim(0);
 		q->reserved = 0;
 	}

@@ -18,6 +18,11 @@
 
 #include <stddef.h>
 
+/* Request bodies below this many bytes reuse the malloc arenas' pages
+ * (main.c sets glibc's mmap threshold to it); a larger body's memory goes
+ * back to the system when it is released (malloc_trim). */
+#define WF_SERVE_BODY_REUSE_BYTES ((size_t)4 << 20)
+
 typedef struct wf_serve_http_opts {
 	const char *bind_address; /* IPv4 address to listen on ("0.0.0.0") */
 	int port;		  /* 0: any free port (see wf_serve_http_port) */

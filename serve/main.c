@@ -426,14 +426,14 @@ int main(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	/* Two malloc arenas: memory freed after a large request goes back to the
-	 * system (malloc_trim) instead of staying in one arena per thread. Image
-	 * bodies up to 4 MiB come from the arenas, which keep up to 16 MiB free
-	 * each: the next request reuses those pages instead of faulting in and
-	 * clearing fresh ones (1.9% of the server's CPU for 600 KB bodies);
-	 * larger ones are mapped and unmapped as before. */
+	 * system (malloc_trim) instead of staying in one arena per thread.
+	 * Bodies below WF_SERVE_BODY_REUSE_BYTES come from the arenas, which
+	 * keep up to 4 times that free each: the next request reuses those
+	 * pages instead of faulting in and clearing fresh ones (1.9% of the
+	 * server's CPU for 600 KB images); larger ones are mapped and unmapped. */
 	mallopt(M_ARENA_MAX, 2);
-	mallopt(M_MMAP_THRESHOLD, 4 << 20);
-	mallopt(M_TRIM_THRESHOLD, 16 << 20);
+	mallopt(M_MMAP_THRESHOLD, (int)WF_SERVE_BODY_REUSE_BYTES);
+	mallopt(M_TRIM_THRESHOLD, 4 * (int)WF_SERVE_BODY_REUSE_BYTES);
 
 	metrics = wf_serve_metrics_create();
 	if (!metrics) {
