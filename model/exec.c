@@ -647,6 +647,12 @@ static int plan_activations(wf_exec *ex, size_t *bytes, const int *seq, const in
 	last[owner[m->output]] = nl + 1; /* logits are read after forward */
 	if (free_at)
 		memcpy(last, free_at, sizeof(int) * (size_t)nl);
+	/* an inference executor's output first, apart from every other tensor:
+	 * a forward run as tiles (exec_tile.c) keeps each tile's output rows
+	 * there while the later tiles run every layer again */
+	int out = ex->training ? -1 : owner[m->output];
+	if (out >= 0)
+		ex->own[out] = OFFSET(planner_alloc(&p, out, wf_exec_out_bytes(ex, out)));
 	for (int at = 0;; at++) {
 		/* an inference executor frees what no later layer reads */
 		if (!ex->training)
@@ -657,7 +663,7 @@ static int plan_activations(wf_exec *ex, size_t *bytes, const int *seq, const in
 			break;
 		int i = seq ? seq[at] : at;
 		const wf_layer *l = &m->layers[i];
-		if (owner[i] == i)
+		if (owner[i] == i && i != out)
 			ex->own[i] = OFFSET(planner_alloc(&p, i, wf_exec_out_bytes(ex, i)));
 		if (ex->training && l->type == WF_LAYER_BATCHNORM) {
 			ex->save_mean[i] =
@@ -796,7 +802,6 @@ void wf_exec_free(wf_exec *ex)
 	wf_branches_free(ex->br);
 	free(ex->trial_us);
 	wf_tiles_free(ex);
-	free(ex->tile_out);
 	free(ex);
 }
 
@@ -1243,21 +1248,15 @@ static size_t row_bytes(const wf_exec *ex, int j)
 static void set_acts(wf_exec *ex, const float *images, int r, int training)
 {
 	const wf_model *m = ex->m;
-	/* dropout aliases its input in inference only; flatten always */
 	for (int i = 0; i < m->nlayers; i++) {
-		wf_layer_type t = m->layers[i].type;
+		int a = alias_src(ex, i);
 		if (i == 0 && images)
 			ex->act[0] = (float *)images + (size_t)r * wf_layer_size(&m->layers[0]);
-		else if (ex->fuse_into && ex->fuse_into[i] >= 0)
-			ex->act[i] = ex->act[ex->fuse_into[i]];
-		else if (ex->pad_skip && ex->pad_skip[i])
-			ex->act[i] = ex->act[m->layers[i].inputs[0]];
-		else if (ex->fused && ex->res_inplace[i])
-			ex->act[i] = ex->act[ex->fuse_res[i]];
-		else if (ex->same_as && ex->same_as[i] >= 0)
-			ex->act[i] = ex->act[ex->same_as[i]];
-		else if (t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !training))
-			ex->act[i] = ex->act[m->layers[i].inputs[0]];
+		else if (a >= 0)
+			ex->act[i] = ex->act[a];
+		else if (m->layers[i].type == WF_LAYER_DROPOUT && !training)
+			ex->act[i] = ex->act[m->layers[i].inputs[0]]; /* a training executor's
+								       * evaluation forward */
 		else
 			ex->act[i] = (float *)((char *)ex->own[i] + (size_t)r * row_bytes(ex, i));
 	}
@@ -1298,30 +1297,18 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 		if ((rc = wf_branches_forward(ex, n, &failed)) != 0)
 			return op_fail(ex, rc, failed, "forward");
 	} else {
-		/* a tile's output rows are kept aside: the next tile's layers may
-		 * write where the planner placed them, for the whole batch, after
-		 * memory those layers no longer needed */
-		int out = wf_exec_root(ex, m->output);
-		size_t ob = row_bytes(ex, out);
-		if (rows && !ex->tile_out && !(ex->tile_out = malloc(ob * (size_t)ex->max_batch)))
-			rc = exec_fail(ex, WF_ENOMEM,
-				       "forward: out of memory for the tiles' output");
-		for (int r = 0; r < n && !rc; r += rows ? rows : n) {
+		int step = rows ? rows : n;
+		for (int r = 0; r < n && !rc; r += step) {
 			if (rows)
 				set_acts(ex, images, r, 0);
 			for (int i = 1; i < m->nlayers && !rc; i++) {
 				be->err.msg[0] = '\0';
-				if ((rc = layer_forward(ex, i, rows ? rows : n, training,
-							dropout_seed)) != 0)
+				if ((rc = layer_forward(ex, i, step, training, dropout_seed)) != 0)
 					rc = op_fail(ex, rc, i, "forward");
 			}
-			if (rows && !rc)
-				memcpy(ex->tile_out + r * ob, ex->act[out], (size_t)rows * ob);
 		}
-		if (rows && !rc) {
+		if (rows && !rc)
 			set_acts(ex, images, 0, 0);
-			memcpy(ex->act[out], ex->tile_out, (size_t)n * ob);
-		}
 		if (rc) {
 			wf_tiles_after(ex, n, rows, -1);
 			return rc;

@@ -88,7 +88,6 @@ struct wf_exec {
 	int tile_rows;	      /* the rows tried */
 	int tile_trial;	      /* forwards of the trial so far, -1: none or over */
 	wf_plan **tile_plans; /* during the trial: the other way's plan slots */
-	char *tile_out;	      /* [max_batch] rows of the output: each tile's */
 	double tile_secs[2][8];
 	wf_err err;
 };

@@ -12,9 +12,9 @@
  * A tile needs no memory of its own: every tensor holds its rows one after
  * another (N outermost), so tile r runs each layer over rows [r, r + rows)
  * of the memory planned for the whole batch (the executor's act[] moved by
- * r rows of each tensor, in its own element size); only the output's rows
- * are kept aside after each tile (a later tile's layers may write where
- * the planner put the output, over memory they no longer needed). The
+ * r rows of each tensor, in its own element size). A later tile's layers
+ * write their rows over memory the planner reused; only the output must
+ * outlive the tiles, and the planner places it apart from everything. The
  * tiles' plans are built for `rows`; during the trial each way has its own
  * plan slots and the loser's are freed. */
 #include "model/exec_priv.h"
