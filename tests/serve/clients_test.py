@@ -485,8 +485,11 @@ def thread_budget(tmp):
     for the others, so their requests do not queue behind it."""
     repo = os.path.join(tmp, "budget")
     os.makedirs(os.path.join(repo, "big", "1"))
+    # 448x448: a forward long enough (16 ms on one Zen core, 4 at 224x224)
+    # that a small request's queueing stands out from the scheduling noise
+    # of a machine running other tests beside this one
     subprocess.check_call([TOOL, "model", "mobilenetv2", os.path.join(repo, "big", "1", "model.h5"),
-                           "7", "224"], stdout=subprocess.DEVNULL)
+                           "7", "448"], stdout=subprocess.DEVNULL)
     with open(os.path.join(repo, "big", "config.pbtxt"), "w") as f:
         f.write("max_batch_size: 1\ninstance_group [ { count: 1 kind: KIND_CPU } ]\n")
     model(os.path.join(repo, "small", "1", "model.h5"), 71)
@@ -494,11 +497,11 @@ def thread_budget(tmp):
                                "--num_batch_threads=2", "--threads=1",
                                "--file_system_poll_wait_seconds=0"])
     stop_flag = threading.Event()
-    xb = np.random.RandomState(3).rand(1, 224, 224, 3).astype(np.float32)
+    xb = np.random.RandomState(3).rand(1, 448, 448, 3).astype(np.float32)
 
     def flood():
         c = tc.InferenceServerClient("127.0.0.1:%d" % port, network_timeout=300)
-        i = tc.InferInput("input", [1, 224, 224, 3], "FP32")
+        i = tc.InferInput("input", [1, 448, 448, 3], "FP32")
         i.set_data_from_numpy(xb)
         while not stop_flag.is_set():
             c.infer("big", [i])
