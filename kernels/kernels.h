@@ -230,17 +230,19 @@ typedef struct wf_backend_ops {
 	int (*add_relu_backward)(wf_backend *be, size_t n, const float *dy, const float *y,
 				 void *da, int ma, void *db, int mb);
 	/* int8 tensors (WF_CAP_INT8; NULL elsewhere): y (u8) = x * scale over n
-	 * values, rounded to nearest even and saturated to [0, 255] (a relu
-	 * too); NaN gives 0. */
-	int (*to_u8)(wf_backend *be, size_t n, void *y, const float *x, float scale);
+	 * values, or (x + b) * scale where b is not NULL, rounded to nearest
+	 * even and saturated to [0, 255] (a relu too); NaN gives 0. */
+	int (*to_u8)(wf_backend *be, size_t n, void *y, const float *x, const float *b,
+		     float scale);
 
 	/* Channel concat: xs[i] is [rows, widths[i]], y is [rows, sum widths]. */
 	int (*concat_forward)(wf_backend *be, size_t rows, int k, const int *widths, float *y,
 			      const float *const *xs);
 	/* The same, y u8 as to_u8 makes it (WF_CAP_INT8; NULL elsewhere): a
-	 * concat that only a relu read by int8 convs reads. */
+	 * concat that only a relu read by int8 convs reads. Input i is u8 in
+	 * y's scale already where bit i of u8_in is set (copied), else float. */
 	int (*concat_u8)(wf_backend *be, size_t rows, int k, const int *widths, void *y,
-			 const float *const *xs, float scale);
+			 const void *const *xs, unsigned u8_in, float scale);
 	/* Split dy back; dxs[i] may be NULL (no gradient wanted). */
 	int (*concat_backward)(wf_backend *be, size_t rows, int k, const int *widths,
 			       float *const *dxs, const float *dy);

@@ -609,11 +609,11 @@ static int check_q8(wf_backend *be, const char *name, int op, float scale)
 	return 0;
 }
 
-int wf_op_to_u8(wf_backend *be, size_t n, void *y, const float *x, float scale)
+int wf_op_to_u8(wf_backend *be, size_t n, void *y, const float *x, const float *b, float scale)
 {
 	wf_err_clear(&be->err);
 	int rc = check_q8(be, "to_u8", be->ops->to_u8 != NULL, scale);
-	return rc ? rc : TIMED(be, "to_u8", be->ops->to_u8(be, n, y, x, scale));
+	return rc ? rc : TIMED(be, "to_u8", be->ops->to_u8(be, n, y, x, b, scale));
 }
 
 int wf_op_accumulate(wf_backend *be, size_t n, float *y, const float *x)
@@ -639,13 +639,14 @@ int wf_op_concat_forward(wf_backend *be, size_t rows, int k, const int *widths, 
 }
 
 int wf_op_concat_u8(wf_backend *be, size_t rows, int k, const int *widths, void *y,
-		    const float *const *xs, float scale)
+		    const void *const *xs, unsigned u8_in, float scale)
 {
 	wf_err_clear(&be->err);
 	int rc = check_concat(be, k, widths);
 	rc = rc ? rc : check_q8(be, "concat_u8", be->ops->concat_u8 != NULL, scale);
 	return rc ? rc
-		  : TIMED(be, "concat_u8", be->ops->concat_u8(be, rows, k, widths, y, xs, scale));
+		  : TIMED(be, "concat_u8",
+			  be->ops->concat_u8(be, rows, k, widths, y, xs, u8_in, scale));
 }
 
 int wf_op_concat_backward(wf_backend *be, size_t rows, int k, const int *widths, float *const *dxs,

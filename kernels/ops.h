@@ -77,13 +77,13 @@ int wf_op_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const voi
 int wf_op_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act);
 int wf_op_add_relu_backward(wf_backend *be, size_t n, const float *dy, const float *y, void *da,
 			    int ma, void *db, int mb);
-int wf_op_to_u8(wf_backend *be, size_t n, void *y, const float *x, float scale);
+int wf_op_to_u8(wf_backend *be, size_t n, void *y, const float *x, const float *b, float scale);
 int wf_op_accumulate(wf_backend *be, size_t n, float *y, const float *x);
 int wf_op_scale(wf_backend *be, size_t n, float *y, const float *x, float alpha);
 int wf_op_concat_forward(wf_backend *be, size_t rows, int k, const int *widths, float *y,
 			 const float *const *xs);
 int wf_op_concat_u8(wf_backend *be, size_t rows, int k, const int *widths, void *y,
-		    const float *const *xs, float scale);
+		    const void *const *xs, unsigned u8_in, float scale);
 int wf_op_concat_backward(wf_backend *be, size_t rows, int k, const int *widths, float *const *dxs,
 			  const float *dy);
 int wf_op_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *y,

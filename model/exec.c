@@ -616,6 +616,21 @@ static void plan_int8(wf_exec *ex)
 			ex->qy[c] = ex->qy[r], ex->qyu8[c] = 1;
 			ex->nfused++;
 		}
+		/* its inputs that only it reads, written by an int8 conv (with
+		 * an add fused, NASNet's branch sums: as a binary post-op, no
+		 * longer in place into a float residual) or by a two-input
+		 * float add (a pool's branch sum), are written u8 in its scale:
+		 * it copies their bytes (NASNet's cells: 4 of 6 inputs) */
+		for (int e = 0; ok && r >= 0 && e < m->layers[c].ninputs; e++) {
+			int k = m->layers[c].inputs[e], p = planned_at(ex, k);
+			const wf_layer *l = &m->layers[p];
+			if (sole_consumer(m, k) != c || ex->qy[p] > 0)
+				continue;
+			if ((l->type == WF_LAYER_CONV2D && ex->qx[p] > 0) ||
+			    (p == k && l->type == WF_LAYER_ADD && l->ninputs == 2 &&
+			     !is_q(ex, l->inputs[0]) && !is_q(ex, l->inputs[1])))
+				ex->qy[p] = ex->qy[c], ex->qyu8[p] = 1, ex->res_inplace[p] = 0;
+		}
 	}
 }
 
@@ -1180,12 +1195,14 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 	case WF_LAYER_RELU:
 	case WF_LAYER_RELU6:
 		if (ex->qy && ex->qy[i] > 0) /* to u8 for int8 convs (plan_int8) */
-			return wf_op_to_u8(be, sz, y, x, ex->qy[i]);
+			return wf_op_to_u8(be, sz, y, x, NULL, ex->qy[i]);
 		if (ex->fused && ex->out_bf16[i]) /* to bf16 for bf16 convs (fuse_plan) */
 			return wf_op_to_bf16(be, sz, y, x, l->type == WF_LAYER_RELU ? 1 : 2);
 		return wf_op_act_forward(be, l->type == WF_LAYER_RELU ? WF_ACT_RELU : WF_ACT_RELU6,
 					 sz, y, x);
 	case WF_LAYER_ADD: {
+		if (ex->qy && ex->qy[i] > 0) /* u8 for the concat reading it (plan_int8) */
+			return wf_op_to_u8(be, sz, y, x, ex->act[l->inputs[1]], ex->qy[i]);
 		int h = ex->tfused ? is_bf16(ex, l->inputs[0]) | is_bf16(ex, l->inputs[1]) << 1 : 0;
 		if (h || relu_inside(ex, i))
 			return wf_op_add_mixed(be, sz, y, x, ex->act[l->inputs[1]], h,
@@ -1198,13 +1215,16 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 	case WF_LAYER_CONCAT: {
 		int widths[WF_MAX_INPUTS] = {0};
 		const float *xs[WF_MAX_INPUTS] = {0};
+		unsigned u8_in = 0;
 		for (int k = 0; k < l->ninputs; k++) {
 			widths[k] = m->layers[l->inputs[k]].oc;
 			xs[k] = ex->act[l->inputs[k]];
+			if (ex->qy && is_q(ex, l->inputs[k])) /* in its scale (plan_int8) */
+				u8_in |= 1u << k;
 		}
 		if (ex->qy && ex->qy[i] > 0) /* the u8 relu reading it (plan_int8) */
 			return wf_op_concat_u8(be, (size_t)n * l->oh * l->ow, l->ninputs, widths, y,
-					       xs, ex->qy[i]);
+					       (const void *const *)xs, u8_in, ex->qy[i]);
 		return wf_op_concat_forward(be, (size_t)n * l->oh * l->ow, l->ninputs, widths, y,
 					    xs);
 	}

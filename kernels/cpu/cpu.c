@@ -55,9 +55,9 @@ THREADED(concat_forward,
 	 (wf_backend * be, size_t rows, int k, const int *widths, float *y, const float *const *xs),
 	 (be, rows, k, widths, y, xs))
 THREADED(concat_u8,
-	 (wf_backend * be, size_t rows, int k, const int *widths, void *y, const float *const *xs,
-	  float scale),
-	 (be, rows, k, widths, y, xs, scale))
+	 (wf_backend * be, size_t rows, int k, const int *widths, void *y, const void *const *xs,
+	  unsigned u8_in, float scale),
+	 (be, rows, k, widths, y, xs, u8_in, scale))
 THREADED(concat_backward,
 	 (wf_backend * be, size_t rows, int k, const int *widths, float *const *dxs,
 	  const float *dy),
@@ -96,8 +96,8 @@ THREADED(add_relu_backward,
 	  int mb),
 	 (be, n, dy, y, da, ma, db, mb))
 THREADED(to_bf16, (wf_backend * be, size_t n, void *y, const float *x, int act), (be, n, y, x, act))
-THREADED(to_u8, (wf_backend * be, size_t n, void *y, const float *x, float scale),
-	 (be, n, y, x, scale))
+THREADED(to_u8, (wf_backend * be, size_t n, void *y, const float *x, const float *b, float scale),
+	 (be, n, y, x, b, scale))
 THREADED(optimizer_update,
 	 (wf_backend * be, const wf_opt_desc *d, size_t n, float *p, const float *g, float *m,
 	  float *v),

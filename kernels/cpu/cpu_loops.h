@@ -24,7 +24,7 @@ int wf_cpu_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const vo
 int wf_cpu_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act);
 int wf_cpu_add_relu_backward(wf_backend *be, size_t n, const float *dy, const float *y, void *da,
 			     int ma, void *db, int mb);
-int wf_cpu_to_u8(wf_backend *be, size_t n, void *y, const float *x, float scale);
+int wf_cpu_to_u8(wf_backend *be, size_t n, void *y, const float *x, const float *b, float scale);
 int wf_cpu_gap_q8(wf_backend *be, int n, int hw, int c, float *y, const void *x, float scale,
 		  int u8);
 int wf_cpu_accumulate(wf_backend *be, size_t n, float *y, const float *x);
@@ -38,7 +38,7 @@ int wf_cpu_gap_backward(wf_backend *be, int n, int hw, int c, float *dx, const f
 /* Pooling of a 1x1 window (kernels.h: wf_pool_desc), esize bytes an element. */
 int wf_cpu_pool_pick(const wf_pool_desc *d, void *y, const void *x, size_t esize);
 int wf_cpu_concat_u8(wf_backend *be, size_t rows, int k, const int *widths, void *y,
-		     const float *const *xs, float scale);
+		     const void *const *xs, unsigned u8_in, float scale);
 int wf_cpu_pad_forward(wf_backend *be, const wf_pad_desc *d, float *y, const float *x);
 int wf_cpu_pad_backward(wf_backend *be, const wf_pad_desc *d, float *dx, const float *dy);
 int wf_cpu_dropout_forward(wf_backend *be, size_t n, float rate, uint64_t seed, float *y,

@@ -933,32 +933,49 @@ static void test_pick_pool_applies_a_cropping(void)
 
 /* concat_u8 (a concat read only by a u8 relu) writes to_u8 of the float
  * concat: rows that fit its buffer many at a time (a last block short),
- * and rows wider than it. */
+ * and rows wider than it, ties, saturation and NaN among the values; an
+ * input given as u8 in the same scale (u8_in) is copied. */
 static void test_concat_u8_is_to_u8_of_the_concat(void)
 {
 	const int w1[] = {44, 88, 5}, w2[] = {3000, 1500};
 	const int *ws[] = {w1, w2}, ks[] = {3, 2};
 	const size_t rows[] = {1001, 7};
+	const float edge[] = {-3.0f,   0.0f,   0.25f,  0.5f,   1.5f, 2.5f,
+			      2.4999f, 127.5f, 254.5f, 300.0f, NAN};
+	const float scale = 64.0f; /* x * scale exact: the ties stay ties */
 	for (int t = 0; t < 2; t++) {
 		int k = ks[t], total = 0;
 		const float *xs[3];
 		float *in[3];
+		uint8_t *in8 = malloc(rows[t] * (size_t)ws[t][1]);
 		for (int i = 0; i < k; i++) {
 			in[i] = rnd(rows[t] * ws[t][i], 94 + i);
 			xs[i] = in[i];
 			total += ws[t][i];
 		}
+		for (size_t j = 0; j < sizeof(edge) / sizeof(edge[0]); j++)
+			in[0][j * 3] = edge[j] / scale;
 		size_t n = rows[t] * total;
 		float *cat = calloc(n, 4);
 		uint8_t *want = calloc(n, 1), *got = calloc(n, 1);
 		WF_CHECK(wf_op_concat_forward(cpu_be, rows[t], k, ws[t], cat, xs) == 0);
-		WF_CHECK(wf_op_to_u8(cpu_be, n, want, cat, 60.0f) == 0);
-		WF_CHECK(wf_op_concat_u8(cpu_be, rows[t], k, ws[t], got, xs, 60.0f) == 0);
+		WF_CHECK(wf_op_to_u8(cpu_be, n, want, cat, NULL, scale) == 0);
+		WF_CHECK(wf_op_concat_u8(cpu_be, rows[t], k, ws[t], got, (const void *const *)xs, 0,
+					 scale) == 0);
 		WF_CHECK_MSG(memcmp(got, want, n) == 0, "concat_u8, rows of %d", total);
-		WF_CHECK_INT(wf_op_concat_u8(ref_be, rows[t], k, ws[t], got, xs, 60.0f), WF_EINVAL);
+		/* input 1 already u8 */
+		WF_CHECK(wf_op_to_u8(cpu_be, rows[t] * ws[t][1], in8, in[1], NULL, scale) == 0);
+		const void *mixed[3] = {in[0], in8, k > 2 ? in[2] : NULL};
+		memset(got, 0, n);
+		WF_CHECK(wf_op_concat_u8(cpu_be, rows[t], k, ws[t], got, mixed, 2u, scale) == 0);
+		WF_CHECK_MSG(memcmp(got, want, n) == 0, "concat_u8 with a u8 input, rows of %d",
+			     total);
+		WF_CHECK_INT(wf_op_concat_u8(ref_be, rows[t], k, ws[t], got,
+					     (const void *const *)xs, 0, scale),
+			     WF_EINVAL);
 		for (int i = 0; i < k; i++)
 			free(in[i]);
-		free(cat), free(want), free(got);
+		free(in8), free(cat), free(want), free(got);
 	}
 }
 
@@ -976,15 +993,24 @@ static void test_to_u8_rounds_to_even_and_saturates(void)
 	size_t k = sizeof(in) / sizeof(in[0]);
 	for (size_t i = 0; i < n; i++)
 		x[i] = in[i % k] / 2.0f;
-	WF_CHECK(wf_op_to_u8(cpu_be, n, y, x, 2.0f) == 0);
+	WF_CHECK(wf_op_to_u8(cpu_be, n, y, x, NULL, 2.0f) == 0);
 	size_t bad = 0;
 	for (size_t i = 0; i < n; i++)
 		bad += y[i] != want[i % k];
 	WF_CHECK_MSG(bad == 0, "to_u8: %zu of %zu values wrong (y[2..5] %d %d %d %d)", bad, n, y[2],
 		     y[3], y[4], y[5]);
-	WF_CHECK_INT(wf_op_to_u8(ref_be, n, y, x, 2.0f), WF_EINVAL);
-	WF_CHECK_INT(wf_op_to_u8(cpu_be, n, y, x, 0.0f), WF_EINVAL);
-	WF_CHECK_INT(wf_op_to_u8(cpu_be, n, y, x, INFINITY), WF_EINVAL);
+	/* with a second addend: to_u8 of the sum (a branch sum that only a u8
+	 * concat reads) */
+	float *b = rnd(n, 41), *sum = calloc(n, sizeof(float));
+	uint8_t *y2 = calloc(n, 1);
+	WF_CHECK(wf_op_add(cpu_be, n, sum, x, b) == 0);
+	WF_CHECK(wf_op_to_u8(cpu_be, n, y, sum, NULL, 2.0f) == 0);
+	WF_CHECK(wf_op_to_u8(cpu_be, n, y2, x, b, 2.0f) == 0);
+	WF_CHECK_MSG(memcmp(y, y2, n) == 0, "to_u8 of x + b differs from to_u8 of add(x, b)");
+	free(b), free(sum), free(y2);
+	WF_CHECK_INT(wf_op_to_u8(ref_be, n, y, x, NULL, 2.0f), WF_EINVAL);
+	WF_CHECK_INT(wf_op_to_u8(cpu_be, n, y, x, NULL, 0.0f), WF_EINVAL);
+	WF_CHECK_INT(wf_op_to_u8(cpu_be, n, y, x, NULL, INFINITY), WF_EINVAL);
 	free(x);
 	free(y);
 }

@@ -15,6 +15,16 @@
 #include <string.h>
 
 /* Largest |a - b| over n logits, relative to max |b|. */
+/* How many layers read layer j's output. */
+static int readers(const wf_model *m, int j)
+{
+	int n = 0;
+	for (int i = j + 1; i < m->nlayers; i++)
+		for (int k = 0; k < m->layers[i].ninputs; k++)
+			n += m->layers[i].inputs[k] == j;
+	return n;
+}
+
 static double rel_diff(const float *a, const float *b, size_t n)
 {
 	double mx = 1e-30, d = 0;
@@ -175,6 +185,29 @@ static void check_precision(wf_backend *be, wf_model *f, const char *name, const
 			calls = ex ? op_calls(ex, x, n, "concat_u8") : -1;
 			WF_CHECK_MSG(calls == 16, "%s int8: %g concats wrote u8, not 16", name,
 				     calls);
+			/* the branch sums that only such a concat reads arrive u8 in
+			 * its scale (their conv's or add's output), for it to copy */
+			int sums = 0, u8_sums = 0;
+			for (int cc = 0; ex && cc < f->nlayers; cc++) {
+				const char *ct = wf_exec_layer_dtype(ex, cc);
+				if (f->layers[cc].type != WF_LAYER_CONCAT || !ct ||
+				    strcmp(ct, "u8"))
+					continue;
+				for (int e = 0; e < f->layers[cc].ninputs; e++) {
+					int in = f->layers[cc].inputs[e];
+					if (f->layers[in].type != WF_LAYER_ADD ||
+					    readers(f, in) != 1)
+						continue;
+					const char *t = wf_exec_layer_dtype(ex, in);
+					sums++;
+					u8_sums += t && !strcmp(t, "u8");
+				}
+			}
+			WF_CHECK_MSG(sums > 40 && u8_sums == sums,
+				     "%s int8: %d of %d branch sums read by u8 concats are u8",
+				     name, u8_sums, sums);
+			printf("  %s int8: %d of %d branch sums u8 for their concat\n", name,
+			       u8_sums, sums);
 		}
 	}
 	printf("  %s %s: %d of %d relus in %s\n", name, prec, low, relus, want_t);
