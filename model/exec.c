@@ -1219,8 +1219,11 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 		for (int k = 0; k < l->ninputs; k++) {
 			widths[k] = m->layers[l->inputs[k]].oc;
 			xs[k] = ex->act[l->inputs[k]];
-			if (ex->qy && is_q(ex, l->inputs[k])) /* in its scale (plan_int8) */
-				u8_in |= 1u << k;
+			/* plan_int8 makes an input u8 only in the concat's scale */
+			int q = ex->qy ? q_producer(ex, l->inputs[k]) : -1;
+			if (q >= 0 && ex->qy[q] != ex->qy[i])
+				return WF_EINTERNAL;
+			u8_in |= (unsigned)(q >= 0) << k;
 		}
 		if (ex->qy && ex->qy[i] > 0) /* the u8 relu reading it (plan_int8) */
 			return wf_op_concat_u8(be, (size_t)n * l->oh * l->ow, l->ninputs, widths, y,
