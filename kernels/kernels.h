@@ -234,6 +234,12 @@ typedef struct wf_backend_ops {
 	 * even and saturated to [0, 255] (a relu too); NaN gives 0. */
 	int (*to_u8)(wf_backend *be, size_t n, void *y, const float *x, const float *b,
 		     float scale);
+	/* The same of k * avg + b (b may be NULL), avg the 3x3 average of x
+	 * [n, h, w, c] (stride 1, padding 1 not counted, as Keras' "same"
+	 * average pool): an average pool and the add reading it, for a concat
+	 * that reads their sum as u8 (WF_CAP_INT8; NULL elsewhere). */
+	int (*avgpool3_to_u8)(wf_backend *be, int n, int h, int w, int c, void *y, const float *x,
+			      float k, const float *b, float scale);
 
 	/* Channel concat: xs[i] is [rows, widths[i]], y is [rows, sum widths]. */
 	int (*concat_forward)(wf_backend *be, size_t rows, int k, const int *widths, float *y,

@@ -6,6 +6,7 @@
 
 #include "common/util.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -614,6 +615,19 @@ int wf_op_to_u8(wf_backend *be, size_t n, void *y, const float *x, const float *
 	wf_err_clear(&be->err);
 	int rc = check_q8(be, "to_u8", be->ops->to_u8 != NULL, scale);
 	return rc ? rc : TIMED(be, "to_u8", be->ops->to_u8(be, n, y, x, b, scale));
+}
+
+int wf_op_avgpool3_to_u8(wf_backend *be, int n, int h, int w, int c, void *y, const float *x,
+			 float k, const float *b, float scale)
+{
+	wf_err_clear(&be->err);
+	int rc = check_q8(be, "avgpool3_to_u8", be->ops->avgpool3_to_u8 != NULL, scale);
+	if (!rc && (n < 1 || h < 1 || w < 1 || c < 1 || !isfinite(k)))
+		rc = wf_errf(&be->err, WF_EINVAL, "avgpool3_to_u8: shape %dx%dx%dx%d, k %g", n, h,
+			     w, c, (double)k);
+	return rc ? rc
+		  : TIMED(be, "avgpool3_to_u8",
+			  be->ops->avgpool3_to_u8(be, n, h, w, c, y, x, k, b, scale));
 }
 
 int wf_op_accumulate(wf_backend *be, size_t n, float *y, const float *x)

@@ -78,6 +78,8 @@ int wf_op_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act);
 int wf_op_add_relu_backward(wf_backend *be, size_t n, const float *dy, const float *y, void *da,
 			    int ma, void *db, int mb);
 int wf_op_to_u8(wf_backend *be, size_t n, void *y, const float *x, const float *b, float scale);
+int wf_op_avgpool3_to_u8(wf_backend *be, int n, int h, int w, int c, void *y, const float *x,
+			 float k, const float *b, float scale);
 int wf_op_accumulate(wf_backend *be, size_t n, float *y, const float *x);
 int wf_op_scale(wf_backend *be, size_t n, float *y, const float *x, float alpha);
 int wf_op_concat_forward(wf_backend *be, size_t rows, int k, const int *widths, float *y,

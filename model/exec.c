@@ -109,6 +109,8 @@ static int alias_src(const wf_exec *ex, int i)
 		return ex->m->layers[i].inputs[0];
 	if (ex->res_inplace && ex->res_inplace[i])
 		return ex->fuse_res[i];
+	if (ex->pool_in_add && ex->pool_in_add[i])
+		return ex->m->layers[i].inputs[0];
 	if (ex->same_as && ex->same_as[i] >= 0)
 		return ex->same_as[i];
 	return t == WF_LAYER_FLATTEN || (t == WF_LAYER_DROPOUT && !ex->training)
@@ -509,6 +511,40 @@ static int u8_relu(const wf_exec *ex, int k)
 		       : -1;
 }
 
+/* The average pool layer j is or is the same as (same_as), else -1. */
+static int pooled_root(const wf_exec *ex, int j)
+{
+	int q = ex->same_as[j] >= 0 ? ex->same_as[j] : j;
+	return ex->m->layers[q].type == WF_LAYER_AVGPOOL ? q : -1;
+}
+
+/* Can add k compute average pool q (avgpool3_to_u8): a 3x3 window, stride
+ * 1, "same" padding, over a float tensor of its own, and only k reads q
+ * and the pools that are the same as q? */
+static int pool_only_for(const wf_exec *ex, int q, int k)
+{
+	const wf_model *m = ex->m;
+	const wf_layer *l = &m->layers[q];
+	int x = l->inputs[0];
+	if (l->kh != 3 || l->kw != 3 || l->sh != 1 || l->sw != 1 || !l->same || is_q(ex, x) ||
+	    is_alias(ex, x) || q == m->output)
+		return 0;
+	for (int j = q + 1; j < m->nlayers; j++)
+		for (int e = 0; e < m->layers[j].ninputs; e++) {
+			int in = m->layers[j].inputs[e];
+			if ((in == q || ex->same_as[in] == q) && j != k)
+				return 0;
+		}
+	return 1;
+}
+
+/* The pool add i computes (pool_in_add) from input j, else -1. */
+static int pool_of(const wf_exec *ex, int j)
+{
+	int q = ex->pool_in_add ? pooled_root(ex, j) : -1;
+	return q >= 0 && ex->pool_in_add[q] ? q : -1;
+}
+
 static void plan_int8(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
@@ -626,10 +662,20 @@ static void plan_int8(wf_exec *ex)
 			const wf_layer *l = &m->layers[p];
 			if (sole_consumer(m, k) != c || ex->qy[p] > 0)
 				continue;
-			if ((l->type == WF_LAYER_CONV2D && ex->qx[p] > 0) ||
-			    (p == k && l->type == WF_LAYER_ADD && l->ninputs == 2 &&
-			     !is_q(ex, l->inputs[0]) && !is_q(ex, l->inputs[1])))
-				ex->qy[p] = ex->qy[c], ex->qyu8[p] = 1, ex->res_inplace[p] = 0;
+			int add = p == k && l->type == WF_LAYER_ADD && l->ninputs == 2 &&
+				  !is_q(ex, l->inputs[0]) && !is_q(ex, l->inputs[1]);
+			if (!add && (l->type != WF_LAYER_CONV2D || ex->qx[p] == 0))
+				continue;
+			ex->qy[p] = ex->qy[c], ex->qyu8[p] = 1, ex->res_inplace[p] = 0;
+			/* an add of a 3x3 average pool that only it reads (NASNet's
+			 * normal cells: pool(h) + p, pool(p) + pool(p)) pools as it
+			 * adds: the pool's float tensor is never written */
+			int first = -1;
+			for (int a = 0; add && ex->be->ops->avgpool3_to_u8 && a < 2; a++) {
+				int q = pooled_root(ex, l->inputs[a]);
+				if (q >= 0 && (first < 0 || first == q) && pool_only_for(ex, q, k))
+					ex->pool_in_add[q] = 1, first = q, ex->nfused++;
+			}
 		}
 	}
 }
@@ -804,6 +850,7 @@ void wf_exec_free(wf_exec *ex)
 	free(ex->fuse_res);
 	free(ex->fuse_act);
 	free(ex->pad_skip);
+	free(ex->pool_in_add);
 	free(ex->res_inplace);
 	free(ex->same_as);
 	free(ex->out_bf16);
@@ -925,13 +972,15 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 		ex->pad_skip = calloc((size_t)nl, 1);
 		ex->res_inplace = calloc((size_t)nl, 1);
 		ex->same_as = ex->training ? NULL : malloc(sizeof(int) * (size_t)nl);
+		ex->pool_in_add = ex->training ? NULL : calloc((size_t)nl, 1);
 		ex->qx = calloc((size_t)nl, sizeof(float));
 		ex->qu8 = calloc((size_t)nl, 1);
 		ex->qy = calloc((size_t)nl, sizeof(float));
 		ex->qyu8 = calloc((size_t)nl, 1);
 		if (!ex->fuse_into || !ex->fuse_res || !ex->fuse_act || !ex->out_bf16 ||
-		    !ex->pad_skip || !ex->res_inplace || (!ex->training && !ex->same_as) ||
-		    !ex->qx || !ex->qu8 || !ex->qy || !ex->qyu8) {
+		    !ex->pad_skip || !ex->res_inplace ||
+		    (!ex->training && (!ex->same_as || !ex->pool_in_add)) || !ex->qx || !ex->qu8 ||
+		    !ex->qy || !ex->qyu8) {
 			wf_errf(err, rc, "executor: out of memory");
 			goto fail;
 		}
@@ -1113,7 +1162,7 @@ static int runs(const wf_exec *ex, int i, int training)
 	wf_layer_type t = ex->m->layers[i].type;
 	if (ex->fuse_into && (ex->fuse_into[i] >= 0 || ex->pad_skip[i]))
 		return 0;
-	if (ex->same_as && ex->same_as[i] >= 0)
+	if ((ex->same_as && ex->same_as[i] >= 0) || (ex->pool_in_add && ex->pool_in_add[i]))
 		return 0;
 	return t != WF_LAYER_INPUT && t != WF_LAYER_FLATTEN && (t != WF_LAYER_DROPOUT || training);
 }
@@ -1201,8 +1250,17 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 		return wf_op_act_forward(be, l->type == WF_LAYER_RELU ? WF_ACT_RELU : WF_ACT_RELU6,
 					 sz, y, x);
 	case WF_LAYER_ADD: {
-		if (ex->qy && ex->qy[i] > 0) /* u8 for the concat reading it (plan_int8) */
-			return wf_op_to_u8(be, sz, y, x, ex->act[l->inputs[1]], ex->qy[i]);
+		if (ex->qy && ex->qy[i] > 0) { /* u8 for the concat reading it (plan_int8) */
+			int a = pool_of(ex, l->inputs[0]), b = pool_of(ex, l->inputs[1]);
+			if (a < 0 && b < 0)
+				return wf_op_to_u8(be, sz, y, x, ex->act[l->inputs[1]], ex->qy[i]);
+			/* one pool (its input x) and the other input, or one pool twice */
+			const wf_layer *xl = &m->layers[m->layers[a >= 0 ? a : b].inputs[0]];
+			const float *other = a >= 0 && b >= 0 ? NULL : ex->act[l->inputs[a >= 0]];
+			return wf_op_avgpool3_to_u8(be, n, xl->oh, xl->ow, xl->oc, y,
+						    ex->act[m->layers[a >= 0 ? a : b].inputs[0]],
+						    other ? 1.0f : 2.0f, other, ex->qy[i]);
+		}
 		int h = ex->tfused ? is_bf16(ex, l->inputs[0]) | is_bf16(ex, l->inputs[1]) << 1 : 0;
 		if (h || relu_inside(ex, i))
 			return wf_op_add_mixed(be, sz, y, x, ex->act[l->inputs[1]], h,
@@ -1763,7 +1821,8 @@ int wf_exec_bf16_layers(const wf_exec *ex)
 
 const char *wf_exec_layer_dtype(const wf_exec *ex, int i)
 {
-	if (i < 0 || i >= ex->m->nlayers || (ex->fuse_into && !ex->training && ex->pad_skip[i]))
+	if (i < 0 || i >= ex->m->nlayers ||
+	    (ex->fuse_into && !ex->training && (ex->pad_skip[i] || ex->pool_in_add[i])))
 		return NULL;
 	if (ex->fuse_into && is_bf16(ex, i))
 		return "bf16";

@@ -62,6 +62,9 @@ struct wf_exec {
 			 * own padding, or (inference) a cropping that its sole consumer, a
 			 * 1x1 pool, applies as its offset: runs nothing, aliases its input */
 	char *res_inplace; /* [nlayers] conv: writes into its residual's memory (sum post-op) */
+	char *pool_in_add; /* [nlayers] inference int8: a 3x3 average pool that the add
+			    * reading it computes (avgpool3_to_u8): runs nothing, aliases
+			    * its input */
 	int *same_as;	   /* [nlayers] an earlier relu/relu6 (pool) of the same input
 			    * (and window) whose output this one's is (inference: NASNet applies
 			    * one relu per branch) */

@@ -98,6 +98,10 @@ THREADED(add_relu_backward,
 THREADED(to_bf16, (wf_backend * be, size_t n, void *y, const float *x, int act), (be, n, y, x, act))
 THREADED(to_u8, (wf_backend * be, size_t n, void *y, const float *x, const float *b, float scale),
 	 (be, n, y, x, b, scale))
+THREADED(avgpool3_to_u8,
+	 (wf_backend * be, int n, int h, int w, int c, void *y, const float *x, float k,
+	  const float *b, float scale),
+	 (be, n, h, w, c, y, x, k, b, scale))
 THREADED(optimizer_update,
 	 (wf_backend * be, const wf_opt_desc *d, size_t n, float *p, const float *g, float *m,
 	  float *v),
@@ -139,6 +143,7 @@ static const wf_backend_ops cpu_ops = {
 	.add_mixed = threaded_add_mixed,
 	.to_bf16 = threaded_to_bf16,
 	.to_u8 = threaded_to_u8,
+	.avgpool3_to_u8 = threaded_avgpool3_to_u8,
 	.add_relu_backward = threaded_add_relu_backward,
 	.concat_forward = threaded_concat_forward,
 	.concat_u8 = threaded_concat_u8,

@@ -226,6 +226,57 @@ int wf_cpu_to_u8(wf_backend *be, size_t n, void *y, const float *x, const float 
 	return 0;
 }
 
+int wf_cpu_avgpool3_to_u8(wf_backend *be, int n, int h, int w, int c, void *y, const float *x,
+			  float k, const float *b, float scale)
+{
+#pragma omp parallel for if ((size_t)n * h * w * c > PAR_MIN) schedule(static)
+	for (int r = 0; r < n * h; r++) {
+		int img = r / h, oy = r % h;
+		int y0 = oy > 0 ? oy - 1 : 0, y1 = oy + 1 < h ? oy + 1 : h - 1;
+		const float *top = x + ((size_t)img * h + (size_t)y0) * w * c;
+		size_t row = (size_t)w * c;
+		for (int ox = 0; ox < w; ox++) {
+			int x0 = ox > 0 ? ox - 1 : 0, x1 = ox + 1 < w ? ox + 1 : w - 1;
+			int ny = y1 - y0 + 1, nx = x1 - x0 + 1;
+			float f = k / (float)(ny * nx);
+			size_t at = ((size_t)r * w + (size_t)ox) * (size_t)c;
+			const float *win = top + (size_t)x0 * c;
+			uint8_t *q = (uint8_t *)y + at;
+#ifdef __AVX512F__
+			const __m512 vf = _mm512_set1_ps(f), vs = _mm512_set1_ps(scale),
+				     lo = _mm512_setzero_ps(), hi = _mm512_set1_ps(255.0f);
+			for (int c0 = 0; c0 < c; c0 += 16) {
+				__mmask16 m = c - c0 >= 16 ? (__mmask16)0xffff
+							   : (__mmask16)((1u << (c - c0)) - 1);
+				__m512 acc = _mm512_setzero_ps();
+				for (int yy = 0; yy < ny; yy++)
+					for (int xx = 0; xx < nx; xx++)
+						acc = _mm512_add_ps(
+							acc,
+							_mm512_maskz_loadu_ps(
+								m, win + yy * row + (size_t)xx * c +
+									   c0));
+				__m512 v = _mm512_mul_ps(acc, vf);
+				if (b)
+					v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, b + at + c0));
+				v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, vs), lo), hi);
+				_mm512_mask_cvtusepi32_storeu_epi8(q + c0, m,
+								   _mm512_cvtps_epi32(v));
+			}
+#else
+			for (int ch = 0; ch < c; ch++) {
+				float acc = 0.0f;
+				for (int yy = 0; yy < ny; yy++)
+					for (int xx = 0; xx < nx; xx++)
+						acc += win[yy * row + (size_t)xx * c + ch];
+				q[ch] = u8_of(acc * f + (b ? b[at + ch] : 0.0f), scale);
+			}
+#endif
+		}
+	}
+	return 0;
+}
+
 int wf_cpu_accumulate(wf_backend *be, size_t n, float *y, const float *x)
 {
 	wf_cpu_add_into(y, x, n);

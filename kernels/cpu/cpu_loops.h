@@ -24,6 +24,8 @@ int wf_cpu_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const vo
 int wf_cpu_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act);
 int wf_cpu_add_relu_backward(wf_backend *be, size_t n, const float *dy, const float *y, void *da,
 			     int ma, void *db, int mb);
+int wf_cpu_avgpool3_to_u8(wf_backend *be, int n, int h, int w, int c, void *y, const float *x,
+			  float k, const float *b, float scale);
 int wf_cpu_to_u8(wf_backend *be, size_t n, void *y, const float *x, const float *b, float scale);
 int wf_cpu_gap_q8(wf_backend *be, int n, int hw, int c, float *y, const void *x, float scale,
 		  int u8);

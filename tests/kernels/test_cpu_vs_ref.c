@@ -1015,6 +1015,43 @@ static void test_to_u8_rounds_to_even_and_saturates(void)
 	free(y);
 }
 
+/* avgpool3_to_u8 (an average pool and the add reading it, for a u8
+ * concat) is to_u8 of ref's 3x3 "same" average pool (padding not counted)
+ * plus the other input, or of the pool twice: within one step of the
+ * rounding (the average's own rounding differs), on shapes with channel
+ * tails, a single row or column, more than 16 channels. */
+static void test_avgpool3_to_u8_is_pool_then_add(void)
+{
+	const int shapes[][4] = {{2, 5, 6, 44}, {1, 1, 7, 3}, {3, 4, 1, 20}, {1, 3, 3, 1}};
+	for (int t = 0; t < 4; t++) {
+		int n = shapes[t][0], h = shapes[t][1], w = shapes[t][2], c = shapes[t][3];
+		size_t cnt = (size_t)n * h * w * c;
+		float *x = rnd(cnt, 120 + t), *b = rnd(cnt, 130 + t), *pool = calloc(cnt, 4);
+		float *sum = calloc(cnt, 4);
+		uint8_t *want = calloc(cnt, 1), *got = calloc(cnt, 1);
+		wf_pool_desc pd;
+		wf_pool_desc_init(&pd, WF_POOL_AVG, n, h, w, c, 3, 3, 1, 1, 1);
+		wf_plan *rp = NULL;
+		WF_CHECK(wf_op_pool_forward(ref_be, &rp, &pd, pool, x) == 0);
+		for (int twice = 0; twice < 2; twice++) {
+			WF_CHECK(wf_op_add(cpu_be, cnt, sum, pool, twice ? pool : b) == 0);
+			WF_CHECK(wf_op_to_u8(cpu_be, cnt, want, sum, NULL, 40.0f) == 0);
+			WF_CHECK(wf_op_avgpool3_to_u8(cpu_be, n, h, w, c, got, x,
+						      twice ? 2.0f : 1.0f, twice ? NULL : b,
+						      40.0f) == 0);
+			int worst = 0;
+			for (size_t j = 0; j < cnt; j++)
+				worst = WF_MAX(worst, abs((int)got[j] - (int)want[j]));
+			WF_CHECK_MSG(worst <= 1, "avgpool3_to_u8 %dx%dx%dx%d%s: off by %d", n, h, w,
+				     c, twice ? " (pool twice)" : "", worst);
+		}
+		WF_CHECK_INT(wf_op_avgpool3_to_u8(ref_be, n, h, w, c, got, x, 1.0f, b, 40.0f),
+			     WF_EINVAL);
+		wf_backend_plan_free(ref_be, &rp);
+		free(x), free(b), free(pool), free(sum), free(want), free(got);
+	}
+}
+
 /* the global average pool of an int8 tensor equals ref's of its values */
 static void test_gap_of_int8_tensors_matches_ref(void)
 {
@@ -1072,6 +1109,7 @@ int main(void)
 	WF_RUN(test_max_pool_on_int8_and_bf16_tensors);
 	WF_RUN(test_pick_pool_applies_a_cropping);
 	WF_RUN(test_concat_u8_is_to_u8_of_the_concat);
+	WF_RUN(test_avgpool3_to_u8_is_pool_then_add);
 	WF_RUN(test_to_u8_rounds_to_even_and_saturates);
 	WF_RUN(test_gap_of_int8_tensors_matches_ref);
 	wf_backend_free(cpu_be);
