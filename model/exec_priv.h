@@ -74,7 +74,9 @@ struct wf_exec {
 			    * scale (0: float); also a max pool or a 1x1 pool between int8
 			    * convs, a relu that only int8 convs (and such pools) read (it
 			    * then runs as a conversion to u8, whose saturation at 0 is the
-			    * relu), and a concat that only such a relu reads (concat_u8) */
+			    * relu), a concat that only such a relu reads (concat_u8), and
+			    * a two-input add that only such a concat reads (to_u8 of the
+			    * sum, in the concat's scale, as is a conv such a concat reads) */
 	char *qyu8;	   /* [nlayers] ... in u8, else s8 */
 	int nint8;	   /* convs run in int8 */
 	wf_branches *br;   /* inference: layers of parallel branches run at once, else NULL */
