@@ -519,15 +519,16 @@ static int pooled_root(const wf_exec *ex, int j)
 }
 
 /* Can add k compute average pool q (avgpool3_to_u8): a 3x3 window, stride
- * 1, "same" padding, over a float tensor of its own, and only k reads q
- * and the pools that are the same as q? */
+ * 1, "same" padding, over a float tensor of q's input shape (not a padding
+ * a conv applies, nor a pool an add computes), and only k reads q and the
+ * pools that are the same as q? */
 static int pool_only_for(const wf_exec *ex, int q, int k)
 {
 	const wf_model *m = ex->m;
 	const wf_layer *l = &m->layers[q];
 	int x = l->inputs[0];
 	if (l->kh != 3 || l->kw != 3 || l->sh != 1 || l->sw != 1 || !l->same || is_q(ex, x) ||
-	    is_alias(ex, x) || q == m->output)
+	    ex->pad_skip[x] || ex->pool_in_add[x] || q == m->output)
 		return 0;
 	for (int j = q + 1; j < m->nlayers; j++)
 		for (int e = 0; e < m->layers[j].ninputs; e++) {

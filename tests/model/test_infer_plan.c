@@ -177,6 +177,8 @@ static void check_precision(wf_backend *be, wf_model *f, const char *name, const
 				     (in_adds > 0) == !strcmp(prec, "int8"),
 			     "%s %s: %g pools ran, %d computed by their adds, %d distinct", name,
 			     prec, calls, in_adds, distinct_pools(f));
+		printf("  %s %s: %g pools ran, %d computed by their adds\n", name, prec, calls,
+		       in_adds);
 		/* the adjust blocks' croppings run inside their 1x1 pools (only the
 		 * four reduction cells' paddings read by two pools run), and in
 		 * int8 those pools pick u8 values of the relu before them */
