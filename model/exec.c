@@ -1255,11 +1255,11 @@ static int layer_forward(wf_exec *ex, int i, int n, int training, uint64_t seed)
 			int a = pool_of(ex, l->inputs[0]), b = pool_of(ex, l->inputs[1]);
 			if (a < 0 && b < 0)
 				return wf_op_to_u8(be, sz, y, x, ex->act[l->inputs[1]], ex->qy[i]);
-			/* one pool (its input x) and the other input, or one pool twice */
-			const wf_layer *xl = &m->layers[m->layers[a >= 0 ? a : b].inputs[0]];
+			/* one pool (of tensor px) and the other input, or one pool twice */
+			int px = m->layers[a >= 0 ? a : b].inputs[0];
+			const wf_layer *xl = &m->layers[px];
 			const float *other = a >= 0 && b >= 0 ? NULL : ex->act[l->inputs[a >= 0]];
-			return wf_op_avgpool3_to_u8(be, n, xl->oh, xl->ow, xl->oc, y,
-						    ex->act[m->layers[a >= 0 ? a : b].inputs[0]],
+			return wf_op_avgpool3_to_u8(be, n, xl->oh, xl->ow, xl->oc, y, ex->act[px],
 						    other ? 1.0f : 2.0f, other, ex->qy[i]);
 		}
 		int h = ex->tfused ? is_bf16(ex, l->inputs[0]) | is_bf16(ex, l->inputs[1]) << 1 : 0;

@@ -9,6 +9,8 @@
 
 typedef struct wf_branches wf_branches;
 
+#define WF_TILE_TRIES 3 /* pairs of forwards the tiles' trial times (exec_tile.c) */
+
 struct wf_exec {
 	wf_model *m;
 	wf_backend *be;
@@ -89,11 +91,11 @@ struct wf_exec {
 	double *trial_us;
 	/* tiles (exec_tile.c): a forward of a large batch run as tiles of
 	 * `tile` rows, each through every layer, where measured faster */
-	int tile;	      /* rows per tile; 0: the whole batch at once */
-	int tile_rows;	      /* the rows tried */
-	int tile_trial;	      /* forwards of the trial so far, -1: none or over */
-	wf_plan **tile_plans; /* during the trial: the other way's plan slots */
-	double tile_secs[2][8];
+	int tile;			    /* rows per tile; 0: the whole batch at once */
+	int tile_rows;			    /* the rows tried */
+	int tile_trial;			    /* forwards of the trial so far, -1: none or over */
+	wf_plan **tile_plans;		    /* during the trial: the other way's plan slots */
+	double tile_secs[2][WF_TILE_TRIES]; /* the trial's pairs: whole, tiles */
 	wf_err err;
 };
 

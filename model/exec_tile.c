@@ -25,16 +25,15 @@
 #include <stdlib.h>
 
 /* The trial: forward 0 the whole batch and forward 1 tiles (building each
- * way's plans), then TILE_TRIES pairs of both; tiles are kept when the
+ * way's plans), then WF_TILE_TRIES pairs of both; tiles are kept when the
  * median of the pairs' whole / tiles time ratios is at least TILE_MIN_GAIN
  * (the same work either way: a small margin keeps noise from choosing). */
-#define TILE_TRIES    3
 #define TILE_MIN_GAIN 1.03
 /* An executor whose first forward (plans built) took longer is not tried:
  * 8 such forwards would add seconds to a model's load (fp32 ResNet50 at
  * batch 32 on 2 cores: ~0.8 s, where tiles were not faster either) */
 #define TILE_MAX_SECS 0.5
-#define T_DONE	      (2 + 2 * TILE_TRIES)
+#define T_DONE	      (2 + 2 * WF_TILE_TRIES)
 
 void wf_tiles_init(wf_exec *ex)
 {
@@ -66,6 +65,13 @@ void wf_tiles_free(wf_exec *ex)
 	ex->tile_plans = NULL;
 }
 
+/* The trial's other plan slots in, the current ones aside. */
+static void swap_plans(wf_exec *ex)
+{
+	wf_plan **t = ex->plans;
+	ex->plans = ex->tile_plans, ex->tile_plans = t;
+}
+
 int wf_tiles_before(wf_exec *ex, int n)
 {
 	if (ex->tile_trial < 0 || n != ex->max_batch)
@@ -75,8 +81,7 @@ int wf_tiles_before(wf_exec *ex, int n)
 		return -1;
 	if (ex->tile_trial % 2 == 0)
 		return 0;
-	wf_plan **t = ex->plans; /* tiles run on their own slots */
-	ex->plans = ex->tile_plans, ex->tile_plans = t;
+	swap_plans(ex); /* tiles run on their own slots */
 	return ex->tile_rows;
 }
 
@@ -85,8 +90,7 @@ void wf_tiles_after(wf_exec *ex, int n, int rows, double secs)
 	if (ex->tile_trial < 0 || n != ex->max_batch)
 		return;
 	if (rows) { /* back to the whole batch's slots */
-		wf_plan **t = ex->plans;
-		ex->plans = ex->tile_plans, ex->tile_plans = t;
+		swap_plans(ex);
 	}
 	if (secs < 0) /* failed */
 		return;
@@ -100,12 +104,11 @@ void wf_tiles_after(wf_exec *ex, int n, int rows, double secs)
 		ex->tile_secs[f % 2][(f - 2) / 2] = secs;
 	if (ex->tile_trial < T_DONE)
 		return;
-	double ratio[TILE_TRIES];
-	for (int k = 0; k < TILE_TRIES; k++)
+	double ratio[WF_TILE_TRIES];
+	for (int k = 0; k < WF_TILE_TRIES; k++)
 		ratio[k] = ex->tile_secs[0][k] / ex->tile_secs[1][k];
-	if (wf_median(ratio, TILE_TRIES) >= TILE_MIN_GAIN) {
-		wf_plan **t = ex->plans;
-		ex->plans = ex->tile_plans, ex->tile_plans = t;
+	if (wf_median(ratio, WF_TILE_TRIES) >= TILE_MIN_GAIN) {
+		swap_plans(ex);
 		ex->tile = ex->tile_rows;
 	}
 	wf_tiles_free(ex);
