@@ -9,13 +9,17 @@
 #include "serve/grpc_internal.h"
 
 #include "common/cpus.h"
+#include "serve/shm.h" /* wf_serve_addr_is_loopback */
 
 /* ---- the event loop ----------------------------------------------------- */
 
 static void accept_all(wf_grpc *g)
 {
 	for (;;) {
-		int fd = accept4(g->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct sockaddr_storage peer;
+		socklen_t plen = sizeof(peer);
+		int fd = accept4(g->lfd, (struct sockaddr *)&peer, &plen,
+				 SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0)
 			return;
 		if (g->nconns >= g->o.max_conns) {
@@ -34,6 +38,7 @@ static void accept_all(wf_grpc *g)
 		c->g = g;
 		c->fd = fd;
 		c->refs = 1;
+		c->local = wf_serve_addr_is_loopback((struct sockaddr *)&peer);
 		if (g->tls && !(c->tls = wf_tls_conn_new(g->tls, fd))) {
 			close(fd);
 			free(c);

@@ -46,6 +46,7 @@ typedef struct wf_grpc_call {
 	size_t len;	    /* bytes */
 	double deadline;    /* wf_now() by which the client gives up (grpc-timeout); 0: none */
 	double t_begin;	    /* wf_now() when its headers arrived */
+	int local;	    /* the client connected from loopback */
 	uint8_t *reply;	    /* 5-byte gRPC prefix + message: see wf_grpc_reply_buf */
 	size_t reply_len;   /* message bytes after the prefix */
 	char message[1024]; /* grpc-message when the handler fails */

@@ -360,3 +360,12 @@ int wf_grpc_reload_config(wf_grpc_adapter *a, const wf_serve_model_config *cfg, 
 		snprintf(why, cap, "%s", err.msg);
 	return rc ? repo_code(rc) : WF_GRPC_OK;
 }
+
+wf_serve_shm *wf_grpc_shm(wf_grpc_adapter *a, int local, char *why, size_t cap)
+{
+	wf_err err = {0};
+	if (wf_serve_shm_allowed(a->o.shm, local, &err) == 0)
+		return a->o.shm;
+	snprintf(why, cap, "%s", err.msg);
+	return NULL;
+}

@@ -13,6 +13,7 @@
 #include "serve/metrics.h"
 #include "serve/modelconfig.h"
 #include "serve/repo.h"
+#include "serve/shm.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -26,6 +27,7 @@ typedef struct wf_grpc_adapter_opts {
 	long batch_timeout_us;	/* --batch_timeout_micros (0 without batching) */
 	int batching;		/* --enable_batching */
 	int instances;		/* batch threads */
+	wf_serve_shm *shm;	/* system shared memory regions (shared with HTTP); NULL: none */
 } wf_grpc_adapter_opts;
 
 typedef struct wf_grpc_adapter wf_grpc_adapter;
@@ -116,6 +118,9 @@ int wf_grpc_model_stats(wf_grpc_adapter *a, const char *name, long version, wf_g
 			char *why, size_t cap);
 /* Triton's repository load/unload (--model_control_mode explicit) and TF
  * Serving's config reload (serve exactly the n models of cfg). */
+/* The shared memory regions a client at loopback (local) or elsewhere may
+ * name: NULL, with the reason in why, when the server's policy says none. */
+wf_serve_shm *wf_grpc_shm(wf_grpc_adapter *a, int local, char *why, size_t cap);
 int wf_grpc_repository_load(wf_grpc_adapter *a, const char *name, char *why, size_t cap);
 int wf_grpc_repository_unload(wf_grpc_adapter *a, const char *name, char *why, size_t cap);
 int wf_grpc_reload_config(wf_grpc_adapter *a, const wf_serve_model_config *cfg, int n, char *why,

@@ -229,6 +229,7 @@ static void run_inline(conn *c, stream *st, const wf_grpc_method *m)
 	if (framed) {
 		call.t_begin = st->t_begin;
 		call.deadline = st->timeout > 0 ? st->t_begin + st->timeout : 0;
+		call.local = c->local;
 		code = m->fn(g->ctx, &call);
 	}
 	c->receiving -= st->len;
@@ -314,6 +315,7 @@ void dispatch_call(conn *c, stream *st)
 	j->m = m;
 	j->call.deadline = st->timeout > 0 ? st->t_begin + st->timeout : 0;
 	j->call.t_begin = st->t_begin;
+	j->call.local = c->local;
 	pthread_mutex_lock(&g->mu);
 	if (g->queued >= g->o.max_queue) {
 		pthread_mutex_unlock(&g->mu);

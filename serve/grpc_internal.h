@@ -63,6 +63,7 @@ struct conn {
 	int fd;
 	wf_tls_conn *tls; /* NULL: plain h2c */
 	int handshaking;  /* TLS handshake not finished: nothing of HTTP/2 yet */
+	int local;	  /* the peer is on loopback (wf_serve_addr_is_loopback) */
 	nghttp2_session *s;
 	int refs;	  /* the loop's own + one per job in flight */
 	int closed;	  /* socket closed, session deleted */

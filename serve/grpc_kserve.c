@@ -384,6 +384,131 @@ static int repository_unload(void *ctx, wf_grpc_call *call)
 	return wf_grpc_reply(call, &r.base);
 }
 
+/* ---- system shared memory (Triton's extension, shm.h) --------------------- */
+
+static int shm_status(void *ctx, wf_grpc_call *call)
+{
+	Inference__SystemSharedMemoryStatusRequest *rq =
+		wf_grpc_unpack(&inference__system_shared_memory_status_request__descriptor, call);
+	if (!rq)
+		return wf_grpc_bad_message(call, "SystemSharedMemoryStatusRequest");
+	wf_serve_shm *s = wf_grpc_shm(ctx, call->local, call->message, sizeof(call->message));
+	wf_serve_shm_info *a = NULL;
+	int n = 0, code = s ? WF_GRPC_OK : WF_GRPC_PERMISSION_DENIED;
+	wf_err err = {0};
+	if (s && wf_serve_shm_status(s, rq->name, &a, &n, &err))
+		code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
+	inference__system_shared_memory_status_request__free_unpacked(rq, NULL);
+	if (code)
+		return code;
+	Inference__SystemSharedMemoryStatusResponse__RegionsEntry *e =
+		calloc((size_t)n + 1, sizeof(*e));
+	Inference__SystemSharedMemoryStatusResponse__RegionsEntry **ep =
+		calloc((size_t)n + 1, sizeof(*ep));
+	Inference__SystemSharedMemoryStatusResponse__RegionStatus *st =
+		calloc((size_t)n + 1, sizeof(*st));
+	if (!e || !ep || !st) {
+		code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		goto out;
+	}
+	for (int i = 0; i < n; i++) {
+		inference__system_shared_memory_status_response__region_status__init(&st[i]);
+		st[i].name = a[i].name;
+		st[i].key = a[i].key;
+		st[i].offset = a[i].offset;
+		st[i].byte_size = a[i].byte_size;
+		inference__system_shared_memory_status_response__regions_entry__init(&e[i]);
+		e[i].key = a[i].name;
+		e[i].value = &st[i];
+		ep[i] = &e[i];
+	}
+	Inference__SystemSharedMemoryStatusResponse r =
+		INFERENCE__SYSTEM_SHARED_MEMORY_STATUS_RESPONSE__INIT;
+	r.n_regions = (size_t)n;
+	r.regions = ep;
+	code = wf_grpc_reply(call, &r.base);
+out:
+	free(e);
+	free(ep);
+	free(st);
+	free(a);
+	return code;
+}
+
+static int shm_register(void *ctx, wf_grpc_call *call)
+{
+	Inference__SystemSharedMemoryRegisterRequest *rq =
+		wf_grpc_unpack(&inference__system_shared_memory_register_request__descriptor, call);
+	if (!rq)
+		return wf_grpc_bad_message(call, "SystemSharedMemoryRegisterRequest");
+	wf_serve_shm *s = wf_grpc_shm(ctx, call->local, call->message, sizeof(call->message));
+	int code = s ? WF_GRPC_OK : WF_GRPC_PERMISSION_DENIED;
+	wf_err err = {0};
+	if (s && wf_serve_shm_register(s, rq->name, rq->key, rq->offset, rq->byte_size, &err))
+		code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
+	inference__system_shared_memory_register_request__free_unpacked(rq, NULL);
+	if (code)
+		return code;
+	Inference__SystemSharedMemoryRegisterResponse r =
+		INFERENCE__SYSTEM_SHARED_MEMORY_REGISTER_RESPONSE__INIT;
+	return wf_grpc_reply(call, &r.base);
+}
+
+static int shm_unregister(void *ctx, wf_grpc_call *call)
+{
+	Inference__SystemSharedMemoryUnregisterRequest *rq = wf_grpc_unpack(
+		&inference__system_shared_memory_unregister_request__descriptor, call);
+	if (!rq)
+		return wf_grpc_bad_message(call, "SystemSharedMemoryUnregisterRequest");
+	wf_serve_shm *s = wf_grpc_shm(ctx, call->local, call->message, sizeof(call->message));
+	if (s)
+		wf_serve_shm_unregister(s, rq->name);
+	inference__system_shared_memory_unregister_request__free_unpacked(rq, NULL);
+	if (!s)
+		return WF_GRPC_PERMISSION_DENIED;
+	Inference__SystemSharedMemoryUnregisterResponse r =
+		INFERENCE__SYSTEM_SHARED_MEMORY_UNREGISTER_RESPONSE__INIT;
+	return wf_grpc_reply(call, &r.base);
+}
+
+/* CUDA shared memory: none can be registered; status lists none and
+ * unregister has nothing to do (clients unregister "all" of both kinds). */
+static int cuda_shm_status(void *ctx, wf_grpc_call *call)
+{
+	(void)ctx;
+	Inference__CudaSharedMemoryStatusRequest *rq =
+		wf_grpc_unpack(&inference__cuda_shared_memory_status_request__descriptor, call);
+	if (!rq)
+		return wf_grpc_bad_message(call, "CudaSharedMemoryStatusRequest");
+	int code = rq->name && *rq->name
+			   ? wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+					  "Unable to find cuda shared memory region: '%.200s'",
+					  rq->name)
+			   : WF_GRPC_OK;
+	inference__cuda_shared_memory_status_request__free_unpacked(rq, NULL);
+	if (code)
+		return code;
+	Inference__CudaSharedMemoryStatusResponse r =
+		INFERENCE__CUDA_SHARED_MEMORY_STATUS_RESPONSE__INIT;
+	return wf_grpc_reply(call, &r.base);
+}
+
+static int cuda_shm_register(void *ctx, wf_grpc_call *call)
+{
+	(void)ctx;
+	return wf_grpc_fail(call, WF_GRPC_UNIMPLEMENTED,
+			    "CUDA shared memory is not supported: weft-serve takes tensors in host "
+			    "memory; use system shared memory");
+}
+
+static int cuda_shm_unregister(void *ctx, wf_grpc_call *call)
+{
+	(void)ctx;
+	Inference__CudaSharedMemoryUnregisterResponse r =
+		INFERENCE__CUDA_SHARED_MEMORY_UNREGISTER_RESPONSE__INIT;
+	return wf_grpc_reply(call, &r.base);
+}
+
 /* ---- inference ------------------------------------------------------------ */
 
 static int fail_why(char *why, size_t cap, int code, const char *fmt, const char *a)
@@ -392,10 +517,13 @@ static int fail_why(char *why, size_t cap, int code, const char *fmt, const char
 	return code;
 }
 
-/* The one input tensor of rq into model input *x: malloc'd, or rq's raw FP32 contents read in
- * place (free it with input_free while rq lives). */
-static int decode_input(const wf_grpc_io *io, const infer_req *rq, float **x, int *n, char *why,
-			size_t cap)
+/* The one input tensor of rq into model input *x: malloc'd, or raw FP32
+ * contents read in place: rq's own (free it with input_free while rq
+ * lives) or shm_raw, the bytes of a shared memory region that stand for
+ * them (then *x may be shm_raw->data). */
+static int decode_tensor(const wf_grpc_io *io, const infer_req *rq,
+			 const ProtobufCBinaryData *shm_raw, float **x, int *n, char *why,
+			 size_t cap)
 {
 	*x = NULL;
 	*n = 0;
@@ -412,8 +540,9 @@ static int decode_input(const wf_grpc_io *io, const infer_req *rq, float **x, in
 	if (rq->n_raw_input_contents && rq->n_raw_input_contents != rq->n_inputs)
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
 				"%sraw_input_contents must have one entry per input", "");
-	const ProtobufCBinaryData *raw =
-		rq->n_raw_input_contents ? &rq->raw_input_contents[0] : NULL;
+	const ProtobufCBinaryData *raw = shm_raw		    ? shm_raw
+					 : rq->n_raw_input_contents ? &rq->raw_input_contents[0]
+								    : NULL;
 	const Inference__InferTensorContents *tc = t->contents;
 	if (raw && tc)
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
@@ -558,6 +687,117 @@ bytes_out:
 	return code;
 }
 
+/* The shared memory fields of a tensor's parameters (shm.h). */
+typedef struct shm_ref {
+	char region[128]; /* "": none named */
+	uint64_t offset, size;
+} shm_ref;
+
+/* A parameter's integer value (int64 or uint64); 0 when it is neither. */
+static int param_u64(const Inference__InferParameter *p, uint64_t *v)
+{
+	if (p &&
+	    p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM &&
+	    p->int64_param >= 0)
+		*v = (uint64_t)p->int64_param;
+	else if (p && p->parameter_choice_case ==
+			      INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM)
+		*v = p->uint64_param;
+	else
+		return 0;
+	return 1;
+}
+
+/* Parameter (key, v) into r when it is one of the shared memory ones;
+ * WF_GRPC_INVALID_ARGUMENT (call's message set) for a bad value. */
+static int shm_param(const char *tensor, const char *key, const Inference__InferParameter *v,
+		     shm_ref *r, char *why, size_t cap)
+{
+	int ok = 1;
+	if (!strcmp(key, "shared_memory_region"))
+		ok = v &&
+		     v->parameter_choice_case ==
+			     INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM &&
+		     *v->string_param && strlen(v->string_param) < sizeof(r->region) &&
+		     snprintf(r->region, sizeof(r->region), "%s", v->string_param) > 0;
+	else if (!strcmp(key, "shared_memory_byte_size"))
+		ok = param_u64(v, &r->size) && r->size > 0;
+	else if (!strcmp(key, "shared_memory_offset"))
+		ok = param_u64(v, &r->offset);
+	if (ok)
+		return WF_GRPC_OK;
+	snprintf(why, cap,
+		 "'%.200s': parameter \"%s\" has a wrong value (a region name, a positive byte "
+		 "size, an offset)",
+		 tensor, key);
+	return WF_GRPC_INVALID_ARGUMENT;
+}
+
+/* The bytes [offset, offset + size) of a region, copied (malloc'd) into *b. */
+static int shm_read(wf_serve_shm *shm, const shm_ref *r, ProtobufCBinaryData *b, char *why,
+		    size_t cap)
+{
+	wf_err err = {0};
+	wf_serve_shm_view v;
+	b->data = NULL;
+	b->len = 0;
+	if (r->size > (uint64_t)WF_SERVE_MAX_INPUT_FLOATS * sizeof(float)) {
+		snprintf(why, cap,
+			 "input shared_memory_byte_size %llu is larger than a request may be",
+			 (unsigned long long)r->size);
+		return WF_GRPC_INVALID_ARGUMENT;
+	}
+	int rc = wf_serve_shm_view_get(shm, r->region, r->offset, r->size, &v, &err);
+	if (!rc && !(b->data = malloc((size_t)r->size)))
+		rc = wf_errf(&err, WF_ENOMEM, "out of memory");
+	if (!rc)
+		rc = wf_serve_shm_read(&v, 0, b->data, (size_t)r->size, &err);
+	wf_serve_shm_view_put(&v);
+	if (rc) {
+		free(b->data);
+		b->data = NULL;
+		snprintf(why, cap, "%s", err.msg);
+		return rc == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED : WF_GRPC_INVALID_ARGUMENT;
+	}
+	b->len = (size_t)r->size;
+	return WF_GRPC_OK;
+}
+
+/* decode_tensor, the input read from a shared memory region of shm when
+ * its parameters name one. */
+static int decode_input(const wf_grpc_io *io, const infer_req *rq, wf_serve_shm *shm, float **x,
+			int *n, char *why, size_t cap)
+{
+	*x = NULL;
+	*n = 0;
+	shm_ref r = {0};
+	const in_tensor *t = rq->n_inputs == 1 ? rq->inputs[0] : NULL;
+	for (size_t k = 0; t && k < t->n_parameters; k++) {
+		int code = shm_param(t->name, t->parameters[k]->key, t->parameters[k]->value, &r,
+				     why, cap);
+		if (code)
+			return code;
+	}
+	if (!r.region[0])
+		return decode_tensor(io, rq, NULL, x, n, why, cap);
+	if (!r.size)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"input '%.200s' names a shared_memory_region without "
+				"shared_memory_byte_size",
+				t->name);
+	if (rq->n_raw_input_contents || t->contents)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"input '%.200s' names a shared_memory_region and also has contents",
+				t->name);
+	ProtobufCBinaryData b;
+	int code = shm_read(shm, &r, &b, why, cap);
+	if (!code)
+		code = decode_tensor(io, rq, &b, x, n, why, cap);
+	if ((uint8_t *)*x != b.data)
+		free(b.data);
+	return code;
+}
+
 static void input_free(const infer_req *rq, float *x)
 {
 	if (!rq->n_raw_input_contents || (uint8_t *)x != rq->raw_input_contents[0].data)
@@ -677,7 +917,7 @@ int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
 				"cannot parse the ModelInferRequest message%s", "");
 	float *in = NULL;
-	int code = decode_input(io, rq, &in, n, why, cap);
+	int code = decode_input(io, rq, NULL, &in, n, why, cap);
 	if (!code && *n == 0)
 		*n = (int)rq->inputs[0]->shape[0];
 	if (!code) { /* the caller's own copy: rq's contents go with it */
@@ -697,6 +937,7 @@ int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t
 typedef struct out_req {
 	int logits;
 	int classification; /* top-k; 0: the tensor */
+	shm_ref shm;	    /* written into this shared memory region instead */
 } out_req;
 
 static int param_int(const Inference__InferParameter *p, long *v)
@@ -741,6 +982,11 @@ static int requested_outputs(const infer_req *rq, out_req *o, int *no, wf_grpc_c
 				return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
 						    "output '%.200s' requested twice", t->name);
 		for (size_t k = 0; k < t->n_parameters; k++) {
+			int code =
+				shm_param(t->name, t->parameters[k]->key, t->parameters[k]->value,
+					  &r.shm, call->message, sizeof(call->message));
+			if (code)
+				return code;
 			if (strcmp(t->parameters[k]->key, "classification") != 0)
 				continue;
 			long v = 0;
@@ -751,15 +997,39 @@ static int requested_outputs(const infer_req *rq, out_req *o, int *no, wf_grpc_c
 						    t->name);
 			r.classification = (int)WF_MIN(v, 100000);
 		}
+		if (r.shm.region[0] && !r.shm.size)
+			return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+					    "output '%.200s' names a shared_memory_region without "
+					    "shared_memory_byte_size",
+					    t->name);
 		o[(*no)++] = r;
 	}
 	return WF_GRPC_OK;
 }
 
-/* The reply's outputs: raw FP32 [n,k] or BYTES [n,top] classification strings. */
+/* An output's bytes into its shared memory region. */
+static int shm_write(wf_serve_shm *shm, const out_req *o, const char *name,
+		     const ProtobufCBinaryData *b, wf_grpc_call *call)
+{
+	if (b->len > o->shm.size)
+		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+				    "output '%s' is %zu bytes; shared_memory_byte_size offers %llu",
+				    name, b->len, (unsigned long long)o->shm.size);
+	wf_err err = {0};
+	wf_serve_shm_view v;
+	int rc = wf_serve_shm_view_get(shm, o->shm.region, o->shm.offset, o->shm.size, &v, &err);
+	if (!rc)
+		rc = wf_serve_shm_write(&v, 0, b->data, b->len, &err);
+	wf_serve_shm_view_put(&v);
+	return rc ? wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg) : WF_GRPC_OK;
+}
+
+/* The reply's outputs: raw FP32 [n,k] or BYTES [n,top] classification
+ * strings; those requested into shared memory are written there (an empty
+ * raw_output_contents entry keeps the others at their index). */
 static int build_infer_reply(wf_grpc_call *call, const infer_req *rq, const wf_grpc_model *m,
-			     const out_req *o, int no, const float *logits, const float *probs,
-			     int n)
+			     wf_serve_shm *shm, const out_req *o, int no, const float *logits,
+			     const float *probs, int n)
 {
 	int k = m->io.classes, code = WF_GRPC_OK;
 	char ver[32];
@@ -818,6 +1088,14 @@ static int build_infer_reply(wf_grpc_call *call, const infer_req *rq, const wf_g
 		raw[i].data = buf;
 		raw[i].len = len;
 	}
+	for (int i = 0; i < no; i++) {
+		if (!o[i].shm.region[0])
+			continue;
+		if ((code = shm_write(shm, &o[i], ot[i].name, &raw[i], call)) != 0)
+			goto out;
+		raw[i].data = NULL;
+		raw[i].len = 0;
+	}
 	Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
 	r.model_name = (char *)m->name;
 	r.model_version = ver;
@@ -848,11 +1126,13 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	float *x = NULL, *logits = NULL, *probs = NULL;
 	out_req o[2];
 	int n = 0, no = 0, inferred = 0;
+	char why[256];
+	wf_serve_shm *shm = wf_grpc_shm(a, call->local, why, sizeof(why));
 	int code = get_model(a, rq->model_name, rq->model_version, &m, call);
 	if (!code)
 		code = requested_outputs(rq, o, &no, call);
 	if (!code)
-		code = decode_input(&m.io, rq, &x, &n, call->message, sizeof(call->message));
+		code = decode_input(&m.io, rq, shm, &x, &n, call->message, sizeof(call->message));
 	if (!code && n == 0)
 		n = (int)rq->inputs[0]->shape[0];
 	if (!code) {
@@ -870,7 +1150,7 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	}
 	if (!code) {
 		wf_serve_softmax(logits, probs, n, m.io.classes);
-		code = build_infer_reply(call, rq, &m, o, no, logits, probs, n);
+		code = build_infer_reply(call, rq, &m, shm, o, no, logits, probs, n);
 	}
 	if (code && !inferred)
 		wf_grpc_model_failed(a, WF_SERVE_EP_V2_INFER, code, wf_now() - t0);
@@ -896,5 +1176,11 @@ const wf_grpc_method wf_grpc_kserve_methods[] = {
 	{KS("RepositoryModelLoad"), repository_load, 0, 0},
 	{KS("RepositoryModelUnload"), repository_unload, 0, 0},
 	{KS("ModelInfer"), model_infer, 0, 0},
+	{KS("SystemSharedMemoryStatus"), shm_status, 1, 0},
+	{KS("SystemSharedMemoryRegister"), shm_register, 1, 0},
+	{KS("SystemSharedMemoryUnregister"), shm_unregister, 1, 0},
+	{KS("CudaSharedMemoryStatus"), cuda_shm_status, 1, 0},
+	{KS("CudaSharedMemoryRegister"), cuda_shm_register, 1, 0},
+	{KS("CudaSharedMemoryUnregister"), cuda_shm_unregister, 1, 0},
 };
 const int wf_grpc_kserve_nmethods = (int)WF_ARRAY_LEN(wf_grpc_kserve_methods);

@@ -15,6 +15,7 @@
 #include "serve/batcher.h"
 #include "serve/metrics.h"
 #include "serve/repo.h"
+#include "serve/shm.h"
 
 #include <stddef.h>
 
@@ -41,7 +42,8 @@ typedef struct wf_serve_http_opts {
 	/* TLS pair (HTTPS only) and bearer token ("Authorization: Bearer <token>"
 	 * required); NULL or empty: neither. Must outlive the server. */
 	const wf_serve_secrets *secrets;
-	int metrics_only; /* 1: only /metrics (Triton's --metrics-port); others 404 */
+	int metrics_only;  /* 1: only /metrics (Triton's --metrics-port); others 404 */
+	wf_serve_shm *shm; /* system shared memory regions (shared with gRPC); NULL: none */
 } wf_serve_http_opts;
 
 typedef struct wf_serve_http wf_serve_http;

@@ -94,11 +94,11 @@ enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connection *c, r
 	snprintf(ver, sizeof(ver), "%ld", v->version);
 	/* the default signature has one output (replies are plain lists); the
 	 * second has both (replies keyed by output name) */
-	json_t *sig = json_pack(
-		"{s{so}s{so}ss}", "inputs", WF_SERVE_INPUT_NAME,
-		tf_tensor_info(WF_SERVE_INPUT_NAME, in_dims, 4), "outputs", WF_SERVE_OUTPUT_PROBS,
-		tf_tensor_info(WF_SERVE_OUTPUT_PROBS, out_dims, 2), "method_name",
-		"tensorflow/serving/predict");
+	json_t *sig =
+		json_pack("{s{so}s{so}ss}", "inputs", WF_SERVE_INPUT_NAME,
+			  tf_tensor_info(WF_SERVE_INPUT_NAME, in_dims, 4), "outputs",
+			  WF_SERVE_OUTPUT_PROBS, tf_tensor_info(WF_SERVE_OUTPUT_PROBS, out_dims, 2),
+			  "method_name", "tensorflow/serving/predict");
 	json_t *all = json_pack(
 		"{s{so}s{soso}ss}", "inputs", WF_SERVE_INPUT_NAME,
 		tf_tensor_info(WF_SERVE_INPUT_NAME, in_dims, 4), "outputs", WF_SERVE_OUTPUT_PROBS,
@@ -305,18 +305,20 @@ enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_
 		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
 		goto out;
 	}
-	char *body = r->kind == R_V1_CLASSIFY
-			     ? wf_serve_tf_classify_reply(res.probs, req.in.n, v->io.classes,
-							  v->meta.class_names, req.top_k)
-			     : wf_serve_tf_predict_reply(res.probs, res.logits, req.in.n,
-							 v->io.classes, req.columnar,
-							 req.all_outputs);
+	char *body =
+		r->kind == R_V1_CLASSIFY
+			? wf_serve_tf_classify_reply(res.probs, req.in.n, v->io.classes,
+						     v->meta.class_names, req.top_k)
+			: wf_serve_tf_predict_reply(res.probs, res.logits, req.in.n, v->io.classes,
+						    req.columnar, req.all_outputs);
 	ret = send_json(h, c, q, MHD_HTTP_OK, body);
 out:
 	wf_serve_result_free(&res);
 	wf_serve_tf_req_free(&req);
 	return ret;
 }
+
+static wf_serve_shm *shm_for(wf_serve_http *h, struct MHD_Connection *c);
 
 enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				wf_serve_version *v)
@@ -338,7 +340,9 @@ enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_
 					  hcl, q->len);
 		json_len = (size_t)l;
 	}
-	int rc = wf_serve_kv2_parse(&v->io, q->body ? q->body : "", q->len, json_len, &req, &err);
+	wf_serve_shm *shm = shm_for(h, c);
+	int rc = wf_serve_kv2_parse(&v->io, q->body ? q->body : "", q->len, json_len, shm, &req,
+				    &err);
 	if (rc) {
 		wf_serve_stats_done(v, 0, wf_now() - q->t0);
 		return send_error(h, c, q, http_code(rc), "%s", err.msg);
@@ -353,7 +357,7 @@ enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_
 	}
 	char *body = NULL;
 	size_t len = 0, header_len = 0;
-	rc = wf_serve_kv2_reply(&req, v->name, v->version, res.logits, res.probs, req.in.n,
+	rc = wf_serve_kv2_reply(&req, shm, v->name, v->version, res.logits, res.probs, req.in.n,
 				v->io.classes, v->meta.class_names, &body, &len, &header_len, &err);
 	if (rc)
 		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
@@ -364,4 +368,86 @@ out:
 	wf_serve_result_free(&res);
 	wf_serve_kv2_req_free(&req);
 	return ret;
+}
+
+/* ---- system shared memory (Triton's extension, shm.h) ------------------ */
+
+static int client_is_local(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	return ci && wf_serve_addr_is_loopback(ci->client_addr);
+}
+
+/* The regions this client may name in a request: none from afar under
+ * --shared_memory=local. */
+static wf_serve_shm *shm_for(wf_serve_http *h, struct MHD_Connection *c)
+{
+	return wf_serve_shm_allowed(h->o.shm, client_is_local(c), &(wf_err){0}) == 0 ? h->o.shm
+										     : NULL;
+}
+
+/* A register body: {"key": K, "offset": O, "byte_size": B}. */
+static int shm_register(wf_serve_http *h, req_ctx *q, const char *name, wf_err *err)
+{
+	json_error_t jerr;
+	json_t *b = json_loadb(q->body ? q->body : "", q->len, 0, &jerr);
+	const json_t *key = json_object_get(b, "key"), *off = json_object_get(b, "offset"),
+		     *size = json_object_get(b, "byte_size");
+	int rc = 0;
+	if (!json_is_object(b))
+		rc = wf_errf(err, WF_EINVAL,
+			     "the register body must be a JSON object {\"key\", \"offset\", "
+			     "\"byte_size\"}: %s",
+			     jerr.text);
+	else if (!json_is_string(key))
+		rc = wf_errf(err, WF_EINVAL, "register: \"key\" must be a string");
+	else if (off && (!json_is_integer(off) || json_integer_value(off) < 0))
+		rc = wf_errf(err, WF_EINVAL, "register: \"offset\" must be a non-negative integer");
+	else if (!json_is_integer(size) || json_integer_value(size) <= 0)
+		rc = wf_errf(err, WF_EINVAL, "register: \"byte_size\" must be a positive integer");
+	else
+		rc = wf_serve_shm_register(h->o.shm, name, json_string_value(key),
+					   off ? (uint64_t)json_integer_value(off) : 0,
+					   (uint64_t)json_integer_value(size), err);
+	json_decref(b);
+	return rc;
+}
+
+enum MHD_Result handle_shm(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, const route *r)
+{
+	wf_err err = {0};
+	if (r->cuda) { /* none can be registered: status [], unregister a no-op */
+		if (r->kind == R_V2_SHM_REGISTER)
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+					  "CUDA shared memory is not supported: weft-serve takes "
+					  "tensors in host memory; use system shared memory "
+					  "(/v2/systemsharedmemory)");
+		if (r->kind == R_V2_SHM_STATUS && r->name[0])
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
+					  "Unable to find cuda shared memory region: '%s'",
+					  r->name);
+		return r->kind == R_V2_SHM_STATUS ? send_jobj(h, c, q, MHD_HTTP_OK, json_array())
+						  : send_json(h, c, q, MHD_HTTP_OK, strdup(""));
+	}
+	int rc = wf_serve_shm_allowed(h->o.shm, client_is_local(c), &err);
+	if (!rc && r->kind == R_V2_SHM_REGISTER)
+		rc = shm_register(h, q, r->name, &err);
+	if (!rc && r->kind == R_V2_SHM_UNREGISTER)
+		wf_serve_shm_unregister(h->o.shm, r->name);
+	if (rc)
+		return send_error(h, c, q, http_code(rc), "%s", err.msg);
+	if (r->kind != R_V2_SHM_STATUS)
+		return send_json(h, c, q, MHD_HTTP_OK, strdup(""));
+	wf_serve_shm_info *a;
+	int n;
+	if ((rc = wf_serve_shm_status(h->o.shm, r->name, &a, &n, &err)) != 0)
+		return send_error(h, c, q, http_code(rc), "%s", err.msg);
+	json_t *list = json_array();
+	for (int i = 0; i < n; i++)
+		json_array_append_new(list, json_pack("{sssssIsI}", "name", a[i].name, "key",
+						      a[i].key, "offset", (json_int_t)a[i].offset,
+						      "byte_size", (json_int_t)a[i].byte_size));
+	free(a);
+	return send_jobj(h, c, q, MHD_HTTP_OK, list);
 }

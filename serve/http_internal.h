@@ -99,15 +99,19 @@ typedef enum {
 	R_V2_REPO_INDEX,
 	R_V2_REPO_LOAD,
 	R_V2_REPO_UNLOAD,
+	R_V2_SHM_STATUS,
+	R_V2_SHM_REGISTER,
+	R_V2_SHM_UNREGISTER,
 	R_METRICS,
 } route_kind;
 
 typedef struct route {
 	route_kind kind;
-	char name[256];
+	char name[256];		       /* model, or shared memory region ("": all regions) */
 	char label[WF_SERVE_MAX_NAME]; /* /v1/models/m/labels/L */
 	long version;		       /* 0: the latest */
 	int bad_version;	       /* /versions/<not a number> */
+	int cuda;		       /* /v2/cudasharedmemory/...: none can be registered */
 } route;
 typedef struct req_ctx {
 	char *body; /* base + pad: the allocation, pad bytes in */
@@ -158,6 +162,7 @@ enum MHD_Result handle_stats(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 enum MHD_Result handle_repo_index(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q);
 enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				    const route *r);
+enum MHD_Result handle_shm(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, const route *r);
 enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				const route *r, wf_serve_version *v);
 enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,

@@ -97,7 +97,8 @@ enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, req_ctx *
 					q->ep == WF_SERVE_EP_V1_PREDICT ||
 							q->ep == WF_SERVE_EP_V1_CLASSIFY ||
 							q->ep == WF_SERVE_EP_V2_INFER ||
-							q->ep == WF_SERVE_EP_V2_REPOSITORY
+							q->ep == WF_SERVE_EP_V2_REPOSITORY ||
+							q->ep == WF_SERVE_EP_V2_SHM
 						? "POST"
 						: "GET");
 	q->replied = 1;

@@ -88,6 +88,34 @@ static wf_serve_endpoint match_route(const route_entry *t, size_t n, const char 
 	return WF_SERVE_EP_OTHER;
 }
 
+static const route_entry shm_routes[] = {
+	/* after /v2/systemsharedmemory[/region/NAME] */
+	{"/status", R_V2_SHM_STATUS, WF_SERVE_EP_V2_SHM},
+	{"/register", R_V2_SHM_REGISTER, WF_SERVE_EP_V2_SHM},
+	{"/unregister", R_V2_SHM_UNREGISTER, WF_SERVE_EP_V2_SHM},
+};
+
+/* rest: after "/v2/systemsharedmemory/" (or cudasharedmemory): "status", "unregister" or
+ * "region/NAME/(status|register|unregister)"; register needs a region. */
+static wf_serve_endpoint parse_shm_route(const char *rest, route *r)
+{
+	if (strncmp(rest, "region/", 7) == 0) {
+		rest += 7;
+		size_t n = strcspn(rest, "/");
+		if (n == 0 || n >= sizeof(r->name))
+			return WF_SERVE_EP_V2_SHM;
+		memcpy(r->name, rest, n);
+		r->name[n] = 0;
+		rest += n;
+	} else {
+		rest--; /* the '/' before status / unregister */
+	}
+	wf_serve_endpoint ep = match_route(shm_routes, WF_ARRAY_LEN(shm_routes), rest, r);
+	if (r->kind == R_V2_SHM_REGISTER && !r->name[0])
+		r->kind = R_UNKNOWN;
+	return ep;
+}
+
 wf_serve_endpoint parse_route(const char *url, route *r)
 {
 	memset(r, 0, sizeof(*r));
@@ -103,6 +131,12 @@ wf_serve_endpoint parse_route(const char *url, route *r)
 		if (r->label[0])
 			r->kind = R_UNKNOWN; /* labels are TF Serving's */
 		return ep;
+	}
+	if (strncmp(url, "/v2/systemsharedmemory/", 23) == 0)
+		return parse_shm_route(url + 23, r);
+	if (strncmp(url, "/v2/cudasharedmemory/", 21) == 0) {
+		r->cuda = 1;
+		return parse_shm_route(url + 21, r);
 	}
 	if (strncmp(url, "/v2/repository/models/", 22) == 0) {
 		const char *rest = url + 22;
@@ -189,7 +223,8 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 	int wants_post = r->kind == R_V1_PREDICT || r->kind == R_V1_CLASSIFY ||
 			 r->kind == R_V1_REGRESS || r->kind == R_V2_INFER ||
 			 r->kind == R_V2_REPO_INDEX || r->kind == R_V2_REPO_LOAD ||
-			 r->kind == R_V2_REPO_UNLOAD;
+			 r->kind == R_V2_REPO_UNLOAD || r->kind == R_V2_SHM_REGISTER ||
+			 r->kind == R_V2_SHM_UNREGISTER;
 	if (r->kind == R_UNKNOWN || (h->o.metrics_only && r->kind != R_METRICS))
 		return send_error(h, c, q, MHD_HTTP_NOT_FOUND, "Malformed request: %s %s", method,
 				  url);
@@ -215,12 +250,16 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 		return send_reply(h, c, q, MHD_HTTP_OK, s, s ? strlen(s) : 0,
 				  "text/plain; version=0.0.4", 0);
 	}
-	case R_V2_SERVER:
-		return send_jobj(h, c, q, MHD_HTTP_OK,
-				 json_pack("{sssss[ssssss]}", "name", "weft-serve", "version",
-					   WF_SERVE_VERSION, "extensions", "binary_tensor_data",
-					   "classification", "model_repository",
-					   "model_configuration", "statistics", "parameters"));
+	case R_V2_SERVER: {
+		json_t *md = json_pack("{sssss[ssssss]}", "name", "weft-serve", "version",
+				       WF_SERVE_VERSION, "extensions", "binary_tensor_data",
+				       "classification", "model_repository", "model_configuration",
+				       "statistics", "parameters");
+		if (h->o.shm)
+			json_array_append_new(json_object_get(md, "extensions"),
+					      json_string("system_shared_memory"));
+		return send_jobj(h, c, q, MHD_HTTP_OK, md);
+	}
 	case R_V2_LIVE: return send_jobj(h, c, q, MHD_HTTP_OK, json_pack("{sb}", "live", 1));
 	case R_V2_READY: {
 		int ready = model_ready(h);
@@ -231,6 +270,9 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 	case R_V2_REPO_INDEX: return handle_repo_index(h, c, q);
 	case R_V2_REPO_LOAD:
 	case R_V2_REPO_UNLOAD: return handle_repo_control(h, c, q, r);
+	case R_V2_SHM_STATUS:
+	case R_V2_SHM_REGISTER:
+	case R_V2_SHM_UNREGISTER: return handle_shm(h, c, q, r);
 	default: return dispatch_model(h, c, q, r);
 	}
 }

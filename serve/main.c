@@ -69,7 +69,10 @@ typedef struct serve_opts {
 	long grpc_port;		 /* --grpc_port, --grpc-port: KServe v2 gRPC (UNSET: 8001) */
 	long grpc_max_message;
 	long grpc_threads;
-	long metrics_port;  /* --metrics-port: /metrics on its own port too; 0: off */
+	long metrics_port;	      /* --metrics-port: /metrics on its own port too; 0: off */
+	const char *shared_memory;    /* --shared_memory none|local|all (shm.h) */
+	const char *allow_client_shm; /* Triton's --allow-client-shm true|false: all|none */
+	int shm_policy;
 	int grpc_ports_set; /* bit 1: --port given, bit 2: --grpc_port given */
 	/* from the environment, as weft reads them (README, environment variables) */
 	wf_backend_opts backend; /* GPU index, cuda precision, cuDNN workspace */
@@ -177,6 +180,17 @@ static int check_ranges(serve_opts *o, wf_err *err)
 		return wf_errf(err, WF_EINVAL,
 			       "flag --model_control_mode: \"%s\" is not none, poll or explicit",
 			       o->control_mode);
+	if (o->allow_client_shm) {
+		if (strcmp(o->allow_client_shm, "true") && strcmp(o->allow_client_shm, "false"))
+			return wf_errf(err, WF_EINVAL,
+				       "flag --allow-client-shm: \"%s\" is not true or false",
+				       o->allow_client_shm);
+		o->shared_memory = strcmp(o->allow_client_shm, "true") ? "none" : "all";
+	}
+	if ((o->shm_policy = wf_serve_shm_policy_parse(o->shared_memory)) < 0)
+		return wf_errf(err, WF_EINVAL,
+			       "flag --shared_memory: \"%s\" is not none, local or all",
+			       o->shared_memory);
 	if (!*o->model_name || strcspn(o->model_name, "/: ?#") != strlen(o->model_name))
 		return wf_errf(err, WF_EINVAL,
 			       "flag --model_name: \"%s\" must be non-empty without "
@@ -330,6 +344,13 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		 "require \"Authorization: Bearer TOKEN\" (TOKEN: F's first line; 401 otherwise) "
 		 "on all but /v2/health/live and /ready (probes), and as gRPC metadata on all "
 		 "calls but ServerLive/ServerReady (UNAUTHENTICATED otherwise)"},
+		{"shared_memory|shared-memory", WF_FLAG_STR, &o->shared_memory, "M",
+		 "who may use Triton's system shared memory (tensors passed in POSIX shared "
+		 "memory instead of the request body): none (default), local (clients "
+		 "connecting from loopback) or all. A client names an object that weft-serve "
+		 "then reads and writes with its own rights: allow only clients you trust"},
+		{"allow-client-shm|allow_client_shm", WF_FLAG_STR, &o->allow_client_shm, "B",
+		 "Triton's form: true = --shared_memory=all, false = none"},
 		{"metrics-port|metrics_port", WF_FLAG_INT, &o->metrics_port, "N",
 		 "also serve Prometheus /metrics (only) on port N, as Triton does (default 0: "
 		 "metrics on the HTTP port only)"},
@@ -387,6 +408,7 @@ int main(int argc, char **argv)
 		.max_queue = 128,
 		.retry_after = 1,
 		.control_mode = "none",
+		.shared_memory = "none",
 		.tf_grpc_port = UNSET,
 		.grpc_port = UNSET,
 		.grpc_max_message = 64L << 20,
@@ -399,6 +421,7 @@ int main(int argc, char **argv)
 	wf_serve_http *http = NULL, *metrics_http = NULL;
 	wf_cpus_openmp_wait(argv); /* OpenMP threads spin briefly or sleep; may re-exec once */
 	wf_grpc_adapter *grpc_adapter = NULL;
+	wf_serve_shm *shm = NULL; /* system shared memory regions: HTTP and gRPC share them */
 	wf_grpc_servers *grpc = NULL;
 	wf_serve_secrets secrets = {0};
 	resolve_env(&f); /* defaults < environment < flags */
@@ -499,6 +522,9 @@ int main(int argc, char **argv)
 		rc = wf_serve_batcher_create(&batcher, &bo, metrics, &err);
 	if (!rc)
 		rc = wf_serve_repo_create(&repo, &ro, &err);
+	if (!rc && f.shm_policy != WF_SHM_NONE && !(shm = wf_serve_shm_create(f.shm_policy)))
+		rc = wf_errf(&err, WF_ENOMEM, "out of memory");
+	ho.shm = shm;
 	if (!rc)
 		rc = wf_serve_http_start(&http, &ho, repo, batcher, metrics, &err);
 	if (!rc && f.metrics_port) { /* Triton's --metrics-port: /metrics on its own port */
@@ -521,6 +547,7 @@ int main(int argc, char **argv)
 			.batch_timeout_us = bo.timeout_us,
 			.batching = f.batching,
 			.instances = f.batch_threads,
+			.shm = shm,
 		};
 		wf_grpc_servers_opts gs = {
 			.bind_address = f.bind_address,
@@ -587,6 +614,7 @@ out:
 	wf_serve_secrets_free(&secrets);
 	wf_serve_http_stop(http);
 	wf_serve_http_stop(metrics_http);
+	wf_serve_shm_free(shm);
 	wf_serve_batcher_free(batcher);
 	wf_serve_repo_free(repo);
 	wf_serve_metrics_free(metrics);

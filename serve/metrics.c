@@ -17,8 +17,8 @@ static const int batch_bounds[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
 #define NBATCH (sizeof(batch_bounds) / sizeof(batch_bounds[0]))
 
 static const char *const endpoint_names[WF_SERVE_EP__COUNT] = {
-	"v1_status",   "v1_metadata", "v1_predict",    "v1_classify", "v2_health",
-	"v2_metadata", "v2_infer",    "v2_repository", "metrics",     "other",
+	"v1_status", "v1_metadata",   "v1_predict",	  "v1_classify", "v2_health", "v2_metadata",
+	"v2_infer",  "v2_repository", "v2_shared_memory", "metrics",	 "other",
 };
 
 struct wf_serve_metrics {
@@ -101,7 +101,6 @@ void wf_serve_metrics_queue(wf_serve_metrics *m, int delta)
 	m->queue += delta;
 	pthread_mutex_unlock(&m->mu);
 }
-
 
 /* A growing text buffer. */
 typedef struct text {

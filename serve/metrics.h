@@ -18,6 +18,7 @@ typedef enum {
 	WF_SERVE_EP_V2_METADATA,   /* /v2, /v2/models/m[/versions/v][/ready] */
 	WF_SERVE_EP_V2_INFER,	   /* POST /v2/models/m[/versions/v]/infer */
 	WF_SERVE_EP_V2_REPOSITORY, /* /v2/repository/... */
+	WF_SERVE_EP_V2_SHM,	   /* /v2/systemsharedmemory/..., /v2/cudasharedmemory/... */
 	WF_SERVE_EP_METRICS,	   /* /metrics */
 	WF_SERVE_EP_OTHER,	   /* anything else (404s) */
 	WF_SERVE_EP__COUNT

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "common/image.h"
+#include "serve/shm.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -72,6 +73,10 @@ typedef struct wf_serve_kv2_out {
 	int logits;	    /* 1: "logits", 0: "probabilities" */
 	int binary;	    /* reply in the binary section */
 	int classification; /* > 0: top-k "score:index:label" strings */
+	/* written into a system shared memory region instead (shm.h): its
+	 * name ("": not), and the bytes [offset, offset + size) it offers */
+	char shm_region[128];
+	uint64_t shm_offset, shm_size;
 } wf_serve_kv2_out;
 
 typedef struct wf_serve_kv2_req {
@@ -84,16 +89,20 @@ typedef struct wf_serve_kv2_req {
 } wf_serve_kv2_req;
 
 /* Parse an /infer body. json_len: bytes of JSON at the start of body (the
- * Inference-Header-Content-Length; len when there is no binary part). */
+ * Inference-Header-Content-Length; len when there is no binary part). An
+ * input whose parameters name a "shared_memory_region" is read from it in
+ * shm (NULL: shared memory is not available to this client). */
 int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size_t json_len,
-		       wf_serve_kv2_req *req, wf_err *err);
+		       wf_serve_shm *shm, wf_serve_kv2_req *req, wf_err *err);
 void wf_serve_kv2_req_free(wf_serve_kv2_req *req);
 
 /* Build the /infer reply from logits and probs [n,K]. *header_len is the
- * JSON part's length when the reply has a binary part, else 0. */
-int wf_serve_kv2_reply(const wf_serve_kv2_req *req, const char *model, long version,
-		       const float *logits, const float *probs, int n, int k, char *const *labels,
-		       char **body, size_t *len, size_t *header_len, wf_err *err);
+ * JSON part's length when the reply has a binary part, else 0. Outputs
+ * requested into shared memory are written into their region in shm. */
+int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const char *model,
+		       long version, const float *logits, const float *probs, int n, int k,
+		       char *const *labels, char **body, size_t *len, size_t *header_len,
+		       wf_err *err);
 
 /* Softmax of logits [n,k] into probs [n,k] (probs may alias logits). */
 void wf_serve_softmax(const float *logits, float *probs, int n, int k);

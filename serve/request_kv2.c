@@ -218,6 +218,57 @@ fail:
 	return rc;
 }
 
+/* The system shared memory fields of a tensor's "parameters" (shm.h): 1
+ * when they name a region (region, *offset, *size set), 0 when they do not,
+ * a WF_E* code for malformed ones. */
+static int shm_params(const json_t *params, const char *what, char *region, size_t cap,
+		      uint64_t *offset, uint64_t *size, wf_err *err)
+{
+	const json_t *r = json_object_get(params, "shared_memory_region");
+	const json_t *b = json_object_get(params, "shared_memory_byte_size");
+	const json_t *o = json_object_get(params, "shared_memory_offset");
+	if (!r)
+		return 0;
+	if (!json_is_string(r) || json_string_length(r) == 0 || json_string_length(r) >= cap)
+		return wf_errf(err, WF_EINVAL,
+			       "%s: \"shared_memory_region\" must name a registered region", what);
+	if (!json_is_integer(b) || json_integer_value(b) <= 0)
+		return wf_errf(err, WF_EINVAL,
+			       "%s: \"shared_memory_byte_size\" must be a positive integer", what);
+	if (o && (!json_is_integer(o) || json_integer_value(o) < 0))
+		return wf_errf(err, WF_EINVAL,
+			       "%s: \"shared_memory_offset\" must be a non-negative integer", what);
+	snprintf(region, cap, "%s", json_string_value(r));
+	*size = (uint64_t)json_integer_value(b);
+	*offset = o ? (uint64_t)json_integer_value(o) : 0;
+	return 1;
+}
+
+/* The size bytes at offset of region `name`, copied into *out (malloc'd). */
+static int shm_input(wf_serve_shm *shm, const char *name, uint64_t offset, uint64_t size,
+		     uint8_t **out, wf_err *err)
+{
+	*out = NULL;
+	if (size > (uint64_t)WF_SERVE_MAX_INPUT_FLOATS * sizeof(float))
+		return wf_errf(err, WF_EINVAL,
+			       "input \"shared_memory_byte_size\" %llu is larger than a request "
+			       "may be",
+			       (unsigned long long)size);
+	wf_serve_shm_view v;
+	int rc = wf_serve_shm_view_get(shm, name, offset, size, &v, err);
+	if (rc)
+		return rc;
+	*out = malloc((size_t)size);
+	if (!*out)
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+	else if ((rc = wf_serve_shm_read(&v, 0, *out, (size_t)size, err)) != 0) {
+		free(*out);
+		*out = NULL;
+	}
+	wf_serve_shm_view_put(&v);
+	return rc;
+}
+
 static int kv2_outputs(const json_t *outs, int binary_default, wf_serve_kv2_req *req, wf_err *err)
 {
 	if (!outs) { /* all outputs when none is named */
@@ -266,6 +317,10 @@ static int kv2_outputs(const json_t *outs, int binary_default, wf_serve_kv2_req 
 					       i);
 			if (c)
 				d->classification = (int)json_integer_value(c);
+			int rc = shm_params(params, name, d->shm_region, sizeof(d->shm_region),
+					    &d->shm_offset, &d->shm_size, err);
+			if (rc < 0)
+				return rc;
 		}
 		req->nout++;
 	}
@@ -273,7 +328,7 @@ static int kv2_outputs(const json_t *outs, int binary_default, wf_serve_kv2_req 
 }
 
 int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size_t json_len,
-		       wf_serve_kv2_req *req, wf_err *err)
+		       wf_serve_shm *shm, wf_serve_kv2_req *req, wf_err *err)
 {
 	memset(req, 0, sizeof(*req));
 	if (json_len > len)
@@ -359,10 +414,36 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 	rc = parse_shape(json_object_get(t, "shape"), dims, &ndim, err);
 	if (rc)
 		goto out_root;
-	const json_t *bds = json_object_get(json_object_get(t, "parameters"), "binary_data_size");
+	const json_t *tparams = json_object_get(t, "parameters");
+	const json_t *bds = json_object_get(tparams, "binary_data_size");
 	const json_t *data = json_object_get(t, "data");
 	size_t bin_size = 0;
-	if (bds) {
+	char region[128];
+	uint64_t soff = 0, ssize = 0;
+	uint8_t *shm_bytes = NULL;
+	int in_shm = shm_params(tparams, "input", region, sizeof(region), &soff, &ssize, err);
+	if (in_shm < 0) {
+		rc = in_shm;
+		goto out_root;
+	}
+	if (in_shm && (bds || data)) {
+		rc = wf_errf(err, WF_EINVAL, "input names a shared_memory_region and also has %s",
+			     bds ? "binary_data_size" : "\"data\"");
+		goto out_root;
+	}
+	if (in_shm) {
+		if (bin_left) {
+			rc = wf_errf(err, WF_EINVAL,
+				     "%zu bytes after the JSON header are not claimed by any "
+				     "input's binary_data_size",
+				     bin_left);
+			goto out_root;
+		}
+		if ((rc = shm_input(shm, region, soff, ssize, &shm_bytes, err)) != 0)
+			goto out_root;
+		bin = shm_bytes;
+		bin_size = (size_t)ssize;
+	} else if (bds) {
 		if (!json_is_integer(bds) || json_integer_value(bds) < 0 ||
 		    (size_t)json_integer_value(bds) != bin_left) {
 			rc = wf_errf(
@@ -382,12 +463,17 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 			     bin_left);
 		goto out_root;
 	}
+	int has_bin = bds != NULL || in_shm;
 	if (dt == DT_BYTES)
-		rc = kv2_bytes_input(io, dims, ndim, data, bin, bin_size, bds != NULL, &req->in,
-				     err);
+		rc = kv2_bytes_input(io, dims, ndim, data, bin, bin_size, has_bin, &req->in, err);
 	else
-		rc = kv2_dense_input(io, dt, dims, ndim, data, &pre, bin, bin_size, bds != NULL,
+		rc = kv2_dense_input(io, dt, dims, ndim, data, &pre, bin, bin_size, has_bin,
 				     &req->in, err);
+	if (!rc && shm_bytes && req->in.x == (float *)shm_bytes) {
+		req->in.borrowed = 0; /* the copy out of the region is the input now */
+		shm_bytes = NULL;
+	}
+	free(shm_bytes);
 	if (rc)
 		goto out_root;
 	rc = kv2_outputs(json_object_get(root, "outputs"), binary_default, req, err);
@@ -428,12 +514,29 @@ static int buf_put(bytes_buf *b, const void *src, size_t n)
 	return 0;
 }
 
-int wf_serve_kv2_reply(const wf_serve_kv2_req *req, const char *model, long version,
-		       const float *logits, const float *probs, int n, int k, char *const *labels,
-		       char **body, size_t *len, size_t *header_len, wf_err *err)
+/* An output's bytes into its shared memory region. */
+static int shm_output(wf_serve_shm *shm, const wf_serve_kv2_out *d, const bytes_buf *b, wf_err *err)
+{
+	const char *name = d->logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS;
+	if (b->len > d->shm_size)
+		return wf_errf(err, WF_EINVAL,
+			       "output \"%s\" is %zu bytes; shared_memory_byte_size offers %llu",
+			       name, b->len, (unsigned long long)d->shm_size);
+	wf_serve_shm_view v;
+	int rc = wf_serve_shm_view_get(shm, d->shm_region, d->shm_offset, d->shm_size, &v, err);
+	if (!rc)
+		rc = wf_serve_shm_write(&v, 0, b->p, b->len, err);
+	wf_serve_shm_view_put(&v);
+	return rc;
+}
+
+int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const char *model,
+		       long version, const float *logits, const float *probs, int n, int k,
+		       char *const *labels, char **body, size_t *len, size_t *header_len,
+		       wf_err *err)
 {
 	char vbuf[32], label[256], cls[320];
-	bytes_buf bin = {0};
+	bytes_buf bin = {0}, sb = {0}; /* the binary section; one output for shared memory */
 	int rc = 0, any_binary = 0;
 	snprintf(vbuf, sizeof(vbuf), "%ld", version);
 	json_t *root = json_pack("{ssss}", "model_name", model, "model_version", vbuf);
@@ -451,7 +554,10 @@ int wf_serve_kv2_reply(const wf_serve_kv2_req *req, const char *model, long vers
 		const float *v = d->logits ? logits : probs;
 		json_t *t = json_pack("{ss}", "name",
 				      d->logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS);
+		int to_shm = d->shm_region[0] != 0, raw = d->binary || to_shm;
+		bytes_buf *dst = to_shm ? &sb : &bin;
 		size_t before = bin.len;
+		sb.len = 0;
 		if (d->classification) {
 			int top = WF_MIN(d->classification, k);
 			json_t *data = json_array();
@@ -464,10 +570,10 @@ int wf_serve_kv2_reply(const wf_serve_kv2_req *req, const char *model, long vers
 							  label);
 					if (sl >= (int)sizeof(cls))
 						sl = (int)sizeof(cls) - 1;
-					if (d->binary) {
+					if (raw) {
 						uint32_t l32 = (uint32_t)sl;
-						rc |= buf_put(&bin, &l32, 4);
-						rc |= buf_put(&bin, cls, (size_t)sl);
+						rc |= buf_put(dst, &l32, 4);
+						rc |= buf_put(dst, cls, (size_t)sl);
 					} else {
 						json_array_append_new(data, json_string(cls));
 					}
@@ -475,21 +581,27 @@ int wf_serve_kv2_reply(const wf_serve_kv2_req *req, const char *model, long vers
 			}
 			json_object_set_new(t, "datatype", json_string("BYTES"));
 			json_object_set_new(t, "shape", json_pack("[ii]", n, top));
-			if (d->binary)
+			if (raw)
 				json_decref(data);
 			else
 				json_object_set_new(t, "data", data);
 		} else {
 			json_object_set_new(t, "datatype", json_string("FP32"));
 			json_object_set_new(t, "shape", json_pack("[ii]", n, k));
-			if (d->binary) {
-				rc |= buf_put(&bin, v, (size_t)n * k * sizeof(float));
+			if (raw) {
+				rc |= buf_put(dst, v, (size_t)n * k * sizeof(float));
 			} else {
 				json_t *data = json_array();
 				for (size_t i = 0; i < (size_t)n * k; i++)
 					json_array_append_new(data, json_real(v[i]));
 				json_object_set_new(t, "data", data);
 			}
+		}
+		if (to_shm && !rc) { /* name, datatype and shape only, as Triton answers */
+			json_array_append_new(outs, t);
+			if ((rc = shm_output(shm, d, &sb, err)) != 0)
+				goto out;
+			continue;
 		}
 		if (d->binary) {
 			any_binary = 1;
@@ -524,6 +636,7 @@ int wf_serve_kv2_reply(const wf_serve_kv2_req *req, const char *model, long vers
 out:
 	free(idx);
 	free(bin.p);
+	free(sb.p);
 	json_decref(root);
 	return rc;
 }

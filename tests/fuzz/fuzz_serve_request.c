@@ -23,14 +23,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (json_len > len)
 			json_len = len;
 		wf_serve_kv2_req req;
-		if (wf_serve_kv2_parse(&io, body, len, json_len, &req, &err) == 0) {
+		if (wf_serve_kv2_parse(&io, body, len, json_len, NULL, &req, &err) == 0) {
 			float logits[5 * 8] = {0}, probs[5 * 8];
 			int n = req.in.n < 8 ? req.in.n : 8;
 			wf_serve_softmax(logits, probs, n, 5);
 			char *out = NULL;
 			size_t olen, hl;
-			if (wf_serve_kv2_reply(&req, "m", 1, logits, probs, n, 5, NULL, &out, &olen,
-					       &hl, &err) == 0)
+			if (wf_serve_kv2_reply(&req, NULL, "m", 1, logits, probs, n, 5, NULL, &out,
+					       &olen, &hl, &err) == 0)
 				free(out);
 			wf_serve_kv2_req_free(&req);
 		}

@@ -182,7 +182,7 @@ static void test_kserve_fp32_json_and_binary_agree(void)
 	wf_err err = {0};
 	const char *js = "{\"id\":\"r1\",\"inputs\":[{\"name\":\"input\",\"shape\":[1,2,2,3],"
 			 "\"datatype\":\"FP32\",\"data\":[1,2,3,4,5,6,7,8,9,10,11,12]}]}";
-	WF_CHECK_INT(wf_serve_kv2_parse(&io, js, strlen(js), strlen(js), &a, &err), 0);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, js, strlen(js), strlen(js), NULL, &a, &err), 0);
 	WF_CHECK(a.has_id && strcmp(a.id, "r1") == 0);
 	/* no "outputs": every output, probabilities first */
 	WF_CHECK_INT(a.nout, 2);
@@ -204,8 +204,9 @@ static void test_kserve_fp32_json_and_binary_agree(void)
 			float v = (float)(i + 1);
 			memcpy(body + hl + 4 * i, &v, 4);
 		}
-		WF_CHECK_INT(wf_serve_kv2_parse(&io, body, (size_t)hl + 48, (size_t)hl, &b, &err),
-			     0);
+		WF_CHECK_INT(
+			wf_serve_kv2_parse(&io, body, (size_t)hl + 48, (size_t)hl, NULL, &b, &err),
+			0);
 		WF_CHECK(a.in.x && b.in.x && memcmp(a.in.x, b.in.x, 48) == 0);
 		WF_CHECK_INT(b.in.borrowed, !shift);
 		WF_CHECK(b.in.borrowed == ((char *)b.in.x == body + hl));
@@ -216,7 +217,7 @@ static void test_kserve_fp32_json_and_binary_agree(void)
 	char *body = buf + (64 - hl % 64) % 64 + 1;
 	/* wrong sizes are refused */
 	wf_serve_kv2_req c;
-	WF_CHECK_INT(wf_serve_kv2_parse(&io, body, (size_t)hl + 44, (size_t)hl, &c, &err),
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, body, (size_t)hl + 44, (size_t)hl, NULL, &c, &err),
 		     WF_EINVAL);
 	WF_CHECK(strstr(err.msg, "binary_data_size") != NULL);
 	wf_serve_kv2_req_free(&a);
@@ -230,7 +231,7 @@ static void test_kserve_uint8_gets_preprocessing(void)
 	wf_err err = {0};
 	const char *js = "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,2,2,3],\"datatype\":"
 			 "\"UINT8\",\"data\":[[[[255,0,51],[0,0,0]],[[0,0,0],[0,0,0]]]]}]}";
-	WF_CHECK_INT(wf_serve_kv2_parse(&io, js, strlen(js), strlen(js), &r, &err), 0);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, js, strlen(js), strlen(js), NULL, &r, &err), 0);
 	if (r.in.x) {
 		WF_CHECK_NEAR(r.in.x[0], (1.0 - 0.5) / 0.25, 1e-5);
 		WF_CHECK_NEAR(r.in.x[1], (0.0 - 0.5) / 0.25, 1e-5);
@@ -239,10 +240,11 @@ static void test_kserve_uint8_gets_preprocessing(void)
 	wf_serve_kv2_req_free(&r);
 	const char *bad = "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,2,2,3],\"datatype\":"
 			  "\"UINT8\",\"data\":[256,0,0,0,0,0,0,0,0,0,0,0]}]}";
-	WF_CHECK_INT(wf_serve_kv2_parse(&io, bad, strlen(bad), strlen(bad), &r, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, bad, strlen(bad), strlen(bad), NULL, &r, &err),
+		     WF_EINVAL);
 	const char *wrong = "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,3,2,3],\"datatype\":"
 			    "\"FP32\",\"data\":[1]}]}";
-	WF_CHECK_INT(wf_serve_kv2_parse(&io, wrong, strlen(wrong), strlen(wrong), &r, &err),
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, wrong, strlen(wrong), strlen(wrong), NULL, &r, &err),
 		     WF_EINVAL);
 	WF_CHECK(strstr(err.msg, "[N,2,2,3]") != NULL);
 }
@@ -287,7 +289,7 @@ static void test_kserve_large_json_data(void)
 	wf_err err = {0};
 	char *b = big_kv2(300, "FP32", NULL);
 	WF_CHECK(strlen(b) > 8192);
-	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), 0);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), NULL, &r, &err), 0);
 	WF_CHECK_INT(r.in.n, 300);
 	int same = r.in.x != NULL;
 	for (int i = 0; same && i < 300 * 12; i++)
@@ -299,7 +301,7 @@ static void test_kserve_large_json_data(void)
 	free(b);
 	/* UINT8 gets the preprocessing; 256 is out of range as before */
 	b = big_kv2(300, "UINT8", NULL);
-	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), 0);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), NULL, &r, &err), 0);
 	if (r.in.x)
 		WF_CHECK_NEAR(r.in.x[1], (1.0 / 255 - 0.5) / 0.25, 1e-5);
 	wf_serve_kv2_req_free(&r);
@@ -310,26 +312,26 @@ static void test_kserve_large_json_data(void)
 	sprintf(b256, "%.*s[[[256%s", at ? (int)(at - b) : 0, b, at ? at + 4 : "");
 	free(b);
 	b = b256;
-	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), NULL, &r, &err), WF_EINVAL);
 	WF_CHECK(strstr(err.msg, "UINT8 value 256") != NULL);
 	free(b);
 	/* a string among the numbers, one value too many, BYTES: as before */
 	b = big_kv2(300, "FP32", ", \"x\"");
-	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), NULL, &r, &err), WF_EINVAL);
 	WF_CHECK(strstr(err.msg, "numbers only") != NULL);
 	free(b);
 	b = big_kv2(300, "FP32", ", 7");
-	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), NULL, &r, &err), WF_EINVAL);
 	WF_CHECK(strstr(err.msg, "3601 values, shape needs 3600") != NULL);
 	free(b);
 	b = big_kv2(300, "BYTES", NULL);
-	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), NULL, &r, &err), WF_EINVAL);
 	WF_CHECK(strstr(err.msg, "BYTES input shape") != NULL);
 	free(b);
 	/* malformed after the data: the general parser's message */
 	b = big_kv2(300, "FP32", NULL);
 	b[strlen(b) - 1] = ',';
-	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), &r, &err), WF_EINVAL);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, strlen(b), strlen(b), NULL, &r, &err), WF_EINVAL);
 	free(b);
 }
 
@@ -361,8 +363,8 @@ static void test_replies_carry_probabilities_labels_and_binary(void)
 	char *body = NULL;
 	size_t len = 0, hl = 0;
 	wf_err err = {0};
-	WF_CHECK_INT(wf_serve_kv2_reply(&req, "m", 7, logits, probs, 2, 3, labels, &body, &len, &hl,
-					&err),
+	WF_CHECK_INT(wf_serve_kv2_reply(&req, NULL, "m", 7, logits, probs, 2, 3, labels, &body,
+					&len, &hl, &err),
 		     0);
 	WF_CHECK(hl > 0 && len == hl + 24);
 	WF_CHECK(body && strstr(body, "\"model_version\":\"7\"") != NULL);
