@@ -53,6 +53,14 @@ static void install_bus(void)
 
 static int guarded_copy(void *dst, const void *src, size_t n)
 {
+	static _Thread_local int unblocked;
+	if (!unblocked) { /* a fault while SIGBUS is blocked kills the process anyway */
+		sigset_t bus;
+		sigemptyset(&bus);
+		sigaddset(&bus, SIGBUS);
+		pthread_sigmask(SIG_UNBLOCK, &bus, NULL);
+		unblocked = 1;
+	}
 	sigjmp_buf jb;
 	if (sigsetjmp(jb, 0)) {
 		bus_return = NULL;
