@@ -26,6 +26,9 @@
 # PA_FLAGS (extra perf_analyzer flags, e.g. "--async": its asynchronous
 # client, a few threads instead of one per concurrent request, takes less of
 # the CPU the server shares with it; default its synchronous client),
+# SHM (0; 1: tensors through Triton's system shared memory: perf_analyzer
+# --shared-memory system, weft-serve --shared_memory=local; the client then
+# sends region names, not 600 KB bodies),
 # PEERS (1: each round also runs bench/peers.py, the peer engines in-process
 # at batch MAX_BATCH with THREADS threads, while the server idles, and prints
 # served HTTP throughput / the best peer's, issue 13's serving target >= 1.2;
@@ -49,6 +52,10 @@ WINDOW=${WINDOW_MS:-15000}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PRECISION=${PRECISION:-fp32}
 PEERS=${PEERS:-1}
+SHM=${SHM:-0}
+SERVE_SHM=
+PA_SHM=
+[ "$SHM" = 1 ] && SERVE_SHM="--shared_memory=local" && PA_SHM="--shared-memory system"
 for b in weft weft-serve bench/weft-bench-infer tests/serve_tool; do
 	[ -x "$BUILD/$b" ] || { echo "bench_perf_analyzer: $BUILD/$b not built" >&2; exit 1; }
 done
@@ -70,7 +77,7 @@ cleanup() {
 }
 trap cleanup EXIT
 echo "bench_perf_analyzer: $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "224x224x3, cpu, $PRECISION, $THREADS compute threads (weft-serve: $BATCH_THREADS batch thread(s) x $PER_BATCH), batch $MAXB, concurrency $CONC, $REPEATS round(s), perf_analyzer ${PA_FLAGS:-(synchronous)}"
+echo "224x224x3, cpu, $PRECISION, $THREADS compute threads (weft-serve: $BATCH_THREADS batch thread(s) x $PER_BATCH), batch $MAXB, concurrency $CONC, $REPEATS round(s), perf_analyzer ${PA_FLAGS:-(synchronous)}${PA_SHM:+, $PA_SHM}"
 # runs a command; writes its CPU seconds (children's user + system) and wall seconds to $1
 CPU_PY='import resource, subprocess, sys, time
 t = time.time()
@@ -97,7 +104,7 @@ done
 ${SERVE_ENV:-} "$BUILD/weft-serve" --model_repository "$TMP/repo" --rest_api_port "$PORT" --port 0 --grpc_port "$GRPC" --bind_address 127.0.0.1 \
 	--device cpu --enable_batching --max_batch_size "$MAXB" --batch_timeout_micros 5000 \
 	--num_batch_threads "$BATCH_THREADS" --threads "$PER_BATCH" --file_system_poll_wait_seconds 0 \
-	--request_timeout_seconds 600 \
+	--request_timeout_seconds 600 $SERVE_SHM \
 	>"$TMP/serve.log" 2>&1 &
 SERVE_PID=$!
 for _ in $(seq 1200); do
@@ -116,7 +123,7 @@ for r in $(seq "$REPEATS"); do
 			url=127.0.0.1:$PORT
 			[ "$proto" = grpc ] && url=127.0.0.1:$GRPC
 			# shellcheck disable=SC2086
-			python3 -c "$CPU_PY" "$TMP/pa-$m-$proto-$r.cpu" "$PA" -m "$m" -u "$url" -i "$proto" ${PA_FLAGS:-} --concurrency-range "$CONC:$CONC" \
+			python3 -c "$CPU_PY" "$TMP/pa-$m-$proto-$r.cpu" "$PA" -m "$m" -u "$url" -i "$proto" ${PA_FLAGS:-} $PA_SHM --concurrency-range "$CONC:$CONC" \
 				--measurement-mode time_windows --measurement-interval "$WINDOW" \
 				--stability-percentage 1000 --max-trials 3 --percentile 99 \
 				-f "$TMP/pa-$m-$proto-$r.csv" >"$TMP/pa-$m-$proto-$r.log" 2>&1 ||

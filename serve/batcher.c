@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "serve/shm.h" /* wf_serve_copy_guarded */
 
 #include <pthread.h>
 #include <stdio.h>
@@ -21,6 +22,7 @@ typedef struct job {
 	int n;
 	int state;
 	int rc;
+	int lost;	    /* its input could not be read (a shared memory object shrank) */
 	double t_in, t_run; /* wf_now() when queued / taken by a batch thread */
 	char msg[256];
 	pthread_cond_t done;
@@ -115,8 +117,13 @@ static int run_forward(wf_batchplan *p, int total, char *msg, size_t cap)
 	return rc;
 }
 
+#define LOST_INPUT                                                                                 \
+	"the request's input could not be read: its shared memory object was truncated"
+
 /* Run one batch of jobs, all of one version, total samples <= max_batch;
- * a single job larger than max_batch runs in chunks. */
+ * a single job larger than max_batch runs in chunks. Inputs are copied with
+ * wf_serve_copy_guarded (one may be a client's shared memory): a job whose
+ * input cannot be read runs as zeros and fails alone. */
 static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int total)
 {
 	wf_serve_version *v = batch[0]->v;
@@ -131,8 +138,12 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 		for (int off = 0; off < j->n && !rc; off += cap) {
 			int m = WF_MIN(cap, j->n - off);
 			double tc = wf_now();
-			memcpy(s->plan->in, j->x + (size_t)off * per,
-			       (size_t)m * per * sizeof(float));
+			if (wf_serve_copy_guarded(s->plan->in, j->x + (size_t)off * per,
+						  (size_t)m * per * sizeof(float))) {
+				rc = WF_EINVAL; /* the client's doing */
+				snprintf(msg, sizeof(msg), LOST_INPUT);
+				break;
+			}
 			rc = run_forward(s->plan, m, msg, sizeof(msg));
 			if (!rc)
 				memcpy(j->logits + (size_t)off * k, s->plan->out,
@@ -143,8 +154,10 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 	} else {
 		int row = 0;
 		for (int i = 0; i < count; i++) {
-			memcpy(s->plan->in + (size_t)row * per, batch[i]->x,
-			       (size_t)batch[i]->n * per * sizeof(float));
+			float *dst = s->plan->in + (size_t)row * per;
+			size_t bytes = (size_t)batch[i]->n * per * sizeof(float);
+			if ((batch[i]->lost = wf_serve_copy_guarded(dst, batch[i]->x, bytes) != 0))
+				memset(dst, 0, bytes);
 			row += batch[i]->n;
 		}
 		rc = run_forward(s->plan, total, msg, sizeof(msg));
@@ -166,8 +179,9 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 		pthread_cond_broadcast(&b->more); /* v's queued jobs may run now */
 	v->running--;
 	for (int i = 0; i < count; i++) {
-		batch[i]->rc = rc;
-		snprintf(batch[i]->msg, sizeof(batch[i]->msg), "%s", msg);
+		batch[i]->rc = rc ? rc : batch[i]->lost ? WF_EINVAL : 0;
+		snprintf(batch[i]->msg, sizeof(batch[i]->msg), "%s",
+			 !rc && batch[i]->lost ? LOST_INPUT : msg);
 		batch[i]->state = JOB_DONE;
 		pthread_cond_signal(&batch[i]->done);
 	}

@@ -764,10 +764,13 @@ static int shm_read(wf_serve_shm *shm, const shm_ref *r, ProtobufCBinaryData *b,
 }
 
 /* decode_tensor, the input read from a shared memory region of shm when
- * its parameters name one. */
+ * its parameters name one: an aligned FP32 tensor in place, *held keeping
+ * the region until the call is done (the batcher's copy is guarded), other
+ * tensors out of a copy. */
 static int decode_input(const wf_grpc_io *io, const infer_req *rq, wf_serve_shm *shm, float **x,
-			int *n, char *why, size_t cap)
+			int *n, wf_serve_shm_view *held, char *why, size_t cap)
 {
+	*held = (wf_serve_shm_view){0};
 	*x = NULL;
 	*n = 0;
 	shm_ref r = {0};
@@ -789,6 +792,20 @@ static int decode_input(const wf_grpc_io *io, const infer_req *rq, wf_serve_shm 
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
 				"input '%.200s' names a shared_memory_region and also has contents",
 				t->name);
+	wf_err err = {0};
+	if (!strcmp(t->datatype, "FP32") &&
+	    r.size <= (uint64_t)WF_SERVE_MAX_INPUT_FLOATS * sizeof(float)) {
+		if (wf_serve_shm_view_get(shm, r.region, r.offset, r.size, held, &err))
+			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
+		if ((uintptr_t)held->p % sizeof(float) == 0) { /* else: copied below */
+			ProtobufCBinaryData b = {held->len, held->p};
+			int code = decode_tensor(io, rq, &b, x, n, why, cap);
+			if (code || (uint8_t *)*x != held->p)
+				wf_serve_shm_view_put(held);
+			return code;
+		}
+		wf_serve_shm_view_put(held);
+	}
 	ProtobufCBinaryData b;
 	int code = shm_read(shm, &r, &b, why, cap);
 	if (!code)
@@ -798,9 +815,11 @@ static int decode_input(const wf_grpc_io *io, const infer_req *rq, wf_serve_shm 
 	return code;
 }
 
-static void input_free(const infer_req *rq, float *x)
+static void input_free(const infer_req *rq, float *x, wf_serve_shm_view *held)
 {
-	if (!rq->n_raw_input_contents || (uint8_t *)x != rq->raw_input_contents[0].data)
+	if (held->region && (uint8_t *)x == held->p)
+		wf_serve_shm_view_put(held);
+	else if (!rq->n_raw_input_contents || (uint8_t *)x != rq->raw_input_contents[0].data)
 		free(x);
 }
 
@@ -917,7 +936,8 @@ int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
 				"cannot parse the ModelInferRequest message%s", "");
 	float *in = NULL;
-	int code = decode_input(io, rq, NULL, &in, n, why, cap);
+	wf_serve_shm_view held;
+	int code = decode_input(io, rq, NULL, &in, n, &held, why, cap);
 	if (!code && *n == 0)
 		*n = (int)rq->inputs[0]->shape[0];
 	if (!code) { /* the caller's own copy: rq's contents go with it */
@@ -929,7 +949,7 @@ int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t
 			code = fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory%s",
 					"");
 	}
-	input_free(rq, in);
+	input_free(rq, in, &held);
 	infer_request_free(rq);
 	return code;
 }
@@ -1124,6 +1144,7 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	}
 	wf_grpc_model m = {0};
 	float *x = NULL, *logits = NULL, *probs = NULL;
+	wf_serve_shm_view held = {0}; /* the region x is read from in place, if any */
 	out_req o[2];
 	int n = 0, no = 0, inferred = 0;
 	char why[256];
@@ -1132,7 +1153,8 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	if (!code)
 		code = requested_outputs(rq, o, &no, call);
 	if (!code)
-		code = decode_input(&m.io, rq, shm, &x, &n, call->message, sizeof(call->message));
+		code = decode_input(&m.io, rq, shm, &x, &n, &held, call->message,
+				    sizeof(call->message));
 	if (!code && n == 0)
 		n = (int)rq->inputs[0]->shape[0];
 	if (!code) {
@@ -1155,7 +1177,7 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	if (code && !inferred)
 		wf_grpc_model_failed(a, WF_SERVE_EP_V2_INFER, code, wf_now() - t0);
 	wf_grpc_model_put(a, &m);
-	input_free(rq, x);
+	input_free(rq, x, &held);
 	free(logits);
 	free(probs);
 	infer_request_free(rq);

@@ -34,8 +34,8 @@ static int get_model(wf_grpc_adapter *a, const model_spec *spec, int check_signa
 	    strcmp(spec->signature_name, WF_SERVE_SIGNATURE_ALL) != 0)
 		return wf_grpc_fail(call, WF_GRPC_FAILED_PRECONDITION,
 				    "Serving signature key \"%.200s\" not found (the model has "
-				    "\"" WF_SERVE_SIGNATURE_DEFAULT "\" and \"" WF_SERVE_SIGNATURE_ALL
-				    "\")",
+				    "\"" WF_SERVE_SIGNATURE_DEFAULT
+				    "\" and \"" WF_SERVE_SIGNATURE_ALL "\")",
 				    spec->signature_name);
 	long version = 0;
 	const char *label = NULL;

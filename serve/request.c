@@ -10,6 +10,7 @@ void wf_serve_input_free(wf_serve_input *in)
 		return;
 	if (!in->borrowed)
 		free(in->x);
+	wf_serve_shm_view_put(&in->view);
 	in->x = NULL;
 	in->n = 0;
 	in->borrowed = 0;

@@ -33,9 +33,10 @@
 
 /* A parsed request's input: n samples of model input. */
 typedef struct wf_serve_input {
-	int n;	      /* samples */
-	float *x;     /* [n,H,W,C], preprocessed: malloc'd, or borrowed */
-	int borrowed; /* x is the request body's binary FP32 tensor, read in place */
+	int n;			/* samples */
+	float *x;		/* [n,H,W,C], preprocessed: malloc'd, or borrowed */
+	int borrowed;		/* x is a binary FP32 tensor read in place: of the body, */
+	wf_serve_shm_view view; /* or of this shared memory region (held until freed) */
 } wf_serve_input;
 
 void wf_serve_input_free(wf_serve_input *in);

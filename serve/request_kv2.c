@@ -104,7 +104,12 @@ static int kv2_dense_input(const wf_image_io *io, int dt, const long *dims, int 
 		if (borrow) {
 			return 0;
 		} else if (dt == DT_FP32) {
-			memcpy(in->x, bin, want);
+			if (wf_serve_copy_guarded(in->x, bin, want)) { /* shared memory: shrunk */
+				rc = wf_errf(err, WF_EINVAL,
+					     "the input's shared memory object is shorter than "
+					     "registered");
+				goto fail;
+			}
 		} else {
 			for (int i = 0; i < in->n; i++)
 				wf_image_preprocess_u8(io, bin + (size_t)i * sample_floats(io),
@@ -244,18 +249,27 @@ static int shm_params(const json_t *params, const char *what, char *region, size
 	return 1;
 }
 
-/* The size bytes at offset of region `name`, copied into *out (malloc'd). */
-static int shm_input(wf_serve_shm *shm, const char *name, uint64_t offset, uint64_t size,
-		     uint8_t **out, wf_err *err)
+/* The size bytes at offset of region `name`, held in *v. */
+static int shm_view(wf_serve_shm *shm, const char *name, uint64_t offset, uint64_t size,
+		    wf_serve_shm_view *v, wf_err *err)
 {
-	*out = NULL;
+	*v = (wf_serve_shm_view){0};
 	if (size > (uint64_t)WF_SERVE_MAX_INPUT_FLOATS * sizeof(float))
 		return wf_errf(err, WF_EINVAL,
 			       "input \"shared_memory_byte_size\" %llu is larger than a request "
 			       "may be",
 			       (unsigned long long)size);
+	return wf_serve_shm_view_get(shm, name, offset, size, v, err);
+}
+
+/* The same bytes copied into *out (malloc'd): for inputs that are not
+ * read with wf_serve_copy_guarded (pixels, images). */
+static int shm_input(wf_serve_shm *shm, const char *name, uint64_t offset, uint64_t size,
+		     uint8_t **out, wf_err *err)
+{
+	*out = NULL;
 	wf_serve_shm_view v;
-	int rc = wf_serve_shm_view_get(shm, name, offset, size, &v, err);
+	int rc = shm_view(shm, name, offset, size, &v, err);
 	if (rc)
 		return rc;
 	*out = malloc((size_t)size);
@@ -421,6 +435,7 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 	char region[128];
 	uint64_t soff = 0, ssize = 0;
 	uint8_t *shm_bytes = NULL;
+	wf_serve_shm_view view = {0};
 	int in_shm = shm_params(tparams, "input", region, sizeof(region), &soff, &ssize, err);
 	if (in_shm < 0) {
 		rc = in_shm;
@@ -439,9 +454,12 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 				     bin_left);
 			goto out_root;
 		}
-		if ((rc = shm_input(shm, region, soff, ssize, &shm_bytes, err)) != 0)
+		/* FP32 is read in place (the batcher's copy is guarded), the rest copied */
+		rc = dt == DT_FP32 ? shm_view(shm, region, soff, ssize, &view, err)
+				   : shm_input(shm, region, soff, ssize, &shm_bytes, err);
+		if (rc)
 			goto out_root;
-		bin = shm_bytes;
+		bin = dt == DT_FP32 ? view.p : shm_bytes;
 		bin_size = (size_t)ssize;
 	} else if (bds) {
 		if (!json_is_integer(bds) || json_integer_value(bds) < 0 ||
@@ -469,10 +487,11 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 	else
 		rc = kv2_dense_input(io, dt, dims, ndim, data, &pre, bin, bin_size, has_bin,
 				     &req->in, err);
-	if (!rc && shm_bytes && req->in.x == (float *)shm_bytes) {
-		req->in.borrowed = 0; /* the copy out of the region is the input now */
-		shm_bytes = NULL;
+	if (!rc && view.region && req->in.x == (const float *)view.p) {
+		req->in.view = view; /* held while the request reads it in place */
+		view = (wf_serve_shm_view){0};
 	}
+	wf_serve_shm_view_put(&view);
 	free(shm_bytes);
 	if (rc)
 		goto out_root;

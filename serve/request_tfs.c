@@ -94,8 +94,8 @@ static json_t *matrix_json(const float *v, int n, int k)
 	return rows;
 }
 
-char *wf_serve_tf_predict_reply(const float *probs, const float *logits, int n, int k,
-				int columnar, int all_outputs)
+char *wf_serve_tf_predict_reply(const float *probs, const float *logits, int n, int k, int columnar,
+				int all_outputs)
 {
 	json_t *root = json_object(), *out;
 	if (!all_outputs) {

@@ -51,7 +51,7 @@ static void install_bus(void)
 	sigaction(SIGBUS, &sa, NULL);
 }
 
-static int guarded_copy(void *dst, const void *src, size_t n)
+int wf_serve_copy_guarded(void *dst, const void *src, size_t n)
 {
 	static _Thread_local int unblocked;
 	if (!unblocked) { /* a fault while SIGBUS is blocked kills the process anyway */
@@ -79,7 +79,7 @@ static int view_copy(const wf_serve_shm_view *v, size_t at, void *dst, const voi
 		return wf_errf(err, WF_EINVAL,
 			       "%zu bytes at %zu are out of shared memory region '%s' (%zu bytes)",
 			       n, at, v->region->info.name, v->len);
-	if (guarded_copy(dst, src, n))
+	if (wf_serve_copy_guarded(dst, src, n))
 		return wf_errf(err, WF_EIO,
 			       "shared memory region '%s' (key '%s') is shorter than registered: "
 			       "the object was truncated",

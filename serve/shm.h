@@ -71,6 +71,11 @@ int wf_serve_shm_status(wf_serve_shm *s, const char *name, wf_serve_shm_info **o
 int wf_serve_shm_view_get(wf_serve_shm *s, const char *name, uint64_t offset, uint64_t size,
 			  wf_serve_shm_view *v, wf_err *err);
 void wf_serve_shm_view_put(wf_serve_shm_view *v);
+/* memcpy that returns -1 instead of killing the process when src or dst
+ * is a page of a shared memory object past the object's end (SIGBUS: the
+ * client shrank it), 0 otherwise. The batcher copies every request's input
+ * with it, so an FP32 input can be read in place from a region. */
+int wf_serve_copy_guarded(void *dst, const void *src, size_t n);
 /* Copy n bytes out of / into a view at byte `at`. The client may shrink its
  * object under us: a read or write past its end (SIGBUS) becomes WF_EIO
  * with a message instead of killing the server. */
