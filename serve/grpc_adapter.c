@@ -366,6 +366,7 @@ wf_serve_shm *wf_grpc_shm(wf_grpc_adapter *a, int local, char *why, size_t cap)
 	wf_err err = {0};
 	if (wf_serve_shm_allowed(a->o.shm, local, &err) == 0)
 		return a->o.shm;
-	snprintf(why, cap, "%s", err.msg);
+	if (why)
+		snprintf(why, cap, "%s", err.msg);
 	return NULL;
 }

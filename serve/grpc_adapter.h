@@ -119,7 +119,8 @@ int wf_grpc_model_stats(wf_grpc_adapter *a, const char *name, long version, wf_g
 /* Triton's repository load/unload (--model_control_mode explicit) and TF
  * Serving's config reload (serve exactly the n models of cfg). */
 /* The shared memory regions a client at loopback (local) or elsewhere may
- * name: NULL, with the reason in why, when the server's policy says none. */
+ * name: NULL, with the reason in why (may be NULL), when the server's
+ * policy says none. */
 wf_serve_shm *wf_grpc_shm(wf_grpc_adapter *a, int local, char *why, size_t cap);
 int wf_grpc_repository_load(wf_grpc_adapter *a, const char *name, char *why, size_t cap);
 int wf_grpc_repository_unload(wf_grpc_adapter *a, const char *name, char *why, size_t cap);

@@ -1147,8 +1147,7 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	wf_serve_shm_view held = {0}; /* the region x is read from in place, if any */
 	out_req o[2];
 	int n = 0, no = 0, inferred = 0;
-	char why[256];
-	wf_serve_shm *shm = wf_grpc_shm(a, call->local, why, sizeof(why));
+	wf_serve_shm *shm = wf_grpc_shm(a, call->local, NULL, 0);
 	int code = get_model(a, rq->model_name, rq->model_version, &m, call);
 	if (!code)
 		code = requested_outputs(rq, o, &no, call);
