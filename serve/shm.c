@@ -24,9 +24,14 @@ struct wf_shm_region {
 	wf_shm_region *next;
 };
 
+/* Regions registered at once: each is a mapping, and a process has a
+ * bounded number of them (vm.max_map_count) that malloc needs too. */
+#define MAX_REGIONS 1024
+
 struct wf_serve_shm {
 	pthread_mutex_t mu;
 	wf_shm_region *head;
+	int count;
 	wf_serve_shm_policy policy;
 };
 
@@ -227,8 +232,13 @@ int wf_serve_shm_register(wf_serve_shm *s, const char *name, const char *key, ui
 	wf_shm_region **at = find(s, name);
 	if (*at)
 		rc = wf_errf(err, WF_EINVAL, "shared memory region '%s' already in manager", name);
+	else if (s->count >= MAX_REGIONS)
+		rc = wf_errf(err, WF_EINVAL,
+			     "%d shared memory regions are registered (the limit); unregister "
+			     "some first",
+			     MAX_REGIONS);
 	else
-		*at = r;
+		*at = r, s->count++;
 	pthread_mutex_unlock(&s->mu);
 	if (rc)
 		region_put(r);
@@ -242,12 +252,14 @@ void wf_serve_shm_unregister(wf_serve_shm *s, const char *name)
 	if (!name || !*name) {
 		gone = s->head;
 		s->head = NULL;
+		s->count = 0;
 	} else {
 		wf_shm_region **at = find(s, name);
 		if (*at) {
 			gone = *at;
 			*at = gone->next;
 			gone->next = NULL;
+			s->count--;
 		}
 	}
 	pthread_mutex_unlock(&s->mu);

@@ -93,6 +93,17 @@ static void test_bad_registrations_name_what_is_wrong(void)
 	WF_CHECK(n == 1 && info[0].byte_size == 4096 && strcmp(info[0].key, key) == 0);
 	free(info);
 	wf_serve_shm_unregister(s, "never registered"); /* not an error, as in Triton */
+	char name[32];
+	int made = 1; /* "a" */
+	for (int i = 0;
+	     i < 1100 && wf_serve_shm_register(s, (snprintf(name, sizeof(name), "r%d", i), name),
+					       key, 0, 64, &err) == 0;
+	     i++)
+		made++;
+	WF_CHECK_INT(made, 1024);
+	WF_CHECK(strstr(err.msg, "the limit") != NULL);
+	wf_serve_shm_unregister(s, "r5");
+	WF_CHECK_INT(wf_serve_shm_register(s, "again", key, 0, 64, &err), 0);
 	close(fd);
 	shm_unlink(key);
 	wf_serve_shm_free(s); /* unmaps "a" */
