@@ -32,22 +32,27 @@ TAG = "weft_shm_%d" % os.getpid()
 
 
 def start(tmp, base, *flags):
-    http, grpc = free_port(), free_port()
-    log = open(os.path.join(tmp, "serve-%d.log" % http), "w")
-    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
-                          "--rest_api_port", str(http), "--port", "0", "--grpc_port", str(grpc),
-                          "--enable_batching", "--max_batch_size", "8"] + list(flags),
-                         stdout=log, stderr=subprocess.STDOUT)
-    procs.append(p)
-    c = th.InferenceServerClient("127.0.0.1:%d" % http)
-    deadline = time.time() + 60
-    while time.time() < deadline and p.poll() is None:
-        try:
-            if c.is_server_ready():
-                return p, http, grpc
-        except (InferenceServerException, OSError):
-            pass
-        time.sleep(0.1)
+    """weft-serve on two free ports (tried again on others if it exits at
+    once: another test may have taken a port between free_port and bind)."""
+    for _ in range(3):
+        http, grpc = free_port(), free_port()
+        log = open(os.path.join(tmp, "serve-%d.log" % http), "w")
+        p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
+                              "--rest_api_port", str(http), "--port", "0", "--grpc_port",
+                              str(grpc), "--enable_batching", "--max_batch_size", "8"]
+                             + list(flags), stdout=log, stderr=subprocess.STDOUT)
+        procs.append(p)
+        c = th.InferenceServerClient("127.0.0.1:%d" % http)
+        deadline = time.time() + 60
+        while time.time() < deadline and p.poll() is None:
+            try:
+                if c.is_server_ready():
+                    return p, http, grpc
+            except (InferenceServerException, OSError):
+                pass
+            time.sleep(0.1)
+        if p.poll() is None:
+            break
     raise RuntimeError("weft-serve did not become ready; see " + log.name)
 
 
