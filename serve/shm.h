@@ -7,7 +7,7 @@
  *
  * A region maps another process's memory into weft-serve, read and written
  * on behalf of whoever names it, so who may register is a server setting
- * (wf_serve_shm_policy): by default only clients connecting from loopback.
+ * (wf_serve_shm_policy; weft-serve's default: nobody, as Triton's).
  * A region in use by a request stays mapped until that request is done,
  * even when unregistered meanwhile. */
 #ifndef WF_SERVE_SHM_H
