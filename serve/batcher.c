@@ -117,8 +117,7 @@ static int run_forward(wf_batchplan *p, int total, char *msg, size_t cap)
 	return rc;
 }
 
-#define LOST_INPUT                                                                                 \
-	"the request's input could not be read: its shared memory object was truncated"
+#define LOST_INPUT "the request's input could not be read: its shared memory object was truncated"
 
 /* Run one batch of jobs, all of one version, total samples <= max_batch;
  * a single job larger than max_batch runs in chunks. Inputs are copied with
