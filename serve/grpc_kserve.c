@@ -733,36 +733,6 @@ static int shm_param(const char *tensor, const char *key, const Inference__Infer
 	return WF_GRPC_INVALID_ARGUMENT;
 }
 
-/* The bytes [offset, offset + size) of a region, copied (malloc'd) into *b. */
-static int shm_read(wf_serve_shm *shm, const shm_ref *r, ProtobufCBinaryData *b, char *why,
-		    size_t cap)
-{
-	wf_err err = {0};
-	wf_serve_shm_view v;
-	b->data = NULL;
-	b->len = 0;
-	if (r->size > (uint64_t)WF_SERVE_MAX_INPUT_FLOATS * sizeof(float)) {
-		snprintf(why, cap,
-			 "input shared_memory_byte_size %llu is larger than a request may be",
-			 (unsigned long long)r->size);
-		return WF_GRPC_INVALID_ARGUMENT;
-	}
-	int rc = wf_serve_shm_view_get(shm, r->region, r->offset, r->size, &v, &err);
-	if (!rc && !(b->data = malloc((size_t)r->size)))
-		rc = wf_errf(&err, WF_ENOMEM, "out of memory");
-	if (!rc)
-		rc = wf_serve_shm_read(&v, 0, b->data, (size_t)r->size, &err);
-	wf_serve_shm_view_put(&v);
-	if (rc) {
-		free(b->data);
-		b->data = NULL;
-		snprintf(why, cap, "%s", err.msg);
-		return rc == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED : WF_GRPC_INVALID_ARGUMENT;
-	}
-	b->len = (size_t)r->size;
-	return WF_GRPC_OK;
-}
-
 /* decode_tensor, the input read from a shared memory region of shm when
  * its parameters name one: an aligned FP32 tensor in place, *held keeping
  * the region until the call is done (the batcher's copy is guarded), other
@@ -792,9 +762,14 @@ static int decode_input(const wf_grpc_io *io, const infer_req *rq, wf_serve_shm 
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
 				"input '%.200s' names a shared_memory_region and also has contents",
 				t->name);
+	if (r.size > (uint64_t)WF_SERVE_MAX_INPUT_FLOATS * sizeof(float)) {
+		snprintf(why, cap,
+			 "input shared_memory_byte_size %llu is larger than a request may be",
+			 (unsigned long long)r.size);
+		return WF_GRPC_INVALID_ARGUMENT;
+	}
 	wf_err err = {0};
-	if (!strcmp(t->datatype, "FP32") &&
-	    r.size <= (uint64_t)WF_SERVE_MAX_INPUT_FLOATS * sizeof(float)) {
+	if (!strcmp(t->datatype, "FP32")) {
 		if (wf_serve_shm_view_get(shm, r.region, r.offset, r.size, held, &err))
 			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
 		if ((uintptr_t)held->p % sizeof(float) == 0) { /* else: copied below */
@@ -806,10 +781,14 @@ static int decode_input(const wf_grpc_io *io, const infer_req *rq, wf_serve_shm 
 		}
 		wf_serve_shm_view_put(held);
 	}
-	ProtobufCBinaryData b;
-	int code = shm_read(shm, &r, &b, why, cap);
-	if (!code)
-		code = decode_tensor(io, rq, &b, x, n, why, cap);
+	ProtobufCBinaryData b = {(size_t)r.size, NULL};
+	int rc = wf_serve_shm_copy_out(shm, r.region, r.offset, r.size, &b.data, &err);
+	if (rc)
+		return fail_why(why, cap,
+				rc == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
+						: WF_GRPC_INVALID_ARGUMENT,
+				"%s", err.msg);
+	int code = decode_tensor(io, rq, &b, x, n, why, cap);
 	if ((uint8_t *)*x != b.data)
 		free(b.data);
 	return code;
@@ -1027,23 +1006,6 @@ static int requested_outputs(const infer_req *rq, out_req *o, int *no, wf_grpc_c
 	return WF_GRPC_OK;
 }
 
-/* An output's bytes into its shared memory region. */
-static int shm_write(wf_serve_shm *shm, const out_req *o, const char *name,
-		     const ProtobufCBinaryData *b, wf_grpc_call *call)
-{
-	if (b->len > o->shm.size)
-		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
-				    "output '%s' is %zu bytes; shared_memory_byte_size offers %llu",
-				    name, b->len, (unsigned long long)o->shm.size);
-	wf_err err = {0};
-	wf_serve_shm_view v;
-	int rc = wf_serve_shm_view_get(shm, o->shm.region, o->shm.offset, o->shm.size, &v, &err);
-	if (!rc)
-		rc = wf_serve_shm_write(&v, 0, b->data, b->len, &err);
-	wf_serve_shm_view_put(&v);
-	return rc ? wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg) : WF_GRPC_OK;
-}
-
 /* The reply's outputs: raw FP32 [n,k] or BYTES [n,top] classification
  * strings; those requested into shared memory are written there (an empty
  * raw_output_contents entry keeps the others at their index). */
@@ -1111,8 +1073,12 @@ static int build_infer_reply(wf_grpc_call *call, const infer_req *rq, const wf_g
 	for (int i = 0; i < no; i++) {
 		if (!o[i].shm.region[0])
 			continue;
-		if ((code = shm_write(shm, &o[i], ot[i].name, &raw[i], call)) != 0)
+		wf_err err = {0};
+		if (wf_serve_shm_copy_in(shm, o[i].shm.region, o[i].shm.offset, o[i].shm.size,
+					 raw[i].data, raw[i].len, ot[i].name, &err)) {
+			code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
 			goto out;
+		}
 		raw[i].data = NULL;
 		raw[i].len = 0;
 	}

@@ -249,38 +249,19 @@ static int shm_params(const json_t *params, const char *what, char *region, size
 	return 1;
 }
 
-/* The size bytes at offset of region `name`, held in *v. */
-static int shm_view(wf_serve_shm *shm, const char *name, uint64_t offset, uint64_t size,
-		    wf_serve_shm_view *v, wf_err *err)
+/* An input's size bytes at offset of region `name`: held in *v (FP32,
+ * read in place through the batcher's guarded copy), or copied into *out
+ * (malloc'd: pixels and images are read by code that is not guarded). */
+static int shm_input(wf_serve_shm *shm, const char *name, uint64_t offset, uint64_t size,
+		     wf_serve_shm_view *v, uint8_t **out, wf_err *err)
 {
-	*v = (wf_serve_shm_view){0};
 	if (size > (uint64_t)WF_SERVE_MAX_INPUT_FLOATS * sizeof(float))
 		return wf_errf(err, WF_EINVAL,
 			       "input \"shared_memory_byte_size\" %llu is larger than a request "
 			       "may be",
 			       (unsigned long long)size);
-	return wf_serve_shm_view_get(shm, name, offset, size, v, err);
-}
-
-/* The same bytes copied into *out (malloc'd): for inputs that are not
- * read with wf_serve_copy_guarded (pixels, images). */
-static int shm_input(wf_serve_shm *shm, const char *name, uint64_t offset, uint64_t size,
-		     uint8_t **out, wf_err *err)
-{
-	*out = NULL;
-	wf_serve_shm_view v;
-	int rc = shm_view(shm, name, offset, size, &v, err);
-	if (rc)
-		return rc;
-	*out = malloc((size_t)size);
-	if (!*out)
-		rc = wf_errf(err, WF_ENOMEM, "out of memory");
-	else if ((rc = wf_serve_shm_read(&v, 0, *out, (size_t)size, err)) != 0) {
-		free(*out);
-		*out = NULL;
-	}
-	wf_serve_shm_view_put(&v);
-	return rc;
+	return v ? wf_serve_shm_view_get(shm, name, offset, size, v, err)
+		 : wf_serve_shm_copy_out(shm, name, offset, size, out, err);
 }
 
 static int kv2_outputs(const json_t *outs, int binary_default, wf_serve_kv2_req *req, wf_err *err)
@@ -455,8 +436,8 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 			goto out_root;
 		}
 		/* FP32 is read in place (the batcher's copy is guarded), the rest copied */
-		rc = dt == DT_FP32 ? shm_view(shm, region, soff, ssize, &view, err)
-				   : shm_input(shm, region, soff, ssize, &shm_bytes, err);
+		rc = shm_input(shm, region, soff, ssize, dt == DT_FP32 ? &view : NULL, &shm_bytes,
+			       err);
 		if (rc)
 			goto out_root;
 		bin = dt == DT_FP32 ? view.p : shm_bytes;
@@ -533,22 +514,6 @@ static int buf_put(bytes_buf *b, const void *src, size_t n)
 	return 0;
 }
 
-/* An output's bytes into its shared memory region. */
-static int shm_output(wf_serve_shm *shm, const wf_serve_kv2_out *d, const bytes_buf *b, wf_err *err)
-{
-	const char *name = d->logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS;
-	if (b->len > d->shm_size)
-		return wf_errf(err, WF_EINVAL,
-			       "output \"%s\" is %zu bytes; shared_memory_byte_size offers %llu",
-			       name, b->len, (unsigned long long)d->shm_size);
-	wf_serve_shm_view v;
-	int rc = wf_serve_shm_view_get(shm, d->shm_region, d->shm_offset, d->shm_size, &v, err);
-	if (!rc)
-		rc = wf_serve_shm_write(&v, 0, b->p, b->len, err);
-	wf_serve_shm_view_put(&v);
-	return rc;
-}
-
 int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const char *model,
 		       long version, const float *logits, const float *probs, int n, int k,
 		       char *const *labels, char **body, size_t *len, size_t *header_len,
@@ -618,7 +583,10 @@ int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const cha
 		}
 		if (to_shm && !rc) { /* name, datatype and shape only, as Triton answers */
 			json_array_append_new(outs, t);
-			if ((rc = shm_output(shm, d, &sb, err)) != 0)
+			if ((rc = wf_serve_shm_copy_in(
+				     shm, d->shm_region, d->shm_offset, d->shm_size, sb.p, sb.len,
+				     d->logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS,
+				     err)) != 0)
 				goto out;
 			continue;
 		}

@@ -340,3 +340,34 @@ void wf_serve_shm_view_put(wf_serve_shm_view *v)
 		*v = (wf_serve_shm_view){0};
 	}
 }
+
+int wf_serve_shm_copy_out(wf_serve_shm *s, const char *name, uint64_t offset, uint64_t size,
+			  uint8_t **out, wf_err *err)
+{
+	*out = NULL;
+	wf_serve_shm_view v;
+	int rc = wf_serve_shm_view_get(s, name, offset, size, &v, err);
+	if (!rc && !(*out = malloc((size_t)size)))
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+	if (!rc && (rc = wf_serve_shm_read(&v, 0, *out, (size_t)size, err)) != 0) {
+		free(*out);
+		*out = NULL;
+	}
+	wf_serve_shm_view_put(&v);
+	return rc;
+}
+
+int wf_serve_shm_copy_in(wf_serve_shm *s, const char *name, uint64_t offset, uint64_t size,
+			 const void *src, size_t n, const char *what, wf_err *err)
+{
+	if (n > size)
+		return wf_errf(err, WF_EINVAL,
+			       "output '%s' is %zu bytes; shared_memory_byte_size offers %llu",
+			       what, n, (unsigned long long)size);
+	wf_serve_shm_view v;
+	int rc = wf_serve_shm_view_get(s, name, offset, size, &v, err);
+	if (!rc)
+		rc = wf_serve_shm_write(&v, 0, src, n, err);
+	wf_serve_shm_view_put(&v);
+	return rc;
+}

@@ -82,5 +82,12 @@ int wf_serve_copy_guarded(void *dst, const void *src, size_t n);
 int wf_serve_shm_read(const wf_serve_shm_view *v, size_t at, void *dst, size_t n, wf_err *err);
 int wf_serve_shm_write(const wf_serve_shm_view *v, size_t at, const void *src, size_t n,
 		       wf_err *err);
+/* The size bytes at offset of region `name`, copied into *out (malloc'd). */
+int wf_serve_shm_copy_out(wf_serve_shm *s, const char *name, uint64_t offset, uint64_t size,
+			  uint8_t **out, wf_err *err);
+/* n bytes of output `what` into region `name` at offset, where the request
+ * offered size bytes (n > size: WF_EINVAL naming both). */
+int wf_serve_shm_copy_in(wf_serve_shm *s, const char *name, uint64_t offset, uint64_t size,
+			 const void *src, size_t n, const char *what, wf_err *err);
 
 #endif
