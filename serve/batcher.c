@@ -1,6 +1,8 @@
-/* batcher.c: the request queue and the batch threads. A job lives on its
- * caller's stack: it leaves the queue either into a batch (then the caller
- * waits for the result) or by the caller's timeout, never both. */
+/* batcher.c: the request queue and the batch threads. A waiting caller's job
+ * lives on its stack: it leaves the queue either into a batch (then the
+ * caller waits for the result) or by the caller's timeout, never both. A
+ * submitted job (wf_serve_batcher_submit) is the batcher's: a batch thread
+ * runs it or expires it, calls its done function and frees it. */
 #include "serve/batcher.h"
 
 #include "common/log.h"
@@ -25,7 +27,10 @@ typedef struct job {
 	int lost;	    /* its input could not be read (a shared memory object shrank) */
 	double t_in, t_run; /* wf_now() when queued / taken by a batch thread */
 	char msg[256];
-	pthread_cond_t done;
+	pthread_cond_t done;	  /* a waiting caller's */
+	wf_serve_batcher_done fn; /* a submitted job's (then heap-allocated) */
+	void *arg;
+	double deadline; /* wf_now() by which a submitted job must leave the queue */
 	struct job *next;
 } job;
 
@@ -107,6 +112,37 @@ static job *next_runnable(wf_serve_batcher *b, job **prev)
 	return NULL;
 }
 
+/* A submitted job is done (its rc and msg set): tell its owner, free it. */
+static void finish(wf_serve_batcher *b, job *j)
+{
+	if (j->state == JOB_DONE)
+		wf_serve_metrics_queue_time(b->metrics, j->t_run - j->t_in);
+	j->fn(j->arg, j->rc, j->msg);
+	free(j);
+}
+
+/* Take submitted jobs whose deadline passed out of the queue (under mu) and
+ * return them as a list, to be finished outside it. */
+static job *expire(wf_serve_batcher *b, double now)
+{
+	job *out = NULL, *prev = NULL;
+	for (job *j = b->head, *next; j; j = next) {
+		next = j->next;
+		if (j->fn && now > j->deadline) {
+			queue_remove(b, prev, j);
+			j->rc = WF_ETRANSIENT;
+			snprintf(j->msg, sizeof(j->msg),
+				 "request timed out after %.1fs waiting for a batch thread",
+				 now - j->t_in);
+			j->next = out;
+			out = j;
+		} else {
+			prev = j;
+		}
+	}
+	return out;
+}
+
 /* Forward rows [0, total) staged in the plan's input; msg gets the failure. */
 static int run_forward(wf_batchplan *p, int total, char *msg, size_t cap)
 {
@@ -177,14 +213,22 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 	if (v->max_running > 0 && v->running >= v->max_running)
 		pthread_cond_broadcast(&b->more); /* v's queued jobs may run now */
 	v->running--;
+	int nsub = 0; /* submitted jobs go first; a waiting caller's is gone once signalled */
 	for (int i = 0; i < count; i++) {
-		batch[i]->rc = rc ? rc : batch[i]->lost ? WF_EINVAL : 0;
-		snprintf(batch[i]->msg, sizeof(batch[i]->msg), "%s",
-			 !rc && batch[i]->lost ? LOST_INPUT : msg);
-		batch[i]->state = JOB_DONE;
-		pthread_cond_signal(&batch[i]->done);
+		job *j = batch[i];
+		j->rc = rc ? rc : j->lost ? WF_EINVAL : 0;
+		snprintf(j->msg, sizeof(j->msg), "%s", !rc && j->lost ? LOST_INPUT : msg);
+		j->state = JOB_DONE;
+		if (j->fn) {
+			batch[i] = batch[nsub];
+			batch[nsub++] = j;
+		} else {
+			pthread_cond_signal(&j->done);
+		}
 	}
 	pthread_mutex_unlock(&b->mu);
+	for (int i = 0; i < nsub; i++)
+		finish(b, batch[i]);
 }
 
 static void *batch_main(void *arg)
@@ -200,14 +244,30 @@ static void *batch_main(void *arg)
 	}
 	pthread_mutex_lock(&b->mu);
 	for (;;) {
-		job *first, *prev;
+		job *first, *prev, *late;
+		if ((late = expire(b, wf_now()))) {
+			pthread_mutex_unlock(&b->mu);
+			for (job *n; late; late = n) {
+				n = late->next;
+				finish(b, late);
+			}
+			pthread_mutex_lock(&b->mu);
+		}
 		/* the oldest job whose version may run one more batch (its model's
 		 * instance count, config.pbtxt instance_group, caps the batch threads
 		 * it holds at once, so one model cannot take them all) */
-		while (!(first = next_runnable(b, &prev)) && !(b->stop && !b->head))
-			pthread_cond_wait(&b->more, &b->mu);
-		if (!first)
-			break;
+		if (!(first = next_runnable(b, &prev))) {
+			if (b->stop && !b->head)
+				break;
+			if (b->head) { /* none may run yet: wake to expire them meanwhile */
+				struct timespec ts;
+				abs_deadline(&ts, 1.0);
+				pthread_cond_timedwait(&b->more, &b->mu, &ts);
+			} else {
+				pthread_cond_wait(&b->more, &b->mu);
+			}
+			continue;
+		}
 		queue_remove(b, prev, first);
 		first->v->running++;
 		first->state = JOB_RUNNING;
@@ -300,6 +360,27 @@ void wf_serve_batcher_free(wf_serve_batcher *b)
 	free(b);
 }
 
+/* Queue j (under mu), or say why not. */
+static int enqueue(wf_serve_batcher *b, job *j, wf_err *err)
+{
+	if (b->stop)
+		return wf_errf(err, WF_ESTOPPED, "the server is shutting down");
+	if (b->o.max_queue > 0 && b->queued >= b->o.max_queue)
+		return wf_errf(err, WF_SERVE_EFULL,
+			       "the queue is full (%d requests waiting, --max_queue_size); retry "
+			       "later",
+			       b->o.max_queue);
+	b->queued++;
+	if (b->tail)
+		b->tail->next = j;
+	else
+		b->head = j;
+	b->tail = j;
+	wf_serve_metrics_queue(b->metrics, 1);
+	pthread_cond_signal(&b->more);
+	return 0;
+}
+
 int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
 			   float *logits, double timeout_s, wf_err *err)
 {
@@ -312,27 +393,11 @@ int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float
 	pthread_cond_init(&j.done, NULL);
 	abs_deadline(&ts, timeout_s);
 	pthread_mutex_lock(&b->mu);
-	if (b->stop) {
+	if ((rc = enqueue(b, &j, err)) != 0) {
 		pthread_mutex_unlock(&b->mu);
 		pthread_cond_destroy(&j.done);
-		return wf_errf(err, WF_ESTOPPED, "the server is shutting down");
+		return rc;
 	}
-	if (b->o.max_queue > 0 && b->queued >= b->o.max_queue) {
-		pthread_mutex_unlock(&b->mu);
-		pthread_cond_destroy(&j.done);
-		return wf_errf(err, WF_SERVE_EFULL,
-			       "the queue is full (%d requests waiting, --max_queue_size); retry "
-			       "later",
-			       b->o.max_queue);
-	}
-	b->queued++;
-	if (b->tail)
-		b->tail->next = &j;
-	else
-		b->head = &j;
-	b->tail = &j;
-	wf_serve_metrics_queue(b->metrics, 1);
-	pthread_cond_signal(&b->more);
 	while (j.state != JOB_DONE) {
 		int w = j.state == JOB_QUEUED ? pthread_cond_timedwait(&j.done, &b->mu, &ts)
 					      : pthread_cond_wait(&j.done, &b->mu);
@@ -353,5 +418,32 @@ int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float
 	if (j.state == JOB_DONE && j.rc)
 		rc = wf_errf(err, j.rc, "%s", j.msg);
 	pthread_cond_destroy(&j.done);
+	return rc;
+}
+
+int wf_serve_batcher_submit(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
+			    float *logits, double timeout_s, wf_serve_batcher_done fn, void *arg,
+			    wf_err *err)
+{
+	if (v->nslots < b->o.threads)
+		return wf_errf(err, WF_EINTERNAL, "model version %ld has %d slots for %d threads",
+			       v->version, v->nslots, b->o.threads);
+	job *j = calloc(1, sizeof(*j));
+	if (!j)
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	*j = (job){.v = v,
+		   .x = x,
+		   .logits = logits,
+		   .n = n,
+		   .state = JOB_QUEUED,
+		   .fn = fn,
+		   .arg = arg,
+		   .t_in = wf_now()};
+	j->deadline = j->t_in + timeout_s;
+	pthread_mutex_lock(&b->mu);
+	int rc = enqueue(b, j, err);
+	pthread_mutex_unlock(&b->mu);
+	if (rc)
+		free(j);
 	return rc;
 }

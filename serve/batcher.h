@@ -41,4 +41,14 @@ void wf_serve_batcher_free(wf_serve_batcher *b);
 int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
 			   float *logits, double timeout_s, wf_err *err);
 
+/* The same without waiting: queue the request and return 0; fn(arg, rc,
+ * msg) is then called once, from a batch thread, when logits are written
+ * (rc 0) or the request failed or spent timeout_s in the queue
+ * (WF_ETRANSIENT; noticed when a batch thread next looks at the queue).
+ * x and logits must stay valid until then. An error return (full queue,
+ * stopping) means fn is not called. */
+typedef void (*wf_serve_batcher_done)(void *arg, int rc, const char *msg);
+int wf_serve_batcher_submit(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
+			    float *logits, double timeout_s, wf_serve_batcher_done fn, void *arg,
+			    wf_err *err);
 #endif

@@ -1,9 +1,11 @@
 /* grpc.c: unary gRPC over h2c with libnghttp2. The event-loop thread owns
  * every connection, session and stream; workers only see jobs (a copy of the
  * request message, the stream id and a counted reference to the connection)
- * and hand results back through a list and an eventfd. A stream that the
- * client reset or a connection that closed before its reply simply drops the
- * result. This file: the event loop, the workers, start and stop, and the
+ * and hand results back through a list and an eventfd. A handler may leave
+ * its call pending and have another thread (a batch thread) finish it with
+ * wf_grpc_call_done, into the same list; such a method's small calls run in
+ * the loop itself (wf_grpc_method.loop_below). A stream that the client reset
+ * or a connection that closed before its reply simply drops the result. This file: the event loop, the workers, start and stop, and the
  * fuzz target's session; the HTTP/2 transport is in grpc_h2.c, framing and
  * method dispatch in grpc_call.c. */
 #include "serve/grpc_internal.h"
@@ -222,6 +224,59 @@ void *loop_main(void *arg)
 	return NULL;
 }
 
+/* Put j on the loop's list (under mu); 1 when the loop needs a wake-up. */
+static int push_done(wf_grpc *g, job *j)
+{
+	int wake = !g->done; /* else a wake-up for the list is on its way */
+	j->next = g->done;
+	g->done = j;
+	return wake;
+}
+
+static void wake_loop(wf_grpc *g)
+{
+	uint64_t one = 1;
+	if (write(g->efd, &one, sizeof(one)) < 0) {
+		/* the counter is saturated: the loop wakes anyway */
+	}
+}
+
+void job_returned(wf_grpc *g, job *j, int code)
+{
+	pthread_mutex_lock(&g->mu);
+	if (code == WF_GRPC_PENDING && !j->finished) {
+		j->parked = 1; /* wf_grpc_call_done hands it on */
+		g->pending++;
+		pthread_mutex_unlock(&g->mu);
+		return;
+	}
+	if (code != WF_GRPC_PENDING)
+		j->code = code;
+	int wake = push_done(g, j);
+	pthread_mutex_unlock(&g->mu);
+	if (wake)
+		wake_loop(g);
+}
+
+void wf_grpc_call_done(wf_grpc_call *call, int code)
+{
+	job *j = (job *)((char *)call - offsetof(job, call));
+	wf_grpc *g = j->c->g;
+	pthread_mutex_lock(&g->mu);
+	j->code = code == WF_GRPC_PENDING ? WF_GRPC_INTERNAL : code;
+	if (!j->parked) { /* its handler has not returned yet: job_returned hands it on */
+		j->finished = 1;
+		pthread_mutex_unlock(&g->mu);
+		return;
+	}
+	if (--g->pending == 0)
+		pthread_cond_broadcast(&g->settled);
+	int wake = push_done(g, j);
+	pthread_mutex_unlock(&g->mu);
+	if (wake)
+		wake_loop(g);
+}
+
 static void *worker_main(void *arg)
 {
 	wf_grpc *g = arg;
@@ -239,18 +294,12 @@ static void *worker_main(void *arg)
 		g->queued--;
 		pthread_mutex_unlock(&g->mu);
 		j->next = NULL;
-		if (j->call.deadline && wf_now() > j->call.deadline)
-			j->code = wf_grpc_fail(&j->call, WF_GRPC_DEADLINE_EXCEEDED,
-					       "Deadline Exceeded before the call started");
-		else
-			j->code = j->m->fn(g->ctx, &j->call);
+		int code = j->call.deadline && wf_now() > j->call.deadline
+				   ? wf_grpc_fail(&j->call, WF_GRPC_DEADLINE_EXCEEDED,
+						  "Deadline Exceeded before the call started")
+				   : j->m->fn(g->ctx, &j->call);
+		job_returned(g, j, code);
 		pthread_mutex_lock(&g->mu);
-		j->next = g->done;
-		g->done = j;
-		uint64_t one = 1;
-		if (write(g->efd, &one, sizeof(one)) < 0) {
-			/* the counter is saturated: the loop wakes anyway */
-		}
 	}
 	pthread_mutex_unlock(&g->mu);
 	return NULL;
@@ -282,6 +331,7 @@ int wf_grpc_start(wf_grpc **out, const wf_grpc_opts *o, const wf_grpc_method *me
 	g->lfd = g->efd = g->epfd = -1;
 	pthread_mutex_init(&g->mu, NULL);
 	pthread_cond_init(&g->more, NULL);
+	pthread_cond_init(&g->settled, NULL);
 	atomic_init(&g->stop, 0);
 	atomic_init(&g->inflight, 0);
 
@@ -393,6 +443,12 @@ void wf_grpc_stop(wf_grpc *g)
 	pthread_mutex_unlock(&g->mu);
 	for (int i = 0; i < g->nworkers; i++)
 		pthread_join(g->workers[i], NULL);
+	/* calls left pending finish in other threads (the batcher drains its
+	 * queue): wait for them, as for a worker in a call */
+	pthread_mutex_lock(&g->mu);
+	while (g->pending > 0)
+		pthread_cond_wait(&g->settled, &g->mu);
+	pthread_mutex_unlock(&g->mu);
 	if (g->efd >= 0) {
 		uint64_t one = 1;
 		if (write(g->efd, &one, sizeof(one)) < 0) {
@@ -425,6 +481,7 @@ void wf_grpc_stop(wf_grpc *g)
 	if (g->epfd >= 0)
 		close(g->epfd);
 	pthread_cond_destroy(&g->more);
+	pthread_cond_destroy(&g->settled);
 	pthread_mutex_destroy(&g->mu);
 	free(g);
 }
@@ -440,9 +497,7 @@ static void fuzz_work(wf_grpc *g)
 		if (!g->q_head)
 			g->q_tail = NULL;
 		g->queued--;
-		j->code = j->m->fn(g->ctx, &j->call);
-		j->next = g->done;
-		g->done = j;
+		job_returned(g, j, j->m->fn(g->ctx, &j->call));
 	}
 	deliver(g);
 }
@@ -460,6 +515,7 @@ int wf_grpc_fuzz_session(const wf_grpc_method *methods, int nmethods, void *ctx,
 			     .max_conns = 4};
 	pthread_mutex_init(&g.mu, NULL);
 	pthread_cond_init(&g.more, NULL);
+	pthread_cond_init(&g.settled, NULL);
 	g.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	g.epfd = epoll_create1(EPOLL_CLOEXEC);
 	conn *c = calloc(1, sizeof(*c));
@@ -523,6 +579,7 @@ out:
 	if (g.epfd >= 0)
 		close(g.epfd);
 	pthread_cond_destroy(&g.more);
+	pthread_cond_destroy(&g.settled);
 	pthread_mutex_destroy(&g.mu);
 	return rc;
 }

@@ -38,6 +38,9 @@ enum {
 	WF_GRPC_UNAVAILABLE = 14,
 	WF_GRPC_DATA_LOSS = 15,
 	WF_GRPC_UNAUTHENTICATED = 16,
+	/* not a status: the handler's answer when the call finishes later
+	 * (wf_grpc_call_done) */
+	WF_GRPC_PENDING = -1,
 };
 
 /* One call as a handler sees it. */
@@ -53,14 +56,22 @@ typedef struct wf_grpc_call {
 } wf_grpc_call;
 
 /* A method handler: packs the reply into wf_grpc_reply_buf(call, n) and
- * returns WF_GRPC_OK, or returns a status code (wf_grpc_fail). */
+ * returns WF_GRPC_OK, or returns a status code (wf_grpc_fail). A handler of
+ * a method that is not quick may instead hand the call to other work and
+ * return WF_GRPC_PENDING: that work then finishes it, from any thread, with
+ * wf_grpc_call_done (reply or message filled as a handler fills them). */
 typedef int (*wf_grpc_handler)(void *ctx, wf_grpc_call *call);
+void wf_grpc_call_done(wf_grpc_call *call, int code);
 
 typedef struct wf_grpc_method {
 	const char *path; /* "/package.Service/Method" */
 	wf_grpc_handler fn;
 	int quick; /* 1: never blocks (health, metadata): runs in the event loop */
 	int open;  /* 1: answered without the token (liveness, readiness) */
+	/* > 0: a call whose message has at most this many bytes runs in the
+	 * event loop too (its handler then must not block: it returns
+	 * WF_GRPC_PENDING where it would wait); larger ones go to a worker */
+	size_t loop_below;
 } wf_grpc_method;
 
 typedef struct wf_grpc_opts {

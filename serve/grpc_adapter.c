@@ -224,46 +224,117 @@ static int http_equivalent(int code)
 	}
 }
 
+/* The status of a batcher error rc (deadline: the call's, 0 if none). */
+static int infer_code(int rc, double deadline)
+{
+	return rc == WF_SERVE_EFULL ? WF_GRPC_RESOURCE_EXHAUSTED
+	       : rc == WF_ETRANSIENT && deadline > 0 && wf_now() >= deadline
+		       ? WF_GRPC_DEADLINE_EXCEEDED
+	       : rc == WF_EINVAL			  ? WF_GRPC_INVALID_ARGUMENT
+	       : rc == WF_ETRANSIENT || rc == WF_ESTOPPED ? WF_GRPC_UNAVAILABLE
+	       : rc == WF_ENOMEM			  ? WF_GRPC_RESOURCE_EXHAUSTED
+							  : WF_GRPC_INTERNAL;
+}
+
+/* Whether a call may be queued now: *timeout gets its time in the queue;
+ * else the status (counted as a failure of v). */
+static int infer_admit(wf_grpc_adapter *a, wf_serve_version *v, double t_begin, double deadline,
+		       double t0, double *timeout, char *why, size_t cap)
+{
+	if (atomic_load(&a->draining) && t_begin >= atomic_load(&a->drain_start)) {
+		snprintf(why, cap, "the server is shutting down");
+		wf_serve_stats_done(v, 0, wf_now() - t0);
+		return WF_GRPC_UNAVAILABLE;
+	}
+	*timeout = a->o.request_timeout;
+	if (deadline > 0 && deadline - t0 < *timeout)
+		*timeout = deadline - t0;
+	if (*timeout <= 0) {
+		snprintf(why, cap, "Deadline Exceeded");
+		wf_serve_stats_done(v, 0, wf_now() - t0);
+		return WF_GRPC_DEADLINE_EXCEEDED;
+	}
+	return WF_GRPC_OK;
+}
+
 int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x,
 			int n, float *logits, double t_begin, double deadline, char *why,
 			size_t cap)
 {
-	double t0 = wf_now();
-	int code = WF_GRPC_OK;
+	double t0 = wf_now(), timeout;
 	wf_err err = {0};
 	wf_serve_version *v = m->priv;
-	if (atomic_load(&a->draining) && t_begin >= atomic_load(&a->drain_start)) {
-		snprintf(why, cap, "the server is shutting down");
-		code = WF_GRPC_UNAVAILABLE;
-		wf_serve_stats_done(v, 0, wf_now() - t0);
-		goto out;
+	int code = infer_admit(a, v, t_begin, deadline, t0, &timeout, why, cap);
+	if (code == WF_GRPC_OK) {
+		wf_serve_input in = {.n = n, .x = (float *)x};
+		wf_serve_result res = {0};
+		int rc = wf_serve_run(a->o.batcher, v, &in, timeout, &res, &err);
+		if (rc == 0) {
+			memcpy(logits, res.logits,
+			       (size_t)n * (size_t)v->io.classes * sizeof(float));
+		} else {
+			snprintf(why, cap, "%s", err.msg);
+			code = infer_code(rc, deadline);
+		}
+		wf_serve_result_free(&res);
 	}
-	double timeout = a->o.request_timeout;
-	if (deadline > 0 && deadline - t0 < timeout)
-		timeout = deadline - t0;
-	if (timeout <= 0) {
-		snprintf(why, cap, "Deadline Exceeded");
-		code = WF_GRPC_DEADLINE_EXCEEDED;
+	wf_serve_metrics_request(a->o.metrics, ep, http_equivalent(code), wf_now() - t0);
+	return code;
+}
+
+typedef struct pending {
+	wf_grpc_adapter *a;
+	wf_serve_version *v;
+	wf_serve_endpoint ep;
+	double t0, deadline;
+	wf_grpc_infer_done fn;
+	void *arg;
+} pending;
+
+static void infer_finished(void *arg, int rc, const char *msg)
+{
+	pending *p = arg;
+	int code = rc ? infer_code(rc, p->deadline) : WF_GRPC_OK;
+	double dt = wf_now() - p->t0;
+	wf_serve_stats_done(p->v, rc == 0, dt);
+	wf_serve_metrics_request(p->a->o.metrics, p->ep, http_equivalent(code), dt);
+	wf_grpc_infer_done fn = p->fn;
+	void *fn_arg = p->arg;
+	free(p);
+	fn(fn_arg, code, rc ? msg : "");
+}
+
+int wf_grpc_model_infer_async(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep,
+			      const float *x, int n, float *logits, double t_begin, double deadline,
+			      wf_grpc_infer_done fn, void *arg, char *why, size_t cap)
+{
+	double t0 = wf_now(), timeout;
+	wf_serve_version *v = m->priv;
+	int code = infer_admit(a, v, t_begin, deadline, t0, &timeout, why, cap);
+	pending *p = code == WF_GRPC_OK ? calloc(1, sizeof(*p)) : NULL;
+	if (code == WF_GRPC_OK && !p) {
+		snprintf(why, cap, "out of memory");
+		code = WF_GRPC_RESOURCE_EXHAUSTED;
 		wf_serve_stats_done(v, 0, wf_now() - t0);
-		goto out;
 	}
-	wf_serve_input in = {.n = n, .x = (float *)x};
-	wf_serve_result res = {0};
-	int rc = wf_serve_run(a->o.batcher, v, &in, timeout, &res, &err);
-	if (rc == 0) {
-		memcpy(logits, res.logits, (size_t)n * (size_t)v->io.classes * sizeof(float));
-	} else {
+	if (code == WF_GRPC_OK) {
+		*p = (pending){.a = a,
+			       .v = v,
+			       .ep = ep,
+			       .t0 = t0,
+			       .deadline = deadline,
+			       .fn = fn,
+			       .arg = arg};
+		wf_err err = {0};
+		int rc = wf_serve_batcher_submit(a->o.batcher, v, x, n, logits, timeout,
+						 infer_finished, p, &err);
+		if (rc == 0)
+			return WF_GRPC_PENDING;
+		free(p);
 		snprintf(why, cap, "%s", err.msg);
-		code = rc == WF_SERVE_EFULL ? WF_GRPC_RESOURCE_EXHAUSTED
-		       : rc == WF_ETRANSIENT && deadline > 0 && wf_now() >= deadline
-			       ? WF_GRPC_DEADLINE_EXCEEDED
-		       : rc == WF_EINVAL			  ? WF_GRPC_INVALID_ARGUMENT
-		       : rc == WF_ETRANSIENT || rc == WF_ESTOPPED ? WF_GRPC_UNAVAILABLE
-		       : rc == WF_ENOMEM			  ? WF_GRPC_RESOURCE_EXHAUSTED
-								  : WF_GRPC_INTERNAL;
+		code = infer_code(rc, deadline);
+		wf_serve_stats_done(v, 0, wf_now() - t0);
 	}
-	wf_serve_result_free(&res);
-out:
 	wf_serve_metrics_request(a->o.metrics, ep, http_equivalent(code), wf_now() - t0);
 	return code;
 }

@@ -110,6 +110,14 @@ int wf_grpc_model_names(wf_grpc_adapter *a, const char **names, int cap);
 int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x,
 			int n, float *logits, double t_begin, double deadline, char *why,
 			size_t cap);
+/* The same without waiting: WF_GRPC_PENDING when the call is queued, and
+ * fn(arg, code, why) is then called once, from a batch thread, with logits
+ * written (WF_GRPC_OK) or the failure (x and logits stay valid until then);
+ * any other return is the failure, and fn is not called. */
+typedef void (*wf_grpc_infer_done)(void *arg, int code, const char *why);
+int wf_grpc_model_infer_async(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep,
+			      const float *x, int n, float *logits, double t_begin, double deadline,
+			      wf_grpc_infer_done fn, void *arg, char *why, size_t cap);
 /* Count a call that failed before inference (bad request) in the statistics
  * and /metrics. */
 void wf_grpc_model_failed(wf_grpc_adapter *a, wf_serve_endpoint ep, int code, double seconds);

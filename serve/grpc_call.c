@@ -316,8 +316,14 @@ void dispatch_call(conn *c, stream *st)
 	j->call.deadline = st->timeout > 0 ? st->t_begin + st->timeout : 0;
 	j->call.t_begin = st->t_begin;
 	j->call.local = c->local;
+	c->refs++;
+	if (m->loop_below && j->call.len <= m->loop_below) { /* it does not block */
+		job_returned(g, j, m->fn(g->ctx, &j->call));
+		return;
+	}
 	pthread_mutex_lock(&g->mu);
 	if (g->queued >= g->o.max_queue) {
+		c->refs--;
 		pthread_mutex_unlock(&g->mu);
 		free(j->body);
 		free(j->inflated);
@@ -328,7 +334,6 @@ void dispatch_call(conn *c, stream *st)
 		answer_error(c, st, WF_GRPC_RESOURCE_EXHAUSTED, why);
 		return;
 	}
-	c->refs++;
 	if (g->q_tail)
 		g->q_tail->next = j;
 	else

@@ -86,6 +86,8 @@ typedef struct job {
 	wf_grpc_call call;
 	uint8_t *body, *inflated; /* what call.msg points into (owned) */
 	int code;
+	int parked;   /* its handler returned WF_GRPC_PENDING first */
+	int finished; /* wf_grpc_call_done ran before its handler returned */
 	struct job *next;
 } job;
 
@@ -110,7 +112,9 @@ struct wf_grpc {
 	pthread_cond_t more;
 	job *q_head, *q_tail; /* waiting for a worker */
 	int queued;
-	job *done; /* finished, for the loop */
+	job *done;		/* finished, for the loop */
+	int pending;		/* calls a handler left WF_GRPC_PENDING */
+	pthread_cond_t settled; /* pending fell to 0 */
 	pthread_t *workers;
 	int nworkers;
 };
@@ -133,6 +137,9 @@ int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, s
 int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
 	    void *user);
 void dispatch_call(conn *c, stream *st);
+/* The handler of j returned code: hand j to the loop, or, for
+ * WF_GRPC_PENDING, leave that to wf_grpc_call_done (call under no lock). */
+void job_returned(wf_grpc *g, job *j, int code);
 /* With a token set: answer UNAUTHENTICATED to a call without it (open
  * methods excepted); 1 when the stream is answered. */
 int refuse_unauthorized(conn *c, stream *st);

@@ -1098,76 +1098,117 @@ out:
 	return code;
 }
 
+/* A ModelInfer call between its decoding and its reply: everything the
+ * reply needs, kept while the batcher runs it. */
+typedef struct infer_call {
+	wf_grpc_adapter *a;
+	wf_grpc_call *call;
+	infer_req *rq;
+	wf_grpc_model m;
+	wf_serve_shm *shm;
+	float *x, *logits, *probs;
+	wf_serve_shm_view held; /* the region x is read from in place, if any */
+	out_req o[2];
+	int n, no;
+} infer_call;
+
+static void infer_call_free(wf_grpc_adapter *a, infer_call *ic)
+{
+	wf_grpc_model_put(a, &ic->m);
+	input_free(ic->rq, ic->x, &ic->held);
+	free(ic->logits);
+	free(ic->probs);
+	infer_request_free(ic->rq);
+}
+
+/* The batcher finished the call (in a batch thread): reply. */
+static void infer_finished(void *arg, int code, const char *why)
+{
+	infer_call *ic = arg;
+	wf_grpc_call *call = ic->call;
+	if (code == WF_GRPC_OK) {
+		wf_serve_softmax(ic->logits, ic->probs, ic->n, ic->m.io.classes);
+		code = build_infer_reply(call, ic->rq, &ic->m, ic->shm, ic->o, ic->no, ic->logits,
+					 ic->probs, ic->n);
+	} else {
+		snprintf(call->message, sizeof(call->message), "%s", why);
+	}
+	infer_call_free(ic->a, ic);
+	free(ic);
+	wf_grpc_call_done(call, code);
+}
+
+/* Decode, queue for the batcher and return WF_GRPC_PENDING (the reply
+ * comes from infer_finished), or fail at once. Never waits: small calls run
+ * in the event loop (wf_grpc_method.loop_below). */
 static int model_infer(void *ctx, wf_grpc_call *call)
 {
 	double t0 = wf_now();
 	wf_grpc_adapter *a = ctx;
-	infer_req *rq = infer_request_unpack(call->msg, call->len);
+	infer_call *ic = calloc(1, sizeof(*ic));
+	infer_req *rq = ic ? infer_request_unpack(call->msg, call->len) : NULL;
 	if (!rq) {
+		free(ic);
 		wf_grpc_model_failed(a, WF_SERVE_EP_V2_INFER, WF_GRPC_INVALID_ARGUMENT,
 				     wf_now() - t0);
-		return wf_grpc_bad_message(call, "ModelInferRequest");
+		return ic ? wf_grpc_bad_message(call, "ModelInferRequest")
+			  : wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 	}
-	wf_grpc_model m = {0};
-	float *x = NULL, *logits = NULL, *probs = NULL;
-	wf_serve_shm_view held = {0}; /* the region x is read from in place, if any */
-	out_req o[2];
-	int n = 0, no = 0, inferred = 0;
-	wf_serve_shm *shm = wf_grpc_shm(a, call->local, NULL, 0);
-	int code = get_model(a, rq->model_name, rq->model_version, &m, call);
+	ic->a = a;
+	ic->call = call;
+	ic->rq = rq;
+	ic->shm = wf_grpc_shm(a, call->local, NULL, 0);
+	int code = get_model(a, rq->model_name, rq->model_version, &ic->m, call);
 	if (!code)
-		code = requested_outputs(rq, o, &no, call);
+		code = requested_outputs(rq, ic->o, &ic->no, call);
 	if (!code)
-		code = decode_input(&m.io, rq, shm, &x, &n, &held, call->message,
-				    sizeof(call->message));
-	if (!code && n == 0)
-		n = (int)rq->inputs[0]->shape[0];
+		code = decode_input(&ic->m.io, rq, ic->shm, &ic->x, &ic->n, &ic->held,
+				    call->message, sizeof(call->message));
+	if (!code && ic->n == 0)
+		ic->n = (int)rq->inputs[0]->shape[0];
 	if (!code) {
-		size_t cnt = (size_t)n * m.io.classes;
-		logits = malloc(cnt * sizeof(float));
-		probs = malloc(cnt * sizeof(float));
-		if (!logits || !probs)
+		size_t cnt = (size_t)ic->n * ic->m.io.classes;
+		ic->logits = malloc(cnt * sizeof(float));
+		ic->probs = malloc(cnt * sizeof(float));
+		if (!ic->logits || !ic->probs)
 			code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
-					    "out of memory for %d results", n);
+					    "out of memory for %d results", ic->n);
 	}
 	if (!code) {
-		inferred = 1;
-		code = wf_grpc_model_infer(a, &m, WF_SERVE_EP_V2_INFER, x, n, logits, call->t_begin,
-					   call->deadline, call->message, sizeof(call->message));
-	}
-	if (!code) {
-		wf_serve_softmax(logits, probs, n, m.io.classes);
-		code = build_infer_reply(call, rq, &m, shm, o, no, logits, probs, n);
-	}
-	if (code && !inferred)
+		code = wf_grpc_model_infer_async(
+			a, &ic->m, WF_SERVE_EP_V2_INFER, ic->x, ic->n, ic->logits, call->t_begin,
+			call->deadline, infer_finished, ic, call->message, sizeof(call->message));
+		if (code == WF_GRPC_PENDING)
+			return code; /* ic is infer_finished's now */
+	} else {
 		wf_grpc_model_failed(a, WF_SERVE_EP_V2_INFER, code, wf_now() - t0);
-	wf_grpc_model_put(a, &m);
-	input_free(rq, x, &held);
-	free(logits);
-	free(probs);
-	infer_request_free(rq);
+	}
+	infer_call_free(a, ic);
+	free(ic);
 	return code;
 }
 
 #define KS(m) "/inference.GRPCInferenceService/" m
 
 const wf_grpc_method wf_grpc_kserve_methods[] = {
-	{KS("ServerLive"), server_live, 1, 1},
-	{KS("ServerReady"), server_ready, 1, 1},
-	{KS("ModelReady"), model_ready, 1, 0},
-	{KS("ServerMetadata"), server_metadata, 1, 0},
-	{KS("ModelMetadata"), model_metadata, 1, 0},
-	{KS("ModelConfig"), model_config, 1, 0},
-	{KS("ModelStatistics"), model_statistics, 1, 0},
-	{KS("RepositoryIndex"), repository_index, 1, 0},
-	{KS("RepositoryModelLoad"), repository_load, 0, 0},
-	{KS("RepositoryModelUnload"), repository_unload, 0, 0},
-	{KS("ModelInfer"), model_infer, 0, 0},
-	{KS("SystemSharedMemoryStatus"), shm_status, 1, 0},
-	{KS("SystemSharedMemoryRegister"), shm_register, 1, 0},
-	{KS("SystemSharedMemoryUnregister"), shm_unregister, 1, 0},
-	{KS("CudaSharedMemoryStatus"), cuda_shm_status, 1, 0},
-	{KS("CudaSharedMemoryRegister"), cuda_shm_register, 1, 0},
-	{KS("CudaSharedMemoryUnregister"), cuda_shm_unregister, 1, 0},
+	{KS("ServerLive"), server_live, 1, 1, 0},
+	{KS("ServerReady"), server_ready, 1, 1, 0},
+	{KS("ModelReady"), model_ready, 1, 0, 0},
+	{KS("ServerMetadata"), server_metadata, 1, 0, 0},
+	{KS("ModelMetadata"), model_metadata, 1, 0, 0},
+	{KS("ModelConfig"), model_config, 1, 0, 0},
+	{KS("ModelStatistics"), model_statistics, 1, 0, 0},
+	{KS("RepositoryIndex"), repository_index, 1, 0, 0},
+	{KS("RepositoryModelLoad"), repository_load, 0, 0, 0},
+	{KS("RepositoryModelUnload"), repository_unload, 0, 0, 0},
+	/* a message without tensor data (shared memory, a few values) is decoded
+	 * in the event loop; one with an image's bytes in a worker */
+	{KS("ModelInfer"), model_infer, 0, 0, 4096},
+	{KS("SystemSharedMemoryStatus"), shm_status, 1, 0, 0},
+	{KS("SystemSharedMemoryRegister"), shm_register, 1, 0, 0},
+	{KS("SystemSharedMemoryUnregister"), shm_unregister, 1, 0, 0},
+	{KS("CudaSharedMemoryStatus"), cuda_shm_status, 1, 0, 0},
+	{KS("CudaSharedMemoryRegister"), cuda_shm_register, 1, 0, 0},
+	{KS("CudaSharedMemoryUnregister"), cuda_shm_unregister, 1, 0, 0},
 };
 const int wf_grpc_kserve_nmethods = (int)WF_ARRAY_LEN(wf_grpc_kserve_methods);

@@ -259,7 +259,8 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		 "largest gRPC request message (default 67108864; images are not limited to 4 "
 		 "MB)"},
 		{"grpc_threads", WF_FLAG_INT, &o->grpc_threads, "N",
-		 "gRPC handler threads per API (default 128) (a default gRPC port found in use "
+		 "gRPC handler threads per API (default 128; a KServe ModelInfer waiting for its "
+		 "batch holds none) (a default gRPC port found in use "
 		 "is skipped with a warning; a port given is required)"},
 		{"bind_address", WF_FLAG_STR, &o->bind_address, "A",
 		 "IPv4 address to listen on (default 0.0.0.0)"},

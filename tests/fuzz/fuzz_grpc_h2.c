@@ -1,11 +1,11 @@
 /* fuzz_grpc_h2.c: libFuzzer target for weft-serve's gRPC transport: bytes
  * from a client into one server-side HTTP/2 session (nghttp2 plus weft's
  * callbacks: headers, DATA accumulation and limits, gRPC framing, dispatch
- * to workers and inline handlers, replies and trailers, resets, closes).
- * Handlers here echo, fail or return nothing, so only the transport is under
- * test. Seeds: tests/fuzz/seeds/grpc_h2 (what tritonclient.grpc sent).
- * Any input must end in replies or a closed connection, never a crash or
- * a leak. */
+ * to workers and inline handlers, calls finished by wf_grpc_call_done,
+ * replies and trailers, resets, closes). Handlers here echo, fail or return
+ * nothing, so only the transport is under test. Seeds:
+ * tests/fuzz/seeds/grpc_h2 (what tritonclient.grpc sent). Any input must end
+ * in replies or a closed connection, never a crash or a leak. */
 #include "serve/grpc.h"
 
 #include <stdint.h>
@@ -31,11 +31,20 @@ static int nothing(void *ctx, wf_grpc_call *call)
 	return WF_GRPC_OK; /* no reply message: the transport answers INTERNAL */
 }
 
+/* Finishes the call before it returns WF_GRPC_PENDING, as a batch thread
+ * may finish a queued inference. */
+static int later(void *ctx, wf_grpc_call *call)
+{
+	wf_grpc_call_done(call, echo(ctx, call));
+	return WF_GRPC_PENDING;
+}
+
 static const wf_grpc_method methods[] = {
-	{"/inference.GRPCInferenceService/ModelInfer", echo, 0},
-	{"/inference.GRPCInferenceService/ServerLive", echo, 1},
-	{"/inference.GRPCInferenceService/ModelReady", fail, 0},
-	{"/inference.GRPCInferenceService/ServerReady", nothing, 1},
+	/* small messages in the loop, larger ones in the worker */
+	{"/inference.GRPCInferenceService/ModelInfer", later, 0, 0, 64},
+	{"/inference.GRPCInferenceService/ServerLive", echo, 1, 0, 0},
+	{"/inference.GRPCInferenceService/ModelReady", fail, 0, 0, 0},
+	{"/inference.GRPCInferenceService/ServerReady", nothing, 1, 0, 0},
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

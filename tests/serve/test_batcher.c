@@ -294,6 +294,103 @@ static void test_queue_timeout(void)
 	wf_serve_metrics_free(mx);
 }
 
+/* wf_serve_batcher_submit: the request's done function runs once, in a
+ * batch thread, after its rows are written. */
+typedef struct submitted {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int calls, rc;
+	pthread_t thread;
+	char msg[256];
+} submitted;
+
+static void on_done(void *arg, int rc, const char *msg)
+{
+	submitted *s = arg;
+	pthread_mutex_lock(&s->mu);
+	s->calls++;
+	s->rc = rc;
+	s->thread = pthread_self();
+	snprintf(s->msg, sizeof(s->msg), "%s", msg);
+	pthread_cond_signal(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void wait_done(submitted *s)
+{
+	pthread_mutex_lock(&s->mu);
+	while (!s->calls)
+		pthread_cond_wait(&s->cv, &s->mu);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void test_submitted_requests(void)
+{
+	wf_serve_metrics *mx = wf_serve_metrics_create();
+	wf_serve_batcher *b = make(1, 1, 64, 200000, 0, mx);
+	enum { N = 3 };
+	submitted s[N];
+	float out[N][4 * K];
+	wf_err err = {0};
+	for (int i = 0; i < N; i++) {
+		s[i] = (submitted){.calls = 0};
+		pthread_mutex_init(&s[i].mu, NULL);
+		pthread_cond_init(&s[i].cv, NULL);
+		WF_CHECK_INT(wf_serve_batcher_submit(b, ver, xs + (size_t)(10 * i) * per, 4, out[i],
+						     10, on_done, &s[i], &err),
+			     0);
+	}
+	/* a waiting caller joins the same forward */
+	float mine[2 * K];
+	WF_CHECK_INT(wf_serve_batcher_infer(b, ver, xs + 40 * per, 2, mine, 10, &err), 0);
+	WF_CHECK(rows_match(mine, 40, 2));
+	for (int i = 0; i < N; i++) {
+		wait_done(&s[i]);
+		WF_CHECK_INT(s[i].rc, 0);
+		WF_CHECK(!pthread_equal(s[i].thread, pthread_self()));
+		WF_CHECK(rows_match(out[i], 10 * i, 4));
+	}
+	wf_serve_batcher_free(b);
+	for (int i = 0; i < N; i++) {
+		WF_CHECK_INT(s[i].calls, 1);
+		pthread_cond_destroy(&s[i].cv);
+		pthread_mutex_destroy(&s[i].mu);
+	}
+	wf_serve_metrics_free(mx);
+}
+
+/* A submitted request still queued after its timeout fails with
+ * WF_ETRANSIENT once a batch thread looks at the queue again. */
+static void test_submitted_timeout(void)
+{
+	wf_serve_metrics *mx = wf_serve_metrics_create();
+	wf_serve_batcher *b = make(1, 1, 64, 5000000, 0, mx);
+	client a;
+	pthread_t ta;
+	start(&a, &ta, b, 0, 8, 30);
+	usleep(200 * 1000); /* a is with the batch thread, waiting for more */
+	submitted s = {.calls = 0};
+	pthread_mutex_init(&s.mu, NULL);
+	pthread_cond_init(&s.cv, NULL);
+	float *out = malloc(60 * K * sizeof(float));
+	wf_err err = {0};
+	WF_CHECK_INT(wf_serve_batcher_submit(b, ver, xs, 60, out, 0.3, on_done, &s, &err), 0);
+	usleep(500 * 1000);
+	wf_serve_batcher_flush(b); /* a runs; then the thread finds s expired */
+	pthread_join(ta, NULL);
+	wait_done(&s);
+	WF_CHECK_INT(a.rc, 0);
+	WF_CHECK_INT(s.rc, WF_ETRANSIENT);
+	WF_CHECK_MSG(strstr(s.msg, "timed out") != NULL, "message: %s", s.msg);
+	wf_serve_batcher_free(b);
+	WF_CHECK_INT(s.calls, 1);
+	free(a.out);
+	free(out);
+	pthread_cond_destroy(&s.cv);
+	pthread_mutex_destroy(&s.mu);
+	wf_serve_metrics_free(mx);
+}
+
 int main(void)
 {
 	if (setup()) {
@@ -306,6 +403,8 @@ int main(void)
 	WF_RUN(test_model_batching_delay);
 	WF_RUN(test_queue_bound_and_flush);
 	WF_RUN(test_queue_timeout);
+	WF_RUN(test_submitted_requests);
+	WF_RUN(test_submitted_timeout);
 	wf_serve_version_release(ver);
 	free(xs);
 	free(refs);

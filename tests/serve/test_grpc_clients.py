@@ -231,6 +231,7 @@ def kserve_checks(ports, c, tmp):
     for _ in xs:
         k, res, err = results.get(timeout=120)
         got[k] = None if err else res.as_numpy("logits")
+        if err: print("DBG", k, err)
     ref = c.infer("m", [infer_input(np.concatenate(xs))], outputs=[tg.InferRequestedOutput("logits")])
     check(all(got[k] is not None and close(got[k][0], ref.as_numpy("logits")[k]) for k in got),
           "48 async_infer calls: each gets its own sample's logits")
@@ -485,11 +486,12 @@ def stalled_closed(socks, t_open):
 
 
 def overload_check(tmp, base):
-    """More calls than a server's handler threads and queue: RESOURCE_EXHAUSTED
-    at once for the excess, the rest answered."""
+    """More calls than the server queues (--max_queue_size; handler threads
+    do not wait for inference): RESOURCE_EXHAUSTED at once for the excess,
+    the rest answered."""
     port = free_port()
     log = open(os.path.join(tmp, "serve-overload.log"), "w")
-    p, c = start_kserve_server(base, port, log, "--grpc_threads", "1",
+    p, c = start_kserve_server(base, port, log, "--grpc_threads", "1", "--max_queue_size", "4",
                           "--num_batch_threads", "1", "--threads", "1")
     x = np.random.default_rng(3).random((64, H, W, C), dtype=np.float32)
     results = queue.Queue()
@@ -502,8 +504,46 @@ def overload_check(tmp, base):
         codes.append("OK" if err is None else str(err.status()).replace("StatusCode.", ""))
     ex = codes.count("RESOURCE_EXHAUSTED")
     check(ex > 0 and codes.count("OK") >= 5 and ex + codes.count("OK") == n,
-          "40 calls on 1 handler thread (queue 4): %d RESOURCE_EXHAUSTED, %d OK"
+          "40 calls, --max_queue_size 4: %d RESOURCE_EXHAUSTED, %d OK"
           % (ex, codes.count("OK")))
+    c.close()
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=120)
+
+
+def one_thread_batches_check(tmp, base):
+    """A ModelInfer holds no handler thread while it waits for its batch: with
+    one handler thread, calls sent at once still share forwards. Small
+    messages (UINT8 pixels here) are decoded in the event loop, larger ones
+    (FP32) by the handler thread, which then moves on to the next."""
+    port = free_port()
+    log = open(os.path.join(tmp, "serve-one-thread.log"), "w")
+    p, c = start_kserve_server(base, port, log, "--grpc_threads", "1", "--enable_batching",
+                               "--max_batch_size", "16", "--batch_timeout_micros", "50000",
+                               "--num_batch_threads", "1")
+
+    def burst(xs, dtype):
+        refs = [c.infer("m", [infer_input(x, dtype)]).as_numpy("logits") for x in xs[:2]]
+        before = int(c.get_inference_statistics("m", as_json=True)["model_stats"][0]
+                     .get("execution_count", 0))
+        results = queue.Queue()
+        for k, x in enumerate(xs):
+            c.async_infer("m", [infer_input(x, dtype)], partial(results, k))
+        got = dict((k, None if err else res.as_numpy("logits"))
+                   for k, res, err in (results.get(timeout=120) for _ in xs))
+        after = int(c.get_inference_statistics("m", as_json=True)["model_stats"][0]
+                    .get("execution_count", 0))
+        ok = all(v is not None for v in got.values()) and all(
+            close(got[k], refs[k]) for k in range(2))
+        return ok, after - before
+
+    rng = np.random.default_rng(5)
+    ok, runs = burst(rng.integers(0, 256, (32, 1, H, W, C), dtype=np.uint8), "UINT8")
+    check(ok and runs <= 8, "1 handler thread, 32 UINT8 calls at once: all answered right, "
+          "in %d forwards" % runs)
+    ok, runs = burst(rng.random((4, 1, H, W, C), dtype=np.float32), "FP32")
+    check(ok and runs <= 2, "1 handler thread, 4 FP32 calls at once: all answered right, "
+          "in %d forwards" % runs)
     c.close()
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=120)
@@ -807,6 +847,7 @@ def main():
         perf_analyzer_check(ports)
         stalled_closed(stalled, t_open)
         overload_check(tmp, os.path.join(tmp, "m"))
+        one_thread_batches_check(tmp, os.path.join(tmp, "m"))
         drain_check(tmp, os.path.join(tmp, "m"))
         tls_token_checks(tmp, os.path.join(tmp, "m"))
         config_file_checks(tmp)
