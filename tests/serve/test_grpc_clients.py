@@ -519,7 +519,7 @@ def one_thread_batches_check(tmp, base):
     port = free_port()
     log = open(os.path.join(tmp, "serve-one-thread.log"), "w")
     p, c = start_kserve_server(base, port, log, "--grpc_threads", "1", "--enable_batching",
-                               "--max_batch_size", "16", "--batch_timeout_micros", "50000",
+                               "--max_batch_size", "16", "--batch_timeout_micros", "200000",
                                "--num_batch_threads", "1")
 
     def burst(xs, dtype):
