@@ -1112,13 +1112,14 @@ typedef struct infer_call {
 	int n, no;
 } infer_call;
 
-static void infer_call_free(wf_grpc_adapter *a, infer_call *ic)
+static void infer_call_free(infer_call *ic)
 {
-	wf_grpc_model_put(a, &ic->m);
+	wf_grpc_model_put(ic->a, &ic->m);
 	input_free(ic->rq, ic->x, &ic->held);
 	free(ic->logits);
 	free(ic->probs);
 	infer_request_free(ic->rq);
+	free(ic);
 }
 
 /* The batcher finished the call (in a batch thread): reply. */
@@ -1133,8 +1134,7 @@ static void infer_finished(void *arg, int code, const char *why)
 	} else {
 		snprintf(call->message, sizeof(call->message), "%s", why);
 	}
-	infer_call_free(ic->a, ic);
-	free(ic);
+	infer_call_free(ic);
 	wf_grpc_call_done(call, code);
 }
 
@@ -1183,8 +1183,7 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	} else {
 		wf_grpc_model_failed(a, WF_SERVE_EP_V2_INFER, code, wf_now() - t0);
 	}
-	infer_call_free(a, ic);
-	free(ic);
+	infer_call_free(ic);
 	return code;
 }
 
