@@ -521,6 +521,9 @@ def one_thread_batches_check(tmp, base):
     p, c = start_kserve_server(base, port, log, "--grpc_threads", "1", "--enable_batching",
                                "--max_batch_size", "16", "--batch_timeout_micros", "200000",
                                "--num_batch_threads", "1")
+    deadline = time.time() + 60
+    while not c.is_model_ready("m") and time.time() < deadline:
+        time.sleep(0.1)
 
     def burst(xs, dtype):
         refs = [c.infer("m", [infer_input(x, dtype)]).as_numpy("logits") for x in xs[:2]]
