@@ -428,7 +428,7 @@ int wf_serve_batcher_submit(wf_serve_batcher *b, wf_serve_version *v, const floa
 	if (v->nslots < b->o.threads)
 		return wf_errf(err, WF_EINTERNAL, "model version %ld has %d slots for %d threads",
 			       v->version, v->nslots, b->o.threads);
-	job *j = calloc(1, sizeof(*j));
+	job *j = malloc(sizeof(*j));
 	if (!j)
 		return wf_errf(err, WF_ENOMEM, "out of memory");
 	*j = (job){.v = v,

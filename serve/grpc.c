@@ -5,9 +5,10 @@
  * its call pending and have another thread (a batch thread) finish it with
  * wf_grpc_call_done, into the same list; such a method's small calls run in
  * the loop itself (wf_grpc_method.loop_below). A stream that the client reset
- * or a connection that closed before its reply simply drops the result. This file: the event loop, the workers, start and stop, and the
- * fuzz target's session; the HTTP/2 transport is in grpc_h2.c, framing and
- * method dispatch in grpc_call.c. */
+ * or a connection that closed before its reply simply drops the result.
+ * This file: the event loop, the workers, start and stop, and the fuzz
+ * target's session; the HTTP/2 transport is in grpc_h2.c, framing and method
+ * dispatch in grpc_call.c. */
 #include "serve/grpc_internal.h"
 
 #include "common/cpus.h"

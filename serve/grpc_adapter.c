@@ -4,7 +4,9 @@
  * INVALID_ARGUMENT) + wf_serve_repo_model_config; model_put =
  * wf_serve_version_release; model_versions = wf_serve_repo_status;
  * model_names = wf_serve_repo_index; model_infer = wf_serve_run (which
- * records the version's statistics; /metrics is counted here); model_stats =
+ * records the version's statistics; /metrics is counted here);
+ * model_infer_async = the same batcher's wf_serve_batcher_submit, with the
+ * statistics wf_serve_run would record written when it finishes; model_stats =
  * the served versions' stats (wf_serve_repo_acquire_all); server_ready =
  * wf_serve_repo_ready and not draining; repository_load/unload =
  * wf_serve_repo_load/unload; reload_config = wf_serve_repo_reload_config. */
@@ -311,7 +313,7 @@ int wf_grpc_model_infer_async(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_end
 	double t0 = wf_now(), timeout;
 	wf_serve_version *v = m->priv;
 	int code = infer_admit(a, v, t_begin, deadline, t0, &timeout, why, cap);
-	pending *p = code == WF_GRPC_OK ? calloc(1, sizeof(*p)) : NULL;
+	pending *p = code == WF_GRPC_OK ? malloc(sizeof(*p)) : NULL;
 	if (code == WF_GRPC_OK && !p) {
 		snprintf(why, cap, "out of memory");
 		code = WF_GRPC_RESOURCE_EXHAUSTED;
