@@ -68,7 +68,9 @@ int wf_quantize_int8(wf_model *m, wf_model_meta *meta, const wf_quantize_opts *o
 	if (rc)
 		return wf_err_wrap(err, "--quantize int8 runs on the cpu backend"), rc;
 	if (!wf_backend_caps_of(be).int8) {
-		rc = wf_errf(err, WF_ENOTSUP, "--quantize int8: the cpu backend has no int8");
+		rc = wf_errf(err, WF_ENOTSUP,
+			     "--quantize int8: this CPU has no int8 convolutions (they need "
+			     "AVX512-VNNI or AVX-VNNI): export on a machine that has them");
 		goto done;
 	}
 	if ((rc = wf_dataset_open(&cal, o->calib_data, err)) ||

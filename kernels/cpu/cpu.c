@@ -169,7 +169,7 @@ int wf_backend_cpu_init(wf_backend *be, wf_err *err)
 	if (!c)
 		return wf_errf(err, WF_ENOMEM, "cpu: out of memory creating the backend");
 	be->name = "cpu";
-	be->caps |= WF_CAP_HOST_MEM | WF_CAP_INT8 | WF_CAP_TRAIN_FUSE;
+	be->caps |= WF_CAP_HOST_MEM | WF_CAP_TRAIN_FUSE;
 	be->precisions = "fp32";
 	be->ops = &cpu_ops;
 	be->ctx = c;
@@ -179,6 +179,8 @@ int wf_backend_cpu_init(wf_backend *be, wf_err *err)
 	DN_CHECK(dnnl_stream_create(&c->stream, c->eng, dnnl_stream_default_flags), fail);
 	if (wf_cpu_has_bf16())
 		be->caps |= WF_CAP_BF16, be->precisions = "fp32 bf16";
+	if (wf_cpu_has_vnni()) /* int8 elsewhere falls back to fp32, saying so */
+		be->caps |= WF_CAP_INT8;
 	return 0;
 fail:
 	if (err)

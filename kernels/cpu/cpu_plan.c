@@ -493,3 +493,13 @@ int wf_cpu_has_bf16(void)
 	dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
 	return (isa & dnnl_cpu_isa_avx512_core_bf16) == dnnl_cpu_isa_avx512_core_bf16;
 }
+
+/* u8 x s8 dot products that do not saturate (AVX512-VNNI, AVX-VNNI): without
+ * them oneDNN's int8 convolutions sum pairs of products in 16 bits, which
+ * saturate on real activations and weights (errors of the tensor's size). */
+int wf_cpu_has_vnni(void)
+{
+	dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+	return (isa & dnnl_cpu_isa_avx512_core_vnni) == dnnl_cpu_isa_avx512_core_vnni ||
+	       (isa & dnnl_cpu_isa_avx2_vnni) == dnnl_cpu_isa_avx2_vnni;
+}

@@ -220,6 +220,7 @@ int wf_cpu_md_any_like(wf_backend *be, dnnl_memory_desc_t *md, const dnnl_memory
 int wf_cpu_md_bf16_nhwc(wf_backend *be, dnnl_memory_desc_t *md, const dnnl_memory_desc_t *like);
 /* Does oneDNN on this CPU run bf16 natively (AVX512_BF16 or AMX)? */
 int wf_cpu_has_bf16(void);
+int wf_cpu_has_vnni(void);
 
 /* ---- the op families ------------------------------------------------------- */
 
