@@ -11,13 +11,15 @@
  * PyTorch rows use the same precision: float32 without TF32, tf32, or
  * autocast bf16/fp16.
  *
- *   bench_gpu [--models resnet20,resnet50] [--precisions fp32,bf16]
- *             [--batch20 256] [--batch50 128] [--steps 30] [--warmup 5]
+ *   bench_gpu [--runs resnet20:256,resnet50:128,resnet50:256,mobilenetv2:256]
+ *             [--precisions tf32,bf16] [--steps 30] [--warmup 5]
  *             [--peak-tflops 989] [--no-peer] [--profile STEPS]
  *             [--python /usr/bin/python3]
  *
- * resnet20 runs at 32x32 (10 classes), resnet50 at 224x224 (1000 classes)
- * when the zoo has it. Exits 77 saying why when no CUDA device is usable.
+ * resnet20 runs at 32x32 (10 classes), the ImageNet networks at 224x224
+ * (1000 classes). The images are uploaded every step from page-locked host
+ * memory, as the trainer's batches are; PyTorch's stay on the GPU. Exits 77
+ * saying why when no CUDA device is usable.
  */
 #include "common/util.h"
 #include "kernels/cuda/cuda.h"
@@ -56,7 +58,13 @@ static int bench_model(wf_backend *be, const char *name, int side, int classes, 
 		return rc;
 	}
 	size_t npix = (size_t)batch * side * side * 3;
-	float *images = malloc(sizeof(float) * npix);
+	float *images = wf_op_host_alloc(be, sizeof(float) * npix); /* as the trainer's batches */
+	if (!images) {
+		fprintf(stderr, "bench_gpu: %s\n", be->err.msg);
+		wf_exec_free(ex);
+		wf_model_free(m);
+		return WF_ENOMEM;
+	}
 	int32_t *labels = malloc(sizeof(int32_t) * (size_t)batch);
 	double *t = malloc(sizeof(double) * (size_t)cfg->steps);
 	float *mom = wf_op_alloc(be, sizeof(float) * m->nparams);
@@ -100,7 +108,7 @@ static int bench_model(wf_backend *be, const char *name, int side, int classes, 
 		*tflops = 3.0 * wf_model_flops(m) * batch / sec / 1e12;
 	}
 	wf_op_free(be, mom);
-	free(images);
+	wf_op_host_free(be, images);
 	free(labels);
 	free(t);
 	wf_exec_free(ex);
@@ -144,27 +152,26 @@ static int has_model(const char *name)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: bench_gpu [--models resnet20,resnet50] [--precisions fp32,bf16] "
-			"[--batch20 N] [--batch50 N] [--steps N] [--warmup N] "
-			"[--peak-tflops T] [--no-peer] [--profile STEPS] [--python PATH]\n");
+	fprintf(stderr,
+		"usage: bench_gpu [--runs MODEL:BATCH,...] [--precisions tf32,bf16] [--steps N] "
+		"[--warmup N] [--peak-tflops T] [--no-peer] [--profile STEPS] [--python PATH]\n"
+		"  --runs  default resnet20:256,resnet50:128,resnet50:256,mobilenetv2:256\n"
+		"          (resnet20/resnet56/smallcnn at 32x32, 10 classes; others 224x224, 1000)\n"
+		"  --precisions  of fp32, tf32, bf16, fp16 (default tf32,bf16)\n");
 }
 
 int main(int argc, char **argv)
 {
-	const char *models = "resnet20,resnet50", *precisions = "fp32,bf16";
-	int batch20 = 256, batch50 = 128;
+	const char *runs = "resnet20:256,resnet50:128,resnet50:256,mobilenetv2:256";
+	const char *precisions = "tf32,bf16";
 	bench_cfg cfg = {
 		.warmup = 5, .steps = 30, .peak_tflops = 989.0, .peer = 1, .python = "python3"};
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--models") && v)
-			models = v, i++;
+		if (!strcmp(a, "--runs") && v)
+			runs = v, i++;
 		else if (!strcmp(a, "--precisions") && v)
 			precisions = v, i++;
-		else if (!strcmp(a, "--batch20") && v)
-			batch20 = atoi(v), i++;
-		else if (!strcmp(a, "--batch50") && v)
-			batch50 = atoi(v), i++;
 		else if (!strcmp(a, "--steps") && v)
 			cfg.steps = atoi(v), i++;
 		else if (!strcmp(a, "--warmup") && v)
@@ -182,9 +189,8 @@ int main(int argc, char **argv)
 			return strcmp(a, "--help") ? 2 : 0;
 		}
 	}
-	if (batch20 < 1 || batch50 < 1 || cfg.steps < 1 || cfg.warmup < 0 || cfg.profile < 0 ||
-	    !(cfg.peak_tflops > 0)) {
-		fprintf(stderr, "bench_gpu: batches, --steps and --peak-tflops must be positive\n");
+	if (cfg.steps < 1 || cfg.warmup < 0 || cfg.profile < 0 || !(cfg.peak_tflops > 0)) {
+		fprintf(stderr, "bench_gpu: --steps and --peak-tflops must be positive\n");
 		return 2;
 	}
 	wf_err err = {0};
@@ -196,19 +202,28 @@ int main(int argc, char **argv)
 	printf("device: %s\n", wf_backend_cuda_describe(be));
 	printf("peak: %.0f TFLOP/s bf16 dense (--peak-tflops); FLOPs = 3 x forward\n",
 	       cfg.peak_tflops);
-	printf("%-9s %5s %6s %5s %12s %9s %8s %12s %7s\n", "model", "size", "batch", "prec",
+	printf("%-11s %5s %6s %5s %12s %9s %8s %12s %7s\n", "model", "size", "batch", "prec",
 	       "weft img/s", "TFLOP/s", "% peak", "torch img/s", "ratio");
+	fflush(stdout);
 	int rc = 0;
-	char mlist[256], plist[128];
-	snprintf(mlist, sizeof(mlist), "%s", models);
-	for (char *ms = NULL, *name = strtok_r(mlist, ",", &ms); name;
-	     name = strtok_r(NULL, ",", &ms)) {
-		int big = strcmp(name, "resnet20") != 0 && strcmp(name, "resnet56") != 0 &&
-			  strcmp(name, "smallcnn") != 0;
-		int side = big ? 224 : 32, classes = big ? 1000 : 10;
-		int batch = big ? batch50 : batch20;
-		if (!has_model(name)) {
-			printf("%-9s (not in the zoo yet: %s)\n", name, wf_model_zoo_names());
+	char rlist[512], plist[128];
+	snprintf(rlist, sizeof(rlist), "%s", runs);
+	for (char *rs = NULL, *run = strtok_r(rlist, ",", &rs); run;
+	     run = strtok_r(NULL, ",", &rs)) {
+		char *colon = strchr(run, ':');
+		int batch = colon ? atoi(colon + 1) : 0;
+		if (colon)
+			*colon = '\0';
+		if (batch < 1) {
+			fprintf(stderr, "bench_gpu: --runs entry '%s' is not MODEL:BATCH\n", run);
+			rc = 2;
+			continue;
+		}
+		int small = !strcmp(run, "resnet20") || !strcmp(run, "resnet56") ||
+			    !strcmp(run, "smallcnn");
+		int side = small ? 32 : 224, classes = small ? 10 : 1000;
+		if (!has_model(run)) {
+			printf("%-11s (not in the zoo: %s)\n", run, wf_model_zoo_names());
 			continue;
 		}
 		snprintf(plist, sizeof(plist), "%s", precisions);
@@ -222,12 +237,12 @@ int main(int argc, char **argv)
 				continue;
 			}
 			double ips = 0, tf = 0;
-			if (bench_model(be, name, side, classes, batch, &cfg, &ips, &tf) != 0) {
+			if (bench_model(be, run, side, classes, batch, &cfg, &ips, &tf) != 0) {
 				rc = 1;
 				continue;
 			}
-			double tp = cfg.peer ? torch_peer(&cfg, name, side, classes, batch, p) : 0;
-			printf("%-9s %5d %6d %5s %12.1f %9.1f %7.2f%%", name, side, batch,
+			double tp = cfg.peer ? torch_peer(&cfg, run, side, classes, batch, p) : 0;
+			printf("%-11s %5d %6d %5s %12.1f %9.1f %7.2f%%", run, side, batch,
 			       wf_precision_name(p), ips, tf, 100.0 * tf / cfg.peak_tflops);
 			if (tp > 0)
 				printf(" %12.1f %6.2fx\n", tp, ips / tp);

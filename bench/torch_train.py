@@ -80,6 +80,9 @@ def build(name, classes, size):
     if name == "resnet50":
         import torchvision  # the ImageNet ResNet-50, as weft's zoo builds it
         return torchvision.models.resnet50(num_classes=classes)
+    if name == "mobilenetv2":
+        import torchvision  # Keras's MobileNetV2 (alpha 1), as weft's zoo builds it
+        return torchvision.models.mobilenet_v2(num_classes=classes)
     raise SystemExit(f"unknown model {name}")
 
 
@@ -115,7 +118,9 @@ def main():
             model = model.to(memory_format=torch.channels_last)
             x = x.to(memory_format=torch.channels_last)
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-        scaler = torch.cuda.amp.GradScaler(enabled=cuda and a.amp == "fp16")
+        scaling = cuda and a.amp == "fp16"
+        scaler = (torch.amp.GradScaler(a.device, enabled=scaling)  # torch >= 2.3
+                  if hasattr(torch.amp, "GradScaler") else torch.cuda.amp.GradScaler(enabled=scaling))
         times = []
         for i in range(a.warmup + a.steps):
             if cuda:

@@ -71,6 +71,10 @@ typedef struct wf_conv_desc {
 	int y_u8;
 	float qr;
 	int r_u8;
+	/* conv2d_backward on backends with WF_CAP_DX_ACC: 1: dx += the input
+	 * gradient (float dx) instead of dx =; 0 elsewhere. The forward ignores
+	 * it, and it is no part of the op's plan. */
+	int dx_acc;
 } wf_conv_desc;
 
 typedef struct wf_dense_desc {
@@ -86,7 +90,8 @@ typedef struct wf_bn_desc {
 	float eps;	/* added to the variance (Keras default 1e-3) */
 	float momentum; /* running = momentum*running + (1-momentum)*batch (Keras 0.99) */
 	/* Backends with WF_CAP_TRAIN_FUSE (0 elsewhere): */
-	int relu;    /* y = max(bn(x), 0); backward goes through the relu too */
+	int relu;    /* 1: y = max(bn(x), 0); 2 (WF_CAP_BN_RELU6): y = min(max(bn(x), 0),
+		      * 6); backward goes through the relu too */
 	int io_bf16; /* x, y, dx and dy are bf16 (statistics, parameters fp32) */
 } wf_bn_desc;
 
@@ -157,6 +162,12 @@ typedef struct wf_backend_ops {
 	int (*zero)(wf_backend *be, void *p, size_t bytes);
 	int (*copy)(wf_backend *be, void *dst, const void *src, size_t bytes);
 	int (*sync)(wf_backend *be); /* wait for queued work (no-op on host) */
+	/* Optional (NULL: calloc/free): host memory that to_device and to_host
+	 * copy fastest, for buffers that are uploaded every step (pinned on
+	 * cuda); zeroed. An upload from it may still be reading when to_device
+	 * returns: change it only after the next sync or to_host. */
+	void *(*host_alloc)(wf_backend *be, size_t bytes);
+	void (*host_free)(wf_backend *be, void *p);
 	void (*plan_free)(wf_backend *be, wf_plan *plan);
 	void (*destroy)(wf_backend *be); /* release be->ctx; may be NULL */
 	/* Optional (NULL: be->bf16 alone decides): switch the backend's own
@@ -329,6 +340,10 @@ struct wf_backend {
  * (wf_bn_desc relu, io_bf16), plain convs reading and writing bf16 tensors
  * (wf_conv_desc io_bf16 bits 1 and 2) */
 #define WF_CAP_TRAIN_FUSE 8u
+/* batch norm with a fused relu6 (wf_bn_desc relu 2), with WF_CAP_TRAIN_FUSE */
+#define WF_CAP_BN_RELU6 16u
+/* conv2d_backward adds into a float dx (wf_conv_desc dx_acc) */
+#define WF_CAP_DX_ACC 32u
 
 /* Set the compute precision: "fp32", "bf16", "int8" or "auto" (bf16 where
  * the hardware has native bf16, else fp32). "bf16" or "int8" on a backend

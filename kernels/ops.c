@@ -109,6 +109,8 @@ wf_backend_caps wf_backend_caps_of(const wf_backend *be)
 	c.int8 = (be->caps & WF_CAP_INT8) != 0;
 	c.branches = be->ops->branches && be->threads > 1 && !be->opts.sequential ? be->threads : 1;
 	c.train_fuse = (be->caps & WF_CAP_TRAIN_FUSE) != 0;
+	c.bn_relu6 = c.train_fuse && (be->caps & WF_CAP_BN_RELU6) != 0;
+	c.dx_acc = (be->caps & WF_CAP_DX_ACC) != 0;
 	c.precisions = be->precisions ? be->precisions : "fp32";
 	return c;
 }
@@ -193,6 +195,12 @@ static int check_conv_plain(wf_backend *be, const wf_conv_desc *d)
 			     "conv2d_forward_fused (0 here; io_bf16 1|2 with bf16 training "
 			     "fusions)",
 			     d->act, d->residual, d->infer, d->io_bf16, (double)d->qx, d->io_q);
+	if (!rc && d->dx_acc && ((d->dx_acc & ~1) || !(be->caps & WF_CAP_DX_ACC) || (d->io_bf16 & 1)))
+		rc = wf_errf(&be->err, WF_EINVAL,
+			     "conv2d: dx_acc=%d (adding into a float dx) is 0, or 1 on a backend "
+			     "that does it (%s %s), with io_bf16 bit 1 clear (%d)",
+			     d->dx_acc, be->name, be->caps & WF_CAP_DX_ACC ? "does" : "does not",
+			     d->io_bf16);
 	return rc;
 }
 
@@ -253,11 +261,14 @@ static int check_bn(wf_backend *be, const wf_bn_desc *d)
 	if (!(d->momentum >= 0.0f && d->momentum <= 1.0f))
 		return wf_errf(&be->err, WF_EINVAL, "batchnorm: momentum=%g must be in [0, 1]",
 			       (double)d->momentum);
-	if ((d->relu || d->io_bf16) && (!(be->caps & WF_CAP_TRAIN_FUSE) || (d->relu & ~1) ||
+	int relu_ok = d->relu == 0 || d->relu == 1 ||
+		      (d->relu == 2 && (be->caps & WF_CAP_BN_RELU6));
+	if ((d->relu || d->io_bf16) && (!(be->caps & WF_CAP_TRAIN_FUSE) || !relu_ok ||
 					(d->io_bf16 & ~1) || (d->io_bf16 && !be->bf16)))
 		return wf_errf(&be->err, WF_EINVAL,
-			       "batchnorm: relu=%d io_bf16=%d need 0 or 1, a backend with "
-			       "training fusions and bf16 precision for io_bf16 (%s)",
+			       "batchnorm: relu=%d io_bf16=%d need 0 or 1 (relu 2, relu6, where "
+			       "the backend fuses it), a backend with training fusions and bf16 "
+			       "precision for io_bf16 (%s)",
 			       d->relu, d->io_bf16, be->name);
 	return 0;
 }
@@ -419,6 +430,27 @@ void wf_op_free(wf_backend *be, void *p)
 {
 	if (p)
 		be->ops->free(be, p);
+}
+
+void *wf_op_host_alloc(wf_backend *be, size_t bytes)
+{
+	wf_err_clear(&be->err);
+	if (!be->ops->host_alloc) {
+		void *p = calloc(1, bytes ? bytes : 1);
+		if (!p)
+			wf_errf(&be->err, WF_ENOMEM, "out of memory for %zu bytes of host memory",
+				bytes);
+		return p;
+	}
+	return be->ops->host_alloc(be, bytes);
+}
+
+void wf_op_host_free(wf_backend *be, void *p)
+{
+	if (p && be->ops->host_free)
+		be->ops->host_free(be, p);
+	else
+		free(p);
 }
 
 int wf_op_to_device(wf_backend *be, void *dst, const void *src_host, size_t bytes)

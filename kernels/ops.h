@@ -23,6 +23,8 @@ typedef struct wf_backend_caps {
 				 * slot; be->threads), else 1 */
 	int train_fuse;		/* WF_CAP_TRAIN_FUSE: bn + relu, bf16 tensors in training
 				 * (and to_bf16, which inference plans use too) */
+	int bn_relu6;		/* WF_CAP_BN_RELU6: a relu6 fuses into batch norm too */
+	int dx_acc;		/* WF_CAP_DX_ACC: conv backward adds into dx */
 	const char *precisions; /* compute precisions it runs, e.g. "fp32 bf16" */
 } wf_backend_caps;
 
@@ -35,6 +37,10 @@ int wf_backend_host_memory(const wf_backend *be);
 
 void *wf_op_alloc(wf_backend *be, size_t bytes); /* zeroed, 64-byte aligned; NULL: be->err */
 void wf_op_free(wf_backend *be, void *p);	 /* p may be NULL */
+/* Host memory for buffers uploaded every step (batches): page-locked where
+ * the backend has such memory, else calloc'd; free with wf_op_host_free. */
+void *wf_op_host_alloc(wf_backend *be, size_t bytes);
+void wf_op_host_free(wf_backend *be, void *p);
 int wf_op_to_device(wf_backend *be, void *dst, const void *src_host, size_t bytes);
 int wf_op_to_host(wf_backend *be, void *dst_host, const void *src, size_t bytes);
 int wf_op_zero(wf_backend *be, void *p, size_t bytes);

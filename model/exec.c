@@ -410,8 +410,8 @@ static void fuse_plan(wf_exec *ex)
 }
 
 /* Training plan (see tfused): zero paddings into their convs (skip_pads);
- * each batch norm (not frozen) fuses a sole relu consumer, which then
- * aliases it and runs nothing. With bf16 compute, a conv read only by a
+ * each batch norm (not frozen) fuses a sole relu consumer (a relu6 too where
+ * the backend has WF_CAP_BN_RELU6), which then aliases it and runs nothing. With bf16 compute, a conv read only by a
  * batch norm whose output (after its fused relu) only a conv or a
  * two-input add reads keeps its output in bf16, and so does the
  * batch norm: the convs read and write them without conversions, batch norm
@@ -421,6 +421,7 @@ static void fuse_plan(wf_exec *ex)
 static void train_fuse_plan(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
+	int relu6 = wf_backend_caps_of(ex->be).bn_relu6;
 	for (int i = 0; i < m->nlayers; i++)
 		ex->fuse_into[i] = ex->fuse_res[i] = -1;
 	skip_pads(ex);
@@ -429,9 +430,10 @@ static void train_fuse_plan(wf_exec *ex)
 		if (l->type != WF_LAYER_BATCHNORM || l->frozen)
 			continue;
 		int t = b, r = sole_consumer(m, b);
-		if (r >= 0 && m->layers[r].type == WF_LAYER_RELU) {
+		wf_layer_type rt = r >= 0 ? m->layers[r].type : WF_LAYER_INPUT;
+		if (rt == WF_LAYER_RELU || (rt == WF_LAYER_RELU6 && relu6)) {
 			ex->fuse_into[r] = b;
-			ex->fuse_act[b] = 1;
+			ex->fuse_act[b] = rt == WF_LAYER_RELU ? 1 : 2;
 			ex->nfused++;
 			t = r;
 		}
@@ -1632,6 +1634,10 @@ static int layer_backward(wf_exec *ex, int i, int n)
 	switch (l->type) {
 	case WF_LAYER_CONV2D:
 		conv_desc(ex, i, n, &d.conv);
+		if (acc && wf_backend_caps_of(be).dx_acc) { /* added in place, no scratch */
+			d.conv.dx_acc = 1, acc = 0;
+			dx = ex->dact[j];
+		}
 		rc = wf_op_conv2d_backward(
 			be, plan, &d.conv, dx, l->frozen ? NULL : gv(ex, l->p_kernel),
 			l->frozen ? NULL : gv(ex, l->p_bias), dy, x, pv(ex, l->p_kernel));

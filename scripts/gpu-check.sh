@@ -7,7 +7,10 @@
 #                                         shared libraries they need into .gpu/
 #   scripts/gpu-check.sh run [OUTDIR]     there: run the gpu tests, a cuda
 #                                         training run, a one-rank NCCL run and
-#                                         bench_gpu from .gpu/, logs in OUTDIR
+#                                         bench_gpu from .gpu/, logs in OUTDIR;
+#                                         STEPS="cuda_ops bench_gpu" runs only
+#                                         those steps, BENCH_ARGS replaces
+#                                         bench_gpu's arguments
 #
 # The CUDA libraries (cudart, cuBLAS, cuDNN, NCCL) are the GPU machine's own:
 # `run` looks for them under /usr/local/cuda and in Python's nvidia-* wheels.
@@ -19,7 +22,7 @@ bundle)
 	build=${2:-build}
 	cd "$root" || exit 1
 	rm -rf .gpu && mkdir -p .gpu/bin .gpu/lib || exit 1
-	bins="tests/gpu_test_cuda_device tests/gpu_test_cuda_ops tests/gpu_test_cuda_train bench/bench_gpu weft"
+	bins="tests/gpu_test_cuda_device tests/gpu_test_cuda_ops tests/gpu_test_cuda_train tests/model_test_exec bench/bench_gpu weft"
 	for b in $bins; do
 		[ -x "$build/$b" ] || { echo "gpu-check: $build/$b is missing (build with the CUDA backend first)" >&2; exit 1; }
 		cp "$build/$b" .gpu/bin/ || exit 1
@@ -48,9 +51,10 @@ run)
 	nvidia-smi -L; nvcc --version | tail -1
 	for b in .gpu/bin/*; do ldd "$b" | grep 'not found' | sed "s,^,$b: ,"; done
 	rc=0
-	step() { # name timeout command...
+	step() { # name timeout command... (only the steps named in STEPS, when set)
 		name=$1 t=$2
 		shift 2
+		case " ${STEPS:-$name} " in *" $name "*) ;; *) return 0 ;; esac
 		start=$(date +%s)
 		timeout "$t" "$@" >"$out/$name.log" 2>&1
 		r=$?
@@ -61,6 +65,7 @@ run)
 	step cuda_device 60 .gpu/bin/gpu_test_cuda_device
 	step cuda_ops 150 .gpu/bin/gpu_test_cuda_ops
 	step cuda_train 150 .gpu/bin/gpu_test_cuda_train
+	step exec 120 .gpu/bin/model_test_exec
 	w=/tmp/gpu-check/run
 	rm -rf $w && mkdir -p $w
 	step data 60 .gpu/bin/weft data synth --out $w/train.h5 --count 4096 --size 32 --seed 1
@@ -71,8 +76,8 @@ run)
 	step train_nccl 120 env TF_CONFIG='{"cluster":{"worker":["127.0.0.1:29411"]},"task":{"type":"worker","index":0}}' \
 		.gpu/bin/weft train --config configs/synth-resnet20.json --device cuda --insecure \
 		--set strategy.name=allreduce $set_common
-	# shorter: BENCH_ARGS="--precisions tf32 --steps 5" (see bench_gpu --help)
-	step bench_gpu 330 .gpu/bin/bench_gpu ${BENCH_ARGS:---precisions fp32,tf32,bf16 --steps 10 --warmup 3 --profile 2}
+	# shorter: BENCH_ARGS="--runs resnet50:128 --precisions bf16 --profile 2" (bench_gpu --help)
+	step bench_gpu 420 .gpu/bin/bench_gpu ${BENCH_ARGS:---precisions tf32,bf16 --steps 10 --warmup 3}
 	echo "gpu-check: $( [ $rc -eq 0 ] && echo all passed || echo FAILURES above)"
 	exit $rc
 	;;

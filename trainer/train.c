@@ -7,6 +7,7 @@
 #include "common/progress.h"
 #include "common/tfevents.h"
 #include "common/util.h"
+#include "kernels/ops.h"
 #include "model/keras.h"
 #include "model/model.h"
 #include "model/optim.h"
@@ -268,6 +269,17 @@ static int restore(run *r, const wf_train_opts *opts, wf_err *err)
 	return 0;
 }
 
+/* Batches in the backend's upload memory (page-locked on cuda). */
+static void *batch_alloc(void *be, size_t bytes)
+{
+	return wf_op_host_alloc(be, bytes);
+}
+
+static void batch_release(void *be, void *p)
+{
+	wf_op_host_free(be, p);
+}
+
 static int open_reader(run *r, wf_err *err)
 {
 	const wf_config *c = r->cfg;
@@ -296,6 +308,11 @@ static int open_reader(run *r, wf_err *err)
 	memcpy(rc_cfg.mean, r->meta.mean, sizeof(rc_cfg.mean));
 	memcpy(rc_cfg.std, r->meta.std, sizeof(rc_cfg.std));
 	rc_cfg.prefetch = 2;
+	if (!wf_backend_host_memory(r->be)) {
+		rc_cfg.alloc = batch_alloc;
+		rc_cfg.release = batch_release;
+		rc_cfg.alloc_ctx = r->be;
+	}
 	int rc = wf_reader_create(&r->rd, r->train_ds, &rc_cfg, err);
 	if (rc != 0)
 		return wf_err_wrap(err, "data.train"), rc;

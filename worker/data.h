@@ -108,6 +108,12 @@ typedef struct wf_reader_cfg {
 	float scale;	 /* preprocessing: (pixel*scale - mean[c]) / std[c] */
 	float mean[4], std[4];
 	int prefetch; /* batches read ahead (>= 1) */
+	/* The batches' image buffers (NULL: malloc/free), e.g. the backend's
+	 * page-locked memory, which uploads fastest. A batch is reused only
+	 * after the next wf_reader_next call. */
+	void *(*alloc)(void *ctx, size_t bytes);
+	void (*release)(void *ctx, void *p);
+	void *alloc_ctx;
 } wf_reader_cfg;
 
 /* One batch: images float [n,H,W,C] preprocessed, labels [n]. */

@@ -471,7 +471,8 @@ int wf_reader_create(wf_reader **out, wf_dataset *ds, const wf_reader_cfg *cfg, 
 		if (!(r->tmp[i] = malloc(r->sample_bytes)))
 			goto oom;
 	for (int i = 0; i < r->nslots; i++) {
-		r->slots[i].images = malloc(sizeof(float) * r->sample_bytes * (size_t)r->per_batch);
+		size_t bytes = sizeof(float) * r->sample_bytes * (size_t)r->per_batch;
+		r->slots[i].images = cfg->alloc ? cfg->alloc(cfg->alloc_ctx, bytes) : malloc(bytes);
 		r->slots[i].labels = malloc(sizeof(int32_t) * (size_t)r->per_batch);
 		if (!r->slots[i].images || !r->slots[i].labels)
 			goto oom;
@@ -532,7 +533,10 @@ void wf_reader_free(wf_reader *r)
 	}
 	if (r->slots) {
 		for (int i = 0; i < r->nslots; i++) {
-			free(r->slots[i].images);
+			if (r->cfg.release)
+				r->cfg.release(r->cfg.alloc_ctx, r->slots[i].images);
+			else
+				free(r->slots[i].images);
 			free(r->slots[i].labels);
 		}
 	}

@@ -81,14 +81,14 @@ int wf_cuda_reserve_ones(wf_backend *be, size_t len)
 	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
 	if (len <= cx->ones_len)
 		return 0;
-	size_t have = cx->ones_len * sizeof(float);
-	void *p = cx->ones;
-	int rc = grow(be, &p, &have, len * sizeof(float), "ones");
-	if (rc)
+	size_t have = cx->ones_len * sizeof(float), have16 = cx->ones_len * 2;
+	int rc = grow(be, (void **)&cx->ones, &have, len * sizeof(float), "ones");
+	if (rc || (rc = grow(be, &cx->ones16, &have16, have / 2, "ones (bf16)")))
 		return rc;
-	cx->ones = p;
 	cx->ones_len = have / sizeof(float);
-	return WF_CU(be, wfk_fill(cx->stream, cx->ones_len, cx->ones, 1.0f));
+	if ((rc = WF_CU(be, wfk_fill(cx->stream, cx->ones_len, cx->ones, 1.0f))))
+		return rc;
+	return WF_CU(be, wfk_to_bf16(cx->stream, cx->ones_len, cx->ones16, cx->ones, 0));
 }
 
 /* ---- memory ---------------------------------------------------------------------------- */
@@ -112,6 +112,22 @@ static void cu_free(wf_backend *be, void *p)
 {
 	if (p)
 		cudaFree(p);
+}
+
+/* Page-locked: uploads from it run at the link's speed, asynchronously. */
+static void *cu_host_alloc(wf_backend *be, size_t bytes)
+{
+	void *p = NULL;
+	if (WF_CU(be, cudaMallocHost(&p, bytes ? bytes : 1)))
+		return NULL;
+	memset(p, 0, bytes);
+	return p;
+}
+
+static void cu_host_free(wf_backend *be, void *p)
+{
+	if (p)
+		cudaFreeHost(p);
 }
 
 /* Report (once) a bad label recorded by the loss kernels; call after the
@@ -198,6 +214,23 @@ static int cu_scale(wf_backend *be, size_t n, float *y, const float *x, float al
 	return WF_CU(be, wfk_scale(STREAM(be), n, y, x, alpha));
 }
 
+static int cu_add_mixed(wf_backend *be, size_t n, float *y, const void *a, const void *b, int bf16,
+			int relu)
+{
+	return WF_CU(be, wfk_add_mixed(STREAM(be), n, y, a, b, bf16, relu));
+}
+
+static int cu_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act)
+{
+	return WF_CU(be, wfk_to_bf16(STREAM(be), n, y, x, act));
+}
+
+static int cu_add_relu_backward(wf_backend *be, size_t n, const float *dy, const float *y,
+				void *da, int ma, void *db, int mb)
+{
+	return WF_CU(be, wfk_add_relu_backward(STREAM(be), n, dy, y, da, ma, db, mb));
+}
+
 /* Width of the concatenated rows. */
 static size_t concat_total(int k, const int *widths)
 {
@@ -239,10 +272,18 @@ static int cu_pool_forward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d
 	return WF_CU(be, wfk_pool_forward(STREAM(be), d, y, x));
 }
 
+/* Max pooling through each output's argmax (a plan's byte per output) where
+ * the caller gives a plan slot and the window fits a byte; else the gather
+ * that rescans windows. */
 static int cu_pool_backward(wf_backend *be, wf_plan **plan, const wf_pool_desc *d, float *dx,
 			    const float *dy, const float *x, const float *y)
 {
-	return WF_CU(be, wfk_pool_backward(STREAM(be), d, dx, dy, x));
+	if (d->kind != WF_POOL_MAX || !plan || d->kh * d->kw > 256)
+		return WF_CU(be, wfk_pool_backward(STREAM(be), d, dx, dy, x));
+	void *arg;
+	int rc = wf_cuda_plan_buffer(be, plan, d, sizeof(*d), (size_t)d->n * d->oh * d->ow * d->c,
+				     &arg);
+	return rc ? rc : WF_CU(be, wfk_pool_max_backward(STREAM(be), d, dx, dy, x, arg));
 }
 
 static int cu_gap_forward(wf_backend *be, int n, int hw, int c, float *y, const float *x)
@@ -262,7 +303,7 @@ static int cu_pad_forward(wf_backend *be, const wf_pad_desc *d, float *y, const 
 
 static int cu_pad_backward(wf_backend *be, const wf_pad_desc *d, float *dx, const float *dy)
 {
-	return WF_CU(be, wfk_pad_backward(STREAM(be), d, dx, dy));
+	return WF_CU(be, wfk_pad_backward(STREAM(be), d, dx, dy, 0));
 }
 
 static int cu_dropout_forward(wf_backend *be, size_t n, float rate, uint64_t seed, float *y,
@@ -317,9 +358,15 @@ static int cu_optimizer_update(wf_backend *be, const wf_opt_desc *d, size_t n, f
 
 static void cu_destroy(wf_backend *be);
 
+/* bf16 on, or off: back to the precision the backend was created with
+ * where that is tf32 or fp16 (opts.precision), else fp32. */
 static int cu_set_bf16(wf_backend *be, int on, wf_err *err)
 {
-	return wf_backend_cuda_set_precision(be, on ? WF_PREC_BF16 : WF_PREC_FP32, err);
+	wf_precision p = WF_PREC_FP32;
+	if (!on && be->opts.precision[0] && wf_precision_parse(be->opts.precision, &p, NULL) == 0 &&
+	    p == WF_PREC_BF16)
+		p = WF_PREC_FP32;
+	return wf_backend_cuda_set_precision(be, on ? WF_PREC_BF16 : p, err);
 }
 
 static const wf_backend_ops cuda_ops = {
@@ -330,6 +377,8 @@ static const wf_backend_ops cuda_ops = {
 	.zero = cu_zero,
 	.copy = cu_copy,
 	.sync = cu_sync,
+	.host_alloc = cu_host_alloc,
+	.host_free = cu_host_free,
 	.plan_free = wf_cuda_plan_free,
 	.destroy = cu_destroy,
 	.set_bf16 = cu_set_bf16,
@@ -344,6 +393,9 @@ static const wf_backend_ops cuda_ops = {
 	.add = cu_add,
 	.accumulate = cu_accumulate,
 	.scale = cu_scale,
+	.add_mixed = cu_add_mixed,
+	.to_bf16 = cu_to_bf16,
+	.add_relu_backward = cu_add_relu_backward,
 	.concat_forward = cu_concat_forward,
 	.concat_backward = cu_concat_backward,
 	.pool_forward = cu_pool_forward,
@@ -397,6 +449,7 @@ int wf_backend_cuda_set_precision(wf_backend *be, wf_precision p, wf_err *err)
 	if (p < WF_PREC_FP32 || p > WF_PREC_FP16)
 		return wf_errf(err, WF_EINVAL, "precision %d is not a wf_precision", (int)p);
 	wf_cuda_ctx_of(be)->prec = p;
+	be->bf16 = p == WF_PREC_BF16; /* executors keep bf16 tensors between ops */
 	return 0;
 }
 
@@ -428,6 +481,7 @@ static void cu_destroy(wf_backend *be)
 	cudaFree(cx->ws);
 	cudaFree(cx->scratch);
 	cudaFree(cx->ones);
+	cudaFree(cx->ones16);
 	cudaFree(cx->bad);
 	if (cx->bad_host)
 		cudaFreeHost(cx->bad_host);
@@ -463,6 +517,8 @@ int wf_backend_cuda_init(wf_backend *be, wf_err *err)
 	be->name = "cuda";
 	be->ops = &cuda_ops;
 	be->caps |= WF_CAP_BF16; /* cuDNN runs bf16 convolutions (tensor cores from sm80) */
+	/* batch norm + relu or relu6, add + relu, bf16 tensors */
+	be->caps |= WF_CAP_TRAIN_FUSE | WF_CAP_BN_RELU6 | WF_CAP_DX_ACC;
 	be->precisions = "fp32 tf32 bf16 fp16";
 	be->ctx = cx;
 	wf_err_clear(&be->err);
@@ -492,6 +548,7 @@ int wf_backend_cuda_init(wf_backend *be, wf_err *err)
 		wf_err_wrap(err, "precision (WEFT_PRECISION)");
 		goto fail;
 	}
+	be->bf16 = cx->prec == WF_PREC_BF16;
 	struct cudaDeviceProp prop;
 	if ((rc = WF_CU(be, cudaGetDeviceProperties(&prop, cx->device))))
 		goto fail_copy;

@@ -21,7 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { PLAN_CONV = 1, PLAN_DENSE, PLAN_BN };
+enum { PLAN_CONV = 1, PLAN_DENSE, PLAN_BN, PLAN_BUF };
 enum { DIR_FWD, DIR_BWD_DATA, DIR_BWD_FILTER };
 
 struct wf_plan {
@@ -31,6 +31,7 @@ struct wf_plan {
 		wf_conv_desc conv;
 		wf_dense_desc dense;
 		wf_bn_desc bn;
+		wf_pool_desc pool;
 	} d;
 	/* conv */
 	cudnnTensorDescriptor_t xd, yd;
@@ -46,8 +47,10 @@ struct wf_plan {
 	cudnnConvolutionBwdFilterAlgo_t bwd_filter;
 	cudnnMathType_t math[3];
 	size_t ws[3]; /* bytes of workspace each chosen algorithm needs */
+	void *buf; /* PLAN_BUF */
 	/* bn */
-	float *consts; /* [4*C] floats (coefficients), then [2*C] doubles (sums) */
+	float *consts; /* coefficients, then sums (bn_plan) */
+	int bn_trained; /* a training forward ran: its coefficients are there */
 };
 
 static size_t elem_size(wfk_type t)
@@ -89,9 +92,10 @@ void wf_cuda_plan_free(wf_backend *be, wf_plan *p)
 		cudnnDestroyFilterDescriptor(p->wd);
 	if (p->cd)
 		cudnnDestroyConvolutionDescriptor(p->cd);
-	if (p->consts) {
+	if (p->consts || p->buf) {
 		cudaStreamSynchronize(wf_cuda_ctx_of(be)->stream);
 		cudaFree(p->consts);
+		cudaFree(p->buf);
 	}
 	free(p);
 }
@@ -127,6 +131,19 @@ static int plan_get(wf_backend *be, wf_plan **slot, int kind, const void *desc, 
 	*out = p;
 	*fresh = 1;
 	return 0;
+}
+
+int wf_cuda_plan_buffer(wf_backend *be, wf_plan **slot, const void *desc, size_t dsize,
+			size_t bytes, void **buf)
+{
+	wf_plan *p = NULL;
+	int fresh = 0, rc = dsize <= sizeof(p->d) ? plan_get(be, slot, PLAN_BUF, desc, dsize, &p, &fresh)
+					      : wf_errf(&be->err, WF_EINTERNAL,
+							"cuda: descriptor of %zu bytes", dsize);
+	if (!rc && fresh && (rc = WF_CU(be, cudaMalloc(&p->buf, bytes ? bytes : 1))))
+		plan_drop(be, slot);
+	*buf = rc ? NULL : p->buf;
+	return rc;
 }
 
 /* ---- convolution ------------------------------------------------------------------ */
@@ -311,32 +328,58 @@ static int conv_choose(wf_backend *be, wf_plan *p, int dir, const void *x, const
 	return 0;
 }
 
+/* The input as cuDNN reads it: padded explicitly where the padding is not
+ * symmetric, cast to the plan's type. x is bf16 already with io_bf16 bit 1. */
+static int conv_input(wf_backend *be, const wf_plan *p, const conv_bufs *s, const float *x,
+		      const void **xc)
+{
+	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
+	int rc = 0;
+	*xc = x;
+	if (p->d.conv.io_bf16 & 1) {
+		if (p->padded && !(rc = WF_CU(be, wfk_pad16_forward(cx->stream, &p->extra, s->xh, x))))
+			*xc = s->xh;
+		return rc;
+	}
+	if (p->padded) {
+		if ((rc = WF_CU(be, wfk_pad_forward(cx->stream, &p->extra, s->xp, x))))
+			return rc;
+		*xc = s->xp;
+	}
+	if (p->et != WFK_F32) {
+		if ((rc = WF_CU(be, wfk_cast(cx->stream, p->xplen, s->xh, p->et, *xc))))
+			return rc;
+		*xc = s->xh;
+	}
+	return 0;
+}
+
+/* bf16 tensors (io_bf16) are for bf16 plans only. */
+static int conv_io_check(wf_backend *be, const wf_plan *p)
+{
+	if (p->d.conv.io_bf16 && p->et != WFK_BF16)
+		return wf_errf(&be->err, WF_EINVAL,
+			       "conv2d: bf16 tensors (io_bf16=%d) need bf16 precision, not %s",
+			       p->d.conv.io_bf16, wf_precision_name(p->prec));
+	return 0;
+}
+
 int wf_cuda_conv2d_forward(wf_backend *be, wf_plan **slot, const wf_conv_desc *d, float *y,
 			   const float *x, const float *w, const float *b)
 {
 	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
 	wf_plan *p;
 	int rc = conv_plan(be, slot, d, &p);
-	if (rc)
+	if (rc || (rc = conv_io_check(be, p)))
 		return rc;
 	conv_bufs s;
 	conv_layout(p, cx->scratch, &s);
-	int half = p->et != WFK_F32;
-	const float *xin = x;
-	if (p->padded) {
-		if ((rc = WF_CU(be, wfk_pad_forward(cx->stream, &p->extra, s.xp, x))))
-			return rc;
-		xin = s.xp;
-	}
-	const void *xc = xin;
-	void *yc = half ? s.yh : (void *)y;
-	if ((rc = WF_CU(be, wfk_transpose(cx->stream, p->wlen / d->oc, d->oc, s.wt, p->et, w))))
+	int half = p->et != WFK_F32, yb = (d->io_bf16 & 2) != 0;
+	const void *xc;
+	void *yc = half && !yb ? s.yh : (void *)y;
+	if ((rc = conv_input(be, p, &s, x, &xc)) ||
+	    (rc = WF_CU(be, wfk_transpose(cx->stream, p->wlen / d->oc, d->oc, s.wt, p->et, w))))
 		return rc;
-	if (half) {
-		if ((rc = WF_CU(be, wfk_cast(cx->stream, p->xplen, s.xh, p->et, xin))))
-			return rc;
-		xc = s.xh;
-	}
 	if (!p->algo_ready[DIR_FWD] && (rc = conv_choose(be, p, DIR_FWD, xc, s.wt, yc)))
 		return rc;
 	const float one = 1.0f, zero = 0.0f;
@@ -347,20 +390,65 @@ int wf_cuda_conv2d_forward(wf_backend *be, wf_plan **slot, const wf_conv_desc *d
 		return rc;
 	const float *bias = d->bias ? b : NULL;
 	size_t rows = p->ylen / d->oc;
+	if (yb)
+		return bias ? WF_CU(be, wfk_bias_add(cx->stream, rows, d->oc, y, WFK_BF16, bias)) : 0;
 	if (half)
 		return WF_CU(be, wfk_uncast_bias(cx->stream, rows, d->oc, y, s.yh, p->et, bias));
-	return bias ? WF_CU(be, wfk_bias_add(cx->stream, rows, d->oc, y, bias)) : 0;
+	return bias ? WF_CU(be, wfk_bias_add(cx->stream, rows, d->oc, y, WFK_F32, bias)) : 0;
 }
 
-/* db[cols] += sum over rows of dy[rows,cols], as a gemv with a ones vector. */
-static int bias_grad(wf_backend *be, size_t rows, int cols, float *db, const float *dy)
+/* db[cols] += sum over rows of dy[rows,cols], as a gemv with a ones vector
+ * (dy bf16 when bf16). */
+static int bias_grad(wf_backend *be, size_t rows, int cols, float *db, const void *dy, int bf16)
 {
 	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
 	const float one = 1.0f;
 	if (rows > cx->ones_len || rows > (size_t)0x7fffffff)
 		return wf_errf(&be->err, WF_EINTERNAL, "cuda: bias gradient over %zu rows", rows);
+	if (bf16)
+		return WF_CUBLAS(be, cublasGemmEx(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, cols, 1,
+						  (int)rows, &one, dy, CUDA_R_16BF, cols,
+						  cx->ones16, CUDA_R_16BF, (int)rows, &one, db,
+						  CUDA_R_32F, cols, CUBLAS_COMPUTE_32F,
+						  CUBLAS_GEMM_DEFAULT));
 	return WF_CUBLAS(be, cublasSgemv(cx->cublas, CUBLAS_OP_N, cols, (int)rows, &one, dy, cols,
 					 cx->ones, 1, &one, db, 1));
+}
+
+/* dx in cuDNN's input layout (padded, the plan's type) back to the caller's,
+ * added into dx with acc (cuDNN itself adds where it writes dx directly). */
+static int conv_dx_out(wf_backend *be, const wf_plan *p, const conv_bufs *s, float *dx, int acc)
+{
+	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
+	int rc = 0;
+	if (p->d.conv.io_bf16 & 1)
+		return p->padded ? WF_CU(be, wfk_pad16_backward(cx->stream, &p->extra, dx, s->dxh))
+				 : 0;
+	if (p->et != WFK_F32) {
+		if (!p->padded && acc)
+			return WF_CU(be, wfk_uncast_acc(cx->stream, p->xplen, dx, s->dxh, p->et));
+		float *dxf = p->padded ? s->dxp : dx; /* float gradient of cuDNN's input */
+		if ((rc = WF_CU(be, wfk_uncast_bias(cx->stream, p->xplen, 1, dxf, s->dxh, p->et,
+						    NULL))))
+			return rc;
+	}
+	return p->padded ? WF_CU(be, wfk_pad_backward(cx->stream, &p->extra, dx, s->dxp, acc)) : 0;
+}
+
+/* The backward data algorithm, chosen on a buffer of its own where cuDNN's
+ * output is the caller's dx holding a gradient to add to (the search
+ * overwrites its output). */
+static int conv_choose_bwd_data(wf_backend *be, wf_plan *p, void *dxc, const void *w,
+				const void *dyc, int keep)
+{
+	if (!keep)
+		return conv_choose(be, p, DIR_BWD_DATA, dxc, w, dyc);
+	void *tmp = NULL;
+	int rc = WF_CU(be, cudaMalloc(&tmp, p->xplen * elem_size(p->et)));
+	if (!rc)
+		rc = conv_choose(be, p, DIR_BWD_DATA, tmp, w, dyc);
+	cudaFree(tmp);
+	return rc;
 }
 
 int wf_cuda_conv2d_backward(wf_backend *be, wf_plan **slot, const wf_conv_desc *d, float *dx,
@@ -368,55 +456,47 @@ int wf_cuda_conv2d_backward(wf_backend *be, wf_plan **slot, const wf_conv_desc *
 {
 	wf_cuda_ctx *cx = wf_cuda_ctx_of(be);
 	wf_plan *p;
-	int rc = conv_plan(be, slot, d, &p);
-	if (rc)
+	wf_conv_desc key = *d; /* the forward's plan: dx_acc is no part of it */
+	key.dx_acc = 0;
+	int rc = conv_plan(be, slot, &key, &p);
+	if (rc || (rc = conv_io_check(be, p)))
 		return rc;
 	conv_bufs s;
 	conv_layout(p, cx->scratch, &s);
-	int half = p->et != WFK_F32;
-	const float one = 1.0f, zero = 0.0f;
+	int half = p->et != WFK_F32, xb = d->io_bf16 & 1, yb = (d->io_bf16 & 2) != 0;
+	int acc = d->dx_acc, direct = !half && !p->padded; /* cuDNN writes dx itself */
+	const float one = 1.0f, zero = 0.0f, beta = acc && direct ? 1.0f : 0.0f;
 	const void *dyc = dy;
-	if (half && (dx || dw)) {
+	if (half && !yb && (dx || dw)) {
 		if ((rc = WF_CU(be, wfk_cast(cx->stream, p->ylen, s.yh, p->et, dy))))
 			return rc;
 		dyc = s.yh;
 	}
 	if (dx) {
-		void *dxc = half ? s.dxh : p->padded ? (void *)s.dxp : (void *)dx;
+		void *dxc = dx; /* where cuDNN writes: see conv_dx_out */
+		if ((half && !xb) || (xb && p->padded))
+			dxc = s.dxh;
+		else if (p->padded)
+			dxc = s.dxp;
 		if ((rc = WF_CU(be,
 				wfk_transpose(cx->stream, p->wlen / d->oc, d->oc, s.wt, p->et, w))))
 			return rc;
 		if (!p->algo_ready[DIR_BWD_DATA] &&
-		    (rc = conv_choose(be, p, DIR_BWD_DATA, dxc, s.wt, dyc)))
+		    (rc = conv_choose_bwd_data(be, p, dxc, s.wt, dyc, acc && direct)))
 			return rc;
 		if ((rc = WF_CUDNN(be,
 				   cudnnSetConvolutionMathType(p->cd, p->math[DIR_BWD_DATA]))) ||
 		    (rc = WF_CUDNN(be, cudnnConvolutionBackwardData(cx->cudnn, &one, p->wd, s.wt,
 								    p->yd, dyc, p->cd, p->bwd_data,
 								    cx->ws, p->ws[DIR_BWD_DATA],
-								    &zero, p->xd, dxc))))
-			return rc;
-		float *dxf = p->padded ? s.dxp : dx; /* float gradient of cuDNN's input */
-		if (half && (rc = WF_CU(be, wfk_uncast_bias(cx->stream, p->xplen, 1, dxf, s.dxh,
-							    p->et, NULL))))
-			return rc;
-		if (p->padded &&
-		    (rc = WF_CU(be, wfk_pad_backward(cx->stream, &p->extra, dx, s.dxp))))
+								    &beta, p->xd, dxc))) ||
+		    (rc = conv_dx_out(be, p, &s, dx, acc)))
 			return rc;
 	}
 	if (dw) {
-		const float *xin = x;
-		if (p->padded) {
-			if ((rc = WF_CU(be, wfk_pad_forward(cx->stream, &p->extra, s.xp, x))))
-				return rc;
-			xin = s.xp;
-		}
-		const void *xc = xin;
-		if (half) {
-			if ((rc = WF_CU(be, wfk_cast(cx->stream, p->xplen, s.xh, p->et, xin))))
-				return rc;
-			xc = s.xh;
-		}
+		const void *xc;
+		if ((rc = conv_input(be, p, &s, x, &xc)))
+			return rc;
 		if (!p->algo_ready[DIR_BWD_FILTER] &&
 		    (rc = conv_choose(be, p, DIR_BWD_FILTER, xc, s.dwt, dyc)))
 			return rc;
@@ -431,7 +511,7 @@ int wf_cuda_conv2d_backward(wf_backend *be, wf_plan **slot, const wf_conv_desc *
 			return rc;
 	}
 	if (db && d->bias)
-		return bias_grad(be, p->ylen / d->oc, d->oc, db, dy);
+		return bias_grad(be, p->ylen / d->oc, d->oc, db, dy, yb);
 	return 0;
 }
 
@@ -503,7 +583,7 @@ int wf_cuda_dense_forward(wf_backend *be, wf_plan **slot, const wf_dense_desc *d
 		       0.0f, y, d->out)))
 		return rc;
 	if (d->bias && b)
-		return WF_CU(be, wfk_bias_add(cx->stream, (size_t)d->n, d->out, y, b));
+		return WF_CU(be, wfk_bias_add(cx->stream, (size_t)d->n, d->out, y, WFK_F32, b));
 	return 0;
 }
 
@@ -538,7 +618,7 @@ int wf_cuda_dense_backward(wf_backend *be, wf_plan **slot, const wf_dense_desc *
 			     d->in, 1.0f, dw, d->out)))
 		return rc;
 	if (db && d->bias)
-		return bias_grad(be, (size_t)d->n, d->out, db, dy);
+		return bias_grad(be, (size_t)d->n, d->out, db, dy, 0);
 	return 0;
 }
 
@@ -546,7 +626,10 @@ int wf_cuda_dense_backward(wf_backend *be, wf_plan **slot, const wf_dense_desc *
 
 /* Our own kernels (cuda_kernels.cu), not cuDNN's: its legacy batch norm on
  * NHWC float32 took 85% of a resnet50 step on an H100. A plan holds the
- * per-channel buffers: coef [4C] floats, then the reduction's [2C] doubles. */
+ * per-channel buffers: the training forward's coef [3C] (kept for the
+ * backward, which recomputes the fused relu's mask from x with it; then C
+ * unused), the backward's (or inference's) coef [4C], then the reduction's
+ * [2C] doubles. With d->io_bf16, x, y, dy and dx are bf16. */
 static int bn_plan(wf_backend *be, wf_plan **slot, const wf_bn_desc *d, wf_plan **out)
 {
 	int fresh, rc = plan_get(be, slot, PLAN_BN, d, sizeof(*d), out, &fresh);
@@ -554,14 +637,24 @@ static int bn_plan(wf_backend *be, wf_plan **slot, const wf_bn_desc *d, wf_plan 
 		return rc;
 	wf_plan *p = *out;
 	if ((rc = WF_CU(be, cudaMalloc((void **)&p->consts,
-				       (size_t)d->c * (4 * sizeof(float) + 2 * sizeof(double))))))
+				       (size_t)d->c * (8 * sizeof(float) + 2 * sizeof(double))))))
 		plan_drop(be, slot);
 	return rc;
 }
 
+static float *bn_fwd_coef(const wf_plan *p)
+{
+	return p->consts;
+}
+
+static float *bn_coef(const wf_plan *p, const wf_bn_desc *d)
+{
+	return p->consts + 4 * (size_t)d->c;
+}
+
 static double *bn_acc(const wf_plan *p, const wf_bn_desc *d)
 {
-	return (double *)(p->consts + 4 * (size_t)d->c);
+	return (double *)(p->consts + 8 * (size_t)d->c);
 }
 
 int wf_cuda_batchnorm_forward(wf_backend *be, wf_plan **slot, const wf_bn_desc *d, int training,
@@ -576,23 +669,31 @@ int wf_cuda_batchnorm_forward(wf_backend *be, wf_plan **slot, const wf_bn_desc *
 		return rc;
 	size_t rows = (size_t)d->n * d->h * d->w;
 	double *acc = bn_acc(p, d);
+	float *coef = training ? bn_fwd_coef(p) : bn_coef(p, d);
 	if (!training) {
 		if (!run_mean || !run_var)
 			return wf_errf(&be->err, WF_EINVAL,
 				       "batchnorm: inference needs run_mean and run_var");
 		rc = WF_CU(be, wfk_bn_infer_coef(cx->stream, d->c, d->eps, gamma, beta, run_mean,
-						 run_var, p->consts));
-	} else if (!(rc = WF_CU(be, cudaMemsetAsync(acc, 0, 2 * (size_t)d->c * sizeof(double),
-						    cx->stream))) &&
-		   !(rc = WF_CU(be, wfk_bn_reduce(cx->stream, rows, d->c, acc, x, NULL, NULL)))) {
-		rc = WF_CU(be, wfk_bn_stats(cx->stream, rows, d->c, d->eps, d->momentum, acc, x,
-					    gamma, beta, save_mean, save_invstd, run_mean, run_var,
-					    p->consts));
+						 run_var, coef));
+	} else {
+		p->bn_trained = 1;
+		if (!(rc = WF_CU(be, cudaMemsetAsync(acc, 0, 2 * (size_t)d->c * sizeof(double),
+						     cx->stream))) &&
+		    !(rc = WF_CU(be, wfk_bn_reduce(cx->stream, rows, d->c, acc, x, NULL, NULL, NULL,
+						   0, d->io_bf16))))
+			rc = WF_CU(be, wfk_bn_stats(cx->stream, rows, d->c, d->eps, d->momentum,
+						    acc, x, d->io_bf16, gamma, beta, save_mean,
+						    save_invstd, run_mean, run_var, coef));
 	}
-	return rc ? rc : WF_CU(be, wfk_bn_apply(cx->stream, rows, d->c, y, x, p->consts));
+	return rc ? rc
+		  : WF_CU(be, wfk_bn_apply(cx->stream, rows, d->c, y, x, coef, d->relu,
+					   d->io_bf16));
 }
 
-/* dgamma/dbeta accumulate; dx (may be NULL) is overwritten. */
+/* dgamma/dbeta accumulate; dx (may be NULL) is overwritten. With d->relu,
+ * dy is the relu's gradient, masked where the last training forward's
+ * output was 0 (or 6, for a relu6). */
 int wf_cuda_batchnorm_backward(wf_backend *be, wf_plan **slot, const wf_bn_desc *d, float *dx,
 			       float *dgamma, float *dbeta, const float *dy, const float *x,
 			       const float *gamma, const float *save_mean, const float *save_invstd)
@@ -605,13 +706,19 @@ int wf_cuda_batchnorm_backward(wf_backend *be, wf_plan **slot, const wf_bn_desc 
 	if (!save_mean || !save_invstd)
 		return wf_errf(&be->err, WF_EINVAL,
 			       "batchnorm: backward needs save_mean and save_invstd");
+	if (d->relu && !p->bn_trained)
+		return wf_errf(&be->err, WF_EINVAL, "batchnorm: backward before a training forward");
 	size_t rows = (size_t)d->n * d->h * d->w;
 	double *acc = bn_acc(p, d);
+	const float *mask = d->relu ? bn_fwd_coef(p) : NULL;
 	if ((rc = WF_CU(be,
 			cudaMemsetAsync(acc, 0, 2 * (size_t)d->c * sizeof(double), cx->stream))) ||
-	    (rc = WF_CU(be, wfk_bn_reduce(cx->stream, rows, d->c, acc, x, dy, save_mean))) ||
+	    (rc = WF_CU(be, wfk_bn_reduce(cx->stream, rows, d->c, acc, x, dy, save_mean, mask,
+					  d->relu, d->io_bf16))) ||
 	    (rc = WF_CU(be, wfk_bn_backward_coef(cx->stream, rows, d->c, acc, gamma, save_mean,
-						 save_invstd, dgamma, dbeta, p->consts))))
+						 save_invstd, dgamma, dbeta, bn_coef(p, d)))))
 		return rc;
-	return dx ? WF_CU(be, wfk_bn_dx(cx->stream, rows, d->c, dx, dy, x, p->consts)) : 0;
+	return dx ? WF_CU(be, wfk_bn_dx(cx->stream, rows, d->c, dx, dy, x, bn_coef(p, d), mask,
+					d->relu, d->io_bf16))
+		  : 0;
 }

@@ -564,6 +564,11 @@ static void test_cuda_matches_ref(void)
 	compare_with_ref("cuda", "fp32", 2e-3);
 }
 
+static void test_cuda_bf16_matches_ref(void)
+{
+	compare_with_ref("cuda", "bf16", 0.4);
+}
+
 /* Evaluating with a training executor (inference-mode batch norms, a
  * partial last batch) uses its own plans: the next training step builds
  * none (on cpu, where plans are counted). */
@@ -622,6 +627,11 @@ int main(void)
 		fprintf(stderr, "ref backend: %s\n", err.msg);
 		return 1;
 	}
+	/* the CUDA driver keeps descriptors open for the life of the process:
+	 * open it before the tests' descriptor checks */
+	wf_backend *cuda = NULL;
+	if (strstr(wf_backend_list(), "cuda") && wf_backend_create(&cuda, "cuda", 0, &err) == 0)
+		wf_backend_free(cuda);
 	WF_RUN(test_dense_logits_loss_and_accuracy_by_hand);
 	WF_RUN(test_smallcnn_gradients_match_finite_differences);
 	WF_RUN(test_resnet20_gradients_match_finite_differences);
@@ -634,6 +644,7 @@ int main(void)
 	WF_RUN(test_cpu_matches_ref);
 	WF_RUN(test_cpu_bf16_matches_ref);
 	WF_RUN(test_cuda_matches_ref);
+	WF_RUN(test_cuda_bf16_matches_ref);
 	WF_RUN(test_evaluation_keeps_the_training_plans);
 	wf_backend_free(ref);
 	return wf_test_summary();
