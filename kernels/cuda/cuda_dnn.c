@@ -1,5 +1,6 @@
-/* cuda_dnn.c: the CUDA backend's library-backed ops: convolution (cuDNN,
- * NHWC activations, KRSC filters), dense (cuBLAS) and batch norm (cuDNN).
+/* cuda_dnn.c: the CUDA backend's ops that keep plans: convolution (cuDNN,
+ * NHWC activations, KRSC filters; depthwise 3x3 on our own kernels), dense
+ * (cuBLAS) and batch norm (our kernels).
  *
  * Plans: one per op instance, built on first use and rebuilt when the
  * descriptor or the precision changes. A plan holds cuDNN descriptors and the
@@ -47,7 +48,9 @@ struct wf_plan {
 	cudnnConvolutionBwdFilterAlgo_t bwd_filter;
 	cudnnMathType_t math[3];
 	size_t ws[3]; /* bytes of workspace each chosen algorithm needs */
-	void *buf; /* PLAN_BUF */
+	int own_dw;	/* a depthwise 3x3 conv: our kernels (wfk_dw_*), not cuDNN */
+	double *dw_acc; /* their weight-gradient sums [9 * c] */
+	void *buf;	/* PLAN_BUF */
 	/* bn */
 	float *consts; /* coefficients, then sums (bn_plan) */
 	int bn_trained; /* a training forward ran: its coefficients are there */
@@ -92,10 +95,11 @@ void wf_cuda_plan_free(wf_backend *be, wf_plan *p)
 		cudnnDestroyFilterDescriptor(p->wd);
 	if (p->cd)
 		cudnnDestroyConvolutionDescriptor(p->cd);
-	if (p->consts || p->buf) {
+	if (p->consts || p->buf || p->dw_acc) {
 		cudaStreamSynchronize(wf_cuda_ctx_of(be)->stream);
 		cudaFree(p->consts);
 		cudaFree(p->buf);
+		cudaFree(p->dw_acc);
 	}
 	free(p);
 }
@@ -224,7 +228,10 @@ static int conv_build(wf_backend *be, wf_plan *p)
 	if ((rc = wf_cuda_reserve_scratch(be, conv_layout(p, NULL, NULL))) ||
 	    (rc = wf_cuda_reserve_ones(be, (size_t)d->n * d->oh * d->ow)))
 		return rc;
-	return 0;
+	p->own_dw = d->groups == d->c && d->oc == d->c && d->kh == 3 && d->kw == 3;
+	if (p->own_dw)
+		rc = WF_CU(be, cudaMalloc((void **)&p->dw_acc, (size_t)9 * d->c * sizeof(double)));
+	return rc;
 }
 
 static int conv_plan(wf_backend *be, wf_plan **slot, const wf_conv_desc *d, wf_plan **out)
@@ -372,6 +379,8 @@ int wf_cuda_conv2d_forward(wf_backend *be, wf_plan **slot, const wf_conv_desc *d
 	int rc = conv_plan(be, slot, d, &p);
 	if (rc || (rc = conv_io_check(be, p)))
 		return rc;
+	if (p->own_dw)
+		return WF_CU(be, wfk_dw_forward(cx->stream, d, y, x, w, d->bias ? b : NULL));
 	conv_bufs s;
 	conv_layout(p, cx->scratch, &s);
 	int half = p->et != WFK_F32, yb = (d->io_bf16 & 2) != 0;
@@ -461,9 +470,17 @@ int wf_cuda_conv2d_backward(wf_backend *be, wf_plan **slot, const wf_conv_desc *
 	int rc = conv_plan(be, slot, &key, &p);
 	if (rc || (rc = conv_io_check(be, p)))
 		return rc;
+	int xb = d->io_bf16 & 1, yb = (d->io_bf16 & 2) != 0;
+	if (p->own_dw) {
+		if ((dx && (rc = WF_CU(be, wfk_dw_backward_data(cx->stream, d, dx, dy, w)))) ||
+		    (dw && (rc = WF_CU(be, wfk_dw_backward_filter(cx->stream, d, dw, p->dw_acc, dy,
+								  x)))))
+			return rc;
+		return db && d->bias ? bias_grad(be, p->ylen / d->oc, d->oc, db, dy, yb) : 0;
+	}
 	conv_bufs s;
 	conv_layout(p, cx->scratch, &s);
-	int half = p->et != WFK_F32, xb = d->io_bf16 & 1, yb = (d->io_bf16 & 2) != 0;
+	int half = p->et != WFK_F32;
 	int acc = d->dx_acc, direct = !half && !p->padded; /* cuDNN writes dx itself */
 	const float one = 1.0f, zero = 0.0f, beta = acc && direct ? 1.0f : 0.0f;
 	const void *dyc = dy;

@@ -1365,3 +1365,214 @@ extern "C" cudaError_t wfk_pad16_backward(cudaStream_t s, const wf_pad_desc *d, 
 	size_t n = (size_t)d->n * d->h * d->w * d->c;
 	LAUNCH(k_pad16_backward, n, s, *d, (uint16_t *)dx, (const uint16_t *)dy);
 }
+
+/* ---- depthwise 3x3 convolutions ------------------------------------------------ */
+/* cuDNN's grouped NHWC convolutions ran MobileNetV2's depthwise layers at a
+ * small fraction of memory bandwidth (an H200: 138 of 156 ms of a step). One
+ * thread computes V channels of one output (forward), or gathers one input's
+ * gradient from the outputs that read it (backward data, no atomics); the
+ * weights' gradient is a per-channel reduction over the outputs, in float
+ * per thread, then double atomics (as batch norm's). Padding, stride and
+ * dilation are the descriptor's; x, y (and their gradients) are float or
+ * bf16, weights HWIO [3,3,1,C] float. */
+
+template <int V, typename TX, typename TY>
+__global__ void k_dw_forward(const wf_conv_desc d, TY *y, const TX *x, const float *w,
+			     const float *b)
+{
+	int G = d.c / V;
+	GRID_LOOP(j, (size_t)d.n * d.oh * d.ow * G)
+	{
+		int c = (int)(j % G) * V;
+		size_t t = j / G;
+		int ox = (int)(t % d.ow);
+		t /= d.ow;
+		int oy = (int)(t % d.oh);
+		size_t nb = t / d.oh;
+		float acc[V], xv[V], wv[V];
+		for (int k = 0; k < V; k++)
+			acc[k] = 0.0f;
+		if (b)
+			ldv<V>(b + c, acc);
+		for (int ky = 0; ky < 3; ky++) {
+			int iy = oy * d.sh - d.pt + ky * d.dh;
+			if (iy < 0 || iy >= d.h)
+				continue;
+			for (int kx = 0; kx < 3; kx++) {
+				int ix = ox * d.sw - d.pl + kx * d.dw;
+				if (ix < 0 || ix >= d.w)
+					continue;
+				ldv<V>(x + ((nb * d.h + iy) * d.w + ix) * d.c + c, xv);
+				ldv<V>(w + (ky * 3 + kx) * d.c + c, wv);
+				for (int k = 0; k < V; k++)
+					acc[k] = fmaf(xv[k], wv[k], acc[k]);
+			}
+		}
+		stv<V>(y + j * V, acc);
+	}
+}
+
+template <int V, typename TX, typename TY>
+__global__ void k_dw_backward_data(const wf_conv_desc d, TX *dx, const TY *dy, const float *w,
+				   int acc_into)
+{
+	int G = d.c / V;
+	GRID_LOOP(j, (size_t)d.n * d.h * d.w * G)
+	{
+		int c = (int)(j % G) * V;
+		size_t t = j / G;
+		int ix = (int)(t % d.w);
+		t /= d.w;
+		int iy = (int)(t % d.h);
+		size_t nb = t / d.h;
+		float g[V], gv[V], wv[V];
+		for (int k = 0; k < V; k++)
+			g[k] = 0.0f;
+		for (int ky = 0; ky < 3; ky++) {
+			int ty = iy + d.pt - ky * d.dh;
+			if (ty < 0 || ty % d.sh || ty / d.sh >= d.oh)
+				continue;
+			for (int kx = 0; kx < 3; kx++) {
+				int tx = ix + d.pl - kx * d.dw;
+				if (tx < 0 || tx % d.sw || tx / d.sw >= d.ow)
+					continue;
+				size_t o = ((nb * d.oh + ty / d.sh) * d.ow + tx / d.sw) * d.c + c;
+				ldv<V>(dy + o, gv);
+				ldv<V>(w + (ky * 3 + kx) * d.c + c, wv);
+				for (int k = 0; k < V; k++)
+					g[k] = fmaf(gv[k], wv[k], g[k]);
+			}
+		}
+		if (acc_into) {
+			ldv<V>(dx + j * V, gv);
+			for (int k = 0; k < V; k++)
+				g[k] += gv[k];
+		}
+		stv<V>(dx + j * V, g);
+	}
+}
+
+/* acc[(ky*3 + kx)*C + c] += sum over outputs of dy * x under tap (ky, kx):
+ * a block is 32 channels x 8 threads over DW_ROWS consecutive outputs (so
+ * neighbouring windows share the cache); its threads' sums meet in shared
+ * memory. */
+#define DW_ROWS 128
+
+template <typename TX, typename TY>
+__global__ void k_dw_backward_filter(const wf_conv_desc d, double *acc, const TY *dy,
+				     const TX *x)
+{
+	int c = blockIdx.y * 32 + threadIdx.x;
+	size_t rows = (size_t)d.n * d.oh * d.ow, r0 = (size_t)blockIdx.x * DW_ROWS;
+	float s[9];
+	for (int k = 0; k < 9; k++)
+		s[k] = 0.0f;
+	for (size_t r = r0 + threadIdx.y; c < d.c && r < rows && r < r0 + DW_ROWS; r += 8) {
+		int ox = (int)(r % d.ow), oy = (int)(r / d.ow % d.oh);
+		size_t nb = r / ((size_t)d.ow * d.oh);
+		float g = to_f(dy[r * d.c + c]);
+		for (int ky = 0; ky < 3; ky++) {
+			int iy = oy * d.sh - d.pt + ky * d.dh;
+			if (iy < 0 || iy >= d.h)
+				continue;
+			for (int kx = 0; kx < 3; kx++) {
+				int ix = ox * d.sw - d.pl + kx * d.dw;
+				if (ix >= 0 && ix < d.w)
+					s[ky * 3 + kx] = fmaf(
+						g, to_f(x[((nb * d.h + iy) * d.w + ix) * d.c + c]),
+						s[ky * 3 + kx]);
+			}
+		}
+	}
+	__shared__ float sh[9][8][32];
+	for (int k = 0; k < 9; k++)
+		sh[k][threadIdx.y][threadIdx.x] = s[k];
+	__syncthreads();
+	for (int k = threadIdx.y; k < 9 && c < d.c; k += 8) {
+		double t = 0.0;
+		for (int i = 0; i < 8; i++)
+			t += sh[k][i][threadIdx.x];
+		atomicAdd(&acc[(size_t)k * d.c + c], t);
+	}
+}
+
+__global__ void k_dw_filter_finish(size_t n, float *dw, const double *acc)
+{
+	GRID_LOOP(i, n) dw[i] += (float)acc[i];
+}
+
+#define DW_TYPES(call, xb, yb, ...)                                                                \
+	((xb) && (yb)   ? call<bf16_t, bf16_t>(__VA_ARGS__)                                        \
+	 : (xb)		? call<bf16_t, float>(__VA_ARGS__)                                         \
+	 : (yb)		? call<float, bf16_t>(__VA_ARGS__)                                         \
+			: call<float, float>(__VA_ARGS__))
+
+template <typename TX, typename TY>
+static cudaError_t dw_forward(cudaStream_t s, const wf_conv_desc *d, void *y, const void *x,
+			      const float *w, const float *b)
+{
+	size_t n = (size_t)d->n * d->oh * d->ow * d->c;
+	if (vec8(n, d->c, y, x, w, b))
+		k_dw_forward<8, TX, TY><<<blocks_vec(n, 8), WFK_THREADS, 0, s>>>(
+			*d, (TY *)y, (const TX *)x, w, b);
+	else
+		k_dw_forward<1, TX, TY><<<blocks_for(n), WFK_THREADS, 0, s>>>(
+			*d, (TY *)y, (const TX *)x, w, b);
+	return cudaGetLastError();
+}
+
+template <typename TX, typename TY>
+static cudaError_t dw_backward_data(cudaStream_t s, const wf_conv_desc *d, void *dx,
+				    const void *dy, const float *w, int acc)
+{
+	size_t n = (size_t)d->n * d->h * d->w * d->c;
+	if (vec8(n, d->c, dx, dy, w, NULL))
+		k_dw_backward_data<8, TX, TY><<<blocks_vec(n, 8), WFK_THREADS, 0, s>>>(
+			*d, (TX *)dx, (const TY *)dy, w, acc);
+	else
+		k_dw_backward_data<1, TX, TY><<<blocks_for(n), WFK_THREADS, 0, s>>>(
+			*d, (TX *)dx, (const TY *)dy, w, acc);
+	return cudaGetLastError();
+}
+
+template <typename TX, typename TY>
+static cudaError_t dw_backward_filter(cudaStream_t s, const wf_conv_desc *d, double *acc,
+				      const void *dy, const void *x)
+{
+	size_t rows = (size_t)d->n * d->oh * d->ow, gx = (rows + DW_ROWS - 1) / DW_ROWS;
+	if (gx > 0x7fffffff || (d->c + 31) / 32 > 65535)
+		return cudaErrorInvalidConfiguration;
+	dim3 grid((unsigned)gx, (unsigned)((d->c + 31) / 32));
+	k_dw_backward_filter<TX, TY><<<grid, dim3(32, 8), 0, s>>>(*d, acc, (const TY *)dy,
+								 (const TX *)x);
+	return cudaGetLastError();
+}
+
+extern "C" cudaError_t wfk_dw_forward(cudaStream_t s, const wf_conv_desc *d, void *y,
+				      const void *x, const float *w, const float *b)
+{
+	int xb = d->io_bf16 & 1, yb = (d->io_bf16 & 2) != 0;
+	return DW_TYPES(dw_forward, xb, yb, s, d, y, x, w, b);
+}
+
+extern "C" cudaError_t wfk_dw_backward_data(cudaStream_t s, const wf_conv_desc *d, void *dx,
+					    const void *dy, const float *w)
+{
+	int xb = d->io_bf16 & 1, yb = (d->io_bf16 & 2) != 0;
+	return DW_TYPES(dw_backward_data, xb, yb, s, d, dx, dy, w, d->dx_acc);
+}
+
+extern "C" cudaError_t wfk_dw_backward_filter(cudaStream_t s, const wf_conv_desc *d, float *dw,
+					      double *acc, const void *dy, const void *x)
+{
+	int xb = d->io_bf16 & 1, yb = (d->io_bf16 & 2) != 0;
+	size_t n = (size_t)9 * d->c;
+	cudaError_t st = cudaMemsetAsync(acc, 0, n * sizeof(double), s);
+	if (st == cudaSuccess)
+		st = DW_TYPES(dw_backward_filter, xb, yb, s, d, acc, dy, x);
+	if (st == cudaSuccess) {
+		k_dw_filter_finish<<<blocks_for(n), WFK_THREADS, 0, s>>>(n, dw, acc);
+		st = cudaGetLastError();
+	}
+	return st;
+}

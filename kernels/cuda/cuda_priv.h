@@ -104,6 +104,16 @@ cudaError_t wfk_bn_backward_coef(cudaStream_t s, size_t rows, int C, const doubl
 cudaError_t wfk_bn_dx(cudaStream_t s, size_t rows, int C, void *dx, const void *dy, const void *x,
 		      const float *coef, const float *fcoef, int relu, int bf16);
 
+/* ---- depthwise 3x3 convolutions (groups = c = oc, kh = kw = 3): our own
+ * kernels; x, y, dx, dy bf16 or float as d->io_bf16 says, dx added into with
+ * d->dx_acc; acc is scratch of 9 * c doubles ---- */
+cudaError_t wfk_dw_forward(cudaStream_t s, const wf_conv_desc *d, void *y, const void *x,
+			   const float *w, const float *b);
+cudaError_t wfk_dw_backward_data(cudaStream_t s, const wf_conv_desc *d, void *dx, const void *dy,
+				 const float *w);
+cudaError_t wfk_dw_backward_filter(cudaStream_t s, const wf_conv_desc *d, float *dw, double *acc,
+				   const void *dy, const void *x);
+
 /* ---- training fusions (WF_CAP_TRAIN_FUSE), with the semantics of the ops
  * add_mixed, to_bf16 and add_relu_backward (kernels.h) ---- */
 cudaError_t wfk_add_mixed(cudaStream_t s, size_t n, float *y, const void *a, const void *b,

@@ -407,13 +407,15 @@ static void bn_relu_case(int bf16, int C, int relu)
 
 /* A conv 16 -> 16 reading and writing bf16 tensors (y, dx bf16; dw, db
  * float) against ref on the same values: k x k, stride s, Keras "same" (a
- * 3x3 of stride 2 pads asymmetrically: the explicitly padded path). */
-static void bf16_conv_case(int k, int stride)
+ * 3x3 of stride 2 pads asymmetrically: the explicitly padded path); groups
+ * 16: depthwise, on our own kernels. */
+static void bf16_conv_case(int k, int stride, int groups)
 {
 	wf_conv_desc cd;
-	wf_conv_desc_init(&cd, 4, 6, 6, 16, 16, k, k, stride, stride, 1, 1, 1, 1, 0, 0, 1);
+	wf_conv_desc_init(&cd, 4, 6, 6, 16, 16, k, k, stride, stride, 1, 1, groups, 1, 0, 0, 1);
 	cd.io_bf16 = 3;
-	size_t xl = 4 * 6 * 6 * 16, yl = (size_t)4 * cd.oh * cd.ow * 16, wl = (size_t)k * k * 256;
+	size_t xl = 4 * 6 * 6 * 16, yl = (size_t)4 * cd.oh * cd.ow * 16;
+	size_t wl = (size_t)k * k * (16 / groups) * 16;
 	float *x = rnd(xl, 85), *dy = rnd(yl, 86), *w = rnd(wl, 87), *b = rnd(16, 88);
 	float *y2 = calloc(yl, 4), *dx2 = calloc(xl, 4), *dw2 = calloc(wl, 4), *db2 = calloc(16, 4);
 	void *xd = put_vals(x, xl, 1), *dyd = put_vals(dy, yl, 1), *yd = dev_copy(NULL, yl * 2);
@@ -431,7 +433,7 @@ static void bf16_conv_case(int k, int stride)
 	float *y1 = fetch_vals(yd, yl, 1), *dx1 = fetch_vals(dxd, xl, 1);
 	float *dw1 = fetch_vals(dwd, wl, 0), *db1 = fetch_vals(dbd, 16, 0);
 	char what[64];
-	snprintf(what, sizeof(what), "bf16 %dx%d/%d conv", k, k, stride);
+	snprintf(what, sizeof(what), "bf16 %dx%d/%d groups %d conv", k, k, stride, groups);
 	WF_CHECK_MSG(wf_gpu_close(what, y1, y2, yl, 2e-2), "%s y", what);
 	WF_CHECK_MSG(wf_gpu_close(what, dx1, dx2, xl, 2e-2), "%s dx", what);
 	WF_CHECK_MSG(wf_gpu_close(what, dw1, dw2, wl, 2e-2), "%s dw", what);
@@ -448,12 +450,12 @@ static void bf16_conv_case(int k, int stride)
  * gradient is the base plus ref's, through every path (cuDNN adding itself
  * in fp32, the bf16 gradient added as it is converted, the padded ones), on
  * a fresh plan, whose algorithm search must not overwrite the base. */
-static void dx_acc_case(const char *prec, int stride, double tol)
+static void dx_acc_case(const char *prec, int stride, int groups, double tol)
 {
 	WF_CHECK(wf_backend_set_precision(cuda_be, prec, NULL, NULL) == 0);
 	wf_conv_desc cd;
-	wf_conv_desc_init(&cd, 4, 6, 6, 16, 16, 3, 3, stride, stride, 1, 1, 1, 1, 0, 0, 0);
-	size_t xl = 4 * 6 * 6 * 16, yl = (size_t)4 * cd.oh * cd.ow * 16, wl = 9 * 256;
+	wf_conv_desc_init(&cd, 4, 6, 6, 16, 16, 3, 3, stride, stride, 1, 1, groups, 1, 0, 0, 0);
+	size_t xl = 4 * 6 * 6 * 16, yl = (size_t)4 * cd.oh * cd.ow * 16, wl = 9 * 16 * 16 / groups;
 	float *x = rnd(xl, 95), *dy = rnd(yl, 96), *w = rnd(wl, 97), *base = rnd(xl, 98);
 	float *want = calloc(xl, 4);
 	if (strcmp(prec, "bf16") == 0) { /* the values bf16 compute sees */
@@ -473,7 +475,7 @@ static void dx_acc_case(const char *prec, int stride, double tol)
 		want[i] += base[i];
 	float *got = fetch_vals(dxd, xl, 0);
 	char what[64];
-	snprintf(what, sizeof(what), "dx_acc %s stride %d", prec, stride);
+	snprintf(what, sizeof(what), "dx_acc %s stride %d groups %d", prec, stride, groups);
 	WF_CHECK_MSG(wf_gpu_close(what, got, want, xl, tol), "%s", what);
 	wf_backend_plan_free(cuda_be, &cp);
 	wf_op_free(cuda_be, dyd), wf_op_free(cuda_be, wd), wf_op_free(cuda_be, dxd);
@@ -559,15 +561,19 @@ static void test_training_fusions_match_ref(void)
 		bn_relu_case(bf16, 16, 2); /* relu6 (WF_CAP_BN_RELU6) */
 		bn_relu_case(bf16, 12, 2);
 	}
-	bf16_conv_case(3, 1);
-	bf16_conv_case(1, 1);
-	bf16_conv_case(3, 2);
+	bf16_conv_case(3, 1, 1);
+	bf16_conv_case(1, 1, 1);
+	bf16_conv_case(3, 2, 1);
+	bf16_conv_case(3, 1, 16);
+	bf16_conv_case(3, 2, 16);
 	elementwise_fusions(50001);
 	elementwise_fusions(50000);
-	dx_acc_case("fp32", 1, 1e-4);
-	dx_acc_case("fp32", 2, 1e-4);
-	dx_acc_case("bf16", 1, 2e-2);
-	dx_acc_case("bf16", 2, 2e-2);
+	dx_acc_case("fp32", 1, 1, 1e-4);
+	dx_acc_case("fp32", 2, 1, 1e-4);
+	dx_acc_case("bf16", 1, 1, 2e-2);
+	dx_acc_case("bf16", 2, 1, 2e-2);
+	dx_acc_case("fp32", 2, 16, 1e-4); /* depthwise */
+	dx_acc_case("bf16", 1, 16, 2e-2);
 	wf_backend_set_precision(cuda_be, "fp32", NULL, &err);
 	/* a fused relu's backward needs the forward's statistics */
 	wf_bn_desc fd = {.n = 1, .h = 2, .w = 2, .c = 8, .eps = 1e-3f, .momentum = 0.9f, .relu = 1};
