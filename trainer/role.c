@@ -205,13 +205,19 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 	if ((rc = ps_endpoints(&c, &ep, err)) != 0)
 		goto cleanup;
 	long done = 0, ck;
-	char ckdir[4200];
+	char ckdir[4200], origin[WF_CFG_PATH_MAX + 64];
+	if (!strncmp(cfg->cluster.key_dir, "fd:", 3))
+		snprintf(origin, sizeof(origin), "the keys `weft launch` made for this run (%s)",
+			 cfg->cluster.key_dir);
+	else
+		snprintf(origin, sizeof(origin), "cluster.key_dir %s", cfg->cluster.key_dir);
 	wf_err ce = {0};
 	if (wf_ckpt_latest(cfg->checkpoint.dir, &ck, ckdir, sizeof(ckdir), &ce) == 1 &&
 	    ck >= cfg->train.steps)
 		done = ck;
 	wf_exchange_ps_cfg pc = {
 		.keys = kp,
+		.key_origin = kp ? origin : NULL,
 		.done_step = done,
 		.nservers = c.jobs[WF_ROLE_PS].n,
 		.endpoints = (const char *const *)ep,
