@@ -158,8 +158,8 @@ static const key_def keys[] = {
 	{"train.label_smoothing", T_NUM, F(train.label_smoothing), "0",
 	 "cross-entropy against (1 - s) * one-hot + s / classes (Keras label_smoothing)"},
 	{"train.divergence_factor", T_NUM, F(train.divergence_factor), "10",
-	 "stop (exit 2, as a bad setting) when a step's loss exceeds this many times the first step's loss, "
-	 "or is not finite; 0: only the non-finite check"},
+	 "stop (exit 2, as a bad setting) when a step's loss exceeds this many times the first "
+	 "step's loss, or is not finite; 0: only the non-finite check"},
 	/* settings the libraries once read from the environment (issue 15) */
 	{"train.cuda_device", T_INT, F(train.cuda_device), "0",
 	 "cuda: the GPU (modulo the GPUs present) when the launcher sets no local rank "
