@@ -105,6 +105,24 @@ uint64_t wf_role_job_id(const wf_config *cfg, const wf_cluster *c)
 	for (size_t r = 0; r < sizeof(roles) / sizeof(roles[0]); r++)
 		for (int i = 0; i < c->jobs[roles[r]].n; i++)
 			h = fnv(h, c->jobs[roles[r]].addr[i] ? c->jobs[roles[r]].addr[i] : "-");
+	if (c->job_token[0]) {
+		/* the job's random value, then a full avalanche (splitmix64's
+		 * finaliser): without the token the id cannot be computed */
+		h = fnv(h, c->job_token);
+		h ^= h >> 30;
+		h *= 0xbf58476d1ce4e5b9ull;
+		h ^= h >> 27;
+		h *= 0x94d049bb133111ebull;
+		h ^= h >> 31;
+	} else if (cfg->cluster.insecure) {
+		static int warned;
+		if (!warned++)
+			wf_warn("%s is not set: with --insecure the job id comes from the "
+				"model name and the addresses alone, which anyone can compute; "
+				"give every process of the job the same random %s (e.g. "
+				"`openssl rand -hex 16`; `weft launch` makes one per run)",
+				WF_JOB_TOKEN_ENV, WF_JOB_TOKEN_ENV);
+	}
 	return h ? h : 1;
 }
 
