@@ -8,12 +8,15 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 /* One outstanding request. Slots: chunk k uses slot k, the state pseudo
@@ -525,6 +528,49 @@ static void read_handshakes(wf_ps_client *c)
 	}
 }
 
+/* 1 when a ZeroMQ CURVE server answers at endpoint ("tcp://host:port"): a
+ * plain TCP connection that sends a ZMTP 3 greeting asking for CURVE gets
+ * the server's greeting back, naming CURVE, within a second. 0 otherwise
+ * (nothing there, or something that accepts connections and drops them,
+ * as a proxy in front of a pod that is not ready does). */
+static int curve_server_answers(const char *endpoint)
+{
+	char host[256];
+	const char *hp = strncmp(endpoint, "tcp://", 6) ? endpoint : endpoint + 6;
+	const char *colon = strrchr(hp, ':');
+	if (!colon || (size_t)(colon - hp) >= sizeof(host))
+		return 0;
+	memcpy(host, hp, (size_t)(colon - hp));
+	host[colon - hp] = '\0';
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') { /* [v6]:port */
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST}, *ai;
+	if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
+		return 0;
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), ok = 0;
+	struct timeval tv = {1, 0};
+	uint8_t greet[64] = {0xff, [9] = 0x7f, [10] = 3, [11] = 0}, got[64];
+	memcpy(greet + 12, "CURVE", 5);
+	if (fd >= 0 && !setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) &&
+	    !setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) &&
+	    !connect(fd, ai->ai_addr, ai->ai_addrlen) &&
+	    send(fd, greet, sizeof(greet), MSG_NOSIGNAL) == (ssize_t)sizeof(greet)) {
+		size_t n = 0;
+		ssize_t r;
+		while (n < 32 && (r = recv(fd, got + n, sizeof(got) - n, 0)) > 0)
+			n += (size_t)r;
+		/* signature 0xff ... 0x7f, version, then the mechanism (20 bytes) */
+		ok = n >= 32 && got[0] == 0xff && got[9] == 0x7f && got[10] >= 3 &&
+		     !memcmp(got + 12, "CURVE\0", 6);
+	}
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(ai);
+	return ok;
+}
+
 /* A misconfiguration register can name at once (WF_EINVAL: permanent, a
  * restart with the same settings fails the same way), or 0. */
 static int handshake_error(wf_ps_client *c, const int *answered, wf_err *err)
@@ -558,12 +604,14 @@ static int handshake_error(wf_ps_client *c, const int *answered, wf_err *err)
 				c->endpoints[s], keys);
 		/* a server that cannot read our CURVE hello (it holds another
 		 * server key than our server.pub) closes the connection during
-		 * the handshake, every time; a server that is down refuses the
-		 * connection instead, and one that restarts answers eventually */
-		if (c->secure && !h->succeeded && h->dropped >= 3)
+		 * the handshake, every time, after its greeting has named CURVE;
+		 * a server that is down refuses the connection instead, and a
+		 * proxy with nothing behind it sends no greeting */
+		if (c->secure && !h->succeeded && h->dropped >= 3 &&
+		    curve_server_answers(c->endpoints[s]))
 			return wf_errf(
 				err, WF_EINVAL,
-				"register: the server at %s dropped %d CURVE handshakes in a "
+				"register: the CURVE server at %s dropped %d handshakes in a "
 				"row: its key is not the server.pub in %s; give every ps, "
 				"chief and worker the same key directory",
 				c->endpoints[s], h->dropped, keys);

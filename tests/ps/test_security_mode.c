@@ -2,7 +2,8 @@
  * against CURVE (both ways), a wrong server key, a wrong client key. Each
  * register must come back within its bound (never hang in a send), name the
  * mismatch, and a refusal of the keys is permanent (not WF_ETRANSIENT, which
- * Kubernetes would retry forever). Each case runs the client in a forked
+ * Kubernetes would retry forever), while nothing listening, or a proxy that
+ * drops every connection, stays transient. Each case runs the client in a forked
  * child that the test kills when it overruns; servers are forked processes
  * killed at the end of each case. */
 #include "tests/test.h"
@@ -13,9 +14,12 @@
 #include "ps/placement.h"
 #include "ps/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -193,6 +197,31 @@ static void test_nobody_listening_stays_transient(void)
 	WF_CHECK_MSG(strstr(o.msg, "did not answer"), "%s", o.msg);
 }
 
+/* Something that accepts connections and closes them at once (a proxy in
+ * front of a pod that is not ready): not a key mismatch, so transient. */
+static void test_dropping_proxy_stays_transient(void)
+{
+	port++;
+	snprintf(endpoint, sizeof(endpoint), "tcp://127.0.0.1:%d", port);
+	struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	WF_CHECK(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(fd, 16) == 0);
+	server_pid = fork();
+	if (server_pid == 0) {
+		for (;;) {
+			int c = accept(fd, NULL, NULL);
+			if (c >= 0)
+				close(c);
+		}
+	}
+	close(fd);
+	outcome o = try_register(&cluster, "keys/here");
+	stop_server();
+	WF_CHECK_INT(o.rc, WF_ETRANSIENT);
+}
+
 static void test_matching_keys_register(void)
 {
 	start_server(&cluster);
@@ -226,6 +255,7 @@ int main(void)
 	WF_RUN(test_wrong_client_key_is_a_permanent_refusal);
 	WF_RUN(test_other_clusters_keys_are_a_permanent_refusal);
 	WF_RUN(test_nobody_listening_stays_transient);
+	WF_RUN(test_dropping_proxy_stays_transient);
 	stop_server();
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", tmpdir);
