@@ -232,6 +232,8 @@ static int send_req(wf_ps_client *c, int s, int slot, wf_ps_hdr *h, const void *
 
 /* ---- receiving ---------------------------------------------------------- */
 
+static void read_handshakes(wf_ps_client *c);
+
 static void apply_reply(wf_ps_client *c, pending *p, const wf_ps_msg *m)
 {
 	const wf_ps_hdr *h = &m->hdr;
@@ -421,6 +423,9 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
 		if (c->fail_fast && refused(c))
 			break;
 	}
+	/* a socket's monitor blocks its I/O thread once its queue of unread
+	 * events is full (reconnects of a long job): read them every wait */
+	read_handshakes(c);
 	c->stale = 0;
 	for (int i = 0; i < c->cap; i++) {
 		pending *p = &c->pend[i];
@@ -584,9 +589,9 @@ static int handshake_error(wf_ps_client *c, const int *answered, wf_err *err)
 			return wf_errf(
 				err, WF_EINVAL,
 				"register: the server at %s does not speak CURVE (started "
-				"with --insecure?): give every ps, chief and worker of the "
-				"job the same cluster.key_dir (this process uses %s), or run "
-				"all of them with --insecure",
+				"with --insecure?) and this process has keys (%s): give every "
+				"ps, chief and worker of the job the same key directory, or "
+				"run all of them with --insecure",
 				c->endpoints[s], keys);
 		if (h->mechanism)
 			return wf_errf(
@@ -868,8 +873,10 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 			wf_ps_hdr h;
 			req_hdr(c, &h, WF_PS_OP_REGISTER, 0, 0);
 			rc = send_req(c, s, slot_server(c, s), &h, NULL, NULL, 0, 0, &e);
-			if (rc && rc != WF_ETRANSIENT)
+			if (rc && rc != WF_ETRANSIENT) {
+				wf_errf(err, rc, "%s", e.msg);
 				goto out;
+			}
 		}
 		rc = wait_slots(c, wait, 1, &e);
 		for (int s = 0; s < n; s++) {

@@ -225,10 +225,11 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 	long done = 0, ck;
 	char ckdir[4200], origin[WF_CFG_PATH_MAX + 64];
 	if (!strncmp(cfg->cluster.key_dir, "fd:", 3))
-		snprintf(origin, sizeof(origin), "the keys `weft launch` made for this run (%s)",
+		snprintf(origin, sizeof(origin),
+			 "`weft launch`'s keys for this run (cluster.key_dir=%s)",
 			 cfg->cluster.key_dir);
 	else
-		snprintf(origin, sizeof(origin), "cluster.key_dir %s", cfg->cluster.key_dir);
+		snprintf(origin, sizeof(origin), "%s (cluster.key_dir)", cfg->cluster.key_dir);
 	wf_err ce = {0};
 	if (wf_ckpt_latest(cfg->checkpoint.dir, &ck, ckdir, sizeof(ckdir), &ce) == 1 &&
 	    ck >= cfg->train.steps)
