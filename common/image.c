@@ -114,7 +114,8 @@ const char *wf_image_resize_name(int mode)
 }
 
 /* Refuse images whose decoded size would exceed the limits, from the header. */
-static int check_size(const char *kind, uint32_t w, uint32_t h, long max_pixels, wf_err *err)
+static int check_size(const char *kind, uint32_t w, uint32_t h, long max_pixels,
+		      const char *limit_flag, wf_err *err)
 {
 	long limit = max_pixels > 0 ? max_pixels : WF_IMAGE_MAX_PIXELS_DEFAULT;
 	if (w < 1 || h < 1)
@@ -125,9 +126,9 @@ static int check_size(const char *kind, uint32_t w, uint32_t h, long max_pixels,
 			       w, h, WF_IMAGE_MAX_SIDE);
 	if ((uint64_t)w * h > (uint64_t)limit)
 		return wf_errf(err, WF_EINVAL,
-			       "%s image %ux%u is too large: the limit is %ld pixels in all "
-			       "(max_image_pixels)",
-			       kind, w, h, limit);
+			       "%s image %ux%u is too large: the limit is %ld pixels in all%s%s%s",
+			       kind, w, h, limit, limit_flag ? " (" : "",
+			       limit_flag ? limit_flag : "", limit_flag ? " raises it)" : "");
 	return 0;
 }
 
@@ -395,8 +396,9 @@ static void cmyk_row(const uint8_t *in, uint8_t *out, int w, int c, int adobe)
 	}
 }
 
-static int decode_jpeg(const uint8_t *bytes, size_t n, int c, long max_pixels, int min_h, int min_w,
-		       uint8_t **px, int *ph, int *pw, wf_err *err)
+static int decode_jpeg(const uint8_t *bytes, size_t n, int c, long max_pixels,
+		       const char *limit_flag, int min_h, int min_w, uint8_t **px, int *ph, int *pw,
+		       wf_err *err)
 {
 	struct jpeg_decompress_struct cinfo;
 	jpeg_guard guard;
@@ -414,7 +416,7 @@ static int decode_jpeg(const uint8_t *bytes, size_t n, int c, long max_pixels, i
 	jpeg_save_markers(&cinfo, JPEG_APP0 + 1, 0xffff);
 	jpeg_read_header(&cinfo, TRUE);
 	/* the size is checked before libjpeg allocates anything for the pixels */
-	rc = check_size("JPEG", cinfo.image_width, cinfo.image_height, max_pixels, err);
+	rc = check_size("JPEG", cinfo.image_width, cinfo.image_height, max_pixels, limit_flag, err);
 	if (rc)
 		goto out_destroy;
 	int o = jpeg_orientation(&cinfo);
@@ -542,8 +544,8 @@ static uint32_t be32(const uint8_t *p)
 	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
 }
 
-static int decode_png(const uint8_t *bytes, size_t n, int c, long max_pixels, uint8_t **px, int *ph,
-		      int *pw, wf_err *err)
+static int decode_png(const uint8_t *bytes, size_t n, int c, long max_pixels,
+		      const char *limit_flag, uint8_t **px, int *ph, int *pw, wf_err *err)
 {
 	png_src src = {.bytes = bytes, .n = n};
 	png_structp png = NULL;
@@ -555,7 +557,8 @@ static int decode_png(const uint8_t *bytes, size_t n, int c, long max_pixels, ui
 	/* IHDR comes first (libpng checks that): refuse an oversized image
 	 * before reading the chunks that follow, with our limits in the message. */
 	if (n >= 24 && memcmp(bytes + 12, "IHDR", 4) == 0) {
-		rc = check_size("PNG", be32(bytes + 16), be32(bytes + 20), max_pixels, err);
+		rc = check_size("PNG", be32(bytes + 16), be32(bytes + 20), max_pixels, limit_flag,
+				err);
 		if (rc)
 			return rc;
 	}
@@ -575,7 +578,7 @@ static int decode_png(const uint8_t *bytes, size_t n, int c, long max_pixels, ui
 	png_set_read_fn(png, &src, png_read_mem);
 	png_read_info(png, info);
 	uint32_t sw = png_get_image_width(png, info), sh = png_get_image_height(png, info);
-	rc = check_size("PNG", sw, sh, max_pixels, err);
+	rc = check_size("PNG", sw, sh, max_pixels, limit_flag, err);
 	if (rc)
 		goto out_destroy;
 	png_want_8bit(png, info, c);
@@ -658,8 +661,9 @@ out:
 	return rc;
 }
 
-int wf_image_decode_u8(const uint8_t *bytes, size_t n, int c, long max_pixels, int min_h, int min_w,
-		       uint8_t **px, int *h, int *w, wf_err *err)
+int wf_image_decode_u8(const uint8_t *bytes, size_t n, int c, long max_pixels,
+		       const char *limit_flag, int min_h, int min_w, uint8_t **px, int *h, int *w,
+		       wf_err *err)
 {
 	*px = NULL;
 	if (c != 1 && c != 3)
@@ -667,14 +671,15 @@ int wf_image_decode_u8(const uint8_t *bytes, size_t n, int c, long max_pixels, i
 			       "images cannot feed a model with %d input channels; send numbers",
 			       c);
 	if (n >= 8 && memcmp(bytes, png_magic, 8) == 0)
-		return decode_png(bytes, n, c, max_pixels, px, h, w, err);
+		return decode_png(bytes, n, c, max_pixels, limit_flag, px, h, w, err);
 	if (n >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8)
-		return decode_jpeg(bytes, n, c, max_pixels, min_h, min_w, px, h, w, err);
+		return decode_jpeg(bytes, n, c, max_pixels, limit_flag, min_h, min_w, px, h, w,
+				   err);
 	return not_an_image(n, err);
 }
 
 int wf_image_load_u8(const uint8_t *bytes, size_t n, int c, int dh, int dw, int mode,
-		     long max_pixels, uint8_t *dst, wf_err *err)
+		     long max_pixels, const char *limit_flag, uint8_t *dst, wf_err *err)
 {
 	uint8_t *px;
 	int sh, sw;
@@ -683,7 +688,7 @@ int wf_image_load_u8(const uint8_t *bytes, size_t n, int c, int dh, int dw, int 
 	/* full-size decode, then bilinear without antialiasing, as Keras's
 	 * tf.image.resize does: a JPEG and the PNG of its pixels give the same
 	 * input (a reduced DCT scale would be faster but differ) */
-	int rc = wf_image_decode_u8(bytes, n, c, max_pixels, 0, 0, &px, &sh, &sw, err);
+	int rc = wf_image_decode_u8(bytes, n, c, max_pixels, limit_flag, 0, 0, &px, &sh, &sw, err);
 	if (rc)
 		return rc;
 	wf_image_resize_u8(px, sh, sw, c, dst, dh, dw, mode);
@@ -700,8 +705,8 @@ int wf_image_decode(const wf_image_io *io, const uint8_t *bytes, size_t n, float
 	uint8_t *px = malloc((size_t)io->h * io->w * io->c);
 	if (!px)
 		return wf_errf(err, WF_ENOMEM, "out of memory for a %dx%d image", io->w, io->h);
-	int rc = wf_image_load_u8(bytes, n, io->c, io->h, io->w, io->resize, io->max_pixels, px,
-				  err);
+	int rc = wf_image_load_u8(bytes, n, io->c, io->h, io->w, io->resize, io->max_pixels,
+				  io->max_pixels_flag, px, err);
 	if (!rc)
 		wf_image_preprocess_u8(io, px, out);
 	free(px);

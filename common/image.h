@@ -27,13 +27,15 @@ typedef enum wf_image_resize {
 
 /* What a model takes per sample and how an image becomes its input. */
 typedef struct wf_image_io {
-	int h, w, c;	       /* input [H,W,C] */
-	int classes;	       /* output width K (serving) */
-	float scale;	       /* preprocessing: x = (pixel * scale - mean[c]) / std[c] */
-	float mean[4], std[4]; /* per channel, in the model's channel order */
-	int bgr;	       /* 1 when the model was trained on BGR pixels */
-	int resize;	       /* wf_image_resize */
-	long max_pixels;       /* largest width x height decoded; 0: the default */
+	int h, w, c;		     /* input [H,W,C] */
+	int classes;		     /* output width K (serving) */
+	float scale;		     /* preprocessing: x = (pixel * scale - mean[c]) / std[c] */
+	float mean[4], std[4];	     /* per channel, in the model's channel order */
+	int bgr;		     /* 1 when the model was trained on BGR pixels */
+	int resize;		     /* wf_image_resize */
+	long max_pixels;	     /* largest width x height decoded; 0: the default */
+	const char *max_pixels_flag; /* the setting that raises max_pixels, named when an
+				      * image is refused for its size; NULL: none */
 } wf_image_io;
 
 /* Decode standard or URL-safe base64 (padding optional, whitespace
@@ -57,9 +59,11 @@ int wf_image_probe(const uint8_t *bytes, size_t n, int *w, int *h, const char **
  * as BT.601 luma; PNG alpha is dropped, not composited. min_h/min_w (0: full
  * size) let a JPEG decode at a reduced DCT scale no smaller than that. Images
  * above max_pixels (0: default) or WF_IMAGE_MAX_SIDE fail before any pixel
- * buffer is allocated. Corrupt or truncated data fails with WF_EINVAL. */
-int wf_image_decode_u8(const uint8_t *bytes, size_t n, int c, long max_pixels, int min_h, int min_w,
-		       uint8_t **px, int *h, int *w, wf_err *err);
+ * buffer is allocated, naming limit_flag (the caller's setting for
+ * max_pixels; NULL: none). Corrupt or truncated data fails with WF_EINVAL. */
+int wf_image_decode_u8(const uint8_t *bytes, size_t n, int c, long max_pixels,
+		       const char *limit_flag, int min_h, int min_w, uint8_t **px, int *h, int *w,
+		       wf_err *err);
 
 /* Resize src [sh,sw,c] into dst [dh,dw,c] (mode: wf_image_resize) with
  * half-pixel-centre bilinear sampling, as PIL and tf.image.resize, rounded. */
@@ -74,7 +78,7 @@ void wf_image_resize_rect(const uint8_t *src, size_t sstride, int sh, int sw, in
 /* Decode and resize to dst [dh,dw,c] uint8: what the converter stores and
  * what the reader and weft-serve feed the preprocessing. */
 int wf_image_load_u8(const uint8_t *bytes, size_t n, int c, int dh, int dw, int mode,
-		     long max_pixels, uint8_t *dst, wf_err *err);
+		     long max_pixels, const char *limit_flag, uint8_t *dst, wf_err *err);
 
 /* Preprocess one raw image px [H,W,C] uint8 in RGB order into out [H,W,C]. */
 void wf_image_preprocess_u8(const wf_image_io *io, const uint8_t *px, float *out);

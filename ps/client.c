@@ -7,12 +7,16 @@
 #include "ps/auth.h"
 
 #include <errno.h>
+#include <limits.h>
+#include <netdb.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 /* One outstanding request. Slots: chunk k uses slot k, the state pseudo
@@ -30,6 +34,16 @@ typedef struct pending {
 	int stale;
 	uint32_t inc; /* the server's incarnation when sent (0: not known yet) */
 } pending;
+
+/* What a server's connections said during a register: a security-mode
+ * mismatch or a refusal of the keys is a misconfiguration, not an absent
+ * server, and fails register at once instead of after connect_timeout. */
+typedef struct handshakes {
+	int succeeded; /* a CURVE/NULL handshake completed */
+	int mechanism; /* the peer speaks another mechanism (CURVE vs plain TCP) */
+	int refused;   /* the server's authenticator refused our client key */
+	int dropped;   /* connected, then dropped before a handshake completed */
+} handshakes;
 
 struct wf_ps_client {
 	wf_ps_client_cfg cfg;
@@ -50,13 +64,17 @@ struct wf_ps_client {
 	wf_ps_stats *stats_out;
 	pthread_t hb;
 	int hb_started;
-	int fail_fast;	 /* wait_slots stops at the first refusal (barriers) */
-	wf_ps_keys keys; /* when secure */
+	int fail_fast;	  /* wait_slots stops at the first refusal (barriers) */
+	wf_ps_keys keys;  /* when secure */
+	char *key_origin; /* cfg.key_origin, copied; NULL: none */
 	int secure;
 	atomic_int hb_stop;
 	_Atomic uint32_t *inc; /* [nservers] incarnation in the last heartbeat reply, 0 none */
 	_Atomic int64_t *seen; /* [nservers] ms (wf_now) of the last heartbeat reply, 0 none */
 	double server_timeout; /* seconds of heartbeat silence that make a server gone */
+	void **mons;	       /* [nservers * nstripes] PAIR: each socket's connection events */
+	handshakes *hs;	       /* [nservers] what register saw of each server's handshakes */
+	int send_ms;	       /* ZMQ_SNDTIMEO of every socket now (milliseconds) */
 	zmq_msg_t frames[1 + WF_PS_MAX_FRAMES];
 };
 
@@ -123,6 +141,21 @@ static void *sock_for(const wf_ps_client *c, int s, int slot)
 
 /* ---- sending ------------------------------------------------------------ */
 
+/* Bound every send (ZMQ_SNDTIMEO): a DEALER whose only connection was
+ * dropped (a failed handshake) blocks a send until a connection exists. */
+static void set_send_timeout(wf_ps_client *c, double seconds)
+{
+	int ms = seconds * 1000 > INT_MAX ? INT_MAX : (int)(seconds * 1000);
+	if (ms < 1)
+		ms = 1;
+	if (ms == c->send_ms)
+		return;
+	for (int k = 0; k < c->cfg.nservers * c->nstripes; k++)
+		if (c->socks[k])
+			zmq_setsockopt(c->socks[k], ZMQ_SNDTIMEO, &ms, sizeof(ms));
+	c->send_ms = ms;
+}
+
 static void req_hdr(const wf_ps_client *c, wf_ps_hdr *h, uint16_t op, uint32_t chunk, long step)
 {
 	memset(h, 0, sizeof(*h));
@@ -184,7 +217,13 @@ static int send_req(wf_ps_client *c, int s, int slot, wf_ps_hdr *h, const void *
 		       .reply_step = -1,
 		       .inc = c->inc ? atomic_load(&c->inc[s]) : 0};
 	if (send_frames(sock_for(c, s, slot), hb, f, sz, nf, zero_copy) < 0) {
+		int again = zmq_errno() == EAGAIN;
 		p->used = 0;
+		if (again)
+			return wf_errf(
+				err, WF_ETRANSIENT,
+				"ps %d (%s): sending %s: no connection took it within %.1f s", s,
+				c->endpoints[s], wf_ps_op_name(h->op), c->send_ms / 1000.0);
 		return wf_errf(err, WF_ETRANSIENT, "ps %d (%s): sending %s failed: %s", s,
 			       c->endpoints[s], wf_ps_op_name(h->op), zmq_strerror(zmq_errno()));
 	}
@@ -192,6 +231,8 @@ static int send_req(wf_ps_client *c, int s, int slot, wf_ps_hdr *h, const void *
 }
 
 /* ---- receiving ---------------------------------------------------------- */
+
+static void read_handshakes(wf_ps_client *c);
 
 static void apply_reply(wf_ps_client *c, pending *p, const wf_ps_msg *m)
 {
@@ -382,6 +423,9 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
 		if (c->fail_fast && refused(c))
 			break;
 	}
+	/* a socket's monitor blocks its I/O thread once its queue of unread
+	 * events is full (reconnects of a long job): read them every wait */
+	read_handshakes(c);
 	c->stale = 0;
 	for (int i = 0; i < c->cap; i++) {
 		pending *p = &c->pend[i];
@@ -427,6 +471,157 @@ static int to_servers(wf_ps_client *c, int only, uint16_t op, long step, const c
 	}
 	int wrc = wait_slots(c, timeout_of(c), 0, rc ? NULL : err);
 	return rc ? rc : wrc;
+}
+
+/* ---- handshakes --------------------------------------------------------- */
+
+/* Watch socket k's connections (ZeroMQ's socket monitor, read through a PAIR
+ * socket; events name the handshake's outcome). */
+static int monitor_start(wf_ps_client *c, int k)
+{
+	char addr[96];
+	int linger = 0;
+	snprintf(addr, sizeof(addr), "inproc://wf-ps-client-%p-%d", (void *)c, k);
+	if (zmq_socket_monitor(c->socks[k], addr,
+			       ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
+				       ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+				       ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+				       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+				       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0 ||
+	    !(c->mons[k] = zmq_socket(c->zctx, ZMQ_PAIR)) ||
+	    zmq_setsockopt(c->mons[k], ZMQ_LINGER, &linger, sizeof(linger)) ||
+	    zmq_connect(c->mons[k], addr))
+		return -1;
+	return 0;
+}
+
+/* Read the connection events waiting for every socket into c->hs. A
+ * connection dropped before its handshake completed counts once. */
+static void read_handshakes(wf_ps_client *c)
+{
+	for (int k = 0; c->mons && k < c->cfg.nservers * c->nstripes; k++) {
+		handshakes *h = &c->hs[k / c->nstripes];
+		zmq_msg_t ev, where;
+		zmq_msg_init(&ev);
+		zmq_msg_init(&where);
+		while (c->mons[k] && zmq_msg_recv(&ev, c->mons[k], ZMQ_DONTWAIT) >= 0) {
+			/* two frames: u16 event + u32 value, then the endpoint */
+			if (zmq_msg_more(&ev))
+				zmq_msg_recv(&where, c->mons[k], 0);
+			if (zmq_msg_size(&ev) < 6)
+				continue;
+			const uint8_t *b = zmq_msg_data(&ev);
+			uint16_t event;
+			uint32_t value;
+			memcpy(&event, b, 2);
+			memcpy(&value, b + 2, 4);
+			switch (event) {
+			case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: h->succeeded = 1; break;
+			case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+				if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
+					h->mechanism = 1;
+				else
+					h->dropped++;
+				break;
+			case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: h->refused = 1; break;
+			case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: h->dropped++; break;
+			default: break;
+			}
+		}
+		zmq_msg_close(&ev);
+		zmq_msg_close(&where);
+	}
+}
+
+/* 1 when a ZeroMQ CURVE server answers at endpoint ("tcp://host:port"): a
+ * plain TCP connection that sends a ZMTP 3 greeting asking for CURVE gets
+ * the server's greeting back, naming CURVE, within a second. 0 otherwise
+ * (nothing there, or something that accepts connections and drops them,
+ * as a proxy in front of a pod that is not ready does). */
+static int curve_server_answers(const char *endpoint)
+{
+	char host[256];
+	const char *hp = strncmp(endpoint, "tcp://", 6) ? endpoint : endpoint + 6;
+	const char *colon = strrchr(hp, ':');
+	if (!colon || (size_t)(colon - hp) >= sizeof(host))
+		return 0;
+	memcpy(host, hp, (size_t)(colon - hp));
+	host[colon - hp] = '\0';
+	if (host[0] == '[' && host[strlen(host) - 1] == ']') { /* [v6]:port */
+		memmove(host, host + 1, strlen(host));
+		host[strlen(host) - 1] = '\0';
+	}
+	struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST}, *ai;
+	if (getaddrinfo(host, colon + 1, &hints, &ai) != 0)
+		return 0;
+	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), ok = 0;
+	struct timeval tv = {1, 0};
+	uint8_t greet[64] = {0xff, [9] = 0x7f, [10] = 3, [11] = 0}, got[64];
+	memcpy(greet + 12, "CURVE", 5);
+	if (fd >= 0 && !setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) &&
+	    !setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) &&
+	    !connect(fd, ai->ai_addr, ai->ai_addrlen) &&
+	    send(fd, greet, sizeof(greet), MSG_NOSIGNAL) == (ssize_t)sizeof(greet)) {
+		size_t n = 0;
+		ssize_t r;
+		while (n < 32 && (r = recv(fd, got + n, sizeof(got) - n, 0)) > 0)
+			n += (size_t)r;
+		/* signature 0xff ... 0x7f, version, then the mechanism (20 bytes) */
+		ok = n >= 32 && got[0] == 0xff && got[9] == 0x7f && got[10] >= 3 &&
+		     !memcmp(got + 12, "CURVE\0", 6);
+	}
+	if (fd >= 0)
+		close(fd);
+	freeaddrinfo(ai);
+	return ok;
+}
+
+/* A misconfiguration register can name at once (WF_EINVAL: permanent, a
+ * restart with the same settings fails the same way), or 0. */
+static int handshake_error(wf_ps_client *c, const int *answered, wf_err *err)
+{
+	const char *keys = c->key_origin ? c->key_origin : "this process's key directory";
+	for (int s = 0; s < c->cfg.nservers; s++) {
+		const handshakes *h = &c->hs[s];
+		if (answered[s])
+			continue;
+		if (h->mechanism && c->secure)
+			return wf_errf(
+				err, WF_EINVAL,
+				"register: the server at %s does not speak CURVE (started "
+				"with --insecure?) and this process has keys (%s): give every "
+				"ps, chief and worker of the job the same key directory, or "
+				"run all of them with --insecure",
+				c->endpoints[s], keys);
+		if (h->mechanism)
+			return wf_errf(
+				err, WF_EINVAL,
+				"register: the server at %s expects CURVE and this process "
+				"runs --insecure (plain TCP): give it the job's key directory "
+				"(--key-dir DIR, cluster.key_dir or WEFT_KEY_DIR)",
+				c->endpoints[s]);
+		if (h->refused)
+			return wf_errf(
+				err, WF_EINVAL,
+				"register: the server at %s refused this process's client key "
+				"(CURVE authentication failed): the keys in %s are not the "
+				"job's; give every ps, chief and worker the same key directory",
+				c->endpoints[s], keys);
+		/* a server that cannot read our CURVE hello (it holds another
+		 * server key than our server.pub) closes the connection during
+		 * the handshake, every time, after its greeting has named CURVE;
+		 * a server that is down refuses the connection instead, and a
+		 * proxy with nothing behind it sends no greeting */
+		if (c->secure && !h->succeeded && h->dropped >= 3 &&
+		    curve_server_answers(c->endpoints[s]))
+			return wf_errf(
+				err, WF_EINVAL,
+				"register: the CURVE server at %s dropped %d handshakes in a "
+				"row: its key is not the server.pub in %s; give every ps, "
+				"chief and worker the same key directory",
+				c->endpoints[s], h->dropped, keys);
+	}
+	return 0;
 }
 
 /* ---- heartbeat thread --------------------------------------------------- */
@@ -513,9 +708,15 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 		return wf_errf(err, WF_ENOMEM, "ps client: out of memory");
 	c->cfg = *cfg;
 	c->cfg.keys = NULL;
+	c->cfg.key_origin = NULL;
+	if (cfg->key_origin && cfg->key_origin[0] && !(c->key_origin = strdup(cfg->key_origin))) {
+		free(c);
+		return wf_errf(err, WF_ENOMEM, "ps client: out of memory");
+	}
 	if (cfg->keys) {
 		int krc = wf_ps_curve_check(err);
 		if (krc) {
+			free(c->key_origin);
 			free(c);
 			return krc;
 		}
@@ -537,7 +738,10 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	c->floats = calloc((size_t)nc + 1, sizeof(*c->floats));
 	c->inc = calloc((size_t)cfg->nservers, sizeof(*c->inc));
 	c->seen = calloc((size_t)cfg->nservers, sizeof(*c->seen));
-	if (!c->pend || !c->endpoints || !c->socks || !c->floats || !c->inc || !c->seen)
+	c->mons = calloc((size_t)cfg->nservers * (size_t)c->nstripes, sizeof(*c->mons));
+	c->hs = calloc((size_t)cfg->nservers, sizeof(*c->hs));
+	if (!c->pend || !c->endpoints || !c->socks || !c->floats || !c->inc || !c->seen ||
+	    !c->mons || !c->hs)
 		goto fail;
 	c->server_timeout = cfg->server_timeout > 0 ? cfg->server_timeout
 						    : WF_MAX(WF_PS_SERVER_TIMEOUT_DEFAULT,
@@ -574,13 +778,14 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 		    zmq_setsockopt(c->socks[k], ZMQ_LINGER, &linger, sizeof(linger)) ||
 		    zmq_setsockopt(c->socks[k], ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) ||
 		    zmq_setsockopt(c->socks[k], ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) ||
-		    zmq_connect(c->socks[k], cfg->endpoints[s])) {
+		    monitor_start(c, k) != 0 || zmq_connect(c->socks[k], cfg->endpoints[s])) {
 			rc = wf_errf(err, WF_EINVAL,
 				     "ps client: cannot connect to ps %d at \"%s\": %s", s,
 				     cfg->endpoints[s], zmq_strerror(zmq_errno()));
 			goto fail;
 		}
 	}
+	set_send_timeout(c, timeout_of(c));
 	if (cfg->heartbeat_interval > 0) {
 		if (pthread_create(&c->hb, NULL, hb_main, c)) {
 			rc = wf_errf(err, WF_EINTERNAL, "ps client: cannot start heartbeat thread");
@@ -605,9 +810,14 @@ void wf_ps_client_free(wf_ps_client *c)
 		atomic_store(&c->hb_stop, 1);
 		pthread_join(c->hb, NULL);
 	}
-	for (int k = 0; c->socks && k < c->cfg.nservers * c->nstripes; k++)
+	for (int k = 0; c->socks && k < c->cfg.nservers * c->nstripes; k++) {
+		if (c->socks[k] && c->mons && c->mons[k])
+			zmq_socket_monitor(c->socks[k], NULL, 0);
+		if (c->mons && c->mons[k])
+			zmq_close(c->mons[k]);
 		if (c->socks[k])
 			zmq_close(c->socks[k]);
+	}
 	if (c->zctx)
 		zmq_ctx_term(c->zctx);
 	for (int s = 0; c->endpoints && s < c->cfg.nservers; s++)
@@ -622,6 +832,9 @@ void wf_ps_client_free(wf_ps_client *c)
 	free(c->frozen_bytes);
 	free((void *)c->inc);
 	free((void *)c->seen);
+	free(c->mons);
+	free(c->hs);
+	free(c->key_origin);
 	memset(&c->keys, 0, sizeof(c->keys));
 	free(c);
 }
@@ -642,22 +855,29 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 	int answered[n];
 	long got[n];
 	memset(answered, 0, sizeof(answered));
-	int left = n, tries = 0;
+	int left = n, tries = 0, rc = 0;
+	/* only this register's handshakes count */
+	read_handshakes(c);
+	memset(c->hs, 0, (size_t)n * sizeof(*c->hs));
+	wf_err e = {0};
 	while (left > 0) {
-		int rc = 0;
-		for (int s = 0; s < n && !rc; s++) {
+		double wait = WF_MIN(1.0 + tries, deadline - wf_now());
+		if (wait < 0.05)
+			wait = 0.05;
+		/* a send waits at most a round for a connection to take it; one
+		 * that does not is a server that has not answered yet */
+		set_send_timeout(c, WF_MIN(wait, 1.0));
+		for (int s = 0; s < n; s++) {
 			if (answered[s])
 				continue;
 			wf_ps_hdr h;
 			req_hdr(c, &h, WF_PS_OP_REGISTER, 0, 0);
-			rc = send_req(c, s, slot_server(c, s), &h, NULL, NULL, 0, 0, err);
+			rc = send_req(c, s, slot_server(c, s), &h, NULL, NULL, 0, 0, &e);
+			if (rc && rc != WF_ETRANSIENT) {
+				wf_errf(err, rc, "%s", e.msg);
+				goto out;
+			}
 		}
-		if (rc)
-			return rc;
-		double wait = WF_MIN(1.0 + tries, deadline - wf_now());
-		if (wait < 0.05)
-			wait = 0.05;
-		wf_err e = {0};
 		rc = wait_slots(c, wait, 1, &e);
 		for (int s = 0; s < n; s++) {
 			pending *p = &c->pend[slot_server(c, s)];
@@ -668,20 +888,31 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 			}
 		}
 		clear_slots(c);
-		if (rc && rc != WF_ETRANSIENT)
-			return wf_errf(err, rc, "%s", e.msg);
-		if (left && wf_now() >= deadline)
-			return wf_errf(err, WF_ETRANSIENT,
-				       "register: %d of %d parameter servers did not answer within "
-				       "%.0f s (%s%s)%s",
-				       left, n, limit, e.msg[0] ? "last: " : "", e.msg,
-				       c->secure ? "; are they up, and do they use the same "
-						   "cluster.key_dir keys? (a server refuses a "
-						   "wrong key silently)"
-						 : "; are they up, and started with --insecure "
-						   "too?");
+		if (rc && rc != WF_ETRANSIENT) {
+			wf_errf(err, rc, "%s", e.msg);
+			goto out;
+		}
+		read_handshakes(c);
+		if (left && (rc = handshake_error(c, answered, err)) != 0)
+			goto out;
+		rc = 0;
+		if (left && wf_now() >= deadline) {
+			rc = wf_errf(err, WF_ETRANSIENT,
+				     "register: %d of %d parameter servers did not answer within "
+				     "%.0f s (%s%s)%s",
+				     left, n, limit, e.msg[0] ? "last: " : "", e.msg,
+				     c->secure ? "; are they up, and do they use the same "
+						 "cluster.key_dir keys?"
+					       : "; are they up, and started with --insecure "
+						 "too?");
+			goto out;
+		}
 		tries++;
 	}
+out:
+	set_send_timeout(c, timeout_of(c));
+	if (rc)
+		return rc;
 	long m = 0;
 	for (int s = 0; s < n; s++) {
 		if (steps)

@@ -47,6 +47,8 @@ typedef struct wf_ps_client_cfg {
 				    * incarnation) fails them at once. */
 
 	const struct wf_ps_keys *keys; /* CURVE keys (ps/auth.h, copied); NULL: plain TCP */
+	const char *key_origin;	       /* where the keys came from (the key directory),
+					* named when a server refuses them (copied); may be NULL */
 	/* model.freeze: the parameters' segments (offsets segs[0..nsegs], as
 	 * wf_optim_cfg's) and frozen[s] = 1 for each frozen one; every push of a
 	 * chunk holding frozen floats names them, so the servers leave them as
@@ -61,9 +63,13 @@ typedef struct wf_ps_client_cfg {
 int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err *err);
 void wf_ps_client_free(wf_ps_client *c); /* accepts NULL */
 
-/* Register with every server, retrying until connect_timeout. steps
- * ([nservers], may be NULL) receives each server's step (-1: not yet
- * initialized); *min_step the lowest (-1 if any is uninitialized). */
+/* Register with every server, retrying until connect_timeout (then
+ * WF_ETRANSIENT). A server that speaks the other security mode (CURVE vs
+ * plain TCP) or refuses the keys fails it at once with WF_EINVAL naming the
+ * server and cfg.key_origin. steps ([nservers], may be NULL) receives each
+ * server's step (-1: not yet initialized); *min_step the lowest (-1 if any
+ * is uninitialized). Every send is bounded (ZMQ_SNDTIMEO: a round here, the
+ * reply timeout elsewhere). */
 int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *err);
 /* Change how long register keeps retrying (0: the default); returns the old value. */
 double wf_ps_client_set_connect_timeout(wf_ps_client *c, double seconds);

@@ -103,6 +103,7 @@ int wf_serve_version_load(wf_serve_version **out, const char *path, long version
 	v->batch_delay_us = -1;
 	io_from_model(&v->io, v->model, &v->meta);
 	v->io.max_pixels = o->max_image_pixels;
+	v->io.max_pixels_flag = "--max_image_pixels";
 	v->nslots = o->nslots > 0 ? o->nslots : 1;
 	v->slots = calloc((size_t)v->nslots, sizeof(*v->slots));
 	v->stats.nbatch = v->max_batch + 1;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <arpa/inet.h>
 #include <time.h>
@@ -529,7 +530,37 @@ cleanup:
 	return rc;
 }
 
+static int cluster_from_env(wf_cluster *c, wf_err *err);
+
 int wf_cluster_from_env(wf_cluster *c, wf_err *err)
+{
+	int rc = cluster_from_env(c, err);
+	if (rc != 0)
+		return rc;
+	const char *token = getenv(WF_JOB_TOKEN_ENV);
+	if (token && strlen(token) >= sizeof(c->job_token)) {
+		wf_cluster_free(c);
+		return wf_errf(err, WF_EINVAL,
+			       "%s: %zu characters, at most %zu: give every process of the job the "
+			       "same shorter random value (e.g. `openssl rand -hex 16`)",
+			       WF_JOB_TOKEN_ENV, strlen(token), sizeof(c->job_token) - 1);
+	}
+	snprintf(c->job_token, sizeof(c->job_token), "%s", token ? token : "");
+	return 0;
+}
+
+int wf_cluster_new_token(char *out, size_t n, wf_err *err)
+{
+	unsigned char b[64];
+	if (n > sizeof(b) || getrandom(b, n, 0) != (ssize_t)n)
+		return wf_errf(err, WF_EINTERNAL, "cannot make a random job token: %s",
+			       strerror(errno));
+	for (size_t i = 0; i < n; i++)
+		snprintf(out + 2 * i, 3, "%02x", b[i]);
+	return 0;
+}
+
+static int cluster_from_env(wf_cluster *c, wf_err *err)
 {
 	const char *tf = getenv("TF_CONFIG");
 	if (tf && *tf) {

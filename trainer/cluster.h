@@ -33,6 +33,12 @@ typedef enum {
 	WF_CLUSTER_SRC_JOB_INDEX  /* JOB_COMPLETION_INDEX (Indexed Job) */
 } wf_cluster_source;
 
+/* The environment variable holding a random value every process of one job
+ * shares (`weft launch` makes one per run); the job id mixes it in, so an
+ * outsider who knows the model and the addresses cannot compute the id. */
+#define WF_JOB_TOKEN_ENV "WEFT_JOB_TOKEN"
+#define WF_JOB_TOKEN_MAX 129 /* bytes with the NUL */
+
 /* Addresses of one job type. Kubeflow's sparse form may leave holes: addr[i]
  * is NULL for an index the map does not list. */
 typedef struct wf_cluster_job {
@@ -52,6 +58,8 @@ typedef struct wf_cluster {
 	char environment[64]; /* TF_CONFIG "environment" ("cloud"), or "" */
 	int derived;	      /* TF_CONFIG built from the pod's identity (WEFT_ROLE) */
 	char origin[160];     /* where role and index came from, for `weft tfconfig` */
+	/* WEFT_JOB_TOKEN: the job's random value ("": none) */
+	char job_token[WF_JOB_TOKEN_MAX];
 } wf_cluster;
 
 /* Name of a role as TF_CONFIG spells it ("chief", "worker", "ps", "evaluator"). */
@@ -63,8 +71,11 @@ int wf_cluster_parse_tf_config(wf_cluster *c, const char *json, wf_err *err);
 /* From the environment: TF_CONFIG if set, else the TF_CONFIG of
  * wf_cluster_pod_tf_config when WEFT_ROLE is set, else OMPI_COMM_WORLD_*,
  * else JOB_COMPLETION_INDEX, else a single process (source NONE, worker 0,
- * chief). */
+ * chief); job_token from WF_JOB_TOKEN_ENV in every case. */
 int wf_cluster_from_env(wf_cluster *c, wf_err *err);
+/* n random bytes as hex into out [2n + 1] (a job token); WF_EINTERNAL when
+ * the system has no randomness to give. */
+int wf_cluster_new_token(char *out, size_t n, wf_err *err);
 /* The TF_CONFIG of this pod when WEFT_ROLE is set and TF_CONFIG is not:
  * task i of role R is "<name>-<i>.<service>[.<WEFT_DOMAIN>]:<WEFT_PORT>" with
  * name/service from WEFT_<R>_NAME / WEFT_<R>_SERVICE (default: the role,

@@ -288,7 +288,8 @@ static int cmd_data_synth(int argc, char **argv, wf_err *err)
 	long count = -1, size = 32, seed = 1, classes = 10;
 	wf_cli_list pos = {0};
 	const wf_flag flags[] = {
-		{"out", WF_FLAG_STR, &out, "FILE", "dataset file to write (required)"},
+		{"out", WF_FLAG_STR, &out, "FILE",
+		 "dataset file to write (required; a missing folder is created)"},
 		{"count", WF_FLAG_INT, &count, "N", "number of samples (required)"},
 		{"size", WF_FLAG_INT, &size, "S", "images are S x S x 3 (32)"},
 		{"seed", WF_FLAG_INT, &seed, "K", "generator seed (1)"},
@@ -324,7 +325,8 @@ static int cmd_data_cifar10(int argc, char **argv, wf_err *err)
 	const char *out = NULL;
 	wf_cli_list pos = {0};
 	const wf_flag flags[] = {
-		{"out", WF_FLAG_STR, &out, "FILE", "dataset file to write (required)"},
+		{"out", WF_FLAG_STR, &out, "FILE",
+		 "dataset file to write (required; a missing folder is created)"},
 		{0},
 	};
 	const wf_command_help help = {
@@ -369,14 +371,15 @@ static int cmd_data_images(int argc, char **argv, wf_err *err)
 	long threads = 0, seed = 1, encoded = 0, gray = 0, max_pixels = 0;
 	wf_cli_list pos = {0};
 	const wf_flag flags[] = {
-		{"out", WF_FLAG_STR, &out, "FILE", "dataset file to write (required)"},
+		{"out", WF_FLAG_STR, &out, "FILE",
+		 "dataset file to write (required; a missing folder is created)"},
 		{"size", WF_FLAG_STR, &size, "S|HxW", "stored image size (224)"},
 		{"resize", WF_FLAG_STR, &resize, "MODE",
 		 "fit: stretch (Keras's default), crop: centre crop to the aspect ratio, pad: "
 		 "fit inside and pad with zeros (fit)"},
 		{"val-split", WF_FLAG_STR, &split, "F", "fraction of the images for validation"},
 		{"val-out", WF_FLAG_STR, &val_out, "FILE",
-		 "validation dataset file (with --val-split)"},
+		 "validation dataset file (with --val-split; a missing folder is created)"},
 		{"threads", WF_FLAG_INT, &threads, "N", "decoding threads (0: all cores)"},
 		{"encoded", WF_FLAG_BOOL, &encoded, NULL,
 		 "keep the JPEG/PNG bytes; the reader decodes them during training"},

@@ -4,6 +4,7 @@
 #include "common/json.h"
 #include "common/log.h"
 #include "model/model.h"
+#include "trainer/cluster.h"
 #include "ps/client.h"
 #include "ps/placement.h"
 #include "ps/proto.h"
@@ -158,8 +159,8 @@ static const key_def keys[] = {
 	{"train.label_smoothing", T_NUM, F(train.label_smoothing), "0",
 	 "cross-entropy against (1 - s) * one-hot + s / classes (Keras label_smoothing)"},
 	{"train.divergence_factor", T_NUM, F(train.divergence_factor), "10",
-	 "stop (exit 1) when a step's loss exceeds this many times the first step's loss, "
-	 "or is not finite; 0: only the non-finite check"},
+	 "stop (exit 2, as a bad setting) when a step's loss exceeds this many times the first "
+	 "step's loss, or is not finite; 0: only the non-finite check"},
 	/* settings the libraries once read from the environment (issue 15) */
 	{"train.cuda_device", T_INT, F(train.cuda_device), "0",
 	 "cuda: the GPU (modulo the GPUs present) when the launcher sets no local rank "
@@ -259,6 +260,10 @@ static const env_def env_only[] = {
 	{"WEFT_CHIEF_NAME, WEFT_WORKER_NAME, WEFT_PS_NAME, WEFT_EVALUATOR_NAME", "",
 	 "Kubernetes: pod name prefix of each role"},
 	{"WEFT_LAUNCH", "", "set by `weft launch` in its children (it prefixes their log lines)"},
+	{WF_JOB_TOKEN_ENV, "",
+	 "a random value every process of one job shares (`weft launch` makes one per run); "
+	 "the job id mixes it in so that it cannot be computed from the model and the "
+	 "addresses (needed with --insecure)"},
 	{"OMP_NUM_THREADS", "", "set: `train.threads` 0 leaves the thread count to the library"},
 	{"OMP_WAIT_POLICY, GOMP_SPINCOUNT", "",
 	 "OpenMP spinning: both unset, weft sets GOMP_SPINCOUNT=" WF_CPUS_IDLE_SPIN " (a short "

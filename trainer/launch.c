@@ -67,6 +67,8 @@ typedef struct launcher {
 	char fail_name[32];
 	char key_arg[4096 + 32]; /* "cluster.key_dir=DIR" */
 	int key_fd;		 /* memfd holding this run's keys, -1: none */
+	/* WEFT_JOB_TOKEN of every child: this run's */
+	char job_token[WF_JOB_TOKEN_MAX];
 } launcher;
 
 static volatile sig_atomic_t got_signal;
@@ -164,6 +166,9 @@ static void spawn(launcher *l, child *c, int resume)
 		signal(SIGTERM, SIG_DFL);
 		setenv("TF_CONFIG", c->tf_config, 1);
 		setenv("WEFT_LAUNCH", "1", 1);
+		/* in the environment, not on the command line: others on the
+		 * machine can read a process's arguments */
+		setenv(WF_JOB_TOKEN_ENV, l->job_token, 1);
 		if (getenv(WF_CPUS_BUSY_ENV)) {
 			/* weft, not the user, chose this process's short spin: the
 			 * job's processes share the machine and would spin against
@@ -591,6 +596,18 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 			goto cleanup;
 		snprintf(l->key_arg, sizeof(l->key_arg), "cluster.key_dir=%s", cfg.cluster.key_dir);
 	}
+	/* the job id's random part: one per run (every child, restarts too),
+	 * unless the caller gives the job one */
+	const char *token = getenv(WF_JOB_TOKEN_ENV);
+	if (token && strlen(token) >= sizeof(l->job_token)) {
+		rc = wf_errf(err, WF_EINVAL, "launch: %s: %zu characters, at most %zu",
+			     WF_JOB_TOKEN_ENV, strlen(token), sizeof(l->job_token) - 1);
+		goto cleanup;
+	}
+	if (token && *token)
+		snprintf(l->job_token, sizeof(l->job_token), "%s", token);
+	else if ((rc = wf_cluster_new_token(l->job_token, 16, err)) != 0)
+		goto cleanup;
 	l->max_restarts = (int)max_restarts;
 	l->resume = resume;
 	l->argv[l->argc++] = "--config";

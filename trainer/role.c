@@ -105,6 +105,24 @@ uint64_t wf_role_job_id(const wf_config *cfg, const wf_cluster *c)
 	for (size_t r = 0; r < sizeof(roles) / sizeof(roles[0]); r++)
 		for (int i = 0; i < c->jobs[roles[r]].n; i++)
 			h = fnv(h, c->jobs[roles[r]].addr[i] ? c->jobs[roles[r]].addr[i] : "-");
+	if (c->job_token[0]) {
+		/* the job's random value, then a full avalanche (splitmix64's
+		 * finaliser): without the token the id cannot be computed */
+		h = fnv(h, c->job_token);
+		h ^= h >> 30;
+		h *= 0xbf58476d1ce4e5b9ull;
+		h ^= h >> 27;
+		h *= 0x94d049bb133111ebull;
+		h ^= h >> 31;
+	} else if (cfg->cluster.insecure) {
+		static int warned;
+		if (!warned++)
+			wf_warn("%s is not set: with --insecure the job id comes from the "
+				"model name and the addresses alone, which anyone can compute; "
+				"give every process of the job the same random %s (e.g. "
+				"`openssl rand -hex 16`; `weft launch` makes one per run)",
+				WF_JOB_TOKEN_ENV, WF_JOB_TOKEN_ENV);
+	}
 	return h ? h : 1;
 }
 
@@ -205,13 +223,20 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 	if ((rc = ps_endpoints(&c, &ep, err)) != 0)
 		goto cleanup;
 	long done = 0, ck;
-	char ckdir[4200];
+	char ckdir[4200], origin[WF_CFG_PATH_MAX + 64];
+	if (!strncmp(cfg->cluster.key_dir, "fd:", 3))
+		snprintf(origin, sizeof(origin),
+			 "`weft launch`'s keys for this run (cluster.key_dir=%s)",
+			 cfg->cluster.key_dir);
+	else
+		snprintf(origin, sizeof(origin), "%s (cluster.key_dir)", cfg->cluster.key_dir);
 	wf_err ce = {0};
 	if (wf_ckpt_latest(cfg->checkpoint.dir, &ck, ckdir, sizeof(ckdir), &ce) == 1 &&
 	    ck >= cfg->train.steps)
 		done = ck;
 	wf_exchange_ps_cfg pc = {
 		.keys = kp,
+		.key_origin = kp ? origin : NULL,
 		.done_step = done,
 		.nservers = c.jobs[WF_ROLE_PS].n,
 		.endpoints = (const char *const *)ep,

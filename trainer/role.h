@@ -20,7 +20,9 @@
 int wf_role_run(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *res, int *trained,
 		wf_err *err);
 
-/* The job id every process of the cluster derives alike (model and addresses). */
+/* The job id every process of the cluster derives alike: the model, the
+ * addresses and the job's random token (c->job_token, WEFT_JOB_TOKEN; warns
+ * once when an --insecure job has none, its id then being guessable). */
 uint64_t wf_role_job_id(const wf_config *cfg, const wf_cluster *c);
 /* Trainers of a parameter-server job (chief + highest worker index + 1);
  * trainer rank r is chief 0, worker i -> i + chiefs. */

@@ -352,16 +352,15 @@ static int trim_metrics(const char *path, long start, wf_err *err)
 	return 0;
 }
 
-static int open_logs(run *r, int appending, wf_err *err)
+/* log.dir's files: config.json, metrics.jsonl (appended to when resuming)
+ * and the TensorBoard event files. */
+static int open_log_files(run *r, int appending, wf_err *err)
 {
 	const wf_config *c = r->cfg;
 	char path[4200];
 	if (wf_mkdirs(c->log.dir) != 0)
 		return wf_errf(err, WF_EIO, "log.dir: cannot create %s: %s", c->log.dir,
 			       strerror(errno));
-	if (wf_mkdirs(c->checkpoint.dir) != 0)
-		return wf_errf(err, WF_EIO, "checkpoint.dir: cannot create %s: %s",
-			       c->checkpoint.dir, strerror(errno));
 	snprintf(path, sizeof(path), "%s/config.json", c->log.dir);
 	int rc = wf_config_write(c, path, err);
 	if (rc != 0)
@@ -394,6 +393,34 @@ static int open_logs(run *r, int appending, wf_err *err)
 	return 0;
 }
 
+/* The checkpoint folder must exist (a run without checkpoints loses its
+ * work); the logs are reported once when they cannot be written and
+ * training goes on without them, as when the log disk fills up later (what
+ * Keras users expect of TensorBoard and CSV logs: metrics are secondary). */
+static int open_logs(run *r, int appending, wf_err *err)
+{
+	const wf_config *c = r->cfg;
+	if (wf_mkdirs(c->checkpoint.dir) != 0)
+		return wf_errf(err, WF_EIO, "checkpoint.dir: cannot create %s: %s",
+			       c->checkpoint.dir, strerror(errno));
+	wf_err e = {0};
+	if (open_log_files(r, appending, &e) == 0)
+		return 0;
+	if (r->metrics)
+		fclose(r->metrics);
+	wf_tfevents_close(r->tb);
+	wf_tfevents_close(r->tb_train);
+	wf_tfevents_close(r->tb_val);
+	r->metrics = NULL;
+	r->tb = r->tb_train = r->tb_val = NULL;
+	r->log_failed = 1;
+	wf_warn("%s; training and checkpoints go on without metrics.jsonl, TensorBoard events and "
+		"config.json in log.dir %s (make that folder writable, or set log.dir to one "
+		"that is)",
+		e.msg, c->log.dir);
+	return 0;
+}
+
 /* ---- logging ----------------------------------------------------------- */
 
 typedef struct window {
@@ -413,6 +440,8 @@ static void json_num(FILE *f, const char *key, double v)
 static int log_metrics(run *r, long step, const wf_progress_stats *s, const wf_eval_result *ev,
 		       wf_err *err)
 {
+	if (!r->metrics) /* log.dir could not be opened at the start (warned) */
+		return 0;
 	fprintf(r->metrics, "{\"step\":%ld", step);
 	json_num(r->metrics, "epoch", s->epoch);
 	json_num(r->metrics, "loss", s->loss);
@@ -606,7 +635,8 @@ static int rewind_to(run *r, long from, long to, wf_err *err)
 		if (rc != 0)
 			return rc;
 		if (!(r->metrics = fopen(path, "a")))
-			return wf_errf(err, WF_EIO, "%s: cannot open: %s", path, strerror(errno));
+			wf_warn("%s: cannot open: %s; training goes on without metrics.jsonl", path,
+				strerror(errno));
 	}
 	return open_reader(r, err);
 }

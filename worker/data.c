@@ -714,7 +714,7 @@ int wf_dataset_load_sample(wf_dataset *ds, long idx, uint8_t *image, wf_err *err
 	}
 	if (!rc) {
 		rc = wf_image_load_u8(bytes, len, ds->info.c, ds->info.h, ds->info.w, ds->resize, 0,
-				      image, err);
+				      NULL, image, err);
 		if (rc)
 			wf_err_wrap(err, "%s: sample %ld", ds->path, idx);
 	}

@@ -492,6 +492,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		.server_timeout = cfg->server_timeout > 0 ? cfg->server_timeout
 							  : WF_PS_SERVER_TIMEOUT_DEFAULT,
 		.keys = cfg->keys,
+		.key_origin = cfg->key_origin,
 	};
 	if ((rc = wf_ps_client_create(&c->cl, &cc, err)) != 0)
 		goto fail;

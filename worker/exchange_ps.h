@@ -44,6 +44,8 @@ typedef struct wf_exchange_ps_cfg {
 	const char *debug_stall;
 
 	const struct wf_ps_keys *keys; /* CURVE keys (ps/auth.h); NULL: plain TCP */
+	const char *key_origin;	       /* where they came from, named when a server
+					* refuses them (ps/client.h); may be NULL */
 	/* > 0: checkpoint.dir holds the job's final checkpoint of this step, so
 	 * the job may be over: a process that then finds no server within a short
 	 * wait (10 s) does nothing and succeeds; 0: not known to be over */

@@ -217,7 +217,7 @@ static void *decode_main(void *arg)
 			rc = wf_errf(&err, WF_ENOMEM, "out of memory");
 		if (!rc) /* the encoded form is decoded once too: bad files never get in */
 			rc = wf_image_load_u8((const uint8_t *)buf, len, cfg->c, cfg->h, cfg->w,
-					      cfg->resize, cfg->max_pixels,
+					      cfg->resize, cfg->max_pixels, "--max-pixels",
 					      cfg->encoded ? scratch : j->pixels + (size_t)i * sb,
 					      &err);
 		if (rc) {
@@ -374,6 +374,34 @@ void wf_images_cfg_default(wf_images_cfg *cfg)
 	cfg->progress = 1;
 }
 
+/* Create the folder an output file goes in (mkdir -p, as Keras's and
+ * torchvision's savers do), before any image is decoded. */
+static int make_parent(const char *flag, const char *path, wf_err *err)
+{
+	const char *slash = strrchr(path, '/');
+	if (!slash || slash == path)
+		return 0;
+	char dir[4096];
+	size_t n = (size_t)(slash - path);
+	if (n >= sizeof(dir))
+		return wf_errf(err, WF_EINVAL, "data images: %s %s: path too long", flag, path);
+	memcpy(dir, path, n);
+	dir[n] = '\0';
+	struct stat st;
+	if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode))
+		return 0;
+	int e = wf_mkdirs(dir) != 0    ? errno
+		: stat(dir, &st) != 0  ? errno
+		: !S_ISDIR(st.st_mode) ? ENOTDIR
+				       : 0;
+	if (e)
+		return wf_errf(err, WF_EIO,
+			       "data images: %s %s: cannot create the folder %s: %s; choose "
+			       "another path or fix the folder's permissions",
+			       flag, path, dir, strerror(e));
+	return 0;
+}
+
 int wf_data_images(const wf_images_cfg *cfg, wf_images_result *res, wf_err *err)
 {
 	int rc = 0;
@@ -395,6 +423,9 @@ int wf_data_images(const wf_images_cfg *cfg, wf_images_result *res, wf_err *err)
 	struct stat st;
 	if (stat(cfg->dir, &st) != 0 || !S_ISDIR(st.st_mode))
 		return wf_errf(err, WF_EINVAL, "data images: %s is not a directory", cfg->dir);
+	if ((rc = make_parent("--out", cfg->out, err)) != 0 ||
+	    (cfg->val_out && (rc = make_parent("--val-out", cfg->val_out, err)) != 0))
+		return rc;
 	classes = sorted_names(cfg->dir, &ncls);
 	if (!classes)
 		return wf_errf(err, WF_EIO, "data images: cannot list %s: %s", cfg->dir,

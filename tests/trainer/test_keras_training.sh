@@ -3,8 +3,9 @@
 # a Keras user copies (SGD lr 0.05, momentum 0.9, cosine with warm-up):
 # - the old default initialisation (he_normal convs) dies at chance, Keras's
 #   default (glorot_uniform, what model.kernel_initializer auto gives) learns;
-# - a forced divergence stops with exit 1..127, a message naming the step,
-#   the loss and what to try, and no checkpoint written past the failure;
+# - a forced divergence stops with the documented exit code (1..127), a
+#   message naming the step, the loss and what to try, and no checkpoint
+#   written past the failure;
 # - global clipping keeps a too-high learning rate finite; label smoothing
 #   shows in the loss floor.
 . "$WEFT_SRC/tests/trainer/lib.sh"
@@ -53,6 +54,13 @@ rc=$?
 set -e
 cat div.err
 [ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "diverged run exited $rc (want 1..127)"
+# the exit code is the one the config table (--help-config, README) and the
+# README's divergence note give
+"$WEFT" train --help-config | grep "train.divergence_factor" | grep -Eq "exit $rc([^0-9]|$)" ||
+	fail "--help-config gives another exit code than $rc: $("$WEFT" train --help-config | grep train.divergence_factor)"
+for n in $(grep -A2 "train.divergence_factor" "$WEFT_SRC/README.md" | grep -Eo "exits? [0-9]+" | grep -Eo "[0-9]+"); do
+	[ "$n" = "$rc" ] || fail "README says divergence exits $n, the run exited $rc"
+done
 grep -Eq "loss is [^ ]+ at step [0-9]+" div.err || fail "message names no step and loss"
 grep -q "optimizer.lr" div.err && grep -q "clipnorm" div.err || fail "message says nothing to try"
 failed=$(grep -Eo "at step [0-9]+" div.err | head -1 | grep -Eo "[0-9]+")
