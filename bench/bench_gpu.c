@@ -156,7 +156,8 @@ static void usage(void)
 		"usage: bench_gpu [--runs MODEL:BATCH,...] [--precisions tf32,bf16] [--steps N] "
 		"[--warmup N] [--peak-tflops T] [--no-peer] [--profile STEPS] [--python PATH]\n"
 		"  --runs  default resnet20:256,resnet50:128,resnet50:256,mobilenetv2:256\n"
-		"          (resnet20/resnet56/smallcnn at 32x32, 10 classes; others 224x224, 1000)\n"
+		"          (resnet20/resnet56/smallcnn at 32x32, 10 classes; others 224x224, "
+		"1000)\n"
 		"  --precisions  of fp32, tf32, bf16, fp16 (default tf32,bf16)\n");
 }
 

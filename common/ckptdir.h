@@ -1,4 +1,4 @@
-/* ckptdir.h: the checkpoint directory layout (DESIGN section 8), one module
+/* ckptdir.h: the checkpoint directory layout (docs/formats.md), one module
  * for the trainer (model.h5, optimizer state) and the parameter servers
  * (ps-<i>-of-<n>.h5 shards):
  *

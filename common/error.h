@@ -1,7 +1,7 @@
 /* error.h: status codes and error messages shared by every weft module.
  * Library functions return 0 or a negative WF_E* code and fill a wf_err with
  * the cause, naming the offending file, field or value. Only main() turns a
- * code into a process exit status (DESIGN section 11). */
+ * code into a process exit status (docs/promises.md). */
 #ifndef WF_ERROR_H
 #define WF_ERROR_H
 

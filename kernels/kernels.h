@@ -1,4 +1,4 @@
-/* kernels.h: the op table. Every op of DESIGN section 3, forward and backward,
+/* kernels.h: the op table. Every op (docs/architecture.md), forward and backward,
  * behind one table of function pointers per backend (ref, cpu, cuda), chosen
  * once at start.
  *

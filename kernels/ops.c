@@ -195,7 +195,8 @@ static int check_conv_plain(wf_backend *be, const wf_conv_desc *d)
 			     "conv2d_forward_fused (0 here; io_bf16 1|2 with bf16 training "
 			     "fusions)",
 			     d->act, d->residual, d->infer, d->io_bf16, (double)d->qx, d->io_q);
-	if (!rc && d->dx_acc && ((d->dx_acc & ~1) || !(be->caps & WF_CAP_DX_ACC) || (d->io_bf16 & 1)))
+	if (!rc && d->dx_acc &&
+	    ((d->dx_acc & ~1) || !(be->caps & WF_CAP_DX_ACC) || (d->io_bf16 & 1)))
 		rc = wf_errf(&be->err, WF_EINVAL,
 			     "conv2d: dx_acc=%d (adding into a float dx) is 0, or 1 on a backend "
 			     "that does it (%s %s), with io_bf16 bit 1 clear (%d)",
@@ -261,8 +262,8 @@ static int check_bn(wf_backend *be, const wf_bn_desc *d)
 	if (!(d->momentum >= 0.0f && d->momentum <= 1.0f))
 		return wf_errf(&be->err, WF_EINVAL, "batchnorm: momentum=%g must be in [0, 1]",
 			       (double)d->momentum);
-	int relu_ok = d->relu == 0 || d->relu == 1 ||
-		      (d->relu == 2 && (be->caps & WF_CAP_BN_RELU6));
+	int relu_ok =
+		d->relu == 0 || d->relu == 1 || (d->relu == 2 && (be->caps & WF_CAP_BN_RELU6));
 	if ((d->relu || d->io_bf16) && (!(be->caps & WF_CAP_TRAIN_FUSE) || !relu_ok ||
 					(d->io_bf16 & ~1) || (d->io_bf16 && !be->bf16)))
 		return wf_errf(&be->err, WF_EINVAL,

@@ -97,7 +97,7 @@ typedef struct wf_model {
 	char *graph_json; /* canonical graph JSON (what the model file stores) */
 } wf_model;
 
-/* Metadata kept beside the weights in model.h5 (DESIGN section 4). */
+/* Metadata kept beside the weights in model.h5 (docs/formats.md). */
 typedef struct wf_model_meta {
 	long trained_steps;
 	int nclasses;

@@ -1,4 +1,4 @@
-/* modelfile.c: the model file (model.h5, DESIGN section 4). Root attributes
+/* modelfile.c: the model file (model.h5, docs/formats.md). Root attributes
  * weft_format, graph, input_shape, preprocessing, classes, trained_steps;
  * datasets weights/<layer>/<param> (float32, Keras layout; state too).
  * Written to a temporary name, synced and renamed; read with every HDF5

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# check-layering.sh: the folder rules of DESIGN section 2 that grep can see.
+# check-layering.sh: the folder rules of docs/architecture.md that grep can see.
 #  1. Nothing under kernels/, model/, worker/, ps/ reads the environment:
 #     settings come down in typed option structs from trainer/ (or serve/).
 #  2. Each vendor header is included only by the module that owns it:
@@ -27,7 +27,7 @@ fi
 # Exceptions kept on purpose (each with its reason):
 #  - worker/exchange_nccl.c includes <cuda_runtime.h>: the NCCL exchange
 #    orders its stream after the backend's and waits on CUDA events; it is
-#    the other GPU module of DESIGN section 2 (built only with NCCL).
+#    the other GPU module of docs/architecture.md (built only with NCCL).
 #  - bench/onednn/conv.c includes <dnnl.h>: it compares oneDNN versions
 #    directly (bench_onednn3.sh), outside weft.
 #  - tests/ps/ and bench/bench_ps.c include <zmq.h>: the attack and

@@ -1,4 +1,4 @@
-/* checkpoint.h: training checkpoints (DESIGN section 8). A checkpoint is
+/* checkpoint.h: training checkpoints (docs/formats.md). A checkpoint is
  * <dir>/step-<N>/ holding the strategy's optimizer state, model.h5 and, last,
  * DONE listing every file's size and CRC32C (layout: common/ckptdir); every
  * file is written atomically (common/atomicfile). A directory without DONE,

@@ -1,4 +1,4 @@
-/* config.h: the training config (DESIGN section 6): one JSON file, every key
+/* config.h: the training config (docs/formats.md): one JSON file, every key
  * with a default, `--set a.b=v` overrides, and errors that name the full key
  * path. The schema is one table in config.c, which also prints the reference
  * (`weft train --help-config`). */

@@ -1,4 +1,4 @@
-/* export.h: `weft export` (DESIGN sections 4 and 10): a training checkpoint
+/* export.h: `weft export` (docs/formats.md): a training checkpoint
  * becomes a serving model. Batch norm is folded into the convolution before
  * it, dropout is dropped, class labels and preprocessing are kept, and the
  * result is written as BASE/NAME/<version>/model.h5 through a hidden

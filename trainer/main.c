@@ -1,6 +1,6 @@
 /* main.c: the `weft` command: a table of subcommands, each a function in
  * trainer/ (or, for the roles added later, their own modules). Only main
- * turns a status into the process exit code (DESIGN section 11). */
+ * turns a status into the process exit code (docs/promises.md). */
 #include "common/cpus.h"
 #include "common/error.h"
 #include "common/h5.h"

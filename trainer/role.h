@@ -1,5 +1,5 @@
-/* role.h: what this process is in a training cluster (TF_CONFIG, DESIGN
- * section 7) and running it: a chief or worker trains (wf_train with the
+/* role.h: what this process is in a training cluster (TF_CONFIG,
+ * docs/formats.md) and running it: a chief or worker trains (wf_train with the
  * parameter-server exchange), a ps runs the server loop, an evaluator
  * evaluates checkpoints as they appear. `weft ps` is the ps role alone. */
 #ifndef WF_ROLE_H

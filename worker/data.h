@@ -2,7 +2,7 @@
  * [N], attribute `classes`), its converters, and the reader that feeds a
  * worker: deterministic order, a prefetch thread, augmentation.
  *
- * Order (DESIGN section 5): epoch e uses permutation(seed, e) of [0, N);
+ * Order (docs/architecture.md): epoch e uses permutation(seed, e) of [0, N);
  * global batch b of an epoch is samples [b*G, (b+1)*G) of it (the remainder
  * of an epoch is dropped); a reader takes `slices` consecutive slices of
  * length `batch` starting at slice `first`, so G = batch * total_slices.

@@ -1,4 +1,4 @@
-/* exchange_mpi.h: the allreduce exchange on CPUs (DESIGN section 9) and the
+/* exchange_mpi.h: the allreduce exchange on CPUs (docs/architecture.md) and the
  * process's MPI world, which the NCCL exchange also uses to bootstrap.
  * Every rank holds all parameters; each step the gradient buffer is
  * averaged across ranks in buckets started while backward still runs, then

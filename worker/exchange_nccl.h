@@ -1,4 +1,4 @@
-/* exchange_nccl.h: the allreduce exchange on GPUs (DESIGN section 9): the
+/* exchange_nccl.h: the allreduce exchange on GPUs (docs/architecture.md): the
  * same contract as the MPI exchange (exchange_mpi.h), with gradients,
  * statistics and optimizer slots in device memory and averaged by NCCL on a
  * dedicated stream. The NCCL unique id is broadcast over MPI under mpirun,

@@ -1,4 +1,4 @@
-/* exchange_ps.h: the parameter-server exchange (DESIGN section 8). Each
+/* exchange_ps.h: the parameter-server exchange (docs/architecture.md). Each
  * worker pushes a gradient chunk as soon as backward has finished it and gets
  * the chunk's new values back in the same round trip; the optimizer runs on
  * the servers. The chief seeds the servers (or has them restore a

@@ -225,8 +225,8 @@ static int cu_to_bf16(wf_backend *be, size_t n, void *y, const float *x, int act
 	return WF_CU(be, wfk_to_bf16(STREAM(be), n, y, x, act));
 }
 
-static int cu_add_relu_backward(wf_backend *be, size_t n, const float *dy, const float *y,
-				void *da, int ma, void *db, int mb)
+static int cu_add_relu_backward(wf_backend *be, size_t n, const float *dy, const float *y, void *da,
+				int ma, void *db, int mb)
 {
 	return WF_CU(be, wfk_add_relu_backward(STREAM(be), n, dy, y, da, ma, db, mb));
 }

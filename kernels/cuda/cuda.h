@@ -3,7 +3,7 @@
  * is created through wf_backend_create(&be, "cuda", ...). This header is
  * plain C (no CUDA headers); it exists only in builds with WEFT_HAVE_CUDA.
  *
- * Precision (DESIGN section 3): master weights, gradients and activations
+ * Precision (docs/architecture.md): master weights, gradients and activations
  * between ops stay float32 always. Convolutions and dense layers compute in
  *   fp32 (default) exact float32 (no TF32), what the op tests compare to ref;
  *   tf32  float32 tensors on TF32 tensor cores;

@@ -47,12 +47,12 @@ struct wf_plan {
 	cudnnConvolutionBwdDataAlgo_t bwd_data;
 	cudnnConvolutionBwdFilterAlgo_t bwd_filter;
 	cudnnMathType_t math[3];
-	size_t ws[3]; /* bytes of workspace each chosen algorithm needs */
+	size_t ws[3];	/* bytes of workspace each chosen algorithm needs */
 	int own_dw;	/* a depthwise 3x3 conv: our kernels (wfk_dw_*), not cuDNN */
 	double *dw_acc; /* their weight-gradient sums [9 * c] */
 	void *buf;	/* PLAN_BUF */
 	/* bn */
-	float *consts; /* coefficients, then sums (bn_plan) */
+	float *consts;	/* coefficients, then sums (bn_plan) */
 	int bn_trained; /* a training forward ran: its coefficients are there */
 };
 
@@ -141,9 +141,11 @@ int wf_cuda_plan_buffer(wf_backend *be, wf_plan **slot, const void *desc, size_t
 			size_t bytes, void **buf)
 {
 	wf_plan *p = NULL;
-	int fresh = 0, rc = dsize <= sizeof(p->d) ? plan_get(be, slot, PLAN_BUF, desc, dsize, &p, &fresh)
-					      : wf_errf(&be->err, WF_EINTERNAL,
-							"cuda: descriptor of %zu bytes", dsize);
+	int fresh = 0, rc = 0;
+	if (dsize > sizeof(p->d))
+		return wf_errf(&be->err, WF_EINTERNAL, "cuda: a plan descriptor of %zu bytes",
+			       dsize);
+	rc = plan_get(be, slot, PLAN_BUF, desc, dsize, &p, &fresh);
 	if (!rc && fresh && (rc = WF_CU(be, cudaMalloc(&p->buf, bytes ? bytes : 1))))
 		plan_drop(be, slot);
 	*buf = rc ? NULL : p->buf;
@@ -344,7 +346,8 @@ static int conv_input(wf_backend *be, const wf_plan *p, const conv_bufs *s, cons
 	int rc = 0;
 	*xc = x;
 	if (p->d.conv.io_bf16 & 1) {
-		if (p->padded && !(rc = WF_CU(be, wfk_pad16_forward(cx->stream, &p->extra, s->xh, x))))
+		if (p->padded &&
+		    !(rc = WF_CU(be, wfk_pad16_forward(cx->stream, &p->extra, s->xh, x))))
 			*xc = s->xh;
 		return rc;
 	}
@@ -400,7 +403,8 @@ int wf_cuda_conv2d_forward(wf_backend *be, wf_plan **slot, const wf_conv_desc *d
 	const float *bias = d->bias ? b : NULL;
 	size_t rows = p->ylen / d->oc;
 	if (yb)
-		return bias ? WF_CU(be, wfk_bias_add(cx->stream, rows, d->oc, y, WFK_BF16, bias)) : 0;
+		return bias ? WF_CU(be, wfk_bias_add(cx->stream, rows, d->oc, y, WFK_BF16, bias))
+			    : 0;
 	if (half)
 		return WF_CU(be, wfk_uncast_bias(cx->stream, rows, d->oc, y, s.yh, p->et, bias));
 	return bias ? WF_CU(be, wfk_bias_add(cx->stream, rows, d->oc, y, WFK_F32, bias)) : 0;
@@ -415,11 +419,11 @@ static int bias_grad(wf_backend *be, size_t rows, int cols, float *db, const voi
 	if (rows > cx->ones_len || rows > (size_t)0x7fffffff)
 		return wf_errf(&be->err, WF_EINTERNAL, "cuda: bias gradient over %zu rows", rows);
 	if (bf16)
-		return WF_CUBLAS(be, cublasGemmEx(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, cols, 1,
-						  (int)rows, &one, dy, CUDA_R_16BF, cols,
-						  cx->ones16, CUDA_R_16BF, (int)rows, &one, db,
-						  CUDA_R_32F, cols, CUBLAS_COMPUTE_32F,
-						  CUBLAS_GEMM_DEFAULT));
+		return WF_CUBLAS(be,
+				 cublasGemmEx(cx->cublas, CUBLAS_OP_N, CUBLAS_OP_N, cols, 1,
+					      (int)rows, &one, dy, CUDA_R_16BF, cols, cx->ones16,
+					      CUDA_R_16BF, (int)rows, &one, db, CUDA_R_32F, cols,
+					      CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 	return WF_CUBLAS(be, cublasSgemv(cx->cublas, CUBLAS_OP_N, cols, (int)rows, &one, dy, cols,
 					 cx->ones, 1, &one, db, 1));
 }
@@ -473,8 +477,8 @@ int wf_cuda_conv2d_backward(wf_backend *be, wf_plan **slot, const wf_conv_desc *
 	int xb = d->io_bf16 & 1, yb = (d->io_bf16 & 2) != 0;
 	if (p->own_dw) {
 		if ((dx && (rc = WF_CU(be, wfk_dw_backward_data(cx->stream, d, dx, dy, w)))) ||
-		    (dw && (rc = WF_CU(be, wfk_dw_backward_filter(cx->stream, d, dw, p->dw_acc, dy,
-								  x)))))
+		    (dw &&
+		     (rc = WF_CU(be, wfk_dw_backward_filter(cx->stream, d, dw, p->dw_acc, dy, x)))))
 			return rc;
 		return db && d->bias ? bias_grad(be, p->ylen / d->oc, d->oc, db, dy, yb) : 0;
 	}
@@ -704,8 +708,8 @@ int wf_cuda_batchnorm_forward(wf_backend *be, wf_plan **slot, const wf_bn_desc *
 						    save_invstd, run_mean, run_var, coef));
 	}
 	return rc ? rc
-		  : WF_CU(be, wfk_bn_apply(cx->stream, rows, d->c, y, x, coef, d->relu,
-					   d->io_bf16));
+		  : WF_CU(be,
+			  wfk_bn_apply(cx->stream, rows, d->c, y, x, coef, d->relu, d->io_bf16));
 }
 
 /* dgamma/dbeta accumulate; dx (may be NULL) is overwritten. With d->relu,
@@ -724,7 +728,8 @@ int wf_cuda_batchnorm_backward(wf_backend *be, wf_plan **slot, const wf_bn_desc 
 		return wf_errf(&be->err, WF_EINVAL,
 			       "batchnorm: backward needs save_mean and save_invstd");
 	if (d->relu && !p->bn_trained)
-		return wf_errf(&be->err, WF_EINVAL, "batchnorm: backward before a training forward");
+		return wf_errf(&be->err, WF_EINVAL,
+			       "batchnorm: backward before a training forward");
 	size_t rows = (size_t)d->n * d->h * d->w;
 	double *acc = bn_acc(p, d);
 	const float *mask = d->relu ? bn_fwd_coef(p) : NULL;

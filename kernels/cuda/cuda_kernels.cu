@@ -464,6 +464,19 @@ __global__ void k_pool_forward(const wf_pool_desc d, float *y, const float *x)
 	}
 }
 
+/* The outputs whose window holds input cell (iy, ix): oy*sh - pt <= iy <
+ * oy*sh - pt + kh, [oy_lo, oy_hi] x [ox_lo, ox_hi]. */
+__device__ static inline void pool_outputs_of(const wf_pool_desc d, int iy, int ix, int *oy_lo,
+					      int *oy_hi, int *ox_lo, int *ox_hi)
+{
+	int ylo = iy + d.pt - d.kh + 1, xlo = ix + d.pl - d.kw + 1;
+	int yhi = (iy + d.pt) / d.sh, xhi = (ix + d.pl) / d.sw;
+	*oy_lo = ylo > 0 ? (ylo + d.sh - 1) / d.sh : 0;
+	*ox_lo = xlo > 0 ? (xlo + d.sw - 1) / d.sw : 0;
+	*oy_hi = yhi < d.oh - 1 ? yhi : d.oh - 1;
+	*ox_hi = xhi < d.ow - 1 ? xhi : d.ow - 1;
+}
+
 /* Gather: input cell (iy, ix) sums dy over the outputs whose window holds
  * it; for max only where it is the window's first maximum (row-major scan),
  * which is the cell ref routes the gradient to. Deterministic, no atomics. */
@@ -478,13 +491,8 @@ __global__ void k_pool_backward(const wf_pool_desc d, float *dx, const float *dy
 		t /= d.w;
 		int iy = (int)(t % d.h);
 		size_t b = t / d.h;
-		/* outputs with oy*sh - pt <= iy < oy*sh - pt + kh */
-		int oy_lo = iy + d.pt - d.kh + 1, ox_lo = ix + d.pl - d.kw + 1;
-		oy_lo = oy_lo > 0 ? (oy_lo + d.sh - 1) / d.sh : 0;
-		ox_lo = ox_lo > 0 ? (ox_lo + d.sw - 1) / d.sw : 0;
-		int oy_hi = (iy + d.pt) / d.sh, ox_hi = (ix + d.pl) / d.sw;
-		oy_hi = oy_hi < d.oh - 1 ? oy_hi : d.oh - 1;
-		ox_hi = ox_hi < d.ow - 1 ? ox_hi : d.ow - 1;
+		int oy_lo, oy_hi, ox_lo, ox_hi;
+		pool_outputs_of(d, iy, ix, &oy_lo, &oy_hi, &ox_lo, &ox_hi);
 		float acc = 0.0f;
 		for (int oy = oy_lo; oy <= oy_hi; oy++)
 			for (int ox = ox_lo; ox <= ox_hi; ox++) {
@@ -550,12 +558,8 @@ __global__ void k_pool_max_backward(const wf_pool_desc d, float *dx, const float
 		t /= d.w;
 		int iy = (int)(t % d.h);
 		size_t b = t / d.h;
-		int oy_lo = iy + d.pt - d.kh + 1, ox_lo = ix + d.pl - d.kw + 1;
-		oy_lo = oy_lo > 0 ? (oy_lo + d.sh - 1) / d.sh : 0;
-		ox_lo = ox_lo > 0 ? (ox_lo + d.sw - 1) / d.sw : 0;
-		int oy_hi = (iy + d.pt) / d.sh, ox_hi = (ix + d.pl) / d.sw;
-		oy_hi = oy_hi < d.oh - 1 ? oy_hi : d.oh - 1;
-		ox_hi = ox_hi < d.ow - 1 ? ox_hi : d.ow - 1;
+		int oy_lo, oy_hi, ox_lo, ox_hi;
+		pool_outputs_of(d, iy, ix, &oy_lo, &oy_hi, &ox_lo, &ox_hi);
 		float acc = 0.0f;
 		for (int oy = oy_lo; oy <= oy_hi; oy++)
 			for (int ox = ox_lo; ox <= ox_hi; ox++) {

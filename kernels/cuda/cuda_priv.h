@@ -58,8 +58,8 @@ cudaError_t wfk_pool_backward(cudaStream_t s, const wf_pool_desc *d, float *dx, 
 			      const float *x);
 /* Max pooling's backward through arg [N,OH,OW,C] (scratch: each output's
  * maximum as its offset in the window, kh * kw <= 256). */
-cudaError_t wfk_pool_max_backward(cudaStream_t s, const wf_pool_desc *d, float *dx,
-				  const float *dy, const float *x, uint8_t *arg);
+cudaError_t wfk_pool_max_backward(cudaStream_t s, const wf_pool_desc *d, float *dx, const float *dy,
+				  const float *x, uint8_t *arg);
 cudaError_t wfk_gap_forward(cudaStream_t s, int n, int hw, int c, float *y, const float *x);
 cudaError_t wfk_gap_backward(cudaStream_t s, int n, int hw, int c, float *dx, const float *dy);
 cudaError_t wfk_pad_forward(cudaStream_t s, const wf_pad_desc *d, float *y, const float *x);
@@ -155,7 +155,7 @@ typedef struct wf_cuda_ctx {
 	size_t ws_bytes;
 	void *scratch; /* casts, transposed weights, unwanted outputs; shared */
 	size_t scratch_bytes;
-	float *ones; /* [ones_len] of 1.0f: bias gradients as a gemv */
+	float *ones;  /* [ones_len] of 1.0f: bias gradients as a gemv */
 	void *ones16; /* the same in bf16: bias gradients of bf16 tensors */
 	size_t ones_len;
 	int *bad;      /* device [2]: bad label (row + 1, label), 0 = none */

@@ -499,7 +499,8 @@ static void elementwise_fusions(size_t n)
 	int bad = 0;
 	for (int bits = 0; bits < 4; bits++)
 		for (int relu = 0; relu < 2; relu++) {
-			const void *pa = bits & 1 ? ahd : (void *)ad, *pb = bits & 2 ? bhd : (void *)bd;
+			const void *pa = bits & 1 ? ahd : (void *)ad,
+				   *pb = bits & 2 ? bhd : (void *)bd;
 			WF_CHECK(wf_op_add_mixed(cuda_be, n, yd, pa, pb, bits, relu) == 0);
 			float *y = fetch_vals(yd, n, 0);
 			for (size_t i = 0; i < n; i++) {
@@ -512,8 +513,8 @@ static void elementwise_fusions(size_t n)
 	WF_CHECK_MSG(bad == 0, "add_mixed (n %zu): %d values differ", n, bad);
 	for (int act = 0; act < 3; act++) {
 		for (size_t i = 0; i < n; i++)
-			want[i] = act == 0 ? a[i]
-				  : act == 1 ? fmaxf(a[i], 0.0f)
+			want[i] = act == 0	? a[i]
+				  : act == 1	? fmaxf(a[i], 0.0f)
 				  : a[i] < 0.0f ? 0.0f
 				  : a[i] > 6.0f ? 6.0f
 						: a[i];
@@ -523,7 +524,8 @@ static void elementwise_fusions(size_t n)
 		uint16_t *got = host_copy(hd, n * 2);
 		int diff = 0;
 		for (size_t i = 0; i < n; i++)
-			diff += got[i] != wh[i] && !((got[i] & 0x7fff) > 0x7f80 && (wh[i] & 0x7fff) > 0x7f80);
+			diff += got[i] != wh[i] &&
+				!((got[i] & 0x7fff) > 0x7f80 && (wh[i] & 0x7fff) > 0x7f80);
 		WF_CHECK_MSG(diff == 0, "to_bf16 act %d (n %zu): %d values differ", act, n, diff);
 		free(wh), free(got);
 	}
@@ -553,7 +555,8 @@ static void test_training_fusions_match_ref(void)
 	WF_CHECK((cuda_be->caps & WF_CAP_TRAIN_FUSE) && (cuda_be->caps & WF_CAP_BN_RELU6));
 	for (int bf16 = 0; bf16 < 2; bf16++) {
 		const char *used = NULL;
-		WF_CHECK(wf_backend_set_precision(cuda_be, bf16 ? "bf16" : "fp32", &used, &err) == 0);
+		WF_CHECK(wf_backend_set_precision(cuda_be, bf16 ? "bf16" : "fp32", &used, &err) ==
+			 0);
 		WF_CHECK(cuda_be->bf16 == bf16);
 		bn_relu_case(bf16, 16, 1);
 		bn_relu_case(bf16, 12, 1);

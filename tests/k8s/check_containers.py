@@ -99,7 +99,7 @@ def main():
                   % (w, binary, so, pkg))
         if binary == "weft-serve":
             bad = [so for so in needed(built) if re.match(r"lib(mpi|zmq|nccl)", so)]
-            check(not bad, "%s: weft-serve links %s (DESIGN: no MPI, NCCL or ZeroMQ)" % (w, bad))
+            check(not bad, "%s: weft-serve links %s (docs/architecture.md: no MPI, NCCL or ZeroMQ)" % (w, bad))
             check(not re.search(r"\b(libzmq5|libopenmpi3|libnccl2|openmpi-bin)\b", runtime),
                   "%s: the serving image installs training-only libraries" % w)
     if failures:

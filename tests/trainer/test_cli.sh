@@ -1,5 +1,5 @@
 # test_cli.sh: --help everywhere, unknown commands and flags are named,
-# exit codes follow DESIGN section 11.
+# exit codes follow docs/promises.md.
 . "$WEFT_SRC/tests/trainer/lib.sh"
 "$WEFT" --help | grep -q "train" || fail "weft --help lists no commands"
 for c in train eval inspect version "data synth" "data cifar10" "data images" data; do
