@@ -125,24 +125,36 @@ int wf_backend_create_opts(wf_backend **out, const char *name, const wf_backend_
 
 int wf_backend_set_precision(wf_backend *be, const char *want, const char **used, wf_err *err)
 {
-	int is_auto = want && strcmp(want, "auto") == 0;
-	int bf16 = want && (strcmp(want, "bf16") == 0 || strcmp(want, "bfloat16") == 0);
-	int int8 = want && strcmp(want, "int8") == 0;
-	if (!is_auto && !bf16 && !int8 &&
-	    !(want && (strcmp(want, "fp32") == 0 || strcmp(want, "float32") == 0)))
+	static const struct {
+		const char *name, *is;
+	} names[] = {{"fp32", "fp32"},	  {"float32", "fp32"},	{"tf32", "tf32"},
+		     {"bf16", "bf16"},	  {"bfloat16", "bf16"}, {"fp16", "fp16"},
+		     {"float16", "fp16"}, {"int8", "int8"},	{"auto", "auto"}};
+	const char *p = NULL;
+	for (size_t i = 0; want && !p && i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(want, names[i].name) == 0)
+			p = names[i].is;
+	if (!p)
 		return wf_errf(err, WF_EINVAL,
-			       "precision '%s' is not one of fp32, bf16, int8, auto",
+			       "precision '%s' is not one of fp32, tf32, bf16, fp16, int8, auto",
 			       want ? want : "(null)");
-	int on = (bf16 || is_auto) && (be->caps & WF_CAP_BF16);
-	be->int8 = int8 && (be->caps & WF_CAP_INT8);
-	if (be->ops->set_bf16) {
-		int rc = be->ops->set_bf16(be, on, err);
+	be->int8 = strcmp(p, "int8") == 0 && (be->caps & WF_CAP_INT8);
+	if (strcmp(p, "auto") == 0)
+		p = be->caps & WF_CAP_BF16 ? "bf16" : "fp32";
+	else if (strcmp(p, "int8") == 0 || (strcmp(p, "bf16") == 0 && !(be->caps & WF_CAP_BF16)))
+		p = "fp32"; /* int8 is per conv, in inference plans: the rest computes in fp32 */
+	if (be->ops->set_precision) {
+		int rc = be->ops->set_precision(be, p, err);
+		if (rc == WF_ENOTSUP)
+			rc = be->ops->set_precision(be, p = "fp32", err);
 		if (rc)
 			return rc;
+	} else if (strcmp(p, "bf16") != 0) {
+		p = "fp32"; /* tf32 and fp16 are the cuda device's */
 	}
-	be->bf16 = on;
+	be->bf16 = strcmp(p, "bf16") == 0;
 	if (used)
-		*used = on ? "bf16" : be->int8 ? "int8" : "fp32";
+		*used = be->int8 ? "int8" : p;
 	return 0;
 }
 

@@ -170,9 +170,10 @@ typedef struct wf_backend_ops {
 	void (*host_free)(wf_backend *be, void *p);
 	void (*plan_free)(wf_backend *be, wf_plan *plan);
 	void (*destroy)(wf_backend *be); /* release be->ctx; may be NULL */
-	/* Optional (NULL: be->bf16 alone decides): switch the backend's own
-	 * compute precision to bf16 (on) or fp32 for plans built from now on. */
-	int (*set_bf16)(wf_backend *be, int on, wf_err *err);
+	/* Optional (NULL: fp32, or bf16 where WF_CAP_BF16, through be->bf16):
+	 * switch the backend's compute precision to "fp32", "tf32", "bf16" or
+	 * "fp16" for plans built from now on; WF_ENOTSUP for one it lacks. */
+	int (*set_precision)(wf_backend *be, const char *name, wf_err *err);
 	/* Optional (NULL: one layer after another): run fn(arg, t, nt) on nt
 	 * threads at once, t = 0 .. nt-1, nt <= n (fewer where the runtime
 	 * gives fewer). Ops called from fn run on the calling thread alone. */
@@ -345,12 +346,12 @@ struct wf_backend {
 /* conv2d_backward adds into a float dx (wf_conv_desc dx_acc) */
 #define WF_CAP_DX_ACC 32u
 
-/* Set the compute precision: "fp32", "bf16", "int8" or "auto" (bf16 where
- * the hardware has native bf16, else fp32). "bf16" or "int8" on a backend
- * without it falls back to fp32; *used (may be NULL) names what is used, so
- * the caller can print the notice. int8 applies to the convolutions of
- * calibrated models (weft export --quantize int8), in inference executors.
- * Fails only on an unknown name. */
+/* Set the compute precision: "fp32", "tf32", "bf16", "fp16", "int8" or
+ * "auto" (bf16 where the hardware has native bf16, else fp32). One the
+ * backend lacks falls back to fp32 (tf32 and fp16 are the cuda device's);
+ * *used (may be NULL) names what is used, so the caller can print the
+ * notice. int8 applies to the convolutions of calibrated models (weft export
+ * --quantize int8), in inference executors. Fails only on an unknown name. */
 int wf_backend_set_precision(wf_backend *be, const char *want, const char **used, wf_err *err);
 
 /* ---- choosing and owning a backend ------------------------------------ */

@@ -42,7 +42,7 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		{"device", WF_FLAG_STR, &device, "cpu|ref|cuda|auto",
 		 "same as --set train.device=..."},
 		{"threads", WF_FLAG_INT, &threads, "N", "same as --set train.threads=N"},
-		{"precision", WF_FLAG_STR, &precision, "fp32|bf16|auto",
+		{"precision", WF_FLAG_STR, &precision, "fp32|tf32|bf16|fp16|auto",
 		 "same as --set train.precision=..."},
 		{"accumulate", WF_FLAG_INT, &accumulate, "N",
 		 "same as --set train.accumulate=N: sum N micro-batches per optimizer step"},

@@ -84,8 +84,10 @@ static const key_def keys[] = {
 	{"train.accumulate", T_INT, F(train.accumulate), "1",
 	 "micro-batches summed before each optimizer step"},
 	{"train.precision", T_STR, F(train.precision), "\"fp32\"",
-	 "conv compute: fp32, bf16 (fp32 accumulation and master weights; fp32 with a notice "
-	 "where the device lacks bf16) or auto (bf16 where native)"},
+	 "compute precision (master weights, optimizer state and sums stay fp32): fp32; bf16 "
+	 "(the tensors between a conv, its batch norm and the next conv or add stay bf16 too); "
+	 "tf32 or fp16 (cuda only); auto (bf16 where native); one the device lacks trains in "
+	 "fp32 with a notice"},
 	{"optimizer.name", T_STR, F(optimizer.name), "\"sgd\"", "sgd, adam or adamw"},
 	{"optimizer.lr", T_NUM, F(optimizer.lr), "0.1", "base learning rate"},
 	{"optimizer.momentum", T_NUM, F(optimizer.momentum), "0.9", "SGD momentum; 0: plain SGD"},

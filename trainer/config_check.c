@@ -65,8 +65,9 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	     "train.threads: must be in [0, 4096], got %ld", c->train.threads);
 	NEED(one_of(c->train.device, "cpu ref cuda auto"),
 	     "train.device: expected cpu, ref, cuda or auto, got '%s'", c->train.device);
-	NEED(one_of(c->train.precision, "fp32 bf16 auto"),
-	     "train.precision: expected fp32, bf16 or auto, got '%s'", c->train.precision);
+	NEED(one_of(c->train.precision, "fp32 tf32 bf16 fp16 auto"),
+	     "train.precision: expected fp32, tf32, bf16, fp16 or auto, got '%s'",
+	     c->train.precision);
 	NEED(c->train.accumulate >= 1 && c->train.accumulate <= 65536,
 	     "train.accumulate: must be in [1, 65536], got %ld", c->train.accumulate);
 	NEED(c->train.batch_size * c->train.accumulate <= 1 << 22,

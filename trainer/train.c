@@ -187,8 +187,8 @@ static int build_model(run *r, wf_err *err)
 	if ((rc = wf_backend_set_precision(r->be, c->train.precision, &prec, err)) != 0)
 		return wf_err_wrap(err, "train.precision"), rc;
 	if (strcmp(prec, c->train.precision) && strcmp(c->train.precision, "auto"))
-		wf_info("train.precision %s: the %s device has no native bf16: training in %s",
-			c->train.precision, r->be->name, prec);
+		wf_info("train.precision %s: the %s device has no native %s: training in %s",
+			c->train.precision, r->be->name, c->train.precision, prec);
 	wf_zoo_opts zo = WF_ZOO_OPTS_DEFAULT;
 	zo.alpha = (float)c->model.alpha;
 	wf_model_meta_init(&r->src_meta);

@@ -358,15 +358,11 @@ static int cu_optimizer_update(wf_backend *be, const wf_opt_desc *d, size_t n, f
 
 static void cu_destroy(wf_backend *be);
 
-/* bf16 on, or off: back to the precision the backend was created with
- * where that is tf32 or fp16 (opts.precision), else fp32. */
-static int cu_set_bf16(wf_backend *be, int on, wf_err *err)
+static int cu_set_precision(wf_backend *be, const char *name, wf_err *err)
 {
 	wf_precision p = WF_PREC_FP32;
-	if (!on && be->opts.precision[0] && wf_precision_parse(be->opts.precision, &p, NULL) == 0 &&
-	    p == WF_PREC_BF16)
-		p = WF_PREC_FP32;
-	return wf_backend_cuda_set_precision(be, on ? WF_PREC_BF16 : p, err);
+	int rc = wf_precision_parse(name, &p, err);
+	return rc ? rc : wf_backend_cuda_set_precision(be, p, err);
 }
 
 static const wf_backend_ops cuda_ops = {
@@ -381,7 +377,7 @@ static const wf_backend_ops cuda_ops = {
 	.host_free = cu_host_free,
 	.plan_free = wf_cuda_plan_free,
 	.destroy = cu_destroy,
-	.set_bf16 = cu_set_bf16,
+	.set_precision = cu_set_precision,
 	.conv2d_forward = wf_cuda_conv2d_forward,
 	.conv2d_backward = wf_cuda_conv2d_backward,
 	.dense_forward = wf_cuda_dense_forward,

@@ -630,6 +630,10 @@ static void test_precision_names(void)
 	WF_CHECK_MSG(strstr(err.msg, "fp16x") != NULL, "%s", err.msg);
 	WF_CHECK(wf_backend_set_precision(ref_be, "bf16", &used, &err) == 0);
 	WF_CHECK(strcmp(used, "fp32") == 0 && !ref_be->bf16); /* ref: fp32 fallback */
+	WF_CHECK(wf_backend_set_precision(cpu_be, "tf32", &used, &err) == 0);
+	WF_CHECK(strcmp(used, "fp32") == 0 && !cpu_be->bf16); /* tf32, fp16: cuda's */
+	WF_CHECK(wf_backend_set_precision(cpu_be, "fp16", &used, &err) == 0);
+	WF_CHECK(strcmp(used, "fp32") == 0);
 	WF_CHECK(wf_backend_set_precision(cpu_be, "auto", &used, &err) == 0);
 	WF_CHECK(strcmp(used, (cpu_be->caps & WF_CAP_BF16) ? "bf16" : "fp32") == 0);
 	wf_backend_set_precision(cpu_be, "fp32", &used, &err);

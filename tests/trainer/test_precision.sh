@@ -54,6 +54,13 @@ DNNL_MAX_CPU_ISA=AVX512_CORE ONEDNN_MAX_CPU_ISA=AVX512_CORE "$WEFT" train --conf
 grep -q "train.precision bf16: the cpu device has no native bf16: training in fp32" nobf.txt ||
 	fail "no fallback notice: $(cat nobf.txt)"
 
+# tf32 (and fp16) are the cuda device's: on the cpu device the run trains in
+# fp32 and says so
+"$WEFT" train --config "$cfg" "${common[@]}" --set train.steps=5 --precision tf32 \
+	--set log.dir=tf32/logs --set checkpoint.dir=tf32/ckpt >tf32.txt 2>&1 ||
+	{ cat tf32.txt; fail "--precision tf32 on the cpu device failed"; }
+grep -q "train.precision tf32: the cpu device has no native tf32: training in fp32" tf32.txt ||
+	fail "no fp32 notice for tf32 on the cpu device: $(cat tf32.txt)"
 if "$WEFT" train --config "$cfg" "${common[@]}" --precision fp8 >bad.txt 2>&1; then
 	fail "--precision fp8 was accepted"
 fi
