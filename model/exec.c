@@ -411,12 +411,14 @@ static void fuse_plan(wf_exec *ex)
 
 /* Training plan (see tfused): zero paddings into their convs (skip_pads);
  * each batch norm (not frozen) fuses a sole relu consumer (a relu6 too where
- * the backend has WF_CAP_BN_RELU6), which then aliases it and runs nothing. With bf16 compute, a
- * conv read only by a batch norm whose output (after its fused relu) only a conv or a two-input add
- * reads keeps its output in bf16, and so does the batch norm: the convs read and write them without
- * conversions, batch norm moves half the bytes, the add reads bf16 (and writes float). Their
- * gradients are bf16 as well (the add converts its dy); every such tensor
- * has one reader, so no gradient is ever accumulated in bf16. */
+ * the backend has WF_CAP_BN_RELU6), which then aliases it and runs nothing.
+ * With bf16 compute, a conv read only by a batch norm whose output (after
+ * its fused relu) only a conv or a two-input add reads keeps its output in
+ * bf16, and so does the batch norm: the convs read and write them without
+ * conversions, batch norm moves half the bytes, the add reads bf16 (and
+ * writes float). Their gradients are bf16 as well (the add converts its
+ * dy); every such tensor has one reader, so no gradient is ever accumulated
+ * in bf16. */
 static void train_fuse_plan(wf_exec *ex)
 {
 	const wf_model *m = ex->m;
