@@ -92,18 +92,12 @@ static int set_addr(wf_cluster_job *j, int idx, const char *val, const char *job
 static const char *count_var(wf_role r);
 
 /* One cluster.<job> entry: a list, or an index map whose size is want
- * (-1: not given, refused). */
+ * (-1: not given, then the map is refused). */
 static int parse_job(wf_cluster_job *j, wf_role r, json_t *v, long want, wf_err *err)
 {
 	const char *job = wf_role_name(r);
-	if (json_is_array(v)) {
+	if (json_is_array(v)) { /* a full list: it wins over any count given */
 		size_t n = json_array_size(v);
-		if (want >= 0 && (size_t)want != n)
-			return wf_errf(
-				err, WF_EINVAL,
-				"TF_CONFIG: cluster.%s lists %zu task%s but %s=%ld: make them "
-				"agree (the same in every process of the job)",
-				job, n, n == 1 ? "" : "s", count_var(r), want);
 		j->n = (int)n;
 		if (n && !(j->addr = calloc(n, sizeof(char *))))
 			return wf_errf(err, WF_ENOMEM, "TF_CONFIG: out of memory");

@@ -77,8 +77,8 @@ typedef struct wf_cluster_counts {
  * as Kubeflow's index map ({"3": "w3:2222"}) may be one task's partial view,
  * which does not say how many tasks the job has: its size is counts->n[r],
  * and without it the spec is refused naming the variable to set, so that no
- * two processes of one job disagree about the world. A count given beside a
- * list must equal the list's length. */
+ * two processes of one job disagree about the world. A list needs no count
+ * (and wins over one). */
 int wf_cluster_parse_tf_config_counts(wf_cluster *c, const char *json,
 				      const wf_cluster_counts *counts, wf_err *err);
 /* The wf_cluster_counts of the environment (WEFT_NUM_*); errors name the
