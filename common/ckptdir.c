@@ -248,6 +248,13 @@ done:
 int wf_ckptdir_newest(const char *dir, long want_step, const char *need, long *step, char *path,
 		      size_t n, wf_err *err)
 {
+	return wf_ckptdir_newest_checked(dir, want_step, need, NULL, NULL, step, path, n, err);
+}
+
+int wf_ckptdir_newest_checked(const char *dir, long want_step, const char *need,
+			      wf_ckptdir_check_fn check, void *arg, long *step, char *path,
+			      size_t n, wf_err *err)
+{
 	long *steps;
 	int count;
 	int rc = wf_ckptdir_list(dir, &steps, &count, err);
@@ -260,7 +267,15 @@ int wf_ckptdir_newest(const char *dir, long want_step, const char *need, long *s
 		if (want_step >= 0 && steps[i] != want_step)
 			continue;
 		wf_ckptdir_step_path(sd, sizeof(sd), dir, steps[i]);
-		if (wf_ckptdir_verify(sd, need, &why) == 0) {
+		int vrc = wf_ckptdir_verify(sd, need, &why);
+		if (vrc == 0 && check) {
+			vrc = check(sd, arg, &why);
+			if (vrc != 0 && vrc != WF_EFORMAT) {
+				found = wf_errf(err, vrc, "%s", why.msg);
+				break;
+			}
+		}
+		if (vrc == 0) {
 			*step = steps[i];
 			snprintf(path, n, "%s", sd);
 			found = 1;

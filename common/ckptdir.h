@@ -44,6 +44,17 @@ int wf_ckptdir_verify(const char *step_dir, const char *need, wf_err *err);
  * skipped is logged as a warning with its reason. */
 int wf_ckptdir_newest(const char *dir, long want_step, const char *need, long *step, char *path,
 		      size_t n, wf_err *err);
+/* A reader's own check of a step that verified (a file's internal checksum):
+ * 0 to accept step_dir, WF_EFORMAT with the reason to skip it, any other
+ * code to stop the search with that error. */
+typedef int (*wf_ckptdir_check_fn)(const char *step_dir, void *arg, wf_err *err);
+/* As wf_ckptdir_newest, and a step must also pass check (NULL: none): a
+ * step that verifies against DONE but fails check with WF_EFORMAT is
+ * skipped with a warning as any other corrupt step is. Returns < 0 when
+ * check fails otherwise. */
+int wf_ckptdir_newest_checked(const char *dir, long want_step, const char *need,
+			      wf_ckptdir_check_fn check, void *arg, long *step, char *path,
+			      size_t n, wf_err *err);
 /* Delete all but the newest keep complete steps, and incomplete ones older
  * than the newest complete one. */
 int wf_ckptdir_prune(const char *dir, int keep, wf_err *err);

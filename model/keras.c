@@ -22,6 +22,7 @@
  * is the model config and model.weights.h5, opened from memory, holds each
  * layer's variables in order at layers/<snake_case class>[_N]/vars/<i>. */
 #include "model/keras_priv.h"
+#include "model/model_priv.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -278,24 +279,23 @@ static void snake(const char *cls, char *out, size_t n)
 }
 
 /* .keras: the group of layer i of a model's layer list (class names in
- * snake case, numbered _1, _2, ... from their second use). */
-static void v3_layer_path(kimp *k, json_t *layers, int i)
+ * snake case, numbered _1, _2, ... from their second use); seen counts the
+ * uses of each snake-case name so far in this list. */
+static int v3_layer_path(kimp *k, const char *cls, wf_strmap *seen)
 {
-	char me[NM], other[NM];
-	int used = 0;
-	snake(json_string_value(json_object_get(json_array_get(layers, (size_t)i), "class_name")),
-	      me, sizeof(me));
-	for (int j = 0; j < i; j++) {
-		const char *c = json_string_value(
-			json_object_get(json_array_get(layers, (size_t)j), "class_name"));
-		snake(c ? c : "", other, sizeof(other));
-		used += strcmp(me, other) == 0;
-	}
+	char me[NM];
+	snake(cls, me, sizeof(me));
+	int used = wf_strmap_get(seen, me);
+	if (used < 0)
+		used = 0;
+	if (wf_strmap_put(seen, me, used + 1) != 0)
+		return wf_keras_fail(k, WF_ENOMEM, "out of memory");
 	if (used)
 		snprintf(k->v3layer, sizeof(k->v3layer), "%.*slayers/%s_%d", 2 * NM, k->v3dir, me,
 			 used);
 	else
 		snprintf(k->v3layer, sizeof(k->v3layer), "%.*slayers/%s", 2 * NM, k->v3dir, me);
+	return 0;
 }
 
 /* Make room for n more Keras layers in the alias table. */
@@ -318,21 +318,40 @@ static int grow(kimp *k, int n)
 	return 0;
 }
 
-/* Index of Keras layer name among entries [base, k->n), or -1. */
+/* Index of Keras layer name among entries [base, k->n) (the latest), or
+ * -1: the latest of all entries is that one when it is >= base. */
 static int kindex_from(const kimp *k, int base, const char *name)
 {
-	for (int i = k->n - 1; i >= base; i--)
-		if (strcmp(k->kname[i], name) == 0)
-			return i;
-	return -1;
+	int i = wf_strmap_get(&k->kindex, name);
+	return i >= base ? i : -1;
 }
 
 /* Walk the layers (JSON array) in order; seq: a Sequential model. feed: NULL
  * for the outer model, else the weft layer feeding a nested model's input.
  * outname: this model's output layer; final: it is the whole model's output.
  * *yout: the weft layer holding outname's output. */
+static int walk_layers(kimp *k, json_t *layers, int seq, const char *feed, const char *outname,
+		       int final, int depth, wf_strmap *v3seen, const char **yout);
+
 static int walk(kimp *k, json_t *layers, int seq, const char *feed, const char *outname, int final,
 		int depth, const char **yout)
+{
+	/* refused before any work: the walk and the graph cost per layer */
+	size_t n = json_array_size(layers);
+	if ((size_t)k->n + n > WF_MODEL_MAX_LAYERS)
+		return wf_keras_fail(k, WF_EINVAL,
+				     "model_config: %zu layers%s, more than the %d a weft model "
+				     "may have: this model cannot be imported",
+				     (size_t)k->n + n, k->n ? " (nested models included)" : "",
+				     WF_MODEL_MAX_LAYERS);
+	wf_strmap v3seen = {0};
+	int rc = walk_layers(k, layers, seq, feed, outname, final, depth, &v3seen, yout);
+	wf_strmap_free(&v3seen);
+	return rc;
+}
+
+static int walk_layers(kimp *k, json_t *layers, int seq, const char *feed, const char *outname,
+		       int final, int depth, wf_strmap *v3seen, const char **yout)
 {
 	int n = (int)json_array_size(layers), rc = 0, base = k->n;
 	if ((rc = grow(k, n)))
@@ -344,6 +363,8 @@ static int walk(kimp *k, json_t *layers, int seq, const char *feed, const char *
 			return wf_keras_fail(k, WF_EFORMAT,
 					     "model_config: layer %d has no usable name", i);
 		snprintf(k->kname[base + i], NM, "%s", name);
+		if (wf_strmap_put(&k->kindex, name, base + i) != 0)
+			return wf_keras_fail(k, WF_ENOMEM, "out of memory");
 	}
 	k->n = base + n;
 	for (int i = 0; i < n; i++) {
@@ -376,8 +397,8 @@ static int walk(kimp *k, json_t *layers, int seq, const char *feed, const char *
 					     "model_config: layer '%s' has no class_name "
 					     "or config",
 					     name);
-		if (k->v3)
-			v3_layer_path(k, layers, i);
+		if (k->v3 && (rc = v3_layer_path(k, cls, v3seen)))
+			return rc;
 		if (seq && i > 0)
 			in[nin++] = k->kname[base + i - 1];
 		else if (!seq && (rc = inbound(k, jl, name, cls, in, &nin)))
@@ -590,6 +611,7 @@ done:
 	wf_h5_close(&k.weights);
 	wf_builder_free(&k.b);
 	free(k.kname);
+	wf_strmap_free(&k.kindex);
 	free(k.alias);
 	free(k.consumers);
 	free(k.loads);

@@ -9,6 +9,7 @@
 #include "model/zoo_build.h"
 
 #include "common/h5.h"
+#include "common/strmap.h"
 
 #include <jansson.h>
 #include <stddef.h>
@@ -42,6 +43,7 @@ typedef struct kimp {
 	/* alias: Keras layer -> weft layer holding its output ("" = not built) */
 	int n;
 	char (*kname)[NM];
+	wf_strmap kindex; /* kname -> its latest index (lookups in O(1)) */
 	char (*alias)[NM];
 	int *consumers;	     /* Keras consumers of each layer */
 	const char *input;   /* the weft input layer */

@@ -3,6 +3,7 @@
 #include "kernels/ops.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,54 @@ void wf_optim_cfg_default(wf_optim_cfg *c)
 	c->eps = 1e-7;
 	c->schedule = WF_SCHED_CONSTANT;
 	c->decay_rate = 0.1;
+}
+
+/* The shortest of %.15g..%.17g that reads back as v ("0.1", not
+ * "0.10000000000000001"). */
+static const char *num(double v, char *buf, size_t n)
+{
+	for (int p = 15; p <= 17; p++) {
+		snprintf(buf, n, "%.*g", p, v);
+		if (strtod(buf, NULL) == v)
+			break;
+	}
+	return buf;
+}
+
+const char *wf_optim_describe(const wf_optim_cfg *c, char *buf, size_t n)
+{
+	static const char *const kinds[] = {"sgd", "adam", "adamw"};
+	static const char *const scheds[] = {"constant", "step", "cosine"};
+	char nb[3][32]; /* up to three numbers per ADD */
+	size_t k = 0;
+#define N(v, i) num((v), nb[i], sizeof(nb[i]))
+#define ADD(...)                                                                                   \
+	do {                                                                                       \
+		if (k < n)                                                                         \
+			k += (size_t)snprintf(buf + k, n - k, __VA_ARGS__);                        \
+	} while (0)
+	if (n)
+		buf[0] = '\0';
+	ADD("optimizer.name=%s optimizer.lr=%s", kinds[c->kind], N(c->lr, 0));
+	if (c->kind == WF_OPT_SGD)
+		ADD(" optimizer.momentum=%s optimizer.nesterov=%s", N(c->momentum, 0),
+		    c->nesterov ? "true" : "false");
+	else
+		ADD(" optimizer.beta1=%s optimizer.beta2=%s optimizer.epsilon=%s", N(c->beta1, 0),
+		    N(c->beta2, 1), N(c->eps, 2));
+	ADD(" optimizer.weight_decay=%s optimizer.clipvalue=%s", N(c->weight_decay, 0),
+	    N(c->clipvalue, 1));
+	ADD(" optimizer.schedule.name=%s optimizer.schedule.warmup_steps=%ld", scheds[c->schedule],
+	    c->warmup_steps);
+	if (c->schedule == WF_SCHED_STEP)
+		ADD(" optimizer.schedule.decay_steps=%ld optimizer.schedule.decay_rate=%s",
+		    c->decay_steps, N(c->decay_rate, 0));
+	if (c->schedule == WF_SCHED_COSINE) /* decays over the whole run */
+		ADD(" optimizer.schedule.min_lr=%s train.steps=%ld", N(c->min_lr, 0),
+		    c->total_steps);
+#undef ADD
+#undef N
+	return buf;
 }
 
 double wf_optim_lr(const wf_optim_cfg *c, long step)

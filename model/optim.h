@@ -39,6 +39,12 @@ typedef struct wf_optim_cfg {
 
 /* Defaults: sgd lr 0.1 momentum 0.9, constant schedule. */
 void wf_optim_cfg_default(wf_optim_cfg *c);
+/* The settings that decide an update, as space-separated config-key=value
+ * tokens ("optimizer.name=sgd optimizer.lr=0.1 ..."; only those the
+ * optimizer and schedule use, numbers as the shortest text that reads back exactly) into buf
+ * (n bytes); processes that apply updates of one job compare these texts.
+ * Returns buf. */
+const char *wf_optim_describe(const wf_optim_cfg *c, char *buf, size_t n);
 /* Learning rate at 0-based step (the step about to be applied). */
 double wf_optim_lr(const wf_optim_cfg *c, long step);
 /* Optimizer slots per parameter: 0 (plain SGD), 1 (momentum), 2 (Adam). */

@@ -38,15 +38,15 @@ void wf_builder_free(wf_builder *b)
 		free(b->names[i]);
 	free(b->names);
 	free(b->shapes);
+	wf_strmap_free(&b->index);
 	memset(b, 0, sizeof(*b));
 }
 
+/* The latest layer of that name, or -1 (a map: an imported file may list
+ * many layers, and a scan per input would make its import quadratic). */
 static int find(const wf_builder *b, const char *name)
 {
-	for (int i = b->n - 1; i >= 0; i--) /* recent layers are the usual inputs */
-		if (strcmp(b->names[i], name) == 0)
-			return i;
-	return -1;
+	return wf_strmap_get(&b->index, name);
 }
 
 const wf_bshape *wf_builder_shape(const wf_builder *b, const char *name)
@@ -190,7 +190,13 @@ const char *wf_b_add(wf_builder *b, const char *name, const char *type, json_t *
 	char *copy = strdup(name);
 	json_t *l = json_pack("{s:s, s:s, s:o, s:O}", "name", name, "type", type, "inputs", ins,
 			      "config", config);
-	if (!copy || !l || json_array_append_new(b->layers, l) != 0) {
+	if (!copy || !l || wf_strmap_put(&b->index, name, b->n) != 0) {
+		free(copy);
+		json_decref(l);
+		fail(b, "out of memory");
+		goto fail;
+	}
+	if (json_array_append_new(b->layers, l) != 0) { /* it took l */
 		free(copy);
 		fail(b, "out of memory");
 		goto fail;

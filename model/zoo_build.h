@@ -5,6 +5,7 @@
 #ifndef WF_ZOO_BUILD_H
 #define WF_ZOO_BUILD_H
 
+#include "common/strmap.h"
 #include "model/model.h"
 
 #include <jansson.h>
@@ -17,7 +18,8 @@ typedef struct wf_bshape {
 typedef struct wf_builder {
 	json_t *layers; /* the graph's "layers" array */
 	int n, cap;
-	char **names; /* [n] malloc'd each, so returned names stay put */
+	char **names;	 /* [n] malloc'd each, so returned names stay put */
+	wf_strmap index; /* name -> its latest index in names (lookups in O(1)) */
 	wf_bshape *shapes;
 	int failed;    /* an allocation failed, a name was too long or an input was unknown */
 	char why[256]; /* the first failure */

@@ -67,6 +67,7 @@ struct wf_ps_client {
 	int fail_fast;	  /* wait_slots stops at the first refusal (barriers) */
 	wf_ps_keys keys;  /* when secure */
 	char *key_origin; /* cfg.key_origin, copied; NULL: none */
+	char optim[1024]; /* wf_optim_describe of cfg.optim; "": none */
 	int secure;
 	atomic_int hb_stop;
 	_Atomic uint32_t *inc; /* [nservers] incarnation in the last heartbeat reply, 0 none */
@@ -709,6 +710,9 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	c->cfg = *cfg;
 	c->cfg.keys = NULL;
 	c->cfg.key_origin = NULL;
+	c->cfg.optim = NULL;
+	if (cfg->optim)
+		wf_optim_describe(cfg->optim, c->optim, sizeof(c->optim));
 	if (cfg->key_origin && cfg->key_origin[0] && !(c->key_origin = strdup(cfg->key_origin))) {
 		free(c);
 		return wf_errf(err, WF_ENOMEM, "ps client: out of memory");
@@ -872,7 +876,12 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 				continue;
 			wf_ps_hdr h;
 			req_hdr(c, &h, WF_PS_OP_REGISTER, 0, 0);
-			rc = send_req(c, s, slot_server(c, s), &h, NULL, NULL, 0, 0, &e);
+			const void *f[1] = {c->optim};
+			size_t sz[1] = {strlen(c->optim)};
+			int nf = sz[0] > 0;
+			if (nf)
+				h.dtype = WF_PS_DTYPE_BYTES;
+			rc = send_req(c, s, slot_server(c, s), &h, f, sz, nf, 0, &e);
 			if (rc && rc != WF_ETRANSIENT) {
 				wf_errf(err, rc, "%s", e.msg);
 				goto out;

@@ -11,6 +11,7 @@
 #define WF_PS_CLIENT_H
 
 #include "common/error.h"
+#include "model/optim.h"
 #include "ps/placement.h"
 #include "ps/proto.h"
 
@@ -56,6 +57,9 @@ typedef struct wf_ps_client_cfg {
 	const size_t *segs;
 	const unsigned char *frozen;
 	int nsegs;
+	/* the optimizer settings the servers must share (ps/proto.h: register),
+	 * read at create; NULL: register sends none and is not checked */
+	const wf_optim_cfg *optim;
 } wf_ps_client_cfg;
 
 /* Create the sockets and connect (ZeroMQ connects in the background, so the
@@ -66,10 +70,12 @@ void wf_ps_client_free(wf_ps_client *c); /* accepts NULL */
 /* Register with every server, retrying until connect_timeout (then
  * WF_ETRANSIENT). A server that speaks the other security mode (CURVE vs
  * plain TCP) or refuses the keys fails it at once with WF_EINVAL naming the
- * server and cfg.key_origin. steps ([nservers], may be NULL) receives each
- * server's step (-1: not yet initialized); *min_step the lowest (-1 if any
- * is uninitialized). Every send is bounded (ZMQ_SNDTIMEO: a round here, the
- * reply timeout elsewhere). */
+ * server and cfg.key_origin; so does one whose optimizer settings differ
+ * from cfg.optim, naming each differing key and both values. steps
+ * ([nservers], may be NULL) receives each server's step (-1: not yet
+ * initialized); *min_step the lowest (-1 if any is uninitialized). Every
+ * send is bounded (ZMQ_SNDTIMEO: a round here, the reply timeout
+ * elsewhere). */
 int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *err);
 /* Change how long register keeps retrying (0: the default); returns the old value. */
 double wf_ps_client_set_connect_timeout(wf_ps_client *c, double seconds);

@@ -287,7 +287,14 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 		s->dtype = WF_PS_DTYPE_BYTES;
 		s->min_frames = s->max_frames = 1;
 		break;
-	default: /* register, barrier, shutdown, heartbeat: no payload */ break;
+	case WF_PS_OP_REGISTER:
+		if (reply)
+			break;
+		s->dtype = WF_PS_DTYPE_BYTES; /* optional: the sender's optimizer settings */
+		s->min_frames = 0;
+		s->max_frames = 1;
+		break;
+	default: /* barrier, shutdown, heartbeat: no payload */ break;
 	}
 	if ((state || frozen) && h->op != WF_PS_OP_PUSH_PULL) {
 		s->fault = WF_PS_REJECT_OP;

@@ -21,7 +21,7 @@
  * values to many workers hashes them once).
  *
  * Payloads per op (request -> reply; "values" = the chunk's floats):
- *   register   -                       -> -           (reply step: server step, chunk: nchunks)
+ *   register   [optimizer settings]    -> -           (reply step: server step, chunk: nchunks)
  *   init       values [+ slots]        -> -           (step = version to start at)
  *   push_pull  grad [+ state] [+ frozen] -> values [+ state]  (flags STATE, FROZEN)
  *   pull       -                       -> values      (reply step: version)
@@ -32,6 +32,11 @@
  *   shutdown   -                       -> -
  *   heartbeat  -                       -> -
  *   any error reply: flag ERROR, aux = -code, one frame of text.
+ * A register's optional frame (dtype bytes) is the sender's optimizer
+ * settings as wf_optim_describe writes them ("optimizer.lr=0.1 ..."): a
+ * server whose own settings read differently refuses the register with
+ * code WF_EINVAL naming each differing key and both values. Workers and
+ * the chief send it; tools send none and are not checked.
  * A push's frozen frame (flag FROZEN, last) lists the chunk's frozen floats
  * (model.freeze) as little-endian u64 pairs [begin, end), chunk-relative,
  * ascending, not overlapping: the optimizer leaves them as they are (no

@@ -15,6 +15,72 @@ static void forget_replies(server *s, int w)
 	wf_pss_release(s, &s->workers[w].barrier);
 }
 
+/* The value of key in a wf_optim_describe text ("k=v k=v"), as a pointer
+ * and length; NULL when absent. */
+static const char *token_value(const char *text, const char *key, size_t klen, size_t *vlen)
+{
+	for (const char *t = text; *t;) {
+		size_t len = strcspn(t, " ");
+		if (len > klen && t[klen] == '=' && !strncmp(t, key, klen)) {
+			*vlen = len - klen - 1;
+			return t + klen + 1;
+		}
+		t += len;
+		t += strspn(t, " ");
+	}
+	return NULL;
+}
+
+/* A register may carry the sender's optimizer settings (wf_optim_describe;
+ * registers without it, from tools or tests, are not checked): 0 when they
+ * are this server's, else up to four differences into why, each naming the
+ * key and both values ("optimizer.lr: 0.1 on worker 1, 0.05 on parameter
+ * server 0"); who names the sender. */
+static int optim_differs(const server *s, const wf_ps_msg *m, const char *who, char *why, size_t n)
+{
+	char mine[1024], theirs[1024];
+	if (m->nframes != 1)
+		return 0;
+	size_t len = WF_MIN(m->size[0], sizeof(theirs) - 1);
+	memcpy(theirs, m->frame[0], len);
+	theirs[len] = '\0';
+	wf_optim_describe(&s->cfg->optim, mine, sizeof(mine));
+	if (!strcmp(mine, theirs))
+		return 0;
+	size_t k = 0;
+	int shown = 0;
+	why[0] = '\0';
+	/* the sender's keys against ours, then ours the sender lacks */
+	for (int side = 0; side < 2; side++) {
+		const char *a = side ? mine : theirs, *b = side ? theirs : mine;
+		for (const char *t = a; *t && shown < 4;) {
+			size_t tlen = strcspn(t, " ");
+			const char *eq = memchr(t, '=', tlen);
+			size_t klen = eq ? (size_t)(eq - t) : tlen, blen = 0;
+			const char *av = eq ? eq + 1 : "";
+			int alen = eq ? (int)(tlen - klen - 1) : 0;
+			const char *bv = token_value(b, t, klen, &blen);
+			int differs =
+				bv ? !side && (blen != (size_t)alen || strncmp(av, bv, blen)) : 1;
+			if (differs && k < n) {
+				const char *sv = side ? "not used" : av, *mv = side ? av
+									       : bv ? bv
+										    : "not used";
+				int sl = side ? 8 : alen, ml = side ? alen : bv ? (int)blen : 8;
+				k += (size_t)snprintf(
+					why + k, n - k,
+					"%s%.*s: %.*s on %s, %.*s on parameter server %d",
+					shown ? "; " : "", (int)klen, t, sl, sv, who, ml, mv,
+					s->cfg->index);
+				shown++;
+			}
+			t += tlen;
+			t += strspn(t, " ");
+		}
+	}
+	return 1;
+}
+
 static void handle(server *s, int n, int overflow)
 {
 	const uint8_t *rid = zmq_msg_data(&s->frames[0]);
@@ -54,6 +120,19 @@ static void handle(server *s, int n, int overflow)
 	}
 	const wf_ps_hdr *h = &m.hdr;
 	int w = -1;
+	char why[800], who[32];
+	snprintf(who, sizeof(who), "%s %d",
+		 WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_CHIEF ? "the chief" : "worker",
+		 WF_PS_SENDER_INDEX(h->sender));
+	if (h->op == WF_PS_OP_REGISTER && optim_differs(s, &m, who, why, sizeof(why))) {
+		/* a setting, not a fault: the same config fails the same way after a
+		 * restart, so the sender's error is permanent */
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_EINVAL, -1,
+				   "%s; give every process of the job the same optimizer settings "
+				   "(config file, --set, WEFT_* variables)",
+				   why);
+		return;
+	}
 	if (WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_WORKER) {
 		w = WF_PS_SENDER_INDEX(h->sender);
 		worker *wk = &s->workers[w];

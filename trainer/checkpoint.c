@@ -17,6 +17,25 @@ int wf_ckpt_latest(const char *dir, long *step, char *path, size_t n, wf_err *er
 	return wf_ckptdir_newest(dir, -1, "model.h5", step, path, n, err);
 }
 
+/* wf_ckptdir_check_fn: step_dir/model.h5 loads and its content checksum
+ * matches. */
+static int model_file_loads(const char *step_dir, void *arg, wf_err *err)
+{
+	(void)arg;
+	char path[CKPT_FILE_MAX];
+	snprintf(path, sizeof(path), "%s/model.h5", step_dir);
+	wf_model *m = NULL;
+	int rc = wf_model_load(&m, NULL, path, err);
+	wf_model_free(m);
+	return rc;
+}
+
+int wf_ckpt_latest_loadable(const char *dir, long *step, char *path, size_t n, wf_err *err)
+{
+	return wf_ckptdir_newest_checked(dir, -1, "model.h5", model_file_loads, NULL, step, path, n,
+					 err);
+}
+
 int wf_ckpt_prune(const char *dir, int keep, wf_err *err)
 {
 	return wf_ckptdir_prune(dir, keep, err);

@@ -16,6 +16,12 @@
  * returns 1 and fills *step and path (its directory), 0 when there is none
  * (or dir does not exist); newer ones skipped are logged with the reason. */
 int wf_ckpt_latest(const char *dir, long *step, char *path, size_t n, wf_err *err);
+/* As wf_ckpt_latest, and its model.h5 must also pass the file's own content
+ * checksum (an empty DONE of an older weft verifies nothing, and a DONE can
+ * be recomputed over a damaged file): a step whose model.h5 is corrupt is
+ * skipped with a warning for the next older one. Reads the model once per
+ * step tried: for a resume or an export, not for polling. */
+int wf_ckpt_latest_loadable(const char *dir, long *step, char *path, size_t n, wf_err *err);
 /* Write checkpoint `step` (steps completed) of executor ex: the exchange's
  * state, then (chief only) model.h5 with meta->trained_steps = step, then
  * DONE; then keep only the newest `keep` complete checkpoints. */

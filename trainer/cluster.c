@@ -88,9 +88,15 @@ static int set_addr(wf_cluster_job *j, int idx, const char *val, const char *job
 	return 0;
 }
 
-static int parse_job(wf_cluster_job *j, const char *job, json_t *v, wf_err *err)
+/* The variable that gives role r's task count beside TF_CONFIG. */
+static const char *count_var(wf_role r);
+
+/* One cluster.<job> entry: a list, or an index map whose size is want
+ * (-1: not given, then the map is refused). */
+static int parse_job(wf_cluster_job *j, wf_role r, json_t *v, long want, wf_err *err)
 {
-	if (json_is_array(v)) {
+	const char *job = wf_role_name(r);
+	if (json_is_array(v)) { /* a full list: it wins over any count given */
 		size_t n = json_array_size(v);
 		j->n = (int)n;
 		if (n && !(j->addr = calloc(n, sizeof(char *))))
@@ -110,7 +116,14 @@ static int parse_job(wf_cluster_job *j, const char *job, json_t *v, wf_err *err)
 	if (json_is_object(v)) { /* Kubeflow sparse form: {"1": "host:2222"} */
 		const char *key;
 		json_t *a;
-		long max = -1;
+		if (want < 0) /* a per-task view: its highest index says nothing of the job */
+			return wf_errf(
+				err, WF_EINVAL,
+				"TF_CONFIG: cluster.%s is a map of task indices (Kubeflow's "
+				"per-task view), which does not say how many %s tasks the job "
+				"has: set %s to that number in every process of the job, or "
+				"list every task in cluster.%s",
+				job, job, count_var(r), job);
 		json_object_foreach(v, key, a)
 		{
 			char *end;
@@ -120,10 +133,15 @@ static int parse_job(wf_cluster_job *j, const char *job, json_t *v, wf_err *err)
 					err, WF_EINVAL,
 					"TF_CONFIG: cluster.%s: key \"%s\" is not a task index",
 					job, key);
-			if (k > max)
-				max = k;
+			if (k >= want)
+				return wf_errf(err, WF_EINVAL,
+					       "TF_CONFIG: cluster.%s: task index %ld, but %s=%ld "
+					       "(indices 0..%ld): set %s to the job's number of %s "
+					       "tasks",
+					       job, k, count_var(r), want, want - 1, count_var(r),
+					       job);
 		}
-		j->n = (int)(max + 1);
+		j->n = (int)want;
 		if (j->n && !(j->addr = calloc((size_t)j->n, sizeof(char *))))
 			return wf_errf(err, WF_ENOMEM, "TF_CONFIG: out of memory");
 		json_object_foreach(v, key, a)
@@ -176,6 +194,12 @@ static void derive(wf_cluster *c)
 
 int wf_cluster_parse_tf_config(wf_cluster *c, const char *text, wf_err *err)
 {
+	return wf_cluster_parse_tf_config_counts(c, text, NULL, err);
+}
+
+int wf_cluster_parse_tf_config_counts(wf_cluster *c, const char *text,
+				      const wf_cluster_counts *counts, wf_err *err)
+{
 	memset(c, 0, sizeof(*c));
 	json_error_t jerr;
 	int rc = 0;
@@ -222,7 +246,7 @@ int wf_cluster_parse_tf_config(wf_cluster *c, const char *text, wf_err *err)
 			rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: cluster.%s given twice", key);
 			goto cleanup;
 		}
-		if ((rc = parse_job(&c->jobs[r], key, v, err)))
+		if ((rc = parse_job(&c->jobs[r], r, v, counts ? counts->n[r] : -1, err)))
 			goto cleanup;
 	}
 	if ((rc = check_duplicates(c, err)))
@@ -325,6 +349,31 @@ static const pod_role pod_roles[] = {
 	{WF_ROLE_PS, "WEFT_NUM_PS", "WEFT_PS_SERVICE", "WEFT_PS_NAME"},
 	{WF_ROLE_EVALUATOR, "WEFT_NUM_EVALUATORS", "WEFT_EVALUATOR_SERVICE", "WEFT_EVALUATOR_NAME"},
 };
+
+static const char *count_var(wf_role r)
+{
+	for (size_t i = 0; i < sizeof(pod_roles) / sizeof(pod_roles[0]); i++)
+		if (pod_roles[i].role == r)
+			return pod_roles[i].num_var;
+	return "WEFT_NUM_?";
+}
+
+int wf_cluster_counts_from_env(wf_cluster_counts *counts, wf_err *err)
+{
+	for (int r = 0; r < WF_ROLE__COUNT; r++)
+		counts->n[r] = -1;
+	for (size_t i = 0; i < sizeof(pod_roles) / sizeof(pod_roles[0]); i++) {
+		const pod_role *pr = &pod_roles[i];
+		long v = env_int(pr->num_var);
+		if (v == -2 || v > 100000)
+			return wf_errf(err, WF_EINVAL,
+				       "%s=\"%s\" is not a task count: set it to the number of %s "
+				       "tasks of the job, or unset it",
+				       pr->num_var, getenv(pr->num_var), wf_role_name(pr->role));
+		counts->n[pr->role] = v;
+	}
+	return 0;
+}
 
 /* A DNS name or label list as Kubernetes writes them: letters, digits, '-'
  * and (when dots) '.', not starting or ending with '-' or '.'. */
@@ -564,7 +613,11 @@ static int cluster_from_env(wf_cluster *c, wf_err *err)
 {
 	const char *tf = getenv("TF_CONFIG");
 	if (tf && *tf) {
-		int rc = wf_cluster_parse_tf_config(c, tf, err);
+		wf_cluster_counts counts;
+		int rc = wf_cluster_counts_from_env(&counts, err);
+		if (rc != 0)
+			return rc;
+		rc = wf_cluster_parse_tf_config_counts(c, tf, &counts, err);
 		if (rc == 0)
 			snprintf(c->origin, sizeof(c->origin), "TF_CONFIG");
 		return rc;

@@ -42,7 +42,7 @@ typedef enum {
 /* Addresses of one job type. Kubeflow's sparse form may leave holes: addr[i]
  * is NULL for an index the map does not list. */
 typedef struct wf_cluster_job {
-	int n;	     /* highest index + 1 */
+	int n;	     /* tasks: the list's length, or the count given for an index map */
 	char **addr; /* [n] "host:port" as written, or NULL */
 } wf_cluster_job;
 
@@ -68,6 +68,22 @@ const char *wf_role_name(wf_role r);
  * cluster or task, unknown task type, index out of range, duplicate
  * address, malformed host:port. */
 int wf_cluster_parse_tf_config(wf_cluster *c, const char *json, wf_err *err);
+/* Task counts per role given beside TF_CONFIG (the pod's WEFT_NUM_CHIEF,
+ * WEFT_NUM_WORKERS, WEFT_NUM_PS, WEFT_NUM_EVALUATORS); -1: not given. */
+typedef struct wf_cluster_counts {
+	long n[WF_ROLE__COUNT]; /* indexed by wf_role; [NONE] unused */
+} wf_cluster_counts;
+/* As wf_cluster_parse_tf_config with counts (NULL: none given). A job given
+ * as Kubeflow's index map ({"3": "w3:2222"}) may be one task's partial view,
+ * which does not say how many tasks the job has: its size is counts->n[r],
+ * and without it the spec is refused naming the variable to set, so that no
+ * two processes of one job disagree about the world. A list needs no count
+ * (and wins over one). */
+int wf_cluster_parse_tf_config_counts(wf_cluster *c, const char *json,
+				      const wf_cluster_counts *counts, wf_err *err);
+/* The wf_cluster_counts of the environment (WEFT_NUM_*); errors name the
+ * variable. */
+int wf_cluster_counts_from_env(wf_cluster_counts *counts, wf_err *err);
 /* From the environment: TF_CONFIG if set, else the TF_CONFIG of
  * wf_cluster_pod_tf_config when WEFT_ROLE is set, else OMPI_COMM_WORLD_*,
  * else JOB_COMPLETION_INDEX, else a single process (source NONE, worker 0,

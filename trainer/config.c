@@ -256,7 +256,8 @@ static const env_def env_only[] = {
 	 "Kubernetes pod identity (role, task index, port, DNS domain) without TF_CONFIG"},
 	{"JOB_COMPLETION_INDEX", "", "Kubernetes indexed Job: the task index"},
 	{"WEFT_NUM_CHIEF, WEFT_NUM_WORKERS, WEFT_NUM_PS, WEFT_NUM_EVALUATORS", "",
-	 "Kubernetes: tasks of each role"},
+	 "Kubernetes: tasks of each role; with TF_CONFIG, the size of a job given as a sparse "
+	 "index map (required then)"},
 	{"WEFT_CHIEF_SERVICE, WEFT_WORKER_SERVICE, WEFT_PS_SERVICE, WEFT_EVALUATOR_SERVICE", "",
 	 "Kubernetes: headless service of each role"},
 	{"WEFT_CHIEF_NAME, WEFT_WORKER_NAME, WEFT_PS_NAME, WEFT_EVALUATOR_NAME", "",

@@ -331,7 +331,7 @@ static int pick_checkpoint(const char *dir, long step, char *out, size_t n, wf_e
 		return 0;
 	}
 	long found_step;
-	int found = wf_ckpt_latest(dir, &found_step, out, n, err);
+	int found = wf_ckpt_latest_loadable(dir, &found_step, out, n, err);
 	if (found < 0)
 		return found;
 	if (!found)

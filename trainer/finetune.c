@@ -33,7 +33,7 @@ static int init_source_file(const char *from, char *file, size_t size, wf_err *e
 		return 0;
 	char dir[4200];
 	long step;
-	int found = wf_ckpt_latest(from, &step, dir, sizeof(dir), err);
+	int found = wf_ckpt_latest_loadable(from, &step, dir, sizeof(dir), err);
 	if (found < 0)
 		return wf_err_wrap(err, "model.init_from"), found;
 	if (!found)

@@ -256,6 +256,7 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 		.segs = optim->segs,
 		.frozen = optim->frozen,
 		.nsegs = optim->nsegs,
+		.optim = optim,
 	};
 	rc = wf_exchange_ps_create(out, ex, m, &pc, err);
 	memset(&keys, 0, sizeof(keys));

@@ -246,7 +246,7 @@ static int restore(run *r, const wf_train_opts *opts, wf_err *err)
 	long step = 0;
 	int found = 0;
 	if (opts->resume) {
-		found = wf_ckpt_latest(c->checkpoint.dir, &step, dir, sizeof(dir), err);
+		found = wf_ckpt_latest_loadable(c->checkpoint.dir, &step, dir, sizeof(dir), err);
 		if (found < 0)
 			return found;
 		if (!found)

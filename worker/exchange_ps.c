@@ -479,6 +479,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		.segs = cfg->segs,
 		.frozen = cfg->frozen,
 		.nsegs = cfg->nsegs,
+		.optim = cfg->optim,
 		.timeout = cfg->timeout,
 		.connect_timeout =
 			cfg->done_step > 0

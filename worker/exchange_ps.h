@@ -56,6 +56,9 @@ typedef struct wf_exchange_ps_cfg {
 	const size_t *segs;
 	const unsigned char *frozen;
 	int nsegs;
+	/* the trainer's optimizer settings: register refuses servers whose own
+	 * differ (ps/client.h); NULL: not checked */
+	const struct wf_optim_cfg *optim;
 } wf_exchange_ps_cfg;
 
 /* An exchange over executor ex of model m (both outlive it). optim must be

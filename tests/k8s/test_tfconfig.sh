@@ -75,9 +75,16 @@ expect "$j" 'j["tf_config"]' "$(python3 -c 'import json,sys; print(json.dumps(js
 TFJOB_W=${TFJOB/\"type\":\"ps\",\"index\":1/\"type\":\"worker\",\"index\":0}
 j=$(TF_CONFIG="$TFJOB_W" "$WEFT" tfconfig --json)
 expect "$j" '[j["role"], j["index"], j["rank"], j["is_chief"]]' '["worker", 0, 1, false]'
-# the sparse worker map (configs/tf_config-kubeflow-sparse.json)
-j=$(TF_CONFIG="$(cat "$WEFT_SRC/configs/tf_config-kubeflow-sparse.json")" "$WEFT" tfconfig --json)
+# the sparse worker map (configs/tf_config-kubeflow-sparse.json): one
+# worker's view, sized by WEFT_NUM_WORKERS, refused without it
+SPARSE=$(cat "$WEFT_SRC/configs/tf_config-kubeflow-sparse.json")
+j=$(WEFT_NUM_WORKERS=3 TF_CONFIG="$SPARSE" "$WEFT" tfconfig --json)
 expect "$j" '[j["role"], j["index"], j["tf_config"]["cluster"]["worker"]]' '["worker", 1, {"1": "tfjob-worker-1.ns.svc:2222"}]'
+expect "$j" '[j["rank"], j["world_size"]]' '[2, 4]'
+rc=0
+out=$(TF_CONFIG="$SPARSE" "$WEFT" tfconfig --json 2>&1) || rc=$?
+[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "sparse map without WEFT_NUM_WORKERS: exit $rc, want 1..127"
+echo "$out" | grep -q "set WEFT_NUM_WORKERS" || fail "sparse map without WEFT_NUM_WORKERS: $out"
 
 # ---- Kubeflow MPIJob: mpirun's OMPI_* variables, no TF_CONFIG
 j=$(OMPI_COMM_WORLD_RANK=3 OMPI_COMM_WORLD_SIZE=4 OMPI_COMM_WORLD_LOCAL_RANK=0 "$WEFT" tfconfig --json)

@@ -5,7 +5,9 @@
  * imported model's predictions equal Keras's within 1e-4; wf_model_load
  * reads Keras files directly; unsupported layers fail with their name. Also
  * the transfer-learning model (a base model nested as a layer; Keras 3 and
- * 2) and Keras 3 .keras archives, whose corruptions are named errors. */
+ * 2) and Keras 3 .keras archives, whose corruptions are named errors. A
+ * file listing many layers is read in time linear in its size, and one
+ * listing more than a weft model may hold is refused before the walk. */
 #include "model/fold.h"
 #include "model/keras.h"
 #include "model/model.h"
@@ -13,6 +15,7 @@
 
 #include <hdf5.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef WF_FIXTURES
@@ -432,6 +435,95 @@ static void test_not_a_keras_file(void)
 	WF_CHECK(strstr(err.msg, "model_config") != NULL);
 }
 
+/* A Keras 2 file whose model_config lists n layers: the input, then n - 1
+ * relu Activation layers each fed by the input (every name lookup goes back
+ * to the first layer). It has no weights and no classifier head, so even
+ * when it parses the import ends in an error: what counts is how soon. */
+static int make_layers_file(const char *path, int n)
+{
+	size_t cap = 256 + (size_t)n * 200, k = 0;
+	char *cfg = malloc(cap);
+	if (!cfg)
+		return -1;
+	k += (size_t)snprintf(cfg + k, cap - k,
+			      "{\"class_name\": \"Functional\", \"config\": {\"name\": \"wide\", "
+			      "\"layers\": [{\"class_name\": \"InputLayer\", \"name\": \"in\", "
+			      "\"config\": {\"batch_input_shape\": [null, 4, 4, 1], \"name\": "
+			      "\"in\"}, \"inbound_nodes\": []}");
+	for (int i = 1; i < n; i++)
+		k += (size_t)snprintf(cfg + k, cap - k,
+				      ", {\"class_name\": \"Activation\", \"name\": \"a%d\", "
+				      "\"config\": {\"name\": \"a%d\", \"activation\": \"relu\"}, "
+				      "\"inbound_nodes\": [[[\"in\", 0, 0, {}]]]}",
+				      i, i);
+	snprintf(cfg + k, cap - k,
+		 "], \"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"a%d\", 0, "
+		 "0]]}}",
+		 n - 1);
+	hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+	hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
+	H5Tset_size(t, H5T_VARIABLE);
+	hid_t a = H5Acreate2(f, "model_config", t, sp, H5P_DEFAULT, H5P_DEFAULT);
+	int rc = a < 0 || H5Awrite(a, t, &cfg) < 0 ? -1 : 0;
+	H5Aclose(a);
+	H5Sclose(sp);
+	H5Tclose(t);
+	H5Fclose(f);
+	free(cfg);
+	return rc;
+}
+
+/* Seconds of the fastest of three imports of path (all fail: see above);
+ * the last error into err. */
+static double import_seconds(const char *path, wf_err *err)
+{
+	double best = 1e9;
+	for (int r = 0; r < 3; r++) {
+		wf_model *m = NULL;
+		struct timespec t0, t1;
+		memset(err, 0, sizeof(*err));
+		clock_gettime(CLOCK_MONOTONIC, &t0);
+		int rc = wf_keras_load(&m, NULL, path, err);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		WF_CHECK(rc < 0 && m == NULL);
+		wf_model_free(m);
+		double s =
+			(double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+		if (s < best)
+			best = s;
+	}
+	return best;
+}
+
+/* Time against size, as ratios within this run (never absolute times): 4x
+ * the layers may cost about 4x (quadratic would be 16x); 20x the layers,
+ * past the limit, are refused before the walk, at most about as dear per
+ * byte as the walk of the small file. */
+static void test_many_layers_linear_and_refused(void)
+{
+	char small[128], big[128], huge[128];
+	snprintf(small, sizeof(small), "/tmp/weft-test-keras-2k-%d.h5", (int)getpid());
+	snprintf(big, sizeof(big), "/tmp/weft-test-keras-8k-%d.h5", (int)getpid());
+	snprintf(huge, sizeof(huge), "/tmp/weft-test-keras-40k-%d.h5", (int)getpid());
+	WF_CHECK(make_layers_file(small, 2000) == 0);
+	WF_CHECK(make_layers_file(big, 8000) == 0);
+	WF_CHECK(make_layers_file(huge, 40000) == 0);
+	wf_err err;
+	double ts = import_seconds(small, &err);
+	WF_CHECK_MSG(strstr(err.msg, "'a1999'") || strstr(err.msg, "classes"), "%s", err.msg);
+	double tb = import_seconds(big, &err);
+	double th = import_seconds(huge, &err);
+	WF_CHECK_MSG(strstr(err.msg, "40000 layers") && strstr(err.msg, "10000"), "%s", err.msg);
+	printf("  2000 layers %.4f s, 8000 %.4f s (x%.1f), 40000 refused %.4f s (x%.1f)\n", ts, tb,
+	       tb / ts, th, th / ts);
+	WF_CHECK_MSG(tb / ts < 8.0, "4x the layers took %.1fx the time (quadratic?)", tb / ts);
+	WF_CHECK_MSG(th / ts < 40.0, "20x the layers took %.1fx the time before the refusal",
+		     th / ts);
+	unlink(small);
+	unlink(big);
+	unlink(huge);
+}
+
 int main(void)
 {
 	wf_err err = {0};
@@ -452,6 +544,7 @@ int main(void)
 	WF_RUN(test_nested_application_keeps_its_preprocessing);
 	WF_RUN(test_keras_archive);
 	WF_RUN(test_corrupt_archives_are_clear_errors);
+	WF_RUN(test_many_layers_linear_and_refused);
 	wf_backend_free(cpu);
 	return wf_test_summary();
 }

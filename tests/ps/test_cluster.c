@@ -54,16 +54,21 @@ static void test_kubeflow_sparse_workers(void)
 	const char *tf = "{\"cluster\": {\"chief\": [\"c:2222\"], \"worker\": {\"1\": "
 			 "\"w1.svc:2222\", \"3\": \"w3.svc:2222\"}, \"ps\": [\"p:2222\"]}, "
 			 "\"task\": {\"type\": \"worker\", \"index\": 3}}";
-	WF_CHECK_MSG(wf_cluster_parse_tf_config(&c, tf, &e) == 0, "%s", e.msg);
+	/* the map does not say how many workers the job has */
+	WF_CHECK_INT(wf_cluster_parse_tf_config(&c, tf, &e), WF_EINVAL);
+	WF_CHECK_MSG(strstr(e.msg, "WEFT_NUM_WORKERS") != NULL, "%s", e.msg);
+	wf_cluster_counts counts = {{-1, -1, 4, -1, -1}};
+	WF_CHECK_MSG(wf_cluster_parse_tf_config_counts(&c, tf, &counts, &e) == 0, "%s", e.msg);
 	WF_CHECK_INT(c.index, 3);
 	WF_CHECK_INT(c.jobs[WF_ROLE_WORKER].n, 4);
+	WF_CHECK_INT(c.world_size, 5);
 	WF_CHECK(c.jobs[WF_ROLE_WORKER].addr[0] == NULL);
 	WF_CHECK(!strcmp(c.jobs[WF_ROLE_WORKER].addr[3], "w3.svc:2222"));
 	wf_cluster_free(&c);
 	/* an index the sparse map does not list */
 	const char *bad = "{\"cluster\": {\"worker\": {\"1\": \"w1:2222\"}}, \"task\": {\"type\": "
 			  "\"worker\", \"index\": 0}}";
-	WF_CHECK_INT(wf_cluster_parse_tf_config(&c, bad, &e), WF_EINVAL);
+	WF_CHECK_INT(wf_cluster_parse_tf_config_counts(&c, bad, &counts, &e), WF_EINVAL);
 	WF_CHECK_MSG(strstr(e.msg, "task.index") != NULL, "%s", e.msg);
 }
 

@@ -127,6 +127,63 @@ static void test_checksums_fall_back(void)
 	WF_CHECK_INT(system(cmd), 0);
 }
 
+/* wf_ckptdir_check_fn for the test below: arg is the step to call corrupt
+ * (WF_EFORMAT) or, negated, unreadable (WF_EIO). */
+static int refuse_step(const char *step_dir, void *arg, wf_err *err)
+{
+	long bad = *(const long *)arg;
+	char want[64];
+	snprintf(want, sizeof(want), "/step-%ld", bad < 0 ? -bad : bad);
+	if (!strstr(step_dir, want))
+		return 0;
+	return bad < 0 ? wf_errf(err, WF_EIO, "%s: cannot read", step_dir)
+		       : wf_errf(err, WF_EFORMAT, "%s/model.h5: content checksum mismatch",
+				 step_dir);
+}
+
+/* A reader's own check (the model file's checksum) after DONE verified: a
+ * step it calls corrupt is skipped for the one before, under an empty DONE
+ * as under a full one; any other failure stops the search with its code. */
+static void test_own_check_falls_back(void)
+{
+	char dir[] = "/tmp/wf_ckpt_XXXXXX", p[4400], sd[4200];
+	WF_CHECK(mkdtemp(dir) != NULL);
+	wf_err err = {0};
+	for (long s = 10; s <= 30; s += 10) {
+		wf_ckptdir_step_path(sd, sizeof(sd), dir, s);
+		WF_CHECK_INT(wf_mkdirs(sd), 0);
+		snprintf(p, sizeof(p), "%s/model.h5", sd);
+		write_bytes(p, "model bytes");
+		WF_CHECK_INT(wf_ckptdir_seal(sd, s, &err), 0);
+	}
+	snprintf(p, sizeof(p), "%s/step-30/DONE", dir);
+	write_bytes(p, ""); /* an older weft's DONE: nothing to verify */
+	long step = -1, bad = 30;
+	char path[4200];
+	WF_CHECK_INT(wf_ckptdir_newest_checked(dir, -1, "model.h5", refuse_step, &bad, &step, path,
+					       sizeof(path), &err),
+		     1);
+	WF_CHECK_INT(step, 20);
+	bad = 20; /* a full DONE, recomputed over a damaged file */
+	WF_CHECK_INT(wf_ckptdir_newest_checked(dir, -1, "model.h5", refuse_step, &bad, &step, path,
+					       sizeof(path), &err),
+		     1);
+	WF_CHECK_INT(step, 30);
+	bad = 30;
+	WF_CHECK(wf_ckptdir_newest_checked(dir, 30, "model.h5", refuse_step, &bad, &step, path,
+					   sizeof(path), &err) == 0);
+	WF_CHECK_MSG(strstr(err.msg, "checksum mismatch"), "%s", err.msg);
+	bad = -30;
+	memset(&err, 0, sizeof(err));
+	WF_CHECK_INT(wf_ckptdir_newest_checked(dir, -1, "model.h5", refuse_step, &bad, &step, path,
+					       sizeof(path), &err),
+		     WF_EIO);
+	WF_CHECK_MSG(strstr(err.msg, "cannot read"), "%s", err.msg);
+	char cmd[4300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	WF_CHECK_INT(system(cmd), 0);
+}
+
 /* atomic replacement: the target is the new content, no temporary is left. */
 static void test_atomic_write(void)
 {
@@ -153,6 +210,7 @@ static void test_atomic_write(void)
 int main(void)
 {
 	WF_RUN(test_checksums_fall_back);
+	WF_RUN(test_own_check_falls_back);
 	WF_RUN(test_atomic_write);
 	WF_RUN(test_latest_ignores_incomplete);
 	WF_RUN(test_missing_dir_has_no_checkpoint);
