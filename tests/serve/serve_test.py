@@ -27,22 +27,30 @@ BENCH = os.environ.get("WEFT_BENCH", "")
 procs = []
 
 
-def start_server(base, port, *extra):
-    log = open(os.path.join(os.path.dirname(base), "serve-%d.log" % port), "w")
-    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
-                          "--rest_api_port", str(port), "--bind_address", "127.0.0.1",
-                          *extra], stdout=log, stderr=subprocess.STDOUT)
-    procs.append(p)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            if request(port, "GET", "/v2/health/ready")[0] == 200:
-                return p
-        except OSError:
-            pass
-        if p.poll() is not None:
+def start_server(base, *extra):
+    """weft-serve on a free HTTP port (gRPC off: these checks speak HTTP),
+    tried again on other ports when it exits at once: another test may take
+    a port between free_port and bind. An extra argument "{mport}" becomes
+    a second free port. Returns (process, port, that second port)."""
+    for _ in range(3):
+        port, mport = free_port(), free_port()
+        log = open(os.path.join(os.path.dirname(base), "serve-%d.log" % port), "w")
+        args = [a.replace("{mport}", str(mport)) for a in extra]
+        p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
+                              "--rest_api_port", str(port), "--bind_address", "127.0.0.1",
+                              "--port", "0", "--grpc_port", "0", *args],
+                             stdout=log, stderr=subprocess.STDOUT)
+        procs.append(p)
+        deadline = time.time() + 60
+        while time.time() < deadline and p.poll() is None:
+            try:
+                if request(port, "GET", "/v2/health/ready")[0] == 200:
+                    return p, port, mport
+            except OSError:
+                pass
+            time.sleep(0.1)
+        if p.poll() is None:
             break
-        time.sleep(0.1)
     raise RuntimeError("weft-serve did not become ready; see " + log.name)
 
 
@@ -371,8 +379,8 @@ def drain(tmp):
     base = os.path.join(tmp, "slow")
     os.makedirs(os.path.join(base, "1"))
     subprocess.check_call([TOOL, "model", "resnet20", os.path.join(base, "1", "model.h5"), "3"])
-    port = free_port()
-    p = start_server(base, port, "--device", "ref", "--max_batch_size", "8", "--num_batch_threads", "1")
+    p, port, _ = start_server(base, "--device", "ref", "--max_batch_size", "8",
+                              "--num_batch_threads", "1")
     n = 48
     hdr = json.dumps({"inputs": [{"name": "input", "shape": [n, 32, 32, 3], "datatype": "UINT8",
                                   "parameters": {"binary_data_size": n * 3072}}]}).encode()
@@ -438,10 +446,11 @@ def main():
         code = subprocess.run([SERVE, "--model_base_path", os.path.join(tmp, "missing")],
                               capture_output=True, text=True)
         check(code.returncode != 0 and "missing" in code.stderr, "missing base path is named")
-        port, mport = free_port(), free_port()
-        p = start_server(base, port, "--enable_batching", "--max_batch_size", "8",
-                         "--batch_timeout_micros", "2000", "--file_system_poll_wait_seconds", "0.2",
-                         "--max_request_bytes", str(1 << 20), "--metrics-port=%d" % mport)
+        p, port, mport = start_server(base, "--enable_batching", "--max_batch_size", "8",
+                                      "--batch_timeout_micros", "2000",
+                                      "--file_system_poll_wait_seconds", "0.2",
+                                      "--max_request_bytes", str(1 << 20),
+                                      "--metrics-port={mport}")
         api_checks(port, jpeg_b64)
         metrics_port_checks(port, mport)
         png_checks(port, tmp)
