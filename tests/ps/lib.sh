@@ -26,6 +26,14 @@ fail() {
 	exit 1
 }
 
+# free_ports N: N distinct free loopback ports on one line
+free_ports() {
+	python3 -c 'import socket, sys
+s = [socket.socket() for _ in range(int(sys.argv[1]))]
+for x in s: x.bind(("127.0.0.1", 0))
+print(*[x.getsockname()[1] for x in s])' "$1"
+}
+
 # make_synth FILE COUNT SIZE SEED
 make_synth() {
 	"$WEFT" data synth --out "$1" --count "$2" --size "$3" --seed "$4" >/dev/null

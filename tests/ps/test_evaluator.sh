@@ -18,10 +18,7 @@ cat >c.json <<JSON
  "checkpoint": {"dir": "run/ckpt", "every_steps": 20, "keep": 5},
  "log": {"dir": "run/logs", "every_steps": 10}}
 JSON
-read -r p1 p2 p3 < <(python3 -c 'import socket
-ss=[socket.socket() for _ in range(3)]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(*[s.getsockname()[1] for s in ss])')
+read -r p1 p2 p3 < <(free_ports 3)
 cluster="{\"ps\": [\"127.0.0.1:$p1\"], \"worker\": [\"127.0.0.1:$p2\"], \"evaluator\": [\"127.0.0.1:$p3\"]}"
 # start TYPE LOG: one task of the cluster in the background, in its own
 # process group (killed by lib.sh's cleanup on any exit)

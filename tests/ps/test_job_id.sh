@@ -52,10 +52,7 @@ done
 [ "${ids[0]}" != "${ids[1]}" ] || fail "two runs had the same job id"
 
 # by hand: a token in the environment is what every process mixes in
-read -r PS_PORT W_PORT < <(python3 -c 'import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+read -r PS_PORT W_PORT < <(free_ports 2)
 CLUSTER="\"cluster\": {\"worker\": [\"127.0.0.1:$W_PORT\"], \"ps\": [\"127.0.0.1:$PS_PORT\"]}"
 export WEFT_JOB_TOKEN=0123456789abcdef0123456789abcdef
 rm -rf ckpt logs

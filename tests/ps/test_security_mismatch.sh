@@ -10,10 +10,7 @@ mkdir -p data
 make_synth data/train.h5 256 8 1
 "$WEFT" keygen --out keys-a >/dev/null || fail "weft keygen a"
 "$WEFT" keygen --out keys-b >/dev/null || fail "weft keygen b"
-read -r PS_PORT W_PORT < <(python3 -c 'import socket
-s = [socket.socket() for _ in range(2)]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])')
+read -r PS_PORT W_PORT < <(free_ports 2)
 CLUSTER="\"cluster\": {\"worker\": [\"127.0.0.1:$W_PORT\"], \"ps\": [\"127.0.0.1:$PS_PORT\"]}"
 cat >c.json <<'JSON'
 {"model": {"name": "mlp"}, "data": {"train": "data/train.h5"},
