@@ -1,9 +1,10 @@
 /* weft_bench.c: weft-bench, a load generator for weft-serve (or any server
  * speaking the TF Serving REST or KServe v2 protocol). N client threads, each
  * with one keep-alive connection, send a fixed number of requests or run for
- * a duration; JPEG files, the images of a dataset file (.h5, docs/formats.md) or random raw tensors. Prints throughput, latency percentiles, non-2xx
- * counts, the model versions that answered and, when the inputs carry labels
- * (a dataset file, or JPEGs in one folder per class), the top-1 accuracy. */
+ * a duration; JPEG files, the images of a dataset file (.h5, docs/formats.md) or random raw
+ * tensors. Prints throughput, latency percentiles, non-2xx counts, the model versions that answered
+ * and, when the inputs carry labels (a dataset file, or JPEGs in one folder per class), the top-1
+ * accuracy. */
 #include "common/flags.h"
 #include "common/util.h"
 #include "worker/data.h"

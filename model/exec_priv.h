@@ -57,7 +57,7 @@ struct wf_exec {
 			 * concat a u8 relu is), else -1
 			 * (training: the batch norm or add a relu is fused into) */
 	int *fuse_res;	/* [nlayers] conv: the residual layer it adds, else -1 */
-	char *fuse_act; /* [nlayers] conv, training bn: 0 none, 1 relu, 2 relu6; training add: 1 relu */
+	char *fuse_act; /* [nlayers] conv, training bn: 0 none, 1 relu, 2 relu6 (training add: 1) */
 	char *out_bf16; /* [nlayers] conv (training: also bn): its output is kept in bf16 */
 	char *pad_skip; /* [nlayers] zero padding that its sole consumer, a conv (inference:
 			 * or a max pool of a relu's output, or a cropping), applies as its

@@ -540,7 +540,8 @@ __global__ void k_pool_argmax(const wf_pool_desc d, uint8_t *arg, const float *x
 			for (int ix = x0; ix < x1; ix++) {
 				float v = x[((b * d.h + iy) * d.w + ix) * d.c + c];
 				if (at < 0 || v > best)
-					best = v, at = (iy - (oy * d.sh - d.pt)) * d.kw + ix - (ox * d.sw - d.pl);
+					best = v, at = (iy - (oy * d.sh - d.pt)) * d.kw + ix -
+						       (ox * d.sw - d.pl);
 			}
 		arg[i] = (uint8_t)at;
 	}
@@ -564,7 +565,8 @@ __global__ void k_pool_max_backward(const wf_pool_desc d, float *dx, const float
 		for (int oy = oy_lo; oy <= oy_hi; oy++)
 			for (int ox = ox_lo; ox <= ox_hi; ox++) {
 				size_t o = ((b * d.oh + oy) * d.ow + ox) * d.c + c;
-				int mine = (iy - (oy * d.sh - d.pt)) * d.kw + ix - (ox * d.sw - d.pl);
+				int mine =
+					(iy - (oy * d.sh - d.pt)) * d.kw + ix - (ox * d.sw - d.pl);
 				if (arg[o] == mine)
 					acc += dy[o];
 			}
@@ -877,8 +879,9 @@ extern "C" cudaError_t wfk_optimizer(cudaStream_t s, const wf_opt_desc *d, doubl
 #define BN_TY 8
 
 __global__ void k_bn_stats(size_t rows, int C, float eps, float momentum, const double *acc,
-			   const void *x, wfk_type xt, const float *gamma, const float *beta, float *save_mean,
-			   float *save_invstd, float *run_mean, float *run_var, float *coef)
+			   const void *x, wfk_type xt, const float *gamma, const float *beta,
+			   float *save_mean, float *save_invstd, float *run_mean, float *run_var,
+			   float *coef)
 {
 	int c = blockIdx.x * blockDim.x + threadIdx.x;
 	if (c >= C)
@@ -964,7 +967,6 @@ extern "C" cudaError_t wfk_bn_backward_coef(cudaStream_t s, size_t rows, int C, 
 		rows, C, acc, gamma, save_mean, save_invstd, dgamma, dbeta, coef);
 	return cudaGetLastError();
 }
-
 
 /* ---- training fusions: bf16 tensors, batch norm + relu, add + relu ------------- */
 /* The tensors between a conv and its batch norm (and from a batch norm to the
@@ -1092,8 +1094,8 @@ __global__ void k_bn_reduce(size_t rows, int C, double *acc, const T *x, const T
 
 template <typename T>
 __global__ void __launch_bounds__(256)
-	k_bn_reduce8(size_t rows, int C, double *acc, const T *x, const T *dy,
-		     const float *center, const float *fcoef, int relu)
+	k_bn_reduce8(size_t rows, int C, double *acc, const T *x, const T *dy, const float *center,
+		     const float *fcoef, int relu)
 {
 	__shared__ float sh[2][256][9]; /* padded against bank conflicts */
 	int G = C / 8, R = 256 / G, t = threadIdx.x, g = t % G, rs = t / G, c = 8 * g;
@@ -1116,7 +1118,8 @@ __global__ void __launch_bounds__(256)
 				ldv<8>(dy + r * C + c, gv);
 				for (int q = 0; q < 8; q++) {
 					if (fcoef &&
-					    !relu_passes(bn_value(xv[q], sc[q], fm[q], be[q]), relu))
+					    !relu_passes(bn_value(xv[q], sc[q], fm[q], be[q]),
+							 relu))
 						gv[q] = 0.0f;
 					s1[q] += gv[q];
 					s2[q] += gv[q] * (xv[q] - k[q]);
@@ -1144,9 +1147,9 @@ __global__ void __launch_bounds__(256)
 	}
 }
 
-extern "C" cudaError_t wfk_bn_reduce(cudaStream_t s, size_t rows, int C, double *acc,
-				     const void *x, const void *dy, const float *center,
-				     const float *fcoef, int relu, int bf16)
+extern "C" cudaError_t wfk_bn_reduce(cudaStream_t s, size_t rows, int C, double *acc, const void *x,
+				     const void *dy, const float *center, const float *fcoef,
+				     int relu, int bf16)
 {
 	if (rows == 0 || C <= 0)
 		return cudaSuccess;
@@ -1154,11 +1157,13 @@ extern "C" cudaError_t wfk_bn_reduce(cudaStream_t s, size_t rows, int C, double 
 		size_t R = (size_t)(256 / (C / 8)), b = (rows + R * BN_ROWS8 - 1) / (R * BN_ROWS8);
 		unsigned blocks = (unsigned)(b < 65535 ? b : 65535);
 		if (bf16)
-			k_bn_reduce8<bf16_t><<<blocks, 256, 0, s>>>(
-				rows, C, acc, (const bf16_t *)x, (const bf16_t *)dy, center, fcoef, relu);
+			k_bn_reduce8<bf16_t><<<blocks, 256, 0, s>>>(rows, C, acc, (const bf16_t *)x,
+								    (const bf16_t *)dy, center,
+								    fcoef, relu);
 		else
-			k_bn_reduce8<float><<<blocks, 256, 0, s>>>(
-				rows, C, acc, (const float *)x, (const float *)dy, center, fcoef, relu);
+			k_bn_reduce8<float><<<blocks, 256, 0, s>>>(rows, C, acc, (const float *)x,
+								   (const float *)dy, center, fcoef,
+								   relu);
 		return cudaGetLastError();
 	}
 	size_t gy = (rows + BN_TY * 32 - 1) / (BN_TY * 32);
@@ -1172,8 +1177,8 @@ extern "C" cudaError_t wfk_bn_reduce(cudaStream_t s, size_t rows, int C, double 
 	return cudaGetLastError();
 }
 
-extern "C" cudaError_t wfk_bn_apply(cudaStream_t s, size_t rows, int C, void *y,
-				    const void *x, const float *coef, int relu, int bf16)
+extern "C" cudaError_t wfk_bn_apply(cudaStream_t s, size_t rows, int C, void *y, const void *x,
+				    const float *coef, int relu, int bf16)
 {
 	size_t n = rows * (size_t)C;
 	int v = vec8(n, C, y, x, coef, NULL);
@@ -1183,9 +1188,9 @@ extern "C" cudaError_t wfk_bn_apply(cudaStream_t s, size_t rows, int C, void *y,
 	LAUNCH_V(k_bn_apply, float, n, v, s, n, C, (float *)y, (const float *)x, coef, relu);
 }
 
-extern "C" cudaError_t wfk_bn_dx(cudaStream_t s, size_t rows, int C, void *dx,
-				 const void *dy, const void *x, const float *coef,
-				 const float *fcoef, int relu, int bf16)
+extern "C" cudaError_t wfk_bn_dx(cudaStream_t s, size_t rows, int C, void *dx, const void *dy,
+				 const void *x, const float *coef, const float *fcoef, int relu,
+				 int bf16)
 {
 	size_t n = rows * (size_t)C;
 	int v = vec8(n, C, dx, dy, x, coef) && vec8(n, C, fcoef, NULL, NULL, NULL);
@@ -1222,20 +1227,20 @@ static void add_mixed_launch(cudaStream_t s, size_t n, float *y, const void *a, 
 	unsigned g = V == 8 ? blocks_vec(n, 8) : blocks_for(n);
 	switch (bf16 & 3) {
 	case 0:
-		k_add_mixed<V, float, float><<<g, WFK_THREADS, 0, s>>>(n, y, (const float *)a,
-								     (const float *)b, relu);
+		k_add_mixed<V, float, float>
+			<<<g, WFK_THREADS, 0, s>>>(n, y, (const float *)a, (const float *)b, relu);
 		break;
 	case 1:
-		k_add_mixed<V, bf16_t, float><<<g, WFK_THREADS, 0, s>>>(n, y, (const bf16_t *)a,
-								      (const float *)b, relu);
+		k_add_mixed<V, bf16_t, float>
+			<<<g, WFK_THREADS, 0, s>>>(n, y, (const bf16_t *)a, (const float *)b, relu);
 		break;
 	case 2:
-		k_add_mixed<V, float, bf16_t><<<g, WFK_THREADS, 0, s>>>(n, y, (const float *)a,
-								      (const bf16_t *)b, relu);
+		k_add_mixed<V, float, bf16_t>
+			<<<g, WFK_THREADS, 0, s>>>(n, y, (const float *)a, (const bf16_t *)b, relu);
 		break;
 	default:
-		k_add_mixed<V, bf16_t, bf16_t><<<g, WFK_THREADS, 0, s>>>(
-			n, y, (const bf16_t *)a, (const bf16_t *)b, relu);
+		k_add_mixed<V, bf16_t, bf16_t><<<g, WFK_THREADS, 0, s>>>(n, y, (const bf16_t *)a,
+									 (const bf16_t *)b, relu);
 	}
 }
 
@@ -1315,11 +1320,11 @@ extern "C" cudaError_t wfk_add_relu_backward(cudaStream_t s, size_t n, const flo
 	if (n == 0)
 		return cudaSuccess;
 	if (vec8(n, 0, dy, y, da, db))
-		k_add_relu_backward<8><<<blocks_vec(n, 8), WFK_THREADS, 0, s>>>(n, dy, y, da, ma, db,
-										 mb);
+		k_add_relu_backward<8>
+			<<<blocks_vec(n, 8), WFK_THREADS, 0, s>>>(n, dy, y, da, ma, db, mb);
 	else
-		k_add_relu_backward<1><<<blocks_for(n), WFK_THREADS, 0, s>>>(n, dy, y, da, ma, db,
-									   mb);
+		k_add_relu_backward<1>
+			<<<blocks_for(n), WFK_THREADS, 0, s>>>(n, dy, y, da, ma, db, mb);
 	return cudaGetLastError();
 }
 
@@ -1463,8 +1468,7 @@ __global__ void k_dw_backward_data(const wf_conv_desc d, TX *dx, const TY *dy, c
 #define DW_ROWS 128
 
 template <typename TX, typename TY>
-__global__ void k_dw_backward_filter(const wf_conv_desc d, double *acc, const TY *dy,
-				     const TX *x)
+__global__ void k_dw_backward_filter(const wf_conv_desc d, double *acc, const TY *dy, const TX *x)
 {
 	int c = blockIdx.y * 32 + threadIdx.x;
 	size_t rows = (size_t)d.n * d.oh * d.ow, r0 = (size_t)blockIdx.x * DW_ROWS;
@@ -1506,10 +1510,10 @@ __global__ void k_dw_filter_finish(size_t n, float *dw, const double *acc)
 }
 
 #define DW_TYPES(call, xb, yb, ...)                                                                \
-	((xb) && (yb)   ? call<bf16_t, bf16_t>(__VA_ARGS__)                                        \
-	 : (xb)		? call<bf16_t, float>(__VA_ARGS__)                                         \
-	 : (yb)		? call<float, bf16_t>(__VA_ARGS__)                                         \
-			: call<float, float>(__VA_ARGS__))
+	((xb) && (yb) ? call<bf16_t, bf16_t>(__VA_ARGS__)                                          \
+	 : (xb)	      ? call<bf16_t, float>(__VA_ARGS__)                                           \
+	 : (yb)	      ? call<float, bf16_t>(__VA_ARGS__)                                           \
+		      : call<float, float>(__VA_ARGS__))
 
 template <typename TX, typename TY>
 static cudaError_t dw_forward(cudaStream_t s, const wf_conv_desc *d, void *y, const void *x,
@@ -1517,17 +1521,17 @@ static cudaError_t dw_forward(cudaStream_t s, const wf_conv_desc *d, void *y, co
 {
 	size_t n = (size_t)d->n * d->oh * d->ow * d->c;
 	if (vec8(n, d->c, y, x, w, b))
-		k_dw_forward<8, TX, TY><<<blocks_vec(n, 8), WFK_THREADS, 0, s>>>(
-			*d, (TY *)y, (const TX *)x, w, b);
+		k_dw_forward<8, TX, TY>
+			<<<blocks_vec(n, 8), WFK_THREADS, 0, s>>>(*d, (TY *)y, (const TX *)x, w, b);
 	else
-		k_dw_forward<1, TX, TY><<<blocks_for(n), WFK_THREADS, 0, s>>>(
-			*d, (TY *)y, (const TX *)x, w, b);
+		k_dw_forward<1, TX, TY>
+			<<<blocks_for(n), WFK_THREADS, 0, s>>>(*d, (TY *)y, (const TX *)x, w, b);
 	return cudaGetLastError();
 }
 
 template <typename TX, typename TY>
-static cudaError_t dw_backward_data(cudaStream_t s, const wf_conv_desc *d, void *dx,
-				    const void *dy, const float *w, int acc)
+static cudaError_t dw_backward_data(cudaStream_t s, const wf_conv_desc *d, void *dx, const void *dy,
+				    const float *w, int acc)
 {
 	size_t n = (size_t)d->n * d->h * d->w * d->c;
 	if (vec8(n, d->c, dx, dy, w, NULL))
@@ -1547,13 +1551,13 @@ static cudaError_t dw_backward_filter(cudaStream_t s, const wf_conv_desc *d, dou
 	if (gx > 0x7fffffff || (d->c + 31) / 32 > 65535)
 		return cudaErrorInvalidConfiguration;
 	dim3 grid((unsigned)gx, (unsigned)((d->c + 31) / 32));
-	k_dw_backward_filter<TX, TY><<<grid, dim3(32, 8), 0, s>>>(*d, acc, (const TY *)dy,
-								 (const TX *)x);
+	k_dw_backward_filter<TX, TY>
+		<<<grid, dim3(32, 8), 0, s>>>(*d, acc, (const TY *)dy, (const TX *)x);
 	return cudaGetLastError();
 }
 
-extern "C" cudaError_t wfk_dw_forward(cudaStream_t s, const wf_conv_desc *d, void *y,
-				      const void *x, const float *w, const float *b)
+extern "C" cudaError_t wfk_dw_forward(cudaStream_t s, const wf_conv_desc *d, void *y, const void *x,
+				      const float *w, const float *b)
 {
 	int xb = d->io_bf16 & 1, yb = (d->io_bf16 & 2) != 0;
 	return DW_TYPES(dw_forward, xb, yb, s, d, y, x, w, b);
