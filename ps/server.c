@@ -337,10 +337,11 @@ static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 	s->workers = calloc((size_t)s->nworkers, sizeof(*s->workers));
 	if (s->nstate) {
 		s->state = calloc(s->nstate, sizeof(float));
-		s->state_acc = calloc(s->nstate, sizeof(float));
+		if (wf_pss_osum_init(&s->state_sum, s->nstate, cfg->nworkers) != 0)
+			return wf_errf(err, WF_ENOMEM, "ps: out of memory");
 	}
 	if (!s->chunks || !s->shards || !s->local || !s->floats || !s->workers ||
-	    (s->nstate && (!s->state || !s->state_acc)))
+	    (s->nstate && !s->state))
 		return wf_errf(err, WF_ENOMEM, "ps: out of memory");
 	for (int w = 0; w < s->nworkers; w++)
 		s->workers[w] =
@@ -357,12 +358,12 @@ static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 		c->count = pc->count;
 		c->vb = wf_pss_vbuf_new(c->count, NULL);
 		c->values = c->vb ? c->vb->data : NULL;
-		c->acc = calloc(c->count, sizeof(float));
+		int sum_rc = wf_pss_osum_init(&c->sum, c->count, s->nworkers);
 		for (int j = 0; j < s->nslots; j++)
 			c->slot[j] = calloc(c->count, sizeof(float));
 		c->pushed = calloc((size_t)s->nworkers, 1);
 		c->held = calloc((size_t)s->nworkers, sizeof(*c->held));
-		if (!c->values || !c->acc || !c->pushed || !c->held ||
+		if (!c->values || sum_rc || !c->pushed || !c->held ||
 		    (s->nslots > 0 && !c->slot[0]) || (s->nslots > 1 && !c->slot[1]))
 			return wf_errf(err, WF_ENOMEM,
 				       "ps: out of memory for chunk %d (%zu floats)", g, c->count);
@@ -383,7 +384,7 @@ static void server_free(server *s)
 	for (int i = 0; s->chunks && i < s->nchunks; i++) {
 		schunk *c = &s->chunks[i];
 		wf_pss_vbuf_unref(c->vb);
-		free(c->acc);
+		wf_pss_osum_free(&c->sum, s->nworkers);
 		free(c->fsegs);
 		free(c->ffrozen);
 		free(c->slot[0]);
@@ -399,7 +400,7 @@ static void server_free(server *s)
 	free(s->floats);
 	free(s->workers);
 	free(s->state);
-	free(s->state_acc);
+	wf_pss_osum_free(&s->state_sum, s->nworkers);
 	wf_ps_placement_free(&s->pl);
 	wf_backend_free(s->be);
 }

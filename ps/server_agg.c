@@ -2,6 +2,8 @@
  * aggregation (sync, async, ssp:K, barriers). */
 #include "ps/server_impl.h"
 
+#include "kernels/ops.h"
+
 /* ---- value buffers ------------------------------------------------------ */
 
 /* A buffer of n floats (64-byte aligned) with one reference, or adopting
@@ -219,9 +221,82 @@ void wf_pss_fail_held(server *s, schunk *c, int code, const char *why)
 		wf_pss_release(s, h);
 	}
 	memset(c->pushed, 0, (size_t)s->nworkers);
+	wf_pss_osum_reset(&c->sum, s->nworkers);
 	c->ncontrib = 0;
 	c->contributors = 0;
 	c->direct = 0;
+}
+
+/* ---- ordered sums -------------------------------------------------------- */
+
+int wf_pss_osum_init(osum *o, size_t n, int nworkers)
+{
+	*o = (osum){.n = n};
+	o->acc = calloc(n ? n : 1, sizeof(float));
+	o->in = calloc((size_t)nworkers, 1);
+	o->parked = calloc((size_t)nworkers, 1);
+	o->park = calloc((size_t)nworkers, sizeof(*o->park));
+	return o->acc && o->in && o->parked && o->park ? 0 : WF_ENOMEM;
+}
+
+void wf_pss_osum_free(osum *o, int nworkers)
+{
+	for (int w = 0; o->park && w < nworkers; w++)
+		free(o->park[w]);
+	free(o->park);
+	free(o->parked);
+	free(o->in);
+	free(o->acc);
+	*o = (osum){0};
+}
+
+void wf_pss_osum_reset(osum *o, int nworkers)
+{
+	memset(o->in, 0, (size_t)nworkers);
+	memset(o->parked, 0, (size_t)nworkers);
+	o->next = 0;
+	o->added = 0;
+}
+
+static void osum_add(server *s, osum *o, const float *x)
+{
+	if (!o->added++)
+		memcpy(o->acc, x, o->n * sizeof(float));
+	else
+		wf_op_accumulate(s->be, o->n, o->acc, x);
+}
+
+void wf_pss_osum_flush(server *s, osum *o, int final)
+{
+	while (o->next < s->nworkers) {
+		int w = o->next;
+		if (o->parked[w]) {
+			osum_add(s, o, o->park[w]);
+			o->parked[w] = 0;
+		} else if (!o->in[w] && !final && s->workers[w].alive != 0) {
+			break; /* a required worker's vector is still to come */
+		}
+		o->next++;
+	}
+}
+
+int wf_pss_osum_push(server *s, osum *o, int w, const float *x)
+{
+	wf_pss_osum_flush(s, o, 0);
+	o->in[w] = 1;
+	if (w == o->next) {
+		osum_add(s, o, x);
+		o->next++;
+	} else {
+		if (!o->park[w] && !(o->park[w] = malloc((o->n ? o->n : 1) * sizeof(float)))) {
+			o->in[w] = 0;
+			return WF_ENOMEM;
+		}
+		memcpy(o->park[w], x, o->n * sizeof(float));
+		o->parked[w] = 1;
+	}
+	wf_pss_osum_flush(s, o, 0);
+	return 0;
 }
 
 /* ---- aggregation -------------------------------------------------------- */
@@ -310,21 +385,28 @@ void wf_pss_sync_try_complete(server *s, schunk *c)
 {
 	if (!c->ncontrib || wf_pss_missing(s, c, -1))
 		return;
-	if (!c->direct)
-		wf_pss_apply(s, c, c->acc, c->contributors, c->version);
+	if (!c->direct) {
+		wf_pss_osum_flush(s, &c->sum, 1);
+		wf_pss_apply(s, c, c->sum.acc, c->contributors, c->version);
+	}
 	int want_state = 0;
 	for (int w = 0; w < s->nworkers; w++)
 		want_state |= c->held[w].used && c->held[w].want_state;
-	if (want_state && s->state_n > 0) {
-		float k = 1.0f / (float)s->state_n;
-		for (size_t i = 0; i < s->nstate; i++)
-			s->state[i] = s->state_acc[i] * k;
-		s->state_n = 0;
+	osum *st = &s->state_sum;
+	if (want_state && st->acc) {
+		wf_pss_osum_flush(s, st, 1);
+		if (st->added > 0) {
+			float k = 1.0f / (float)st->added;
+			for (size_t i = 0; i < s->nstate; i++)
+				s->state[i] = st->acc[i] * k;
+		}
+		wf_pss_osum_reset(st, s->nworkers);
 	}
 	wf_pss_send_values(s, c, c->held, s->nworkers, 0);
 	for (int w = 0; w < s->nworkers; w++)
 		wf_pss_release(s, &c->held[w]);
 	memset(c->pushed, 0, (size_t)s->nworkers);
+	wf_pss_osum_reset(&c->sum, s->nworkers);
 	c->ncontrib = 0;
 	c->contributors = 0;
 	c->direct = 0;

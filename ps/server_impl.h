@@ -60,6 +60,21 @@ typedef struct vbuf {
 	float *data; /* [count] */
 } vbuf;
 
+/* Sync: a sum of the workers' vectors for one step, added in worker order
+ * whatever order they arrive in, so the result never depends on timing. A
+ * vector that arrives before a required predecessor waits as a copy in
+ * park[w] (memory: at most one copy per worker) until the predecessor has
+ * been added or is known not to come. */
+typedef struct osum {
+	float *acc;	 /* [n] the sum of the vectors added so far */
+	size_t n;	 /* floats */
+	int next;	 /* workers [0, next) are added or do not contribute */
+	int added;	 /* vectors in acc */
+	uint8_t *in;	 /* [nworkers] contributed this step (added or parked) */
+	float **park;	 /* [nworkers] parked copies, allocated on first use */
+	uint8_t *parked; /* [nworkers] park[w] holds this step's vector */
+} osum;
+
 typedef struct schunk {
 	int gidx;	/* global chunk index */
 	size_t offset;	/* floats */
@@ -69,7 +84,7 @@ typedef struct schunk {
 	uint32_t crc;	/* CRC32C of values, valid when crc_ok */
 	int crc_ok;	/* values unchanged since crc was computed */
 	float *slot[2]; /* [count] optimizer slots */
-	float *acc;	/* [count] sync gradient sum */
+	osum sum;	/* sync gradient sum of the step */
 	long version;	/* steps applied = the step being aggregated */
 	int initialized;
 	int ncontrib;	   /* pushes summed into acc for `version` */
@@ -108,8 +123,9 @@ typedef struct server {
 	wf_ps_shard_chunk *shards; /* [nchunks] views for checkpoints */
 	wf_ps_limits lim;
 	size_t nstate; /* state floats kept here (server 0 only) */
-	float *state, *state_acc;
-	int state_n, state_initialized;
+	float *state;
+	osum state_sum; /* sync: the workers' state of the step (server 0) */
+	int state_initialized;
 	int nworkers;
 	worker *workers;
 	uint64_t pushes, pulls, bytes_in, bytes_out, rejected[WF_PS_REJECT__COUNT];
@@ -148,6 +164,16 @@ int wf_pss_apply(server *s, schunk *c, const float *grad, long contributors, lon
 /* Take the frozen ranges of push m (none without flag FROZEN) for chunk c;
  * -1 when out of memory (the push is refused). */
 int wf_pss_take_frozen(schunk *c, const wf_ps_msg *m);
+int wf_pss_osum_init(osum *o, size_t n, int nworkers);
+void wf_pss_osum_free(osum *o, int nworkers);
+/* Worker w's vector x of this step: added now if every earlier required
+ * worker's is in, else parked (a copy); then whatever parked is next.
+ * WF_ENOMEM when a park copy cannot be made. */
+int wf_pss_osum_push(server *s, osum *o, int w, const float *x);
+/* Add what is parked, skipping workers that will not contribute: those
+ * declared dead and, with final (the step completes now), any not in. */
+void wf_pss_osum_flush(server *s, osum *o, int final);
+void wf_pss_osum_reset(osum *o, int nworkers);
 int wf_pss_missing(const server *s, const schunk *c, int skip);
 void wf_pss_sync_try_complete(server *s, schunk *c);
 long wf_pss_slowest_step(const server *s);

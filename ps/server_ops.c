@@ -26,7 +26,8 @@ void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	const wf_ps_hdr *h = &m->hdr;
 	if (h->chunk == WF_PS_STATE_CHUNK) {
 		memcpy(s->state, m->frame[0], m->size[0]);
-		s->state_n = 0;
+		if (s->state_sum.acc)
+			wf_pss_osum_reset(&s->state_sum, s->nworkers);
 		s->state_initialized = 1;
 		wf_pss_send_ok(s, rid, rid_len, h, h->step, 0);
 		return;
@@ -125,20 +126,20 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 		wk->last_step = (long)h->step;
 	if (!c->ncontrib)
 		c->first_push = wf_now();
+	int rc = 0;
 	if (!c->ncontrib && !wf_pss_missing(s, c, w)) {
 		wf_pss_apply(s, c, grad, contributors, c->version); /* sole contributor: no copy */
 		c->direct = 1;
-	} else if (!c->ncontrib) {
-		memcpy(c->acc, grad, c->count * sizeof(float));
 	} else {
-		wf_op_accumulate(s->be, c->count, c->acc, grad);
+		rc = wf_pss_osum_push(s, &c->sum, w, grad);
 	}
-	if (st) {
-		if (!s->state_n)
-			memcpy(s->state_acc, st, s->nstate * sizeof(float));
-		else
-			wf_op_accumulate(s->be, s->nstate, s->state_acc, st);
-		s->state_n++;
+	if (rc == 0 && st)
+		rc = wf_pss_osum_push(s, &s->state_sum, w, st);
+	if (rc != 0) {
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
+				   "out of memory keeping worker %d's push of chunk %d in order", w,
+				   c->gidx);
+		return;
 	}
 	c->pushed[w] = 1;
 	c->ncontrib++;
@@ -276,7 +277,8 @@ int wf_pss_restore(server *s, const char *root, long want_step, long *step, wf_e
 	if (s->nstate) {
 		memcpy(s->state, st, s->nstate * sizeof(float));
 		s->state_initialized = 1;
-		s->state_n = 0;
+		if (s->state_sum.acc)
+			wf_pss_osum_reset(&s->state_sum, s->nworkers);
 	}
 	s->restored_step = *step;
 	wf_pss_barriers_rolled_back(s);

@@ -12,6 +12,7 @@
 #include "common/util.h"
 #include "trainer/cli.h"
 #include "trainer/config.h"
+#include "trainer/netem.h"
 #include "trainer/role.h"
 #include "ps/auth.h"
 
@@ -69,6 +70,7 @@ typedef struct launcher {
 	int key_fd;		 /* memfd holding this run's keys, -1: none */
 	/* WEFT_JOB_TOKEN of every child: this run's */
 	char job_token[WF_JOB_TOKEN_MAX];
+	wf_netem net; /* --link: each child in its own namespace (node = its index) */
 } launcher;
 
 static volatile sig_atomic_t got_signal;
@@ -104,7 +106,8 @@ static int free_ports(int *ports, int n, wf_err *err)
 	return rc;
 }
 
-/* Every child's TF_CONFIG: the same cluster, its own task. */
+/* Every child's TF_CONFIG: the same cluster, its own task. Child i listens
+ * on ports[i] of 127.0.0.1, or of its own node's address under --link. */
 static void tf_configs(launcher *l, const int *ports)
 {
 	static const char *const names[3] = {"ps", "chief", "worker"};
@@ -112,11 +115,14 @@ static void tf_configs(launcher *l, const int *ports)
 	for (int j = 0; j < 3; j++) {
 		size_t k = 0;
 		list[j][0] = '\0';
-		for (int i = 0; i < l->n; i++)
+		for (int i = 0; i < l->n; i++) {
+			char host[32] = "127.0.0.1";
+			if (l->net.nodes)
+				wf_netem_addr(i, host, sizeof(host));
 			if ((int)l->ch[i].kind == j)
 				k += (size_t)snprintf(list[j] + k, sizeof(list[j]) - k,
-						      "%s\"127.0.0.1:%d\"", k ? ", " : "",
-						      ports[i]);
+						      "%s\"%s:%d\"", k ? ", " : "", host, ports[i]);
+		}
 	}
 	for (int i = 0; i < l->n; i++) {
 		child *c = &l->ch[i];
@@ -156,6 +162,11 @@ static void spawn(launcher *l, child *c, int resume)
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		if (getppid() != parent)
 			_exit(WF_EXIT_TRANSIENT);
+		wf_err nerr;
+		if (l->net.nodes && wf_netem_enter(&l->net, (int)(c - l->ch), &nerr) != 0) {
+			fprintf(stderr, "launch: %s\n", nerr.msg);
+			_exit(1);
+		}
 		dup2(out[1], 1);
 		dup2(errp[1], 2);
 		close(out[0]);
@@ -476,7 +487,7 @@ static void remove_keys(launcher *l)
 
 int wf_cmd_launch(int argc, char **argv, wf_err *err)
 {
-	const char *config = NULL, *device = NULL, *key_dir = NULL;
+	const char *config = NULL, *device = NULL, *key_dir = NULL, *link = NULL, *delay = NULL;
 	long nps = 1, nworkers = 2, threads = 0, max_restarts = 3;
 	int chief = 0, resume = 0, insecure = 0;
 	wf_cli_list sets = {0}, pos = {0};
@@ -502,6 +513,12 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		{"insecure", WF_FLAG_BOOL, &insecure, NULL,
 		 "plain TCP without keys (anyone who reaches a server's port can read and "
 		 "overwrite the model)"},
+		{"link", WF_FLAG_STR, &link, "RATE",
+		 "an emulated cluster: every process in its own network namespace, its link "
+		 "shaped to RATE each way (10gbit, 100mbit; needs root and iproute2)"},
+		{"delay", WF_FLAG_STR, &delay, "TIME",
+		 "with --link: one-way delay on each side of every link (0.2ms; needs the "
+		 "kernel's netem qdisc)"},
 		{0},
 	};
 	const wf_command_help help = {
@@ -639,8 +656,22 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	l->nps = (int)nps;
 	l->ntrainers = (int)(nworkers + chief);
 	int ports[MAX_PROCS];
-	if ((rc = free_ports(ports, l->n, err)) != 0)
+	if (link || delay) {
+		wf_netem_link nl = {0};
+		if ((link && (rc = wf_netem_parse_rate(link, &nl.rate_bps, err)) != 0) ||
+		    (delay && (rc = wf_netem_parse_delay(delay, &nl.delay_ms, err)) != 0) ||
+		    (rc = wf_netem_create(&l->net, l->n, l->n, &nl, err)) != 0)
+			goto cleanup;
+		for (int i = 0; i < l->n; i++)
+			ports[i] = 2222; /* each node has its own address */
+		fprintf(stderr,
+			"[launch] emulated network %s: one namespace per process, links of "
+			"%s each way%s%s\n",
+			l->net.tag, link ? link : "unlimited rate", delay ? ", delay " : "",
+			delay ? delay : "");
+	} else if ((rc = free_ports(ports, l->n, err)) != 0) {
 		goto cleanup;
+	}
 	tf_configs(l, ports);
 	for (int i = 0; i < l->n; i++) {
 		child *c = &l->ch[i];
@@ -649,9 +680,10 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		c->fd[0] = c->fd[1] = -1;
 	}
 	fprintf(stderr,
-		"[launch] %ld ps, %ld worker%s%s on 127.0.0.1 (%s threads per trainer); "
+		"[launch] %ld ps, %ld worker%s%s on %s (%s threads per trainer); "
 		"TF_CONFIG cluster: %.*s\n",
-		nps, nworkers, nworkers == 1 ? "" : "s", chief ? " + chief" : "", l->threads_arg,
+		nps, nworkers, nworkers == 1 ? "" : "s", chief ? " + chief" : "",
+		l->net.nodes ? "an emulated network" : "127.0.0.1", l->threads_arg,
 		(int)(strstr(l->ch[0].tf_config, ", \"task\"") - l->ch[0].tf_config),
 		l->ch[0].tf_config);
 
@@ -694,6 +726,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 cleanup:
 	wf_events_close();
 	remove_keys(l);
+	if (l)
+		wf_netem_destroy(&l->net);
 	free(l);
 	wf_cli_list_free(&sets);
 	wf_cli_list_free(&pos);
