@@ -5,6 +5,7 @@
 #include "common/error.h"
 #include "common/h5.h"
 #include "common/log.h"
+#include "trainer/bench_cluster.h"
 #include "trainer/cmd_keygen.h"
 #include "trainer/cmd_model.h"
 #include "trainer/cmd_tfconfig.h"
@@ -30,6 +31,7 @@ static const command commands[] = {
 	{"data", wf_cmd_data, "make dataset files (synth, cifar10, images)"},
 	{"inspect", wf_cmd_inspect, "describe or dump a model file"},
 	{"launch", wf_cmd_launch, "start a local cluster of parameter servers and workers"},
+	{"bench", wf_cmd_bench, "benchmarks: `weft bench cluster`, an emulated cluster"},
 	{"ps", wf_cmd_ps, "run a parameter server (the ps task of TF_CONFIG)"},
 	{"tfconfig", wf_cmd_tfconfig, "print this process's cluster identity (TF_CONFIG)"},
 	{"keygen", wf_cmd_keygen, "make the CURVE key files of a parameter-server cluster"},

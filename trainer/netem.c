@@ -139,8 +139,8 @@ static int shape(const char *where, const char *dev, const wf_netem_link *l, wf_
 		if (!rate[0])
 			return 0;
 		double burst = WF_MAX(65536.0, l->rate_bps / 8 / 1000);
-		return run(err, "tc %s qdisc add dev %s root tbf %s burst %.0f latency 100ms",
-			   where, dev, rate, burst);
+		return run(err, "tc %s qdisc add dev %s root tbf %s burst %.0f latency 20ms", where,
+			   dev, rate, burst);
 	}
 	if (l->delay_ms > 0)
 		snprintf(extra, sizeof(extra), "delay %.3fms ", l->delay_ms);

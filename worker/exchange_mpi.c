@@ -448,6 +448,77 @@ int wf_mpi_bcast(void *buf, size_t bytes, int root, const char *what, wf_err *er
 	return rc != 0 ? rc : bcast_chunks(&world_waiter, buf, bytes, root, err);
 }
 
+/* ---- a flat buffer summed in buckets (the cluster benchmark's modelled workers) ---- */
+
+struct wf_mpi_buckets {
+	float *buf;
+	size_t n, bucket; /* floats */
+	int nbuckets, posted;
+	MPI_Request *reqs; /* [nbuckets] */
+};
+
+int wf_mpi_buckets_create(wf_mpi_buckets **out, float *buf, size_t n, double bucket_mb, wf_err *err)
+{
+	wf_mpi_buckets *b = calloc(1, sizeof(*b));
+	if (!b)
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	b->buf = buf;
+	b->n = n;
+	b->bucket = WF_MAX((size_t)1, (size_t)(bucket_mb * 1048576.0 / sizeof(float)));
+	b->nbuckets = (int)((n + b->bucket - 1) / b->bucket);
+	b->reqs = calloc((size_t)b->nbuckets + 1, sizeof(MPI_Request));
+	if (!b->reqs) {
+		free(b);
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	}
+	*out = b;
+	return 0;
+}
+
+void wf_mpi_buckets_free(wf_mpi_buckets *b)
+{
+	if (b)
+		free(b->reqs);
+	free(b);
+}
+
+int wf_mpi_buckets_ready(wf_mpi_buckets *b, size_t done, wf_err *err)
+{
+	if (g.w.size < 2)
+		return 0;
+	for (; b->posted < b->nbuckets; b->posted++) {
+		size_t lo = (size_t)b->posted * b->bucket, hi = WF_MIN(b->n, lo + b->bucket);
+		if (hi > done)
+			break;
+		MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, b->buf + lo, (int)(hi - lo), MPI_FLOAT,
+					 MPI_SUM, g.comm, &b->reqs[b->posted]),
+			  err, "bucket %d", b->posted);
+	}
+	int flag;
+	if (b->posted)
+		MPI_CHECK(MPI_Testall(b->posted, b->reqs, &flag, MPI_STATUSES_IGNORE), err,
+			  "progressing the buckets");
+	return 0;
+}
+
+int wf_mpi_buckets_wait(wf_mpi_buckets *b, wf_err *err)
+{
+	if (g.w.size < 2)
+		return 0;
+	int rc = wf_mpi_buckets_ready(b, b->n, err);
+	if (rc == 0 && !world_waiter_ready) {
+		if ((rc = hb_init(&world_waiter.hb, err)) != 0)
+			return rc;
+		world_waiter_ready = 1;
+	}
+	if (rc == 0)
+		rc = enter_phase(&world_waiter, err, "the buckets' allreduce");
+	if (rc == 0)
+		rc = wait_all(&world_waiter, b->nbuckets, b->reqs, NULL, NULL, err);
+	b->posted = 0;
+	return rc;
+}
+
 void wf_mpi_world_finalize(void)
 {
 	if (world_waiter_ready) {

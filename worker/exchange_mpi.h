@@ -58,6 +58,19 @@ void wf_mpi_mark_failed(void);
 /* MPI_Finalize if this module initialised MPI and nothing failed. */
 void wf_mpi_world_finalize(void);
 
+/* A flat float buffer summed across ranks in buckets of bucket_mb MiB,
+ * each started once [0, done) covers it (the cluster benchmark's modelled
+ * backward; the exchange below keeps its own buckets beside its small
+ * collectives). */
+typedef struct wf_mpi_buckets wf_mpi_buckets;
+int wf_mpi_buckets_create(wf_mpi_buckets **out, float *buf, size_t n, double bucket_mb,
+			  wf_err *err);
+/* Start the buckets inside [0, done) and progress those in flight. */
+int wf_mpi_buckets_ready(wf_mpi_buckets *b, size_t done, wf_err *err);
+/* Start the rest and wait for all (the stall timeout applies). */
+int wf_mpi_buckets_wait(wf_mpi_buckets *b, wf_err *err);
+void wf_mpi_buckets_free(wf_mpi_buckets *b);
+
 /* The allreduce exchange over executor ex (a host-memory backend: ref or
  * cpu) of model m, applying cfg on every rank. bucket_mb: gradient bucket
  * size in MiB (strategy.bucket_mb). rank 0 is the chief; its checkpoint
@@ -95,6 +108,24 @@ static inline void wf_mpi_mark_failed(void)
 {
 }
 static inline void wf_mpi_world_finalize(void)
+{
+}
+typedef struct wf_mpi_buckets wf_mpi_buckets;
+static inline int wf_mpi_buckets_create(wf_mpi_buckets **out, float *buf, size_t n,
+					double bucket_mb, wf_err *err)
+{
+	*out = NULL;
+	return wf_errf(err, WF_ENOTSUP, WF_MPI_MISSING);
+}
+static inline int wf_mpi_buckets_ready(wf_mpi_buckets *b, size_t done, wf_err *err)
+{
+	return 0;
+}
+static inline int wf_mpi_buckets_wait(wf_mpi_buckets *b, wf_err *err)
+{
+	return 0;
+}
+static inline void wf_mpi_buckets_free(wf_mpi_buckets *b)
 {
 }
 static inline int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,

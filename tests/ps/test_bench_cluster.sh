@@ -1,0 +1,36 @@
+# test_bench_cluster.sh: `weft bench cluster` runs the modelled exchanges on
+# an emulated network: sync parameter servers (real servers and client, in
+# their own namespaces) and, where mpirun exists, MPI allreduce under a real
+# mpirun whose ranks start in their namespaces. Each configuration prints
+# one JSON line with a positive step time, the bound and the efficiency; the
+# namespaces are gone afterwards. No timing is asserted (the machine is
+# shared). Skips (77) without root or network namespaces.
+. "$WEFT_SRC/tests/ps/lib.sh"
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
+	echo "SKIP: needs root and iproute2 (ip, tc) for network namespaces"
+	exit 77
+fi
+ns=weft-test-$$
+ip netns add "$ns" 2>/dev/null || { echo "SKIP: this machine does not allow network namespaces"; exit 77; }
+ip netns del "$ns"
+modes=sync,ssp:1
+command -v mpirun >/dev/null && modes=$modes,allreduce
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+"$WEFT" bench cluster --model resnet20 --scale 1 --workers 2,3 --servers 1,2 --mode $modes \
+	--link 200mbit --compute-ms 2/4 --steps 3 --warmup 1 --timeout 60 >out.jsonl 2>bench.log ||
+	fail "weft bench cluster failed"
+python3 - "$modes" <<'PY' || fail "bad result lines: $(cat out.jsonl)"
+import json, sys
+rows = [json.loads(l) for l in open("out.jsonl")]
+want = {(m, w) for m in sys.argv[1].split(",") for w in (2, 3)}
+got = {(r["mode"], r["workers"]) for r in rows}
+assert got == want, (got, want)
+for r in rows:
+    assert r["step_ms"] > 0 and r["bound_ms"] > 0 and 0 < r["efficiency"], r
+    assert r["grad_bytes"] == 4 * 272474 or r["grad_bytes"] > 0, r
+    if r["mode"] != "allreduce":
+        assert r["servers"] == (1 if r["workers"] == 2 else 2), r
+print("ok:", len(rows), "configurations")
+PY
+! ip netns list | grep -q "^wf[0-9]*-" || fail "namespaces left behind: $(ip netns list)"
+echo ok
