@@ -58,7 +58,7 @@ typedef struct serve_opts {
 	long max_queue;
 	long retry_after;
 	const char *ssl_cert, *ssl_key, *ssl_config, *token_file;
-	/* many models and the TF Serving / Triton command lines (issue 12) */
+	/* many models and the TF Serving / Triton command lines */
 	const char *config_file;    /* --model_config_file */
 	double config_poll_seconds; /* --model_config_file_poll_wait_seconds */
 	const char *repository;	    /* --model_repository, --model-repository */

@@ -1,4 +1,4 @@
-"""weft-serve under hostile and unlucky clients (issue 14), against a real
+"""weft-serve under hostile and unlucky clients, against a real
 server on loopback: `python3 hardening_test.py starve|drain|overload|tls`.
 
 starve:   1000 slowloris + 1000 idle keep-alive connections held while a normal
