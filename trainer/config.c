@@ -753,6 +753,26 @@ void wf_config_from_env(wf_config *c)
 	apply_env(c);
 }
 
+void wf_config_openmp_wait(char **argv)
+{
+	const char *value;
+	int busy;
+	const char *var = wf_cpus_openmp_wait_choice(getenv("OMP_WAIT_POLICY"),
+						     getenv("GOMP_SPINCOUNT"), &value, &busy);
+	if (!var)
+		return;
+	char count[16];
+	snprintf(count, sizeof(count), "%d", busy);
+	if (setenv(WF_CPUS_BUSY_ENV, count, 1) == 0 && setenv(var, value, 1) == 0)
+		wf_cpus_reexec(argv);
+}
+
+int wf_config_default_threads(void)
+{
+	const char *seen = getenv(WF_CPUS_BUSY_ENV); /* this process's start */
+	return wf_cpus_default_threads(seen && *seen >= '0' && *seen <= '9' ? atoi(seen) : -1);
+}
+
 void wf_config_apply_process(const wf_config *c)
 {
 	wf_dataset_set_memory_mb(c->data.memory_mb);
