@@ -342,6 +342,14 @@ def api_checks(port, jpeg_b64):
           and 'nv_inference_exec_count{model="m",version="1"}' in text, "metrics")
 
 
+def served(port, version):
+    """Requests model m's version has answered, from /metrics."""
+    text = request(port, "GET", "/metrics")[1].decode()
+    m = re.search(r'^nv_inference_request_success\{model="m",version="%s"\} (\d+)' % version,
+                  text, re.M)
+    return int(m.group(1)) if m else 0
+
+
 def hot_swap(port, base, images, tmp):
     if not BENCH or not os.path.exists(BENCH):
         print("SKIP hot swap under load: weft-bench not built")
@@ -352,7 +360,9 @@ def hot_swap(port, base, images, tmp):
                               "--protocol", "kserve", "--concurrency", "8", "--duration", "5",
                               "--images", images, "--json"], stdout=out, stderr=subprocess.STDOUT)
     procs.append(bench)
-    time.sleep(1.5)
+    deadline = time.time() + 30  # version 1 is serving the load before version 2 arrives
+    while served(port, "1") < 20 and time.time() < deadline and bench.poll() is None:
+        time.sleep(0.05)
     staging = os.path.join(base, ".staging-2")
     os.makedirs(staging)
     subprocess.check_call([TOOL, "model", "smallcnn", os.path.join(staging, "model.h5"), "2"])
