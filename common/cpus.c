@@ -226,14 +226,15 @@ int wf_cpus_default_threads(int busy_at_start)
 	return n >= 1 ? n : 1;
 }
 
-const char *wf_cpus_openmp_wait_choice(const char *wait, const char *spin, const char **value,
-				       int *busy)
+int wf_cpus_openmp_wait_env(const char *wait, const char *spin, char env[2][WF_CPUS_ENV_LEN])
 {
 	if ((wait && *wait) || (spin && *spin))
-		return NULL; /* the user's choice (an empty value counts as unset) */
-	*busy = wf_cpus_affinity() > 1 ? wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS) : 0;
-	*value = *busy ? "passive" : WF_CPUS_IDLE_SPIN;
-	return *busy ? "OMP_WAIT_POLICY" : "GOMP_SPINCOUNT";
+		return 0; /* the user's choice (an empty value counts as unset) */
+	int busy = wf_cpus_affinity() > 1 ? wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS) : 0;
+	snprintf(env[0], WF_CPUS_ENV_LEN, "%s=%d", WF_CPUS_BUSY_ENV, busy);
+	snprintf(env[1], WF_CPUS_ENV_LEN, "%s",
+		 busy ? "OMP_WAIT_POLICY=passive" : "GOMP_SPINCOUNT=" WF_CPUS_IDLE_SPIN);
+	return 2;
 }
 
 void wf_cpus_reexec(char **argv)

@@ -33,15 +33,15 @@ int wf_cpus_busy_between(const char *stat0, const char *stat1, const cpu_set_t *
  * choice below); < 0: sample them now for WF_CPUS_SAMPLE_SECONDS. */
 int wf_cpus_default_threads(int busy_at_start);
 /* How long OpenMP threads should spin before they sleep, given the values
- * of OMP_WAIT_POLICY and GOMP_SPINCOUNT in the environment (NULL: unset).
- * NULL when those already say (a non-empty value: the user's choice); else
- * the variable to set, with its value in *value: GOMP_SPINCOUNT =
- * WF_CPUS_IDLE_SPIN (a short spin) when no allowed CPU is busy now, else
- * OMP_WAIT_POLICY = passive; *busy is the count of busy CPUs found. A main
- * sets the variable and WF_CPUS_BUSY_ENV, then wf_cpus_reexec, before any
- * OpenMP code runs (the runtime reads its environment when it loads). */
-const char *wf_cpus_openmp_wait_choice(const char *wait, const char *spin, const char **value,
-				       int *busy);
+ * of OMP_WAIT_POLICY and GOMP_SPINCOUNT in the environment (NULL: unset):
+ * 0 when those already say (a non-empty value: the user's choice); else 2,
+ * with the NAME=VALUE assignments in env: WF_CPUS_BUSY_ENV (the busy CPUs
+ * found now), then GOMP_SPINCOUNT=WF_CPUS_IDLE_SPIN (a short spin) when
+ * none is busy, else OMP_WAIT_POLICY=passive. A main puts them into its
+ * environment and calls wf_cpus_reexec before any OpenMP code runs (the
+ * runtime reads its environment when it loads). */
+#define WF_CPUS_ENV_LEN 48
+int wf_cpus_openmp_wait_env(const char *wait, const char *spin, char env[2][WF_CPUS_ENV_LEN]);
 /* Execute this program again with argv and the environment as it is now
  * (the binary's real path from /proc/self/exe: the process keeps its name).
  * Returns only when that failed; the program then runs on as it is. */

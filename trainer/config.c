@@ -755,15 +755,9 @@ void wf_config_from_env(wf_config *c)
 
 void wf_config_openmp_wait(char **argv)
 {
-	const char *value;
-	int busy;
-	const char *var = wf_cpus_openmp_wait_choice(getenv("OMP_WAIT_POLICY"),
-						     getenv("GOMP_SPINCOUNT"), &value, &busy);
-	if (!var)
-		return;
-	char count[16];
-	snprintf(count, sizeof(count), "%d", busy);
-	if (setenv(WF_CPUS_BUSY_ENV, count, 1) == 0 && setenv(var, value, 1) == 0)
+	static char env[2][WF_CPUS_ENV_LEN]; /* putenv keeps the strings */
+	if (wf_cpus_openmp_wait_env(getenv("OMP_WAIT_POLICY"), getenv("GOMP_SPINCOUNT"), env) &&
+	    putenv(env[0]) == 0 && putenv(env[1]) == 0)
 		wf_cpus_reexec(argv);
 }
 
