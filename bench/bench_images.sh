@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Photo conversion and reader throughput (issue 11).
+# Photo conversion and reader throughput.
 #  1. `weft data images` vs PIL in a multiprocessing pool of the same size
 #     (bench/pil_convert.py: exif_transpose, RGB, bilinear resize, h5py) on a
 #     folder of generated 800x600 JPEGs; medians of REPS runs and the ratio.

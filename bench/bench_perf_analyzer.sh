@@ -31,7 +31,7 @@
 # sends region names, not 600 KB bodies),
 # PEERS (1: each round also runs bench/peers.py, the peer engines in-process
 # at batch MAX_BATCH with THREADS threads, while the server idles, and prints
-# served HTTP throughput / the best peer's, issue 13's serving target >= 1.2;
+# served HTTP throughput / the best peer's, the serving target >= 1.2;
 # 0: skip them).
 # The client shares the machine's cores with the server: each perf_analyzer
 # run's CPU time (user + system, from getrusage) over its wall time and the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench_threads.sh: training speed of weft's default thread setting against
 # --threads 1 and --threads 2, on a quiet machine and with one busy process
-# pinned to the last CPU (issue 11: a shared Kubernetes node). Each setting
+# pinned to the last CPU (as on a shared Kubernetes node). Each setting
 # trains smallcnn on 32x32 synthetic data; the figure is the median of the
 # logged images/s windows (first window dropped). "old" is the OpenMP
 # behaviour before this change (libgomp's default: spin 300000 rounds before

@@ -4,7 +4,7 @@
  * step reaches, and the same networks trained in the same run by the peers of
  * bench/peers.py (PyTorch fp32 channels_last and bf16 autocast, from the venv
  * of bench/peers_venv.sh): best peer, its name, and the ratio of weft's best
- * precision to it, weft fp32 / PyTorch fp32 channels_last (issue 13's fp32
+ * precision to it, weft fp32 / PyTorch fp32 channels_last (the fp32 training
  * target); Debian's python3-torch (1.13) as a reference column.
  * Timings are medians over the timed steps. --rounds N repeats the peers and
  * weft N times and ends with each ratio's median, lowest and highest (this

@@ -206,7 +206,7 @@ static void row(const char *model, const char *mode, int batch, const double ips
 		double t32 = strcmp(mode, "train") ? 0
 						   : peers_ips(model, mode, batch, "torch-fp32-cl",
 							       eng, sizeof(eng));
-		if (t32 > 0) { /* issue 13's fp32 training target: against PyTorch fp32 */
+		if (t32 > 0) { /* the fp32 training target: against PyTorch fp32 */
 			printf("%-12s %-5s %5d %9.2f %49.2f %-17s %6.2fx\n", model, "fp32", batch,
 			       ips[0], t32, eng, ips[0] / t32);
 			record(model, "fp32", batch, ips[0] / t32);

@@ -207,7 +207,7 @@ int wf_cpus_busy(double seconds)
 	return wf_cpus_busy_between(s0, s1, &mask);
 }
 
-int wf_cpus_default_threads(void)
+int wf_cpus_default_threads(int busy_at_start)
 {
 	int n = wf_cpus_affinity();
 	double q = wf_cpus_quota_at("/proc/self/cgroup", "/sys/fs/cgroup");
@@ -217,10 +217,8 @@ int wf_cpus_default_threads(void)
 	 * their share and hold up every parallel loop (one busy process on the
 	 * other core of 2 made --threads 2 1.36x slower than --threads 1) */
 	if (n > 1) {
-		const char *seen = getenv(WF_CPUS_BUSY_ENV); /* this process's start */
-		int busy = seen && *seen >= '0' && *seen <= '9'
-				   ? atoi(seen)
-				   : wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS);
+		int busy =
+			busy_at_start >= 0 ? busy_at_start : wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS);
 		int free_cpus = wf_cpus_affinity() - busy;
 		if (free_cpus < n)
 			n = free_cpus;
@@ -228,17 +226,20 @@ int wf_cpus_default_threads(void)
 	return n >= 1 ? n : 1;
 }
 
-void wf_cpus_openmp_wait(char **argv)
+int wf_cpus_openmp_wait_env(const char *wait, const char *spin, char env[2][WF_CPUS_ENV_LEN])
 {
-	const char *wait = getenv("OMP_WAIT_POLICY"), *spin = getenv("GOMP_SPINCOUNT");
-	if ((wait && *wait) || (spin && *spin) || !argv || !argv[0])
-		return; /* the user's choice (an empty value counts as unset) */
+	if ((wait && *wait) || (spin && *spin))
+		return 0; /* the user's choice (an empty value counts as unset) */
 	int busy = wf_cpus_affinity() > 1 ? wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS) : 0;
-	char count[16];
-	snprintf(count, sizeof(count), "%d", busy);
-	if (setenv(WF_CPUS_BUSY_ENV, count, 1) != 0 ||
-	    (busy ? setenv("OMP_WAIT_POLICY", "passive", 1)
-		  : setenv("GOMP_SPINCOUNT", WF_CPUS_IDLE_SPIN, 1)) != 0)
+	snprintf(env[0], WF_CPUS_ENV_LEN, "%s=%d", WF_CPUS_BUSY_ENV, busy);
+	snprintf(env[1], WF_CPUS_ENV_LEN, "%s",
+		 busy ? "OMP_WAIT_POLICY=passive" : "GOMP_SPINCOUNT=" WF_CPUS_IDLE_SPIN);
+	return 2;
+}
+
+void wf_cpus_reexec(char **argv)
+{
+	if (!argv || !argv[0])
 		return;
 	/* the binary's real path, not /proc/self/exe: the process keeps its name
 	 * (ps, pgrep, /proc/PID/comm) */
@@ -248,7 +249,7 @@ void wf_cpus_openmp_wait(char **argv)
 		self[n] = 0;
 		execv(self, argv);
 	}
-	/* no /proc: run on as we are (the variable stays set for children) */
+	/* no /proc: run on as we are (what the caller set stays set for children) */
 }
 
 void wf_cpus_io_thread(const char *name)

@@ -3,7 +3,8 @@
  * has: its affinity mask (taskset, cpusets) and its cgroup CPU quota
  * (Kubernetes limits: cgroup v2 cpu.max, v1 cpu.cfs_quota_us /
  * cpu.cfs_period_us). The mains (weft, weft-serve) resolve the default
- * thread count here and pass it down; library code never looks. */
+ * thread count here and pass it down; library code never looks. Nothing
+ * here reads or writes the environment: the mains do, with these answers. */
 #ifndef WF_CPUS_H
 #define WF_CPUS_H
 
@@ -27,25 +28,31 @@ int wf_cpus_busy_between(const char *stat0, const char *stat1, const cpu_set_t *
 #define WF_CPUS_MAX	       1024
 #define WF_CPUS_SAMPLE_SECONDS 0.1
 /* The default compute thread count: min(affinity - CPUs other processes
- * keep busy (sampled for WF_CPUS_SAMPLE_SECONDS), floor(quota)), >= 1. */
-int wf_cpus_default_threads(void);
-/* How long OpenMP threads spin before they sleep, unless the environment
- * already says (OMP_WAIT_POLICY, GOMP_SPINCOUNT): a short spin
- * (GOMP_SPINCOUNT=WF_CPUS_IDLE_SPIN) when no allowed CPU is busy at start,
- * else none (OMP_WAIT_POLICY=passive); the CPUs found busy are kept in
- * WF_CPUS_BUSY_ENV for wf_cpus_default_threads. Re-executes the program
- * (argv, from /proc/self/exe) so the OpenMP runtime, which reads its
- * environment when it loads, sees it. Returns only when nothing had to be
- * done or the re-exec failed (then the program runs on as it is). Call first
- * in main. */
-void wf_cpus_openmp_wait(char **argv);
+ * keep busy, floor(quota)), >= 1. busy_at_start: the busy CPUs found when
+ * the program started (WF_CPUS_BUSY_ENV after the re-exec of the wait
+ * choice below); < 0: sample them now for WF_CPUS_SAMPLE_SECONDS. */
+int wf_cpus_default_threads(int busy_at_start);
+/* How long OpenMP threads should spin before they sleep, given the values
+ * of OMP_WAIT_POLICY and GOMP_SPINCOUNT in the environment (NULL: unset):
+ * 0 when those already say (a non-empty value: the user's choice); else 2,
+ * with the NAME=VALUE assignments in env: WF_CPUS_BUSY_ENV (the busy CPUs
+ * found now), then GOMP_SPINCOUNT=WF_CPUS_IDLE_SPIN (a short spin) when
+ * none is busy, else OMP_WAIT_POLICY=passive. A main puts them into its
+ * environment and calls wf_cpus_reexec before any OpenMP code runs (the
+ * runtime reads its environment when it loads). */
+#define WF_CPUS_ENV_LEN 48
+int wf_cpus_openmp_wait_env(const char *wait, const char *spin, char env[2][WF_CPUS_ENV_LEN]);
+/* Execute this program again with argv and the environment as it is now
+ * (the binary's real path from /proc/self/exe: the process keeps its name).
+ * Returns only when that failed; the program then runs on as it is. */
+void wf_cpus_reexec(char **argv);
 /* Sleeping costs each short parallel region a wake-up (smallcnn trained at
  * 0.88x of spinning); a spin this short gives that back on an idle machine
  * and, unlike libgomp's default of 300000, ends long before another
  * process's time slice. */
 #define WF_CPUS_IDLE_SPIN "20000"
-/* Set by wf_cpus_openmp_wait (weft chose the wait policy, not the user): the
- * count of CPUs found busy at start. */
+/* Set by the mains with the wait choice (weft chose the wait policy, not the
+ * user): the count of CPUs found busy at start. */
 #define WF_CPUS_BUSY_ENV "WEFT_CPUS_BUSY_AT_START"
 
 /* Name the calling thread (name may be NULL: keep it) and lower its CPU

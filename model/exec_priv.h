@@ -1,6 +1,8 @@
-/* exec_priv.h: the executor's state, shared by exec.c (planning, forward,
- * backward) and exec_branch.c (branches of an inference forward run at
- * once); not part of the public API. */
+/* exec_priv.h: the executor's state, shared by its files (not part of the
+ * public API): exec.c (create, free, the buffers), exec_plan.c (memory),
+ * exec_fuse.c (fusion plans), exec_int8.c (the int8 plan), exec_run.c
+ * (forward, loss, backward), exec_branch.c (branches of an inference forward
+ * run at once) and exec_tile.c (a large batch as tiles). */
 #ifndef WF_EXEC_PRIV_H
 #define WF_EXEC_PRIV_H
 
@@ -9,7 +11,12 @@
 
 typedef struct wf_branches wf_branches;
 
-#define WF_TILE_TRIES 3 /* pairs of forwards the tiles' trial times (exec_tile.c) */
+#define WF_TILE_TRIES 3	 /* pairs of forwards the tiles' trial times (exec_tile.c) */
+#define WF_EXEC_ALIGN 64 /* bytes: every planned block starts at a multiple */
+/* Offsets are planned first and stored in the pointer arrays; this turns
+ * them into pointers once the arena exists. */
+#define WF_EXEC_REBASE(ptr, base) ((ptr) = (void *)((char *)(base) + (uintptr_t)(ptr)))
+#define WF_EXEC_OFFSET(x)	  ((void *)(uintptr_t)(x))
 
 struct wf_exec {
 	wf_model *m;
@@ -44,11 +51,11 @@ struct wf_exec {
 	float smoothing;	   /* label smoothing; > 0: h_dlogits holds probs - targets */
 	float *h_dlogits;	   /* host [max_batch, K] (label smoothing) */
 	int h_dlogits_cap;	   /* rows allocated */
-	/* inference plans (fuse_plan): conv + residual add + relu/relu6 as one op */
+	/* inference plans (wf_exec_fuse_plan): conv + residual add + relu/relu6 as one op */
 	int fused;  /* conv2d_forward_fused is used (inference executor, op present) */
 	int nfused; /* layers folded into a conv (training: relus into batch norms and
 		     * adds, paddings into convs) */
-	/* training plans (train_fuse_plan, backends with train_fuse): a relu
+	/* training plans (wf_exec_train_fuse_plan, backends with train_fuse): a relu
 	 * into its batch norm or add, a padding into its conv; bf16 tensors (out_bf16)
 	 * from a conv through its batch norm (and relu) to the next conv or add,
 	 * their gradients bf16 too */
@@ -99,22 +106,85 @@ struct wf_exec {
 	wf_err err;
 };
 
-/* ---- exec.c, for exec_branch.c ---- */
+/* ---- exec.c ---- */
 
-/* 1 when layer i runs an op in an inference forward (not the input, not an
- * alias of another layer's memory, not fused into another layer). */
-int wf_exec_runs(const wf_exec *ex, int i);
-/* The layer whose own memory holds layer i's output. */
-int wf_exec_root(const wf_exec *ex, int i);
-/* Bytes of layer i's own memory (max_batch samples, aligned). */
-size_t wf_exec_out_bytes(const wf_exec *ex, int i);
-/* Layer i's inference forward over n samples (wf_exec_runs(ex, i)). */
-int wf_exec_layer_forward(wf_exec *ex, int i, int n);
+/* Set ex->err (code and message) and return code. */
+int wf_exec_fail(wf_exec *ex, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* An op of layer i failed in direction dir: keep the backend's message, name
+ * the layer; returns rc. */
+int wf_exec_op_fail(wf_exec *ex, int rc, int i, const char *dir);
 /* Plan the activations of an inference executor again and move them to a
  * new arena, between forwards only (the last forward's outputs are gone):
  * with branches (wf_branches_plan with us[layer], the microseconds each
  * layer took), or (branches 0) for good one layer after another. */
 int wf_exec_replan(wf_exec *ex, const double *us, int branches);
+
+/* ---- exec_plan.c ---- */
+
+/* The layer whose memory layer i's output is, or -1 when it has its own. */
+int wf_exec_alias_src(const wf_exec *ex, int i);
+int wf_exec_is_alias(const wf_exec *ex, int i);
+/* The layer whose own memory holds layer i's output. */
+int wf_exec_root(const wf_exec *ex, int i);
+/* The only layer reading layer j's output, or -1 (none, several, output). */
+int wf_exec_sole_consumer(const wf_model *m, int j);
+/* The layer whose plan entries say how layer j's output is kept. */
+int wf_exec_planned_at(const wf_exec *ex, int j);
+/* Is layer j's output (through fusion aliases) kept in bf16? */
+int wf_exec_is_bf16(const wf_exec *ex, int j);
+/* Bytes of layer i's own memory (max_batch samples, aligned). */
+size_t wf_exec_out_bytes(const wf_exec *ex, int i);
+/* Offsets of every activation (in the order seq, with free_at, when given:
+ * the branches' schedule) into *bytes of arena; WF_ENOMEM. */
+int wf_exec_plan_activations(wf_exec *ex, size_t *bytes, const int *seq, const int *free_at);
+/* Offsets of the activation gradients (training) into *bytes; WF_ENOMEM. */
+int wf_exec_plan_gradients(wf_exec *ex, size_t *bytes);
+
+/* ---- exec_fuse.c ---- */
+
+/* The inference plan: paddings into convs, conv + residual + activation as
+ * one op, residuals in place, bf16 tensors between convs. */
+void wf_exec_fuse_plan(wf_exec *ex);
+/* The training plan: paddings into convs, relus into batch norms and adds,
+ * bf16 tensors from a conv through its batch norm. */
+void wf_exec_train_fuse_plan(wf_exec *ex);
+/* Does layer i (a training batch norm or add) run its relu inside? */
+int wf_exec_relu_inside(const wf_exec *ex, int i);
+/* Training: the input whose gradient memory layer i's is, or -1. */
+int wf_exec_grad_alias(const wf_exec *ex, int i);
+/* The conv that reads layer k's output as its input (k, or the conv whose
+ * padding k is), else -1; the pool that reads it and keeps its values (a
+ * max pool, a pick; through its padding or cropping), else -1. */
+int wf_exec_conv_reader(const wf_exec *ex, int k);
+int wf_exec_pool_reader(const wf_exec *ex, int k);
+/* A pool of a 1x1 window: a strided pick of its input. */
+int wf_exec_is_pick(const wf_layer *l);
+/* Is layer j read only by convs (int8: int8 convs; pools: or such pools)?
+ * The same for a relu r and the layers aliasing it. */
+int wf_exec_read_by_convs(const wf_exec *ex, int j, int int8, int pools);
+int wf_exec_relu_read_by_convs(const wf_exec *ex, int r, int int8, int pools);
+
+/* ---- exec_int8.c ---- */
+
+/* The int8 plan of a fused inference executor (calibrated model, backend
+ * with int8 convolutions). */
+void wf_exec_plan_int8(wf_exec *ex);
+/* Layer j's int8 quantisation (scale, u8 or s8); 0 when it has no range. */
+int wf_exec_tensor_q(const wf_exec *ex, int j, float *scale, char *u8);
+/* wf_exec_planned_at(j) when layer j's output is kept quantised, else -1;
+ * whether it is. */
+int wf_exec_q_producer(const wf_exec *ex, int j);
+int wf_exec_is_q(const wf_exec *ex, int j);
+/* The pool an add computes itself (pool_in_add) from its input j, or -1. */
+int wf_exec_pool_of(const wf_exec *ex, int j);
+
+/* ---- exec_run.c ---- */
+
+/* 1 when layer i runs an op in an inference forward (not the input, not an
+ * alias of another layer's memory, not fused into another layer). */
+int wf_exec_runs(const wf_exec *ex, int i);
+/* Layer i's inference forward over n samples (wf_exec_runs(ex, i)). */
+int wf_exec_layer_forward(wf_exec *ex, int i, int n);
 
 /* ---- exec_branch.c ---- */
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # check-layering.sh: the folder rules of docs/architecture.md that grep can see.
-#  1. Nothing under kernels/, model/, worker/, ps/ reads the environment:
-#     settings come down in typed option structs from trainer/ (or serve/).
+#  1. Nothing under common/, kernels/, model/, worker/, ps/ reads or writes
+#     the environment: settings come down in typed option structs from
+#     trainer/ (or serve/), which resolve them once at the top of the program.
 #  2. Each vendor header is included only by the module that owns it:
 #     oneDNN by kernels/cpu, CUDA/cuDNN/cuBLAS by kernels/cuda, MPI by the
 #     MPI exchange, NCCL by the NCCL exchange, ZeroMQ by ps/, the HTTP
@@ -15,10 +16,11 @@ fail=0
 SRC='--include=*.c --include=*.h --include=*.cu --include=*.cc --include=*.cpp'
 
 # 1. getenv (and its relatives) below the top layer
-hits=$(grep -rnE $SRC '\b(secure_)?getenv\b|\benviron\b' kernels model worker ps 2>/dev/null)
+hits=$(grep -rnE $SRC '\b(secure_)?getenv\b|\b(set|unset|put)env\b|\benviron\b' \
+	common kernels model worker ps 2>/dev/null)
 if [ -n "$hits" ]; then
-	echo "check-layering: kernels/, model/, worker/ and ps/ must not read the environment" \
-		"(resolve the setting in trainer/config.c and pass it in an option struct):"
+	echo "check-layering: common/, kernels/, model/, worker/ and ps/ must not read or write the" \
+		"environment (resolve the setting in trainer/config.c or serve/main.c and pass it down):"
 	echo "$hits"
 	fail=1
 fi

@@ -47,7 +47,8 @@ struct wf_serve_batcher {
 	pthread_mutex_t mu;
 	pthread_cond_t more; /* queue grew, or stop */
 	job *head, *tail;
-	int queued; /* jobs in the queue */
+	int queued;  /* jobs in the queue */
+	int holding; /* batch threads holding a batch (filling it or running it) */
 	int stop;
 	int flush; /* draining: run partial batches at once */
 	batch_thread *threads;
@@ -269,6 +270,7 @@ static void *batch_main(void *arg)
 			continue;
 		}
 		queue_remove(b, prev, first);
+		b->holding++;
 		first->v->running++;
 		first->state = JOB_RUNNING;
 		first->t_run = wf_now();
@@ -297,6 +299,7 @@ static void *batch_main(void *arg)
 		pthread_mutex_unlock(&b->mu);
 		run_batch(b, t->index, batch, count, total);
 		pthread_mutex_lock(&b->mu);
+		b->holding--;
 	}
 	pthread_mutex_unlock(&b->mu);
 	free(batch);
@@ -340,6 +343,14 @@ void wf_serve_batcher_flush(wf_serve_batcher *b)
 	pthread_mutex_lock(&b->mu);
 	b->flush = 1;
 	pthread_cond_broadcast(&b->more);
+	pthread_mutex_unlock(&b->mu);
+}
+
+void wf_serve_batcher_counts(wf_serve_batcher *b, int *queued, int *holding)
+{
+	pthread_mutex_lock(&b->mu);
+	*queued = b->queued;
+	*holding = b->holding;
 	pthread_mutex_unlock(&b->mu);
 }
 

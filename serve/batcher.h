@@ -31,6 +31,9 @@ int wf_serve_batcher_create(wf_serve_batcher **out, const wf_serve_batcher_opts 
 /* From now on partial batches run at once instead of waiting for more
  * (draining: nothing new will come). */
 void wf_serve_batcher_flush(wf_serve_batcher *b);
+/* Requests waiting in the queue, and batch threads holding a batch (waiting
+ * for it to fill or running it), at this moment. Thread-safe. */
+void wf_serve_batcher_counts(wf_serve_batcher *b, int *queued, int *holding);
 /* Stop the threads after the queue drains; then free. */
 void wf_serve_batcher_free(wf_serve_batcher *b);
 

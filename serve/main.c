@@ -58,7 +58,7 @@ typedef struct serve_opts {
 	long max_queue;
 	long retry_after;
 	const char *ssl_cert, *ssl_key, *ssl_config, *token_file;
-	/* many models and the TF Serving / Triton command lines (issue 12) */
+	/* many models and the TF Serving / Triton command lines */
 	const char *config_file;    /* --model_config_file */
 	double config_poll_seconds; /* --model_config_file_poll_wait_seconds */
 	const char *repository;	    /* --model_repository, --model-repository */
@@ -76,6 +76,7 @@ typedef struct serve_opts {
 	int grpc_ports_set; /* bit 1: --port given, bit 2: --grpc_port given */
 	/* from the environment, as weft reads them (README, environment variables) */
 	wf_backend_opts backend; /* GPU index, cuda precision, cuDNN workspace */
+	int busy_at_start;	 /* CPUs found busy at start (WF_CPUS_BUSY_ENV); -1: not known */
 } serve_opts;
 
 #define UNSET (-1L - 65535) /* a flag not given (its default depends on others) */
@@ -240,6 +241,19 @@ static void resolve_env(serve_opts *o)
 		}
 	if ((v = getenv("WEFT_CUDNN_WORKSPACE_MB")) && *v)
 		o->backend.workspace_mb = atol(v);
+	v = getenv(WF_CPUS_BUSY_ENV); /* set by openmp_wait before the re-exec */
+	o->busy_at_start = v && *v >= '0' && *v <= '9' ? atoi(v) : -1;
+}
+
+/* Unless OMP_WAIT_POLICY or GOMP_SPINCOUNT already say, set OpenMP's wait
+ * for this machine (a short spin, or passive when a CPU is busy) and the busy
+ * count, and execute weft-serve again so the OpenMP runtime sees them. */
+static void openmp_wait(char **argv)
+{
+	static char env[2][WF_CPUS_ENV_LEN]; /* putenv keeps the strings */
+	if (wf_cpus_openmp_wait_env(getenv("OMP_WAIT_POLICY"), getenv("GOMP_SPINCOUNT"), env) &&
+	    putenv(env[0]) == 0 && putenv(env[1]) == 0)
+		wf_cpus_reexec(argv);
 }
 
 /* Defaults are in *o; the flags of argv override them. Returns 1 when --help
@@ -420,7 +434,7 @@ int main(int argc, char **argv)
 	wf_serve_repo *repo = NULL;
 	wf_serve_batcher *batcher = NULL;
 	wf_serve_http *http = NULL, *metrics_http = NULL;
-	wf_cpus_openmp_wait(argv); /* OpenMP threads spin briefly or sleep; may re-exec once */
+	openmp_wait(argv); /* OpenMP threads spin briefly or sleep; may re-exec once */
 	wf_grpc_adapter *grpc_adapter = NULL;
 	wf_serve_shm *shm = NULL; /* system shared memory regions: HTTP and gRPC share them */
 	wf_grpc_servers *grpc = NULL;
@@ -436,7 +450,7 @@ int main(int argc, char **argv)
 		return wf_exit_status(rc);
 	}
 	wf_log_set_level(f.verbose ? WF_LOG_DEBUG : WF_LOG_INFO);
-	long cores = wf_cpus_default_threads(); /* affinity and cgroup quota */
+	long cores = wf_cpus_default_threads(f.busy_at_start); /* affinity, quota, busy CPUs */
 	if (!f.batch_threads)
 		f.batch_threads = f.batching ? 2 : (int)WF_MIN(cores, 16);
 	if (!f.threads)

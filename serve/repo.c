@@ -252,6 +252,7 @@ static void *poller_main(void *arg)
 		if (first || follow_versions || r->o.kind == WF_SERVE_CONFIG_FILE)
 			sync_all(r);
 		pthread_mutex_lock(&r->mu);
+		r->scans++;
 		if (!r->stop && period > 0) {
 			struct timespec ts;
 			clock_gettime(CLOCK_REALTIME, &ts);

@@ -152,6 +152,9 @@ int wf_serve_repo_model_config(wf_serve_repo *r, const char *name, wf_serve_mode
 int wf_serve_repo_ready(wf_serve_repo *r);
 /* Versions swapped in so far (for /metrics). */
 long wf_serve_repo_swaps(wf_serve_repo *r);
+/* Passes of the poller completed so far: what was on disk when pass n
+ * began has been seen once this exceeds n. */
+long wf_serve_repo_scans(wf_serve_repo *r);
 
 /* Triton's model control (EXPLICIT mode only; WF_ENOTSUP otherwise):
  * load (or reload) model `name` from the repository folder and wait until

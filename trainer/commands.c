@@ -112,7 +112,7 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 	if (threads != LONG_MIN) /* --threads -1 is refused by the validation, not ignored */
 		cfg.train.threads = threads;
 	if (cfg.train.threads == 0 && !getenv("OMP_NUM_THREADS")) /* the CPUs this process has */
-		cfg.train.threads = wf_cpus_default_threads();
+		cfg.train.threads = wf_config_default_threads();
 	if (accumulate >= 0)
 		cfg.train.accumulate = accumulate;
 	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
@@ -245,7 +245,7 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 		goto cleanup;
 	}
 	if (threads == 0 && !getenv("OMP_NUM_THREADS"))
-		threads = wf_cpus_default_threads();
+		threads = wf_config_default_threads();
 	wf_config env;
 	wf_backend_opts bo;
 	wf_config_from_env(&env);
@@ -573,7 +573,7 @@ int wf_cmd_version(int argc, char **argv, wf_err *err)
 		snprintf(q, sizeof(q), "%.3g CPUs", quota);
 	printf("cpus: %d default threads (affinity %d, cgroup quota %s, busy %d); OpenMP wait "
 	       "policy %s%s%s\n",
-	       wf_cpus_default_threads(), wf_cpus_affinity(), q,
+	       wf_config_default_threads(), wf_cpus_affinity(), q,
 	       wf_cpus_busy(WF_CPUS_SAMPLE_SECONDS), wait ? wait : "(unset)",
 	       spin ? ", GOMP_SPINCOUNT " : "", spin ? spin : "");
 	return 0;

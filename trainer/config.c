@@ -134,7 +134,7 @@ static const key_def keys[] = {
 	{"cluster.insecure", T_BOOL, F(cluster.insecure), "false",
 	 "plain TCP without keys: anyone who reaches a parameter server's port can read and "
 	 "overwrite the model, or the NCCL chief's port get the job's NCCL id"},
-	/* training that does what Keras does (issue 11) */
+	/* training that does what Keras does */
 	{"model.kernel_initializer", T_STR, F(model.kernel_initializer), "\"auto\"",
 	 "conv and dense kernels: auto (as Keras builds the model: glorot_uniform, "
 	 "he_normal for nasnet), glorot_uniform, glorot_normal, he_normal, he_uniform, "
@@ -163,7 +163,7 @@ static const key_def keys[] = {
 	{"train.divergence_factor", T_NUM, F(train.divergence_factor), "10",
 	 "stop (exit 2, as a bad setting) when a step's loss exceeds this many times the first "
 	 "step's loss, or is not finite; 0: only the non-finite check"},
-	/* settings the libraries once read from the environment (issue 15) */
+	/* settings the libraries once read from the environment */
 	{"train.cuda_device", T_INT, F(train.cuda_device), "0",
 	 "cuda: the GPU (modulo the GPUs present) when the launcher sets no local rank "
 	 "(OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, LOCAL_RANK: "
@@ -185,7 +185,7 @@ static const key_def keys[] = {
 	{"cluster.malloc_tune", T_BOOL, F(cluster.malloc_tune), "true",
 	 "parameter_server: keep receive buffers warm in the heap (glibc mallopt); false "
 	 "(or 0 in the environment) turns it off"},
-	/* the parameter server's tuning, once read by trainer/role.c (issue 15) */
+	/* the parameter server's tuning, once read by trainer/role.c */
 	{"ps.chunk_bytes", T_INT, F(ps.chunk_bytes), STR(WF_PS_CHUNK_BYTES_JOB_DEFAULT),
 	 "parameter_server: chunk size cap in bytes (>= 1024; servers and workers must agree)"},
 	{"ps.timeout", T_NUM, F(ps.timeout), STR(WF_PS_TIMEOUT_DEFAULT),
@@ -751,6 +751,20 @@ void wf_config_from_env(wf_config *c)
 {
 	wf_config_default(c);
 	apply_env(c);
+}
+
+void wf_config_openmp_wait(char **argv)
+{
+	static char env[2][WF_CPUS_ENV_LEN]; /* putenv keeps the strings */
+	if (wf_cpus_openmp_wait_env(getenv("OMP_WAIT_POLICY"), getenv("GOMP_SPINCOUNT"), env) &&
+	    putenv(env[0]) == 0 && putenv(env[1]) == 0)
+		wf_cpus_reexec(argv);
+}
+
+int wf_config_default_threads(void)
+{
+	const char *seen = getenv(WF_CPUS_BUSY_ENV); /* this process's start */
+	return wf_cpus_default_threads(seen && *seen >= '0' && *seen <= '9' ? atoi(seen) : -1);
 }
 
 void wf_config_apply_process(const wf_config *c)

@@ -143,5 +143,13 @@ void wf_config_backend_opts(const wf_config *c, wf_backend_opts *o);
 void wf_config_apply_process(const wf_config *c);
 /* Defaults, then the environment: the settings of commands without --config. */
 void wf_config_from_env(wf_config *c);
+/* Unless OMP_WAIT_POLICY or GOMP_SPINCOUNT already say, set OpenMP's wait
+ * for this machine (wf_cpus_openmp_wait_env) and WF_CPUS_BUSY_ENV, and
+ * execute the program again so the OpenMP runtime sees them. Call first in
+ * main; returns when nothing had to be done or the re-exec failed. */
+void wf_config_openmp_wait(char **argv);
+/* wf_cpus_default_threads with the busy CPUs found at start
+ * (WF_CPUS_BUSY_ENV) when the wait choice above set it, else sampled now. */
+int wf_config_default_threads(void);
 
 #endif

@@ -162,7 +162,7 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	NEED(c->checkpoint.keep >= 1, "checkpoint.keep: must be >= 1, got %ld", c->checkpoint.keep);
 	NEED(c->log.dir[0], "log.dir: must not be empty");
 	NEED(c->log.every_steps >= 1, "log.every_steps: must be >= 1, got %ld", c->log.every_steps);
-	/* training that does what Keras does (issue 11) */
+	/* training that does what Keras does */
 	wf_init ki;
 	NEED(strcmp(c->model.kernel_initializer, "auto") == 0 ||
 		     wf_init_parse(c->model.kernel_initializer, &ki) == 0,

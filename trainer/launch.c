@@ -643,7 +643,7 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		snprintf(dev, sizeof(dev), "train.device=%s", device);
 		l->argv[l->argc++] = dev;
 	}
-	long cpus = threads > 0 ? threads : wf_cpus_default_threads();
+	long cpus = threads > 0 ? threads : wf_config_default_threads();
 	long per = cpus / (nworkers + chief);
 	snprintf(l->threads_arg, sizeof(l->threads_arg), "%ld", per > 0 ? per : 1);
 

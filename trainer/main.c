@@ -1,7 +1,6 @@
 /* main.c: the `weft` command: a table of subcommands, each a function in
  * trainer/ (or, for the roles added later, their own modules). Only main
  * turns a status into the process exit code (docs/promises.md). */
-#include "common/cpus.h"
 #include "common/error.h"
 #include "common/h5.h"
 #include "common/log.h"
@@ -55,8 +54,8 @@ static void usage(FILE *out)
 int main(int argc, char **argv)
 {
 	wf_err err = {0};
-	wf_cpus_openmp_wait(argv); /* may re-execute this program once */
-	wf_h5_quiet_process();	   /* errors are reported through wf_err */
+	wf_config_openmp_wait(argv); /* may re-execute this program once */
+	wf_h5_quiet_process();	     /* errors are reported through wf_err */
 	if (argc < 2) {
 		usage(stderr);
 		return wf_exit_status(WF_EINVAL);

@@ -136,6 +136,9 @@ int wf_reader_create(wf_reader **out, wf_dataset *ds, const wf_reader_cfg *cfg, 
 int wf_reader_next(wf_reader *r, wf_batch **b, wf_err *err);
 /* Steps per epoch for this configuration. */
 long wf_reader_steps_per_epoch(const wf_reader *r);
+/* Batches ready in the ring now (made, not yet taken), and the ring's size
+ * in *slots: the reader thread waits while the two are equal. Thread-safe. */
+int wf_reader_ready(wf_reader *r, int *slots);
 void wf_reader_free(wf_reader *r);
 
 #endif

@@ -520,6 +520,15 @@ int wf_reader_next(wf_reader *r, wf_batch **b, wf_err *err)
 	return rc;
 }
 
+int wf_reader_ready(wf_reader *r, int *slots)
+{
+	pthread_mutex_lock(&r->mu);
+	int filled = r->filled;
+	*slots = r->nslots;
+	pthread_mutex_unlock(&r->mu);
+	return filled;
+}
+
 void wf_reader_free(wf_reader *r)
 {
 	if (!r)

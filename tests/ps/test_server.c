@@ -468,7 +468,8 @@ static void test_ssp_bounds_staleness(void)
 	WF_CHECK_INT(held_now(tool), 0);
 	/* step 1 is 2 ahead of worker 1 (never pushed): held */
 	WF_CHECK_INT(wf_ps_client_push_pull_async(a, 0, g, 1, 0, &e), 0);
-	sleep_s(0.3);
+	for (double t0 = wf_now(); held_now(tool) != 1 && wf_now() - t0 < 10;)
+		sleep_s(0.01);
 	WF_CHECK_INT(held_now(tool), 1);
 	/* worker 1 pushes step 0: the slowest is now 0, so step 1 is released */
 	wf_ps_client_push_pull_async(b, 0, g, 0, 0, &e);
@@ -630,9 +631,11 @@ static void test_stalled_worker_is_named(void)
 	for (int k = 0; k < pl.nchunks; k++)
 		wf_ps_client_push_pull_async(a, k, g, 0, 0, &e);
 	wf_ps_client_push_pull_async(b, 0, g, 0, 0, &e); /* b owes chunks 1, 2, 3 */
-	sleep_s(0.9);
 	char log[512];
 	snprintf(log, sizeof(log), "%s/ps-0.log", tmpdir);
+	for (double t0 = wf_now(); wf_now() - t0 < 10 && !file_contains(log, "stall: worker 1",
+									"chunks owed (3): 1,2,3");)
+		sleep_s(0.05);
 	WF_CHECK_MSG(file_contains(log, "stall: worker 1", "chunks owed (3): 1,2,3"),
 		     "no stall line in %s", log);
 	WF_CHECK(!file_contains(log, "stall: worker 0", NULL));

@@ -335,8 +335,12 @@ def tf_serving_checks(tmp, d, jpeg):
                 "/v1/models/m1/versions/2:predict")]
     for t in threads:
         t.start()
+    def served(n, seconds=60):  # wait until the load threads have sent n requests
+        deadline = time.time() + seconds
+        while count[0] < n and time.time() < deadline:
+            time.sleep(0.05)
     try:
-        time.sleep(1)
+        served(10)  # the edit lands while requests run
         write_config(cfg, CONFIG2 % {"d": d})
         deadline = time.time() + 60
         while time.time() < deadline:
@@ -346,7 +350,7 @@ def tf_serving_checks(tmp, d, jpeg):
                c4[0] == 200 and c4[1]["model_version_status"][0]["state"] == "AVAILABLE":
                 break
             time.sleep(0.3)
-        time.sleep(1)
+        served(max(count[0], 10) + 11)  # and go on after the swap
     finally:
         stop_flag.set()
         for t in threads:
@@ -505,6 +509,9 @@ def thread_budget(tmp):
         i.set_data_from_numpy(xb)
         while not stop_flag.is_set():
             c.infer("big", [i])
+    def big_done(c):
+        st = c.get_inference_statistics(model_name="big")["model_stats"]
+        return int(st[0]["inference_stats"]["success"]["count"]) if st else 0
     threads = [threading.Thread(target=flood) for _ in range(4)]
     for t in threads:
         t.start()
@@ -513,7 +520,9 @@ def thread_budget(tmp):
         xs = np.random.RandomState(4).rand(1, 32, 32, 3).astype(np.float32)
         i = tc.InferInput("input", [1, 32, 32, 3], "FP32")
         i.set_data_from_numpy(xs)
-        time.sleep(1)
+        deadline = time.time() + 60  # the flood is on: big has run a few forwards
+        while time.time() < deadline and big_done(c) < 4:
+            time.sleep(0.05)
         for _ in range(15):
             c.infer("small", [i])
             time.sleep(0.05)

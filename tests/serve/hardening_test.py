@@ -1,4 +1,4 @@
-"""weft-serve under hostile and unlucky clients (issue 14), against a real
+"""weft-serve under hostile and unlucky clients, against a real
 server on loopback: `python3 hardening_test.py starve|drain|overload|tls`.
 
 starve:   1000 slowloris + 1000 idle keep-alive connections held while a normal
@@ -111,6 +111,23 @@ def rss_kb(p, key):
             if line.startswith(key + ":"):
                 return int(line.split()[1])
     return -1
+
+
+def wait_until(pred, seconds):
+    """pred() polled until it holds or `seconds` pass; its last value."""
+    deadline = time.time() + seconds
+    while not pred() and time.time() < deadline:
+        time.sleep(0.05)
+    return pred()
+
+
+def refuses(port):
+    """True when a new connection to port is refused."""
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        return False
+    except OSError:
+        return True
 
 
 def p99(xs):
@@ -249,7 +266,7 @@ def starve(tmp):
     try:
         hogs = Hogs(port, 100, 100, ["127.0.0.1"])
         try:
-            time.sleep(1.0)
+            wait_until(lambda: hogs.alive() <= 50, 10)  # the server closes the rest
             held = hogs.alive()
             _, bad = latencies(port, 20, source="127.0.0.2")
         finally:
@@ -355,13 +372,7 @@ def drain(tmp):
         check(not readable, "no request was answered before SIGTERM (%d were)" % len(readable))
         t_term = time.time()
         p.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=2).close()
-            refused = False
-        except OSError:
-            refused = True
-        check(refused, "no new connection is accepted after SIGTERM")
+        check(wait_until(lambda: refuses(port), 5), "no new connection is accepted after SIGTERM")
         time.sleep(0.5)
         up.sendall(body[len(body) // 2:])
         for name, s in socks:

@@ -169,6 +169,21 @@ static void *client_main(void *arg)
 	return NULL;
 }
 
+/* Wait (10 s at most) until the batcher has `queued` requests waiting and
+ * `holding` batch threads holding a batch; 0 when it never did. */
+static int wait_counts(wf_serve_batcher *b, int queued, int holding)
+{
+	int q = -1, h = -1;
+	for (double t0 = wf_now(); wf_now() - t0 < 10; usleep(1000)) {
+		wf_serve_batcher_counts(b, &q, &h);
+		if (q == queued && h == holding)
+			return 1;
+	}
+	fprintf(stderr, "batcher: %d queued and %d holding, waited for %d and %d\n", q, h, queued,
+		holding);
+	return 0;
+}
+
 static void start(client *c, pthread_t *t, wf_serve_batcher *b, int first, int n, double timeout_s)
 {
 	*c = (client){.b = b, .first = first, .n = n, .timeout_s = timeout_s};
@@ -177,8 +192,8 @@ static void start(client *c, pthread_t *t, wf_serve_batcher *b, int first, int n
 }
 
 /* A model's own dynamic_batching delay (config.pbtxt) batches it even when
- * the server's batching is off: two requests 0.1 s apart share one forward;
- * without it they take one each. */
+ * the server's batching is off: a request that comes while the first waits
+ * for company shares its forward; without the delay they take one each. */
 static void test_model_batching_delay(void)
 {
 	wf_serve_metrics *mx = wf_serve_metrics_create();
@@ -189,7 +204,8 @@ static void test_model_batching_delay(void)
 		client c1, c2;
 		pthread_t t1, t2;
 		start(&c1, &t1, b, 3, 1, 10);
-		usleep(100000);
+		if (own) /* c1 is with the batch thread, waiting for more */
+			WF_CHECK(wait_counts(b, 0, 1));
 		start(&c2, &t2, b, 4, 1, 10);
 		pthread_join(t1, NULL);
 		pthread_join(t2, NULL);
@@ -239,9 +255,9 @@ static void test_queue_bound_and_flush(void)
 	client a, q;
 	pthread_t ta, tq;
 	start(&a, &ta, b, 0, 8, 30);
-	usleep(200 * 1000); /* a is with the batch thread, waiting for more */
+	WF_CHECK(wait_counts(b, 0, 1)); /* a is with the batch thread, waiting for more */
 	start(&q, &tq, b, 2, 60, 30);
-	usleep(200 * 1000); /* q is queued: 8 + 60 > 64 */
+	WF_CHECK(wait_counts(b, 1, 1)); /* q is queued: 8 + 60 > 64 */
 	float *out = malloc(60 * K * sizeof(float));
 	wf_err err = {0};
 	double t0 = wf_now();
@@ -275,7 +291,7 @@ static void test_queue_timeout(void)
 	client a;
 	pthread_t ta;
 	start(&a, &ta, b, 0, 8, 30);
-	usleep(200 * 1000);
+	WF_CHECK(wait_counts(b, 0, 1)); /* a is with the batch thread, waiting for more */
 	float *out = malloc(60 * K * sizeof(float));
 	wf_err err = {0};
 	double t0 = wf_now();
@@ -368,14 +384,17 @@ static void test_submitted_timeout(void)
 	client a;
 	pthread_t ta;
 	start(&a, &ta, b, 0, 8, 30);
-	usleep(200 * 1000); /* a is with the batch thread, waiting for more */
+	WF_CHECK(wait_counts(b, 0, 1)); /* a is with the batch thread, waiting for more */
 	submitted s = {.calls = 0};
 	pthread_mutex_init(&s.mu, NULL);
 	pthread_cond_init(&s.cv, NULL);
 	float *out = malloc(60 * K * sizeof(float));
 	wf_err err = {0};
+	double t0 = wf_now();
 	WF_CHECK_INT(wf_serve_batcher_submit(b, ver, xs, 60, out, 0.3, on_done, &s, &err), 0);
-	usleep(500 * 1000);
+	WF_CHECK(wait_counts(b, 1, 1)); /* s is queued behind a */
+	while (wf_now() - t0 < 0.35)	/* the timeout under test passes */
+		usleep(10 * 1000);
 	wf_serve_batcher_flush(b); /* a runs; then the thread finds s expired */
 	pthread_join(ta, NULL);
 	wait_done(&s);

@@ -392,7 +392,7 @@ static long max_rss_kb(void)
 	return ru.ru_maxrss;
 }
 
-/* Issue 14: a few hundred bytes declaring 20000x20000 used to cost 1.5 GB
+/* A few hundred bytes declaring 20000x20000 used to cost 1.5 GB
  * (libjpeg's progressive coefficient buffer) before the size was refused. */
 static void test_jpeg_header_bomb_is_refused_before_allocating(void)
 {

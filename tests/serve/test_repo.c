@@ -130,12 +130,16 @@ static void test_latest_version_and_swap(void)
 	snprintf(foreign, sizeof(foreign), "%s/4", base);
 	wf_mkdirs(foreign);
 	snprintf(foreign, sizeof(foreign), "%s/4/saved_model.pb", base);
+	long scans = wf_serve_repo_scans(r);
 	FILE *f = fopen(foreign, "w");
 	if (f) {
 		fputs("not weft", f);
 		fclose(f);
 	}
-	usleep(500 * 1000); /* five polls */
+	/* two passes: the second began after the folder was complete */
+	for (double t0 = wf_now(); wf_serve_repo_scans(r) < scans + 2 && wf_now() - t0 < 60;)
+		usleep(10 * 1000);
+	WF_CHECK_MSG(wf_serve_repo_scans(r) >= scans + 2, "the poller did not run");
 	WF_CHECK_INT(wait_version(r, "m", 0), 3);
 	WF_CHECK_MSG(strcmp(state_of(r, "m", 4), "AVAILABLE"), "a SavedModel folder was served");
 	wf_serve_repo_free(r);

@@ -2,7 +2,7 @@
 # converged (model.bn_momentum 0.999 averages over ~1000 steps) evaluates far
 # below its train accuracy; weft says so once, naming what to change
 # (model.bn_momentum), and with that change (0.9) the same run evaluates as
-# it trains and says nothing (issue 11).
+# it trains and says nothing.
 . "$WEFT_SRC/tests/trainer/lib.sh"
 "$WEFT" data synth --out t.h5 --count 1000 --size 16 --seed 1 --classes 4 >/dev/null
 "$WEFT" data synth --out e.h5 --count 200 --size 16 --seed 2 --classes 4 >/dev/null

@@ -1,5 +1,5 @@
 # test_class_remap.sh: model.init_from onto a data set that holds the
-# pretrained model's classes in another order (issue 11, "remapped by name"):
+# pretrained model's classes in another order ("remapped by name"):
 # the output layer's rows are taken by class name, so the model is as
 # accurate on the reordered set before any further training as it was on the
 # original (within 0.05); a set of other classes still gets a fresh head.

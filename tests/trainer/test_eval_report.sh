@@ -1,4 +1,4 @@
-# test_eval_report.sh: what a Keras user reads after training (issue 11).
+# test_eval_report.sh: what a Keras user reads after training.
 # weft eval --json adds top-5 accuracy, per-class accuracy and the confusion
 # matrix (consistent with the top-1 accuracy); class names are checked
 # (evaluating or validating on a data set whose classes are other names is

@@ -1,5 +1,5 @@
 # test_export_once.sh: the final export happens exactly once per final
-# checkpoint, also when the chief ended before it (issue 14).
+# checkpoint, also when the chief ended before it.
 #  1. The export fails after the final checkpoint (export.dir lies under a
 #     plain file, as a chief killed during the export leaves no version):
 #     the run fails naming export.dir, the final checkpoint is complete.

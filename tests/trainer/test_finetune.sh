@@ -1,4 +1,4 @@
-# test_finetune.sh: fine-tuning (issue 11). model.init_from copies every layer
+# test_finetune.sh: fine-tuning. model.init_from copies every layer
 # whose name and shapes match from a weft checkpoint directory or a Keras .h5
 # (tests/model/fixtures/mobilenetv2_k3.h5, made by real Keras), lists the
 # rest (a new head when the classes differ; the source's preprocessing and

@@ -1,4 +1,4 @@
-# test_keras_training.sh: training that does what Keras does (issue 11).
+# test_keras_training.sh: training that does what Keras does.
 # On a small high-contrast image set (make_digits.py) with the hyperparameters
 # a Keras user copies (SGD lr 0.05, momentum 0.9, cosine with warm-up):
 # - the old default initialisation (he_normal convs) dies at chance, Keras's

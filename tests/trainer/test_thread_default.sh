@@ -22,7 +22,11 @@ read -r c0 c1 < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); pr
 if [ "$c0" != "$c1" ]; then
 	taskset -c "$c1" sh -c 'while :; do :; done' &
 	spin=$!
-	sleep 0.3
+	# until it has run a few clock ticks (utime, field 14 of its stat)
+	for _ in $(seq 250); do
+		[ "$(cut -d' ' -f14 "/proc/$spin/stat" 2>/dev/null || echo 0)" -ge 3 ] && break
+		sleep 0.02
+	done
 	taskset -c "$c0,$c1" "$WEFT" version >v4.txt
 	kill "$spin"
 	wait "$spin" 2>/dev/null || true

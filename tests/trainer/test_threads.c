@@ -75,7 +75,7 @@ static void test_default_follows_affinity(void)
 	WF_CHECK(sched_getaffinity(0, sizeof(old), &old) == 0);
 	int n = CPU_COUNT(&old);
 	WF_CHECK(wf_cpus_affinity() == n);
-	WF_CHECK(wf_cpus_default_threads() >= 1 && wf_cpus_default_threads() <= n);
+	WF_CHECK(wf_cpus_default_threads(-1) >= 1 && wf_cpus_default_threads(-1) <= n);
 	int first = 0;
 	while (!CPU_ISSET(first, &old))
 		first++;
@@ -83,7 +83,7 @@ static void test_default_follows_affinity(void)
 	CPU_SET(first, &one);
 	WF_CHECK(sched_setaffinity(0, sizeof(one), &one) == 0);
 	WF_CHECK(wf_cpus_affinity() == 1);
-	WF_CHECK(wf_cpus_default_threads() == 1);
+	WF_CHECK(wf_cpus_default_threads(-1) == 1);
 	sched_setaffinity(0, sizeof(old), &old);
 }
 

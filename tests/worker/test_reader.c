@@ -435,8 +435,14 @@ static void test_free_while_thread_blocked_or_busy(void)
 		wf_batch *b = NULL;
 		if (i % 2 == 0)
 			WF_CHECK_INT(wf_reader_next(r, &b, &err), 1);
-		if (i % 4 == 0)
-			usleep(2000); /* let the thread fill the ring and block */
+		if (i % 4 == 0) { /* the thread fills the ring and blocks */
+			int slots = 1, ready = 0;
+			for (double t0 = wf_now(); wf_now() - t0 < 10; usleep(1000))
+				if ((ready = wf_reader_ready(r, &slots)) == slots)
+					break;
+			WF_CHECK_MSG(ready == slots, "the ring never filled (%d of %d)", ready,
+				     slots);
+		}
 		wf_reader_free(r);
 	}
 	wf_dataset_close(ds);
