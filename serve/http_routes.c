@@ -225,7 +225,8 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 			 r->kind == R_V2_REPO_INDEX || r->kind == R_V2_REPO_LOAD ||
 			 r->kind == R_V2_REPO_UNLOAD || r->kind == R_V2_SHM_REGISTER ||
 			 r->kind == R_V2_SHM_UNREGISTER;
-	if (r->kind == R_UNKNOWN || (h->o.metrics_only && r->kind != R_METRICS))
+	if (r->kind == R_UNKNOWN || (h->o.metrics_only && r->kind != R_METRICS) ||
+	    (h->o.no_metrics && r->kind == R_METRICS))
 		return send_error(h, c, q, MHD_HTTP_NOT_FOUND, "Malformed request: %s %s", method,
 				  url);
 	if ((wants_post && !is_post) || (!wants_post && !is_get))

@@ -100,7 +100,11 @@ typedef struct wf_serve_repo_opts {
 	double poll_seconds;	 /* version scan period; 0: load once, never poll */
 	long max_image_pixels;	 /* largest request image, width x height (0: default) */
 	long memory_mb;		 /* a version's memory budget (weft_memory_mb); 0: none */
+	int load_threads; /* models loaded at once (Triton's --model-load-thread-count); <= 1:
+			   * one after another */
 } wf_serve_repo_opts;
+
+#define WF_SERVE_MAX_LOAD_THREADS 64 /* the most load_threads used */
 
 typedef struct wf_serve_repo wf_serve_repo;
 
@@ -168,7 +172,8 @@ int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *c
 				wf_err *err);
 
 /* Load and warm one model file (what the poller does), for tests and tools;
- * o->max_batch and o->threads apply. */
+ * o->max_batch and o->threads apply. Thread-safe: model files are read one at
+ * a time, the warm-ups of several versions run at once. */
 int wf_serve_version_load(wf_serve_version **out, const char *path, long version,
 			  const wf_serve_repo_opts *o, wf_err *err);
 

@@ -1,13 +1,15 @@
 """weft-serve as a Triton deployment sees it (driven by test_triton.sh):
-tritonclient.http.aio's calls. Each
-check uses a real client (tritonclient, urllib) against a real
+tritonclient.http.aio's calls and Triton's command-line flags. Each
+check uses a real client (tritonclient, urllib, sockets) against a real
 weft-serve on free loopback ports; every process started here is stopped in
 `finally`."""
 import asyncio
 import gzip
 import os
+import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -88,6 +90,19 @@ def stop(p):
             p.wait()
 
 
+def refused(port):
+    """True when nothing listens on the loopback port."""
+    s = socket.socket()
+    s.settimeout(5)
+    try:
+        s.connect(("127.0.0.1", port))
+        return False
+    except ConnectionRefusedError:
+        return True
+    finally:
+        s.close()
+
+
 def model(path, seed):
     os.makedirs(os.path.dirname(path), exist_ok=True)
     subprocess.check_call([TOOL, "model", "smallcnn", path, str(seed)], stdout=subprocess.DEVNULL)
@@ -165,6 +180,131 @@ def compression_checks(port):
           b'"outputs"' in gzip.decompress(data), "an inference reply is gzipped when asked")
 
 
+# ---- Triton's command-line flags ----
+
+def allow_flags_checks(tmp, repo):
+    """--allow-grpc=false and --allow-metrics=false close those ports; the
+    HTTP port's /metrics goes too. The space form (--allow-grpc false) too."""
+    p, ports, _ = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
+                              "--grpc-port={GRPC}", "--port={TFS}", "--metrics-port={METRICS}",
+                              "--allow-grpc=false", "--allow-metrics", "false"])
+    check(refused(ports["GRPC"]) and refused(ports["TFS"]),
+          "--allow-grpc=false: neither gRPC port listens")
+    check(refused(ports["METRICS"]), "--allow-metrics false: the metrics port does not listen")
+    check(http_get(ports["HTTP"], "/metrics")[0] == 404,
+          "--allow-metrics false: /metrics on the HTTP port is 404")
+    stop(p)
+    p, ports, _ = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
+                              "--grpc-port={GRPC}", "--port=0", "--allow-http=false"],
+                        ready="grpc")
+    check(refused(ports["HTTP"]), "--allow-http=false: the HTTP port does not listen")
+    stop(p)
+
+
+def address_checks(tmp, repo):
+    """--http-address, --grpc-address and --metrics-address pick each
+    port's address; a bad one is refused, naming the flag."""
+    p, ports, _ = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
+                              "--grpc-port={GRPC}", "--port=0", "--metrics-port={METRICS}",
+                              "--bind_address=0.0.0.0", "--http-address=127.0.0.1",
+                              "--grpc-address=127.0.0.1", "--metrics-address=127.0.0.2"])
+    listening = open("/proc/net/tcp").read()
+    local = lambda ip, port: ("%s:%04X" % (ip, port)) in listening
+    check(local("0100007F", ports["HTTP"]) and local("0100007F", ports["GRPC"]) and
+          local("0200007F", ports["METRICS"]),
+          "--http-address, --grpc-address, --metrics-address: each port on its address")
+    stop(p)
+    r = subprocess.run([SERVE, "--model-repository=" + repo, "--grpc-address=localhost:1"],
+                       capture_output=True, text=True)
+    check(r.returncode != 0 and "--grpc-address" in r.stderr and "localhost:1" in r.stderr,
+          "a bad --grpc-address is named (%s)" % r.stderr.strip())
+
+
+def log_flags_checks(tmp, repo):
+    """--log-file receives the log; --log-info=false leaves warnings and
+    errors; --log-verbose=1 adds debug lines."""
+    broken = os.path.join(tmp, "logrepo")
+    shutil.copytree(os.path.join(repo, "a"), os.path.join(broken, "a"))
+    os.makedirs(os.path.join(broken, "bad", "1"))
+    with open(os.path.join(broken, "bad", "1", "model.h5"), "w") as f:
+        f.write("not a model")
+    quiet = os.path.join(tmp, "quiet.log")
+    p, ports, out = start(tmp, ["--model-repository=" + broken, "--http-port={HTTP}",
+                                "--grpc-port=0", "--port=0", "--log-file=" + quiet,
+                                "--log-info=false", "--model-control-mode=explicit",
+                                "--load-model=a"])
+    st = http_get(ports["HTTP"], "/v2/repository/models/bad/load", data=b"{}")[0]
+    stop(p)
+    text = open(quiet).read()
+    check(st == 400 and "error:" in text and "is available" not in text and
+          not open(out).read().strip(),
+          "--log-file --log-info=false: errors in the file, no info lines, nothing on stderr")
+    loud = os.path.join(tmp, "loud.log")
+    p, ports, _ = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
+                              "--grpc-port={GRPC}", "--port=0", "--log-file=" + loud,
+                              "--log-verbose=1"])
+    s = socket.create_connection(("127.0.0.1", ports["GRPC"]), timeout=30)
+    s.sendall(b"not HTTP/2 at all\r\n\r\n" * 4)
+    while s.recv(4096):  # the server closes the connection (a debug line says why)
+        pass
+    s.close()
+    stop(p)
+    text = open(loud).read()
+    check("is available" in text and "debug:" in text, "--log-verbose=1: info and debug lines")
+    r = subprocess.run([SERVE, "--model-repository=" + repo, "--log-file=/nonexistent/x.log"],
+                       capture_output=True, text=True)
+    check(r.returncode != 0 and "--log-file" in r.stderr and "/nonexistent/x.log" in r.stderr,
+          "an unwritable --log-file is named (%s)" % r.stderr.strip())
+
+
+def exit_timeout_checks(tmp, repo):
+    """--exit-timeout-secs bounds the drain: a request whose body never
+    comes holds a default server for its 60 s body deadline, this one 1 s."""
+    p, ports, log = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
+                                "--grpc-port=0", "--port=0", "--exit-timeout-secs=1"])
+    s = socket.create_connection(("127.0.0.1", ports["HTTP"]), timeout=30)
+    s.sendall(b"POST /v2/models/a/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n"
+              b"Expect: 100-continue\r\n\r\n")
+    check(s.recv(64).startswith(b"HTTP/1.1 100"), "the server holds a request waiting for its body")
+    t0 = time.time()
+    p.send_signal(signal.SIGTERM)
+    rc = p.wait(timeout=30)
+    took = time.time() - t0
+    s.close()
+    check(rc == 0 and took < 10 and "still in flight after 1s" in open(log).read(),
+          "--exit-timeout-secs=1: exits %.1fs after SIGTERM with a request in flight" % took)
+
+
+def load_threads_checks(tmp, repo):
+    """--model-load-thread-count=2 loads two models at once: both start
+    loading before either is available (one at a time by default)."""
+    def order(extra):
+        p, ports, log = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
+                                    "--grpc-port=0", "--port=0"] + extra)
+        stop(p)
+        return [l for l in open(log).read().splitlines()
+                if re.search(r"loading model|is available", l)]
+    seq = order([])
+    check(len(seq) == 4 and "loading" in seq[0] and "available" in seq[1],
+          "by default models load one after another")
+    seq = order(["--model-load-thread-count=2"])
+    check(len(seq) == 4 and "loading" in seq[0] and "loading" in seq[1],
+          "--model-load-thread-count=2: two models load at once (%s)" % seq[:2])
+    r = subprocess.run([SERVE, "--model-repository=" + repo, "--model-load-thread-count=0"],
+                       capture_output=True, text=True)
+    check(r.returncode != 0 and "--model-load-thread-count" in r.stderr,
+          "--model-load-thread-count=0 is refused, naming the flag")
+
+
+def help_checks():
+    out = subprocess.run([SERVE, "--help"], capture_output=True, text=True).stdout
+    for flag in ("--allow-grpc", "--allow-http", "--allow-metrics", "--exit-timeout-secs",
+                 "--http-address", "--grpc-address", "--metrics-address", "--log-file",
+                 "--model-load-thread-count", "--log-verbose", "--log-info", "--log-warning",
+                 "--log-error"):
+        check(flag in out, "--help documents %s" % flag)
+
+
 def main():
     tmp = tempfile.mkdtemp(prefix="weft-triton-test-")
     try:
@@ -174,6 +314,12 @@ def main():
         aio_checks(ports["HTTP"])
         compression_checks(ports["HTTP"])
         stop(p)
+        allow_flags_checks(tmp, repo)
+        address_checks(tmp, repo)
+        log_flags_checks(tmp, repo)
+        exit_timeout_checks(tmp, repo)
+        load_threads_checks(tmp, repo)
+        help_checks()
     finally:
         for p in procs:
             if p.poll() is None:
