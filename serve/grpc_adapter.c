@@ -119,7 +119,7 @@ int wf_grpc_model_get(wf_grpc_adapter *a, const char *name, long version, const 
 	m->name = v->name;
 	m->version = v->version;
 	m->io = v->io;
-	m->max_batch = mc.max_batch > 0 ? mc.max_batch : v->max_batch;
+	m->max_batch = mc.max_batch >= 0 ? mc.max_batch : v->max_batch;
 	m->labels = v->meta.nclasses == v->io.classes ? v->meta.class_names : NULL;
 	m->batching = mc.batch_delay_us >= 0;
 	m->batch_timeout_us = mc.batch_delay_us >= 0 ? mc.batch_delay_us : 0;

@@ -120,8 +120,9 @@ static int model_metadata(void *ctx, wf_grpc_call *call)
 		char ver[32];
 		char *versions[1] = {ver};
 		snprintf(ver, sizeof(ver), "%ld", m.version);
-		int64_t in_shape[4] = {-1, m.io.h, m.io.w, m.io.c},
-			out_shape[2] = {-1, m.io.classes};
+		int64_t in_shape[4], out_shape[2];
+		int nin = wf_serve_input_shape(&m.io, in_shape),
+		    nout = wf_serve_output_shape(m.io.unbatched, -1, m.io.classes, out_shape);
 		Inference__ModelMetadataResponse__TensorMetadata in =
 			INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
 		Inference__ModelMetadataResponse__TensorMetadata outs[2] = {
@@ -131,13 +132,13 @@ static int model_metadata(void *ctx, wf_grpc_call *call)
 								 *outp[2] = {&outs[0], &outs[1]};
 		in.name = WF_SERVE_INPUT_NAME;
 		in.datatype = "FP32";
-		in.n_shape = 4;
+		in.n_shape = (size_t)nin;
 		in.shape = in_shape;
 		outs[0].name = WF_SERVE_OUTPUT_PROBS;
 		outs[1].name = WF_SERVE_OUTPUT_LOGITS;
 		for (int i = 0; i < 2; i++) {
 			outs[i].datatype = "FP32";
-			outs[i].n_shape = 2;
+			outs[i].n_shape = (size_t)nout;
 			outs[i].shape = out_shape;
 		}
 		Inference__ModelMetadataResponse r = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
@@ -558,14 +559,10 @@ static int decode_tensor(const wf_grpc_io *io, const infer_req *rq,
 	size_t per = (size_t)io->h * io->w * io->c;
 	int is_fp32 = !strcmp(t->datatype, "FP32"), is_u8 = !strcmp(t->datatype, "UINT8");
 	if (is_fp32 || is_u8) {
-		if (t->n_shape != 4 || t->shape[1] != io->h || t->shape[2] != io->w ||
-		    t->shape[3] != io->c) {
-			snprintf(why, cap,
-				 "input '%s' shape must be [N,%d,%d,%d] (the model input), got %zu "
-				 "dims",
-				 WF_SERVE_INPUT_NAME, io->h, io->w, io->c, t->n_shape);
-			return WF_GRPC_INVALID_ARGUMENT;
-		}
+		wf_err err = {0};
+		if (wf_serve_dense_samples(io, t->shape, (int)t->n_shape, &batch, &err))
+			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
+		*n = (int)batch; /* the result when the code is OK */
 		if (batch < 1 || (double)batch * per > (double)WF_SERVE_MAX_INPUT_FLOATS) {
 			snprintf(why, cap, "input batch %ld is empty or too large", batch);
 			return WF_GRPC_INVALID_ARGUMENT;
@@ -615,8 +612,6 @@ static int decode_tensor(const wf_grpc_io *io, const infer_req *rq,
 		}
 		int code = wf_grpc_input_dense(io, batch, px, 1, x, why, cap);
 		free(px);
-		if (!code)
-			*n = (int)batch;
 		return code;
 	}
 	if (strcmp(t->datatype, "BYTES") != 0)
@@ -917,8 +912,6 @@ int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t
 	float *in = NULL;
 	wf_serve_shm_view held;
 	int code = decode_input(io, rq, NULL, &in, n, &held, why, cap);
-	if (!code && *n == 0)
-		*n = (int)rq->inputs[0]->shape[0];
 	if (!code) { /* the caller's own copy: rq's contents go with it */
 		size_t bytes = (size_t)*n * io->h * io->w * io->c * sizeof(float);
 		*x = malloc(bytes ? bytes : 1);
@@ -1027,20 +1020,19 @@ static int build_infer_reply(wf_grpc_call *call, const infer_req *rq, const wf_g
 		const float *v = o[i].logits ? logits : probs;
 		inference__model_infer_response__infer_output_tensor__init(&ot[i]);
 		ot[i].name = o[i].logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS;
-		ot[i].n_shape = 2;
 		ot[i].shape = shapes[i];
-		shapes[i][0] = n;
 		otp[i] = &ot[i];
 		if (!o[i].classification) {
 			ot[i].datatype = "FP32";
-			shapes[i][1] = k;
+			ot[i].n_shape =
+				(size_t)wf_serve_output_shape(m->io.unbatched, n, k, shapes[i]);
 			raw[i].data = (uint8_t *)v;
 			raw[i].len = (size_t)n * k * sizeof(float);
 			continue;
 		}
 		int top = WF_MIN(o[i].classification, k);
 		ot[i].datatype = "BYTES";
-		shapes[i][1] = top;
+		ot[i].n_shape = (size_t)wf_serve_output_shape(m->io.unbatched, n, top, shapes[i]);
 		size_t cap = (size_t)n * top * (4 + 330), len = 0;
 		uint8_t *buf = owned[i] = malloc(cap ? cap : 1);
 		if (!buf) {
@@ -1164,8 +1156,6 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	if (!code)
 		code = decode_input(&ic->m.io, rq, ic->shm, &ic->x, &ic->n, &ic->held,
 				    call->message, sizeof(call->message));
-	if (!code && ic->n == 0)
-		ic->n = (int)rq->inputs[0]->shape[0];
 	if (!code) {
 		size_t cnt = (size_t)ic->n * ic->m.io.classes;
 		ic->logits = malloc(cnt * sizeof(float));

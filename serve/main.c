@@ -351,7 +351,8 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		{"model_repository|model-repository|model-store", WF_FLAG_STR, &o->repository,
 		 "DIR",
 		 "many models, Triton style: DIR/<model>/<version>/model.h5 and an optional "
-		 "DIR/<model>/config.pbtxt (version_policy, max_batch_size, dynamic_batching, "
+		 "DIR/<model>/config.pbtxt (version_policy, max_batch_size: the most samples a "
+		 "request may hold, 0: unbatched tensors, dynamic_batching, "
 		 "instance_group count: batch threads the model may hold at once, parameters "
 		 "weft_threads)"},
 		{"model_control_mode|model-control-mode", WF_FLAG_STR, &o->control_mode, "M",

@@ -347,6 +347,7 @@ void wf_serve_model_config_init(wf_serve_model_config *c)
 	memset(c, 0, sizeof(*c));
 	c->policy = WF_SERVE_POLICY_LATEST;
 	c->num_versions = 1;
+	c->max_batch = -1;
 	c->batch_delay_us = -1;
 }
 

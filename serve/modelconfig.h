@@ -40,7 +40,8 @@ typedef struct wf_serve_model_config {
 	long specific[WF_SERVE_MAX_SPECIFIC];
 	int nlabels;
 	wf_serve_label labels[WF_SERVE_MAX_LABELS];
-	int max_batch;	     /* 0: the server's --max_batch_size */
+	int max_batch;	     /* samples per request; 0: unbatched (inputs without the batch
+			      * dimension); -1: not given (the server's --max_batch_size) */
 	long batch_delay_us; /* -1: the server's --batch_timeout_micros */
 	int instances;	     /* instance_group count (0: not given) */
 	int threads;	     /* compute threads per forward (0: the server's --threads) */

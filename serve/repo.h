@@ -51,7 +51,9 @@ typedef struct wf_serve_version {
 	wf_model *model;
 	wf_model_meta meta;
 	wf_image_io io;
-	int max_batch;
+	int max_batch;	     /* largest executor batch */
+	int max_request;     /* samples one request may carry (config.pbtxt max_batch_size,
+			      * capped by --max_batch_size); 0: any, run max_batch at a time */
 	size_t memory_bytes; /* weights + every batch thread's executors and buffers */
 	int nslots;	     /* one per batch thread */
 	wf_serve_slot *slots;

@@ -181,7 +181,7 @@ int wf_serve_repo_model_config(wf_serve_repo *r, const char *name, wf_serve_mode
 	if (!m)
 		return wf_errf(err, WF_EINVAL, "Request for unknown model: '%s' is not found",
 			       name);
-	if (out->max_batch <= 0 || out->max_batch > r->o.max_batch)
+	if (out->max_batch < 0 || out->max_batch > r->o.max_batch)
 		out->max_batch = r->o.max_batch;
 	if (out->batch_delay_us < 0)
 		out->batch_delay_us = r->o.batching ? r->o.batch_delay_us : -1;

@@ -1,5 +1,6 @@
 """weft-serve as a Triton deployment sees it (driven by test_triton.sh):
-tritonclient.http.aio's calls and Triton's command-line flags. Each
+tritonclient.http.aio's calls, Triton's command-line flags and
+config.pbtxt's max_batch_size. Each
 check uses a real client (tritonclient, urllib, sockets) against a real
 weft-serve on free loopback ports; every process started here is stopped in
 `finally`."""
@@ -19,6 +20,7 @@ import urllib.request
 
 import numpy as np
 import tritonclient.grpc as tg
+import tritonclient.http as th
 import tritonclient.http.aio as taio
 from tritonclient.utils import InferenceServerException
 
@@ -180,6 +182,51 @@ def compression_checks(port):
           b'"outputs"' in gzip.decompress(data), "an inference reply is gzipped when asked")
 
 
+# ---- config.pbtxt max_batch_size ----
+
+def infer(client, mod, name, shape, **kw):
+    """Infer zeros of shape on model name; the result, or the exception."""
+    i = mod.InferInput("input", list(shape), "FP32")
+    i.set_data_from_numpy(np.zeros(shape, np.float32))
+    try:
+        return client.infer(name, [i], **kw)
+    except InferenceServerException as e:
+        return e
+
+
+def max_batch_checks(http_port, grpc_port):
+    """a (max_batch_size 8) takes 8 samples and refuses 9 with Triton's
+    words, over HTTP and gRPC; u (max_batch_size 0) is unbatched: config
+    0, shapes without the batch dimension, [1,32,32,3] refused."""
+    clients = ((th, th.InferenceServerClient("127.0.0.1:%d" % http_port)),
+               (tg, tg.InferenceServerClient("127.0.0.1:%d" % grpc_port)))
+    for mod, c in clients:
+        api = mod.__name__.split(".")[-1]
+        ok = infer(c, mod, "a", (8, 32, 32, 3))
+        check(not isinstance(ok, Exception) and ok.as_numpy("probabilities").shape == (8, 10),
+              "%s: a batch of 8 on a model with max_batch_size 8 (%s)" % (api, ok))
+        e = infer(c, mod, "a", (9, 32, 32, 3))
+        check(isinstance(e, InferenceServerException) and
+              e.status() in ("400", "StatusCode.INVALID_ARGUMENT") and
+              "batch-size must be <= 8" in e.message() and "'a'" in e.message(),
+              "%s: a batch of 9 is refused naming the limit (%s)" % (api, e))
+        cfg = c.get_model_config("u")
+        cfg = cfg.get("config", cfg) if isinstance(cfg, dict) else cfg.config
+        mb = cfg["max_batch_size"] if isinstance(cfg, dict) else cfg.max_batch_size
+        md = c.get_model_metadata("u")
+        shape = md["inputs"][0]["shape"] if isinstance(md, dict) else list(md.inputs[0].shape)
+        check(mb == 0 and [int(d) for d in shape] == [32, 32, 3],
+              "%s: max_batch_size 0 is unbatched in config and metadata (%s, %s)" % (api, mb, shape))
+        r = infer(c, mod, "u", (32, 32, 3))
+        check(not isinstance(r, Exception) and r.as_numpy("probabilities").shape == (10,),
+              "%s: an unbatched model takes [32,32,3] and answers [10] (%s)" % (api, r))
+        e = infer(c, mod, "u", (1, 32, 32, 3))
+        check(isinstance(e, InferenceServerException) and "[32,32,3]" in e.message() and
+              "[1,32,32,3]" in e.message(),
+              "%s: [1,32,32,3] on an unbatched model is refused naming both shapes (%s)" % (api, e))
+        c.close()
+
+
 # ---- Triton's command-line flags ----
 
 def allow_flags_checks(tmp, repo):
@@ -313,6 +360,7 @@ def main():
                                   "--grpc-port={GRPC}", "--port=0", "--shared_memory=local"])
         aio_checks(ports["HTTP"])
         compression_checks(ports["HTTP"])
+        max_batch_checks(ports["HTTP"], ports["GRPC"])
         stop(p)
         allow_flags_checks(tmp, repo)
         address_checks(tmp, repo)
