@@ -63,6 +63,7 @@ static void queue_remove(wf_serve_batcher *b, job *prev, job *j)
 		b->tail = prev;
 	j->next = NULL;
 	b->queued--;
+	atomic_fetch_sub(&j->v->stats.pending, 1);
 	wf_serve_metrics_queue(b->metrics, -1);
 }
 
@@ -376,6 +377,7 @@ static int enqueue(wf_serve_batcher *b, job *j, wf_err *err)
 	else
 		b->head = j;
 	b->tail = j;
+	atomic_fetch_add(&j->v->stats.pending, 1);
 	wf_serve_metrics_queue(b->metrics, 1);
 	pthread_cond_signal(&b->more);
 	return 0;

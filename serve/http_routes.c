@@ -244,7 +244,8 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 		int n = 0;
 		wf_serve_version **vs = wf_serve_repo_acquire_all(h->repo, NULL, &n);
 		char *s = wf_serve_metrics_render(h->metrics, vs, n, model_ready(h),
-						  wf_serve_repo_swaps(h->repo));
+						  wf_serve_repo_swaps(h->repo),
+						  wf_serve_repo_load_failures(h->repo));
 		for (int i = 0; i < n; i++)
 			wf_serve_version_release(vs[i]);
 		free(vs);

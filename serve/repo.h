@@ -41,6 +41,7 @@ typedef struct wf_serve_stats {
 	atomic_ulong queue_ns, input_ns, infer_ns, output_ns; /* summed over requests */
 	atomic_ulong inferences, executions;		      /* samples, forwards */
 	atomic_ulong last_ms;				      /* ms since the epoch */
+	atomic_int pending;				      /* requests in the batcher's queue */
 	int nbatch;					      /* sizes 1..nbatch-1 */
 	atomic_ulong *batch_count, *batch_ns;		      /* forwards per batch size */
 } wf_serve_stats;
@@ -156,8 +157,9 @@ int wf_serve_repo_model_config(wf_serve_repo *r, const char *name, wf_serve_mode
 			       wf_err *err);
 /* 1 when every model to serve has a version available (server readiness). */
 int wf_serve_repo_ready(wf_serve_repo *r);
-/* Versions swapped in so far (for /metrics). */
+/* Versions swapped in so far, and loads that failed (for /metrics). */
 long wf_serve_repo_swaps(wf_serve_repo *r);
+long wf_serve_repo_load_failures(wf_serve_repo *r);
 
 /* Triton's model control (EXPLICIT mode only; WF_ENOTSUP otherwise):
  * load (or reload) model `name` from the repository folder and wait until

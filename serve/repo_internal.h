@@ -53,6 +53,7 @@ struct wf_serve_repo {
 	model_ent **models;
 	int nmodels, cap;
 	long swaps;
+	long load_failures;
 	long long config_stamp; /* file_stamp of the config file last read */
 };
 

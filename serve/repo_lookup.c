@@ -220,3 +220,11 @@ long wf_serve_repo_swaps(wf_serve_repo *r)
 	pthread_mutex_unlock(&r->mu);
 	return s;
 }
+
+long wf_serve_repo_load_failures(wf_serve_repo *r)
+{
+	pthread_mutex_lock(&r->mu);
+	long n = r->load_failures;
+	pthread_mutex_unlock(&r->mu);
+	return n;
+}

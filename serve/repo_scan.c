@@ -164,6 +164,7 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 		x->failed = 1;
 		x->stamp = f->stamp;
 		snprintf(x->error, sizeof(x->error), "%s", err.msg);
+		r->load_failures++;
 	} else {
 		if (cfg.instances > 0 && cfg.instances < v->nslots)
 			v->max_running = cfg.instances; /* its thread budget */

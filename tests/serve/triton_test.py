@@ -1,11 +1,13 @@
 """weft-serve as a Triton deployment sees it (driven by test_triton.sh):
-tritonclient.http.aio's calls, Triton's command-line flags and
-config.pbtxt's max_batch_size. Each
+tritonclient.http.aio's calls, Triton's command-line flags,
+config.pbtxt's max_batch_size and Triton's Prometheus metrics. Each
 check uses a real client (tritonclient, urllib, sockets) against a real
 weft-serve on free loopback ports; every process started here is stopped in
 `finally`."""
 import asyncio
+import concurrent.futures
 import gzip
+import json
 import os
 import re
 import shutil
@@ -227,6 +229,72 @@ def max_batch_checks(http_port, grpc_port):
         c.close()
 
 
+# ---- Prometheus: Triton's pending, CPU and memory gauges, failed loads ----
+
+def metric(port, name):
+    """{labels: value} of one metric in /metrics ("" for no labels)."""
+    text = http_get(port, "/metrics")[2].decode()
+    out = {}
+    for m in re.finditer(r"^%s(\{[^}]*\})? (\S+)$" % re.escape(name), text, re.M):
+        out[m.group(1) or ""] = float(m.group(2))
+    return out
+
+
+def metrics_checks(tmp):
+    """A slow model behind one batch thread: nv_inference_pending_request_count
+    shows the requests waiting while a burst runs, 0 after; a model file that
+    fails to load counts in weft_serve_model_load_failures_total; nv_cpu_*
+    describe the host."""
+    repo = os.path.join(tmp, "metricsrepo")
+    path = os.path.join(repo, "slow", "1", "model.h5")
+    os.makedirs(os.path.dirname(path))
+    subprocess.check_call([TOOL, "model", "mobilenetv2", path, "5", "160"],
+                          stdout=subprocess.DEVNULL)
+    with open(os.path.join(repo, "slow", "config.pbtxt"), "w") as f:
+        f.write("max_batch_size: 4\n")
+    os.makedirs(os.path.join(repo, "bad", "1"))
+    with open(os.path.join(repo, "bad", "1", "model.h5"), "w") as f:
+        f.write("not a model")
+    p, ports, _ = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
+                              "--grpc-port=0", "--port=0", "--model-control-mode=explicit",
+                              "--load-model=slow", "--num_batch_threads=1", "--threads=1"])
+    port = ports["HTTP"]
+    key = '{model="slow",version="1"}'
+    check(metric(port, "nv_inference_pending_request_count").get(key) == 0,
+          "nv_inference_pending_request_count of an idle model is 0")
+    # 48 requests at once (binary tensors), one thread each
+    raw = np.zeros((4, 160, 160, 3), np.float32).tobytes()
+    head = json.dumps({"inputs": [{"name": "input", "shape": [4, 160, 160, 3],
+                                   "datatype": "FP32",
+                                   "parameters": {"binary_data_size": len(raw)}}]}).encode()
+    hdrs = {"Inference-Header-Content-Length": str(len(head)),
+            "Content-Type": "application/octet-stream"}
+    with concurrent.futures.ThreadPoolExecutor(48) as pool:
+        burst = [pool.submit(http_get, port, "/v2/models/slow/infer", hdrs, head + raw)
+                 for _ in range(48)]
+        seen = 0
+        while seen == 0 and not all(f.done() for f in burst):
+            seen = metric(port, "nv_inference_pending_request_count").get(key, 0)
+        codes = [f.result()[0] for f in burst]
+    check(seen > 0 and codes == [200] * 48,
+          "nv_inference_pending_request_count counts the requests waiting (%d)" % seen)
+    check(metric(port, "nv_inference_pending_request_count").get(key) == 0,
+          "nv_inference_pending_request_count is 0 again once they ran")
+    before = metric(port, "weft_serve_model_load_failures_total").get("")
+    st = http_get(port, "/v2/repository/models/bad/load", data=b"{}")[0]
+    after = metric(port, "weft_serve_model_load_failures_total").get("")
+    check(before == 0 and st == 400 and after == 1,
+          "weft_serve_model_load_failures_total counts a failed load (%s -> %s)" % (before, after))
+    util = metric(port, "nv_cpu_utilization").get("")
+    total = metric(port, "nv_cpu_memory_total_bytes").get("")
+    used = metric(port, "nv_cpu_memory_used_bytes").get("")
+    mem_kb = int(re.search(r"MemTotal:\s+(\d+)", open("/proc/meminfo").read()).group(1))
+    check(util is not None and 0 <= util <= 1, "nv_cpu_utilization in [0, 1] (%s)" % util)
+    check(total == mem_kb * 1024 and used is not None and 0 < used < total,
+          "nv_cpu_memory_total_bytes is MemTotal, used below it (%s, %s)" % (total, used))
+    stop(p)
+
+
 # ---- Triton's command-line flags ----
 
 def allow_flags_checks(tmp, repo):
@@ -362,6 +430,7 @@ def main():
         compression_checks(ports["HTTP"])
         max_batch_checks(ports["HTTP"], ports["GRPC"])
         stop(p)
+        metrics_checks(tmp)
         allow_flags_checks(tmp, repo)
         address_checks(tmp, repo)
         log_flags_checks(tmp, repo)
