@@ -117,9 +117,13 @@ static int model_metadata(void *ctx, wf_grpc_call *call)
 	wf_grpc_model m;
 	int code = get_model(ctx, rq->name, rq->version, &m, call);
 	if (!code) {
-		char ver[32];
-		char *versions[1] = {ver};
-		snprintf(ver, sizeof(ver), "%ld", m.version);
+		long served[WF_SERVE_MAX_SERVED];
+		char ver[WF_SERVE_MAX_SERVED][24], *versions[WF_SERVE_MAX_SERVED];
+		int nver = wf_grpc_model_served(ctx, m.name, served, WF_SERVE_MAX_SERVED);
+		for (int i = 0; i < nver; i++) {
+			snprintf(ver[i], sizeof(ver[i]), "%ld", served[i]);
+			versions[i] = ver[i];
+		}
 		int64_t in_shape[4], out_shape[2];
 		int nin = wf_serve_input_shape(&m.io, in_shape),
 		    nout = wf_serve_output_shape(m.io.unbatched, -1, m.io.classes, out_shape);
@@ -143,7 +147,7 @@ static int model_metadata(void *ctx, wf_grpc_call *call)
 		}
 		Inference__ModelMetadataResponse r = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
 		r.name = (char *)m.name;
-		r.n_versions = 1;
+		r.n_versions = (size_t)nver;
 		r.versions = versions;
 		r.platform = "weft";
 		r.n_inputs = 1;
@@ -155,6 +159,39 @@ static int model_metadata(void *ctx, wf_grpc_call *call)
 	}
 	inference__model_metadata_request__free_unpacked(rq, NULL);
 	return code;
+}
+
+/* The pieces of a ModelVersionPolicy message (it points into them). */
+typedef struct version_policy_parts {
+	Inference__ModelVersionPolicy__Latest latest;
+	Inference__ModelVersionPolicy__Specific specific;
+	Inference__ModelVersionPolicy__All all;
+	int64_t versions[WF_SERVE_MAX_SPECIFIC];
+} version_policy_parts;
+
+/* The model's version policy, as HTTP's config gives it. */
+static void version_policy(const wf_serve_model_config *c, version_policy_parts *p,
+			   Inference__ModelVersionPolicy *vp)
+{
+	inference__model_version_policy__init(vp);
+	if (c->policy == WF_SERVE_POLICY_SPECIFIC) {
+		inference__model_version_policy__specific__init(&p->specific);
+		for (int i = 0; i < c->nspecific; i++)
+			p->versions[i] = c->specific[i];
+		p->specific.n_versions = (size_t)c->nspecific;
+		p->specific.versions = p->versions;
+		vp->policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_SPECIFIC;
+		vp->specific = &p->specific;
+	} else if (c->policy == WF_SERVE_POLICY_ALL) {
+		inference__model_version_policy__all__init(&p->all);
+		vp->policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_ALL;
+		vp->all = &p->all;
+	} else {
+		inference__model_version_policy__latest__init(&p->latest);
+		p->latest.num_versions = (uint32_t)c->num_versions;
+		vp->policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_LATEST;
+		vp->latest = &p->latest;
+	}
 }
 
 static int model_config(void *ctx, wf_grpc_call *call)
@@ -183,12 +220,9 @@ static int model_config(void *ctx, wf_grpc_call *call)
 			outs[i].n_dims = 1;
 			outs[i].dims = out_dims;
 		}
-		Inference__ModelVersionPolicy__Latest latest =
-			INFERENCE__MODEL_VERSION_POLICY__LATEST__INIT;
-		latest.num_versions = 1;
-		Inference__ModelVersionPolicy vp = INFERENCE__MODEL_VERSION_POLICY__INIT;
-		vp.policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_LATEST;
-		vp.latest = &latest;
+		version_policy_parts vpp;
+		Inference__ModelVersionPolicy vp;
+		version_policy(&m.cfg, &vpp, &vp);
 		Inference__ModelInstanceGroup ig = INFERENCE__MODEL_INSTANCE_GROUP__INIT,
 					      *igp[1] = {&ig};
 		char ig_name[300];

@@ -116,16 +116,14 @@ enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connection *c, r
 /* Versions of model `name` being served, as strings, newest first. */
 static json_t *served_versions(wf_serve_http *h, const char *name)
 {
-	int n = 0;
-	wf_serve_version **vs = wf_serve_repo_acquire_all(h->repo, name, &n);
+	long vs[WF_SERVE_MAX_SERVED];
+	int n = wf_serve_repo_served(h->repo, name, vs, WF_SERVE_MAX_SERVED);
 	json_t *a = json_array();
 	for (int i = 0; i < n; i++) {
 		char ver[32];
-		snprintf(ver, sizeof(ver), "%ld", vs[i]->version);
+		snprintf(ver, sizeof(ver), "%ld", vs[i]);
 		json_array_append_new(a, json_string(ver));
-		wf_serve_version_release(vs[i]);
 	}
-	free(vs);
 	return a;
 }
 

@@ -152,6 +152,11 @@ wf_serve_version_state *wf_serve_repo_index(wf_serve_repo *r, int *n);
 /* The served versions (each acquired; release each, free the array) of
  * model `name`, or of every model when name is NULL. */
 wf_serve_version **wf_serve_repo_acquire_all(wf_serve_repo *r, const char *name, int *n);
+/* The versions of model `name` being served, newest first (up to cap; at
+ * most WF_SERVE_MAX_SERVED are ever listed); returns the count. What both
+ * APIs' model metadata list. */
+#define WF_SERVE_MAX_SERVED 256
+int wf_serve_repo_served(wf_serve_repo *r, const char *name, long *out, int cap);
 /* The model's effective configuration (policy, labels, max batch, ...). */
 int wf_serve_repo_model_config(wf_serve_repo *r, const char *name, wf_serve_model_config *out,
 			       wf_err *err);

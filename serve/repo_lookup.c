@@ -170,6 +170,19 @@ out:
 	return a;
 }
 
+int wf_serve_repo_served(wf_serve_repo *r, const char *name, long *out, int cap)
+{
+	int n = 0, k = 0;
+	wf_serve_version **vs = wf_serve_repo_acquire_all(r, name, &n);
+	for (int i = 0; i < n; i++) {
+		if (k < cap)
+			out[k++] = vs[i]->version;
+		wf_serve_version_release(vs[i]);
+	}
+	free(vs);
+	return k;
+}
+
 int wf_serve_repo_model_config(wf_serve_repo *r, const char *name, wf_serve_model_config *out,
 			       wf_err *err)
 {

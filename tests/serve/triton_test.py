@@ -1,6 +1,7 @@
 """weft-serve as a Triton deployment sees it (driven by test_triton.sh):
 tritonclient.http.aio's calls, Triton's command-line flags,
-config.pbtxt's max_batch_size and Triton's Prometheus metrics. Each
+config.pbtxt's max_batch_size, Triton's Prometheus metrics, and gRPC's
+model config and metadata against HTTP's. Each
 check uses a real client (tritonclient, urllib, sockets) against a real
 weft-serve on free loopback ports; every process started here is stopped in
 `finally`."""
@@ -295,6 +296,45 @@ def metrics_checks(tmp):
     stop(p)
 
 
+# ---- gRPC's model config and metadata say what HTTP's say ----
+
+def grpc_agrees_checks(tmp):
+    """Version policies all, specific and latest N: gRPC's version_policy
+    and metadata versions equal HTTP's (and say the policy)."""
+    repo = os.path.join(tmp, "policyrepo")
+    policies = {"every": ("all {}", (1, 2)), "some": ("specific { versions: [1, 3] }", (1, 2, 3)),
+                "two": ("latest { num_versions: 2 }", (1, 2, 3))}
+    for name, (policy, versions) in policies.items():
+        for v in versions:
+            model(os.path.join(repo, name, str(v), "model.h5"), v)
+        with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+            f.write("version_policy: { %s }\n" % policy)
+    p, ports, _ = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
+                              "--grpc-port={GRPC}", "--port=0"])
+    h = th.InferenceServerClient("127.0.0.1:%d" % ports["HTTP"])
+    g = tg.InferenceServerClient("127.0.0.1:%d" % ports["GRPC"])
+    deadline = time.time() + 60  # ready means a version of each: wait for all six
+    while time.time() < deadline and sum(e.get("state") == "READY"
+                                         for e in h.get_model_repository_index()) < 6:
+        time.sleep(0.1)
+    want = {"every": {"all": {}}, "some": {"specific": {"versions": ["1", "3"]}},
+            "two": {"latest": {"num_versions": 2}}}
+    for name in policies:
+        hp = h.get_model_config(name)["version_policy"]
+        gp = g.get_model_config(name, as_json=True)["config"]["version_policy"]
+        norm = lambda d: {k: {kk: [str(x) for x in vv] if isinstance(vv, list) else vv
+                              for kk, vv in v.items()} for k, v in d.items()}
+        check(norm(gp) == norm(hp) == want[name],
+              "gRPC model config version_policy of %s is HTTP's (%s, %s)" % (name, gp, hp))
+        hv = h.get_model_metadata(name)["versions"]
+        gv = list(g.get_model_metadata(name).versions)
+        check(gv == hv and len(gv) == 2, "gRPC model metadata versions of %s are HTTP's (%s, %s)"
+              % (name, gv, hv))
+    h.close()
+    g.close()
+    stop(p)
+
+
 # ---- Triton's command-line flags ----
 
 def allow_flags_checks(tmp, repo):
@@ -431,6 +471,7 @@ def main():
         max_batch_checks(ports["HTTP"], ports["GRPC"])
         stop(p)
         metrics_checks(tmp)
+        grpc_agrees_checks(tmp)
         allow_flags_checks(tmp, repo)
         address_checks(tmp, repo)
         log_flags_checks(tmp, repo)
