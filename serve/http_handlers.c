@@ -127,27 +127,19 @@ static json_t *served_versions(wf_serve_http *h, const char *name)
 	return a;
 }
 
-static json_t *dims_json(const int64_t *dims, int nd)
-{
-	json_t *a = json_array();
-	for (int i = 0; i < nd; i++)
-		json_array_append_new(a, json_integer((json_int_t)dims[i]));
-	return a;
-}
-
 enum MHD_Result handle_v2_model(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				wf_serve_version *v)
 {
 	int64_t in[4], out[2];
 	int nin = wf_serve_input_shape(&v->io, in),
 	    nout = wf_serve_output_shape(v->io.unbatched, -1, v->io.classes, out);
-	json_t *doc =
-		json_pack("{sssosss[{ssssso}]s[{ssssso},{ssssso}]so}", "name", v->name, "versions",
-			  served_versions(h, v->name), "platform", "weft", "inputs", "name",
-			  WF_SERVE_INPUT_NAME, "datatype", "FP32", "shape", dims_json(in, nin),
-			  "outputs", "name", WF_SERVE_OUTPUT_PROBS, "datatype", "FP32", "shape",
-			  dims_json(out, nout), "name", WF_SERVE_OUTPUT_LOGITS, "datatype", "FP32",
-			  "shape", dims_json(out, nout), "parameters", weft_info(v));
+	json_t *doc = json_pack(
+		"{sssosss[{ssssso}]s[{ssssso},{ssssso}]so}", "name", v->name, "versions",
+		served_versions(h, v->name), "platform", "weft", "inputs", "name",
+		WF_SERVE_INPUT_NAME, "datatype", "FP32", "shape", wf_serve_dims_json(in, nin),
+		"outputs", "name", WF_SERVE_OUTPUT_PROBS, "datatype", "FP32", "shape",
+		wf_serve_dims_json(out, nout), "name", WF_SERVE_OUTPUT_LOGITS, "datatype", "FP32",
+		"shape", wf_serve_dims_json(out, nout), "parameters", weft_info(v));
 	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
 }
 

@@ -297,3 +297,11 @@ int wf_serve_output_shape(int unbatched, long n, int width, int64_t dims[2])
 	dims[1] = width;
 	return unbatched ? 1 : 2;
 }
+
+json_t *wf_serve_dims_json(const int64_t *dims, int nd)
+{
+	json_t *a = json_array();
+	for (int i = 0; i < nd; i++)
+		json_array_append_new(a, json_integer((json_int_t)dims[i]));
+	return a;
+}

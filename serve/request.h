@@ -120,6 +120,8 @@ int wf_serve_input_shape(const wf_image_io *io, int64_t dims[4]);
 /* An output's shape: [n,width], or [width] when unbatched (n: -1 in
  * metadata). Returns the number of dimensions. */
 int wf_serve_output_shape(int unbatched, long n, int width, int64_t dims[2]);
+/* dims[nd] as a new JSON array (jansson's json_t). */
+struct json_t *wf_serve_dims_json(const int64_t *dims, int nd);
 
 /* Softmax of logits [n,k] into probs [n,k] (probs may alias logits). */
 void wf_serve_softmax(const float *logits, float *probs, int n, int k);

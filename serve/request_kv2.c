@@ -519,11 +519,7 @@ static int buf_put(bytes_buf *b, const void *src, size_t n)
 static json_t *shape_json(int unbatched, int n, int width)
 {
 	int64_t dims[2];
-	int nd = wf_serve_output_shape(unbatched, n, width, dims);
-	json_t *a = json_array();
-	for (int i = 0; i < nd; i++)
-		json_array_append_new(a, json_integer((json_int_t)dims[i]));
-	return a;
+	return wf_serve_dims_json(dims, wf_serve_output_shape(unbatched, n, width, dims));
 }
 
 int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const char *model,
