@@ -27,7 +27,7 @@ import tritonclient.http as th
 import tritonclient.http.aio as taio
 from tritonclient.utils import InferenceServerException
 
-from testlib import check, failures, free_port  # tests/serve/testlib.py
+from testlib import check, finish, free_port, stop  # tests/serve/testlib.py
 
 SERVE = os.environ["WEFT_SERVE"]
 TOOL = os.environ["WEFT_SERVE_TOOL"]
@@ -83,16 +83,6 @@ def start(tmp, args, ready="http"):
             break
     print(open(log).read())
     raise RuntimeError("weft-serve %s did not become ready" % " ".join(args))
-
-
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def refused(port):
@@ -479,20 +469,8 @@ def main():
         load_threads_checks(tmp, repo)
         help_checks()
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        if failures:
-            print("logs kept in", tmp)
-            for name in sorted(os.listdir(tmp)):
-                if name.endswith(".log"):
-                    print("----", name)
-                    print(open(os.path.join(tmp, name)).read()[-3000:])
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failures" % len(failures))
-    return 1 if failures else 0
+        status = finish(procs, tmp)
+    return status
 
 
 if __name__ == "__main__":
