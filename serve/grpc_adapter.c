@@ -439,6 +439,11 @@ int wf_grpc_reload_config(wf_grpc_adapter *a, const wf_serve_model_config *cfg, 
 	return rc ? repo_code(rc) : WF_GRPC_OK;
 }
 
+int wf_grpc_shm_enabled(wf_grpc_adapter *a)
+{
+	return a->o.shm != NULL;
+}
+
 wf_serve_shm *wf_grpc_shm(wf_grpc_adapter *a, int local, char *why, size_t cap)
 {
 	wf_err err = {0};

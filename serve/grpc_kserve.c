@@ -16,8 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WF_SERVE_GRPC_VERSION "0.1.0"
-
 typedef Inference__ModelInferRequest infer_req;
 typedef Inference__ModelInferRequest__InferInputTensor in_tensor;
 
@@ -98,13 +96,12 @@ static int server_metadata(void *ctx, wf_grpc_call *call)
 	if (!rq)
 		return wf_grpc_bad_message(call, "ServerMetadataRequest");
 	inference__server_metadata_request__free_unpacked(rq, NULL);
-	static char *ext[] = {"classification", "model_configuration", "statistics",
-			      "model_repository"};
+	const char *ext[WF_SERVE_MAX_EXTENSIONS];
 	Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
-	r.name = "weft-serve";
-	r.version = WF_SERVE_GRPC_VERSION;
-	r.n_extensions = WF_ARRAY_LEN(ext);
-	r.extensions = ext;
+	r.name = WF_SERVE_NAME;
+	r.version = WF_SERVE_VERSION;
+	r.n_extensions = (size_t)wf_serve_extensions(wf_grpc_shm_enabled(ctx), ext);
+	r.extensions = (char **)ext;
 	return wf_grpc_reply(call, &r.base);
 }
 

@@ -253,14 +253,14 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				  "text/plain; version=0.0.4", 0);
 	}
 	case R_V2_SERVER: {
-		json_t *md = json_pack("{sssss[ssssss]}", "name", "weft-serve", "version",
-				       WF_SERVE_VERSION, "extensions", "binary_tensor_data",
-				       "classification", "model_repository", "model_configuration",
-				       "statistics", "parameters");
-		if (h->o.shm)
-			json_array_append_new(json_object_get(md, "extensions"),
-					      json_string("system_shared_memory"));
-		return send_jobj(h, c, q, MHD_HTTP_OK, md);
+		const char *ext[WF_SERVE_MAX_EXTENSIONS];
+		int n = wf_serve_extensions(h->o.shm != NULL, ext);
+		json_t *exts = json_array();
+		for (int i = 0; i < n; i++)
+			json_array_append_new(exts, json_string(ext[i]));
+		return send_jobj(h, c, q, MHD_HTTP_OK,
+				 json_pack("{ssssso}", "name", WF_SERVE_NAME, "version",
+					   WF_SERVE_VERSION, "extensions", exts));
 	}
 	case R_V2_LIVE: return send_jobj(h, c, q, MHD_HTTP_OK, json_pack("{sb}", "live", 1));
 	case R_V2_READY: {

@@ -247,6 +247,21 @@ void wf_serve_softmax(const float *logits, float *probs, int n, int k)
 	}
 }
 
+/* ---- server metadata ------------------------------------------------------ */
+
+int wf_serve_extensions(int shm, const char **out)
+{
+	static const char *const always[] = {"binary_tensor_data", "classification",
+					     "model_repository",   "model_configuration",
+					     "statistics",	   "parameters"};
+	int n = 0;
+	for (size_t i = 0; i < WF_ARRAY_LEN(always); i++)
+		out[n++] = always[i];
+	if (shm)
+		out[n++] = "system_shared_memory";
+	return n;
+}
+
 /* ---- tensor shapes ------------------------------------------------------ */
 
 /* "[a,b,c]" of dims into buf. */

@@ -106,6 +106,16 @@ int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const cha
 		       char *const *labels, char **body, size_t *len, size_t *header_len,
 		       wf_err *err);
 
+/* ---- the server's metadata, for every KServe front end ---- */
+
+#define WF_SERVE_NAME		"weft-serve"
+#define WF_SERVE_VERSION	"0.1.0"
+#define WF_SERVE_MAX_EXTENSIONS 8
+/* The KServe / Triton extensions the server has into out[WF_SERVE_MAX_EXTENSIONS]
+ * (system_shared_memory when shm, the shared memory policy, is not none);
+ * returns the count. */
+int wf_serve_extensions(int shm, const char **out);
+
 /* ---- the model's tensor shapes, for every KServe front end ---- */
 
 /* A dense (FP32, UINT8) input of shape dims[ndim] holds *n samples: the

@@ -290,7 +290,8 @@ def metrics_checks(tmp):
 
 def grpc_agrees_checks(tmp):
     """Version policies all, specific and latest N: gRPC's version_policy
-    and metadata versions equal HTTP's (and say the policy)."""
+    and metadata versions equal HTTP's (and say the policy); so do the
+    server metadata's extensions."""
     repo = os.path.join(tmp, "policyrepo")
     policies = {"every": ("all {}", (1, 2)), "some": ("specific { versions: [1, 3] }", (1, 2, 3)),
                 "two": ("latest { num_versions: 2 }", (1, 2, 3))}
@@ -320,6 +321,9 @@ def grpc_agrees_checks(tmp):
         gv = list(g.get_model_metadata(name).versions)
         check(gv == hv and len(gv) == 2, "gRPC model metadata versions of %s are HTTP's (%s, %s)"
               % (name, gv, hv))
+    hx = h.get_server_metadata()["extensions"]
+    gx = list(g.get_server_metadata().extensions)
+    check(gx == hx and "statistics" in gx, "gRPC server metadata extensions are HTTP's (%s)" % gx)
     h.close()
     g.close()
     stop(p)
