@@ -191,6 +191,24 @@ static void version_policy(const wf_serve_model_config *c, version_policy_parts 
 	}
 }
 
+/* The parameter weft_version_labels of a ModelConfig (it points into them). */
+typedef struct labels_parts {
+	char text[WF_SERVE_LABELS_CAP];
+	Inference__ModelParameter value;
+	Inference__ModelConfig__ParametersEntry entry, *entries[1];
+} labels_parts;
+
+static void labels_param(const wf_serve_model_config *c, labels_parts *p)
+{
+	wf_serve_labels_string(c, p->text, sizeof(p->text));
+	inference__model_parameter__init(&p->value);
+	p->value.string_value = p->text;
+	inference__model_config__parameters_entry__init(&p->entry);
+	p->entry.key = "weft_version_labels";
+	p->entry.value = &p->value;
+	p->entries[0] = &p->entry;
+}
+
 static int model_config(void *ctx, wf_grpc_call *call)
 {
 	Inference__ModelConfigRequest *rq =
@@ -246,7 +264,11 @@ static int model_config(void *ctx, wf_grpc_call *call)
 		}
 		cfg.n_instance_group = 1;
 		cfg.instance_group = igp;
-		cfg.default_model_filename = "model.h5";
+		cfg.default_model_filename = WF_SERVE_MODEL_FILENAME;
+		labels_parts lp;
+		labels_param(&m.cfg, &lp);
+		cfg.n_parameters = 1;
+		cfg.parameters = lp.entries;
 		Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
 		r.config = &cfg;
 		code = wf_grpc_reply(call, &r.base);

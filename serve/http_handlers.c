@@ -162,10 +162,8 @@ enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req
 	} else {
 		policy = json_pack("{s{si}}", "latest", "num_versions", mc.num_versions);
 	}
-	char lab[WF_SERVE_MAX_LABELS * (WF_SERVE_MAX_NAME + 24)] = "";
-	for (int i = 0; i < mc.nlabels; i++)
-		snprintf(lab + strlen(lab), sizeof(lab) - strlen(lab), "%s%s:%ld", i ? "," : "",
-			 mc.labels[i].key, mc.labels[i].version);
+	char lab[WF_SERVE_LABELS_CAP];
+	wf_serve_labels_string(&mc, lab, sizeof(lab));
 	json_t *labels = json_pack("{ss}", "string_value", lab);
 	char group[WF_SERVE_MAX_NAME + 8];
 	snprintf(group, sizeof(group), "%s_0", v->name);
@@ -182,6 +180,7 @@ enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req
 		"format", "FORMAT_NHWC", "dims", v->io.h, v->io.w, v->io.c, "allow_ragged_batch", 0,
 		"output", outs, "instance_group", "name", group, "count", mc.instances, "kind",
 		"KIND_CPU", "parameters", "weft_version_labels", labels);
+	json_object_set_new(doc, "default_model_filename", json_string(WF_SERVE_MODEL_FILENAME));
 	if (mc.batch_delay_us >= 0)
 		json_object_set_new(doc, "dynamic_batching",
 				    json_pack("{s[]sI}", "preferred_batch_size",

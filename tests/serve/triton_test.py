@@ -321,6 +321,14 @@ def grpc_agrees_checks(tmp):
         gv = list(g.get_model_metadata(name).versions)
         check(gv == hv and len(gv) == 2, "gRPC model metadata versions of %s are HTTP's (%s, %s)"
               % (name, gv, hv))
+    def plain(x):  # protobuf's JSON (int64 as strings, defaults left out) as HTTP's
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items() if v not in (False, "", [])}
+        if isinstance(x, list):
+            return [plain(v) for v in x]
+        return int(x) if isinstance(x, str) and x.lstrip("-").isdigit() else x
+    hc, gc = h.get_model_config("some"), g.get_model_config("some", as_json=True)["config"]
+    check(plain(hc) == plain(gc), "gRPC model config is HTTP's (%s, %s)" % (plain(gc), plain(hc)))
     hx = h.get_server_metadata()["extensions"]
     gx = list(g.get_server_metadata().extensions)
     check(gx == hx and "statistics" in gx, "gRPC server metadata extensions are HTTP's (%s)" % gx)
