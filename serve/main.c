@@ -522,14 +522,11 @@ int main(int argc, char **argv)
 	int rc = parse_flags(argc, argv, &f, &err);
 	if (rc == 1)
 		return 0;
+	if (!rc && f.log_file)
+		rc = open_log_file(f.log_file, &err);
 	if (rc) {
 		fprintf(stderr, "%s%s\n",
 			strncmp(err.msg, "weft-serve: ", 12) ? "weft-serve: " : "", err.msg);
-		wf_cli_list_free(&f.load_models);
-		return wf_exit_status(rc);
-	}
-	if (f.log_file && (rc = open_log_file(f.log_file, &err)) != 0) {
-		fprintf(stderr, "weft-serve: %s\n", err.msg);
 		wf_cli_list_free(&f.load_models);
 		return wf_exit_status(rc);
 	}
