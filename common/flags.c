@@ -120,13 +120,19 @@ int wf_cli_parse(const wf_command_help *help, const wf_flag *flags, int argc, ch
 			return wf_errf(err, WF_EINVAL, "%s: unknown flag '--%.*s' (see --help)",
 				       cmd, (int)len, name);
 		if (f->kind == WF_FLAG_TOGGLE) {
+			/* --name=V, or --name V when V is true or false (Triton's
+			 * getopt form, --allow-grpc false) */
+			const char *tv = eq ? eq + 1 : NULL;
+			if (!tv && i + 1 < argc &&
+			    (!strcmp(argv[i + 1], "true") || !strcmp(argv[i + 1], "false")))
+				tv = argv[++i];
 			int v = 1;
-			if (eq && (!strcmp(eq + 1, "false") || !strcmp(eq + 1, "0")))
+			if (tv && (!strcmp(tv, "false") || !strcmp(tv, "0")))
 				v = 0;
-			else if (eq && strcmp(eq + 1, "true") && strcmp(eq + 1, "1"))
+			else if (tv && strcmp(tv, "true") && strcmp(tv, "1"))
 				return wf_errf(err, WF_EINVAL,
 					       "%s: flag --%.*s: '%s' is not true or false", cmd,
-					       (int)len, name, eq + 1);
+					       (int)len, name, tv);
 			if (f->dst)
 				*(int *)f->dst = v;
 			continue;

@@ -15,7 +15,8 @@ typedef enum {
 	WF_FLAG_INT,	/* long */
 	WF_FLAG_LIST,	/* wf_cli_list: repeatable string */
 	WF_FLAG_DOUBLE, /* double */
-	WF_FLAG_TOGGLE, /* int: present = 1, or --name=true|false|1|0 (TF Serving's bools) */
+	WF_FLAG_TOGGLE, /* int: present = 1, or --name=true|false|1|0 (TF Serving's bools),
+			 * or --name true|false (Triton's) */
 } wf_flag_kind;
 
 typedef struct wf_cli_list {

@@ -36,6 +36,7 @@ typedef struct wf_image_io {
 	long max_pixels;	     /* largest width x height decoded; 0: the default */
 	const char *max_pixels_flag; /* the setting that raises max_pixels, named when an
 				      * image is refused for its size; NULL: none */
+	int unbatched;		     /* serving: tensors carry no batch dimension (one sample) */
 } wf_image_io;
 
 /* Decode standard or URL-safe base64 (padding optional, whitespace

@@ -64,6 +64,7 @@ static void queue_remove(wf_serve_batcher *b, job *prev, job *j)
 		b->tail = prev;
 	j->next = NULL;
 	b->queued--;
+	atomic_fetch_sub(&j->v->stats.pending, 1);
 	wf_serve_metrics_queue(b->metrics, -1);
 }
 
@@ -387,8 +388,24 @@ static int enqueue(wf_serve_batcher *b, job *j, wf_err *err)
 	else
 		b->head = j;
 	b->tail = j;
+	atomic_fetch_add(&j->v->stats.pending, 1);
 	wf_serve_metrics_queue(b->metrics, 1);
 	pthread_cond_signal(&b->more);
+	return 0;
+}
+
+/* What both entries check first: a slot of v for each batch thread, and n
+ * within the model's max_batch_size (Triton's words). */
+static int check_request(const wf_serve_batcher *b, const wf_serve_version *v, int n, wf_err *err)
+{
+	if (v->nslots < b->o.threads)
+		return wf_errf(err, WF_EINTERNAL, "model version %ld has %d slots for %d threads",
+			       v->version, v->nslots, b->o.threads);
+	if (v->max_request > 0 && n > v->max_request)
+		return wf_errf(err, WF_EINVAL,
+			       "inference request batch-size must be <= %d for '%s' (its "
+			       "max_batch_size), got %d",
+			       v->max_request, v->name, n);
 	return 0;
 }
 
@@ -397,10 +414,9 @@ int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float
 {
 	job j = {.v = v, .x = x, .logits = logits, .n = n, .state = JOB_QUEUED, .t_in = wf_now()};
 	struct timespec ts;
-	int rc = 0;
-	if (v->nslots < b->o.threads)
-		return wf_errf(err, WF_EINTERNAL, "model version %ld has %d slots for %d threads",
-			       v->version, v->nslots, b->o.threads);
+	int rc = check_request(b, v, n, err);
+	if (rc)
+		return rc;
 	pthread_cond_init(&j.done, NULL);
 	abs_deadline(&ts, timeout_s);
 	pthread_mutex_lock(&b->mu);
@@ -436,9 +452,9 @@ int wf_serve_batcher_submit(wf_serve_batcher *b, wf_serve_version *v, const floa
 			    float *logits, double timeout_s, wf_serve_batcher_done fn, void *arg,
 			    wf_err *err)
 {
-	if (v->nslots < b->o.threads)
-		return wf_errf(err, WF_EINTERNAL, "model version %ld has %d slots for %d threads",
-			       v->version, v->nslots, b->o.threads);
+	int rc = check_request(b, v, n, err);
+	if (rc)
+		return rc;
 	job *j = malloc(sizeof(*j));
 	if (!j)
 		return wf_errf(err, WF_ENOMEM, "out of memory");
@@ -452,7 +468,7 @@ int wf_serve_batcher_submit(wf_serve_batcher *b, wf_serve_version *v, const floa
 		   .t_in = wf_now()};
 	j->deadline = j->t_in + timeout_s;
 	pthread_mutex_lock(&b->mu);
-	int rc = enqueue(b, j, err);
+	rc = enqueue(b, j, err);
 	pthread_mutex_unlock(&b->mu);
 	if (rc)
 		free(j);

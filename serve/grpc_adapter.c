@@ -113,19 +113,24 @@ int wf_grpc_model_get(wf_grpc_adapter *a, const char *name, long version, const 
 		snprintf(why, cap, "%s", err.msg);
 		return find_code(fw);
 	}
-	wf_serve_model_config mc;
-	if (wf_serve_repo_model_config(a->o.repo, v->name, &mc, &err))
-		wf_serve_model_config_init(&mc); /* unloaded meanwhile: the server's settings */
+	wf_serve_model_config *mc = &m->cfg;
+	if (wf_serve_repo_model_config(a->o.repo, v->name, mc, &err))
+		wf_serve_model_config_init(mc); /* unloaded meanwhile: the server's settings */
 	m->name = v->name;
 	m->version = v->version;
 	m->io = v->io;
-	m->max_batch = mc.max_batch > 0 ? mc.max_batch : v->max_batch;
+	m->max_batch = mc->max_batch >= 0 ? mc->max_batch : v->max_batch;
 	m->labels = v->meta.nclasses == v->io.classes ? v->meta.class_names : NULL;
-	m->batching = mc.batch_delay_us >= 0;
-	m->batch_timeout_us = mc.batch_delay_us >= 0 ? mc.batch_delay_us : 0;
-	m->instances = mc.instances > 0 ? mc.instances : a->o.instances;
+	m->batching = mc->batch_delay_us >= 0;
+	m->batch_timeout_us = mc->batch_delay_us >= 0 ? mc->batch_delay_us : 0;
+	m->instances = mc->instances > 0 ? mc->instances : a->o.instances;
 	m->priv = v;
 	return WF_GRPC_OK;
+}
+
+int wf_grpc_model_served(wf_grpc_adapter *a, const char *name, long *out, int cap)
+{
+	return wf_serve_repo_served(a->o.repo, name, out, cap);
 }
 
 void wf_grpc_model_put(wf_grpc_adapter *a, wf_grpc_model *m)
@@ -432,6 +437,11 @@ int wf_grpc_reload_config(wf_grpc_adapter *a, const wf_serve_model_config *cfg, 
 	if (rc)
 		snprintf(why, cap, "%s", err.msg);
 	return rc ? repo_code(rc) : WF_GRPC_OK;
+}
+
+int wf_grpc_shm_enabled(wf_grpc_adapter *a)
+{
+	return a->o.shm != NULL;
 }
 
 wf_serve_shm *wf_grpc_shm(wf_grpc_adapter *a, int local, char *why, size_t cap)

@@ -50,6 +50,7 @@ typedef struct wf_grpc_model {
 	char *const *labels; /* [io.classes] class names, or NULL */
 	long batch_timeout_us;
 	int batching, instances;
+	wf_serve_model_config cfg; /* the model's effective configuration (version policy) */
 	void *priv;
 } wf_grpc_model;
 
@@ -96,6 +97,9 @@ int wf_grpc_model_get(wf_grpc_adapter *a, const char *name, long version, const 
 void wf_grpc_model_put(wf_grpc_adapter *a, wf_grpc_model *m);
 /* 1 when that version (0: the latest) can serve now. */
 int wf_grpc_model_ready(wf_grpc_adapter *a, const char *name, long version);
+/* The versions of model `name` being served (up to cap), newest first, as
+ * HTTP's model metadata lists them; returns the count. */
+int wf_grpc_model_served(wf_grpc_adapter *a, const char *name, long *out, int cap);
 /* Versions of a model (up to cap) with their states; -1 for an unknown model. */
 int wf_grpc_model_versions(wf_grpc_adapter *a, const char *name, wf_grpc_version_info *out,
 			   int cap);
@@ -130,6 +134,8 @@ int wf_grpc_model_stats(wf_grpc_adapter *a, const char *name, long version, wf_g
  * name: NULL, with the reason in why (may be NULL), when the server's
  * policy says none. */
 wf_serve_shm *wf_grpc_shm(wf_grpc_adapter *a, int local, char *why, size_t cap);
+/* 1 when the server's shared memory policy is not none (some client may). */
+int wf_grpc_shm_enabled(wf_grpc_adapter *a);
 int wf_grpc_repository_load(wf_grpc_adapter *a, const char *name, char *why, size_t cap);
 int wf_grpc_repository_unload(wf_grpc_adapter *a, const char *name, char *why, size_t cap);
 int wf_grpc_reload_config(wf_grpc_adapter *a, const wf_serve_model_config *cfg, int n, char *why,

@@ -16,8 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WF_SERVE_GRPC_VERSION "0.1.0"
-
 typedef Inference__ModelInferRequest infer_req;
 typedef Inference__ModelInferRequest__InferInputTensor in_tensor;
 
@@ -98,13 +96,12 @@ static int server_metadata(void *ctx, wf_grpc_call *call)
 	if (!rq)
 		return wf_grpc_bad_message(call, "ServerMetadataRequest");
 	inference__server_metadata_request__free_unpacked(rq, NULL);
-	static char *ext[] = {"classification", "model_configuration", "statistics",
-			      "model_repository"};
+	const char *ext[WF_SERVE_MAX_EXTENSIONS];
 	Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
-	r.name = "weft-serve";
-	r.version = WF_SERVE_GRPC_VERSION;
-	r.n_extensions = WF_ARRAY_LEN(ext);
-	r.extensions = ext;
+	r.name = WF_SERVE_NAME;
+	r.version = WF_SERVE_VERSION;
+	r.n_extensions = (size_t)wf_serve_extensions(wf_grpc_shm_enabled(ctx), ext);
+	r.extensions = (char **)ext;
 	return wf_grpc_reply(call, &r.base);
 }
 
@@ -117,11 +114,16 @@ static int model_metadata(void *ctx, wf_grpc_call *call)
 	wf_grpc_model m;
 	int code = get_model(ctx, rq->name, rq->version, &m, call);
 	if (!code) {
-		char ver[32];
-		char *versions[1] = {ver};
-		snprintf(ver, sizeof(ver), "%ld", m.version);
-		int64_t in_shape[4] = {-1, m.io.h, m.io.w, m.io.c},
-			out_shape[2] = {-1, m.io.classes};
+		long served[WF_SERVE_MAX_SERVED];
+		char ver[WF_SERVE_MAX_SERVED][24], *versions[WF_SERVE_MAX_SERVED];
+		int nver = wf_grpc_model_served(ctx, m.name, served, WF_SERVE_MAX_SERVED);
+		for (int i = 0; i < nver; i++) {
+			snprintf(ver[i], sizeof(ver[i]), "%ld", served[i]);
+			versions[i] = ver[i];
+		}
+		int64_t in_shape[4], out_shape[2];
+		int nin = wf_serve_input_shape(&m.io, in_shape),
+		    nout = wf_serve_output_shape(m.io.unbatched, -1, m.io.classes, out_shape);
 		Inference__ModelMetadataResponse__TensorMetadata in =
 			INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
 		Inference__ModelMetadataResponse__TensorMetadata outs[2] = {
@@ -131,18 +133,18 @@ static int model_metadata(void *ctx, wf_grpc_call *call)
 								 *outp[2] = {&outs[0], &outs[1]};
 		in.name = WF_SERVE_INPUT_NAME;
 		in.datatype = "FP32";
-		in.n_shape = 4;
+		in.n_shape = (size_t)nin;
 		in.shape = in_shape;
 		outs[0].name = WF_SERVE_OUTPUT_PROBS;
 		outs[1].name = WF_SERVE_OUTPUT_LOGITS;
 		for (int i = 0; i < 2; i++) {
 			outs[i].datatype = "FP32";
-			outs[i].n_shape = 2;
+			outs[i].n_shape = (size_t)nout;
 			outs[i].shape = out_shape;
 		}
 		Inference__ModelMetadataResponse r = INFERENCE__MODEL_METADATA_RESPONSE__INIT;
 		r.name = (char *)m.name;
-		r.n_versions = 1;
+		r.n_versions = (size_t)nver;
 		r.versions = versions;
 		r.platform = "weft";
 		r.n_inputs = 1;
@@ -154,6 +156,57 @@ static int model_metadata(void *ctx, wf_grpc_call *call)
 	}
 	inference__model_metadata_request__free_unpacked(rq, NULL);
 	return code;
+}
+
+/* The pieces of a ModelVersionPolicy message (it points into them). */
+typedef struct version_policy_parts {
+	Inference__ModelVersionPolicy__Latest latest;
+	Inference__ModelVersionPolicy__Specific specific;
+	Inference__ModelVersionPolicy__All all;
+	int64_t versions[WF_SERVE_MAX_SPECIFIC];
+} version_policy_parts;
+
+/* The model's version policy, as HTTP's config gives it. */
+static void version_policy(const wf_serve_model_config *c, version_policy_parts *p,
+			   Inference__ModelVersionPolicy *vp)
+{
+	inference__model_version_policy__init(vp);
+	if (c->policy == WF_SERVE_POLICY_SPECIFIC) {
+		inference__model_version_policy__specific__init(&p->specific);
+		for (int i = 0; i < c->nspecific; i++)
+			p->versions[i] = c->specific[i];
+		p->specific.n_versions = (size_t)c->nspecific;
+		p->specific.versions = p->versions;
+		vp->policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_SPECIFIC;
+		vp->specific = &p->specific;
+	} else if (c->policy == WF_SERVE_POLICY_ALL) {
+		inference__model_version_policy__all__init(&p->all);
+		vp->policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_ALL;
+		vp->all = &p->all;
+	} else {
+		inference__model_version_policy__latest__init(&p->latest);
+		p->latest.num_versions = (uint32_t)c->num_versions;
+		vp->policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_LATEST;
+		vp->latest = &p->latest;
+	}
+}
+
+/* The parameter weft_version_labels of a ModelConfig (it points into them). */
+typedef struct labels_parts {
+	char text[WF_SERVE_LABELS_CAP];
+	Inference__ModelParameter value;
+	Inference__ModelConfig__ParametersEntry entry, *entries[1];
+} labels_parts;
+
+static void labels_param(const wf_serve_model_config *c, labels_parts *p)
+{
+	wf_serve_labels_string(c, p->text, sizeof(p->text));
+	inference__model_parameter__init(&p->value);
+	p->value.string_value = p->text;
+	inference__model_config__parameters_entry__init(&p->entry);
+	p->entry.key = "weft_version_labels";
+	p->entry.value = &p->value;
+	p->entries[0] = &p->entry;
 }
 
 static int model_config(void *ctx, wf_grpc_call *call)
@@ -182,12 +235,9 @@ static int model_config(void *ctx, wf_grpc_call *call)
 			outs[i].n_dims = 1;
 			outs[i].dims = out_dims;
 		}
-		Inference__ModelVersionPolicy__Latest latest =
-			INFERENCE__MODEL_VERSION_POLICY__LATEST__INIT;
-		latest.num_versions = 1;
-		Inference__ModelVersionPolicy vp = INFERENCE__MODEL_VERSION_POLICY__INIT;
-		vp.policy_choice_case = INFERENCE__MODEL_VERSION_POLICY__POLICY_CHOICE_LATEST;
-		vp.latest = &latest;
+		version_policy_parts vpp;
+		Inference__ModelVersionPolicy vp;
+		version_policy(&m.cfg, &vpp, &vp);
 		Inference__ModelInstanceGroup ig = INFERENCE__MODEL_INSTANCE_GROUP__INIT,
 					      *igp[1] = {&ig};
 		char ig_name[300];
@@ -214,7 +264,11 @@ static int model_config(void *ctx, wf_grpc_call *call)
 		}
 		cfg.n_instance_group = 1;
 		cfg.instance_group = igp;
-		cfg.default_model_filename = "model.h5";
+		cfg.default_model_filename = WF_SERVE_MODEL_FILENAME;
+		labels_parts lp;
+		labels_param(&m.cfg, &lp);
+		cfg.n_parameters = 1;
+		cfg.parameters = lp.entries;
 		Inference__ModelConfigResponse r = INFERENCE__MODEL_CONFIG_RESPONSE__INIT;
 		r.config = &cfg;
 		code = wf_grpc_reply(call, &r.base);
@@ -558,14 +612,10 @@ static int decode_tensor(const wf_grpc_io *io, const infer_req *rq,
 	size_t per = (size_t)io->h * io->w * io->c;
 	int is_fp32 = !strcmp(t->datatype, "FP32"), is_u8 = !strcmp(t->datatype, "UINT8");
 	if (is_fp32 || is_u8) {
-		if (t->n_shape != 4 || t->shape[1] != io->h || t->shape[2] != io->w ||
-		    t->shape[3] != io->c) {
-			snprintf(why, cap,
-				 "input '%s' shape must be [N,%d,%d,%d] (the model input), got %zu "
-				 "dims",
-				 WF_SERVE_INPUT_NAME, io->h, io->w, io->c, t->n_shape);
-			return WF_GRPC_INVALID_ARGUMENT;
-		}
+		wf_err err = {0};
+		if (wf_serve_dense_samples(io, t->shape, (int)t->n_shape, &batch, &err))
+			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
+		*n = (int)batch; /* the result when the code is OK */
 		if (batch < 1 || (double)batch * per > (double)WF_SERVE_MAX_INPUT_FLOATS) {
 			snprintf(why, cap, "input batch %ld is empty or too large", batch);
 			return WF_GRPC_INVALID_ARGUMENT;
@@ -615,8 +665,6 @@ static int decode_tensor(const wf_grpc_io *io, const infer_req *rq,
 		}
 		int code = wf_grpc_input_dense(io, batch, px, 1, x, why, cap);
 		free(px);
-		if (!code)
-			*n = (int)batch;
 		return code;
 	}
 	if (strcmp(t->datatype, "BYTES") != 0)
@@ -917,8 +965,6 @@ int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t
 	float *in = NULL;
 	wf_serve_shm_view held;
 	int code = decode_input(io, rq, NULL, &in, n, &held, why, cap);
-	if (!code && *n == 0)
-		*n = (int)rq->inputs[0]->shape[0];
 	if (!code) { /* the caller's own copy: rq's contents go with it */
 		size_t bytes = (size_t)*n * io->h * io->w * io->c * sizeof(float);
 		*x = malloc(bytes ? bytes : 1);
@@ -1027,20 +1073,19 @@ static int build_infer_reply(wf_grpc_call *call, const infer_req *rq, const wf_g
 		const float *v = o[i].logits ? logits : probs;
 		inference__model_infer_response__infer_output_tensor__init(&ot[i]);
 		ot[i].name = o[i].logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS;
-		ot[i].n_shape = 2;
 		ot[i].shape = shapes[i];
-		shapes[i][0] = n;
 		otp[i] = &ot[i];
 		if (!o[i].classification) {
 			ot[i].datatype = "FP32";
-			shapes[i][1] = k;
+			ot[i].n_shape =
+				(size_t)wf_serve_output_shape(m->io.unbatched, n, k, shapes[i]);
 			raw[i].data = (uint8_t *)v;
 			raw[i].len = (size_t)n * k * sizeof(float);
 			continue;
 		}
 		int top = WF_MIN(o[i].classification, k);
 		ot[i].datatype = "BYTES";
-		shapes[i][1] = top;
+		ot[i].n_shape = (size_t)wf_serve_output_shape(m->io.unbatched, n, top, shapes[i]);
 		size_t cap = (size_t)n * top * (4 + 330), len = 0;
 		uint8_t *buf = owned[i] = malloc(cap ? cap : 1);
 		if (!buf) {
@@ -1164,8 +1209,6 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	if (!code)
 		code = decode_input(&ic->m.io, rq, ic->shm, &ic->x, &ic->n, &ic->held,
 				    call->message, sizeof(call->message));
-	if (!code && ic->n == 0)
-		ic->n = (int)rq->inputs[0]->shape[0];
 	if (!code) {
 		size_t cnt = (size_t)ic->n * ic->m.io.classes;
 		ic->logits = malloc(cnt * sizeof(float));

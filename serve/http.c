@@ -565,12 +565,12 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 
 int wf_serve_http_port(wf_serve_http *h)
 {
-	return h->port;
+	return h ? h->port : 0;
 }
 
 void wf_serve_http_drain(wf_serve_http *h)
 {
-	if (atomic_exchange(&h->draining, 1))
+	if (!h || atomic_exchange(&h->draining, 1))
 		return;
 	MHD_socket fd = MHD_quiesce_daemon(h->d);
 	if (fd != MHD_INVALID_SOCKET)
@@ -579,6 +579,8 @@ void wf_serve_http_drain(wf_serve_http *h)
 
 int wf_serve_http_inflight(wf_serve_http *h)
 {
+	if (!h)
+		return 0;
 	return atomic_load(&h->active) + atomic_load(&h->receiving);
 }
 

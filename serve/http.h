@@ -43,6 +43,7 @@ typedef struct wf_serve_http_opts {
 	 * required); NULL or empty: neither. Must outlive the server. */
 	const wf_serve_secrets *secrets;
 	int metrics_only;  /* 1: only /metrics (Triton's --metrics-port); others 404 */
+	int no_metrics;	   /* 1: /metrics is 404 (Triton's --allow-metrics=false) */
 	wf_serve_shm *shm; /* system shared memory regions (shared with gRPC); NULL: none */
 } wf_serve_http_opts;
 
@@ -50,7 +51,8 @@ typedef struct wf_serve_http wf_serve_http;
 
 int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_serve_repo *repo,
 			wf_serve_batcher *batcher, wf_serve_metrics *metrics, wf_err *err);
-/* The port actually bound. */
+/* The port actually bound (0 for a NULL server: HTTP off). The three below
+ * accept NULL too. */
 int wf_serve_http_port(wf_serve_http *h);
 /* Fail readiness, stop accepting connections, and answer every request
  * received so far with "Connection: close" from now on. */

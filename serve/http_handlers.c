@@ -116,29 +116,30 @@ enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connection *c, r
 /* Versions of model `name` being served, as strings, newest first. */
 static json_t *served_versions(wf_serve_http *h, const char *name)
 {
-	int n = 0;
-	wf_serve_version **vs = wf_serve_repo_acquire_all(h->repo, name, &n);
+	long vs[WF_SERVE_MAX_SERVED];
+	int n = wf_serve_repo_served(h->repo, name, vs, WF_SERVE_MAX_SERVED);
 	json_t *a = json_array();
 	for (int i = 0; i < n; i++) {
 		char ver[32];
-		snprintf(ver, sizeof(ver), "%ld", vs[i]->version);
+		snprintf(ver, sizeof(ver), "%ld", vs[i]);
 		json_array_append_new(a, json_string(ver));
-		wf_serve_version_release(vs[i]);
 	}
-	free(vs);
 	return a;
 }
 
 enum MHD_Result handle_v2_model(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				wf_serve_version *v)
 {
-	json_t *doc = json_pack("{sssosss[{sssss[iiii]}]s[{sssss[ii]},{sssss[ii]}]so}", "name",
-				v->name, "versions", served_versions(h, v->name), "platform",
-				"weft", "inputs", "name", WF_SERVE_INPUT_NAME, "datatype", "FP32",
-				"shape", -1, v->io.h, v->io.w, v->io.c, "outputs", "name",
-				WF_SERVE_OUTPUT_PROBS, "datatype", "FP32", "shape", -1,
-				v->io.classes, "name", WF_SERVE_OUTPUT_LOGITS, "datatype", "FP32",
-				"shape", -1, v->io.classes, "parameters", weft_info(v));
+	int64_t in[4], out[2];
+	int nin = wf_serve_input_shape(&v->io, in),
+	    nout = wf_serve_output_shape(v->io.unbatched, -1, v->io.classes, out);
+	json_t *doc = json_pack(
+		"{sssosss[{ssssso}]s[{ssssso},{ssssso}]so}", "name", v->name, "versions",
+		served_versions(h, v->name), "platform", "weft", "inputs", "name",
+		WF_SERVE_INPUT_NAME, "datatype", "FP32", "shape", wf_serve_dims_json(in, nin),
+		"outputs", "name", WF_SERVE_OUTPUT_PROBS, "datatype", "FP32", "shape",
+		wf_serve_dims_json(out, nout), "name", WF_SERVE_OUTPUT_LOGITS, "datatype", "FP32",
+		"shape", wf_serve_dims_json(out, nout), "parameters", weft_info(v));
 	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
 }
 
@@ -161,10 +162,8 @@ enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req
 	} else {
 		policy = json_pack("{s{si}}", "latest", "num_versions", mc.num_versions);
 	}
-	char lab[WF_SERVE_MAX_LABELS * (WF_SERVE_MAX_NAME + 24)] = "";
-	for (int i = 0; i < mc.nlabels; i++)
-		snprintf(lab + strlen(lab), sizeof(lab) - strlen(lab), "%s%s:%ld", i ? "," : "",
-			 mc.labels[i].key, mc.labels[i].version);
+	char lab[WF_SERVE_LABELS_CAP];
+	wf_serve_labels_string(&mc, lab, sizeof(lab));
 	json_t *labels = json_pack("{ss}", "string_value", lab);
 	char group[WF_SERVE_MAX_NAME + 8];
 	snprintf(group, sizeof(group), "%s_0", v->name);
@@ -181,6 +180,7 @@ enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req
 		"format", "FORMAT_NHWC", "dims", v->io.h, v->io.w, v->io.c, "allow_ragged_batch", 0,
 		"output", outs, "instance_group", "name", group, "count", mc.instances, "kind",
 		"KIND_CPU", "parameters", "weft_version_labels", labels);
+	json_object_set_new(doc, "default_model_filename", json_string(WF_SERVE_MODEL_FILENAME));
 	if (mc.batch_delay_us >= 0)
 		json_object_set_new(doc, "dynamic_batching",
 				    json_pack("{s[]sI}", "preferred_batch_size",

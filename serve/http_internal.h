@@ -30,7 +30,6 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#define WF_SERVE_VERSION "0.1.0"
 /* Event threads (epoll): they parse, answer quick requests and hand
  * inference to the handler threads; they never block on a model. */
 #define WF_SERVE_EVENT_THREADS 4

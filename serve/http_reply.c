@@ -32,9 +32,16 @@ static char *zcompress(const char *body, size_t len, int gzip, size_t *out_len)
 	return out;
 }
 
-/* The response encoding the client accepts: "gzip", "deflate" or NULL. */
-static const char *accepted_encoding(struct MHD_Connection *c)
+/* The response encoding of a reply: "gzip", "deflate" or NULL. As Triton
+ * does, only successful inference replies are compressed; tritonclient's
+ * aio client inflates those and reads every other reply (metadata, config,
+ * statistics, errors) as plain text whatever Accept-Encoding it sent. */
+static const char *reply_encoding(struct MHD_Connection *c, const req_ctx *q, int code)
 {
+	if (code != MHD_HTTP_OK ||
+	    (q->ep != WF_SERVE_EP_V2_INFER && q->ep != WF_SERVE_EP_V1_PREDICT &&
+	     q->ep != WF_SERVE_EP_V1_CLASSIFY))
+		return NULL;
 	const char *ae =
 		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_ACCEPT_ENCODING);
 	if (!ae)
@@ -57,7 +64,7 @@ enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, req_ctx *
 		ctype = CT_JSON;
 		header_len = 0;
 	}
-	const char *enc = len ? accepted_encoding(c) : NULL;
+	const char *enc = len ? reply_encoding(c, q, code) : NULL;
 	if (enc) {
 		size_t zlen = 0;
 		char *z = zcompress(body, len, enc[0] == 'g', &zlen);

@@ -225,7 +225,8 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 			 r->kind == R_V2_REPO_INDEX || r->kind == R_V2_REPO_LOAD ||
 			 r->kind == R_V2_REPO_UNLOAD || r->kind == R_V2_SHM_REGISTER ||
 			 r->kind == R_V2_SHM_UNREGISTER;
-	if (r->kind == R_UNKNOWN || (h->o.metrics_only && r->kind != R_METRICS))
+	if (r->kind == R_UNKNOWN || (h->o.metrics_only && r->kind != R_METRICS) ||
+	    (h->o.no_metrics && r->kind == R_METRICS))
 		return send_error(h, c, q, MHD_HTTP_NOT_FOUND, "Malformed request: %s %s", method,
 				  url);
 	if ((wants_post && !is_post) || (!wants_post && !is_get))
@@ -243,7 +244,8 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 		int n = 0;
 		wf_serve_version **vs = wf_serve_repo_acquire_all(h->repo, NULL, &n);
 		char *s = wf_serve_metrics_render(h->metrics, vs, n, model_ready(h),
-						  wf_serve_repo_swaps(h->repo));
+						  wf_serve_repo_swaps(h->repo),
+						  wf_serve_repo_load_failures(h->repo));
 		for (int i = 0; i < n; i++)
 			wf_serve_version_release(vs[i]);
 		free(vs);
@@ -251,14 +253,14 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				  "text/plain; version=0.0.4", 0);
 	}
 	case R_V2_SERVER: {
-		json_t *md = json_pack("{sssss[ssssss]}", "name", "weft-serve", "version",
-				       WF_SERVE_VERSION, "extensions", "binary_tensor_data",
-				       "classification", "model_repository", "model_configuration",
-				       "statistics", "parameters");
-		if (h->o.shm)
-			json_array_append_new(json_object_get(md, "extensions"),
-					      json_string("system_shared_memory"));
-		return send_jobj(h, c, q, MHD_HTTP_OK, md);
+		const char *ext[WF_SERVE_MAX_EXTENSIONS];
+		int n = wf_serve_extensions(h->o.shm != NULL, ext);
+		json_t *exts = json_array();
+		for (int i = 0; i < n; i++)
+			json_array_append_new(exts, json_string(ext[i]));
+		return send_jobj(h, c, q, MHD_HTTP_OK,
+				 json_pack("{ssssso}", "name", WF_SERVE_NAME, "version",
+					   WF_SERVE_VERSION, "extensions", exts));
 	}
 	case R_V2_LIVE: return send_jobj(h, c, q, MHD_HTTP_OK, json_pack("{sb}", "live", 1));
 	case R_V2_READY: {

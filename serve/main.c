@@ -14,7 +14,9 @@
 #include "serve/metrics.h"
 #include "serve/repo.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -30,6 +32,9 @@
 typedef struct serve_opts {
 	long port; /* HTTP; UNSET: 8501, or Triton's 8000 with a repository */
 	const char *bind_address;
+	/* Triton's per-protocol addresses; NULL: bind_address */
+	const char *http_address, *grpc_address, *metrics_address;
+	int allow_http, allow_grpc, allow_metrics; /* Triton's --allow-*: 0 closes the ports */
 	const char *model_name;
 	const char *base_path;
 	double poll_seconds;
@@ -46,8 +51,10 @@ typedef struct serve_opts {
 	long idle_timeout;
 	double drain_timeout;
 	int verbose;
-	long log_verbose;      /* Triton's --log-verbose N: verbose when N > 0 */
-	long max_image_pixels; /* 0: the image module's default */
+	long log_verbose;		      /* Triton's --log-verbose N: verbose when N > 0 */
+	int log_info, log_warning, log_error; /* Triton's --log-*: the most verbose on wins */
+	const char *log_file;		      /* --log-file: the log goes there, appended */
+	long max_image_pixels;		      /* 0: the image module's default */
 	/* hardening: connections, memory, overload, TLS and token */
 	long http_threads; /* 0: derived from batching */
 	long max_connections;
@@ -65,6 +72,7 @@ typedef struct serve_opts {
 	const char *control_mode;   /* --model_control_mode none|poll|explicit */
 	int control;
 	wf_cli_list load_models; /* --load-model (repeatable) */
+	long load_threads;	 /* --model-load-thread-count: models loaded at once */
 	long tf_grpc_port;	 /* --port: TF Serving's gRPC port (UNSET: 8500) */
 	long grpc_port;		 /* --grpc_port, --grpc-port: KServe v2 gRPC (UNSET: 8001) */
 	long grpc_max_message;
@@ -107,8 +115,10 @@ static const char serve_epilog[] =
 	"ignored: --enable_model_warmup (always on), --rest_api_num_threads,\n"
 	"--tensorflow_{intra,inter}_op_parallelism, --tensorflow_session_parallelism,\n"
 	"--allow_version_labels_for_unavailable_models.\n"
-	"Accepted for Triton command lines and ignored: --strict-model-config,\n"
-	"--allow-http, --allow-grpc, --allow-metrics; --log-verbose N > 0 is --verbose.\n"
+	"Accepted for Triton command lines and ignored: --strict-model-config.\n"
+	"Triton's log switches set one level, the most verbose one on: --log-verbose N\n"
+	"(N > 0: debug, as --verbose), --log-info, --log-warning, --log-error (each\n"
+	"true by default; all false: no log).\n"
 	"\n"
 	"environment: WEFT_PRECISION (cuda conv precision), WEFT_CUDNN_WORKSPACE_MB,\n"
 	"and the GPU index from OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK,\n"
@@ -117,8 +127,30 @@ static const char serve_epilog[] =
 	"exit status: 0 after SIGTERM/SIGINT and a clean drain; 1 on bad flags or a\n"
 	"base path that is not a directory.\n";
 
-/* The flag table: every spelling weft-serve accepts (TF Serving's and
- * Triton's), in --help order; ranges are checked by check_ranges. */
+/* The listening addresses, each an IPv4 address; Triton's per-protocol ones
+ * default to --bind_address. */
+static int check_addresses(serve_opts *o, wf_err *err)
+{
+	const struct {
+		const char *flag;
+		const char **v;
+	} a[] = {
+		{"--bind_address", &o->bind_address},
+		{"--http-address", &o->http_address},
+		{"--grpc-address", &o->grpc_address},
+		{"--metrics-address", &o->metrics_address},
+	};
+	struct in_addr ip;
+	for (size_t i = 0; i < WF_ARRAY_LEN(a); i++) {
+		if (!*a[i].v)
+			*a[i].v = o->bind_address;
+		if (inet_pton(AF_INET, *a[i].v, &ip) != 1)
+			return wf_errf(err, WF_EINVAL, "flag %s: \"%s\" is not an IPv4 address",
+				       a[i].flag, *a[i].v);
+	}
+	return 0;
+}
+
 /* The ranges of the numeric flags (named by their first spelling), and the
  * values that must be one of a list; then what follows from the flags. */
 static int check_ranges(serve_opts *o, wf_err *err)
@@ -135,6 +167,7 @@ static int check_ranges(serve_opts *o, wf_err *err)
 		{"--grpc_threads", &o->grpc_threads, 1, 4096},
 		{"--metrics-port", &o->metrics_port, 0, 65535},
 		{"--log-verbose", &o->log_verbose, 0, 1000},
+		{"--model-load-thread-count", &o->load_threads, 1, WF_SERVE_MAX_LOAD_THREADS},
 		{"--max_batch_size", &o->max_batch, 1, 4096},
 		{"--batch_timeout_micros", &o->timeout_us, 0, 10000000},
 		{"--num_batch_threads", &o->batch_threads, 1, 256},
@@ -206,6 +239,8 @@ static int check_ranges(serve_opts *o, wf_err *err)
 			*zero_unset[i] = 0;
 	if (o->log_verbose > 0)
 		o->verbose = 1;
+	if (!o->allow_metrics)
+		o->metrics_port = 0;
 	if (o->request_timeout_ms > 0)
 		o->request_timeout = o->request_timeout_ms / 1000;
 	if (o->tf_grpc_port != UNSET)
@@ -216,13 +251,39 @@ static int check_ranges(serve_opts *o, wf_err *err)
 		o->grpc_ports_set |= 2;
 	else
 		o->grpc_port = 8001;
+	if (!o->allow_grpc)
+		o->tf_grpc_port = o->grpc_port = 0;
 	if (o->port == UNSET)
 		o->port = o->repository ? 8000 : 8501; /* Triton's HTTP port */
 	if (!!o->base_path + !!o->config_file + !!o->repository != 1)
 		return wf_errf(err, WF_EINVAL,
 			       "give one of --model_base_path, --model_config_file or "
 			       "--model_repository (see --help)");
-	return 0;
+	return check_addresses(o, err);
+}
+
+/* Triton's log switches as one level: the most verbose one that is on. */
+static int log_level(const serve_opts *o)
+{
+	if (o->verbose)
+		return WF_LOG_DEBUG;
+	if (o->log_info)
+		return WF_LOG_INFO;
+	if (o->log_warning)
+		return WF_LOG_WARN;
+	return o->log_error ? WF_LOG_ERROR : WF_LOG_ERROR + 1;
+}
+
+/* --log-file: the log (stderr) is appended to path from now on. */
+static int open_log_file(const char *path, wf_err *err)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return wf_errf(err, WF_EINVAL, "flag --log-file: cannot open %s: %s", path,
+			       strerror(errno));
+	int e = dup2(fd, STDERR_FILENO) < 0 ? errno : 0;
+	close(fd);
+	return e ? wf_errf(err, WF_EINVAL, "flag --log-file: %s: %s", path, strerror(e)) : 0;
 }
 
 /* The environment weft-serve reads, as weft reads it (README, environment
@@ -278,6 +339,20 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		 "is skipped with a warning; a port given is required)"},
 		{"bind_address", WF_FLAG_STR, &o->bind_address, "A",
 		 "IPv4 address to listen on (default 0.0.0.0)"},
+		{"http-address|http_address", WF_FLAG_STR, &o->http_address, "A",
+		 "the HTTP port's address (default --bind_address)"},
+		{"grpc-address|grpc_address", WF_FLAG_STR, &o->grpc_address, "A",
+		 "both gRPC ports' address (default --bind_address)"},
+		{"metrics-address|metrics_address", WF_FLAG_STR, &o->metrics_address, "A",
+		 "--metrics-port's address (default --bind_address)"},
+		{"allow-http|allow_http", WF_FLAG_TOGGLE, &o->allow_http, NULL,
+		 "false: no HTTP port (default true)"},
+		{"allow-grpc|allow_grpc", WF_FLAG_TOGGLE, &o->allow_grpc, NULL,
+		 "false: neither gRPC port is opened, whatever --port and --grpc_port say "
+		 "(default true)"},
+		{"allow-metrics|allow_metrics", WF_FLAG_TOGGLE, &o->allow_metrics, NULL,
+		 "false: no /metrics, neither on the HTTP port nor on --metrics-port (default "
+		 "true)"},
 		{"model_name", WF_FLAG_STR, &o->model_name, "NAME",
 		 "name in URLs (default \"default\")"},
 		{"model_base_path", WF_FLAG_STR, &o->base_path, "DIR",
@@ -290,7 +365,8 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		{"model_repository|model-repository|model-store", WF_FLAG_STR, &o->repository,
 		 "DIR",
 		 "many models, Triton style: DIR/<model>/<version>/model.h5 and an optional "
-		 "DIR/<model>/config.pbtxt (version_policy, max_batch_size, dynamic_batching, "
+		 "DIR/<model>/config.pbtxt (version_policy, max_batch_size: the most samples a "
+		 "request may hold, 0: unbatched tensors, dynamic_batching, "
 		 "instance_group count: batch threads the model may hold at once, parameters "
 		 "weft_threads)"},
 		{"model_control_mode|model-control-mode", WF_FLAG_STR, &o->control_mode, "M",
@@ -298,6 +374,10 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		 "(/v2/repository/models/NAME/load|unload); default none"},
 		{"load-model|load_model", WF_FLAG_LIST, &o->load_models, "NAME",
 		 "explicit mode: load NAME at start ('*': all; repeatable)"},
+		{"model-load-thread-count|model_load_thread_count", WF_FLAG_INT, &o->load_threads,
+		 "N",
+		 "models loaded and warmed at once (default 1: one after another); files are "
+		 "read one at a time"},
 		{"repository-poll-secs", WF_FLAG_DOUBLE, &o->poll_seconds, "S",
 		 "Triton's name for the version poll period"},
 		{"file_system_poll_wait_seconds", WF_FLAG_DOUBLE, &o->poll_seconds, "S",
@@ -324,7 +404,7 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		{"rest_api_timeout_in_ms", WF_FLAG_DOUBLE, &o->request_timeout_ms, "MS", NULL},
 		{"idle_timeout_seconds", WF_FLAG_INT, &o->idle_timeout, "S",
 		 "close idle connections after S (default 60)"},
-		{"drain_timeout_seconds", WF_FLAG_DOUBLE, &o->drain_timeout, "S",
+		{"drain_timeout_seconds|exit-timeout-secs", WF_FLAG_DOUBLE, &o->drain_timeout, "S",
 		 "on SIGTERM, wait at most S for in-flight requests (default 30)"},
 		{"max_image_pixels", WF_FLAG_INT, &o->max_image_pixels, "N",
 		 "refuse request images larger than N pixels (width x height, read from the "
@@ -370,7 +450,16 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		 "also serve Prometheus /metrics (only) on port N, as Triton does (default 0: "
 		 "metrics on the HTTP port only)"},
 		{"verbose", WF_FLAG_TOGGLE, &o->verbose, NULL, "debug logging"},
-		{"log-verbose", WF_FLAG_INT, &o->log_verbose, "N", NULL},
+		{"log-verbose|log_verbose", WF_FLAG_INT, &o->log_verbose, "N",
+		 "Triton's form: N > 0 is --verbose"},
+		{"log-info|log_info", WF_FLAG_TOGGLE, &o->log_info, NULL,
+		 "false: no information lines (default true)"},
+		{"log-warning|log_warning", WF_FLAG_TOGGLE, &o->log_warning, NULL,
+		 "false with --log-info=false: errors only (default true)"},
+		{"log-error|log_error", WF_FLAG_TOGGLE, &o->log_error, NULL,
+		 "false with the two above: no log at all (default true)"},
+		{"log-file|log_file", WF_FLAG_STR, &o->log_file, "F",
+		 "append the log to file F instead of stderr"},
 		/* accepted for TF Serving and Triton command lines, ignored (--help's epilog) */
 		{"enable_model_warmup", WF_FLAG_TOGGLE, NULL, NULL, NULL},
 		{"allow_version_labels_for_unavailable_models", WF_FLAG_TOGGLE, NULL, NULL, NULL},
@@ -379,9 +468,6 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		{"tensorflow_inter_op_parallelism", WF_FLAG_STR, NULL, "N", NULL},
 		{"tensorflow_session_parallelism", WF_FLAG_STR, NULL, "N", NULL},
 		{"strict-model-config", WF_FLAG_TOGGLE, NULL, NULL, NULL},
-		{"allow-http", WF_FLAG_TOGGLE, NULL, NULL, NULL},
-		{"allow-grpc", WF_FLAG_TOGGLE, NULL, NULL, NULL},
-		{"allow-metrics", WF_FLAG_TOGGLE, NULL, NULL, NULL},
 
 		{0},
 	};
@@ -403,6 +489,12 @@ int main(int argc, char **argv)
 	serve_opts f = {
 		.port = UNSET,
 		.bind_address = "0.0.0.0",
+		.allow_http = 1,
+		.allow_grpc = 1,
+		.allow_metrics = 1,
+		.log_info = 1,
+		.log_warning = 1,
+		.log_error = 1,
 		.model_name = "default",
 		.poll_seconds = 1,
 		.max_batch = 32,
@@ -423,6 +515,7 @@ int main(int argc, char **argv)
 		.max_queue = 128,
 		.retry_after = 1,
 		.control_mode = "none",
+		.load_threads = 1,
 		.shared_memory = "none",
 		.tf_grpc_port = UNSET,
 		.grpc_port = UNSET,
@@ -443,13 +536,15 @@ int main(int argc, char **argv)
 	int rc = parse_flags(argc, argv, &f, &err);
 	if (rc == 1)
 		return 0;
+	if (!rc && f.log_file)
+		rc = open_log_file(f.log_file, &err);
 	if (rc) {
 		fprintf(stderr, "%s%s\n",
 			strncmp(err.msg, "weft-serve: ", 12) ? "weft-serve: " : "", err.msg);
 		wf_cli_list_free(&f.load_models);
 		return wf_exit_status(rc);
 	}
-	wf_log_set_level(f.verbose ? WF_LOG_DEBUG : WF_LOG_INFO);
+	wf_log_set_level(log_level(&f));
 	long cores = wf_cpus_default_threads(f.busy_at_start); /* affinity, quota, busy CPUs */
 	if (!f.batch_threads)
 		f.batch_threads = f.batching ? 2 : (int)WF_MIN(cores, 16);
@@ -488,6 +583,7 @@ int main(int argc, char **argv)
 		.control = (wf_serve_control)f.control,
 		.load_models = f.load_models.items,
 		.nload_models = f.load_models.n,
+		.load_threads = (int)f.load_threads,
 		.batch_delay_us = f.timeout_us,
 		.batching = f.batching,
 		.name = f.model_name,
@@ -509,7 +605,7 @@ int main(int argc, char **argv)
 		.max_queue = f.max_queue,
 	};
 	wf_serve_http_opts ho = {
-		.bind_address = f.bind_address,
+		.bind_address = f.http_address,
 		.port = f.port,
 		.model_name = f.model_name,
 		.max_body = (size_t)f.max_body,
@@ -525,6 +621,7 @@ int main(int argc, char **argv)
 		.body_budget = f.body_budget ? (size_t)f.body_budget : 4 * (size_t)f.max_body,
 		.retry_after = f.retry_after,
 		.secrets = &secrets,
+		.no_metrics = !f.allow_metrics,
 	};
 	if (!ho.threads) /* requests filling a batch and the next each hold one */
 		ho.threads =
@@ -540,16 +637,17 @@ int main(int argc, char **argv)
 	if (!rc && f.shm_policy != WF_SHM_NONE && !(shm = wf_serve_shm_create(f.shm_policy)))
 		rc = wf_errf(&err, WF_ENOMEM, "out of memory");
 	ho.shm = shm;
-	if (!rc)
+	if (!rc && f.allow_http)
 		rc = wf_serve_http_start(&http, &ho, repo, batcher, metrics, &err);
 	if (!rc && f.metrics_port) { /* Triton's --metrics-port: /metrics on its own port */
 		wf_serve_http_opts mo = ho;
+		mo.bind_address = f.metrics_address;
 		mo.port = (int)f.metrics_port;
 		mo.threads = 2;
 		mo.metrics_only = 1;
 		rc = wf_serve_http_start(&metrics_http, &mo, repo, batcher, metrics, &err);
 		if (!rc)
-			wf_info("weft-serve: metrics on http://%s:%d/metrics", f.bind_address,
+			wf_info("weft-serve: metrics on http://%s:%d/metrics", f.metrics_address,
 				wf_serve_http_port(metrics_http));
 	}
 	if (!rc && (f.tf_grpc_port || f.grpc_port)) {
@@ -565,7 +663,7 @@ int main(int argc, char **argv)
 			.shm = shm,
 		};
 		wf_grpc_servers_opts gs = {
-			.bind_address = f.bind_address,
+			.bind_address = f.grpc_address,
 			.tfs_port = f.tf_grpc_port,
 			.kserve_port = f.grpc_port,
 			.max_message = (size_t)f.grpc_max_message,
@@ -589,13 +687,13 @@ int main(int argc, char **argv)
 	}
 	if (rc)
 		goto out;
-	wf_info("weft-serve: model %s from %s on http://%s:%d (device %s, batching %s, "
+	wf_info("weft-serve: model %s from %s on http://%s:%d (0: off) (device %s, batching %s, "
 		"max_batch_size %ld, %ld forward threads x %ld compute threads)",
 		f.base_path ? f.model_name : "(many)",
 		f.base_path	? f.base_path
 		: f.config_file ? f.config_file
 				: f.repository,
-		f.bind_address, wf_serve_http_port(http), f.device, f.batching ? "on" : "off",
+		f.http_address, wf_serve_http_port(http), f.device, f.batching ? "on" : "off",
 		f.max_batch, f.batch_threads, f.threads);
 
 	int sig = 0;

@@ -2,6 +2,8 @@
  * compared with a forward pass), rendered on demand. */
 #include "serve/metrics.h"
 
+#include "common/util.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -33,6 +35,8 @@ struct wf_serve_metrics {
 	unsigned long queue_buckets[NLAT], queue_count;
 	double queue_sum; /* seconds */
 	int queue;
+	unsigned long long cpu_busy, cpu_total; /* /proc/stat at the previous render (ticks) */
+	double cpu_util;			/* busy share between the last two renders */
 };
 
 wf_serve_metrics *wf_serve_metrics_create(void)
@@ -133,8 +137,78 @@ __attribute__((format(printf, 2, 3))) static void put(text *t, const char *fmt, 
 	}
 }
 
+/* The host's CPU ticks since boot, busy and in all, from /proc/stat. */
+static int cpu_ticks(unsigned long long *busy, unsigned long long *total)
+{
+	unsigned long long t[8] = {0};
+	FILE *f = fopen("/proc/stat", "r");
+	int n = f ? fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &t[0], &t[1], &t[2],
+			   &t[3], &t[4], &t[5], &t[6], &t[7])
+		  : 0;
+	if (f)
+		fclose(f);
+	if (n < 4)
+		return -1;
+	*total = 0;
+	for (int i = 0; i < 8; i++)
+		*total += t[i];
+	*busy = *total - t[3] - t[4]; /* idle, iowait */
+	return 0;
+}
+
+/* A /proc/meminfo value in bytes (the file says kB); -1 when absent. */
+static long long meminfo(const char *info, const char *key)
+{
+	const char *p = strstr(info, key);
+	return p ? strtoll(p + strlen(key), NULL, 10) * 1024 : -1;
+}
+
+/* Triton's nv_cpu_* gauges: utilization [0, 1] since the previous render,
+ * memory total and used (total - available) bytes. Host-wide, as Triton's. */
+static void put_cpu(wf_serve_metrics *m, text *t)
+{
+	unsigned long long busy = 0, total = 0;
+	if (cpu_ticks(&busy, &total) == 0) {
+		if (total > m->cpu_total) /* else no tick since: the last value stands */
+			m->cpu_util = WF_MIN(1.0, (double)(busy - WF_MIN(busy, m->cpu_busy)) /
+							  (double)(total - m->cpu_total));
+		m->cpu_busy = busy;
+		m->cpu_total = total;
+		put(t,
+		    "# HELP nv_cpu_utilization CPU utilization rate [0.0 - 1.0]\n"
+		    "# TYPE nv_cpu_utilization gauge\nnv_cpu_utilization %.6f\n",
+		    m->cpu_util);
+	}
+	char buf[4096] = "";
+	FILE *f = fopen("/proc/meminfo", "r");
+	size_t n = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[n] = 0;
+	long long mt = meminfo(buf, "MemTotal:"), ma = meminfo(buf, "MemAvailable:");
+	if (mt < 0 || ma < 0)
+		return;
+	put(t,
+	    "# HELP nv_cpu_memory_total_bytes CPU total memory (RAM), in bytes\n"
+	    "# TYPE nv_cpu_memory_total_bytes gauge\nnv_cpu_memory_total_bytes %lld\n"
+	    "# HELP nv_cpu_memory_used_bytes CPU used memory (RAM), in bytes\n"
+	    "# TYPE nv_cpu_memory_used_bytes gauge\nnv_cpu_memory_used_bytes %lld\n",
+	    mt, mt - ma);
+}
+
+/* Triton's per-version gauge of requests waiting for a batch thread. */
+static void put_pending(text *t, wf_serve_version *const *vs, int n)
+{
+	put(t, "# HELP nv_inference_pending_request_count Instantaneous number of pending "
+	       "requests awaiting execution per-model.\n"
+	       "# TYPE nv_inference_pending_request_count gauge\n");
+	for (int i = 0; i < n; i++)
+		put(t, "nv_inference_pending_request_count{model=\"%s\",version=\"%ld\"} %d\n",
+		    vs[i]->name, vs[i]->version, atomic_load(&vs[i]->stats.pending));
+}
+
 char *wf_serve_metrics_render(wf_serve_metrics *m, wf_serve_version *const *vs, int nv_n, int ready,
-			      long swaps)
+			      long swaps, long load_failures)
 {
 	text t = {.p = malloc(8192), .cap = 8192};
 	if (!t.p)
@@ -234,10 +308,12 @@ char *wf_serve_metrics_render(wf_serve_metrics *m, wf_serve_version *const *vs, 
 			    vs[i]->version, x);
 		}
 	}
+	put_pending(&t, vs, nv_n);
 	put(&t,
 	    "# HELP weft_serve_queue_depth Requests waiting for a batch thread.\n"
 	    "# TYPE weft_serve_queue_depth gauge\nweft_serve_queue_depth %d\n",
 	    m->queue);
+	put_cpu(m, &t);
 	pthread_mutex_unlock(&m->mu);
 	put(&t, "# HELP weft_serve_model_version Highest version served per model.\n"
 		"# TYPE weft_serve_model_version gauge\n");
@@ -256,9 +332,12 @@ char *wf_serve_metrics_render(wf_serve_metrics *m, wf_serve_version *const *vs, 
 	    "# TYPE weft_serve_model_versions_loaded gauge\nweft_serve_model_versions_loaded %d\n"
 	    "# HELP weft_serve_model_swaps_total Model versions loaded so far.\n"
 	    "# TYPE weft_serve_model_swaps_total counter\nweft_serve_model_swaps_total %ld\n"
+	    "# HELP weft_serve_model_load_failures_total Model version loads that failed.\n"
+	    "# TYPE weft_serve_model_load_failures_total counter\n"
+	    "weft_serve_model_load_failures_total %ld\n"
 	    "# HELP weft_serve_ready 1 when the server accepts inference requests.\n"
 	    "# TYPE weft_serve_ready gauge\nweft_serve_ready %d\n",
-	    nv_n, swaps, ready);
+	    nv_n, swaps, load_failures, ready);
 	if (t.oom) {
 		free(t.p);
 		return NULL;

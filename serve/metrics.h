@@ -1,9 +1,11 @@
 /* metrics.h: Prometheus counters for weft-serve: requests by endpoint and
  * status code, request latency and batch size histograms, queue depth and
- * queue time, the loaded model version and swaps, rendered in the text
- * exposition format, plus Triton's nv_inference_* names for the counters that
- * map (per model version: success/failure, inference and execution counts,
- * cumulative request, queue and compute microseconds). Thread-safe. */
+ * queue time, the loaded model version, swaps and failed loads, rendered in
+ * the text exposition format, plus Triton's nv_inference_* names for the
+ * counters that map (per model version: success/failure, inference and
+ * execution counts, cumulative request, queue and compute microseconds,
+ * pending requests) and its nv_cpu_* gauges (the host's CPU utilization and
+ * memory). Thread-safe. */
 #ifndef WF_SERVE_METRICS_H
 #define WF_SERVE_METRICS_H
 
@@ -37,8 +39,10 @@ void wf_serve_metrics_queue_time(wf_serve_metrics *m, double seconds);
 /* Requests waiting for a batch thread (+1 queued, -1 taken). */
 void wf_serve_metrics_queue(wf_serve_metrics *m, int delta);
 /* The text exposition document (malloc'd): weft's metrics, and Triton's
- * nv_inference_* per model version of vs[n] (the versions being served). */
+ * nv_inference_* per model version of vs[n] (the versions being served).
+ * nv_cpu_utilization is the host's busy share since the previous render
+ * (since boot on the first). */
 char *wf_serve_metrics_render(wf_serve_metrics *m, wf_serve_version *const *vs, int n, int ready,
-			      long swaps);
+			      long swaps, long load_failures);
 
 #endif

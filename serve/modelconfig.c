@@ -342,11 +342,21 @@ static int read_policy(const tnode *p, wf_serve_model_config *c, wf_err *err)
 	return rc;
 }
 
+void wf_serve_labels_string(const wf_serve_model_config *c, char *buf, size_t cap)
+{
+	size_t len = 0;
+	buf[0] = 0;
+	for (int i = 0; i < c->nlabels && len < cap; i++)
+		len += (size_t)snprintf(buf + len, cap - len, "%s%s:%ld", i ? "," : "",
+					c->labels[i].key, c->labels[i].version);
+}
+
 void wf_serve_model_config_init(wf_serve_model_config *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->policy = WF_SERVE_POLICY_LATEST;
 	c->num_versions = 1;
+	c->max_batch = -1;
 	c->batch_delay_us = -1;
 }
 

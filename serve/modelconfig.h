@@ -40,12 +40,20 @@ typedef struct wf_serve_model_config {
 	long specific[WF_SERVE_MAX_SPECIFIC];
 	int nlabels;
 	wf_serve_label labels[WF_SERVE_MAX_LABELS];
-	int max_batch;	     /* 0: the server's --max_batch_size */
+	int max_batch;	     /* samples per request; 0: unbatched (inputs without the batch
+			      * dimension); -1: not given (the server's --max_batch_size) */
 	long batch_delay_us; /* -1: the server's --batch_timeout_micros */
 	int instances;	     /* instance_group count (0: not given) */
 	int threads;	     /* compute threads per forward (0: the server's --threads) */
 	long memory_mb;	     /* parameters weft_memory_mb: budget of a version (0: none) */
 } wf_serve_model_config;
+
+/* The version labels as "key:version,..." into buf (what Triton's model
+ * configuration shows as parameter weft_version_labels, on both APIs). */
+void wf_serve_labels_string(const wf_serve_model_config *c, char *buf, size_t cap);
+#define WF_SERVE_LABELS_CAP (WF_SERVE_MAX_LABELS * (WF_SERVE_MAX_NAME + 24))
+/* A version's file in its folder (the configuration's default_model_filename). */
+#define WF_SERVE_MODEL_FILENAME "model.h5"
 
 /* Defaults of one model config (latest 1, server settings for the rest). */
 void wf_serve_model_config_init(wf_serve_model_config *c);

@@ -204,18 +204,40 @@ void scan_repository(wf_serve_repo *r, int activate_all)
 	free(names);
 }
 
+/* The models of one sync_all pass, taken one at a time by its threads. */
+typedef struct sync_pass {
+	wf_serve_repo *r;
+	atomic_int next;
+	int n;
+} sync_pass;
+
+static void *sync_thread(void *arg)
+{
+	sync_pass *p = arg;
+	for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->n;) {
+		pthread_mutex_lock(&p->r->mu);
+		model_ent *m = p->r->models[i];
+		pthread_mutex_unlock(&p->r->mu);
+		sync_model(p->r, m);
+	}
+	return NULL;
+}
+
+/* Sync every model, up to load_threads of them at once (Triton's
+ * --model-load-thread-count): this thread and load_threads - 1 more. */
 static void sync_all(wf_serve_repo *r)
 {
 	pthread_mutex_lock(&r->load_mu);
 	pthread_mutex_lock(&r->mu);
-	int n = r->nmodels;
+	sync_pass p = {.r = r, .n = r->nmodels};
 	pthread_mutex_unlock(&r->mu);
-	for (int i = 0; i < n; i++) {
-		pthread_mutex_lock(&r->mu);
-		model_ent *m = r->models[i];
-		pthread_mutex_unlock(&r->mu);
-		sync_model(r, m);
-	}
+	pthread_t t[WF_SERVE_MAX_LOAD_THREADS];
+	int extra = WF_MIN(WF_MIN(r->o.load_threads, p.n), WF_SERVE_MAX_LOAD_THREADS) - 1, nt = 0;
+	while (nt < extra && pthread_create(&t[nt], NULL, sync_thread, &p) == 0)
+		nt++;
+	sync_thread(&p);
+	while (nt > 0)
+		pthread_join(t[--nt], NULL);
 	pthread_mutex_unlock(&r->load_mu);
 }
 

@@ -41,6 +41,7 @@ typedef struct wf_serve_stats {
 	atomic_ulong queue_ns, input_ns, infer_ns, output_ns; /* summed over requests */
 	atomic_ulong inferences, executions;		      /* samples, forwards */
 	atomic_ulong last_ms;				      /* ms since the epoch */
+	atomic_int pending;				      /* requests in the batcher's queue */
 	int nbatch;					      /* sizes 1..nbatch-1 */
 	atomic_ulong *batch_count, *batch_ns;		      /* forwards per batch size */
 } wf_serve_stats;
@@ -51,7 +52,9 @@ typedef struct wf_serve_version {
 	wf_model *model;
 	wf_model_meta meta;
 	wf_image_io io;
-	int max_batch;
+	int max_batch;	     /* largest executor batch */
+	int max_request;     /* samples one request may carry (config.pbtxt max_batch_size,
+			      * capped by --max_batch_size); 0: any, run max_batch at a time */
 	size_t memory_bytes; /* weights + every batch thread's executors and buffers */
 	int nslots;	     /* one per batch thread */
 	wf_serve_slot *slots;
@@ -100,7 +103,11 @@ typedef struct wf_serve_repo_opts {
 	double poll_seconds;	 /* version scan period; 0: load once, never poll */
 	long max_image_pixels;	 /* largest request image, width x height (0: default) */
 	long memory_mb;		 /* a version's memory budget (weft_memory_mb); 0: none */
+	int load_threads; /* models loaded at once (Triton's --model-load-thread-count); <= 1:
+			   * one after another */
 } wf_serve_repo_opts;
+
+#define WF_SERVE_MAX_LOAD_THREADS 64 /* the most load_threads used */
 
 typedef struct wf_serve_repo wf_serve_repo;
 
@@ -145,16 +152,22 @@ wf_serve_version_state *wf_serve_repo_index(wf_serve_repo *r, int *n);
 /* The served versions (each acquired; release each, free the array) of
  * model `name`, or of every model when name is NULL. */
 wf_serve_version **wf_serve_repo_acquire_all(wf_serve_repo *r, const char *name, int *n);
+/* The versions of model `name` being served, newest first (up to cap; at
+ * most WF_SERVE_MAX_SERVED are ever listed); returns the count. What both
+ * APIs' model metadata list. */
+#define WF_SERVE_MAX_SERVED 256
+int wf_serve_repo_served(wf_serve_repo *r, const char *name, long *out, int cap);
 /* The model's effective configuration (policy, labels, max batch, ...). */
 int wf_serve_repo_model_config(wf_serve_repo *r, const char *name, wf_serve_model_config *out,
 			       wf_err *err);
 /* 1 when every model to serve has a version available (server readiness). */
 int wf_serve_repo_ready(wf_serve_repo *r);
-/* Versions swapped in so far (for /metrics). */
+/* Versions swapped in so far, and loads that failed (for /metrics). */
 long wf_serve_repo_swaps(wf_serve_repo *r);
 /* Passes of the poller completed so far: what was on disk when pass n
  * began has been seen once this exceeds n. */
 long wf_serve_repo_scans(wf_serve_repo *r);
+long wf_serve_repo_load_failures(wf_serve_repo *r);
 
 /* Triton's model control (EXPLICIT mode only; WF_ENOTSUP otherwise):
  * load (or reload) model `name` from the repository folder and wait until
@@ -171,7 +184,8 @@ int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *c
 				wf_err *err);
 
 /* Load and warm one model file (what the poller does), for tests and tools;
- * o->max_batch and o->threads apply. */
+ * o->max_batch and o->threads apply. Thread-safe: model files are read one at
+ * a time, the warm-ups of several versions run at once. */
 int wf_serve_version_load(wf_serve_version **out, const char *path, long version,
 			  const wf_serve_repo_opts *o, wf_err *err);
 

@@ -54,6 +54,7 @@ struct wf_serve_repo {
 	int nmodels, cap;
 	long swaps;
 	long scans;		/* poller passes completed */
+	long load_failures;
 	long long config_stamp; /* file_stamp of the config file last read */
 };
 

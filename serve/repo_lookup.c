@@ -170,6 +170,19 @@ out:
 	return a;
 }
 
+int wf_serve_repo_served(wf_serve_repo *r, const char *name, long *out, int cap)
+{
+	int n = 0, k = 0;
+	wf_serve_version **vs = wf_serve_repo_acquire_all(r, name, &n);
+	for (int i = 0; i < n; i++) {
+		if (k < cap)
+			out[k++] = vs[i]->version;
+		wf_serve_version_release(vs[i]);
+	}
+	free(vs);
+	return k;
+}
+
 int wf_serve_repo_model_config(wf_serve_repo *r, const char *name, wf_serve_model_config *out,
 			       wf_err *err)
 {
@@ -181,7 +194,7 @@ int wf_serve_repo_model_config(wf_serve_repo *r, const char *name, wf_serve_mode
 	if (!m)
 		return wf_errf(err, WF_EINVAL, "Request for unknown model: '%s' is not found",
 			       name);
-	if (out->max_batch <= 0 || out->max_batch > r->o.max_batch)
+	if (out->max_batch < 0 || out->max_batch > r->o.max_batch)
 		out->max_batch = r->o.max_batch;
 	if (out->batch_delay_us < 0)
 		out->batch_delay_us = r->o.batching ? r->o.batch_delay_us : -1;
@@ -227,4 +240,12 @@ long wf_serve_repo_scans(wf_serve_repo *r)
 	long s = r->scans;
 	pthread_mutex_unlock(&r->mu);
 	return s;
+}
+
+long wf_serve_repo_load_failures(wf_serve_repo *r)
+{
+	pthread_mutex_lock(&r->mu);
+	long n = r->load_failures;
+	pthread_mutex_unlock(&r->mu);
+	return n;
 }

@@ -148,8 +148,8 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 	pthread_mutex_unlock(&r->mu);
 	wf_serve_repo_opts o = r->o;
 	o.name = cfg.name;
-	if (cfg.max_batch > 0)
-		o.max_batch = WF_MIN(cfg.max_batch, r->o.max_batch);
+	if (cfg.max_batch >= 0) /* 0: unbatched, one sample per forward */
+		o.max_batch = WF_MAX(1, WF_MIN(cfg.max_batch, r->o.max_batch));
 	if (cfg.threads > 0)
 		o.threads = cfg.threads;
 	o.memory_mb = cfg.memory_mb;
@@ -164,10 +164,13 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 		x->failed = 1;
 		x->stamp = f->stamp;
 		snprintf(x->error, sizeof(x->error), "%s", err.msg);
+		r->load_failures++;
 	} else {
 		if (cfg.instances > 0 && cfg.instances < v->nslots)
 			v->max_running = cfg.instances; /* its thread budget */
 		v->batch_delay_us = cfg.batch_delay_us;
+		v->max_request = cfg.max_batch >= 0 ? o.max_batch : 0;
+		v->io.unbatched = cfg.max_batch == 0;
 		x->state = VS_AVAILABLE;
 		x->v = v;
 		r->swaps++;

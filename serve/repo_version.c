@@ -89,7 +89,12 @@ int wf_serve_version_load(wf_serve_version **out, const char *path, long version
 		return wf_errf(err, WF_ENOMEM, "out of memory");
 	wf_model_meta_init(&v->meta);
 	snprintf(v->name, sizeof(v->name), "%s", o->name ? o->name : "");
+	/* HDF5 is not thread-safe: one file read at a time; the warm-up below,
+	 * most of a load, runs in parallel when several models load at once */
+	static pthread_mutex_t file_mu = PTHREAD_MUTEX_INITIALIZER;
+	pthread_mutex_lock(&file_mu);
 	int rc = wf_model_load(&v->model, &v->meta, path, err);
+	pthread_mutex_unlock(&file_mu);
 	if (rc)
 		goto fail;
 	/* a model file that was not exported: fold as `weft export` would (the

@@ -246,3 +246,77 @@ void wf_serve_softmax(const float *logits, float *probs, int n, int k)
 			p[j] = (float)(p[j] / sum);
 	}
 }
+
+/* ---- server metadata ------------------------------------------------------ */
+
+int wf_serve_extensions(int shm, const char **out)
+{
+	static const char *const always[] = {"binary_tensor_data", "classification",
+					     "model_repository",   "model_configuration",
+					     "statistics",	   "parameters"};
+	int n = 0;
+	for (size_t i = 0; i < WF_ARRAY_LEN(always); i++)
+		out[n++] = always[i];
+	if (shm)
+		out[n++] = "system_shared_memory";
+	return n;
+}
+
+/* ---- tensor shapes ------------------------------------------------------ */
+
+/* "[a,b,c]" of dims into buf. */
+static const char *shape_str(const int64_t *dims, int ndim, char *buf, size_t cap)
+{
+	size_t len = (size_t)snprintf(buf, cap, "[");
+	for (int i = 0; i < ndim && len < cap; i++)
+		len += (size_t)snprintf(buf + len, cap - len, "%s%lld", i ? "," : "",
+					(long long)dims[i]);
+	if (len < cap)
+		snprintf(buf + len, cap - len, "]");
+	return buf;
+}
+
+int wf_serve_dense_samples(const wf_image_io *io, const int64_t *dims, int ndim, long *n,
+			   wf_err *err)
+{
+	int64_t want[4];
+	int nwant = wf_serve_input_shape(io, want), batched = !io->unbatched;
+	int ok = ndim == nwant;
+	for (int i = batched; ok && i < ndim; i++)
+		ok = dims[i] == want[i];
+	if (ok) {
+		*n = batched ? (long)dims[0] : 1;
+		return 0;
+	}
+	char got[128];
+	return wf_errf(err, WF_EINVAL,
+		       "input '%s' shape must be %s%d,%d,%d] (the model input%s), got %s",
+		       WF_SERVE_INPUT_NAME, batched ? "[N," : "[", io->h, io->w, io->c,
+		       batched ? "" : "; the model is unbatched: max_batch_size 0",
+		       shape_str(dims, ndim, got, sizeof(got)));
+}
+
+int wf_serve_input_shape(const wf_image_io *io, int64_t dims[4])
+{
+	int b = !io->unbatched;
+	dims[0] = -1;
+	dims[b] = io->h;
+	dims[b + 1] = io->w;
+	dims[b + 2] = io->c;
+	return 3 + b;
+}
+
+int wf_serve_output_shape(int unbatched, long n, int width, int64_t dims[2])
+{
+	dims[0] = unbatched ? width : n;
+	dims[1] = width;
+	return unbatched ? 1 : 2;
+}
+
+json_t *wf_serve_dims_json(const int64_t *dims, int nd)
+{
+	json_t *a = json_array();
+	for (int i = 0; i < nd; i++)
+		json_array_append_new(a, json_integer((json_int_t)dims[i]));
+	return a;
+}

@@ -84,6 +84,7 @@ typedef struct wf_serve_kv2_req {
 	wf_serve_input in;
 	char id[256]; /* echoed back when present */
 	int has_id;
+	int unbatched;	 /* the model's: outputs have no batch dimension */
 	long timeout_us; /* request parameters "timeout" (0: none) */
 	int nout;
 	wf_serve_kv2_out out[WF_SERVE_MAX_OUTPUTS];
@@ -104,6 +105,33 @@ int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const cha
 		       long version, const float *logits, const float *probs, int n, int k,
 		       char *const *labels, char **body, size_t *len, size_t *header_len,
 		       wf_err *err);
+
+/* ---- the server's metadata, for every KServe front end ---- */
+
+#define WF_SERVE_NAME		"weft-serve"
+#define WF_SERVE_VERSION	"0.1.0"
+#define WF_SERVE_MAX_EXTENSIONS 8
+/* The KServe / Triton extensions the server has into out[WF_SERVE_MAX_EXTENSIONS]
+ * (system_shared_memory when shm, the shared memory policy, is not none);
+ * returns the count. */
+int wf_serve_extensions(int shm, const char **out);
+
+/* ---- the model's tensor shapes, for every KServe front end ---- */
+
+/* A dense (FP32, UINT8) input of shape dims[ndim] holds *n samples: the
+ * model input [N,H,W,C], or one sample [H,W,C] when the model is unbatched
+ * (io->unbatched: config.pbtxt max_batch_size 0). An error names the shape
+ * wanted and the one given. */
+int wf_serve_dense_samples(const wf_image_io *io, const int64_t *dims, int ndim, long *n,
+			   wf_err *err);
+/* The input's shape as metadata gives it: [-1,H,W,C], or [H,W,C] when
+ * unbatched. Returns the number of dimensions. */
+int wf_serve_input_shape(const wf_image_io *io, int64_t dims[4]);
+/* An output's shape: [n,width], or [width] when unbatched (n: -1 in
+ * metadata). Returns the number of dimensions. */
+int wf_serve_output_shape(int unbatched, long n, int width, int64_t dims[2]);
+/* dims[nd] as a new JSON array (jansson's json_t). */
+struct json_t *wf_serve_dims_json(const int64_t *dims, int nd);
 
 /* Softmax of logits [n,k] into probs [n,k] (probs may alias logits). */
 void wf_serve_softmax(const float *logits, float *probs, int n, int k);

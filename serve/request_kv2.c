@@ -53,7 +53,7 @@ static int collect_strings(const json_t *v, const json_t **out, size_t cap, size
 	return 0;
 }
 
-static int parse_shape(const json_t *shape, long *dims, int *ndim, wf_err *err)
+static int parse_shape(const json_t *shape, int64_t *dims, int *ndim, wf_err *err)
 {
 	if (!json_is_array(shape) || json_array_size(shape) < 1 || json_array_size(shape) > 8)
 		return wf_errf(err, WF_EINVAL, "input \"shape\" must be a list of 1 to 8 integers");
@@ -64,7 +64,7 @@ static int parse_shape(const json_t *shape, long *dims, int *ndim, wf_err *err)
 		    json_integer_value(d) > (1L << 30))
 			return wf_errf(err, WF_EINVAL, "input \"shape\"[%d] is not a valid size",
 				       i);
-		dims[i] = (long)json_integer_value(d);
+		dims[i] = (int64_t)json_integer_value(d);
 	}
 	return 0;
 }
@@ -75,21 +75,21 @@ typedef struct kv2_pre {
 	size_t n;
 } kv2_pre;
 
-/* FP32/UINT8 tensor [N,H,W,C] from JSON data (or its values read ahead in
- * pre) or the binary section. */
-static int kv2_dense_input(const wf_image_io *io, int dt, const long *dims, int ndim,
+/* FP32/UINT8 tensor [N,H,W,C] (unbatched: [H,W,C]) from JSON data (or its
+ * values read ahead in pre) or the binary section. */
+static int kv2_dense_input(const wf_image_io *io, int dt, const int64_t *dims, int ndim,
 			   const json_t *data, const kv2_pre *pre, const uint8_t *bin,
 			   size_t bin_size, int has_bin, wf_serve_input *in, wf_err *err)
 {
-	if (ndim != 4 || dims[1] != io->h || dims[2] != io->w || dims[3] != io->c)
-		return wf_errf(err, WF_EINVAL,
-			       "input shape must be [N,%d,%d,%d] (the model input), got %d dims",
-			       io->h, io->w, io->c, ndim);
+	long n = 0;
+	int rc = wf_serve_dense_samples(io, dims, ndim, &n, err);
+	if (rc)
+		return rc;
 	/* a binary FP32 tensor is read where it is (http.c aligns it) */
 	const float *borrow = has_bin && dt == DT_FP32 && (uintptr_t)bin % _Alignof(float) == 0
 				      ? (const float *)bin
 				      : NULL;
-	int rc = input_alloc(io, in, (size_t)dims[0], borrow, err);
+	rc = input_alloc(io, in, (size_t)n, borrow, err);
 	if (rc)
 		return rc;
 	size_t count = (size_t)in->n * sample_floats(io);
@@ -161,7 +161,7 @@ fail:
 }
 
 /* BYTES tensor [N] or [N,1] of encoded images. */
-static int kv2_bytes_input(const wf_image_io *io, const long *dims, int ndim, const json_t *data,
+static int kv2_bytes_input(const wf_image_io *io, const int64_t *dims, int ndim, const json_t *data,
 			   const uint8_t *bin, size_t bin_size, int has_bin, wf_serve_input *in,
 			   wf_err *err)
 {
@@ -326,6 +326,7 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 		       wf_serve_shm *shm, wf_serve_kv2_req *req, wf_err *err)
 {
 	memset(req, 0, sizeof(*req));
+	req->unbatched = io->unbatched;
 	if (json_len > len)
 		return wf_errf(err, WF_EINVAL,
 			       "Inference-Header-Content-Length %zu exceeds the body (%zu bytes)",
@@ -404,7 +405,7 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 			     dtype ? dtype : "(none)");
 		goto out_root;
 	}
-	long dims[8];
+	int64_t dims[8];
 	int ndim = 0;
 	rc = parse_shape(json_object_get(t, "shape"), dims, &ndim, err);
 	if (rc)
@@ -514,6 +515,13 @@ static int buf_put(bytes_buf *b, const void *src, size_t n)
 	return 0;
 }
 
+/* An output's "shape": [n,width], or [width] for an unbatched model. */
+static json_t *shape_json(int unbatched, int n, int width)
+{
+	int64_t dims[2];
+	return wf_serve_dims_json(dims, wf_serve_output_shape(unbatched, n, width, dims));
+}
+
 int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const char *model,
 		       long version, const float *logits, const float *probs, int n, int k,
 		       char *const *labels, char **body, size_t *len, size_t *header_len,
@@ -564,14 +572,14 @@ int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const cha
 				}
 			}
 			json_object_set_new(t, "datatype", json_string("BYTES"));
-			json_object_set_new(t, "shape", json_pack("[ii]", n, top));
+			json_object_set_new(t, "shape", shape_json(req->unbatched, n, top));
 			if (raw)
 				json_decref(data);
 			else
 				json_object_set_new(t, "data", data);
 		} else {
 			json_object_set_new(t, "datatype", json_string("FP32"));
-			json_object_set_new(t, "shape", json_pack("[ii]", n, k));
+			json_object_set_new(t, "shape", shape_json(req->unbatched, n, k));
 			if (raw) {
 				rc |= buf_put(dst, v, (size_t)n * k * sizeof(float));
 			} else {

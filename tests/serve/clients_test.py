@@ -6,7 +6,6 @@ import base64
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import numpy as np
 import tritonclient.http as tc
 from tritonclient.utils import InferenceServerException
 
-from testlib import check, failures, free_port  # tests/serve/testlib.py
+from testlib import check, failures, free_port, stop  # tests/serve/testlib.py
 
 SERVE = os.environ["WEFT_SERVE"]
 TOOL = os.environ["WEFT_SERVE_TOOL"]
@@ -59,16 +58,6 @@ def start(tmp, args, ready_path="/v2/health/ready"):
         time.sleep(0.1)
     print(open(log.name).read())
     raise RuntimeError("weft-serve %s did not become ready" % " ".join(args))
-
-
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def model(path, seed, zoo="smallcnn"):

@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 
-from testlib import check, failures, free_port  # tests/serve/testlib.py
+from testlib import check, failures, free_port, stop  # tests/serve/testlib.py
 
 SERVE = os.environ["WEFT_SERVE"]
 TOOL = os.environ["WEFT_SERVE_TOOL"]
@@ -87,16 +87,6 @@ def start_server_once(tmp, model, *extra, wait_ready=True):
             tail = f.read()[-2000:]
         raise RuntimeError("weft-serve did not become ready (exit %s):\n%s" % (p.poll(), tail))
     return p, port
-
-
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def zeros_body(n):

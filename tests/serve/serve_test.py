@@ -8,7 +8,6 @@ import http.client
 import json
 import os
 import re
-import shutil
 import signal
 import socket
 import struct
@@ -19,7 +18,7 @@ import threading
 import time
 import zlib
 
-from testlib import check, failures, free_port  # tests/serve/testlib.py
+from testlib import check, finish, free_port  # tests/serve/testlib.py
 
 SERVE = os.environ["WEFT_SERVE"]
 TOOL = os.environ["WEFT_SERVE_TOOL"]
@@ -471,20 +470,8 @@ def main():
         check(p.wait(timeout=30) == 0, "SIGTERM on an idle server exits 0")
         drain(tmp)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-        if failures:
-            print("logs kept in", tmp)
-            for name in sorted(os.listdir(tmp)):
-                if name.endswith(".log"):
-                    print("----", name)
-                    print(open(os.path.join(tmp, name)).read()[-3000:])
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print("%d failures, %d skipped" % (len(failures), len(skipped)))
-    return 1 if failures else 77 if skipped else 0
+        status = finish(procs, tmp, skipped)
+    return status
 
 
 if __name__ == "__main__":

@@ -92,16 +92,17 @@ static void test_tf_errors_name_the_line(void)
 
 static void test_triton_config_pbtxt(void)
 {
-	const char *text = "name: \"densenet\"\n"
-			   "platform: \"onnxruntime_onnx\"\n"
-			   "max_batch_size: 8\n"
-			   "version_policy: { latest: { num_versions: 2 } }\n"
-			   "input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]\n"
-			   "dynamic_batching { preferred_batch_size: [ 4 ]\n"
-			   "  max_queue_delay_microseconds: 500 }\n"
-			   "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
-			   "parameters { key: \"weft_threads\" value { string_value: \"3\" } }\n"
-			   "parameters { key: \"weft_memory_mb\" value { string_value: \"900\" } }\n";
+	const char *text =
+		"name: \"densenet\"\n"
+		"platform: \"onnxruntime_onnx\"\n"
+		"max_batch_size: 8\n"
+		"version_policy: { latest: { num_versions: 2 } }\n"
+		"input [ { name: \"x\" data_type: TYPE_FP32 dims: [ 3, 224, 224 ] } ]\n"
+		"dynamic_batching { preferred_batch_size: [ 4 ]\n"
+		"  max_queue_delay_microseconds: 500 }\n"
+		"instance_group [ { count: 2 kind: KIND_CPU } ]\n"
+		"parameters { key: \"weft_threads\" value { string_value: \"3\" } }\n"
+		"parameters { key: \"weft_memory_mb\" value { string_value: \"900\" } }\n";
 	wf_serve_model_config c;
 	wf_serve_model_config_init(&c);
 	strcpy(c.name, "densenet");
@@ -121,10 +122,25 @@ static void test_triton_config_pbtxt(void)
 	WF_CHECK(strstr(err.msg, "folder name") != NULL);
 }
 
+/* max_batch_size absent is the server's setting (-1); 0 is an unbatched model. */
+static void test_triton_max_batch_zero(void)
+{
+	wf_serve_model_config c;
+	wf_err err = {0};
+	wf_serve_model_config_init(&c);
+	strcpy(c.name, "m");
+	WF_CHECK_INT(wf_serve_parse_triton_config("name: \"m\"\n", 10, &c, &err), 0);
+	WF_CHECK_INT(c.max_batch, -1);
+	const char *zero = "max_batch_size: 0\n";
+	WF_CHECK_INT(wf_serve_parse_triton_config(zero, strlen(zero), &c, &err), 0);
+	WF_CHECK_INT(c.max_batch, 0);
+}
+
 int main(void)
 {
 	WF_RUN(test_tf_model_server_config);
 	WF_RUN(test_tf_errors_name_the_line);
 	WF_RUN(test_triton_config_pbtxt);
+	WF_RUN(test_triton_max_batch_zero);
 	return wf_test_summary();
 }

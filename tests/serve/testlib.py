@@ -1,5 +1,10 @@
-"""What every weft-serve test script shares: the check log and a free port."""
+"""What every weft-serve test script shares: the check log, a free port,
+stopping a server and the end of a script."""
+import os
+import shutil
+import signal
 import socket
+import subprocess
 
 failures = []  # what failed, in order; a script exits 1 when it is not empty
 
@@ -16,3 +21,34 @@ def free_port():
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+def stop(p):
+    """SIGTERM a weft-serve and wait for it (killed after 30 s)."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def finish(procs, tmp, skipped=()):
+    """The end of a test script: kill what still runs, print the logs in tmp
+    (kept) on failure or remove tmp; returns the exit status (77 when some
+    checks in skipped did not run: a skip, never a pass)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    if failures:
+        print("logs kept in", tmp)
+        for name in sorted(os.listdir(tmp)):
+            if name.endswith(".log"):
+                print("----", name)
+                print(open(os.path.join(tmp, name)).read()[-3000:])
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%d failures, %d skipped" % (len(failures), len(skipped)))
+    return 1 if failures else 77 if skipped else 0
