@@ -30,6 +30,7 @@
 #include "ps/server.h"
 #include "trainer/cli.h"
 #include "trainer/netem.h"
+#include "trainer/strategy.h"
 #include "worker/exchange_mpi.h"
 
 #include <errno.h>
@@ -344,6 +345,7 @@ static int allreduce_work(const opts *o, const layout *l, wf_err *err)
 {
 	wf_mpi_world w;
 	wf_mpi_opts mo = {.launched = 1, .stall_timeout = 120};
+	wf_strategy_mpi_defaults(); /* as weft train under mpirun */
 	wf_mpi_configure(&mo);
 	int rc = wf_mpi_world_get(&w, err);
 	if (rc != 0)
@@ -503,6 +505,8 @@ static int start_all(run *r, const opts *o, const config *cf, const layout *l, c
 		char cmd[sizeof(o->exe) + sizeof(argbuf) + 64];
 		snprintf(cmd, sizeof(cmd), "%s bench cluster --rank-of allreduce %s", o->exe,
 			 argbuf);
+		/* Open MPI's own settings, as a user's mpirun has them; the rank
+		 * applies weft's defaults (wf_strategy_mpi_defaults) itself */
 		char *argv[] = {"mpirun",
 				"--allow-run-as-root",
 				"-np",
