@@ -10,8 +10,10 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -29,7 +31,39 @@ typedef struct report {
 	char msg[sizeof(((wf_err *)0)->msg)];
 } report;
 
-static void child_main(int fd, int (*fn)(void *, wf_err *), void *arg, double timeout_s)
+size_t wf_sandbox_mem_for_file(const char *path)
+{
+	struct stat st;
+	if (stat(path, &st) != 0 || st.st_size <= 0)
+		return WF_SANDBOX_MEM_BASE;
+	return WF_SANDBOX_MEM_BASE + WF_SANDBOX_MEM_PER_BYTE * (size_t)st.st_size;
+}
+
+/* The process's address space in bytes (/proc/self/statm: no stdio, no
+ * malloc in a child forked from threads); 0 when unknown. */
+static size_t address_space(void)
+{
+	char buf[64];
+	int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	return (size_t)strtoull(buf, NULL, 10) * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* 1 when fn's failure was an allocation refused under the limit. */
+static int out_of_memory(int code, const char *msg)
+{
+	return code == WF_ENOMEM || strstr(msg, "memory allocation failed") ||
+	       strstr(msg, "out of memory") || strstr(msg, "Cannot allocate memory");
+}
+
+static void child_main(int fd, const char *what, int (*fn)(void *, wf_err *), void *arg,
+		       double timeout_s, size_t mem_bytes)
 {
 	in_child = 1;
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -38,19 +72,32 @@ static void child_main(int fd, int (*fn)(void *, wf_err *), void *arg, double ti
 	for (size_t i = 0; i < WF_ARRAY_LEN(sigs); i++)
 		signal(sigs[i], SIG_DFL);
 	alarm((unsigned)timeout_s + 2); /* should the parent miss the deadline */
+	size_t base = mem_bytes ? address_space() : 0;
+	if (base) {
+		struct rlimit rl = {base + mem_bytes, base + mem_bytes};
+		setrlimit(RLIMIT_AS, &rl);
+	}
 	report r;
 	memset(&r, 0, sizeof(r));
 	wf_err e = {0};
 	r.code = fn(arg, &e);
-	if (r.code)
+	if (r.code && base && out_of_memory(r.code, e.msg)) {
+		r.code = WF_EFORMAT;
+		snprintf(r.msg, sizeof(r.msg),
+			 "%.300s: the parser needed more than %zu MiB of memory: the file is "
+			 "corrupt "
+			 "(or crafted), refused (%.600s)",
+			 what, mem_bytes >> 20, e.msg);
+	} else if (r.code) {
 		snprintf(r.msg, sizeof(r.msg), "%s", e.msg);
+	}
 	ssize_t w = write(fd, &r, sizeof(r));
 	(void)w;
 	_exit(r.code ? 1 : 0); /* no atexit handlers: the parent's libraries stay its own */
 }
 
-int wf_sandbox_check(const char *what, double timeout_s, int (*fn)(void *arg, wf_err *err),
-		     void *arg, wf_err *err)
+int wf_sandbox_check(const char *what, double timeout_s, size_t mem_bytes,
+		     int (*fn)(void *arg, wf_err *err), void *arg, wf_err *err)
 {
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) != 0)
@@ -67,7 +114,7 @@ int wf_sandbox_check(const char *what, double timeout_s, int (*fn)(void *arg, wf
 	}
 	if (pid == 0) {
 		close(p[0]);
-		child_main(p[1], fn, arg, timeout_s);
+		child_main(p[1], what, fn, arg, timeout_s, mem_bytes);
 	}
 	close(p[1]);
 	report r;
