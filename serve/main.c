@@ -11,6 +11,7 @@
 #include "serve/grpc_adapter.h"
 #include "serve/grpc_services.h"
 #include "serve/http.h"
+#include "serve/json_budget.h"
 #include "serve/metrics.h"
 #include "serve/repo.h"
 
@@ -329,8 +330,9 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		{"client_body_timeout_seconds", WF_FLAG_DOUBLE, &o->body_timeout, "S",
 		 "a body must arrive within S of its header (default 60)"},
 		{"max_body_bytes_in_flight", WF_FLAG_INT, &o->body_budget, "N",
-		 "request bodies held at once; over it 503 with Retry-After (default 4 x "
-		 "max_request_bytes)"},
+		 "request bodies held at once, with the JSON trees parsed from them; over it "
+		 "503 with Retry-After (a tree: 413 when it alone is over, else 429) "
+		 "(default 4 x max_request_bytes)"},
 		{"max_queue_size", WF_FLAG_INT, &o->max_queue, "N",
 		 "inference requests waiting for a handler thread (and as many for a forward "
 		 "thread); more get 429 with Retry-After at once (default 128; 0 = no bound)"},
@@ -386,6 +388,7 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 
 int main(int argc, char **argv)
 {
+	wf_json_budget_install(); /* before any thread parses JSON */
 	serve_opts f = {
 		.port = UNSET,
 		.bind_address = "0.0.0.0",
