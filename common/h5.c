@@ -363,6 +363,9 @@ done:
  * strings live in the attribute itself and are read directly. */
 
 #define STR_CHECK_SECONDS 10.0
+/* Memory a string read may take: libhdf5 needs about twice the strings,
+ * which are stored in the file. */
+#define STR_MEM_BASE ((size_t)64 << 20) /* bytes, plus 4 x the file's size */
 
 typedef struct str_probe {
 	hid_t obj;
@@ -418,22 +421,28 @@ static int checked_read(hid_t obj, const char *name, int list, char ***out, int 
 	*n = 0;
 	if (!has_vlen(obj, name, list))
 		return read_all(obj, name, list, out, n, path, err);
+	size_t mem = STR_MEM_BASE + WF_SANDBOX_MEM_PER_BYTE * file_bytes(obj);
 	if (wf_sandbox_active()) {
 		/* already in a checking child (a whole-file check): no second fork,
-		 * only this read's own deadline (SIGALRM ends the child) */
+		 * only this read's own deadline (SIGALRM ends the child) and memory */
 		unsigned left = alarm((unsigned)STR_CHECK_SECONDS);
+		size_t prev = wf_sandbox_narrow(mem);
 		int rc = read_all(obj, name, list, out, n, path, err);
+		wf_sandbox_widen(prev);
 		alarm(left);
+		if (rc && prev && wf_sandbox_out_of_memory(rc, err->msg))
+			rc = wf_errf(
+				err, WF_EFORMAT,
+				"%s: attribute %s: reading its strings needed more than %zu MiB: "
+				"the file is corrupt (or crafted), refused",
+				path, name, mem >> 20);
 		return rc;
 	}
 	{
 		str_probe p = {obj, name, path, list};
 		char what[600];
 		snprintf(what, sizeof(what), "%s: attribute %s", path, name);
-		int rc = wf_sandbox_check(what, STR_CHECK_SECONDS,
-					  WF_SANDBOX_MEM_BASE +
-						  WF_SANDBOX_MEM_PER_BYTE * file_bytes(obj),
-					  probe_fn, &p, err);
+		int rc = wf_sandbox_check(what, STR_CHECK_SECONDS, mem, probe_fn, &p, err);
 		if (rc)
 			return rc;
 	}

@@ -55,8 +55,28 @@ static size_t address_space(void)
 	return (size_t)strtoull(buf, NULL, 10) * (size_t)sysconf(_SC_PAGESIZE);
 }
 
-/* 1 when fn's failure was an allocation refused under the limit. */
-static int out_of_memory(int code, const char *msg)
+size_t wf_sandbox_narrow(size_t mem_bytes)
+{
+	struct rlimit rl;
+	size_t now = in_child ? address_space() : 0;
+	if (!now || getrlimit(RLIMIT_AS, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY ||
+	    now + mem_bytes >= rl.rlim_cur)
+		return 0;
+	size_t prev = rl.rlim_cur;
+	rl.rlim_cur = now + mem_bytes;
+	return setrlimit(RLIMIT_AS, &rl) == 0 ? prev : 0;
+}
+
+void wf_sandbox_widen(size_t prev)
+{
+	struct rlimit rl;
+	if (prev && getrlimit(RLIMIT_AS, &rl) == 0) {
+		rl.rlim_cur = prev;
+		setrlimit(RLIMIT_AS, &rl);
+	}
+}
+
+int wf_sandbox_out_of_memory(int code, const char *msg)
 {
 	return code == WF_ENOMEM || strstr(msg, "memory allocation failed") ||
 	       strstr(msg, "out of memory") || strstr(msg, "Cannot allocate memory");
@@ -81,7 +101,7 @@ static void child_main(int fd, const char *what, int (*fn)(void *, wf_err *), vo
 	memset(&r, 0, sizeof(r));
 	wf_err e = {0};
 	r.code = fn(arg, &e);
-	if (r.code && base && out_of_memory(r.code, e.msg)) {
+	if (r.code && base && wf_sandbox_out_of_memory(r.code, e.msg)) {
 		r.code = WF_EFORMAT;
 		snprintf(r.msg, sizeof(r.msg),
 			 "%.300s: the parser needed more than %zu MiB of memory: the file is "

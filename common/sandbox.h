@@ -31,5 +31,13 @@ int wf_sandbox_check(const char *what, double timeout_s, size_t mem_bytes,
 		     int (*fn)(void *arg, wf_err *err), void *arg, wf_err *err);
 /* 1 inside a wf_sandbox_check child. */
 int wf_sandbox_active(void);
+/* Inside a check: lower the address-space limit to what the child uses now
+ * plus mem_bytes (never above the check's own), for one part of the parse
+ * with a tighter bound; returns what wf_sandbox_widen restores. Outside a
+ * check, or without a limit: does nothing and returns 0. */
+size_t wf_sandbox_narrow(size_t mem_bytes);
+void wf_sandbox_widen(size_t prev);
+/* 1 when a failure (code, message) is an allocation that a limit refused. */
+int wf_sandbox_out_of_memory(int code, const char *msg);
 
 #endif
