@@ -1,7 +1,8 @@
 # test_corrupt_files.sh: files with corrupt variable-length strings (2 bytes
 # of the classes attribute's global-heap references, which crash or hang
-# libhdf5 1.10 when it follows them, or a string length of 4 GiB, which makes
-# it allocate that much) are refused with a message, never a signal, a hang
+# libhdf5 1.10 when it follows them, or a string length of 100 MB or 4 GiB,
+# which makes it allocate that much, or a .keras entry claiming 2 GiB) are
+# refused with a message, never a signal, a hang
 # or more memory than the check's limit (common/sandbox.h: 512 MiB beyond
 # the process, plus 4 x the file's size; string reads 64 MiB plus 4 x the
 # file's size): weft inspect and weft train on them, and weft-serve, which
@@ -10,7 +11,7 @@
 : "${WEFT_SERVE:?set by ctest}"
 R=$WEFT_SRC/tests/fuzz/regress
 PEAK_MAX_KIB=$(((512 + 128) * 1024)) # the check's limit and weft's own size, with room
-for f in $R/fuzz_model_file/*.h5; do
+for f in $R/fuzz_model_file/*.h5 $R/fuzz_model_file/*.keras; do
 	timeout 60 python3 "$WEFT_SRC/tests/peak_rss.py" peak.txt "$WEFT" inspect --model "$f" \
 		>/dev/null 2>err.txt || true
 	read rc kib <peak.txt
