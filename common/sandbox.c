@@ -2,6 +2,7 @@
  * SIGKILL on timeout, the child's fate turned into a wf_err. */
 #include "common/sandbox.h"
 
+#include "common/cancel.h"
 #include "common/util.h"
 
 #include <errno.h>
@@ -17,6 +18,8 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#define CANCEL_POLL_MS 50 /* how often the wait looks at wf_cancel_requested */
 
 static int in_child;
 
@@ -140,15 +143,17 @@ int wf_sandbox_check(const char *what, double timeout_s, size_t mem_bytes,
 	report r;
 	size_t got = 0;
 	double deadline = wf_now() + timeout_s;
-	int timed_out = 0;
+	int timed_out = 0, stopped = 0;
 	while (got < sizeof(r)) {
 		int left = (int)((deadline - wf_now()) * 1000);
 		if (left <= 0) {
 			timed_out = 1;
 			break;
 		}
+		if ((stopped = wf_cancel_requested()) != 0)
+			break;
 		struct pollfd pf = {.fd = p[0], .events = POLLIN};
-		int n = poll(&pf, 1, left);
+		int n = poll(&pf, 1, left < CANCEL_POLL_MS ? left : CANCEL_POLL_MS);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0)
@@ -161,11 +166,13 @@ int wf_sandbox_check(const char *what, double timeout_s, size_t mem_bytes,
 		got += (size_t)k;
 	}
 	close(p[0]);
-	if (timed_out)
+	if (timed_out || stopped)
 		kill(pid, SIGKILL);
 	int st = 0;
 	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 		;
+	if (stopped)
+		return wf_cancel_check(what, err);
 	if (timed_out)
 		return wf_errf(err, WF_EFORMAT,
 			       "%s: the parser did not finish within %.0f s: the file is corrupt "

@@ -10,6 +10,7 @@
 #include "common/atomicfile.h"
 #include "common/crc32c.h"
 #include "common/h5.h"
+#include "common/cancel.h"
 #include "common/sandbox.h"
 #include "common/util.h"
 
@@ -394,7 +395,8 @@ static int load_open(hid_t f, wf_model **out, wf_model_meta *meta, const char *p
 		}
 	}
 	for (int i = 0; i < m->nviews; i++)
-		if ((rc = read_view(f, m, &m->views[i], path, err)))
+		if ((rc = wf_cancel_check(path, err)) ||
+		    (rc = read_view(f, m, &m->views[i], path, err)))
 			goto fail;
 	if (meta && (rc = read_meta(f, meta, &pre, path, err)))
 		goto fail;

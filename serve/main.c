@@ -2,6 +2,7 @@
  * starts the model repository, the batch threads and the HTTP front end,
  * then waits for SIGTERM/SIGINT: readiness fails first, in-flight requests
  * drain, and the process exits 0. */
+#include "common/cancel.h"
 #include "common/cpus.h"
 #include "common/error.h"
 #include "common/flags.h"
@@ -99,9 +100,9 @@ static const wf_command_help serve_help = {
 
 static const char serve_epilog[] =
 	"\n"
-	"On SIGTERM/SIGINT readiness fails, the port stops accepting, every request\n"
-	"already received or arriving (from its request line on) is answered (with\n"
-	"\"Connection: close\"), then the process\n"
+	"On SIGTERM/SIGINT readiness fails, a model load in progress stops, the port\n"
+	"stops accepting, every request already received or arriving (from its\n"
+	"request line on) is answered (with \"Connection: close\"), then the process\n"
 	"exits, at the latest after --drain_timeout_seconds.\n"
 	"TF Serving's --rest_api_timeout_in_ms sets the request timeout; accepted and\n"
 	"ignored: --enable_model_warmup (always on), --rest_api_num_threads,\n"
@@ -589,6 +590,7 @@ int main(int argc, char **argv)
 
 	int sig = 0;
 	sigwait(&stop_set, &sig);
+	wf_cancel_request(); /* a model load in progress stops (common/cancel.h) */
 	wf_info("weft-serve: %s: readiness off, no new connections, answering %d received "
 		"requests (%d gRPC calls)",
 		sig == SIGTERM ? "SIGTERM" : "SIGINT", wf_serve_http_inflight(http),
