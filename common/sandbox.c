@@ -10,8 +10,8 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
-#include <string.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -108,8 +108,7 @@ static void child_main(int fd, const char *what, int (*fn)(void *, wf_err *), vo
 		r.code = WF_EFORMAT;
 		snprintf(r.msg, sizeof(r.msg),
 			 "%.300s: the parser needed more than %zu MiB of memory: the file is "
-			 "corrupt "
-			 "(or crafted), refused (%.600s)",
+			 "corrupt (or crafted), refused (%.600s)",
 			 what, mem_bytes >> 20, e.msg);
 	} else if (r.code) {
 		snprintf(r.msg, sizeof(r.msg), "%s", e.msg);

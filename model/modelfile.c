@@ -8,9 +8,9 @@
 #include "model/model_priv.h"
 
 #include "common/atomicfile.h"
+#include "common/cancel.h"
 #include "common/crc32c.h"
 #include "common/h5.h"
-#include "common/cancel.h"
 #include "common/sandbox.h"
 #include "common/util.h"
 

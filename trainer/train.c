@@ -535,10 +535,10 @@ static void warn_bn_statistics(run *r, long done, const wf_progress_stats *s,
 
 /* What to try when a run diverges, after "... at step N". */
 #define DIVERGED_HINT                                                                              \
-	"training diverged; checkpoints written while it diverged are marked DIVERGED and never "  \
-	"loaded. Try a lower "                                                                     \
-	"optimizer.lr (say a tenth), a longer optimizer.schedule.warmup_steps, or gradient "       \
-	"clipping (optimizer.global_clipnorm: 1.0)"
+	"training diverged; checkpoints written while it diverged are marked DIVERGED and "        \
+	"never loaded. Try a lower optimizer.lr (say a tenth), a longer "                          \
+	"optimizer.schedule.warmup_steps, or gradient clipping (optimizer.global_clipnorm: "       \
+	"1.0)"
 
 /* A non-finite loss, or one far above the first step's, stops the run
  * before its update is applied (DIVERGED_HINT). */
