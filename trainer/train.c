@@ -1,8 +1,9 @@
 #include "trainer/train.h"
 #include "trainer/train_priv.h"
 
-#include "common/events.h"
+#include "common/cancel.h"
 #include "common/ckptdir.h"
+#include "common/events.h"
 #include "common/log.h"
 #include "common/progress.h"
 #include "common/tfevents.h"
@@ -33,11 +34,14 @@
 #define PREP_STD  0.25f
 
 static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t starting; /* loading data, model and checkpoint */
 
 static void on_signal(int sig)
 {
 	(void)sig;
 	stop_requested = 1;
+	if (starting) /* nothing to save yet: stop the loads (common/cancel.h) */
+		wf_cancel_request();
 }
 
 static void run_free(run *r)
@@ -802,6 +806,7 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 	sigaction(SIGINT, &sa, &old_int);
 	sigaction(SIGTERM, &sa, &old_term);
 
+	starting = 1;
 	int rc = wf_strategy_check(cfg, err);
 	if (rc == 0)
 		rc = open_data(&r, err);
@@ -813,6 +818,9 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 		rc = open_reader(&r, err);
 	if (rc == 0 && r.x->is_chief)
 		rc = open_logs(&r, r.start > 0, err);
+	starting = 0;
+	if (rc == 0 && stop_requested) /* a signal while starting: no step to save */
+		rc = wf_errf(err, WF_ESTOPPED, "stopped before the first step");
 	if (rc != 0)
 		goto done;
 
