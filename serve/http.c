@@ -162,9 +162,9 @@ void parse_budget_begin(wf_serve_http *h, req_ctx *q, parse_budget *pb)
 	pb->h = h;
 	pb->q = q;
 	pb->alone = 0;
-	wf_json_budget_begin(&pb->b);
 	pb->b.grow = parse_grow;
 	pb->b.arg = pb;
+	wf_json_budget_begin(&pb->b);
 }
 
 int parse_budget_end(parse_budget *pb)
