@@ -90,8 +90,10 @@ int wf_ckptdir_has_done(const char *step_dir)
 int wf_ckptdir_undone(const char *step_dir, wf_err *err)
 {
 	char p[CKPT_FILE_MAX];
-	/* a step written again was never exported */
+	/* a step written again was never exported, and is not the diverged one */
 	snprintf(p, sizeof(p), "%s/" WF_CKPTDIR_EXPORTED, step_dir);
+	unlink(p);
+	snprintf(p, sizeof(p), "%s/" WF_CKPTDIR_DIVERGED, step_dir);
 	unlink(p);
 	snprintf(p, sizeof(p), "%s/DONE", step_dir);
 	if (unlink(p) != 0) {
@@ -104,12 +106,24 @@ int wf_ckptdir_undone(const char *step_dir, wf_err *err)
 	return 0;
 }
 
+int wf_ckptdir_mark_diverged(const char *step_dir, const char *why, wf_err *err)
+{
+	char p[CKPT_FILE_MAX], line[1024];
+	int rc = wf_ckptdir_undone(step_dir, err);
+	if (rc)
+		return rc;
+	int n = snprintf(line, sizeof(line), "%s\n", why);
+	snprintf(p, sizeof(p), "%s/" WF_CKPTDIR_DIVERGED, step_dir);
+	return wf_atomic_write(p, line, n < (int)sizeof(line) ? (size_t)n : sizeof(line) - 1, err);
+}
+
 /* A file of the step that DONE covers: not DONE itself, not the export
- * record (written after DONE), not a temporary, not hidden. */
+ * record (written after DONE), not a mark, not a temporary, not hidden. */
 static int listed_name(const char *name)
 {
 	return name[0] != '.' && strcmp(name, "DONE") != 0 &&
-	       strcmp(name, WF_CKPTDIR_EXPORTED) != 0 && !strstr(name, ".tmp");
+	       strcmp(name, WF_CKPTDIR_EXPORTED) != 0 && strcmp(name, WF_CKPTDIR_DIVERGED) != 0 &&
+	       !strstr(name, ".tmp");
 }
 
 int wf_ckptdir_seal(const char *step_dir, long step, wf_err *err)
@@ -169,8 +183,21 @@ int wf_ckptdir_verify(const char *step_dir, const char *need, wf_err *err)
 	size_t len = 0;
 	json_t *root = NULL;
 	int rc = 0;
-	snprintf(p, sizeof(p), "%s/DONE", step_dir);
 	struct stat st;
+	snprintf(p, sizeof(p), "%s/" WF_CKPTDIR_DIVERGED, step_dir);
+	if (stat(p, &st) == 0) {
+		char why[512] = "";
+		FILE *f = fopen(p, "r");
+		if (f) {
+			if (!fgets(why, sizeof(why), f))
+				why[0] = '\0';
+			fclose(f);
+		}
+		why[strcspn(why, "\n")] = '\0';
+		return wf_errf(err, WF_EFORMAT, "%s: written while the run diverged (%s)", step_dir,
+			       why[0] ? why : WF_CKPTDIR_DIVERGED);
+	}
+	snprintf(p, sizeof(p), "%s/DONE", step_dir);
 	if (stat(p, &st) != 0)
 		return wf_errf(err, WF_EFORMAT, "%s: incomplete (no DONE)", step_dir);
 	if (st.st_size > DONE_MAX)
@@ -316,13 +343,29 @@ static int remove_tree(const char *path)
 	return rc;
 }
 
-int wf_ckptdir_prune(const char *dir, int keep, wf_err *err)
+int wf_ckptdir_prune(const char *dir, int keep, long healthy, wf_err *err)
 {
 	long *steps;
 	int count;
 	int rc = wf_ckptdir_list(dir, &steps, &count, err);
 	if (rc != 0)
 		return rc;
+	/* the newest complete step below healthy, and its rank among the
+	 * complete steps from the newest (0: the newest) */
+	long confirmed = -1;
+	int rank = 0;
+	for (int i = count - 1; i >= 0 && confirmed < 0; i--) {
+		char p[CKPT_PATH_MAX];
+		wf_ckptdir_step_path(p, sizeof(p), dir, steps[i]);
+		if (!wf_ckptdir_has_done(p))
+			continue;
+		if (steps[i] < healthy)
+			confirmed = steps[i];
+		else
+			rank++;
+	}
+	if (keep < 2 || rank < keep)
+		confirmed = -1; /* kept anyway, or no room beside the newest */
 	int complete = 0;
 	long newest = -1;
 	for (int i = count - 1; i >= 0; i--) {
@@ -331,7 +374,9 @@ int wf_ckptdir_prune(const char *dir, int keep, wf_err *err)
 		int done = wf_ckptdir_has_done(p);
 		if (done && newest < 0)
 			newest = steps[i];
-		int drop = done ? ++complete > keep : (newest >= 0 && steps[i] < newest);
+		/* with a confirmed step to keep, the newest keep - 1 and it */
+		int drop = done ? steps[i] != confirmed && ++complete > keep - (confirmed >= 0)
+				: (newest >= 0 && steps[i] < newest);
 		if (drop && remove_tree(p) != 0)
 			wf_warn("%s: could not delete old checkpoint: %s", p, strerror(errno));
 	}

@@ -7,6 +7,9 @@
  *                               step with its size and CRC32C
  *   <dir>/step-<N>/EXPORTED     the final step only, after DONE: the record of
  *                               its export (trainer/export.c); not in DONE
+ *   <dir>/step-<N>/DIVERGED     instead of DONE: the step was written while
+ *                               the run was diverging (why, one line); the
+ *                               files stay for inspection, never loaded
  *
  * A step is complete when it has DONE; it is trusted when every file DONE
  * lists has that size and checksum. Readers take the newest step that is
@@ -20,6 +23,7 @@
 #include <stddef.h>
 
 #define WF_CKPTDIR_EXPORTED "EXPORTED"
+#define WF_CKPTDIR_DIVERGED "DIVERGED"
 
 /* "<dir>/step-<step>" into out. */
 void wf_ckptdir_step_path(char *out, size_t n, const char *dir, long step);
@@ -28,9 +32,12 @@ void wf_ckptdir_step_path(char *out, size_t n, const char *dir, long step);
 int wf_ckptdir_list(const char *dir, long **steps, int *n, wf_err *err);
 /* 1 when step_dir has a DONE file. */
 int wf_ckptdir_has_done(const char *step_dir);
-/* Remove step_dir/DONE and its export record (before rewriting a step); 0
- * when there was no DONE. */
+/* Remove step_dir/DONE, its export record and a DIVERGED mark (before
+ * rewriting a step); 0 when there was no DONE. */
 int wf_ckptdir_undone(const char *step_dir, wf_err *err);
+/* Take DONE away from step_dir and leave DIVERGED saying why: readers skip
+ * the step with that reason from then on. */
+int wf_ckptdir_mark_diverged(const char *step_dir, const char *why, wf_err *err);
 /* Checksum every regular file of step_dir (not DONE, not temporaries) and
  * write DONE atomically; the step is complete from then on. */
 int wf_ckptdir_seal(const char *step_dir, long step, wf_err *err);
@@ -56,7 +63,10 @@ int wf_ckptdir_newest_checked(const char *dir, long want_step, const char *need,
 			      wf_ckptdir_check_fn check, void *arg, long *step, char *path,
 			      size_t n, wf_err *err);
 /* Delete all but the newest keep complete steps, and incomplete ones older
- * than the newest complete one. */
-int wf_ckptdir_prune(const char *dir, int keep, wf_err *err);
+ * than the newest complete one. With keep >= 2, the newest complete step
+ * below healthy (one whose weights a later healthy loss confirmed; 0: none)
+ * is one of the keep, so that a divergence found later still has a
+ * checkpoint to go back to: the newest keep - 1 and it. */
+int wf_ckptdir_prune(const char *dir, int keep, long healthy, wf_err *err);
 
 #endif

@@ -264,6 +264,17 @@ void wf_h5_strs_free(char **s, int n)
 	free(s);
 }
 
+/* The size of the file that holds obj, in bytes (0 when unknown). */
+static size_t file_bytes(hid_t obj)
+{
+	hid_t f = H5Iget_file_id(obj);
+	hsize_t size = 0;
+	if (f < 0 || H5Fget_filesize(f, &size) < 0)
+		size = 0;
+	wf_h5_close(&f);
+	return (size_t)size;
+}
+
 /* Append the strings of attribute name on obj to *list (*n entries, grown). */
 static int append_strs(hid_t obj, const char *name, char ***list, int *n, const char *path,
 		       wf_err *err)
@@ -287,8 +298,12 @@ static int append_strs(hid_t obj, const char *name, char ***list, int *n, const 
 	}
 	int vlen = H5Tis_variable_str(ft) > 0;
 	size_t each = vlen ? sizeof(char *) : H5Tget_size(ft) + 1; /* fixed: room for a NUL */
-	if (cnt < 0 || cnt > STRS_MAX - *n || each < 2 || (size_t)cnt > STR_BYTES_MAX / each) {
-		rc = wf_errf(err, WF_EFORMAT, "%s: attribute %s: bad size", path, name);
+	size_t limit = file_bytes(obj); /* the strings are stored in the file */
+	if (cnt < 0 || cnt > STRS_MAX - *n || each < 2 || (size_t)cnt > STR_BYTES_MAX / each ||
+	    (!vlen && limit && (size_t)cnt * (each - 1) > limit)) {
+		rc = wf_errf(err, WF_EFORMAT,
+			     "%s: attribute %s: bad size (%lld strings of %zu bytes)", path, name,
+			     (long long)cnt, vlen ? (size_t)0 : each - 1);
 		goto done;
 	}
 	mt = H5Tcopy(H5T_C_S1);
@@ -309,8 +324,19 @@ static int append_strs(hid_t obj, const char *name, char ***list, int *n, const 
 		rc = WF_H5_FAIL(err, WF_EFORMAT, "%s: attribute %s: cannot be read", path, name);
 		goto done;
 	}
+	size_t total = 0;
 	for (hssize_t i = 0; i < cnt && !rc; i++) {
 		const char *s = vlen ? ((char **)buf)[i] : (char *)buf + (size_t)i * each;
+		total += s ? strlen(s) : 0;
+		if (limit && total > limit) {
+			/* every string is stored in the file: a longer one is a corrupt length */
+			rc = wf_errf(
+				err, WF_EFORMAT,
+				"%s: attribute %s: %zu bytes of strings in a file of %zu bytes: "
+				"corrupt",
+				path, name, total, limit);
+			break;
+		}
 		char *copy = strdup(s ? s : "");
 		if (copy)
 			(*list)[(*n)++] = copy;
@@ -337,6 +363,9 @@ done:
  * strings live in the attribute itself and are read directly. */
 
 #define STR_CHECK_SECONDS 10.0
+/* Memory a string read may take: libhdf5 needs about twice the strings,
+ * which are stored in the file. */
+#define STR_MEM_BASE ((size_t)64 << 20) /* bytes, plus 4 x the file's size */
 
 typedef struct str_probe {
 	hid_t obj;
@@ -392,19 +421,28 @@ static int checked_read(hid_t obj, const char *name, int list, char ***out, int 
 	*n = 0;
 	if (!has_vlen(obj, name, list))
 		return read_all(obj, name, list, out, n, path, err);
+	size_t mem = STR_MEM_BASE + WF_SANDBOX_MEM_PER_BYTE * file_bytes(obj);
 	if (wf_sandbox_active()) {
 		/* already in a checking child (a whole-file check): no second fork,
-		 * only this read's own deadline (SIGALRM ends the child) */
+		 * only this read's own deadline (SIGALRM ends the child) and memory */
 		unsigned left = alarm((unsigned)STR_CHECK_SECONDS);
+		size_t prev = wf_sandbox_narrow(mem);
 		int rc = read_all(obj, name, list, out, n, path, err);
+		wf_sandbox_widen(prev);
 		alarm(left);
+		if (rc && prev && wf_sandbox_out_of_memory(rc, err->msg))
+			rc = wf_errf(
+				err, WF_EFORMAT,
+				"%s: attribute %s: reading its strings needed more than %zu MiB: "
+				"the file is corrupt (or crafted), refused",
+				path, name, mem >> 20);
 		return rc;
 	}
 	{
 		str_probe p = {obj, name, path, list};
 		char what[600];
 		snprintf(what, sizeof(what), "%s: attribute %s", path, name);
-		int rc = wf_sandbox_check(what, STR_CHECK_SECONDS, probe_fn, &p, err);
+		int rc = wf_sandbox_check(what, STR_CHECK_SECONDS, mem, probe_fn, &p, err);
 		if (rc)
 			return rc;
 	}

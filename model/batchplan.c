@@ -1,5 +1,6 @@
 #include "model/batchplan.h"
 
+#include "common/cancel.h"
 #include "common/util.h"
 
 #include <stdio.h>
@@ -82,7 +83,8 @@ int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max
 	}
 	p->bytes = (2 * (size_t)max_batch * (p->per + p->classes)) * sizeof(float);
 	for (int b = 0; b < p->nsizes; b++) {
-		if ((rc = wf_exec_create(&p->ex[b], m, be, p->size[b], 0, err)) != 0)
+		if ((rc = wf_cancel_check("batch plan", err)) != 0 ||
+		    (rc = wf_exec_create(&p->ex[b], m, be, p->size[b], 0, err)) != 0)
 			goto fail;
 		/* the plan composes a batch from its smaller executors itself:
 		 * only the largest tries tiles (each trial costs forwards at load) */

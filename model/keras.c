@@ -385,6 +385,8 @@ static int walk_layers(kimp *k, json_t *layers, int seq, const char *feed, const
 	}
 	const char *own_input = NULL; /* the weft layer a nested model's input stands for */
 	for (int i = 0; i < n && !rc; i++) {
+		if ((rc = wf_cancel_check(k->path, k->err)))
+			return rc;
 		json_t *jl = json_array_get(layers, (size_t)i);
 		json_t *cfg = json_object_get(jl, "config");
 		const char *cls = json_string_value(json_object_get(jl, "class_name"));

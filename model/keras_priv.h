@@ -8,6 +8,7 @@
 #include "model/keras.h"
 #include "model/zoo_build.h"
 
+#include "common/cancel.h"
 #include "common/h5.h"
 #include "common/strmap.h"
 

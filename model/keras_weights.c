@@ -60,6 +60,8 @@ int wf_keras_load_weights(kimp *k, wf_model *m)
 	hid_t lg = -1;
 	const wload *prev = NULL;
 	for (int i = 0; i < k->nloads && !rc; i++) {
+		if ((rc = wf_cancel_check(k->path, k->err)))
+			break;
 		const wload *l = &k->loads[i];
 		int same = prev && strcmp(prev->layer, l->layer) == 0 &&
 			   strcmp(prev->scope, l->scope) == 0;

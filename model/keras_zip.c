@@ -12,9 +12,10 @@
 
 /* Bounds: a .keras archive is read through its central directory only; no
  * name from it is ever used as a path. */
-#define ZIP_MAX_CONFIG	(64u << 20)   /* config.json */
-#define ZIP_MAX_WEIGHTS (4000u << 20) /* model.weights.h5, inflated in memory */
-#define ZIP_MAX_ENTRIES 65536
+#define ZIP_MAX_CONFIG	      (64u << 20)   /* config.json */
+#define ZIP_MAX_WEIGHTS	      (4000u << 20) /* model.weights.h5, inflated in memory */
+#define ZIP_MAX_ENTRIES	      65536
+#define ZIP_DEFLATE_RATIO_MAX 1032 /* deflate's largest expansion */
 
 static uint32_t le32(const unsigned char *p)
 {
@@ -98,6 +99,13 @@ static int zip_entry(FILE *f, long fsize, const char *path, const char *want, si
 		if (usize > max)
 			return wf_errf(err, WF_EFORMAT, "%s: %s: %u bytes (at most %zu)", path,
 				       want, usize, max);
+		/* before the allocation: stored data is its own size, and deflate
+		 * cannot expand more than 1032 times */
+		if ((method == 0 && usize != csize) ||
+		    (uint64_t)usize > (uint64_t)csize * ZIP_DEFLATE_RATIO_MAX + 1024)
+			return wf_errf(err, WF_EFORMAT,
+				       "%s: %s: %u bytes claimed from %u compressed: corrupt", path,
+				       want, usize, csize);
 		if (method != 0 && method != 8)
 			return wf_errf(err, WF_ENOTSUP,
 				       "%s: %s: zip compression method %u (stored or deflated "
@@ -118,11 +126,7 @@ static int zip_entry(FILE *f, long fsize, const char *path, const char *want, si
 		} else if (zread_at(f, data, cbuf, csize)) {
 			rc = wf_errf(err, WF_EIO, "%s: %s: cannot be read", path, want);
 		} else if (method == 0) {
-			if (csize != usize)
-				rc = wf_errf(err, WF_EFORMAT, "%s: %s: stored sizes differ", path,
-					     want);
-			else
-				memcpy(ubuf, cbuf, csize);
+			memcpy(ubuf, cbuf, csize); /* usize == csize, checked above */
 		} else {
 			z_stream z;
 			memset(&z, 0, sizeof(z));

@@ -8,6 +8,7 @@
 #include "model/model_priv.h"
 
 #include "common/atomicfile.h"
+#include "common/cancel.h"
 #include "common/crc32c.h"
 #include "common/h5.h"
 #include "common/sandbox.h"
@@ -371,6 +372,16 @@ static int load_open(hid_t f, wf_model **out, wf_model_meta *meta, const char *p
 		wf_err_wrap(err, "%s: attribute graph", path);
 		return err ? err->code : rc;
 	}
+	hsize_t fsize = 0;
+	if (H5Fget_filesize(f, &fsize) >= 0 &&
+	    (m->nparams + m->nstate) * sizeof(float) > (size_t)fsize) {
+		/* every weight is a float32 dataset of this file */
+		rc = wf_errf(err, WF_EFORMAT,
+			     "%s: attribute graph: %zu weights cannot fit in a file of %llu bytes: "
+			     "the file is corrupt",
+			     path, m->nparams + m->nstate, (unsigned long long)fsize);
+		goto fail;
+	}
 	if (H5Aexists(f, "input_shape") > 0) {
 		if ((rc = wf_h5_attr_read_i64(f, "input_shape", shape, 3, path, err)))
 			goto fail;
@@ -384,7 +395,8 @@ static int load_open(hid_t f, wf_model **out, wf_model_meta *meta, const char *p
 		}
 	}
 	for (int i = 0; i < m->nviews; i++)
-		if ((rc = read_view(f, m, &m->views[i], path, err)))
+		if ((rc = wf_cancel_check(path, err)) ||
+		    (rc = read_view(f, m, &m->views[i], path, err)))
 			goto fail;
 	if (meta && (rc = read_meta(f, meta, &pre, path, err)))
 		goto fail;
@@ -478,7 +490,9 @@ int wf_model_load(wf_model **out, wf_model_meta *meta, const char *path, wf_err 
 		struct stat st; /* a missing or special file: the plain message, no child */
 		if (stat(path, &st) == 0 && S_ISREG(st.st_mode)) {
 			load_probe p = {path};
-			int rc = wf_sandbox_check(path, LOAD_CHECK_SECONDS, probe_load, &p, err);
+			int rc = wf_sandbox_check(path, LOAD_CHECK_SECONDS,
+						  wf_sandbox_mem_for_file(path), probe_load, &p,
+						  err);
 			if (rc)
 				return rc;
 		}

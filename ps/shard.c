@@ -203,7 +203,7 @@ int wf_ps_shard_load(const char *path, int server, int nservers, wf_ps_shard_chu
 		     int nchunks, int nslots, float *state, size_t nstate, long *step, wf_err *err)
 {
 	shard_probe p = {path, server, nservers, nchunks, nslots, chunks, state, nstate};
-	int rc = wf_sandbox_check(path, 120.0, probe_shard, &p, err);
+	int rc = wf_sandbox_check(path, 120.0, wf_sandbox_mem_for_file(path), probe_shard, &p, err);
 	if (rc)
 		return rc;
 	return shard_load(path, server, nservers, chunks, nchunks, nslots, state, nstate, step,

@@ -146,6 +146,52 @@ int reserve_body(wf_serve_http *h, req_ctx *q, size_t n)
 	return 1;
 }
 
+static int parse_grow(void *arg, size_t n)
+{
+	parse_budget *pb = arg;
+	size_t budget = pb->h->o.body_budget;
+	if (budget && pb->q->reserved + n > budget) {
+		pb->alone = 1;
+		return 0;
+	}
+	return reserve_body(pb->h, pb->q, n);
+}
+
+void parse_budget_begin(wf_serve_http *h, req_ctx *q, parse_budget *pb)
+{
+	pb->h = h;
+	pb->q = q;
+	pb->alone = 0;
+	pb->b.grow = parse_grow;
+	pb->b.arg = pb;
+	wf_json_budget_begin(&pb->b);
+}
+
+int parse_budget_end(parse_budget *pb)
+{
+	wf_json_budget_end();
+	if (pb->b.granted) {
+		atomic_fetch_sub(&pb->h->body_bytes, pb->b.granted);
+		pb->q->reserved -= pb->b.granted;
+	}
+	return pb->b.refused;
+}
+
+enum MHD_Result send_parse_refused(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				   const parse_budget *pb)
+{
+	if (pb->alone)
+		return send_error(h, c, q, MHD_HTTP_CONTENT_TOO_LARGE,
+				  "the JSON of this %zu-byte body needs more memory to parse than "
+				  "the budget of %zu bytes (--max_body_bytes_in_flight); send "
+				  "plain numbers, base64 images or KServe's binary tensors",
+				  q->len, h->o.body_budget);
+	return send_error(h, c, q, MHD_HTTP_TOO_MANY_REQUESTS,
+			  "too many request bodies in memory (budget %zu bytes) to parse this "
+			  "body's JSON; retry later",
+			  h->o.body_budget);
+}
+
 /* The body is no longer needed (the request was answered): free it and its
  * share of the budget; memory of a large one goes back to the system. */
 static void release_body(wf_serve_http *h, req_ctx *q)

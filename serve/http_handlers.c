@@ -224,6 +224,9 @@ enum MHD_Result handle_stats(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 enum MHD_Result handle_repo_index(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q)
 {
 	int ready_only = 0;
+	if (q->len > CONTROL_BODY_MAX)
+		return send_error(h, c, q, MHD_HTTP_CONTENT_TOO_LARGE,
+				  "an index request body is at most %zu bytes", CONTROL_BODY_MAX);
 	if (q->len) {
 		json_error_t jerr;
 		json_t *b = json_loadb(q->body, q->len, 0, &jerr);
@@ -265,6 +268,10 @@ enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, 
 				    const route *r)
 {
 	wf_err err = {0};
+	if (q->len > CONTROL_BODY_MAX)
+		return send_error(h, c, q, MHD_HTTP_CONTENT_TOO_LARGE,
+				  "a load or unload request body is at most %zu bytes",
+				  CONTROL_BODY_MAX);
 	if (q->len) {
 		json_error_t jerr;
 		json_t *b = json_loadb(q->body, q->len, 0, &jerr);
@@ -295,7 +302,15 @@ enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_
 	wf_err err = {0};
 	wf_serve_result res = {0};
 	enum MHD_Result ret;
+	parse_budget pb;
+	parse_budget_begin(h, q, &pb);
 	int rc = wf_serve_tf_parse(&v->io, q->body ? q->body : "", q->len, &req, &err);
+	if (parse_budget_end(&pb)) {
+		if (!rc)
+			wf_serve_tf_req_free(&req);
+		wf_serve_stats_done(v, 0, wf_now() - q->t0);
+		return send_parse_refused(h, c, q, &pb);
+	}
 	if (rc) {
 		wf_serve_stats_done(v, 0, wf_now() - q->t0);
 		return send_error(h, c, q, http_code(rc), "%s", err.msg);
@@ -341,8 +356,16 @@ enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_
 		json_len = (size_t)l;
 	}
 	wf_serve_shm *shm = shm_for(h, c);
+	parse_budget pb;
+	parse_budget_begin(h, q, &pb);
 	int rc = wf_serve_kv2_parse(&v->io, q->body ? q->body : "", q->len, json_len, shm, &req,
 				    &err);
+	if (parse_budget_end(&pb)) {
+		if (!rc)
+			wf_serve_kv2_req_free(&req);
+		wf_serve_stats_done(v, 0, wf_now() - q->t0);
+		return send_parse_refused(h, c, q, &pb);
+	}
 	if (rc) {
 		wf_serve_stats_done(v, 0, wf_now() - q->t0);
 		return send_error(h, c, q, http_code(rc), "%s", err.msg);
@@ -390,6 +413,9 @@ static wf_serve_shm *shm_for(wf_serve_http *h, struct MHD_Connection *c)
 /* A register body: {"key": K, "offset": O, "byte_size": B}. */
 static int shm_register(wf_serve_http *h, req_ctx *q, const char *name, wf_err *err)
 {
+	if (q->len > CONTROL_BODY_MAX)
+		return wf_errf(err, WF_EINVAL, "a register request body is at most %zu bytes",
+			       CONTROL_BODY_MAX);
 	json_error_t jerr;
 	json_t *b = json_loadb(q->body ? q->body : "", q->len, 0, &jerr);
 	const json_t *key = json_object_get(b, "key"), *off = json_object_get(b, "offset"),

@@ -9,6 +9,7 @@
 #include "common/log.h"
 #include "common/util.h"
 #include "serve/infer.h"
+#include "serve/json_budget.h"
 #include "serve/request.h"
 #include "serve/sslconfig.h"
 
@@ -148,6 +149,25 @@ int inflate_body(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, wf_err 
 /* Count n more bytes of q's body in the in-flight body budget; 0 when that
  * would exceed it while other requests hold bytes (then answer 503). */
 int reserve_body(wf_serve_http *h, req_ctx *q, size_t n);
+/* A parse of q's body whose JSON tree is reserved from the body budget too. */
+typedef struct parse_budget {
+	wf_serve_http *h;
+	req_ctx *q;
+	wf_json_budget b;
+	int alone; /* refused: this body's tree alone needs more than the budget */
+} parse_budget;
+/* Count this thread's JSON allocations as q's until parse_budget_end. */
+void parse_budget_begin(wf_serve_http *h, req_ctx *q, parse_budget *pb);
+/* Stop counting and give the tree's bytes back to the budget (it is freed
+ * by then); 1 when the budget refused the parse (send_parse_refused). */
+int parse_budget_end(parse_budget *pb);
+/* 413 when the body's tree alone needs more than the budget, else 429 with
+ * Retry-After: other bodies hold it. */
+enum MHD_Result send_parse_refused(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				   const parse_budget *pb);
+/* Bodies of the control endpoints (repository index, load and unload,
+ * shared-memory register) are small: larger ones get 413. */
+#define CONTROL_BODY_MAX ((size_t)64 << 10) /* bytes */
 enum MHD_Result handle_v1_status(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				 const route *r);
 enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,

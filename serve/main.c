@@ -2,6 +2,7 @@
  * starts the model repository, the batch threads and the HTTP front end,
  * then waits for SIGTERM/SIGINT: readiness fails first, in-flight requests
  * drain, and the process exits 0. */
+#include "common/cancel.h"
 #include "common/cpus.h"
 #include "common/error.h"
 #include "common/flags.h"
@@ -11,6 +12,7 @@
 #include "serve/grpc_adapter.h"
 #include "serve/grpc_services.h"
 #include "serve/http.h"
+#include "serve/json_budget.h"
 #include "serve/metrics.h"
 #include "serve/repo.h"
 
@@ -107,9 +109,9 @@ static const wf_command_help serve_help = {
 
 static const char serve_epilog[] =
 	"\n"
-	"On SIGTERM/SIGINT readiness fails, the port stops accepting, every request\n"
-	"already received or arriving (from its request line on) is answered (with\n"
-	"\"Connection: close\"), then the process\n"
+	"On SIGTERM/SIGINT readiness fails, a model load in progress stops, the port\n"
+	"stops accepting, every request already received or arriving (from its\n"
+	"request line on) is answered (with \"Connection: close\"), then the process\n"
 	"exits, at the latest after --drain_timeout_seconds.\n"
 	"TF Serving's --rest_api_timeout_in_ms sets the request timeout; accepted and\n"
 	"ignored: --enable_model_warmup (always on), --rest_api_num_threads,\n"
@@ -423,8 +425,9 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		{"client_body_timeout_seconds", WF_FLAG_DOUBLE, &o->body_timeout, "S",
 		 "a body must arrive within S of its header (default 60)"},
 		{"max_body_bytes_in_flight", WF_FLAG_INT, &o->body_budget, "N",
-		 "request bodies held at once; over it 503 with Retry-After (default 4 x "
-		 "max_request_bytes)"},
+		 "request bodies held at once, with the JSON trees parsed from them; over it "
+		 "503 with Retry-After (a tree: 413 when it alone is over, else 429) "
+		 "(default 4 x max_request_bytes)"},
 		{"max_queue_size", WF_FLAG_INT, &o->max_queue, "N",
 		 "inference requests waiting for a handler thread (and as many for a forward "
 		 "thread); more get 429 with Retry-After at once (default 128; 0 = no bound)"},
@@ -486,6 +489,7 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 
 int main(int argc, char **argv)
 {
+	wf_json_budget_install(); /* before any thread parses JSON */
 	serve_opts f = {
 		.port = UNSET,
 		.bind_address = "0.0.0.0",
@@ -698,6 +702,7 @@ int main(int argc, char **argv)
 
 	int sig = 0;
 	sigwait(&stop_set, &sig);
+	wf_cancel_request(); /* a model load in progress stops (common/cancel.h) */
 	wf_info("weft-serve: %s: readiness off, no new connections, answering %d received "
 		"requests (%d gRPC calls)",
 		sig == SIGTERM ? "SIGTERM" : "SIGINT", wf_serve_http_inflight(http),

@@ -49,7 +49,7 @@ int input_alloc(const wf_image_io *io, wf_serve_input *in, size_t n, const float
 #define NAN_SENTINEL -7.7e307
 static char *replace_nonfinite(const char *body, size_t len, size_t *out_len)
 {
-	char *o = malloc(3 * len + 1);
+	char *o = wf_json_budget_malloc(3 * len + 1); /* counted as the JSON tree is */
 	size_t n = 0;
 	int in_str = 0;
 	if (!o)
@@ -100,7 +100,7 @@ json_t *parse_json(const char *body, size_t len, wf_err *err)
 		len = flen;
 	}
 	json_t *root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &jerr);
-	free(fixed);
+	wf_json_budget_free(fixed);
 	if (!root) {
 		wf_errf(err, WF_EINVAL, "malformed JSON at line %d column %d: %s", jerr.line,
 			jerr.column, jerr.text);

@@ -7,6 +7,7 @@
 #include "serve/request.h"
 
 #include "common/util.h"
+#include "serve/json_budget.h"
 #include "serve/jsonfast.h"
 
 #include <jansson.h>

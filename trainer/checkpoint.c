@@ -38,11 +38,11 @@ int wf_ckpt_latest_loadable(const char *dir, long *step, char *path, size_t n, w
 
 int wf_ckpt_prune(const char *dir, int keep, wf_err *err)
 {
-	return wf_ckptdir_prune(dir, keep, err);
+	return wf_ckptdir_prune(dir, keep, 0, err);
 }
 
 int wf_ckpt_save(const char *dir, long step, wf_exec *ex, wf_model *m, wf_model_meta *meta,
-		 wf_exchange *x, int keep, wf_err *err)
+		 wf_exchange *x, int keep, long healthy, wf_err *err)
 {
 	char sdir[CKPT_PATH_MAX], path[CKPT_FILE_MAX];
 	snprintf(sdir, sizeof(sdir), "%s/step-%ld", dir, step);
@@ -72,7 +72,7 @@ int wf_ckpt_save(const char *dir, long step, wf_exec *ex, wf_model *m, wf_model_
 		return wf_errf(err, WF_EIO, "%s: fsync of the directory failed: %s", dir,
 			       strerror(errno));
 	wf_event("checkpoint", json_pack("{s:I, s:s}", "step", (json_int_t)step, "dir", sdir));
-	return wf_ckpt_prune(dir, keep, err);
+	return wf_ckptdir_prune(dir, keep, healthy, err);
 }
 
 int wf_ckpt_load_model(const char *step_dir, wf_exec *ex, wf_model *m, wf_err *err)

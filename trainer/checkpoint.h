@@ -24,9 +24,10 @@ int wf_ckpt_latest(const char *dir, long *step, char *path, size_t n, wf_err *er
 int wf_ckpt_latest_loadable(const char *dir, long *step, char *path, size_t n, wf_err *err);
 /* Write checkpoint `step` (steps completed) of executor ex: the exchange's
  * state, then (chief only) model.h5 with meta->trained_steps = step, then
- * DONE; then keep only the newest `keep` complete checkpoints. */
+ * DONE; then keep `keep` complete checkpoints, the newest below step
+ * `healthy` among them (wf_ckptdir_prune). */
 int wf_ckpt_save(const char *dir, long step, wf_exec *ex, wf_model *m, wf_model_meta *meta,
-		 wf_exchange *x, int keep, wf_err *err);
+		 wf_exchange *x, int keep, long healthy, wf_err *err);
 /* Load step_dir/model.h5 into m and the executor (params and state); the
  * file's graph must be m's. */
 int wf_ckpt_load_model(const char *step_dir, wf_exec *ex, wf_model *m, wf_err *err);

@@ -117,7 +117,9 @@ static const key_def keys[] = {
 	 "directory of the step-N checkpoint directories"},
 	{"checkpoint.every_steps", T_INT, F(checkpoint.every_steps), "0",
 	 "checkpoint every N steps; 0: only at the end (and on SIGINT/SIGTERM)"},
-	{"checkpoint.keep", T_INT, F(checkpoint.keep), "3", "complete checkpoints kept"},
+	{"checkpoint.keep", T_INT, F(checkpoint.keep), "3",
+	 "complete checkpoints kept (from 2 on, the newest one a later healthy loss "
+	 "confirmed among them)"},
 	{"log.dir", T_STR, F(log.dir), "\"run/logs\"",
 	 "metrics.jsonl, TensorBoard events and the resolved config.json"},
 	{"log.every_steps", T_INT, F(log.every_steps), "10", "log metrics every N steps"},

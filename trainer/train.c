@@ -1,8 +1,9 @@
 #include "trainer/train.h"
 #include "trainer/train_priv.h"
 
-#include "common/events.h"
+#include "common/cancel.h"
 #include "common/ckptdir.h"
+#include "common/events.h"
 #include "common/log.h"
 #include "common/progress.h"
 #include "common/tfevents.h"
@@ -33,11 +34,14 @@
 #define PREP_STD  0.25f
 
 static volatile sig_atomic_t stop_requested;
+static volatile sig_atomic_t starting; /* loading data, model and checkpoint */
 
 static void on_signal(int sig)
 {
 	(void)sig;
 	stop_requested = 1;
+	if (starting) /* nothing to save yet: stop the loads (common/cancel.h) */
+		wf_cancel_request();
 }
 
 static void run_free(run *r)
@@ -535,18 +539,21 @@ static void warn_bn_statistics(run *r, long done, const wf_progress_stats *s,
 
 /* What to try when a run diverges, after "... at step N". */
 #define DIVERGED_HINT                                                                              \
-	"training diverged; nothing was saved after the last good checkpoint. Try a lower "        \
-	"optimizer.lr (say a tenth), a longer optimizer.schedule.warmup_steps, or gradient "       \
-	"clipping (optimizer.global_clipnorm: 1.0)"
+	"training diverged; checkpoints written while it diverged are marked DIVERGED and "        \
+	"never loaded. Try a lower optimizer.lr (say a tenth), a longer "                          \
+	"optimizer.schedule.warmup_steps, or gradient clipping (optimizer.global_clipnorm: "       \
+	"1.0)"
 
 /* A non-finite loss, or one far above the first step's, stops the run
  * before its update is applied (DIVERGED_HINT). */
 static int check_divergence(run *r, long step, float loss, wf_err *err)
 {
 	double f = r->cfg->train.divergence_factor;
-	if (!isfinite(loss))
+	if (!isfinite(loss)) {
+		r->diverged = 1;
 		return wf_errf(err, WF_EINVAL, "loss is %f at step %ld: " DIVERGED_HINT,
 			       (double)loss, step + 1);
+	}
 	if (r->first_loss <= 0) {
 		/* a resumed or fine-tuned run may start far below chance: measure
 		 * from chance (ln K) at least */
@@ -554,11 +561,13 @@ static int check_divergence(run *r, long step, float loss, wf_err *err)
 		r->first_loss = loss > chance ? loss : chance;
 		return 0;
 	}
-	if (f > 0 && loss > f * r->first_loss && loss > 1e-3)
+	if (f > 0 && loss > f * r->first_loss && loss > 1e-3) {
+		r->diverged = 1;
 		return wf_errf(err, WF_EINVAL,
 			       "loss is %g at step %ld, over %g times the first step's %g "
 			       "(or chance) (train.divergence_factor): " DIVERGED_HINT,
 			       (double)loss, step + 1, f, r->first_loss);
+	}
 	return 0;
 }
 
@@ -570,12 +579,51 @@ static int check_params_finite(run *r, long done, wf_err *err)
 	if (wf_exec_params_to_host(r->ex) != 0)
 		return wf_errf(err, WF_EINTERNAL, "step %ld: %s", done, wf_exec_error(r->ex));
 	for (size_t i = 0; i < r->m->nparams; i++)
-		if (!isfinite(r->m->params[i]))
+		if (!isfinite(r->m->params[i])) {
+			r->diverged = 1;
 			return wf_errf(err, WF_EINVAL,
 				       "parameters are not finite after step %ld (checkpoint not "
 				       "written): " DIVERGED_HINT,
 				       done);
+		}
 	return 0;
+}
+
+/* After a divergence, the chief's checkpoints from the last healthy step on
+ * (a step whose loss was finite and at most the first step's, or chance)
+ * are marked DIVERGED: a step's loss measures the weights of the step
+ * before, so the weights saved at the last healthy step are the first the
+ * divergence may have reached. Resume and export then take the newest step
+ * before it. */
+static void mark_diverged_checkpoints(run *r, long done)
+{
+	const char *dir = r->cfg->checkpoint.dir;
+	long *steps = NULL;
+	int n = 0;
+	wf_err e = {0};
+	if (!r->x->is_chief || !dir[0] || wf_ckptdir_list(dir, &steps, &n, &e) != 0) {
+		if (e.msg[0])
+			wf_warn("%s", e.msg);
+		return;
+	}
+	char why[160];
+	snprintf(why, sizeof(why),
+		 "written at or after step %ld, the last whose loss was at most the first "
+		 "step's, before the run diverged",
+		 r->last_healthy);
+	for (int i = 0; i < n; i++) {
+		char sd[WF_CFG_PATH_MAX + 32];
+		if (steps[i] < r->last_healthy || steps[i] > done)
+			continue;
+		wf_ckptdir_step_path(sd, sizeof(sd), dir, steps[i]);
+		if (!wf_ckptdir_has_done(sd))
+			continue;
+		if (wf_ckptdir_mark_diverged(sd, why, &e) != 0)
+			wf_warn("%s", e.msg);
+		else
+			wf_warn("%s marked DIVERGED: %s; resume and export skip it", sd, why);
+	}
+	free(steps);
 }
 
 /* One optimizer step: every micro-batch forward/backward, then the exchange.
@@ -590,6 +638,7 @@ static int train_step(run *r, long step, wf_batch *b, window *w, long *to, wf_er
 		return wf_errf(err, WF_EINTERNAL, "reader gave %d samples at step %ld, want %d",
 			       b->n, step, bs * acc);
 	int rc;
+	double step_loss = 0;
 	if (wf_exec_zero_grads(r->ex) != 0)
 		goto exec_failed;
 	for (int k = 0; k < acc; k++) {
@@ -606,10 +655,13 @@ static int train_step(run *r, long step, wf_batch *b, window *w, long *to, wf_er
 			goto exec_failed;
 		if ((rc = check_divergence(r, step, loss, err)) != 0)
 			return rc;
+		step_loss += (double)loss / acc;
 		w->loss_sum += (double)loss * bs;
 		w->correct += correct;
 		w->samples += bs;
 	}
+	if (step_loss <= r->first_loss)
+		r->last_healthy = step + 1;
 	return wf_exchange_step(r->x, step, to, err);
 exec_failed:
 	return wf_errf(err, WF_EINTERNAL, "step %ld: %s", step + 1, wf_exec_error(r->ex));
@@ -626,6 +678,7 @@ static int rewind_to(run *r, long from, long to, wf_err *err)
 	wf_reader_free(r->rd);
 	r->rd = NULL;
 	r->start = to;
+	r->last_healthy = to;
 	if (r->metrics) {
 		char path[WF_CFG_PATH_MAX + 32];
 		snprintf(path, sizeof(path), "%s/metrics.jsonl", r->cfg->log.dir);
@@ -713,7 +766,7 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 			if ((rc = check_params_finite(r, done, err)) != 0)
 				return rc;
 			rc = wf_ckpt_save(c->checkpoint.dir, done, r->ex, r->m, &r->meta, r->x,
-					  (int)c->checkpoint.keep, err);
+					  (int)c->checkpoint.keep, r->last_healthy, err);
 			if (rc != 0)
 				return rc;
 		}
@@ -753,6 +806,7 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 	sigaction(SIGINT, &sa, &old_int);
 	sigaction(SIGTERM, &sa, &old_term);
 
+	starting = 1;
 	int rc = wf_strategy_check(cfg, err);
 	if (rc == 0)
 		rc = open_data(&r, err);
@@ -764,6 +818,9 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 		rc = open_reader(&r, err);
 	if (rc == 0 && r.x->is_chief)
 		rc = open_logs(&r, r.start > 0, err);
+	starting = 0;
+	if (rc == 0 && stop_requested) /* a signal while starting: no step to save */
+		rc = wf_errf(err, WF_ESTOPPED, "stopped before the first step");
 	if (rc != 0)
 		goto done;
 
@@ -789,8 +846,11 @@ again:
 		wf_event("nothing_to_do", json_pack("{s:I, s:I}", "step", (json_int_t)r.start,
 						    "steps", (json_int_t)cfg->train.steps));
 	} else {
+		r.last_healthy = r.start;
 		rc = loop(&r, opts->stop_at, res, err);
 		wf_progress_finish(&r.prog);
+		if (rc && r.diverged)
+			mark_diverged_checkpoints(&r, res->steps_done);
 	}
 	if (rc == 0)
 		rc = wf_exchange_finish(r.x, &to, err);

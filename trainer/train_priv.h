@@ -37,6 +37,8 @@ typedef struct run {
 	int reports;	       /* prints progress (see wf_train_result.reports) */
 	size_t *segs;	       /* the trainable parameters' boundaries (clipnorm) */
 	double first_loss;     /* the first step's loss (divergence check); 0 before */
+	long last_healthy;     /* the last step (1-based) whose loss was <= first_loss */
+	int diverged;	       /* the run stopped for divergence */
 	unsigned char *frozen; /* per segment (model.freeze) */
 	char *initialised;     /* per layer: copied from model.init_from */
 	wf_model *src;	       /* model.init_from, until copied */

@@ -1,18 +1,29 @@
 # test_corrupt_files.sh: files with corrupt variable-length strings (2 bytes
 # of the classes attribute's global-heap references, which crash or hang
-# libhdf5 1.10 when it follows them) are refused with a message, never a
-# signal or a hang: weft inspect and weft train on them, and weft-serve,
-# which keeps serving the newest version that loads.
+# libhdf5 1.10 when it follows them, or a string length of 100 MB or 4 GiB,
+# which makes it allocate that much, or a .keras entry claiming 2 GiB) are
+# refused with a message, never a signal, a hang or more memory than the
+# check's limit (common/sandbox.h: 512 MiB beyond the process, plus 4 x the
+# file's size; string reads 64 MiB plus 4 x the file's size): weft inspect
+# and weft train on them, and weft-serve, which keeps serving the newest
+# version that loads.
 . "$WEFT_SRC/tests/trainer/lib.sh"
 : "${WEFT_SERVE:?set by ctest}"
 R=$WEFT_SRC/tests/fuzz/regress
-for f in $R/fuzz_model_file/*.h5; do
-	set +e
-	timeout 60 "$WEFT" inspect --model "$f" >/dev/null 2>err.txt
-	rc=$?
-	set -e
+PEAK_MAX_KIB=$(((512 + 128) * 1024)) # the check's limit and weft's own size, with room
+for f in $R/fuzz_model_file/*.h5 $R/fuzz_model_file/*.keras; do
+	timeout 60 python3 "$WEFT_SRC/tests/peak_rss.py" peak.txt "$WEFT" inspect --model "$f" \
+		>/dev/null 2>err.txt || true
+	read rc kib <peak.txt
 	[ $rc -ge 1 ] && [ $rc -le 127 ] && [ $rc != 124 ] || { cat err.txt; fail "inspect $(basename $f): exit $rc"; }
 	grep -q "corrupt" err.txt || { cat err.txt; fail "inspect $(basename $f): no message"; }
+	[ $kib -le $PEAK_MAX_KIB ] || { cat err.txt; fail "inspect $(basename $f): peak $kib KiB"; }
+	echo "ok: inspect $(basename $f): exit $rc, peak $kib KiB"
+done
+for f in model-classes-vlen-length.h5 model-classes-vlen-length-100m.h5; do
+	grep -q "attribute classes: reading its strings needed more than 64 MiB" <(
+		"$WEFT" inspect --model $R/fuzz_model_file/$f 2>&1
+	) || fail "$f: the refusal does not name the attribute and the memory limit"
 done
 for f in $R/fuzz_data/data-*; do
 	tail -c +2 "$f" >ds.h5 # the fuzz input's first byte picks the parser
@@ -31,19 +42,23 @@ done
 # weft-serve with a corrupt newest version: reported, and the server stays up
 # and answers (which version it then serves is the repository's policy).
 "$WEFT" import-keras "$WEFT_SRC/tests/model/fixtures/seq_k3.h5" good.h5 >/dev/null 2>&1
-mkdir -p models/1 models/2
+mkdir -p models/1 models/2 models/3
 cp good.h5 models/1/model.h5
 cp $R/fuzz_model_file/model-classes-vlen-crash.h5 models/2/model.h5
+cp $R/fuzz_model_file/model-classes-vlen-length.h5 models/3/model.h5
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-"$WEFT_SERVE" --model_name m --model_base_path models --rest_api_port $port 2>serve.err &
+python3 "$WEFT_SRC/tests/peak_rss.py" serve-peak.txt \
+	"$WEFT_SERVE" --model_name m --model_base_path models --rest_api_port $port 2>serve.err &
 spid=$!
 trap 'kill $spid 2>/dev/null || true; wait $spid 2>/dev/null || true; cleanup' EXIT
+reported() { grep -q "version 2 failed to load.*corrupt" serve.err &&
+	grep -q "version 3 failed to load.*corrupt" serve.err; }
 for i in $(seq 1 150); do
-	grep -q "version 2 failed to load.*corrupt" serve.err && break
+	reported && break
 	kill -0 $spid 2>/dev/null || { cat serve.err; fail "weft-serve died on a corrupt version"; }
 	sleep 0.2
 done
-grep -q "version 2 failed to load.*corrupt" serve.err || { cat serve.err; fail "corrupt version not reported"; }
+reported || { cat serve.err; fail "corrupt versions not reported"; }
 sleep 0.5
 kill -0 $spid 2>/dev/null || { cat serve.err; fail "weft-serve died on a corrupt version"; }
 python3 - $port <<'PY' || { cat serve.err; fail "weft-serve does not answer"; }
@@ -53,4 +68,10 @@ try:
 except urllib.error.HTTPError:
     pass  # an HTTP answer (e.g. 404 while nothing is loaded) is an answer
 PY
+# the server and its checking children: at most the check's limit
+kill -TERM $spid
+wait $spid || true
+read rc kib <serve-peak.txt
+[ $kib -le $PEAK_MAX_KIB ] || { cat serve.err; fail "weft-serve: peak $kib KiB"; }
+echo "ok: weft-serve with versions 2 and 3 refused: exit $rc, peak $kib KiB"
 echo PASS

@@ -12,6 +12,11 @@ drain:    SIGTERM while requests sit in the batcher (a long batch timeout), one
           accepted, the process exits 0 before the drain timeout.
 overload: a bounded queue answers 429 + Retry-After at once; the body budget
           answers 503 + Retry-After; a 32 MB JSON body leaves RSS bounded.
+jsonparse: bodies that need jansson's tree (NaN) count it in the body budget:
+          one whose tree alone exceeds the budget gets 413, one that does not
+          fit beside a body in flight gets 429 + Retry-After and is served
+          once that body is done; other requests are served throughout, and
+          a 20 MB NaN body leaves the peak RSS within the budget.
 tls:      HTTPS with a certificate made by openssl, checked with curl --cacert;
           a bearer token (401 without it; health probes open).
 
@@ -519,6 +524,83 @@ def overload(tmp):
         stop(p)
 
 
+# ---- jsonparse -------------------------------------------------------------
+
+def nan_body(n):
+    row = "[" + ",".join(["[NaN,NaN,NaN]"] * 32) + "]"
+    img = "[" + ",".join([row] * 32) + "]"
+    return ('{"instances": [' + ",".join([img] * n) + "]}").encode()
+
+
+def jsonparse(tmp):
+    budget = 8000000
+    p, port = start_server(tmp, "smallcnn", "--max_request_bytes", "4000000",
+                           "--max_body_bytes_in_flight", str(budget))
+    try:
+        ok = zeros_body(1)
+        check(request(port, "POST", "/v1/models/m:predict", ok)[0] == 200, "a plain body first")
+        big = nan_body(2000000 // len(nan_body(1)))
+        st, reply, hd = request(port, "POST", "/v1/models/m:predict", big)
+        print("%d-byte NaN body, budget %d: %d %s" % (len(big), budget, st, reply[:300]),
+              flush=True)
+        check(st == 413 and b"needs more memory to parse than the budget" in reply,
+              "a NaN body whose tree alone exceeds the budget gets 413 naming it (%d)" % st)
+        check(request(port, "POST", "/v1/models/m:predict", ok)[0] == 200,
+              "a plain body after the refusal")
+        st, reply, _ = request(port, "POST", "/v2/models/m/infer",
+                               b'{"inputs": [{"name": "input", "datatype": "FP32", '
+                               b'"shape": [%d, 32, 32, 3], "data": ' % (len(big) // 14000) +
+                               big[len(b'{"instances": '):-1] + b'}]}')
+        check(st == 413, "the same for a KServe JSON tensor of NaNs (%d)" % st)
+        small = nan_body(20)
+        check(request(port, "POST", "/v1/models/m:predict", small)[0] == 200,
+              "a %d-byte NaN body that fits is served" % len(small))
+        # A 3.9 MB upload in progress holds half the budget: the same NaN
+        # body does not fit beside it (429 at once), and does once it is done.
+        pad = ok + b" " * (3900000 - len(ok))
+        up = socket.create_connection(("127.0.0.1", port), timeout=30)
+        up.sendall(b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n"
+                   % len(pad) + pad[:1000])
+        st, reply, hd = 0, b"", {}
+        for _ in range(100):  # until the server has read the upload's header
+            st, reply, hd = request(port, "POST", "/v1/models/m:predict", small)
+            if st != 200:
+                break
+        print("%d-byte NaN body beside a 3.9 MB upload: %d %s" % (len(small), st, reply[:200]),
+              flush=True)
+        check(st == 429 and hd.get("Retry-After") and b"retry later" in reply,
+              "a NaN body that does not fit beside a body in flight gets 429 + Retry-After (%d)"
+              % st)
+        check(request(port, "POST", "/v1/models/m:predict", ok)[0] == 200,
+              "a plain body is served while the upload holds the budget")
+        up.sendall(pad[1000:])
+        st1 = read_response(up)[0]
+        up.close()
+        st2 = request(port, "POST", "/v1/models/m:predict", small)[0]
+        check(st1 == 200 and st2 == 200,
+              "the upload and then the NaN body are served (%d, %d)" % (st1, st2))
+    finally:
+        stop(p)
+
+    # Memory: a 20 MB NaN body at the default budget (4 x 64 MiB): refused
+    # within the budget instead of a tree of ~20x the body.
+    p, port = start_server(tmp, "smallcnn")
+    try:
+        body = nan_body((20 << 20) // len(nan_body(1)))
+        before = rss_kb(p, "VmRSS")
+        st, reply, _ = request(port, "POST", "/v1/models/m:predict", body, timeout=120)
+        hwm = rss_kb(p, "VmHWM")
+        print("%d-byte NaN body: %d; VmRSS before %d MB, VmHWM %d MB" %
+              (len(body), st, before >> 10, hwm >> 10), flush=True)
+        check(st == 413, "a 20 MB NaN body is refused at the default budget (%d)" % st)
+        check(hwm - before < 300 << 10, "its peak memory stays within the 256 MiB budget "
+              "(%d MB above idle)" % ((hwm - before) >> 10))
+        check(request(port, "POST", "/v1/models/m:predict", zeros_body(1))[0] == 200,
+              "and the server answers after it")
+    finally:
+        stop(p)
+
+
 # ---- tls ------------------------------------------------------------------
 
 def curl(*args):
@@ -603,7 +685,8 @@ def main():
     mode = sys.argv[1]
     tmp = tempfile.mkdtemp(prefix="weft-serve-%s-" % mode)
     try:
-        {"starve": starve, "drain": drain, "overload": overload, "tls": tls}[mode](tmp)
+        {"starve": starve, "drain": drain, "overload": overload, "jsonparse": jsonparse,
+         "tls": tls}[mode](tmp)
     finally:
         for p in procs:
             if p.poll() is None:
