@@ -65,6 +65,8 @@ typedef struct opts {
 	const char *link_text;
 	const char *python; /* for the ddp peer */
 	double timeout;	    /* seconds a configuration may take */
+	double progress_ms; /* allreduce: progress MPI every this many ms of backward; 0: at
+			       releases */
 	char exe[4096];	    /* this binary (mpirun starts it) */
 	char src[4096];	    /* bench/ddp_modelled.py's folder */
 } opts;
@@ -365,8 +367,17 @@ static int allreduce_work(const opts *o, const layout *l, wf_err *err)
 		sleep_until(t0 + o->fwd_ms / 1e3);
 		double tb = wf_now();
 		for (int k = 0; rc == 0 && k < l->nrel; k++) {
-			sleep_until(tb + l->at[k] * o->bwd_ms / 1e3);
-			rc = wf_mpi_buckets_ready(b, l->done[k], err);
+			double until = tb + l->at[k] * o->bwd_ms / 1e3;
+			/* --progress-ms P: also progress the buckets in flight every P ms
+			 * of the backward, as a communication thread would */
+			while (rc == 0 && o->progress_ms > 0 && k > 0 &&
+			       wf_now() + o->progress_ms / 1e3 < until) {
+				sleep_until(wf_now() + o->progress_ms / 1e3);
+				rc = wf_mpi_buckets_ready(b, l->done[k - 1], err);
+			}
+			sleep_until(until);
+			if (rc == 0)
+				rc = wf_mpi_buckets_ready(b, l->done[k], err);
 		}
 		if (rc == 0)
 			rc = wf_mpi_buckets_wait(b, err);
@@ -472,9 +483,9 @@ static void opts_args(const opts *o, const config *cf, char *buf, size_t n)
 {
 	snprintf(buf, n,
 		 "--model %s --scale %g --compute-ms %g/%g --steps %ld --warmup %ld "
-		 "--bucket-mb %g --workers %d",
+		 "--bucket-mb %g --workers %d --progress-ms %g",
 		 o->model, o->scale, o->fwd_ms, o->bwd_ms, o->steps, o->warmup, o->bucket_mb,
-		 cf->workers);
+		 cf->workers, o->progress_ms);
 }
 
 /* Start the processes of cf; their stdout comes to r->out. */
@@ -761,6 +772,10 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 	       oc.median_ms > 0 ? cf->workers * o->batch * 1e3 / oc.median_ms : 0, comm, bound,
 	       oc.median_ms > 0 ? bound / oc.median_ms : 0, overlap,
 	       oc.median_ms > 0 ? overlap / oc.median_ms : 0);
+	if (ps)
+		printf(", \"chunk_bytes\": %ld", o->chunk_bytes);
+	else
+		printf(", \"bucket_mb\": %g", o->bucket_mb);
 	if (oc.staleness >= 0)
 		printf(", \"staleness_max\": %ld", oc.staleness);
 	printf("}\n");
@@ -796,8 +811,8 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		  .steps = 20,
 		  .warmup = 3,
 		  .batch = 32,
-		  .bucket_mb = 25,
-		  .chunk_bytes = WF_PS_CHUNK_BYTES_JOB_DEFAULT,
+		  .bucket_mb = 0,
+		  .chunk_bytes = 0,
 		  .timeout = 600};
 	const char *workers = "8", *servers = "2", *modes = "sync", *compute = NULL,
 		   *link = "1gbit", *delay = NULL, *rank_of = NULL, *python = NULL;
@@ -822,9 +837,14 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		{"batch", WF_FLAG_INT, &o.batch, "B",
 		 "images per worker per step, for images/s (32)"},
 		{"bucket-mb", WF_FLAG_DOUBLE, &o.bucket_mb, "MB",
-		 "allreduce bucket size in MiB, weft's and DDP's (25)"},
+		 "allreduce bucket size in MiB, weft's and DDP's (25 x --scale: the real "
+		 "model's bucket count)"},
 		{"chunk-bytes", WF_FLAG_INT, &o.chunk_bytes, "N",
-		 "parameter-server chunk size (1048576, as ps.chunk_bytes)"},
+		 "parameter-server chunk size (ps.chunk_bytes' 1048576 x --scale, at least 4096: "
+		 "the real model's chunk count)"},
+		{"progress-ms", WF_FLAG_DOUBLE, &o.progress_ms, "P",
+		 "allreduce: also progress MPI every P ms of the backward, as a communication "
+		 "thread would (0: only when a layer's gradient is released, as weft train does)"},
 		{"timeout", WF_FLAG_DOUBLE, &o.timeout, "S",
 		 "stop a configuration that has not finished after S seconds, and fail (600)"},
 		{"python", WF_FLAG_STR, &python, "PATH",
@@ -861,6 +881,11 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 			     compute);
 		goto cleanup;
 	}
+	/* a scaled model keeps the real one's bucket and chunk counts */
+	if (!o.bucket_mb)
+		o.bucket_mb = 25 * o.scale;
+	if (!o.chunk_bytes)
+		o.chunk_bytes = WF_MAX(4096L, (long)(WF_PS_CHUNK_BYTES_JOB_DEFAULT * o.scale));
 	if (o.scale <= 0 || o.scale > 1 || o.steps < 1 || o.warmup < 0 || o.batch < 1 ||
 	    o.fwd_ms < 0 || o.bwd_ms < 0 || o.bucket_mb <= 0 || o.chunk_bytes < 1024 ||
 	    o.timeout <= 0) {
