@@ -37,7 +37,8 @@ for w in $WORKERS; do
 	s=$(((w + 3) / 4))
 	"$WEFT" bench cluster --model "$MODEL" --scale "$SCALE" --link "$LINK" \
 		--compute-ms "$COMPUTE" --steps "$STEPS" --workers "$w" --servers "$s" \
-		--mode "$(echo $MODES | tr ' ' ,)" ${PY:+--python "$PY"} 2>>"$OUT.log" | tee -a "$OUT.jsonl"
+		--mode "$(echo $MODES | tr ' ' ,)" ${PY:+--python "$PY"} 2>>"$OUT.log" | tee -a "$OUT.jsonl" ||
+		echo "$w workers: a configuration failed (see $OUT.log); going on" >&2
 done
 PLOT=python3
 [ -n "$PY" ] && "$PY" -c 'import matplotlib' 2>/dev/null && PLOT=$PY
