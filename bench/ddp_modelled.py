@@ -44,7 +44,7 @@ class Modelled(torch.nn.Module):
         # release points: after k, the gradient prefix [0, done) (weft's view
         # order: the last layer first) is final at fraction `at` of the backward
         self.groups = []
-        start, offset, v = 0, 0, 0
+        offset, v = 0, 0
         for at, done in layout["release"]:
             first = v
             while v < len(views) and offset + views[v] <= done:

@@ -438,25 +438,18 @@ typedef struct child_arg {
 	const config *cf;
 	const layout *l;
 	int index;
+	int server; /* 1: a parameter server, 0: a modelled worker */
 } child_arg;
 
-static int server_main(void *p)
+static int ps_child_main(void *p)
 {
 	child_arg *a = p;
 	wf_err e = {0};
-	int rc = serve(a->o, a->cf, a->l, a->index, &e);
+	int rc = a->server ? serve(a->o, a->cf, a->l, a->index, &e)
+			   : ps_work(a->o, a->cf, a->l, a->index, &e);
 	if (rc != 0)
-		fprintf(stderr, "bench cluster: ps %d: %s\n", a->index, e.msg);
-	return rc ? 1 : 0;
-}
-
-static int worker_main(void *p)
-{
-	child_arg *a = p;
-	wf_err e = {0};
-	int rc = ps_work(a->o, a->cf, a->l, a->index, &e);
-	if (rc != 0)
-		fprintf(stderr, "bench cluster: worker %d: %s\n", a->index, e.msg);
+		fprintf(stderr, "bench cluster: %s %d: %s\n", a->server ? "ps" : "worker", a->index,
+			e.msg);
 	return rc ? 1 : 0;
 }
 
@@ -591,13 +584,13 @@ static int start_all(run *r, const opts *o, const config *cf, const layout *l, c
 		}
 	} else {
 		for (int s = 0; s < cf->servers; s++) {
-			args[s] = (child_arg){o, cf, l, s};
-			r->pid[r->npid++] = start_child(r, cf->workers + s, p[1], server_main,
+			args[s] = (child_arg){o, cf, l, s, 1};
+			r->pid[r->npid++] = start_child(r, cf->workers + s, p[1], ps_child_main,
 							&args[s], NULL, NULL);
 		}
 		for (int i = 0; i < cf->workers; i++) {
-			args[cf->servers + i] = (child_arg){o, cf, l, i};
-			r->pid[r->npid++] = start_child(r, i, p[1], worker_main,
+			args[cf->servers + i] = (child_arg){o, cf, l, i, 0};
+			r->pid[r->npid++] = start_child(r, i, p[1], ps_child_main,
 							&args[cf->servers + i], NULL, NULL);
 		}
 	}
