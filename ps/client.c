@@ -534,12 +534,12 @@ static void read_handshakes(wf_ps_client *c)
 	}
 }
 
-/* 1 when a ZeroMQ CURVE server answers at endpoint ("tcp://host:port"): a
- * plain TCP connection that sends a ZMTP 3 greeting asking for CURVE gets
- * the server's greeting back, naming CURVE, within a second. 0 otherwise
- * (nothing there, or something that accepts connections and drops them,
- * as a proxy in front of a pod that is not ready does). */
-static int curve_server_answers(const char *endpoint)
+/* The security mechanism a ZeroMQ server at endpoint ("tcp://host:port")
+ * names in its greeting ("CURVE", "NULL") into mech, and 1; 0 when none
+ * comes within a second (nothing there, or something that accepts
+ * connections and drops them, as a proxy in front of a pod that is not
+ * ready does). The probe sends a ZMTP 3 greeting asking for CURVE. */
+static int server_mechanism(const char *endpoint, char mech[21])
 {
 	char host[256];
 	const char *hp = strncmp(endpoint, "tcp://", 6) ? endpoint : endpoint + 6;
@@ -568,13 +568,22 @@ static int curve_server_answers(const char *endpoint)
 		while (n < 32 && (r = recv(fd, got + n, sizeof(got) - n, 0)) > 0)
 			n += (size_t)r;
 		/* signature 0xff ... 0x7f, version, then the mechanism (20 bytes) */
-		ok = n >= 32 && got[0] == 0xff && got[9] == 0x7f && got[10] >= 3 &&
-		     !memcmp(got + 12, "CURVE\0", 6);
+		ok = n >= 32 && got[0] == 0xff && got[9] == 0x7f && got[10] >= 3;
+		if (ok) {
+			memcpy(mech, got + 12, 20);
+			mech[20] = '\0';
+		}
 	}
 	if (fd >= 0)
 		close(fd);
 	freeaddrinfo(ai);
 	return ok;
+}
+
+static int curve_server_answers(const char *endpoint)
+{
+	char mech[21];
+	return server_mechanism(endpoint, mech) && !strcmp(mech, "CURVE");
 }
 
 /* A misconfiguration register can name at once (WF_EINVAL: permanent, a
@@ -586,7 +595,14 @@ static int handshake_error(wf_ps_client *c, const int *answered, wf_err *err)
 		const handshakes *h = &c->hs[s];
 		if (answered[s])
 			continue;
-		if (h->mechanism && c->secure)
+		/* a server may close our connection before its greeting (naming
+		 * its mechanism) reaches us, so the event can be missing (seen
+		 * under load): then ask the server itself */
+		char mech[21] = "";
+		int mismatch = h->mechanism;
+		if (!mismatch && !h->succeeded && server_mechanism(c->endpoints[s], mech))
+			mismatch = strcmp(mech, c->secure ? "CURVE" : "NULL") != 0;
+		if (mismatch && c->secure)
 			return wf_errf(
 				err, WF_EINVAL,
 				"register: the server at %s does not speak CURVE (started "
@@ -594,7 +610,7 @@ static int handshake_error(wf_ps_client *c, const int *answered, wf_err *err)
 				"ps, chief and worker of the job the same key directory, or "
 				"run all of them with --insecure",
 				c->endpoints[s], keys);
-		if (h->mechanism)
+		if (mismatch)
 			return wf_errf(
 				err, WF_EINVAL,
 				"register: the server at %s expects CURVE and this process "
