@@ -20,12 +20,14 @@ JSON
 pid=$!
 trap 'kill -9 $pid 2>/dev/null || true; wait $pid 2>/dev/null || true; cleanup' EXIT
 # a load has begun once a checking child exists (the data's or the model's)
+# (the child may be gone again by the time we look twice: remember it)
+seen=""
 for _ in $(seq 1 1000); do
-	[ -n "$(pgrep -P $pid)" ] && break
+	[ -n "$(pgrep -P $pid)" ] && { seen=1; break; }
 	kill -0 $pid 2>/dev/null || { cat train.err; fail "weft train ended before loading"; }
 	sleep 0.02
 done
-[ -n "$(pgrep -P $pid)" ] || { cat train.err; fail "no checking child seen"; }
+[ -n "$seen" ] || { cat train.err; fail "no checking child seen"; }
 t0=$(date +%s%N)
 kill -TERM $pid
 rc=0
