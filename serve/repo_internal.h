@@ -53,7 +53,7 @@ struct wf_serve_repo {
 	model_ent **models;
 	int nmodels, cap;
 	long swaps;
-	long scans;		/* poller passes completed */
+	long scans; /* poller passes completed */
 	long load_failures;
 	long long config_stamp; /* file_stamp of the config file last read */
 };
