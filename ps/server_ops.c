@@ -24,12 +24,17 @@ long wf_pss_server_step(const server *s)
 void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
 {
 	const wf_ps_hdr *h = &m->hdr;
+	int from_server = WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_SERVER;
 	if (h->chunk == WF_PS_STATE_CHUNK) {
 		memcpy(s->state, m->frame[0], m->size[0]);
 		if (s->state_sum.acc)
 			wf_pss_osum_reset(&s->state_sum, s->nworkers);
 		s->state_initialized = 1;
 		wf_pss_send_ok(s, rid, rid_len, h, h->step, 0);
+		if (from_server)
+			wf_pss_repl_installed(s, h);
+		else
+			wf_pss_replicate_state(s);
 		return;
 	}
 	schunk *c = &s->chunks[s->local[h->chunk]];
@@ -45,6 +50,10 @@ void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	c->version = h->step > 0 ? (long)h->step : 0;
 	c->initialized = 1;
 	wf_pss_send_ok(s, rid, rid_len, h, c->version, 0);
+	if (from_server)
+		wf_pss_repl_installed(s, h);
+	else
+		wf_pss_replicate(s, c, NULL, 0, c->version, 0);
 	wf_pss_barriers_rolled_back(s);
 }
 
@@ -92,6 +101,15 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 		wf_pss_apply(s, c, grad, contributors, (long)h->step);
 		if (st)
 			memcpy(s->state, st, s->nstate * sizeof(float));
+		long need = wf_pss_replicate(s, c, grad, contributors, (long)h->step, st != NULL);
+		if (need) { /* answered once the backups hold it (and, ssp, within the bound) */
+			wf_pss_hold(s, &c->held[w], rid, rid_len, h);
+			c->held[w].need = need;
+			wf_pss_answer_ready(s, c);
+			if (s->cfg->mode == WF_PS_MODE_SSP)
+				wf_pss_ssp_release(s);
+			return;
+		}
 		held r = {0};
 		wf_pss_hold(s, &r, rid, rid_len, h);
 		if (s->cfg->mode == WF_PS_MODE_SSP &&
@@ -109,10 +127,17 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 		return;
 	}
 	if (h->step < c->version) {
-		held r = {0};
-		wf_pss_hold(s, &r, rid, rid_len, h);
-		wf_pss_send_values(s, c, &r, 1, 1);
-		wf_pss_release(s, &r);
+		/* with backups, answered once they hold the values it gets */
+		held *r = &c->held[w];
+		wf_pss_hold(s, r, rid, rid_len, h);
+		r->stale = 1;
+		r->need = s->replicas > 1 ? c->rseq : 0;
+		if (r->need > 0) {
+			wf_pss_answer_ready(s, c);
+			return;
+		}
+		wf_pss_send_values(s, c, r, 1, 1);
+		wf_pss_release(s, r);
 		return;
 	}
 	if (h->step > c->version) {
@@ -127,7 +152,7 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 	if (!c->ncontrib)
 		c->first_push = wf_now();
 	int rc = 0;
-	if (!c->ncontrib && !wf_pss_missing(s, c, w)) {
+	if (!c->ncontrib && !wf_pss_missing(s, c, w) && s->replicas < 2) {
 		wf_pss_apply(s, c, grad, contributors, c->version); /* sole contributor: no copy */
 		c->direct = 1;
 	} else {
@@ -273,6 +298,8 @@ int wf_pss_restore(server *s, const char *root, long want_step, long *step, wf_e
 		}
 		c->version = tmp[i].version;
 		c->initialized = 1;
+		c->rseq = 0; /* every replica restored the same step */
+		memset(c->racked, 0, (size_t)s->cfg->nservers * sizeof(*c->racked));
 	}
 	if (s->nstate) {
 		memcpy(s->state, st, s->nstate * sizeof(float));

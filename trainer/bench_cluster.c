@@ -61,6 +61,7 @@ typedef struct opts {
 	long steps, warmup, batch;
 	double bucket_mb;
 	long chunk_bytes;
+	long replicas; /* ps modes: servers that keep each chunk */
 	wf_netem_link link;
 	const char *link_text;
 	const char *python; /* for the ddp peer */
@@ -248,6 +249,14 @@ static int serve(const opts *o, const config *cf, const layout *l, int s, wf_err
 	sc.stats_every = 0;
 	sc.stall_timeout = 0;
 	sc.threads = 1;
+	char eps[MAX_SERVERS][64];
+	const char *ep[MAX_SERVERS];
+	for (int k = 0; k < cf->servers; k++) {
+		endpoint(cf->workers + k, eps[k], sizeof(eps[k]));
+		ep[k] = eps[k];
+	}
+	sc.replicas = (int)o->replicas;
+	sc.peers = ep;
 	return wf_ps_server_run(&sc, err);
 }
 
@@ -280,6 +289,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			       .pl = &pl,
 			       .params = params,
 			       .contributors = 1,
+			       .replicas = (int)o->replicas,
 			       .timeout = 120,
 			       .connect_timeout = 60,
 			       .heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT};
@@ -766,7 +776,7 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 	       oc.median_ms > 0 ? bound / oc.median_ms : 0, overlap,
 	       oc.median_ms > 0 ? overlap / oc.median_ms : 0);
 	if (ps)
-		printf(", \"chunk_bytes\": %ld", o->chunk_bytes);
+		printf(", \"chunk_bytes\": %ld, \"replicas\": %ld", o->chunk_bytes, o->replicas);
 	else
 		printf(", \"bucket_mb\": %g", o->bucket_mb);
 	if (oc.staleness >= 0)
@@ -798,6 +808,7 @@ static int parse_ints(const char *s, int *out, int max)
 int wf_cmd_bench(int argc, char **argv, wf_err *err)
 {
 	opts o = {.model = "resnet50",
+		  .replicas = 1,
 		  .scale = 0.1,
 		  .fwd_ms = 30,
 		  .bwd_ms = 60,
@@ -835,6 +846,8 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		{"chunk-bytes", WF_FLAG_INT, &o.chunk_bytes, "N",
 		 "parameter-server chunk size (ps.chunk_bytes' 1048576 x --scale, at least 4096: "
 		 "the real model's chunk count)"},
+		{"replicas", WF_FLAG_INT, &o.replicas, "R",
+		 "parameter-server modes: servers that keep each chunk (ps.replicas; 1)"},
 		{"progress-ms", WF_FLAG_DOUBLE, &o.progress_ms, "P",
 		 "allreduce: also progress MPI every P ms of the backward, as a communication "
 		 "thread would (0: only when a layer's gradient is released, as weft train does)"},
@@ -881,11 +894,11 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		o.chunk_bytes = WF_MAX(4096L, (long)(WF_PS_CHUNK_BYTES_JOB_DEFAULT * o.scale));
 	if (o.scale <= 0 || o.scale > 1 || o.steps < 1 || o.warmup < 0 || o.batch < 1 ||
 	    o.fwd_ms < 0 || o.bwd_ms < 0 || o.bucket_mb <= 0 || o.chunk_bytes < 1024 ||
-	    o.timeout <= 0) {
+	    o.timeout <= 0 || o.replicas < 1) {
 		rc = wf_errf(err, WF_EINVAL,
 			     "bench cluster: need 0 < --scale <= 1, --steps >= 1, --warmup >= 0, "
 			     "--batch >= 1, --compute-ms >= 0, --bucket-mb > 0, --chunk-bytes >= "
-			     "1024, --timeout > 0");
+			     "1024, --timeout > 0, --replicas >= 1");
 		goto cleanup;
 	}
 	if ((link && (rc = wf_netem_parse_rate(link, &o.link.rate_bps, err)) != 0) ||

@@ -569,6 +569,13 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		wf_err_wrap(err, "%s", config);
 		goto cleanup;
 	}
+	if (cfg.ps.replicas > nps) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "ps.replicas %ld: each chunk on %ld servers needs --ps %ld or more "
+			     "(got --ps %ld)",
+			     cfg.ps.replicas, cfg.ps.replicas, cfg.ps.replicas, nps);
+		goto cleanup;
+	}
 	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
 		goto cleanup;
 	if ((rc = wf_events_open(cfg.log.events, "launch", err)) != 0)

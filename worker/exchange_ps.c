@@ -105,7 +105,8 @@ static int servers_agree(ps_ctx *c, long *step, long *lo, long *hi, wf_err *err)
 	 * (a small model on several servers) must never hold up a join */
 	int any = 0;
 	for (int s = 0; s < c->cfg.nservers; s++) {
-		if (wf_ps_placement_count(&c->pl, s) == 0 && c->cfg.nservers > 1)
+		if ((wf_ps_placement_count(&c->pl, s) == 0 && c->cfg.nservers > 1) ||
+		    c->steps[s] == WF_PS_STEP_BACKUP)
 			continue;
 		*lo = any ? WF_MIN(*lo, c->steps[s]) : c->steps[s];
 		*hi = any ? WF_MAX(*hi, c->steps[s]) : c->steps[s];
@@ -494,6 +495,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 							  : WF_PS_SERVER_TIMEOUT_DEFAULT,
 		.keys = cfg->keys,
 		.key_origin = cfg->key_origin,
+		.replicas = cfg->replicas,
 	};
 	if ((rc = wf_ps_client_create(&c->cl, &cc, err)) != 0)
 		goto fail;
