@@ -1005,6 +1005,7 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 	long got[n];
 	memset(answered, 0, sizeof(answered));
 	int left = n, tries = 0, rc = 0;
+	uint32_t served = 0; /* replication: the groups some server is the primary of */
 	/* only this register's handshakes count */
 	read_handshakes(c);
 	memset(c->hs, 0, (size_t)n * sizeof(*c->hs));
@@ -1042,6 +1043,7 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 				got[s] = c->replicas > 1 && !p->primary_bits ? WF_PS_STEP_BACKUP
 									     : p->reply_step;
 				left--;
+				served |= p->primary_bits;
 				for (int g = 0; c->replicas > 1 && g < n && g < 32; g++)
 					if (p->primary_bits & (1u << g))
 						c->route[g] = s; /* it serves group g */
@@ -1086,6 +1088,11 @@ out:
 	}
 	if (m == -2)
 		m = -1;
+	/* replication: a group no server serves yet (its members are still
+	 * joining) is not ready either */
+	for (int g = 0; c->replicas > 1 && c->cfg.pl && g < n && g < 32; g++)
+		if (wf_ps_placement_count(c->cfg.pl, g) > 0 && !(served & (1u << g)))
+			m = -1;
 	if (min_step)
 		*min_step = m;
 	/* every server answered: wait (briefly) until its heartbeats name its

@@ -81,6 +81,14 @@ static int optim_differs(const server *s, const wf_ps_msg *m, const char *who, c
 	return 1;
 }
 
+static int serves_chunks(const server *s)
+{
+	for (int i = 0; i < s->nchunks; i++)
+		if (wf_pss_serving(s, &s->chunks[i]))
+			return 1;
+	return 0;
+}
+
 static void handle(server *s, int n, int overflow)
 {
 	const uint8_t *rid = zmq_msg_data(&s->frames[0]);
@@ -192,7 +200,7 @@ static void handle(server *s, int n, int overflow)
 			wf_pss_send_ok(s, rid, rid_len, h, h->step, 0);
 			break;
 		}
-		if (s->nchunks && (long)h->step > wf_pss_server_step(s)) {
+		if (serves_chunks(s) && (long)h->step > wf_pss_server_step(s)) {
 			wf_pss_send_errorf(
 				s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
 				"barrier at step %lld but the job is at step %ld (it went "

@@ -234,6 +234,8 @@ void wf_pss_barrier_try_release(server *s);
 void wf_pss_barriers_rolled_back(server *s);
 void wf_pss_membership_changed(server *s);
 long wf_pss_server_step(const server *s);
+/* This server answers the workers for chunk c (without replicas: always). */
+int wf_pss_serving(const server *s, const schunk *c);
 void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
 void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m, int w);
 void wf_pss_op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);

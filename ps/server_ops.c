@@ -6,17 +6,27 @@
 
 /* ---- ops -------------------------------------------------------------- */
 
-/* The server's step: -1 before init, else the lowest chunk version. */
+int wf_pss_serving(const server *s, const schunk *c)
+{
+	return s->replicas < 2 || !s->groups || s->groups[c->group].role == GRP_PRIMARY;
+}
+
+/* The server's step: -1 before init, else the lowest version of the chunks
+ * it serves (with replicas, a backup's copies may lag by an update). */
 long wf_pss_server_step(const server *s)
 {
 	long m = -1;
+	int any = 0;
 	for (int i = 0; i < s->nchunks; i++) {
+		if (!wf_pss_serving(s, &s->chunks[i]))
+			continue;
+		any = 1;
 		if (!s->chunks[i].initialized)
 			return -1;
 		if (m < 0 || s->chunks[i].version < m)
 			m = s->chunks[i].version;
 	}
-	if (!s->nchunks)
+	if (!any)
 		return s->restored_step >= 0 ? s->restored_step : 0;
 	return m;
 }
