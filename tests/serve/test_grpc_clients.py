@@ -141,10 +141,12 @@ def kserve_checks(ports, c, tmp):
     check("statistics" in meta.get("extensions", []), "ServerMetadata lists extensions")
     md = c.get_model_metadata("m", as_json=True)
     check(md["versions"] == ["1"] and md["inputs"][0]["shape"] == ["-1", "32", "32", "3"]
+          and md["inputs"][0]["name"] == "image"
           and [o["name"] for o in md["outputs"]] == ["probabilities", "logits"],
-          "ModelMetadata: versions, input shape, outputs")
+          "ModelMetadata: versions, input (the model's own name) and shape, outputs")
     cfg = c.get_model_config("m", as_json=True)["config"]
     check(cfg["max_batch_size"] == 8 and cfg["input"][0]["dims"] == ["32", "32", "3"]
+          and cfg["input"][0]["name"] == "image"
           and cfg["input"][0]["data_type"] == "TYPE_FP32" and "dynamic_batching" in cfg,
           "ModelConfig: max_batch_size, input dims and type, dynamic_batching")
 
@@ -385,7 +387,7 @@ def tfs_checks(ports, c, tmp):
     sd = get_model_metadata_pb2.SignatureDefMap()
     mr.metadata["signature_def"].Unpack(sd)
     sig = sd.signature_def["serving_default"]
-    check([d.size for d in sig.inputs["input"].tensor_shape.dim] == [-1, H, W, C]
+    check([d.size for d in sig.inputs["image"].tensor_shape.dim] == [-1, H, W, C]
           and sorted(sig.outputs.keys()) == ["probabilities"]
           and sorted(sd.signature_def["serving_all"].outputs.keys()) == ["logits", "probabilities"]
           and sig.method_name == "tensorflow/serving/predict",
