@@ -100,10 +100,13 @@ static const wf_command_help serve_help = {
 	"under DIR are loaded and warmed in the background and swapped in without\n"
 	"failing a request.\n"
 	"\n"
-	"Input: numbers in :predict bodies and KServe FP32 tensors are the model's\n"
-	"input after preprocessing; JPEG and PNG images ({\"b64\": ...}, KServe BYTES)\n"
-	"and KServe UINT8 tensors are raw pixels that get the model's recorded\n"
-	"preprocessing (images are also resized; PNG alpha is dropped).\n"
+	"Input: one per model, named as the model names it (its input layer: a Keras\n"
+	"model's InputLayer name) or \"input\". Numbers in :predict bodies and FP32\n"
+	"tensors are the model's input after preprocessing, or raw pixels that get it\n"
+	"when it is the model's own first layers (a Keras Rescaling/Normalization, as\n"
+	"model.predict takes them); JPEG and PNG images ({\"b64\": ...}, BYTES) and\n"
+	"UINT8 tensors are raw pixels that get the model's recorded preprocessing\n"
+	"(images are also resized; PNG alpha is dropped).\n"
 	"\n"
 	"Flags take --flag=value or --flag value."};
 

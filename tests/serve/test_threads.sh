@@ -24,6 +24,7 @@ free_port() {
 # gRPC on free ports; returns once it answers ready and its gRPC ports are up
 start() {
 	rest=$(free_port)
+	: >serve.err
 	"$WEFT_SERVE" --model_name m --model_base_path models --bind_address 127.0.0.1 \
 		--rest_api_port "$rest" --port "$(free_port)" --grpc_port "$(free_port)" \
 		--file_system_poll_wait_seconds 0 "$@" 2>serve.err &
