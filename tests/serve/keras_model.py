@@ -4,8 +4,9 @@ else on PyTorch).
 
     keras_model.py make OUT.keras K
         a model with weft's smallcnn layer names on 8x8x3 inputs whose input
-        layer is named "pixels" and whose first layer is Rescaling(1/255): it
-        takes raw 0-255 pixels, as Keras models often do; K classes, softmax
+        layer is named "pixels" and whose first layers are Rescaling(1/255)
+        and Normalization: it takes raw 0-255 pixels, as Keras models often
+        do; K classes, softmax
     keras_model.py predict MODEL.keras DUMP X.npy OUT.npy
         Keras's probabilities for X (raw pixels, [N,8,8,3] float32) with the
         weights of DUMP (`weft inspect --dump` of a weft model: "layer/param
@@ -41,6 +42,7 @@ def make(out, k):
     keras.utils.set_random_seed(7)
     inp = L.Input(shape=(8, 8, 3), name="pixels")
     x = L.Rescaling(1.0 / 255, name="rescale")(inp)
+    x = L.Normalization(mean=[0.45, 0.5, 0.4], variance=[0.05, 0.08, 0.06], name="norm")(x)
     x = L.Conv2D(32, 3, padding="same", name="conv1")(x)
     x = L.ReLU(name="relu1")(x)
     x = L.MaxPooling2D(2, name="pool1")(x)

@@ -2,8 +2,8 @@
 test_keras_serve.sh).
 
 keras_model.py (Keras, in the peers venv) makes a model whose input layer is
-named "pixels" and whose first layer is Rescaling(1/255), so it takes raw
-0-255 pixels. As a user would, it is fine-tuned with `weft train
+named "pixels" and whose first layers are Rescaling(1/255) and Normalization,
+so it takes raw 0-255 pixels. As a user would, it is fine-tuned with `weft train
 --set model.init_from=m.keras` and exported (`weft export`), and imported
 as it is (`weft import-keras`); weft-serve serves both. Every request form a
 client of the Keras model would send (TF Serving REST instances and inputs,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A Keras model's own input name and preprocessing (Rescaling) in
+# A Keras model's own input name and preprocessing (Rescaling, Normalization) in
 # weft-serve: Keras (the peers venv, bench/peers_venv.sh) makes the model and
 # the answers to compare with, the real clients (scripts/client-venv.sh) send
 # the requests. Skipped (77), saying why, where neither venv can be had or
