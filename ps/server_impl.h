@@ -112,6 +112,7 @@ typedef struct schunk {
 	int group;    /* the chunk's group: the server placement gave it */
 	long rseq;    /* replicates (and inits) sent to the backups so far */
 	long *racked; /* [nservers] the last one each backup acknowledged */
+	int synced;   /* backup: holds the primary's copy (installed, then kept up) */
 } schunk;
 
 /* Another server of a group this one belongs to: the replication connection
@@ -133,12 +134,14 @@ typedef enum {
 typedef struct group {
 	int member; /* this server keeps the group */
 	grp_role role;
-	int primary;	 /* the primary as this server knows it, -1 not known */
-	uint8_t *live;	 /* [nservers] primary: the backups that acknowledge */
-	uint8_t *asked;	 /* [nservers] joining: members that answered */
-	int installs;	 /* waiting: inits of join_id received */
-	double since;	 /* when joining started */
-	double last_ask; /* when join requests were last sent */
+	int primary;	  /* the primary as this server knows it, -1 not known */
+	uint8_t *live;	  /* [nservers] primary: the backups that acknowledge */
+	uint8_t *asked;	  /* [nservers] joining: members that answered */
+	uint32_t join_id; /* the id this server's join requests and their inits carry */
+	int installs;	  /* waiting: inits the primary said it sends */
+	int got;	  /* inits of join_id received (they may come before the answer) */
+	double since;	  /* when joining started */
+	double last_ask;  /* when join requests were last sent */
 } group;
 
 typedef struct worker {

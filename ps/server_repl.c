@@ -248,6 +248,22 @@ void wf_pss_answer_ready(server *s, schunk *c)
 
 /* ---- the backup's side ----------------------------------------------------- */
 
+/* Start (again) asking the other members of g for its state; what this
+ * server holds of g counts for nothing until a primary's inits arrive. */
+static void rejoin(server *s, int g)
+{
+	group *gr = &s->groups[g];
+	gr->role = GRP_JOINING;
+	gr->since = wf_now();
+	gr->last_ask = 0;
+	gr->got = 0;
+	gr->join_id = (gr->join_id * 2654435761u + 2) | 1; /* never 0: the chief's init */
+	memset(gr->asked, 0, (size_t)s->cfg->nservers);
+	for (int i = 0; i < s->nchunks; i++)
+		if (s->chunks[i].group == g)
+			s->chunks[i].synced = 0;
+}
+
 void wf_pss_op_replicate(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
 {
 	const wf_ps_hdr *h = &m->hdr;
@@ -267,18 +283,14 @@ void wf_pss_op_replicate(server *s, const uint8_t *rid, size_t rid_len, const wf
 		return;
 	}
 	int32_t delta = (int32_t)(h->tag - (uint32_t)c->rseq);
-	if (gr->role != GRP_BACKUP || gr->primary != from || !c->initialized || delta > 1) {
+	if (gr->role == GRP_JOINING || gr->primary != from || !c->synced || delta > 1) {
 		wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
 				   "ps %d cannot apply update %u of chunk %d from ps %d (it is %s "
 				   "group %d, primary ps %d, at update %ld): it joins again",
 				   s->cfg->index, h->tag, c->gidx, from, role_name(gr->role),
 				   c->group, gr->primary, c->rseq);
-		if (gr->role == GRP_BACKUP) { /* out of step: take the primary's state again */
-			gr->role = GRP_JOINING;
-			gr->since = wf_now();
-			gr->last_ask = 0;
-			memset(gr->asked, 0, (size_t)s->cfg->nservers);
-		}
+		if (gr->role == GRP_BACKUP) /* out of step: take the primary's state again */
+			rejoin(s, c->group);
 		return;
 	}
 	if (delta == 1) {
@@ -297,22 +309,32 @@ void wf_pss_op_replicate(server *s, const uint8_t *rid, size_t rid_len, const wf
 	wf_pss_send_ok(s, rid, rid_len, h, c->version, 0);
 }
 
+static void joined(server *s, int g)
+{
+	group *gr = &s->groups[g];
+	gr->role = GRP_BACKUP;
+	wf_info("ps %d: joined group %d as a backup of ps %d at step %ld", s->cfg->index, g,
+		gr->primary, group_step(s, g));
+	wf_event("ps_joined", json_pack("{s:i, s:i, s:I}", "group", g, "primary", gr->primary,
+					"step", (json_int_t)group_step(s, g)));
+}
+
 void wf_pss_repl_installed(server *s, const wf_ps_hdr *h)
 {
 	int from = WF_PS_SENDER_INDEX(h->sender);
 	int g = h->chunk == WF_PS_STATE_CHUNK ? 0 : s->pl.chunks[h->chunk].server;
 	group *gr = &s->groups[g];
-	if (h->chunk != WF_PS_STATE_CHUNK)
-		s->chunks[s->local[h->chunk]].rseq = h->tag;
-	if (gr->role == GRP_WAITING && from == gr->primary && h->aux == s->incarnation) {
-		if (--gr->installs == 0) {
-			gr->role = GRP_BACKUP;
-			wf_info("ps %d: joined group %d as a backup of ps %d at step %ld",
-				s->cfg->index, g, from, group_step(s, g));
-			wf_event("ps_joined",
-				 json_pack("{s:i, s:i, s:I}", "group", g, "primary", from, "step",
-					   (json_int_t)group_step(s, g)));
-		}
+	if (h->chunk != WF_PS_STATE_CHUNK) {
+		schunk *c = &s->chunks[s->local[h->chunk]];
+		c->rseq = h->tag;
+		c->synced = 1;
+	}
+	if ((gr->role == GRP_JOINING || gr->role == GRP_WAITING) && h->aux == gr->join_id) {
+		/* an init of this join: it may arrive before the join's answer */
+		gr->primary = from;
+		gr->got++;
+		if (gr->role == GRP_WAITING && gr->got >= gr->installs)
+			joined(s, g);
 	} else if (gr->role != GRP_PRIMARY && h->aux == 0) {
 		/* the chief's init forwarded: the sender is the primary */
 		gr->role = GRP_BACKUP;
@@ -411,7 +433,7 @@ static void ask_join(server *s, int g, int p, int failover)
 {
 	wf_ps_hdr h;
 	peer_hdr(s, &h, WF_PS_OP_JOIN, (uint32_t)g, 0);
-	h.aux = s->incarnation;
+	h.aux = s->groups[g].join_id;
 	if (failover)
 		h.flags |= WF_PS_FLAG_FAILOVER;
 	peer_send(s, p, &h, NULL, NULL, 0);
@@ -463,8 +485,8 @@ static void join_reply(server *s, int p, const wf_ps_msg *m)
 		gr->installs = (int)h->aux;
 		wf_info("ps %d: joining group %d: ps %d is its primary (step %lld)", s->cfg->index,
 			g, p, (long long)h->step);
-		if (!gr->installs)
-			gr->role = GRP_BACKUP;
+		if (gr->got >= gr->installs)
+			joined(s, g);
 		return;
 	}
 	if (!(h->flags & WF_PS_FLAG_REDIRECT))
@@ -538,11 +560,8 @@ static void peer_reply(server *s, int p, const wf_ps_msg *m)
 			for (int i = 0; i < s->nchunks; i++)
 				if (s->chunks[i].group == c->group)
 					wf_pss_fail_held_redirect(s, &s->chunks[i], p);
-			gr->role = GRP_JOINING;
+			rejoin(s, c->group);
 			gr->primary = p;
-			gr->since = wf_now();
-			gr->last_ask = 0;
-			memset(gr->asked, 0, (size_t)s->cfg->nservers);
 			memset(gr->live, 0, (size_t)s->cfg->nservers);
 			return;
 		}
@@ -643,9 +662,7 @@ void wf_pss_repl_tick(server *s)
 		if (gr->role == GRP_WAITING && now - gr->since > 4 * timeout) {
 			wf_warn("ps %d: group %d: ps %d's state did not arrive: asking again",
 				s->cfg->index, g, gr->primary);
-			gr->role = GRP_JOINING;
-			gr->since = now;
-			memset(gr->asked, 0, (size_t)n);
+			rejoin(s, g);
 		}
 		if (gr->role != GRP_JOINING || now - gr->last_ask < JOIN_RETRY)
 			continue;
@@ -674,6 +691,7 @@ int wf_pss_repl_init(server *s, wf_err *err)
 		gr->primary = g;
 		gr->role = s->replicas > 1 ? GRP_JOINING : g == me ? GRP_PRIMARY : GRP_BACKUP;
 		gr->since = wf_now();
+		gr->join_id = (s->incarnation + 2654435761u * (uint32_t)g) | 1;
 		gr->live = calloc((size_t)n, 1);
 		gr->asked = calloc((size_t)n, 1);
 		if (!gr->live || !gr->asked)
