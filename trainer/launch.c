@@ -569,6 +569,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		wf_err_wrap(err, "%s", config);
 		goto cleanup;
 	}
+	if ((rc = wf_config_check_workers(&cfg, (int)(nworkers + chief), err)) != 0)
+		goto cleanup;
 	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
 		goto cleanup;
 	if ((rc = wf_events_open(cfg.log.events, "launch", err)) != 0)
