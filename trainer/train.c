@@ -814,6 +814,9 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 			r->own_applied += !r->fd.dropped;
 			r->own_dropped += r->fd.dropped;
 			r->own_partial += r->fd.partial > 0;
+			wf_event("unit",
+				 json_pack("{s:I, s:I, s:b}", "step", (json_int_t)step, "unit",
+					   (json_int_t)b->step, "applied", !r->fd.dropped));
 			/* dropped as late: on at the servers' step */
 			done = WF_MAX(done, r->fd.next_step);
 		}
