@@ -324,6 +324,7 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 	long step = 0, lo, hi, version;
 	int rc;
 	*start_step = 0;
+	c->upe = x->units_per_epoch; /* the trainer set it after create */
 	wf_info("ps: worker %d of %d%s: %d server%s, %d chunks, mode %s", x->rank, x->workers,
 		x->is_chief ? " (chief)" : "", c->cfg.nservers, c->cfg.nservers == 1 ? "" : "s",
 		c->pl.nchunks, c->mode);
@@ -382,7 +383,6 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 	c->step = step;
 	c->next = 0;
 	*start_step = step;
-	c->upe = x->units_per_epoch;
 	if ((rc = feed_after_pull(x, x->is_chief, err)) != 0)
 		return rc;
 	c->ready_at = wf_now();
