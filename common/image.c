@@ -234,6 +234,19 @@ void wf_image_preprocess_u8(const wf_image_io *io, const uint8_t *px, float *out
 	}
 }
 
+void wf_image_preprocess_f32(const wf_image_io *io, float *x, size_t n)
+{
+	size_t npx = n * (size_t)io->h * io->w;
+	int c = io->c < 4 ? io->c : 4, swap = io->bgr && io->c == 3;
+	for (size_t i = 0; i < npx; i++) {
+		float *p = x + i * io->c, v[4];
+		for (int j = 0; j < c; j++)
+			v[j] = p[swap ? 2 - j : j];
+		for (int j = 0; j < c; j++)
+			p[j] = (v[j] * io->scale - io->mean[j]) / io->std[j];
+	}
+}
+
 /* Bilinear resize with half-pixel centres of the rectangle src [sh,sw,c]
  * (rows sstride pixels apart) into dst [dh,dw,c] (rows dstride apart). */
 static void resize_rect(const uint8_t *src, size_t sstride, int sh, int sw, int c, uint8_t *dst,

@@ -37,6 +37,9 @@ typedef struct wf_image_io {
 	const char *max_pixels_flag; /* the setting that raises max_pixels, named when an
 				      * image is refused for its size; NULL: none */
 	int unbatched;		     /* serving: tensors carry no batch dimension (one sample) */
+	int raw_numbers;	     /* serving: numbers are raw pixels too and get the
+				      * preprocessing (it is the model's own first layers) */
+	const char *input_name;	     /* serving: the input as the model names it; NULL: none */
 } wf_image_io;
 
 /* Decode standard or URL-safe base64 (padding optional, whitespace
@@ -83,6 +86,9 @@ int wf_image_load_u8(const uint8_t *bytes, size_t n, int c, int dh, int dw, int 
 
 /* Preprocess one raw image px [H,W,C] uint8 in RGB order into out [H,W,C]. */
 void wf_image_preprocess_u8(const wf_image_io *io, const uint8_t *px, float *out);
+/* The same for n samples of raw pixel values as floats (RGB, 0-255, any
+ * value allowed), in place: x [n,H,W,C]. */
+void wf_image_preprocess_f32(const wf_image_io *io, float *x, size_t n);
 
 /* Decode an encoded image (JPEG or PNG), resize it to io->h x io->w
  * (io->resize) and preprocess it into out [H,W,C]: wf_image_load_u8 then

@@ -163,6 +163,7 @@ void wf_keras_set_meta(kimp *k, const char *model_name, wf_model_meta *meta)
 		meta->mean[i] = 0.0f, meta->std[i] = 1.0f;
 	snprintf(meta->channel_order, sizeof(meta->channel_order), "RGB");
 	meta->scale = 1.0f;
+	meta->pre_in_model = k->have_pre;
 	if (k->have_pre) {
 		/* y = pa x + pc as (x * scale - mean) / std */
 		int uniform = 1;

@@ -106,6 +106,9 @@ typedef struct wf_model_meta {
 	float scale;	       /* usually 1/255 */
 	float mean[4], std[4]; /* per channel */
 	char channel_order[8]; /* "RGB" */
+	int pre_in_model;      /* 1: the preprocessing is the model's own first layers (Keras
+				* Rescaling/Normalization, run by the input pipeline instead):
+				* the model takes raw pixels, numbers included */
 	char precision[8];     /* compute precision to serve in (weft export --precision):
 				* "fp32", "bf16", "int8", "auto"; "": not chosen (fp32) */
 } wf_model_meta;

@@ -65,6 +65,8 @@ static char *preprocessing_json(const wf_model *m, const wf_model_meta *meta)
 			      "channel_order", meta->channel_order);
 	if (p && meta->precision[0])
 		json_object_set_new(p, "precision", json_string(meta->precision));
+	if (p && meta->pre_in_model)
+		json_object_set_new(p, "in_model", json_true());
 	char *s = p ? json_dumps(p, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9))
 		    : NULL;
 	json_decref(p);
@@ -231,6 +233,14 @@ static int parse_preprocessing(const char *text, wf_model_meta *meta, const char
 			goto done;
 		}
 		snprintf(meta->channel_order, sizeof(meta->channel_order), "%s", s);
+	}
+	if ((v = json_object_get(p, "in_model"))) {
+		if (!json_is_boolean(v)) {
+			rc = wf_errf(err, WF_EFORMAT, "%s: preprocessing.in_model: not a boolean",
+				     path);
+			goto done;
+		}
+		meta->pre_in_model = json_is_true(v);
 	}
 	if ((v = json_object_get(p, "precision"))) {
 		const char *s = json_string_value(v);

@@ -34,7 +34,16 @@ typedef struct pending {
 	int stale;
 	uint32_t aux; /* aux of the reply (backup workers: the next data unit + 1) */
 	uint32_t inc; /* the server's incarnation when sent (0: not known yet) */
+	/* replication: how to send it again */
+	const float *grads;    /* push: the gradient buffer */
+	int with_state;	       /* push: carries the state */
+	int again;	       /* AGAIN_*: send it again, not done */
+	int again_to;	       /* AGAIN_REDIRECT: the primary named, -1 none */
+	uint32_t primary_bits; /* register's reply: the groups the server is primary of */
+	double again_at;       /* not before (seconds) */
 } pending;
+
+enum { AGAIN_NO, AGAIN_REDIRECT, AGAIN_FAILOVER, AGAIN_SAME };
 
 /* What a server's connections said during a register: a security-mode
  * mismatch or a refusal of the keys is a misconfiguration, not an absent
@@ -76,7 +85,13 @@ struct wf_ps_client {
 	double server_timeout; /* seconds of heartbeat silence that make a server gone */
 	void **mons;	       /* [nservers * nstripes] PAIR: each socket's connection events */
 	handshakes *hs;	       /* [nservers] what register saw of each server's handshakes */
-	int send_ms;	       /* ZMQ_SNDTIMEO of every socket now (milliseconds) */
+	int *route;	       /* [nservers] group g's requests go to server route[g] */
+	struct {	       /* what wf_ps_client_init sends, while it runs */
+		const float *params, *const *slots, *state;
+		long step;
+	} init;
+	int replicas; /* cfg.replicas, at least 1 */
+	int send_ms;  /* ZMQ_SNDTIMEO of every socket now (milliseconds) */
 	zmq_msg_t frames[1 + WF_PS_MAX_FRAMES];
 };
 
@@ -126,6 +141,13 @@ static int frozen_frames(wf_ps_client *c)
 		c->frozen_bytes[k] = 16 * n;
 	}
 	return 0;
+}
+
+/* The server chunk k's requests go to now (the state: group 0's). */
+static int server_of(const wf_ps_client *c, uint32_t chunk)
+{
+	int g = chunk == WF_PS_STATE_CHUNK ? 0 : c->cfg.pl->chunks[chunk].server;
+	return c->route[g];
 }
 
 static int slot_server(const wf_ps_client *c, int s)
@@ -239,6 +261,13 @@ static void read_handshakes(wf_ps_client *c);
 static void apply_reply(wf_ps_client *c, pending *p, const wf_ps_msg *m)
 {
 	const wf_ps_hdr *h = &m->hdr;
+	if ((h->flags & WF_PS_FLAG_REDIRECT) && c->replicas > 1 && p->op != WF_PS_OP_REGISTER) {
+		/* not the primary (or still joining): ask where it says */
+		p->again = AGAIN_REDIRECT;
+		p->again_to = (int)h->step;
+		p->again_at = wf_now() + (h->step < 0 ? 0.1 : 0);
+		return;
+	}
 	p->done = 1;
 	p->reply_step = (long)h->step;
 	if (h->flags & WF_PS_FLAG_ERROR) {
@@ -252,6 +281,8 @@ static void apply_reply(wf_ps_client *c, pending *p, const wf_ps_msg *m)
 	}
 	p->stale = (h->flags & WF_PS_FLAG_STALE) != 0;
 	p->aux = h->aux;
+	if (h->op == WF_PS_OP_REGISTER)
+		p->primary_bits = h->aux;
 	if (h->op == WF_PS_OP_PUSH_PULL || h->op == WF_PS_OP_PULL) {
 		/* values are checked while they are copied (one pass): a bad reply
 		 * leaves the chunk's values undefined and fails the request */
@@ -352,10 +383,101 @@ static void check_servers(wf_ps_client *c)
 			why = "stopped answering heartbeats";
 		if (!why)
 			continue;
+		if (c->replicas > 1 && p->op != WF_PS_OP_REGISTER) {
+			if (p->again)
+				continue;
+			int chunk_op = p->op == WF_PS_OP_PUSH_PULL || p->op == WF_PS_OP_PULL ||
+				       p->op == WF_PS_OP_INIT;
+			if (chunk_op) { /* the group's next server takes over */
+				p->again = AGAIN_FAILOVER;
+				p->again_at = 0;
+				snprintf(p->msg, sizeof(p->msg), "%s", why);
+			} else if (inc != p->inc) {
+				/* a server-wide request: the restarted server gets it again */
+				p->again = AGAIN_SAME;
+				p->again_at = 0;
+			}
+			continue;
+		}
 		p->done = 1;
 		p->rc = WF_ETRANSIENT;
 		snprintf(p->msg, sizeof(p->msg), "the server %s while a %s was outstanding", why,
 			 wf_ps_op_name(p->op));
+	}
+}
+
+static int send_push(wf_ps_client *c, int chunk, const float *grads, long step, int with_state,
+		     uint32_t flags, wf_err *err);
+static int send_init(wf_ps_client *c, int k, uint32_t flags, wf_err *err);
+
+/* Replication: the next server of group g after `after` whose heartbeats
+ * are recent (else simply the next one). */
+static int next_replica(const wf_ps_client *c, int g, int after)
+{
+	int n = c->cfg.nservers, k0 = ((after - g) % n + n) % n;
+	int64_t now = (int64_t)(wf_now() * 1000);
+	for (int i = 1; i <= c->replicas; i++) {
+		int s = (g + (k0 + i) % c->replicas) % n;
+		int64_t seen = atomic_load(&c->seen[s]);
+		if (s != after && seen && (double)(now - seen) <= 1000.0 * c->server_timeout)
+			return s;
+	}
+	return (g + (k0 + 1) % c->replicas) % n;
+}
+
+/* Send again what a failed or redirected server did not answer. */
+static void send_again(wf_ps_client *c)
+{
+	double now = wf_now();
+	for (int i = 0; i < c->cap; i++) {
+		pending *p = &c->pend[i];
+		if (!p->used || p->done || !p->again || now < p->again_at)
+			continue;
+		pending was = *p;
+		wf_err e = {0};
+		int rc = 0;
+		uint32_t flags = 0;
+		int chunk_op = was.op == WF_PS_OP_PUSH_PULL || was.op == WF_PS_OP_PULL ||
+			       was.op == WF_PS_OP_INIT;
+		if (chunk_op) {
+			int g = was.chunk == WF_PS_STATE_CHUNK
+					? 0
+					: c->cfg.pl->chunks[was.chunk].server;
+			int to = c->route[g];
+			if (was.again == AGAIN_FAILOVER) {
+				if (to == was.server)
+					to = next_replica(c, g, was.server);
+				flags = WF_PS_FLAG_FAILOVER;
+			} else if (was.again_to >= 0 && was.again_to < c->cfg.nservers) {
+				to = was.again_to;
+			}
+			if (to != c->route[g])
+				wf_warn("ps client: group %d goes to ps %d (%s): ps %d %s", g, to,
+					c->endpoints[to], c->route[g],
+					was.again == AGAIN_FAILOVER ? was.msg
+								    : "named it the primary");
+			c->route[g] = to;
+		}
+		p->used = 0;
+		if (was.op == WF_PS_OP_PUSH_PULL) {
+			rc = send_push(c, (int)was.chunk, was.grads, was.step, was.with_state,
+				       flags, &e);
+		} else if (was.op == WF_PS_OP_INIT) {
+			rc = send_init(c, i, flags, &e);
+		} else {
+			wf_ps_hdr h;
+			req_hdr(c, &h, was.op, chunk_op ? was.chunk : 0, was.step);
+			h.flags |= flags;
+			rc = send_req(c, chunk_op ? server_of(c, was.chunk) : was.server, i, &h,
+				      NULL, NULL, 0, 0, &e);
+		}
+		if (rc) { /* the slot reports it */
+			*p = was;
+			p->again = AGAIN_NO;
+			p->done = 1;
+			p->rc = rc;
+			snprintf(p->msg, sizeof(p->msg), "%.1000s", e.msg);
+		}
 	}
 }
 
@@ -423,6 +545,8 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
 			if (items[k].revents & ZMQ_POLLIN)
 				drain(c, k);
 		check_servers(c);
+		if (c->replicas > 1)
+			send_again(c);
 		if (c->fail_fast && refused(c))
 			break;
 	}
@@ -762,9 +886,13 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	c->seen = calloc((size_t)cfg->nservers, sizeof(*c->seen));
 	c->mons = calloc((size_t)cfg->nservers * (size_t)c->nstripes, sizeof(*c->mons));
 	c->hs = calloc((size_t)cfg->nservers, sizeof(*c->hs));
+	c->route = calloc((size_t)cfg->nservers, sizeof(*c->route));
 	if (!c->pend || !c->endpoints || !c->socks || !c->floats || !c->inc || !c->seen ||
-	    !c->mons || !c->hs)
+	    !c->mons || !c->hs || !c->route)
 		goto fail;
+	c->replicas = cfg->replicas > 1 ? WF_MIN(cfg->replicas, cfg->nservers) : 1;
+	for (int g = 0; g < cfg->nservers; g++)
+		c->route[g] = g;
 	c->server_timeout = cfg->server_timeout > 0 ? cfg->server_timeout
 						    : WF_MAX(WF_PS_SERVER_TIMEOUT_DEFAULT,
 							     10.0 * cfg->heartbeat_interval);
@@ -856,6 +984,7 @@ void wf_ps_client_free(wf_ps_client *c)
 	free((void *)c->seen);
 	free(c->mons);
 	free(c->hs);
+	free(c->route);
 	free(c->key_origin);
 	memset(&c->keys, 0, sizeof(c->keys));
 	free(c);
@@ -878,6 +1007,7 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 	long got[n];
 	memset(answered, 0, sizeof(answered));
 	int left = n, tries = 0, rc = 0;
+	uint32_t served = 0; /* replication: the groups some server is the primary of */
 	/* only this register's handshakes count */
 	read_handshakes(c);
 	memset(c->hs, 0, (size_t)n * sizeof(*c->hs));
@@ -910,8 +1040,15 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 			pending *p = &c->pend[slot_server(c, s)];
 			if (p->used && p->done && !p->rc && !answered[s]) {
 				answered[s] = 1;
-				got[s] = p->reply_step;
+				/* replication: a server that serves no group (it is
+				 * joining, or only a backup) does not tell the job's step */
+				got[s] = c->replicas > 1 && !p->primary_bits ? WF_PS_STEP_BACKUP
+									     : p->reply_step;
 				left--;
+				served |= p->primary_bits;
+				for (int g = 0; c->replicas > 1 && g < n && g < 32; g++)
+					if (p->primary_bits & (1u << g))
+						c->route[g] = s; /* it serves group g */
 			}
 		}
 		clear_slots(c);
@@ -940,15 +1077,24 @@ out:
 	set_send_timeout(c, timeout_of(c));
 	if (rc)
 		return rc;
-	long m = 0;
+	long m = -2; /* none yet */
 	for (int s = 0; s < n; s++) {
 		if (steps)
 			steps[s] = got[s];
-		if (got[s] < 0 || m < 0)
+		if (got[s] == WF_PS_STEP_BACKUP)
+			continue;
+		if (got[s] < 0 || m == -1)
 			m = -1;
-		else if (s == 0 || got[s] < m)
+		else if (m == -2 || got[s] < m)
 			m = got[s];
 	}
+	if (m == -2)
+		m = -1;
+	/* replication: a group no server serves yet (its members are still
+	 * joining) is not ready either */
+	for (int g = 0; c->replicas > 1 && c->cfg.pl && g < n && g < 32; g++)
+		if (wf_ps_placement_count(c->cfg.pl, g) > 0 && !(served & (1u << g)))
+			m = -1;
 	if (min_step)
 		*min_step = m;
 	/* every server answered: wait (briefly) until its heartbeats name its
@@ -968,6 +1114,33 @@ out:
 	return 0;
 }
 
+/* Send chunk k's init (k = nchunks: the state) from c->init (flags: FAILOVER). */
+static int send_init(wf_ps_client *c, int k, uint32_t flags, wf_err *err)
+{
+	const wf_ps_placement *pl = c->cfg.pl;
+	wf_ps_hdr h;
+	const void *f[3];
+	size_t sz[3];
+	int nf = 1;
+	if (k == pl->nchunks) {
+		f[0] = c->init.state;
+		sz[0] = c->cfg.nstate * sizeof(float);
+		req_hdr(c, &h, WF_PS_OP_INIT, WF_PS_STATE_CHUNK, c->init.step);
+	} else {
+		const wf_ps_chunk *ch = &pl->chunks[k];
+		f[0] = c->init.params + ch->offset;
+		sz[0] = ch->count * sizeof(float);
+		for (int j = 0; c->init.slots && j < c->cfg.nslots && j < 2; j++, nf++) {
+			f[nf] = c->init.slots[j] + ch->offset;
+			sz[nf] = sz[0];
+		}
+		req_hdr(c, &h, WF_PS_OP_INIT, (uint32_t)k, c->init.step);
+	}
+	h.dtype = WF_PS_DTYPE_F32;
+	h.flags |= flags;
+	return send_req(c, server_of(c, h.chunk), k, &h, f, sz, nf, 1, err);
+}
+
 int wf_ps_client_init(wf_ps_client *c, const float *params, const float *const *slots,
 		      const float *state, long step, wf_err *err)
 {
@@ -975,34 +1148,45 @@ int wf_ps_client_init(wf_ps_client *c, const float *params, const float *const *
 	int rc = 0;
 	if (!pl)
 		return wf_errf(err, WF_EINVAL, "ps client: init needs a placement");
+	c->init.params = params;
+	c->init.slots = slots;
+	c->init.state = state;
+	c->init.step = step;
 	/* one outstanding init per chunk; send all, then wait */
-	for (int k = 0; k < pl->nchunks && !rc; k++) {
-		const wf_ps_chunk *ch = &pl->chunks[k];
-		wf_ps_hdr h;
-		const void *f[3];
-		size_t sz[3];
-		int nf = 1;
-		f[0] = params + ch->offset;
-		sz[0] = ch->count * sizeof(float);
-		for (int j = 0; slots && j < c->cfg.nslots && j < 2; j++, nf++) {
-			f[nf] = slots[j] + ch->offset;
-			sz[nf] = sz[0];
-		}
-		req_hdr(c, &h, WF_PS_OP_INIT, (uint32_t)k, step);
-		h.dtype = WF_PS_DTYPE_F32;
-		rc = send_req(c, ch->server, k, &h, f, sz, nf, 1, err);
-	}
-	if (!rc && state && c->cfg.nstate) {
-		wf_ps_hdr h;
-		const void *f[1] = {state};
-		size_t sz[1] = {c->cfg.nstate * sizeof(float)};
-		req_hdr(c, &h, WF_PS_OP_INIT, WF_PS_STATE_CHUNK, step);
-		h.dtype = WF_PS_DTYPE_F32;
-		rc = send_req(c, 0, pl->nchunks, &h, f, sz, 1, 1, err);
-	}
+	for (int k = 0; k < pl->nchunks && !rc; k++)
+		rc = send_init(c, k, 0, err);
+	if (!rc && state && c->cfg.nstate)
+		rc = send_init(c, pl->nchunks, 0, err);
 	int wrc = wait_slots(c, timeout_of(c), 0, rc ? NULL : err);
 	clear_slots(c);
+	memset(&c->init, 0, sizeof(c->init));
 	return rc ? rc : wrc;
+}
+
+/* Send chunk's push (flags: extra header flags, FAILOVER). */
+static int send_push(wf_ps_client *c, int chunk, const float *grads, long step, int with_state,
+		     uint32_t flags, wf_err *err)
+{
+	const wf_ps_chunk *ch = &c->cfg.pl->chunks[chunk];
+	wf_ps_hdr h;
+	const void *f[3] = {grads + ch->offset, c->cfg.state};
+	size_t sz[3] = {ch->count * sizeof(float), c->cfg.nstate * sizeof(float)};
+	int nf = with_state ? 2 : 1;
+	req_hdr(c, &h, WF_PS_OP_PUSH_PULL, (uint32_t)chunk, step);
+	h.dtype = WF_PS_DTYPE_F32;
+	h.aux = (uint32_t)(c->cfg.contributors > 0 ? c->cfg.contributors : 0);
+	h.flags |= flags;
+	if (with_state)
+		h.flags |= WF_PS_FLAG_STATE;
+	if (c->frozen && c->frozen_bytes[chunk]) {
+		h.flags |= WF_PS_FLAG_FROZEN;
+		f[nf] = c->frozen[chunk];
+		sz[nf++] = c->frozen_bytes[chunk];
+	}
+	int rc = send_req(c, server_of(c, (uint32_t)chunk), chunk, &h, f, sz, nf, 1, err);
+	c->pend[chunk].grads = grads;
+	c->pend[chunk].with_state = with_state;
+	return rc;
 }
 
 int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads, long step,
@@ -1018,21 +1202,7 @@ int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads,
 			       "ps client: the state rides on a chunk of ps 0 (chunk %d is on ps "
 			       "%d) and needs cfg.state",
 			       chunk, ch->server);
-	wf_ps_hdr h;
-	const void *f[3] = {grads + ch->offset, c->cfg.state};
-	size_t sz[3] = {ch->count * sizeof(float), c->cfg.nstate * sizeof(float)};
-	int nf = with_state ? 2 : 1;
-	req_hdr(c, &h, WF_PS_OP_PUSH_PULL, (uint32_t)chunk, step);
-	h.dtype = WF_PS_DTYPE_F32;
-	h.aux = (uint32_t)(c->cfg.contributors > 0 ? c->cfg.contributors : 0);
-	if (with_state)
-		h.flags |= WF_PS_FLAG_STATE;
-	if (c->frozen && c->frozen_bytes[chunk]) {
-		h.flags |= WF_PS_FLAG_FROZEN;
-		f[nf] = c->frozen[chunk];
-		sz[nf++] = c->frozen_bytes[chunk];
-	}
-	return send_req(c, ch->server, chunk, &h, f, sz, nf, 1, err);
+	return send_push(c, chunk, grads, step, with_state, 0, err);
 }
 
 int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err)
@@ -1064,7 +1234,7 @@ static int pull(wf_ps_client *c, int chunk, int state, uint32_t aux, long *versi
 		wf_ps_hdr h;
 		req_hdr(c, &h, WF_PS_OP_PULL, (uint32_t)k, 0);
 		h.aux = aux;
-		rc = send_req(c, pl->chunks[k].server, k, &h, NULL, NULL, 0, 0, err);
+		rc = send_req(c, server_of(c, (uint32_t)k), k, &h, NULL, NULL, 0, 0, err);
 	}
 	if (state) {
 		if (!c->cfg.state || !c->cfg.nstate)
@@ -1072,7 +1242,7 @@ static int pull(wf_ps_client *c, int chunk, int state, uint32_t aux, long *versi
 				       "ps client: pulling the state needs cfg.state");
 		wf_ps_hdr h;
 		req_hdr(c, &h, WF_PS_OP_PULL, WF_PS_STATE_CHUNK, 0);
-		rc = send_req(c, 0, nc, &h, NULL, NULL, 0, 0, err);
+		rc = send_req(c, server_of(c, WF_PS_STATE_CHUNK), nc, &h, NULL, NULL, 0, 0, err);
 	}
 	int wrc = wait_slots(c, timeout_of(c), 0, rc ? NULL : err);
 	if (version) {

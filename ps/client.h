@@ -26,6 +26,7 @@ typedef struct wf_ps_client wf_ps_client;
 #define WF_PS_CONNECT_TIMEOUT_DEFAULT	 120.0 /* seconds to wait for the servers */
 #define WF_PS_HEARTBEAT_INTERVAL_DEFAULT 0.5   /* seconds between heartbeats */
 #define WF_PS_SERVER_TIMEOUT_DEFAULT	 5.0   /* seconds of silence: server gone */
+#define WF_PS_STEP_BACKUP		 (-2)  /* register: the server serves no group */
 
 typedef struct wf_ps_client_cfg {
 	int nservers;
@@ -60,6 +61,11 @@ typedef struct wf_ps_client_cfg {
 	/* the optimizer settings the servers must share (ps/proto.h: register),
 	 * read at create; NULL: register sends none and is not checked */
 	const wf_optim_cfg *optim;
+	/* ps.replicas (ps/proto.h: replication); 0 or 1: none. With more, a
+	 * request to a server that fails (restart, heartbeat silence) or that
+	 * names another primary goes again to the group's next server, and
+	 * server-wide requests wait for a restarted server instead of failing. */
+	int replicas;
 } wf_ps_client_cfg;
 
 /* Create the sockets and connect (ZeroMQ connects in the background, so the
@@ -73,7 +79,9 @@ void wf_ps_client_free(wf_ps_client *c); /* accepts NULL */
  * server and cfg.key_origin; so does one whose optimizer settings differ
  * from cfg.optim, naming each differing key and both values. steps
  * ([nservers], may be NULL) receives each server's step (-1: not yet
- * initialized); *min_step the lowest (-1 if any is uninitialized). Every
+ * initialized; WF_PS_STEP_BACKUP: with replicas, a server that is the
+ * primary of no group and so does not tell the job's step); *min_step the
+ * lowest of the others (-1 if any is uninitialized). Every
  * send is bounded (ZMQ_SNDTIMEO: a round here, the reply timeout
  * elsewhere). */
 int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *err);

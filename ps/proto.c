@@ -26,6 +26,8 @@ static const char *const op_names[WF_PS_OP__COUNT] = {
 	[WF_PS_OP_STATS] = "stats",
 	[WF_PS_OP_SHUTDOWN] = "shutdown",
 	[WF_PS_OP_HEARTBEAT] = "heartbeat",
+	[WF_PS_OP_REPLICATE] = "replicate",
+	[WF_PS_OP_JOIN] = "join",
 };
 
 static const char *const reject_names[WF_PS_REJECT__COUNT] = {
@@ -252,7 +254,10 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 			s->frame_bytes[i] = cb;
 		break;
 	case WF_PS_OP_PUSH_PULL:
+	case WF_PS_OP_REPLICATE:
 		s->chunk_op = 1;
+		if (reply && h->op == WF_PS_OP_REPLICATE)
+			break;
 		s->dtype = WF_PS_DTYPE_F32;
 		s->min_frames = s->max_frames = 1 + state + frozen;
 		s->frame_bytes[0] = cb;
@@ -296,7 +301,7 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 		break;
 	default: /* barrier, shutdown, heartbeat: no payload */ break;
 	}
-	if ((state || frozen) && h->op != WF_PS_OP_PUSH_PULL) {
+	if ((state || frozen) && h->op != WF_PS_OP_PUSH_PULL && h->op != WF_PS_OP_REPLICATE) {
 		s->fault = WF_PS_REJECT_OP;
 		s->why = "flag state or frozen on an op other than push_pull";
 	}
@@ -338,7 +343,8 @@ static int check_flags(const wf_ps_hdr *h, const wf_ps_limits *lim)
 		return 0;
 	if (lim->is_reply)
 		return (h->flags & WF_PS_FLAG_REPLY) != 0;
-	return (h->flags & (WF_PS_FLAG_REPLY | WF_PS_FLAG_ERROR | WF_PS_FLAG_STALE)) == 0;
+	return (h->flags & (WF_PS_FLAG_REPLY | WF_PS_FLAG_ERROR | WF_PS_FLAG_STALE |
+			    WF_PS_FLAG_REDIRECT)) == 0;
 }
 
 int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *sizes, int n,
@@ -377,7 +383,7 @@ int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *siz
 		       (unsigned long long)h->job_id); /* never name the right one */
 	if (!lim->is_reply) {
 		int role = WF_PS_SENDER_ROLE(h->sender), idx = WF_PS_SENDER_INDEX(h->sender);
-		if (role < WF_PS_ROLE_WORKER || role > WF_PS_ROLE_TOOL)
+		if (role < WF_PS_ROLE_WORKER || role > WF_PS_ROLE_SERVER)
 			REJECT(WF_PS_REJECT_SENDER, "sender role %d unknown", role);
 		if (role == WF_PS_ROLE_WORKER && lim->nworkers > 0 && idx >= lim->nworkers)
 			REJECT(WF_PS_REJECT_SENDER, "worker index %d out of range [0, %d)", idx,

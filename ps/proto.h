@@ -30,7 +30,9 @@
  *   restore    dir (bytes)             -> -           (step = N or -1 newest; reply step)
  *   stats      -                       -> JSON (bytes)
  *   shutdown   -                       -> -
- *   heartbeat  -                       -> -
+ *   heartbeat  -                       -> -           (reply aux: incarnation)
+ *   replicate  grad [+ state] [+ frozen] -> -         (server to server, aux: contributors)
+ *   join       -                       -> -           (server to server, chunk: group)
  *   any error reply: flag ERROR, aux = -code, one frame of text.
  * A register's optional frame (dtype bytes) is the sender's optimizer
  * settings as wf_optim_describe writes them ("optimizer.lr=0.1 ..."): a
@@ -42,7 +44,20 @@
  * ascending, not overlapping: the optimizer leaves them as they are (no
  * update, no weight decay).
  * The state pseudo-chunk WF_PS_STATE_CHUNK (non-trainable state, kept by
- * server 0) can be the target of init and pull. */
+ * server 0) can be the target of init and pull.
+ * Replication (ps.replicas R > 1, ps/server_repl.c): the chunks placed on
+ * server g form group g, kept by servers g, g+1, ..., g+R-1 (mod the
+ * servers); one of them is the group's primary and the rest its backups.
+ * The primary sends each update it applies to the backups as a replicate
+ * (the summed gradient, the step, the contributors: the backups apply it
+ * with the same optimizer, so the values stay bitwise equal) or an init
+ * (values and slots), in order on one connection per backup, and answers
+ * the workers only once every live backup acknowledged it. A request to a
+ * server that is not the primary of the chunk's group is refused with flag
+ * REDIRECT naming the primary; one with flag FAILOVER (the sender's
+ * primary stopped answering) makes a backup that holds the group's state
+ * its primary. A restarted server joins each of its groups: the primary
+ * sends it every chunk as an init on the replication connection. */
 #ifndef WF_PS_PROTO_H
 #define WF_PS_PROTO_H
 
@@ -69,6 +84,8 @@ typedef enum {
 	WF_PS_OP_STATS,
 	WF_PS_OP_SHUTDOWN,
 	WF_PS_OP_HEARTBEAT,
+	WF_PS_OP_REPLICATE, /* server to server: apply this gradient as the primary did */
+	WF_PS_OP_JOIN,	    /* server to server: send me your state of group `chunk` */
 	WF_PS_OP__COUNT
 } wf_ps_op;
 
@@ -78,7 +95,11 @@ enum {
 	WF_PS_FLAG_STATE = 1u << 2,  /* an extra frame with the state vector */
 	WF_PS_FLAG_STALE = 1u << 3,  /* push for a past step: ignored, values are current */
 	WF_PS_FLAG_FROZEN = 1u << 4, /* push: a last frame of frozen ranges */
-	WF_PS_FLAG__ALL = 0x1f,
+	/* request: the sender moved this group here because its primary failed */
+	WF_PS_FLAG_FAILOVER = 1u << 5,
+	/* error reply: not the group's primary; reply step = the primary, -1 unknown */
+	WF_PS_FLAG_REDIRECT = 1u << 6,
+	WF_PS_FLAG__ALL = 0x7f,
 };
 
 typedef enum { WF_PS_DTYPE_NONE = 0, WF_PS_DTYPE_F32 = 1, WF_PS_DTYPE_BYTES = 2 } wf_ps_dtype;
@@ -87,6 +108,7 @@ typedef enum {
 	WF_PS_ROLE_WORKER = 1, /* counts in membership; index = worker index */
 	WF_PS_ROLE_CHIEF = 2,  /* coordination only */
 	WF_PS_ROLE_TOOL = 3,   /* stats, benchmarks, tests */
+	WF_PS_ROLE_SERVER = 4, /* another parameter server (replication); index = server */
 } wf_ps_role;
 
 /* How servers aggregate pushes (strategy.mode, parsed once by trainer/config.c;

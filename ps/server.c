@@ -81,6 +81,14 @@ static int optim_differs(const server *s, const wf_ps_msg *m, const char *who, c
 	return 1;
 }
 
+static int serves_chunks(const server *s)
+{
+	for (int i = 0; i < s->nchunks; i++)
+		if (wf_pss_serving(s, &s->chunks[i]))
+			return 1;
+	return 0;
+}
+
 static void handle(server *s, int n, int overflow)
 {
 	const uint8_t *rid = zmq_msg_data(&s->frames[0]);
@@ -154,9 +162,33 @@ static void handle(server *s, int n, int overflow)
 			wk->alive = 1;
 		}
 	}
+	int role = WF_PS_SENDER_ROLE(h->sender);
+	if (s->replicas > 1 && role != WF_PS_ROLE_SERVER &&
+	    (h->op == WF_PS_OP_PUSH_PULL || h->op == WF_PS_OP_PULL || h->op == WF_PS_OP_INIT) &&
+	    wf_pss_repl_route(s, rid, rid_len, h,
+			      h->chunk == WF_PS_STATE_CHUNK ? 0 : s->pl.chunks[h->chunk].server))
+		return;
+	int joining = s->replicas > 1 ? wf_pss_repl_joining(s) : -1;
+	if (joining >= 0 && (h->op == WF_PS_OP_CHECKPOINT || h->op == WF_PS_OP_BARRIER)) {
+		char text[160];
+		snprintf(text, sizeof(text), "ps %d is still joining group %d: try again",
+			 s->cfg->index, joining);
+		wf_pss_send_redirect(s, rid, rid_len, h, -1, text);
+		return;
+	}
+	if (role == WF_PS_ROLE_SERVER && h->op == WF_PS_OP_INIT &&
+	    s->groups[h->chunk == WF_PS_STATE_CHUNK ? 0 : s->pl.chunks[h->chunk].server].role ==
+		    GRP_PRIMARY) {
+		char text[160];
+		snprintf(text, sizeof(text), "ps %d is the primary of this group now",
+			 s->cfg->index);
+		wf_pss_send_redirect(s, rid, rid_len, h, s->cfg->index, text);
+		return;
+	}
 	switch (h->op) {
 	case WF_PS_OP_REGISTER:
-		wf_pss_send_ok(s, rid, rid_len, h, wf_pss_server_step(s), (uint32_t)s->pl.nchunks);
+		/* aux: the groups this server is the primary of (ps/proto.h) */
+		wf_pss_send_ok(s, rid, rid_len, h, wf_pss_server_step(s), wf_pss_primary_bits(s));
 		if (w >= 0)
 			wf_pss_membership_changed(s);
 		break;
@@ -168,7 +200,7 @@ static void handle(server *s, int n, int overflow)
 			wf_pss_send_ok(s, rid, rid_len, h, h->step, 0);
 			break;
 		}
-		if (s->nchunks && (long)h->step > wf_pss_server_step(s)) {
+		if (serves_chunks(s) && (long)h->step > wf_pss_server_step(s)) {
 			wf_pss_send_errorf(
 				s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
 				"barrier at step %lld but the job is at step %ld (it went "
@@ -211,6 +243,8 @@ static void handle(server *s, int n, int overflow)
 	case WF_PS_OP_HEARTBEAT:
 		wf_pss_send_ok(s, rid, rid_len, h, wf_pss_server_step(s), s->incarnation);
 		break;
+	case WF_PS_OP_REPLICATE: wf_pss_op_replicate(s, rid, rid_len, &m); break;
+	case WF_PS_OP_JOIN: wf_pss_op_join(s, rid, rid_len, &m); break;
 	default: break;
 	}
 }
@@ -307,6 +341,13 @@ static void check_stalls(server *s, double now)
 
 /* ---- set-up ------------------------------------------------------------- */
 
+/* Server cfg->index keeps the chunks placed on server g (with replicas). */
+static int held_here(const wf_ps_server_cfg *cfg, int replicas, int g)
+{
+	int n = cfg->nservers;
+	return ((cfg->index - g) % n + n) % n < replicas;
+}
+
 static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 {
 	int rc;
@@ -320,6 +361,18 @@ static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 		return wf_errf(err, WF_EINVAL, "ps: nworkers %d out of range", cfg->nworkers);
 	if (cfg->mode == WF_PS_MODE_SSP && cfg->staleness < 0)
 		return wf_errf(err, WF_EINVAL, "ps: ssp staleness %d < 0", cfg->staleness);
+	s->replicas = cfg->replicas > 1 ? cfg->replicas : 1;
+	if (s->replicas > cfg->nservers)
+		return wf_errf(err, WF_EINVAL,
+			       "ps.replicas %d: more copies than parameter servers (%d); use at "
+			       "most %d, or start more servers",
+			       s->replicas, cfg->nservers, cfg->nservers);
+	if (2 * (s->replicas - 1) > WF_PS_MAX_PEERS)
+		return wf_errf(err, WF_EINVAL, "ps.replicas %d: at most %d", s->replicas,
+			       WF_PS_MAX_PEERS / 2 + 1);
+	if (s->replicas > 1 && !cfg->peers)
+		return wf_errf(err, WF_EINVAL, "ps: ps.replicas %d needs every server's address",
+			       s->replicas);
 	if (cfg->backup_workers < 0 || cfg->backup_workers >= cfg->nworkers ||
 	    (cfg->backup_workers > 0 && cfg->mode != WF_PS_MODE_SYNC))
 		return wf_errf(
@@ -336,8 +389,11 @@ static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 		return rc;
 	s->nslots = wf_optim_slots(&cfg->optim);
 	s->nworkers = cfg->nworkers;
-	s->nchunks = wf_ps_placement_count(&s->pl, cfg->index);
-	s->nstate = cfg->index == 0 ? cfg->nstate : 0;
+	/* this server keeps group g (the chunks placed on server g) when it is
+	 * one of g, g+1, ..., g+replicas-1; the state belongs to group 0 */
+	for (int g = 0; g < s->pl.nchunks; g++)
+		s->nchunks += held_here(cfg, s->replicas, s->pl.chunks[g].server);
+	s->nstate = held_here(cfg, s->replicas, 0) ? cfg->nstate : 0;
 	s->chunks = calloc((size_t)s->nchunks + 1, sizeof(*s->chunks));
 	s->shards = calloc((size_t)s->nchunks + 1, sizeof(*s->shards));
 	s->local = malloc((size_t)s->pl.nchunks * sizeof(*s->local));
@@ -358,10 +414,12 @@ static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 	for (int g = 0; g < s->pl.nchunks; g++) {
 		const wf_ps_chunk *pc = &s->pl.chunks[g];
 		s->local[g] = -1;
-		if (pc->server != cfg->index)
+		if (!held_here(cfg, s->replicas, pc->server))
 			continue;
 		schunk *c = &s->chunks[k];
 		c->gidx = g;
+		c->group = pc->server;
+		c->racked = calloc((size_t)cfg->nservers, sizeof(*c->racked));
 		c->offset = pc->offset;
 		c->count = pc->count;
 		c->vb = wf_pss_vbuf_new(c->count, NULL);
@@ -371,7 +429,7 @@ static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 			c->slot[j] = calloc(c->count, sizeof(float));
 		c->pushed = calloc((size_t)s->nworkers, 1);
 		c->held = calloc((size_t)s->nworkers, sizeof(*c->held));
-		if (!c->values || sum_rc || !c->pushed || !c->held ||
+		if (!c->values || sum_rc || !c->pushed || !c->held || !c->racked ||
 		    (s->nslots > 0 && !c->slot[0]) || (s->nslots > 1 && !c->slot[1]))
 			return wf_errf(err, WF_ENOMEM,
 				       "ps: out of memory for chunk %d (%zu floats)", g, c->count);
@@ -399,7 +457,9 @@ static void server_free(server *s)
 		free(c->slot[1]);
 		free(c->pushed);
 		free(c->held);
+		free(c->racked);
 	}
+	wf_pss_repl_free(s);
 	for (int i = 0; i < MAX_RECV; i++)
 		wf_ps_scratch_free(&s->align[i]);
 	free(s->chunks);
@@ -493,14 +553,18 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 	s->incarnation = (uint32_t)wf_hash3((uint64_t)getpid(), (uint64_t)(s->start * 1e6),
 					    (uint64_t)cfg->index) |
 			 1u; /* never 0: 0 means "not known" to clients */
+	if ((rc = wf_pss_repl_init(s, err)) != 0)
+		goto cleanup;
 	s->running = 1;
+	zmq_pollitem_t items[1 + WF_PS_MAX_PEERS];
+	int nitems = 1 + wf_pss_repl_poll_items(s, items + 1);
+	items[0] = (zmq_pollitem_t){.socket = s->sock, .events = ZMQ_POLLIN};
 	while (s->running) {
 		if (cfg->stop && *cfg->stop) {
 			rc = wf_errf(err, WF_ESTOPPED, "ps %d: stopped by signal", cfg->index);
 			break;
 		}
-		zmq_pollitem_t item = {.socket = s->sock, .events = ZMQ_POLLIN};
-		if (zmq_poll(&item, 1, 50) < 0 && zmq_errno() != EINTR) {
+		if (zmq_poll(items, nitems, 50) < 0 && zmq_errno() != EINTR) {
 			rc = wf_errf(err, WF_EINTERNAL, "ps %d: zmq_poll: %s", cfg->index,
 				     zmq_strerror(zmq_errno()));
 			break;
@@ -513,6 +577,7 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 			for (int i = 0; i < n; i++)
 				zmq_msg_close(&s->frames[i]);
 		}
+		wf_pss_repl_tick(s);
 		double now = wf_now();
 		check_heartbeats(s, now);
 		if (now - s->last_stall_check > 0.1) {
@@ -529,6 +594,7 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 cleanup:
 	if (s->sock)
 		zmq_close(s->sock);
+	wf_pss_repl_free(s); /* its sockets, before the context ends */
 	wf_ps_zap_stop(zap);
 	if (s->zctx)
 		zmq_ctx_term(s->zctx);

@@ -74,6 +74,15 @@ typedef struct wf_ps_server_cfg {
 	/* CURVE keys (ps/auth.h); NULL: plain TCP, anyone who reaches the port is
 	 * served (--insecure) */
 	const struct wf_ps_keys *keys;
+
+	/* ps.replicas: servers that keep each chunk (1: no replication; at most
+	 * nservers). With more, peers names every server's endpoint (server i
+	 * at [i], this one's own included) and a peer silent for peer_timeout
+	 * seconds (0: WF_PS_SERVER_TIMEOUT_DEFAULT of ps/client.h) stops
+	 * counting as a backup (ps/proto.h: replication). */
+	int replicas;
+	const char *const *peers;
+	double peer_timeout;
 } wf_ps_server_cfg;
 
 /* Defaults: one server, one worker, sync, SGD defaults, and the

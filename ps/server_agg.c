@@ -116,19 +116,34 @@ void wf_pss_send_ok(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_h
 	wf_pss_send_raw(s, rid, rid_len, hb, NULL, NULL, 0, NULL);
 }
 
-void wf_pss_send_error(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
-		       int code, const char *text)
+/* An error reply; redirect >= -1: flag REDIRECT, the reply step names the
+ * primary (-1: not known). */
+static void send_error(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+		       int code, int redirect, const char *text)
 {
 	wf_ps_hdr h;
 	uint8_t hb[WF_PS_HEADER_BYTES];
 	const void *f[1] = {text};
 	size_t sz[1] = {strlen(text)};
-	wf_pss_reply_hdr(s, &h, req->op, req->tag, req->chunk, req->step);
-	h.flags |= WF_PS_FLAG_ERROR;
+	wf_pss_reply_hdr(s, &h, req->op, req->tag, req->chunk,
+			 redirect >= -1 ? redirect : (long)req->step);
+	h.flags |= WF_PS_FLAG_ERROR | (redirect >= -1 ? WF_PS_FLAG_REDIRECT : 0);
 	h.aux = (uint32_t)(-code);
 	h.dtype = WF_PS_DTYPE_BYTES;
 	wf_ps_hdr_encode(&h, hb, f, sz, 1);
 	wf_pss_send_raw(s, rid, rid_len, hb, f, sz, 1, NULL);
+}
+
+void wf_pss_send_error(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+		       int code, const char *text)
+{
+	send_error(s, rid, rid_len, req, code, -2, text);
+}
+
+void wf_pss_send_redirect(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+			  int primary, const char *text)
+{
+	send_error(s, rid, rid_len, req, WF_ETRANSIENT, primary, text);
 }
 
 void wf_pss_send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
@@ -199,6 +214,8 @@ void wf_pss_hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const w
 	h->want_state = (req->flags & WF_PS_FLAG_STATE) != 0;
 	h->step = req->step;
 	h->since = wf_now();
+	h->stale = 0;
+	h->need = 0;
 	h->aux = 0;
 	s->held_count++;
 }
@@ -210,8 +227,7 @@ void wf_pss_release(server *s, held *h)
 	h->used = 0;
 }
 
-/* Fail every held reply of chunk c (re-init, restore, shutdown). */
-void wf_pss_fail_held(server *s, schunk *c, int code, const char *why)
+static void fail_held(server *s, schunk *c, int code, int redirect, const char *why)
 {
 	for (int w = 0; w < s->nworkers; w++) {
 		held *h = &c->held[w];
@@ -219,7 +235,7 @@ void wf_pss_fail_held(server *s, schunk *c, int code, const char *why)
 			continue;
 		wf_ps_hdr req = {
 			.op = h->op, .tag = h->tag, .chunk = (uint32_t)c->gidx, .step = h->step};
-		wf_pss_send_error(s, h->rid, h->rid_len, &req, code, why);
+		send_error(s, h->rid, h->rid_len, &req, code, redirect, why);
 		wf_pss_release(s, h);
 	}
 	memset(c->pushed, 0, (size_t)s->nworkers);
@@ -227,6 +243,19 @@ void wf_pss_fail_held(server *s, schunk *c, int code, const char *why)
 	c->ncontrib = 0;
 	c->contributors = 0;
 	c->direct = 0;
+}
+
+/* Fail every held reply of chunk c (re-init, restore, shutdown). */
+void wf_pss_fail_held(server *s, schunk *c, int code, const char *why)
+{
+	fail_held(s, c, code, -2, why);
+}
+
+void wf_pss_fail_held_redirect(server *s, schunk *c, int primary)
+{
+	char why[96];
+	snprintf(why, sizeof(why), "ps %d is the primary of group %d now", primary, c->group);
+	fail_held(s, c, WF_ETRANSIENT, primary, why);
 }
 
 /* ---- ordered sums -------------------------------------------------------- */
@@ -389,14 +418,16 @@ int wf_pss_quorum(const server *s, const schunk *c, int skip)
 
 /* Sync: apply and answer once every required worker pushed, or all but
  * backup_workers of them: the sum then covers the pushes that are in (the
- * flush skips the others) and the scale is their count. */
+ * flush skips the others) and the scale is their count (with backup
+ * servers: once they acknowledged the update too). */
 void wf_pss_sync_try_complete(server *s, schunk *c)
 {
 	if (!c->ncontrib || !wf_pss_quorum(s, c, -1))
 		return;
+	long step = c->version;
 	if (!c->direct) {
 		wf_pss_osum_flush(s, &c->sum, 1);
-		wf_pss_apply(s, c, c->sum.acc, c->contributors, c->version);
+		wf_pss_apply(s, c, c->sum.acc, c->contributors, step);
 	}
 	int want_state = 0;
 	for (int w = 0; w < s->nworkers; w++)
@@ -412,15 +443,24 @@ void wf_pss_sync_try_complete(server *s, schunk *c)
 		wf_pss_osum_reset(st, s->nworkers);
 	}
 	if (s->cfg->backup_workers > 0)
-		wf_pss_units_step_done(s, c);
-	wf_pss_send_values(s, c, c->held, s->nworkers, 0);
-	for (int w = 0; w < s->nworkers; w++)
-		wf_pss_release(s, &c->held[w]);
+		wf_pss_units_step_done(s, c); /* before pushed[] is cleared */
+	long need = c->direct
+			    ? 0
+			    : wf_pss_replicate(s, c, c->sum.acc, c->contributors, step, want_state);
 	memset(c->pushed, 0, (size_t)s->nworkers);
 	wf_pss_osum_reset(&c->sum, s->nworkers);
 	c->ncontrib = 0;
 	c->contributors = 0;
 	c->direct = 0;
+	if (need) {
+		for (int w = 0; w < s->nworkers; w++)
+			c->held[w].need = c->held[w].used ? need : 0;
+		wf_pss_answer_ready(s, c);
+		return;
+	}
+	wf_pss_send_values(s, c, c->held, s->nworkers, 0);
+	for (int w = 0; w < s->nworkers; w++)
+		wf_pss_release(s, &c->held[w]);
 }
 
 long wf_pss_slowest_step(const server *s)
@@ -455,7 +495,7 @@ void wf_pss_ssp_release(server *s)
 		schunk *c = &s->chunks[i];
 		for (int w = 0; w < s->nworkers; w++) {
 			held *h = &c->held[w];
-			if (!h->used || h->step > bound)
+			if (!h->used || h->step > bound || h->need > 0)
 				continue;
 			if (now - h->since > 0.5 && h->step > s->workers[w].ssp_logged) {
 				s->workers[w].ssp_logged = h->step;

@@ -26,6 +26,13 @@
 #define MAX_RECV   (2 + WF_PS_MAX_FRAMES) /* routing id + header + payload */
 #define PATH_BYTES 4096
 
+/* replication connections a server polls at most: the other members of its
+ * groups, 2 x (replicas - 1) */
+#define WF_PS_MAX_PEERS 64
+
+/* seconds of silence after which a peer server is gone (ps/client.h's default) */
+#define WF_PS_PEER_TIMEOUT_DEFAULT 5.0
+
 /* ZeroMQ status check: records file, line and zmq's own message. */
 #define ZCHECK(call, what)                                                                         \
 	do {                                                                                       \
@@ -48,6 +55,9 @@ typedef struct held {
 	int want_state; /* reply carries the state frame */
 	long step;	/* the step pushed */
 	double since;	/* when it was held */
+	int stale;	/* the reply carries flag STALE */
+	long need;	/* replication: answer once every live backup acknowledged
+			 * the chunk's replicate number `need` (0: nothing to wait for) */
 	uint32_t aux;	/* the reply's aux: backup workers' next unit + 1; 0 none */
 } held;
 
@@ -99,7 +109,41 @@ typedef struct schunk {
 	size_t *fsegs;
 	unsigned char *ffrozen;
 	int nfsegs, fcap;
+	/* replication */
+	int group;    /* the chunk's group: the server placement gave it */
+	long rseq;    /* replicates (and inits) sent to the backups so far */
+	long *racked; /* [nservers] the last one each backup acknowledged */
+	int synced;   /* backup: holds the primary's copy (installed, then kept up) */
 } schunk;
+
+/* Another server of a group this one belongs to: the replication connection
+ * (a DEALER to its ROUTER) and what its heartbeat replies say. */
+typedef struct peer {
+	void *sock;	  /* NULL: no group in common */
+	double last_seen; /* seconds: last reply, 0 none */
+	uint32_t inc;	  /* its incarnation, 0 not known */
+} peer;
+
+/* This server's part in group g (it is a member). */
+typedef enum {
+	GRP_JOINING, /* asking the other members who the primary is */
+	GRP_PRIMARY, /* answers the workers, sends updates to the backups */
+	GRP_BACKUP,  /* applies the primary's updates; answers nothing else */
+	GRP_WAITING, /* joined; waiting for the primary's inits of join id */
+} grp_role;
+
+typedef struct group {
+	int member; /* this server keeps the group */
+	grp_role role;
+	int primary;	  /* the primary as this server knows it, -1 not known */
+	uint8_t *live;	  /* [nservers] primary: the backups that acknowledge */
+	uint8_t *asked;	  /* [nservers] joining: members that answered */
+	uint32_t join_id; /* the id this server's join requests and their inits carry */
+	int installs;	  /* waiting: inits the primary said it sends */
+	int got;	  /* inits of join_id received (they may come before the answer) */
+	double since;	  /* when joining started */
+	double last_ask;  /* when join requests were last sent */
+} group;
 
 typedef struct worker {
 	int alive;	  /* -1 never seen, 1 alive, 0 declared dead */
@@ -162,7 +206,12 @@ typedef struct server {
 	long ssp_max_lead; /* ssp: largest (step - slowest step) of an answered push */
 	units units;	   /* backup workers */
 	long restored_step;
-	uint32_t incarnation; /* random per process: heartbeat replies carry it in aux */
+	uint32_t incarnation;  /* random per process: heartbeat replies carry it in aux */
+	int replicas;	       /* cfg->replicas, at least 1 */
+	group *groups;	       /* [nservers] */
+	peer *peers;	       /* [nservers] */
+	wf_ps_limits peer_lim; /* replies on the replication connections */
+	double last_peer_hb;
 	double start, last_stats, last_stall_check;
 	int running;
 	zmq_msg_t frames[MAX_RECV];
@@ -181,6 +230,9 @@ void wf_pss_send_ok(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_h
 		    uint32_t aux);
 void wf_pss_send_error(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
 		       int code, const char *text);
+/* An error reply with flag REDIRECT: primary (-1: not known) in the reply step. */
+void wf_pss_send_redirect(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
+			  int primary, const char *text);
 void wf_pss_send_errorf(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req,
 			int code, int reason, const char *fmt, ...)
 	__attribute__((format(printf, 7, 8)));
@@ -188,6 +240,8 @@ void wf_pss_send_values(server *s, schunk *c, const held *to, int nto, int stale
 void wf_pss_hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *req);
 void wf_pss_release(server *s, held *h);
 void wf_pss_fail_held(server *s, schunk *c, int code, const char *why);
+/* Fail them with a redirect to the group's new primary. */
+void wf_pss_fail_held_redirect(server *s, schunk *c, int primary);
 int wf_pss_apply(server *s, schunk *c, const float *grad, long contributors, long step);
 /* Take the frozen ranges of push m (none without flag FROZEN) for chunk c;
  * -1 when out of memory (the push is refused). */
@@ -224,6 +278,8 @@ void wf_pss_barrier_try_release(server *s);
 void wf_pss_barriers_rolled_back(server *s);
 void wf_pss_membership_changed(server *s);
 long wf_pss_server_step(const server *s);
+/* This server answers the workers for chunk c (without replicas: always). */
+int wf_pss_serving(const server *s, const schunk *c);
 void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
 void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m, int w);
 void wf_pss_op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
@@ -232,5 +288,37 @@ int wf_pss_restore(server *s, const char *root, long want_step, long *step, wf_e
 void wf_pss_op_restore(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
 void wf_pss_op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h);
 void wf_pss_log_stats(server *s);
+
+/* ---- replication (server_repl.c) ---- */
+/* k-th member of group g (k = 0: the server placement gave it). */
+int wf_pss_member(const server *s, int g, int k);
+int wf_pss_repl_init(server *s, wf_err *err);
+void wf_pss_repl_free(server *s);
+/* The replication sockets to poll next to the ROUTER (up to nservers). */
+int wf_pss_repl_poll_items(server *s, zmq_pollitem_t *items);
+/* Read the peers' replies, send heartbeats and join requests. */
+void wf_pss_repl_tick(server *s);
+/* Check a worker's request for chunk c (or the state when c is NULL, group
+ * 0): 0 when this server is the primary of its group (a FAILOVER request
+ * may make it so), else the request was answered with a redirect. */
+int wf_pss_repl_route(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h, int group);
+/* Primary: send an applied update (grad of step, contributors) or, with
+ * grad NULL, chunk c's values and slots to every live backup; returns the
+ * number a reply must wait for (0: no backup). */
+long wf_pss_replicate(server *s, schunk *c, const float *grad, long contributors, long step,
+		      int with_state);
+/* Primary of group 0: the state the chief set, to the backups. */
+void wf_pss_replicate_state(server *s);
+/* Send the held replies of chunk c whose replicate every live backup has
+ * acknowledged. */
+void wf_pss_answer_ready(server *s, schunk *c);
+void wf_pss_op_replicate(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
+void wf_pss_op_join(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
+/* An init from another server: the primary's state of a chunk (join). */
+void wf_pss_repl_installed(server *s, const wf_ps_hdr *h);
+/* The first group this server is still joining, -1 none. */
+int wf_pss_repl_joining(const server *s);
+/* A bitmap of the groups this server is the primary of (bit g; groups >= 32 not shown). */
+uint32_t wf_pss_primary_bits(const server *s);
 
 #endif

@@ -6,17 +6,27 @@
 
 /* ---- ops -------------------------------------------------------------- */
 
-/* The server's step: -1 before init, else the lowest chunk version. */
+int wf_pss_serving(const server *s, const schunk *c)
+{
+	return s->replicas < 2 || !s->groups || s->groups[c->group].role == GRP_PRIMARY;
+}
+
+/* The server's step: -1 before init, else the lowest version of the chunks
+ * it serves (with replicas, a backup's copies may lag by an update). */
 long wf_pss_server_step(const server *s)
 {
 	long m = -1;
+	int any = 0;
 	for (int i = 0; i < s->nchunks; i++) {
+		if (!wf_pss_serving(s, &s->chunks[i]))
+			continue;
+		any = 1;
 		if (!s->chunks[i].initialized)
 			return -1;
 		if (m < 0 || s->chunks[i].version < m)
 			m = s->chunks[i].version;
 	}
-	if (!s->nchunks)
+	if (!any)
 		return s->restored_step >= 0 ? s->restored_step : 0;
 	return m;
 }
@@ -24,12 +34,17 @@ long wf_pss_server_step(const server *s)
 void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
 {
 	const wf_ps_hdr *h = &m->hdr;
+	int from_server = WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_SERVER;
 	if (h->chunk == WF_PS_STATE_CHUNK) {
 		memcpy(s->state, m->frame[0], m->size[0]);
 		if (s->state_sum.acc)
 			wf_pss_osum_reset(&s->state_sum, s->nworkers);
 		s->state_initialized = 1;
 		wf_pss_send_ok(s, rid, rid_len, h, h->step, 0);
+		if (from_server)
+			wf_pss_repl_installed(s, h);
+		else
+			wf_pss_replicate_state(s);
 		return;
 	}
 	schunk *c = &s->chunks[s->local[h->chunk]];
@@ -45,6 +60,10 @@ void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	c->version = h->step > 0 ? (long)h->step : 0;
 	c->initialized = 1;
 	wf_pss_send_ok(s, rid, rid_len, h, c->version, 0);
+	if (from_server)
+		wf_pss_repl_installed(s, h);
+	else
+		wf_pss_replicate(s, c, NULL, 0, c->version, 0);
 	wf_pss_barriers_rolled_back(s);
 }
 
@@ -92,6 +111,15 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 		wf_pss_apply(s, c, grad, contributors, (long)h->step);
 		if (st)
 			memcpy(s->state, st, s->nstate * sizeof(float));
+		long need = wf_pss_replicate(s, c, grad, contributors, (long)h->step, st != NULL);
+		if (need) { /* answered once the backups hold it (and, ssp, within the bound) */
+			wf_pss_hold(s, &c->held[w], rid, rid_len, h);
+			c->held[w].need = need;
+			wf_pss_answer_ready(s, c);
+			if (s->cfg->mode == WF_PS_MODE_SSP)
+				wf_pss_ssp_release(s);
+			return;
+		}
 		held r = {0};
 		wf_pss_hold(s, &r, rid, rid_len, h);
 		if (s->cfg->mode == WF_PS_MODE_SSP &&
@@ -109,14 +137,21 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 		return;
 	}
 	if (h->step < c->version) {
-		held r = {0};
-		wf_pss_hold(s, &r, rid, rid_len, h);
+		/* with backups, answered once they hold the values it gets */
+		held *r = &c->held[w];
+		wf_pss_hold(s, r, rid, rid_len, h);
+		r->stale = 1;
+		r->need = s->replicas > 1 ? c->rseq : 0;
 		if (s->cfg->backup_workers > 0) {
 			wf_pss_units_late(s, c, w, (long)h->step);
-			r.aux = wf_pss_units_assign(s, c, w, 0);
+			r->aux = wf_pss_units_assign(s, c, w, 0);
 		}
-		wf_pss_send_values(s, c, &r, 1, 1);
-		wf_pss_release(s, &r);
+		if (r->need > 0) {
+			wf_pss_answer_ready(s, c);
+			return;
+		}
+		wf_pss_send_values(s, c, r, 1, 1);
+		wf_pss_release(s, r);
 		return;
 	}
 	if (h->step > c->version) {
@@ -131,7 +166,7 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 	if (!c->ncontrib)
 		c->first_push = wf_now();
 	int rc = 0;
-	if (!c->ncontrib && wf_pss_quorum(s, c, w)) {
+	if (!c->ncontrib && wf_pss_quorum(s, c, w) && s->replicas < 2) {
 		wf_pss_apply(s, c, grad, contributors, c->version); /* sole contributor: no copy */
 		c->direct = 1;
 	} else {
@@ -279,6 +314,8 @@ int wf_pss_restore(server *s, const char *root, long want_step, long *step, wf_e
 		}
 		c->version = tmp[i].version;
 		c->initialized = 1;
+		c->rseq = 0; /* every replica restored the same step */
+		memset(c->racked, 0, (size_t)s->cfg->nservers * sizeof(*c->racked));
 	}
 	if (s->nstate) {
 		memcpy(s->state, st, s->nstate * sizeof(float));

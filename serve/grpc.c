@@ -284,8 +284,10 @@ static void *worker_main(void *arg)
 	wf_cpus_io_thread("grpc-worker");
 	pthread_mutex_lock(&g->mu);
 	for (;;) {
+		g->idle++;
 		while (!g->q_head && !atomic_load(&g->stop))
 			pthread_cond_wait(&g->more, &g->mu);
+		g->idle--;
 		if (atomic_load(&g->stop))
 			break;
 		job *j = g->q_head;
@@ -306,6 +308,31 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+/* With g->mu held: start one more worker (1 MB of stack) unless stopping. */
+static int start_worker(wf_grpc *g)
+{
+	pthread_attr_t attr;
+	int rc = -1;
+	if (atomic_load(&g->stop) || g->nworkers >= g->o.workers || pthread_attr_init(&attr))
+		return -1;
+	pthread_attr_setstacksize(&attr, 1 << 20);
+	if (pthread_create(&g->workers[g->nworkers], &attr, worker_main, g) == 0) {
+		g->nworkers++;
+		rc = 0;
+	}
+	pthread_attr_destroy(&attr);
+	return rc;
+}
+
+/* Workers start as calls need them: an idle server holds start_workers,
+ * a busy one up to o.workers (which then stay). One that cannot start
+ * leaves the call to those running. The fuzz target's session has none. */
+void grow_workers(wf_grpc *g)
+{
+	if (g->workers && g->queued > g->idle)
+		start_worker(g);
+}
+
 /* ---- start and stop ----------------------------------------------------- */
 
 int wf_grpc_start(wf_grpc **out, const wf_grpc_opts *o, const wf_grpc_method *methods, int nmethods,
@@ -320,6 +347,10 @@ int wf_grpc_start(wf_grpc **out, const wf_grpc_opts *o, const wf_grpc_method *me
 		g->o.name = "gRPC";
 	if (g->o.workers < 1)
 		g->o.workers = 1;
+	if (g->o.start_workers < 1)
+		g->o.start_workers = 1;
+	if (g->o.start_workers > g->o.workers)
+		g->o.start_workers = g->o.workers;
 	if (g->o.max_queue < 1)
 		g->o.max_queue = 1;
 	if (g->o.max_streams < 1)
@@ -388,18 +419,15 @@ int wf_grpc_start(wf_grpc **out, const wf_grpc_opts *o, const wf_grpc_method *me
 		rc = wf_errf(err, WF_ENOMEM, "out of memory");
 		goto fail;
 	}
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setstacksize(&attr, 1 << 20);
-	for (int i = 0; i < g->o.workers; i++) {
-		if (pthread_create(&g->workers[i], &attr, worker_main, g) != 0) {
-			pthread_attr_destroy(&attr);
-			rc = wf_errf(err, WF_EINTERNAL, "%s: cannot start worker %d", g->o.name, i);
-			goto fail;
-		}
-		g->nworkers++;
+	pthread_mutex_lock(&g->mu);
+	while (g->nworkers < g->o.start_workers && start_worker(g) == 0)
+		;
+	int started = g->nworkers;
+	pthread_mutex_unlock(&g->mu);
+	if (started < g->o.start_workers) {
+		rc = wf_errf(err, WF_EINTERNAL, "%s: cannot start worker %d", g->o.name, started);
+		goto fail;
 	}
-	pthread_attr_destroy(&attr);
 	if (pthread_create(&g->loop, NULL, loop_main, g) != 0) {
 		rc = wf_errf(err, WF_EINTERNAL, "%s: cannot start the event loop", g->o.name);
 		goto fail;
@@ -439,7 +467,7 @@ void wf_grpc_stop(wf_grpc *g)
 	if (!g)
 		return;
 	pthread_mutex_lock(&g->mu);
-	atomic_store(&g->stop, 1);
+	atomic_store(&g->stop, 1); /* no worker starts after this */
 	pthread_cond_broadcast(&g->more);
 	pthread_mutex_unlock(&g->mu);
 	for (int i = 0; i < g->nworkers; i++)

@@ -79,7 +79,8 @@ typedef struct wf_grpc_opts {
 	int port;		  /* 0: any free port (see wf_grpc_port) */
 	const char *name;	  /* for logs ("KServe v2 gRPC") */
 	size_t max_message;	  /* bytes of one request message (after decompression) */
-	int workers;		  /* handler threads */
+	int workers;		  /* handler threads at most, started as calls need them */
+	int start_workers;	  /* handler threads started at once (0: 1) */
 	int max_queue;		  /* calls waiting for a worker before RESOURCE_EXHAUSTED */
 	int max_streams;	  /* concurrent streams per connection */
 	int max_conns;		  /* open connections; more are closed at once */

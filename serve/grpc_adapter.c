@@ -36,21 +36,6 @@ struct wf_grpc_adapter {
 	name_node *names;
 };
 
-void wf_grpc_preprocess_u8(const wf_grpc_io *io, const uint8_t *px, float *out)
-{
-	wf_image_preprocess_u8(io, px, out);
-}
-
-int wf_grpc_decode_image(const wf_grpc_io *io, const uint8_t *bytes, size_t n, float *out,
-			 char *why, size_t cap)
-{
-	wf_err err = {0};
-	if (wf_image_decode(io, bytes, n, out, &err) == 0)
-		return WF_GRPC_OK;
-	snprintf(why, cap, "%s", err.msg);
-	return err.code == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED : WF_GRPC_INVALID_ARGUMENT;
-}
-
 int wf_grpc_adapter_create(wf_grpc_adapter **out, const wf_grpc_adapter_opts *o, wf_err *err)
 {
 	wf_grpc_adapter *a = calloc(1, sizeof(*a));

@@ -32,14 +32,9 @@ typedef struct wf_grpc_adapter_opts {
 
 typedef struct wf_grpc_adapter wf_grpc_adapter;
 
-/* What a model takes and gives per sample, and its preprocessing. */
+/* What a model takes and gives per sample, its input's name and its
+ * preprocessing (model input is built by serve/request.h's wf_serve_input_*). */
 typedef wf_image_io wf_grpc_io;
-/* Preprocess one raw image px [H,W,C] uint8 RGB into out [H,W,C]. */
-void wf_grpc_preprocess_u8(const wf_grpc_io *io, const uint8_t *px, float *out);
-/* Decode a JPEG or PNG, resize and preprocess it into out [H,W,C]; a gRPC
- * code (INVALID_ARGUMENT for a bad image) with why. */
-int wf_grpc_decode_image(const wf_grpc_io *io, const uint8_t *bytes, size_t n, float *out,
-			 char *why, size_t cap);
 
 /* A model version held for one call (wf_grpc_model_put releases it). */
 typedef struct wf_grpc_model {

@@ -340,6 +340,7 @@ void dispatch_call(conn *c, stream *st)
 		g->q_head = j;
 	g->q_tail = j;
 	g->queued++;
+	grow_workers(g);
 	pthread_cond_signal(&g->more);
 	pthread_mutex_unlock(&g->mu);
 }

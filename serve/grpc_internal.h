@@ -115,11 +115,15 @@ struct wf_grpc {
 	job *done;		/* finished, for the loop */
 	int pending;		/* calls a handler left WF_GRPC_PENDING */
 	pthread_cond_t settled; /* pending fell to 0 */
-	pthread_t *workers;
-	int nworkers;
+	pthread_t *workers;	/* [o.workers] */
+	int nworkers;		/* started */
+	int idle;		/* waiting for a job */
 };
 
 /* Shared between the serve/grpc.c, grpc_h2.c and grpc_call.c files (defined where named). */
+/* With g->mu held, after queueing a job: start one more worker when the
+ * queued jobs outnumber the idle ones and o.workers allows. */
+void grow_workers(wf_grpc *g);
 void pct_encode(const char *s, char *out, size_t cap);
 void answer_error(conn *c, stream *st, int code, const char *msg);
 void answer_http(conn *c, stream *st, const char *status);

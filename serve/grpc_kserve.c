@@ -1,6 +1,7 @@
 /* grpc_kserve.c: KServe v2's inference.GRPCInferenceService (Triton's gRPC
- * protocol). The model has one input, "input" [N,H,W,C]: FP32 model input
- * (after preprocessing), UINT8 raw pixels, or BYTES [N] / [N,1] of encoded
+ * protocol). The model has one input [N,H,W,C], named as the model names it
+ * (or "input"): FP32 numbers (request.h says what they mean), UINT8 raw
+ * pixels, or BYTES [N] / [N,1] of encoded
  * JPEG/PNG images, in raw_input_contents or the typed contents; and two
  * outputs, "probabilities" and "logits" [N,K] FP32 (both when the request
  * names none), or with the "classification" parameter BYTES [N,top]
@@ -131,7 +132,7 @@ static int model_metadata(void *ctx, wf_grpc_call *call)
 			INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT};
 		Inference__ModelMetadataResponse__TensorMetadata *inp[1] = {&in},
 								 *outp[2] = {&outs[0], &outs[1]};
-		in.name = WF_SERVE_INPUT_NAME;
+		in.name = (char *)wf_serve_input_name(&m.io);
 		in.datatype = "FP32";
 		in.n_shape = (size_t)nin;
 		in.shape = in_shape;
@@ -220,7 +221,7 @@ static int model_config(void *ctx, wf_grpc_call *call)
 	if (!code) {
 		int64_t in_dims[3] = {m.io.h, m.io.w, m.io.c}, out_dims[1] = {m.io.classes};
 		Inference__ModelInput in = INFERENCE__MODEL_INPUT__INIT, *inp[1] = {&in};
-		in.name = WF_SERVE_INPUT_NAME;
+		in.name = (char *)wf_serve_input_name(&m.io);
 		in.data_type = INFERENCE__DATA_TYPE__TYPE_FP32;
 		in.format = INFERENCE__MODEL_INPUT__FORMAT__FORMAT_NHWC;
 		in.n_dims = 3;
@@ -581,16 +582,17 @@ static int decode_tensor(const wf_grpc_io *io, const infer_req *rq,
 {
 	*x = NULL;
 	*n = 0;
+	const char *name = wf_serve_input_name(io);
 	if (rq->n_inputs != 1)
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"expected 1 input, \"%s\"; got a different number",
-				WF_SERVE_INPUT_NAME);
+				"expected 1 input, \"%.200s\"; got a different number", name);
 	const in_tensor *t = rq->inputs[0];
-	if (strcmp(t->name, WF_SERVE_INPUT_NAME) != 0)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"unexpected inference input '%.200s'; the model has one input, "
-				"'" WF_SERVE_INPUT_NAME "'",
-				t->name);
+	if (!wf_serve_input_name_ok(io, t->name)) {
+		snprintf(why, cap,
+			 "unexpected inference input '%.200s'; the model has one input, '%.200s'",
+			 t->name, name);
+		return WF_GRPC_INVALID_ARGUMENT;
+	}
 	if (rq->n_raw_input_contents && rq->n_raw_input_contents != rq->n_inputs)
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
 				"%sraw_input_contents must have one entry per input", "");
@@ -627,10 +629,11 @@ static int decode_tensor(const wf_grpc_io *io, const infer_req *rq,
 				snprintf(why, cap,
 					 "raw_input_contents of '%s' has %zu bytes; shape and "
 					 "datatype need %zu",
-					 WF_SERVE_INPUT_NAME, raw->len, want);
+					 name, raw->len, want);
 				return WF_GRPC_INVALID_ARGUMENT;
 			}
-			if (is_fp32 && (uintptr_t)raw->data % _Alignof(float) == 0) {
+			if (is_fp32 && wf_serve_numbers_as_is(io) &&
+			    (uintptr_t)raw->data % _Alignof(float) == 0) {
 				*x = (float *)raw->data; /* read in place: see input_free */
 				return WF_GRPC_OK;
 			}
@@ -639,15 +642,15 @@ static int decode_tensor(const wf_grpc_io *io, const infer_req *rq,
 		if (is_fp32) {
 			if (!tc || tc->n_fp32_contents != count) {
 				snprintf(why, cap,
-					 "input '%s' has %zu fp32_contents; shape needs %zu",
-					 WF_SERVE_INPUT_NAME, tc ? tc->n_fp32_contents : 0, count);
+					 "input '%s' has %zu fp32_contents; shape needs %zu", name,
+					 tc ? tc->n_fp32_contents : 0, count);
 				return WF_GRPC_INVALID_ARGUMENT;
 			}
 			return wf_grpc_input_dense(io, batch, tc->fp32_contents, 0, x, why, cap);
 		}
 		if (!tc || tc->n_uint_contents != count) {
 			snprintf(why, cap, "input '%s' has %zu uint_contents; shape needs %zu",
-				 WF_SERVE_INPUT_NAME, tc ? tc->n_uint_contents : 0, count);
+				 name, tc ? tc->n_uint_contents : 0, count);
 			return WF_GRPC_INVALID_ARGUMENT;
 		}
 		uint8_t *px = malloc(count);

@@ -24,6 +24,7 @@ int wf_grpc_servers_start(wf_grpc_servers **out, const wf_grpc_servers_opts *o, 
 		.bind_address = o->bind_address,
 		.max_message = o->max_message,
 		.workers = o->workers,
+		.start_workers = o->start_workers,
 		.max_queue = o->max_queue,
 		.max_streams = 128,
 		.max_conns = 1024,
@@ -117,15 +118,23 @@ static size_t per_sample(const wf_grpc_io *io)
 	return (size_t)io->h * io->w * io->c;
 }
 
-static int alloc_input(const wf_grpc_io *io, long n, float **x, char *why, size_t cap)
+static int check_batch(const wf_grpc_io *io, long n, char *why, size_t cap)
 {
-	*x = NULL;
 	if (n < 1 || (double)n * (double)per_sample(io) > (double)WF_SERVE_MAX_INPUT_FLOATS) {
 		snprintf(why, cap,
 			 "the batch of %ld samples is %s (at most %ld values per request)", n,
 			 n < 1 ? "empty" : "too large", (long)WF_SERVE_MAX_INPUT_FLOATS);
 		return WF_GRPC_INVALID_ARGUMENT;
 	}
+	return WF_GRPC_OK;
+}
+
+static int alloc_input(const wf_grpc_io *io, long n, float **x, char *why, size_t cap)
+{
+	*x = NULL;
+	int code = check_batch(io, n, why, cap);
+	if (code)
+		return code;
 	*x = malloc((size_t)n * per_sample(io) * sizeof(float));
 	if (!*x) {
 		snprintf(why, cap, "out of memory for %ld samples", n);
@@ -137,17 +146,18 @@ static int alloc_input(const wf_grpc_io *io, long n, float **x, char *why, size_
 int wf_grpc_input_dense(const wf_grpc_io *io, long n, const void *data, int u8, float **x,
 			char *why, size_t cap)
 {
-	int code = alloc_input(io, n, x, why, cap);
+	*x = NULL;
+	int code = check_batch(io, n, why, cap);
 	if (code)
 		return code;
-	size_t per = per_sample(io);
-	if (!u8) { /* as HTTP's binary tensors: NaN in, NaN out */
-		memcpy(*x, data, (size_t)n * per * sizeof(float));
-		return WF_GRPC_OK;
+	wf_serve_input in = {0};
+	wf_err err = {0};
+	if (wf_serve_input_dense(io, (size_t)n, data, u8, 0, &in, &err)) {
+		snprintf(why, cap, "%s", err.msg);
+		return err.code == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
+					     : WF_GRPC_INVALID_ARGUMENT;
 	}
-	for (long i = 0; i < n; i++)
-		wf_grpc_preprocess_u8(io, (const uint8_t *)data + (size_t)i * per,
-				      *x + (size_t)i * per);
+	*x = in.x;
 	return WF_GRPC_OK;
 }
 
@@ -158,14 +168,14 @@ int wf_grpc_input_images(const wf_grpc_io *io, long n, const uint8_t *const *img
 	if (code)
 		return code;
 	for (long i = 0; i < n; i++) {
-		char msg[900];
-		code = wf_grpc_decode_image(io, img[i], len[i], *x + (size_t)i * per_sample(io),
-					    msg, sizeof(msg));
-		if (code) {
-			snprintf(why, cap, "image %ld: %s", i, msg);
+		wf_err err = {0};
+		if (wf_serve_input_image(io, img[i], len[i], *x + (size_t)i * per_sample(io),
+					 &err)) {
+			snprintf(why, cap, "image %ld: %s", i, err.msg);
 			free(*x);
 			*x = NULL;
-			return code;
+			return err.code == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
+						     : WF_GRPC_INVALID_ARGUMENT;
 		}
 	}
 	return WF_GRPC_OK;

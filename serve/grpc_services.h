@@ -26,7 +26,8 @@ typedef struct wf_grpc_servers_opts {
 	int tfs_port;	    /* TF Serving API; 0: off */
 	int kserve_port;    /* KServe v2 API; 0: off */
 	size_t max_message; /* bytes of one request message */
-	int workers;	    /* handler threads per server */
+	int workers;	    /* handler threads per server at most */
+	int start_workers;  /* ... started at once (the rest as calls need them) */
 	int max_queue;	    /* calls waiting for a handler thread before RESOURCE_EXHAUSTED */
 	int tfs_default;    /* 1: tfs_port is the default, not asked for: when it is */
 	int kserve_default; /* in use, that API is off with a warning instead of an error */
@@ -59,8 +60,8 @@ int wf_grpc_reply(wf_grpc_call *call, const ProtobufCMessage *m);
 
 /* ---- model input from tensors (shared by both APIs) ---- */
 
-/* n samples of a dense [n,H,W,C] tensor: FP32 model input (after
- * preprocessing) or, with u8, raw pixels that get the model's preprocessing.
+/* n samples of a dense [n,H,W,C] tensor: FP32 numbers (request.h says what
+ * they mean) or, with u8, raw pixels that get the model's preprocessing.
  * *x is malloc'd [n,H,W,C]. */
 int wf_grpc_input_dense(const wf_grpc_io *io, long n, const void *data, int u8, float **x,
 			char *why, size_t cap);

@@ -1,13 +1,15 @@
 /* grpc_tfs.c: TF Serving's gRPC API: tensorflow.serving.PredictionService
  * (Predict, Classify, Regress, GetModelMetadata) and ModelService
  * (GetModelStatus, HandleReloadConfigRequest). The signatures have one
- * input, "input" [N,H,W,C] (DT_FLOAT model input, DT_UINT8 raw pixels, or
- * DT_STRING [N] encoded JPEG/PNG images; in tensor_content or the typed *_val
- * fields); "serving_default" has the output "probabilities", "serving_all"
- * also "logits" ([N,K] DT_FLOAT, returned in float_val). Classify takes tf.Examples
- * whose feature ("image/encoded", "image", "input", or the only one) is an
- * encoded image (bytes_list) or model input (float_list) and returns the top
- * 5 classes with their probabilities. */
+ * input [N,H,W,C], named as the model names it (requests may also say
+ * "input"): DT_FLOAT numbers (request.h says what they mean), DT_UINT8 raw
+ * pixels, or DT_STRING [N] encoded JPEG/PNG images, in tensor_content or the
+ * typed *_val fields; "serving_default" has the output "probabilities",
+ * "serving_all" also "logits" ([N,K] DT_FLOAT, returned in float_val).
+ * Classify takes tf.Examples whose feature ("image/encoded", "image",
+ * "input", the input's name, or the only one) is an encoded image
+ * (bytes_list) or model input (float_list) and returns the top 5 classes
+ * with their probabilities. */
 #include "serve/grpc_services.h"
 
 #include "common/util.h"
@@ -181,23 +183,25 @@ static int tensor_input(const wf_grpc_io *io, const Tensorflow__TensorProto *t, 
 static int predict_input(const wf_grpc_io *io, const Tensorflow__Serving__PredictRequest *rq,
 			 float **x, int *n, char *why, size_t cap)
 {
+	const char *name = wf_serve_input_name(io);
 	if (rq->n_inputs != 1 || !rq->inputs[0]->value) {
-		snprintf(why, cap, "expected one input, \"%s\"; got %zu", WF_SERVE_INPUT_NAME,
-			 rq->n_inputs);
+		snprintf(why, cap, "expected one input, \"%.200s\"; got %zu", name, rq->n_inputs);
 		return WF_GRPC_INVALID_ARGUMENT;
 	}
-	if (strcmp(rq->inputs[0]->key, WF_SERVE_INPUT_NAME) != 0) {
-		snprintf(why, cap, "input \"%.200s\" is not in the signature (it has \"%s\")",
-			 rq->inputs[0]->key, WF_SERVE_INPUT_NAME);
+	if (!wf_serve_input_name_ok(io, rq->inputs[0]->key)) {
+		snprintf(why, cap, "input \"%.200s\" is not in the signature (it has \"%.200s\")",
+			 rq->inputs[0]->key, name);
 		return WF_GRPC_INVALID_ARGUMENT;
 	}
 	return tensor_input(io, rq->inputs[0]->value, x, n, why, cap);
 }
 
 /* The feature of an Example that holds the sample. */
-static const Tensorflow__Feature *example_feature(const Tensorflow__Example *e)
+static const Tensorflow__Feature *example_feature(const wf_grpc_io *io,
+						  const Tensorflow__Example *e)
 {
-	static const char *keys[] = {"image/encoded", "image", WF_SERVE_INPUT_NAME};
+	const char *keys[] = {"image/encoded", "image", WF_SERVE_INPUT_NAME,
+			      wf_serve_input_name(io)};
 	const Tensorflow__Features *f = e ? e->features : NULL;
 	if (!f)
 		return NULL;
@@ -239,7 +243,7 @@ static int classify_input(const wf_grpc_io *io,
 	if (!all)
 		return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 	for (size_t i = 0; i < nex; i++) {
-		const Tensorflow__Feature *f = example_feature(ex[i]);
+		const Tensorflow__Feature *f = example_feature(io, ex[i]);
 		float *one = NULL;
 		code = WF_GRPC_INVALID_ARGUMENT;
 		if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_BYTES_LIST && f->bytes_list &&
@@ -253,10 +257,9 @@ static int classify_input(const wf_grpc_io *io,
 		} else {
 			snprintf(why, cap,
 				 "example %zu needs a feature \"image/encoded\" (bytes_list with "
-				 "one "
-				 "JPEG or PNG) or \"" WF_SERVE_INPUT_NAME "\" (float_list of %zu "
-				 "model input values)",
-				 i, per);
+				 "one JPEG or PNG) or \"%.200s\" (float_list of %zu model input "
+				 "values)",
+				 i, wf_serve_input_name(io), per);
 		}
 		if (code) {
 			free(all);
@@ -546,13 +549,15 @@ static int get_model_metadata(void *ctx, wf_grpc_call *call)
 		Tensorflow__TensorInfo ti[3];
 		Tensorflow__TensorShapeProto sh[3];
 		Tensorflow__TensorShapeProto__Dim d[3][4], *dp[3][4];
-		tensor_info(&ti[0], &sh[0], d[0], dp[0], in_dims, 4, WF_SERVE_INPUT_NAME ":0");
+		char tname[160];
+		snprintf(tname, sizeof(tname), "%s:0", wf_serve_input_name(&m.io));
+		tensor_info(&ti[0], &sh[0], d[0], dp[0], in_dims, 4, tname);
 		tensor_info(&ti[1], &sh[1], d[1], dp[1], out_dims, 2, WF_SERVE_OUTPUT_PROBS ":0");
 		tensor_info(&ti[2], &sh[2], d[2], dp[2], out_dims, 2, WF_SERVE_OUTPUT_LOGITS ":0");
 		Tensorflow__SignatureDef__InputsEntry
 			ie = TENSORFLOW__SIGNATURE_DEF__INPUTS_ENTRY__INIT,
 			*iep[1] = {&ie};
-		ie.key = WF_SERVE_INPUT_NAME;
+		ie.key = (char *)wf_serve_input_name(&m.io);
 		ie.value = &ti[0];
 		Tensorflow__SignatureDef__OutputsEntry oe[2], *oep[2] = {&oe[0], &oe[1]};
 		tensorflow__signature_def__outputs_entry__init(&oe[0]);

@@ -303,6 +303,20 @@ static enum MHD_Result on_body(wf_serve_http *h, req_ctx *q, const char *data, s
 	return MHD_YES;
 }
 
+static void *handler_main(void *arg);
+
+/* With h->wmu held: start one more handler thread unless stopping or at
+ * o.threads. Handlers start as requests need them and then stay: an idle
+ * server holds o.start_threads. */
+static int start_handler(wf_serve_http *h)
+{
+	if (h->wstop || h->nworkers >= h->o.threads ||
+	    pthread_create(&h->workers[h->nworkers], NULL, handler_main, h) != 0)
+		return -1;
+	h->nworkers++;
+	return 0;
+}
+
 /* Hand an inference request to the handler threads; the connection stays
  * suspended (holding no event thread) until its reply is ready. */
 static enum MHD_Result defer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
@@ -331,6 +345,8 @@ static enum MHD_Result defer(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 		h->whead = q;
 	h->wtail = q;
 	h->wpending++;
+	if (h->wpending > h->widle) /* none idle: one more, where o.threads allows */
+		start_handler(h);
 	pthread_cond_signal(&h->wcv);
 	pthread_mutex_unlock(&h->wmu);
 	return MHD_YES;
@@ -342,8 +358,10 @@ static void *handler_main(void *arg)
 	wf_cpus_io_thread("http-handler");
 	pthread_mutex_lock(&h->wmu);
 	for (;;) {
+		h->widle++;
 		while (!h->whead && !h->wstop)
 			pthread_cond_wait(&h->wcv, &h->wmu);
+		h->widle--;
 		req_ctx *q = h->whead;
 		if (!q)
 			break;
@@ -535,6 +553,10 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 		h->o.idle_timeout = 60;
 	if (h->o.threads <= 0)
 		h->o.threads = 16;
+	if (h->o.start_threads <= 0)
+		h->o.start_threads = 1;
+	if (h->o.start_threads > h->o.threads)
+		h->o.start_threads = h->o.threads;
 	if (h->o.max_connections <= 0)
 		h->o.max_connections = 10000;
 	if (h->o.header_timeout <= 0)
@@ -597,12 +619,15 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 		http_free(h);
 		return wf_errf(err, WF_ENOMEM, "out of memory");
 	}
-	for (; h->nworkers < h->o.threads; h->nworkers++)
-		if (pthread_create(&h->workers[h->nworkers], NULL, handler_main, h) != 0) {
-			http_free(h);
-			return wf_errf(err, WF_EINTERNAL, "cannot start HTTP handler thread %d",
-				       h->nworkers);
-		}
+	pthread_mutex_lock(&h->wmu);
+	while (h->nworkers < h->o.start_threads && start_handler(h) == 0)
+		;
+	int started = h->nworkers;
+	pthread_mutex_unlock(&h->wmu);
+	if (started < h->o.start_threads) {
+		http_free(h);
+		return wf_errf(err, WF_EINTERNAL, "cannot start HTTP handler thread %d", started);
+	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
 	h->port = info ? info->port : o->port;
 	*out = h;

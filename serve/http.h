@@ -31,7 +31,9 @@ typedef struct wf_serve_http_opts {
 	size_t max_body;	/* bytes; larger bodies get 413 */
 	double request_timeout; /* seconds a request may wait for a batch thread */
 	int idle_timeout;	/* seconds an idle or stalled connection is kept */
-	int threads;		/* handler threads: a request in inference holds one */
+	int threads;		/* handler threads at most (a request in inference holds
+				 * one), started as requests need them */
+	int start_threads;	/* handler threads started at once (0: 1) */
 	int max_queue;		/* inference requests waiting for one; more: 429; 0: no bound */
 	int max_connections;	/* open connections in all; more are closed at accept */
 	int max_per_client;	/* open connections per client address; 0: no limit */

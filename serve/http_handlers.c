@@ -58,7 +58,7 @@ enum MHD_Result handle_v1_status(wf_serve_http *h, struct MHD_Connection *c, req
 static json_t *tf_tensor_info(const char *name, const int *dims, int ndim)
 {
 	json_t *d = json_array();
-	char s[32], tname[64];
+	char s[32], tname[160];
 	for (int i = 0; i < ndim; i++) {
 		snprintf(s, sizeof(s), "%d", dims[i]);
 		json_array_append_new(d, json_pack("{ssss}", "size", s, "name", ""));
@@ -79,11 +79,15 @@ static json_t *weft_info(const wf_serve_version *v)
 		json_array_append_new(mean, json_real(v->meta.mean[i]));
 		json_array_append_new(std, json_real(v->meta.std[i]));
 	}
-	return json_pack("{sos{sfsosossss}sI}", "classes", classes, "preprocessing", "scale",
+	return json_pack("{sos{sfsosossssss}sI}", "classes", classes, "preprocessing", "scale",
 			 (double)v->meta.scale, "mean", mean, "std", std, "channel_order",
 			 v->meta.channel_order[0] ? v->meta.channel_order : "RGB", "input",
-			 "numbers are model input after preprocessing; images get it applied",
-			 "trained_steps", (json_int_t)v->meta.trained_steps);
+			 v->io.raw_numbers ? "the model's own first layers: numbers and images "
+					     "are raw pixels, it is applied to both"
+					   : "numbers are model input after preprocessing; images "
+					     "get it applied",
+			 "input_name", wf_serve_input_name(&v->io), "trained_steps",
+			 (json_int_t)v->meta.trained_steps);
 }
 
 enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
@@ -94,14 +98,14 @@ enum MHD_Result handle_v1_metadata(wf_serve_http *h, struct MHD_Connection *c, r
 	snprintf(ver, sizeof(ver), "%ld", v->version);
 	/* the default signature has one output (replies are plain lists); the
 	 * second has both (replies keyed by output name) */
-	json_t *sig =
-		json_pack("{s{so}s{so}ss}", "inputs", WF_SERVE_INPUT_NAME,
-			  tf_tensor_info(WF_SERVE_INPUT_NAME, in_dims, 4), "outputs",
-			  WF_SERVE_OUTPUT_PROBS, tf_tensor_info(WF_SERVE_OUTPUT_PROBS, out_dims, 2),
-			  "method_name", "tensorflow/serving/predict");
+	const char *in_name = wf_serve_input_name(&v->io);
+	json_t *sig = json_pack(
+		"{s{so}s{so}ss}", "inputs", in_name, tf_tensor_info(in_name, in_dims, 4), "outputs",
+		WF_SERVE_OUTPUT_PROBS, tf_tensor_info(WF_SERVE_OUTPUT_PROBS, out_dims, 2),
+		"method_name", "tensorflow/serving/predict");
 	json_t *all = json_pack(
-		"{s{so}s{soso}ss}", "inputs", WF_SERVE_INPUT_NAME,
-		tf_tensor_info(WF_SERVE_INPUT_NAME, in_dims, 4), "outputs", WF_SERVE_OUTPUT_PROBS,
+		"{s{so}s{soso}ss}", "inputs", in_name, tf_tensor_info(in_name, in_dims, 4),
+		"outputs", WF_SERVE_OUTPUT_PROBS,
 		tf_tensor_info(WF_SERVE_OUTPUT_PROBS, out_dims, 2), WF_SERVE_OUTPUT_LOGITS,
 		tf_tensor_info(WF_SERVE_OUTPUT_LOGITS, out_dims, 2), "method_name",
 		"tensorflow/serving/predict");
@@ -133,13 +137,14 @@ enum MHD_Result handle_v2_model(wf_serve_http *h, struct MHD_Connection *c, req_
 	int64_t in[4], out[2];
 	int nin = wf_serve_input_shape(&v->io, in),
 	    nout = wf_serve_output_shape(v->io.unbatched, -1, v->io.classes, out);
-	json_t *doc = json_pack(
-		"{sssosss[{ssssso}]s[{ssssso},{ssssso}]so}", "name", v->name, "versions",
-		served_versions(h, v->name), "platform", "weft", "inputs", "name",
-		WF_SERVE_INPUT_NAME, "datatype", "FP32", "shape", wf_serve_dims_json(in, nin),
-		"outputs", "name", WF_SERVE_OUTPUT_PROBS, "datatype", "FP32", "shape",
-		wf_serve_dims_json(out, nout), "name", WF_SERVE_OUTPUT_LOGITS, "datatype", "FP32",
-		"shape", wf_serve_dims_json(out, nout), "parameters", weft_info(v));
+	json_t *doc =
+		json_pack("{sssosss[{ssssso}]s[{ssssso},{ssssso}]so}", "name", v->name, "versions",
+			  served_versions(h, v->name), "platform", "weft", "inputs", "name",
+			  wf_serve_input_name(&v->io), "datatype", "FP32", "shape",
+			  wf_serve_dims_json(in, nin), "outputs", "name", WF_SERVE_OUTPUT_PROBS,
+			  "datatype", "FP32", "shape", wf_serve_dims_json(out, nout), "name",
+			  WF_SERVE_OUTPUT_LOGITS, "datatype", "FP32", "shape",
+			  wf_serve_dims_json(out, nout), "parameters", weft_info(v));
 	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
 }
 
@@ -176,10 +181,10 @@ enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req
 	json_t *doc = json_pack(
 		"{sssssssosis[{sssssss[iii]sb}]sos[{sssiss}]s{so}}", "name", v->name, "platform",
 		mc.platform, "backend", "weft", "version_policy", policy, "max_batch_size",
-		mc.max_batch, "input", "name", WF_SERVE_INPUT_NAME, "data_type", "TYPE_FP32",
-		"format", "FORMAT_NHWC", "dims", v->io.h, v->io.w, v->io.c, "allow_ragged_batch", 0,
-		"output", outs, "instance_group", "name", group, "count", mc.instances, "kind",
-		"KIND_CPU", "parameters", "weft_version_labels", labels);
+		mc.max_batch, "input", "name", wf_serve_input_name(&v->io), "data_type",
+		"TYPE_FP32", "format", "FORMAT_NHWC", "dims", v->io.h, v->io.w, v->io.c,
+		"allow_ragged_batch", 0, "output", outs, "instance_group", "name", group, "count",
+		mc.instances, "kind", "KIND_CPU", "parameters", "weft_version_labels", labels);
 	json_object_set_new(doc, "default_model_filename", json_string(WF_SERVE_MODEL_FILENAME));
 	if (mc.batch_delay_us >= 0)
 		json_object_set_new(doc, "dynamic_batching",

@@ -63,8 +63,9 @@ struct wf_serve_http {
 	pthread_mutex_t wmu;
 	pthread_cond_t wcv;
 	struct req_ctx *whead, *wtail;
-	int wpending, wstop, nworkers;
-	pthread_t *workers;
+	int wpending, wstop;
+	int nworkers, widle; /* handler threads started, and waiting for a request */
+	pthread_t *workers;  /* [o.threads] */
 };
 
 /* Phases of a connection: waiting for (the rest of) a request header, reading

@@ -100,10 +100,13 @@ static const wf_command_help serve_help = {
 	"under DIR are loaded and warmed in the background and swapped in without\n"
 	"failing a request.\n"
 	"\n"
-	"Input: numbers in :predict bodies and KServe FP32 tensors are the model's\n"
-	"input after preprocessing; JPEG and PNG images ({\"b64\": ...}, KServe BYTES)\n"
-	"and KServe UINT8 tensors are raw pixels that get the model's recorded\n"
-	"preprocessing (images are also resized; PNG alpha is dropped).\n"
+	"Input: one per model, named as the model names it (its input layer: a Keras\n"
+	"model's InputLayer name) or \"input\". Numbers in :predict bodies and FP32\n"
+	"tensors are the model's input after preprocessing, or raw pixels that get it\n"
+	"when it is the model's own first layers (a Keras Rescaling/Normalization, as\n"
+	"model.predict takes them); JPEG and PNG images ({\"b64\": ...}, BYTES) and\n"
+	"UINT8 tensors are raw pixels that get the model's recorded preprocessing\n"
+	"(images are also resized; PNG alpha is dropped).\n"
 	"\n"
 	"Flags take --flag=value or --flag value."};
 
@@ -114,7 +117,7 @@ static const char serve_epilog[] =
 	"request line on) is answered (with \"Connection: close\"), then the process\n"
 	"exits, at the latest after --drain_timeout_seconds.\n"
 	"TF Serving's --rest_api_timeout_in_ms sets the request timeout; accepted and\n"
-	"ignored: --enable_model_warmup (always on), --rest_api_num_threads,\n"
+	"ignored: --enable_model_warmup (always on),\n"
 	"--tensorflow_{intra,inter}_op_parallelism, --tensorflow_session_parallelism,\n"
 	"--allow_version_labels_for_unavailable_models.\n"
 	"Accepted for Triton command lines and ignored: --strict-model-config.\n"
@@ -335,9 +338,11 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		{"grpc_max_message_bytes", WF_FLAG_INT, &o->grpc_max_message, "N",
 		 "largest gRPC request message (default 67108864; images are not limited to 4 "
 		 "MB)"},
-		{"grpc_threads", WF_FLAG_INT, &o->grpc_threads, "N",
-		 "gRPC handler threads per API (default 128; a KServe ModelInfer waiting for its "
-		 "batch holds none) (a default gRPC port found in use "
+		{"grpc_threads|grpc-infer-thread-count|grpc_infer_thread_count", WF_FLAG_INT,
+		 &o->grpc_threads, "N",
+		 "gRPC handler threads per API at most, started as calls need them (an idle "
+		 "server holds one per core, up to 4) (default 128; a KServe ModelInfer waiting "
+		 "for its batch holds none) (a default gRPC port found in use "
 		 "is skipped with a warning; a port given is required)"},
 		{"bind_address", WF_FLAG_STR, &o->bind_address, "A",
 		 "IPv4 address to listen on (default 0.0.0.0)"},
@@ -411,9 +416,11 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		{"max_image_pixels", WF_FLAG_INT, &o->max_image_pixels, "N",
 		 "refuse request images larger than N pixels (width x height, read from the "
 		 "header before decoding; default 67108864)"},
-		{"http_threads", WF_FLAG_INT, &o->http_threads, "N",
-		 "HTTP threads (default 16, more with batching); connections are event-driven, "
-		 "a thread is held only while a request runs"},
+		{"http_threads|http-thread-count|rest_api_num_threads", WF_FLAG_INT,
+		 &o->http_threads, "N",
+		 "HTTP handler threads at most, started as requests need them (an idle server "
+		 "holds one per core, up to 4) (default 16, more with batching); connections "
+		 "are event-driven, a thread is held only while a request runs"},
 		{"max_connections", WF_FLAG_INT, &o->max_connections, "N",
 		 "open connections in all (default 10000; the open-file limit is raised to fit)"},
 		{"max_connections_per_client", WF_FLAG_INT, &o->max_per_client, "N",
@@ -466,7 +473,6 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		/* accepted for TF Serving and Triton command lines, ignored (--help's epilog) */
 		{"enable_model_warmup", WF_FLAG_TOGGLE, NULL, NULL, NULL},
 		{"allow_version_labels_for_unavailable_models", WF_FLAG_TOGGLE, NULL, NULL, NULL},
-		{"rest_api_num_threads", WF_FLAG_STR, NULL, "N", NULL},
 		{"tensorflow_intra_op_parallelism", WF_FLAG_STR, NULL, "N", NULL},
 		{"tensorflow_inter_op_parallelism", WF_FLAG_STR, NULL, "N", NULL},
 		{"tensorflow_session_parallelism", WF_FLAG_STR, NULL, "N", NULL},
@@ -627,6 +633,9 @@ int main(int argc, char **argv)
 		.secrets = &secrets,
 		.no_metrics = !f.allow_metrics,
 	};
+	/* Handler threads start as requests need them, up to ho.threads (and
+	 * gs.workers per gRPC API); an idle server holds a few per API */
+	ho.start_threads = (int)WF_MIN(cores, 4);
 	if (!ho.threads) /* requests filling a batch and the next each hold one */
 		ho.threads =
 			f.batching ? (int)WF_MIN(256,
@@ -648,6 +657,7 @@ int main(int argc, char **argv)
 		mo.bind_address = f.metrics_address;
 		mo.port = (int)f.metrics_port;
 		mo.threads = 2;
+		mo.start_threads = 1;
 		mo.metrics_only = 1;
 		rc = wf_serve_http_start(&metrics_http, &mo, repo, batcher, metrics, &err);
 		if (!rc)
@@ -672,6 +682,7 @@ int main(int argc, char **argv)
 			.kserve_port = f.grpc_port,
 			.max_message = (size_t)f.grpc_max_message,
 			.workers = f.grpc_threads,
+			.start_workers = (int)WF_MIN(cores, 4),
 			.max_queue = 4 * f.grpc_threads,
 			.tfs_default = !(f.grpc_ports_set & 1),
 			.kserve_default = !(f.grpc_ports_set & 2),

@@ -65,6 +65,7 @@ static void io_from_model(wf_image_io *io, const wf_model *m, const wf_model_met
 	io->w = m->in_w;
 	io->c = m->in_c;
 	io->classes = m->classes;
+	io->input_name = m->layers[0].name; /* as `weft summary` shows it */
 	io->scale = 1.0f;
 	for (int i = 0; i < 4; i++) {
 		io->mean[i] = 0.0f;
@@ -78,6 +79,7 @@ static void io_from_model(wf_image_io *io, const wf_model *m, const wf_model_met
 		io->std[i] = meta->std[i] != 0.0f ? meta->std[i] : 1.0f;
 	}
 	io->bgr = strncmp(meta->channel_order, "BGR", 3) == 0;
+	io->raw_numbers = meta->pre_in_model;
 }
 
 int wf_serve_version_load(wf_serve_version **out, const char *path, long version,

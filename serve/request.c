@@ -16,6 +16,66 @@ void wf_serve_input_free(wf_serve_input *in)
 	in->borrowed = 0;
 }
 
+/* ---- model input ------------------------------------------------------ */
+
+const char *wf_serve_input_name(const wf_image_io *io)
+{
+	return io->input_name && io->input_name[0] ? io->input_name : WF_SERVE_INPUT_NAME;
+}
+
+int wf_serve_input_name_ok(const wf_image_io *io, const char *name)
+{
+	return name &&
+	       (!strcmp(name, WF_SERVE_INPUT_NAME) || !strcmp(name, wf_serve_input_name(io)));
+}
+
+int wf_serve_numbers_as_is(const wf_image_io *io)
+{
+	return !io->raw_numbers;
+}
+
+void wf_serve_input_numbers(const wf_image_io *io, float *x, size_t n)
+{
+	if (io->raw_numbers) /* NaN in, NaN out, as the graph would */
+		wf_image_preprocess_f32(io, x, n);
+}
+
+void wf_serve_input_pixels(const wf_image_io *io, const uint8_t *px, float *dst)
+{
+	wf_image_preprocess_u8(io, px, dst);
+}
+
+int wf_serve_input_image(const wf_image_io *io, const uint8_t *bytes, size_t len, float *dst,
+			 wf_err *err)
+{
+	return wf_image_decode(io, bytes, len, dst, err);
+}
+
+int wf_serve_input_dense(const wf_image_io *io, size_t n, const void *data, int u8, int borrow,
+			 wf_serve_input *in, wf_err *err)
+{
+	int in_place = borrow && !u8 && wf_serve_numbers_as_is(io) &&
+		       (uintptr_t)data % _Alignof(float) == 0;
+	int rc = input_alloc(io, in, n, in_place ? (const float *)data : NULL, err);
+	if (rc || in_place)
+		return rc;
+	size_t per = sample_floats(io);
+	if (u8) {
+		for (size_t i = 0; i < n; i++)
+			wf_serve_input_pixels(io, (const uint8_t *)data + i * per, in->x + i * per);
+		return 0;
+	}
+	if (wf_serve_copy_guarded(in->x, data, n * per * sizeof(float))) {
+		wf_serve_input_free(in);
+		return wf_errf(err, WF_EINVAL,
+			       "the input's shared memory object is shorter than registered");
+	}
+	wf_serve_input_numbers(io, in->x, n);
+	return 0;
+}
+
+/* ---- buffers ------------------------------------------------------------ */
+
 size_t sample_floats(const wf_image_io *io)
 {
 	return (size_t)io->h * io->w * io->c;
@@ -160,7 +220,7 @@ int parse_b64_image(const wf_image_io *io, const char *s, size_t n, float *dst, 
 	size_t nbytes = 0;
 	int rc = wf_b64_decode(s, n, &bytes, &nbytes, err);
 	if (rc == 0)
-		rc = wf_image_decode(io, bytes, nbytes, dst, err);
+		rc = wf_serve_input_image(io, bytes, nbytes, dst, err);
 	free(bytes);
 	if (rc)
 		wf_err_wrap(err, "%s %ld", what, idx);
@@ -171,8 +231,12 @@ int parse_b64_image(const wf_image_io *io, const char *s, size_t n, float *dst, 
 static int parse_sample(const wf_image_io *io, const json_t *v, float *dst, const char *what,
 			long idx, int allow_named, wf_err *err)
 {
-	if (json_is_array(v))
-		return parse_nested(io, v, dst, what, idx, err);
+	if (json_is_array(v)) {
+		int rc = parse_nested(io, v, dst, what, idx, err);
+		if (rc == 0)
+			wf_serve_input_numbers(io, dst, 1);
+		return rc;
+	}
 	if (json_is_object(v)) {
 		const json_t *b64 = json_object_get(v, "b64");
 		if (b64) {
@@ -186,11 +250,11 @@ static int parse_sample(const wf_image_io *io, const json_t *v, float *dst, cons
 		}
 		if (allow_named && json_object_size(v) == 1) {
 			const char *key = json_object_iter_key(json_object_iter((json_t *)v));
-			if (strcmp(key, WF_SERVE_INPUT_NAME) != 0)
+			if (!wf_serve_input_name_ok(io, key))
 				return wf_errf(err, WF_EINVAL,
 					       "%s %ld: unknown input \"%s\"; the model has one "
-					       "input, \"" WF_SERVE_INPUT_NAME "\"",
-					       what, idx, key);
+					       "input, \"%s\"",
+					       what, idx, key, wf_serve_input_name(io));
 			return parse_sample(io, json_object_get(v, key), dst, what, idx, 0, err);
 		}
 	}
@@ -291,7 +355,7 @@ int wf_serve_dense_samples(const wf_image_io *io, const int64_t *dims, int ndim,
 	char got[128];
 	return wf_errf(err, WF_EINVAL,
 		       "input '%s' shape must be %s%d,%d,%d] (the model input%s), got %s",
-		       WF_SERVE_INPUT_NAME, batched ? "[N," : "[", io->h, io->w, io->c,
+		       wf_serve_input_name(io), batched ? "[N," : "[", io->h, io->w, io->c,
 		       batched ? "" : "; the model is unbatched: max_batch_size 0",
 		       shape_str(dims, ndim, got, sizeof(got)));
 }

@@ -5,10 +5,14 @@
  * arguments, thread-safe, and the fuzz target drives them directly.
  *
  * What numbers mean: numbers in a TF "instances"/"inputs" body and KServe FP32
- * tensors are the model's input AFTER preprocessing (as TF Serving feeds them
- * to the graph unchanged). Raw pixels are sent as images ({"b64": JPEG or PNG}, KServe
- * BYTES) or as KServe UINT8 tensors; those get the model's recorded
- * preprocessing (and images are resized). */
+ * tensors are the model's input as its graph takes it (TF Serving feeds them
+ * to the graph unchanged): after the recorded preprocessing, unless that
+ * preprocessing is the model's own first layers (a Keras Rescaling or
+ * Normalization: io->raw_numbers), when numbers are raw pixels and get it as
+ * Keras would. Raw pixels are sent as images ({"b64": JPEG or PNG}, KServe
+ * BYTES) or as UINT8 tensors; those always get the model's preprocessing
+ * (and images are resized). Every front end builds model input with the
+ * wf_serve_input_* functions below, the one place these rules live. */
 #ifndef WF_SERVE_REQUEST_H
 #define WF_SERVE_REQUEST_H
 
@@ -19,7 +23,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The model's one input and its outputs, as the APIs name them. */
+/* The model's one input and its outputs, as the APIs name them. The input
+ * also answers to the model's own name for it (wf_serve_input_name). */
 #define WF_SERVE_INPUT_NAME    "input"
 #define WF_SERVE_OUTPUT_PROBS  "probabilities"
 #define WF_SERVE_OUTPUT_LOGITS "logits"
@@ -40,6 +45,33 @@ typedef struct wf_serve_input {
 } wf_serve_input;
 
 void wf_serve_input_free(wf_serve_input *in);
+
+/* ---- model input: the one place request values become model input ---- */
+
+/* The input's name as metadata lists it: the model's own (its input layer's,
+ * as `weft summary` shows it: a Keras model's InputLayer name), else
+ * WF_SERVE_INPUT_NAME. */
+const char *wf_serve_input_name(const wf_image_io *io);
+/* 1 when a request may name the input `name`: the model's own name or
+ * WF_SERVE_INPUT_NAME. */
+int wf_serve_input_name_ok(const wf_image_io *io, const char *name);
+/* 1 when numbers are the model input as they are (may be read in place). */
+int wf_serve_numbers_as_is(const wf_image_io *io);
+/* n samples of numbers x [n,H,W,C] into model input, in place. */
+void wf_serve_input_numbers(const wf_image_io *io, float *x, size_t n);
+/* One sample of raw pixels px [H,W,C] (RGB) into model input dst. */
+void wf_serve_input_pixels(const wf_image_io *io, const uint8_t *px, float *dst);
+/* One encoded image (JPEG or PNG) decoded, resized and preprocessed into
+ * dst [H,W,C]; WF_EINVAL with a reason for a bad image. */
+int wf_serve_input_image(const wf_image_io *io, const uint8_t *bytes, size_t len, float *dst,
+			 wf_err *err);
+/* in: n samples [H,W,C] of a dense tensor at data: FP32 numbers or, with u8,
+ * UINT8 pixels. With borrow, FP32 numbers that are the model input as they
+ * are and aligned are read in place (in->borrowed); otherwise copied with
+ * wf_serve_copy_guarded (data may be a client's shared memory: a shrunk
+ * object is WF_EINVAL). */
+int wf_serve_input_dense(const wf_image_io *io, size_t n, const void *data, int u8, int borrow,
+			 wf_serve_input *in, wf_err *err);
 
 /* ---- TensorFlow Serving REST ---- */
 

@@ -85,38 +85,22 @@ static int kv2_dense_input(const wf_image_io *io, int dt, const int64_t *dims, i
 	int rc = wf_serve_dense_samples(io, dims, ndim, &n, err);
 	if (rc)
 		return rc;
-	/* a binary FP32 tensor is read where it is (http.c aligns it) */
-	const float *borrow = has_bin && dt == DT_FP32 && (uintptr_t)bin % _Alignof(float) == 0
-				      ? (const float *)bin
-				      : NULL;
-	rc = input_alloc(io, in, (size_t)n, borrow, err);
+	if (has_bin) {
+		size_t per = sample_floats(io),
+		       want = (size_t)n * per * (dt == DT_FP32 ? sizeof(float) : 1);
+		/* no samples or too many: input_alloc's message, below */
+		if (n > 0 && (size_t)n <= (size_t)WF_SERVE_MAX_INPUT_FLOATS / per &&
+		    bin_size != want)
+			return wf_errf(err, WF_EINVAL,
+				       "binary_data_size %zu does not match shape (%zu bytes)",
+				       bin_size, want);
+		/* a binary FP32 tensor may be read where it is (http.c aligns it) */
+		return wf_serve_input_dense(io, (size_t)n, bin, dt == DT_UINT8, 1, in, err);
+	}
+	rc = input_alloc(io, in, (size_t)n, NULL, err);
 	if (rc)
 		return rc;
 	size_t count = (size_t)in->n * sample_floats(io);
-	if (has_bin) {
-		size_t want = count * (dt == DT_FP32 ? sizeof(float) : 1);
-		if (bin_size != want) {
-			rc = wf_errf(err, WF_EINVAL,
-				     "binary_data_size %zu does not match shape (%zu bytes)",
-				     bin_size, want);
-			goto fail;
-		}
-		if (borrow) {
-			return 0;
-		} else if (dt == DT_FP32) {
-			if (wf_serve_copy_guarded(in->x, bin, want)) { /* shared memory: shrunk */
-				rc = wf_errf(err, WF_EINVAL,
-					     "the input's shared memory object is shorter than "
-					     "registered");
-				goto fail;
-			}
-		} else {
-			for (int i = 0; i < in->n; i++)
-				wf_image_preprocess_u8(io, bin + (size_t)i * sample_floats(io),
-						       in->x + (size_t)i * sample_floats(io));
-		}
-		return 0;
-	}
 	size_t pos = 0;
 	if (pre->x) {
 		pos = pre->n;
@@ -129,6 +113,8 @@ static int kv2_dense_input(const wf_image_io *io, int dt, const int64_t *dims, i
 			     count);
 		goto fail;
 	}
+	if (dt == DT_FP32)
+		wf_serve_input_numbers(io, in->x, (size_t)in->n);
 	if (dt == DT_UINT8) {
 		size_t per = sample_floats(io);
 		uint8_t *px = malloc(per);
@@ -148,7 +134,7 @@ static int kv2_dense_input(const wf_image_io *io, int dt, const int64_t *dims, i
 				px[j] = (uint8_t)s[j];
 			}
 			if (!rc)
-				wf_image_preprocess_u8(io, px, s);
+				wf_serve_input_pixels(io, px, s);
 		}
 		free(px);
 		if (rc)
@@ -187,7 +173,7 @@ static int kv2_bytes_input(const wf_image_io *io, const int64_t *dims, int ndim,
 					     i);
 				goto fail;
 			}
-			rc = wf_image_decode(io, bin + off, n, in->x + (size_t)i * per, err);
+			rc = wf_serve_input_image(io, bin + off, n, in->x + (size_t)i * per, err);
 			if (rc) {
 				wf_err_wrap(err, "input element %d", i);
 				goto fail;
@@ -377,18 +363,17 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 	req->timeout_us = timeout ? (long)json_integer_value(timeout) : 0;
 	const json_t *inputs = json_object_get(root, "inputs");
 	if (!json_is_array(inputs) || json_array_size(inputs) != 1) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "\"inputs\" must be a list with one tensor, \"" WF_SERVE_INPUT_NAME
-			     "\"");
+		rc = wf_errf(err, WF_EINVAL, "\"inputs\" must be a list with one tensor, \"%s\"",
+			     wf_serve_input_name(io));
 		goto out_root;
 	}
 	const json_t *t = json_array_get(inputs, 0);
 	const char *name = json_string_value(json_object_get(t, "name"));
 	const char *dtype = json_string_value(json_object_get(t, "datatype"));
-	if (!name || strcmp(name, WF_SERVE_INPUT_NAME) != 0) {
+	if (!wf_serve_input_name_ok(io, name)) {
 		rc = wf_errf(err, WF_EINVAL,
 			     "unknown input \"%s\"; the model has one input, \"%s\"",
-			     name ? name : "(none)", WF_SERVE_INPUT_NAME);
+			     name ? name : "(none)", wf_serve_input_name(io));
 		goto out_root;
 	}
 	int dt;

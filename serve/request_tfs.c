@@ -9,8 +9,11 @@ int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_se
 {
 	memset(req, 0, sizeof(*req));
 	req->top_k = 5;
-	if (wf_serve_tf_fast_parse(io->h, io->w, io->c, body, len, &req->in, &req->columnar))
-		return 0; /* plain numbers, read without a JSON tree (serve/jsonfast.h) */
+	if (wf_serve_tf_fast_parse(io->h, io->w, io->c, body, len, &req->in, &req->columnar)) {
+		/* plain numbers, read without a JSON tree (serve/jsonfast.h) */
+		wf_serve_input_numbers(io, req->in.x, (size_t)req->in.n);
+		return 0;
+	}
 	json_t *root = parse_json(body, len, err);
 	if (!root)
 		return WF_EINVAL;
@@ -52,14 +55,17 @@ int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_se
 	if (cols) {
 		req->columnar = 1;
 		if (json_is_object(cols)) {
-			const json_t *named = json_object_get(cols, WF_SERVE_INPUT_NAME);
-			if (!named || json_object_size(cols) != 1) {
+			const char *key =
+				json_object_size(cols) == 1
+					? json_object_iter_key(json_object_iter((json_t *)cols))
+					: NULL;
+			if (!wf_serve_input_name_ok(io, key)) {
 				rc = wf_errf(err, WF_EINVAL,
 					     "\"inputs\" must name the model's one input, \"%s\"",
-					     WF_SERVE_INPUT_NAME);
+					     wf_serve_input_name(io));
 				goto out_root;
 			}
-			cols = named;
+			cols = json_object_get(cols, key);
 		}
 		rc = parse_samples(io, cols, &req->in, "inputs", err);
 	} else {

@@ -74,6 +74,7 @@ typedef struct opts {
 typedef struct config {
 	char mode[16]; /* sync, async, ssp:K, allreduce, ddp */
 	int workers, servers;
+	int replicas; /* parameter-server modes: servers that keep each chunk */
 } config;
 
 /* The model's gradient, scaled: its views (placement), and the backward's
@@ -248,6 +249,14 @@ static int serve(const opts *o, const config *cf, const layout *l, int s, wf_err
 	sc.stats_every = 0;
 	sc.stall_timeout = 0;
 	sc.threads = 1;
+	char eps[MAX_SERVERS][64];
+	const char *ep[MAX_SERVERS];
+	for (int k = 0; k < cf->servers; k++) {
+		endpoint(cf->workers + k, eps[k], sizeof(eps[k]));
+		ep[k] = eps[k];
+	}
+	sc.replicas = cf->replicas;
+	sc.peers = ep;
 	return wf_ps_server_run(&sc, err);
 }
 
@@ -280,6 +289,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			       .pl = &pl,
 			       .params = params,
 			       .contributors = 1,
+			       .replicas = cf->replicas,
 			       .timeout = 120,
 			       .connect_timeout = 60,
 			       .heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT};
@@ -766,7 +776,7 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 	       oc.median_ms > 0 ? bound / oc.median_ms : 0, overlap,
 	       oc.median_ms > 0 ? overlap / oc.median_ms : 0);
 	if (ps)
-		printf(", \"chunk_bytes\": %ld", o->chunk_bytes);
+		printf(", \"chunk_bytes\": %ld, \"replicas\": %d", o->chunk_bytes, cf->replicas);
 	else
 		printf(", \"bucket_mb\": %g", o->bucket_mb);
 	if (oc.staleness >= 0)
@@ -807,8 +817,8 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		  .bucket_mb = 0,
 		  .chunk_bytes = 0,
 		  .timeout = 600};
-	const char *workers = "8", *servers = "2", *modes = "sync", *compute = NULL,
-		   *link = "1gbit", *delay = NULL, *rank_of = NULL, *python = NULL;
+	const char *workers = "8", *servers = "2", *replicas = "1", *modes = "sync",
+		   *compute = NULL, *link = "1gbit", *delay = NULL, *rank_of = NULL, *python = NULL;
 	wf_cli_list pos = {0};
 	const wf_flag flags[] = {
 		{"model", WF_FLAG_STR, &o.model, "NAME",
@@ -835,6 +845,9 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		{"chunk-bytes", WF_FLAG_INT, &o.chunk_bytes, "N",
 		 "parameter-server chunk size (ps.chunk_bytes' 1048576 x --scale, at least 4096: "
 		 "the real model's chunk count)"},
+		{"replicas", WF_FLAG_STR, &replicas, "R[,R...]",
+		 "parameter-server modes: servers that keep each chunk (ps.replicas), each "
+		 "count in turn (1)"},
 		{"progress-ms", WF_FLAG_DOUBLE, &o.progress_ms, "P",
 		 "allreduce: also progress MPI every P ms of the backward, as a communication "
 		 "thread would (0: only when a layer's gradient is released, as weft train does)"},
@@ -902,8 +915,15 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		layout_free(&l);
 		goto cleanup;
 	}
-	int nw[16], ns[16];
-	int cw = parse_ints(workers, nw, 16), cs = parse_ints(servers, ns, 16);
+	int nw[16], ns[16], nr[8];
+	int cw = parse_ints(workers, nw, 16), cs = parse_ints(servers, ns, 16),
+	    cr = parse_ints(replicas, nr, 8);
+	if (cr < 1) {
+		rc = wf_errf(err, WF_EINVAL, "--replicas \"%s\": comma-separated counts >= 1",
+			     replicas);
+		layout_free(&l);
+		goto cleanup;
+	}
 	if (cw < 1 || cs < 1 || (cs > 1 && cs != cw)) {
 		rc = wf_errf(
 			err, WF_EINVAL,
@@ -935,13 +955,19 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 				     "bench/peers_venv.sh)");
 			break;
 		}
+		int ps = strcmp(m, "allreduce") && strcmp(m, "ddp");
 		for (int i = 0; rc == 0 && i < cw; i++) {
-			config cf = {.workers = nw[i], .servers = ns[cs > 1 ? i : 0]};
-			snprintf(cf.mode, sizeof(cf.mode), "%s", m);
-			if (cf.servers > MAX_SERVERS)
-				rc = wf_errf(err, WF_EINVAL, "--servers: at most %d", MAX_SERVERS);
-			else
-				rc = run_config(&o, &cf, &l, err);
+			for (int r = 0; rc == 0 && r < (ps ? cr : 1); r++) {
+				config cf = {.workers = nw[i],
+					     .servers = ns[cs > 1 ? i : 0],
+					     .replicas = nr[r]};
+				snprintf(cf.mode, sizeof(cf.mode), "%s", m);
+				if (cf.servers > MAX_SERVERS)
+					rc = wf_errf(err, WF_EINVAL, "--servers: at most %d",
+						     MAX_SERVERS);
+				else
+					rc = run_config(&o, &cf, &l, err);
+			}
 		}
 	}
 	layout_free(&l);

@@ -244,8 +244,9 @@ int wf_cmd_import_keras(int argc, char **argv, wf_err *err)
 	}
 	if ((rc = wf_keras_load(&m, &meta, pos.items[0], err)) != 0)
 		goto cleanup;
-	if (pre) {
+	if (pre) { /* then the preprocessing is the caller's, outside the model */
 		int h, w, c;
+		meta.pre_in_model = 0;
 		const char *zoo = strcmp(pre, "tf") == 0      ? "mobilenetv2"
 				  : strcmp(pre, "caffe") == 0 ? "resnet50"
 				  : strcmp(pre, "unit") == 0  ? "resnet20"

@@ -536,6 +536,10 @@ int wf_cmd_inspect(int argc, char **argv, wf_err *err)
 	printf("trained_steps %ld\npreprocessing scale %g mean %g std %g order %s\n",
 	       meta.trained_steps, (double)meta.scale, (double)meta.mean[0], (double)meta.std[0],
 	       meta.channel_order);
+	if (meta.pre_in_model)
+		printf("preprocessing in the model (its first layers): it takes raw pixels, "
+		       "numbers "
+		       "included\n");
 	if (meta.precision[0])
 		printf("serving precision %s\n", meta.precision);
 	for (int i = 0; i < m->nviews; i++) {

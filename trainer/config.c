@@ -195,6 +195,9 @@ static const key_def keys[] = {
 	/* the parameter server's tuning, once read by trainer/role.c */
 	{"ps.chunk_bytes", T_INT, F(ps.chunk_bytes), STR(WF_PS_CHUNK_BYTES_JOB_DEFAULT),
 	 "parameter_server: chunk size cap in bytes (>= 1024; servers and workers must agree)"},
+	{"ps.replicas", T_INT, F(ps.replicas), "1",
+	 "parameter_server: servers that keep each chunk (1 <= R <= ps tasks); with 2 or more a "
+	 "killed server costs no rollback: its backup takes over (docs/promises.md)"},
 	{"ps.timeout", T_NUM, F(ps.timeout), STR(WF_PS_TIMEOUT_DEFAULT),
 	 "parameter_server worker: seconds to wait for a reply"},
 	{"ps.connect_timeout", T_NUM, F(ps.connect_timeout), STR(WF_PS_CONNECT_TIMEOUT_DEFAULT),
@@ -235,6 +238,7 @@ static const struct {
 	{"strategy.rendezvous_timeout", "WEFT_RENDEZVOUS_TIMEOUT"},
 	{"cluster.malloc_tune", "WEFT_PS_MALLOC_TUNE"},
 	{"ps.chunk_bytes", "WEFT_PS_CHUNK_BYTES"},
+	{"ps.replicas", "WEFT_PS_REPLICAS"},
 	{"ps.timeout", "WEFT_PS_TIMEOUT"},
 	{"ps.connect_timeout", "WEFT_PS_CONNECT_TIMEOUT"},
 	{"ps.server_timeout", "WEFT_PS_SERVER_TIMEOUT"},

@@ -93,7 +93,8 @@ typedef struct wf_config {
 	} cluster;
 	struct { /* parameter_server tuning (the WEFT_PS_* variables) */
 		long chunk_bytes;
-		double timeout, connect_timeout, server_timeout;      /* worker, seconds */
+		long replicas;					 /* servers that keep each chunk */
+		double timeout, connect_timeout, server_timeout; /* worker, seconds */
 		double heartbeat_timeout, stall_timeout, stats_every; /* server, seconds */
 		char debug_stall[64]; /* "rank:step:seconds"; "": off */
 		char debug_slow[64];  /* "rank:factor"; "": off */

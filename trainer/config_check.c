@@ -130,6 +130,9 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	NEED(c->ps.chunk_bytes >= 1024 && c->ps.chunk_bytes <= (1L << 30),
 	     "ps.chunk_bytes (WEFT_PS_CHUNK_BYTES): must be a byte count in [1024, 2^30], got %ld",
 	     c->ps.chunk_bytes);
+	NEED(c->ps.replicas >= 1 && c->ps.replicas <= 33,
+	     "ps.replicas (WEFT_PS_REPLICAS): servers that keep each chunk, 1..33, got %ld",
+	     c->ps.replicas);
 	const struct {
 		const char *key;
 		double v;

@@ -236,6 +236,7 @@ int wf_finetune_init_from(run *r, wf_err *err)
 	memcpy(r->meta.mean, sm.mean, sizeof(r->meta.mean));
 	memcpy(r->meta.std, sm.std, sizeof(r->meta.std));
 	memcpy(r->meta.channel_order, sm.channel_order, sizeof(r->meta.channel_order));
+	r->meta.pre_in_model = sm.pre_in_model;
 out:
 	free(perm);
 	wf_model_free(src);

@@ -571,6 +571,13 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	}
 	if ((rc = wf_config_check_workers(&cfg, (int)(nworkers + chief), err)) != 0)
 		goto cleanup;
+	if (cfg.ps.replicas > nps) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "ps.replicas %ld: each chunk on %ld servers needs --ps %ld or more "
+			     "(got --ps %ld)",
+			     cfg.ps.replicas, cfg.ps.replicas, cfg.ps.replicas, nps);
+		goto cleanup;
+	}
 	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
 		goto cleanup;
 	if ((rc = wf_events_open(cfg.log.events, "launch", err)) != 0)

@@ -254,6 +254,7 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 		.connect_timeout = cfg->ps.connect_timeout,
 		.heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT,
 		.server_timeout = cfg->ps.server_timeout,
+		.replicas = (int)cfg->ps.replicas,
 		.debug_stall = cfg->ps.debug_stall[0] ? cfg->ps.debug_stall : NULL,
 		.backup_workers = (int)cfg->strategy.backup_workers,
 		.slow_factor = wf_config_slow_factor(cfg, c.rank),
@@ -332,6 +333,16 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	sc.ckpt_dir = cfg->checkpoint.dir;
 	sc.keys = kp;
 	sc.threads = 1;
+	sc.replicas = (int)cfg->ps.replicas;
+	sc.peer_timeout = cfg->ps.server_timeout;
+	char **peers = NULL;
+	if (sc.replicas > 1) {
+		if ((rc = ps_endpoints(c, &peers, err)) != 0) {
+			wf_model_free(m);
+			return rc;
+		}
+		sc.peers = (const char *const *)peers;
+	}
 	sc.stop = &ps_stop;
 
 	struct sigaction sa, old_int, old_term;
@@ -352,6 +363,9 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 		wf_event("shut_down", NULL);
 	}
 	memset(&keys, 0, sizeof(keys));
+	for (int i = 0; peers && i < sc.nservers; i++)
+		free(peers[i]);
+	free(peers);
 	wf_model_free(m);
 	return rc;
 }

@@ -888,6 +888,40 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 	return 0;
 }
 
+/* A restarted chief that rejoined the servers after they trained the last
+ * step (ps): evaluate, log and checkpoint that step, as its loop would have
+ * (unless that checkpoint is complete already: the job was over). */
+static int finish_joined(run *r, wf_train_result *res, wf_err *err)
+{
+	const wf_config *c = r->cfg;
+	long steps = c->train.steps;
+	char step_dir[4200];
+	wf_ckptdir_step_path(step_dir, sizeof(step_dir), c->checkpoint.dir, steps);
+	if (!r->x->is_chief || r->start != steps || !c->checkpoint.dir[0] ||
+	    wf_ckptdir_has_done(step_dir))
+		return 0;
+	wf_eval_result ev;
+	wf_progress_stats s = {.step = steps,
+			       .epoch = (double)steps / (double)r->steps_per_epoch,
+			       .lr = wf_optim_lr(&r->optim, steps - 1)};
+	int rc;
+	if (r->eval_ds) {
+		if ((rc = evaluate(r, steps, &ev, err)) != 0)
+			return rc;
+		wf_event("eval", json_pack("{s:I, s:f, s:f}", "step", (json_int_t)steps, "loss",
+					   ev.loss, "accuracy", ev.accuracy));
+		res->eval_loss = ev.loss;
+		res->eval_accuracy = ev.accuracy;
+	}
+	log_metrics_or_warn(r, steps, &s, r->eval_ds ? &ev : NULL);
+	res->steps_done = steps;
+	r->last_healthy = steps;
+	if ((rc = check_params_finite(r, steps, err)) != 0)
+		return rc;
+	return wf_ckpt_save(c->checkpoint.dir, steps, r->ex, r->m, &r->meta, r->x,
+			    (int)c->checkpoint.keep, r->last_healthy, err);
+}
+
 int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *res, wf_err *err)
 {
 	run r;
@@ -944,6 +978,7 @@ again:
 			cfg->train.steps);
 		wf_event("nothing_to_do", json_pack("{s:I, s:I}", "step", (json_int_t)r.start,
 						    "steps", (json_int_t)cfg->train.steps));
+		rc = finish_joined(&r, res, err);
 	} else {
 		r.last_healthy = r.start;
 		rc = loop(&r, opts->stop_at, res, err);

@@ -121,7 +121,8 @@ static int servers_agree(ps_ctx *c, long *step, long *lo, long *hi, wf_err *err)
 	 * (a small model on several servers) must never hold up a join */
 	int any = 0;
 	for (int s = 0; s < c->cfg.nservers; s++) {
-		if (wf_ps_placement_count(&c->pl, s) == 0 && c->cfg.nservers > 1)
+		if ((wf_ps_placement_count(&c->pl, s) == 0 && c->cfg.nservers > 1) ||
+		    c->steps[s] == WF_PS_STEP_BACKUP)
 			continue;
 		*lo = any ? WF_MIN(*lo, c->steps[s]) : c->steps[s];
 		*hi = any ? WF_MAX(*hi, c->steps[s]) : c->steps[s];
@@ -331,7 +332,17 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 	if (x->is_chief) {
 		if ((rc = servers_agree(c, &step, &lo, &hi, err)) < 0)
 			return job_over(x, rc, start_step, err);
-		if (resume_dir) {
+		if (resume_dir && rc == 1 && step >= resume_step) {
+			/* a restarted chief: the servers still hold the job, at a
+			 * step at least as new as the checkpoint: go on from there
+			 * (restoring would roll every worker back) */
+			if ((rc = pull_all(c, &version, err)) != 0)
+				return rc;
+			wf_info("ps: the chief rejoins the servers at step %ld (its checkpoint: "
+				"step %ld)",
+				step, resume_step);
+			wf_event("join", json_pack("{s:I}", "step", (json_int_t)step));
+		} else if (resume_dir) {
 			long restored;
 			wf_err e = {0};
 			rc = wf_ps_client_restore(c->cl, resume_step, &restored, &e);
@@ -610,6 +621,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 							  : WF_PS_SERVER_TIMEOUT_DEFAULT,
 		.keys = cfg->keys,
 		.key_origin = cfg->key_origin,
+		.replicas = cfg->replicas,
 	};
 	if ((rc = wf_ps_client_create(&c->cl, &cc, err)) != 0)
 		goto fail;

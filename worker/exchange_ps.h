@@ -38,6 +38,7 @@ typedef struct wf_exchange_ps_cfg {
 	double connect_timeout;	   /* seconds to wait for servers to come up */
 	double heartbeat_interval; /* seconds */
 	double server_timeout;	   /* seconds of heartbeat silence = server gone */
+	int replicas;		   /* ps.replicas: servers that keep each chunk */
 	/* "rank:step:seconds" (ps.debug_stall, WEFT_PS_DEBUG_STALL): worker
 	 * `rank` sleeps before pushing that step (to see stall reports; not for
 	 * production); NULL: never */

@@ -163,6 +163,8 @@ static void test_every_layer_keras3(void)
 	WF_CHECK_NEAR((0 * meta.scale - meta.mean[2]) / meta.std[2], (-1.0 - 0.3) / sqrt(0.5),
 		      1e-5);
 	WF_CHECK(strcmp(meta.channel_order, "RGB") == 0);
+	/* ... which the model itself applies: it takes raw pixels, numbers too */
+	WF_CHECK_INT(meta.pre_in_model, 1);
 }
 
 static void test_every_layer_keras3_split_attributes(void)
@@ -189,6 +191,8 @@ static void test_mobilenetv2_matches_keras(void)
 	/* no preprocessing layers: the Keras application's own, [-1, 1] */
 	WF_CHECK_NEAR(meta.scale * 255 - meta.mean[0], 1.0, 1e-5);
 	WF_CHECK_NEAR(-meta.mean[1], -1.0, 1e-5);
+	/* preprocess_input is the caller's: the model takes preprocessed numbers */
+	WF_CHECK_INT(meta.pre_in_model, 0);
 }
 
 /* weft-serve's path: wf_model_load on a Keras file, save as weft, reload. */
@@ -242,6 +246,7 @@ static void test_nested_base_model_keras3_and_keras2(void)
 	memset(&meta, 0, sizeof(meta));
 	check_matches_keras("nested_k3", 1, &meta);
 	WF_CHECK_NEAR(meta.scale * 255 - meta.mean[0], 1.0, 1e-5);
+	WF_CHECK_INT(meta.pre_in_model, 1);
 	check_matches_keras("nested_k2", 1, NULL);
 	wf_model *m = NULL;
 	wf_err err = {0};

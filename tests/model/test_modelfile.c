@@ -96,6 +96,7 @@ static void test_save_load_round_trip(void)
 	meta.mean[0] = 0.25f, meta.mean[1] = 0.5f, meta.mean[2] = 0.75f;
 	meta.std[2] = 2.0f;
 	snprintf(meta.channel_order, sizeof(meta.channel_order), "BGR");
+	meta.pre_in_model = 1;
 	wf_err err = {0};
 	WF_CHECK(a != NULL);
 	if (!a)
@@ -117,6 +118,7 @@ static void test_save_load_round_trip(void)
 		WF_CHECK(back.scale == 0.5f && back.mean[2] == 0.75f && back.std[2] == 2.0f);
 		WF_CHECK(back.std[0] == 1.0f);
 		WF_CHECK(strcmp(back.channel_order, "BGR") == 0);
+		WF_CHECK_INT(back.pre_in_model, 1);
 		wf_model_meta_free(&back);
 	}
 	/* no classes and default metadata also round-trip */
@@ -126,6 +128,7 @@ static void test_save_load_round_trip(void)
 	WF_CHECK_MSG(wf_model_load(&b, &back, path, &err) == 0, "%s", err.msg);
 	WF_CHECK(back.nclasses == 0 && back.trained_steps == 0);
 	WF_CHECK_NEAR(back.scale, 1.0 / 255, 1e-9);
+	WF_CHECK_INT(back.pre_in_model, 0);
 	wf_model_meta_free(&back);
 	/* nothing but model.h5 in the directory: the temporary was renamed */
 	DIR *d = opendir(dir);

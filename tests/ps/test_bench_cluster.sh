@@ -3,7 +3,7 @@
 # their own namespaces) and, where mpirun exists, MPI allreduce under a real
 # mpirun whose ranks start in their namespaces. Each configuration prints
 # one JSON line with a positive step time, the bound and the efficiency; the
-# namespaces are gone afterwards. No timing is asserted (the machine is
+# namespaces are gone afterwards; the same with replicated servers. No timing is asserted (the machine is
 # shared). Skips (77) without root or network namespaces.
 . "$WEFT_SRC/tests/ps/lib.sh"
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
@@ -32,5 +32,12 @@ for r in rows:
         assert r["servers"] == (1 if r["workers"] == 2 else 2), r
 print("ok:", len(rows), "configurations")
 PY
+# replicated servers (ps.replicas 2): every update also goes to a backup
+"$WEFT" bench cluster --model resnet20 --scale 1 --workers 3 --servers 2 --mode sync --replicas 2 \
+	--link 200mbit --compute-ms 2/4 --steps 3 --warmup 1 --timeout 60 >rep.jsonl 2>rep.log ||
+	fail "weft bench cluster --replicas 2 failed: $(tail -5 rep.log)"
+python3 -c 'import json,sys; r=[json.loads(l) for l in open("rep.jsonl")]
+assert len(r) == 1 and r[0]["replicas"] == 2 and r[0]["step_ms"] > 0, r' ||
+	fail "bad --replicas result: $(cat rep.jsonl)"
 ! ip netns list | grep -q "^wf[0-9]*-" || fail "namespaces left behind: $(ip netns list)"
 echo ok

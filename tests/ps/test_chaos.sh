@@ -7,17 +7,19 @@
 # accuracy varies from run to run without any kill, one unkilled-like run in
 # about 60 ended at 0.73 against 0.98, while a broken recovery ends near
 # chance, 0.1, or diverges), and within twice the unkilled
-# time plus the timeouts (60 s). Seeded: WEFT_CHAOS_SEED (1);
-# WEFT_CHAOS_TRIALS (6 in CI, cycling through the six set-ups; the longer
-# run out of CI: WEFT_CHAOS_TRIALS=60 ctest -R ps_test_chaos; only some
-# set-ups: WEFT_CHAOS_SETUPS="1 sync;2 sync"). Each trial's
-# line (set-up, victim, moment, time, accuracy) is printed.
+# time plus the timeouts (60 s). With replicated servers (set-ups "2 sync 2",
+# "2 async 2": ps.replicas 2) no trial may roll back, whoever is killed.
+# Seeded: WEFT_CHAOS_SEED (1); WEFT_CHAOS_TRIALS (8 in CI, cycling through
+# the eight set-ups; the longer run out of CI: WEFT_CHAOS_TRIALS=60 ctest -R
+# ps_test_chaos; only some set-ups: WEFT_CHAOS_SETUPS="2 sync 2;2 async 2").
+# Each trial's line (set-up, victim, moment, time, accuracy, rollbacks) is
+# printed.
 . "$WEFT_SRC/tests/ps/lib.sh"
 mkdir -p data
 make_synth data/train.h5 2000 16 1
 make_synth data/eval.h5 500 16 2
 seed=${WEFT_CHAOS_SEED:-1}
-trials=${WEFT_CHAOS_TRIALS:-6}
+trials=${WEFT_CHAOS_TRIALS:-8}
 RANDOM=$seed
 args=(--workers 2 --threads 2 --device cpu --config "$WEFT_SRC/configs/synth-smallcnn.json"
 	--set data.train=data/train.h5 --set data.eval=data/eval.h5 --set train.steps=400
@@ -30,7 +32,7 @@ args=(--workers 2 --threads 2 --device cpu --config "$WEFT_SRC/configs/synth-sma
 declare -A lr=([sync]=0.05 [async]=0.0125 [ssp:2]=0.0125)
 declare -A tol=([sync]=0.05 [async]=0.3 [ssp:2]=0.3)
 declare -A ref_acc ref_time
-setups=("1 sync" "2 sync" "1 async" "2 async" "1 ssp:2" "2 ssp:2")
+setups=("1 sync" "2 sync" "1 async" "2 async" "1 ssp:2" "2 ssp:2" "2 sync 2" "2 async 2")
 # WEFT_CHAOS_SETUPS="1 sync;2 sync" keeps those (a long run hunting one mode)
 if [ -n "${WEFT_CHAOS_SETUPS:-}" ]; then
 	IFS=';' read -r -a setups <<<"$WEFT_CHAOS_SETUPS"
@@ -48,7 +50,8 @@ phases=(random random start-up checkpoint final-step export)
 declare -A phase_re=([start-up]="listening on" [checkpoint]="checkpoint step 200 written"
 	[final-step]="step 400/400" [export]="training done")
 for ((t = 0; t < trials; t++)); do
-	read -r nps mode <<<"${setups[t % ${#setups[@]}]}"
+	read -r nps mode replicas <<<"${setups[t % ${#setups[@]}]}"
+	replicas=${replicas:-1}
 	victims=(worker:0 worker:1 ps:0)
 	[ "$nps" = 2 ] && victims+=(ps:1)
 	victim=${victims[RANDOM % ${#victims[@]}]}
@@ -58,8 +61,10 @@ for ((t = 0; t < trials; t++)); do
 	at=$(python3 -c "print(round(${ref_time[$mode]} * 0.95 * ($RANDOM + 1) / 32769, 2))")
 	name=t$t
 	t0=$(date +%s.%N)
+	export WEFT_EVENTS=$WORK/$name.events.jsonl
 	launch_bg $name.log --ps "$nps" "${args[@]}" --set strategy.mode=$mode --set optimizer.lr=${lr[$mode]} \
-		--set checkpoint.dir=$name/ckpt --set log.dir=$name/logs --set export.dir=$name/models/m
+		--set checkpoint.dir=$name/ckpt --set log.dir=$name/logs --set export.dir=$name/models/m \
+		--set ps.replicas=$replicas
 	if [ "$phase" = random ]; then
 		sleep "$at"
 		at="$at s"
@@ -87,7 +92,10 @@ for ((t = 0; t < trials; t++)); do
 	versions=$(ls $name/models/m 2>/dev/null | tr '\n' ' ')
 	[ "$versions" = "1 " ] || fail "trial $t ($nps ps, $mode, kill $victim at $at): exported versions: '$versions' (want exactly 1)"
 	acc=$(eval_accuracy $name/logs/metrics.jsonl)
-	echo "trial $t: $nps ps, $mode, kill -9 $victim at $at (killed: $killed): exit 0 in $took s, eval accuracy $acc"
+	rollbacks=$(events count rollback)
+	echo "trial $t: $nps ps (replicas $replicas), $mode, kill -9 $victim at $at (killed: $killed): exit 0 in $took s ($(python3 -c "print(round($took / ${ref_time[$mode]}, 2))")x), eval accuracy $acc, $rollbacks rollback(s)"
+	[ "$replicas" = 1 ] || [ "$rollbacks" = 0 ] ||
+		fail "trial $t ($nps ps, replicas $replicas, $mode, kill $victim at $at): $rollbacks rollback(s)"
 	python3 -c "import sys; sys.exit(0 if abs($acc - ${ref_acc[$mode]}) <= ${tol[$mode]} else 1)" ||
 		fail "trial $t: eval accuracy $acc, unkilled ${ref_acc[$mode]}"
 done

@@ -232,7 +232,8 @@ def api_checks(port, jpeg_b64):
     error_is(port, "GET", "/v1/models/nope", None, 404, ["nope"])
     code, doc = jreq(port, "GET", "/v1/models/m/metadata")
     sig = doc["metadata"]["signature_def"]["signature_def"]["serving_default"] if code == 200 else {}
-    dims = [d["size"] for d in sig.get("inputs", {}).get("input", {}).get("tensor_shape", {}).get("dim", [])]
+    # the input as the model names it (its input layer, "image" in weft's zoo)
+    dims = [d["size"] for d in sig.get("inputs", {}).get("image", {}).get("tensor_shape", {}).get("dim", [])]
     check(code == 200 and dims == ["-1", "32", "32", "3"] and doc["model_spec"]["version"] == "1"
           and len(doc["metadata"]["weft"]["classes"]) == 10, "v1 metadata")
     check(jreq(port, "GET", "/v1/models/m/versions/1/metadata")[0] == 200, "v1 version metadata")
@@ -242,11 +243,12 @@ def api_checks(port, jpeg_b64):
     preds = doc.get("predictions", []) if code == 200 else []
     check(code == 200 and len(preds) == 2 and len(preds[0]) == 10
           and abs(sum(preds[0]) - 1) < 1e-4, "predict numbers (instances)")
-    code, doc = jreq(port, "POST", "/v1/models/m/versions/1:predict",
-                     json.dumps({"inputs": {"input": zeros(1)}}))
-    check(code == 200 and len(doc["outputs"]) == 1 and
-          max(abs(a - b) for a, b in zip(doc["outputs"][0], preds[0])) < 1e-6,
-          "predict columnar on version 1 matches")
+    for name in ("input", "image"):  # the generic name and the model's own
+        code, doc = jreq(port, "POST", "/v1/models/m/versions/1:predict",
+                         json.dumps({"inputs": {name: zeros(1)}}))
+        check(code == 200 and len(doc["outputs"]) == 1 and
+              max(abs(a - b) for a, b in zip(doc["outputs"][0], preds[0])) < 1e-6,
+              "predict columnar (input named %r) on version 1 matches" % name)
     code, doc = jreq(port, "POST", "/v1/models/m:predict",
                      json.dumps({"instances": [{"b64": jpeg_b64}, {"input": {"b64": jpeg_b64}}]}))
     check(code == 200 and len(doc["predictions"]) == 2 and doc["predictions"][0] == doc["predictions"][1],

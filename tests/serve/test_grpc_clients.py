@@ -141,10 +141,12 @@ def kserve_checks(ports, c, tmp):
     check("statistics" in meta.get("extensions", []), "ServerMetadata lists extensions")
     md = c.get_model_metadata("m", as_json=True)
     check(md["versions"] == ["1"] and md["inputs"][0]["shape"] == ["-1", "32", "32", "3"]
+          and md["inputs"][0]["name"] == "image"
           and [o["name"] for o in md["outputs"]] == ["probabilities", "logits"],
-          "ModelMetadata: versions, input shape, outputs")
+          "ModelMetadata: versions, input (the model's own name) and shape, outputs")
     cfg = c.get_model_config("m", as_json=True)["config"]
     check(cfg["max_batch_size"] == 8 and cfg["input"][0]["dims"] == ["32", "32", "3"]
+          and cfg["input"][0]["name"] == "image"
           and cfg["input"][0]["data_type"] == "TYPE_FP32" and "dynamic_batching" in cfg,
           "ModelConfig: max_batch_size, input dims and type, dynamic_batching")
 
@@ -385,7 +387,7 @@ def tfs_checks(ports, c, tmp):
     sd = get_model_metadata_pb2.SignatureDefMap()
     mr.metadata["signature_def"].Unpack(sd)
     sig = sd.signature_def["serving_default"]
-    check([d.size for d in sig.inputs["input"].tensor_shape.dim] == [-1, H, W, C]
+    check([d.size for d in sig.inputs["image"].tensor_shape.dim] == [-1, H, W, C]
           and sorted(sig.outputs.keys()) == ["probabilities"]
           and sorted(sd.signature_def["serving_all"].outputs.keys()) == ["logits", "probabilities"]
           and sig.method_name == "tensorflow/serving/predict",
@@ -547,6 +549,73 @@ def one_thread_batches_check(tmp, base):
     ok, runs = burst(rng.random((4, 1, H, W, C), dtype=np.float32), "FP32")
     check(ok and runs <= 2, "1 handler thread, 4 FP32 calls at once: all answered right, "
           "in %d forwards" % runs)
+    c.close()
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=120)
+
+
+def tfs_workers_grow_check(tmp, base):
+    """A TF Serving Predict holds its handler thread until its batch ran, and
+    handler threads start as calls need them: six calls whose batch fills
+    only when all six are in get six threads (else the batch would wait out
+    its 10 s timeout), and no more than --grpc-infer-thread-count."""
+    ports = [free_port() for _ in range(2)]
+    log = open(os.path.join(tmp, "serve-grow.log"), "w")
+    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path", base,
+                          "--bind_address", "127.0.0.1", "--rest_api_port", "0",
+                          "--port", str(ports[0]), "--grpc_port", str(ports[1]),
+                          "--enable_batching", "--max_batch_size", "6",
+                          "--batch_timeout_micros", "10000000", "--num_batch_threads", "1",
+                          "--grpc-infer-thread-count", "8"],
+                         stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
+    c = tg.InferenceServerClient("127.0.0.1:%d" % ports[1])
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None:
+        try:
+            if c.is_model_ready("m"):
+                break
+        except InferenceServerException:
+            pass
+        time.sleep(0.1)
+
+    def workers():
+        names = []
+        for t in os.listdir("/proc/%d/task" % p.pid):
+            try:
+                names.append(open("/proc/%d/task/%s/comm" % (p.pid, t)).read().strip())
+            except OSError:
+                pass  # a thread that ended meanwhile
+        return names.count("grpc-worker")
+
+    idle = workers()
+    ch = grpc.insecure_channel("127.0.0.1:%d" % ports[0])
+    ps = prediction_service_pb2_grpc.PredictionServiceStub(ch)
+    x = np.random.default_rng(9).random((1, H, W, C), dtype=np.float32)
+    answers = queue.Queue()
+
+    def one():
+        req = predict_pb2.PredictRequest()
+        req.model_spec.name = "m"
+        tensor(req, x, types_pb2.DT_FLOAT).tensor_content = x.tobytes()
+        try:
+            answers.put(len(ps.Predict(req, timeout=60).outputs["probabilities"].float_val))
+        except grpc.RpcError as e:
+            answers.put(str(e))
+    t0 = time.time()
+    ts = [threading.Thread(target=one) for _ in range(6)]
+    for t in ts:
+        t.start()
+    got = [answers.get(timeout=90) for _ in ts]
+    took = time.time() - t0
+    grown = workers()
+    check(got == [10] * 6 and took < 8,
+          "6 Predict calls of one batch: answered in %.1f s (%s)" % (took, got))
+    # the TF Serving API's threads grew to hold the six; KServe's stayed idle
+    check(idle <= 8 and 6 + idle // 2 <= grown <= 8 + idle // 2,
+          "gRPC handler threads grow as calls need them: %d idle, %d after (at most 8 per API)"
+          % (idle, grown))
+    ch.close()
     c.close()
     p.send_signal(signal.SIGTERM)
     p.wait(timeout=120)
@@ -851,6 +920,7 @@ def main():
         stalled_closed(stalled, t_open)
         overload_check(tmp, os.path.join(tmp, "m"))
         one_thread_batches_check(tmp, os.path.join(tmp, "m"))
+        tfs_workers_grow_check(tmp, os.path.join(tmp, "m"))
         drain_check(tmp, os.path.join(tmp, "m"))
         tls_token_checks(tmp, os.path.join(tmp, "m"))
         config_file_checks(tmp)

@@ -271,7 +271,7 @@ static void test_tfs_predict_request_becomes_model_input(void)
 	float *got = NULL, want[8 * 8 * 3];
 	int samples = 0;
 	char why[512];
-	wf_grpc_preprocess_u8(&io, px, want);
+	wf_image_preprocess_u8(&io, px, want);
 	WF_CHECK_INT(wf_grpc_tfs_decode_input(&io, buf, n, 0, &got, &samples, why, sizeof(why)),
 		     WF_GRPC_OK);
 	WF_CHECK(samples == 1 && got && !memcmp(got, want, sizeof(want)));

@@ -335,6 +335,89 @@ static void test_kserve_large_json_data(void)
 	free(b);
 }
 
+/* A model whose input layer is named "pixels" and whose preprocessing is its
+ * own first layers (a Keras Rescaling): every form of request may name the
+ * input "pixels" or "input", and numbers, UINT8 pixels and binary FP32
+ * tensors all become (pixel * scale - mean) / std, as the Keras graph
+ * computes; a model without that takes numbers as they are. */
+static void test_own_input_name_and_raw_numbers(void)
+{
+	wf_image_io io = test_io();
+	io.input_name = "pixels";
+	io.raw_numbers = 1;
+	wf_err err = {0};
+	float want[12];
+	for (int i = 0; i < 12; i++)
+		want[i] = ((float)(i * 20) * io.scale - 0.5f) / 0.25f;
+	WF_CHECK(strcmp(wf_serve_input_name(&io), "pixels") == 0);
+	WF_CHECK(wf_serve_input_name_ok(&io, "pixels") && wf_serve_input_name_ok(&io, "input"));
+	WF_CHECK(!wf_serve_input_name_ok(&io, "image") && !wf_serve_input_name_ok(&io, NULL));
+	const char *px = "[[[0,20,40],[60,80,100]],[[120,140,160],[180,200,220]]]";
+	const char *tf_forms[] = {"{\"instances\": [%s]}", "{\"instances\": [{\"pixels\": %s}]}",
+				  "{\"inputs\": {\"pixels\": [%s]}}",
+				  "{\"inputs\": {\"input\": [%s]}}",
+				  "{\"signature_name\": \"serving_default\", \"instances\": [%s]}"};
+	char body[1024];
+	for (size_t f = 0; f < WF_ARRAY_LEN(tf_forms); f++) {
+		wf_serve_tf_req req;
+		snprintf(body, sizeof(body), tf_forms[f], px);
+		WF_CHECK_INT(wf_serve_tf_parse(&io, body, strlen(body), &req, &err), 0);
+		WF_CHECK_INT(req.in.n, 1);
+		for (int i = 0; i < 12 && req.in.x; i++)
+			WF_CHECK_NEAR(req.in.x[i], want[i], 1e-6);
+		wf_serve_tf_req_free(&req);
+	}
+	wf_serve_tf_req req;
+	snprintf(body, sizeof(body), "{\"instances\": [{\"image\": %s}]}", px);
+	WF_CHECK_INT(wf_serve_tf_parse(&io, body, strlen(body), &req, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "unknown input \"image\"; the model has one input, \"pixels\""));
+	const char *kv2_forms[] = {"{\"inputs\":[{\"name\":\"pixels\",\"shape\":[1,2,2,3],"
+				   "\"datatype\":\"FP32\",\"data\":%s}]}",
+				   "{\"inputs\":[{\"name\":\"input\",\"shape\":[1,2,2,3],"
+				   "\"datatype\":\"UINT8\",\"data\":%s}]}"};
+	for (size_t f = 0; f < WF_ARRAY_LEN(kv2_forms); f++) {
+		wf_serve_kv2_req r;
+		snprintf(body, sizeof(body), kv2_forms[f], px);
+		WF_CHECK_INT(
+			wf_serve_kv2_parse(&io, body, strlen(body), strlen(body), NULL, &r, &err),
+			0);
+		for (int i = 0; i < 12 && r.in.x; i++)
+			WF_CHECK_NEAR(r.in.x[i], want[i], 1e-6);
+		wf_serve_kv2_req_free(&r);
+	}
+	/* a binary FP32 tensor is copied to be preprocessed, never changed in place */
+	_Alignas(64) char buf[512];
+	int hl = snprintf(buf, sizeof(buf),
+			  "{\"inputs\":[{\"name\":\"pixels\",\"shape\":[1,2,2,3],\"datatype\":"
+			  "\"FP32\",\"parameters\":{\"binary_data_size\":48}}]}");
+	char *b = buf + 64 * ((hl + 63) / 64) - hl;
+	memmove(b, buf, (size_t)hl);
+	for (int i = 0; i < 12; i++) {
+		float v = (float)(i * 20);
+		memcpy(b + hl + 4 * i, &v, 4);
+	}
+	wf_serve_kv2_req r;
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, b, (size_t)hl + 48, (size_t)hl, NULL, &r, &err), 0);
+	WF_CHECK_INT(r.in.borrowed, 0);
+	for (int i = 0; i < 12 && r.in.x; i++)
+		WF_CHECK_NEAR(r.in.x[i], want[i], 1e-6);
+	float first;
+	memcpy(&first, b + hl + 4, 4);
+	WF_CHECK_NEAR(first, 20, 0);
+	wf_serve_kv2_req_free(&r);
+	snprintf(body, sizeof(body), kv2_forms[0], px);
+	memcpy(strstr(body, "pixels"), "pixel2", 6);
+	WF_CHECK_INT(wf_serve_kv2_parse(&io, body, strlen(body), strlen(body), NULL, &r, &err),
+		     WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "unknown input \"pixel2\"; the model has one input, \"pixels\""));
+	/* preprocessing outside the model: numbers are the input as they are */
+	io.raw_numbers = 0;
+	snprintf(body, sizeof(body), tf_forms[1], px);
+	WF_CHECK_INT(wf_serve_tf_parse(&io, body, strlen(body), &req, &err), 0);
+	WF_CHECK(req.in.x && req.in.x[11] == 220.0f);
+	wf_serve_tf_req_free(&req);
+}
+
 static void test_replies_carry_probabilities_labels_and_binary(void)
 {
 	float logits[6] = {0, 1, 3, 2, 0, 0}, probs[6];
@@ -383,6 +466,7 @@ int main(void)
 	WF_RUN(test_kserve_fp32_json_and_binary_agree);
 	WF_RUN(test_kserve_uint8_gets_preprocessing);
 	WF_RUN(test_kserve_large_json_data);
+	WF_RUN(test_own_input_name_and_raw_numbers);
 	WF_RUN(test_replies_carry_probabilities_labels_and_binary);
 	return wf_test_summary();
 }

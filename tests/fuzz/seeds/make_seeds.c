@@ -77,6 +77,11 @@ int main(int argc, char **argv)
 	msg("error_reply", WF_PS_OP_PUSH_PULL, WF_PS_FLAG_REPLY | WF_PS_FLAG_ERROR, 0,
 	    WF_PS_DTYPE_BYTES, "bad step", 8);
 	msg("stats", WF_PS_OP_STATS, 0, 0, WF_PS_DTYPE_NONE, NULL, 0);
+	msg("replicate", WF_PS_OP_REPLICATE, 0, 0, WF_PS_DTYPE_F32, four, sizeof(four));
+	msg("join", WF_PS_OP_JOIN, WF_PS_FLAG_FAILOVER, 1, WF_PS_DTYPE_NONE, NULL, 0);
+	msg("redirect_reply", WF_PS_OP_PUSH_PULL,
+	    WF_PS_FLAG_REPLY | WF_PS_FLAG_ERROR | WF_PS_FLAG_REDIRECT, 0, WF_PS_DTYPE_BYTES,
+	    "ps 1 is a backup of group 0", 27);
 
 	/* fuzz_ckpt: a shard of its fixed layout (byte 0 even) and DONE lists (odd) */
 	char tmp[] = "/tmp/weft_seeds_XXXXXX", p[600];

@@ -1,0 +1,739 @@
+/* server_repl.c: replicated groups (ps.replicas > 1; ps/proto.h says what a
+ * group, its primary and its backups are). Primary-backup: the primary
+ * applies each update, sends it to its live backups in order on one DEALER
+ * per backup, and answers the workers once all of them acknowledged it; a
+ * backup applies the same gradient with the same optimizer, so the copies
+ * stay bitwise equal. A backup becomes primary when a worker's request says
+ * the old one failed (flag FAILOVER); a restarted server asks the other
+ * members of each of its groups who the primary is (join) and receives the
+ * group's state from it, while training goes on. */
+#include "ps/server_impl.h"
+
+#include "common/events.h"
+
+#define PEER_HEARTBEAT 0.25 /* seconds between heartbeats to the peers */
+#define JOIN_RETRY     0.5  /* seconds between join requests */
+
+int wf_pss_member(const server *s, int g, int k)
+{
+	return (g + k) % s->cfg->nservers;
+}
+
+/* p's rank among the members of group g (0: the group's own server), -1 if not one. */
+static int member_rank(const server *s, int g, int p)
+{
+	int n = s->cfg->nservers, k = ((p - g) % n + n) % n;
+	return k < s->replicas ? k : -1;
+}
+
+static const char *role_name(grp_role r)
+{
+	static const char *const names[] = {"joining", "the primary of", "a backup of",
+					    "receiving the state of"};
+	return names[r];
+}
+
+/* Every chunk of group g (and the state, for group 0) holds values. */
+static int group_ready(const server *s, int g)
+{
+	for (int i = 0; i < s->nchunks; i++)
+		if (s->chunks[i].group == g && !s->chunks[i].initialized)
+			return 0;
+	return g != 0 || !s->nstate || s->state_initialized;
+}
+
+static long group_step(const server *s, int g)
+{
+	long m = -1;
+	for (int i = 0; i < s->nchunks; i++)
+		if (s->chunks[i].group == g && (m < 0 || s->chunks[i].version < m))
+			m = s->chunks[i].version;
+	return m;
+}
+
+uint32_t wf_pss_primary_bits(const server *s)
+{
+	uint32_t bits = 0;
+	for (int g = 0; g < s->cfg->nservers && g < 32; g++)
+		if (s->groups[g].member && s->groups[g].role == GRP_PRIMARY)
+			bits |= 1u << g;
+	return bits;
+}
+
+int wf_pss_repl_joining(const server *s)
+{
+	for (int g = 0; g < s->cfg->nservers; g++)
+		if (s->groups[g].member &&
+		    (s->groups[g].role == GRP_JOINING || s->groups[g].role == GRP_WAITING))
+			return g;
+	return -1;
+}
+
+/* ---- sending to peers ------------------------------------------------------ */
+
+static void peer_hdr(const server *s, wf_ps_hdr *h, uint16_t op, uint32_t chunk, long step)
+{
+	memset(h, 0, sizeof(*h));
+	h->version = WF_PS_VERSION;
+	h->op = op;
+	h->sender = WF_PS_SENDER(WF_PS_ROLE_SERVER, s->cfg->index);
+	h->job_id = s->cfg->job_id;
+	h->chunk = chunk;
+	h->step = step;
+}
+
+/* Send without blocking (ZMQ_IMMEDIATE: only a live connection takes it);
+ * -1 when the peer cannot take it now. The frames are copied. */
+static int peer_send(server *s, int p, wf_ps_hdr *h, const void *const *f, const size_t *sz, int nf)
+{
+	void *sock = s->peers[p].sock;
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	if (!sock)
+		return -1;
+	if (nf)
+		h->dtype = h->op == WF_PS_OP_JOIN ? WF_PS_DTYPE_BYTES : WF_PS_DTYPE_F32;
+	wf_ps_hdr_encode(h, hb, f, sz, nf);
+	if (zmq_send(sock, hb, sizeof(hb), ZMQ_DONTWAIT | (nf ? ZMQ_SNDMORE : 0)) < 0)
+		return -1;
+	for (int i = 0; i < nf; i++)
+		if (zmq_send(sock, f[i], sz[i], i + 1 < nf ? ZMQ_SNDMORE : 0) < 0)
+			return -1;
+	s->bytes_out += WF_PS_HEADER_BYTES;
+	for (int i = 0; i < nf; i++)
+		s->bytes_out += sz[i];
+	return 0;
+}
+
+/* Chunk c's values and slots (or the state, c NULL) to peer p as an init;
+ * aux: the join it answers (0: an init the chief sent). */
+static int send_install(server *s, int p, schunk *c, uint32_t aux)
+{
+	wf_ps_hdr h;
+	const void *f[3];
+	size_t sz[3];
+	int nf = 1;
+	if (!c) {
+		peer_hdr(s, &h, WF_PS_OP_INIT, WF_PS_STATE_CHUNK, wf_pss_server_step(s));
+		f[0] = s->state;
+		sz[0] = s->nstate * sizeof(float);
+	} else {
+		peer_hdr(s, &h, WF_PS_OP_INIT, (uint32_t)c->gidx, c->version);
+		f[0] = c->values;
+		sz[0] = c->count * sizeof(float);
+		for (int k = 0; k < s->nslots; k++, nf++) {
+			f[nf] = c->slot[k];
+			sz[nf] = sz[0];
+		}
+		h.tag = (uint32_t)c->rseq;
+	}
+	h.aux = aux;
+	return peer_send(s, p, &h, f, sz, nf);
+}
+
+/* Backup p of group g stops counting: what waited for it is answered. */
+static void backup_lost(server *s, int g, int p, const char *why)
+{
+	group *gr = &s->groups[g];
+	if (!gr->live[p])
+		return;
+	gr->live[p] = 0;
+	wf_warn("ps %d: backup ps %d of group %d %s: the group goes on without it until it "
+		"joins again",
+		s->cfg->index, p, g, why);
+	for (int i = 0; i < s->nchunks; i++)
+		if (s->chunks[i].group == g)
+			wf_pss_answer_ready(s, &s->chunks[i]);
+}
+
+/* The frozen ranges of the last apply of c as a push's frozen frame. */
+static size_t frozen_frame(const schunk *c, uint8_t *out)
+{
+	size_t n = 0;
+	for (int i = 0; i < c->nfsegs; i++) {
+		if (!c->ffrozen[i])
+			continue;
+		wf_ps_put_u64(out + 16 * n, c->fsegs[i]);
+		wf_ps_put_u64(out + 16 * n + 8, c->fsegs[i + 1]);
+		n++;
+	}
+	return 16 * n;
+}
+
+long wf_pss_replicate(server *s, schunk *c, const float *grad, long contributors, long step,
+		      int with_state)
+{
+	group *gr = &s->groups[c->group];
+	if (s->replicas < 2 || gr->role != GRP_PRIMARY)
+		return 0;
+	int any = 0;
+	c->rseq++;
+	uint8_t *fr = NULL;
+	size_t frb = 0;
+	if (grad && c->nfsegs && (fr = malloc((size_t)c->nfsegs * 16)))
+		frb = frozen_frame(c, fr);
+	for (int p = 0; p < s->cfg->nservers; p++) {
+		if (!gr->live[p])
+			continue;
+		int rc;
+		if (!grad) {
+			rc = send_install(s, p, c, 0);
+		} else {
+			wf_ps_hdr h;
+			const void *f[3] = {grad};
+			size_t sz[3] = {c->count * sizeof(float)};
+			int nf = 1;
+			peer_hdr(s, &h, WF_PS_OP_REPLICATE, (uint32_t)c->gidx, step);
+			h.tag = (uint32_t)c->rseq;
+			h.aux = (uint32_t)contributors;
+			if (with_state && s->nstate) {
+				h.flags |= WF_PS_FLAG_STATE;
+				f[nf] = s->state;
+				sz[nf++] = s->nstate * sizeof(float);
+			}
+			if (frb) {
+				h.flags |= WF_PS_FLAG_FROZEN;
+				f[nf] = fr;
+				sz[nf++] = frb;
+			}
+			rc = peer_send(s, p, &h, f, sz, nf);
+		}
+		if (rc) {
+			gr->live[p] = 0;
+			wf_warn("ps %d: backup ps %d of group %d takes no message: the group goes "
+				"on without it until it joins again",
+				s->cfg->index, p, c->group);
+		} else {
+			any = 1;
+		}
+	}
+	free(fr);
+	return any ? c->rseq : 0;
+}
+
+void wf_pss_replicate_state(server *s)
+{
+	group *gr = &s->groups[0];
+	if (s->replicas < 2 || gr->role != GRP_PRIMARY || !s->nstate)
+		return;
+	for (int p = 0; p < s->cfg->nservers; p++)
+		if (gr->live[p] && send_install(s, p, NULL, 0))
+			gr->live[p] = 0;
+}
+
+static int acked(const server *s, const schunk *c, long need)
+{
+	const group *gr = &s->groups[c->group];
+	for (int p = 0; p < s->cfg->nservers; p++)
+		if (gr->live[p] && c->racked[p] < need)
+			return 0;
+	return 1;
+}
+
+void wf_pss_answer_ready(server *s, schunk *c)
+{
+	for (int w = 0; w < s->nworkers; w++) {
+		held *h = &c->held[w];
+		if (!h->used || h->need <= 0 || !acked(s, c, h->need))
+			continue;
+		h->need = 0;
+		if (s->cfg->mode == WF_PS_MODE_SSP &&
+		    h->step > wf_pss_slowest_step(s) + s->cfg->staleness)
+			continue; /* now only the staleness bound holds it */
+		if (s->cfg->mode == WF_PS_MODE_SSP)
+			wf_pss_ssp_answered(s, h->step);
+		wf_pss_send_values(s, c, h, 1, h->stale);
+		wf_pss_release(s, h);
+	}
+}
+
+/* ---- the backup's side ----------------------------------------------------- */
+
+/* Start (again) asking the other members of g for its state; what this
+ * server holds of g counts for nothing until a primary's inits arrive. */
+static void rejoin(server *s, int g)
+{
+	group *gr = &s->groups[g];
+	gr->role = GRP_JOINING;
+	gr->since = wf_now();
+	gr->last_ask = 0;
+	gr->got = 0;
+	gr->join_id = (gr->join_id * 2654435761u + 2) | 1; /* never 0: the chief's init */
+	memset(gr->asked, 0, (size_t)s->cfg->nservers);
+	for (int i = 0; i < s->nchunks; i++)
+		if (s->chunks[i].group == g)
+			s->chunks[i].synced = 0;
+}
+
+void wf_pss_op_replicate(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
+{
+	const wf_ps_hdr *h = &m->hdr;
+	int from = WF_PS_SENDER_INDEX(h->sender);
+	schunk *c = &s->chunks[s->local[h->chunk]];
+	group *gr = &s->groups[c->group];
+	if (WF_PS_SENDER_ROLE(h->sender) != WF_PS_ROLE_SERVER || from >= s->cfg->nservers) {
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_SENDER,
+				   "replicate comes only from a parameter server");
+		return;
+	}
+	if (gr->role == GRP_PRIMARY) { /* fencing: the sender is primary no more */
+		char text[160];
+		snprintf(text, sizeof(text), "ps %d is the primary of group %d now", s->cfg->index,
+			 c->group);
+		wf_pss_send_redirect(s, rid, rid_len, h, s->cfg->index, text);
+		return;
+	}
+	int32_t delta = (int32_t)(h->tag - (uint32_t)c->rseq);
+	if (gr->role == GRP_JOINING || gr->primary != from || !c->synced || delta > 1) {
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
+				   "ps %d cannot apply update %u of chunk %d from ps %d (it is %s "
+				   "group %d, primary ps %d, at update %ld): it joins again",
+				   s->cfg->index, h->tag, c->gidx, from, role_name(gr->role),
+				   c->group, gr->primary, c->rseq);
+		if (gr->role == GRP_BACKUP) /* out of step: take the primary's state again */
+			rejoin(s, c->group);
+		return;
+	}
+	if (delta == 1) {
+		if (wf_pss_take_frozen(c, m) != 0) {
+			wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
+					   "out of memory for the frozen ranges of chunk %d",
+					   c->gidx);
+			return;
+		}
+		long contributors = h->aux ? (long)h->aux : 1;
+		wf_pss_apply(s, c, m->frame[0], contributors, (long)h->step);
+		if (h->flags & WF_PS_FLAG_STATE)
+			memcpy(s->state, m->frame[1], s->nstate * sizeof(float));
+		c->rseq = h->tag;
+	}
+	wf_pss_send_ok(s, rid, rid_len, h, c->version, 0);
+}
+
+static void joined(server *s, int g)
+{
+	group *gr = &s->groups[g];
+	gr->role = GRP_BACKUP;
+	wf_info("ps %d: joined group %d as a backup of ps %d at step %ld", s->cfg->index, g,
+		gr->primary, group_step(s, g));
+	wf_event("ps_joined", json_pack("{s:i, s:i, s:I}", "group", g, "primary", gr->primary,
+					"step", (json_int_t)group_step(s, g)));
+}
+
+void wf_pss_repl_installed(server *s, const wf_ps_hdr *h)
+{
+	int from = WF_PS_SENDER_INDEX(h->sender);
+	int g = h->chunk == WF_PS_STATE_CHUNK ? 0 : s->pl.chunks[h->chunk].server;
+	group *gr = &s->groups[g];
+	if (h->chunk != WF_PS_STATE_CHUNK) {
+		schunk *c = &s->chunks[s->local[h->chunk]];
+		c->rseq = h->tag;
+		c->synced = 1;
+	}
+	if ((gr->role == GRP_JOINING || gr->role == GRP_WAITING) && h->aux == gr->join_id) {
+		/* an init of this join: it may arrive before the join's answer */
+		gr->primary = from;
+		gr->got++;
+		if (gr->role == GRP_WAITING && gr->got >= gr->installs)
+			joined(s, g);
+	} else if (gr->role != GRP_PRIMARY && h->aux == 0) {
+		/* the chief's init forwarded: the sender is the primary */
+		gr->role = GRP_BACKUP;
+		gr->primary = from;
+	}
+}
+
+/* ---- joining --------------------------------------------------------------- */
+
+/* Primary of g: take p as a backup and send it the group's state (as inits
+ * on the replication connection, ahead of every later update); join: the
+ * id its inits carry. Returns the inits sent, -1 when p takes none. */
+static int install_backup(server *s, int g, int p, uint32_t join)
+{
+	group *gr = &s->groups[g];
+	int n = 0;
+	for (int i = 0; i < s->nchunks; i++) {
+		schunk *c = &s->chunks[i];
+		if (c->group != g)
+			continue;
+		if (send_install(s, p, c, join))
+			return -1;
+		c->racked[p] = c->rseq;
+		n++;
+	}
+	if (g == 0 && s->nstate) {
+		if (send_install(s, p, NULL, join))
+			return -1;
+		n++;
+	}
+	gr->live[p] = 1;
+	for (int i = 0; i < s->nchunks; i++)
+		if (s->chunks[i].group == g)
+			wf_pss_answer_ready(s, &s->chunks[i]);
+	return n;
+}
+
+static void become_primary(server *s, int g, const char *why)
+{
+	group *gr = &s->groups[g];
+	int old = gr->primary;
+	gr->role = GRP_PRIMARY;
+	gr->primary = s->cfg->index;
+	memset(gr->live, 0, (size_t)s->cfg->nservers);
+	wf_warn("ps %d: primary of group %d from step %ld (%s; it was ps %d)", s->cfg->index, g,
+		group_step(s, g), why, old);
+	wf_event("ps_primary", json_pack("{s:i, s:i, s:I, s:s}", "group", g, "was", old, "step",
+					 (json_int_t)group_step(s, g), "why", why));
+	/* the other members take this server's state (R > 2: they may hold one
+	 * update more or less than it) */
+	for (int k = 1; k < s->replicas; k++) {
+		int p = wf_pss_member(s, g, k);
+		if (p != s->cfg->index && p != old)
+			install_backup(s, g, p, 0);
+	}
+}
+
+void wf_pss_op_join(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
+{
+	const wf_ps_hdr *h = &m->hdr;
+	int g = (int)h->chunk, from = WF_PS_SENDER_INDEX(h->sender);
+	if (WF_PS_SENDER_ROLE(h->sender) != WF_PS_ROLE_SERVER || from >= s->cfg->nservers ||
+	    g < 0 || g >= s->cfg->nservers || !s->groups[g].member || member_rank(s, g, from) < 0 ||
+	    from == s->cfg->index) {
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_SENDER,
+				   "join: ps %d and ps %d do not share group %u (ps.replicas %d)",
+				   from, s->cfg->index, h->chunk, s->replicas);
+		return;
+	}
+	group *gr = &s->groups[g];
+	int ready = group_ready(s, g);
+	if (gr->role == GRP_BACKUP && ready && (h->flags & WF_PS_FLAG_FAILOVER) &&
+	    gr->primary == from)
+		become_primary(s, g, "its primary restarted and asked this server to take over");
+	if (gr->role == GRP_PRIMARY && ready) {
+		int n = install_backup(s, g, from, h->aux);
+		if (n >= 0) {
+			wf_info("ps %d: ps %d joins group %d as a backup: sending its %d chunk(s) "
+				"at step %ld",
+				s->cfg->index, from, g, n, group_step(s, g));
+			wf_pss_send_ok(s, rid, rid_len, h, group_step(s, g), (uint32_t)n);
+		} else { /* no connection to it yet: it asks again */
+			wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, -1,
+					   "ps %d cannot reach ps %d yet", s->cfg->index, from);
+		}
+		return;
+	}
+	char text[200];
+	int to = gr->role == GRP_BACKUP && ready ? gr->primary : -1;
+	snprintf(text, sizeof(text), "ps %d is %s group %d%s", s->cfg->index, role_name(gr->role),
+		 g, to >= 0 ? "" : " and holds no state of it to give");
+	wf_pss_send_redirect(s, rid, rid_len, h, to, text);
+}
+
+static void ask_join(server *s, int g, int p, int failover)
+{
+	wf_ps_hdr h;
+	peer_hdr(s, &h, WF_PS_OP_JOIN, (uint32_t)g, 0);
+	h.aux = s->groups[g].join_id;
+	if (failover)
+		h.flags |= WF_PS_FLAG_FAILOVER;
+	peer_send(s, p, &h, NULL, NULL, 0);
+}
+
+/* Nobody who answered holds the group (a new job, or every other member is
+ * gone): the placement's primary serves it, the others back it up. */
+static void join_default(server *s, int g)
+{
+	group *gr = &s->groups[g];
+	gr->primary = g;
+	if (g == s->cfg->index) {
+		gr->role = GRP_PRIMARY;
+		for (int k = 1; k < s->replicas; k++)
+			gr->live[wf_pss_member(s, g, k)] = 1; /* until one fails */
+	} else {
+		gr->role = GRP_BACKUP;
+	}
+	wf_info("ps %d: group %d: no other member holds it: this server is %s it", s->cfg->index, g,
+		role_name(gr->role));
+}
+
+/* Every other member of g answered that it holds no state of g: the
+ * placement decides. A member that has not answered is waited for, however
+ * long (deciding without it could make two primaries). */
+static void join_if_alone(server *s, int g)
+{
+	group *gr = &s->groups[g];
+	for (int k = 0; k < s->replicas; k++) {
+		int q = wf_pss_member(s, g, k);
+		if (q != s->cfg->index && !gr->asked[q])
+			return;
+	}
+	join_default(s, g);
+}
+
+static void join_reply(server *s, int p, const wf_ps_msg *m)
+{
+	const wf_ps_hdr *h = &m->hdr;
+	int g = (int)h->chunk;
+	if (g < 0 || g >= s->cfg->nservers || !s->groups[g].member)
+		return;
+	group *gr = &s->groups[g];
+	if (gr->role != GRP_JOINING)
+		return;
+	if (!(h->flags & WF_PS_FLAG_ERROR)) {
+		gr->role = GRP_WAITING;
+		gr->primary = p;
+		gr->installs = (int)h->aux;
+		wf_info("ps %d: joining group %d: ps %d is its primary (step %lld)", s->cfg->index,
+			g, p, (long long)h->step);
+		if (gr->got >= gr->installs)
+			joined(s, g);
+		return;
+	}
+	if (!(h->flags & WF_PS_FLAG_REDIRECT))
+		return; /* asked again later */
+	int to = (int)h->step;
+	if (to == s->cfg->index) /* p holds the group and waits for this server: take over */
+		ask_join(s, g, p, 1);
+	else if (to >= 0 && to < s->cfg->nservers && member_rank(s, g, to) >= 0)
+		ask_join(s, g, to, 0);
+	else
+		gr->asked[p] = 1;
+	join_if_alone(s, g);
+}
+
+int wf_pss_repl_route(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h, int g)
+{
+	group *gr = &s->groups[g];
+	if (gr->role == GRP_PRIMARY)
+		return 0;
+	if ((h->flags & WF_PS_FLAG_FAILOVER) && gr->role == GRP_BACKUP && group_ready(s, g)) {
+		char why[96];
+		snprintf(why, sizeof(why), "%s %d failed over to it",
+			 WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_WORKER ? "worker" : "a client",
+			 WF_PS_SENDER_INDEX(h->sender));
+		become_primary(s, g, why);
+		return 0;
+	}
+	char text[200];
+	int to = gr->role == GRP_BACKUP ? gr->primary : -1;
+	snprintf(text, sizeof(text), "ps %d is %s group %d%s", s->cfg->index, role_name(gr->role),
+		 g, to >= 0 ? "" : ": try again");
+	wf_pss_send_redirect(s, rid, rid_len, h, to, text);
+	return -1;
+}
+
+/* ---- the replication connections ---------------------------------------- */
+
+static void peer_reply(server *s, int p, const wf_ps_msg *m)
+{
+	const wf_ps_hdr *h = &m->hdr;
+	peer *pe = &s->peers[p];
+	pe->last_seen = wf_now();
+	if (h->op == WF_PS_OP_HEARTBEAT && !(h->flags & WF_PS_FLAG_ERROR)) {
+		if (pe->inc && h->aux != pe->inc)
+			for (int g = 0; g < s->cfg->nservers; g++)
+				if (s->groups[g].member && s->groups[g].role == GRP_PRIMARY)
+					backup_lost(s, g, p, "restarted");
+		pe->inc = h->aux;
+		return;
+	}
+	if (h->op == WF_PS_OP_JOIN) {
+		join_reply(s, p, m);
+		return;
+	}
+	if ((h->op != WF_PS_OP_REPLICATE && h->op != WF_PS_OP_INIT) ||
+	    h->chunk == WF_PS_STATE_CHUNK || s->local[h->chunk] < 0)
+		return;
+	schunk *c = &s->chunks[s->local[h->chunk]];
+	group *gr = &s->groups[c->group];
+	if (h->flags & WF_PS_FLAG_ERROR) {
+		char text[256];
+		size_t n = m->nframes ? WF_MIN(m->size[0], sizeof(text) - 1) : 0;
+		memcpy(text, m->frame[0], n);
+		text[n] = '\0';
+		if ((h->flags & WF_PS_FLAG_REDIRECT) && (int)h->step == p &&
+		    gr->role == GRP_PRIMARY) {
+			/* fenced: p is the primary now; this server's copy may hold an
+			 * update p never got, so it takes p's state again */
+			wf_warn("ps %d: %s: no longer the primary of group %d; joining it again",
+				s->cfg->index, text, c->group);
+			for (int i = 0; i < s->nchunks; i++)
+				if (s->chunks[i].group == c->group)
+					wf_pss_fail_held_redirect(s, &s->chunks[i], p);
+			rejoin(s, c->group);
+			gr->primary = p;
+			memset(gr->live, 0, (size_t)s->cfg->nservers);
+			return;
+		}
+		backup_lost(s, c->group, p, text);
+		return;
+	}
+	uint32_t d = h->tag - (uint32_t)c->racked[p];
+	if ((int32_t)d > 0)
+		c->racked[p] += d;
+	wf_pss_answer_ready(s, c);
+}
+
+static void read_peer(server *s, int p)
+{
+	void *sock = s->peers[p].sock;
+	for (;;) {
+		zmq_msg_t fr[MAX_RECV];
+		int n = 0, more = 1, overflow = 0;
+		while (more) {
+			zmq_msg_t extra, *mm = n < MAX_RECV - 1 ? &fr[n] : &extra;
+			zmq_msg_init(mm);
+			if (zmq_msg_recv(mm, sock, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+				zmq_msg_close(mm);
+				for (int i = 0; i < n; i++)
+					zmq_msg_close(&fr[i]);
+				return;
+			}
+			more = zmq_msg_more(mm);
+			if (mm == &extra) {
+				zmq_msg_close(mm);
+				overflow = 1;
+			} else {
+				n++;
+			}
+		}
+		const void *ptr[MAX_RECV];
+		size_t size[MAX_RECV];
+		for (int i = 0; i < n; i++) {
+			ptr[i] = zmq_msg_data(&fr[i]);
+			size[i] = zmq_msg_size(&fr[i]);
+		}
+		wf_ps_msg m;
+		wf_err e = {0};
+		int reason;
+		if (!overflow && wf_ps_msg_parse(&m, ptr, size, n, &s->peer_lim, &reason, &e) == 0)
+			peer_reply(s, p, &m);
+		else
+			wf_warn("ps %d: bad reply from ps %d: %s", s->cfg->index, p,
+				overflow ? "too many frames" : e.msg);
+		for (int i = 0; i < n; i++)
+			zmq_msg_close(&fr[i]);
+	}
+}
+
+int wf_pss_repl_poll_items(server *s, zmq_pollitem_t *items)
+{
+	int n = 0;
+	for (int p = 0; s->peers && p < s->cfg->nservers; p++)
+		if (s->peers[p].sock)
+			items[n++] =
+				(zmq_pollitem_t){.socket = s->peers[p].sock, .events = ZMQ_POLLIN};
+	return n;
+}
+
+void wf_pss_repl_tick(server *s)
+{
+	if (s->replicas < 2)
+		return;
+	int n = s->cfg->nservers;
+	double now = wf_now(), timeout = s->cfg->peer_timeout > 0 ? s->cfg->peer_timeout
+								  : WF_PS_PEER_TIMEOUT_DEFAULT;
+	for (int p = 0; p < n; p++)
+		if (s->peers[p].sock)
+			read_peer(s, p);
+	if (now - s->last_peer_hb >= PEER_HEARTBEAT) {
+		s->last_peer_hb = now;
+		for (int p = 0; p < n; p++) {
+			wf_ps_hdr h;
+			peer_hdr(s, &h, WF_PS_OP_HEARTBEAT, 0, 0);
+			if (s->peers[p].sock)
+				peer_send(s, p, &h, NULL, NULL, 0);
+		}
+	}
+	for (int p = 0; p < n; p++) {
+		peer *pe = &s->peers[p];
+		if (!pe->sock || !pe->last_seen || now - pe->last_seen <= timeout)
+			continue;
+		pe->last_seen = 0; /* once per silence */
+		pe->inc = 0;
+		for (int g = 0; g < n; g++)
+			if (s->groups[g].member && s->groups[g].role == GRP_PRIMARY)
+				backup_lost(s, g, p, "stopped answering");
+	}
+	for (int g = 0; g < n; g++) {
+		group *gr = &s->groups[g];
+		if (!gr->member || (gr->role != GRP_JOINING && gr->role != GRP_WAITING))
+			continue;
+		if (gr->role == GRP_WAITING && now - gr->since > 4 * timeout) {
+			wf_warn("ps %d: group %d: ps %d's state did not arrive: asking again",
+				s->cfg->index, g, gr->primary);
+			rejoin(s, g);
+		}
+		if (gr->role != GRP_JOINING || now - gr->last_ask < JOIN_RETRY)
+			continue;
+		gr->last_ask = now;
+		for (int k = 0; k < s->replicas; k++) {
+			int p = wf_pss_member(s, g, k);
+			if (p != s->cfg->index && !gr->asked[p])
+				ask_join(s, g, p, 0);
+		}
+	}
+}
+
+/* ---- set-up ---------------------------------------------------------------- */
+
+int wf_pss_repl_init(server *s, wf_err *err)
+{
+	const wf_ps_server_cfg *cfg = s->cfg;
+	int n = cfg->nservers, me = cfg->index, rc = 0;
+	s->groups = calloc((size_t)n, sizeof(*s->groups));
+	s->peers = calloc((size_t)n, sizeof(*s->peers));
+	if (!s->groups || !s->peers)
+		return wf_errf(err, WF_ENOMEM, "ps: out of memory");
+	for (int g = 0; g < n; g++) {
+		group *gr = &s->groups[g];
+		gr->member = member_rank(s, g, me) >= 0;
+		gr->primary = g;
+		gr->role = s->replicas > 1 ? GRP_JOINING : g == me ? GRP_PRIMARY : GRP_BACKUP;
+		gr->since = wf_now();
+		gr->join_id = (s->incarnation + 2654435761u * (uint32_t)g) | 1;
+		gr->live = calloc((size_t)n, 1);
+		gr->asked = calloc((size_t)n, 1);
+		if (!gr->live || !gr->asked)
+			return wf_errf(err, WF_ENOMEM, "ps: out of memory");
+	}
+	if (s->replicas < 2)
+		return 0;
+	for (int p = 0; p < n; p++) {
+		int shared = 0;
+		for (int g = 0; g < n && p != me; g++)
+			shared |= s->groups[g].member && member_rank(s, g, p) >= 0;
+		if (!shared)
+			continue;
+		int linger = 0, one = 1, ivl = 100;
+		void *sock = zmq_socket(s->zctx, ZMQ_DEALER);
+		s->peers[p].sock = sock;
+		ZCHECK(sock ? 0 : -1, "zmq_socket(DEALER)");
+		ZCHECK(zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger)), "ZMQ_LINGER");
+		ZCHECK(zmq_setsockopt(sock, ZMQ_IMMEDIATE, &one, sizeof(one)), "ZMQ_IMMEDIATE");
+		ZCHECK(zmq_setsockopt(sock, ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)),
+		       "ZMQ_RECONNECT_IVL");
+		if (cfg->keys && (rc = wf_ps_curve_client(sock, cfg->keys, err)) != 0)
+			goto cleanup;
+		ZCHECK(zmq_connect(sock, cfg->peers[p]), "connecting to a peer");
+	}
+	s->peer_lim = s->lim;
+	s->peer_lim.is_reply = 1;
+cleanup:
+	return rc;
+}
+
+void wf_pss_repl_free(server *s)
+{
+	for (int p = 0; s->peers && p < s->cfg->nservers; p++)
+		if (s->peers[p].sock)
+			zmq_close(s->peers[p].sock);
+	for (int g = 0; s->groups && g < s->cfg->nservers; g++) {
+		free(s->groups[g].live);
+		free(s->groups[g].asked);
+	}
+	free(s->peers);
+	free(s->groups);
+	s->peers = NULL;
+	s->groups = NULL;
+}
