@@ -32,6 +32,7 @@ typedef struct pending {
 	char msg[1024];	 /* error text of the reply */
 	long reply_step; /* step field of the reply */
 	int stale;
+	uint32_t aux; /* aux of the reply (backup workers: the next data unit + 1) */
 	uint32_t inc; /* the server's incarnation when sent (0: not known yet) */
 	/* replication: how to send it again */
 	const float *grads;    /* push: the gradient buffer */
@@ -279,6 +280,7 @@ static void apply_reply(wf_ps_client *c, pending *p, const wf_ps_msg *m)
 		return;
 	}
 	p->stale = (h->flags & WF_PS_FLAG_STALE) != 0;
+	p->aux = h->aux;
 	if (h->op == WF_PS_OP_REGISTER)
 		p->primary_bits = h->aux;
 	if (h->op == WF_PS_OP_PUSH_PULL || h->op == WF_PS_OP_PULL) {
@@ -1215,8 +1217,9 @@ int wf_ps_client_stale_count(const wf_ps_client *c)
 	return c->stale;
 }
 
-/* Pull chunk k (or every chunk when k < 0; the state when state != 0). */
-static int pull(wf_ps_client *c, int chunk, int state, long *version, wf_err *err)
+/* Pull chunk k (or every chunk when k < 0; the state when state != 0);
+ * the requests carry aux. */
+static int pull(wf_ps_client *c, int chunk, int state, uint32_t aux, long *version, wf_err *err)
 {
 	const wf_ps_placement *pl = c->cfg.pl;
 	int rc = 0, nc = nchunks_of(c);
@@ -1230,6 +1233,7 @@ static int pull(wf_ps_client *c, int chunk, int state, long *version, wf_err *er
 			continue;
 		wf_ps_hdr h;
 		req_hdr(c, &h, WF_PS_OP_PULL, (uint32_t)k, 0);
+		h.aux = aux;
 		rc = send_req(c, server_of(c, (uint32_t)k), k, &h, NULL, NULL, 0, 0, err);
 	}
 	if (state) {
@@ -1255,12 +1259,27 @@ static int pull(wf_ps_client *c, int chunk, int state, long *version, wf_err *er
 
 int wf_ps_client_pull(wf_ps_client *c, int chunk, long *version, wf_err *err)
 {
-	return pull(c, chunk, 0, version, err);
+	return pull(c, chunk, 0, 0, version, err);
+}
+
+int wf_ps_client_pull_aux(wf_ps_client *c, int chunk, uint32_t aux, long *version, wf_err *err)
+{
+	return pull(c, chunk, 0, aux, version, err);
+}
+
+int wf_ps_client_chunk_reply(const wf_ps_client *c, int chunk, long *step, uint32_t *aux)
+{
+	const pending *p = &c->pend[chunk];
+	if (step)
+		*step = p->reply_step;
+	if (aux)
+		*aux = p->aux;
+	return p->stale;
 }
 
 int wf_ps_client_pull_state(wf_ps_client *c, wf_err *err)
 {
-	return pull(c, -1, 1, NULL, err);
+	return pull(c, -1, 1, 0, NULL, err);
 }
 
 int wf_ps_client_barrier(wf_ps_client *c, long step, wf_err *err)

@@ -106,6 +106,14 @@ int wf_ps_client_stale_count(const wf_ps_client *c);
 /* Pull chunk (or -1: every chunk) into params; *version (may be NULL)
  * gets the lowest version seen. */
 int wf_ps_client_pull(wf_ps_client *c, int chunk, long *version, wf_err *err);
+/* As wf_ps_client_pull, the requests carrying aux (backup workers: the
+ * worker's data units per epoch). */
+int wf_ps_client_pull_aux(wf_ps_client *c, int chunk, uint32_t aux, long *version, wf_err *err);
+/* The last reply to chunk's push or pull (valid until its next request):
+ * 1 when flagged stale, else 0; *step its step (the chunk's version) and
+ * *aux its aux field (backup workers: the next data unit + 1; 0: none).
+ * Either may be NULL. */
+int wf_ps_client_chunk_reply(const wf_ps_client *c, int chunk, long *step, uint32_t *aux);
 /* Pull the non-trainable state (kept by server 0) into cfg->state. */
 int wf_ps_client_pull_state(wf_ps_client *c, wf_err *err);
 /* Wait until every live worker reached the barrier on every server. */

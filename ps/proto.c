@@ -464,6 +464,61 @@ int wf_ps_msg_verify(const wf_ps_msg *msg, uint32_t payload_crc, wf_err *err)
 
 /* ---- stats ------------------------------------------------------------ */
 
+/* Backup workers' fields of the stats (absent from the JSON when off). */
+static json_t *jlongs(const long *v, long n)
+{
+	json_t *a = json_array();
+	for (long i = 0; a && v && i < n; i++)
+		json_array_append_new(a, json_integer(v[i]));
+	return a;
+}
+
+static void backup_to_json(const wf_ps_stats *s, json_t *o)
+{
+	if (s->backup_workers <= 0)
+		return;
+	json_object_set_new(o, "backup_workers", json_integer(s->backup_workers));
+	json_object_set_new(o, "worker_late", jlongs(s->worker_late, s->nworkers));
+	json_object_set_new(o, "worker_late_sum", jlongs(s->worker_late_sum, s->nworkers));
+	json_object_set_new(o, "worker_late_max", jlongs(s->worker_late_max, s->nworkers));
+	json_object_set_new(o, "units_per_epoch", json_integer(s->units_per_epoch));
+	json_object_set_new(o, "units_applied", jlongs(s->units_applied, s->nepochs));
+	json_object_set_new(o, "units_requeued", jlongs(s->units_requeued, s->nepochs));
+}
+
+/* [n] longs from a JSON array of n integers; NULL when absent or of another length. */
+static long *longs_of(json_t *a, long n, int *oom)
+{
+	if (!json_is_array(a) || (long)json_array_size(a) != n || n <= 0)
+		return NULL;
+	long *v = calloc((size_t)n, sizeof(*v));
+	if (!v) {
+		*oom = 1;
+		return NULL;
+	}
+	for (long i = 0; i < n; i++)
+		v[i] = (long)json_integer_value(json_array_get(a, (size_t)i));
+	return v;
+}
+
+static int backup_from_json(wf_ps_stats *s, json_t *o)
+{
+	int oom = 0;
+	s->backup_workers = (int)json_integer_value(json_object_get(o, "backup_workers"));
+	if (s->backup_workers <= 0)
+		return 0;
+	s->worker_late = longs_of(json_object_get(o, "worker_late"), s->nworkers, &oom);
+	s->worker_late_sum = longs_of(json_object_get(o, "worker_late_sum"), s->nworkers, &oom);
+	s->worker_late_max = longs_of(json_object_get(o, "worker_late_max"), s->nworkers, &oom);
+	s->units_per_epoch = (long)json_integer_value(json_object_get(o, "units_per_epoch"));
+	json_t *ap = json_object_get(o, "units_applied");
+	long ne = (long)json_array_size(ap);
+	s->units_applied = longs_of(ap, ne, &oom);
+	s->units_requeued = longs_of(json_object_get(o, "units_requeued"), ne, &oom);
+	s->nepochs = s->units_applied && s->units_requeued ? ne : 0;
+	return oom ? WF_ENOMEM : 0;
+}
+
 int wf_ps_stats_to_json(const wf_ps_stats *s, char **out, wf_err *err)
 {
 	json_t *o = json_object(), *steps = json_array(), *alive = json_array(),
@@ -494,6 +549,7 @@ int wf_ps_stats_to_json(const wf_ps_stats *s, char **out, wf_err *err)
 	json_object_set_new(o, "staleness", json_integer(s->staleness));
 	json_object_set_new(o, "ssp_held", json_integer((json_int_t)s->ssp_held));
 	json_object_set_new(o, "ssp_max_lead", json_integer(s->ssp_max_lead));
+	backup_to_json(s, o);
 	steps = alive = rej = NULL;
 	*out = json_dumps(o, JSON_COMPACT);
 	rc = *out ? 0 : WF_ENOMEM;
@@ -559,7 +615,12 @@ int wf_ps_stats_from_json(wf_ps_stats *s, const char *json, size_t len, wf_err *
 	json_t *rej = json_object_get(o, "rejected");
 	for (int r = 0; r < WF_PS_REJECT__COUNT; r++)
 		s->rejected[r] = (uint64_t)jint(rej, wf_ps_reject_name(r));
+	int brc = backup_from_json(s, o);
 	json_decref(o);
+	if (brc) {
+		wf_ps_stats_free(s);
+		return wf_errf(err, WF_ENOMEM, "stats: out of memory");
+	}
 	return 0;
 }
 
@@ -571,6 +632,14 @@ void wf_ps_stats_free(wf_ps_stats *s)
 	free(s->worker_alive);
 	s->worker_step = NULL;
 	s->worker_alive = NULL;
+	free(s->worker_late);
+	free(s->worker_late_sum);
+	free(s->worker_late_max);
+	free(s->units_applied);
+	free(s->units_requeued);
+	s->worker_late = s->worker_late_sum = s->worker_late_max = NULL;
+	s->units_applied = s->units_requeued = NULL;
+	s->nepochs = 0;
 	s->nworkers = 0;
 }
 
@@ -596,6 +665,12 @@ void wf_ps_stats_format(const wf_ps_stats *s, char *buf, size_t n)
 	if (s->staleness >= 0)
 		OUT(", ssp:%d: %llu held, max lead %ld", s->staleness,
 		    (unsigned long long)s->ssp_held, s->ssp_max_lead);
+	if (s->backup_workers > 0 && s->worker_late) {
+		OUT(", backup %d: late steps [", s->backup_workers);
+		for (int w = 0; w < s->nworkers; w++)
+			OUT("%s%d:%ld", w ? " " : "", w, s->worker_late[w]);
+		OUT("]");
+	}
 	uint64_t total = 0;
 	for (int r = 0; r < WF_PS_REJECT__COUNT; r++)
 		total += s->rejected[r];

@@ -264,6 +264,15 @@ typedef struct wf_ps_stats {
 	int staleness;	   /* K of ssp:K; -1 in sync and async */
 	uint64_t ssp_held; /* ssp: pushes whose reply waited for the bound */
 	long ssp_max_lead; /* ssp: largest (step - slowest worker's step) answered */
+	/* backup workers (sync, strategy.backup_workers > 0; else 0 and NULL) */
+	int backup_workers;
+	long *worker_late;     /* [nworkers] steps whose push came after the step completed */
+	long *worker_late_sum; /* [nworkers] sum over them of how many steps late */
+	long *worker_late_max; /* [nworkers] the most steps late */
+	long units_per_epoch;  /* the server handing out data units: units per epoch */
+	long nepochs;	       /* epochs in units_applied/units_requeued; 0: not here */
+	long *units_applied;   /* [nepochs] units whose gradient was applied */
+	long *units_requeued;  /* [nepochs] units dropped as late and handed out again */
 } wf_ps_stats;
 
 /* JSON text of s (malloc'd, caller frees) / parse it back (fills s; free

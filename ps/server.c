@@ -224,6 +224,8 @@ static void handle(server *s, int n, int overflow)
 				"step(s)",
 				s->cfg->index, (unsigned long long)s->ssp_held, s->cfg->staleness,
 				s->ssp_max_lead);
+		if (s->cfg->backup_workers > 0)
+			wf_pss_log_stats(s); /* the late pushes of the whole run */
 		for (int i = 0; i < s->nchunks; i++)
 			wf_pss_fail_held(s, &s->chunks[i], WF_ESTOPPED, "server shutting down");
 		for (int v = 0; v < s->nworkers; v++) {
@@ -371,6 +373,12 @@ static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 	if (s->replicas > 1 && !cfg->peers)
 		return wf_errf(err, WF_EINVAL, "ps: ps.replicas %d needs every server's address",
 			       s->replicas);
+	if (cfg->backup_workers < 0 || cfg->backup_workers >= cfg->nworkers ||
+	    (cfg->backup_workers > 0 && cfg->mode != WF_PS_MODE_SYNC))
+		return wf_errf(
+			err, WF_EINVAL,
+			"ps: backup_workers %d: want 0, or 1..%d with mode sync (%d workers)",
+			cfg->backup_workers, cfg->nworkers - 1, cfg->nworkers);
 	if ((rc = wf_ps_place(&s->pl, cfg->views, cfg->nviews, cfg->nparams, cfg->nservers,
 			      cfg->chunk_bytes, err)))
 		return rc;
@@ -461,6 +469,7 @@ static void server_free(server *s)
 	free(s->workers);
 	free(s->state);
 	wf_pss_osum_free(&s->state_sum, s->nworkers);
+	wf_pss_units_free(s);
 	wf_ps_placement_free(&s->pl);
 	wf_backend_free(s->be);
 }

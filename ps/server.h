@@ -15,8 +15,11 @@
  * --accumulate W.
  *
  * Sync: a chunk advances when every worker not declared dead has pushed for
- * its current step; the replies (the new values) are held until then. A push
- * for a past step is answered with the current values and flag STALE. A
+ * its current step; the replies (the new values) are held until then. With
+ * backup_workers B > 0 it advances once all but B of them have (at least
+ * one), summing only those pushes, in worker order. A push
+ * for a past step is answered with the current values and flag STALE (with
+ * B > 0: counted per worker as a late push). A
  * worker silent for heartbeat_timeout is declared dead (it leaves the count
  * at once, so the step in progress completes without it) and counts again
  * when it registers. Async: each push applies at once. ssp:K: each push
@@ -46,6 +49,10 @@ typedef struct wf_ps_server_cfg {
 	int nworkers;	     /* workers in the job */
 	wf_ps_mode mode;
 	int staleness; /* K of ssp:K */
+	/* sync: a step completes without the last B workers' pushes (backup
+	 * workers, 0 <= B < nworkers); the server holding the last chunk then
+	 * hands out the data units (docs/architecture.md); 0: every worker */
+	int backup_workers;
 	wf_optim_cfg optim;
 	const wf_view *views; /* the model's views (placement), may be NULL */
 	int nviews;

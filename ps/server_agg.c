@@ -198,6 +198,7 @@ void wf_pss_send_values(server *s, schunk *c, const held *to, int nto, int stale
 			h.flags |= WF_PS_FLAG_STATE;
 		if (stale)
 			h.flags |= WF_PS_FLAG_STALE;
+		h.aux = r->aux;
 		wf_ps_hdr_encode_crc(&h, hb, *crc, sz[0] + (nf == 2 ? sz[1] : 0), nf);
 		wf_pss_send_raw(s, r->rid, r->rid_len, hb, f, sz, nf, c->vb);
 	}
@@ -215,6 +216,7 @@ void wf_pss_hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const w
 	h->since = wf_now();
 	h->stale = 0;
 	h->need = 0;
+	h->aux = 0;
 	s->held_count++;
 }
 
@@ -409,11 +411,18 @@ int wf_pss_missing(const server *s, const schunk *c, int skip)
 	return n;
 }
 
-/* Sync: apply and answer once every required worker pushed (with backups:
- * once they acknowledged the update too). */
+int wf_pss_quorum(const server *s, const schunk *c, int skip)
+{
+	return wf_pss_missing(s, c, skip) <= s->cfg->backup_workers;
+}
+
+/* Sync: apply and answer once every required worker pushed, or all but
+ * backup_workers of them: the sum then covers the pushes that are in (the
+ * flush skips the others) and the scale is their count (with backup
+ * servers: once they acknowledged the update too). */
 void wf_pss_sync_try_complete(server *s, schunk *c)
 {
-	if (!c->ncontrib || wf_pss_missing(s, c, -1))
+	if (!c->ncontrib || !wf_pss_quorum(s, c, -1))
 		return;
 	long step = c->version;
 	if (!c->direct) {
@@ -433,6 +442,8 @@ void wf_pss_sync_try_complete(server *s, schunk *c)
 		}
 		wf_pss_osum_reset(st, s->nworkers);
 	}
+	if (s->cfg->backup_workers > 0)
+		wf_pss_units_step_done(s, c); /* before pushed[] is cleared */
 	long need = c->direct
 			    ? 0
 			    : wf_pss_replicate(s, c, c->sum.acc, c->contributors, step, want_state);

@@ -58,6 +58,7 @@ typedef struct held {
 	int stale;	/* the reply carries flag STALE */
 	long need;	/* replication: answer once every live backup acknowledged
 			 * the chunk's replicate number `need` (0: nothing to wait for) */
+	uint32_t aux;	/* the reply's aux: backup workers' next unit + 1; 0 none */
 } held;
 
 /* A chunk's values, shared with the replies that send them zero-copy:
@@ -152,7 +153,33 @@ typedef struct worker {
 	double stall_log; /* when a stall of this worker was last logged */
 	long ssp_logged;  /* ssp: last step whose long wait was logged */
 	held barrier;
+	/* backup workers: steps whose push came after the step had completed */
+	long late_steps; /* steps dropped as late */
+	long late_sum;	 /* sum over them of (the chunk's step then - the step pushed) */
+	long late_max;	 /* the largest such difference */
+	long late_last;	 /* the last step counted (a step counts once, whatever its chunks) */
 } worker;
+
+/* Backup workers: the server holding the job's last chunk (the one every
+ * worker pushes last) hands out data units, a unit being one worker's batch
+ * of one step: unit u is slice u % W of global batch u / W of the data
+ * order (worker/data.h), so units [e * per_epoch, (e + 1) * per_epoch) are
+ * epoch e. Each reply of that chunk to a worker carries the next unit it
+ * trains (aux = unit + 1). When the chunk's step completes, the units of the
+ * workers whose push made it are applied; the others are re-queued, and the
+ * re-queued ones are handed out before fresh ones. */
+typedef struct units {
+	int setup;	/* the fields below are set */
+	int chunk;	/* local index of the chunk handing out units; -1: not here */
+	long per_epoch; /* units per epoch (the workers' pull says); 0: not known */
+	long next;	/* next fresh unit */
+	long *queue;	/* [qcap] re-queued units, a ring from qhead */
+	long qhead, qlen, qcap;
+	long *unit;	/* [nworkers] the unit each worker trains now; -1 none */
+	long *applied;	/* [nepochs] units applied per epoch */
+	long *requeued; /* [nepochs] units re-queued per epoch */
+	long nepochs;
+} units;
 
 typedef struct server {
 	const wf_ps_server_cfg *cfg;
@@ -177,6 +204,7 @@ typedef struct server {
 	int held_count;
 	uint64_t ssp_held; /* ssp: pushes whose reply waited for the bound */
 	long ssp_max_lead; /* ssp: largest (step - slowest step) of an answered push */
+	units units;	   /* backup workers */
 	long restored_step;
 	uint32_t incarnation;  /* random per process: heartbeat replies carry it in aux */
 	int replicas;	       /* cfg->replicas, at least 1 */
@@ -229,6 +257,19 @@ int wf_pss_osum_push(server *s, osum *o, int w, const float *x);
 void wf_pss_osum_flush(server *s, osum *o, int final);
 void wf_pss_osum_reset(osum *o, int nworkers);
 int wf_pss_missing(const server *s, const schunk *c, int skip);
+/* Sync: 1 when chunk c's step is complete without the pushes still
+ * missing (other than skip's): at most backup_workers of them. */
+int wf_pss_quorum(const server *s, const schunk *c, int skip);
+/* Backup workers (server_units.c). The reply aux for worker w: its next
+ * unit + 1 when chunk c hands out units (its current unit is re-queued if
+ * it had one), else 0. per_epoch > 0: the workers' units per epoch. */
+uint32_t wf_pss_units_assign(server *s, const schunk *c, int w, long per_epoch);
+/* Chunk c's sync step completed with the workers of c->pushed: their units
+ * are applied, the others' re-queued; each held reply gets its next unit. */
+void wf_pss_units_step_done(server *s, schunk *c);
+/* A push of a past step from worker w on chunk c (dropped as late). */
+void wf_pss_units_late(server *s, const schunk *c, int w, long step);
+void wf_pss_units_free(server *s);
 void wf_pss_sync_try_complete(server *s, schunk *c);
 long wf_pss_slowest_step(const server *s);
 void wf_pss_ssp_answered(server *s, long step);

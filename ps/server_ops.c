@@ -142,6 +142,10 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 		wf_pss_hold(s, r, rid, rid_len, h);
 		r->stale = 1;
 		r->need = s->replicas > 1 ? c->rseq : 0;
+		if (s->cfg->backup_workers > 0) {
+			wf_pss_units_late(s, c, w, (long)h->step);
+			r->aux = wf_pss_units_assign(s, c, w, 0);
+		}
 		if (r->need > 0) {
 			wf_pss_answer_ready(s, c);
 			return;
@@ -162,7 +166,7 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 	if (!c->ncontrib)
 		c->first_push = wf_now();
 	int rc = 0;
-	if (!c->ncontrib && !wf_pss_missing(s, c, w) && s->replicas < 2) {
+	if (!c->ncontrib && wf_pss_quorum(s, c, w) && s->replicas < 2) {
 		wf_pss_apply(s, c, grad, contributors, c->version); /* sole contributor: no copy */
 		c->direct = 1;
 	} else {
@@ -207,6 +211,8 @@ void wf_pss_op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 		return;
 	}
 	wf_pss_hold(s, &r, rid, rid_len, h);
+	if (s->cfg->backup_workers > 0 && WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_WORKER)
+		r.aux = wf_pss_units_assign(s, c, (int)WF_PS_SENDER_INDEX(h->sender), (long)h->aux);
 	wf_pss_send_values(s, c, &r, 1, 0);
 	wf_pss_release(s, &r);
 }
@@ -358,6 +364,27 @@ void wf_pss_op_restore(server *s, const uint8_t *rid, size_t rid_len, const wf_p
 	wf_pss_send_ok(s, rid, rid_len, h, step, 0);
 }
 
+/* Backup workers' statistics into st: late [3 * nworkers] scratch. */
+static void fill_backup_stats(server *s, wf_ps_stats *st, long *late)
+{
+	if (s->cfg->backup_workers <= 0 || !late)
+		return;
+	st->backup_workers = s->cfg->backup_workers;
+	st->worker_late = late;
+	st->worker_late_sum = late + s->nworkers;
+	st->worker_late_max = late + 2 * s->nworkers;
+	for (int w = 0; w < s->nworkers; w++) {
+		late[w] = s->workers[w].late_steps;
+		late[s->nworkers + w] = s->workers[w].late_sum;
+		late[2 * s->nworkers + w] = s->workers[w].late_max;
+	}
+	const units *u = &s->units;
+	st->units_per_epoch = u->per_epoch;
+	st->nepochs = u->chunk >= 0 ? u->nepochs : 0;
+	st->units_applied = u->applied;
+	st->units_requeued = u->requeued;
+}
+
 static void fill_stats(server *s, wf_ps_stats *st, long *steps, int *alive)
 {
 	memset(st, 0, sizeof(*st));
@@ -395,6 +422,7 @@ void wf_pss_op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_
 	wf_ps_stats st;
 	long *steps = calloc((size_t)s->nworkers, sizeof(*steps));
 	int *alive = calloc((size_t)s->nworkers, sizeof(*alive));
+	long *late = calloc(3 * (size_t)s->nworkers, sizeof(*late));
 	char *json = NULL;
 	wf_err e = {0};
 	if (!steps || !alive) {
@@ -402,6 +430,7 @@ void wf_pss_op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_
 		goto cleanup;
 	}
 	fill_stats(s, &st, steps, alive);
+	fill_backup_stats(s, &st, late);
 	if (wf_ps_stats_to_json(&st, &json, &e)) {
 		wf_pss_send_error(s, rid, rid_len, h, e.code, e.msg);
 		goto cleanup;
@@ -418,6 +447,7 @@ cleanup:
 	free(json);
 	free(steps);
 	free(alive);
+	free(late);
 }
 
 void wf_pss_log_stats(server *s)
@@ -425,12 +455,15 @@ void wf_pss_log_stats(server *s)
 	wf_ps_stats st;
 	long *steps = calloc((size_t)s->nworkers, sizeof(*steps));
 	int *alive = calloc((size_t)s->nworkers, sizeof(*alive));
+	long *late = calloc(3 * (size_t)s->nworkers, sizeof(*late));
 	char line[2048];
 	if (steps && alive) {
 		fill_stats(s, &st, steps, alive);
+		fill_backup_stats(s, &st, late);
 		wf_ps_stats_format(&st, line, sizeof(line));
 		wf_info("%s", line);
 	}
 	free(steps);
 	free(alive);
+	free(late);
 }

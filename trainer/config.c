@@ -111,6 +111,11 @@ static const key_def keys[] = {
 	 "local, parameter_server or allreduce"},
 	{"strategy.mode", T_STR, F(strategy.mode), "\"sync\"",
 	 "parameter_server: sync, async or ssp:K (at most K steps ahead)"},
+	{"strategy.backup_workers", T_INT, F(strategy.backup_workers), "0",
+	 "parameter_server, mode sync: a step completes once all but this many workers pushed "
+	 "(backup workers, as TensorFlow's SyncReplicasOptimizer with replicas_to_aggregate = "
+	 "workers - B); later pushes are dropped and their batches trained again in the same "
+	 "epoch; 0 <= B < workers; 0: every worker, every step"},
 	{"strategy.bucket_mb", T_NUM, F(strategy.bucket_mb), "25",
 	 "allreduce: gradient bucket size in MiB"},
 	{"checkpoint.dir", T_STR, F(checkpoint.dir), "\"run/ckpt\"",
@@ -212,6 +217,10 @@ static const key_def keys[] = {
 	 "\"rank:step:seconds\": that worker sleeps once, before pushing that step or the first "
 	 "one after it (tests of stall "
 	 "reports; not for production); empty: never"},
+	{"ps.debug_slow", T_STR, F(ps.debug_slow), "\"\"",
+	 "\"rank:factor\": that parameter_server worker takes factor times as long per step (it "
+	 "sleeps factor - 1 times its compute time before pushing): a straggler to try "
+	 "strategy.backup_workers on; empty: none"},
 };
 
 /* The environment column of the table: the variable that sets a key
@@ -237,6 +246,7 @@ static const struct {
 	{"ps.stall_timeout", "WEFT_PS_STALL_TIMEOUT"},
 	{"ps.stats_every", "WEFT_PS_STATS_EVERY"},
 	{"ps.debug_stall", "WEFT_PS_DEBUG_STALL"},
+	{"ps.debug_slow", "WEFT_PS_DEBUG_SLOW"},
 	{"cluster.key_dir", "WEFT_KEY_DIR"},
 };
 

@@ -65,9 +65,11 @@ typedef struct wf_config {
 		} schedule;
 	} optimizer;
 	struct {
-		char name[32];	/* local, parameter_server, allreduce */
-		char mode[16];	/* sync, async, ssp:K */
-		long staleness; /* K of ssp:K, 0 otherwise (derived) */
+		char name[32];	     /* local, parameter_server, allreduce */
+		char mode[16];	     /* sync, async, ssp:K */
+		long staleness;	     /* K of ssp:K, 0 otherwise (derived) */
+		long backup_workers; /* sync parameter_server: steps complete without the
+				      * last B workers' pushes; 0: none */
 		double bucket_mb;
 		double stall_timeout, rendezvous_timeout; /* allreduce, seconds */
 	} strategy;
@@ -95,6 +97,7 @@ typedef struct wf_config {
 		double timeout, connect_timeout, server_timeout; /* worker, seconds */
 		double heartbeat_timeout, stall_timeout, stats_every; /* server, seconds */
 		char debug_stall[64]; /* "rank:step:seconds"; "": off */
+		char debug_slow[64];  /* "rank:factor"; "": off */
 		wf_ps_mode mode;      /* strategy.mode parsed (derived) */
 	} ps;
 } wf_config;
@@ -119,6 +122,11 @@ int wf_config_input_shape(const wf_config *c, int *h, int *w, int *ch);
 /* Check values (ranges, names, required keys); fills derived fields. Does not
  * touch the file system. */
 int wf_config_validate(wf_config *c, wf_err *err);
+/* The checks that need the job's number of training workers (chief and
+ * workers): strategy.backup_workers < workers. */
+int wf_config_check_workers(const wf_config *c, int workers, wf_err *err);
+/* ps.debug_slow "rank:factor": *factor for this rank, 1 when it names another. */
+double wf_config_slow_factor(const wf_config *c, int rank);
 /* Defaults + text + validate: what the fuzz target drives. */
 int wf_config_parse_string(wf_config *c, const char *text, wf_err *err);
 /* The resolved config as a JSON object (every key); caller decrefs. */

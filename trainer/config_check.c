@@ -156,6 +156,25 @@ int wf_config_validate(wf_config *c, wf_err *err)
 		     "ps.debug_stall (WEFT_PS_DEBUG_STALL): expected rank:step:seconds, got '%s'",
 		     c->ps.debug_stall);
 	}
+	if (c->ps.debug_slow[0]) {
+		int r;
+		double f;
+		char tail;
+		NEED(sscanf(c->ps.debug_slow, "%d:%lf%c", &r, &f, &tail) == 2 && r >= 0 && f >= 1 &&
+			     f <= 1000,
+		     "ps.debug_slow (WEFT_PS_DEBUG_SLOW): expected rank:factor with rank >= 0 and "
+		     "factor in [1, 1000], got '%s'",
+		     c->ps.debug_slow);
+	}
+	NEED(c->strategy.backup_workers >= 0 && c->strategy.backup_workers <= 1000000,
+	     "strategy.backup_workers: must be >= 0 (and less than the workers), got %ld",
+	     c->strategy.backup_workers);
+	NEED(c->strategy.backup_workers == 0 ||
+		     (strcmp(c->strategy.name, "parameter_server") == 0 &&
+		      c->ps.mode == WF_PS_MODE_SYNC),
+	     "strategy.backup_workers: %ld needs strategy.name parameter_server with "
+	     "strategy.mode sync (got %s, %s)",
+	     c->strategy.backup_workers, c->strategy.name, c->strategy.mode);
 	NEED(c->strategy.bucket_mb > 0 && c->strategy.bucket_mb <= 4096,
 	     "strategy.bucket_mb: must be in (0, 4096], got %g", c->strategy.bucket_mb);
 
@@ -199,4 +218,22 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	     "train.divergence_factor: must be > 1 (or 0: off), got %g",
 	     c->train.divergence_factor);
 	return 0;
+}
+
+int wf_config_check_workers(const wf_config *c, int workers, wf_err *err)
+{
+	NEED(c->strategy.backup_workers < workers,
+	     "strategy.backup_workers: %ld must be less than the job's %d training worker%s "
+	     "(a step needs at least one push)",
+	     c->strategy.backup_workers, workers, workers == 1 ? "" : "s");
+	return 0;
+}
+
+double wf_config_slow_factor(const wf_config *c, int rank)
+{
+	int r;
+	double f;
+	if (!c->ps.debug_slow[0] || sscanf(c->ps.debug_slow, "%d:%lf", &r, &f) != 2 || r != rank)
+		return 1;
+	return f;
 }

@@ -569,6 +569,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		wf_err_wrap(err, "%s", config);
 		goto cleanup;
 	}
+	if ((rc = wf_config_check_workers(&cfg, (int)(nworkers + chief), err)) != 0)
+		goto cleanup;
 	if (cfg.ps.replicas > nps) {
 		rc = wf_errf(err, WF_EINVAL,
 			     "ps.replicas %ld: each chunk on %ld servers needs --ps %ld or more "

@@ -216,6 +216,8 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 			     wf_role_name(c.role));
 		goto cleanup;
 	}
+	if ((rc = wf_config_check_workers(cfg, wf_role_num_workers(&c), err)) != 0)
+		goto cleanup;
 	wf_ps_keys keys;
 	const wf_ps_keys *kp = NULL;
 	if ((rc = wf_role_keys(cfg, &keys, &kp, err)) != 0)
@@ -254,6 +256,8 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 		.server_timeout = cfg->ps.server_timeout,
 		.replicas = (int)cfg->ps.replicas,
 		.debug_stall = cfg->ps.debug_stall[0] ? cfg->ps.debug_stall : NULL,
+		.backup_workers = (int)cfg->strategy.backup_workers,
+		.slow_factor = wf_config_slow_factor(cfg, c.rank),
 		.segs = optim->segs,
 		.frozen = optim->frozen,
 		.nsegs = optim->nsegs,
@@ -285,6 +289,8 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	char host[256], bind[300];
 	int port = 0, rc;
 	const char *addr = c->jobs[WF_ROLE_PS].addr[c->index];
+	if ((rc = wf_config_check_workers(cfg, wf_role_num_workers(c), err)) != 0)
+		return rc;
 	if (wf_cluster_split_hostport(addr, host, sizeof(host), &port) != 0)
 		return wf_errf(err, WF_EINVAL, "TF_CONFIG: cluster.ps[%d] \"%s\" is not host:port",
 			       c->index, addr);
@@ -313,6 +319,7 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	sc.nworkers = wf_role_num_workers(c);
 	sc.mode = cfg->ps.mode;
 	sc.staleness = (int)cfg->strategy.staleness;
+	sc.backup_workers = (int)cfg->strategy.backup_workers;
 	wf_config_optim(cfg, &sc.optim);
 	sc.views = m->views;
 	sc.nviews = m->nviews;

@@ -238,7 +238,12 @@ static int build_model(run *r, wf_err *err)
 	if (c->train.label_smoothing > 0 &&
 	    wf_exec_set_label_smoothing(r->ex, (float)c->train.label_smoothing) != 0)
 		return wf_errf(err, WF_EINVAL, "train.label_smoothing: %s", wf_exec_error(r->ex));
-	return wf_strategy_exchange_create(&r->x, c, r->ex, r->m, &r->optim, err);
+	if ((rc = wf_strategy_exchange_create(&r->x, c, r->ex, r->m, &r->optim, err)) != 0)
+		return rc;
+	/* backup workers: the data units of an epoch, as the reader will cut them */
+	long unit = c->train.batch_size * c->train.accumulate;
+	r->x->units_per_epoch = ti->count / (unit * r->x->workers) * r->x->workers;
+	return 0;
 }
 
 /* Load the newest complete checkpoint when asked, then let the exchange set
@@ -312,6 +317,8 @@ static int open_reader(run *r, wf_err *err)
 	memcpy(rc_cfg.mean, r->meta.mean, sizeof(rc_cfg.mean));
 	memcpy(rc_cfg.std, r->meta.std, sizeof(rc_cfg.std));
 	rc_cfg.prefetch = 2;
+	r->by_unit = wf_exchange_get_feed(r->x, &r->fd);
+	rc_cfg.by_unit = r->by_unit;
 	if (!wf_backend_host_memory(r->be)) {
 		rc_cfg.alloc = batch_alloc;
 		rc_cfg.release = batch_release;
@@ -485,13 +492,86 @@ static int log_metrics(run *r, long step, const wf_progress_stats *s, const wf_e
 	return rc;
 }
 
+/* Backup workers (chief): each worker's steps dropped as late into the
+ * step's metrics line (metrics.jsonl, still open) and TensorBoard, and a
+ * line per epoch whose every unit is applied: samples applied and re-queued
+ * (metrics.jsonl and the log). final: also the epoch in progress. */
+static int log_backup(run *r, long step, int final, wf_err *err)
+{
+	wf_exchange_backup b;
+	wf_err e = {0};
+	if (wf_exchange_backup_stats(r->x, &b, &e) != 0) {
+		wf_warn("backup workers: no statistics from the servers: %s", e.msg);
+		return 0;
+	}
+	long unit = r->cfg->train.batch_size * r->cfg->train.accumulate;
+	FILE *f = r->metrics;
+	for (; r->epochs_logged < b.nepochs; r->epochs_logged++) {
+		long ep = r->epochs_logged, a = b.applied[ep], q = b.requeued[ep];
+		int complete = b.units_per_epoch > 0 && a >= b.units_per_epoch;
+		if (!complete && !final)
+			break;
+		if (!complete && a == 0 && q == 0)
+			break;
+		wf_progress_message(&r->prog,
+				    "epoch %ld %s at step %ld: %ld samples applied of %ld, %ld "
+				    "re-queued (dropped as late, trained again)",
+				    ep + 1, complete ? "done" : "so far", step, a * unit,
+				    b.units_per_epoch * unit, q * unit);
+		if (f)
+			fprintf(f,
+				"{\"step\":%ld,\"epoch_end\":%ld,\"complete\":%s,\"samples_"
+				"applied\":%ld,"
+				"\"samples_requeued\":%ld,\"samples_per_epoch\":%ld}\n",
+				step, ep + 1, complete ? "true" : "false", a * unit, q * unit,
+				b.units_per_epoch * unit);
+		if (!complete)
+			break;
+	}
+	if (!f || b.workers <= 0)
+		return 0;
+	fprintf(f, "{\"step\":%ld,\"backup_workers\":%ld,\"steps_dropped\":[", step,
+		r->cfg->strategy.backup_workers);
+	for (int w = 0; w < b.workers; w++)
+		fprintf(f, "%s%ld", w ? "," : "", b.late[w]);
+	fprintf(f, "],\"late_steps_mean\":[");
+	for (int w = 0; w < b.workers; w++)
+		fprintf(f, "%s%.3g", w ? "," : "",
+			b.late[w] ? (double)b.late_sum[w] / (double)b.late[w] : 0.0);
+	fprintf(f, "],\"late_steps_max\":[");
+	for (int w = 0; w < b.workers; w++)
+		fprintf(f, "%s%ld", w ? "," : "", b.late_max[w]);
+	fprintf(f, "]}\n");
+	if (fflush(f) != 0)
+		return wf_errf(err, WF_EIO, "%s/metrics.jsonl: write failed: %s", r->cfg->log.dir,
+			       strerror(errno));
+	int rc = 0;
+	for (int w = 0; w < b.workers && rc == 0; w++) {
+		char t[3][64];
+		const char *tags[3] = {t[0], t[1], t[2]};
+		snprintf(t[0], sizeof(t[0]), "backup/steps_dropped/worker_%d", w);
+		snprintf(t[1], sizeof(t[1]), "backup/late_steps_mean/worker_%d", w);
+		snprintf(t[2], sizeof(t[2]), "backup/late_steps_max/worker_%d", w);
+		float v[3] = {(float)b.late[w],
+			      b.late[w] ? (float)b.late_sum[w] / (float)b.late[w] : 0.0f,
+			      (float)b.late_max[w]};
+		rc = wf_tfevents_scalars(r->tb, step, 3, tags, v, err);
+	}
+	if (rc == 0)
+		rc = wf_tfevents_flush(r->tb, err);
+	return rc;
+}
+
 /* A log that cannot be written (a full log disk) is reported once and
  * training goes on: checkpoints matter more than metrics. */
 static void log_metrics_or_warn(run *r, long step, const wf_progress_stats *s,
 				const wf_eval_result *ev)
 {
 	wf_err e = {0};
-	if (log_metrics(r, step, s, ev, &e) == 0) {
+	int rc = log_metrics(r, step, s, ev, &e);
+	if (rc == 0 && r->by_unit)
+		rc = log_backup(r, step, step >= r->cfg->train.steps, &e);
+	if (rc == 0) {
 		r->log_failed = 0;
 		return;
 	}
@@ -704,7 +784,13 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 	wf_progress_stats s = {0};
 	for (long step = r->start; step < steps; step++) {
 		wf_batch *b;
-		rc = wf_reader_next(r->rd, &b, err);
+		if (r->by_unit) /* the unit the servers handed out (none: the step's own) */
+			rc = wf_reader_unit(r->rd,
+					    r->fd.unit >= 0 ? r->fd.unit
+							    : step * r->x->workers + r->x->rank,
+					    &b, err);
+		else
+			rc = wf_reader_next(r->rd, &b, err);
 		if (rc <= 0) {
 			if (rc == 0)
 				rc = wf_errf(err, WF_EINTERNAL, "train reader ended at step %ld",
@@ -724,9 +810,21 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 			return rc;
 
 		long done = step + 1;
+		if (r->by_unit && wf_exchange_get_feed(r->x, &r->fd)) {
+			r->own_applied += !r->fd.dropped;
+			r->own_dropped += r->fd.dropped;
+			r->own_partial += r->fd.partial > 0;
+			wf_event("unit",
+				 json_pack("{s:I, s:I, s:b}", "step", (json_int_t)step, "unit",
+					   (json_int_t)b->step, "applied", !r->fd.dropped));
+			/* dropped as late: on at the servers' step */
+			done = WF_MAX(done, r->fd.next_step);
+		}
 		double el = wf_now() - w.t0;
 		s.step = done;
 		s.epoch = (double)done / (double)r->steps_per_epoch;
+		if (r->by_unit && r->x->units_per_epoch > 0) /* the data, not the steps */
+			s.epoch = (double)(b->step + 1) / (double)r->x->units_per_epoch;
 		s.loss = w.samples ? w.loss_sum / (double)w.samples : 0;
 		s.accuracy = w.samples ? (double)w.correct / (double)w.samples : 0;
 		s.ips = el > 0 ? (double)w.samples / el : 0;
@@ -785,6 +883,7 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 					    done, c->checkpoint.dir, done);
 			return 0;
 		}
+		step = done - 1;
 	}
 	return 0;
 }
@@ -884,6 +983,10 @@ again:
 		r.last_healthy = r.start;
 		rc = loop(&r, opts->stop_at, res, err);
 		wf_progress_finish(&r.prog);
+		if (r.by_unit)
+			wf_info("backup workers: worker %d: %ld steps applied, %ld dropped as late "
+				"(their samples re-queued), %ld with chunks of both fates",
+				r.x->rank, r.own_applied, r.own_dropped, r.own_partial);
 		if (rc && r.diverged)
 			mark_diverged_checkpoints(&r, res->steps_done);
 	}

@@ -44,6 +44,13 @@ typedef struct run {
 	wf_model *src;	       /* model.init_from, until copied */
 	wf_model_meta src_meta;
 	char src_file[WF_CFG_PATH_MAX + 4300];
+	/* backup workers: the servers hand out data units (exchange.h) */
+	int by_unit;
+	wf_exchange_feed fd; /* what to train next */
+	long epochs_logged;  /* chief: epochs whose counts are logged */
+	long own_applied;    /* this worker's steps whose gradient was applied */
+	long own_dropped;    /* ... dropped as late (their units re-queued) */
+	long own_partial;    /* ... whose chunks did not all share that fate */
 } run;
 
 /* finetune.c */

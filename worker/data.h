@@ -114,6 +114,9 @@ typedef struct wf_reader_cfg {
 	void *(*alloc)(void *ctx, size_t bytes);
 	void (*release)(void *ctx, void *p);
 	void *alloc_ctx;
+	/* 1: no reader thread and no order by step: batches are read on demand
+	 * with wf_reader_unit (backup workers, where the servers hand out units) */
+	int by_unit;
 } wf_reader_cfg;
 
 /* One batch: images float [n,H,W,C] preprocessed, labels [n]. */
@@ -136,6 +139,15 @@ int wf_reader_create(wf_reader **out, wf_dataset *ds, const wf_reader_cfg *cfg, 
 int wf_reader_next(wf_reader *r, wf_batch **b, wf_err *err);
 /* Steps per epoch for this configuration. */
 long wf_reader_steps_per_epoch(const wf_reader *r);
+/* Data units per epoch: steps_per_epoch x (total_slices / slices). Unit u
+ * is the `slices` consecutive slices starting at slice (u % G) x slices of
+ * global batch (u % units_per_epoch) / G of epoch u / units_per_epoch, G =
+ * total_slices / slices: with one reader per worker, unit b x W + w is what
+ * worker w reads at step b of an epoch. */
+long wf_reader_units_per_epoch(const wf_reader *r);
+/* A by_unit reader: read unit u now (on the caller's thread) into *b
+ * (valid until the next call). Returns 1, or a negative code. */
+int wf_reader_unit(wf_reader *r, long unit, wf_batch **b, wf_err *err);
 /* Batches ready in the ring now (made, not yet taken), and the ring's size
  * in *slots: the reader thread waits while the two are equal. Thread-safe. */
 int wf_reader_ready(wf_reader *r, int *slots);

@@ -40,6 +40,18 @@ int wf_exchange_should_stop(wf_exchange *x, long step, int requested)
 	return x->ops->should_stop ? x->ops->should_stop(x, step, requested) : requested != 0;
 }
 
+int wf_exchange_get_feed(wf_exchange *x, wf_exchange_feed *f)
+{
+	return x->ops->feed ? x->ops->feed(x, f) : 0;
+}
+
+int wf_exchange_backup_stats(wf_exchange *x, wf_exchange_backup *out, wf_err *err)
+{
+	if (!x->ops->backup_stats)
+		return wf_errf(err, WF_EINVAL, "%s: no backup workers", x->name);
+	return x->ops->backup_stats(x, out, err);
+}
+
 void wf_exchange_free(wf_exchange *x)
 {
 	if (x)

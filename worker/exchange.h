@@ -26,6 +26,8 @@
 #include <stdint.h>
 
 typedef struct wf_exchange wf_exchange;
+struct wf_exchange_feed;
+struct wf_exchange_backup;
 
 typedef struct wf_exchange_ops {
 	/* Bring params and optimizer state to the starting point. resume_dir is
@@ -54,6 +56,10 @@ typedef struct wf_exchange_ops {
 	 * stop together (allreduce) agree on it, so every worker answers the
 	 * same after the same step. May be NULL: requested as is. */
 	int (*should_stop)(wf_exchange *x, long step, int requested);
+	/* Backup workers: what to train next (see wf_exchange_feed). May be NULL. */
+	int (*feed)(wf_exchange *x, struct wf_exchange_feed *f);
+	/* Backup workers: the job's statistics (see wf_exchange_backup_stats). May be NULL. */
+	int (*backup_stats)(wf_exchange *x, struct wf_exchange_backup *out, wf_err *err);
 } wf_exchange_ops;
 
 struct wf_exchange {
@@ -63,7 +69,40 @@ struct wf_exchange {
 	int rank;     /* this worker's index in [0, workers) */
 	int workers;  /* data-parallel workers (reader slices) */
 	int is_chief; /* writes checkpoints, metrics and the model */
+	/* backup workers: the data units of an epoch (wf_reader_units_per_epoch),
+	 * set by the trainer before start; 0: not known */
+	long units_per_epoch;
 };
+
+/* Backup workers (parameter_server sync, strategy.backup_workers > 0): a
+ * step completes without the last B workers' pushes, and the data are
+ * handed out in units (one worker's batch of one step, worker/data.h) by
+ * the servers, so that the unit of a gradient dropped as late is trained
+ * again, by whichever worker asks next. */
+typedef struct wf_exchange_feed {
+	long unit;	/* the data unit to train at next_step; -1: none handed out (the
+			 * trainer then takes the step's own batch) */
+	long next_step; /* 0-based step to run next: a worker whose push came too late
+			 * continues at the servers' step */
+	int dropped;	/* the last step's gradient came too late (on the chunk that
+			 * decides, the last one): not counted as applied, its unit was
+			 * re-queued; 0 after a start */
+	int partial;	/* chunks of the last step whose fate differed from that chunk's */
+	long late_by;	/* dropped: steps the servers were ahead when it arrived */
+} wf_exchange_feed;
+
+/* The job's backup-worker statistics (the servers' count; arrays owned by
+ * the exchange, valid until the next call). */
+typedef struct wf_exchange_backup {
+	int workers;
+	const long *late;     /* [workers] steps dropped as late */
+	const long *late_sum; /* [workers] sum of how many steps late they were */
+	const long *late_max; /* [workers] the most steps late */
+	long units_per_epoch;
+	long nepochs;
+	const long *applied;  /* [nepochs] units applied per epoch */
+	const long *requeued; /* [nepochs] units re-queued per epoch */
+} wf_exchange_backup;
 
 /* What step() and finish() return when the job moved to another step
  * instead of finishing this one (ps: a server restarted from a checkpoint
@@ -82,6 +121,12 @@ int wf_exchange_save(wf_exchange *x, const char *dir, long step, wf_err *err);
 int wf_exchange_finish(wf_exchange *x, long *to, wf_err *err);
 /* 1 when the run stops after `step` (see should_stop), else 0. */
 int wf_exchange_should_stop(wf_exchange *x, long step, int requested);
+/* 1 with *f filled when the exchange hands out data units (backup
+ * workers): after start and after each step; 0 when the trainer reads
+ * batches by step. */
+int wf_exchange_get_feed(wf_exchange *x, wf_exchange_feed *f);
+/* Backup workers' statistics (chief); WF_EINVAL when the exchange has none. */
+int wf_exchange_backup_stats(wf_exchange *x, wf_exchange_backup *out, wf_err *err);
 void wf_exchange_free(wf_exchange *x); /* accepts NULL */
 
 /* ---- local: one process, the optimizer applied in place ---------------- */

@@ -38,7 +38,14 @@ typedef struct ps_ctx {
 	long stall_step; /* WEFT_PS_DEBUG_STALL: sleep before pushing this step (or the next)... */
 	double stall_s;	 /* ...for this long (a test of stall reports) */
 	long *steps;	 /* [nservers] scratch for register */
+	long upe;	 /* backup workers: units per epoch (wf_exchange.units_per_epoch) */
 	int job_over;	 /* the job had ended before this process started */
+	double ready_at; /* wf_now() when the step's values were in (slow_factor) */
+	/* backup workers */
+	int ref;	     /* the chunk whose replies hand out units (the last one) */
+	wf_exchange_feed fd; /* what to train next */
+	wf_ps_stats st;	     /* the last backup_stats */
+	int have_st;
 } ps_ctx;
 
 static void sleep_s(double s)
@@ -63,6 +70,11 @@ static int push_chunk(ps_ctx *c, int k, wf_err *err)
 static void ps_grad_ready(wf_exchange *x, size_t done)
 {
 	ps_ctx *c = x->ctx;
+	if (c->next == 0 && c->cfg.slow_factor > 1 && c->ready_at > 0) {
+		/* a straggler: its compute so far, stretched (before any push) */
+		sleep_s((c->cfg.slow_factor - 1) * (wf_now() - c->ready_at));
+		c->ready_at = 0;
+	}
 	if (c->next == 0 && c->stall_step >= 0 && c->step >= c->stall_step && c->stall_s > 0) {
 		wf_warn("WEFT_PS_DEBUG_STALL: worker %d sleeps %.1f s before pushing step %ld",
 			x->rank, c->stall_s, c->step);
@@ -80,11 +92,15 @@ static void ps_grad_ready(wf_exchange *x, size_t done)
 
 /* ---- joining and recovering ------------------------------------------------ */
 
+static int feed_after_pull(wf_exchange *x, int ask, wf_err *err);
+
 /* Pull every chunk and the state: the executor then holds the servers'
  * current model. *version gets the lowest chunk version. */
 static int pull_all(ps_ctx *c, long *version, wf_err *err)
 {
-	int rc = wf_ps_client_pull(c->cl, -1, version, err);
+	/* backup workers: the pull of the last chunk also hands this worker a unit */
+	uint32_t upe = c->cfg.backup_workers > 0 ? (uint32_t)c->upe : 0;
+	int rc = wf_ps_client_pull_aux(c->cl, -1, upe, version, err);
 	if (rc == 0 && c->m->nstate)
 		rc = wf_ps_client_pull_state(c->cl, err);
 	if (rc == 0 && wf_exec_params_from_host(c->ex) != 0)
@@ -193,7 +209,92 @@ static int resync(wf_exchange *x, const char *why, long *to, wf_err *err)
 	wf_info("ps: worker %d continues at step %ld (was at %ld)", x->rank, step, c->step);
 	c->step = step;
 	*to = step;
+	if ((rc = feed_after_pull(x, 0, err)) != 0)
+		return rc;
+	c->ready_at = wf_now();
 	return WF_EXCHANGE_MOVED;
+}
+
+/* ---- backup workers ------------------------------------------------------- */
+
+/* The unit the last reply of the reference chunk handed out (-1: none). */
+static long handed_unit(ps_ctx *c)
+{
+	uint32_t aux = 0;
+	wf_ps_client_chunk_reply(c->cl, c->ref, NULL, &aux);
+	return aux ? (long)aux - 1 : -1;
+}
+
+/* After a start or a resync (pull_all handed out a unit, unless ask: the
+ * chief seeded the servers rather than pulling, so it asks): the unit to train. */
+static int feed_after_pull(wf_exchange *x, int ask, wf_err *err)
+{
+	ps_ctx *c = x->ctx;
+	if (c->cfg.backup_workers <= 0 || c->job_over)
+		return 0;
+	if (ask) {
+		int rc = wf_ps_client_pull_aux(c->cl, c->ref, (uint32_t)c->upe, NULL, err);
+		if (rc != 0)
+			return rc;
+		if (wf_exec_params_from_host(c->ex) != 0)
+			return wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
+	}
+	c->fd = (wf_exchange_feed){.unit = handed_unit(c), .next_step = c->step};
+	return 0;
+}
+
+/* After a step's replies: was this worker's gradient in time, what next. */
+static void feed_after_step(ps_ctx *c, long step)
+{
+	long ref_step = step + 1, next = -1;
+	int ref_stale = wf_ps_client_chunk_reply(c->cl, c->ref, &ref_step, NULL), partial = 0;
+	for (int k = 0; k < c->pl.nchunks; k++) {
+		long v;
+		int stale = wf_ps_client_chunk_reply(c->cl, k, &v, NULL);
+		partial += stale != ref_stale;
+		if (next < 0 || v < next)
+			next = v;
+	}
+	/* a late worker continues at the servers' step (the lowest of its chunks:
+	 * pushing a step a chunk has not reached yet would be an error) */
+	c->step = WF_MAX(step + 1, next);
+	c->fd = (wf_exchange_feed){.unit = handed_unit(c),
+				   .next_step = c->step,
+				   .dropped = ref_stale,
+				   .partial = partial,
+				   .late_by = ref_stale ? ref_step - step : 0};
+}
+
+static int ps_feed(wf_exchange *x, wf_exchange_feed *f)
+{
+	ps_ctx *c = x->ctx;
+	if (c->cfg.backup_workers <= 0 || c->job_over)
+		return 0;
+	*f = c->fd;
+	return 1;
+}
+
+static int ps_backup_stats(wf_exchange *x, wf_exchange_backup *out, wf_err *err)
+{
+	ps_ctx *c = x->ctx;
+	if (c->cfg.backup_workers <= 0)
+		return wf_errf(err, WF_EINVAL, "ps: no backup workers");
+	if (c->have_st)
+		wf_ps_stats_free(&c->st);
+	c->have_st = 0;
+	int rc = wf_ps_client_stats(c->cl, c->pl.chunks[c->ref].server, &c->st, err);
+	if (rc != 0)
+		return rc;
+	c->have_st = 1;
+	*out = (wf_exchange_backup){.workers = c->st.worker_late ? c->st.nworkers : 0,
+				    .late = c->st.worker_late,
+				    .late_sum = c->st.worker_late_sum,
+				    .late_max = c->st.worker_late_max,
+				    .units_per_epoch = c->st.units_per_epoch,
+				    .nepochs = c->st.nepochs,
+				    .applied = c->st.units_applied,
+				    .requeued = c->st.units_requeued};
+	return 0;
 }
 
 /* ---- the table ------------------------------------------------------------- */
@@ -224,6 +325,7 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 	long step = 0, lo, hi, version;
 	int rc;
 	*start_step = 0;
+	c->upe = x->units_per_epoch; /* the trainer set it after create */
 	wf_info("ps: worker %d of %d%s: %d server%s, %d chunks, mode %s", x->rank, x->workers,
 		x->is_chief ? " (chief)" : "", c->cfg.nservers, c->cfg.nservers == 1 ? "" : "s",
 		c->pl.nchunks, c->mode);
@@ -292,6 +394,9 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 	c->step = step;
 	c->next = 0;
 	*start_step = step;
+	if ((rc = feed_after_pull(x, x->is_chief, err)) != 0)
+		return rc;
+	c->ready_at = wf_now();
 	return 0;
 }
 
@@ -313,8 +418,11 @@ static int ps_step(wf_exchange *x, long step, long *to, wf_err *err)
 	c->push_rc = 0;
 	if (rc == 0) {
 		c->step = step + 1;
+		if (c->cfg.backup_workers > 0)
+			feed_after_step(c, step);
 		if (wf_exec_params_from_host(c->ex) != 0)
 			return wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
+		c->ready_at = wf_now();
 		return 0;
 	}
 	if (rc != WF_ETRANSIENT && rc != WF_ESTOPPED)
@@ -405,6 +513,8 @@ static void ps_free(wf_exchange *x)
 		if (!c->host)
 			free(c->grads);
 		free(c->steps);
+		if (c->have_st)
+			wf_ps_stats_free(&c->st);
 		free(c);
 	}
 	free(x);
@@ -417,6 +527,8 @@ static const wf_exchange_ops ps_ops = {
 	.save = ps_save,
 	.finish = ps_finish,
 	.free = ps_free,
+	.feed = ps_feed,
+	.backup_stats = ps_backup_stats,
 };
 
 /* cfg.debug_stall="rank:step:seconds": worker `rank` sleeps once, before
@@ -471,6 +583,10 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	if ((rc = wf_ps_place(&c->pl, m->views, m->nviews, m->nparams, cfg->nservers,
 			      cfg->chunk_bytes, err)) != 0)
 		goto fail;
+	c->ref = c->pl.nchunks - 1;
+	if (cfg->slow_factor > 1)
+		wf_warn("ps.debug_slow: worker %d takes %gx as long per step (a straggler)",
+			cfg->rank, cfg->slow_factor);
 	for (int k = 0; k < c->pl.nchunks && m->nstate; k++)
 		if (c->pl.chunks[k].server == 0) {
 			c->state_chunk = k;

@@ -43,6 +43,12 @@ typedef struct wf_exchange_ps_cfg {
 	 * `rank` sleeps before pushing that step (to see stall reports; not for
 	 * production); NULL: never */
 	const char *debug_stall;
+	/* sync: steps complete without the last backup_workers pushes, and the
+	 * servers hand out data units (exchange.h: wf_exchange_feed); 0: none */
+	int backup_workers;
+	/* > 1: this worker takes that many times as long per step (it sleeps
+	 * before pushing; ps.debug_slow: a straggler); <= 1: as it is */
+	double slow_factor;
 
 	const struct wf_ps_keys *keys; /* CURVE keys (ps/auth.h); NULL: plain TCP */
 	const char *key_origin;	       /* where they came from, named when a server

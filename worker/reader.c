@@ -81,6 +81,12 @@ long wf_reader_steps_per_epoch(const wf_reader *r)
 	return r->steps_per_epoch;
 }
 
+long wf_reader_units_per_epoch(const wf_reader *r)
+{
+	long groups = r->cfg.total_slices / r->cfg.slices;
+	return r->steps_per_epoch * (groups > 0 ? groups : 1);
+}
+
 /* permutation(seed, epoch): Fisher-Yates over [0, N). */
 static void make_perm(wf_reader *r, long epoch)
 {
@@ -273,20 +279,24 @@ static void *batch_main(void *arg)
 	return NULL;
 }
 
-/* Fill slot b with training step / eval batch `step`. */
-static int produce(wf_reader *r, long step, wf_batch *b, wf_err *err)
+/* Fill slot b with training step / eval batch `step`, or (unit >= 0) with
+ * data unit `unit` (data.h: wf_reader_unit). */
+static int produce(wf_reader *r, long step, long unit, wf_batch *b, wf_err *err)
 {
 	int rc;
 	long epoch = 0, n;
 	const wf_reader_cfg *cfg = &r->cfg;
 	uint8_t *raw = r->encoded ? NULL : r->raw; /* encoded: the batch threads decode */
 	if (cfg->shuffle) {
-		epoch = step / r->steps_per_epoch;
-		long bi = step % r->steps_per_epoch;
+		long upe = wf_reader_units_per_epoch(r), groups = upe / r->steps_per_epoch;
+		epoch = unit >= 0 ? unit / upe : step / r->steps_per_epoch;
+		long bi = unit >= 0 ? (unit % upe) / groups : step % r->steps_per_epoch;
+		long at =
+			unit >= 0 ? (unit % groups) * r->per_batch : (long)cfg->first * cfg->batch;
 		if (epoch != r->perm_epoch)
 			make_perm(r, epoch);
 		n = r->per_batch;
-		const long *src = r->perm + bi * r->global + (long)cfg->first * cfg->batch;
+		const long *src = r->perm + bi * r->global + at;
 		memcpy(r->idx, src, sizeof(*r->idx) * (size_t)n);
 		rc = wf_dataset_gather(r->ds, r->idx, n, raw, b->labels, err);
 	} else {
@@ -321,10 +331,26 @@ static int produce(wf_reader *r, long step, wf_batch *b, wf_err *err)
 			*err = bw.err;
 		return atomic_load(&bw.failed);
 	}
-	b->step = step;
+	b->step = unit >= 0 ? unit : step;
 	b->epoch = epoch;
 	b->n = (int)n;
 	return 0;
+}
+
+int wf_reader_unit(wf_reader *r, long unit, wf_batch **b, wf_err *err)
+{
+	*b = NULL;
+	if (!r->cfg.by_unit || !r->cfg.shuffle || unit < 0 ||
+	    r->cfg.total_slices % r->cfg.slices != 0)
+		return wf_errf(err, WF_EINVAL,
+			       "reader: unit %ld: want a shuffling by_unit reader whose slices "
+			       "divide total_slices",
+			       unit);
+	int rc = produce(r, -1, unit, &r->slots[0], err);
+	if (rc)
+		return rc;
+	*b = &r->slots[0];
+	return 1;
 }
 
 static void *reader_main(void *arg)
@@ -346,7 +372,7 @@ static void *reader_main(void *arg)
 		wf_batch *b = &r->slots[(r->head + r->filled) % r->nslots];
 		pthread_mutex_unlock(&r->mu);
 
-		int rc = produce(r, step, b, &err);
+		int rc = produce(r, step, -1, b, &err);
 
 		pthread_mutex_lock(&r->mu);
 		if (rc) {
@@ -476,6 +502,10 @@ int wf_reader_create(wf_reader **out, wf_dataset *ds, const wf_reader_cfg *cfg, 
 		r->slots[i].labels = malloc(sizeof(int32_t) * (size_t)r->per_batch);
 		if (!r->slots[i].images || !r->slots[i].labels)
 			goto oom;
+	}
+	if (cfg->by_unit) { /* no thread: wf_reader_unit reads on demand */
+		*out = r;
+		return 0;
 	}
 	if (pthread_create(&r->thread, NULL, reader_main, r) != 0) {
 		rc = wf_errf(err, WF_EINTERNAL, "reader: cannot start the reader thread");

@@ -1,0 +1,141 @@
+/* server_units.c: backup workers' data units (server_impl.h: units). The
+ * server that holds the job's last chunk hands them out in its replies to
+ * that chunk, so that a batch whose gradient was dropped as late is trained
+ * again (by whichever worker asks next) and no sample of an epoch is lost. */
+#include "ps/server_impl.h"
+
+/* Set up on first use: only a sync server holding the last chunk hands out units. */
+static units *units_of(server *s)
+{
+	units *u = &s->units;
+	if (u->setup)
+		return u->chunk >= 0 ? u : NULL;
+	u->setup = 1;
+	u->chunk = -1;
+	int last = s->pl.nchunks - 1;
+	if (s->cfg->mode != WF_PS_MODE_SYNC || s->cfg->backup_workers <= 0 || last < 0 ||
+	    s->local[last] < 0)
+		return NULL;
+	u->unit = malloc((size_t)s->nworkers * sizeof(*u->unit));
+	if (!u->unit) {
+		wf_error("ps %d: out of memory for the backup workers' units: every worker "
+			 "trains its own batches (dropped ones are lost)",
+			 s->cfg->index);
+		return NULL;
+	}
+	for (int w = 0; w < s->nworkers; w++)
+		u->unit[w] = -1;
+	u->chunk = s->local[last];
+	return u;
+}
+
+/* Count unit x as applied (k = 0) or re-queued (k = 1) in its epoch. */
+static void count(units *u, long x, int k)
+{
+	long e = u->per_epoch > 0 ? x / u->per_epoch : 0;
+	if (e >= u->nepochs) {
+		long n = WF_MAX(e + 1, 2 * u->nepochs);
+		long *a = realloc(u->applied, (size_t)n * sizeof(long));
+		if (a)
+			u->applied = a;
+		long *r = realloc(u->requeued, (size_t)n * sizeof(long));
+		if (r)
+			u->requeued = r;
+		if (!a || !r)
+			return; /* statistics only */
+		for (long i = u->nepochs; i < n; i++)
+			u->applied[i] = u->requeued[i] = 0;
+		u->nepochs = n;
+	}
+	if (k)
+		u->requeued[e]++;
+	else
+		u->applied[e]++;
+}
+
+static void requeue(server *s, units *u, long x)
+{
+	if (u->qlen == u->qcap) {
+		long n = u->qcap ? 2 * u->qcap : 64;
+		long *q = malloc((size_t)n * sizeof(long));
+		if (!q) {
+			wf_error("ps %d: out of memory re-queuing unit %ld: its samples are lost",
+				 s->cfg->index, x);
+			return;
+		}
+		for (long i = 0; i < u->qlen; i++)
+			q[i] = u->queue[(u->qhead + i) % u->qcap];
+		free(u->queue);
+		u->queue = q;
+		u->qhead = 0;
+		u->qcap = n;
+	}
+	u->queue[(u->qhead + u->qlen++) % u->qcap] = x;
+	count(u, x, 1);
+}
+
+uint32_t wf_pss_units_assign(server *s, const schunk *c, int w, long per_epoch)
+{
+	units *u = units_of(s);
+	if (!u || c != &s->chunks[u->chunk] || w < 0 || w >= s->nworkers)
+		return 0;
+	if (per_epoch > 0 && u->per_epoch == 0)
+		u->per_epoch = per_epoch;
+	if (u->unit[w] >= 0) /* asked again (a restart, a resync): its unit goes back */
+		requeue(s, u, u->unit[w]);
+	long x;
+	if (u->qlen) {
+		x = u->queue[u->qhead];
+		u->qhead = (u->qhead + 1) % u->qcap;
+		u->qlen--;
+	} else {
+		x = u->next++;
+	}
+	if (x >= (long)UINT32_MAX - 1) { /* does not fit the reply: wrap (days of training) */
+		u->next = 1;
+		x = 0;
+	}
+	u->unit[w] = x;
+	return (uint32_t)(x + 1);
+}
+
+void wf_pss_units_step_done(server *s, schunk *c)
+{
+	units *u = units_of(s);
+	if (!u || c != &s->chunks[u->chunk])
+		return;
+	for (int w = 0; w < s->nworkers; w++) {
+		if (u->unit[w] < 0)
+			continue;
+		if (c->pushed[w])
+			count(u, u->unit[w], 0);
+		else
+			requeue(s, u, u->unit[w]); /* late or gone: someone trains it again */
+		u->unit[w] = -1;
+	}
+	for (int w = 0; w < s->nworkers; w++)
+		if (c->held[w].used)
+			c->held[w].aux = wf_pss_units_assign(s, c, w, 0);
+}
+
+void wf_pss_units_late(server *s, const schunk *c, int w, long step)
+{
+	worker *wk = &s->workers[w];
+	long by = c->version - step;
+	if (wk->late_steps && wk->late_last == step)
+		return;
+	wk->late_last = step;
+	wk->late_steps++;
+	wk->late_sum += by;
+	wk->late_max = WF_MAX(wk->late_max, by);
+}
+
+void wf_pss_units_free(server *s)
+{
+	units *u = &s->units;
+	free(u->unit);
+	free(u->queue);
+	free(u->applied);
+	free(u->requeued);
+	*u = (units){0};
+}
