@@ -290,8 +290,6 @@ void wf_pss_op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_
 void wf_pss_log_stats(server *s);
 
 /* ---- replication (server_repl.c) ---- */
-/* k-th member of group g (k = 0: the server placement gave it). */
-int wf_pss_member(const server *s, int g, int k);
 int wf_pss_repl_init(server *s, wf_err *err);
 void wf_pss_repl_free(server *s);
 /* The replication sockets to poll next to the ROUTER (up to nservers). */

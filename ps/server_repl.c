@@ -14,7 +14,8 @@
 #define PEER_HEARTBEAT 0.25 /* seconds between heartbeats to the peers */
 #define JOIN_RETRY     0.5  /* seconds between join requests */
 
-int wf_pss_member(const server *s, int g, int k)
+/* k-th member of group g (k = 0: the server placement gave it). */
+static int member(const server *s, int g, int k)
 {
 	return (g + k) % s->cfg->nservers;
 }
@@ -386,7 +387,7 @@ static void become_primary(server *s, int g, const char *why)
 	/* the other members take this server's state (R > 2: they may hold one
 	 * update more or less than it) */
 	for (int k = 1; k < s->replicas; k++) {
-		int p = wf_pss_member(s, g, k);
+		int p = member(s, g, k);
 		if (p != s->cfg->index && p != old)
 			install_backup(s, g, p, 0);
 	}
@@ -448,7 +449,7 @@ static void join_default(server *s, int g)
 	if (g == s->cfg->index) {
 		gr->role = GRP_PRIMARY;
 		for (int k = 1; k < s->replicas; k++)
-			gr->live[wf_pss_member(s, g, k)] = 1; /* until one fails */
+			gr->live[member(s, g, k)] = 1; /* until one fails */
 	} else {
 		gr->role = GRP_BACKUP;
 	}
@@ -463,7 +464,7 @@ static void join_if_alone(server *s, int g)
 {
 	group *gr = &s->groups[g];
 	for (int k = 0; k < s->replicas; k++) {
-		int q = wf_pss_member(s, g, k);
+		int q = member(s, g, k);
 		if (q != s->cfg->index && !gr->asked[q])
 			return;
 	}
@@ -668,7 +669,7 @@ void wf_pss_repl_tick(server *s)
 			continue;
 		gr->last_ask = now;
 		for (int k = 0; k < s->replicas; k++) {
-			int p = wf_pss_member(s, g, k);
+			int p = member(s, g, k);
 			if (p != s->cfg->index && !gr->asked[p])
 				ask_join(s, g, p, 0);
 		}
