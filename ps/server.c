@@ -249,19 +249,17 @@ static void handle(server *s, int n, int overflow)
 	}
 }
 
-/* Receive one multipart message into s->frames; returns frames stored, 0
- * when none is waiting, -1 on a socket error. */
-static int recv_one(server *s, int *overflow)
+int wf_pss_recv(server *s, void *sock, zmq_msg_t *frames, int *overflow)
 {
 	int n = 0, more = 1;
 	*overflow = 0;
 	while (more) {
-		zmq_msg_t extra, *m = n < MAX_RECV ? &s->frames[n] : &extra;
+		zmq_msg_t extra, *m = n < MAX_RECV ? &frames[n] : &extra;
 		zmq_msg_init(m);
-		if (zmq_msg_recv(m, s->sock, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
+		if (zmq_msg_recv(m, sock, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
 			zmq_msg_close(m);
 			for (int i = 0; i < n; i++)
-				zmq_msg_close(&s->frames[i]);
+				zmq_msg_close(&frames[i]);
 			return (n == 0 && zmq_errno() == EAGAIN) ? 0 : -1;
 		}
 		more = zmq_msg_more(m);
@@ -570,7 +568,7 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 			break;
 		}
 		for (int k = 0; k < 256 && s->running; k++) {
-			int overflow, n = recv_one(s, &overflow);
+			int overflow, n = wf_pss_recv(s, s->sock, s->frames, &overflow);
 			if (n <= 0)
 				break;
 			handle(s, n, overflow);

@@ -30,9 +30,6 @@
  * groups, 2 x (replicas - 1) */
 #define WF_PS_MAX_PEERS 64
 
-/* seconds of silence after which a peer server is gone (ps/client.h's default) */
-#define WF_PS_PEER_TIMEOUT_DEFAULT 5.0
-
 /* ZeroMQ status check: records file, line and zmq's own message. */
 #define ZCHECK(call, what)                                                                         \
 	do {                                                                                       \
@@ -211,6 +208,8 @@ typedef struct server {
 	group *groups;	       /* [nservers] */
 	peer *peers;	       /* [nservers] */
 	wf_ps_limits peer_lim; /* replies on the replication connections */
+	uint8_t *rframe;       /* a replicate's frozen frame, grown once and reused */
+	size_t rframe_cap;     /* bytes */
 	double last_peer_hb;
 	double start, last_stats, last_stall_check;
 	int running;
@@ -288,6 +287,11 @@ int wf_pss_restore(server *s, const char *root, long want_step, long *step, wf_e
 void wf_pss_op_restore(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
 void wf_pss_op_stats(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h);
 void wf_pss_log_stats(server *s);
+
+/* Receive one multipart message from sock into frames[MAX_RECV] (frames
+ * past that are dropped and set *overflow); returns the frames stored, 0
+ * when none is waiting, -1 on a socket error. */
+int wf_pss_recv(server *s, void *sock, zmq_msg_t *frames, int *overflow);
 
 /* ---- replication (server_repl.c) ---- */
 int wf_pss_repl_init(server *s, wf_err *err);

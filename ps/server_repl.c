@@ -10,6 +10,7 @@
 #include "ps/server_impl.h"
 
 #include "common/events.h"
+#include "ps/client.h"
 
 #define PEER_HEARTBEAT 0.25 /* seconds between heartbeats to the peers */
 #define JOIN_RETRY     0.5  /* seconds between join requests */
@@ -168,10 +169,23 @@ long wf_pss_replicate(server *s, schunk *c, const float *grad, long contributors
 		return 0;
 	int any = 0;
 	c->rseq++;
-	uint8_t *fr = NULL;
 	size_t frb = 0;
-	if (grad && c->nfsegs && (fr = malloc((size_t)c->nfsegs * 16)))
-		frb = frozen_frame(c, fr);
+	if (grad && c->nfsegs) {
+		size_t need = (size_t)c->nfsegs * 16;
+		if (need > s->rframe_cap) {
+			uint8_t *b = realloc(s->rframe, need);
+			if (!b) { /* without its frozen ranges a backup would diverge */
+				wf_error(
+					"ps %d: out of memory replicating chunk %d's frozen ranges",
+					s->cfg->index, c->gidx);
+				memset(gr->live, 0, (size_t)s->cfg->nservers);
+				return 0;
+			}
+			s->rframe = b;
+			s->rframe_cap = need;
+		}
+		frb = frozen_frame(c, s->rframe);
+	}
 	for (int p = 0; p < s->cfg->nservers; p++) {
 		if (!gr->live[p])
 			continue;
@@ -193,7 +207,7 @@ long wf_pss_replicate(server *s, schunk *c, const float *grad, long contributors
 			}
 			if (frb) {
 				h.flags |= WF_PS_FLAG_FROZEN;
-				f[nf] = fr;
+				f[nf] = s->rframe;
 				sz[nf++] = frb;
 			}
 			rc = peer_send(s, p, &h, f, sz, nf);
@@ -207,7 +221,6 @@ long wf_pss_replicate(server *s, schunk *c, const float *grad, long contributors
 			any = 1;
 		}
 	}
-	free(fr);
 	return any ? c->rseq : 0;
 }
 
@@ -577,27 +590,9 @@ static void peer_reply(server *s, int p, const wf_ps_msg *m)
 
 static void read_peer(server *s, int p)
 {
-	void *sock = s->peers[p].sock;
-	for (;;) {
-		zmq_msg_t fr[MAX_RECV];
-		int n = 0, more = 1, overflow = 0;
-		while (more) {
-			zmq_msg_t extra, *mm = n < MAX_RECV - 1 ? &fr[n] : &extra;
-			zmq_msg_init(mm);
-			if (zmq_msg_recv(mm, sock, n == 0 ? ZMQ_DONTWAIT : 0) < 0) {
-				zmq_msg_close(mm);
-				for (int i = 0; i < n; i++)
-					zmq_msg_close(&fr[i]);
-				return;
-			}
-			more = zmq_msg_more(mm);
-			if (mm == &extra) {
-				zmq_msg_close(mm);
-				overflow = 1;
-			} else {
-				n++;
-			}
-		}
+	zmq_msg_t fr[MAX_RECV];
+	int n, overflow;
+	while ((n = wf_pss_recv(s, s->peers[p].sock, fr, &overflow)) > 0) {
 		const void *ptr[MAX_RECV];
 		size_t size[MAX_RECV];
 		for (int i = 0; i < n; i++) {
@@ -633,7 +628,7 @@ void wf_pss_repl_tick(server *s)
 		return;
 	int n = s->cfg->nservers;
 	double now = wf_now(), timeout = s->cfg->peer_timeout > 0 ? s->cfg->peer_timeout
-								  : WF_PS_PEER_TIMEOUT_DEFAULT;
+								  : WF_PS_SERVER_TIMEOUT_DEFAULT;
 	for (int p = 0; p < n; p++)
 		if (s->peers[p].sock)
 			read_peer(s, p);
@@ -735,6 +730,9 @@ void wf_pss_repl_free(server *s)
 	}
 	free(s->peers);
 	free(s->groups);
+	free(s->rframe);
+	s->rframe = NULL;
+	s->rframe_cap = 0;
 	s->peers = NULL;
 	s->groups = NULL;
 }
