@@ -1330,6 +1330,13 @@ int wf_ps_client_stats(wf_ps_client *c, int s, wf_ps_stats *out, wf_err *err)
 	return rc;
 }
 
+int wf_ps_client_leave(wf_ps_client *c, wf_err *err)
+{
+	int rc = to_servers(c, -1, WF_PS_OP_LEAVE, 0, NULL, err);
+	clear_slots(c);
+	return rc;
+}
+
 int wf_ps_client_shutdown(wf_ps_client *c, wf_err *err)
 {
 	int rc = to_servers(c, -1, WF_PS_OP_SHUTDOWN, 0, NULL, err);

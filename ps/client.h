@@ -126,6 +126,10 @@ int wf_ps_client_checkpoint(wf_ps_client *c, long step, wf_err *err);
 int wf_ps_client_restore(wf_ps_client *c, long step, long *restored, wf_err *err);
 /* Statistics of server s; free with wf_ps_stats_free. */
 int wf_ps_client_stats(wf_ps_client *c, int s, wf_ps_stats *out, wf_err *err);
+/* Elastic: tell every server this worker leaves the job for good (the
+ * steps complete without it at once, rather than after the heartbeat
+ * timeout). */
+int wf_ps_client_leave(wf_ps_client *c, wf_err *err);
 /* Tell every server to exit (each replies first). */
 int wf_ps_client_shutdown(wf_ps_client *c, wf_err *err);
 

@@ -28,6 +28,7 @@ static const char *const op_names[WF_PS_OP__COUNT] = {
 	[WF_PS_OP_HEARTBEAT] = "heartbeat",
 	[WF_PS_OP_REPLICATE] = "replicate",
 	[WF_PS_OP_JOIN] = "join",
+	[WF_PS_OP_LEAVE] = "leave",
 };
 
 static const char *const reject_names[WF_PS_REJECT__COUNT] = {
@@ -475,9 +476,11 @@ static json_t *jlongs(const long *v, long n)
 
 static void backup_to_json(const wf_ps_stats *s, json_t *o)
 {
-	if (s->backup_workers <= 0)
+	json_object_set_new(o, "live_workers", json_integer(s->live_workers));
+	if (s->backup_workers <= 0 && s->min_workers <= 0)
 		return;
 	json_object_set_new(o, "backup_workers", json_integer(s->backup_workers));
+	json_object_set_new(o, "min_workers", json_integer(s->min_workers));
 	json_object_set_new(o, "worker_late", jlongs(s->worker_late, s->nworkers));
 	json_object_set_new(o, "worker_late_sum", jlongs(s->worker_late_sum, s->nworkers));
 	json_object_set_new(o, "worker_late_max", jlongs(s->worker_late_max, s->nworkers));
@@ -504,8 +507,10 @@ static long *longs_of(json_t *a, long n, int *oom)
 static int backup_from_json(wf_ps_stats *s, json_t *o)
 {
 	int oom = 0;
+	s->live_workers = (int)json_integer_value(json_object_get(o, "live_workers"));
 	s->backup_workers = (int)json_integer_value(json_object_get(o, "backup_workers"));
-	if (s->backup_workers <= 0)
+	s->min_workers = (int)json_integer_value(json_object_get(o, "min_workers"));
+	if (s->backup_workers <= 0 && s->min_workers <= 0)
 		return 0;
 	s->worker_late = longs_of(json_object_get(o, "worker_late"), s->nworkers, &oom);
 	s->worker_late_sum = longs_of(json_object_get(o, "worker_late_sum"), s->nworkers, &oom);

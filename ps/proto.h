@@ -86,6 +86,7 @@ typedef enum {
 	WF_PS_OP_HEARTBEAT,
 	WF_PS_OP_REPLICATE, /* server to server: apply this gradient as the primary did */
 	WF_PS_OP_JOIN,	    /* server to server: send me your state of group `chunk` */
+	WF_PS_OP_LEAVE,	    /* worker: I leave the job for good (elastic) */
 	WF_PS_OP__COUNT
 } wf_ps_op;
 
@@ -264,8 +265,11 @@ typedef struct wf_ps_stats {
 	int staleness;	   /* K of ssp:K; -1 in sync and async */
 	uint64_t ssp_held; /* ssp: pushes whose reply waited for the bound */
 	long ssp_max_lead; /* ssp: largest (step - slowest worker's step) answered */
-	/* backup workers (sync, strategy.backup_workers > 0; else 0 and NULL) */
+	/* backup workers (sync, strategy.backup_workers > 0) or elastic
+	 * membership (min_workers > 0); else 0 and NULL */
 	int backup_workers;
+	int min_workers;       /* elastic: the fewest workers a step may have; 0: not elastic */
+	int live_workers;      /* workers alive now */
 	long *worker_late;     /* [nworkers] steps whose push came after the step completed */
 	long *worker_late_sum; /* [nworkers] sum over them of how many steps late */
 	long *worker_late_max; /* [nworkers] the most steps late */

@@ -3,6 +3,8 @@
  * the optimizer backend are touched only by the loop. */
 #include "ps/server_impl.h"
 
+#include "common/events.h"
+
 /* ---- dispatch ----------------------------------------------------------- */
 
 /* A worker registers at start and after a failure: replies still held for
@@ -13,6 +15,47 @@ static void forget_replies(server *s, int w)
 	for (int i = 0; i < s->nchunks; i++)
 		wf_pss_release(s, &s->chunks[i].held[w]);
 	wf_pss_release(s, &s->workers[w].barrier);
+}
+
+/* Fail every reply the server holds: the steps' and the barriers'. */
+static void fail_waiting(server *s, int code, const char *why)
+{
+	for (int i = 0; i < s->nchunks; i++)
+		wf_pss_fail_held(s, &s->chunks[i], code, why);
+	for (int v = 0; v < s->nworkers; v++) {
+		held *b = &s->workers[v].barrier;
+		if (b->used) {
+			wf_ps_hdr req = {.op = WF_PS_OP_BARRIER, .tag = b->tag};
+			wf_pss_send_error(s, b->rid, b->rid_len, &req, code, why);
+			wf_pss_release(s, b);
+		}
+	}
+}
+
+/* Elastic membership changed: say so (log and events), with the live count. */
+static void membership_event(server *s, const char *what, int w, int joins)
+{
+	int live = wf_pss_live(s) + joins;
+	wf_info("ps %d: %s: worker %d, %d of %d alive (at least %d needed), step %ld",
+		s->cfg->index, what + strlen("worker_"), w, live, s->nworkers, s->cfg->min_workers,
+		wf_pss_server_step(s));
+	wf_event(what, json_pack("{s:i, s:i, s:i, s:I}", "worker", w, "server", s->cfg->index,
+				 "live", live, "step", (json_int_t)wf_pss_server_step(s)));
+}
+
+/* Op leave: worker w is gone for good (its unit goes back to the queue when
+ * the step completes); the step in progress completes without it. */
+static void leave(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h, int w)
+{
+	worker *wk = &s->workers[w];
+	if (wk->alive == 1) {
+		forget_replies(s, w);
+		wk->alive = 0;
+		if (s->cfg->min_workers > 0)
+			membership_event(s, "worker_left", w, 0);
+	}
+	wf_pss_send_ok(s, rid, rid_len, h, wf_pss_server_step(s), 0);
+	wf_pss_membership_changed(s);
 }
 
 /* The value of key in a wf_optim_describe text ("k=v k=v"), as a pointer
@@ -150,16 +193,21 @@ static void handle(server *s, int n, int overflow)
 				wf_info("ps %d: worker %d registered again: it counts from now",
 					s->cfg->index, w);
 			forget_replies(s, w);
+			if (wk->alive != 1 && s->cfg->min_workers > 0)
+				membership_event(s, "worker_joined", w, 1);
 			wk->alive = 1;
 			wk->stall_step = -1;
+		} else if (h->op == WF_PS_OP_LEAVE) {
+			leave(s, rid, rid_len, h, w);
+			return;
 		} else if (wk->alive == 0) {
 			wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
 					   "worker %d was declared dead (no heartbeat for %.1f s): "
 					   "register again",
 					   w, s->cfg->heartbeat_timeout);
 			return;
-		} else {
-			wk->alive = 1;
+		} else if (wk->alive == 1 || s->cfg->min_workers <= 0) {
+			wk->alive = 1; /* elastic: only register makes a worker a member */
 		}
 	}
 	int role = WF_PS_SENDER_ROLE(h->sender);
@@ -224,19 +272,9 @@ static void handle(server *s, int n, int overflow)
 				"step(s)",
 				s->cfg->index, (unsigned long long)s->ssp_held, s->cfg->staleness,
 				s->ssp_max_lead);
-		if (s->cfg->backup_workers > 0)
+		if (wf_pss_units_on(s))
 			wf_pss_log_stats(s); /* the late pushes of the whole run */
-		for (int i = 0; i < s->nchunks; i++)
-			wf_pss_fail_held(s, &s->chunks[i], WF_ESTOPPED, "server shutting down");
-		for (int v = 0; v < s->nworkers; v++) {
-			held *b = &s->workers[v].barrier;
-			if (b->used) {
-				wf_ps_hdr req = {.op = WF_PS_OP_BARRIER, .tag = b->tag};
-				wf_pss_send_error(s, b->rid, b->rid_len, &req, WF_ESTOPPED,
-						  "server shutting down");
-				wf_pss_release(s, b);
-			}
-		}
+		fail_waiting(s, WF_ESTOPPED, "server shutting down");
 		wf_pss_send_ok(s, rid, rid_len, h, wf_pss_server_step(s), 0);
 		s->running = 0;
 		break;
@@ -290,10 +328,38 @@ static void check_heartbeats(server *s, double now)
 		wf_warn("ps %d: worker %d silent for %.1f s: declared dead, it leaves the "
 			"aggregation count until it registers again",
 			s->cfg->index, w, now - wk->last_seen);
+		if (s->cfg->min_workers > 0)
+			membership_event(s, "worker_left", w, 0);
 		changed = 1;
 	}
 	if (changed)
 		wf_pss_membership_changed(s);
+}
+
+/* Elastic: fewer than min_workers alive for elastic_timeout: the steps that
+ * wait can never complete, so their replies fail, for good (a setting or a
+ * cluster too small, not a fault a retry mends). */
+static void check_elastic(server *s, double now)
+{
+	int live = wf_pss_live(s);
+	if (s->cfg->min_workers <= 0 || live >= s->cfg->min_workers) {
+		s->short_since = 0;
+		return;
+	}
+	if (!s->short_since)
+		s->short_since = now;
+	if (s->cfg->elastic_timeout <= 0 || now - s->short_since < s->cfg->elastic_timeout)
+		return;
+	char why[240];
+	snprintf(why, sizeof(why),
+		 "ps %d: only %d worker%s alive for %.0f s (strategy.elastic_timeout), fewer "
+		 "than strategy.min_workers %d: the job cannot go on; start more workers",
+		 s->cfg->index, live, live == 1 ? "" : "s", now - s->short_since,
+		 s->cfg->min_workers);
+	if (s->held_count)
+		wf_error("%s", why);
+	fail_waiting(s, WF_EINVAL, why);
+	s->short_since = now;
 }
 
 /* Name live workers that owe pushes of a step others already pushed. */
@@ -377,6 +443,11 @@ static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 			err, WF_EINVAL,
 			"ps: backup_workers %d: want 0, or 1..%d with mode sync (%d workers)",
 			cfg->backup_workers, cfg->nworkers - 1, cfg->nworkers);
+	if (cfg->min_workers < 0 || cfg->min_workers > cfg->nworkers ||
+	    (cfg->min_workers > 0 && cfg->mode != WF_PS_MODE_SYNC))
+		return wf_errf(err, WF_EINVAL,
+			       "ps: min_workers %d: want 0 (not elastic), or 1..%d with mode sync",
+			       cfg->min_workers, cfg->nworkers);
 	if ((rc = wf_ps_place(&s->pl, cfg->views, cfg->nviews, cfg->nparams, cfg->nservers,
 			      cfg->chunk_bytes, err)))
 		return rc;
@@ -578,6 +649,7 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 		wf_pss_repl_tick(s);
 		double now = wf_now();
 		check_heartbeats(s, now);
+		check_elastic(s, now);
 		if (now - s->last_stall_check > 0.1) {
 			check_stalls(s, now);
 			s->last_stall_check = now;

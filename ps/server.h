@@ -53,6 +53,19 @@ typedef struct wf_ps_server_cfg {
 	 * workers, 0 <= B < nworkers); the server holding the last chunk then
 	 * hands out the data units (docs/architecture.md); 0: every worker */
 	int backup_workers;
+	/* sync, elastic membership: workers come and go (they join by
+	 * registering, leave by op leave or by heartbeat silence); a worker not
+	 * yet seen is not waited for, and a step completes only with at least
+	 * min_workers alive (1 <= min_workers <= nworkers); the data go out in
+	 * units as with backup workers. 0: every worker is awaited (not elastic). */
+	int min_workers;
+	/* elastic: seconds the job may have fewer than min_workers alive; then
+	 * the held replies fail with a permanent error. 0: wait for ever. */
+	double elastic_timeout;
+	/* elastic, the learning rate per step: 1 scales it by the step's
+	 * contributors / nworkers (the per-worker batch kept, as the linear
+	 * scaling rule), 0 keeps it (the mean over whoever contributed). */
+	int elastic_lr_linear;
 	wf_optim_cfg optim;
 	const wf_view *views; /* the model's views (placement), may be NULL */
 	int nviews;

@@ -304,7 +304,7 @@ void wf_pss_osum_flush(server *s, osum *o, int final)
 		if (o->parked[w]) {
 			osum_add(s, o, o->park[w]);
 			o->parked[w] = 0;
-		} else if (!o->in[w] && !final && s->workers[w].alive != 0) {
+		} else if (!o->in[w] && !final && wf_pss_required(s, w)) {
 			break; /* a required worker's vector is still to come */
 		}
 		o->next++;
@@ -315,9 +315,11 @@ int wf_pss_osum_push(server *s, osum *o, int w, const float *x)
 {
 	wf_pss_osum_flush(s, o, 0);
 	o->in[w] = 1;
-	if (w == o->next) {
+	if (w <= o->next) {
+		/* w < next: a worker that was not awaited when the sum went past
+		 * it (joined, or registered again, during the step) comes last */
 		osum_add(s, o, x);
-		o->next++;
+		o->next += w == o->next;
 	} else {
 		if (!o->park[w] && !(o->park[w] = malloc((o->n ? o->n : 1) * sizeof(float)))) {
 			o->in[w] = 0;
@@ -332,8 +334,10 @@ int wf_pss_osum_push(server *s, osum *o, int w, const float *x)
 
 /* ---- aggregation -------------------------------------------------------- */
 
-static float grad_scale(long contributors)
+static float grad_scale(const server *s, long contributors)
 {
+	if (s->cfg->min_workers > 0 && s->cfg->elastic_lr_linear) /* lr x contributors / N */
+		return 1.0f / (float)s->nworkers;
 	return contributors > 0 ? 1.0f / (float)contributors : 1.0f;
 }
 
@@ -352,7 +356,7 @@ int wf_pss_apply(server *s, schunk *c, const float *grad, long contributors, lon
 	o.nsegs = c->nfsegs;
 	int rc = wf_optim_apply(s->be, &o, step, c->count, c->values, grad,
 				nsl > 0 ? c->slot[0] : NULL, nsl > 1 ? c->slot[1] : NULL,
-				grad_scale(contributors));
+				grad_scale(s, contributors));
 	if (rc)
 		wf_error("ps %d: optimizer on chunk %d failed: %s", s->cfg->index, c->gidx,
 			 s->be->err.msg);
@@ -401,19 +405,28 @@ int wf_pss_take_frozen(schunk *c, const wf_ps_msg *m)
 	return 0;
 }
 
-/* Required workers (not declared dead) that have not pushed chunk c, other than skip. */
+/* Required workers (wf_pss_required) that have not pushed chunk c, other than skip. */
 int wf_pss_missing(const server *s, const schunk *c, int skip)
 {
 	int n = 0;
 	for (int w = 0; w < s->nworkers; w++)
-		if (w != skip && s->workers[w].alive != 0 && !c->pushed[w])
+		if (w != skip && wf_pss_required(s, w) && !c->pushed[w])
 			n++;
+	return n;
+}
+
+int wf_pss_live(const server *s)
+{
+	int n = 0;
+	for (int w = 0; w < s->nworkers; w++)
+		n += s->workers[w].alive == 1;
 	return n;
 }
 
 int wf_pss_quorum(const server *s, const schunk *c, int skip)
 {
-	return wf_pss_missing(s, c, skip) <= s->cfg->backup_workers;
+	return wf_pss_missing(s, c, skip) <= s->cfg->backup_workers &&
+	       wf_pss_live(s) >= s->cfg->min_workers;
 }
 
 /* Sync: apply and answer once every required worker pushed, or all but
@@ -442,7 +455,7 @@ void wf_pss_sync_try_complete(server *s, schunk *c)
 		}
 		wf_pss_osum_reset(st, s->nworkers);
 	}
-	if (s->cfg->backup_workers > 0)
+	if (wf_pss_units_on(s))
 		wf_pss_units_step_done(s, c); /* before pushed[] is cleared */
 	long need = c->direct
 			    ? 0
@@ -515,11 +528,11 @@ void wf_pss_barrier_try_release(server *s)
 {
 	int arrived = 0;
 	for (int w = 0; w < s->nworkers; w++) {
-		if (s->workers[w].alive != 0 && !s->workers[w].barrier.used)
+		if (wf_pss_required(s, w) && !s->workers[w].barrier.used)
 			return;
 		arrived += s->workers[w].barrier.used;
 	}
-	if (!arrived)
+	if (!arrived || wf_pss_live(s) < s->cfg->min_workers)
 		return;
 	for (int w = 0; w < s->nworkers; w++) {
 		held *h = &s->workers[w].barrier;

@@ -203,6 +203,7 @@ typedef struct server {
 	long ssp_max_lead; /* ssp: largest (step - slowest step) of an answered push */
 	units units;	   /* backup workers */
 	long restored_step;
+	double short_since;    /* elastic: since when fewer than min_workers are alive, 0 not */
 	uint32_t incarnation;  /* random per process: heartbeat replies carry it in aux */
 	int replicas;	       /* cfg->replicas, at least 1 */
 	group *groups;	       /* [nservers] */
@@ -217,6 +218,23 @@ typedef struct server {
 	wf_ps_scratch align[MAX_RECV]; /* aligned copies of misaligned payload frames */
 	char text[PATH_BYTES];
 } server;
+
+/* Sync: worker w's pushes are awaited: it is alive or, without elastic
+ * membership, not seen yet (the job waits for every worker at start). */
+static inline int wf_pss_required(const server *s, int w)
+{
+	int a = s->workers[w].alive;
+	return a == 1 || (a == -1 && s->cfg->min_workers <= 0);
+}
+
+/* Data units are handed out (backup workers or elastic membership). */
+static inline int wf_pss_units_on(const server *s)
+{
+	return s->cfg->backup_workers > 0 || s->cfg->min_workers > 0;
+}
+
+/* Workers alive now. */
+int wf_pss_live(const server *s);
 
 vbuf *wf_pss_vbuf_new(size_t n, float *data);
 void wf_pss_vbuf_unref(vbuf *b);

@@ -142,7 +142,7 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 		wf_pss_hold(s, r, rid, rid_len, h);
 		r->stale = 1;
 		r->need = s->replicas > 1 ? c->rseq : 0;
-		if (s->cfg->backup_workers > 0) {
+		if (wf_pss_units_on(s)) {
 			wf_pss_units_late(s, c, w, (long)h->step);
 			r->aux = wf_pss_units_assign(s, c, w, 0);
 		}
@@ -211,7 +211,7 @@ void wf_pss_op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 		return;
 	}
 	wf_pss_hold(s, &r, rid, rid_len, h);
-	if (s->cfg->backup_workers > 0 && WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_WORKER)
+	if (wf_pss_units_on(s) && WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_WORKER)
 		r.aux = wf_pss_units_assign(s, c, (int)WF_PS_SENDER_INDEX(h->sender), (long)h->aux);
 	wf_pss_send_values(s, c, &r, 1, 0);
 	wf_pss_release(s, &r);
@@ -367,9 +367,10 @@ void wf_pss_op_restore(server *s, const uint8_t *rid, size_t rid_len, const wf_p
 /* Backup workers' statistics into st: late [3 * nworkers] scratch. */
 static void fill_backup_stats(server *s, wf_ps_stats *st, long *late)
 {
-	if (s->cfg->backup_workers <= 0 || !late)
+	if (!wf_pss_units_on(s) || !late)
 		return;
 	st->backup_workers = s->cfg->backup_workers;
+	st->min_workers = s->cfg->min_workers;
 	st->worker_late = late;
 	st->worker_late_sum = late + s->nworkers;
 	st->worker_late_max = late + 2 * s->nworkers;
@@ -411,6 +412,7 @@ static void fill_stats(server *s, wf_ps_stats *st, long *steps, int *alive)
 	}
 	st->worker_step = steps;
 	st->worker_alive = alive;
+	st->live_workers = wf_pss_live(s);
 	memcpy(st->rejected, s->rejected, sizeof(st->rejected));
 	st->staleness = s->cfg->mode == WF_PS_MODE_SSP ? s->cfg->staleness : -1;
 	st->ssp_held = s->ssp_held;

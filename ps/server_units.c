@@ -13,7 +13,7 @@ static units *units_of(server *s)
 	u->setup = 1;
 	u->chunk = -1;
 	int last = s->pl.nchunks - 1;
-	if (s->cfg->mode != WF_PS_MODE_SYNC || s->cfg->backup_workers <= 0 || last < 0 ||
+	if (s->cfg->mode != WF_PS_MODE_SYNC || !wf_pss_units_on(s) || last < 0 ||
 	    s->local[last] < 0)
 		return NULL;
 	u->unit = malloc((size_t)s->nworkers * sizeof(*u->unit));

@@ -116,6 +116,20 @@ static const key_def keys[] = {
 	 "(backup workers, as TensorFlow's SyncReplicasOptimizer with replicas_to_aggregate = "
 	 "workers - B); later pushes are dropped and their batches trained again in the same "
 	 "epoch; 0 <= B < workers; 0: every worker, every step"},
+	{"strategy.min_workers", T_INT, F(strategy.min_workers), "0",
+	 "parameter_server, mode sync: elastic membership: workers may join (start one with "
+	 "its TF_CONFIG index) and leave (SIGTERM: it leaves for good) a running job, which "
+	 "goes on while at least this many of the cluster's workers are alive; the servers "
+	 "hand out the data so no sample of an epoch is lost; 0: not elastic (every worker "
+	 "is awaited)"},
+	{"strategy.elastic_lr", T_STR, F(strategy.elastic_lr), "\"linear\"",
+	 "elastic: linear keeps the per-worker batch and scales the learning rate by the "
+	 "step's workers / the cluster's workers (the update is the sum of the step's "
+	 "gradients / the cluster's workers); fixed keeps the learning rate (the update is "
+	 "the mean over the step's workers)"},
+	{"strategy.elastic_timeout", T_NUM, F(strategy.elastic_timeout), "600",
+	 "elastic: seconds the job waits with fewer than strategy.min_workers alive before it "
+	 "fails for good; 0: wait for ever"},
 	{"strategy.bucket_mb", T_NUM, F(strategy.bucket_mb), "25",
 	 "allreduce: gradient bucket size in MiB"},
 	{"checkpoint.dir", T_STR, F(checkpoint.dir), "\"run/ckpt\"",
@@ -234,6 +248,8 @@ static const struct {
 	{"train.cuda_device", "WEFT_CUDA_DEVICE"},
 	{"train.cudnn_workspace_mb", "WEFT_CUDNN_WORKSPACE_MB"},
 	{"data.memory_mb", "WEFT_DATA_MEMORY_MB"},
+	{"strategy.min_workers", "WEFT_MIN_WORKERS"},
+	{"strategy.elastic_timeout", "WEFT_ELASTIC_TIMEOUT"},
 	{"strategy.stall_timeout", "WEFT_STALL_TIMEOUT"},
 	{"strategy.rendezvous_timeout", "WEFT_RENDEZVOUS_TIMEOUT"},
 	{"cluster.malloc_tune", "WEFT_PS_MALLOC_TUNE"},

@@ -70,6 +70,9 @@ typedef struct wf_config {
 		long staleness;	     /* K of ssp:K, 0 otherwise (derived) */
 		long backup_workers; /* sync parameter_server: steps complete without the
 				      * last B workers' pushes; 0: none */
+		long min_workers;	/* sync parameter_server: elastic membership; 0: off */
+		char elastic_lr[16];	/* linear, fixed */
+		double elastic_timeout; /* seconds with fewer than min_workers; 0: for ever */
 		double bucket_mb;
 		double stall_timeout, rendezvous_timeout; /* allreduce, seconds */
 	} strategy;
@@ -123,7 +126,7 @@ int wf_config_input_shape(const wf_config *c, int *h, int *w, int *ch);
  * touch the file system. */
 int wf_config_validate(wf_config *c, wf_err *err);
 /* The checks that need the job's number of training workers (chief and
- * workers): strategy.backup_workers < workers. */
+ * workers): strategy.backup_workers < workers, strategy.min_workers <= workers. */
 int wf_config_check_workers(const wf_config *c, int workers, wf_err *err);
 /* ps.debug_slow "rank:factor": *factor for this rank, 1 when it names another. */
 double wf_config_slow_factor(const wf_config *c, int rank);

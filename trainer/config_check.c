@@ -175,6 +175,20 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	     "strategy.backup_workers: %ld needs strategy.name parameter_server with "
 	     "strategy.mode sync (got %s, %s)",
 	     c->strategy.backup_workers, c->strategy.name, c->strategy.mode);
+	NEED(c->strategy.min_workers >= 0 && c->strategy.min_workers <= 1000000,
+	     "strategy.min_workers: must be >= 0 (0: not elastic), got %ld",
+	     c->strategy.min_workers);
+	NEED(c->strategy.min_workers == 0 || (strcmp(c->strategy.name, "parameter_server") == 0 &&
+					      c->ps.mode == WF_PS_MODE_SYNC),
+	     "strategy.min_workers: %ld (elastic membership) needs strategy.name parameter_server "
+	     "with strategy.mode sync (got %s, %s)",
+	     c->strategy.min_workers, c->strategy.name, c->strategy.mode);
+	NEED(strcmp(c->strategy.elastic_lr, "linear") == 0 ||
+		     strcmp(c->strategy.elastic_lr, "fixed") == 0,
+	     "strategy.elastic_lr: expected linear or fixed, got '%s'", c->strategy.elastic_lr);
+	NEED(c->strategy.elastic_timeout >= 0,
+	     "strategy.elastic_timeout: must be >= 0 (0: wait for ever), got %g",
+	     c->strategy.elastic_timeout);
 	NEED(c->strategy.bucket_mb > 0 && c->strategy.bucket_mb <= 4096,
 	     "strategy.bucket_mb: must be in (0, 4096], got %g", c->strategy.bucket_mb);
 
@@ -226,6 +240,10 @@ int wf_config_check_workers(const wf_config *c, int workers, wf_err *err)
 	     "strategy.backup_workers: %ld must be less than the job's %d training worker%s "
 	     "(a step needs at least one push)",
 	     c->strategy.backup_workers, workers, workers == 1 ? "" : "s");
+	NEED(c->strategy.min_workers <= workers,
+	     "strategy.min_workers: %ld is more than the cluster's %d training worker%s (list "
+	     "every worker that may join in TF_CONFIG's cluster)",
+	     c->strategy.min_workers, workers, workers == 1 ? "" : "s");
 	return 0;
 }
 

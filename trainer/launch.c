@@ -48,6 +48,7 @@ typedef struct child {
 	size_t len[2];
 	int restarts;
 	int exited; /* and will not be restarted */
+	int idle;   /* --elastic: a free worker slot SIGUSR1 may start */
 	int code;   /* exit status as a shell reports it (128 + signal when killed) */
 } child;
 
@@ -71,13 +72,20 @@ typedef struct launcher {
 	/* WEFT_JOB_TOKEN of every child: this run's */
 	char job_token[WF_JOB_TOKEN_MAX];
 	wf_netem net; /* --link: each child in its own namespace (node = its index) */
+	int elastic;  /* --elastic: workers come (SIGUSR1) and go (SIGUSR2) */
+	char min_arg[48];
 } launcher;
 
-static volatile sig_atomic_t got_signal;
+static volatile sig_atomic_t got_signal, got_add, got_remove;
 
 static void on_signal(int sig)
 {
-	got_signal = sig;
+	if (sig == SIGUSR1)
+		got_add++;
+	else if (sig == SIGUSR2)
+		got_remove++;
+	else
+		got_signal = sig;
 }
 
 /* ---- ports and TF_CONFIG ----------------------------------------------------- */
@@ -354,8 +362,14 @@ static void reap(launcher *l, child *c, int st)
 	}
 	c->exited = 1;
 	c->code = code;
+	/* elastic: a worker that left frees its slot while the chief trains on */
+	int ci = chief_index(l);
+	c->idle = l->elastic && code == 0 && c->kind == KIND_WORKER && (int)(c - l->ch) != ci &&
+		  ci >= 0 && l->ch[ci].pid > 0 && !l->stopping;
 	fprintf(stderr, "[launch] %s %s%s\n", c->name, how,
-		wind_down && code != 0 ? " (after the trainers ended)" : "");
+		wind_down && code != 0 ? " (after the trainers ended)"
+		: c->idle	       ? " (it left; its slot is free)"
+				       : "");
 	l->wound_down += wind_down && code != 0;
 	if (code != 0 && !l->stopping && !wind_down) {
 		if (!l->fail_code) {
@@ -368,6 +382,41 @@ static void reap(launcher *l, child *c, int st)
 }
 
 /* ---- the loop -------------------------------------------------------------------- */
+
+/* --elastic: SIGUSR1 starts a worker in the first free slot (it joins at
+ * the servers' step); SIGUSR2 stops the last running worker other than the
+ * chief (it leaves the job and exits 0). */
+static void elastic_signals(launcher *l)
+{
+	int ci = chief_index(l);
+	for (; got_add > 0; got_add--) {
+		child *c = NULL;
+		for (int i = 0; i < l->n && !c; i++)
+			if (l->ch[i].idle && l->ch[i].pid == 0)
+				c = &l->ch[i];
+		if (!c || l->stopping) {
+			fprintf(stderr, "[launch] SIGUSR1: no free worker slot: every one of the "
+					"--elastic maximum is running\n");
+			continue;
+		}
+		fprintf(stderr, "[launch] SIGUSR1: starting %s (it joins the job)\n", c->name);
+		c->idle = c->exited = 0;
+		spawn(l, c, -1);
+	}
+	for (; got_remove > 0; got_remove--) {
+		child *c = NULL;
+		for (int i = l->n - 1; i >= 0 && !c; i--)
+			if (l->ch[i].kind == KIND_WORKER && l->ch[i].pid > 0 && i != ci)
+				c = &l->ch[i];
+		if (!c || l->stopping) {
+			fprintf(stderr, "[launch] SIGUSR2: no worker to stop other than the "
+					"chief\n");
+			continue;
+		}
+		fprintf(stderr, "[launch] SIGUSR2: stopping %s (it leaves the job)\n", c->name);
+		kill(c->pid, SIGTERM);
+	}
+}
 
 static void run_loop(launcher *l)
 {
@@ -388,6 +437,8 @@ static void run_loop(launcher *l)
 				stop_all(l, sig);
 			}
 		}
+		if (l->elastic)
+			elastic_signals(l);
 		struct pollfd pf[2 * MAX_PROCS];
 		child *who[2 * MAX_PROCS];
 		int which[2 * MAX_PROCS], np = 0;
@@ -487,7 +538,8 @@ static void remove_keys(launcher *l)
 
 int wf_cmd_launch(int argc, char **argv, wf_err *err)
 {
-	const char *config = NULL, *device = NULL, *key_dir = NULL, *link = NULL, *delay = NULL;
+	const char *config = NULL, *device = NULL, *key_dir = NULL, *link = NULL, *delay = NULL,
+		   *elastic = NULL;
 	long nps = 1, nworkers = 2, threads = 0, max_restarts = 3;
 	int chief = 0, resume = 0, insecure = 0;
 	wf_cli_list sets = {0}, pos = {0};
@@ -516,13 +568,18 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		{"link", WF_FLAG_STR, &link, "RATE",
 		 "an emulated cluster: every process in its own network namespace, its link "
 		 "shaped to RATE each way (10gbit, 100mbit; needs root and iproute2)"},
+		{"elastic", WF_FLAG_STR, &elastic, "MIN:MAX",
+		 "elastic membership (strategy.min_workers MIN): MAX worker slots, --workers of "
+		 "them started; the job goes on while MIN are alive; SIGUSR1 to launch starts a "
+		 "worker in a free slot, SIGUSR2 makes the last one leave"},
 		{"delay", WF_FLAG_STR, &delay, "TIME",
 		 "with --link: one-way delay on each side of every link (0.2ms; needs the "
 		 "kernel's netem qdisc)"},
 		{0},
 	};
 	const wf_command_help help = {
-		"weft launch --ps N --workers M [--chief] --config FILE [--set KEY=VALUE ...] "
+		"weft launch --ps N --workers M [--chief] [--elastic MIN:MAX] --config FILE "
+		"[--set KEY=VALUE ...] "
 		"[options]",
 		"Start a parameter-server training cluster on this machine: N `weft ps` and M\n"
 		"(+1 with --chief) `weft train` processes on free loopback ports, each with its\n"
@@ -552,6 +609,17 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 			MAX_PROCS, nps, nworkers, max_restarts, threads);
 		goto cleanup;
 	}
+	long emin = 0, emax = nworkers;
+	char tail;
+	if (elastic &&
+	    (sscanf(elastic, "%ld:%ld%c", &emin, &emax, &tail) != 2 || emin < 1 || emax < emin ||
+	     nworkers < emin || nworkers > emax || nps + emax + chief > MAX_PROCS)) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "launch: --elastic \"%s\": want MIN:MAX with 1 <= MIN <= --workers "
+			     "(%ld) <= MAX and at most %d processes",
+			     elastic, nworkers, MAX_PROCS);
+		goto cleanup;
+	}
 	/* check the config once here, rather than fail in every process */
 	wf_config cfg;
 	if ((rc = wf_config_load(&cfg, config, sets.items, sets.n, err)) != 0)
@@ -564,12 +632,15 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 			     cfg.strategy.name);
 		goto cleanup;
 	}
+	char min_arg[48];
+	snprintf(min_arg, sizeof(min_arg), "strategy.min_workers=%ld", emin);
 	if ((rc = wf_config_set(&cfg, "strategy.name=parameter_server", err)) != 0 ||
+	    (elastic && (rc = wf_config_set(&cfg, min_arg, err)) != 0) ||
 	    (rc = wf_config_validate(&cfg, err)) != 0) {
 		wf_err_wrap(err, "%s", config);
 		goto cleanup;
 	}
-	if ((rc = wf_config_check_workers(&cfg, (int)(nworkers + chief), err)) != 0)
+	if ((rc = wf_config_check_workers(&cfg, (int)(emax + chief), err)) != 0)
 		goto cleanup;
 	if (cfg.ps.replicas > nps) {
 		rc = wf_errf(err, WF_EINVAL,
@@ -646,6 +717,12 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	l->argv[l->argc++] = "strategy.name=parameter_server";
 	l->argv[l->argc++] = "--set";
 	l->argv[l->argc++] = l->key_arg;
+	if (elastic) {
+		l->elastic = 1;
+		snprintf(l->min_arg, sizeof(l->min_arg), "%s", min_arg);
+		l->argv[l->argc++] = "--set";
+		l->argv[l->argc++] = l->min_arg;
+	}
 	if (device) {
 		l->argv[l->argc++] = "--set";
 		static char dev[64];
@@ -660,10 +737,10 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		l->ch[l->n++] = (child){.kind = KIND_PS, .index = i};
 	if (chief)
 		l->ch[l->n++] = (child){.kind = KIND_CHIEF, .index = 0};
-	for (int i = 0; i < nworkers; i++)
-		l->ch[l->n++] = (child){.kind = KIND_WORKER, .index = i};
+	for (int i = 0; i < emax; i++) /* --elastic: the slots past --workers start idle */
+		l->ch[l->n++] = (child){.kind = KIND_WORKER, .index = i, .idle = i >= nworkers};
 	l->nps = (int)nps;
-	l->ntrainers = (int)(nworkers + chief);
+	l->ntrainers = (int)(emax + chief);
 	int ports[MAX_PROCS];
 	if (link || delay) {
 		wf_netem_link nl = {0};
@@ -703,15 +780,27 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	got_signal = 0;
 	sigaction(SIGINT, &sa, &old_int);
 	sigaction(SIGTERM, &sa, &old_term);
+	got_add = got_remove = 0;
+	if (elastic) {
+		sigaction(SIGUSR1, &sa, NULL);
+		sigaction(SIGUSR2, &sa, NULL);
+		fprintf(stderr,
+			"[launch] elastic: %ld to %ld workers (%ld started); SIGUSR1 to pid %d "
+			"adds one, SIGUSR2 removes one\n",
+			emin, emax, nworkers, (int)getpid());
+	}
 	for (int i = 0; i < l->n; i++) /* without --resume, a new job: the chief starts over */
-		spawn(l, &l->ch[i],
-		      l->ch[i].kind == KIND_PS ? -1
-		      : resume		       ? 1
-		      : i == chief_index(l)    ? 0
-					       : -1);
+		if (!l->ch[i].idle)
+			spawn(l, &l->ch[i],
+			      l->ch[i].kind == KIND_PS ? -1
+			      : resume		       ? 1
+			      : i == chief_index(l)    ? 0
+						       : -1);
 	run_loop(l);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
+	signal(SIGUSR1, SIG_DFL);
+	signal(SIGUSR2, SIG_DFL);
 
 	int ci = chief_index(l);
 	int code = ci >= 0 ? l->ch[ci].code : 1;

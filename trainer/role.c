@@ -257,6 +257,7 @@ int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec 
 		.replicas = (int)cfg->ps.replicas,
 		.debug_stall = cfg->ps.debug_stall[0] ? cfg->ps.debug_stall : NULL,
 		.backup_workers = (int)cfg->strategy.backup_workers,
+		.min_workers = (int)cfg->strategy.min_workers,
 		.slow_factor = wf_config_slow_factor(cfg, c.rank),
 		.segs = optim->segs,
 		.frozen = optim->frozen,
@@ -320,6 +321,9 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	sc.mode = cfg->ps.mode;
 	sc.staleness = (int)cfg->strategy.staleness;
 	sc.backup_workers = (int)cfg->strategy.backup_workers;
+	sc.min_workers = (int)cfg->strategy.min_workers;
+	sc.elastic_timeout = cfg->strategy.elastic_timeout;
+	sc.elastic_lr_linear = strcmp(cfg->strategy.elastic_lr, "linear") == 0;
 	wf_config_optim(cfg, &sc.optim);
 	sc.views = m->views;
 	sc.nviews = m->nviews;

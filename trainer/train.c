@@ -859,7 +859,14 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 			c->checkpoint.every_steps > 0 && done % c->checkpoint.every_steps == 0;
 		int stop_here = stop_at > 0 && done == stop_at;
 		/* allreduce: every rank stops after the same step, whichever got the signal */
-		int stop = wf_exchange_should_stop(r->x, step, stop_requested);
+		int stop = wf_exchange_should_stop(r->x, step, stop_requested), left = 0;
+		if (stop && done < steps && (rc = wf_exchange_leave(r->x, &left, err)) != 0)
+			return rc;
+		if (left) { /* elastic: the others go on; the chief keeps the checkpoints */
+			wf_progress_message(&r->prog, "left the job after step %ld (elastic)",
+					    done);
+			return 0;
+		}
 		if (periodic || done == steps || stop || stop_here) {
 			if ((rc = check_params_finite(r, done, err)) != 0)
 				return rc;

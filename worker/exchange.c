@@ -52,6 +52,12 @@ int wf_exchange_backup_stats(wf_exchange *x, wf_exchange_backup *out, wf_err *er
 	return x->ops->backup_stats(x, out, err);
 }
 
+int wf_exchange_leave(wf_exchange *x, int *left, wf_err *err)
+{
+	*left = 0;
+	return x->ops->leave ? x->ops->leave(x, left, err) : 0;
+}
+
 void wf_exchange_free(wf_exchange *x)
 {
 	if (x)

@@ -60,6 +60,10 @@ typedef struct wf_exchange_ops {
 	int (*feed)(wf_exchange *x, struct wf_exchange_feed *f);
 	/* Backup workers: the job's statistics (see wf_exchange_backup_stats). May be NULL. */
 	int (*backup_stats)(wf_exchange *x, struct wf_exchange_backup *out, wf_err *err);
+	/* The run was stopped: leave the job for good if this worker may (ps,
+	 * elastic, not the chief; the others go on without it): *left 1, else
+	 * 0 (stop as usual). Returns 0 or an error. May be NULL. */
+	int (*leave)(wf_exchange *x, int *left, wf_err *err);
 } wf_exchange_ops;
 
 struct wf_exchange {
@@ -127,6 +131,8 @@ int wf_exchange_should_stop(wf_exchange *x, long step, int requested);
 int wf_exchange_get_feed(wf_exchange *x, wf_exchange_feed *f);
 /* Backup workers' statistics (chief); WF_EINVAL when the exchange has none. */
 int wf_exchange_backup_stats(wf_exchange *x, wf_exchange_backup *out, wf_err *err);
+/* See leave above. */
+int wf_exchange_leave(wf_exchange *x, int *left, wf_err *err);
 void wf_exchange_free(wf_exchange *x); /* accepts NULL */
 
 /* ---- local: one process, the optimizer applied in place ---------------- */

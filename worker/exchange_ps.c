@@ -40,6 +40,7 @@ typedef struct ps_ctx {
 	long *steps;	 /* [nservers] scratch for register */
 	long upe;	 /* backup workers: units per epoch (wf_exchange.units_per_epoch) */
 	int job_over;	 /* the job had ended before this process started */
+	int left;	 /* elastic: this worker left the job (ps_leave) */
 	double ready_at; /* wf_now() when the step's values were in (slow_factor) */
 	/* backup workers */
 	int ref;	     /* the chunk whose replies hand out units (the last one) */
@@ -47,6 +48,12 @@ typedef struct ps_ctx {
 	wf_ps_stats st;	     /* the last backup_stats */
 	int have_st;
 } ps_ctx;
+
+/* The servers hand out data units (backup workers, elastic membership). */
+static int units_on(const ps_ctx *c)
+{
+	return c->cfg.backup_workers > 0 || c->cfg.min_workers > 0;
+}
 
 static void sleep_s(double s)
 {
@@ -99,7 +106,7 @@ static int feed_after_pull(wf_exchange *x, int ask, wf_err *err);
 static int pull_all(ps_ctx *c, long *version, wf_err *err)
 {
 	/* backup workers: the pull of the last chunk also hands this worker a unit */
-	uint32_t upe = c->cfg.backup_workers > 0 ? (uint32_t)c->upe : 0;
+	uint32_t upe = units_on(c) ? (uint32_t)c->upe : 0;
 	int rc = wf_ps_client_pull_aux(c->cl, -1, upe, version, err);
 	if (rc == 0 && c->m->nstate)
 		rc = wf_ps_client_pull_state(c->cl, err);
@@ -230,7 +237,7 @@ static long handed_unit(ps_ctx *c)
 static int feed_after_pull(wf_exchange *x, int ask, wf_err *err)
 {
 	ps_ctx *c = x->ctx;
-	if (c->cfg.backup_workers <= 0 || c->job_over)
+	if (!units_on(c) || c->job_over)
 		return 0;
 	if (ask) {
 		int rc = wf_ps_client_pull_aux(c->cl, c->ref, (uint32_t)c->upe, NULL, err);
@@ -268,7 +275,7 @@ static void feed_after_step(ps_ctx *c, long step)
 static int ps_feed(wf_exchange *x, wf_exchange_feed *f)
 {
 	ps_ctx *c = x->ctx;
-	if (c->cfg.backup_workers <= 0 || c->job_over)
+	if (!units_on(c) || c->job_over)
 		return 0;
 	*f = c->fd;
 	return 1;
@@ -277,7 +284,7 @@ static int ps_feed(wf_exchange *x, wf_exchange_feed *f)
 static int ps_backup_stats(wf_exchange *x, wf_exchange_backup *out, wf_err *err)
 {
 	ps_ctx *c = x->ctx;
-	if (c->cfg.backup_workers <= 0)
+	if (!units_on(c))
 		return wf_errf(err, WF_EINVAL, "ps: no backup workers");
 	if (c->have_st)
 		wf_ps_stats_free(&c->st);
@@ -418,7 +425,7 @@ static int ps_step(wf_exchange *x, long step, long *to, wf_err *err)
 	c->push_rc = 0;
 	if (rc == 0) {
 		c->step = step + 1;
-		if (c->cfg.backup_workers > 0)
+		if (units_on(c))
 			feed_after_step(c, step);
 		if (wf_exec_params_from_host(c->ex) != 0)
 			return wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
@@ -452,7 +459,7 @@ static int ps_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 static int ps_finish(wf_exchange *x, long *to, wf_err *err)
 {
 	ps_ctx *c = x->ctx;
-	if (c->job_over)
+	if (c->job_over || c->left)
 		return 0;
 	/* every live worker reaches the end before the chief stops the servers */
 	int rc = wf_ps_client_barrier(c->cl, c->step, err);
@@ -520,6 +527,23 @@ static void ps_free(wf_exchange *x)
 	free(x);
 }
 
+/* Elastic: a worker other than the chief leaves for good when stopped. */
+static int ps_leave(wf_exchange *x, int *left, wf_err *err)
+{
+	ps_ctx *c = x->ctx;
+	*left = 0;
+	if (c->cfg.min_workers <= 0 || x->is_chief || c->job_over)
+		return 0;
+	int rc = wf_ps_client_leave(c->cl, err);
+	if (rc != 0)
+		return wf_err_wrap(err, "ps: worker %d leaving the job", x->rank), rc;
+	wf_info("ps: worker %d left the job after step %ld (elastic: the others go on)", x->rank,
+		c->step);
+	wf_event("left", json_pack("{s:I}", "step", (json_int_t)c->step));
+	c->left = *left = 1;
+	return 0;
+}
+
 static const wf_exchange_ops ps_ops = {
 	.start = ps_start,
 	.grad_ready = ps_grad_ready,
@@ -529,6 +553,7 @@ static const wf_exchange_ops ps_ops = {
 	.free = ps_free,
 	.feed = ps_feed,
 	.backup_stats = ps_backup_stats,
+	.leave = ps_leave,
 };
 
 /* cfg.debug_stall="rank:step:seconds": worker `rank` sleeps once, before

@@ -46,6 +46,10 @@ typedef struct wf_exchange_ps_cfg {
 	/* sync: steps complete without the last backup_workers pushes, and the
 	 * servers hand out data units (exchange.h: wf_exchange_feed); 0: none */
 	int backup_workers;
+	/* sync, elastic membership (strategy.min_workers; ps/server.h): the
+	 * servers hand out data units too, and a stopped worker other than the
+	 * chief leaves the job (exchange.h: leave); 0: not elastic */
+	int min_workers;
 	/* > 1: this worker takes that many times as long per step (it sleeps
 	 * before pushing; ps.debug_slow: a straggler); <= 1: as it is */
 	double slow_factor;

@@ -99,6 +99,8 @@ static const char *const *endpoints(int n)
 	return eps;
 }
 
+static int push_contributors = 4; /* workers' mean gradients one push sums */
+
 static wf_ps_client *make_client(const wf_ps_placement *pl, float *params, float *state, int role,
 				 int index, double hb)
 {
@@ -112,7 +114,7 @@ static wf_ps_client *make_client(const wf_ps_placement *pl, float *params, float
 			       .state = state,
 			       .nstate = state ? 10 : 0,
 			       .nslots = 1,
-			       .contributors = 4,
+			       .contributors = push_contributors,
 			       .timeout = 10,
 			       .connect_timeout = 10,
 			       .heartbeat_interval = hb};
@@ -612,6 +614,94 @@ cleanup:
 	kill_children();
 }
 
+/* Elastic membership (min_workers 2 of 3, lr linear): a worker never seen
+ * is not awaited; one that leaves is not either; with fewer than 2 alive a
+ * step waits, then fails for good after elastic_timeout; a worker joining
+ * while a step is open counts in it, wherever its index falls in the order
+ * of the sum; each update is lr x (the step's gradients) / 3. */
+static void test_elastic_membership(void)
+{
+	wf_ps_server_cfg sc;
+	base_cfg(&sc, 0, 1, 3);
+	sc.backend = "ref";
+	sc.optim.momentum = 0;
+	sc.min_workers = 2;
+	sc.elastic_lr_linear = 1;
+	sc.elastic_timeout = 0.8;
+	start_server(&sc);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], pc[NPARAMS], g[NPARAMS], want[NPARAMS];
+	wf_err e = {0};
+	push_contributors = 1; /* one worker's mean gradient per push, as weft's workers */
+	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
+	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0.1);
+	wf_ps_client *c = make_client(&pl, pc, NULL, WF_PS_ROLE_WORKER, 2, 0.1);
+	push_contributors = 4;
+	char log[512];
+	snprintf(log, sizeof(log), "%s/ps-0.log", tmpdir);
+	if (!a || !b || !c || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+		goto cleanup;
+	fill(g, NPARAMS, 31);
+	/* step 0: workers 0 and 1; worker 2 was never seen */
+	for (int k = 0; k < pl.nchunks; k++) {
+		wf_ps_client_push_pull_async(a, k, g, 0, 0, &e);
+		wf_ps_client_push_pull_async(b, k, g, 0, 0, &e);
+	}
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
+	for (int i = 0; i < NPARAMS; i++)
+		want[i] = p0[i] - 0.1f * (2 * g[i]) / 3;
+	WF_CHECK_MSG(max_diff(pa, want, NPARAMS) < 1e-6f, "%g", max_diff(pa, want, NPARAMS));
+	/* worker 1 leaves: worker 0 alone is below min_workers, so step 1 waits,
+	 * then fails for good (its pushes are dropped) */
+	WF_CHECK_MSG(wf_ps_client_leave(b, &e) == 0, "%s", e.msg);
+	WF_CHECK(file_contains(log, "left: worker 1", "1 of 3 alive"));
+	double t0 = wf_now();
+	for (int k = 0; k < pl.nchunks; k++)
+		wf_ps_client_push_pull_async(a, k, g, 1, 0, &e);
+	WF_CHECK_INT(wf_ps_client_wait_all(a, &e), WF_EINVAL);
+	double dt = wf_now() - t0;
+	WF_CHECK_MSG(strstr(e.msg, "strategy.min_workers 2") != NULL, "%s", e.msg);
+	WF_CHECK_MSG(dt > 0.5 && dt < 8, "%.2f s", dt);
+	/* the failure dropped the step's pushes; worker 2 joins, and step 1
+	 * completes with workers 0 and 2 */
+	WF_CHECK_INT(wf_ps_client_register(c, NULL, NULL, &e), 0);
+	WF_CHECK(file_contains(log, "joined: worker 2", "2 of 3 alive"));
+	WF_CHECK_INT(wf_ps_client_pull(c, -1, NULL, &e), 0);
+	for (int k = 0; k < pl.nchunks; k++) {
+		wf_ps_client_push_pull_async(a, k, g, 1, 0, &e);
+		wf_ps_client_push_pull_async(c, k, g, 1, 0, &e);
+	}
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_wait_all(c, &e) == 0, "%s", e.msg);
+	for (int i = 0; i < NPARAMS; i++)
+		want[i] -= 0.1f * (2 * g[i]) / 3;
+	WF_CHECK_MSG(max_diff(pc, want, NPARAMS) < 1e-6f, "%g", max_diff(pc, want, NPARAMS));
+	/* step 2: worker 0 pushes (the sum passes worker 1, not alive, and
+	 * waits for 2); worker 1 comes back before worker 2 pushes: counted */
+	for (int k = 0; k < pl.nchunks; k++)
+		wf_ps_client_push_pull_async(a, k, g, 2, 0, &e);
+	WF_CHECK_INT(wf_ps_client_register(b, NULL, NULL, &e), 0);
+	for (int k = 0; k < pl.nchunks; k++)
+		wf_ps_client_push_pull_async(b, k, g, 2, 0, &e);
+	for (int k = 0; k < pl.nchunks; k++)
+		wf_ps_client_push_pull_async(c, k, g, 2, 0, &e);
+	WF_CHECK_MSG(wf_ps_client_wait_all(c, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	for (int i = 0; i < NPARAMS; i++)
+		want[i] -= 0.1f * (3 * g[i]) / 3;
+	WF_CHECK_MSG(max_diff(pb, want, NPARAMS) < 1e-6f, "%g", max_diff(pb, want, NPARAMS));
+	WF_CHECK(max_diff(pa, pb, NPARAMS) == 0.0f && max_diff(pc, pb, NPARAMS) == 0.0f);
+cleanup:
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_client_free(c);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
 static void test_stalled_worker_is_named(void)
 {
 	wf_ps_server_cfg sc;
@@ -691,6 +781,7 @@ int main(void)
 	WF_RUN(test_ssp_bounds_staleness);
 	WF_RUN(test_checkpoint_kill9_restore);
 	WF_RUN(test_dead_worker_leaves_count);
+	WF_RUN(test_elastic_membership);
 	WF_RUN(test_stalled_worker_is_named);
 	WF_RUN(test_client_timeout_names_server);
 	kill_children();
