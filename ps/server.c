@@ -206,8 +206,12 @@ static void handle(server *s, int n, int overflow)
 					   "register again",
 					   w, s->cfg->heartbeat_timeout);
 			return;
-		} else if (wk->alive == 1 || s->cfg->min_workers <= 0) {
-			wk->alive = 1; /* elastic: only register makes a worker a member */
+		} else {
+			/* a worker that talks before it registers (its heartbeats) or
+			 * without registering again (a server restarted) is a member */
+			if (wk->alive != 1 && s->cfg->min_workers > 0)
+				membership_event(s, "worker_joined", w, 1);
+			wk->alive = 1;
 		}
 	}
 	int role = WF_PS_SENDER_ROLE(h->sender);

@@ -367,14 +367,14 @@ static int install_backup(server *s, int g, int p, uint32_t join)
 	int n = 0;
 	for (int i = 0; i < s->nchunks; i++) {
 		schunk *c = &s->chunks[i];
-		if (c->group != g)
+		if (c->group != g || !c->initialized) /* its init is replicated when it comes */
 			continue;
 		if (send_install(s, p, c, join))
 			return -1;
 		c->racked[p] = c->rseq;
 		n++;
 	}
-	if (g == 0 && s->nstate) {
+	if (g == 0 && s->nstate && s->state_initialized) {
 		if (send_install(s, p, NULL, join))
 			return -1;
 		n++;
@@ -423,7 +423,9 @@ void wf_pss_op_join(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	if (gr->role == GRP_BACKUP && ready && (h->flags & WF_PS_FLAG_FAILOVER) &&
 	    gr->primary == from)
 		become_primary(s, g, "its primary restarted and asked this server to take over");
-	if (gr->role == GRP_PRIMARY && ready) {
+	/* a primary takes a backup whenever it asks, before the chief seeded the
+	 * group too (a new job): what is not initialized yet follows as inits */
+	if (gr->role == GRP_PRIMARY) {
 		int n = install_backup(s, g, from, h->aux);
 		if (n >= 0) {
 			wf_info("ps %d: ps %d joins group %d as a backup: sending its %d chunk(s) "
