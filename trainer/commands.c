@@ -9,6 +9,7 @@
 #include "trainer/cli.h"
 #include "trainer/config.h"
 #include "trainer/evaluate.h"
+#include "trainer/job.h"
 #include "trainer/role.h"
 #include "trainer/train.h"
 #include "worker/data.h"
@@ -115,7 +116,7 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		cfg.train.threads = wf_config_default_threads();
 	if (accumulate >= 0)
 		cfg.train.accumulate = accumulate;
-	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
+	if ((rc = wf_job_security_flags(&cfg, key_dir, insecure, err)) != 0)
 		goto free_lists;
 	wf_config_apply_process(&cfg);
 	if ((rc = wf_config_validate(&cfg, err)) != 0) {

@@ -13,7 +13,7 @@
 #include "trainer/cli.h"
 #include "trainer/config.h"
 #include "trainer/netem.h"
-#include "trainer/role.h"
+#include "trainer/job.h"
 #include "ps/auth.h"
 
 #include <arpa/inet.h>
@@ -649,7 +649,7 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 			     cfg.ps.replicas, cfg.ps.replicas, cfg.ps.replicas, nps);
 		goto cleanup;
 	}
-	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
+	if ((rc = wf_job_security_flags(&cfg, key_dir, insecure, err)) != 0)
 		goto cleanup;
 	if ((rc = wf_events_open(cfg.log.events, "launch", err)) != 0)
 		goto cleanup;
@@ -687,7 +687,7 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 			snprintf(cfg.cluster.key_dir, sizeof(cfg.cluster.key_dir), "fd:%d",
 				 l->key_fd);
 		}
-		rc = wf_role_keys(&cfg, &keys, &kp, err);
+		rc = wf_job_keys(&cfg, &keys, &kp, err);
 		memset(&keys, 0, sizeof(keys));
 		if (rc != 0)
 			goto cleanup;
