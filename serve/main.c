@@ -45,7 +45,7 @@ typedef struct serve_opts {
 	long timeout_us;
 	long batch_threads; /* 0: default */
 	const char *device;
-	const char *precision; /* fp32, bf16, int8, auto */
+	const char *precision; /* WF_PRECISIONS; NULL: each model file's, else fp32 */
 	long threads;	       /* 0: cores / batch threads */
 	long max_body;
 	double request_timeout;
@@ -85,7 +85,7 @@ typedef struct serve_opts {
 	int shm_policy;
 	int grpc_ports_set; /* bit 1: --port given, bit 2: --grpc_port given */
 	/* from the environment, as weft reads them (README, environment variables) */
-	wf_backend_opts backend; /* GPU index, cuda precision, cuDNN workspace */
+	wf_backend_opts backend; /* GPU index, cuDNN workspace */
 	int busy_at_start;	 /* CPUs found busy at start (WF_CPUS_BUSY_ENV); -1: not known */
 } serve_opts;
 
@@ -125,7 +125,7 @@ static const char serve_epilog[] =
 	"(N > 0: debug, as --verbose), --log-info, --log-warning, --log-error (each\n"
 	"true by default; all false: no log).\n"
 	"\n"
-	"environment: WEFT_PRECISION (cuda conv precision), WEFT_CUDNN_WORKSPACE_MB,\n"
+	"environment: WEFT_PRECISION (as --precision, which wins), WEFT_CUDNN_WORKSPACE_MB,\n"
 	"and the GPU index from OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK,\n"
 	"SLURM_LOCALID, LOCAL_RANK or WEFT_CUDA_DEVICE (the first set), as for weft.\n"
 	"\n"
@@ -235,6 +235,13 @@ static int check_ranges(serve_opts *o, wf_err *err)
 			       "flag --model_name: \"%s\" must be non-empty without "
 			       "'/', ':', spaces, '?' or '#'",
 			       o->model_name);
+	const char *prec = o->precision ? wf_backend_precision_canon(o->precision) : NULL;
+	if (o->precision && !prec)
+		return wf_errf(
+			err, WF_EINVAL,
+			"flag --precision (or WEFT_PRECISION): '%s' is not one of " WF_PRECISIONS,
+			o->precision);
+	o->precision = prec;
 	if (o->load_models.n > 64)
 		return wf_errf(err, WF_EINVAL, "more than %d --load-model flags", 64);
 	long *zero_unset[] = {&o->max_image_pixels, &o->batch_threads, &o->http_threads,
@@ -292,14 +299,15 @@ static int open_log_file(const char *path, wf_err *err)
 }
 
 /* The environment weft-serve reads, as weft reads it (README, environment
- * variables): the GPU settings. */
+ * variables): the compute precision and the GPU settings. */
 static void resolve_env(serve_opts *o)
 {
 	static const char *const local[] = {"OMPI_COMM_WORLD_LOCAL_RANK",
 					    "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
 					    "LOCAL_RANK", "WEFT_CUDA_DEVICE"};
-	const char *v = getenv("WEFT_PRECISION");
-	snprintf(o->backend.precision, sizeof(o->backend.precision), "%s", v ? v : "");
+	const char *v = getenv("WEFT_PRECISION"); /* as --precision, which wins */
+	if (v && *v)
+		o->precision = v;
 	for (size_t i = 0; i < WF_ARRAY_LEN(local); i++)
 		if ((v = getenv(local[i])) && *v) {
 			o->backend.device_index = atoi(v);
@@ -399,9 +407,12 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		 "forward threads (default 2 with batching, else the number of cores)"},
 		{"device", WF_FLAG_STR, &o->device, "D", "auto, cpu, cuda or ref (default auto)"},
 		{"precision", WF_FLAG_STR, &o->precision, "P",
-		 "conv compute fp32, bf16 (fp32 with a notice where the CPU lacks bf16), int8 "
-		 "(versions exported with --quantize int8; fp32 with a notice for others) or auto "
-		 "(default: what each model file names (weft export --precision), else fp32)"},
+		 "compute precision (environment: WEFT_PRECISION): fp32, bf16 (fp32 with a notice "
+		 "where the device lacks native bf16), int8 (versions exported with --quantize "
+		 "int8; fp32 with a notice for others), tf32 or fp16 (the cuda device's; fp32 with "
+		 "a "
+		 "notice elsewhere) or auto (default: what each model file names (weft export "
+		 "--precision), else fp32)"},
 		{"threads", WF_FLAG_INT, &o->threads, "N",
 		 "compute threads per forward thread (default cores / forward threads)"},
 		{"max_request_bytes", WF_FLAG_INT, &o->max_body, "N",

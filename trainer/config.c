@@ -84,10 +84,12 @@ static const key_def keys[] = {
 	{"train.accumulate", T_INT, F(train.accumulate), "1",
 	 "micro-batches summed before each optimizer step"},
 	{"train.precision", T_STR, F(train.precision), "\"fp32\"",
-	 "compute precision (master weights, optimizer state and sums stay fp32): fp32; bf16 "
-	 "(the tensors between a conv, its batch norm and the next conv or add stay bf16 too); "
-	 "tf32 or fp16 (cuda only); auto (bf16 where native); one the device lacks trains in "
-	 "fp32 with a notice"},
+	 "compute precision of the training plans, as --precision everywhere (master weights, "
+	 "optimizer state and sums stay fp32): fp32; bf16 (the tensors between a conv, its batch "
+	 "norm and the next conv or add stay bf16 too); tf32 or fp16 (the cuda device's); auto "
+	 "(bf16 where native, else fp32); float32, bfloat16, float16 are accepted for fp32, bf16, "
+	 "fp16; one the device lacks trains in fp32 with a notice; int8 is an error (inference "
+	 "only)"},
 	{"optimizer.name", T_STR, F(optimizer.name), "\"sgd\"", "sgd, adam or adamw"},
 	{"optimizer.lr", T_NUM, F(optimizer.lr), STR(WF_OPTIM_LR_DEFAULT), "base learning rate"},
 	{"optimizer.momentum", T_NUM, F(optimizer.momentum), STR(WF_OPTIM_MOMENTUM_DEFAULT),
@@ -777,9 +779,6 @@ void wf_config_backend_opts(const wf_config *c, wf_backend_opts *o)
 			break;
 		}
 	}
-	/* "auto" is resolved after creation (wf_backend_set_precision) */
-	snprintf(o->precision, sizeof(o->precision), "%s",
-		 strcmp(c->train.precision, "auto") ? c->train.precision : "");
 	o->workspace_mb = c->train.cudnn_workspace_mb;
 }
 

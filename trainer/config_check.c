@@ -6,6 +6,7 @@
 #include "model/model.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 static int one_of(const char *v, const char *choices)
@@ -65,9 +66,13 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	     "train.threads: must be in [0, 4096], got %ld", c->train.threads);
 	NEED(one_of(c->train.device, "cpu ref cuda auto"),
 	     "train.device: expected cpu, ref, cuda or auto, got '%s'", c->train.device);
-	NEED(one_of(c->train.precision, "fp32 tf32 bf16 fp16 auto"),
-	     "train.precision: expected fp32, tf32, bf16, fp16 or auto, got '%s'",
-	     c->train.precision);
+	const char *prec = wf_backend_precision_canon(c->train.precision);
+	NEED(prec, "train.precision: '%s' is not one of " WF_PRECISIONS, c->train.precision);
+	NEED(strcmp(prec, "int8") != 0,
+	     "train.precision: int8 is an inference precision (calibrate a trained model with "
+	     "`weft export --quantize int8`); training computes in fp32, tf32, bf16, fp16 or auto");
+	/* one spelling from here on (config.json records it): bf16, not bfloat16 */
+	snprintf(c->train.precision, sizeof(c->train.precision), "%s", prec);
 	NEED(c->train.accumulate >= 1 && c->train.accumulate <= 65536,
 	     "train.accumulate: must be in [1, 65536], got %ld", c->train.accumulate);
 	NEED(c->train.batch_size * c->train.accumulate <= 1 << 22,

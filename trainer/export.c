@@ -402,9 +402,9 @@ int wf_cmd_export(int argc, char **argv, wf_err *err)
 		 "take the class labels from this dataset file (when the model has none)"},
 		{"precision", WF_FLAG_STR, &prec, "P",
 		 "the compute precision weft-serve serves this version in unless its own "
-		 "--precision says otherwise: fp32, bf16 (fp32 with a notice where the CPU "
-		 "lacks bf16), int8 (a model quantised by --quantize int8) or auto (default: none "
-		 "recorded, fp32)"},
+		 "--precision says otherwise: fp32, bf16 (fp32 with a notice where the device "
+		 "lacks native bf16), int8 (a model quantised by --quantize int8), tf32 or fp16 "
+		 "(the cuda device's) or auto (default: none recorded, fp32)"},
 		{"quantize", WF_FLAG_STR, &quantize, "int8",
 		 "calibrate on --calibrate DATA and serve the convolutions in int8 (per-channel "
 		 "s8 weights, activation ranges from the calibration; the file keeps its fp32 "
@@ -456,11 +456,12 @@ int wf_cmd_export(int argc, char **argv, wf_err *err)
 			"(see --help)");
 		goto cleanup;
 	}
-	if (prec && !wf_model_precision_ok(prec)) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "export: --precision %s: expected fp32, bf16, int8 or auto", prec);
+	if (prec && !wf_backend_precision_canon(prec)) {
+		rc = wf_errf(err, WF_EINVAL, "export: --precision %s: not one of " WF_PRECISIONS,
+			     prec);
 		goto cleanup;
 	}
+	prec = prec ? wf_backend_precision_canon(prec) : NULL; /* one spelling in the file */
 	if (quantize && strcmp(quantize, "int8") != 0) {
 		rc = wf_errf(err, WF_EINVAL, "export: --quantize %s: only int8 is supported",
 			     quantize);
