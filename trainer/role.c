@@ -8,7 +8,6 @@
 #include "common/util.h"
 #include "model/model.h"
 #include "ps/auth.h"
-#include "ps/client.h"
 #include "ps/server.h"
 #include "trainer/checkpoint.h"
 #include "trainer/cli.h"
