@@ -123,20 +123,30 @@ int wf_backend_create_opts(wf_backend **out, const char *name, const wf_backend_
 	return 0;
 }
 
-int wf_backend_set_precision(wf_backend *be, const char *want, const char **used, wf_err *err)
+const char *wf_backend_precision_canon(const char *s)
 {
 	static const struct {
 		const char *name, *is;
 	} names[] = {{"fp32", "fp32"},	  {"float32", "fp32"},	{"tf32", "tf32"},
 		     {"bf16", "bf16"},	  {"bfloat16", "bf16"}, {"fp16", "fp16"},
 		     {"float16", "fp16"}, {"int8", "int8"},	{"auto", "auto"}};
-	const char *p = NULL;
-	for (size_t i = 0; want && !p && i < sizeof(names) / sizeof(names[0]); i++)
-		if (strcmp(want, names[i].name) == 0)
-			p = names[i].is;
+	for (size_t i = 0; s && i < sizeof(names) / sizeof(names[0]); i++)
+		if (strcmp(s, names[i].name) == 0)
+			return names[i].is;
+	return NULL;
+}
+
+int wf_backend_precision_fell_back(const char *want, const char *used)
+{
+	const char *w = wf_backend_precision_canon(want);
+	return w && used && strcmp(w, "auto") != 0 && strcmp(w, used) != 0;
+}
+
+int wf_backend_set_precision(wf_backend *be, const char *want, const char **used, wf_err *err)
+{
+	const char *p = wf_backend_precision_canon(want);
 	if (!p)
-		return wf_errf(err, WF_EINVAL,
-			       "precision '%s' is not one of fp32, tf32, bf16, fp16, int8, auto",
+		return wf_errf(err, WF_EINVAL, "precision '%s' is not one of " WF_PRECISIONS,
 			       want ? want : "(null)");
 	be->int8 = strcmp(p, "int8") == 0 && (be->caps & WF_CAP_INT8);
 	if (strcmp(p, "auto") == 0)

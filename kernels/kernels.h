@@ -310,12 +310,11 @@ typedef struct wf_backend_ops {
  * library reads no environment. All zero = every default. */
 #define WF_CUDNN_WORKSPACE_MB_DEFAULT 256
 typedef struct wf_backend_opts {
-	int threads;	    /* worker threads (cpu); 0 = library default */
-	int device_index;   /* GPU (cuda), taken modulo the device count */
-	char precision[16]; /* conv/dense precision (cuda): fp32, tf32, bf16, fp16; "": fp32 */
-	long workspace_mb;  /* cuDNN algorithm-search workspace; <= 0: the default */
-	int sequential;	    /* 1: inference runs one layer after another over the whole
-			     * batch (no branches at once, no tiles: A/B benchmarks) */
+	int threads;	   /* worker threads (cpu); 0 = library default */
+	int device_index;  /* GPU (cuda), taken modulo the device count */
+	long workspace_mb; /* cuDNN algorithm-search workspace; <= 0: the default */
+	int sequential;	   /* 1: inference runs one layer after another over the whole
+			    * batch (no branches at once, no tiles: A/B benchmarks) */
 } wf_backend_opts;
 
 struct wf_backend {
@@ -346,13 +345,29 @@ struct wf_backend {
 /* conv2d_backward adds into a float dx (wf_conv_desc dx_acc) */
 #define WF_CAP_DX_ACC 32u
 
+/* ---- compute precision ------------------------------------------------
+ * The one meaning of "precision" in weft (docs/architecture.md): the
+ * arithmetic of the plans a backend builds from now on, whichever backend it
+ * is and whatever runs them (training, evaluation, serving). Master weights,
+ * optimizer state and sums stay fp32. Every flag, config key and environment
+ * variable that takes a precision takes these names. */
+#define WF_PRECISIONS "fp32, tf32, bf16, fp16, int8, auto"
+/* The canonical name of s: itself for one of WF_PRECISIONS, "fp32" for
+ * "float32", "bf16" for "bfloat16", "fp16" for "float16" (the names Keras
+ * and PyTorch use); NULL for any other (or NULL). */
+const char *wf_backend_precision_canon(const char *s);
 /* Set the compute precision: "fp32", "tf32", "bf16", "fp16", "int8" or
- * "auto" (bf16 where the hardware has native bf16, else fp32). One the
- * backend lacks falls back to fp32 (tf32 and fp16 are the cuda device's);
- * *used (may be NULL) names what is used, so the caller can print the
- * notice. int8 applies to the convolutions of calibrated models (weft export
- * --quantize int8), in inference executors. Fails only on an unknown name. */
+ * "auto" (bf16 where the hardware has native bf16, else fp32), or an alias
+ * of wf_backend_precision_canon. One the backend lacks falls back to fp32
+ * (tf32 and fp16 are the cuda device's, bf16 needs native bf16); *used (may
+ * be NULL) names what is used, so the caller can print the notice
+ * (wf_backend_precision_fell_back). int8 applies to the convolutions of
+ * calibrated models (weft export --quantize int8), in inference executors.
+ * Fails only on an unknown name, listing WF_PRECISIONS. */
 int wf_backend_set_precision(wf_backend *be, const char *want, const char **used, wf_err *err);
+/* 1 when the precision used (from wf_backend_set_precision) is not the one
+ * asked for (want, any spelling): the backend lacks it; "auto" never is. */
+int wf_backend_precision_fell_back(const char *want, const char *used);
 
 /* ---- choosing and owning a backend ------------------------------------ */
 

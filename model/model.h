@@ -110,7 +110,7 @@ typedef struct wf_model_meta {
 				* Rescaling/Normalization, run by the input pipeline instead):
 				* the model takes raw pixels, numbers included */
 	char precision[8];     /* compute precision to serve in (weft export --precision):
-				* "fp32", "bf16", "int8", "auto"; "": not chosen (fp32) */
+				* one of WF_PRECISIONS (kernels.h); "": not chosen (fp32) */
 } wf_model_meta;
 
 /* ---- building ---- */
@@ -170,8 +170,6 @@ double wf_model_flops(const wf_model *m);
 
 void wf_model_meta_init(wf_model_meta *meta); /* scale 1/255, mean 0, std 1, RGB */
 void wf_model_meta_free(wf_model_meta *meta);
-/* 1 when s is a precision a model file may name: fp32, bf16, int8, auto. */
-int wf_model_precision_ok(const char *s);
 
 /* ---- the model file (HDF5) ---- */
 

@@ -46,11 +46,6 @@ void wf_model_meta_free(wf_model_meta *meta)
 	meta->nclasses = 0;
 }
 
-int wf_model_precision_ok(const char *s)
-{
-	return !strcmp(s, "fp32") || !strcmp(s, "bf16") || !strcmp(s, "int8") || !strcmp(s, "auto");
-}
-
 /* ---- writing ------------------------------------------------------------ */
 
 static char *preprocessing_json(const wf_model *m, const wf_model_meta *meta)
@@ -243,12 +238,11 @@ static int parse_preprocessing(const char *text, wf_model_meta *meta, const char
 		meta->pre_in_model = json_is_true(v);
 	}
 	if ((v = json_object_get(p, "precision"))) {
-		const char *s = json_string_value(v);
-		if (!s || !wf_model_precision_ok(s)) {
-			rc = wf_errf(
-				err, WF_EFORMAT,
-				"%s: preprocessing.precision: expected fp32, bf16, int8 or auto",
-				path);
+		const char *s = wf_backend_precision_canon(json_string_value(v));
+		if (!s) {
+			rc = wf_errf(err, WF_EFORMAT,
+				     "%s: preprocessing.precision: not one of " WF_PRECISIONS,
+				     path);
 			goto done;
 		}
 		snprintf(meta->precision, sizeof(meta->precision), "%s", s);

@@ -11,13 +11,13 @@ void wf_optim_cfg_default(wf_optim_cfg *c)
 {
 	memset(c, 0, sizeof(*c));
 	c->kind = WF_OPT_SGD;
-	c->lr = 0.1;
-	c->momentum = 0.9;
-	c->beta1 = 0.9;
-	c->beta2 = 0.999;
-	c->eps = 1e-7;
+	c->lr = WF_OPTIM_LR_DEFAULT;
+	c->momentum = WF_OPTIM_MOMENTUM_DEFAULT;
+	c->beta1 = WF_OPTIM_BETA1_DEFAULT;
+	c->beta2 = WF_OPTIM_BETA2_DEFAULT;
+	c->eps = WF_OPTIM_EPSILON_DEFAULT;
 	c->schedule = WF_SCHED_CONSTANT;
-	c->decay_rate = 0.1;
+	c->decay_rate = WF_OPTIM_DECAY_RATE_DEFAULT;
 }
 
 /* The shortest of %.15g..%.17g that reads back as v ("0.1", not

@@ -37,7 +37,14 @@ typedef struct wf_optim_cfg {
 	const unsigned char *frozen;
 } wf_optim_cfg;
 
-/* Defaults: sgd lr 0.1 momentum 0.9, constant schedule. */
+/* The defaults, written here once (the trainer's config table shows them
+ * through these macros): sgd, lr 0.1, momentum 0.9, constant schedule. */
+#define WF_OPTIM_LR_DEFAULT	    0.1
+#define WF_OPTIM_MOMENTUM_DEFAULT   0.9
+#define WF_OPTIM_BETA1_DEFAULT	    0.9
+#define WF_OPTIM_BETA2_DEFAULT	    0.999
+#define WF_OPTIM_EPSILON_DEFAULT    1e-07
+#define WF_OPTIM_DECAY_RATE_DEFAULT 0.1
 void wf_optim_cfg_default(wf_optim_cfg *c);
 /* The settings that decide an update, as space-separated config-key=value
  * tokens ("optimizer.name=sgd optimizer.lr=0.1 ..."; only those the

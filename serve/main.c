@@ -45,7 +45,7 @@ typedef struct serve_opts {
 	long timeout_us;
 	long batch_threads; /* 0: default */
 	const char *device;
-	const char *precision; /* fp32, bf16, int8, auto */
+	const char *precision; /* WF_PRECISIONS; NULL: each model file's, else fp32 */
 	long threads;	       /* 0: cores / batch threads */
 	long max_body;
 	double request_timeout;
@@ -85,7 +85,7 @@ typedef struct serve_opts {
 	int shm_policy;
 	int grpc_ports_set; /* bit 1: --port given, bit 2: --grpc_port given */
 	/* from the environment, as weft reads them (README, environment variables) */
-	wf_backend_opts backend; /* GPU index, cuda precision, cuDNN workspace */
+	wf_backend_opts backend; /* GPU index, cuDNN workspace */
 	int busy_at_start;	 /* CPUs found busy at start (WF_CPUS_BUSY_ENV); -1: not known */
 } serve_opts;
 
@@ -125,7 +125,7 @@ static const char serve_epilog[] =
 	"(N > 0: debug, as --verbose), --log-info, --log-warning, --log-error (each\n"
 	"true by default; all false: no log).\n"
 	"\n"
-	"environment: WEFT_PRECISION (cuda conv precision), WEFT_CUDNN_WORKSPACE_MB,\n"
+	"environment: WEFT_PRECISION (as --precision, which wins), WEFT_CUDNN_WORKSPACE_MB,\n"
 	"and the GPU index from OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK,\n"
 	"SLURM_LOCALID, LOCAL_RANK or WEFT_CUDA_DEVICE (the first set), as for weft.\n"
 	"\n"
@@ -156,9 +156,8 @@ static int check_addresses(serve_opts *o, wf_err *err)
 	return 0;
 }
 
-/* The ranges of the numeric flags (named by their first spelling), and the
- * values that must be one of a list; then what follows from the flags. */
-static int check_ranges(serve_opts *o, wf_err *err)
+/* The ranges of the numeric flags, each named by its first spelling. */
+static int check_numbers(serve_opts *o, wf_err *err)
 {
 	const struct {
 		const char *flag;
@@ -209,6 +208,12 @@ static int check_ranges(serve_opts *o, wf_err *err)
 		if (!(*reals[i].v >= reals[i].lo && *reals[i].v <= reals[i].hi))
 			return wf_errf(err, WF_EINVAL, "flag %s: %g is not a number in [%g, %g]",
 				       reals[i].flag, *reals[i].v, reals[i].lo, reals[i].hi);
+	return 0;
+}
+
+/* The values that must be one of a list, turned into what they name. */
+static int check_choices(serve_opts *o, wf_err *err)
+{
 	if (!strcmp(o->control_mode, "none"))
 		o->control = WF_SERVE_CONTROL_NONE;
 	else if (!strcmp(o->control_mode, "poll"))
@@ -235,8 +240,22 @@ static int check_ranges(serve_opts *o, wf_err *err)
 			       "flag --model_name: \"%s\" must be non-empty without "
 			       "'/', ':', spaces, '?' or '#'",
 			       o->model_name);
+	const char *prec = o->precision ? wf_backend_precision_canon(o->precision) : NULL;
+	if (o->precision && !prec)
+		return wf_errf(
+			err, WF_EINVAL,
+			"flag --precision (or WEFT_PRECISION): '%s' is not one of " WF_PRECISIONS,
+			o->precision);
+	o->precision = prec;
 	if (o->load_models.n > 64)
 		return wf_errf(err, WF_EINVAL, "more than %d --load-model flags", 64);
+	return 0;
+}
+
+/* The settings that follow from others: the defaults of the flags not
+ * given (UNSET), Triton's switches and TF Serving's millisecond timeout. */
+static void derive(serve_opts *o)
+{
 	long *zero_unset[] = {&o->max_image_pixels, &o->batch_threads, &o->http_threads,
 			      &o->body_budget}; /* UNSET: 0, the derived default */
 	for (size_t i = 0; i < WF_ARRAY_LEN(zero_unset); i++)
@@ -260,6 +279,18 @@ static int check_ranges(serve_opts *o, wf_err *err)
 		o->tf_grpc_port = o->grpc_port = 0;
 	if (o->port == UNSET)
 		o->port = o->repository ? 8000 : 8501; /* Triton's HTTP port */
+}
+
+/* The flags' ranges and choices, what follows from them, one model source
+ * and the listening addresses. */
+static int check_flags(serve_opts *o, wf_err *err)
+{
+	int rc = check_numbers(o, err);
+	if (!rc)
+		rc = check_choices(o, err);
+	if (rc)
+		return rc;
+	derive(o);
 	if (!!o->base_path + !!o->config_file + !!o->repository != 1)
 		return wf_errf(err, WF_EINVAL,
 			       "give one of --model_base_path, --model_config_file or "
@@ -292,14 +323,15 @@ static int open_log_file(const char *path, wf_err *err)
 }
 
 /* The environment weft-serve reads, as weft reads it (README, environment
- * variables): the GPU settings. */
+ * variables): the compute precision and the GPU settings. */
 static void resolve_env(serve_opts *o)
 {
 	static const char *const local[] = {"OMPI_COMM_WORLD_LOCAL_RANK",
 					    "MV2_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID",
 					    "LOCAL_RANK", "WEFT_CUDA_DEVICE"};
-	const char *v = getenv("WEFT_PRECISION");
-	snprintf(o->backend.precision, sizeof(o->backend.precision), "%s", v ? v : "");
+	const char *v = getenv("WEFT_PRECISION"); /* as --precision, which wins */
+	if (v && *v)
+		o->precision = v;
 	for (size_t i = 0; i < WF_ARRAY_LEN(local); i++)
 		if ((v = getenv(local[i])) && *v) {
 			o->backend.device_index = atoi(v);
@@ -399,9 +431,12 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		 "forward threads (default 2 with batching, else the number of cores)"},
 		{"device", WF_FLAG_STR, &o->device, "D", "auto, cpu, cuda or ref (default auto)"},
 		{"precision", WF_FLAG_STR, &o->precision, "P",
-		 "conv compute fp32, bf16 (fp32 with a notice where the CPU lacks bf16), int8 "
-		 "(versions exported with --quantize int8; fp32 with a notice for others) or auto "
-		 "(default: what each model file names (weft export --precision), else fp32)"},
+		 "compute precision (environment: WEFT_PRECISION): fp32, bf16 (fp32 with a notice "
+		 "where the device lacks native bf16), int8 (versions exported with --quantize "
+		 "int8; fp32 with a notice for others), tf32 or fp16 (the cuda device's; fp32 with "
+		 "a "
+		 "notice elsewhere) or auto (default: what each model file names (weft export "
+		 "--precision), else fp32)"},
 		{"threads", WF_FLAG_INT, &o->threads, "N",
 		 "compute threads per forward thread (default cores / forward threads)"},
 		{"max_request_bytes", WF_FLAG_INT, &o->max_body, "N",
@@ -490,59 +525,287 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		fputs(serve_epilog, stdout);
 	if (rc)
 		return rc;
-	return check_ranges(o, err);
+	return check_flags(o, err);
+}
+
+/* The defaults the flags start from (what --help and the README say). */
+static const serve_opts serve_defaults = {
+	.port = UNSET,
+	.bind_address = "0.0.0.0",
+	.allow_http = 1,
+	.allow_grpc = 1,
+	.allow_metrics = 1,
+	.log_info = 1,
+	.log_warning = 1,
+	.log_error = 1,
+	.model_name = "default",
+	.poll_seconds = 1,
+	.max_batch = 32,
+	.timeout_us = 1000,
+	.batch_threads = UNSET,
+	.device = "auto",
+	.precision = NULL,
+	.max_body = 64L << 20,
+	.request_timeout = 30,
+	.idle_timeout = 60,
+	.drain_timeout = 30,
+	.max_image_pixels = UNSET,
+	.http_threads = UNSET,
+	.max_connections = 10000,
+	.header_timeout = 10,
+	.body_timeout = 60,
+	.body_budget = UNSET,
+	.max_queue = 128,
+	.retry_after = 1,
+	.control_mode = "none",
+	.load_threads = 1,
+	.shared_memory = "none",
+	.tf_grpc_port = UNSET,
+	.grpc_port = UNSET,
+	.grpc_max_message = 64L << 20,
+	.grpc_threads = 128,
+};
+
+/* Block the stop signals before any thread starts, so only sigwait sees
+ * them, and shape malloc for request bodies. */
+static void process_setup(sigset_t *stop_set)
+{
+	sigemptyset(stop_set);
+	sigaddset(stop_set, SIGTERM);
+	sigaddset(stop_set, SIGINT);
+	pthread_sigmask(SIG_BLOCK, stop_set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	/* Two malloc arenas: memory freed after a large request goes back to the
+	 * system (malloc_trim) instead of staying in one arena per thread.
+	 * Bodies below WF_SERVE_BODY_REUSE_BYTES come from the arenas, which
+	 * keep up to 4 times that free each: the next request reuses those
+	 * pages instead of faulting in and clearing fresh ones (1.9% of the
+	 * server's CPU for 600 KB images); larger ones are mapped and unmapped. */
+	mallopt(M_ARENA_MAX, 2);
+	mallopt(M_MMAP_THRESHOLD, (int)WF_SERVE_BODY_REUSE_BYTES);
+	mallopt(M_TRIM_THRESHOLD, 4 * (int)WF_SERVE_BODY_REUSE_BYTES);
+}
+
+static wf_serve_repo_opts repo_opts(const serve_opts *f)
+{
+	return (wf_serve_repo_opts){
+		.kind = f->config_file	? WF_SERVE_CONFIG_FILE
+			: f->repository ? WF_SERVE_REPOSITORY
+					: WF_SERVE_SINGLE,
+		.config_file = f->config_file,
+		.config_poll_seconds = f->config_poll_seconds,
+		.repository = f->repository,
+		.control = (wf_serve_control)f->control,
+		.load_models = f->load_models.items,
+		.nload_models = f->load_models.n,
+		.load_threads = (int)f->load_threads,
+		.batch_delay_us = f->timeout_us,
+		.batching = f->batching,
+		.name = f->model_name,
+		.base_path = f->base_path,
+		.device = f->device,
+		.precision = f->precision,
+		.threads = f->threads,
+		.backend = f->backend,
+		.nslots = f->batch_threads,
+		.max_batch = f->max_batch,
+		.poll_seconds = f->poll_seconds,
+		.max_image_pixels = f->max_image_pixels,
+	};
+}
+
+static wf_serve_batcher_opts batcher_opts(const serve_opts *f)
+{
+	return (wf_serve_batcher_opts){
+		.threads = f->batch_threads,
+		.max_batch = f->max_batch,
+		.timeout_us = f->batching ? f->timeout_us : 0,
+		.batching = f->batching,
+		.max_queue = f->max_queue,
+	};
+}
+
+static wf_serve_http_opts http_opts(const serve_opts *f, long cores,
+				    const wf_serve_secrets *secrets)
+{
+	wf_serve_http_opts ho = {
+		.bind_address = f->http_address,
+		.port = f->port,
+		.model_name = f->model_name,
+		.max_body = (size_t)f->max_body,
+		.request_timeout = f->request_timeout,
+		.idle_timeout = f->idle_timeout,
+		/* Requests waiting to fill a batch each hold an HTTP thread. */
+		.threads = f->http_threads,
+		.max_connections = f->max_connections,
+		.max_per_client = f->max_per_client,
+		.max_queue = f->max_queue,
+		.header_timeout = f->header_timeout,
+		.body_timeout = f->body_timeout,
+		.body_budget = f->body_budget ? (size_t)f->body_budget : 4 * (size_t)f->max_body,
+		.retry_after = f->retry_after,
+		.secrets = secrets,
+		.no_metrics = !f->allow_metrics,
+	};
+	/* Handler threads start as requests need them, up to ho.threads (and
+	 * gs.workers per gRPC API); an idle server holds a few per API */
+	ho.start_threads = (int)WF_MIN(cores, 4);
+	if (!ho.threads) /* requests filling a batch and the next each hold one */
+		ho.threads =
+			f->batching
+				? (int)WF_MIN(256,
+					      WF_MAX(16, 2 * f->max_batch * f->batch_threads + 4))
+				: 16;
+	return ho;
+}
+
+/* The servers weft-serve runs, started by start_servers and stopped, NULL
+ * or not, by stop_servers. */
+typedef struct servers {
+	wf_serve_metrics *metrics;
+	wf_serve_repo *repo;
+	wf_serve_batcher *batcher;
+	wf_serve_http *http, *metrics_http;
+	wf_grpc_adapter *grpc_adapter;
+	wf_serve_shm *shm; /* system shared memory regions: HTTP and gRPC share them */
+	wf_grpc_servers *grpc;
+	wf_serve_secrets secrets;
+} servers;
+
+/* Triton's --metrics-port: /metrics on its own port. */
+static int start_metrics_port(servers *sv, const serve_opts *f, const wf_serve_http_opts *ho,
+			      wf_err *err)
+{
+	wf_serve_http_opts mo = *ho;
+	mo.bind_address = f->metrics_address;
+	mo.port = (int)f->metrics_port;
+	mo.threads = 2;
+	mo.start_threads = 1;
+	mo.metrics_only = 1;
+	int rc = wf_serve_http_start(&sv->metrics_http, &mo, sv->repo, sv->batcher, sv->metrics,
+				     err);
+	if (!rc)
+		wf_info("weft-serve: metrics on http://%s:%d/metrics", f->metrics_address,
+			wf_serve_http_port(sv->metrics_http));
+	return rc;
+}
+
+static int start_grpc(servers *sv, const serve_opts *f, long cores, wf_err *err)
+{
+	wf_grpc_adapter_opts ga = {
+		.repo = sv->repo,
+		.batcher = sv->batcher,
+		.metrics = sv->metrics,
+		.request_timeout = f->request_timeout,
+		.max_batch = f->max_batch,
+		.batch_timeout_us = f->batching ? f->timeout_us : 0,
+		.batching = f->batching,
+		.instances = f->batch_threads,
+		.shm = sv->shm,
+	};
+	wf_grpc_servers_opts gs = {
+		.bind_address = f->grpc_address,
+		.tfs_port = f->tf_grpc_port,
+		.kserve_port = f->grpc_port,
+		.max_message = (size_t)f->grpc_max_message,
+		.workers = f->grpc_threads,
+		.start_workers = (int)WF_MIN(cores, 4),
+		.max_queue = 4 * f->grpc_threads,
+		.tfs_default = !(f->grpc_ports_set & 1),
+		.kserve_default = !(f->grpc_ports_set & 2),
+	};
+	/* the same certificate and token as HTTP (TF Serving's --ssl_config_file
+	 * is for its gRPC port) */
+	gs.token = sv->secrets.token;
+	gs.tls_cert = sv->secrets.tls_cert;
+	gs.tls_key = sv->secrets.tls_key;
+	int rc = wf_grpc_adapter_create(&sv->grpc_adapter, &ga, err);
+	if (!rc)
+		rc = wf_grpc_servers_start(&sv->grpc, &gs, sv->grpc_adapter, err);
+	if (!rc)
+		wf_info("weft-serve: gRPC: TF Serving API on port %d, KServe v2 on port %d "
+			"(0: off)",
+			wf_grpc_servers_tfs_port(sv->grpc), wf_grpc_servers_kserve_port(sv->grpc));
+	return rc;
+}
+
+/* Everything weft-serve serves with, in the order requests need it: the
+ * models before the ports that take requests for them. */
+static int start_servers(servers *sv, const serve_opts *f, long cores, wf_err *err)
+{
+	if (!(sv->metrics = wf_serve_metrics_create()))
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	wf_serve_repo_opts ro = repo_opts(f);
+	wf_serve_batcher_opts bo = batcher_opts(f);
+	wf_serve_http_opts ho = http_opts(f, cores, &sv->secrets);
+	int rc = wf_serve_secrets_load(&sv->secrets, f->ssl_cert, f->ssl_key, f->ssl_config,
+				       f->token_file, err);
+	if (!rc)
+		rc = wf_serve_batcher_create(&sv->batcher, &bo, sv->metrics, err);
+	if (!rc)
+		rc = wf_serve_repo_create(&sv->repo, &ro, err);
+	if (!rc && f->shm_policy != WF_SHM_NONE && !(sv->shm = wf_serve_shm_create(f->shm_policy)))
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+	ho.shm = sv->shm;
+	if (!rc && f->allow_http)
+		rc = wf_serve_http_start(&sv->http, &ho, sv->repo, sv->batcher, sv->metrics, err);
+	if (!rc && f->metrics_port)
+		rc = start_metrics_port(sv, f, &ho, err);
+	if (!rc && (f->tf_grpc_port || f->grpc_port))
+		rc = start_grpc(sv, f, cores, err);
+	return rc;
+}
+
+/* After a stop signal: readiness off, no new connections, every request
+ * received answered, for at most drain_timeout seconds. */
+static void drain(servers *sv, int sig, double drain_timeout)
+{
+	wf_cancel_request(); /* a model load in progress stops (common/cancel.h) */
+	wf_info("weft-serve: %s: readiness off, no new connections, answering %d received "
+		"requests (%d gRPC calls)",
+		sig == SIGTERM ? "SIGTERM" : "SIGINT", wf_serve_http_inflight(sv->http),
+		wf_grpc_servers_inflight(sv->grpc));
+	wf_serve_http_drain(sv->http);
+	if (sv->metrics_http)
+		wf_serve_http_drain(sv->metrics_http);
+	if (sv->grpc_adapter)
+		wf_grpc_adapter_drain(sv->grpc_adapter);
+	wf_serve_batcher_flush(sv->batcher);
+	double deadline = wf_now() + drain_timeout;
+	while ((wf_serve_http_inflight(sv->http) > 0 || wf_grpc_servers_inflight(sv->grpc) > 0) &&
+	       wf_now() < deadline) {
+		struct timespec ts = {0, 10 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+	if (wf_serve_http_inflight(sv->http) > 0 || wf_grpc_servers_inflight(sv->grpc) > 0)
+		wf_warn("weft-serve: %d requests and %d gRPC calls still in flight after %.0fs; "
+			"stopping anyway",
+			wf_serve_http_inflight(sv->http), wf_grpc_servers_inflight(sv->grpc),
+			drain_timeout);
+	else
+		wf_info("weft-serve: drained; exiting");
+}
+
+static void stop_servers(servers *sv)
+{
+	wf_grpc_servers_stop(sv->grpc);
+	wf_grpc_adapter_free(sv->grpc_adapter);
+	wf_serve_secrets_free(&sv->secrets);
+	wf_serve_http_stop(sv->http);
+	wf_serve_http_stop(sv->metrics_http);
+	wf_serve_shm_free(sv->shm);
+	wf_serve_batcher_free(sv->batcher);
+	wf_serve_repo_free(sv->repo);
+	wf_serve_metrics_free(sv->metrics);
 }
 
 int main(int argc, char **argv)
 {
 	wf_json_budget_install(); /* before any thread parses JSON */
-	serve_opts f = {
-		.port = UNSET,
-		.bind_address = "0.0.0.0",
-		.allow_http = 1,
-		.allow_grpc = 1,
-		.allow_metrics = 1,
-		.log_info = 1,
-		.log_warning = 1,
-		.log_error = 1,
-		.model_name = "default",
-		.poll_seconds = 1,
-		.max_batch = 32,
-		.timeout_us = 1000,
-		.batch_threads = UNSET,
-		.device = "auto",
-		.precision = NULL,
-		.max_body = 64L << 20,
-		.request_timeout = 30,
-		.idle_timeout = 60,
-		.drain_timeout = 30,
-		.max_image_pixels = UNSET,
-		.http_threads = UNSET,
-		.max_connections = 10000,
-		.header_timeout = 10,
-		.body_timeout = 60,
-		.body_budget = UNSET,
-		.max_queue = 128,
-		.retry_after = 1,
-		.control_mode = "none",
-		.load_threads = 1,
-		.shared_memory = "none",
-		.tf_grpc_port = UNSET,
-		.grpc_port = UNSET,
-		.grpc_max_message = 64L << 20,
-		.grpc_threads = 128,
-	};
+	serve_opts f = serve_defaults;
 	wf_err err = {0};
-	wf_serve_metrics *metrics = NULL;
-	wf_serve_repo *repo = NULL;
-	wf_serve_batcher *batcher = NULL;
-	wf_serve_http *http = NULL, *metrics_http = NULL;
 	openmp_wait(argv); /* OpenMP threads spin briefly or sleep; may re-exec once */
-	wf_grpc_adapter *grpc_adapter = NULL;
-	wf_serve_shm *shm = NULL; /* system shared memory regions: HTTP and gRPC share them */
-	wf_grpc_servers *grpc = NULL;
-	wf_serve_secrets secrets = {0};
-	resolve_env(&f); /* defaults < environment < flags */
+	resolve_env(&f);   /* defaults < environment < flags */
 	int rc = parse_flags(argc, argv, &f, &err);
 	if (rc == 1)
 		return 0;
@@ -561,192 +824,24 @@ int main(int argc, char **argv)
 	if (!f.threads)
 		f.threads = (int)WF_MAX(1, cores / f.batch_threads);
 
-	/* Block the stop signals before any thread starts, so only sigwait sees them. */
 	sigset_t stop_set;
-	sigemptyset(&stop_set);
-	sigaddset(&stop_set, SIGTERM);
-	sigaddset(&stop_set, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &stop_set, NULL);
-	signal(SIGPIPE, SIG_IGN);
-	/* Two malloc arenas: memory freed after a large request goes back to the
-	 * system (malloc_trim) instead of staying in one arena per thread.
-	 * Bodies below WF_SERVE_BODY_REUSE_BYTES come from the arenas, which
-	 * keep up to 4 times that free each: the next request reuses those
-	 * pages instead of faulting in and clearing fresh ones (1.9% of the
-	 * server's CPU for 600 KB images); larger ones are mapped and unmapped. */
-	mallopt(M_ARENA_MAX, 2);
-	mallopt(M_MMAP_THRESHOLD, (int)WF_SERVE_BODY_REUSE_BYTES);
-	mallopt(M_TRIM_THRESHOLD, 4 * (int)WF_SERVE_BODY_REUSE_BYTES);
-
-	metrics = wf_serve_metrics_create();
-	if (!metrics) {
-		rc = wf_errf(&err, WF_ENOMEM, "out of memory");
-		goto out;
+	process_setup(&stop_set);
+	servers sv = {0};
+	if ((rc = start_servers(&sv, &f, cores, &err)) == 0) {
+		wf_info("weft-serve: model %s from %s on http://%s:%d (0: off) (device %s, "
+			"batching %s, max_batch_size %ld, %ld forward threads x %ld compute "
+			"threads)",
+			f.base_path ? f.model_name : "(many)",
+			f.base_path	? f.base_path
+			: f.config_file ? f.config_file
+					: f.repository,
+			f.http_address, wf_serve_http_port(sv.http), f.device,
+			f.batching ? "on" : "off", f.max_batch, f.batch_threads, f.threads);
+		int sig = 0;
+		sigwait(&stop_set, &sig);
+		drain(&sv, sig, f.drain_timeout);
 	}
-	wf_serve_repo_opts ro = {
-		.kind = f.config_file  ? WF_SERVE_CONFIG_FILE
-			: f.repository ? WF_SERVE_REPOSITORY
-				       : WF_SERVE_SINGLE,
-		.config_file = f.config_file,
-		.config_poll_seconds = f.config_poll_seconds,
-		.repository = f.repository,
-		.control = (wf_serve_control)f.control,
-		.load_models = f.load_models.items,
-		.nload_models = f.load_models.n,
-		.load_threads = (int)f.load_threads,
-		.batch_delay_us = f.timeout_us,
-		.batching = f.batching,
-		.name = f.model_name,
-		.base_path = f.base_path,
-		.device = f.device,
-		.precision = f.precision,
-		.threads = f.threads,
-		.backend = f.backend,
-		.nslots = f.batch_threads,
-		.max_batch = f.max_batch,
-		.poll_seconds = f.poll_seconds,
-		.max_image_pixels = f.max_image_pixels,
-	};
-	wf_serve_batcher_opts bo = {
-		.threads = f.batch_threads,
-		.max_batch = f.max_batch,
-		.timeout_us = f.batching ? f.timeout_us : 0,
-		.batching = f.batching,
-		.max_queue = f.max_queue,
-	};
-	wf_serve_http_opts ho = {
-		.bind_address = f.http_address,
-		.port = f.port,
-		.model_name = f.model_name,
-		.max_body = (size_t)f.max_body,
-		.request_timeout = f.request_timeout,
-		.idle_timeout = f.idle_timeout,
-		/* Requests waiting to fill a batch each hold an HTTP thread. */
-		.threads = f.http_threads,
-		.max_connections = f.max_connections,
-		.max_per_client = f.max_per_client,
-		.max_queue = f.max_queue,
-		.header_timeout = f.header_timeout,
-		.body_timeout = f.body_timeout,
-		.body_budget = f.body_budget ? (size_t)f.body_budget : 4 * (size_t)f.max_body,
-		.retry_after = f.retry_after,
-		.secrets = &secrets,
-		.no_metrics = !f.allow_metrics,
-	};
-	/* Handler threads start as requests need them, up to ho.threads (and
-	 * gs.workers per gRPC API); an idle server holds a few per API */
-	ho.start_threads = (int)WF_MIN(cores, 4);
-	if (!ho.threads) /* requests filling a batch and the next each hold one */
-		ho.threads =
-			f.batching ? (int)WF_MIN(256,
-						 WF_MAX(16, 2 * f.max_batch * f.batch_threads + 4))
-				   : 16;
-	rc = wf_serve_secrets_load(&secrets, f.ssl_cert, f.ssl_key, f.ssl_config, f.token_file,
-				   &err);
-	if (!rc)
-		rc = wf_serve_batcher_create(&batcher, &bo, metrics, &err);
-	if (!rc)
-		rc = wf_serve_repo_create(&repo, &ro, &err);
-	if (!rc && f.shm_policy != WF_SHM_NONE && !(shm = wf_serve_shm_create(f.shm_policy)))
-		rc = wf_errf(&err, WF_ENOMEM, "out of memory");
-	ho.shm = shm;
-	if (!rc && f.allow_http)
-		rc = wf_serve_http_start(&http, &ho, repo, batcher, metrics, &err);
-	if (!rc && f.metrics_port) { /* Triton's --metrics-port: /metrics on its own port */
-		wf_serve_http_opts mo = ho;
-		mo.bind_address = f.metrics_address;
-		mo.port = (int)f.metrics_port;
-		mo.threads = 2;
-		mo.start_threads = 1;
-		mo.metrics_only = 1;
-		rc = wf_serve_http_start(&metrics_http, &mo, repo, batcher, metrics, &err);
-		if (!rc)
-			wf_info("weft-serve: metrics on http://%s:%d/metrics", f.metrics_address,
-				wf_serve_http_port(metrics_http));
-	}
-	if (!rc && (f.tf_grpc_port || f.grpc_port)) {
-		wf_grpc_adapter_opts ga = {
-			.repo = repo,
-			.batcher = batcher,
-			.metrics = metrics,
-			.request_timeout = f.request_timeout,
-			.max_batch = f.max_batch,
-			.batch_timeout_us = bo.timeout_us,
-			.batching = f.batching,
-			.instances = f.batch_threads,
-			.shm = shm,
-		};
-		wf_grpc_servers_opts gs = {
-			.bind_address = f.grpc_address,
-			.tfs_port = f.tf_grpc_port,
-			.kserve_port = f.grpc_port,
-			.max_message = (size_t)f.grpc_max_message,
-			.workers = f.grpc_threads,
-			.start_workers = (int)WF_MIN(cores, 4),
-			.max_queue = 4 * f.grpc_threads,
-			.tfs_default = !(f.grpc_ports_set & 1),
-			.kserve_default = !(f.grpc_ports_set & 2),
-		};
-		/* the same certificate and token as HTTP (TF Serving's --ssl_config_file
-		 * is for its gRPC port) */
-		gs.token = secrets.token;
-		gs.tls_cert = secrets.tls_cert;
-		gs.tls_key = secrets.tls_key;
-		rc = wf_grpc_adapter_create(&grpc_adapter, &ga, &err);
-		if (!rc)
-			rc = wf_grpc_servers_start(&grpc, &gs, grpc_adapter, &err);
-		if (!rc)
-			wf_info("weft-serve: gRPC: TF Serving API on port %d, KServe v2 on port %d "
-				"(0: off)",
-				wf_grpc_servers_tfs_port(grpc), wf_grpc_servers_kserve_port(grpc));
-	}
-	if (rc)
-		goto out;
-	wf_info("weft-serve: model %s from %s on http://%s:%d (0: off) (device %s, batching %s, "
-		"max_batch_size %ld, %ld forward threads x %ld compute threads)",
-		f.base_path ? f.model_name : "(many)",
-		f.base_path	? f.base_path
-		: f.config_file ? f.config_file
-				: f.repository,
-		f.http_address, wf_serve_http_port(http), f.device, f.batching ? "on" : "off",
-		f.max_batch, f.batch_threads, f.threads);
-
-	int sig = 0;
-	sigwait(&stop_set, &sig);
-	wf_cancel_request(); /* a model load in progress stops (common/cancel.h) */
-	wf_info("weft-serve: %s: readiness off, no new connections, answering %d received "
-		"requests (%d gRPC calls)",
-		sig == SIGTERM ? "SIGTERM" : "SIGINT", wf_serve_http_inflight(http),
-		wf_grpc_servers_inflight(grpc));
-	wf_serve_http_drain(http);
-	if (metrics_http)
-		wf_serve_http_drain(metrics_http);
-	if (grpc_adapter)
-		wf_grpc_adapter_drain(grpc_adapter);
-	wf_serve_batcher_flush(batcher);
-	double deadline = wf_now() + f.drain_timeout;
-	while ((wf_serve_http_inflight(http) > 0 || wf_grpc_servers_inflight(grpc) > 0) &&
-	       wf_now() < deadline) {
-		struct timespec ts = {0, 10 * 1000 * 1000};
-		nanosleep(&ts, NULL);
-	}
-	if (wf_serve_http_inflight(http) > 0 || wf_grpc_servers_inflight(grpc) > 0)
-		wf_warn("weft-serve: %d requests and %d gRPC calls still in flight after %.0fs; "
-			"stopping anyway",
-			wf_serve_http_inflight(http), wf_grpc_servers_inflight(grpc),
-			f.drain_timeout);
-	else
-		wf_info("weft-serve: drained; exiting");
-out:
-	wf_grpc_servers_stop(grpc);
-	wf_grpc_adapter_free(grpc_adapter);
-	wf_serve_secrets_free(&secrets);
-	wf_serve_http_stop(http);
-	wf_serve_http_stop(metrics_http);
-	wf_serve_shm_free(shm);
-	wf_serve_batcher_free(batcher);
-	wf_serve_repo_free(repo);
-	wf_serve_metrics_free(metrics);
+	stop_servers(&sv);
 	wf_cli_list_free(&f.load_models);
 	if (rc) {
 		fprintf(stderr, "weft-serve: %s\n", err.msg);

@@ -92,9 +92,9 @@ typedef struct wf_serve_repo_opts {
 	const char *const *load_models; /* EXPLICIT: loaded at start ("*": all) */
 	int nload_models;
 	const char *device;	 /* backend: auto, cpu, cuda, ref */
-	const char *precision;	 /* fp32 (NULL), bf16, int8, auto: wf_backend_set_precision */
+	const char *precision;	 /* WF_PRECISIONS (NULL: the model file's, else fp32) */
 	int threads;		 /* backend threads per executor (0: default) */
-	wf_backend_opts backend; /* device index, cuda precision, workspace (weft-serve's
+	wf_backend_opts backend; /* device index, cuDNN workspace (weft-serve's
 				  * main resolves them); threads: from `threads` */
 	int nslots;		 /* batch threads */
 	int max_batch;		 /* largest executor batch */

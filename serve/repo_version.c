@@ -44,7 +44,7 @@ static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_
 	const char *why = o->precision ? "--precision" : "the model file's precision";
 	if ((rc = wf_backend_set_precision(s->be, want, &prec, err)) != 0)
 		return wf_err_wrap(err, "%s", why), rc;
-	if (strcmp(prec, want) && strcmp(want, "auto"))
+	if (wf_backend_precision_fell_back(want, prec))
 		wf_warn("%s %s: the %s device has no native %s: serving in %s", why, want,
 			s->be->name, want, prec);
 	else if (!strcmp(prec, "int8") && !wf_model_calibrated(v->model)) {

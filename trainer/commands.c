@@ -9,6 +9,7 @@
 #include "trainer/cli.h"
 #include "trainer/config.h"
 #include "trainer/evaluate.h"
+#include "trainer/job.h"
 #include "trainer/role.h"
 #include "trainer/train.h"
 #include "worker/data.h"
@@ -115,7 +116,7 @@ int wf_cmd_train(int argc, char **argv, wf_err *err)
 		cfg.train.threads = wf_config_default_threads();
 	if (accumulate >= 0)
 		cfg.train.accumulate = accumulate;
-	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
+	if ((rc = wf_job_security_flags(&cfg, key_dir, insecure, err)) != 0)
 		goto free_lists;
 	wf_config_apply_process(&cfg);
 	if ((rc = wf_config_validate(&cfg, err)) != 0) {
@@ -209,7 +210,7 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 		{"batch", WF_FLAG_INT, &batch, "N", "samples per forward pass (100)"},
 		{"samples", WF_FLAG_INT, &samples, "N",
 		 "evaluate the first N samples of the file (default: all of them)"},
-		{"precision", WF_FLAG_STR, &precision, "fp32|bf16|int8|auto",
+		{"precision", WF_FLAG_STR, &precision, "fp32|tf32|bf16|fp16|int8|auto",
 		 "compute precision (default: the model file's, as weft-serve serves it, else "
 		 "fp32); int8 needs a model exported with --quantize int8"},
 		{"json", WF_FLAG_BOOL, &json, NULL,
@@ -258,9 +259,9 @@ int wf_cmd_eval(int argc, char **argv, wf_err *err)
 		wf_warn("%s has no int8 calibration (weft export --quantize int8): evaluating in "
 			"fp32",
 			model_path);
-	else if (precision && strcmp(precision, es.precision) && strcmp(precision, "auto"))
-		wf_warn("--precision %s: not available on the %s device: evaluating in %s",
-			precision, es.be->name, es.precision);
+	else if (precision && wf_backend_precision_fell_back(precision, es.precision))
+		wf_warn("--precision %s: the %s device has no native %s: evaluating in %s",
+			precision, es.be->name, precision, es.precision);
 	int classes = es.m->classes;
 	if (json && !(confusion = calloc((size_t)classes * (size_t)classes, sizeof(long)))) {
 		rc = wf_errf(err, WF_ENOMEM, "eval: out of memory");

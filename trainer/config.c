@@ -50,20 +50,20 @@ static const key_def keys[] = {
 	{"data.augment", T_BOOL, F(data.augment), "false",
 	 "true: random crop (after zero padding) and horizontal flip of training images; or an "
 	 "object of the data.augment.* switches below"},
-	{"data.crop_padding", T_INT, F(data.crop_padding), "4",
+	{"data.crop_padding", T_INT, F(data.crop_padding), STR(WF_READER_PAD_DEFAULT),
 	 "zero padding in pixels before the random crop"},
 	{"data.augment.flip", T_BOOL, F(data.aug.flip), "false", "random horizontal flip"},
 	{"data.augment.crop", T_BOOL, F(data.aug.crop), "false",
 	 "random crop after zero padding of data.crop_padding pixels"},
 	{"data.augment.random_resized_crop", T_BOOL, F(data.aug.random_resized_crop), "false",
 	 "random resized crop (torchvision RandomResizedCrop) back to the stored size"},
-	{"data.augment.scale_min", T_NUM, F(data.aug.scale_min), "0.08",
+	{"data.augment.scale_min", T_NUM, F(data.aug.scale_min), STR(WF_READER_RRC_SCALE_MIN),
 	 "random resized crop: smallest area fraction"},
-	{"data.augment.scale_max", T_NUM, F(data.aug.scale_max), "1",
+	{"data.augment.scale_max", T_NUM, F(data.aug.scale_max), STR(WF_READER_RRC_SCALE_MAX),
 	 "random resized crop: largest area fraction"},
-	{"data.augment.ratio_min", T_NUM, F(data.aug.ratio_min), "0.75",
+	{"data.augment.ratio_min", T_NUM, F(data.aug.ratio_min), STR(WF_READER_RRC_RATIO_MIN),
 	 "random resized crop: smallest aspect ratio (width / height)"},
-	{"data.augment.ratio_max", T_NUM, F(data.aug.ratio_max), "1.3333333333333333",
+	{"data.augment.ratio_max", T_NUM, F(data.aug.ratio_max), STR(WF_READER_RRC_RATIO_MAX),
 	 "random resized crop: largest aspect ratio"},
 	{"data.augment.brightness", T_NUM, F(data.aug.brightness), "0",
 	 "brightness jitter x: factor from [max(0, 1-x), 1+x]; 0: off"},
@@ -84,17 +84,23 @@ static const key_def keys[] = {
 	{"train.accumulate", T_INT, F(train.accumulate), "1",
 	 "micro-batches summed before each optimizer step"},
 	{"train.precision", T_STR, F(train.precision), "\"fp32\"",
-	 "compute precision (master weights, optimizer state and sums stay fp32): fp32; bf16 "
-	 "(the tensors between a conv, its batch norm and the next conv or add stay bf16 too); "
-	 "tf32 or fp16 (cuda only); auto (bf16 where native); one the device lacks trains in "
-	 "fp32 with a notice"},
+	 "compute precision of the training plans, as --precision everywhere (master weights, "
+	 "optimizer state and sums stay fp32): fp32; bf16 (the tensors between a conv, its batch "
+	 "norm and the next conv or add stay bf16 too); tf32 or fp16 (the cuda device's); auto "
+	 "(bf16 where native, else fp32); float32, bfloat16, float16 are accepted for fp32, bf16, "
+	 "fp16; one the device lacks trains in fp32 with a notice; int8 is an error (inference "
+	 "only)"},
 	{"optimizer.name", T_STR, F(optimizer.name), "\"sgd\"", "sgd, adam or adamw"},
-	{"optimizer.lr", T_NUM, F(optimizer.lr), "0.1", "base learning rate"},
-	{"optimizer.momentum", T_NUM, F(optimizer.momentum), "0.9", "SGD momentum; 0: plain SGD"},
+	{"optimizer.lr", T_NUM, F(optimizer.lr), STR(WF_OPTIM_LR_DEFAULT), "base learning rate"},
+	{"optimizer.momentum", T_NUM, F(optimizer.momentum), STR(WF_OPTIM_MOMENTUM_DEFAULT),
+	 "SGD momentum; 0: plain SGD"},
 	{"optimizer.nesterov", T_BOOL, F(optimizer.nesterov), "false", "SGD Nesterov momentum"},
-	{"optimizer.beta1", T_NUM, F(optimizer.beta1), "0.9", "Adam/AdamW first moment decay"},
-	{"optimizer.beta2", T_NUM, F(optimizer.beta2), "0.999", "Adam/AdamW second moment decay"},
-	{"optimizer.epsilon", T_NUM, F(optimizer.epsilon), "1e-07", "Adam/AdamW epsilon"},
+	{"optimizer.beta1", T_NUM, F(optimizer.beta1), STR(WF_OPTIM_BETA1_DEFAULT),
+	 "Adam/AdamW first moment decay"},
+	{"optimizer.beta2", T_NUM, F(optimizer.beta2), STR(WF_OPTIM_BETA2_DEFAULT),
+	 "Adam/AdamW second moment decay"},
+	{"optimizer.epsilon", T_NUM, F(optimizer.epsilon), STR(WF_OPTIM_EPSILON_DEFAULT),
+	 "Adam/AdamW epsilon"},
 	{"optimizer.weight_decay", T_NUM, F(optimizer.weight_decay), "0",
 	 "L2 added to the gradient (SGD, Adam); decoupled decay (AdamW)"},
 	{"optimizer.schedule.name", T_STR, F(optimizer.schedule.name), "\"constant\"",
@@ -103,8 +109,8 @@ static const key_def keys[] = {
 	 "linear warm-up from 0 to lr over this many steps"},
 	{"optimizer.schedule.decay_steps", T_INT, F(optimizer.schedule.decay_steps), "0",
 	 "step: multiply lr by decay_rate every decay_steps steps"},
-	{"optimizer.schedule.decay_rate", T_NUM, F(optimizer.schedule.decay_rate), "0.1",
-	 "step: the factor applied every decay_steps"},
+	{"optimizer.schedule.decay_rate", T_NUM, F(optimizer.schedule.decay_rate),
+	 STR(WF_OPTIM_DECAY_RATE_DEFAULT), "step: the factor applied every decay_steps"},
 	{"optimizer.schedule.min_lr", T_NUM, F(optimizer.schedule.min_lr), "0",
 	 "cosine: the learning rate reached at the last step"},
 	{"strategy.name", T_STR, F(strategy.name), "\"local\"",
@@ -773,9 +779,6 @@ void wf_config_backend_opts(const wf_config *c, wf_backend_opts *o)
 			break;
 		}
 	}
-	/* "auto" is resolved after creation (wf_backend_set_precision) */
-	snprintf(o->precision, sizeof(o->precision), "%s",
-		 strcmp(c->train.precision, "auto") ? c->train.precision : "");
 	o->workspace_mb = c->train.cudnn_workspace_mb;
 }
 

@@ -48,7 +48,7 @@ typedef struct wf_config {
 		long accumulate;       /* micro-batches per step */
 		double label_smoothing;
 		double divergence_factor; /* stop when loss > factor x first loss; 0: off */
-		char precision[16];	  /* fp32, bf16, auto */
+		char precision[16];	  /* WF_PRECISIONS but int8 (kernels.h), one spelling */
 		long cuda_device;	  /* GPU without a launcher local rank */
 		long cudnn_workspace_mb;
 	} train;

@@ -1,11 +1,12 @@
 /* config_check.c: wf_config_validate, the checks of a resolved config that
- * no single key can make on its own (ranges, choices, combinations). The
- * schema and the loading are in config.c. */
+ * no single key can make on its own (ranges, choices, combinations), one
+ * function per section. The schema and the loading are in config.c. */
 #include "trainer/config.h"
 
 #include "model/model.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 static int one_of(const char *v, const char *choices)
@@ -28,7 +29,8 @@ static int one_of(const char *v, const char *choices)
 			return wf_errf(err, WF_EINVAL, __VA_ARGS__);                               \
 	} while (0)
 
-int wf_config_validate(wf_config *c, wf_err *err)
+/* model.* and data.*: the model, its input and the augmentation */
+static int check_model_data(wf_config *c, wf_err *err)
 {
 	const char *zoo = wf_model_zoo_names();
 	NEED(one_of(c->model.name, zoo), "model.name: unknown model '%s' (known: %s)",
@@ -55,6 +57,12 @@ int wf_config_validate(wf_config *c, wf_err *err)
 		     c->data.aug.saturation >= 0 && c->data.aug.saturation <= 10,
 	     "data.augment.brightness/contrast/saturation: want 0..10, got %g, %g, %g",
 	     c->data.aug.brightness, c->data.aug.contrast, c->data.aug.saturation);
+	return 0;
+}
+
+/* train.*: batch, steps, device and precision */
+static int check_train(wf_config *c, wf_err *err)
+{
 	NEED(c->train.batch_size >= 1 && c->train.batch_size <= 1 << 20,
 	     "train.batch_size: must be >= 1, got %ld", c->train.batch_size);
 	NEED(c->train.steps >= 1, "train.steps: must be >= 1, got %ld", c->train.steps);
@@ -65,15 +73,24 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	     "train.threads: must be in [0, 4096], got %ld", c->train.threads);
 	NEED(one_of(c->train.device, "cpu ref cuda auto"),
 	     "train.device: expected cpu, ref, cuda or auto, got '%s'", c->train.device);
-	NEED(one_of(c->train.precision, "fp32 tf32 bf16 fp16 auto"),
-	     "train.precision: expected fp32, tf32, bf16, fp16 or auto, got '%s'",
-	     c->train.precision);
+	const char *prec = wf_backend_precision_canon(c->train.precision);
+	NEED(prec, "train.precision: '%s' is not one of " WF_PRECISIONS, c->train.precision);
+	NEED(strcmp(prec, "int8") != 0,
+	     "train.precision: int8 is an inference precision (calibrate a trained model with "
+	     "`weft export --quantize int8`); training computes in fp32, tf32, bf16, fp16 or auto");
+	/* one spelling from here on (config.json records it): bf16, not bfloat16 */
+	snprintf(c->train.precision, sizeof(c->train.precision), "%s", prec);
 	NEED(c->train.accumulate >= 1 && c->train.accumulate <= 65536,
 	     "train.accumulate: must be in [1, 65536], got %ld", c->train.accumulate);
 	NEED(c->train.batch_size * c->train.accumulate <= 1 << 22,
 	     "train.batch_size * train.accumulate: too large (%ld)",
 	     c->train.batch_size * c->train.accumulate);
+	return 0;
+}
 
+/* optimizer.* and its schedule */
+static int check_optimizer(wf_config *c, wf_err *err)
+{
 	NEED(one_of(c->optimizer.name, "sgd adam adamw"),
 	     "optimizer.name: expected sgd, adam or adamw, got '%s'", c->optimizer.name);
 	NEED(c->optimizer.lr > 0 && c->optimizer.lr < 1e6, "optimizer.lr: must be > 0, got %g",
@@ -108,7 +125,13 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	NEED(c->optimizer.schedule.min_lr >= 0 && c->optimizer.schedule.min_lr <= c->optimizer.lr,
 	     "optimizer.schedule.min_lr: must be in [0, optimizer.lr], got %g",
 	     c->optimizer.schedule.min_lr);
+	return 0;
+}
 
+/* strategy.* and ps.*: the exchange and the parameter servers; sets the
+ * parsed mode (c->ps.mode, c->strategy.staleness) */
+static int check_strategy(wf_config *c, wf_err *err)
+{
 	NEED(one_of(c->strategy.name, "local parameter_server allreduce"),
 	     "strategy.name: expected local, parameter_server or allreduce, got '%s'",
 	     c->strategy.name);
@@ -191,14 +214,25 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	     c->strategy.elastic_timeout);
 	NEED(c->strategy.bucket_mb > 0 && c->strategy.bucket_mb <= 4096,
 	     "strategy.bucket_mb: must be in (0, 4096], got %g", c->strategy.bucket_mb);
+	return 0;
+}
 
+/* checkpoint.* and log.* */
+static int check_outputs(wf_config *c, wf_err *err)
+{
 	NEED(c->checkpoint.dir[0], "checkpoint.dir: must not be empty");
 	NEED(c->checkpoint.every_steps >= 0, "checkpoint.every_steps: must be >= 0, got %ld",
 	     c->checkpoint.every_steps);
 	NEED(c->checkpoint.keep >= 1, "checkpoint.keep: must be >= 1, got %ld", c->checkpoint.keep);
 	NEED(c->log.dir[0], "log.dir: must not be empty");
 	NEED(c->log.every_steps >= 1, "log.every_steps: must be >= 1, got %ld", c->log.every_steps);
-	/* training that does what Keras does */
+	return 0;
+}
+
+/* the settings that make training do what Keras does: initialisers, batch
+ * norm momentum, width, clipping, label smoothing, divergence */
+static int check_keras(wf_config *c, wf_err *err)
+{
 	wf_init ki;
 	NEED(strcmp(c->model.kernel_initializer, "auto") == 0 ||
 		     wf_init_parse(c->model.kernel_initializer, &ki) == 0,
@@ -232,6 +266,21 @@ int wf_config_validate(wf_config *c, wf_err *err)
 	     "train.divergence_factor: must be > 1 (or 0: off), got %g",
 	     c->train.divergence_factor);
 	return 0;
+	return 0;
+}
+
+int wf_config_validate(wf_config *c, wf_err *err)
+{
+	int rc = check_model_data(c, err);
+	if (!rc)
+		rc = check_train(c, err);
+	if (!rc)
+		rc = check_optimizer(c, err);
+	if (!rc)
+		rc = check_strategy(c, err);
+	if (!rc)
+		rc = check_outputs(c, err);
+	return rc ? rc : check_keras(c, err);
 }
 
 int wf_config_check_workers(const wf_config *c, int workers, wf_err *err)

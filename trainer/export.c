@@ -382,139 +382,152 @@ close:
 	return rc;
 }
 
+/* The flags of weft export, given as a whole. */
+typedef struct export_flags {
+	const char *ckpt, *model_path, *out, *data;
+	const char *prec; /* one of WF_PRECISIONS once checked, or NULL */
+	const char *quantize, *method;
+	wf_quantize_opts q;
+	long step, threads;
+} export_flags;
+
+/* The flags' combinations and ranges; f->prec in its one spelling. */
+static int check_flags(export_flags *f, wf_err *err)
+{
+	if (!f->out || (!f->ckpt == !f->model_path))
+		return wf_errf(
+			err, WF_EINVAL,
+			"export: --out and one of --checkpoint DIR or --model FILE are required "
+			"(see --help)");
+	if (f->prec && !wf_backend_precision_canon(f->prec))
+		return wf_errf(err, WF_EINVAL, "export: --precision %s: not one of " WF_PRECISIONS,
+			       f->prec);
+	f->prec = f->prec ? wf_backend_precision_canon(f->prec) : NULL; /* one spelling */
+	if (f->quantize && strcmp(f->quantize, "int8") != 0)
+		return wf_errf(err, WF_EINVAL, "export: --quantize %s: only int8 is supported",
+			       f->quantize);
+	if (!f->quantize != !f->q.calib_data)
+		return wf_errf(err, WF_EINVAL,
+			       "export: --quantize int8 and --calibrate DATA.h5 go together");
+	if (f->quantize && f->prec && strcmp(f->prec, "int8") != 0)
+		return wf_errf(err, WF_EINVAL, "export: --quantize int8 with --precision %s",
+			       f->prec);
+	if (f->quantize &&
+	    (wf_calib_method_parse(f->method, &f->q.method) != 0 || f->q.samples < 1 ||
+	     f->q.eval_samples < 0 || f->threads < 0 || !(f->q.max_drop >= 0)))
+		return wf_errf(err, WF_EINVAL,
+			       "export: --calibration-method %s (max or percentile), "
+			       "--calibration-samples %ld (>= 1), --eval-samples %ld (>= 0), "
+			       "--threads %ld (>= 0), --max-accuracy-drop %g (>= 0): one is out of "
+			       "range",
+			       f->method, f->q.samples, f->q.eval_samples, f->threads,
+			       f->q.max_drop);
+	f->q.threads = (int)f->threads;
+	if (f->step < 0 || (f->step > 0 && !f->ckpt))
+		return wf_errf(err, WF_EINVAL, "export: --step N needs --checkpoint and N >= 1");
+	return 0;
+}
+
+static const wf_command_help export_help = {
+	"weft export (--checkpoint DIR [--step N] | --model FILE) --out "
+	"BASE/NAME[/VERSION] [--quantize int8 --calibrate DATA.h5]",
+	"Write a serving model for weft-serve --model_base_path BASE/NAME: batch norm is\n"
+	"folded into the convolution (or dense layer) before it, dropout is dropped, the\n"
+	"class labels and preprocessing are kept. The version directory appears at once\n"
+	"and complete (written under a hidden name, then renamed); an existing version\n"
+	"is never replaced. Predictions equal the checkpoint's within float rounding.\n"
+	"With --quantize int8 the convolutions are calibrated on DATA.h5 and served in\n"
+	"int8 (VNNI/AMX through oneDNN); fp32 and int8 top-1 are printed first."};
+
+/* The model file to export: --model's, or the checkpoint's step's. */
+static int export_source(const export_flags *f, char *src, size_t n, wf_err *err)
+{
+	if (!f->ckpt) {
+		snprintf(src, n, "%s", f->model_path);
+		return 0;
+	}
+	char dir[EXPORT_PATH_MAX - 16];
+	int rc = pick_checkpoint(f->ckpt, f->step, dir, sizeof(dir), err);
+	if (rc == 0)
+		snprintf(src, n, "%s/model.h5", dir);
+	return rc;
+}
+
 int wf_cmd_export(int argc, char **argv, wf_err *err)
 {
-	const char *ckpt = NULL, *model_path = NULL, *out = NULL, *data = NULL, *prec = NULL;
-	const char *quantize = NULL, *method = "percentile";
-	wf_quantize_opts q = {.samples = 512, .percentile = 99.99, .max_drop = 1.0};
-	long step = 0, threads = 0;
+	export_flags f = {.method = "percentile",
+			  .q = {.samples = 512, .percentile = 99.99, .max_drop = 1.0}};
 	wf_cli_list pos = {0};
 	const wf_flag flags[] = {
-		{"checkpoint", WF_FLAG_STR, &ckpt, "DIR",
+		{"checkpoint", WF_FLAG_STR, &f.ckpt, "DIR",
 		 "checkpoint.dir of a run: exports its newest complete step-N/"},
-		{"step", WF_FLAG_INT, &step, "N", "export step-N/ instead of the newest"},
-		{"model", WF_FLAG_STR, &model_path, "FILE",
+		{"step", WF_FLAG_INT, &f.step, "N", "export step-N/ instead of the newest"},
+		{"model", WF_FLAG_STR, &f.model_path, "FILE",
 		 "export this model file instead of a checkpoint"},
-		{"out", WF_FLAG_STR, &out, "BASE/NAME[/VERSION]",
+		{"out", WF_FLAG_STR, &f.out, "BASE/NAME[/VERSION]",
 		 "model directory to write (required); without VERSION, one more than the "
 		 "highest version already there (1 for a new one)"},
-		{"data", WF_FLAG_STR, &data, "FILE",
+		{"data", WF_FLAG_STR, &f.data, "FILE",
 		 "take the class labels from this dataset file (when the model has none)"},
-		{"precision", WF_FLAG_STR, &prec, "P",
+		{"precision", WF_FLAG_STR, &f.prec, "P",
 		 "the compute precision weft-serve serves this version in unless its own "
-		 "--precision says otherwise: fp32, bf16 (fp32 with a notice where the CPU "
-		 "lacks bf16), int8 (a model quantised by --quantize int8) or auto (default: none "
-		 "recorded, fp32)"},
-		{"quantize", WF_FLAG_STR, &quantize, "int8",
+		 "--precision says otherwise: fp32, bf16 (fp32 with a notice where the device "
+		 "lacks native bf16), int8 (a model quantised by --quantize int8), tf32 or fp16 "
+		 "(the cuda device's) or auto (default: none recorded, fp32)"},
+		{"quantize", WF_FLAG_STR, &f.quantize, "int8",
 		 "calibrate on --calibrate DATA and serve the convolutions in int8 (per-channel "
 		 "s8 weights, activation ranges from the calibration; the file keeps its fp32 "
 		 "weights). Prints fp32 and int8 top-1 and refuses a drop over "
 		 "--max-accuracy-drop"},
-		{"calibrate", WF_FLAG_STR, &q.calib_data, "DATA.h5",
+		{"calibrate", WF_FLAG_STR, &f.q.calib_data, "DATA.h5",
 		 "dataset file (weft data format) whose first samples calibrate --quantize"},
-		{"calibration-samples", WF_FLAG_INT, &q.samples, "N",
+		{"calibration-samples", WF_FLAG_INT, &f.q.samples, "N",
 		 "samples of --calibrate to measure ranges on (default 512)"},
-		{"calibration-method", WF_FLAG_STR, &method, "M",
+		{"calibration-method", WF_FLAG_STR, &f.method, "M",
 		 "max (each tensor's full range) or percentile (default: |x| clipped at the "
 		 "--percentile of each batch, averaged)"},
-		{"percentile", WF_FLAG_DOUBLE, &q.percentile, "P",
+		{"percentile", WF_FLAG_DOUBLE, &f.q.percentile, "P",
 		 "for --calibration-method percentile, in (50, 100] (default 99.99)"},
-		{"eval-data", WF_FLAG_STR, &q.eval_data, "DATA.h5",
+		{"eval-data", WF_FLAG_STR, &f.q.eval_data, "DATA.h5",
 		 "labelled dataset for the fp32 vs int8 top-1 check (default: the --calibrate "
 		 "file; a held-out set is the honest check)"},
-		{"eval-samples", WF_FLAG_INT, &q.eval_samples, "N",
+		{"eval-samples", WF_FLAG_INT, &f.q.eval_samples, "N",
 		 "check top-1 on the first N samples of --eval-data (default: all of them)"},
-		{"max-accuracy-drop", WF_FLAG_DOUBLE, &q.max_drop, "POINTS",
+		{"max-accuracy-drop", WF_FLAG_DOUBLE, &f.q.max_drop, "POINTS",
 		 "top-1 percentage points int8 may lose against fp32 (default 1)"},
-		{"force", WF_FLAG_BOOL, &q.force, NULL, "export even when the drop is larger"},
-		{"threads", WF_FLAG_INT, &threads, "N",
+		{"force", WF_FLAG_BOOL, &f.q.force, NULL, "export even when the drop is larger"},
+		{"threads", WF_FLAG_INT, &f.threads, "N",
 		 "cpu threads for calibration and the check (default: all)"},
 		{0},
 	};
-	const wf_command_help help = {
-		"weft export (--checkpoint DIR [--step N] | --model FILE) --out "
-		"BASE/NAME[/VERSION] [--quantize int8 --calibrate DATA.h5]",
-		"Write a serving model for weft-serve --model_base_path BASE/NAME: batch norm is\n"
-		"folded into the convolution (or dense layer) before it, dropout is dropped, the\n"
-		"class labels and preprocessing are kept. The version directory appears at once\n"
-		"and complete (written under a hidden name, then renamed); an existing version\n"
-		"is never replaced. Predictions equal the checkpoint's within float rounding.\n"
-		"With --quantize int8 the convolutions are calibrated on DATA.h5 and served in\n"
-		"int8 (VNNI/AMX through oneDNN); fp32 and int8 top-1 are printed first."};
 	char base[EXPORT_PATH_MAX], src[EXPORT_PATH_MAX], file[EXPORT_FILE_MAX + 16];
 	long version = 0, written = 0;
 	wf_model *m = NULL;
 	wf_model_meta meta;
 	wf_model_meta_init(&meta);
-	int rc = wf_cli_parse(&help, flags, argc, argv, &pos, 0, err);
+	int rc = wf_cli_parse(&export_help, flags, argc, argv, &pos, 0, err);
 	if (rc != 0)
 		goto cleanup;
-	if (!out || (!ckpt == !model_path)) {
-		rc = wf_errf(
-			err, WF_EINVAL,
-			"export: --out and one of --checkpoint DIR or --model FILE are required "
-			"(see --help)");
+	if ((rc = check_flags(&f, err)) != 0)
 		goto cleanup;
-	}
-	if (prec && !wf_model_precision_ok(prec)) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "export: --precision %s: expected fp32, bf16, int8 or auto", prec);
+	if ((rc = wf_export_parse_out(f.out, base, sizeof(base), &version, err)) != 0)
 		goto cleanup;
-	}
-	if (quantize && strcmp(quantize, "int8") != 0) {
-		rc = wf_errf(err, WF_EINVAL, "export: --quantize %s: only int8 is supported",
-			     quantize);
+	if ((rc = export_source(&f, src, sizeof(src), err)) != 0 ||
+	    (rc = wf_model_load(&m, &meta, src, err)) != 0)
 		goto cleanup;
-	}
-	if (!quantize != !q.calib_data) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "export: --quantize int8 and --calibrate DATA.h5 go together");
+	if (f.data && (rc = labels_from_data(m, &meta, f.data, err)) != 0)
 		goto cleanup;
-	}
-	if (quantize && prec && strcmp(prec, "int8") != 0) {
-		rc = wf_errf(err, WF_EINVAL, "export: --quantize int8 with --precision %s", prec);
-		goto cleanup;
-	}
-	if (quantize && (wf_calib_method_parse(method, &q.method) != 0 || q.samples < 1 ||
-			 q.eval_samples < 0 || threads < 0 || !(q.max_drop >= 0))) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "export: --calibration-method %s (max or percentile), "
-			     "--calibration-samples %ld (>= 1), --eval-samples %ld (>= 0), "
-			     "--threads %ld (>= 0), --max-accuracy-drop %g (>= 0): one is out of "
-			     "range",
-			     method, q.samples, q.eval_samples, threads, q.max_drop);
-		goto cleanup;
-	}
-	q.threads = (int)threads;
-	if (step < 0 || (step > 0 && !ckpt)) {
-		rc = wf_errf(err, WF_EINVAL, "export: --step N needs --checkpoint and N >= 1");
-		goto cleanup;
-	}
-	if ((rc = wf_export_parse_out(out, base, sizeof(base), &version, err)) != 0)
-		goto cleanup;
-	if (ckpt) {
-		char dir[EXPORT_PATH_MAX - 16];
-		if ((rc = pick_checkpoint(ckpt, step, dir, sizeof(dir), err)) != 0)
-			goto cleanup;
-		snprintf(src, sizeof(src), "%s/model.h5", dir);
-	} else {
-		snprintf(src, sizeof(src), "%s", model_path);
-	}
-	if ((rc = wf_model_load(&m, &meta, src, err)) != 0)
-		goto cleanup;
-	if (data && (rc = labels_from_data(m, &meta, data, err)) != 0)
-		goto cleanup;
-	if (prec)
-		snprintf(meta.precision, sizeof(meta.precision), "%s", prec);
+	if (f.prec)
+		snprintf(meta.precision, sizeof(meta.precision), "%s", f.prec);
 	if (!meta.class_names || meta.nclasses != m->classes)
 		wf_warn("%s has no class labels: :classify answers with class indices (give --data "
 			"FILE to take them from a dataset)",
 			src);
 	int removed = wf_model_fold_count(m);
-	if (quantize && ((rc = wf_model_fold_replace(&m, err)) < 0 ||
-			 (rc = wf_quantize_int8(m, &meta, &q, err)) != 0))
+	if (f.quantize && ((rc = wf_model_fold_replace(&m, err)) < 0 ||
+			   (rc = wf_quantize_int8(m, &meta, &f.q, err)) != 0))
 		goto cleanup;
-	if (prec && !strcmp(prec, "int8") && !quantize && !wf_model_calibrated(m)) {
+	if (f.prec && !strcmp(f.prec, "int8") && !f.quantize && !wf_model_calibrated(m)) {
 		rc = wf_errf(err, WF_EINVAL,
 			     "export: --precision int8: %s has no calibration ranges (use "
 			     "--quantize int8 --calibrate DATA.h5)",

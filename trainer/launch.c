@@ -13,7 +13,7 @@
 #include "trainer/cli.h"
 #include "trainer/config.h"
 #include "trainer/netem.h"
-#include "trainer/role.h"
+#include "trainer/job.h"
 #include "ps/auth.h"
 
 #include <arpa/inet.h>
@@ -536,6 +536,262 @@ static void remove_keys(launcher *l)
 
 /* ---- weft launch ------------------------------------------------------------------- */
 
+/* --elastic MIN:MAX (NULL: MIN 0, MAX --workers): the worker slots, the
+ * config setting every child gets and the line that tells how to resize. */
+typedef struct elastic_range {
+	long min, max;
+	char min_arg[48]; /* "strategy.min_workers=MIN" */
+	char note[200];
+} elastic_range;
+
+static int parse_elastic(elastic_range *er, const char *elastic, long nps, long nworkers, int chief,
+			 wf_err *err)
+{
+	char tail;
+	er->min = 0, er->max = nworkers;
+	if (elastic && (sscanf(elastic, "%ld:%ld%c", &er->min, &er->max, &tail) != 2 ||
+			er->min < 1 || er->max < er->min || nworkers < er->min ||
+			nworkers > er->max || nps + er->max + chief > MAX_PROCS))
+		return wf_errf(err, WF_EINVAL,
+			       "launch: --elastic \"%s\": want MIN:MAX with 1 <= MIN <= --workers "
+			       "(%ld) <= MAX and at most %d processes",
+			       elastic, nworkers, MAX_PROCS);
+	snprintf(er->min_arg, sizeof(er->min_arg), "strategy.min_workers=%ld", er->min);
+	snprintf(er->note, sizeof(er->note),
+		 "[launch] elastic: %ld to %ld workers (%ld started); SIGUSR1 to pid %d adds "
+		 "one, SIGUSR2 removes one\n",
+		 er->min, er->max, nworkers, (int)getpid());
+	return 0;
+}
+
+static const wf_command_help launch_help = {
+	"weft launch --ps N --workers M [--chief] [--elastic MIN:MAX] --config FILE "
+	"[--set KEY=VALUE ...] "
+	"[options]",
+	"Start a parameter-server training cluster on this machine: N `weft ps` and M\n"
+	"(+1 with --chief) `weft train` processes on free loopback ports, each with its\n"
+	"TF_CONFIG and strategy.name parameter_server. Their output is printed line by\n"
+	"line as \"[ps:0] ...\", \"[worker:1] ...\". A process that dies of a signal or\n"
+	"exits 138 is restarted with the same TF_CONFIG (a worker rejoins; a server\n"
+	"reloads the last complete checkpoint and the chief rolls every worker back\n"
+	"to it). A permanent failure (exit 1-127) stops them all. SIGINT/SIGTERM are\n"
+	"forwarded: the trainers checkpoint and stop, then the servers. Exits with the\n"
+	"chief's status. Traffic is encrypted and authenticated with ZeroMQ CURVE keys\n"
+	"made for this run in a private temporary directory (removed at the end), or\n"
+	"those of --key-dir; --insecure runs plain TCP."};
+
+/* A launcher with no children yet, which knows the weft binary to start. */
+static int launcher_new(launcher **out, wf_err *err)
+{
+	launcher *l = calloc(1, sizeof(*l));
+	if (!(*out = l))
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	l->key_fd = -1;
+	ssize_t n = readlink("/proc/self/exe", l->exe, sizeof(l->exe) - 1);
+	if (n <= 0)
+		return wf_errf(err, WF_EINTERNAL, "launch: cannot find the weft binary: %s",
+			       strerror(errno));
+	l->exe[n] = '\0';
+	return 0;
+}
+
+/* The job's config, as every process will load it (strategy.name
+ * parameter_server, min_arg with --elastic, the key flags applied), checked
+ * for this cluster. */
+static int launch_config(wf_config *cfg, const char *config, const wf_cli_list *sets, long nps,
+			 long ntrainers, const char *min_arg, const char *key_dir, int insecure,
+			 wf_err *err)
+{
+	int rc = wf_config_load(cfg, config, sets->items, sets->n, err);
+	if (rc != 0)
+		return rc;
+	if (strcmp(cfg->strategy.name, "local") != 0 &&
+	    strcmp(cfg->strategy.name, "parameter_server") != 0)
+		return wf_errf(err, WF_EINVAL,
+			       "strategy.name: \"%s\": weft launch runs parameter servers "
+			       "(allreduce runs under mpirun)",
+			       cfg->strategy.name);
+	if ((rc = wf_config_set(cfg, "strategy.name=parameter_server", err)) != 0 ||
+	    (min_arg && (rc = wf_config_set(cfg, min_arg, err)) != 0) ||
+	    (rc = wf_config_validate(cfg, err)) != 0)
+		return wf_err_wrap(err, "%s", config), rc;
+	if ((rc = wf_config_check_workers(cfg, (int)ntrainers, err)) != 0)
+		return rc;
+	if (cfg->ps.replicas > nps)
+		return wf_errf(err, WF_EINVAL,
+			       "ps.replicas %ld: each chunk on %ld servers needs --ps %ld or more "
+			       "(got --ps %ld)",
+			       cfg->ps.replicas, cfg->ps.replicas, cfg->ps.replicas, nps);
+	return wf_job_security_flags(cfg, key_dir, insecure, err);
+}
+
+/* The keys argument of every child: --insecure, --key-dir / cluster.key_dir
+ * (checked here), or fresh ones for this run. */
+static int launch_keys(launcher *l, wf_config *cfg, wf_err *err)
+{
+	if (cfg->cluster.insecure) {
+		if (cfg->cluster.key_dir[0])
+			return wf_errf(
+				err, WF_EINVAL,
+				"launch: --insecure and --key-dir (cluster.key_dir) both given: "
+				"choose one");
+		fprintf(stderr, "[launch] WARNING: --insecure: parameter-server traffic is plain "
+				"TCP without authentication\n");
+		snprintf(l->key_arg, sizeof(l->key_arg), "cluster.insecure=true");
+		return 0;
+	}
+	wf_ps_keys keys;
+	const wf_ps_keys *kp;
+	int rc;
+	if (!cfg->cluster.key_dir[0]) {
+		if ((rc = ephemeral_keys(l, err)) != 0)
+			return rc;
+		snprintf(cfg->cluster.key_dir, sizeof(cfg->cluster.key_dir), "fd:%d", l->key_fd);
+	}
+	rc = wf_job_keys(cfg, &keys, &kp, err);
+	memset(&keys, 0, sizeof(keys));
+	if (rc == 0)
+		snprintf(l->key_arg, sizeof(l->key_arg), "cluster.key_dir=%s",
+			 cfg->cluster.key_dir);
+	return rc;
+}
+
+/* The job id's random part: one per run (every child, restarts too),
+ * unless the caller gives the job one. */
+static int launch_token(launcher *l, wf_err *err)
+{
+	const char *token = getenv(WF_JOB_TOKEN_ENV);
+	if (token && strlen(token) >= sizeof(l->job_token))
+		return wf_errf(err, WF_EINVAL, "launch: %s: %zu characters, at most %zu",
+			       WF_JOB_TOKEN_ENV, strlen(token), sizeof(l->job_token) - 1);
+	if (!token || !*token)
+		return wf_cluster_new_token(l->job_token, 16, err);
+	snprintf(l->job_token, sizeof(l->job_token), "%s", token);
+	return 0;
+}
+
+/* The arguments every child gets after its command. */
+static void child_args(launcher *l, const char *config, const wf_cli_list *sets, const char *device,
+		       const char *min_arg)
+{
+	l->argv[l->argc++] = "--config";
+	l->argv[l->argc++] = config;
+	for (int i = 0; i < sets->n && l->argc + 4 < MAX_ARGS - 8; i++) {
+		l->argv[l->argc++] = "--set";
+		l->argv[l->argc++] = sets->items[i];
+	}
+	l->argv[l->argc++] = "--set";
+	l->argv[l->argc++] = "strategy.name=parameter_server";
+	l->argv[l->argc++] = "--set";
+	l->argv[l->argc++] = l->key_arg;
+	if (min_arg) {
+		l->elastic = 1;
+		snprintf(l->min_arg, sizeof(l->min_arg), "%s", min_arg);
+		l->argv[l->argc++] = "--set";
+		l->argv[l->argc++] = l->min_arg;
+	}
+	if (device) {
+		l->argv[l->argc++] = "--set";
+		static char dev[64];
+		snprintf(dev, sizeof(dev), "train.device=%s", device);
+		l->argv[l->argc++] = dev;
+	}
+}
+
+/* The children (servers first, then the chief and the worker slots, those
+ * past nworkers idle), their
+ * addresses (free loopback ports, or an emulated network with --link) and
+ * their TF_CONFIGs. */
+static int place_children(launcher *l, long nps, long nworkers, long slots, int chief,
+			  const char *link, const char *delay, wf_err *err)
+{
+	for (int i = 0; i < nps; i++)
+		l->ch[l->n++] = (child){.kind = KIND_PS, .index = i};
+	if (chief)
+		l->ch[l->n++] = (child){.kind = KIND_CHIEF, .index = 0};
+	for (int i = 0; i < slots; i++) /* --elastic: the slots past --workers start idle */
+		l->ch[l->n++] = (child){.kind = KIND_WORKER, .index = i, .idle = i >= nworkers};
+	l->nps = (int)nps;
+	l->ntrainers = (int)(slots + chief);
+	int ports[MAX_PROCS], rc;
+	if (link || delay) {
+		wf_netem_link nl = {0};
+		if ((link && (rc = wf_netem_parse_rate(link, &nl.rate_bps, err)) != 0) ||
+		    (delay && (rc = wf_netem_parse_delay(delay, &nl.delay_ms, err)) != 0) ||
+		    (rc = wf_netem_create(&l->net, l->n, l->n, &nl, err)) != 0)
+			return rc;
+		for (int i = 0; i < l->n; i++)
+			ports[i] = 2222; /* each node has its own address */
+		fprintf(stderr,
+			"[launch] emulated network %s: one namespace per process, links of "
+			"%s each way%s%s\n",
+			l->net.tag, link ? link : "unlimited rate", delay ? ", delay " : "",
+			delay ? delay : "");
+	} else if ((rc = free_ports(ports, l->n, err)) != 0) {
+		return rc;
+	}
+	tf_configs(l, ports);
+	for (int i = 0; i < l->n; i++) {
+		child *c = &l->ch[i];
+		static const char *const names[3] = {"ps", "chief", "worker"};
+		snprintf(c->name, sizeof(c->name), "%s:%d", names[c->kind], c->index);
+		c->fd[0] = c->fd[1] = -1;
+	}
+	return 0;
+}
+
+/* Start every child, restart and stop them as they end (run_loop) with
+ * SIGINT/SIGTERM forwarded, and turn the chief's status into the result. */
+static int run_children(launcher *l, int resume, const char *elastic_note, wf_err *err)
+{
+	struct sigaction sa, old_int, old_term;
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_signal;
+	sigemptyset(&sa.sa_mask);
+	got_signal = 0;
+	sigaction(SIGINT, &sa, &old_int);
+	sigaction(SIGTERM, &sa, &old_term);
+	got_add = got_remove = 0;
+	if (l->elastic) {
+		sigaction(SIGUSR1, &sa, NULL);
+		sigaction(SIGUSR2, &sa, NULL);
+		fprintf(stderr, "%s", elastic_note);
+	}
+	for (int i = 0; i < l->n; i++) /* without --resume, a new job: the chief starts over */
+		if (!l->ch[i].idle)
+			spawn(l, &l->ch[i],
+			      l->ch[i].kind == KIND_PS ? -1
+			      : resume		       ? 1
+			      : i == chief_index(l)    ? 0
+						       : -1);
+	run_loop(l);
+	sigaction(SIGINT, &old_int, NULL);
+	sigaction(SIGTERM, &old_term, NULL);
+	signal(SIGUSR1, SIG_DFL);
+	signal(SIGUSR2, SIG_DFL);
+
+	int ci = chief_index(l);
+	int code = ci >= 0 ? l->ch[ci].code : 1;
+	if (code == 0 && l->fail_code)
+		code = l->fail_code;
+	int rc = code_to_rc(code);
+	if (rc == WF_ESTOPPED)
+		wf_errf(err, rc, "launch: stopped");
+	else if (rc != 0)
+		wf_errf(err, rc, "launch: %s exited with status %d (see its log above)",
+			l->fail_name[0] ? l->fail_name : l->ch[ci].name,
+			l->fail_code ? l->fail_code : code);
+	else if (l->wound_down)
+		fprintf(stderr,
+			"[launch] done: the trainers exited 0 (%d server(s) ended after "
+			"them with a non-zero status)\n",
+			l->wound_down);
+	else
+		fprintf(stderr, "[launch] done: every process exited 0\n");
+	wf_event("done", json_pack("{s:i}", "code", rc == 0 ? 0 : code));
+	return rc;
+}
+
 int wf_cmd_launch(int argc, char **argv, wf_err *err)
 {
 	const char *config = NULL, *device = NULL, *key_dir = NULL, *link = NULL, *delay = NULL,
@@ -577,23 +833,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		 "kernel's netem qdisc)"},
 		{0},
 	};
-	const wf_command_help help = {
-		"weft launch --ps N --workers M [--chief] [--elastic MIN:MAX] --config FILE "
-		"[--set KEY=VALUE ...] "
-		"[options]",
-		"Start a parameter-server training cluster on this machine: N `weft ps` and M\n"
-		"(+1 with --chief) `weft train` processes on free loopback ports, each with its\n"
-		"TF_CONFIG and strategy.name parameter_server. Their output is printed line by\n"
-		"line as \"[ps:0] ...\", \"[worker:1] ...\". A process that dies of a signal or\n"
-		"exits 138 is restarted with the same TF_CONFIG (a worker rejoins; a server\n"
-		"reloads the last complete checkpoint and the chief rolls every worker back\n"
-		"to it). A permanent failure (exit 1-127) stops them all. SIGINT/SIGTERM are\n"
-		"forwarded: the trainers checkpoint and stop, then the servers. Exits with the\n"
-		"chief's status. Traffic is encrypted and authenticated with ZeroMQ CURVE keys\n"
-		"made for this run in a private temporary directory (removed at the end), or\n"
-		"those of --key-dir; --insecure runs plain TCP."};
 	launcher *l = NULL;
-	int rc = wf_cli_parse(&help, flags, argc, argv, &pos, 0, err);
+	int rc = wf_cli_parse(&launch_help, flags, argc, argv, &pos, 0, err);
 	if (rc != 0)
 		goto cleanup;
 	if (!config) {
@@ -609,162 +850,29 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 			MAX_PROCS, nps, nworkers, max_restarts, threads);
 		goto cleanup;
 	}
-	long emin = 0, emax = nworkers;
-	char tail;
-	if (elastic &&
-	    (sscanf(elastic, "%ld:%ld%c", &emin, &emax, &tail) != 2 || emin < 1 || emax < emin ||
-	     nworkers < emin || nworkers > emax || nps + emax + chief > MAX_PROCS)) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "launch: --elastic \"%s\": want MIN:MAX with 1 <= MIN <= --workers "
-			     "(%ld) <= MAX and at most %d processes",
-			     elastic, nworkers, MAX_PROCS);
+	elastic_range er;
+	if ((rc = parse_elastic(&er, elastic, nps, nworkers, chief, err)) != 0)
 		goto cleanup;
-	}
 	/* check the config once here, rather than fail in every process */
 	wf_config cfg;
-	if ((rc = wf_config_load(&cfg, config, sets.items, sets.n, err)) != 0)
-		goto cleanup;
-	if (strcmp(cfg.strategy.name, "local") != 0 &&
-	    strcmp(cfg.strategy.name, "parameter_server") != 0) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "strategy.name: \"%s\": weft launch runs parameter servers (allreduce "
-			     "runs under mpirun)",
-			     cfg.strategy.name);
-		goto cleanup;
-	}
-	char min_arg[48];
-	snprintf(min_arg, sizeof(min_arg), "strategy.min_workers=%ld", emin);
-	if ((rc = wf_config_set(&cfg, "strategy.name=parameter_server", err)) != 0 ||
-	    (elastic && (rc = wf_config_set(&cfg, min_arg, err)) != 0) ||
-	    (rc = wf_config_validate(&cfg, err)) != 0) {
-		wf_err_wrap(err, "%s", config);
-		goto cleanup;
-	}
-	if ((rc = wf_config_check_workers(&cfg, (int)(emax + chief), err)) != 0)
-		goto cleanup;
-	if (cfg.ps.replicas > nps) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "ps.replicas %ld: each chunk on %ld servers needs --ps %ld or more "
-			     "(got --ps %ld)",
-			     cfg.ps.replicas, cfg.ps.replicas, cfg.ps.replicas, nps);
-		goto cleanup;
-	}
-	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
+	if ((rc = launch_config(&cfg, config, &sets, nps, er.max + chief,
+				elastic ? er.min_arg : NULL, key_dir, insecure, err)) != 0)
 		goto cleanup;
 	if ((rc = wf_events_open(cfg.log.events, "launch", err)) != 0)
 		goto cleanup;
 
-	if (!(l = calloc(1, sizeof(*l)))) {
-		rc = wf_errf(err, WF_ENOMEM, "out of memory");
-		goto cleanup;
-	}
-	l->key_fd = -1;
-	ssize_t n = readlink("/proc/self/exe", l->exe, sizeof(l->exe) - 1);
-	if (n <= 0) {
-		rc = wf_errf(err, WF_EINTERNAL, "launch: cannot find the weft binary: %s",
-			     strerror(errno));
-		goto cleanup;
-	}
-	l->exe[n] = '\0';
-	/* keys: --insecure, --key-dir / cluster.key_dir, or fresh ones for this run */
-	if (cfg.cluster.insecure) {
-		if (cfg.cluster.key_dir[0]) {
-			rc = wf_errf(
-				err, WF_EINVAL,
-				"launch: --insecure and --key-dir (cluster.key_dir) both given: "
-				"choose one");
-			goto cleanup;
-		}
-		fprintf(stderr, "[launch] WARNING: --insecure: parameter-server traffic is plain "
-				"TCP without authentication\n");
-		snprintf(l->key_arg, sizeof(l->key_arg), "cluster.insecure=true");
-	} else {
-		wf_ps_keys keys;
-		const wf_ps_keys *kp;
-		if (!cfg.cluster.key_dir[0]) {
-			if ((rc = ephemeral_keys(l, err)) != 0)
-				goto cleanup;
-			snprintf(cfg.cluster.key_dir, sizeof(cfg.cluster.key_dir), "fd:%d",
-				 l->key_fd);
-		}
-		rc = wf_role_keys(&cfg, &keys, &kp, err);
-		memset(&keys, 0, sizeof(keys));
-		if (rc != 0)
-			goto cleanup;
-		snprintf(l->key_arg, sizeof(l->key_arg), "cluster.key_dir=%s", cfg.cluster.key_dir);
-	}
-	/* the job id's random part: one per run (every child, restarts too),
-	 * unless the caller gives the job one */
-	const char *token = getenv(WF_JOB_TOKEN_ENV);
-	if (token && strlen(token) >= sizeof(l->job_token)) {
-		rc = wf_errf(err, WF_EINVAL, "launch: %s: %zu characters, at most %zu",
-			     WF_JOB_TOKEN_ENV, strlen(token), sizeof(l->job_token) - 1);
-		goto cleanup;
-	}
-	if (token && *token)
-		snprintf(l->job_token, sizeof(l->job_token), "%s", token);
-	else if ((rc = wf_cluster_new_token(l->job_token, 16, err)) != 0)
+	if ((rc = launcher_new(&l, err)) != 0 || (rc = launch_keys(l, &cfg, err)) != 0 ||
+	    (rc = launch_token(l, err)) != 0)
 		goto cleanup;
 	l->max_restarts = (int)max_restarts;
 	l->resume = resume;
-	l->argv[l->argc++] = "--config";
-	l->argv[l->argc++] = config;
-	for (int i = 0; i < sets.n && l->argc + 4 < MAX_ARGS - 8; i++) {
-		l->argv[l->argc++] = "--set";
-		l->argv[l->argc++] = sets.items[i];
-	}
-	l->argv[l->argc++] = "--set";
-	l->argv[l->argc++] = "strategy.name=parameter_server";
-	l->argv[l->argc++] = "--set";
-	l->argv[l->argc++] = l->key_arg;
-	if (elastic) {
-		l->elastic = 1;
-		snprintf(l->min_arg, sizeof(l->min_arg), "%s", min_arg);
-		l->argv[l->argc++] = "--set";
-		l->argv[l->argc++] = l->min_arg;
-	}
-	if (device) {
-		l->argv[l->argc++] = "--set";
-		static char dev[64];
-		snprintf(dev, sizeof(dev), "train.device=%s", device);
-		l->argv[l->argc++] = dev;
-	}
+	child_args(l, config, &sets, device, elastic ? er.min_arg : NULL);
 	long cpus = threads > 0 ? threads : wf_config_default_threads();
 	long per = cpus / (nworkers + chief);
 	snprintf(l->threads_arg, sizeof(l->threads_arg), "%ld", per > 0 ? per : 1);
 
-	for (int i = 0; i < nps; i++)
-		l->ch[l->n++] = (child){.kind = KIND_PS, .index = i};
-	if (chief)
-		l->ch[l->n++] = (child){.kind = KIND_CHIEF, .index = 0};
-	for (int i = 0; i < emax; i++) /* --elastic: the slots past --workers start idle */
-		l->ch[l->n++] = (child){.kind = KIND_WORKER, .index = i, .idle = i >= nworkers};
-	l->nps = (int)nps;
-	l->ntrainers = (int)(emax + chief);
-	int ports[MAX_PROCS];
-	if (link || delay) {
-		wf_netem_link nl = {0};
-		if ((link && (rc = wf_netem_parse_rate(link, &nl.rate_bps, err)) != 0) ||
-		    (delay && (rc = wf_netem_parse_delay(delay, &nl.delay_ms, err)) != 0) ||
-		    (rc = wf_netem_create(&l->net, l->n, l->n, &nl, err)) != 0)
-			goto cleanup;
-		for (int i = 0; i < l->n; i++)
-			ports[i] = 2222; /* each node has its own address */
-		fprintf(stderr,
-			"[launch] emulated network %s: one namespace per process, links of "
-			"%s each way%s%s\n",
-			l->net.tag, link ? link : "unlimited rate", delay ? ", delay " : "",
-			delay ? delay : "");
-	} else if ((rc = free_ports(ports, l->n, err)) != 0) {
+	if ((rc = place_children(l, nps, nworkers, er.max, chief, link, delay, err)) != 0)
 		goto cleanup;
-	}
-	tf_configs(l, ports);
-	for (int i = 0; i < l->n; i++) {
-		child *c = &l->ch[i];
-		static const char *const names[3] = {"ps", "chief", "worker"};
-		snprintf(c->name, sizeof(c->name), "%s:%d", names[c->kind], c->index);
-		c->fd[0] = c->fd[1] = -1;
-	}
 	fprintf(stderr,
 		"[launch] %ld ps, %ld worker%s%s on %s (%s threads per trainer); "
 		"TF_CONFIG cluster: %.*s\n",
@@ -773,54 +881,7 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		(int)(strstr(l->ch[0].tf_config, ", \"task\"") - l->ch[0].tf_config),
 		l->ch[0].tf_config);
 
-	struct sigaction sa, old_int, old_term;
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigemptyset(&sa.sa_mask);
-	got_signal = 0;
-	sigaction(SIGINT, &sa, &old_int);
-	sigaction(SIGTERM, &sa, &old_term);
-	got_add = got_remove = 0;
-	if (elastic) {
-		sigaction(SIGUSR1, &sa, NULL);
-		sigaction(SIGUSR2, &sa, NULL);
-		fprintf(stderr,
-			"[launch] elastic: %ld to %ld workers (%ld started); SIGUSR1 to pid %d "
-			"adds one, SIGUSR2 removes one\n",
-			emin, emax, nworkers, (int)getpid());
-	}
-	for (int i = 0; i < l->n; i++) /* without --resume, a new job: the chief starts over */
-		if (!l->ch[i].idle)
-			spawn(l, &l->ch[i],
-			      l->ch[i].kind == KIND_PS ? -1
-			      : resume		       ? 1
-			      : i == chief_index(l)    ? 0
-						       : -1);
-	run_loop(l);
-	sigaction(SIGINT, &old_int, NULL);
-	sigaction(SIGTERM, &old_term, NULL);
-	signal(SIGUSR1, SIG_DFL);
-	signal(SIGUSR2, SIG_DFL);
-
-	int ci = chief_index(l);
-	int code = ci >= 0 ? l->ch[ci].code : 1;
-	if (code == 0 && l->fail_code)
-		code = l->fail_code;
-	rc = code_to_rc(code);
-	if (rc == WF_ESTOPPED)
-		wf_errf(err, rc, "launch: stopped");
-	else if (rc != 0)
-		wf_errf(err, rc, "launch: %s exited with status %d (see its log above)",
-			l->fail_name[0] ? l->fail_name : l->ch[ci].name,
-			l->fail_code ? l->fail_code : code);
-	else if (l->wound_down)
-		fprintf(stderr,
-			"[launch] done: the trainers exited 0 (%d server(s) ended after "
-			"them with a non-zero status)\n",
-			l->wound_down);
-	else
-		fprintf(stderr, "[launch] done: every process exited 0\n");
-	wf_event("done", json_pack("{s:i}", "code", rc == 0 ? 0 : code));
+	rc = run_children(l, resume, er.note, err);
 cleanup:
 	wf_events_close();
 	remove_keys(l);

@@ -1,5 +1,6 @@
-/* role.c: role dispatch from the cluster spec, the ps role (server loop),
- * the evaluator role, and the parameter-server exchange's set-up. */
+/* role.c: role dispatch from the cluster spec (the one place that starts a
+ * role: wf_train for a chief or worker, the server loop for a ps, the
+ * checkpoint watcher for an evaluator) and `weft ps`. */
 #include "trainer/role.h"
 
 #include "common/events.h"
@@ -7,13 +8,12 @@
 #include "common/util.h"
 #include "model/model.h"
 #include "ps/auth.h"
-#include "ps/client.h"
 #include "ps/server.h"
 #include "trainer/checkpoint.h"
 #include "trainer/cli.h"
 #include "trainer/evaluate.h"
+#include "trainer/job.h"
 #include "worker/data.h"
-#include "worker/exchange_ps.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -44,139 +44,6 @@ static int open_events(const wf_config *cfg, const char *role, int index, wf_err
 	return rc;
 }
 
-/* ---- the cluster --------------------------------------------------------- */
-
-int wf_role_security_flags(wf_config *cfg, const char *key_dir, int insecure, wf_err *err)
-{
-	if (key_dir) {
-		if (strlen(key_dir) >= sizeof(cfg->cluster.key_dir))
-			return wf_errf(err, WF_EINVAL, "--key-dir: path too long");
-		snprintf(cfg->cluster.key_dir, sizeof(cfg->cluster.key_dir), "%s", key_dir);
-	}
-	if (insecure) {
-		cfg->cluster.insecure = 1;
-		/* the flag outranks a key directory that only the environment gave */
-		const char *env = getenv("WEFT_KEY_DIR");
-		if (!key_dir && env && !strcmp(env, cfg->cluster.key_dir))
-			cfg->cluster.key_dir[0] = 0;
-	}
-	return 0;
-}
-
-int wf_role_keys(const wf_config *cfg, wf_ps_keys *k, const wf_ps_keys **out, wf_err *err)
-{
-	const char *dir = cfg->cluster.key_dir;
-	*out = NULL;
-	if (cfg->cluster.insecure) {
-		if (dir[0])
-			return wf_errf(err, WF_EINVAL,
-				       "cluster.insecure and cluster.key_dir (%s) are both set: "
-				       "choose one",
-				       dir);
-		return 0;
-	}
-	if (!dir[0])
-		return wf_errf(
-			err, WF_EINVAL,
-			"cluster.key_dir: parameter-server traffic is encrypted and authenticated "
-			"with CURVE keys, and none were given: make them once with `weft keygen "
-			"--out DIR` and give every ps, chief and worker --key-dir DIR (or --set "
-			"cluster.key_dir=DIR, or WEFT_KEY_DIR=DIR); `weft launch` makes its own. "
-			"To run unencrypted and unauthenticated, pass --insecure");
-	int rc = wf_ps_curve_check(err);
-	if (rc == 0)
-		rc = wf_ps_keys_load(k, dir, err);
-	if (rc == 0)
-		*out = k;
-	return rc;
-}
-
-static uint64_t fnv(uint64_t h, const char *s)
-{
-	for (; s && *s; s++)
-		h = (h ^ (uint8_t)*s) * 1099511628211ull;
-	return (h ^ '|') * 1099511628211ull;
-}
-
-uint64_t wf_role_job_id(const wf_config *cfg, const wf_cluster *c)
-{
-	uint64_t h = fnv(14695981039346656037ull, cfg->model.name);
-	static const wf_role roles[] = {WF_ROLE_PS, WF_ROLE_CHIEF, WF_ROLE_WORKER};
-	for (size_t r = 0; r < sizeof(roles) / sizeof(roles[0]); r++)
-		for (int i = 0; i < c->jobs[roles[r]].n; i++)
-			h = fnv(h, c->jobs[roles[r]].addr[i] ? c->jobs[roles[r]].addr[i] : "-");
-	if (c->job_token[0]) {
-		/* the job's random value, then a full avalanche (splitmix64's
-		 * finaliser): without the token the id cannot be computed */
-		h = fnv(h, c->job_token);
-		h ^= h >> 30;
-		h *= 0xbf58476d1ce4e5b9ull;
-		h ^= h >> 27;
-		h *= 0x94d049bb133111ebull;
-		h ^= h >> 31;
-	} else if (cfg->cluster.insecure) {
-		static int warned;
-		if (!warned++)
-			wf_warn("%s is not set: with --insecure the job id comes from the "
-				"model name and the addresses alone, which anyone can compute; "
-				"give every process of the job the same random %s (e.g. "
-				"`openssl rand -hex 16`; `weft launch` makes one per run)",
-				WF_JOB_TOKEN_ENV, WF_JOB_TOKEN_ENV);
-	}
-	return h ? h : 1;
-}
-
-int wf_role_num_workers(const wf_cluster *c)
-{
-	return c->jobs[WF_ROLE_CHIEF].n + c->jobs[WF_ROLE_WORKER].n;
-}
-
-/* The cluster of a parameter-server job: TF_CONFIG with ps tasks. */
-static int ps_cluster(wf_cluster *c, const wf_config *cfg, wf_err *err)
-{
-	int rc = wf_cluster_from_env(c, err);
-	if (rc != 0)
-		return rc;
-	if (c->source != WF_CLUSTER_SRC_TF_CONFIG) {
-		wf_cluster_free(c);
-		return wf_errf(
-			err, WF_EINVAL,
-			"strategy.name parameter_server needs a cluster: set TF_CONFIG (with "
-			"cluster.ps) or start the job with `weft launch --ps N --workers M`");
-	}
-	if ((rc = wf_cluster_validate(c, cfg->strategy.name, err)) != 0)
-		wf_cluster_free(c);
-	return rc;
-}
-
-/* tcp:// endpoints of every ps task (malloc'd array of strings). */
-static int ps_endpoints(const wf_cluster *c, char ***out, wf_err *err)
-{
-	const wf_cluster_job *j = &c->jobs[WF_ROLE_PS];
-	char **ep = calloc((size_t)j->n, sizeof(*ep));
-	if (!ep)
-		return wf_errf(err, WF_ENOMEM, "out of memory");
-	for (int i = 0; i < j->n; i++) {
-		char buf[512];
-		int rc = !j->addr[i]
-				 ? wf_errf(err, WF_EINVAL,
-					   "TF_CONFIG: cluster.ps has no task %d (the ps list "
-					   "must be dense)",
-					   i)
-				 : wf_cluster_resolve(j->addr[i], 8, 0.25, buf, sizeof(buf), err);
-		if (rc == 0 && !(ep[i] = strdup(buf)))
-			rc = wf_errf(err, WF_ENOMEM, "out of memory");
-		if (rc != 0) {
-			for (int k = 0; k < i; k++)
-				free(ep[k]);
-			free(ep);
-			return rc;
-		}
-	}
-	*out = ep;
-	return 0;
-}
-
 /* The model the job trains (servers need its parameter layout): from
  * model.input_shape and model.classes when both are set (the servers then
  * never read the data), else from the training data's shape. */
@@ -203,77 +70,6 @@ static int job_model(const wf_config *cfg, wf_model **m, wf_err *err)
 	return rc;
 }
 
-int wf_role_ps_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex,
-			       const wf_model *m, const wf_optim_cfg *optim, wf_err *err)
-{
-	wf_cluster c;
-	char **ep = NULL;
-	int rc = ps_cluster(&c, cfg, err);
-	if (rc != 0)
-		return rc;
-	if (c.role != WF_ROLE_CHIEF && c.role != WF_ROLE_WORKER) {
-		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: task.type %s does not train",
-			     wf_role_name(c.role));
-		goto cleanup;
-	}
-	if ((rc = wf_config_check_workers(cfg, wf_role_num_workers(&c), err)) != 0)
-		goto cleanup;
-	wf_ps_keys keys;
-	const wf_ps_keys *kp = NULL;
-	if ((rc = wf_role_keys(cfg, &keys, &kp, err)) != 0)
-		goto cleanup;
-	if ((rc = ps_endpoints(&c, &ep, err)) != 0)
-		goto cleanup;
-	long done = 0, ck;
-	char ckdir[4200], origin[WF_CFG_PATH_MAX + 64];
-	if (!strncmp(cfg->cluster.key_dir, "fd:", 3))
-		snprintf(origin, sizeof(origin),
-			 "`weft launch`'s keys for this run (cluster.key_dir=%s)",
-			 cfg->cluster.key_dir);
-	else
-		snprintf(origin, sizeof(origin), "%s (cluster.key_dir)", cfg->cluster.key_dir);
-	wf_err ce = {0};
-	if (wf_ckpt_latest(cfg->checkpoint.dir, &ck, ckdir, sizeof(ckdir), &ce) == 1 &&
-	    ck >= cfg->train.steps)
-		done = ck;
-	wf_exchange_ps_cfg pc = {
-		.keys = kp,
-		.key_origin = kp ? origin : NULL,
-		.done_step = done,
-		.nservers = c.jobs[WF_ROLE_PS].n,
-		.endpoints = (const char *const *)ep,
-		.job_id = wf_role_job_id(cfg, &c),
-		.rank = c.rank,
-		.workers = wf_role_num_workers(&c),
-		.is_chief = c.is_chief,
-		.mode = cfg->ps.mode,
-		.staleness = (int)cfg->strategy.staleness,
-		.ckpt_dir = cfg->checkpoint.dir,
-		.chunk_bytes = (size_t)cfg->ps.chunk_bytes,
-		.timeout = cfg->ps.timeout,
-		.connect_timeout = cfg->ps.connect_timeout,
-		.heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT,
-		.server_timeout = cfg->ps.server_timeout,
-		.replicas = (int)cfg->ps.replicas,
-		.debug_stall = cfg->ps.debug_stall[0] ? cfg->ps.debug_stall : NULL,
-		.backup_workers = (int)cfg->strategy.backup_workers,
-		.min_workers = (int)cfg->strategy.min_workers,
-		.slow_factor = wf_config_slow_factor(cfg, c.rank),
-		.segs = optim->segs,
-		.frozen = optim->frozen,
-		.nsegs = optim->nsegs,
-		.optim = optim,
-	};
-	rc = wf_exchange_ps_create(out, ex, m, &pc, err);
-	memset(&keys, 0, sizeof(keys));
-cleanup:
-	for (int i = 0; ep && i < c.jobs[WF_ROLE_PS].n; i++)
-		free(ep[i]);
-	free(ep);
-	wf_cluster_free(&c);
-	return rc;
-}
-
 /* ---- the ps role ----------------------------------------------------------- */
 
 static volatile sig_atomic_t ps_stop;
@@ -290,7 +86,7 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	char host[256], bind[300];
 	int port = 0, rc;
 	const char *addr = c->jobs[WF_ROLE_PS].addr[c->index];
-	if ((rc = wf_config_check_workers(cfg, wf_role_num_workers(c), err)) != 0)
+	if ((rc = wf_config_check_workers(cfg, wf_job_num_workers(c), err)) != 0)
 		return rc;
 	if (wf_cluster_split_hostport(addr, host, sizeof(host), &port) != 0)
 		return wf_errf(err, WF_EINVAL, "TF_CONFIG: cluster.ps[%d] \"%s\" is not host:port",
@@ -307,7 +103,7 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	}
 	wf_ps_keys keys;
 	const wf_ps_keys *kp = NULL;
-	if ((rc = wf_role_keys(cfg, &keys, &kp, err)) != 0)
+	if ((rc = wf_job_keys(cfg, &keys, &kp, err)) != 0)
 		return rc;
 	if ((rc = job_model(cfg, &m, err)) != 0)
 		return rc;
@@ -316,8 +112,8 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	sc.bind = bind;
 	sc.index = c->index;
 	sc.nservers = c->jobs[WF_ROLE_PS].n;
-	sc.job_id = wf_role_job_id(cfg, c);
-	sc.nworkers = wf_role_num_workers(c);
+	sc.job_id = wf_job_id(cfg, c);
+	sc.nworkers = wf_job_num_workers(c);
 	sc.mode = cfg->ps.mode;
 	sc.staleness = (int)cfg->strategy.staleness;
 	sc.backup_workers = (int)cfg->strategy.backup_workers;
@@ -341,7 +137,7 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	sc.peer_timeout = cfg->ps.server_timeout;
 	char **peers = NULL;
 	if (sc.replicas > 1) {
-		if ((rc = ps_endpoints(c, &peers, err)) != 0) {
+		if ((rc = wf_job_ps_endpoints(c, &peers, err)) != 0) {
 			wf_model_free(m);
 			return rc;
 		}
@@ -367,9 +163,7 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 		wf_event("shut_down", NULL);
 	}
 	memset(&keys, 0, sizeof(keys));
-	for (int i = 0; peers && i < sc.nservers; i++)
-		free(peers[i]);
-	free(peers);
+	wf_job_endpoints_free(peers, sc.nservers);
 	wf_model_free(m);
 	return rc;
 }
@@ -564,7 +358,7 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 	}
 	if ((rc = wf_config_load(&cfg, config, sets.items, sets.n, err)) != 0)
 		goto cleanup;
-	if ((rc = wf_role_security_flags(&cfg, key_dir, insecure, err)) != 0)
+	if ((rc = wf_job_security_flags(&cfg, key_dir, insecure, err)) != 0)
 		goto cleanup;
 	if (strcmp(cfg.strategy.name, "parameter_server") != 0 &&
 	    (rc = wf_config_set(&cfg, "strategy.name=parameter_server", err)) != 0)
@@ -581,7 +375,7 @@ int wf_cmd_ps(int argc, char **argv, wf_err *err)
 		wf_err_wrap(err, "%s", config);
 		goto cleanup;
 	}
-	if ((rc = ps_cluster(&c, &cfg, err)) != 0)
+	if ((rc = wf_job_ps_cluster(&c, &cfg, err)) != 0)
 		goto cleanup;
 	if (c.role != WF_ROLE_PS) {
 		rc = wf_errf(err, WF_EINVAL,

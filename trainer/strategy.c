@@ -2,12 +2,15 @@
 
 #include "kernels/ops.h"
 
-#include "trainer/cluster.h"
-#include "trainer/role.h"
 #include "common/log.h"
 #include "ps/auth.h"
+#include "ps/client.h"
+#include "trainer/checkpoint.h"
+#include "trainer/cluster.h"
+#include "trainer/job.h"
 #include "worker/exchange_mpi.h"
 #include "worker/exchange_nccl.h"
+#include "worker/exchange_ps.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -80,7 +83,7 @@ static int allreduce_boot(const wf_config *cfg, wf_nccl_boot *boot, char *chief,
 			       .size = c.world_size,
 			       .local_rank = c.local_rank,
 			       .chief = chief,
-			       .job = wf_role_job_id(cfg, &c),
+			       .job = wf_job_id(cfg, &c),
 			       .timeout = cfg->strategy.rendezvous_timeout,
 			       .stall_timeout = cfg->strategy.stall_timeout};
 	*found = 1;
@@ -154,6 +157,78 @@ static int allreduce_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex
 	return wf_exchange_mpi_create(out, ex, m, optim, cfg->strategy.bucket_mb, err);
 }
 
+/* Push-pull with the parameter servers of TF_CONFIG: resolves their
+ * addresses (with retries) and connects. optim's frozen segments
+ * (model.freeze) go with every push. */
+static int ps_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex, const wf_model *m,
+		     const wf_optim_cfg *optim, wf_err *err)
+{
+	wf_cluster c;
+	char **ep = NULL;
+	int rc = wf_job_ps_cluster(&c, cfg, err);
+	if (rc != 0)
+		return rc;
+	if (c.role != WF_ROLE_CHIEF && c.role != WF_ROLE_WORKER) {
+		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: task.type %s does not train",
+			     wf_role_name(c.role));
+		goto cleanup;
+	}
+	if ((rc = wf_config_check_workers(cfg, wf_job_num_workers(&c), err)) != 0)
+		goto cleanup;
+	wf_ps_keys keys;
+	const wf_ps_keys *kp = NULL;
+	if ((rc = wf_job_keys(cfg, &keys, &kp, err)) != 0)
+		goto cleanup;
+	if ((rc = wf_job_ps_endpoints(&c, &ep, err)) != 0)
+		goto cleanup;
+	long done = 0, ck;
+	char ckdir[4200], origin[WF_CFG_PATH_MAX + 64];
+	if (!strncmp(cfg->cluster.key_dir, "fd:", 3))
+		snprintf(origin, sizeof(origin),
+			 "`weft launch`'s keys for this run (cluster.key_dir=%s)",
+			 cfg->cluster.key_dir);
+	else
+		snprintf(origin, sizeof(origin), "%s (cluster.key_dir)", cfg->cluster.key_dir);
+	wf_err ce = {0};
+	if (wf_ckpt_latest(cfg->checkpoint.dir, &ck, ckdir, sizeof(ckdir), &ce) == 1 &&
+	    ck >= cfg->train.steps)
+		done = ck;
+	wf_exchange_ps_cfg pc = {
+		.keys = kp,
+		.key_origin = kp ? origin : NULL,
+		.done_step = done,
+		.nservers = c.jobs[WF_ROLE_PS].n,
+		.endpoints = (const char *const *)ep,
+		.job_id = wf_job_id(cfg, &c),
+		.rank = c.rank,
+		.workers = wf_job_num_workers(&c),
+		.is_chief = c.is_chief,
+		.mode = cfg->ps.mode,
+		.staleness = (int)cfg->strategy.staleness,
+		.ckpt_dir = cfg->checkpoint.dir,
+		.chunk_bytes = (size_t)cfg->ps.chunk_bytes,
+		.timeout = cfg->ps.timeout,
+		.connect_timeout = cfg->ps.connect_timeout,
+		.heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT,
+		.server_timeout = cfg->ps.server_timeout,
+		.replicas = (int)cfg->ps.replicas,
+		.debug_stall = cfg->ps.debug_stall[0] ? cfg->ps.debug_stall : NULL,
+		.backup_workers = (int)cfg->strategy.backup_workers,
+		.min_workers = (int)cfg->strategy.min_workers,
+		.slow_factor = wf_config_slow_factor(cfg, c.rank),
+		.segs = optim->segs,
+		.frozen = optim->frozen,
+		.nsegs = optim->nsegs,
+		.optim = optim,
+	};
+	rc = wf_exchange_ps_create(out, ex, m, &pc, err);
+	memset(&keys, 0, sizeof(keys));
+cleanup:
+	wf_job_endpoints_free(ep, c.jobs[WF_ROLE_PS].n);
+	wf_cluster_free(&c);
+	return rc;
+}
+
 int wf_strategy_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex,
 				const wf_model *m, const wf_optim_cfg *optim, wf_err *err)
 {
@@ -163,6 +238,6 @@ int wf_strategy_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec
 	if (strcmp(cfg->strategy.name, "allreduce") == 0)
 		return allreduce_create(out, cfg, ex, m, optim, err);
 	if (strcmp(cfg->strategy.name, "parameter_server") == 0)
-		return wf_role_ps_exchange_create(out, cfg, ex, m, optim, err);
+		return ps_create(out, cfg, ex, m, optim, err);
 	return wf_exchange_local_create(out, ex, m, optim, err);
 }

@@ -92,13 +92,13 @@ typedef struct wf_reader_cfg {
 	uint64_t seed;
 	int shuffle; /* 0: file order, every sample once (evaluation) */
 	int augment; /* random crop with padding `pad` and horizontal flip */
-	int pad;     /* crop padding in pixels (4) */
+	int pad;     /* crop padding in pixels */
 	/* augmentation switches, each on its own (augment = crop + flip) */
 	int flip;	    /* horizontal flip, p = 0.5 */
 	int crop;	    /* random crop after zero padding `pad` */
 	int rrc;	    /* random resized crop (torchvision RandomResizedCrop) */
-	float rrc_scale[2]; /* area fraction range (0.08, 1) */
-	float rrc_ratio[2]; /* aspect ratio range (3/4, 4/3) */
+	float rrc_scale[2]; /* area fraction range */
+	float rrc_ratio[2]; /* aspect ratio range (width / height) */
 	float brightness;   /* jitter factors drawn from [max(0, 1-x), 1+x]; 0: off */
 	float contrast;
 	float saturation;
@@ -130,6 +130,14 @@ typedef struct wf_batch {
 
 typedef struct wf_reader wf_reader;
 
+/* The augmentation defaults, written here once (the trainer's config table
+ * shows them through these macros): crop padding, random resized crop's
+ * area and aspect-ratio ranges (torchvision's). */
+#define WF_READER_PAD_DEFAULT	4
+#define WF_READER_RRC_SCALE_MIN 0.08
+#define WF_READER_RRC_SCALE_MAX 1
+#define WF_READER_RRC_RATIO_MIN 0.75
+#define WF_READER_RRC_RATIO_MAX 1.3333333333333333
 void wf_reader_cfg_default(wf_reader_cfg *cfg);
 /* Start a reader thread over ds (which must outlive the reader). */
 int wf_reader_create(wf_reader **out, wf_dataset *ds, const wf_reader_cfg *cfg, wf_err *err);

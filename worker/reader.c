@@ -62,7 +62,7 @@ void wf_reader_cfg_default(wf_reader_cfg *cfg)
 	cfg->seed = 1;
 	cfg->shuffle = 1;
 	cfg->augment = 0;
-	cfg->pad = 4;
+	cfg->pad = WF_READER_PAD_DEFAULT;
 	cfg->start_step = 0;
 	cfg->scale = 1.0f / 255.0f;
 	for (int i = 0; i < 4; i++) {
@@ -70,10 +70,10 @@ void wf_reader_cfg_default(wf_reader_cfg *cfg)
 		cfg->std[i] = 1.0f;
 	}
 	cfg->prefetch = 2;
-	cfg->rrc_scale[0] = 0.08f;
-	cfg->rrc_scale[1] = 1.0f;
-	cfg->rrc_ratio[0] = 3.0f / 4.0f;
-	cfg->rrc_ratio[1] = 4.0f / 3.0f;
+	cfg->rrc_scale[0] = (float)WF_READER_RRC_SCALE_MIN;
+	cfg->rrc_scale[1] = (float)WF_READER_RRC_SCALE_MAX;
+	cfg->rrc_ratio[0] = (float)WF_READER_RRC_RATIO_MIN;
+	cfg->rrc_ratio[1] = (float)WF_READER_RRC_RATIO_MAX;
 }
 
 long wf_reader_steps_per_epoch(const wf_reader *r)

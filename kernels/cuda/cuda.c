@@ -412,18 +412,15 @@ static const wf_backend_ops cuda_ops = {
 
 int wf_precision_parse(const char *name, wf_precision *out, wf_err *err)
 {
-	static const struct {
-		const char *name;
-		wf_precision p;
-	} names[] = {{"fp32", WF_PREC_FP32},   {"float32", WF_PREC_FP32},  {"tf32", WF_PREC_TF32},
-		     {"bf16", WF_PREC_BF16},   {"bfloat16", WF_PREC_BF16}, {"fp16", WF_PREC_FP16},
-		     {"float16", WF_PREC_FP16}};
-	for (size_t i = 0; name && i < sizeof(names) / sizeof(names[0]); i++)
-		if (strcmp(name, names[i].name) == 0) {
-			*out = names[i].p;
+	static const wf_precision all[] = {WF_PREC_FP32, WF_PREC_TF32, WF_PREC_BF16, WF_PREC_FP16};
+	const char *canon = wf_backend_precision_canon(name);
+	for (size_t i = 0; canon && i < sizeof(all) / sizeof(all[0]); i++)
+		if (strcmp(canon, wf_precision_name(all[i])) == 0) {
+			*out = all[i];
 			return 0;
 		}
-	return wf_errf(err, WF_EINVAL, "precision '%s' is not one of fp32, tf32, bf16, fp16",
+	return wf_errf(err, WF_EINVAL,
+		       "precision '%s' is not one of the cuda device's fp32, tf32, bf16, fp16",
 		       name ? name : "(null)");
 }
 
@@ -539,12 +536,7 @@ int wf_backend_cuda_init(wf_backend *be, wf_err *err)
 		goto fail_copy;
 	cx->bad_host[0] = cx->bad_host[1] = 0;
 
-	const char *prec = be->opts.precision;
-	if (*prec && (rc = wf_precision_parse(prec, &cx->prec, err)) != 0) {
-		wf_err_wrap(err, "precision (WEFT_PRECISION)");
-		goto fail;
-	}
-	be->bf16 = cx->prec == WF_PREC_BF16;
+	cx->prec = WF_PREC_FP32; /* wf_backend_set_precision changes it */
 	struct cudaDeviceProp prop;
 	if ((rc = WF_CU(be, cudaGetDeviceProperties(&prop, cx->device))))
 		goto fail_copy;

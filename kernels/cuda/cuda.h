@@ -9,8 +9,8 @@
  *   tf32  float32 tensors on TF32 tensor cores;
  *   bf16  operands cast to bfloat16, tensor cores, float32 accumulation;
  *   fp16  operands cast to half, tensor cores, float32 accumulation.
- * The environment variable WEFT_PRECISION sets it when the backend is
- * created (so `weft train --precision bf16` only has to export it).
+ * A new backend computes in fp32; wf_backend_set_precision (kernels.h) sets
+ * it by name, as every program does from its one precision setting.
  * TODO(fp16): dynamic loss scaling lives in the trainer (scale the loss,
  * unscale through wf_opt_desc.grad_scale, skip steps with inf/nan). */
 #ifndef WF_CUDA_H
@@ -26,8 +26,8 @@ typedef enum {
 	WF_PREC_FP16,
 } wf_precision;
 
-/* Parse "fp32", "float32", "tf32", "bf16", "bfloat16", "fp16", "float16"
- * into *out; fails naming the value. */
+/* Parse "fp32", "tf32", "bf16", "fp16" (or an alias that
+ * wf_backend_precision_canon knows) into *out; fails naming the value. */
 int wf_precision_parse(const char *name, wf_precision *out, wf_err *err);
 /* "fp32", "tf32", "bf16" or "fp16". */
 const char *wf_precision_name(wf_precision p);

@@ -2,7 +2,7 @@
  * GPU is usable it checks that asking for "cuda" fails with the message
  * users see ("no usable CUDA device: ...") and a permanent exit status, and
  * that "auto" falls back to the host; where one is, that it describes
- * itself and honours the precision option (WEFT_PRECISION). Precision
+ * itself and takes a precision by name (wf_backend_set_precision). Precision
  * names and the guard against setting a precision on a host backend are
  * checked in both cases. */
 #include "tests/gpu/gpu_test.h"
@@ -56,14 +56,18 @@ static void test_cuda_is_usable_or_says_why_not(void)
 	WF_CHECK(strcmp(be->name, "cuda") == 0);
 	WF_CHECK(strlen(wf_backend_cuda_describe(be)) > 0);
 	wf_backend_free(be);
-	/* the precision weft resolves from WEFT_PRECISION / train.precision */
-	wf_backend_opts bo = {.precision = "bf16"};
-	WF_CHECK(wf_backend_create_opts(&be, "cuda", &bo, &err) == 0);
-	WF_CHECK(be && wf_backend_cuda_precision(be) == WF_PREC_BF16);
+	/* the precision weft resolves from --precision / train.precision /
+	 * WEFT_PRECISION, in any spelling, set by name */
+	WF_CHECK(wf_backend_create(&be, "cuda", 0, &err) == 0);
+	WF_CHECK(be && wf_backend_cuda_precision(be) == WF_PREC_FP32);
+	const char *used = NULL;
+	WF_CHECK(wf_backend_set_precision(be, "bfloat16", &used, &err) == 0);
+	WF_CHECK(wf_backend_cuda_precision(be) == WF_PREC_BF16 && strcmp(used, "bf16") == 0);
+	WF_CHECK(wf_backend_set_precision(be, "tf32", &used, &err) == 0);
+	WF_CHECK(wf_backend_cuda_precision(be) == WF_PREC_TF32 && strcmp(used, "tf32") == 0);
+	WF_CHECK_INT(wf_backend_set_precision(be, "fp8", &used, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "fp8") != NULL && strstr(err.msg, WF_PRECISIONS) != NULL);
 	wf_backend_free(be);
-	snprintf(bo.precision, sizeof(bo.precision), "fp8");
-	WF_CHECK_INT(wf_backend_create_opts(&be, "cuda", &bo, &err), WF_EINVAL);
-	WF_CHECK(strstr(err.msg, "WEFT_PRECISION") != NULL);
 	WF_CHECK(wf_backend_create(&be, "auto", 0, &err) == 0);
 	WF_CHECK(be && strcmp(be->name, "cuda") == 0);
 	wf_backend_free(be);

@@ -128,11 +128,17 @@ SERVE_PID=
 grep -q "version 2 is available (.*; fp32; " serve.log || fail "a version without a precision is not served in fp32"
 # a version exported with --precision bf16 is served in bf16 (or in fp32 with
 # a notice naming the file's precision on a CPU without bf16); weft-serve's
-# own --precision wins over the file's
-for flag in "" "--precision fp32"; do
+# own --precision wins over the file's, and so does WEFT_PRECISION, which
+# means the same as the flag
+for mode in file flag env; do
+	flag=
+	[ "$mode" = flag ] && flag="--precision fp32"
+	envp=
+	[ "$mode" = env ] && envp=fp32
 	# shellcheck disable=SC2086
-	"$WEFT_SERVE" --model_name p --model_base_path out/p --rest_api_port 0 --port 0 --grpc_port 0 \
-		--file_system_poll_wait_seconds 0 --device cpu $flag >serve-p.log 2>&1 &
+	WEFT_PRECISION=$envp "$WEFT_SERVE" --model_name p --model_base_path out/p --rest_api_port 0 \
+		--port 0 --grpc_port 0 --file_system_poll_wait_seconds 0 --device cpu $flag \
+		>serve-p.log 2>&1 &
 	SERVE_PID=$!
 	for _ in $(seq 300); do
 		grep -q "is available" serve-p.log && break
@@ -142,12 +148,23 @@ for flag in "" "--precision fp32"; do
 	kill "$SERVE_PID"
 	wait "$SERVE_PID" || true
 	SERVE_PID=
-	if [ -z "$flag" ]; then
+	if [ "$mode" = file ]; then
 		grep -q "is available (.*; bf16; " serve-p.log ||
 			grep -q "the model file's precision bf16: the cpu device has no native bf16" serve-p.log ||
 			fail "the file's precision bf16 is not used: $(grep available serve-p.log)"
 	else
-		grep -q "is available (.*; fp32; " serve-p.log || fail "--precision fp32 does not win over the file's"
+		grep -q "is available (.*; fp32; " serve-p.log ||
+			fail "$mode: precision fp32 does not win over the file's: $(grep available serve-p.log)"
+		if grep -q "the model file's precision" serve-p.log; then
+			fail "$mode: the file's precision was used: $(grep precision serve-p.log)"
+		fi
 	fi
 done
+# a precision weft does not know stops weft-serve at once, naming the setting and the names
+if WEFT_PRECISION=fp8 timeout 60 "$WEFT_SERVE" --model_base_path out/p --rest_api_port 0 --port 0 \
+	--grpc_port 0 >serve-bad.log 2>&1; then
+	fail "WEFT_PRECISION=fp8 was accepted"
+fi
+grep -q "precision (or WEFT_PRECISION): 'fp8' is not one of fp32, tf32, bf16, fp16, int8, auto" \
+	serve-bad.log || fail "no error naming the precision: $(cat serve-bad.log)"
 echo "PASS"

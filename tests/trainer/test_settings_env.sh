@@ -1,8 +1,9 @@
 # test_settings_env.sh: settings resolve once, in trainer/: flag (--set) >
 # environment variable > config file > default, and the resolved value is
 # what the run records (config.json); a malformed variable is a warning that
-# keeps the file's value; `weft train --help-config` names every key's
-# variable and lists every variable weft reads.
+# keeps the file's value; a precision is recorded in one spelling; `weft
+# train --help-config` names every key's variable and lists every variable
+# weft reads.
 . "$WEFT_SRC/tests/trainer/lib.sh"
 unset WEFT_DATA_MEMORY_MB WEFT_STALL_TIMEOUT WEFT_PRECISION
 "$WEFT" train --help-config >keys.txt || fail "train --help-config failed"
@@ -57,4 +58,14 @@ if WEFT_PS_CHUNK_BYTES=100 "$WEFT" train --config c.json --device ref --set log.
 	fail "WEFT_PS_CHUNK_BYTES=100 was accepted"
 fi
 grep -q "WEFT_PS_CHUNK_BYTES.*got 100" small.err || fail "no error naming the variable: $(cat small.err)"
+# a precision has one spelling once resolved (bfloat16 is recorded as bf16);
+# int8 is an inference precision: training refuses it and says what to do
+WEFT_PRECISION=bfloat16 run alias
+[ "$(key alias train precision)" = bf16 ] || fail "WEFT_PRECISION=bfloat16: $(key alias train precision)"
+if "$WEFT" train --config c.json --device ref --precision int8 --set log.dir=i8 \
+	--set checkpoint.dir=i8/ck >/dev/null 2>i8.err; then
+	fail "--precision int8 was accepted for training"
+fi
+grep -q "train.precision: int8 is an inference precision.*weft export --quantize int8" i8.err ||
+	fail "no error saying int8 is for inference: $(cat i8.err)"
 echo ok
