@@ -997,6 +997,17 @@ double wf_ps_client_set_connect_timeout(wf_ps_client *c, double seconds)
 	return old;
 }
 
+/* Whether one of the groups in bits (bit g: the chunks placed on server g;
+ * group 0 also keeps the state) holds anything. */
+static int holds_data(const wf_ps_client *c, uint32_t bits)
+{
+	for (int g = 0; g < c->cfg.nservers && g < 32; g++)
+		if ((bits & (1u << g)) &&
+		    (wf_ps_placement_count(c->cfg.pl, g) > 0 || (g == 0 && c->cfg.nstate)))
+			return 1;
+	return 0;
+}
+
 int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *err)
 {
 	int n = c->cfg.nservers;
@@ -1040,10 +1051,13 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 			pending *p = &c->pend[slot_server(c, s)];
 			if (p->used && p->done && !p->rc && !answered[s]) {
 				answered[s] = 1;
-				/* replication: a server that serves no group (it is
-				 * joining, or only a backup) does not tell the job's step */
-				got[s] = c->replicas > 1 && !p->primary_bits ? WF_PS_STEP_BACKUP
-									     : p->reply_step;
+				/* replication: a server that serves no group holding
+				 * chunks or the state (it is joining, only a backup,
+				 * or the primary of its own empty group) does not tell
+				 * the job's step */
+				got[s] = c->replicas > 1 && !holds_data(c, p->primary_bits)
+						 ? WF_PS_STEP_BACKUP
+						 : p->reply_step;
 				left--;
 				served |= p->primary_bits;
 				for (int g = 0; c->replicas > 1 && g < n && g < 32; g++)

@@ -47,9 +47,10 @@ typedef struct child {
 	char buf[2][LINE_MAX_BYTES];
 	size_t len[2];
 	int restarts;
-	int exited; /* and will not be restarted */
-	int idle;   /* --elastic: a free worker slot SIGUSR1 may start */
-	int code;   /* exit status as a shell reports it (128 + signal when killed) */
+	int exited;  /* and will not be restarted */
+	int idle;    /* --elastic: a free worker slot SIGUSR1 may start */
+	int leaving; /* --elastic: SIGUSR2 told it to leave */
+	int code;    /* exit status as a shell reports it (128 + signal when killed) */
 } child;
 
 typedef struct launcher {
@@ -71,8 +72,9 @@ typedef struct launcher {
 	int key_fd;		 /* memfd holding this run's keys, -1: none */
 	/* WEFT_JOB_TOKEN of every child: this run's */
 	char job_token[WF_JOB_TOKEN_MAX];
-	wf_netem net; /* --link: each child in its own namespace (node = its index) */
-	int elastic;  /* --elastic: workers come (SIGUSR1) and go (SIGUSR2) */
+	wf_netem net;	  /* --link: each child in its own namespace (node = its index) */
+	int elastic;	  /* --elastic: workers come (SIGUSR1) and go (SIGUSR2) */
+	long min_workers; /* --elastic MIN: SIGUSR2 never takes the job below it */
 	char min_arg[48];
 } launcher;
 
@@ -400,20 +402,29 @@ static void elastic_signals(launcher *l)
 			continue;
 		}
 		fprintf(stderr, "[launch] SIGUSR1: starting %s (it joins the job)\n", c->name);
-		c->idle = c->exited = 0;
+		c->idle = c->exited = c->leaving = 0;
 		spawn(l, c, -1);
 	}
 	for (; got_remove > 0; got_remove--) {
 		child *c = NULL;
-		for (int i = l->n - 1; i >= 0 && !c; i--)
-			if (l->ch[i].kind == KIND_WORKER && l->ch[i].pid > 0 && i != ci)
-				c = &l->ch[i];
-		if (!c || l->stopping) {
-			fprintf(stderr, "[launch] SIGUSR2: no worker to stop other than the "
-					"chief\n");
+		int staying = 0;
+		for (int i = l->n - 1; i >= 0; i--) {
+			child *k = &l->ch[i];
+			if (k->kind == KIND_PS || k->pid <= 0 || k->leaving)
+				continue;
+			staying++;
+			if (!c && k->kind == KIND_WORKER && i != ci)
+				c = k;
+		}
+		if (!c || l->stopping || staying <= l->min_workers) {
+			fprintf(stderr,
+				"[launch] SIGUSR2: not stopping a worker: %d trainer%s run, the "
+				"--elastic minimum is %ld (the chief stays)\n",
+				staying, staying == 1 ? "" : "s", l->min_workers);
 			continue;
 		}
 		fprintf(stderr, "[launch] SIGUSR2: stopping %s (it leaves the job)\n", c->name);
+		c->leaving = 1;
 		kill(c->pid, SIGTERM);
 	}
 }
@@ -867,6 +878,7 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	l->max_restarts = (int)max_restarts;
 	l->resume = resume;
 	child_args(l, config, &sets, device, elastic ? er.min_arg : NULL);
+	l->min_workers = er.min;
 	long cpus = threads > 0 ? threads : wf_config_default_threads();
 	long per = cpus / (nworkers + chief);
 	snprintf(l->threads_arg, sizeof(l->threads_arg), "%ld", per > 0 ? per : 1);

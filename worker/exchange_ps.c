@@ -125,10 +125,13 @@ static int servers_agree(ps_ctx *c, long *step, long *lo, long *hi, wf_err *err)
 	if (rc != 0)
 		return rc;
 	/* only servers that hold chunks carry the job's step: one that holds none
-	 * (a small model on several servers) must never hold up a join */
+	 * (a small model on several servers) must never hold up a join; with
+	 * replicas, register names them (WF_PS_STEP_BACKUP), as the primary of a
+	 * group may be a server placement gave no chunks */
 	int any = 0;
 	for (int s = 0; s < c->cfg.nservers; s++) {
-		if ((wf_ps_placement_count(&c->pl, s) == 0 && c->cfg.nservers > 1) ||
+		if ((c->cfg.replicas < 2 && wf_ps_placement_count(&c->pl, s) == 0 &&
+		     c->cfg.nservers > 1) ||
 		    c->steps[s] == WF_PS_STEP_BACKUP)
 			continue;
 		*lo = any ? WF_MIN(*lo, c->steps[s]) : c->steps[s];

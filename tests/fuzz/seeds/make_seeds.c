@@ -74,6 +74,7 @@ int main(int argc, char **argv)
 	    sizeof(two));
 	msg("barrier", WF_PS_OP_BARRIER, 0, 0, WF_PS_DTYPE_NONE, NULL, 0);
 	msg("heartbeat", WF_PS_OP_HEARTBEAT, 0, 0, WF_PS_DTYPE_NONE, NULL, 0);
+	msg("leave", WF_PS_OP_LEAVE, 0, 0, WF_PS_DTYPE_NONE, NULL, 0);
 	msg("error_reply", WF_PS_OP_PUSH_PULL, WF_PS_FLAG_REPLY | WF_PS_FLAG_ERROR, 0,
 	    WF_PS_DTYPE_BYTES, "bad step", 8);
 	msg("stats", WF_PS_OP_STATS, 0, 0, WF_PS_DTYPE_NONE, NULL, 0);
