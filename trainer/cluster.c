@@ -151,6 +151,10 @@ static int parse_job(wf_cluster_job *j, wf_role r, json_t *v, long want, wf_err 
 				return wf_errf(err, WF_EINVAL,
 					       "TF_CONFIG: cluster.%s[\"%s\"] is not a string", job,
 					       key);
+			if (j->addr[k]) /* "2" and " 2" */
+				return wf_errf(err, WF_EINVAL,
+					       "TF_CONFIG: cluster.%s: task index %d given twice",
+					       job, k);
 			int rc = set_addr(j, k, json_string_value(a), job, err);
 			if (rc)
 				return rc;
