@@ -151,6 +151,10 @@ static int parse_job(wf_cluster_job *j, wf_role r, json_t *v, long want, wf_err 
 				return wf_errf(err, WF_EINVAL,
 					       "TF_CONFIG: cluster.%s[\"%s\"] is not a string", job,
 					       key);
+			if (j->addr[k]) /* "2" and " 2" */
+				return wf_errf(err, WF_EINVAL,
+					       "TF_CONFIG: cluster.%s: task index %d given twice",
+					       job, k);
 			int rc = set_addr(j, k, json_string_value(a), job, err);
 			if (rc)
 				return rc;
@@ -278,6 +282,14 @@ int wf_cluster_parse_tf_config_counts(wf_cluster *c, const char *text,
 	long idx = 0;
 	if (json_is_integer(index)) {
 		idx = (long)json_integer_value(index);
+	} else if (json_is_real(index)) { /* 1.0 from a generator: TensorFlow's int() */
+		double d = json_real_value(index);
+		if (!(d >= 0 && d <= 100000) || d != (double)(long)d) {
+			rc = wf_errf(err, WF_EINVAL,
+				     "TF_CONFIG: task.index %g is not a non-negative integer", d);
+			goto cleanup;
+		}
+		idx = (long)d;
 	} else if (json_is_string(index)) { /* TensorFlow reads int(task["index"]) */
 		const char *t = json_string_value(index);
 		char *end;
@@ -296,6 +308,15 @@ int wf_cluster_parse_tf_config_counts(wf_cluster *c, const char *text,
 		goto cleanup;
 	}
 	const wf_cluster_job *j = &c->jobs[c->role];
+	/* Without an index a task is task 0 (Estimator's RunConfig) only where
+	 * that cannot be a mistake: its job has one task. */
+	if (!index && j->n > 1) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "TF_CONFIG: task.index missing, and cluster.%s has %d tasks: set "
+			     "task.index to this task's place in the list",
+			     wf_role_name(c->role), j->n);
+		goto cleanup;
+	}
 	/* an evaluator need not be listed in cluster (TensorFlow leaves it out) */
 	int unlisted_eval = c->role == WF_ROLE_EVALUATOR && j->n == 0 && idx >= 0;
 	if (!unlisted_eval && (idx < 0 || idx >= j->n || !j->addr[idx])) {

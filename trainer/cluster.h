@@ -65,8 +65,9 @@ typedef struct wf_cluster {
 /* Name of a role as TF_CONFIG spells it ("chief", "worker", "ps", "evaluator"). */
 const char *wf_role_name(wf_role r);
 /* Parse a TF_CONFIG document. Errors name the field: not JSON, missing
- * cluster or task, unknown task type, index out of range, duplicate
- * address, malformed host:port. */
+ * cluster or task, unknown task type, index out of range or not a whole
+ * number (1.0 is 1), index missing where the job has more than one task,
+ * duplicate address, malformed host:port. */
 int wf_cluster_parse_tf_config(wf_cluster *c, const char *json, wf_err *err);
 /* Task counts per role given beside TF_CONFIG (the pod's WEFT_NUM_CHIEF,
  * WEFT_NUM_WORKERS, WEFT_NUM_PS, WEFT_NUM_EVALUATORS); -1: not given. */

@@ -96,13 +96,30 @@ static void print_human(const wf_cluster *c, const json_t *tf)
 	}
 }
 
+/* The cluster as weft read it: each job a list of its tasks' addresses, null
+ * at an index a sparse map leaves out (its length is the job's size). */
+static json_t *cluster_json(const wf_cluster *c)
+{
+	json_t *o = json_object();
+	for (int r = 1; o && r < WF_ROLE__COUNT; r++) {
+		json_t *a = c->jobs[r].n ? json_array() : NULL;
+		for (int i = 0; a && i < c->jobs[r].n; i++)
+			json_array_append_new(a, c->jobs[r].addr[i]
+							 ? json_string(c->jobs[r].addr[i])
+							 : json_null());
+		if (a)
+			json_object_set_new(o, wf_role_name((wf_role)r), a);
+	}
+	return o;
+}
+
 static int print_json(const wf_cluster *c, json_t *tf, wf_err *err)
 {
-	json_t *o =
-		json_pack("{s:s, s:s, s:s, s:i, s:b, s:i, s:i, s:i, s:O?}", "source",
-			  source_name(c), "origin", c->origin, "role", wf_role_name(c->role),
-			  "index", c->index, "is_chief", c->is_chief, "rank", c->rank, "world_size",
-			  c->world_size, "local_rank", c->local_rank, "tf_config", tf);
+	json_t *o = json_pack("{s:s, s:s, s:s, s:i, s:b, s:i, s:i, s:i, s:o?, s:s, s:O?}", "source",
+			      source_name(c), "origin", c->origin, "role", wf_role_name(c->role),
+			      "index", c->index, "is_chief", c->is_chief, "rank", c->rank,
+			      "world_size", c->world_size, "local_rank", c->local_rank, "cluster",
+			      cluster_json(c), "environment", c->environment, "tf_config", tf);
 	char *s = o ? json_dumps(o, JSON_PRESERVE_ORDER) : NULL;
 	json_decref(o);
 	if (!s)
@@ -119,7 +136,8 @@ int wf_cmd_tfconfig(int argc, char **argv, wf_err *err)
 	const wf_flag flags[] = {
 		{"json", WF_FLAG_BOOL, &as_json, NULL,
 		 "one JSON object: source, origin, role, index, is_chief, rank, world_size, "
-		 "local_rank, tf_config (null under mpirun or alone)"},
+		 "local_rank, cluster (each job's addresses as read, null where a sparse map "
+		 "has none), environment, tf_config (null under mpirun or alone)"},
 		{"tf-config", WF_FLAG_BOOL, &only_tf, NULL,
 		 "print only the TF_CONFIG, on one line (an error when there is none)"},
 		{"resolve", WF_FLAG_BOOL, &resolve, NULL,

@@ -436,6 +436,40 @@ def tfs_checks(ports, c, tmp):
     req.inputs["input"].tensor_content = x.tobytes()[:100]
     check(status_of(lambda: ps.Predict(req, timeout=30)) == "INVALID_ARGUMENT",
           "Predict tensor_content of the wrong size: INVALID_ARGUMENT")
+
+    # a NaN body under --grpc_max_message_bytes is served (protobuf's 4 bytes
+    # a float, no JSON tree; smallcnn's relus turn NaN pixels into a uniform
+    # answer); one over it is refused, and the next call is served as before
+    n = int(MAX_MSG * 0.9) // (H * W * C * 4)
+    nan = np.full((n, H, W, C), np.nan, np.float32)
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = "m"
+    tensor(req, nan, types_pb2.DT_FLOAT).float_val.extend(nan.ravel())
+    big = grpc.insecure_channel("127.0.0.1:%d" % ports[1],
+                                options=[("grpc.max_send_message_length", -1)])
+    pbig = prediction_service_pb2_grpc.PredictionServiceStub(big)
+    r = pbig.Predict(req, timeout=120)
+    check([d.size for d in r.outputs["probabilities"].tensor_shape.dim] == [n, 10]
+          and len(r.outputs["probabilities"].float_val) == n * 10,
+          "Predict of %d NaN samples (float_val, %.1f MB): served" % (n, req.ByteSize() / 1e6))
+    over = np.full((n * 2, H, W, C), np.nan, np.float32)
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = "m"
+    tensor(req, over, types_pb2.DT_FLOAT).tensor_content = over.tobytes()
+    try:
+        pbig.Predict(req, timeout=60)
+        code, why = "OK", ""
+    except grpc.RpcError as e:
+        code, why = e.code().name, e.details()
+    check(code == "RESOURCE_EXHAUSTED" and "larger than max" in why,
+          "Predict over --grpc_max_message_bytes: RESOURCE_EXHAUSTED naming the limit (%s)" % why)
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = "m"
+    tensor(req, x, types_pb2.DT_FLOAT).tensor_content = x.tobytes()
+    check(close(np.array(ps.Predict(req, timeout=60).outputs["probabilities"].float_val,
+                         np.float32).reshape(2, 10), want_p),
+          "Predict after the refused one: served")
+    big.close()
     ch.close()
 
 
