@@ -349,7 +349,11 @@ static void reap(launcher *l, child *c, int st)
 	 * period: a server restarted just after the chief shut the others down
 	 * waits for nobody) is neither restarted nor a failure of the job. */
 	int wind_down = c->kind == KIND_PS && running(l, 1, 0) == 0;
-	int again = !l->stopping && !wind_down && transient && c->restarts < l->max_restarts;
+	/* --elastic: one SIGUSR2 stopped left, however it ended (a signal
+	 * that came before its handler was set, or a stop while loading) */
+	int left = c->leaving;
+	int again =
+		!left && !l->stopping && !wind_down && transient && c->restarts < l->max_restarts;
 	wf_event("exited",
 		 json_pack("{s:s, s:i, s:i, s:b}", "task", c->name, "code", code, "signal",
 			   WIFSIGNALED(st) ? WTERMSIG(st) : 0, "restart", again));
@@ -366,14 +370,14 @@ static void reap(launcher *l, child *c, int st)
 	c->code = code;
 	/* elastic: a worker that left frees its slot while the chief trains on */
 	int ci = chief_index(l);
-	c->idle = l->elastic && code == 0 && c->kind == KIND_WORKER && (int)(c - l->ch) != ci &&
-		  ci >= 0 && l->ch[ci].pid > 0 && !l->stopping;
+	c->idle = l->elastic && (code == 0 || left) && c->kind == KIND_WORKER &&
+		  (int)(c - l->ch) != ci && ci >= 0 && l->ch[ci].pid > 0 && !l->stopping;
 	fprintf(stderr, "[launch] %s %s%s\n", c->name, how,
 		wind_down && code != 0 ? " (after the trainers ended)"
-		: c->idle	       ? " (it left; its slot is free)"
+		: left		       ? " (it left; its slot is free)"
 				       : "");
 	l->wound_down += wind_down && code != 0;
-	if (code != 0 && !l->stopping && !wind_down) {
+	if (code != 0 && !left && !l->stopping && !wind_down) {
 		if (!l->fail_code) {
 			l->fail_code = code;
 			snprintf(l->fail_name, sizeof(l->fail_name), "%s", c->name);

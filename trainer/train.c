@@ -959,8 +959,15 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 	if (rc == 0 && r.x->is_chief)
 		rc = open_logs(&r, r.start > 0, err);
 	starting = 0;
-	if (rc == 0 && stop_requested) /* a signal while starting: no step to save */
-		rc = wf_errf(err, WF_ESTOPPED, "stopped before the first step");
+	if (rc == 0 && stop_requested) { /* a signal while starting: no step to save */
+		int left = 0;
+		if ((rc = wf_exchange_leave(r.x, &left, err)) == 0 && left) {
+			wf_info("left the job before its first step (elastic)");
+			goto done;
+		}
+		if (rc == 0)
+			rc = wf_errf(err, WF_ESTOPPED, "stopped before the first step");
+	}
 	if (rc != 0)
 		goto done;
 
