@@ -1233,27 +1233,62 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	return code;
 }
 
+/* ModelStreamInfer answers each request with a ModelStreamInferResponse:
+ * the ModelInferResponse in infer_response (field 2), or the failure in
+ * error_message (field 1), and the stream goes on, as in Triton. The
+ * message is written around the reply's bytes, not packed again. */
+static int stream_infer_reply(wf_grpc_call *call, int code)
+{
+	const uint8_t *body = (const uint8_t *)call->message;
+	size_t n = strlen(call->message);
+	uint8_t tag = 1 << 3 | 2; /* error_message, length-delimited */
+	if (code == WF_GRPC_OK && call->reply) {
+		body = call->reply + 5; /* after the gRPC prefix */
+		n = call->reply_len;
+		tag = 2 << 3 | 2; /* infer_response */
+	} else if (!n) {
+		n = (size_t)snprintf(
+			call->message, sizeof(call->message), "%s",
+			wf_grpc_code_name(code == WF_GRPC_OK ? WF_GRPC_INTERNAL : code));
+	}
+	uint8_t head[11];
+	size_t h = 0;
+	head[h++] = tag;
+	for (uint64_t v = n; h == 1 || v; v >>= 7)
+		head[h++] = (uint8_t)((v & 127) | (v >> 7 ? 128 : 0));
+	uint8_t *old = call->reply; /* body may point into it */
+	call->reply = NULL;
+	uint8_t *out = wf_grpc_reply_buf(call, h + n);
+	if (out) {
+		memcpy(out, head, h);
+		memcpy(out + h, body, n);
+	}
+	free(old);
+	return out ? WF_GRPC_OK : wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+}
+
 #define KS(m) "/inference.GRPCInferenceService/" m
 
 const wf_grpc_method wf_grpc_kserve_methods[] = {
-	{KS("ServerLive"), server_live, 1, 1, 0},
-	{KS("ServerReady"), server_ready, 1, 1, 0},
-	{KS("ModelReady"), model_ready, 1, 0, 0},
-	{KS("ServerMetadata"), server_metadata, 1, 0, 0},
-	{KS("ModelMetadata"), model_metadata, 1, 0, 0},
-	{KS("ModelConfig"), model_config, 1, 0, 0},
-	{KS("ModelStatistics"), model_statistics, 1, 0, 0},
-	{KS("RepositoryIndex"), repository_index, 1, 0, 0},
-	{KS("RepositoryModelLoad"), repository_load, 0, 0, 0},
-	{KS("RepositoryModelUnload"), repository_unload, 0, 0, 0},
+	{KS("ServerLive"), server_live, 1, 1, 0, NULL},
+	{KS("ServerReady"), server_ready, 1, 1, 0, NULL},
+	{KS("ModelReady"), model_ready, 1, 0, 0, NULL},
+	{KS("ServerMetadata"), server_metadata, 1, 0, 0, NULL},
+	{KS("ModelMetadata"), model_metadata, 1, 0, 0, NULL},
+	{KS("ModelConfig"), model_config, 1, 0, 0, NULL},
+	{KS("ModelStatistics"), model_statistics, 1, 0, 0, NULL},
+	{KS("RepositoryIndex"), repository_index, 1, 0, 0, NULL},
+	{KS("RepositoryModelLoad"), repository_load, 0, 0, 0, NULL},
+	{KS("RepositoryModelUnload"), repository_unload, 0, 0, 0, NULL},
 	/* a message without tensor data (shared memory, a few values) is decoded
 	 * in the event loop; one with an image's bytes in a worker */
-	{KS("ModelInfer"), model_infer, 0, 0, 4096},
-	{KS("SystemSharedMemoryStatus"), shm_status, 1, 0, 0},
-	{KS("SystemSharedMemoryRegister"), shm_register, 1, 0, 0},
-	{KS("SystemSharedMemoryUnregister"), shm_unregister, 1, 0, 0},
-	{KS("CudaSharedMemoryStatus"), cuda_shm_status, 1, 0, 0},
-	{KS("CudaSharedMemoryRegister"), cuda_shm_register, 1, 0, 0},
-	{KS("CudaSharedMemoryUnregister"), cuda_shm_unregister, 1, 0, 0},
+	{KS("ModelInfer"), model_infer, 0, 0, 4096, NULL},
+	{KS("ModelStreamInfer"), model_infer, 0, 0, 4096, stream_infer_reply},
+	{KS("SystemSharedMemoryStatus"), shm_status, 1, 0, 0, NULL},
+	{KS("SystemSharedMemoryRegister"), shm_register, 1, 0, 0, NULL},
+	{KS("SystemSharedMemoryUnregister"), shm_unregister, 1, 0, 0, NULL},
+	{KS("CudaSharedMemoryStatus"), cuda_shm_status, 1, 0, 0, NULL},
+	{KS("CudaSharedMemoryRegister"), cuda_shm_register, 1, 0, 0, NULL},
+	{KS("CudaSharedMemoryUnregister"), cuda_shm_unregister, 1, 0, 0, NULL},
 };
 const int wf_grpc_kserve_nmethods = (int)WF_ARRAY_LEN(wf_grpc_kserve_methods);

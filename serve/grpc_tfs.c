@@ -783,11 +783,13 @@ static int reload_config(void *ctx, wf_grpc_call *call)
 }
 
 const wf_grpc_method wf_grpc_tfs_methods[] = {
-	{"/tensorflow.serving.PredictionService/Predict", predict, 0, 0, 0},
-	{"/tensorflow.serving.PredictionService/Classify", classify, 0, 0, 0},
-	{"/tensorflow.serving.PredictionService/Regress", regress, 0, 0, 0},
-	{"/tensorflow.serving.PredictionService/GetModelMetadata", get_model_metadata, 1, 0, 0},
-	{"/tensorflow.serving.ModelService/GetModelStatus", get_model_status, 1, 0, 0},
-	{"/tensorflow.serving.ModelService/HandleReloadConfigRequest", reload_config, 0, 0, 0},
+	{"/tensorflow.serving.PredictionService/Predict", predict, 0, 0, 0, NULL},
+	{"/tensorflow.serving.PredictionService/Classify", classify, 0, 0, 0, NULL},
+	{"/tensorflow.serving.PredictionService/Regress", regress, 0, 0, 0, NULL},
+	{"/tensorflow.serving.PredictionService/GetModelMetadata", get_model_metadata, 1, 0, 0,
+	 NULL},
+	{"/tensorflow.serving.ModelService/GetModelStatus", get_model_status, 1, 0, 0, NULL},
+	{"/tensorflow.serving.ModelService/HandleReloadConfigRequest", reload_config, 0, 0, 0,
+	 NULL},
 };
 const int wf_grpc_tfs_nmethods = (int)WF_ARRAY_LEN(wf_grpc_tfs_methods);

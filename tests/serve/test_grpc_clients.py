@@ -288,7 +288,7 @@ def kserve_checks(ports, c, tmp):
     raw = ch.unary_unary("/inference.GRPCInferenceService/ModelInfer")
     check(status_of(lambda: raw(b"\x0a\xff\xff\xff\x0f garbage", timeout=30)) == "INVALID_ARGUMENT",
           "a ModelInferRequest that is not protobuf: INVALID_ARGUMENT")
-    nomethod = ch.unary_unary("/inference.GRPCInferenceService/ModelStreamInfer")
+    nomethod = ch.unary_unary("/inference.GRPCInferenceService/NoSuchMethod")
     check(status_of(lambda: nomethod(b"", timeout=30)) == "UNIMPLEMENTED", "unknown method: UNIMPLEMENTED")
     ch.close()
     return xs

@@ -22,7 +22,9 @@ import urllib.error
 import urllib.request
 
 import numpy as np
+import queue
 import tritonclient.grpc as tg
+import tritonclient.grpc.aio as tgaio
 import tritonclient.http as th
 import tritonclient.http.aio as taio
 from tritonclient.utils import InferenceServerException
@@ -218,6 +220,75 @@ def max_batch_checks(http_port, grpc_port):
               "[1,32,32,3]" in e.message(),
               "%s: [1,32,32,3] on an unbatched model is refused naming both shapes (%s)" % (api, e))
         c.close()
+
+
+# ---- gRPC ModelStreamInfer ----
+
+def stream_input(mod, x):
+    i = mod.InferInput("input", list(x.shape), "FP32")
+    i.set_data_from_numpy(x)
+    return i
+
+
+async def aio_stream(port, requests):
+    """(result, error) pairs of tritonclient.grpc.aio's stream_infer over
+    requests [(model, x, id)]."""
+    c = tgaio.InferenceServerClient("127.0.0.1:%d" % port)
+
+    async def gen():
+        for name, x, rid in requests:
+            yield {"model_name": name, "inputs": [stream_input(tgaio, x)], "request_id": rid}
+
+    out = []
+    try:
+        async for pair in c.stream_infer(gen()):
+            out.append(pair)
+            if len(out) == len(requests):
+                break
+    finally:
+        await c.close()
+    return out
+
+
+def stream_checks(grpc_port):
+    """tritonclient.grpc's start_stream / async_stream_infer / stop_stream
+    and the aio client's stream_infer: each request answered on the stream
+    with what a unary infer answers; a failing request is answered with its
+    error and the stream goes on."""
+    rng = np.random.default_rng(7)
+    xs = [rng.random((n, 32, 32, 3), np.float32) for n in (1, 2, 3)]
+    c = tg.InferenceServerClient("127.0.0.1:%d" % grpc_port)
+    want = [c.infer("a", [stream_input(tg, x)]).as_numpy("probabilities") for x in xs]
+    got = queue.Queue()
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    sent = [("a", xs[0], "r0"), ("nope", xs[0], "r1"), ("a", xs[1], "r2"),
+            ("a", np.zeros((9, 32, 32, 3), np.float32), "r3"), ("a", xs[2], "r4")]
+    for name, x, rid in sent:
+        c.async_stream_infer(name, [stream_input(tg, x)], request_id=rid)
+    answers = []
+    for _ in sent:
+        try:
+            answers.append(got.get(timeout=60))
+        except queue.Empty:
+            break
+    c.stop_stream()
+    check(len(answers) == len(sent), "gRPC stream: %d requests get %d answers"
+          % (len(sent), len(answers)))
+    ok = {r.get_response().id: r.as_numpy("probabilities") for r, e in answers if e is None}
+    errors = [str(e) for r, e in answers if e is not None]
+    check(sorted(ok) == ["r0", "r2", "r4"] and
+          all(np.allclose(ok[rid], w, atol=1e-6) for rid, w in zip(("r0", "r2", "r4"), want)),
+          "gRPC stream: each request answered as a unary infer answers it (%s)" % sorted(ok))
+    check(len(errors) == 2 and any("nope" in e for e in errors) and
+          any("batch-size must be <= 8" in e for e in errors),
+          "gRPC stream: failed requests answered with their errors, the stream goes on (%s)"
+          % errors)
+    c.close()
+    out = asyncio.run(aio_stream(grpc_port, [("a", xs[k], "a%d" % k) for k in range(3)]))
+    res = {r.get_response().id: r.as_numpy("probabilities") for r, e in out if e is None}
+    check(sorted(res) == ["a0", "a1", "a2"] and
+          all(np.allclose(res["a%d" % k], want[k], atol=1e-6) for k in range(3)),
+          "tritonclient.grpc.aio stream_infer: three requests, three answers (%s)" % out)
 
 
 # ---- Prometheus: Triton's pending, CPU and memory gauges, failed loads ----
@@ -471,6 +542,7 @@ def main():
         aio_checks(ports["HTTP"])
         compression_checks(ports["HTTP"])
         max_batch_checks(ports["HTTP"], ports["GRPC"])
+        stream_checks(ports["GRPC"])
         stop(p)
         metrics_checks(tmp)
         grpc_agrees_checks(tmp)
