@@ -15,6 +15,7 @@
 #include "common/util.h"
 #include "serve/grpc.h"
 #include "serve/infer.h"
+#include "serve/request.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -376,8 +377,7 @@ int wf_grpc_model_stats(wf_grpc_adapter *a, const char *name, long version, wf_g
 	}
 	free(vs);
 	if (version && !found) {
-		snprintf(why, cap, "Request for unknown model: '%.200s' version %ld is not found",
-			 name, version);
+		wf_serve_kserve_unknown(name, version, 0, why, cap);
 		return WF_GRPC_NOT_FOUND;
 	}
 	return WF_GRPC_OK;

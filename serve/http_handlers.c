@@ -207,15 +207,11 @@ enum MHD_Result handle_stats(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 		else
 			wf_serve_version_release(vs[i]);
 	if (name && m == 0) {
+		char why[300];
 		free(vs);
-		return version ? send_error(h, c, q, MHD_HTTP_NOT_FOUND,
-					    "Request for unknown model: '%s' version %ld is not "
-					    "found",
-					    name, version)
-			       : send_error(h, c, q, MHD_HTTP_NOT_FOUND,
-					    "Request for unknown model: '%s' has no available "
-					    "versions",
-					    name);
+		return send_error(
+			h, c, q, MHD_HTTP_NOT_FOUND, "%s",
+			wf_serve_kserve_unknown(name, version, !version, why, sizeof(why)));
 	}
 	char *s = wf_serve_stats_json(vs, m);
 	for (int i = 0; i < m; i++)
@@ -296,6 +292,108 @@ enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, 
 	if (rc)
 		return send_error(h, c, q, http_code(rc), "%s", err.msg);
 	return send_json(h, c, q, MHD_HTTP_OK, strdup(""));
+}
+
+/* ---- trace and log settings (serve/settings.h) ------------------------ */
+
+/* The members of a JSON object as settings (strings point into obj);
+ * -1 with why when one is not a setting value. */
+static int json_settings(json_t *obj, wf_serve_setting *s, const char *(*strs)[8], int *n,
+			 char *why, size_t cap)
+{
+	const char *key;
+	json_t *v;
+	*n = 0;
+	json_object_foreach(obj, key, v)
+	{
+		if (*n == WF_SERVE_MAX_SETTINGS) {
+			snprintf(why, cap, "at most %d settings in one request",
+				 WF_SERVE_MAX_SETTINGS);
+			return -1;
+		}
+		wf_serve_setting *e = &s[*n];
+		*e = (wf_serve_setting){.key = key};
+		if (json_is_null(v)) {
+			e->kind = WF_SETTING_NULL;
+		} else if (json_is_boolean(v)) {
+			e->kind = WF_SETTING_BOOL;
+			e->b = json_is_true(v);
+		} else if (json_is_integer(v) && json_integer_value(v) >= 0) {
+			e->kind = WF_SETTING_UINT;
+			e->u = (unsigned long long)json_integer_value(v);
+		} else if (json_is_string(v)) {
+			e->kind = WF_SETTING_STRING;
+			e->s = json_string_value(v);
+		} else if (json_is_array(v) && json_array_size(v) <= 8) {
+			e->kind = WF_SETTING_STRINGS;
+			e->v = strs[*n];
+			e->n = (int)json_array_size(v);
+			for (int i = 0; i < e->n; i++)
+				if (!(strs[*n][i] =
+					      json_string_value(json_array_get(v, (size_t)i)))) {
+					snprintf(why, cap, "setting '%s': a list of strings", key);
+					return -1;
+				}
+		} else {
+			snprintf(why, cap, "setting '%s' has a value of the wrong type", key);
+			return -1;
+		}
+		(*n)++;
+	}
+	return 0;
+}
+
+static json_t *trace_json(const char *model)
+{
+	wf_serve_trace t;
+	wf_serve_trace_get(model, &t);
+	json_t *o = json_object();
+	for (int k = 0; k < WF_TRACE_NKEYS; k++) {
+		json_t *v = k == WF_TRACE_LEVEL ? json_array() : json_string(t.v[k][0]);
+		for (int i = 0; k == WF_TRACE_LEVEL && i < t.n[k]; i++)
+			json_array_append_new(v, json_string(t.v[k][i]));
+		json_object_set_new(o, wf_serve_trace_keys[k], v);
+	}
+	return o;
+}
+
+static json_t *log_json(void)
+{
+	wf_serve_log l;
+	wf_serve_log_get(&l);
+	return json_pack("{sssbsbsbsIss}", "log_file", l.file, "log_info", l.info, "log_warning",
+			 l.warning, "log_error", l.error, "log_verbose_level",
+			 (json_int_t)l.verbose_level, "log_format", l.format);
+}
+
+enum MHD_Result handle_settings(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				const route *r, int post)
+{
+	const char *model = r->kind == R_V2_TRACE && r->name[0] ? r->name : NULL;
+	if (post) {
+		wf_serve_setting s[WF_SERVE_MAX_SETTINGS];
+		const char *strs[WF_SERVE_MAX_SETTINGS][8];
+		char why[512];
+		int n = 0;
+		if (q->len > CONTROL_BODY_MAX)
+			return send_error(h, c, q, MHD_HTTP_CONTENT_TOO_LARGE,
+					  "a settings request body is at most %zu bytes",
+					  CONTROL_BODY_MAX);
+		json_t *b = json_loadb(q->body ? q->body : "", q->len, 0, NULL);
+		int rc = !json_is_object(b) ? (snprintf(why, sizeof(why),
+							"the request body must be a JSON object"),
+					       -1)
+					    : json_settings(b, s, strs, &n, why, sizeof(why));
+		if (!rc)
+			rc = r->kind == R_V2_TRACE
+				     ? wf_serve_trace_update(model, s, n, why, sizeof(why))
+				     : wf_serve_log_update(s, n, why, sizeof(why));
+		json_decref(b);
+		if (rc)
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST, "%s", why);
+	}
+	return send_jobj(h, c, q, MHD_HTTP_OK,
+			 r->kind == R_V2_TRACE ? trace_json(model) : log_json());
 }
 
 /* ---- inference -------------------------------------------------------- */

@@ -8,6 +8,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "serve/settings.h"
 #include "serve/batcher.h"
 #include "serve/grpc_adapter.h"
 #include "serve/grpc_services.h"
@@ -265,18 +266,6 @@ static int check_ranges(serve_opts *o, wf_err *err)
 			       "give one of --model_base_path, --model_config_file or "
 			       "--model_repository (see --help)");
 	return check_addresses(o, err);
-}
-
-/* Triton's log switches as one level: the most verbose one that is on. */
-static int log_level(const serve_opts *o)
-{
-	if (o->verbose)
-		return WF_LOG_DEBUG;
-	if (o->log_info)
-		return WF_LOG_INFO;
-	if (o->log_warning)
-		return WF_LOG_WARN;
-	return o->log_error ? WF_LOG_ERROR : WF_LOG_ERROR + 1;
 }
 
 /* --log-file: the log (stderr) is appended to path from now on. */
@@ -554,7 +543,12 @@ int main(int argc, char **argv)
 		wf_cli_list_free(&f.load_models);
 		return wf_exit_status(rc);
 	}
-	wf_log_set_level(log_level(&f));
+	wf_serve_log log = {.info = f.log_info,
+			    .warning = f.log_warning,
+			    .error = f.log_error,
+			    .verbose_level = f.verbose ? (unsigned)WF_MAX(f.log_verbose, 1) : 0};
+	snprintf(log.file, sizeof(log.file), "%s", f.log_file ? f.log_file : "");
+	wf_serve_log_init(&log); /* the level; /v2/logging and LogSettings change it */
 	long cores = wf_cpus_default_threads(f.busy_at_start); /* affinity, quota, busy CPUs */
 	if (!f.batch_threads)
 		f.batch_threads = f.batching ? 2 : (int)WF_MIN(cores, 16);

@@ -315,15 +315,34 @@ void wf_serve_softmax(const float *logits, float *probs, int n, int k)
 
 int wf_serve_extensions(int shm, const char **out)
 {
-	static const char *const always[] = {"binary_tensor_data", "classification",
-					     "model_repository",   "model_configuration",
-					     "statistics",	   "parameters"};
+	static const char *const always[] = {"binary_tensor_data",
+					     "classification",
+					     "model_repository",
+					     "model_configuration",
+					     "statistics",
+					     "parameters",
+					     "trace",
+					     "logging"};
 	int n = 0;
 	for (size_t i = 0; i < WF_ARRAY_LEN(always); i++)
 		out[n++] = always[i];
 	if (shm)
 		out[n++] = "system_shared_memory";
 	return n;
+}
+
+const char *wf_serve_kserve_unknown(const char *name, long version, int none_available, char *buf,
+				    size_t cap)
+{
+	if (none_available)
+		snprintf(buf, cap, "Request for unknown model: '%.200s' has no available versions",
+			 name);
+	else if (version > 0)
+		snprintf(buf, cap, "Request for unknown model: '%.200s' version %ld is not found",
+			 name, version);
+	else
+		snprintf(buf, cap, "Request for unknown model: '%.200s' is not found", name);
+	return buf;
 }
 
 /* ---- tensor shapes ------------------------------------------------------ */

@@ -142,11 +142,18 @@ int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const cha
 
 #define WF_SERVE_NAME		"weft-serve"
 #define WF_SERVE_VERSION	"0.1.0"
-#define WF_SERVE_MAX_EXTENSIONS 8
+#define WF_SERVE_MAX_EXTENSIONS 10
 /* The KServe / Triton extensions the server has into out[WF_SERVE_MAX_EXTENSIONS]
  * (system_shared_memory when shm, the shared memory policy, is not none);
  * returns the count. */
 int wf_serve_extensions(int shm, const char **out);
+
+/* Triton's words for a model that is not served: "Request for unknown
+ * model: 'NAME' [version V ]is not found" (version > 0: that version), or,
+ * with none_available, "... 'NAME' has no available versions"; into buf,
+ * which it returns. */
+const char *wf_serve_kserve_unknown(const char *name, long version, int none_available, char *buf,
+				    size_t cap);
 
 /* ---- the model's tensor shapes, for every KServe front end ---- */
 

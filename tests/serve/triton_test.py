@@ -291,6 +291,133 @@ def stream_checks(grpc_port):
           "tritonclient.grpc.aio stream_infer: three requests, three answers (%s)" % out)
 
 
+# ---- KServe gRPC errors in Triton's words ----
+
+def kserve_errors_checks(http_port, grpc_port):
+    """An unknown model or version gets the same message over gRPC as over
+    HTTP, Triton's ("Request for unknown model: ..."), not TF Serving's."""
+    h = th.InferenceServerClient("127.0.0.1:%d" % http_port)
+    g = tg.InferenceServerClient("127.0.0.1:%d" % grpc_port)
+    x = np.zeros((1, 32, 32, 3), np.float32)
+    calls = {
+        "infer of an unknown model": lambda c, m: c.infer("nope", [stream_input(m, x)]),
+        "infer of an unknown version": lambda c, m: c.infer("a", [stream_input(m, x)],
+                                                             model_version="9"),
+        "metadata of an unknown model": lambda c, m: c.get_model_metadata("nope"),
+        "config of an unknown model": lambda c, m: c.get_model_config("nope"),
+        "statistics of an unknown version": lambda c, m: c.get_inference_statistics("a", "9"),
+    }
+    for what, call in calls.items():
+        msgs = []
+        for c, m in ((h, th), (g, tg)):
+            try:
+                call(c, m)
+                msgs.append(None)
+            except InferenceServerException as e:
+                msgs.append(e.message())
+        check(msgs[0] is not None and msgs[0] == msgs[1] and
+              msgs[1].startswith("Request for unknown model: "),
+              "%s: gRPC's message is HTTP's, in Triton's words (%s)" % (what, msgs))
+    h.close()
+    g.close()
+
+
+# ---- trace and log settings ----
+
+def log_lines_with(log, text, want, timeout=30):
+    """Lines of the server's log holding text, once there are `want` of them
+    (or the timeout passed)."""
+    deadline = time.time() + timeout
+    while True:
+        lines = [l for l in open(log, errors="replace") if text in l]
+        if len(lines) >= want or time.time() > deadline:
+            return lines
+        time.sleep(0.05)
+
+
+def garbage_to(port):
+    """Bytes that are not HTTP/2 to the gRPC port: the server closes the
+    connection, saying why in a debug line."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET / HTTP/1.1\r\n\r\n" * 4)
+    s.settimeout(30)
+    try:
+        while s.recv(4096):
+            pass
+    except OSError:
+        pass
+    s.close()
+
+
+def settings_checks(http_port, grpc_port, log):
+    """Triton's trace and log settings over HTTP and gRPC: one store
+    (what one protocol sets the other reports), a model's trace settings
+    over the server's, all-or-nothing updates, the log level taking
+    effect."""
+    h = th.InferenceServerClient("127.0.0.1:%d" % http_port)
+    g = tg.InferenceServerClient("127.0.0.1:%d" % grpc_port)
+    gjson = lambda r: {k: v.get("value", []) for k, v in r["settings"].items()}
+    t = h.get_trace_settings()
+    check(t.get("trace_level") == ["OFF"] and t.get("trace_rate") == "1000" and
+          t.get("trace_count") == "-1", "HTTP trace settings: Triton's defaults (%s)" % t)
+    t = h.update_trace_settings(settings={"trace_rate": "5", "trace_level": ["TIMESTAMPS"]})
+    gt = gjson(g.get_trace_settings(as_json=True))
+    check(t.get("trace_rate") == "5" and gt.get("trace_rate") == ["5"] and
+          gt.get("trace_level") == ["TIMESTAMPS"],
+          "a trace setting updated over HTTP is reported over gRPC (%s)" % gt)
+    gt = gjson(g.update_trace_settings(model_name="a", settings={"trace_count": "10"},
+                                       as_json=True))
+    ht = h.get_trace_settings(model_name="a")
+    check(gt.get("trace_count") == ["10"] and ht.get("trace_count") == "10" and
+          ht.get("trace_rate") == "5" and h.get_trace_settings().get("trace_count") == "-1",
+          "a model's trace setting over gRPC: the model's own, the rest the server's (%s)" % ht)
+    ht = h.update_trace_settings(model_name="a", settings={"trace_count": None})
+    check(ht.get("trace_count") == "-1", "a model's trace setting cleared follows the server's")
+    for api, call in (("HTTP", lambda: h.update_trace_settings(
+                          settings={"trace_rate": "7", "trace_level": ["LOUD"]})),
+                      ("gRPC", lambda: g.update_trace_settings(
+                          settings={"trace_rate": "7", "trace_level": ["LOUD"]}))):
+        try:
+            call()
+            err = None
+        except InferenceServerException as e:
+            err = e.message()
+        check(err is not None and "trace_level" in err and
+              h.get_trace_settings().get("trace_rate") == "5",
+              "%s: a bad trace setting is refused naming it, nothing applied (%s)" % (api, err))
+    for api, call in (("HTTP", lambda: h.get_trace_settings(model_name="nope")),
+                      ("gRPC", lambda: g.get_trace_settings(model_name="nope"))):
+        try:
+            call()
+            err = None
+        except InferenceServerException as e:
+            err = e.message()
+        check(err is not None and "nope" in err,
+              "%s: trace settings of an unknown model: an error (%s)" % (api, err))
+    l = h.get_log_settings()
+    check(l.get("log_info") is True and l.get("log_verbose_level") == 0 and
+          l.get("log_format") == "default", "HTTP log settings as the flags set them (%s)" % l)
+    garbage_to(grpc_port)  # at level 0: no debug line
+    gl = g.update_log_settings(settings={"log_verbose_level": 1}, as_json=True)["settings"]
+    check(gl["log_verbose_level"].get("uint32_param") == 1 and
+          h.get_log_settings().get("log_verbose_level") == 1,
+          "log_verbose_level set over gRPC is reported over HTTP (%s)" % gl["log_verbose_level"])
+    garbage_to(grpc_port)
+    lines = log_lines_with(log, "debug:", 1)
+    check(len(lines) == 1 and "closing a connection" in lines[0],
+          "log_verbose_level 1 turns debug lines on, 0 had them off (%s)" % lines)
+    try:
+        h.update_log_settings(settings={"log_info": "yes"})
+        err = None
+    except InferenceServerException as e:
+        err = e.message()
+    check(err is not None and "log_info" in err, "a log setting of the wrong type is refused (%s)"
+          % err)
+    h.update_log_settings(settings={"log_verbose_level": 0})
+    h.close()
+    g.close()
+
+
 # ---- Prometheus: Triton's pending, CPU and memory gauges, failed loads ----
 
 def metric(port, name):
@@ -537,12 +664,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="weft-triton-test-")
     try:
         repo = make_repo(tmp)
-        p, ports, _ = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
-                                  "--grpc-port={GRPC}", "--port=0", "--shared_memory=local"])
+        p, ports, log = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
+                                    "--grpc-port={GRPC}", "--port=0", "--shared_memory=local"])
         aio_checks(ports["HTTP"])
         compression_checks(ports["HTTP"])
         max_batch_checks(ports["HTTP"], ports["GRPC"])
         stream_checks(ports["GRPC"])
+        settings_checks(ports["HTTP"], ports["GRPC"], log)
+        kserve_errors_checks(ports["HTTP"], ports["GRPC"])
         stop(p)
         metrics_checks(tmp)
         grpc_agrees_checks(tmp)
