@@ -396,10 +396,11 @@ static int repo_code(int rc)
 	}
 }
 
-int wf_grpc_repository_load(wf_grpc_adapter *a, const char *name, char *why, size_t cap)
+int wf_grpc_repository_load(wf_grpc_adapter *a, const char *name, const char *config, char *why,
+			    size_t cap)
 {
 	wf_err err = {0};
-	int rc = wf_serve_repo_load(a->o.repo, name ? name : "", &err);
+	int rc = wf_serve_repo_load(a->o.repo, name ? name : "", config, &err);
 	if (rc)
 		snprintf(why, cap, "%s", err.msg);
 	return rc ? repo_code(rc) : WF_GRPC_OK;

@@ -238,6 +238,7 @@ static int model_config(void *ctx, wf_grpc_call *call)
 			outs[i].data_type = INFERENCE__DATA_TYPE__TYPE_FP32;
 			outs[i].n_dims = 1;
 			outs[i].dims = out_dims;
+			outs[i].label_filename = m.cfg.label_filename;
 		}
 		version_policy_parts vpp;
 		Inference__ModelVersionPolicy vp;
@@ -251,6 +252,8 @@ static int model_config(void *ctx, wf_grpc_call *call)
 		ig.count = m.instances;
 		Inference__ModelDynamicBatching db = INFERENCE__MODEL_DYNAMIC_BATCHING__INIT;
 		db.max_queue_delay_microseconds = (uint64_t)m.batch_timeout_us;
+		db.n_preferred_batch_size = (size_t)m.cfg.npreferred;
+		db.preferred_batch_size = m.cfg.preferred;
 		Inference__ModelConfig cfg = INFERENCE__MODEL_CONFIG__INIT;
 		cfg.name = (char *)m.name;
 		cfg.platform = "weft";
@@ -416,8 +419,25 @@ static int repository_load(void *ctx, wf_grpc_call *call)
 		wf_grpc_unpack(&inference__repository_model_load_request__descriptor, call);
 	if (!rq)
 		return wf_grpc_bad_message(call, "RepositoryModelLoadRequest");
-	int code =
-		wf_grpc_repository_load(ctx, rq->model_name, call->message, sizeof(call->message));
+	const char *config = NULL;
+	int code = WF_GRPC_OK;
+	for (size_t i = 0; !code && i < rq->n_parameters; i++) {
+		const Inference__ModelRepositoryParameter *v = rq->parameters[i]->value;
+		if (strcmp(rq->parameters[i]->key, "config"))
+			code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s",
+					    WF_SERVE_LOAD_FILES_REFUSED);
+		else if (
+			!v ||
+			v->parameter_choice_case !=
+				INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+			code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s",
+					    WF_SERVE_LOAD_CONFIG_NOT_STRING);
+		else
+			config = v->string_param;
+	}
+	if (!code)
+		code = wf_grpc_repository_load(ctx, rq->model_name, config, call->message,
+					       sizeof(call->message));
 	inference__repository_model_load_request__free_unpacked(rq, NULL);
 	if (code)
 		return code;

@@ -175,9 +175,10 @@ enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req
 	json_t *outs = json_array();
 	const char *onames[2] = {WF_SERVE_OUTPUT_PROBS, WF_SERVE_OUTPUT_LOGITS};
 	for (int i = 0; i < 2; i++)
-		json_array_append_new(outs, json_pack("{sssss[i]ss}", "name", onames[i],
-						      "data_type", "TYPE_FP32", "dims",
-						      v->io.classes, "label_filename", ""));
+		json_array_append_new(outs,
+				      json_pack("{sssss[i]ss}", "name", onames[i], "data_type",
+						"TYPE_FP32", "dims", v->io.classes,
+						"label_filename", mc.label_filename));
 	json_t *doc = json_pack(
 		"{sssssssosis[{sssssss[iii]sb}]sos[{sssiss}]s{so}}", "name", v->name, "platform",
 		mc.platform, "backend", "weft", "version_policy", policy, "max_batch_size",
@@ -186,11 +187,15 @@ enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req
 		"allow_ragged_batch", 0, "output", outs, "instance_group", "name", group, "count",
 		mc.instances, "kind", "KIND_CPU", "parameters", "weft_version_labels", labels);
 	json_object_set_new(doc, "default_model_filename", json_string(WF_SERVE_MODEL_FILENAME));
+	json_t *preferred = json_array();
+	for (int i = 0; i < mc.npreferred; i++)
+		json_array_append_new(preferred, json_integer(mc.preferred[i]));
 	if (mc.batch_delay_us >= 0)
 		json_object_set_new(doc, "dynamic_batching",
-				    json_pack("{s[]sI}", "preferred_batch_size",
+				    json_pack("{sOsI}", "preferred_batch_size", preferred,
 					      "max_queue_delay_microseconds",
 					      (json_int_t)mc.batch_delay_us));
+	json_decref(preferred);
 	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
 }
 
@@ -273,22 +278,26 @@ enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, 
 		return send_error(h, c, q, MHD_HTTP_CONTENT_TOO_LARGE,
 				  "a load or unload request body is at most %zu bytes",
 				  CONTROL_BODY_MAX);
+	char *config = NULL; /* Triton's model configuration as JSON, for a load */
 	if (q->len) {
 		json_error_t jerr;
 		json_t *b = json_loadb(q->body, q->len, 0, &jerr);
 		const json_t *p = json_object_get(b, "parameters");
-		int overrides = p && (json_object_get(p, "config") || json_object_size(p) > 1);
+		const json_t *cj = json_object_get(p, "config");
+		const char *why = !json_is_object(b) ? "the request body must be a JSON object"
+				  : cj && !json_is_string(cj) ? WF_SERVE_LOAD_CONFIG_NOT_STRING
+				  : r->kind == R_V2_REPO_LOAD && json_object_size(p) > (cj ? 1 : 0)
+					  ? WF_SERVE_LOAD_FILES_REFUSED
+					  : NULL;
+		if (!why && cj && r->kind == R_V2_REPO_LOAD)
+			config = strdup(json_string_value(cj));
 		json_decref(b);
-		if (!b)
-			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
-					  "the request body must be a JSON object");
-		if (overrides)
-			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
-					  "load parameters (config, files) are not supported: "
-					  "weft-serve loads the model folder as it is");
+		if (why)
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST, "%s", why);
 	}
-	int rc = r->kind == R_V2_REPO_LOAD ? wf_serve_repo_load(h->repo, r->name, &err)
+	int rc = r->kind == R_V2_REPO_LOAD ? wf_serve_repo_load(h->repo, r->name, config, &err)
 					   : wf_serve_repo_unload(h->repo, r->name, &err);
+	free(config);
 	if (rc)
 		return send_error(h, c, q, http_code(rc), "%s", err.msg);
 	return send_json(h, c, q, MHD_HTTP_OK, strdup(""));

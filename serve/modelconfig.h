@@ -3,8 +3,10 @@
  * model_config_list { config { name base_path model_platform
  * model_version_policy version_labels } }) and the subset of Triton's
  * config.pbtxt that applies to weft models (name, platform/backend,
- * version_policy, max_batch_size, dynamic_batching.max_queue_delay_microseconds,
- * instance_group.count, parameters weft_threads). Unknown fields are
+ * version_policy, max_batch_size, dynamic_batching max_queue_delay_microseconds
+ * and preferred_batch_size, instance_group.count, input name, output names and
+ * label_filename, parameters weft_threads and weft_memory_mb), as text or as
+ * JSON. Unknown fields are
  * skipped (both formats carry many that do not apply). Pure functions of
  * their input; the fuzz target drives them directly. */
 #ifndef WF_SERVE_MODELCONFIG_H
@@ -14,9 +16,10 @@
 
 #include <stddef.h>
 
-#define WF_SERVE_MAX_NAME     128
-#define WF_SERVE_MAX_SPECIFIC 64
-#define WF_SERVE_MAX_LABELS   32
+#define WF_SERVE_MAX_NAME      128
+#define WF_SERVE_MAX_SPECIFIC  64
+#define WF_SERVE_MAX_LABELS    32
+#define WF_SERVE_MAX_PREFERRED 16
 
 typedef enum {
 	WF_SERVE_POLICY_LATEST = 0, /* the num_versions highest that load */
@@ -46,6 +49,12 @@ typedef struct wf_serve_model_config {
 	int instances;	     /* instance_group count (0: not given) */
 	int threads;	     /* compute threads per forward (0: the server's --threads) */
 	long memory_mb;	     /* parameters weft_memory_mb: budget of a version (0: none) */
+	/* Triton's input/output declarations: checked against the model */
+	char input_name[WF_SERVE_MAX_NAME]; /* input { name } ("": not given) */
+	char label_filename[256]; /* output { label_filename }: class labels, one a line, in
+				   * the model's folder ("": the model file's own) */
+	int npreferred;		  /* dynamic_batching { preferred_batch_size } */
+	int preferred[WF_SERVE_MAX_PREFERRED];
 } wf_serve_model_config;
 
 /* The version labels as "key:version,..." into buf (what Triton's model
@@ -65,8 +74,14 @@ int wf_serve_parse_model_server_config(const char *text, size_t len, wf_serve_mo
 				       int *n, wf_err *err);
 
 /* Parse a Triton config.pbtxt text into c (which holds name/base_path
- * already; a "name" in the file must match it). */
+ * already; a "name" in the file must match it). An input or output that a
+ * weft model cannot have (more than one input, an output other than
+ * "probabilities" and "logits") is an error naming the field. */
 int wf_serve_parse_triton_config(const char *text, size_t len, wf_serve_model_config *c,
 				 wf_err *err);
+/* The same fields from Triton's model configuration as JSON (what
+ * tritonclient's load_model(config=...) sends), read by the same rules. */
+int wf_serve_parse_triton_config_json(const char *text, size_t len, wf_serve_model_config *c,
+				      wf_err *err);
 
 #endif

@@ -429,22 +429,36 @@ static int control_allowed(wf_serve_repo *r, wf_err *err)
 		       "--model_repository DIR --model_control_mode explicit");
 }
 
-int wf_serve_repo_load(wf_serve_repo *r, const char *name, wf_err *err)
+int wf_serve_repo_load(wf_serve_repo *r, const char *name, const char *config, wf_err *err)
 {
 	int rc = control_allowed(r, err);
 	if (rc)
 		return rc;
 	wf_serve_model_config c;
 	rc = repo_model_config(r, name, &c, err);
+	if (!rc && config) { /* instead of config.pbtxt */
+		wf_serve_model_config folder = c;
+		wf_serve_model_config_init(&c);
+		memcpy(c.name, folder.name, sizeof(c.name));
+		memcpy(c.base_path, folder.base_path, sizeof(c.base_path));
+		memcpy(c.platform, folder.platform, sizeof(c.platform));
+		if ((rc = wf_serve_parse_triton_config_json(config, strlen(config), &c, err)))
+			wf_err_wrap(err, "the configuration of the load request");
+	}
 	if (rc)
 		return wf_err_wrap(err, "failed to load '%s'", name);
 	pthread_mutex_lock(&r->load_mu);
 	pthread_mutex_lock(&r->mu);
+	model_ent *old = find_model(r, name);
+	int changed = old && memcmp(&old->cfg, &c, sizeof(c)) != 0;
+	wf_serve_model_config prev = old ? old->cfg : c;
 	model_ent *m = upsert_model(r, &c);
 	if (m) {
 		m->active = 1;
-		for (int i = 0; i < m->nvs; i++)
+		for (int i = 0; i < m->nvs; i++) {
 			m->vs[i].failed = 0; /* a load request retries failed versions */
+			m->vs[i].stale = changed && m->vs[i].state == VS_AVAILABLE;
+		}
 	}
 	pthread_mutex_unlock(&r->mu);
 	if (!m) {
@@ -452,7 +466,24 @@ int wf_serve_repo_load(wf_serve_repo *r, const char *name, wf_err *err)
 		return wf_errf(err, WF_ENOMEM, "out of memory");
 	}
 	sync_model(r, m);
+	/* a new configuration that a version cannot take is refused: the model
+	 * keeps the one it had (its versions serve on under it) */
+	long failed = 0;
+	pthread_mutex_lock(&r->mu);
+	for (int i = 0; changed && !failed && i < m->nvs; i++)
+		if (m->vs[i].failed) {
+			failed = m->vs[i].version;
+			wf_errf(err, WF_EINVAL,
+				"failed to load '%s': version %ld: %s; it serves on with its "
+				"previous "
+				"configuration",
+				name, failed, m->vs[i].error);
+			m->cfg = prev;
+		}
+	pthread_mutex_unlock(&r->mu);
 	pthread_mutex_unlock(&r->load_mu);
+	if (failed)
+		return WF_EINVAL;
 	wf_serve_find why;
 	wf_err e2 = {0};
 	wf_serve_version *v = wf_serve_repo_find(r, name, 0, NULL, &why, &e2);

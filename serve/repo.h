@@ -171,9 +171,13 @@ long wf_serve_repo_load_failures(wf_serve_repo *r);
 
 /* Triton's model control (EXPLICIT mode only; WF_ENOTSUP otherwise):
  * load (or reload) model `name` from the repository folder and wait until
- * its versions are loaded (an error when none loads); unload drops every
- * version (each freed after its last request). */
-int wf_serve_repo_load(wf_serve_repo *r, const char *name, wf_err *err);
+ * its versions are loaded (an error when none loads); config, when not
+ * NULL, is Triton's model configuration as JSON, which replaces the
+ * folder's config.pbtxt (as tritonclient's load_model(config=...) does).
+ * Versions already served under another configuration load again with the
+ * new one and replace the old ones once ready (a failed one keeps the old).
+ * Unload drops every version (each freed after its last request). */
+int wf_serve_repo_load(wf_serve_repo *r, const char *name, const char *config, wf_err *err);
 int wf_serve_repo_unload(wf_serve_repo *r, const char *name, wf_err *err);
 
 /* TF Serving's HandleReloadConfigRequest: serve exactly the n models of cfg

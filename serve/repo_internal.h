@@ -31,6 +31,7 @@ typedef struct vrec {
 	char error[1024];    /* END after a failed load: why */
 	int failed;
 	long long stamp; /* mtime and size of the file that failed */
+	int stale;	 /* AVAILABLE under an older configuration: load again */
 } vrec;
 
 typedef struct model_ent {

@@ -155,6 +155,14 @@ int wf_serve_extensions(int shm, const char **out);
 const char *wf_serve_kserve_unknown(const char *name, long version, int none_available, char *buf,
 				    size_t cap);
 
+/* What a load request with parameters other than "config" (Triton's
+ * "file:..." model files) is told, on both protocols. */
+#define WF_SERVE_LOAD_FILES_REFUSED                                                                \
+	"load parameters other than \"config\" (model files) are not supported: weft-serve "       \
+	"loads the files of the model's folder"
+#define WF_SERVE_LOAD_CONFIG_NOT_STRING                                                            \
+	"load parameter \"config\" must be a string: the model configuration as JSON"
+
 /* ---- the model's tensor shapes, for every KServe front end ---- */
 
 /* A dense (FP32, UINT8) input of shape dims[ndim] holds *n samples: the

@@ -1,6 +1,7 @@
-/* fuzz_modelconfig.c: libFuzzer target for weft-serve's protobuf text
- * readers: TF Serving's ModelServerConfig (--model_config_file) and Triton's
- * config.pbtxt. The first byte picks the reader. Any input must give 0 or
+/* fuzz_modelconfig.c: libFuzzer target for weft-serve's model configuration
+ * readers: TF Serving's ModelServerConfig (--model_config_file), Triton's
+ * config.pbtxt and Triton's configuration as JSON (a load request's
+ * "config"). The first byte picks the reader. Any input must give 0 or
  * an error, never a crash. Seeds: tests/fuzz/seeds/fuzz_modelconfig/. */
 #include "serve/modelconfig.h"
 
@@ -19,7 +20,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		wf_serve_model_config c;
 		wf_serve_model_config_init(&c);
 		strcpy(c.name, "m");
-		wf_serve_parse_triton_config(text, len, &c, &err);
+		if (data[0] & 2)
+			wf_serve_parse_triton_config_json(text, len, &c, &err);
+		else
+			wf_serve_parse_triton_config(text, len, &c, &err);
 	} else {
 		wf_serve_model_config *c = NULL;
 		int n = 0;
