@@ -27,7 +27,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
-                                     get_model_status_pb2, model_management_pb2,
+                                     get_model_status_pb2, inference_pb2, model_management_pb2,
                                      model_service_pb2_grpc, predict_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 
@@ -306,6 +306,42 @@ def tensor(req, x, dtype):
     return t
 
 
+def multi_inference_checks(ps, creq, classes):
+    """MultiInference with TF Serving's stubs: each classify task answered
+    with what Classify answers for the same examples; TF Serving's rules
+    on the tasks (one model, each signature once, no regression here)."""
+    def multi(*tasks):
+        req = inference_pb2.MultiInferenceRequest()
+        req.input.CopyFrom(creq.input)
+        for model, sig, method in tasks:
+            t = req.tasks.add()
+            t.model_spec.name = model
+            t.model_spec.signature_name = sig
+            t.method_name = method
+        return req
+    cls = "tensorflow/serving/classify"
+    r = ps.MultiInference(multi(("m", "serving_default", cls), ("m", "serving_all", cls)),
+                          timeout=60)
+    got = [[(k.label, k.score) for k in res.classification_result.classifications[0].classes]
+           for res in r.results]
+    want = [(k.label, k.score) for k in classes]
+    check(len(got) == 2 and got[0] == want and got[1] == want and
+          [res.model_spec.signature_name for res in r.results] == ["serving_default",
+                                                                    "serving_all"]
+          and r.results[0].model_spec.version.value == 1,
+          "MultiInference: two classify tasks, each answered as Classify answers (%s)" % got)
+    for what, req, code in (
+            ("no task", multi(), "INVALID_ARGUMENT"),
+            ("two models", multi(("m", "a", cls), ("other", "b", cls)), "INVALID_ARGUMENT"),
+            ("a signature twice", multi(("m", "s", cls), ("m", "s", cls)), "INVALID_ARGUMENT"),
+            ("a regress task", multi(("m", "s", "tensorflow/serving/regress")), "UNIMPLEMENTED"),
+            ("an unknown method", multi(("m", "s", "tensorflow/serving/predict")),
+             "INVALID_ARGUMENT"),
+            ("an unknown model", multi(("nope", "s", cls)), "NOT_FOUND")):
+        got = status_of(lambda: ps.MultiInference(req, timeout=60))
+        check(got == code, "MultiInference with %s: %s (%s)" % (what, code, got))
+
+
 def tfs_checks(ports, c, tmp):
     ch = grpc.insecure_channel("127.0.0.1:%d" % ports[1])
     ps = prediction_service_pb2_grpc.PredictionServiceStub(ch)
@@ -375,6 +411,8 @@ def tfs_checks(ports, c, tmp):
     best = int(np.argmax(want_img[0]))
     check(len(classes) == 5 and classes[0].label == "class%d" % best
           and abs(classes[0].score - want_img[0][best]) < 1e-5, "Classify a tf.Example image: top 5 classes")
+
+    multi_inference_checks(ps, creq, classes)
 
     rr = regression_pb2.RegressionRequest()
     rr.model_spec.name = "m"
