@@ -182,8 +182,10 @@ int wf_serve_repo_unload(wf_serve_repo *r, const char *name, wf_err *err);
 
 /* TF Serving's HandleReloadConfigRequest: serve exactly the n models of cfg
  * from now on (models not listed are unloaded after their last request) and
- * wait until their versions are loaded; an error names the models without a
- * loaded version. Not for a --model_repository (WF_ENOTSUP). */
+ * wait until their versions are loaded. All or nothing: when a model of cfg
+ * gets no loaded version, the error names it and the models served before
+ * are served as they were (nothing was unloaded). Not for a
+ * --model_repository (WF_ENOTSUP). */
 int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *cfg, int n,
 				wf_err *err);
 

@@ -291,7 +291,7 @@ static int listed(const wf_serve_model_config *c, long version)
 /* Bring model m's loaded versions in line with its policy and files
  * (load_mu held). New versions load before old ones go, so a model that
  * served keeps serving. */
-void sync_model(wf_serve_repo *r, model_ent *m)
+void sync_model(wf_serve_repo *r, model_ent *m, int unload)
 {
 	pthread_mutex_lock(&r->mu);
 	wf_serve_model_config cfg = m->cfg;
@@ -317,7 +317,8 @@ void sync_model(wf_serve_repo *r, model_ent *m)
 			keep[nkeep++] = f[i].version;
 	}
 	pthread_mutex_lock(&r->mu);
-	for (int i = 0; keep && i < m->nvs; i++) {
+	m->kept = nkeep;
+	for (int i = 0; keep && unload && i < m->nvs; i++) {
 		int kept = 0;
 		for (int j = 0; j < nkeep; j++)
 			kept |= keep[j] == m->vs[i].version;

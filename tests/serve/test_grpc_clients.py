@@ -891,6 +891,35 @@ def config_file_checks(tmp):
     s = ms.GetModelStatus(sreq, timeout=30)
     check([vs.version for vs in s.model_version_status] == [2],
           "GetModelStatus with version_label canary: version 2")
+    # all or nothing: a config with one model that cannot load changes nothing
+    os.makedirs(os.path.join(root, "bad", "1"))
+    with open(os.path.join(root, "bad", "1", "model.h5"), "w") as f:
+        f.write("not a model")
+    rc = model_management_pb2.ReloadConfigRequest()
+    cfg = rc.config.model_config_list.config.add()
+    cfg.name = "a"
+    cfg.base_path = os.path.join(root, "a")
+    cfg.model_version_policy.specific.versions.append(9)  # a version a does not have
+    cfg = rc.config.model_config_list.config.add()
+    cfg.name = "bad"
+    cfg.base_path = os.path.join(root, "bad")
+    try:
+        ms.HandleReloadConfigRequest(rc, timeout=60)
+        err = None
+    except grpc.RpcError as e:
+        err = (e.code().name, e.details())
+    check(err is not None and err[0] == "INVALID_ARGUMENT" and
+          err[1].startswith("no version of a (") and "; bad (" in err[1],
+          "HandleReloadConfigRequest with models that cannot load: INVALID_ARGUMENT naming them "
+          "(%s)" % (err,))
+    v1, out1 = predict("a", label="stable")
+    v2, out2 = predict("a", label="canary")
+    vb, outb = predict("b")
+    check(v1 == 1 and v2 == 2 and vb == 1 and close(out1, want[("a", 1)]) and
+          close(out2, want[("a", 2)]) and close(outb, want[("b", 0)]),
+          "after the refused reload: a v1, a v2 (labels) and b serve as before")
+    check(status_of(lambda: predict("bad")) in ("NOT_FOUND", "UNAVAILABLE"),
+          "after the refused reload: the bad model is not served")
     rc = model_management_pb2.ReloadConfigRequest()
     cfg = rc.config.model_config_list.config.add()
     cfg.name = "a"
