@@ -125,6 +125,7 @@ typedef struct req_ctx {
 	double t0;
 	wf_serve_endpoint ep;
 	int replied;
+	int preflight;	 /* a CORS preflight (OPTIONS): its reply says what is allowed */
 	size_t reserved; /* bytes of the body budget this request holds */
 	int over_budget; /* the body budget was exhausted: 503 */
 	/* Inference runs on a handler thread while MHD holds the connection

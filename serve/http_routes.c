@@ -231,6 +231,10 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 	    (h->o.no_metrics && r->kind == R_METRICS))
 		return send_error(h, c, q, MHD_HTTP_NOT_FOUND, "Malformed request: %s %s", method,
 				  url);
+	if (h->o.cors && !strcmp(method, "OPTIONS")) { /* a browser's preflight */
+		q->preflight = 1;
+		return send_reply(h, c, q, MHD_HTTP_NO_CONTENT, strdup(""), 0, CT_JSON, 0);
+	}
 	if (either ? !is_get && !is_post : (wants_post && !is_post) || (!wants_post && !is_get))
 		return send_error(h, c, q, MHD_HTTP_METHOD_NOT_ALLOWED,
 				  "method %s is not allowed on %s", method, url);

@@ -731,3 +731,66 @@ int wf_serve_parse_triton_config_json(const char *text, size_t len, wf_serve_mod
 	tnode_clear(&root);
 	return rc;
 }
+
+/* ---- TF Serving's batching and monitoring files ------------------------------ */
+
+int wf_serve_parse_batching_parameters(const char *text, size_t len, wf_serve_batching_params *p,
+				       wf_err *err)
+{
+	static const char *const keys[] = {"max_batch_size", "batch_timeout_micros",
+					   "num_batch_threads", "max_enqueued_batches"};
+	static const long hi[] = {4096, 10000000, 256, 1000000};
+	long *out[] = {&p->max_batch_size, &p->batch_timeout_micros, &p->num_batch_threads,
+		       &p->max_enqueued_batches};
+	tnode root;
+	memset(p, 0, sizeof(*p));
+	for (int k = 0; k < 4; k++)
+		*out[k] = -1;
+	int rc = parse_text(text, len, &root, err);
+	if (rc)
+		return rc;
+	for (int i = 0; !rc && i < root.nkids; i++) {
+		const tnode *f = &root.kids[i];
+		int k = 0;
+		while (k < 4 && strcmp(f->key, keys[k]))
+			k++;
+		if (k == 4) { /* e.g. pad_variable_length_inputs, allowed_batch_sizes */
+			size_t n = strlen(p->ignored);
+			if (!strstr(p->ignored, f->key))
+				snprintf(p->ignored + n, sizeof(p->ignored) - n, "%s%s",
+					 n ? ", " : "", f->key);
+			continue;
+		}
+		rc = want_msg(f, err); /* a wrapper: { value: N } */
+		for (int j = 0; !rc && j < f->nkids; j++)
+			if (!strcmp(f->kids[j].key, "value"))
+				rc = get_long(&f->kids[j], k == 1 ? 0 : 1, hi[k], out[k], err);
+	}
+	tnode_clear(&root);
+	return rc;
+}
+
+int wf_serve_parse_monitoring_config(const char *text, size_t len, wf_serve_monitoring *m,
+				     wf_err *err)
+{
+	tnode root;
+	memset(m, 0, sizeof(*m));
+	int rc = parse_text(text, len, &root, err);
+	if (rc)
+		return rc;
+	for (int i = 0; !rc && i < root.nkids; i++) {
+		const tnode *f = &root.kids[i];
+		if (strcmp(f->key, "prometheus_config"))
+			continue;
+		rc = want_msg(f, err);
+		for (int j = 0; !rc && j < f->nkids; j++) {
+			const tnode *g = &f->kids[j];
+			if (!strcmp(g->key, "path"))
+				rc = get_str(g, m->path, sizeof(m->path), err);
+			else if (!strcmp(g->key, "enable") && g->value)
+				m->enable = !strcmp(g->value, "true") || !strcmp(g->value, "1");
+		}
+	}
+	tnode_clear(&root);
+	return rc;
+}

@@ -1,4 +1,5 @@
-/* modelconfig.h: the model configurations weft-serve reads from outside:
+/* modelconfig.h: the configurations weft-serve reads from outside (and TF
+ * Serving's batching and monitoring files):
  * TF Serving's ModelServerConfig in protobuf text format (--model_config_file:
  * model_config_list { config { name base_path model_platform
  * model_version_policy version_labels } }) and the subset of Triton's
@@ -83,5 +84,25 @@ int wf_serve_parse_triton_config(const char *text, size_t len, wf_serve_model_co
  * tritonclient's load_model(config=...) sends), read by the same rules. */
 int wf_serve_parse_triton_config_json(const char *text, size_t len, wf_serve_model_config *c,
 				      wf_err *err);
+
+/* TF Serving's BatchingParameters text (--batching_parameters_file):
+ * max_batch_size, batch_timeout_micros, num_batch_threads and
+ * max_enqueued_batches, each { value: N }; -1 where not given. Fields that
+ * weft has no use for are listed in ignored (for the log). */
+typedef struct wf_serve_batching_params {
+	long max_batch_size, batch_timeout_micros, num_batch_threads, max_enqueued_batches;
+	char ignored[256]; /* "f1, f2" */
+} wf_serve_batching_params;
+int wf_serve_parse_batching_parameters(const char *text, size_t len, wf_serve_batching_params *p,
+				       wf_err *err);
+
+/* TF Serving's MonitoringConfig text (--monitoring_config_file):
+ * prometheus_config { enable path }. */
+typedef struct wf_serve_monitoring {
+	int enable;	/* 0 when not given */
+	char path[256]; /* "" when not given */
+} wf_serve_monitoring;
+int wf_serve_parse_monitoring_config(const char *text, size_t len, wf_serve_monitoring *m,
+				     wf_err *err);
 
 #endif

@@ -105,6 +105,9 @@ typedef struct wf_serve_repo_opts {
 	long memory_mb;		 /* a version's memory budget (weft_memory_mb); 0: none */
 	int load_threads; /* models loaded at once (Triton's --model-load-thread-count); <= 1:
 			   * one after another */
+	int load_retries; /* a failed version load is tried again this many times
+			   * (TF Serving's --max_num_load_retries) ... */
+	long load_retry_interval_us; /* ... this long apart (--load_retry_interval_micros) */
 } wf_serve_repo_opts;
 
 #define WF_SERVE_MAX_LOAD_THREADS 64 /* the most load_threads used */

@@ -3,7 +3,10 @@
  * with its version policy (loading and unloading). */
 #include "serve/repo_internal.h"
 
+#include "common/cancel.h"
 #include "serve/request.h" /* wf_serve_input_name_ok */
+
+#include <unistd.h>
 
 /* ---- scanning a base path ------------------------------------------------ */
 long long file_stamp(const char *path)
@@ -187,6 +190,31 @@ static int apply_config(wf_serve_version *v, const wf_serve_model_config *cfg, w
 	return cfg->label_filename[0] ? read_label_file(v, cfg, err) : 0;
 }
 
+/* Load a version and check it against its configuration; a failure is
+ * tried again o.load_retries times, o.load_retry_interval_us apart, unless
+ * the process is stopping (common/cancel.h). */
+static int load_checked(wf_serve_repo *r, wf_serve_version **v, const char *path, long version,
+			const wf_serve_repo_opts *o, const wf_serve_model_config *cfg, wf_err *err)
+{
+	for (int attempt = 0;; attempt++) {
+		int rc = wf_serve_version_load(v, path, version, o, err);
+		if (!rc && (rc = apply_config(*v, cfg, err)) != 0) {
+			wf_serve_version_release(*v);
+			*v = NULL;
+		}
+		if (!rc || attempt >= r->o.load_retries || wf_cancel_requested())
+			return rc;
+		wf_warn("serve: model %s version %ld failed to load (%s); trying again in %.3g s "
+			"(%d of --max_num_load_retries %d)",
+			cfg->name, version, err->msg, r->o.load_retry_interval_us / 1e6,
+			attempt + 1, r->o.load_retries);
+		double until = wf_now() + r->o.load_retry_interval_us / 1e6;
+		while (wf_now() < until && !wf_cancel_requested())
+			usleep(10000);
+		memset(err, 0, sizeof(*err));
+	}
+}
+
 /* Load version f of m (load_mu held, mu not). Returns 1 when available. */
 static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 {
@@ -215,11 +243,7 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 	wf_info("serve: loading model %s version %ld from %s", cfg.name, f->version, path);
 	wf_serve_version *v = NULL;
 	wf_err err = {0};
-	int rc = wf_serve_version_load(&v, path, f->version, &o, &err);
-	if (!rc && (rc = apply_config(v, &cfg, &err)) != 0) {
-		wf_serve_version_release(v);
-		v = NULL;
-	}
+	int rc = load_checked(r, &v, path, f->version, &o, &cfg, &err);
 	pthread_mutex_lock(&r->mu);
 	x = get_vrec(m, f->version); /* m->vs may have moved */
 	x->stale = 0;

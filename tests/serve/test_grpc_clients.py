@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 import zlib
 
@@ -813,6 +814,126 @@ def http_model_infer(port, model, version, x):
     return np.array(out["data"], np.float32).reshape(out["shape"])
 
 
+def http_req(port, path, method="GET", headers=None):
+    """(status, headers, body) of one HTTP request; errors are answers too."""
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), method=method,
+                                 headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def start_http(tmp, name, args):
+    """weft-serve with args on a free REST port (gRPC off); (process, port,
+    log) once it is ready, or once it exited."""
+    port = free_port()
+    log = os.path.join(tmp, "serve-%s.log" % name)
+    p = subprocess.Popen([SERVE, "--bind_address", "127.0.0.1", "--rest_api_port", str(port),
+                          "--port", "0", "--grpc_port", "0"] + args,
+                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None:
+        try:
+            if http_req(port, "/v2/health/ready")[0] == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return p, port, log
+
+
+def tfs_flags_checks(tmp, base):
+    """TF Serving's --batching_parameters_file, --monitoring_config_file,
+    --rest_api_enable_cors_support, --max_num_load_retries and
+    --load_retry_interval_micros each take effect."""
+    bp = os.path.join(tmp, "batching.txt")
+    with open(bp, "w") as f:
+        f.write("max_batch_size { value: 4 }\nbatch_timeout_micros { value: 500 }\n"
+                "num_batch_threads { value: 1 }\nmax_enqueued_batches { value: 8 }\n"
+                "pad_variable_length_inputs: true\n")
+    mon_off = os.path.join(tmp, "monitoring-off.txt")
+    with open(mon_off, "w") as f:
+        f.write('prometheus_config { enable: false path: "/monitoring/prometheus/metrics" }\n')
+    p, port, log = start_http(tmp, "tfsflags", [
+        "--model_base_path", base, "--model_name", "m", "--enable_batching",
+        "--batching_parameters_file", bp, "--monitoring_config_file", mon_off,
+        "--rest_api_enable_cors_support"])
+    st, _, body = http_req(port, "/v2/models/m/config")
+    cfg = json.loads(body) if st == 200 else {}
+    check(cfg.get("max_batch_size") == 4 and
+          cfg.get("dynamic_batching", {}).get("max_queue_delay_microseconds") == 500,
+          "--batching_parameters_file: max_batch_size 4, batch_timeout_micros 500 (%s)" % st)
+    check("fields weft-serve does not use: pad_variable_length_inputs" in open(log).read(),
+          "--batching_parameters_file: a field weft-serve does not use is logged")
+    check([http_req(port, u)[0] for u in ("/monitoring/prometheus/metrics", "/metrics")] ==
+          [404, 404], "--monitoring_config_file with enable: false: no metrics")
+    st, hdrs, _ = http_req(port, "/v1/models/m", headers={"Origin": "http://example.com"})
+    check(st == 200 and hdrs.get("Access-Control-Allow-Origin") == "*",
+          "--rest_api_enable_cors_support: Access-Control-Allow-Origin on a reply")
+    st, hdrs, _ = http_req(port, "/v1/models/m:predict", "OPTIONS", {
+        "Origin": "http://example.com", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type"})
+    check(st == 204 and "POST" in hdrs.get("Access-Control-Allow-Methods", "") and
+          hdrs.get("Access-Control-Allow-Headers") == "content-type",
+          "--rest_api_enable_cors_support: an OPTIONS preflight is answered (%d %s)" % (st, hdrs))
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    mon_on = os.path.join(tmp, "monitoring-on.txt")
+    with open(mon_on, "w") as f:
+        f.write('prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }\n')
+    p, port, _ = start_http(tmp, "tfsflags2", ["--model_base_path", base, "--model_name", "m",
+                                               "--monitoring_config_file", mon_on])
+    st, hdrs, body = http_req(port, "/monitoring/prometheus/metrics")
+    check(st == 200 and b"weft_serve_requests_total" in body and
+          "Access-Control-Allow-Origin" not in hdrs,
+          "--monitoring_config_file with enable: true: metrics at its path; no CORS without "
+          "the flag")
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    with open(mon_on, "w") as f:
+        f.write('prometheus_config { enable: true path: "/other" }\n')
+    r = subprocess.run([SERVE, "--model_base_path", base, "--monitoring_config_file", mon_on,
+                        "--rest_api_port", "0", "--port", "0", "--grpc_port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode not in (0, None) and '"/other"' in r.stderr,
+          "--monitoring_config_file with another path: refused naming it (%s)" % r.stderr.strip())
+    # a version that fails to load is tried again; fixed meanwhile, it loads
+    rbase = os.path.join(tmp, "retry")
+    os.makedirs(os.path.join(rbase, "1"))
+    with open(os.path.join(rbase, "1", "model.h5"), "w") as f:
+        f.write("not yet a model")
+    port = free_port()
+    log = os.path.join(tmp, "serve-retry.log")
+    p = subprocess.Popen([SERVE, "--bind_address", "127.0.0.1", "--rest_api_port", str(port),
+                          "--port", "0", "--grpc_port", "0", "--model_base_path", rbase,
+                          "--model_name", "m", "--file_system_poll_wait_seconds", "0",
+                          "--max_num_load_retries", "50", "--load_retry_interval_micros",
+                          "200000"], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    deadline = time.time() + 60
+    while time.time() < deadline and "trying again" not in open(log).read():
+        time.sleep(0.05)
+    good = os.path.join(rbase, "good.h5")
+    subprocess.check_call([TOOL, "model", "smallcnn", good, "3", "32"])
+    os.replace(good, os.path.join(rbase, "1", "model.h5"))
+    deadline = time.time() + 60
+    st = 0
+    while time.time() < deadline and st != 200:
+        try:
+            st = http_req(port, "/v2/health/ready")[0]
+        except OSError:
+            pass
+        time.sleep(0.1)
+    check(st == 200 and "(1 of --max_num_load_retries 50)" in open(log).read(),
+          "--max_num_load_retries: a failed load is tried again, and loads once the file is "
+          "fixed (poll off)")
+    p.send_signal(signal.SIGTERM)
+    check(p.wait(timeout=60) == 0, "the retrying server: SIGTERM exit 0")
+
+
 def config_file_checks(tmp):
     """Two models from a TF Serving --model_config_file, versions and labels,
     over both gRPC APIs, answers equal to HTTP's; HandleReloadConfigRequest
@@ -992,6 +1113,7 @@ def main():
         tls_token_checks(tmp, os.path.join(tmp, "m"))
         config_file_checks(tmp)
         repository_checks(tmp)
+        tfs_flags_checks(tmp, os.path.join(tmp, "m"))
         c.close()
         p.send_signal(signal.SIGTERM)
         check(p.wait(timeout=60) == 0, "SIGTERM: exit 0")
