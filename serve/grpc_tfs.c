@@ -200,16 +200,16 @@ static int predict_input(const wf_grpc_io *io, const Tensorflow__Serving__Predic
 static const Tensorflow__Feature *example_feature(const wf_grpc_io *io,
 						  const Tensorflow__Example *e)
 {
-	const char *keys[] = {"image/encoded", "image", WF_SERVE_INPUT_NAME,
-			      wf_serve_input_name(io)};
 	const Tensorflow__Features *f = e ? e->features : NULL;
-	if (!f)
-		return NULL;
-	for (size_t k = 0; k < WF_ARRAY_LEN(keys); k++)
-		for (size_t i = 0; i < f->n_feature; i++)
-			if (!strcmp(f->feature[i]->key, keys[k]))
-				return f->feature[i]->value;
-	return f->n_feature == 1 ? f->feature[0]->value : NULL;
+	const Tensorflow__Feature *best = NULL;
+	for (size_t i = 0, rank = 0; f && i < f->n_feature; i++) {
+		int r = wf_serve_example_rank(io, f->feature[i]->key, f->n_feature);
+		if (r >= 0 && (!best || (size_t)r < rank)) {
+			best = f->feature[i]->value;
+			rank = (size_t)r;
+		}
+	}
+	return best;
 }
 
 static int classify_input(const wf_grpc_io *io, const Tensorflow__Serving__Input *in, float **x,
@@ -234,7 +234,6 @@ static int classify_input(const wf_grpc_io *io, const Tensorflow__Serving__Input
 				"Input is empty: a ClassificationRequest needs 1 to 4096 "
 				"examples");
 	size_t per = (size_t)io->h * io->w * io->c;
-	int code;
 	if ((double)nex * per > (double)WF_SERVE_MAX_INPUT_FLOATS)
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT, "too many examples");
 	float *all = malloc(nex * per * sizeof(float));
@@ -242,29 +241,25 @@ static int classify_input(const wf_grpc_io *io, const Tensorflow__Serving__Input
 		return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 	for (size_t i = 0; i < nex; i++) {
 		const Tensorflow__Feature *f = example_feature(io, ex[i]);
-		float *one = NULL;
-		code = WF_GRPC_INVALID_ARGUMENT;
-		if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_BYTES_LIST && f->bytes_list &&
-		    f->bytes_list->n_value == 1) {
-			const uint8_t *img = f->bytes_list->value[0].data;
-			size_t len = f->bytes_list->value[0].len;
-			code = wf_grpc_input_images(io, 1, &img, &len, &one, why, cap);
+		wf_serve_feature v = {0};
+		if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_BYTES_LIST && f->bytes_list) {
+			v.kind = WF_SERVE_FEATURE_BYTES;
+			v.n = f->bytes_list->n_value;
+			v.data = v.n ? f->bytes_list->value[0].data : NULL;
+			v.len = v.n ? f->bytes_list->value[0].len : 0;
 		} else if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_FLOAT_LIST &&
-			   f->float_list && f->float_list->n_value == per) {
-			code = wf_grpc_input_dense(io, 1, f->float_list->value, 0, &one, why, cap);
-		} else {
-			snprintf(why, cap,
-				 "example %zu needs a feature \"image/encoded\" (bytes_list with "
-				 "one JPEG or PNG) or \"%.200s\" (float_list of %zu model input "
-				 "values)",
-				 i, wf_serve_input_name(io), per);
+			   f->float_list) {
+			v.kind = WF_SERVE_FEATURE_FLOATS;
+			v.n = f->float_list->n_value;
+			v.floats = f->float_list->value;
 		}
-		if (code) {
+		wf_err err = {0};
+		if (wf_serve_example_sample(io, i, f ? &v : NULL, all + i * per, &err)) {
+			snprintf(why, cap, "%s", err.msg);
 			free(all);
-			return code;
+			return err.code == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
+						     : WF_GRPC_INVALID_ARGUMENT;
 		}
-		memcpy(all + i * per, one, per * sizeof(float));
-		free(one);
 	}
 	*x = all;
 	*n = (int)nex;

@@ -73,6 +73,28 @@ int wf_serve_input_image(const wf_image_io *io, const uint8_t *bytes, size_t len
 int wf_serve_input_dense(const wf_image_io *io, size_t n, const void *data, int u8, int borrow,
 			 wf_serve_input *in, wf_err *err);
 
+/* ---- TF Serving's tf.Example: Classify's samples (gRPC and REST) ---- */
+
+/* One feature of an example as a request gives it. */
+typedef struct wf_serve_feature {
+	enum { WF_SERVE_FEATURE_NONE, WF_SERVE_FEATURE_BYTES, WF_SERVE_FEATURE_FLOATS } kind;
+	size_t n;	     /* values: byte strings or floats */
+	const uint8_t *data; /* BYTES: the first string ... */
+	size_t len;	     /* ... of len bytes */
+	const float *floats; /* FLOATS: [n] */
+} wf_serve_feature;
+
+/* Which feature of an example holds its sample: the lower the better, the
+ * first of "image/encoded", "image", "input", the model's input name, or
+ * (of an example with one feature) any; -1: not this one. */
+int wf_serve_example_rank(const wf_image_io *io, const char *key, size_t nfeatures);
+/* Example i's sample from its feature f (NULL: none found) into model
+ * input dst [H,W,C]: one encoded image, or the model input's H*W*C floats
+ * (numbers, request.h's rule for them). Errors name example i and what it
+ * needs. */
+int wf_serve_example_sample(const wf_image_io *io, size_t i, const wf_serve_feature *f, float *dst,
+			    wf_err *err);
+
 /* ---- TensorFlow Serving REST ---- */
 
 typedef struct wf_serve_tf_req {
@@ -83,7 +105,9 @@ typedef struct wf_serve_tf_req {
 } wf_serve_tf_req;
 
 /* Parse a :predict or :classify body ("instances", "inputs" or, for
- * classify, "examples"). Errors name the instance and what is wrong. */
+ * classify, "examples": tf.Examples as objects of features, an image as
+ * {"b64": ...}, numbers as a list, flat or nested). Errors name the
+ * instance or example and what is wrong. */
 int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_serve_tf_req *req,
 		      wf_err *err);
 void wf_serve_tf_req_free(wf_serve_tf_req *req);

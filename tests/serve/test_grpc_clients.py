@@ -307,6 +307,43 @@ def tensor(req, x, dtype):
     return t
 
 
+def rest_classify_checks(port, ps, jpeg, x):
+    """REST :classify takes the tf.Examples gRPC Classify takes (an
+    "image/encoded" image as {"b64": ...}, the model input as flat float
+    features) and answers the same top classes."""
+    def grpc_classes(feature, fill):
+        req = classification_pb2.ClassificationRequest()
+        req.model_spec.name = "m"
+        fill(req.input.example_list.examples.add().features.feature[feature])
+        r = ps.Classify(req, timeout=60)
+        return [(k.label, k.score) for k in r.result.classifications[0].classes]
+
+    def rest_classes(example):
+        body = json.dumps({"examples": [example]}).encode()
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/models/m:classify" % port, body,
+                                     {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return [(l, s) for l, s in json.load(r)["results"][0]]
+        except urllib.error.HTTPError as e:
+            return e.read().decode()
+
+    def same(a, b):
+        return (isinstance(a, list) and isinstance(b, list) and len(a) == len(b) == 5 and
+                all(la == lb and abs(sa - sb) < 1e-5 for (la, sa), (lb, sb) in zip(a, b)))
+    img = {"image/encoded": {"b64": base64.b64encode(jpeg).decode()}}
+    g = grpc_classes("image/encoded", lambda f: f.bytes_list.value.append(jpeg))
+    r = rest_classes(img)
+    check(same(r, g), "REST :classify with an image/encoded example == gRPC Classify (%s)" % r)
+    flat = x[0].ravel().tolist()
+    g = grpc_classes("input", lambda f: f.float_list.value.extend(flat))
+    r = rest_classes({"input": flat})
+    check(same(r, g), "REST :classify with flat float features == gRPC Classify (%s)" % r)
+    r = rest_classes({"input": flat[:-1]})
+    check(isinstance(r, str) and "example 0 needs a feature" in r,
+          "REST :classify with too few floats: 400 saying what an example needs (%s)" % r[:120])
+
+
 def multi_inference_checks(ps, creq, classes):
     """MultiInference with TF Serving's stubs: each classify task answered
     with what Classify answers for the same examples; TF Serving's rules
@@ -414,6 +451,7 @@ def tfs_checks(ports, c, tmp):
           and abs(classes[0].score - want_img[0][best]) < 1e-5, "Classify a tf.Example image: top 5 classes")
 
     multi_inference_checks(ps, creq, classes)
+    rest_classify_checks(ports[0], ps, jpeg, x)
 
     rr = regression_pb2.RegressionRequest()
     rr.model_spec.name = "m"
