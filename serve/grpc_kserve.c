@@ -1118,7 +1118,7 @@ static int build_infer_reply(wf_grpc_call *call, const infer_req *rq, const wf_g
 			goto out;
 		}
 		for (int s = 0; s < n; s++) {
-			wf_grpc_top_k(v + (size_t)s * k, k, top, idx);
+			wf_serve_top_k(v + (size_t)s * k, k, top, idx);
 			for (int u = 0; u < top; u++) {
 				char label[256], cls[330];
 				if (m->labels && m->labels[idx[u]])

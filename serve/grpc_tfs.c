@@ -431,7 +431,7 @@ static int classification_result(const wf_grpc_model *m, const float *probs, int
 	if (!p->cl || !p->clp || !p->c || !p->cp || !p->labels || !p->idx)
 		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 	for (int s = 0; s < n; s++) {
-		wf_grpc_top_k(probs + (size_t)s * k, k, top, p->idx);
+		wf_serve_top_k(probs + (size_t)s * k, k, top, p->idx);
 		tensorflow__serving__classifications__init(&p->cl[s]);
 		p->cl[s].n_classes = (size_t)top;
 		p->cl[s].classes = p->cp + (size_t)s * top;

@@ -287,24 +287,29 @@ static int open_log_file(const char *path, wf_err *err)
 	return e ? wf_errf(err, WF_EINVAL, "flag --log-file: %s: %s", path, strerror(e)) : 0;
 }
 
+/* The text of the file a flag names (malloc'd); an error names the flag. */
+static int flag_file(const char *flag, const char *path, char **text, size_t *len, wf_err *err)
+{
+	if (wf_read_file(path, text, len) != 0)
+		return wf_errf(err, WF_EINVAL, "flag %s: cannot read %s", flag, path);
+	return 0;
+}
+
 /* TF Serving's --batching_parameters_file and --monitoring_config_file, over
  * the flags they stand for. */
 static int apply_tf_files(serve_opts *o, wf_err *err)
 {
 	char *text = NULL;
 	size_t len = 0;
+	wf_serve_batching_params b;
+	wf_serve_monitoring m;
 	int rc = 0;
-	if (o->batching_file) {
-		wf_serve_batching_params b;
-		if (wf_read_file(o->batching_file, &text, &len) != 0)
-			return wf_errf(err, WF_EINVAL,
-				       "flag --batching_parameters_file: cannot read %s",
-				       o->batching_file);
+	if (o->batching_file &&
+	    !(rc = flag_file("--batching_parameters_file", o->batching_file, &text, &len, err))) {
 		rc = wf_serve_parse_batching_parameters(text, len, &b, err);
 		free(text);
 		if (rc)
-			return wf_err_wrap(err, "flag --batching_parameters_file %s",
-					   o->batching_file);
+			return wf_err_wrap(err, "%s", o->batching_file);
 		if (b.max_batch_size > 0)
 			o->max_batch = b.max_batch_size;
 		if (b.batch_timeout_micros >= 0)
@@ -317,29 +322,22 @@ static int apply_tf_files(serve_opts *o, wf_err *err)
 			wf_warn("weft-serve: %s: fields weft-serve does not use: %s",
 				o->batching_file, b.ignored);
 	}
-	if (o->monitoring_file) {
-		wf_serve_monitoring m;
-		if (wf_read_file(o->monitoring_file, &text, &len) != 0)
-			return wf_errf(err, WF_EINVAL,
-				       "flag --monitoring_config_file: cannot read %s",
-				       o->monitoring_file);
+	if (!rc && o->monitoring_file &&
+	    !(rc = flag_file("--monitoring_config_file", o->monitoring_file, &text, &len, err))) {
 		rc = wf_serve_parse_monitoring_config(text, len, &m, err);
 		free(text);
 		if (rc)
-			return wf_err_wrap(err, "flag --monitoring_config_file %s",
-					   o->monitoring_file);
+			return wf_err_wrap(err, "%s", o->monitoring_file);
 		if (m.path[0] && strcmp(m.path, "/monitoring/prometheus/metrics") &&
 		    strcmp(m.path, "/metrics"))
-			return wf_errf(
-				err, WF_EINVAL,
-				"flag --monitoring_config_file %s: path \"%s\": weft-serve "
-				"serves Prometheus metrics at /monitoring/prometheus/metrics and "
-				"/metrics only",
-				o->monitoring_file, m.path);
+			return wf_errf(err, WF_EINVAL,
+				       "%s: path \"%s\": weft-serve serves Prometheus metrics at "
+				       "/monitoring/prometheus/metrics and /metrics only",
+				       o->monitoring_file, m.path);
 		if (!m.enable)
 			o->allow_metrics = 0;
 	}
-	return 0;
+	return rc;
 }
 
 /* The environment weft-serve reads, as weft reads it (README, environment

@@ -204,6 +204,9 @@ int wf_serve_output_shape(int unbatched, long n, int width, int64_t dims[2]);
 /* dims[nd] as a new JSON array (jansson's json_t). */
 struct json_t *wf_serve_dims_json(const int64_t *dims, int nd);
 
+/* Indices of the top largest of p[k], best first (top <= k): the classes
+ * every classification answer (TF Serving's, KServe's) lists. */
+void wf_serve_top_k(const float *p, int k, int top, int *idx);
 /* Softmax of logits [n,k] into probs [n,k] (probs may alias logits). */
 void wf_serve_softmax(const float *logits, float *probs, int n, int k);
 

@@ -191,8 +191,7 @@ char *wf_serve_tf_predict_reply(const float *probs, const float *logits, int n, 
 	return s;
 }
 
-/* Indices of the top_k largest of p[k], best first (top_k <= k). */
-void top_indices(const float *p, int k, int top_k, int *idx)
+void wf_serve_top_k(const float *p, int k, int top_k, int *idx)
 {
 	for (int t = 0; t < top_k; t++) {
 		int best = -1;
@@ -225,7 +224,7 @@ char *wf_serve_tf_classify_reply(const float *probs, int n, int k, char *const *
 	for (int i = 0; i < n; i++) {
 		const float *p = probs + (size_t)i * k;
 		json_t *res = json_array();
-		top_indices(p, k, top_k, idx);
+		wf_serve_top_k(p, k, top_k, idx);
 		for (int t = 0; t < top_k; t++) {
 			label_of(labels, idx[t], name, sizeof(name));
 			json_array_append_new(res, json_pack("[sf]", name, (double)p[idx[t]]));

@@ -33,6 +33,7 @@ from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 
 from testlib import check, failures, free_port  # tests/serve/testlib.py
+from testlib import http as http_req
 
 SERVE = os.environ["WEFT_SERVE"]
 TOOL = os.environ["WEFT_SERVE_TOOL"]
@@ -852,17 +853,6 @@ def http_model_infer(port, model, version, x):
     return np.array(out["data"], np.float32).reshape(out["shape"])
 
 
-def http_req(port, path, method="GET", headers=None):
-    """(status, headers, body) of one HTTP request; errors are answers too."""
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), method=method,
-                                 headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
-
-
 def start_http(tmp, name, args):
     """weft-serve with args on a free REST port (gRPC off); (process, port,
     log) once it is ready, or once it exited."""
@@ -908,10 +898,10 @@ def tfs_flags_checks(tmp, base):
           "--batching_parameters_file: a field weft-serve does not use is logged")
     check([http_req(port, u)[0] for u in ("/monitoring/prometheus/metrics", "/metrics")] ==
           [404, 404], "--monitoring_config_file with enable: false: no metrics")
-    st, hdrs, _ = http_req(port, "/v1/models/m", headers={"Origin": "http://example.com"})
+    st, hdrs, _ = http_req(port, "/v1/models/m", {"Origin": "http://example.com"})
     check(st == 200 and hdrs.get("Access-Control-Allow-Origin") == "*",
           "--rest_api_enable_cors_support: Access-Control-Allow-Origin on a reply")
-    st, hdrs, _ = http_req(port, "/v1/models/m:predict", "OPTIONS", {
+    st, hdrs, _ = http_req(port, "/v1/models/m:predict", method="OPTIONS", headers={
         "Origin": "http://example.com", "Access-Control-Request-Method": "POST",
         "Access-Control-Request-Headers": "content-type"})
     check(st == 204 and "POST" in hdrs.get("Access-Control-Allow-Methods", "") and

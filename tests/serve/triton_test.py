@@ -10,6 +10,7 @@ import concurrent.futures
 import gzip
 import json
 import os
+import queue
 import re
 import shutil
 import signal
@@ -18,11 +19,8 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 import numpy as np
-import queue
 import tritonclient.grpc as tg
 import tritonclient.grpc.aio as tgaio
 import tritonclient.http as th
@@ -30,21 +28,11 @@ import tritonclient.http.aio as taio
 from tritonclient.utils import InferenceServerException
 
 from testlib import check, finish, free_port, stop  # tests/serve/testlib.py
+from testlib import http as http_get
 
 SERVE = os.environ["WEFT_SERVE"]
 TOOL = os.environ["WEFT_SERVE_TOOL"]
 procs = []
-
-
-def http_get(port, path, headers=None, data=None):
-    """(status, headers, body) of one request; errors are answers too."""
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data,
-                                 headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
 
 
 def http_ready(port):
