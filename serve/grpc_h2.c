@@ -434,7 +434,8 @@ int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, 
 		free(st->base);
 		st->body = st->base = NULL;
 		st->len = st->cap = 0;
-		answer_error(c, st, WF_GRPC_RESOURCE_EXHAUSTED, m);
+		stream_end(c, st, WF_GRPC_RESOURCE_EXHAUSTED,
+			   m); /* a stream's replies so far go first */
 		return 0;
 	}
 	if (st->len + len > st->cap) {
@@ -464,7 +465,7 @@ int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, 
 			ncap = max;
 		uint8_t *b = realloc(st->base, pad + ncap);
 		if (!b) {
-			answer_error(c, st, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+			stream_end(c, st, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 			return 0;
 		}
 		st->base = b;

@@ -158,7 +158,8 @@ void stream_take(conn *c, stream *st);
 /* A call of stream st finished with code (its reply or message in call):
  * queue its reply message, or end the stream. */
 void stream_answer(conn *c, stream *st, wf_grpc_call *call, int code);
-/* End a stream with code and msg after the replies queued before. */
+/* End a stream with code and msg after the replies queued before (a
+ * unary call: at once, trailers only). */
 void stream_end(conn *c, stream *st, int code, const char *msg);
 /* Submit or resume a stream's output once it has some, or its end. */
 void stream_kick(conn *c, stream *st);
