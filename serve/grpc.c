@@ -1,4 +1,4 @@
-/* grpc.c: unary gRPC over h2c with libnghttp2. The event-loop thread owns
+/* grpc.c: unary and streaming gRPC over h2c with libnghttp2. The event-loop thread owns
  * every connection, session and stream; workers only see jobs (a copy of the
  * request message, the stream id and a counted reference to the connection)
  * and hand results back through a list and an eventfd. A handler may leave
@@ -139,7 +139,9 @@ static void deliver(wf_grpc *g)
 		stream *st =
 			c->closed ? NULL : nghttp2_session_get_stream_user_data(c->s, j->stream_id);
 		if (st) {
-			if (j->code == WF_GRPC_OK && j->call.reply) {
+			if (st->sm) {
+				stream_answer(c, st, &j->call, j->code);
+			} else if (j->code == WF_GRPC_OK && j->call.reply) {
 				answer_ok(c, st, j->call.reply, j->call.reply_len);
 				j->call.reply = NULL;
 			} else {

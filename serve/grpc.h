@@ -1,4 +1,5 @@
-/* grpc.h: a gRPC server for unary calls over HTTP/2 cleartext (h2c with prior
+/* grpc.h: a gRPC server for unary and bidirectional streaming calls over
+ * HTTP/2 cleartext (h2c with prior
  * knowledge, as gRPC clients speak it), on libnghttp2 (the only file that
  * includes it): gRPC's length-prefixed messages, grpc-status/grpc-message
  * trailers, grpc-timeout, gzip/deflate request messages (grpc-encoding).
@@ -72,6 +73,14 @@ typedef struct wf_grpc_method {
 	 * event loop too (its handler then must not block: it returns
 	 * WF_GRPC_PENDING where it would wait); larger ones go to a worker */
 	size_t loop_below;
+	/* non-NULL: a bidirectional streaming method. Each request message on
+	 * the stream is a call of fn, answered by one reply message on the same
+	 * stream, in the order the calls finish; stream_reply turns a finished
+	 * call (code, reply or message) into that message (in the loop thread)
+	 * and returns WF_GRPC_OK, or a status that ends the stream. The stream
+	 * ends with OK once the client has half-closed it and every call is
+	 * answered. */
+	int (*stream_reply)(wf_grpc_call *call, int code);
 } wf_grpc_method;
 
 typedef struct wf_grpc_opts {

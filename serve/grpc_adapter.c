@@ -15,6 +15,7 @@
 #include "common/util.h"
 #include "serve/grpc.h"
 #include "serve/infer.h"
+#include "serve/request.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -376,8 +377,7 @@ int wf_grpc_model_stats(wf_grpc_adapter *a, const char *name, long version, wf_g
 	}
 	free(vs);
 	if (version && !found) {
-		snprintf(why, cap, "Request for unknown model: '%.200s' version %ld is not found",
-			 name, version);
+		wf_serve_kserve_unknown(name, version, 0, why, cap);
 		return WF_GRPC_NOT_FOUND;
 	}
 	return WF_GRPC_OK;
@@ -396,10 +396,11 @@ static int repo_code(int rc)
 	}
 }
 
-int wf_grpc_repository_load(wf_grpc_adapter *a, const char *name, char *why, size_t cap)
+int wf_grpc_repository_load(wf_grpc_adapter *a, const char *name, const char *config, char *why,
+			    size_t cap)
 {
 	wf_err err = {0};
-	int rc = wf_serve_repo_load(a->o.repo, name ? name : "", &err);
+	int rc = wf_serve_repo_load(a->o.repo, name ? name : "", config, &err);
 	if (rc)
 		snprintf(why, cap, "%s", err.msg);
 	return rc ? repo_code(rc) : WF_GRPC_OK;

@@ -131,7 +131,10 @@ int wf_grpc_model_stats(wf_grpc_adapter *a, const char *name, long version, wf_g
 wf_serve_shm *wf_grpc_shm(wf_grpc_adapter *a, int local, char *why, size_t cap);
 /* 1 when the server's shared memory policy is not none (some client may). */
 int wf_grpc_shm_enabled(wf_grpc_adapter *a);
-int wf_grpc_repository_load(wf_grpc_adapter *a, const char *name, char *why, size_t cap);
+/* config: Triton's model configuration as JSON instead of config.pbtxt
+ * (NULL: the folder's). */
+int wf_grpc_repository_load(wf_grpc_adapter *a, const char *name, const char *config, char *why,
+			    size_t cap);
 int wf_grpc_repository_unload(wf_grpc_adapter *a, const char *name, char *why, size_t cap);
 int wf_grpc_reload_config(wf_grpc_adapter *a, const wf_serve_model_config *cfg, int n, char *why,
 			  size_t cap);

@@ -1,7 +1,7 @@
 /* grpc_call.c: one gRPC call: status codes and failure replies, the
  * length-prefixed message framing (compression, size limit), grpc-timeout,
  * and the dispatch of a finished stream to its method (inline or on a
- * worker). */
+ * worker), or of each message of a streaming call as it arrives. */
 #include "serve/grpc_internal.h"
 
 static const char *code_names[] = {
@@ -262,61 +262,55 @@ int refuse_unauthorized(conn *c, stream *st)
 	return 1;
 }
 
-void dispatch_call(conn *c, stream *st)
+/* A call refused before its handler ran: a unary call ends with the
+ * status, a streaming one gets it as that message's reply. */
+static void refuse_call(conn *c, stream *st, int code, const char *why)
 {
-	wf_grpc *g = c->g;
-	char why[512];
-	if (st->answered)
-		return;
-	if (!st->post) {
-		answer_http(c, st, "405");
-		return;
-	}
-	if (!st->grpc_ct) {
-		answer_http(c, st, "415");
-		return;
-	}
-	if (refuse_unauthorized(c, st))
-		return;
-	const wf_grpc_method *m = st->bad_header ? NULL : find_method(g, st->path);
-	if (!m) {
-		snprintf(why, sizeof(why), "Method not found: %.200s",
-			 st->path[0] == '/' ? st->path + 1 : st->path);
-		answer_error(c, st, WF_GRPC_UNIMPLEMENTED, why);
-		return;
-	}
-	if (atomic_load(&g->stop)) {
-		answer_error(c, st, WF_GRPC_UNAVAILABLE, "the server is shutting down");
-		return;
-	}
-	if (m->quick) {
-		run_inline(c, st, m);
-		return;
-	}
-	job *j = calloc(1, sizeof(*j));
-	if (!j) {
-		answer_error(c, st, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-		return;
-	}
-	int code = wf_grpc_unframe(st->body, st->len, st->encoding, g->o.max_message, &j->call.msg,
-				   &j->call.len, &j->inflated, why, sizeof(why));
-	if (code != WF_GRPC_OK) {
-		free(j);
+	if (!st->sm) {
 		answer_error(c, st, code, why);
 		return;
 	}
+	wf_grpc_call call = {0};
+	snprintf(call.message, sizeof(call.message), "%s", why);
+	st->calls++;
+	stream_answer(c, st, &call, code);
+	free(call.reply);
+}
+
+/* The message body[0..len) (5-byte prefix included) as a call of m on st:
+ * run here when small enough (m->loop_below), else queued for a worker.
+ * base is the allocation body points into; the call owns it from now on. */
+static void queue_call(conn *c, stream *st, const wf_grpc_method *m, uint8_t *base,
+		       const uint8_t *body, size_t len)
+{
+	wf_grpc *g = c->g;
+	char why[512];
+	job *j = calloc(1, sizeof(*j));
+	if (!j) {
+		free(base);
+		refuse_call(c, st, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		return;
+	}
+	int code = wf_grpc_unframe(body, len, st->encoding, g->o.max_message, &j->call.msg,
+				   &j->call.len, &j->inflated, why, sizeof(why));
+	if (code != WF_GRPC_OK) {
+		free(base);
+		free(j);
+		refuse_call(c, st, code, why);
+		return;
+	}
 	/* the job reads the message where it was received */
-	c->receiving -= st->len;
-	j->body = st->base;
-	st->body = st->base = NULL;
-	st->len = st->cap = 0;
+	j->body = base;
 	j->c = c;
 	j->stream_id = st->id;
 	j->m = m;
 	j->call.deadline = st->timeout > 0 ? st->t_begin + st->timeout : 0;
-	j->call.t_begin = st->t_begin;
+	/* a stream's calls begin when their message arrives */
+	j->call.t_begin = st->sm ? wf_now() : st->t_begin;
 	j->call.local = c->local;
 	c->refs++;
+	if (st->sm)
+		st->calls++;
 	if (m->loop_below && j->call.len <= m->loop_below) { /* it does not block */
 		job_returned(g, j, m->fn(g->ctx, &j->call));
 		return;
@@ -328,10 +322,12 @@ void dispatch_call(conn *c, stream *st)
 		free(j->body);
 		free(j->inflated);
 		free(j);
+		if (st->sm)
+			st->calls--;
 		snprintf(why, sizeof(why),
 			 "%d calls are waiting for a worker (the limit); retry later",
 			 g->o.max_queue);
-		answer_error(c, st, WF_GRPC_RESOURCE_EXHAUSTED, why);
+		refuse_call(c, st, WF_GRPC_RESOURCE_EXHAUSTED, why);
 		return;
 	}
 	if (g->q_tail)
@@ -343,4 +339,92 @@ void dispatch_call(conn *c, stream *st)
 	grow_workers(g);
 	pthread_cond_signal(&g->more);
 	pthread_mutex_unlock(&g->mu);
+}
+
+/* The checks a call passes before its handler runs; 1 when st is answered. */
+static int refuse_request(conn *c, stream *st, const wf_grpc_method *m)
+{
+	char why[300];
+	if (st->answered)
+		return 1;
+	if (!st->post) {
+		answer_http(c, st, "405");
+		return 1;
+	}
+	if (!st->grpc_ct) {
+		answer_http(c, st, "415");
+		return 1;
+	}
+	if (refuse_unauthorized(c, st))
+		return 1;
+	if (!m) {
+		snprintf(why, sizeof(why), "Method not found: %.200s",
+			 st->path[0] == '/' ? st->path + 1 : st->path);
+		answer_error(c, st, WF_GRPC_UNIMPLEMENTED, why);
+		return 1;
+	}
+	if (atomic_load(&c->g->stop)) {
+		answer_error(c, st, WF_GRPC_UNAVAILABLE, "the server is shutting down");
+		return 1;
+	}
+	return 0;
+}
+
+void stream_begin(conn *c, stream *st)
+{
+	const wf_grpc_method *m = st->bad_header ? NULL : find_method(c->g, st->path);
+	if (m && m->stream_reply && !refuse_request(c, st, m))
+		st->sm = m;
+}
+
+void stream_take(conn *c, stream *st)
+{
+	while (stream_live(st) && st->len >= PREFIX) {
+		const uint8_t *p = st->body;
+		size_t n = PREFIX + ((size_t)p[1] << 24 | (size_t)p[2] << 16 | (size_t)p[3] << 8 |
+				     (size_t)p[4]);
+		if (st->len < n)
+			break;
+		uint8_t *base = st->base, *body = st->body;
+		if (n == st->len) { /* the common case: the buffer is the message */
+			st->base = st->body = NULL;
+			st->cap = 0;
+		} else if ((base = body = malloc(n))) {
+			memcpy(base, st->body, n);
+			memmove(st->body, st->body + n, st->len - n);
+		} else {
+			stream_end(c, st, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+			return;
+		}
+		st->len -= n;
+		c->receiving -= n;
+		queue_call(c, st, st->sm, base, body, n);
+	}
+}
+
+void dispatch_call(conn *c, stream *st)
+{
+	wf_grpc *g = c->g;
+	if (st->sm) { /* the client half-closed a stream */
+		st->half_closed = 1;
+		if (st->len)
+			stream_end(c, st, WF_GRPC_INVALID_ARGUMENT,
+				   "the stream ends inside a message");
+		stream_kick(c, st);
+		return;
+	}
+	const wf_grpc_method *m = st->bad_header ? NULL : find_method(g, st->path);
+	if (refuse_request(c, st, m))
+		return;
+	if (m->quick) {
+		run_inline(c, st, m);
+		return;
+	}
+	/* the call owns the body from now on */
+	uint8_t *base = st->base, *body = st->body;
+	size_t len = st->len;
+	c->receiving -= len;
+	st->body = st->base = NULL;
+	st->len = st->cap = 0;
+	queue_call(c, st, m, base, body, len);
 }

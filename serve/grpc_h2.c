@@ -1,6 +1,6 @@
 /* grpc_h2.c: gRPC's HTTP/2 transport on the loop thread: replies (headers,
- * DATA, trailers), connections and their pending output, and the nghttp2
- * callbacks that collect a stream's headers and body. */
+ * DATA, trailers; a streaming call's replies as they come), connections and their pending output,
+ * and the nghttp2 callbacks that collect a stream's headers and body. */
 #include "serve/grpc_internal.h"
 
 #include <strings.h>
@@ -73,6 +73,108 @@ void answer_ok(conn *c, stream *st, uint8_t *reply, size_t len)
 	nghttp2_data_provider dp = {.source.ptr = st, .read_callback = read_reply};
 	if (nghttp2_submit_response(c->s, st->id, h, WF_ARRAY_LEN(h), &dp) != 0)
 		nghttp2_submit_rst_stream(c->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+}
+
+/* ---- streaming calls (loop thread) -------------------------------------- */
+
+static int stream_done(const stream *st)
+{
+	return st->ending || (st->half_closed && st->calls == 0);
+}
+
+/* The replies queued so far, then (once the stream is done) its trailers;
+ * deferred while it waits for more. */
+static ssize_t read_stream(nghttp2_session *s, int32_t id, uint8_t *buf, size_t length,
+			   uint32_t *flags, nghttp2_data_source *src, void *user)
+{
+	stream *st = src->ptr;
+	size_t left = st->out_len - st->out_off;
+	if (left == 0) {
+		if (!stream_done(st))
+			return NGHTTP2_ERR_DEFERRED;
+		*flags |= NGHTTP2_DATA_FLAG_EOF | NGHTTP2_DATA_FLAG_NO_END_STREAM;
+		char cs[16], pm[2048];
+		snprintf(cs, sizeof(cs), "%d", st->ending ? st->end_code : WF_GRPC_OK);
+		pct_encode(st->ending ? st->end_msg : "", pm, sizeof(pm));
+		nghttp2_nv tr[] = {NV("grpc-status", cs), NV("grpc-message", pm)};
+		if (nghttp2_submit_trailer(s, id, tr, st->ending ? 2 : 1) != 0)
+			return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
+		return 0;
+	}
+	size_t n = left < length ? left : length;
+	memcpy(buf, st->out + st->out_off, n);
+	st->out_off += n;
+	return (ssize_t)n;
+}
+
+void stream_kick(conn *c, stream *st)
+{
+	if (st->started) {
+		nghttp2_session_resume_data(c->s, st->id); /* fails when not deferred: fine */
+		return;
+	}
+	if (st->answered || (st->out_off == st->out_len && !stream_done(st)))
+		return;
+	st->started = st->answered = 1;
+	nghttp2_nv h[] = {NV(":status", "200"), NV("content-type", "application/grpc"),
+			  NV("grpc-accept-encoding", "identity,deflate,gzip")};
+	nghttp2_data_provider dp = {.source.ptr = st, .read_callback = read_stream};
+	if (nghttp2_submit_response(c->s, st->id, h, WF_ARRAY_LEN(h), &dp) != 0)
+		nghttp2_submit_rst_stream(c->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
+}
+
+void stream_end(conn *c, stream *st, int code, const char *msg)
+{
+	if (!stream_live(st))
+		return;
+	if (!st->started && st->out_off == st->out_len) {
+		answer_error(c, st, code, msg); /* nothing sent yet: trailers only */
+		return;
+	}
+	st->ending = 1;
+	st->end_code = code;
+	snprintf(st->end_msg, sizeof(st->end_msg), "%s", msg ? msg : "");
+	stream_kick(c, st);
+}
+
+void stream_answer(conn *c, stream *st, wf_grpc_call *call, int code)
+{
+	st->calls--;
+	if (!stream_live(st))
+		return;
+	code = st->sm->stream_reply(call, code);
+	if (code != WF_GRPC_OK || !call->reply) {
+		stream_end(c, st, code == WF_GRPC_OK ? WF_GRPC_INTERNAL : code, call->message);
+		return;
+	}
+	size_t n = PREFIX + call->reply_len;
+	if (st->out_off == st->out_len)
+		st->out_off = st->out_len = 0;
+	/* a client that sends and never reads would have replies pile up */
+	if (st->out_len - st->out_off + n > c->g->o.max_message + PREFIX) {
+		stream_end(c, st, WF_GRPC_RESOURCE_EXHAUSTED,
+			   "the client does not read the stream's replies");
+		return;
+	}
+	if (st->out_len + n > st->out_cap) {
+		size_t ncap = (st->out_len + n) * 2;
+		uint8_t *p = realloc(st->out, ncap);
+		if (!p) {
+			stream_end(c, st, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+			return;
+		}
+		st->out = p;
+		st->out_cap = ncap;
+	}
+	uint8_t *o = st->out + st->out_len;
+	o[0] = 0;
+	o[1] = (uint8_t)(call->reply_len >> 24);
+	o[2] = (uint8_t)(call->reply_len >> 16);
+	o[3] = (uint8_t)(call->reply_len >> 8);
+	o[4] = (uint8_t)call->reply_len;
+	memcpy(o + PREFIX, call->reply + PREFIX, call->reply_len);
+	st->out_len += n;
+	stream_kick(c, st);
 }
 
 /* ---- connections (loop thread) ---------------------------------------- */
@@ -317,9 +419,10 @@ int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, 
 	conn *c = user;
 	wf_grpc *g = c->g;
 	stream *st = nghttp2_session_get_stream_user_data(s, id);
-	if (!st || st->answered)
+	if (!st || !stream_live(st))
 		return 0;
-	size_t max = g->o.max_message + PREFIX;
+	/* a stream's buffer holds the rest of one message and one DATA frame */
+	size_t max = g->o.max_message + PREFIX + (st->sm ? FRAME_MAX : 0);
 	/* A compressed message may be much smaller than max; its inflated size is
 	 * checked in wf_grpc_unframe. Streams being received on one connection
 	 * share a budget of a few messages. */
@@ -331,7 +434,8 @@ int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, 
 		free(st->base);
 		st->body = st->base = NULL;
 		st->len = st->cap = 0;
-		answer_error(c, st, WF_GRPC_RESOURCE_EXHAUSTED, m);
+		stream_end(c, st, WF_GRPC_RESOURCE_EXHAUSTED,
+			   m); /* a stream's replies so far go first */
 		return 0;
 	}
 	if (st->len + len > st->cap) {
@@ -361,7 +465,7 @@ int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, 
 			ncap = max;
 		uint8_t *b = realloc(st->base, pad + ncap);
 		if (!b) {
-			answer_error(c, st, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+			stream_end(c, st, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 			return 0;
 		}
 		st->base = b;
@@ -372,6 +476,8 @@ int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, 
 	memcpy(st->body + st->len, data, len);
 	st->len += len;
 	c->receiving += len;
+	if (st->sm)
+		stream_take(c, st);
 	return 0;
 }
 
@@ -379,17 +485,18 @@ int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *user)
 {
 	conn *c = user;
 	c->frames++;
-	if ((f->hd.type == NGHTTP2_DATA || f->hd.type == NGHTTP2_HEADERS) &&
-	    (f->hd.flags & NGHTTP2_FLAG_END_STREAM)) {
-		stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
-		if (st)
-			dispatch_call(c, st);
-	} else if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
+	if (f->hd.type != NGHTTP2_DATA && f->hd.type != NGHTTP2_HEADERS)
+		return 0;
+	stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
+	if (!st)
+		return 0;
+	if (f->hd.type == NGHTTP2_HEADERS && f->headers.cat == NGHTTP2_HCAT_REQUEST) {
 		/* a call without the token is refused before its message arrives */
-		stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
-		if (st)
-			refuse_unauthorized(c, st);
+		if (!refuse_unauthorized(c, st))
+			stream_begin(c, st);
 	}
+	if (f->hd.flags & NGHTTP2_FLAG_END_STREAM)
+		dispatch_call(c, st);
 	return 0;
 }
 

@@ -34,6 +34,7 @@
 #define STREAM_WIN   (1 << 20) /* HTTP/2 initial window per stream */
 #define CONN_WIN     (1 << 24) /* HTTP/2 window per connection */
 #define MAX_PATH_LEN 256
+#define FRAME_MAX    16384	 /* bytes of DATA in a frame: HTTP/2's default, which we keep */
 #define GATHER	     (256 << 10) /* bytes of frames gathered into one send */
 #define HELLO_SECS   10	 /* a connection must send the HTTP/2 preface and SETTINGS by then */
 #define IDLE_SECS    300 /* a connection without streams for this long gets GOAWAY */
@@ -53,8 +54,16 @@ typedef struct stream {
 	uint8_t *base;	   /* the allocation */
 	size_t len, cap, pad;
 	int answered; /* a response was submitted */
-	uint8_t *out; /* reply: prefix + message */
-	size_t out_len, out_off;
+	uint8_t *out; /* reply: prefix + message (a stream: messages not sent yet) */
+	size_t out_len, out_off, out_cap;
+	/* a streaming method's stream (wf_grpc_method.stream_reply) */
+	const wf_grpc_method *sm; /* NULL: a unary call */
+	int half_closed;	  /* the client sent END_STREAM */
+	int calls;		  /* its calls not answered yet */
+	int started;		  /* response headers submitted, data deferred or flowing */
+	int ending;		  /* ends after the replies queued (stream_end) */
+	int end_code;		  /* ... with this grpc-status */
+	char end_msg[256];	  /* ... and grpc-message */
 	struct stream *prev, *next;
 } stream;
 
@@ -141,6 +150,25 @@ int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, s
 int on_data(nghttp2_session *s, uint8_t flags, int32_t id, const uint8_t *data, size_t len,
 	    void *user);
 void dispatch_call(conn *c, stream *st);
+/* Request headers complete: a streaming method's stream is checked and
+ * opened now (unary calls wait for their message). */
+void stream_begin(conn *c, stream *st);
+/* Hand the complete messages received on a streaming stream to calls. */
+void stream_take(conn *c, stream *st);
+/* A call of stream st finished with code (its reply or message in call):
+ * queue its reply message, or end the stream. */
+void stream_answer(conn *c, stream *st, wf_grpc_call *call, int code);
+/* End a stream with code and msg after the replies queued before (a
+ * unary call: at once, trailers only). */
+void stream_end(conn *c, stream *st, int code, const char *msg);
+/* Submit or resume a stream's output once it has some, or its end. */
+void stream_kick(conn *c, stream *st);
+/* 1 while a streaming stream takes calls and replies: not refused, not
+ * ending (its reply headers may have gone out). */
+static inline int stream_live(const stream *st)
+{
+	return !st->ending && (!st->answered || st->started);
+}
 /* The handler of j returned code: hand j to the loop, or, for
  * WF_GRPC_PENDING, leave that to wf_grpc_call_done (call under no lock). */
 void job_returned(wf_grpc *g, job *j, int code);

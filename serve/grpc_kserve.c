@@ -11,6 +11,7 @@
 
 #include "common/util.h"
 #include "serve/request.h"
+#include "serve/settings.h"
 #include "serve/proto/kserve_grpc_service.pb-c.h"
 
 #include <stdio.h>
@@ -42,9 +43,11 @@ static int get_model(wf_grpc_adapter *a, const char *name, const char *version, 
 {
 	long v;
 	int code = parse_version(version, &v, call);
-	if (code)
-		return code;
-	return wf_grpc_model_get(a, name, v, NULL, m, call->message, sizeof(call->message));
+	if (!code)
+		code = wf_grpc_model_get(a, name, v, NULL, m, call->message, sizeof(call->message));
+	if (code == WF_GRPC_NOT_FOUND) /* in Triton's words, not TF Serving's */
+		wf_serve_kserve_unknown(name, v, 0, call->message, sizeof(call->message));
+	return code;
 }
 
 /* ---- health and metadata ------------------------------------------------- */
@@ -235,6 +238,7 @@ static int model_config(void *ctx, wf_grpc_call *call)
 			outs[i].data_type = INFERENCE__DATA_TYPE__TYPE_FP32;
 			outs[i].n_dims = 1;
 			outs[i].dims = out_dims;
+			outs[i].label_filename = m.cfg.label_filename;
 		}
 		version_policy_parts vpp;
 		Inference__ModelVersionPolicy vp;
@@ -248,6 +252,8 @@ static int model_config(void *ctx, wf_grpc_call *call)
 		ig.count = m.instances;
 		Inference__ModelDynamicBatching db = INFERENCE__MODEL_DYNAMIC_BATCHING__INIT;
 		db.max_queue_delay_microseconds = (uint64_t)m.batch_timeout_us;
+		db.n_preferred_batch_size = (size_t)m.cfg.npreferred;
+		db.preferred_batch_size = m.cfg.preferred;
 		Inference__ModelConfig cfg = INFERENCE__MODEL_CONFIG__INIT;
 		cfg.name = (char *)m.name;
 		cfg.platform = "weft";
@@ -323,10 +329,9 @@ static int model_statistics(void *ctx, wf_grpc_call *call)
 				if (vi[k].state == WF_GRPC_VERSION_AVAILABLE)
 					want[nwant++] = vi[k].version;
 			if (!nwant && *rq->name)
-				code = wf_grpc_fail(call, WF_GRPC_NOT_FOUND,
-						    "Request for unknown model: '%.200s' has no "
-						    "available versions",
-						    names[i]);
+				code = WF_GRPC_NOT_FOUND;
+			wf_serve_kserve_unknown(names[i], 0, 1, call->message,
+						sizeof(call->message));
 		}
 		for (int k = 0; !code && k < nwant && n < 64; k++) {
 			wf_grpc_stats st;
@@ -414,8 +419,25 @@ static int repository_load(void *ctx, wf_grpc_call *call)
 		wf_grpc_unpack(&inference__repository_model_load_request__descriptor, call);
 	if (!rq)
 		return wf_grpc_bad_message(call, "RepositoryModelLoadRequest");
-	int code =
-		wf_grpc_repository_load(ctx, rq->model_name, call->message, sizeof(call->message));
+	const char *config = NULL;
+	int code = WF_GRPC_OK;
+	for (size_t i = 0; !code && i < rq->n_parameters; i++) {
+		const Inference__ModelRepositoryParameter *v = rq->parameters[i]->value;
+		if (strcmp(rq->parameters[i]->key, "config"))
+			code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s",
+					    WF_SERVE_LOAD_FILES_REFUSED);
+		else if (
+			!v ||
+			v->parameter_choice_case !=
+				INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+			code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s",
+					    WF_SERVE_LOAD_CONFIG_NOT_STRING);
+		else
+			config = v->string_param;
+	}
+	if (!code)
+		code = wf_grpc_repository_load(ctx, rq->model_name, config, call->message,
+					       sizeof(call->message));
 	inference__repository_model_load_request__free_unpacked(rq, NULL);
 	if (code)
 		return code;
@@ -1096,7 +1118,7 @@ static int build_infer_reply(wf_grpc_call *call, const infer_req *rq, const wf_g
 			goto out;
 		}
 		for (int s = 0; s < n; s++) {
-			wf_grpc_top_k(v + (size_t)s * k, k, top, idx);
+			wf_serve_top_k(v + (size_t)s * k, k, top, idx);
 			for (int u = 0; u < top; u++) {
 				char label[256], cls[330];
 				if (m->labels && m->labels[idx[u]])
@@ -1233,27 +1255,194 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	return code;
 }
 
+/* ---- trace and log settings (serve/settings.h) -------------------------- */
+
+static int too_many_settings(wf_grpc_call *call, size_t n)
+{
+	return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+			    "%zu settings: at most %d in one request", n, WF_SERVE_MAX_SETTINGS);
+}
+
+static int trace_setting(void *ctx, wf_grpc_call *call)
+{
+	Inference__TraceSettingRequest *rq =
+		wf_grpc_unpack(&inference__trace_setting_request__descriptor, call);
+	if (!rq)
+		return wf_grpc_bad_message(call, "TraceSettingRequest");
+	const char *model = rq->model_name[0] ? rq->model_name : NULL;
+	wf_serve_setting s[WF_SERVE_MAX_SETTINGS];
+	int code = WF_GRPC_OK, n = (int)rq->n_settings;
+	if (model) { /* a model's settings name a model being served, as over HTTP */
+		wf_grpc_model m;
+		code = get_model(ctx, model, NULL, &m, call);
+		if (!code)
+			wf_grpc_model_put(ctx, &m);
+	}
+	if (!code && rq->n_settings > WF_SERVE_MAX_SETTINGS)
+		code = too_many_settings(call, rq->n_settings);
+	for (int i = 0; !code && i < n; i++) {
+		const Inference__TraceSettingRequest__SettingValue *v = rq->settings[i]->value;
+		s[i] = (wf_serve_setting){.key = rq->settings[i]->key,
+					  .kind = WF_SETTING_STRINGS,
+					  .v = v ? (const char *const *)v->value : NULL,
+					  .n = v ? (int)v->n_value : 0};
+	}
+	if (!code && n && wf_serve_trace_update(model, s, n, call->message, sizeof(call->message)))
+		code = WF_GRPC_INVALID_ARGUMENT;
+	if (!code) {
+		wf_serve_trace t;
+		wf_serve_trace_get(model, &t);
+		Inference__TraceSettingResponse__SettingValue val[WF_TRACE_NKEYS];
+		Inference__TraceSettingResponse__SettingsEntry ent[WF_TRACE_NKEYS],
+			*entp[WF_TRACE_NKEYS];
+		char *strs[WF_TRACE_NKEYS][WF_TRACE_MAX_VALUES];
+		for (int k = 0; k < WF_TRACE_NKEYS; k++) {
+			inference__trace_setting_response__setting_value__init(&val[k]);
+			inference__trace_setting_response__settings_entry__init(&ent[k]);
+			for (int j = 0; j < t.n[k]; j++)
+				strs[k][j] = t.v[k][j];
+			val[k].n_value = (size_t)t.n[k];
+			val[k].value = strs[k];
+			ent[k].key = (char *)wf_serve_trace_keys[k];
+			ent[k].value = &val[k];
+			entp[k] = &ent[k];
+		}
+		Inference__TraceSettingResponse r = INFERENCE__TRACE_SETTING_RESPONSE__INIT;
+		r.n_settings = WF_TRACE_NKEYS;
+		r.settings = entp;
+		code = wf_grpc_reply(call, &r.base);
+	}
+	inference__trace_setting_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+static int log_settings(void *ctx, wf_grpc_call *call)
+{
+	Inference__LogSettingsRequest *rq =
+		wf_grpc_unpack(&inference__log_settings_request__descriptor, call);
+	if (!rq)
+		return wf_grpc_bad_message(call, "LogSettingsRequest");
+	wf_serve_setting s[WF_SERVE_MAX_SETTINGS];
+	int code = rq->n_settings > WF_SERVE_MAX_SETTINGS ? too_many_settings(call, rq->n_settings)
+							  : WF_GRPC_OK;
+	int n = (int)rq->n_settings;
+	for (int i = 0; !code && i < n; i++) {
+		const Inference__LogSettingsRequest__SettingValue *v = rq->settings[i]->value;
+		s[i] = (wf_serve_setting){.key = rq->settings[i]->key, .kind = WF_SETTING_NULL};
+		switch (v ? v->parameter_choice_case : 0) {
+		case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM:
+			s[i].kind = WF_SETTING_BOOL;
+			s[i].b = v->bool_param;
+			break;
+		case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_UINT32_PARAM:
+			s[i].kind = WF_SETTING_UINT;
+			s[i].u = v->uint32_param;
+			break;
+		case INFERENCE__LOG_SETTINGS_REQUEST__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM:
+			s[i].kind = WF_SETTING_STRING;
+			s[i].s = v->string_param;
+			break;
+		default: break;
+		}
+	}
+	if (!code && n && wf_serve_log_update(s, n, call->message, sizeof(call->message)))
+		code = WF_GRPC_INVALID_ARGUMENT;
+	if (!code) {
+		wf_serve_log l;
+		wf_serve_log_get(&l);
+		enum { FILE_, INFO, WARNING, ERROR_, VERBOSE, FORMAT, N };
+		static const char *const keys[N] = {"log_file",	 "log_info",	      "log_warning",
+						    "log_error", "log_verbose_level", "log_format"};
+		const int flags[N] = {0, l.info, l.warning, l.error, 0, 0};
+		Inference__LogSettingsResponse__SettingValue val[N];
+		Inference__LogSettingsResponse__SettingsEntry ent[N], *entp[N];
+		for (int k = 0; k < N; k++) {
+			inference__log_settings_response__setting_value__init(&val[k]);
+			inference__log_settings_response__settings_entry__init(&ent[k]);
+			if (k == FILE_ || k == FORMAT) {
+				val[k].parameter_choice_case =
+					INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM;
+				val[k].string_param = k == FILE_ ? l.file : l.format;
+			} else if (k == VERBOSE) {
+				val[k].parameter_choice_case =
+					INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_UINT32_PARAM;
+				val[k].uint32_param = l.verbose_level;
+			} else {
+				val[k].parameter_choice_case =
+					INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM;
+				val[k].bool_param = flags[k];
+			}
+			ent[k].key = (char *)keys[k];
+			ent[k].value = &val[k];
+			entp[k] = &ent[k];
+		}
+		Inference__LogSettingsResponse r = INFERENCE__LOG_SETTINGS_RESPONSE__INIT;
+		r.n_settings = N;
+		r.settings = entp;
+		code = wf_grpc_reply(call, &r.base);
+	}
+	inference__log_settings_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+/* ModelStreamInfer answers each request with a ModelStreamInferResponse:
+ * the ModelInferResponse in infer_response (field 2), or the failure in
+ * error_message (field 1), and the stream goes on, as in Triton. The
+ * message is written around the reply's bytes, not packed again. */
+static int stream_infer_reply(wf_grpc_call *call, int code)
+{
+	const uint8_t *body = (const uint8_t *)call->message;
+	size_t n = strlen(call->message);
+	uint8_t tag = 1 << 3 | 2; /* error_message, length-delimited */
+	if (code == WF_GRPC_OK && call->reply) {
+		body = call->reply + 5; /* after the gRPC prefix */
+		n = call->reply_len;
+		tag = 2 << 3 | 2; /* infer_response */
+	} else if (!n) {
+		n = (size_t)snprintf(
+			call->message, sizeof(call->message), "%s",
+			wf_grpc_code_name(code == WF_GRPC_OK ? WF_GRPC_INTERNAL : code));
+	}
+	uint8_t head[11];
+	size_t h = 0;
+	head[h++] = tag;
+	for (uint64_t v = n; h == 1 || v; v >>= 7)
+		head[h++] = (uint8_t)((v & 127) | (v >> 7 ? 128 : 0));
+	uint8_t *old = call->reply; /* body may point into it */
+	call->reply = NULL;
+	uint8_t *out = wf_grpc_reply_buf(call, h + n);
+	if (out) {
+		memcpy(out, head, h);
+		memcpy(out + h, body, n);
+	}
+	free(old);
+	return out ? WF_GRPC_OK : wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+}
+
 #define KS(m) "/inference.GRPCInferenceService/" m
 
 const wf_grpc_method wf_grpc_kserve_methods[] = {
-	{KS("ServerLive"), server_live, 1, 1, 0},
-	{KS("ServerReady"), server_ready, 1, 1, 0},
-	{KS("ModelReady"), model_ready, 1, 0, 0},
-	{KS("ServerMetadata"), server_metadata, 1, 0, 0},
-	{KS("ModelMetadata"), model_metadata, 1, 0, 0},
-	{KS("ModelConfig"), model_config, 1, 0, 0},
-	{KS("ModelStatistics"), model_statistics, 1, 0, 0},
-	{KS("RepositoryIndex"), repository_index, 1, 0, 0},
-	{KS("RepositoryModelLoad"), repository_load, 0, 0, 0},
-	{KS("RepositoryModelUnload"), repository_unload, 0, 0, 0},
+	{KS("ServerLive"), server_live, 1, 1, 0, NULL},
+	{KS("ServerReady"), server_ready, 1, 1, 0, NULL},
+	{KS("ModelReady"), model_ready, 1, 0, 0, NULL},
+	{KS("ServerMetadata"), server_metadata, 1, 0, 0, NULL},
+	{KS("ModelMetadata"), model_metadata, 1, 0, 0, NULL},
+	{KS("ModelConfig"), model_config, 1, 0, 0, NULL},
+	{KS("ModelStatistics"), model_statistics, 1, 0, 0, NULL},
+	{KS("RepositoryIndex"), repository_index, 1, 0, 0, NULL},
+	{KS("RepositoryModelLoad"), repository_load, 0, 0, 0, NULL},
+	{KS("RepositoryModelUnload"), repository_unload, 0, 0, 0, NULL},
 	/* a message without tensor data (shared memory, a few values) is decoded
 	 * in the event loop; one with an image's bytes in a worker */
-	{KS("ModelInfer"), model_infer, 0, 0, 4096},
-	{KS("SystemSharedMemoryStatus"), shm_status, 1, 0, 0},
-	{KS("SystemSharedMemoryRegister"), shm_register, 1, 0, 0},
-	{KS("SystemSharedMemoryUnregister"), shm_unregister, 1, 0, 0},
-	{KS("CudaSharedMemoryStatus"), cuda_shm_status, 1, 0, 0},
-	{KS("CudaSharedMemoryRegister"), cuda_shm_register, 1, 0, 0},
-	{KS("CudaSharedMemoryUnregister"), cuda_shm_unregister, 1, 0, 0},
+	{KS("ModelInfer"), model_infer, 0, 0, 4096, NULL},
+	{KS("ModelStreamInfer"), model_infer, 0, 0, 4096, stream_infer_reply},
+	{KS("SystemSharedMemoryStatus"), shm_status, 1, 0, 0, NULL},
+	{KS("SystemSharedMemoryRegister"), shm_register, 1, 0, 0, NULL},
+	{KS("SystemSharedMemoryUnregister"), shm_unregister, 1, 0, 0, NULL},
+	{KS("CudaSharedMemoryStatus"), cuda_shm_status, 1, 0, 0, NULL},
+	{KS("CudaSharedMemoryRegister"), cuda_shm_register, 1, 0, 0, NULL},
+	{KS("CudaSharedMemoryUnregister"), cuda_shm_unregister, 1, 0, 0, NULL},
+	{KS("TraceSetting"), trace_setting, 1, 0, 0, NULL},
+	{KS("LogSettings"), log_settings, 1, 0, 0, NULL},
 };
 const int wf_grpc_kserve_nmethods = (int)WF_ARRAY_LEN(wf_grpc_kserve_methods);

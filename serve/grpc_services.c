@@ -180,18 +180,3 @@ int wf_grpc_input_images(const wf_grpc_io *io, long n, const uint8_t *const *img
 	}
 	return WF_GRPC_OK;
 }
-
-void wf_grpc_top_k(const float *p, int k, int top, int *idx)
-{
-	for (int t = 0; t < top; t++) {
-		int best = -1;
-		for (int j = 0; j < k; j++) {
-			int taken = 0;
-			for (int u = 0; u < t; u++)
-				taken |= idx[u] == j;
-			if (!taken && (best < 0 || p[j] > p[best]))
-				best = j;
-		}
-		idx[t] = best;
-	}
-}

@@ -68,8 +68,6 @@ int wf_grpc_input_dense(const wf_grpc_io *io, long n, const void *data, int u8, 
 /* n encoded images (JPEG or PNG), resized and preprocessed into *x. */
 int wf_grpc_input_images(const wf_grpc_io *io, long n, const uint8_t *const *img, const size_t *len,
 			 float **x, char *why, size_t cap);
-/* Indices of the top largest of p[k], best first. */
-void wf_grpc_top_k(const float *p, int k, int top, int *idx);
 
 /* ---- decoders the fuzz target drives ---- */
 

@@ -200,25 +200,23 @@ static int predict_input(const wf_grpc_io *io, const Tensorflow__Serving__Predic
 static const Tensorflow__Feature *example_feature(const wf_grpc_io *io,
 						  const Tensorflow__Example *e)
 {
-	const char *keys[] = {"image/encoded", "image", WF_SERVE_INPUT_NAME,
-			      wf_serve_input_name(io)};
 	const Tensorflow__Features *f = e ? e->features : NULL;
-	if (!f)
-		return NULL;
-	for (size_t k = 0; k < WF_ARRAY_LEN(keys); k++)
-		for (size_t i = 0; i < f->n_feature; i++)
-			if (!strcmp(f->feature[i]->key, keys[k]))
-				return f->feature[i]->value;
-	return f->n_feature == 1 ? f->feature[0]->value : NULL;
+	const Tensorflow__Feature *best = NULL;
+	for (size_t i = 0, rank = 0; f && i < f->n_feature; i++) {
+		int r = wf_serve_example_rank(io, f->feature[i]->key, f->n_feature);
+		if (r >= 0 && (!best || (size_t)r < rank)) {
+			best = f->feature[i]->value;
+			rank = (size_t)r;
+		}
+	}
+	return best;
 }
 
-static int classify_input(const wf_grpc_io *io,
-			  const Tensorflow__Serving__ClassificationRequest *rq, float **x, int *n,
-			  char *why, size_t cap)
+static int classify_input(const wf_grpc_io *io, const Tensorflow__Serving__Input *in, float **x,
+			  int *n, char *why, size_t cap)
 {
 	*x = NULL;
 	*n = 0;
-	const Tensorflow__Serving__Input *in = rq->input;
 	Tensorflow__Example **ex = NULL;
 	size_t nex = 0;
 	if (in && in->kind_case == TENSORFLOW__SERVING__INPUT__KIND_EXAMPLE_LIST &&
@@ -236,7 +234,6 @@ static int classify_input(const wf_grpc_io *io,
 				"Input is empty: a ClassificationRequest needs 1 to 4096 "
 				"examples");
 	size_t per = (size_t)io->h * io->w * io->c;
-	int code;
 	if ((double)nex * per > (double)WF_SERVE_MAX_INPUT_FLOATS)
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT, "too many examples");
 	float *all = malloc(nex * per * sizeof(float));
@@ -244,29 +241,25 @@ static int classify_input(const wf_grpc_io *io,
 		return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
 	for (size_t i = 0; i < nex; i++) {
 		const Tensorflow__Feature *f = example_feature(io, ex[i]);
-		float *one = NULL;
-		code = WF_GRPC_INVALID_ARGUMENT;
-		if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_BYTES_LIST && f->bytes_list &&
-		    f->bytes_list->n_value == 1) {
-			const uint8_t *img = f->bytes_list->value[0].data;
-			size_t len = f->bytes_list->value[0].len;
-			code = wf_grpc_input_images(io, 1, &img, &len, &one, why, cap);
+		wf_serve_feature v = {0};
+		if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_BYTES_LIST && f->bytes_list) {
+			v.kind = WF_SERVE_FEATURE_BYTES;
+			v.n = f->bytes_list->n_value;
+			v.data = v.n ? f->bytes_list->value[0].data : NULL;
+			v.len = v.n ? f->bytes_list->value[0].len : 0;
 		} else if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_FLOAT_LIST &&
-			   f->float_list && f->float_list->n_value == per) {
-			code = wf_grpc_input_dense(io, 1, f->float_list->value, 0, &one, why, cap);
-		} else {
-			snprintf(why, cap,
-				 "example %zu needs a feature \"image/encoded\" (bytes_list with "
-				 "one JPEG or PNG) or \"%.200s\" (float_list of %zu model input "
-				 "values)",
-				 i, wf_serve_input_name(io), per);
+			   f->float_list) {
+			v.kind = WF_SERVE_FEATURE_FLOATS;
+			v.n = f->float_list->n_value;
+			v.floats = f->float_list->value;
 		}
-		if (code) {
+		wf_err err = {0};
+		if (wf_serve_example_sample(io, i, f ? &v : NULL, all + i * per, &err)) {
+			snprintf(why, cap, "%s", err.msg);
 			free(all);
-			return code;
+			return err.code == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
+						     : WF_GRPC_INVALID_ARGUMENT;
 		}
-		memcpy(all + i * per, one, per * sizeof(float));
-		free(one);
 	}
 	*x = all;
 	*n = (int)nex;
@@ -288,7 +281,7 @@ int wf_grpc_tfs_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t le
 		if (!rq)
 			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
 					"cannot parse the ClassificationRequest message");
-		code = classify_input(io, rq, x, n, why, cap);
+		code = classify_input(io, rq->input, x, n, why, cap);
 		tensorflow__serving__classification_request__free_unpacked(rq, NULL);
 	} else {
 		Tensorflow__Serving__PredictRequest *rq =
@@ -403,85 +396,209 @@ static int predict(void *ctx, wf_grpc_call *call)
 	return code;
 }
 
-static int classify(void *ctx, wf_grpc_call *call)
+/* The top classes of each sample: a ClassificationResult over arrays that
+ * class_parts_free releases (after the reply is packed). */
+typedef struct class_parts {
+	Tensorflow__Serving__Classifications *cl, **clp;
+	Tensorflow__Serving__Class *c, **cp;
+	char (*labels)[32];
+	int *idx;
+} class_parts;
+
+static void class_parts_free(class_parts *p)
+{
+	free(p->cl);
+	free(p->clp);
+	free(p->c);
+	free(p->cp);
+	free(p->labels);
+	free(p->idx);
+}
+
+/* probs [n,K] of model m as res; RESOURCE_EXHAUSTED when out of memory. */
+static int classification_result(const wf_grpc_model *m, const float *probs, int n,
+				 Tensorflow__Serving__ClassificationResult *res, class_parts *p,
+				 wf_grpc_call *call)
+{
+	int k = m->io.classes, top = WF_MIN(CLASSIFY_TOP, k);
+	size_t nt = (size_t)n * top;
+	p->cl = calloc((size_t)n, sizeof(*p->cl));
+	p->clp = calloc((size_t)n, sizeof(*p->clp));
+	p->c = calloc(nt, sizeof(*p->c));
+	p->cp = calloc(nt, sizeof(*p->cp));
+	p->labels = calloc(nt, sizeof(*p->labels));
+	p->idx = malloc(sizeof(int) * (size_t)top);
+	if (!p->cl || !p->clp || !p->c || !p->cp || !p->labels || !p->idx)
+		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+	for (int s = 0; s < n; s++) {
+		wf_serve_top_k(probs + (size_t)s * k, k, top, p->idx);
+		tensorflow__serving__classifications__init(&p->cl[s]);
+		p->cl[s].n_classes = (size_t)top;
+		p->cl[s].classes = p->cp + (size_t)s * top;
+		p->clp[s] = &p->cl[s];
+		for (int u = 0; u < top; u++) {
+			size_t q = (size_t)s * top + u;
+			tensorflow__serving__class__init(&p->c[q]);
+			if (m->labels && m->labels[p->idx[u]]) {
+				p->c[q].label = m->labels[p->idx[u]];
+			} else {
+				snprintf(p->labels[q], sizeof(p->labels[q]), "%d", p->idx[u]);
+				p->c[q].label = p->labels[q];
+			}
+			p->c[q].score = probs[(size_t)s * k + p->idx[u]];
+			p->cp[q] = &p->c[q];
+		}
+	}
+	tensorflow__serving__classification_result__init(res);
+	res->n_classifications = (size_t)n;
+	res->classifications = p->clp;
+	return WF_GRPC_OK;
+}
+
+/* The model of spec, the examples of in classified: res over p (the
+ * caller frees p and the model). */
+static int classify_examples(wf_grpc_adapter *a, const model_spec *spec,
+			     const Tensorflow__Serving__Input *in, wf_grpc_model *m,
+			     Tensorflow__Serving__ClassificationResult *res, class_parts *p,
+			     wf_grpc_call *call)
 {
 	double t0 = wf_now();
+	float *x = NULL, *logits = NULL, *probs = NULL;
+	int n = 0, inferred = 0;
+	int code = get_model(a, spec, 0, m, call);
+	if (!code)
+		code = classify_input(&m->io, in, &x, &n, call->message, sizeof(call->message));
+	if (!code) {
+		inferred = 1;
+		code = run(a, m, WF_SERVE_EP_V1_CLASSIFY, x, n, &logits, &probs, call);
+	}
+	if (!code)
+		code = classification_result(m, probs, n, res, p, call);
+	if (code && !inferred)
+		wf_grpc_model_failed(a, WF_SERVE_EP_V1_CLASSIFY, code, wf_now() - t0);
+	free(x);
+	free(logits);
+	free(probs);
+	return code;
+}
+
+static int classify(void *ctx, wf_grpc_call *call)
+{
 	wf_grpc_adapter *a = ctx;
 	Tensorflow__Serving__ClassificationRequest *rq =
 		wf_grpc_unpack(&tensorflow__serving__classification_request__descriptor, call);
 	if (!rq) {
-		wf_grpc_model_failed(a, WF_SERVE_EP_V1_CLASSIFY, WF_GRPC_INVALID_ARGUMENT,
-				     wf_now() - t0);
+		wf_grpc_model_failed(a, WF_SERVE_EP_V1_CLASSIFY, WF_GRPC_INVALID_ARGUMENT, 0);
 		return wf_grpc_bad_message(call, "ClassificationRequest");
 	}
 	wf_grpc_model m = {0};
-	float *x = NULL, *logits = NULL, *probs = NULL;
-	int n = 0, inferred = 0;
-	int code = get_model(a, rq->model_spec, 0, &m, call);
-	if (!code)
-		code = classify_input(&m.io, rq, &x, &n, call->message, sizeof(call->message));
+	class_parts p = {0};
+	Tensorflow__Serving__ClassificationResult res;
+	int code = classify_examples(a, rq->model_spec, rq->input, &m, &res, &p, call);
 	if (!code) {
-		inferred = 1;
-		code = run(a, &m, WF_SERVE_EP_V1_CLASSIFY, x, n, &logits, &probs, call);
+		Tensorflow__Serving__ModelSpec spec;
+		Google__Protobuf__Int64Value ver;
+		fill_spec(&spec, &ver, &m, 0);
+		Tensorflow__Serving__ClassificationResponse r =
+			TENSORFLOW__SERVING__CLASSIFICATION_RESPONSE__INIT;
+		r.model_spec = &spec;
+		r.result = &res;
+		code = wf_grpc_reply(call, &r.base);
 	}
-	if (!code) {
-		int k = m.io.classes, top = WF_MIN(CLASSIFY_TOP, k);
-		Tensorflow__Serving__Classifications *cl = calloc((size_t)n, sizeof(*cl));
-		Tensorflow__Serving__Classifications **clp = calloc((size_t)n, sizeof(*clp));
-		Tensorflow__Serving__Class *c = calloc((size_t)n * top, sizeof(*c));
-		Tensorflow__Serving__Class **cp = calloc((size_t)n * top, sizeof(*cp));
-		char(*labels)[32] = calloc((size_t)n * top, sizeof(*labels));
-		int *idx = malloc(sizeof(int) * (size_t)top);
-		if (!cl || !clp || !c || !cp || !labels || !idx) {
-			code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-		} else {
-			for (int s = 0; s < n; s++) {
-				wf_grpc_top_k(probs + (size_t)s * k, k, top, idx);
-				tensorflow__serving__classifications__init(&cl[s]);
-				cl[s].n_classes = (size_t)top;
-				cl[s].classes = cp + (size_t)s * top;
-				clp[s] = &cl[s];
-				for (int u = 0; u < top; u++) {
-					size_t q = (size_t)s * top + u;
-					tensorflow__serving__class__init(&c[q]);
-					if (m.labels && m.labels[idx[u]]) {
-						c[q].label = m.labels[idx[u]];
-					} else {
-						snprintf(labels[q], sizeof(labels[q]), "%d",
-							 idx[u]);
-						c[q].label = labels[q];
-					}
-					c[q].score = probs[(size_t)s * k + idx[u]];
-					cp[q] = &c[q];
-				}
-			}
-			Tensorflow__Serving__ModelSpec spec;
-			Google__Protobuf__Int64Value ver;
-			fill_spec(&spec, &ver, &m, 0);
-			Tensorflow__Serving__ClassificationResult res =
-				TENSORFLOW__SERVING__CLASSIFICATION_RESULT__INIT;
-			res.n_classifications = (size_t)n;
-			res.classifications = clp;
-			Tensorflow__Serving__ClassificationResponse r =
-				TENSORFLOW__SERVING__CLASSIFICATION_RESPONSE__INIT;
-			r.model_spec = &spec;
-			r.result = &res;
-			code = wf_grpc_reply(call, &r.base);
-		}
-		free(cl);
-		free(clp);
-		free(c);
-		free(cp);
-		free(labels);
-		free(idx);
-	}
-	if (code && !inferred)
-		wf_grpc_model_failed(a, WF_SERVE_EP_V1_CLASSIFY, code, wf_now() - t0);
+	class_parts_free(&p);
 	wf_grpc_model_put(a, &m);
-	free(x);
-	free(logits);
-	free(probs);
 	tensorflow__serving__classification_request__free_unpacked(rq, NULL);
+	return code;
+}
+
+/* Regress, and a MultiInference regress task: weft models classify. */
+static int no_regression(wf_grpc_call *call, const char *model)
+{
+	return wf_grpc_fail(call, WF_GRPC_UNIMPLEMENTED,
+			    "model %.200s is a classifier and has no regression signature; use "
+			    "Predict or Classify",
+			    model);
+}
+
+#define METHOD_CLASSIFY "tensorflow/serving/classify"
+#define METHOD_REGRESS	"tensorflow/serving/regress"
+
+/* MultiInference: the tasks' checks as TF Serving makes them (one model,
+ * each signature once, classify or regress), then the examples classified
+ * once, that result answered for each task. */
+static int check_tasks(const Tensorflow__Serving__MultiInferenceRequest *rq, wf_grpc_call *call)
+{
+	if (rq->n_tasks < 1)
+		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "Tasks is empty");
+	for (size_t i = 0; i < rq->n_tasks; i++) {
+		const Tensorflow__Serving__InferenceTask *t = rq->tasks[i];
+		if (!t->model_spec)
+			return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "Missing ModelSpec");
+		if (strcmp(t->model_spec->name, rq->tasks[0]->model_spec->name))
+			return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+					    "All ModelSpecs in a MultiInferenceRequest must access "
+					    "the same model name");
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(rq->tasks[j]->model_spec->signature_name,
+				    t->model_spec->signature_name))
+				return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+						    "Duplicate evaluation of signature: %.200s",
+						    t->model_spec->signature_name);
+		if (!strcmp(t->method_name, METHOD_REGRESS))
+			return no_regression(call, t->model_spec->name);
+		if (strcmp(t->method_name, METHOD_CLASSIFY))
+			return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
+					    "Unsupported signature method_name: %.200s",
+					    t->method_name);
+	}
+	return WF_GRPC_OK;
+}
+
+static int multi_inference(void *ctx, wf_grpc_call *call)
+{
+	wf_grpc_adapter *a = ctx;
+	Tensorflow__Serving__MultiInferenceRequest *rq =
+		wf_grpc_unpack(&tensorflow__serving__multi_inference_request__descriptor, call);
+	if (!rq)
+		return wf_grpc_bad_message(call, "MultiInferenceRequest");
+	wf_grpc_model m = {0};
+	class_parts p = {0};
+	Tensorflow__Serving__ClassificationResult res;
+	size_t nt = rq->n_tasks;
+	int code = check_tasks(rq, call);
+	if (!code)
+		code = classify_examples(a, rq->tasks[0]->model_spec, rq->input, &m, &res, &p,
+					 call);
+	Tensorflow__Serving__InferenceResult *ir = code ? NULL : calloc(nt, sizeof(*ir));
+	Tensorflow__Serving__InferenceResult **irp = code ? NULL : calloc(nt, sizeof(*irp));
+	model_spec *specs = code ? NULL : calloc(nt, sizeof(*specs));
+	Google__Protobuf__Int64Value *vers = code ? NULL : calloc(nt, sizeof(*vers));
+	if (!code && (!ir || !irp || !specs || !vers))
+		code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+	for (size_t i = 0; !code && i < nt; i++) {
+		fill_spec(&specs[i], &vers[i], &m, 0);
+		specs[i].signature_name = rq->tasks[i]->model_spec->signature_name;
+		tensorflow__serving__inference_result__init(&ir[i]);
+		ir[i].model_spec = &specs[i];
+		ir[i].result_case =
+			TENSORFLOW__SERVING__INFERENCE_RESULT__RESULT_CLASSIFICATION_RESULT;
+		ir[i].classification_result = &res;
+		irp[i] = &ir[i];
+	}
+	if (!code) {
+		Tensorflow__Serving__MultiInferenceResponse r =
+			TENSORFLOW__SERVING__MULTI_INFERENCE_RESPONSE__INIT;
+		r.n_results = nt;
+		r.results = irp;
+		code = wf_grpc_reply(call, &r.base);
+	}
+	free(ir);
+	free(irp);
+	free(specs);
+	free(vers);
+	class_parts_free(&p);
+	wf_grpc_model_put(a, &m);
+	tensorflow__serving__multi_inference_request__free_unpacked(rq, NULL);
 	return code;
 }
 
@@ -494,10 +611,7 @@ static int regress(void *ctx, wf_grpc_call *call)
 	wf_grpc_model m = {0};
 	int code = get_model(ctx, rq->model_spec, 0, &m, call);
 	if (!code) {
-		code = wf_grpc_fail(call, WF_GRPC_UNIMPLEMENTED,
-				    "model %.200s is a classifier and has no regression signature; "
-				    "use Predict or Classify",
-				    m.name);
+		code = no_regression(call, m.name);
 		wf_grpc_model_put(ctx, &m);
 	}
 	tensorflow__serving__regression_request__free_unpacked(rq, NULL);
@@ -783,11 +897,14 @@ static int reload_config(void *ctx, wf_grpc_call *call)
 }
 
 const wf_grpc_method wf_grpc_tfs_methods[] = {
-	{"/tensorflow.serving.PredictionService/Predict", predict, 0, 0, 0},
-	{"/tensorflow.serving.PredictionService/Classify", classify, 0, 0, 0},
-	{"/tensorflow.serving.PredictionService/Regress", regress, 0, 0, 0},
-	{"/tensorflow.serving.PredictionService/GetModelMetadata", get_model_metadata, 1, 0, 0},
-	{"/tensorflow.serving.ModelService/GetModelStatus", get_model_status, 1, 0, 0},
-	{"/tensorflow.serving.ModelService/HandleReloadConfigRequest", reload_config, 0, 0, 0},
+	{"/tensorflow.serving.PredictionService/Predict", predict, 0, 0, 0, NULL},
+	{"/tensorflow.serving.PredictionService/Classify", classify, 0, 0, 0, NULL},
+	{"/tensorflow.serving.PredictionService/Regress", regress, 0, 0, 0, NULL},
+	{"/tensorflow.serving.PredictionService/MultiInference", multi_inference, 0, 0, 0, NULL},
+	{"/tensorflow.serving.PredictionService/GetModelMetadata", get_model_metadata, 1, 0, 0,
+	 NULL},
+	{"/tensorflow.serving.ModelService/GetModelStatus", get_model_status, 1, 0, 0, NULL},
+	{"/tensorflow.serving.ModelService/HandleReloadConfigRequest", reload_config, 0, 0, 0,
+	 NULL},
 };
 const int wf_grpc_tfs_nmethods = (int)WF_ARRAY_LEN(wf_grpc_tfs_methods);

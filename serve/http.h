@@ -46,6 +46,8 @@ typedef struct wf_serve_http_opts {
 	const wf_serve_secrets *secrets;
 	int metrics_only;  /* 1: only /metrics (Triton's --metrics-port); others 404 */
 	int no_metrics;	   /* 1: /metrics is 404 (Triton's --allow-metrics=false) */
+	int cors;	   /* 1: CORS headers on every reply, OPTIONS preflights answered
+			    * (TF Serving's --rest_api_enable_cors_support) */
 	wf_serve_shm *shm; /* system shared memory regions (shared with gRPC); NULL: none */
 } wf_serve_http_opts;
 

@@ -175,9 +175,10 @@ enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req
 	json_t *outs = json_array();
 	const char *onames[2] = {WF_SERVE_OUTPUT_PROBS, WF_SERVE_OUTPUT_LOGITS};
 	for (int i = 0; i < 2; i++)
-		json_array_append_new(outs, json_pack("{sssss[i]ss}", "name", onames[i],
-						      "data_type", "TYPE_FP32", "dims",
-						      v->io.classes, "label_filename", ""));
+		json_array_append_new(outs,
+				      json_pack("{sssss[i]ss}", "name", onames[i], "data_type",
+						"TYPE_FP32", "dims", v->io.classes,
+						"label_filename", mc.label_filename));
 	json_t *doc = json_pack(
 		"{sssssssosis[{sssssss[iii]sb}]sos[{sssiss}]s{so}}", "name", v->name, "platform",
 		mc.platform, "backend", "weft", "version_policy", policy, "max_batch_size",
@@ -186,11 +187,15 @@ enum MHD_Result handle_v2_config(wf_serve_http *h, struct MHD_Connection *c, req
 		"allow_ragged_batch", 0, "output", outs, "instance_group", "name", group, "count",
 		mc.instances, "kind", "KIND_CPU", "parameters", "weft_version_labels", labels);
 	json_object_set_new(doc, "default_model_filename", json_string(WF_SERVE_MODEL_FILENAME));
+	json_t *preferred = json_array();
+	for (int i = 0; i < mc.npreferred; i++)
+		json_array_append_new(preferred, json_integer(mc.preferred[i]));
 	if (mc.batch_delay_us >= 0)
 		json_object_set_new(doc, "dynamic_batching",
-				    json_pack("{s[]sI}", "preferred_batch_size",
+				    json_pack("{sOsI}", "preferred_batch_size", preferred,
 					      "max_queue_delay_microseconds",
 					      (json_int_t)mc.batch_delay_us));
+	json_decref(preferred);
 	return send_jobj(h, c, q, MHD_HTTP_OK, doc);
 }
 
@@ -207,15 +212,11 @@ enum MHD_Result handle_stats(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 		else
 			wf_serve_version_release(vs[i]);
 	if (name && m == 0) {
+		char why[300];
 		free(vs);
-		return version ? send_error(h, c, q, MHD_HTTP_NOT_FOUND,
-					    "Request for unknown model: '%s' version %ld is not "
-					    "found",
-					    name, version)
-			       : send_error(h, c, q, MHD_HTTP_NOT_FOUND,
-					    "Request for unknown model: '%s' has no available "
-					    "versions",
-					    name);
+		return send_error(
+			h, c, q, MHD_HTTP_NOT_FOUND, "%s",
+			wf_serve_kserve_unknown(name, version, !version, why, sizeof(why)));
 	}
 	char *s = wf_serve_stats_json(vs, m);
 	for (int i = 0; i < m; i++)
@@ -277,25 +278,131 @@ enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, 
 		return send_error(h, c, q, MHD_HTTP_CONTENT_TOO_LARGE,
 				  "a load or unload request body is at most %zu bytes",
 				  CONTROL_BODY_MAX);
+	char *config = NULL; /* Triton's model configuration as JSON, for a load */
 	if (q->len) {
 		json_error_t jerr;
 		json_t *b = json_loadb(q->body, q->len, 0, &jerr);
 		const json_t *p = json_object_get(b, "parameters");
-		int overrides = p && (json_object_get(p, "config") || json_object_size(p) > 1);
+		const json_t *cj = json_object_get(p, "config");
+		const char *why = !json_is_object(b) ? "the request body must be a JSON object"
+				  : cj && !json_is_string(cj) ? WF_SERVE_LOAD_CONFIG_NOT_STRING
+				  : r->kind == R_V2_REPO_LOAD && json_object_size(p) > (cj ? 1 : 0)
+					  ? WF_SERVE_LOAD_FILES_REFUSED
+					  : NULL;
+		if (!why && cj && r->kind == R_V2_REPO_LOAD)
+			config = strdup(json_string_value(cj));
 		json_decref(b);
-		if (!b)
-			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
-					  "the request body must be a JSON object");
-		if (overrides)
-			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
-					  "load parameters (config, files) are not supported: "
-					  "weft-serve loads the model folder as it is");
+		if (why)
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST, "%s", why);
 	}
-	int rc = r->kind == R_V2_REPO_LOAD ? wf_serve_repo_load(h->repo, r->name, &err)
+	int rc = r->kind == R_V2_REPO_LOAD ? wf_serve_repo_load(h->repo, r->name, config, &err)
 					   : wf_serve_repo_unload(h->repo, r->name, &err);
+	free(config);
 	if (rc)
 		return send_error(h, c, q, http_code(rc), "%s", err.msg);
 	return send_json(h, c, q, MHD_HTTP_OK, strdup(""));
+}
+
+/* ---- trace and log settings (serve/settings.h) ------------------------ */
+
+/* The members of a JSON object as settings (strings point into obj);
+ * -1 with why when one is not a setting value. */
+static int json_settings(json_t *obj, wf_serve_setting *s, const char *(*strs)[8], int *n,
+			 char *why, size_t cap)
+{
+	const char *key;
+	json_t *v;
+	*n = 0;
+	json_object_foreach(obj, key, v)
+	{
+		if (*n == WF_SERVE_MAX_SETTINGS) {
+			snprintf(why, cap, "at most %d settings in one request",
+				 WF_SERVE_MAX_SETTINGS);
+			return -1;
+		}
+		wf_serve_setting *e = &s[*n];
+		*e = (wf_serve_setting){.key = key};
+		if (json_is_null(v)) {
+			e->kind = WF_SETTING_NULL;
+		} else if (json_is_boolean(v)) {
+			e->kind = WF_SETTING_BOOL;
+			e->b = json_is_true(v);
+		} else if (json_is_integer(v) && json_integer_value(v) >= 0) {
+			e->kind = WF_SETTING_UINT;
+			e->u = (unsigned long long)json_integer_value(v);
+		} else if (json_is_string(v)) {
+			e->kind = WF_SETTING_STRING;
+			e->s = json_string_value(v);
+		} else if (json_is_array(v) && json_array_size(v) <= 8) {
+			e->kind = WF_SETTING_STRINGS;
+			e->v = strs[*n];
+			e->n = (int)json_array_size(v);
+			for (int i = 0; i < e->n; i++)
+				if (!(strs[*n][i] =
+					      json_string_value(json_array_get(v, (size_t)i)))) {
+					snprintf(why, cap, "setting '%s': a list of strings", key);
+					return -1;
+				}
+		} else {
+			snprintf(why, cap, "setting '%s' has a value of the wrong type", key);
+			return -1;
+		}
+		(*n)++;
+	}
+	return 0;
+}
+
+static json_t *trace_json(const char *model)
+{
+	wf_serve_trace t;
+	wf_serve_trace_get(model, &t);
+	json_t *o = json_object();
+	for (int k = 0; k < WF_TRACE_NKEYS; k++) {
+		json_t *v = k == WF_TRACE_LEVEL ? json_array() : json_string(t.v[k][0]);
+		for (int i = 0; k == WF_TRACE_LEVEL && i < t.n[k]; i++)
+			json_array_append_new(v, json_string(t.v[k][i]));
+		json_object_set_new(o, wf_serve_trace_keys[k], v);
+	}
+	return o;
+}
+
+static json_t *log_json(void)
+{
+	wf_serve_log l;
+	wf_serve_log_get(&l);
+	return json_pack("{sssbsbsbsIss}", "log_file", l.file, "log_info", l.info, "log_warning",
+			 l.warning, "log_error", l.error, "log_verbose_level",
+			 (json_int_t)l.verbose_level, "log_format", l.format);
+}
+
+enum MHD_Result handle_settings(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				const route *r, int post)
+{
+	const char *model = r->kind == R_V2_TRACE && r->name[0] ? r->name : NULL;
+	if (post) {
+		wf_serve_setting s[WF_SERVE_MAX_SETTINGS];
+		const char *strs[WF_SERVE_MAX_SETTINGS][8];
+		char why[512];
+		int n = 0;
+		if (q->len > CONTROL_BODY_MAX)
+			return send_error(h, c, q, MHD_HTTP_CONTENT_TOO_LARGE,
+					  "a settings request body is at most %zu bytes",
+					  CONTROL_BODY_MAX);
+		json_t *b = json_loadb(q->body ? q->body : "", q->len, 0, NULL);
+		int rc = !json_is_object(b) ? (snprintf(why, sizeof(why),
+							"the request body must be a JSON object"),
+					       -1)
+					    : json_settings(b, s, strs, &n, why, sizeof(why));
+		if (!rc)
+			rc = r->kind == R_V2_TRACE
+				     ? wf_serve_trace_update(model, s, n, why, sizeof(why))
+				     : wf_serve_log_update(s, n, why, sizeof(why));
+		json_decref(b);
+		if (rc)
+			return send_error(h, c, q, MHD_HTTP_BAD_REQUEST, "%s", why);
+	}
+	return send_jobj(h, c, q, MHD_HTTP_OK,
+			 r->kind == R_V2_TRACE ? trace_json(model) : log_json());
 }
 
 /* ---- inference -------------------------------------------------------- */

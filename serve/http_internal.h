@@ -11,6 +11,7 @@
 #include "serve/infer.h"
 #include "serve/json_budget.h"
 #include "serve/request.h"
+#include "serve/settings.h"
 #include "serve/sslconfig.h"
 
 #include <arpa/inet.h>
@@ -103,6 +104,8 @@ typedef enum {
 	R_V2_SHM_STATUS,
 	R_V2_SHM_REGISTER,
 	R_V2_SHM_UNREGISTER,
+	R_V2_TRACE,   /* /v2/trace/setting, /v2/models/M/trace/setting */
+	R_V2_LOGGING, /* /v2/logging */
 	R_METRICS,
 } route_kind;
 
@@ -122,6 +125,7 @@ typedef struct req_ctx {
 	double t0;
 	wf_serve_endpoint ep;
 	int replied;
+	int preflight;	 /* a CORS preflight (OPTIONS): its reply says what is allowed */
 	size_t reserved; /* bytes of the body budget this request holds */
 	int over_budget; /* the body budget was exhausted: 503 */
 	/* Inference runs on a handler thread while MHD holds the connection
@@ -182,6 +186,10 @@ enum MHD_Result handle_stats(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 enum MHD_Result handle_repo_index(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q);
 enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				    const route *r);
+/* Triton's trace and log settings: GET reports them, POST (post 1) updates
+ * them from a JSON object first. */
+enum MHD_Result handle_settings(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
+				const route *r, int post);
 enum MHD_Result handle_shm(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, const route *r);
 enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				const route *r, wf_serve_version *v);

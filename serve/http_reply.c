@@ -99,6 +99,18 @@ enum MHD_Result send_reply(wf_serve_http *h, struct MHD_Connection *c, req_ctx *
 					"Bearer realm=\"weft-serve\"");
 	if (atomic_load(&h->draining))
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+	if (h->o.cors) { /* any origin, as TF Serving's CORS support answers */
+		MHD_add_response_header(resp, MHD_HTTP_HEADER_ACCESS_CONTROL_ALLOW_ORIGIN, "*");
+		const char *asked = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+								"Access-Control-Request-Headers");
+		if (q->preflight) {
+			MHD_add_response_header(resp, "Access-Control-Allow-Methods",
+						"GET, POST, OPTIONS");
+			MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+						asked ? asked : "Content-Type, Authorization");
+			MHD_add_response_header(resp, "Access-Control-Max-Age", "86400");
+		}
+	}
 	if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
 		MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW,
 					q->ep == WF_SERVE_EP_V1_PREDICT ||

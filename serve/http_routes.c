@@ -52,6 +52,8 @@ static const route_entry exact_routes[] = {
 	{"/v2/health/ready", R_V2_READY, WF_SERVE_EP_V2_HEALTH},
 	{"/v2/models/stats", R_V2_ALL_STATS, WF_SERVE_EP_V2_METADATA},
 	{"/v2/repository/index", R_V2_REPO_INDEX, WF_SERVE_EP_V2_REPOSITORY},
+	{"/v2/trace/setting", R_V2_TRACE, WF_SERVE_EP_V2_METADATA},
+	{"/v2/logging", R_V2_LOGGING, WF_SERVE_EP_V2_METADATA},
 };
 
 static const route_entry v1_routes[] = {
@@ -70,6 +72,7 @@ static const route_entry v2_routes[] = {
 	{"/infer", R_V2_INFER, WF_SERVE_EP_V2_INFER},
 	{"/config", R_V2_CONFIG, WF_SERVE_EP_V2_METADATA},
 	{"/stats", R_V2_STATS, WF_SERVE_EP_V2_METADATA},
+	{"/trace/setting", R_V2_TRACE, WF_SERVE_EP_V2_METADATA},
 };
 
 static const route_entry repo_routes[] = {
@@ -159,7 +162,7 @@ static int model_ready(wf_serve_http *h)
 
 /* Routes that need a loaded model version. */
 static enum MHD_Result dispatch_model(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-				      const route *r)
+				      const route *r, int post)
 {
 	int v1 = r->kind <= R_V1_REGRESS;
 	if (r->bad_version)
@@ -180,13 +183,10 @@ static enum MHD_Result dispatch_model(wf_serve_http *h, struct MHD_Connection *c
 					 json_pack("{sssb}", "name", r->name, "ready", 0));
 		if (why != WF_SERVE_NOT_FOUND || v1)
 			return send_error(h, c, q, (int)why, "%s", err.msg);
-		return r->version ? send_error(h, c, q, MHD_HTTP_NOT_FOUND,
-					       "Request for unknown model: '%s' version %ld is not "
-					       "found",
-					       r->name, r->version)
-				  : send_error(h, c, q, MHD_HTTP_NOT_FOUND,
-					       "Request for unknown model: '%s' is not found",
-					       r->name);
+		char msg[300];
+		return send_error(
+			h, c, q, MHD_HTTP_NOT_FOUND, "%s",
+			wf_serve_kserve_unknown(r->name, r->version, 0, msg, sizeof(msg)));
 	}
 	enum MHD_Result ret;
 	atomic_fetch_add(&h->inflight, 1);
@@ -208,6 +208,7 @@ static enum MHD_Result dispatch_model(wf_serve_http *h, struct MHD_Connection *c
 			json_pack("{sssb}", "name", r->name, "ready", !atomic_load(&h->draining)));
 		break;
 	case R_V2_INFER: ret = handle_v2_infer(h, c, q, v); break;
+	case R_V2_TRACE: ret = handle_settings(h, c, q, r, post); break;
 	default: ret = send_error(h, c, q, MHD_HTTP_NOT_FOUND, "no such endpoint");
 	}
 	wf_serve_version_release(v);
@@ -225,11 +226,16 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 			 r->kind == R_V2_REPO_INDEX || r->kind == R_V2_REPO_LOAD ||
 			 r->kind == R_V2_REPO_UNLOAD || r->kind == R_V2_SHM_REGISTER ||
 			 r->kind == R_V2_SHM_UNREGISTER;
+	int either = r->kind == R_V2_TRACE || r->kind == R_V2_LOGGING; /* GET or POST */
 	if (r->kind == R_UNKNOWN || (h->o.metrics_only && r->kind != R_METRICS) ||
 	    (h->o.no_metrics && r->kind == R_METRICS))
 		return send_error(h, c, q, MHD_HTTP_NOT_FOUND, "Malformed request: %s %s", method,
 				  url);
-	if ((wants_post && !is_post) || (!wants_post && !is_get))
+	if (h->o.cors && !strcmp(method, "OPTIONS")) { /* a browser's preflight */
+		q->preflight = 1;
+		return send_reply(h, c, q, MHD_HTTP_NO_CONTENT, strdup(""), 0, CT_JSON, 0);
+	}
+	if (either ? !is_get && !is_post : (wants_post && !is_post) || (!wants_post && !is_get))
 		return send_error(h, c, q, MHD_HTTP_METHOD_NOT_ALLOWED,
 				  "method %s is not allowed on %s", method, url);
 	if (q->too_big)
@@ -275,6 +281,10 @@ enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 	case R_V2_SHM_STATUS:
 	case R_V2_SHM_REGISTER:
 	case R_V2_SHM_UNREGISTER: return handle_shm(h, c, q, r);
-	default: return dispatch_model(h, c, q, r);
+	case R_V2_LOGGING: return handle_settings(h, c, q, r, is_post);
+	case R_V2_TRACE: /* a model's names a model being served */
+		return r->name[0] ? dispatch_model(h, c, q, r, is_post)
+				  : handle_settings(h, c, q, r, is_post);
+	default: return dispatch_model(h, c, q, r, is_post);
 	}
 }

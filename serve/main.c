@@ -8,6 +8,7 @@
 #include "common/flags.h"
 #include "common/log.h"
 #include "common/util.h"
+#include "serve/settings.h"
 #include "serve/batcher.h"
 #include "serve/grpc_adapter.h"
 #include "serve/grpc_services.h"
@@ -73,10 +74,15 @@ typedef struct serve_opts {
 	const char *repository;	    /* --model_repository, --model-repository */
 	const char *control_mode;   /* --model_control_mode none|poll|explicit */
 	int control;
-	wf_cli_list load_models; /* --load-model (repeatable) */
-	long load_threads;	 /* --model-load-thread-count: models loaded at once */
-	long tf_grpc_port;	 /* --port: TF Serving's gRPC port (UNSET: 8500) */
-	long grpc_port;		 /* --grpc_port, --grpc-port: KServe v2 gRPC (UNSET: 8001) */
+	wf_cli_list load_models;     /* --load-model (repeatable) */
+	long load_threads;	     /* --model-load-thread-count: models loaded at once */
+	long load_retries;	     /* TF Serving's --max_num_load_retries */
+	long load_retry_us;	     /* --load_retry_interval_micros */
+	const char *batching_file;   /* --batching_parameters_file */
+	const char *monitoring_file; /* --monitoring_config_file */
+	int cors;		     /* --rest_api_enable_cors_support */
+	long tf_grpc_port;	     /* --port: TF Serving's gRPC port (UNSET: 8500) */
+	long grpc_port;		     /* --grpc_port, --grpc-port: KServe v2 gRPC (UNSET: 8001) */
 	long grpc_max_message;
 	long grpc_threads;
 	long metrics_port;	      /* --metrics-port: /metrics on its own port too; 0: off */
@@ -172,6 +178,8 @@ static int check_numbers(serve_opts *o, wf_err *err)
 		{"--metrics-port", &o->metrics_port, 0, 65535},
 		{"--log-verbose", &o->log_verbose, 0, 1000},
 		{"--model-load-thread-count", &o->load_threads, 1, WF_SERVE_MAX_LOAD_THREADS},
+		{"--max_num_load_retries", &o->load_retries, 0, 1000},
+		{"--load_retry_interval_micros", &o->load_retry_us, 0, 3600000000L},
 		{"--max_batch_size", &o->max_batch, 1, 4096},
 		{"--batch_timeout_micros", &o->timeout_us, 0, 10000000},
 		{"--num_batch_threads", &o->batch_threads, 1, 256},
@@ -298,18 +306,6 @@ static int check_flags(serve_opts *o, wf_err *err)
 	return check_addresses(o, err);
 }
 
-/* Triton's log switches as one level: the most verbose one that is on. */
-static int log_level(const serve_opts *o)
-{
-	if (o->verbose)
-		return WF_LOG_DEBUG;
-	if (o->log_info)
-		return WF_LOG_INFO;
-	if (o->log_warning)
-		return WF_LOG_WARN;
-	return o->log_error ? WF_LOG_ERROR : WF_LOG_ERROR + 1;
-}
-
 /* --log-file: the log (stderr) is appended to path from now on. */
 static int open_log_file(const char *path, wf_err *err)
 {
@@ -320,6 +316,59 @@ static int open_log_file(const char *path, wf_err *err)
 	int e = dup2(fd, STDERR_FILENO) < 0 ? errno : 0;
 	close(fd);
 	return e ? wf_errf(err, WF_EINVAL, "flag --log-file: %s: %s", path, strerror(e)) : 0;
+}
+
+/* The text of the file a flag names (malloc'd); an error names the flag. */
+static int flag_file(const char *flag, const char *path, char **text, size_t *len, wf_err *err)
+{
+	if (wf_read_file(path, text, len) != 0)
+		return wf_errf(err, WF_EINVAL, "flag %s: cannot read %s", flag, path);
+	return 0;
+}
+
+/* TF Serving's --batching_parameters_file and --monitoring_config_file, over
+ * the flags they stand for. */
+static int apply_tf_files(serve_opts *o, wf_err *err)
+{
+	char *text = NULL;
+	size_t len = 0;
+	wf_serve_batching_params b;
+	wf_serve_monitoring m;
+	int rc = 0;
+	if (o->batching_file &&
+	    !(rc = flag_file("--batching_parameters_file", o->batching_file, &text, &len, err))) {
+		rc = wf_serve_parse_batching_parameters(text, len, &b, err);
+		free(text);
+		if (rc)
+			return wf_err_wrap(err, "%s", o->batching_file);
+		if (b.max_batch_size > 0)
+			o->max_batch = b.max_batch_size;
+		if (b.batch_timeout_micros >= 0)
+			o->timeout_us = b.batch_timeout_micros;
+		if (b.num_batch_threads > 0)
+			o->batch_threads = b.num_batch_threads;
+		if (b.max_enqueued_batches > 0)
+			o->max_queue = WF_MIN(b.max_enqueued_batches * o->max_batch, 1000000);
+		if (b.ignored[0])
+			wf_warn("weft-serve: %s: fields weft-serve does not use: %s",
+				o->batching_file, b.ignored);
+	}
+	if (!rc && o->monitoring_file &&
+	    !(rc = flag_file("--monitoring_config_file", o->monitoring_file, &text, &len, err))) {
+		rc = wf_serve_parse_monitoring_config(text, len, &m, err);
+		free(text);
+		if (rc)
+			return wf_err_wrap(err, "%s", o->monitoring_file);
+		if (m.path[0] && strcmp(m.path, "/monitoring/prometheus/metrics") &&
+		    strcmp(m.path, "/metrics"))
+			return wf_errf(err, WF_EINVAL,
+				       "%s: path \"%s\": weft-serve serves Prometheus metrics at "
+				       "/monitoring/prometheus/metrics and /metrics only",
+				       o->monitoring_file, m.path);
+		if (!m.enable)
+			o->allow_metrics = 0;
+	}
+	return rc;
 }
 
 /* The environment weft-serve reads, as weft reads it (README, environment
@@ -417,6 +466,24 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		 "N",
 		 "models loaded and warmed at once (default 1: one after another); files are "
 		 "read one at a time"},
+		{"max_num_load_retries", WF_FLAG_INT, &o->load_retries, "N",
+		 "a version that fails to load is tried again N times (default 0: TF Serving "
+		 "retries 5 times, weft-serve tries a failed version again when its file "
+		 "changes)"},
+		{"load_retry_interval_micros", WF_FLAG_INT, &o->load_retry_us, "U",
+		 "between those tries (default 60000000, as TF Serving)"},
+		{"batching_parameters_file", WF_FLAG_STR, &o->batching_file, "F",
+		 "TF Serving's BatchingParameters text: max_batch_size, batch_timeout_micros, "
+		 "num_batch_threads ({ value: N }) replace --max_batch_size, "
+		 "--batch_timeout_micros, --num_batch_threads; max_enqueued_batches x "
+		 "max_batch_size is --max_queue_size; other fields are logged as unused"},
+		{"monitoring_config_file", WF_FLAG_STR, &o->monitoring_file, "F",
+		 "TF Serving's MonitoringConfig text: prometheus_config { enable: false } turns "
+		 "the REST port's metrics off; its path must be /monitoring/prometheus/metrics "
+		 "or /metrics (weft-serve serves both; without the file too)"},
+		{"rest_api_enable_cors_support", WF_FLAG_TOGGLE, &o->cors, NULL,
+		 "CORS: Access-Control-Allow-Origin: * on every HTTP reply, and OPTIONS "
+		 "preflights answered (204; with --auth_token_file they need the token too)"},
 		{"repository-poll-secs", WF_FLAG_DOUBLE, &o->poll_seconds, "S",
 		 "Triton's name for the version poll period"},
 		{"file_system_poll_wait_seconds", WF_FLAG_DOUBLE, &o->poll_seconds, "S",
@@ -525,7 +592,8 @@ static int parse_flags(int argc, char **argv, serve_opts *o, wf_err *err)
 		fputs(serve_epilog, stdout);
 	if (rc)
 		return rc;
-	return check_flags(o, err);
+	rc = check_flags(o, err);
+	return rc ? rc : apply_tf_files(o, err);
 }
 
 /* The defaults the flags start from (what --help and the README say). */
@@ -559,6 +627,7 @@ static const serve_opts serve_defaults = {
 	.retry_after = 1,
 	.control_mode = "none",
 	.load_threads = 1,
+	.load_retry_us = 60000000,
 	.shared_memory = "none",
 	.tf_grpc_port = UNSET,
 	.grpc_port = UNSET,
@@ -599,6 +668,8 @@ static wf_serve_repo_opts repo_opts(const serve_opts *f)
 		.load_models = f->load_models.items,
 		.nload_models = f->load_models.n,
 		.load_threads = (int)f->load_threads,
+		.load_retries = (int)f->load_retries,
+		.load_retry_interval_us = f->load_retry_us,
 		.batch_delay_us = f->timeout_us,
 		.batching = f->batching,
 		.name = f->model_name,
@@ -646,6 +717,7 @@ static wf_serve_http_opts http_opts(const serve_opts *f, long cores,
 		.retry_after = f->retry_after,
 		.secrets = secrets,
 		.no_metrics = !f->allow_metrics,
+		.cors = f->cors,
 	};
 	/* Handler threads start as requests need them, up to ho.threads (and
 	 * gs.workers per gRPC API); an idle server holds a few per API */
@@ -817,7 +889,12 @@ int main(int argc, char **argv)
 		wf_cli_list_free(&f.load_models);
 		return wf_exit_status(rc);
 	}
-	wf_log_set_level(log_level(&f));
+	wf_serve_log log = {.info = f.log_info,
+			    .warning = f.log_warning,
+			    .error = f.log_error,
+			    .verbose_level = f.verbose ? (unsigned)WF_MAX(f.log_verbose, 1) : 0};
+	snprintf(log.file, sizeof(log.file), "%s", f.log_file ? f.log_file : "");
+	wf_serve_log_init(&log); /* the level; /v2/logging and LogSettings change it */
 	long cores = wf_cpus_default_threads(f.busy_at_start); /* affinity, quota, busy CPUs */
 	if (!f.batch_threads)
 		f.batch_threads = f.batching ? 2 : (int)WF_MIN(cores, 16);

@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -489,15 +490,75 @@ out:
 	return rc;
 }
 
-int wf_serve_parse_triton_config(const char *text, size_t len, wf_serve_model_config *c,
-				 wf_err *err)
+/* input { name }: weft models have one input. */
+static int read_input(const tnode *k, wf_serve_model_config *c, int *ninputs, wf_err *err)
 {
-	tnode root;
-	int rc = parse_text(text, len, &root, err);
-	if (rc)
-		return rc;
-	for (int i = 0; !rc && i < root.nkids; i++) {
-		const tnode *k = &root.kids[i];
+	int rc = want_msg(k, err);
+	if (!rc && ++*ninputs > 1)
+		return wf_errf(err, WF_EINVAL,
+			       "line %d: field \"input\": a weft model has one input; the config "
+			       "lists more",
+			       k->line);
+	for (int j = 0; !rc && j < k->nkids; j++)
+		if (!strcmp(k->kids[j].key, "name"))
+			rc = get_str(&k->kids[j], c->input_name, sizeof(c->input_name), err);
+	return rc;
+}
+
+/* output { name label_filename }: the outputs a weft model has. */
+static int read_output(const tnode *k, wf_serve_model_config *c, wf_err *err)
+{
+	char name[WF_SERVE_MAX_NAME] = "";
+	int rc = want_msg(k, err);
+	for (int j = 0; !rc && j < k->nkids; j++) {
+		const tnode *f = &k->kids[j];
+		if (!strcmp(f->key, "name"))
+			rc = get_str(f, name, sizeof(name), err);
+		else if (!strcmp(f->key, "label_filename"))
+			rc = get_str(f, c->label_filename, sizeof(c->label_filename), err);
+	}
+	if (!rc && strcmp(name, "probabilities") && strcmp(name, "logits"))
+		return wf_errf(err, WF_EINVAL,
+			       "line %d: field \"output\": name \"%s\" is not an output of a weft "
+			       "model (\"probabilities\", \"logits\")",
+			       k->line, name);
+	if (!rc && c->label_filename[0] &&
+	    (strchr(c->label_filename, '/') || c->label_filename[0] == '.'))
+		return wf_errf(err, WF_EINVAL,
+			       "line %d: field \"label_filename\": \"%s\" must name a file in the "
+			       "model's folder",
+			       k->line, c->label_filename);
+	return rc;
+}
+
+/* dynamic_batching { max_queue_delay_microseconds preferred_batch_size } */
+static int read_dynamic_batching(const tnode *k, wf_serve_model_config *c, wf_err *err)
+{
+	c->batch_delay_us = 0;
+	int rc = want_msg(k, err);
+	for (int j = 0; !rc && j < k->nkids; j++) {
+		const tnode *f = &k->kids[j];
+		long x;
+		if (!strcmp(f->key, "max_queue_delay_microseconds")) {
+			rc = get_long(f, 0, 10000000, &c->batch_delay_us, err);
+		} else if (!strcmp(f->key, "preferred_batch_size")) {
+			if (c->npreferred == WF_SERVE_MAX_PREFERRED)
+				return wf_errf(err, WF_EINVAL,
+					       "line %d: more than %d preferred_batch_size values",
+					       f->line, WF_SERVE_MAX_PREFERRED);
+			rc = get_long(f, 1, 4096, &x, err);
+			c->preferred[c->npreferred++] = (int)x;
+		}
+	}
+	return rc;
+}
+
+/* The fields of a Triton model configuration (text or JSON alike). */
+static int read_triton(const tnode *root, wf_serve_model_config *c, wf_err *err)
+{
+	int rc = 0, ninputs = 0;
+	for (int i = 0; !rc && i < root->nkids; i++) {
+		const tnode *k = &root->kids[i];
 		long x;
 		if (!strcmp(k->key, "name")) {
 			char name[WF_SERVE_MAX_NAME];
@@ -515,12 +576,11 @@ int wf_serve_parse_triton_config(const char *text, size_t len, wf_serve_model_co
 			rc = get_long(k, 0, 4096, &x, err);
 			c->max_batch = (int)x;
 		} else if (!strcmp(k->key, "dynamic_batching")) {
-			c->batch_delay_us = 0;
-			rc = want_msg(k, err);
-			for (int j = 0; !rc && j < k->nkids; j++)
-				if (!strcmp(k->kids[j].key, "max_queue_delay_microseconds"))
-					rc = get_long(&k->kids[j], 0, 10000000, &c->batch_delay_us,
-						      err);
+			rc = read_dynamic_batching(k, c, err);
+		} else if (!strcmp(k->key, "input")) {
+			rc = read_input(k, c, &ninputs, err);
+		} else if (!strcmp(k->key, "output")) {
+			rc = read_output(k, c, err);
 		} else if (!strcmp(k->key, "instance_group")) {
 			rc = want_msg(k, err);
 			for (int j = 0; !rc && j < k->nkids; j++)
@@ -555,6 +615,180 @@ int wf_serve_parse_triton_config(const char *text, size_t len, wf_serve_model_co
 					     .line = k->line};
 				rc = get_long(&tmp, 1, 1L << 24, &c->memory_mb, err);
 			}
+		}
+	}
+	return rc;
+}
+
+int wf_serve_parse_triton_config(const char *text, size_t len, wf_serve_model_config *c,
+				 wf_err *err)
+{
+	tnode root;
+	int rc = parse_text(text, len, &root, err);
+	if (rc)
+		return rc;
+	rc = read_triton(&root, c, err);
+	tnode_clear(&root);
+	return rc;
+}
+
+/* ---- Triton's configuration as JSON ------------------------------------------ */
+
+/* JSON value j as field key of parent: objects become messages, arrays
+ * repeated fields, scalars values (numbers and numeric strings, as
+ * protobuf's JSON writes int64, read as numbers). */
+static int json_field(lexer *L, tnode *parent, const char *key, json_t *j, int depth)
+{
+	if (depth > MAX_DEPTH)
+		return wf_errf(L->err, WF_EINVAL, "nested deeper than %d", MAX_DEPTH);
+	if (json_is_array(j)) {
+		for (size_t i = 0; i < json_array_size(j); i++) {
+			int rc = json_field(L, parent, key, json_array_get(j, i), depth + 1);
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
+	if (json_is_null(j))
+		return 0;
+	if (!strcmp(key, "parameters") && json_is_object(j)) {
+		/* a map in JSON, repeated { key value } in text */
+		const char *k;
+		json_t *v;
+		json_object_foreach(j, k, v)
+		{
+			json_t *kv = json_pack("{sssO}", "key", k, "value", v);
+			if (!kv)
+				return wf_errf(L->err, WF_ENOMEM, "out of memory");
+			tnode *t = add_kid(L, parent, key, strlen(key));
+			int rc = t ? json_field(L, t, "key", json_object_get(kv, "key"), depth + 1)
+				   : WF_EINVAL;
+			if (!rc)
+				rc = json_field(L, t, "value", json_object_get(kv, "value"),
+						depth + 1);
+			json_decref(kv);
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
+	tnode *t = add_kid(L, parent, key, strlen(key));
+	if (!t)
+		return WF_EINVAL;
+	if (json_is_object(j)) {
+		const char *k;
+		json_t *v;
+		json_object_foreach(j, k, v)
+		{
+			int rc = json_field(L, t, k, v, depth + 1);
+			if (rc)
+				return rc;
+		}
+		return 0;
+	}
+	char num[64];
+	const char *v = num;
+	if (json_is_string(j)) {
+		v = json_string_value(j);
+		char *end;
+		errno = 0;
+		strtol(v, &end, 10);
+		t->is_string = !*v || *end || errno;
+	} else if (json_is_integer(j)) {
+		snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(j));
+	} else if (json_is_real(j)) {
+		snprintf(num, sizeof(num), "%.17g", json_real_value(j));
+	} else {
+		v = json_is_true(j) ? "true" : "false";
+	}
+	t->value = strdup(v);
+	return t->value ? 0 : wf_errf(L->err, WF_ENOMEM, "out of memory");
+}
+
+int wf_serve_parse_triton_config_json(const char *text, size_t len, wf_serve_model_config *c,
+				      wf_err *err)
+{
+	json_error_t je;
+	json_t *j = json_loadb(text, len, 0, &je);
+	if (!json_is_object(j)) {
+		json_decref(j);
+		return wf_errf(err, WF_EINVAL, "the model configuration must be a JSON object%s%s",
+			       j ? "" : ": ", j ? "" : je.text);
+	}
+	lexer L = {.line = 1, .err = err};
+	tnode root = {0};
+	const char *k;
+	json_t *v;
+	int rc = 0;
+	json_object_foreach(j, k, v)
+	{
+		if ((rc = json_field(&L, &root, k, v, 0)))
+			break;
+	}
+	json_decref(j);
+	if (!rc)
+		rc = read_triton(&root, c, err);
+	tnode_clear(&root);
+	return rc;
+}
+
+/* ---- TF Serving's batching and monitoring files ------------------------------ */
+
+int wf_serve_parse_batching_parameters(const char *text, size_t len, wf_serve_batching_params *p,
+				       wf_err *err)
+{
+	static const char *const keys[] = {"max_batch_size", "batch_timeout_micros",
+					   "num_batch_threads", "max_enqueued_batches"};
+	static const long hi[] = {4096, 10000000, 256, 1000000};
+	long *out[] = {&p->max_batch_size, &p->batch_timeout_micros, &p->num_batch_threads,
+		       &p->max_enqueued_batches};
+	tnode root;
+	memset(p, 0, sizeof(*p));
+	for (int k = 0; k < 4; k++)
+		*out[k] = -1;
+	int rc = parse_text(text, len, &root, err);
+	if (rc)
+		return rc;
+	for (int i = 0; !rc && i < root.nkids; i++) {
+		const tnode *f = &root.kids[i];
+		int k = 0;
+		while (k < 4 && strcmp(f->key, keys[k]))
+			k++;
+		if (k == 4) { /* e.g. pad_variable_length_inputs, allowed_batch_sizes */
+			size_t n = strlen(p->ignored);
+			if (!strstr(p->ignored, f->key))
+				snprintf(p->ignored + n, sizeof(p->ignored) - n, "%s%s",
+					 n ? ", " : "", f->key);
+			continue;
+		}
+		rc = want_msg(f, err); /* a wrapper: { value: N } */
+		for (int j = 0; !rc && j < f->nkids; j++)
+			if (!strcmp(f->kids[j].key, "value"))
+				rc = get_long(&f->kids[j], k == 1 ? 0 : 1, hi[k], out[k], err);
+	}
+	tnode_clear(&root);
+	return rc;
+}
+
+int wf_serve_parse_monitoring_config(const char *text, size_t len, wf_serve_monitoring *m,
+				     wf_err *err)
+{
+	tnode root;
+	memset(m, 0, sizeof(*m));
+	int rc = parse_text(text, len, &root, err);
+	if (rc)
+		return rc;
+	for (int i = 0; !rc && i < root.nkids; i++) {
+		const tnode *f = &root.kids[i];
+		if (strcmp(f->key, "prometheus_config"))
+			continue;
+		rc = want_msg(f, err);
+		for (int j = 0; !rc && j < f->nkids; j++) {
+			const tnode *g = &f->kids[j];
+			if (!strcmp(g->key, "path"))
+				rc = get_str(g, m->path, sizeof(m->path), err);
+			else if (!strcmp(g->key, "enable") && g->value)
+				m->enable = !strcmp(g->value, "true") || !strcmp(g->value, "1");
 		}
 	}
 	tnode_clear(&root);

@@ -1,10 +1,13 @@
-/* modelconfig.h: the model configurations weft-serve reads from outside:
+/* modelconfig.h: the configurations weft-serve reads from outside (and TF
+ * Serving's batching and monitoring files):
  * TF Serving's ModelServerConfig in protobuf text format (--model_config_file:
  * model_config_list { config { name base_path model_platform
  * model_version_policy version_labels } }) and the subset of Triton's
  * config.pbtxt that applies to weft models (name, platform/backend,
- * version_policy, max_batch_size, dynamic_batching.max_queue_delay_microseconds,
- * instance_group.count, parameters weft_threads). Unknown fields are
+ * version_policy, max_batch_size, dynamic_batching max_queue_delay_microseconds
+ * and preferred_batch_size, instance_group.count, input name, output names and
+ * label_filename, parameters weft_threads and weft_memory_mb), as text or as
+ * JSON. Unknown fields are
  * skipped (both formats carry many that do not apply). Pure functions of
  * their input; the fuzz target drives them directly. */
 #ifndef WF_SERVE_MODELCONFIG_H
@@ -14,9 +17,10 @@
 
 #include <stddef.h>
 
-#define WF_SERVE_MAX_NAME     128
-#define WF_SERVE_MAX_SPECIFIC 64
-#define WF_SERVE_MAX_LABELS   32
+#define WF_SERVE_MAX_NAME      128
+#define WF_SERVE_MAX_SPECIFIC  64
+#define WF_SERVE_MAX_LABELS    32
+#define WF_SERVE_MAX_PREFERRED 16
 
 typedef enum {
 	WF_SERVE_POLICY_LATEST = 0, /* the num_versions highest that load */
@@ -46,6 +50,12 @@ typedef struct wf_serve_model_config {
 	int instances;	     /* instance_group count (0: not given) */
 	int threads;	     /* compute threads per forward (0: the server's --threads) */
 	long memory_mb;	     /* parameters weft_memory_mb: budget of a version (0: none) */
+	/* Triton's input/output declarations: checked against the model */
+	char input_name[WF_SERVE_MAX_NAME]; /* input { name } ("": not given) */
+	char label_filename[256]; /* output { label_filename }: class labels, one a line, in
+				   * the model's folder ("": the model file's own) */
+	int npreferred;		  /* dynamic_batching { preferred_batch_size } */
+	int preferred[WF_SERVE_MAX_PREFERRED];
 } wf_serve_model_config;
 
 /* The version labels as "key:version,..." into buf (what Triton's model
@@ -65,8 +75,34 @@ int wf_serve_parse_model_server_config(const char *text, size_t len, wf_serve_mo
 				       int *n, wf_err *err);
 
 /* Parse a Triton config.pbtxt text into c (which holds name/base_path
- * already; a "name" in the file must match it). */
+ * already; a "name" in the file must match it). An input or output that a
+ * weft model cannot have (more than one input, an output other than
+ * "probabilities" and "logits") is an error naming the field. */
 int wf_serve_parse_triton_config(const char *text, size_t len, wf_serve_model_config *c,
 				 wf_err *err);
+/* The same fields from Triton's model configuration as JSON (what
+ * tritonclient's load_model(config=...) sends), read by the same rules. */
+int wf_serve_parse_triton_config_json(const char *text, size_t len, wf_serve_model_config *c,
+				      wf_err *err);
+
+/* TF Serving's BatchingParameters text (--batching_parameters_file):
+ * max_batch_size, batch_timeout_micros, num_batch_threads and
+ * max_enqueued_batches, each { value: N }; -1 where not given. Fields that
+ * weft has no use for are listed in ignored (for the log). */
+typedef struct wf_serve_batching_params {
+	long max_batch_size, batch_timeout_micros, num_batch_threads, max_enqueued_batches;
+	char ignored[256]; /* "f1, f2" */
+} wf_serve_batching_params;
+int wf_serve_parse_batching_parameters(const char *text, size_t len, wf_serve_batching_params *p,
+				       wf_err *err);
+
+/* TF Serving's MonitoringConfig text (--monitoring_config_file):
+ * prometheus_config { enable path }. */
+typedef struct wf_serve_monitoring {
+	int enable;	/* 0 when not given */
+	char path[256]; /* "" when not given */
+} wf_serve_monitoring;
+int wf_serve_parse_monitoring_config(const char *text, size_t len, wf_serve_monitoring *m,
+				     wf_err *err);
 
 #endif

@@ -209,6 +209,7 @@ typedef struct sync_pass {
 	wf_serve_repo *r;
 	atomic_int next;
 	int n;
+	int unload; /* sync_model's */
 } sync_pass;
 
 static void *sync_thread(void *arg)
@@ -218,18 +219,18 @@ static void *sync_thread(void *arg)
 		pthread_mutex_lock(&p->r->mu);
 		model_ent *m = p->r->models[i];
 		pthread_mutex_unlock(&p->r->mu);
-		sync_model(p->r, m);
+		sync_model(p->r, m, p->unload);
 	}
 	return NULL;
 }
 
-/* Sync every model, up to load_threads of them at once (Triton's
- * --model-load-thread-count): this thread and load_threads - 1 more. */
-static void sync_all(wf_serve_repo *r)
+/* Sync every model (load_mu held), up to load_threads of them at once
+ * (Triton's --model-load-thread-count): this thread and load_threads - 1
+ * more. */
+static void sync_all_locked(wf_serve_repo *r, int unload)
 {
-	pthread_mutex_lock(&r->load_mu);
 	pthread_mutex_lock(&r->mu);
-	sync_pass p = {.r = r, .n = r->nmodels};
+	sync_pass p = {.r = r, .n = r->nmodels, .unload = unload};
 	pthread_mutex_unlock(&r->mu);
 	pthread_t t[WF_SERVE_MAX_LOAD_THREADS];
 	int extra = WF_MIN(WF_MIN(r->o.load_threads, p.n), WF_SERVE_MAX_LOAD_THREADS) - 1, nt = 0;
@@ -238,6 +239,12 @@ static void sync_all(wf_serve_repo *r)
 	sync_thread(&p);
 	while (nt > 0)
 		pthread_join(t[--nt], NULL);
+}
+
+static void sync_all(wf_serve_repo *r)
+{
+	pthread_mutex_lock(&r->load_mu);
+	sync_all_locked(r, 1);
 	pthread_mutex_unlock(&r->load_mu);
 }
 
@@ -429,30 +436,61 @@ static int control_allowed(wf_serve_repo *r, wf_err *err)
 		       "--model_repository DIR --model_control_mode explicit");
 }
 
-int wf_serve_repo_load(wf_serve_repo *r, const char *name, wf_err *err)
+int wf_serve_repo_load(wf_serve_repo *r, const char *name, const char *config, wf_err *err)
 {
 	int rc = control_allowed(r, err);
 	if (rc)
 		return rc;
 	wf_serve_model_config c;
 	rc = repo_model_config(r, name, &c, err);
+	if (!rc && config) { /* instead of config.pbtxt */
+		wf_serve_model_config folder = c;
+		wf_serve_model_config_init(&c);
+		memcpy(c.name, folder.name, sizeof(c.name));
+		memcpy(c.base_path, folder.base_path, sizeof(c.base_path));
+		memcpy(c.platform, folder.platform, sizeof(c.platform));
+		if ((rc = wf_serve_parse_triton_config_json(config, strlen(config), &c, err)))
+			wf_err_wrap(err, "the configuration of the load request");
+	}
 	if (rc)
 		return wf_err_wrap(err, "failed to load '%s'", name);
 	pthread_mutex_lock(&r->load_mu);
 	pthread_mutex_lock(&r->mu);
+	model_ent *old = find_model(r, name);
+	int changed = old && memcmp(&old->cfg, &c, sizeof(c)) != 0;
+	wf_serve_model_config prev = old ? old->cfg : c;
 	model_ent *m = upsert_model(r, &c);
 	if (m) {
 		m->active = 1;
-		for (int i = 0; i < m->nvs; i++)
+		for (int i = 0; i < m->nvs; i++) {
 			m->vs[i].failed = 0; /* a load request retries failed versions */
+			m->vs[i].stale = changed && m->vs[i].state == VS_AVAILABLE;
+		}
 	}
 	pthread_mutex_unlock(&r->mu);
 	if (!m) {
 		pthread_mutex_unlock(&r->load_mu);
 		return wf_errf(err, WF_ENOMEM, "out of memory");
 	}
-	sync_model(r, m);
+	sync_model(r, m, 1);
+	/* a new configuration that a version cannot take is refused: the model
+	 * keeps the one it had (its versions serve on under it) */
+	long failed = 0;
+	pthread_mutex_lock(&r->mu);
+	for (int i = 0; changed && !failed && i < m->nvs; i++)
+		if (m->vs[i].failed) {
+			failed = m->vs[i].version;
+			wf_errf(err, WF_EINVAL,
+				"failed to load '%s': version %ld: %s; it serves on with its "
+				"previous "
+				"configuration",
+				name, failed, m->vs[i].error);
+			m->cfg = prev;
+		}
+	pthread_mutex_unlock(&r->mu);
 	pthread_mutex_unlock(&r->load_mu);
+	if (failed)
+		return WF_EINVAL;
 	wf_serve_find why;
 	wf_err e2 = {0};
 	wf_serve_version *v = wf_serve_repo_find(r, name, 0, NULL, &why, &e2);
@@ -482,6 +520,15 @@ int wf_serve_repo_unload(wf_serve_repo *r, const char *name, wf_err *err)
 	return 0;
 }
 
+/* 1 when the n models of cfg include name. */
+static int configured(const wf_serve_model_config *cfg, int n, const char *name)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(cfg[i].name, name))
+			return 1;
+	return 0;
+}
+
 int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *cfg, int n,
 				wf_err *err)
 {
@@ -494,28 +541,63 @@ int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *c
 			if (!strcmp(cfg[i].name, cfg[j].name))
 				return wf_errf(err, WF_EINVAL, "model \"%s\" is configured twice",
 					       cfg[i].name);
+	/* All or nothing: the new set loads beside the old one (nothing is
+	 * unloaded yet); only when every model of it has a version does the
+	 * rest go, else the old set is restored as it was. */
+	pthread_mutex_lock(&r->load_mu);
 	pthread_mutex_lock(&r->mu);
-	for (int i = 0; i < r->nmodels; i++)
-		r->models[i]->active = 0;
-	for (int i = 0; i < n; i++) {
+	int nold = r->nmodels, rc = 0;
+	int *was_active = calloc((size_t)nold + 1, sizeof(*was_active));
+	wf_serve_model_config *was = calloc((size_t)nold + 1, sizeof(*was));
+	for (int i = 0; was && was_active && i < nold; i++) {
+		was_active[i] = r->models[i]->active;
+		was[i] = r->models[i]->cfg;
+	}
+	for (int i = 0; was && was_active && i < n; i++) {
 		model_ent *m = upsert_model(r, &cfg[i]);
 		if (m)
 			m->active = 1;
+		else
+			rc = wf_errf(err, WF_ENOMEM, "out of memory");
 	}
 	pthread_mutex_unlock(&r->mu);
-	sync_all(r);
+	if (!was || !was_active)
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+	if (!rc)
+		sync_all_locked(r, 0);
 	char missing[900] = "";
-	for (int i = 0; i < n; i++) {
-		wf_serve_find why;
-		wf_err e2 = {0};
-		wf_serve_version *v = wf_serve_repo_find(r, cfg[i].name, 0, NULL, &why, &e2);
-		if (v)
-			wf_serve_version_release(v);
-		else
+	pthread_mutex_lock(&r->mu);
+	for (int i = 0; !rc && i < n; i++) {
+		model_ent *m = find_model(r, cfg[i].name);
+		const char *why = "no version its policy asks for was found";
+		for (int j = 0; m && j < m->nvs; j++)
+			if (m->vs[j].failed)
+				why = m->vs[j].error;
+		if (!m || !m->kept)
 			snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
-				 "%s%s", missing[0] ? ", " : "", cfg[i].name);
+				 "%s%s (%.300s)", missing[0] ? "; " : "", cfg[i].name, why);
 	}
+	pthread_mutex_unlock(&r->mu);
 	if (missing[0])
-		return wf_errf(err, WF_EINVAL, "no version of %s could be loaded", missing);
-	return 0;
+		rc = wf_errf(
+			err, WF_EINVAL,
+			"no version of %s could be loaded; the models served before are served "
+			"as they were",
+			missing);
+	pthread_mutex_lock(&r->mu);
+	for (int i = 0; was && was_active && i < r->nmodels; i++) {
+		model_ent *m = r->models[i];
+		if (rc && i < nold) { /* back to what it was */
+			m->active = was_active[i];
+			m->cfg = was[i];
+		} else {
+			m->active = !rc && configured(cfg, n, m->cfg.name);
+		}
+	}
+	pthread_mutex_unlock(&r->mu);
+	sync_all_locked(r, 1); /* unload what the set kept no longer serves */
+	pthread_mutex_unlock(&r->load_mu);
+	free(was_active);
+	free(was);
+	return rc;
 }

@@ -105,6 +105,9 @@ typedef struct wf_serve_repo_opts {
 	long memory_mb;		 /* a version's memory budget (weft_memory_mb); 0: none */
 	int load_threads; /* models loaded at once (Triton's --model-load-thread-count); <= 1:
 			   * one after another */
+	int load_retries; /* a failed version load is tried again this many times
+			   * (TF Serving's --max_num_load_retries) ... */
+	long load_retry_interval_us; /* ... this long apart (--load_retry_interval_micros) */
 } wf_serve_repo_opts;
 
 #define WF_SERVE_MAX_LOAD_THREADS 64 /* the most load_threads used */
@@ -171,15 +174,21 @@ long wf_serve_repo_load_failures(wf_serve_repo *r);
 
 /* Triton's model control (EXPLICIT mode only; WF_ENOTSUP otherwise):
  * load (or reload) model `name` from the repository folder and wait until
- * its versions are loaded (an error when none loads); unload drops every
- * version (each freed after its last request). */
-int wf_serve_repo_load(wf_serve_repo *r, const char *name, wf_err *err);
+ * its versions are loaded (an error when none loads); config, when not
+ * NULL, is Triton's model configuration as JSON, which replaces the
+ * folder's config.pbtxt (as tritonclient's load_model(config=...) does).
+ * Versions already served under another configuration load again with the
+ * new one and replace the old ones once ready (a failed one keeps the old).
+ * Unload drops every version (each freed after its last request). */
+int wf_serve_repo_load(wf_serve_repo *r, const char *name, const char *config, wf_err *err);
 int wf_serve_repo_unload(wf_serve_repo *r, const char *name, wf_err *err);
 
 /* TF Serving's HandleReloadConfigRequest: serve exactly the n models of cfg
  * from now on (models not listed are unloaded after their last request) and
- * wait until their versions are loaded; an error names the models without a
- * loaded version. Not for a --model_repository (WF_ENOTSUP). */
+ * wait until their versions are loaded. All or nothing: when a model of cfg
+ * gets no loaded version, the error names it and the models served before
+ * are served as they were (nothing was unloaded). Not for a
+ * --model_repository (WF_ENOTSUP). */
 int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *cfg, int n,
 				wf_err *err);
 

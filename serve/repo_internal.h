@@ -31,6 +31,7 @@ typedef struct vrec {
 	char error[1024];    /* END after a failed load: why */
 	int failed;
 	long long stamp; /* mtime and size of the file that failed */
+	int stale;	 /* AVAILABLE under an older configuration: load again */
 } vrec;
 
 typedef struct model_ent {
@@ -39,6 +40,7 @@ typedef struct model_ent {
 	vrec *vs;
 	int nvs, cap;
 	char note[9000]; /* the last "skipped" log line (logged once) */
+	int kept;	 /* versions its policy keeps that its last sync has loaded */
 } model_ent;
 
 struct wf_serve_repo {
@@ -69,7 +71,9 @@ vrec *find_vrec(model_ent *m, long version);
 vrec *get_vrec(model_ent *m, long version);
 long long file_stamp(const char *path);
 void unload_vrec(model_ent *m, vrec *x);
-void sync_model(wf_serve_repo *r, model_ent *m);
+/* Load what m's policy and files ask for (load_mu held); with unload, also
+ * drop the versions they no longer keep. */
+void sync_model(wf_serve_repo *r, model_ent *m, int unload);
 void scan_repository(wf_serve_repo *r, int activate_all);
 
 #endif

@@ -3,6 +3,11 @@
  * with its version policy (loading and unloading). */
 #include "serve/repo_internal.h"
 
+#include "common/cancel.h"
+#include "serve/request.h" /* wf_serve_input_name_ok */
+
+#include <unistd.h>
+
 /* ---- scanning a base path ------------------------------------------------ */
 long long file_stamp(const char *path)
 {
@@ -130,6 +135,86 @@ static found *scan_base(wf_serve_repo *r, model_ent *m, const char *base, int *n
 
 /* ---- loading and unloading ------------------------------------------------ */
 
+/* The class labels of label_filename in the model's folder, one a line, as
+ * the model's own (v->meta): exactly one for each class. */
+static int read_label_file(wf_serve_version *v, const wf_serve_model_config *cfg, wf_err *err)
+{
+	char p[8400], *text = NULL;
+	size_t len = 0;
+	snprintf(p, sizeof(p), "%s/%s", cfg->base_path, cfg->label_filename);
+	if (wf_read_file(p, &text, &len) != 0)
+		return wf_errf(err, WF_EINVAL, "config label_filename: cannot read %s", p);
+	int k = v->io.classes, n = len && text[len - 1] != '\n'; /* a last line without \n */
+	for (size_t i = 0; i < len; i++)
+		n += text[i] == '\n';
+	if (n != k) {
+		free(text);
+		return wf_errf(err, WF_EINVAL,
+			       "config label_filename: %s has %d lines; the model has %d classes",
+			       p, n, k);
+	}
+	char **names = calloc((size_t)k, sizeof(*names)), *line = text;
+	for (int i = 0; names && i < k; i++) {
+		char *end = memchr(line, '\n', (size_t)(text + len - line));
+		size_t l = (size_t)((end ? end : text + len) - line);
+		if (l && line[l - 1] == '\r')
+			l--;
+		if (!(names[i] = strndup(line, l))) {
+			while (i--)
+				free(names[i]);
+			free(names);
+			names = NULL;
+		}
+		line = end ? end + 1 : text + len;
+	}
+	free(text);
+	if (!names)
+		return wf_errf(err, WF_ENOMEM, "out of memory");
+	for (int i = 0; i < v->meta.nclasses && v->meta.class_names; i++)
+		free(v->meta.class_names[i]);
+	free(v->meta.class_names);
+	v->meta.class_names = names;
+	v->meta.nclasses = k;
+	return 0;
+}
+
+/* What the configuration says of a loaded version that must hold: its input
+ * name, its labels file. */
+static int apply_config(wf_serve_version *v, const wf_serve_model_config *cfg, wf_err *err)
+{
+	if (cfg->input_name[0] && !wf_serve_input_name_ok(&v->io, cfg->input_name))
+		return wf_errf(err, WF_EINVAL,
+			       "config input name \"%s\" is not the model's input (\"%s\", or "
+			       "\"%s\")",
+			       cfg->input_name, wf_serve_input_name(&v->io), WF_SERVE_INPUT_NAME);
+	return cfg->label_filename[0] ? read_label_file(v, cfg, err) : 0;
+}
+
+/* Load a version and check it against its configuration; a failure is
+ * tried again o.load_retries times, o.load_retry_interval_us apart, unless
+ * the process is stopping (common/cancel.h). */
+static int load_checked(wf_serve_repo *r, wf_serve_version **v, const char *path, long version,
+			const wf_serve_repo_opts *o, const wf_serve_model_config *cfg, wf_err *err)
+{
+	for (int attempt = 0;; attempt++) {
+		int rc = wf_serve_version_load(v, path, version, o, err);
+		if (!rc && (rc = apply_config(*v, cfg, err)) != 0) {
+			wf_serve_version_release(*v);
+			*v = NULL;
+		}
+		if (!rc || attempt >= r->o.load_retries || wf_cancel_requested())
+			return rc;
+		wf_warn("serve: model %s version %ld failed to load (%s); trying again in %.3g s "
+			"(%d of --max_num_load_retries %d)",
+			cfg->name, version, err->msg, r->o.load_retry_interval_us / 1e6,
+			attempt + 1, r->o.load_retries);
+		double until = wf_now() + r->o.load_retry_interval_us / 1e6;
+		while (wf_now() < until && !wf_cancel_requested())
+			usleep(10000);
+		memset(err, 0, sizeof(*err));
+	}
+}
+
 /* Load version f of m (load_mu held, mu not). Returns 1 when available. */
 static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 {
@@ -141,7 +226,9 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 		pthread_mutex_unlock(&r->mu);
 		return 0;
 	}
-	x->state = VS_LOADING;
+	int reload = x->state == VS_AVAILABLE; /* stale: it serves until the new one is in */
+	if (!reload)
+		x->state = VS_LOADING;
 	x->failed = 0;
 	x->error[0] = 0;
 	wf_serve_model_config cfg = m->cfg;
@@ -156,10 +243,16 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 	wf_info("serve: loading model %s version %ld from %s", cfg.name, f->version, path);
 	wf_serve_version *v = NULL;
 	wf_err err = {0};
-	int rc = wf_serve_version_load(&v, path, f->version, &o, &err);
+	int rc = load_checked(r, &v, path, f->version, &o, &cfg, &err);
 	pthread_mutex_lock(&r->mu);
 	x = get_vrec(m, f->version); /* m->vs may have moved */
-	if (rc) {
+	x->stale = 0;
+	if (rc && reload) { /* the old one goes on serving */
+		x->failed = 1;
+		x->stamp = f->stamp;
+		snprintf(x->error, sizeof(x->error), "%s", err.msg);
+		r->load_failures++;
+	} else if (rc) {
 		x->state = VS_END;
 		x->failed = 1;
 		x->stamp = f->stamp;
@@ -171,6 +264,8 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 		v->batch_delay_us = cfg.batch_delay_us;
 		v->max_request = cfg.max_batch >= 0 ? o.max_batch : 0;
 		v->io.unbatched = cfg.max_batch == 0;
+		if (reload)
+			wf_serve_version_release(x->v); /* freed after its last request */
 		x->state = VS_AVAILABLE;
 		x->v = v;
 		r->swaps++;
@@ -220,7 +315,7 @@ static int listed(const wf_serve_model_config *c, long version)
 /* Bring model m's loaded versions in line with its policy and files
  * (load_mu held). New versions load before old ones go, so a model that
  * served keeps serving. */
-void sync_model(wf_serve_repo *r, model_ent *m)
+void sync_model(wf_serve_repo *r, model_ent *m, int unload)
 {
 	pthread_mutex_lock(&r->mu);
 	wf_serve_model_config cfg = m->cfg;
@@ -237,14 +332,17 @@ void sync_model(wf_serve_repo *r, model_ent *m)
 			continue;
 		pthread_mutex_lock(&r->mu);
 		vrec *x = find_vrec(m, f[i].version);
-		int avail = x && x->state == VS_AVAILABLE;
+		int avail = x && x->state == VS_AVAILABLE && !x->stale;
 		int failed_same = x && x->failed && x->stamp == f[i].stamp;
+		int stale = x && x->state == VS_AVAILABLE && x->stale;
 		pthread_mutex_unlock(&r->mu);
-		if (avail || (!failed_same && load_version(r, m, &f[i])))
+		/* a stale version keeps serving while it loads again */
+		if (avail || (!failed_same && load_version(r, m, &f[i])) || stale)
 			keep[nkeep++] = f[i].version;
 	}
 	pthread_mutex_lock(&r->mu);
-	for (int i = 0; keep && i < m->nvs; i++) {
+	m->kept = nkeep;
+	for (int i = 0; keep && unload && i < m->nvs; i++) {
 		int kept = 0;
 		for (int j = 0; j < nkeep; j++)
 			kept |= keep[j] == m->vs[i].version;

@@ -285,6 +285,37 @@ int parse_samples(const wf_image_io *io, const json_t *arr, wf_serve_input *in, 
 	return 0;
 }
 
+/* ---- tf.Example ------------------------------------------------------------ */
+
+int wf_serve_example_rank(const wf_image_io *io, const char *key, size_t nfeatures)
+{
+	const char *keys[] = {"image/encoded", "image", WF_SERVE_INPUT_NAME,
+			      wf_serve_input_name(io)};
+	for (size_t k = 0; k < WF_ARRAY_LEN(keys); k++)
+		if (key && !strcmp(key, keys[k]))
+			return (int)k;
+	return nfeatures == 1 ? (int)WF_ARRAY_LEN(keys) : -1;
+}
+
+int wf_serve_example_sample(const wf_image_io *io, size_t i, const wf_serve_feature *f, float *dst,
+			    wf_err *err)
+{
+	size_t per = sample_floats(io);
+	if (f && f->kind == WF_SERVE_FEATURE_BYTES && f->n == 1) {
+		int rc = wf_serve_input_image(io, f->data, f->len, dst, err);
+		return rc ? wf_err_wrap(err, "example %zu", i) : 0;
+	}
+	if (f && f->kind == WF_SERVE_FEATURE_FLOATS && f->n == per) {
+		memcpy(dst, f->floats, per * sizeof(float));
+		wf_serve_input_numbers(io, dst, 1);
+		return 0;
+	}
+	return wf_errf(err, WF_EINVAL,
+		       "example %zu needs a feature \"image/encoded\" (bytes_list with one JPEG "
+		       "or PNG) or \"%.200s\" (float_list of %zu model input values)",
+		       i, wf_serve_input_name(io), per);
+}
+
 char *wf_serve_error_json(const char *msg)
 {
 	json_t *root = json_pack("{ss}", "error", msg ? msg : "");
@@ -315,15 +346,34 @@ void wf_serve_softmax(const float *logits, float *probs, int n, int k)
 
 int wf_serve_extensions(int shm, const char **out)
 {
-	static const char *const always[] = {"binary_tensor_data", "classification",
-					     "model_repository",   "model_configuration",
-					     "statistics",	   "parameters"};
+	static const char *const always[] = {"binary_tensor_data",
+					     "classification",
+					     "model_repository",
+					     "model_configuration",
+					     "statistics",
+					     "parameters",
+					     "trace",
+					     "logging"};
 	int n = 0;
 	for (size_t i = 0; i < WF_ARRAY_LEN(always); i++)
 		out[n++] = always[i];
 	if (shm)
 		out[n++] = "system_shared_memory";
 	return n;
+}
+
+const char *wf_serve_kserve_unknown(const char *name, long version, int none_available, char *buf,
+				    size_t cap)
+{
+	if (none_available)
+		snprintf(buf, cap, "Request for unknown model: '%.200s' has no available versions",
+			 name);
+	else if (version > 0)
+		snprintf(buf, cap, "Request for unknown model: '%.200s' version %ld is not found",
+			 name, version);
+	else
+		snprintf(buf, cap, "Request for unknown model: '%.200s' is not found", name);
+	return buf;
 }
 
 /* ---- tensor shapes ------------------------------------------------------ */

@@ -73,6 +73,28 @@ int wf_serve_input_image(const wf_image_io *io, const uint8_t *bytes, size_t len
 int wf_serve_input_dense(const wf_image_io *io, size_t n, const void *data, int u8, int borrow,
 			 wf_serve_input *in, wf_err *err);
 
+/* ---- TF Serving's tf.Example: Classify's samples (gRPC and REST) ---- */
+
+/* One feature of an example as a request gives it. */
+typedef struct wf_serve_feature {
+	enum { WF_SERVE_FEATURE_NONE, WF_SERVE_FEATURE_BYTES, WF_SERVE_FEATURE_FLOATS } kind;
+	size_t n;	     /* values: byte strings or floats */
+	const uint8_t *data; /* BYTES: the first string ... */
+	size_t len;	     /* ... of len bytes */
+	const float *floats; /* FLOATS: [n] */
+} wf_serve_feature;
+
+/* Which feature of an example holds its sample: the lower the better, the
+ * first of "image/encoded", "image", "input", the model's input name, or
+ * (of an example with one feature) any; -1: not this one. */
+int wf_serve_example_rank(const wf_image_io *io, const char *key, size_t nfeatures);
+/* Example i's sample from its feature f (NULL: none found) into model
+ * input dst [H,W,C]: one encoded image, or the model input's H*W*C floats
+ * (numbers, request.h's rule for them). Errors name example i and what it
+ * needs. */
+int wf_serve_example_sample(const wf_image_io *io, size_t i, const wf_serve_feature *f, float *dst,
+			    wf_err *err);
+
 /* ---- TensorFlow Serving REST ---- */
 
 typedef struct wf_serve_tf_req {
@@ -83,7 +105,9 @@ typedef struct wf_serve_tf_req {
 } wf_serve_tf_req;
 
 /* Parse a :predict or :classify body ("instances", "inputs" or, for
- * classify, "examples"). Errors name the instance and what is wrong. */
+ * classify, "examples": tf.Examples as objects of features, an image as
+ * {"b64": ...}, numbers as a list, flat or nested). Errors name the
+ * instance or example and what is wrong. */
 int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_serve_tf_req *req,
 		      wf_err *err);
 void wf_serve_tf_req_free(wf_serve_tf_req *req);
@@ -142,11 +166,26 @@ int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const cha
 
 #define WF_SERVE_NAME		"weft-serve"
 #define WF_SERVE_VERSION	"0.1.0"
-#define WF_SERVE_MAX_EXTENSIONS 8
+#define WF_SERVE_MAX_EXTENSIONS 10
 /* The KServe / Triton extensions the server has into out[WF_SERVE_MAX_EXTENSIONS]
  * (system_shared_memory when shm, the shared memory policy, is not none);
  * returns the count. */
 int wf_serve_extensions(int shm, const char **out);
+
+/* Triton's words for a model that is not served: "Request for unknown
+ * model: 'NAME' [version V ]is not found" (version > 0: that version), or,
+ * with none_available, "... 'NAME' has no available versions"; into buf,
+ * which it returns. */
+const char *wf_serve_kserve_unknown(const char *name, long version, int none_available, char *buf,
+				    size_t cap);
+
+/* What a load request with parameters other than "config" (Triton's
+ * "file:..." model files) is told, on both protocols. */
+#define WF_SERVE_LOAD_FILES_REFUSED                                                                \
+	"load parameters other than \"config\" (model files) are not supported: weft-serve "       \
+	"loads the files of the model's folder"
+#define WF_SERVE_LOAD_CONFIG_NOT_STRING                                                            \
+	"load parameter \"config\" must be a string: the model configuration as JSON"
 
 /* ---- the model's tensor shapes, for every KServe front end ---- */
 
@@ -165,6 +204,9 @@ int wf_serve_output_shape(int unbatched, long n, int width, int64_t dims[2]);
 /* dims[nd] as a new JSON array (jansson's json_t). */
 struct json_t *wf_serve_dims_json(const int64_t *dims, int nd);
 
+/* Indices of the top largest of p[k], best first (top <= k): the classes
+ * every classification answer (TF Serving's, KServe's) lists. */
+void wf_serve_top_k(const float *p, int k, int top, int *idx);
 /* Softmax of logits [n,k] into probs [n,k] (probs may alias logits). */
 void wf_serve_softmax(const float *logits, float *probs, int n, int k);
 

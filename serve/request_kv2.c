@@ -539,7 +539,7 @@ int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const cha
 			int top = WF_MIN(d->classification, k);
 			json_t *data = json_array();
 			for (int i = 0; i < n; i++) {
-				top_indices(v + (size_t)i * k, k, top, idx);
+				wf_serve_top_k(v + (size_t)i * k, k, top, idx);
 				for (int u = 0; u < top; u++) {
 					label_of(labels, idx[u], label, sizeof(label));
 					int sl = snprintf(cls, sizeof(cls), "%f:%d:%s",

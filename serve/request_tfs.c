@@ -4,6 +4,73 @@
 
 /* ---- TF Serving ------------------------------------------------------ */
 
+/* The numbers of a JSON value (a number, or lists of them nested in any
+ * way) appended to out[cap]; -1 when it holds something else or too many. */
+static long json_floats(const json_t *v, float *out, size_t cap, size_t at)
+{
+	if (json_is_number(v)) {
+		if (at >= cap)
+			return -1;
+		out[at] = (float)json_number_value(v);
+		return (long)at + 1;
+	}
+	if (!json_is_array(v))
+		return -1;
+	for (size_t i = 0; i < json_array_size(v) && (long)at >= 0; i++) {
+		long r = json_floats(json_array_get(v, i), out, cap, at);
+		at = r < 0 ? (size_t)-1 : (size_t)r;
+	}
+	return (long)at;
+}
+
+/* "examples": tf.Examples as JSON objects of features, each sample by the
+ * rule Classify over gRPC follows (wf_serve_example_*): {"b64": ...} is a
+ * bytes feature (an image), numbers a float feature. */
+static int parse_examples(const wf_image_io *io, const json_t *arr, wf_serve_input *in, wf_err *err)
+{
+	if (!json_is_array(arr))
+		return wf_errf(err, WF_EINVAL, "\"examples\" must be a list of examples");
+	int rc = input_alloc(io, in, json_array_size(arr), NULL, err);
+	size_t per = sample_floats(io);
+	float *floats = rc ? NULL : malloc((per + 1) * sizeof(float));
+	if (!rc && !floats)
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+	for (size_t i = 0; !rc && i < json_array_size(arr); i++) {
+		const json_t *e = json_array_get(arr, i), *best = NULL, *fv;
+		const char *key;
+		int rank = 0;
+		json_object_foreach((json_t *)e, key, fv)
+		{
+			int r = wf_serve_example_rank(io, key, json_object_size(e));
+			if (r >= 0 && (!best || r < rank)) {
+				best = fv;
+				rank = r;
+			}
+		}
+		const json_t *b64 = json_object_get(best, "b64");
+		uint8_t *bytes = NULL;
+		wf_serve_feature f = {0};
+		long n = best && !b64 ? json_floats(best, floats, per + 1, 0) : -1;
+		if (json_is_string(b64) && json_object_size(best) == 1) {
+			size_t nbytes = 0;
+			rc = wf_b64_decode(json_string_value(b64), json_string_length(b64), &bytes,
+					   &nbytes, err);
+			f = (wf_serve_feature){WF_SERVE_FEATURE_BYTES, 1, bytes, nbytes, NULL};
+		} else if (n >= 0) {
+			f = (wf_serve_feature){WF_SERVE_FEATURE_FLOATS, (size_t)n, NULL, 0, floats};
+		}
+		if (!rc)
+			rc = wf_serve_example_sample(io, i, best ? &f : NULL, in->x + i * per, err);
+		else
+			wf_err_wrap(err, "example %zu", i);
+		free(bytes);
+	}
+	free(floats);
+	if (rc)
+		wf_serve_input_free(in);
+	return rc;
+}
+
 int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_serve_tf_req *req,
 		      wf_err *err)
 {
@@ -68,9 +135,10 @@ int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_se
 			cols = json_object_get(cols, key);
 		}
 		rc = parse_samples(io, cols, &req->in, "inputs", err);
+	} else if (inst) {
+		rc = parse_samples(io, inst, &req->in, "instances", err);
 	} else {
-		rc = parse_samples(io, inst ? inst : ex, &req->in, inst ? "instances" : "examples",
-				   err);
+		rc = parse_examples(io, ex, &req->in, err);
 	}
 out_root:
 	json_decref(root);
@@ -123,8 +191,7 @@ char *wf_serve_tf_predict_reply(const float *probs, const float *logits, int n, 
 	return s;
 }
 
-/* Indices of the top_k largest of p[k], best first (top_k <= k). */
-void top_indices(const float *p, int k, int top_k, int *idx)
+void wf_serve_top_k(const float *p, int k, int top_k, int *idx)
 {
 	for (int t = 0; t < top_k; t++) {
 		int best = -1;
@@ -157,7 +224,7 @@ char *wf_serve_tf_classify_reply(const float *probs, int n, int k, char *const *
 	for (int i = 0; i < n; i++) {
 		const float *p = probs + (size_t)i * k;
 		json_t *res = json_array();
-		top_indices(p, k, top_k, idx);
+		wf_serve_top_k(p, k, top_k, idx);
 		for (int t = 0; t < top_k; t++) {
 			label_of(labels, idx[t], name, sizeof(name));
 			json_array_append_new(res, json_pack("[sf]", name, (double)p[idx[t]]));

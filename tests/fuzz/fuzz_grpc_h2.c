@@ -1,7 +1,8 @@
 /* fuzz_grpc_h2.c: libFuzzer target for weft-serve's gRPC transport: bytes
  * from a client into one server-side HTTP/2 session (nghttp2 plus weft's
  * callbacks: headers, DATA accumulation and limits, gRPC framing, dispatch
- * to workers and inline handlers, calls finished by wf_grpc_call_done,
+ * to workers and inline handlers, streaming calls (messages taken as they
+ * arrive, replies queued, deferred and resumed, trailers), calls finished by wf_grpc_call_done,
  * replies and trailers, resets, closes). Handlers here echo, fail or return
  * nothing, so only the transport is under test. Seeds:
  * tests/fuzz/seeds/grpc_h2 (what tritonclient.grpc sent). Any input must end
@@ -39,16 +40,27 @@ static int later(void *ctx, wf_grpc_call *call)
 	return WF_GRPC_PENDING;
 }
 
+/* A streaming method's reply message is the call's reply; a failure ends
+ * the stream. */
+static int as_is(wf_grpc_call *call, int code)
+{
+	return code;
+}
+
 static const wf_grpc_method methods[] = {
 	/* small messages in the loop, larger ones in the worker */
-	{"/inference.GRPCInferenceService/ModelInfer", later, 0, 0, 64},
-	{"/inference.GRPCInferenceService/ServerLive", echo, 1, 0, 0},
-	{"/inference.GRPCInferenceService/ModelReady", fail, 0, 0, 0},
-	{"/inference.GRPCInferenceService/ServerReady", nothing, 1, 0, 0},
+	{"/inference.GRPCInferenceService/ModelInfer", later, 0, 0, 64, NULL},
+	{"/inference.GRPCInferenceService/ServerLive", echo, 1, 0, 0, NULL},
+	{"/inference.GRPCInferenceService/ModelReady", fail, 0, 0, 0, NULL},
+	{"/inference.GRPCInferenceService/ServerReady", nothing, 1, 0, 0, NULL},
+	/* streaming: each message a call, in the loop or the worker */
+	{"/inference.GRPCInferenceService/ModelStreamInfer", later, 0, 0, 64, as_is},
+	{"/inference.GRPCInferenceService/RepositoryIndex", fail, 0, 0, 0, as_is},
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	wf_grpc_fuzz_session(methods, 4, NULL, data, size);
+	wf_grpc_fuzz_session(methods, (int)(sizeof(methods) / sizeof(methods[0])), NULL, data,
+			     size);
 	return 0;
 }

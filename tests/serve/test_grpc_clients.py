@@ -17,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.request
 import zlib
 
@@ -27,11 +28,12 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import (classification_pb2, get_model_metadata_pb2,
-                                     get_model_status_pb2, model_management_pb2,
+                                     get_model_status_pb2, inference_pb2, model_management_pb2,
                                      model_service_pb2_grpc, predict_pb2,
                                      prediction_service_pb2_grpc, regression_pb2)
 
 from testlib import check, failures, free_port  # tests/serve/testlib.py
+from testlib import http as http_req
 
 SERVE = os.environ["WEFT_SERVE"]
 TOOL = os.environ["WEFT_SERVE_TOOL"]
@@ -288,7 +290,7 @@ def kserve_checks(ports, c, tmp):
     raw = ch.unary_unary("/inference.GRPCInferenceService/ModelInfer")
     check(status_of(lambda: raw(b"\x0a\xff\xff\xff\x0f garbage", timeout=30)) == "INVALID_ARGUMENT",
           "a ModelInferRequest that is not protobuf: INVALID_ARGUMENT")
-    nomethod = ch.unary_unary("/inference.GRPCInferenceService/ModelStreamInfer")
+    nomethod = ch.unary_unary("/inference.GRPCInferenceService/NoSuchMethod")
     check(status_of(lambda: nomethod(b"", timeout=30)) == "UNIMPLEMENTED", "unknown method: UNIMPLEMENTED")
     ch.close()
     return xs
@@ -304,6 +306,79 @@ def tensor(req, x, dtype):
     for d in x.shape:
         t.tensor_shape.dim.add().size = d
     return t
+
+
+def rest_classify_checks(port, ps, jpeg, x):
+    """REST :classify takes the tf.Examples gRPC Classify takes (an
+    "image/encoded" image as {"b64": ...}, the model input as flat float
+    features) and answers the same top classes."""
+    def grpc_classes(feature, fill):
+        req = classification_pb2.ClassificationRequest()
+        req.model_spec.name = "m"
+        fill(req.input.example_list.examples.add().features.feature[feature])
+        r = ps.Classify(req, timeout=60)
+        return [(k.label, k.score) for k in r.result.classifications[0].classes]
+
+    def rest_classes(example):
+        body = json.dumps({"examples": [example]}).encode()
+        req = urllib.request.Request("http://127.0.0.1:%d/v1/models/m:classify" % port, body,
+                                     {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as r:
+                return [(l, s) for l, s in json.load(r)["results"][0]]
+        except urllib.error.HTTPError as e:
+            return e.read().decode()
+
+    def same(a, b):
+        return (isinstance(a, list) and isinstance(b, list) and len(a) == len(b) == 5 and
+                all(la == lb and abs(sa - sb) < 1e-5 for (la, sa), (lb, sb) in zip(a, b)))
+    img = {"image/encoded": {"b64": base64.b64encode(jpeg).decode()}}
+    g = grpc_classes("image/encoded", lambda f: f.bytes_list.value.append(jpeg))
+    r = rest_classes(img)
+    check(same(r, g), "REST :classify with an image/encoded example == gRPC Classify (%s)" % r)
+    flat = x[0].ravel().tolist()
+    g = grpc_classes("input", lambda f: f.float_list.value.extend(flat))
+    r = rest_classes({"input": flat})
+    check(same(r, g), "REST :classify with flat float features == gRPC Classify (%s)" % r)
+    r = rest_classes({"input": flat[:-1]})
+    check(isinstance(r, str) and "example 0 needs a feature" in r,
+          "REST :classify with too few floats: 400 saying what an example needs (%s)" % r[:120])
+
+
+def multi_inference_checks(ps, creq, classes):
+    """MultiInference with TF Serving's stubs: each classify task answered
+    with what Classify answers for the same examples; TF Serving's rules
+    on the tasks (one model, each signature once, no regression here)."""
+    def multi(*tasks):
+        req = inference_pb2.MultiInferenceRequest()
+        req.input.CopyFrom(creq.input)
+        for model, sig, method in tasks:
+            t = req.tasks.add()
+            t.model_spec.name = model
+            t.model_spec.signature_name = sig
+            t.method_name = method
+        return req
+    cls = "tensorflow/serving/classify"
+    r = ps.MultiInference(multi(("m", "serving_default", cls), ("m", "serving_all", cls)),
+                          timeout=60)
+    got = [[(k.label, k.score) for k in res.classification_result.classifications[0].classes]
+           for res in r.results]
+    want = [(k.label, k.score) for k in classes]
+    check(len(got) == 2 and got[0] == want and got[1] == want and
+          [res.model_spec.signature_name for res in r.results] == ["serving_default",
+                                                                    "serving_all"]
+          and r.results[0].model_spec.version.value == 1,
+          "MultiInference: two classify tasks, each answered as Classify answers (%s)" % got)
+    for what, req, code in (
+            ("no task", multi(), "INVALID_ARGUMENT"),
+            ("two models", multi(("m", "a", cls), ("other", "b", cls)), "INVALID_ARGUMENT"),
+            ("a signature twice", multi(("m", "s", cls), ("m", "s", cls)), "INVALID_ARGUMENT"),
+            ("a regress task", multi(("m", "s", "tensorflow/serving/regress")), "UNIMPLEMENTED"),
+            ("an unknown method", multi(("m", "s", "tensorflow/serving/predict")),
+             "INVALID_ARGUMENT"),
+            ("an unknown model", multi(("nope", "s", cls)), "NOT_FOUND")):
+        got = status_of(lambda: ps.MultiInference(req, timeout=60))
+        check(got == code, "MultiInference with %s: %s (%s)" % (what, code, got))
 
 
 def tfs_checks(ports, c, tmp):
@@ -375,6 +450,9 @@ def tfs_checks(ports, c, tmp):
     best = int(np.argmax(want_img[0]))
     check(len(classes) == 5 and classes[0].label == "class%d" % best
           and abs(classes[0].score - want_img[0][best]) < 1e-5, "Classify a tf.Example image: top 5 classes")
+
+    multi_inference_checks(ps, creq, classes)
+    rest_classify_checks(ports[0], ps, jpeg, x)
 
     rr = regression_pb2.RegressionRequest()
     rr.model_spec.name = "m"
@@ -809,6 +887,115 @@ def http_model_infer(port, model, version, x):
     return np.array(out["data"], np.float32).reshape(out["shape"])
 
 
+def start_http(tmp, name, args):
+    """weft-serve with args on a free REST port (gRPC off); (process, port,
+    log) once it is ready, or once it exited."""
+    port = free_port()
+    log = os.path.join(tmp, "serve-%s.log" % name)
+    p = subprocess.Popen([SERVE, "--bind_address", "127.0.0.1", "--rest_api_port", str(port),
+                          "--port", "0", "--grpc_port", "0"] + args,
+                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    deadline = time.time() + 60
+    while time.time() < deadline and p.poll() is None:
+        try:
+            if http_req(port, "/v2/health/ready")[0] == 200:
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return p, port, log
+
+
+def tfs_flags_checks(tmp, base):
+    """TF Serving's --batching_parameters_file, --monitoring_config_file,
+    --rest_api_enable_cors_support, --max_num_load_retries and
+    --load_retry_interval_micros each take effect."""
+    bp = os.path.join(tmp, "batching.txt")
+    with open(bp, "w") as f:
+        f.write("max_batch_size { value: 4 }\nbatch_timeout_micros { value: 500 }\n"
+                "num_batch_threads { value: 1 }\nmax_enqueued_batches { value: 8 }\n"
+                "pad_variable_length_inputs: true\n")
+    mon_off = os.path.join(tmp, "monitoring-off.txt")
+    with open(mon_off, "w") as f:
+        f.write('prometheus_config { enable: false path: "/monitoring/prometheus/metrics" }\n')
+    p, port, log = start_http(tmp, "tfsflags", [
+        "--model_base_path", base, "--model_name", "m", "--enable_batching",
+        "--batching_parameters_file", bp, "--monitoring_config_file", mon_off,
+        "--rest_api_enable_cors_support"])
+    st, _, body = http_req(port, "/v2/models/m/config")
+    cfg = json.loads(body) if st == 200 else {}
+    check(cfg.get("max_batch_size") == 4 and
+          cfg.get("dynamic_batching", {}).get("max_queue_delay_microseconds") == 500,
+          "--batching_parameters_file: max_batch_size 4, batch_timeout_micros 500 (%s)" % st)
+    check("fields weft-serve does not use: pad_variable_length_inputs" in open(log).read(),
+          "--batching_parameters_file: a field weft-serve does not use is logged")
+    check([http_req(port, u)[0] for u in ("/monitoring/prometheus/metrics", "/metrics")] ==
+          [404, 404], "--monitoring_config_file with enable: false: no metrics")
+    st, hdrs, _ = http_req(port, "/v1/models/m", {"Origin": "http://example.com"})
+    check(st == 200 and hdrs.get("Access-Control-Allow-Origin") == "*",
+          "--rest_api_enable_cors_support: Access-Control-Allow-Origin on a reply")
+    st, hdrs, _ = http_req(port, "/v1/models/m:predict", method="OPTIONS", headers={
+        "Origin": "http://example.com", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "content-type"})
+    check(st == 204 and "POST" in hdrs.get("Access-Control-Allow-Methods", "") and
+          hdrs.get("Access-Control-Allow-Headers") == "content-type",
+          "--rest_api_enable_cors_support: an OPTIONS preflight is answered (%d %s)" % (st, hdrs))
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    mon_on = os.path.join(tmp, "monitoring-on.txt")
+    with open(mon_on, "w") as f:
+        f.write('prometheus_config { enable: true path: "/monitoring/prometheus/metrics" }\n')
+    p, port, _ = start_http(tmp, "tfsflags2", ["--model_base_path", base, "--model_name", "m",
+                                               "--monitoring_config_file", mon_on])
+    st, hdrs, body = http_req(port, "/monitoring/prometheus/metrics")
+    check(st == 200 and b"weft_serve_requests_total" in body and
+          "Access-Control-Allow-Origin" not in hdrs,
+          "--monitoring_config_file with enable: true: metrics at its path; no CORS without "
+          "the flag")
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=60)
+    with open(mon_on, "w") as f:
+        f.write('prometheus_config { enable: true path: "/other" }\n')
+    r = subprocess.run([SERVE, "--model_base_path", base, "--monitoring_config_file", mon_on,
+                        "--rest_api_port", "0", "--port", "0", "--grpc_port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode not in (0, None) and '"/other"' in r.stderr,
+          "--monitoring_config_file with another path: refused naming it (%s)" % r.stderr.strip())
+    # a version that fails to load is tried again; fixed meanwhile, it loads
+    rbase = os.path.join(tmp, "retry")
+    os.makedirs(os.path.join(rbase, "1"))
+    with open(os.path.join(rbase, "1", "model.h5"), "w") as f:
+        f.write("not yet a model")
+    port = free_port()
+    log = os.path.join(tmp, "serve-retry.log")
+    p = subprocess.Popen([SERVE, "--bind_address", "127.0.0.1", "--rest_api_port", str(port),
+                          "--port", "0", "--grpc_port", "0", "--model_base_path", rbase,
+                          "--model_name", "m", "--file_system_poll_wait_seconds", "0",
+                          "--max_num_load_retries", "50", "--load_retry_interval_micros",
+                          "200000"], stdout=open(log, "w"), stderr=subprocess.STDOUT)
+    procs.append(p)
+    deadline = time.time() + 60
+    while time.time() < deadline and "trying again" not in open(log).read():
+        time.sleep(0.05)
+    good = os.path.join(rbase, "good.h5")
+    subprocess.check_call([TOOL, "model", "smallcnn", good, "3", "32"])
+    os.replace(good, os.path.join(rbase, "1", "model.h5"))
+    deadline = time.time() + 60
+    st = 0
+    while time.time() < deadline and st != 200:
+        try:
+            st = http_req(port, "/v2/health/ready")[0]
+        except OSError:
+            pass
+        time.sleep(0.1)
+    check(st == 200 and "(1 of --max_num_load_retries 50)" in open(log).read(),
+          "--max_num_load_retries: a failed load is tried again, and loads once the file is "
+          "fixed (poll off)")
+    p.send_signal(signal.SIGTERM)
+    check(p.wait(timeout=60) == 0, "the retrying server: SIGTERM exit 0")
+
+
 def config_file_checks(tmp):
     """Two models from a TF Serving --model_config_file, versions and labels,
     over both gRPC APIs, answers equal to HTTP's; HandleReloadConfigRequest
@@ -887,6 +1074,35 @@ def config_file_checks(tmp):
     s = ms.GetModelStatus(sreq, timeout=30)
     check([vs.version for vs in s.model_version_status] == [2],
           "GetModelStatus with version_label canary: version 2")
+    # all or nothing: a config with one model that cannot load changes nothing
+    os.makedirs(os.path.join(root, "bad", "1"))
+    with open(os.path.join(root, "bad", "1", "model.h5"), "w") as f:
+        f.write("not a model")
+    rc = model_management_pb2.ReloadConfigRequest()
+    cfg = rc.config.model_config_list.config.add()
+    cfg.name = "a"
+    cfg.base_path = os.path.join(root, "a")
+    cfg.model_version_policy.specific.versions.append(9)  # a version a does not have
+    cfg = rc.config.model_config_list.config.add()
+    cfg.name = "bad"
+    cfg.base_path = os.path.join(root, "bad")
+    try:
+        ms.HandleReloadConfigRequest(rc, timeout=60)
+        err = None
+    except grpc.RpcError as e:
+        err = (e.code().name, e.details())
+    check(err is not None and err[0] == "INVALID_ARGUMENT" and
+          err[1].startswith("no version of a (") and "; bad (" in err[1],
+          "HandleReloadConfigRequest with models that cannot load: INVALID_ARGUMENT naming them "
+          "(%s)" % (err,))
+    v1, out1 = predict("a", label="stable")
+    v2, out2 = predict("a", label="canary")
+    vb, outb = predict("b")
+    check(v1 == 1 and v2 == 2 and vb == 1 and close(out1, want[("a", 1)]) and
+          close(out2, want[("a", 2)]) and close(outb, want[("b", 0)]),
+          "after the refused reload: a v1, a v2 (labels) and b serve as before")
+    check(status_of(lambda: predict("bad")) in ("NOT_FOUND", "UNAVAILABLE"),
+          "after the refused reload: the bad model is not served")
     rc = model_management_pb2.ReloadConfigRequest()
     cfg = rc.config.model_config_list.config.add()
     cfg.name = "a"
@@ -959,6 +1175,7 @@ def main():
         tls_token_checks(tmp, os.path.join(tmp, "m"))
         config_file_checks(tmp)
         repository_checks(tmp)
+        tfs_flags_checks(tmp, os.path.join(tmp, "m"))
         c.close()
         p.send_signal(signal.SIGTERM)
         check(p.wait(timeout=60) == 0, "SIGTERM: exit 0")

@@ -136,11 +136,61 @@ static void test_triton_max_batch_zero(void)
 	WF_CHECK_INT(c.max_batch, 0);
 }
 
+/* A load request's JSON configuration and the same config.pbtxt give one
+ * configuration: both are read by the same rules. */
+static void test_triton_json_equals_text(void)
+{
+	const char *text = "max_batch_size: 4\n"
+			   "version_policy { specific { versions: [1, 3] } }\n"
+			   "input [{ name: \"input\" }]\n"
+			   "output [{ name: \"probabilities\" label_filename: \"labels.txt\" }]\n"
+			   "dynamic_batching { preferred_batch_size: [2, 4] "
+			   "max_queue_delay_microseconds: 100 }\n"
+			   "instance_group [{ count: 2 }]\n"
+			   "parameters { key: \"weft_threads\" value { string_value: \"3\" } }\n";
+	const char *json = "{\"name\": \"m\", \"max_batch_size\": 4,"
+			   " \"version_policy\": {\"specific\": {\"versions\": [\"1\", \"3\"]}},"
+			   " \"input\": [{\"name\": \"input\", \"dims\": [\"32\"]}],"
+			   " \"output\": [{\"name\": \"probabilities\","
+			   " \"label_filename\": \"labels.txt\"}],"
+			   " \"dynamic_batching\": {\"preferred_batch_size\": [2, 4],"
+			   " \"max_queue_delay_microseconds\": \"100\"},"
+			   " \"instance_group\": [{\"count\": 2, \"kind\": \"KIND_CPU\"}],"
+			   " \"parameters\": {\"weft_threads\": {\"string_value\": \"3\"}}}";
+	wf_serve_model_config a, b;
+	wf_err err = {0};
+	wf_serve_model_config_init(&a);
+	wf_serve_model_config_init(&b);
+	strcpy(a.name, "m");
+	strcpy(b.name, "m");
+	WF_CHECK_INT(wf_serve_parse_triton_config(text, strlen(text), &a, &err), 0);
+	WF_CHECK_INT(wf_serve_parse_triton_config_json(json, strlen(json), &b, &err), 0);
+	WF_CHECK(memcmp(&a, &b, sizeof(a)) == 0);
+	WF_CHECK(b.max_batch == 4 && b.policy == WF_SERVE_POLICY_SPECIFIC && b.nspecific == 2);
+	WF_CHECK(b.npreferred == 2 && b.preferred[1] == 4 && b.batch_delay_us == 100);
+	WF_CHECK(!strcmp(b.input_name, "input") && !strcmp(b.label_filename, "labels.txt"));
+	WF_CHECK(b.instances == 2 && b.threads == 3);
+	const char *bad[][2] = {
+		{"{\"output\": [{\"name\": \"scores\"}]}", "name \"scores\" is not an output"},
+		{"{\"input\": [{\"name\": \"a\"}, {\"name\": \"b\"}]}", "one input"},
+		{"{\"max_batch_size\": \"x\"}", "max_batch_size"},
+		{"[1]", "must be a JSON object"},
+	};
+	for (size_t i = 0; i < WF_ARRAY_LEN(bad); i++) {
+		wf_serve_model_config_init(&b);
+		strcpy(b.name, "m");
+		int rc = wf_serve_parse_triton_config_json(bad[i][0], strlen(bad[i][0]), &b, &err);
+		WF_CHECK_MSG(rc == WF_EINVAL && strstr(err.msg, bad[i][1]), "%s: %s", bad[i][0],
+			     err.msg);
+	}
+}
+
 int main(void)
 {
 	WF_RUN(test_tf_model_server_config);
 	WF_RUN(test_tf_errors_name_the_line);
 	WF_RUN(test_triton_config_pbtxt);
 	WF_RUN(test_triton_max_batch_zero);
+	WF_RUN(test_triton_json_equals_text);
 	return wf_test_summary();
 }

@@ -254,7 +254,7 @@ static void test_repository_explicit_load_unload(void)
 	wf_serve_version *y = wf_serve_repo_find(r, "y", 0, NULL, &why, &err);
 	WF_CHECK(y == NULL);
 	wf_serve_version_release(y);
-	WF_CHECK_INT(wf_serve_repo_load(r, "y", &err), 0);
+	WF_CHECK_INT(wf_serve_repo_load(r, "y", NULL, &err), 0);
 	y = wf_serve_repo_find(r, "y", 0, NULL, &why, &err);
 	WF_CHECK(y && y->version == 1);
 	wf_serve_version_release(y);
@@ -262,7 +262,7 @@ static void test_repository_explicit_load_unload(void)
 	wf_serve_version *x = wf_serve_repo_find(r, "x", 0, NULL, &why, &err);
 	WF_CHECK(x == NULL);
 	wf_serve_version_release(x);
-	WF_CHECK(wf_serve_repo_load(r, "zzz", &err) != 0);
+	WF_CHECK(wf_serve_repo_load(r, "zzz", NULL, &err) != 0);
 	WF_CHECK_MSG(strstr(err.msg, "zzz") != NULL, "%s", err.msg);
 	wf_serve_repo_free(r);
 }

@@ -5,6 +5,8 @@ import shutil
 import signal
 import socket
 import subprocess
+import urllib.error
+import urllib.request
 
 failures = []  # what failed, in order; a script exits 1 when it is not empty
 
@@ -13,6 +15,18 @@ def check(cond, what):
     print(("ok   " if cond else "FAIL ") + what, flush=True)
     if not cond:
         failures.append(what)
+
+
+def http(port, path, headers=None, data=None, method=None):
+    """(status, headers, body) of one request to the loopback port; errors
+    are answers too."""
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data,
+                                 headers=headers or {}, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
 
 
 def free_port():

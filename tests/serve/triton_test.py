@@ -10,6 +10,7 @@ import concurrent.futures
 import gzip
 import json
 import os
+import queue
 import re
 import shutil
 import signal
@@ -18,31 +19,20 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 
 import numpy as np
 import tritonclient.grpc as tg
+import tritonclient.grpc.aio as tgaio
 import tritonclient.http as th
 import tritonclient.http.aio as taio
 from tritonclient.utils import InferenceServerException
 
 from testlib import check, finish, free_port, stop  # tests/serve/testlib.py
+from testlib import http as http_get
 
 SERVE = os.environ["WEFT_SERVE"]
 TOOL = os.environ["WEFT_SERVE_TOOL"]
 procs = []
-
-
-def http_get(port, path, headers=None, data=None):
-    """(status, headers, body) of one request; errors are answers too."""
-    req = urllib.request.Request("http://127.0.0.1:%d%s" % (port, path), data=data,
-                                 headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, dict(r.headers), r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, dict(e.headers), e.read()
 
 
 def http_ready(port):
@@ -218,6 +208,295 @@ def max_batch_checks(http_port, grpc_port):
               "[1,32,32,3]" in e.message(),
               "%s: [1,32,32,3] on an unbatched model is refused naming both shapes (%s)" % (api, e))
         c.close()
+
+
+# ---- gRPC ModelStreamInfer ----
+
+def stream_input(mod, x):
+    i = mod.InferInput("input", list(x.shape), "FP32")
+    i.set_data_from_numpy(x)
+    return i
+
+
+async def aio_stream(port, requests):
+    """(result, error) pairs of tritonclient.grpc.aio's stream_infer over
+    requests [(model, x, id)]."""
+    c = tgaio.InferenceServerClient("127.0.0.1:%d" % port)
+
+    async def gen():
+        for name, x, rid in requests:
+            yield {"model_name": name, "inputs": [stream_input(tgaio, x)], "request_id": rid}
+
+    out = []
+    try:
+        async for pair in c.stream_infer(gen()):
+            out.append(pair)
+            if len(out) == len(requests):
+                break
+    finally:
+        await c.close()
+    return out
+
+
+def stream_checks(grpc_port):
+    """tritonclient.grpc's start_stream / async_stream_infer / stop_stream
+    and the aio client's stream_infer: each request answered on the stream
+    with what a unary infer answers; a failing request is answered with its
+    error and the stream goes on."""
+    rng = np.random.default_rng(7)
+    xs = [rng.random((n, 32, 32, 3), np.float32) for n in (1, 2, 3)]
+    c = tg.InferenceServerClient("127.0.0.1:%d" % grpc_port)
+    want = [c.infer("a", [stream_input(tg, x)]).as_numpy("probabilities") for x in xs]
+    got = queue.Queue()
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    sent = [("a", xs[0], "r0"), ("nope", xs[0], "r1"), ("a", xs[1], "r2"),
+            ("a", np.zeros((9, 32, 32, 3), np.float32), "r3"), ("a", xs[2], "r4")]
+    for name, x, rid in sent:
+        c.async_stream_infer(name, [stream_input(tg, x)], request_id=rid)
+    answers = []
+    for _ in sent:
+        try:
+            answers.append(got.get(timeout=60))
+        except queue.Empty:
+            break
+    c.stop_stream()
+    check(len(answers) == len(sent), "gRPC stream: %d requests get %d answers"
+          % (len(sent), len(answers)))
+    ok = {r.get_response().id: r.as_numpy("probabilities") for r, e in answers if e is None}
+    errors = [str(e) for r, e in answers if e is not None]
+    check(sorted(ok) == ["r0", "r2", "r4"] and
+          all(np.allclose(ok[rid], w, atol=1e-6) for rid, w in zip(("r0", "r2", "r4"), want)),
+          "gRPC stream: each request answered as a unary infer answers it (%s)" % sorted(ok))
+    check(len(errors) == 2 and any("nope" in e for e in errors) and
+          any("batch-size must be <= 8" in e for e in errors),
+          "gRPC stream: failed requests answered with their errors, the stream goes on (%s)"
+          % errors)
+    c.close()
+    out = asyncio.run(aio_stream(grpc_port, [("a", xs[k], "a%d" % k) for k in range(3)]))
+    res = {r.get_response().id: r.as_numpy("probabilities") for r, e in out if e is None}
+    check(sorted(res) == ["a0", "a1", "a2"] and
+          all(np.allclose(res["a%d" % k], want[k], atol=1e-6) for k in range(3)),
+          "tritonclient.grpc.aio stream_infer: three requests, three answers (%s)" % out)
+
+
+# ---- config.pbtxt inputs, outputs, labels; load_model(config=...) ----
+
+def error_of(call):
+    try:
+        call()
+        return None
+    except InferenceServerException as e:
+        return e.message()
+
+
+def config_checks(tmp):
+    """config.pbtxt's input and output names are checked against the model
+    (a mismatch fails the load, naming the field), label_filename gives the
+    classification labels, preferred_batch_size is kept; load_model with a
+    config applies it (max_batch_size, version policy) over HTTP and gRPC
+    alike, and refuses a bad one the same way on both, the model serving on."""
+    repo = os.path.join(tmp, "configrepo")
+    for name in ("lab", "badin", "badout", "over"):
+        for v in (1, 2):
+            model(os.path.join(repo, name, str(v), "model.h5"), v)
+    conf = {"lab": 'max_batch_size: 8\ninput [{ name: "input" }]\n'
+                   'output [{ name: "probabilities" label_filename: "labels.txt" }]\n'
+                   'dynamic_batching { preferred_batch_size: [2, 4] }\n',
+            "badin": 'input [{ name: "pixels" }]\n',
+            "badout": 'output [{ name: "scores" }]\n',
+            "over": "max_batch_size: 8\n"}
+    for name, text in conf.items():
+        with open(os.path.join(repo, name, "config.pbtxt"), "w") as f:
+            f.write(text)
+    labels = ["label-%d" % i for i in range(10)]
+    with open(os.path.join(repo, "lab", "labels.txt"), "w") as f:
+        f.write("\n".join(labels) + "\n")
+    p, ports, _ = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
+                              "--grpc-port={GRPC}", "--port=0", "--model-control-mode=explicit",
+                              "--load-model=lab", "--load-model=over"])
+    h = th.InferenceServerClient("127.0.0.1:%d" % ports["HTTP"])
+    g = tg.InferenceServerClient("127.0.0.1:%d" % ports["GRPC"])
+    for name, field in (("badin", 'input name "pixels"'), ("badout", 'name "scores"')):
+        for api, c in (("HTTP", h), ("gRPC", g)):
+            err = error_of(lambda: c.load_model(name))
+            check(err is not None and field in err,
+                  "%s: config.pbtxt %s fails the load naming it (%s)" % (api, field, err))
+    hc = h.get_model_config("lab")
+    gc = g.get_model_config("lab", as_json=True)["config"]
+    check(hc["dynamic_batching"]["preferred_batch_size"] == [2, 4] and
+          [int(x) for x in gc["dynamic_batching"]["preferred_batch_size"]] == [2, 4],
+          "preferred_batch_size kept and reported over HTTP and gRPC (%s)" % gc["dynamic_batching"])
+    check(hc["output"][0]["label_filename"] == "labels.txt" and
+          gc["output"][0]["label_filename"] == "labels.txt",
+          "label_filename reported over HTTP and gRPC")
+    x = np.random.default_rng(3).random((1, 32, 32, 3), np.float32)
+    for api, c, m in (("HTTP", h, th), ("gRPC", g, tg)):
+        out = m.InferRequestedOutput("probabilities", class_count=3)
+        r = c.infer("lab", [stream_input(m, x)], outputs=[out])
+        got = [e.decode().split(":", 2)[2] for e in r.as_numpy("probabilities").reshape(-1)]
+        check(len(got) == 3 and all(l in labels for l in got),
+              "%s: classification labels come from label_filename (%s)" % (api, got))
+    # load_model(config=...): applied over HTTP, then over gRPC
+    for api, c, mb in (("HTTP", h, 4), ("gRPC", g, 2)):
+        cfg = json.dumps({"max_batch_size": mb,
+                          "version_policy": {"specific": {"versions": [1]}}})
+        err = error_of(lambda: c.load_model("over", config=cfg))
+        hc, gc = h.get_model_config("over"), g.get_model_config("over", as_json=True)["config"]
+        e = infer(c, tg if api == "gRPC" else th, "over", (mb + 1, 32, 32, 3))
+        check(err is None and hc["max_batch_size"] == mb and int(gc["max_batch_size"]) == mb and
+              isinstance(e, InferenceServerException) and
+              "batch-size must be <= %d" % mb in e.message(),
+              "%s: load_model with a config applies its max_batch_size %d (%s, %s)"
+              % (api, mb, err, e))
+        md = h.get_model_metadata("over")
+        check(md["versions"] == ["1"] and "specific" in hc["version_policy"],
+              "%s: load_model with a config applies its version policy (%s)" % (api, md["versions"]))
+    bad = json.dumps({"max_batch_size": 8, "input": [{"name": "pixels"}]})
+    errs = [error_of(lambda: c.load_model("over", config=bad)) for c in (h, g)]
+    ok = infer(h, th, "over", (2, 32, 32, 3))
+    check(errs[0] is not None and errs[0] == errs[1] and 'input name "pixels"' in errs[0] and
+          not isinstance(ok, Exception) and h.get_model_config("over")["max_batch_size"] == 2,
+          "a bad load config is refused alike over HTTP and gRPC, the model serving on (%s)"
+          % errs)
+    errs = [error_of(lambda: c.load_model("over", files={"file:1/model.h5": b"x"}))
+            for c in (h, g)]
+    check(errs[0] is not None and errs[0] == errs[1] and "not supported" in errs[0],
+          "load_model with files is refused alike over HTTP and gRPC (%s)" % errs)
+    h.close()
+    g.close()
+    stop(p)
+
+
+# ---- KServe gRPC errors in Triton's words ----
+
+def kserve_errors_checks(http_port, grpc_port):
+    """An unknown model or version gets the same message over gRPC as over
+    HTTP, Triton's ("Request for unknown model: ..."), not TF Serving's."""
+    h = th.InferenceServerClient("127.0.0.1:%d" % http_port)
+    g = tg.InferenceServerClient("127.0.0.1:%d" % grpc_port)
+    x = np.zeros((1, 32, 32, 3), np.float32)
+    calls = {
+        "infer of an unknown model": lambda c, m: c.infer("nope", [stream_input(m, x)]),
+        "infer of an unknown version": lambda c, m: c.infer("a", [stream_input(m, x)],
+                                                             model_version="9"),
+        "metadata of an unknown model": lambda c, m: c.get_model_metadata("nope"),
+        "config of an unknown model": lambda c, m: c.get_model_config("nope"),
+        "statistics of an unknown version": lambda c, m: c.get_inference_statistics("a", "9"),
+    }
+    for what, call in calls.items():
+        msgs = []
+        for c, m in ((h, th), (g, tg)):
+            try:
+                call(c, m)
+                msgs.append(None)
+            except InferenceServerException as e:
+                msgs.append(e.message())
+        check(msgs[0] is not None and msgs[0] == msgs[1] and
+              msgs[1].startswith("Request for unknown model: "),
+              "%s: gRPC's message is HTTP's, in Triton's words (%s)" % (what, msgs))
+    h.close()
+    g.close()
+
+
+# ---- trace and log settings ----
+
+def log_lines_with(log, text, want, timeout=30):
+    """Lines of the server's log holding text, once there are `want` of them
+    (or the timeout passed)."""
+    deadline = time.time() + timeout
+    while True:
+        lines = [l for l in open(log, errors="replace") if text in l]
+        if len(lines) >= want or time.time() > deadline:
+            return lines
+        time.sleep(0.05)
+
+
+def garbage_to(port):
+    """Bytes that are not HTTP/2 to the gRPC port: the server closes the
+    connection, saying why in a debug line."""
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"GET / HTTP/1.1\r\n\r\n" * 4)
+    s.settimeout(30)
+    try:
+        while s.recv(4096):
+            pass
+    except OSError:
+        pass
+    s.close()
+
+
+def settings_checks(http_port, grpc_port, log):
+    """Triton's trace and log settings over HTTP and gRPC: one store
+    (what one protocol sets the other reports), a model's trace settings
+    over the server's, all-or-nothing updates, the log level taking
+    effect."""
+    h = th.InferenceServerClient("127.0.0.1:%d" % http_port)
+    g = tg.InferenceServerClient("127.0.0.1:%d" % grpc_port)
+    gjson = lambda r: {k: v.get("value", []) for k, v in r["settings"].items()}
+    try:
+        t = h.get_trace_settings()
+    except InferenceServerException as e:
+        t = {"error": e.message()}
+    check(t.get("trace_level") == ["OFF"] and t.get("trace_rate") == "1000" and
+          t.get("trace_count") == "-1", "HTTP trace settings: Triton's defaults (%s)" % t)
+    if "error" in t:
+        return
+    t = h.update_trace_settings(settings={"trace_rate": "5", "trace_level": ["TIMESTAMPS"]})
+    gt = gjson(g.get_trace_settings(as_json=True))
+    check(t.get("trace_rate") == "5" and gt.get("trace_rate") == ["5"] and
+          gt.get("trace_level") == ["TIMESTAMPS"],
+          "a trace setting updated over HTTP is reported over gRPC (%s)" % gt)
+    gt = gjson(g.update_trace_settings(model_name="a", settings={"trace_count": "10"},
+                                       as_json=True))
+    ht = h.get_trace_settings(model_name="a")
+    check(gt.get("trace_count") == ["10"] and ht.get("trace_count") == "10" and
+          ht.get("trace_rate") == "5" and h.get_trace_settings().get("trace_count") == "-1",
+          "a model's trace setting over gRPC: the model's own, the rest the server's (%s)" % ht)
+    ht = h.update_trace_settings(model_name="a", settings={"trace_count": None})
+    check(ht.get("trace_count") == "-1", "a model's trace setting cleared follows the server's")
+    for api, call in (("HTTP", lambda: h.update_trace_settings(
+                          settings={"trace_rate": "7", "trace_level": ["LOUD"]})),
+                      ("gRPC", lambda: g.update_trace_settings(
+                          settings={"trace_rate": "7", "trace_level": ["LOUD"]}))):
+        try:
+            call()
+            err = None
+        except InferenceServerException as e:
+            err = e.message()
+        check(err is not None and "trace_level" in err and
+              h.get_trace_settings().get("trace_rate") == "5",
+              "%s: a bad trace setting is refused naming it, nothing applied (%s)" % (api, err))
+    for api, call in (("HTTP", lambda: h.get_trace_settings(model_name="nope")),
+                      ("gRPC", lambda: g.get_trace_settings(model_name="nope"))):
+        try:
+            call()
+            err = None
+        except InferenceServerException as e:
+            err = e.message()
+        check(err is not None and "nope" in err,
+              "%s: trace settings of an unknown model: an error (%s)" % (api, err))
+    l = h.get_log_settings()
+    check(l.get("log_info") is True and l.get("log_verbose_level") == 0 and
+          l.get("log_format") == "default", "HTTP log settings as the flags set them (%s)" % l)
+    garbage_to(grpc_port)  # at level 0: no debug line
+    gl = g.update_log_settings(settings={"log_verbose_level": 1}, as_json=True)["settings"]
+    check(gl["log_verbose_level"].get("uint32_param") == 1 and
+          h.get_log_settings().get("log_verbose_level") == 1,
+          "log_verbose_level set over gRPC is reported over HTTP (%s)" % gl["log_verbose_level"])
+    garbage_to(grpc_port)
+    lines = log_lines_with(log, "debug:", 1)
+    check(len(lines) == 1 and "closing a connection" in lines[0],
+          "log_verbose_level 1 turns debug lines on, 0 had them off (%s)" % lines)
+    try:
+        h.update_log_settings(settings={"log_info": "yes"})
+        err = None
+    except InferenceServerException as e:
+        err = e.message()
+    check(err is not None and "log_info" in err, "a log setting of the wrong type is refused (%s)"
+          % err)
+    h.update_log_settings(settings={"log_verbose_level": 0})
+    h.close()
+    g.close()
 
 
 # ---- Prometheus: Triton's pending, CPU and memory gauges, failed loads ----
@@ -466,14 +745,18 @@ def main():
     tmp = tempfile.mkdtemp(prefix="weft-triton-test-")
     try:
         repo = make_repo(tmp)
-        p, ports, _ = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
-                                  "--grpc-port={GRPC}", "--port=0", "--shared_memory=local"])
+        p, ports, log = start(tmp, ["--model-repository=" + repo, "--http-port={HTTP}",
+                                    "--grpc-port={GRPC}", "--port=0", "--shared_memory=local"])
         aio_checks(ports["HTTP"])
         compression_checks(ports["HTTP"])
         max_batch_checks(ports["HTTP"], ports["GRPC"])
+        stream_checks(ports["GRPC"])
+        settings_checks(ports["HTTP"], ports["GRPC"], log)
+        kserve_errors_checks(ports["HTTP"], ports["GRPC"])
         stop(p)
         metrics_checks(tmp)
         grpc_agrees_checks(tmp)
+        config_checks(tmp)
         allow_flags_checks(tmp, repo)
         address_checks(tmp, repo)
         log_flags_checks(tmp, repo)
