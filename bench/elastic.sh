@@ -43,12 +43,12 @@ t = [x[1] for x in chief]
 dt = [b - a for a, b in zip(t, t[1:])]
 med = statistics.median(dt)
 def longest(a0, a1):
-    return max((b - a for a, b in zip(t, t[1:]) if b > a0 and a < a1), default=0)
+    return max((b - a for a, b in zip(t, t[1:]) if a0 < b <= a1), default=0)
 left = [e["time"] for e in ev if e.get("event") == "worker_left" and e["worker"] == 2]
 started = [e["time"] for e in ev if e.get("event") == "started" and e.get("task") == "worker:2"]
 killed = [e["time"] for e in ev if e.get("event") == "exited" and e.get("task") == "worker:2" and e.get("signal") == 9]
 first2 = [e["time"] for e in ev if e.get("event") == "unit" and e["who"] == "worker:2" and e["applied"]]
-# each change's window ends at the next one (or 10 s)
+# the longest step that ended after each change and before the next (or 10 s)
 join = started[1]
 out = {"median_step_ms": round(med * 1000, 1),
        "leave_longest_step_ms": round(longest(left[0], min(join, left[0] + 10)) * 1000, 1),

@@ -267,7 +267,10 @@ static int restore(run *r, const wf_train_opts *opts, wf_err *err)
 		if (rc != 0)
 			return rc;
 	}
-	int rc = wf_exchange_start(r->x, found ? dir : NULL, step, &r->start, err);
+	/* -1: asked to resume, nothing to resume from (a parameter-server chief
+	 * restarted before the first checkpoint rejoins the servers' step) */
+	int rc = wf_exchange_start(r->x, found ? dir : NULL, found ? step : -opts->resume,
+				   &r->start, err);
 	if (rc != 0)
 		return rc;
 	if (found) {

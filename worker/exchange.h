@@ -33,8 +33,9 @@ typedef struct wf_exchange_ops {
 	/* Bring params and optimizer state to the starting point. resume_dir is
 	 * a complete checkpoint step directory whose model.h5 the trainer has
 	 * already loaded into the executor (NULL: fresh start, params freshly
-	 * initialised from the seed). Sets *start_step to the 0-based step to
-	 * run next (the checkpoint's step, or 0). */
+	 * initialised from the seed; then resume_step -1 says a resume was
+	 * asked and found no checkpoint, else 0). Sets *start_step to the
+	 * 0-based step to run next (the checkpoint's step, or 0). */
 	int (*start)(wf_exchange *x, const char *resume_dir, long resume_step, long *start_step,
 		     wf_err *err);
 	/* The gradient prefix [0, done) floats is final for this step. May be NULL. */

@@ -342,15 +342,21 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 	if (x->is_chief) {
 		if ((rc = servers_agree(c, &step, &lo, &hi, err)) < 0)
 			return job_over(x, rc, start_step, err);
-		if (resume_dir && rc == 1 && step >= resume_step) {
-			/* a restarted chief: the servers still hold the job, at a
-			 * step at least as new as the checkpoint: go on from there
-			 * (restoring would roll every worker back) */
+		if (rc == 1 && (resume_dir ? step >= resume_step : resume_step < 0)) {
+			/* a restarted chief (asked to resume, with or without a
+			 * checkpoint): the servers still hold the job, at a step at
+			 * least as new as the checkpoint: go on from there (restoring
+			 * or seeding would roll every worker back) */
 			if ((rc = pull_all(c, &version, err)) != 0)
 				return rc;
-			wf_info("ps: the chief rejoins the servers at step %ld (its checkpoint: "
-				"step %ld)",
-				step, resume_step);
+			if (resume_dir)
+				wf_info("ps: the chief rejoins the servers at step %ld (its "
+					"checkpoint: step %ld)",
+					step, resume_step);
+			else
+				wf_info("ps: the chief rejoins the servers at step %ld (no "
+					"checkpoint yet)",
+					step);
 			wf_event("join", json_pack("{s:I}", "step", (json_int_t)step));
 		} else if (resume_dir) {
 			long restored;
