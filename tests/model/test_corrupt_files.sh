@@ -9,9 +9,12 @@
 # version that loads. Also a Keras file listing 100000 layers (10x the
 # limit; written here by make_keras_layers, 13.9 MB): refused before the
 # walk, within seconds (the walk was quadratic: 98 s), naming the count and
-# the limit. The damaged checkpoints that DONE does not catch are
-# trainer/test_files_robust.sh's (weft export and --resume fall back).
+# the limit. And a checkpoint's model.h5 damaged under an empty (older)
+# DONE or a DONE recomputed to match (tests/trainer/damage.sh): weft export
+# takes the previous step within the limit (trainer/test_files_robust.sh
+# checks the same of --resume).
 . "$WEFT_SRC/tests/trainer/lib.sh"
+. "$WEFT_SRC/tests/trainer/damage.sh"
 : "${WEFT_SERVE:?set by ctest}"
 : "${WEFT_MAKE_KERAS_LAYERS:?set by ctest}"
 R=$WEFT_SRC/tests/fuzz/regress
@@ -42,6 +45,25 @@ grep -q "100000 layers, more than the 10000" err.txt ||
 python3 -c "import sys; sys.exit($took > 15)" || fail "inspect layers-100k.h5: refused after $took s"
 [ $kib -le $PEAK_MAX_KIB ] || { cat err.txt; fail "inspect layers-100k.h5: peak $kib KiB"; }
 echo "ok: inspect layers-100k.h5: exit $rc in $took s, peak $kib KiB"
+
+make_synth ck-train.h5 64 8 1
+cat >ck.json <<JSON
+{"model": {"name": "mlp"}, "data": {"train": "ck-train.h5"}, "train": {"batch_size": 8, "steps": 6},
+ "log": {"dir": "logs"}, "checkpoint": {"dir": "ck.good", "every_steps": 3}}
+JSON
+"$WEFT" train --config ck.json --device ref 2>/dev/null || fail "training the checkpoints failed"
+for how in empty recomputed; do
+	rm -rf ck && cp -r ck.good ck
+	damage_under_done ck/step-6 $how
+	python3 "$WEFT_SRC/tests/peak_rss.py" peak.txt "$WEFT" export --checkpoint ck --out models-$how/m \
+		>out.txt 2>err.txt || true
+	read rc kib <peak.txt
+	[ $rc = 0 ] || { cat err.txt; fail "export with a damaged model.h5 under the DONE ($how): exit $rc"; }
+	grep -q "trained 3 steps" out.txt && grep -q "ck/step-6 skipped: .*checksum mismatch" err.txt ||
+		{ cat out.txt err.txt; fail "export with a damaged model.h5 under the DONE ($how): step 3 not taken"; }
+	[ $kib -le $PEAK_MAX_KIB ] || fail "export with a damaged model.h5 under the DONE ($how): peak $kib KiB"
+	echo "ok: export with a damaged model.h5 under the DONE ($how): step 3, peak $kib KiB"
+done
 for f in $R/fuzz_data/data-*; do
 	tail -c +2 "$f" >ds.h5 # the fuzz input's first byte picks the parser
 	cat >t.json <<JSON
