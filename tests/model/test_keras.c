@@ -11,6 +11,7 @@
 #include "model/fold.h"
 #include "model/keras.h"
 #include "model/model.h"
+#include "tests/model/keras_layers_file.h"
 #include "tests/test.h"
 
 #include <hdf5.h>
@@ -440,44 +441,6 @@ static void test_not_a_keras_file(void)
 	WF_CHECK(strstr(err.msg, "model_config") != NULL);
 }
 
-/* A Keras 2 file whose model_config lists n layers: the input, then n - 1
- * relu Activation layers each fed by the input (every name lookup goes back
- * to the first layer). It has no weights and no classifier head, so even
- * when it parses the import ends in an error: what counts is how soon. */
-static int make_layers_file(const char *path, int n)
-{
-	size_t cap = 256 + (size_t)n * 200, k = 0;
-	char *cfg = malloc(cap);
-	if (!cfg)
-		return -1;
-	k += (size_t)snprintf(cfg + k, cap - k,
-			      "{\"class_name\": \"Functional\", \"config\": {\"name\": \"wide\", "
-			      "\"layers\": [{\"class_name\": \"InputLayer\", \"name\": \"in\", "
-			      "\"config\": {\"batch_input_shape\": [null, 4, 4, 1], \"name\": "
-			      "\"in\"}, \"inbound_nodes\": []}");
-	for (int i = 1; i < n; i++)
-		k += (size_t)snprintf(cfg + k, cap - k,
-				      ", {\"class_name\": \"Activation\", \"name\": \"a%d\", "
-				      "\"config\": {\"name\": \"a%d\", \"activation\": \"relu\"}, "
-				      "\"inbound_nodes\": [[[\"in\", 0, 0, {}]]]}",
-				      i, i);
-	snprintf(cfg + k, cap - k,
-		 "], \"input_layers\": [[\"in\", 0, 0]], \"output_layers\": [[\"a%d\", 0, "
-		 "0]]}}",
-		 n - 1);
-	hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-	hid_t t = H5Tcopy(H5T_C_S1), sp = H5Screate(H5S_SCALAR);
-	H5Tset_size(t, H5T_VARIABLE);
-	hid_t a = H5Acreate2(f, "model_config", t, sp, H5P_DEFAULT, H5P_DEFAULT);
-	int rc = a < 0 || H5Awrite(a, t, &cfg) < 0 ? -1 : 0;
-	H5Aclose(a);
-	H5Sclose(sp);
-	H5Tclose(t);
-	H5Fclose(f);
-	free(cfg);
-	return rc;
-}
-
 /* Seconds of the fastest of three imports of path (all fail: see above);
  * the last error into err. */
 static double import_seconds(const char *path, wf_err *err)
@@ -510,9 +473,9 @@ static void test_many_layers_linear_and_refused(void)
 	snprintf(small, sizeof(small), "/tmp/weft-test-keras-2k-%d.h5", (int)getpid());
 	snprintf(big, sizeof(big), "/tmp/weft-test-keras-8k-%d.h5", (int)getpid());
 	snprintf(huge, sizeof(huge), "/tmp/weft-test-keras-40k-%d.h5", (int)getpid());
-	WF_CHECK(make_layers_file(small, 2000) == 0);
-	WF_CHECK(make_layers_file(big, 8000) == 0);
-	WF_CHECK(make_layers_file(huge, 40000) == 0);
+	WF_CHECK(wf_test_keras_layers_file(small, 2000) == 0);
+	WF_CHECK(wf_test_keras_layers_file(big, 8000) == 0);
+	WF_CHECK(wf_test_keras_layers_file(huge, 40000) == 0);
 	wf_err err;
 	double ts = import_seconds(small, &err);
 	WF_CHECK_MSG(strstr(err.msg, "'a1999'") || strstr(err.msg, "classes"), "%s", err.msg);

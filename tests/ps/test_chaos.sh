@@ -13,7 +13,12 @@
 # the eight set-ups; the longer run out of CI: WEFT_CHAOS_TRIALS=60 ctest -R
 # ps_test_chaos; only some set-ups: WEFT_CHAOS_SETUPS="2 sync 2;2 async 2").
 # Each trial's line (set-up, victim, moment, time, accuracy, rollbacks) is
-# printed.
+# printed. Then mixed security modes: while a CURVE job (the first set-up,
+# --key-dir) trains, a second worker:1 with the same TF_CONFIG and command
+# line but --insecure, and another with a different key directory, must
+# each stop within 30 s with a permanent error (1..127) naming CURVE or
+# the key directory, and the job must end as an unkilled one (exit 0, one
+# version, its accuracy); WEFT_CHAOS_TRIALS=0 runs only this.
 . "$WEFT_SRC/tests/ps/lib.sh"
 mkdir -p data
 make_synth data/train.h5 2000 16 1
@@ -99,4 +104,61 @@ for ((t = 0; t < trials; t++)); do
 	python3 -c "import sys; sys.exit(0 if abs($acc - ${ref_acc[$mode]}) <= ${tol[$mode]} else 1)" ||
 		fail "trial $t: eval accuracy $acc, unkilled ${ref_acc[$mode]}"
 done
+
+# ---- mixed security modes: intruders with the job's TF_CONFIG ----
+read -r nps mode _ <<<"${setups[0]}"
+"$WEFT" keygen --out keys-job >/dev/null || fail "weft keygen"
+"$WEFT" keygen --out keys-other >/dev/null || fail "weft keygen"
+name=mixed
+export WEFT_EVENTS=$WORK/$name.events.jsonl
+launch_bg $name.log --ps "$nps" "${args[@]}" --set strategy.mode=$mode --set optimizer.lr=${lr[$mode]} \
+	--set checkpoint.dir=$name/ckpt --set log.dir=$name/logs --set export.dir=$name/models/m \
+	--key-dir keys-job
+wait_for $name.log "step [0-9]+/400" 60
+pid=$(pid_of worker:1) || fail "no worker:1 started"
+tf_config=$(tr '\0' '\n' </proc/$pid/environ | sed -n 's/^TF_CONFIG=//p')
+mapfile -d '' cmd </proc/$pid/cmdline
+intruder=() # worker:1's command line without its security setting
+for ((i = 0; i < ${#cmd[@]}; i++)); do
+	if [ "${cmd[i]}" = --set ] && [[ "${cmd[i + 1]:-}" =~ ^cluster\.(key_dir|insecure)= ]]; then
+		i=$((i + 1))
+	else
+		intruder+=("${cmd[i]}")
+	fi
+done
+# intrude LOG ARGS...: worker:1 again, with ARGS, in the background
+intrude() {
+	local log=$1
+	shift
+	WEFT_EVENTS=$WORK/intruders.events.jsonl TF_CONFIG=$tf_config \
+		timeout -k 5 45 "${intruder[@]}" "$@" >"$log" 2>&1 &
+}
+t0=$SECONDS
+intrude plain.log --insecure
+plain_pid=$!
+intrude other.log --key-dir keys-other
+other_pid=$!
+for p in plain:$plain_pid:"CURVE" other:$other_pid:"keys-other"; do
+	IFS=: read -r who ipid want <<<"$p"
+	rc=0
+	wait $ipid || rc=$?
+	took=$((SECONDS - t0))
+	echo "intruder $who: exit $rc after ${took}s: $(grep -m1 error $who.log || tail -1 $who.log)"
+	[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] && [ "$rc" != 124 ] || fail "intruder $who: exit $rc, want 1..127"
+	[ "$took" -le 30 ] || fail "intruder $who: stopped after ${took}s"
+	grep -q -- "$want" $who.log || fail "intruder $who: the error does not name '$want'"
+done
+running=yes
+kill -0 "$LAUNCH_PID" 2>/dev/null || running="no (it had ended)"
+[ "$running" = yes ] || [ -f $name/ckpt/step-400/DONE ] ||
+	fail "the job stopped while the intruders were refused"
+rc=0
+wait_launch "$(python3 -c "print(int(2 * ${ref_time[$mode]} + 60))")" || rc=$?
+[ $rc = 0 ] || fail "mixed security modes: launch exited $rc"
+versions=$(ls $name/models/m 2>/dev/null | tr '\n' ' ')
+[ "$versions" = "1 " ] || fail "mixed security modes: exported versions: '$versions' (want exactly 1)"
+acc=$(eval_accuracy $name/logs/metrics.jsonl)
+echo "mixed security modes: $nps ps, $mode, intruders refused (job still running: $running), job exit 0, eval accuracy $acc"
+python3 -c "import sys; sys.exit(0 if abs($acc - ${ref_acc[$mode]}) <= ${tol[$mode]} else 1)" ||
+	fail "mixed security modes: eval accuracy $acc, unkilled ${ref_acc[$mode]}"
 echo ok

@@ -9,6 +9,7 @@
 #   own checksum does, and --resume and weft export take the previous step.
 # Needs root for a small tmpfs; skips (77) where mount is not permitted.
 . "$WEFT_SRC/tests/trainer/lib.sh"
+. "$WEFT_SRC/tests/trainer/damage.sh"
 make_synth train.h5 256 8 1
 cat >c.json <<JSON
 {"model": {"name": "resnet20"},
@@ -24,8 +25,7 @@ run --set checkpoint.dir=ck --set log.dir=logs 2>/dev/null || fail "reference ru
 for s in 3 6 9; do [ -f ck/step-$s/DONE ] || fail "no checkpoint $s"; done
 grep -q '"crc32c"' ck/step-9/DONE || fail "DONE lists no checksums"
 # overwrite 2 bytes in the middle of the newest model.h5 (same size)
-sz=$(stat -c %s ck/step-9/model.h5)
-printf '\x55\xaa' | dd of=ck/step-9/model.h5 bs=1 seek=$((sz / 2)) conv=notrunc 2>/dev/null
+damage_model ck/step-9
 # truncate the one before
 truncate -s 1000 ck/step-6/model.h5
 run --resume --set checkpoint.dir=ck --set log.dir=logs --set train.steps=12 2>resume.err ||
@@ -34,43 +34,12 @@ grep -q "resuming from ck/step-3 " resume.err || { cat resume.err; fail "did not
 grep -q "ck/step-9 skipped: .*checksum mismatch" resume.err || { cat resume.err; fail "step 9 skip not reported"; }
 grep -q "ck/step-6 skipped: .*truncated" resume.err || { cat resume.err; fail "step 6 skip not reported"; }
 
-# reseal DIR: rewrite DIR/DONE with the sizes and CRC32Cs of its files as
-# they are now (a DONE recomputed over whatever the files hold)
-reseal() {
-	python3 - "$1" <<'PY'
-import json, os, sys
-d = sys.argv[1]
-table = []
-for i in range(256):
-    c = i
-    for _ in range(8):
-        c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-    table.append(c)
-def crc32c(b):
-    c = 0xFFFFFFFF
-    for x in b:
-        c = table[(c ^ x) & 0xFF] ^ (c >> 8)
-    return c ^ 0xFFFFFFFF
-done = json.load(open(os.path.join(d, "DONE")))
-for name in done["files"]:
-    b = open(os.path.join(d, name), "rb").read()
-    done["files"][name] = {"bytes": len(b), "crc32c": "%08x" % crc32c(b)}
-json.dump(done, open(os.path.join(d, "DONE"), "w"))
-PY
-}
-# damage_model STEP: 2 bytes of ck/step-STEP/model.h5 overwritten (same size)
-damage_model() {
-	local f=ck/step-$1/model.h5 sz
-	sz=$(stat -c %s "$f")
-	printf '\x55\xaa' | dd of="$f" bs=1 seek=$((sz / 2)) conv=notrunc 2>/dev/null
-}
 # the resume above rewrote steps 6, 9 and 12
 for s in 9 12; do [ -f ck/step-$s/DONE ] || fail "no checkpoint $s after the resume"; done
 cp -r ck ck.good
 for how in empty recomputed; do
 	rm -rf ck && cp -r ck.good ck
-	damage_model 12
-	if [ $how = empty ]; then : >ck/step-12/DONE; else reseal ck/step-12; fi
+	damage_under_done ck/step-12 $how
 	rm -rf models
 	"$WEFT" export --checkpoint ck --out models/m >export.out 2>export.err ||
 		{ cat export.err; fail "DONE $how: export failed instead of falling back"; }
