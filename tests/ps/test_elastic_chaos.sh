@@ -59,14 +59,9 @@ for ((t = 0; t < trials; t++)); do
 			;;
 		esac
 	done
-	limit=$(python3 -c "print(int(2 * ${ref_time} + 60))")
-	for ((i = 0; i < limit * 10; i++)); do
-		kill -0 "$LAUNCH_PID" 2>/dev/null || break
-		sleep 0.1
-	done
-	kill -0 "$LAUNCH_PID" 2>/dev/null && fail "trial $t ($what): still running after $limit s"
+	echo "trial $t:$what: waiting for the job (at most 2x the unchanged time + 60 s)"
 	rc=0
-	wait "$LAUNCH_PID" || rc=$?
+	wait_launch "$(python3 -c "print(int(2 * ${ref_time} + 60))")" || rc=$?
 	took=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
 	[ $rc = 0 ] || fail "trial $t ($what): launch exited $rc"
 	[ -f $name/ckpt/step-400/DONE ] || fail "trial $t ($what): no complete final checkpoint"
