@@ -65,11 +65,11 @@ typedef struct wf_config {
 		} schedule;
 	} optimizer;
 	struct {
-		char name[32];	     /* local, parameter_server, allreduce */
-		char mode[16];	     /* sync, async, ssp:K */
-		long staleness;	     /* K of ssp:K, 0 otherwise (derived) */
-		long backup_workers; /* sync parameter_server: steps complete without the
-				      * last B workers' pushes; 0: none */
+		char name[32];		/* local, parameter_server, allreduce */
+		char mode[16];		/* sync, async, ssp:K */
+		long staleness;		/* K of ssp:K, 0 otherwise (derived) */
+		long backup_workers;	/* sync parameter_server: steps complete without the
+					 * last B workers' pushes; 0: none */
 		long min_workers;	/* sync parameter_server: elastic membership; 0: off */
 		char elastic_lr[16];	/* linear, fixed */
 		double elastic_timeout; /* seconds with fewer than min_workers; 0: for ever */
