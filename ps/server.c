@@ -58,6 +58,38 @@ static void leave(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr
 	wf_pss_membership_changed(s);
 }
 
+/* A message from worker w: its membership (register, leave, a worker
+ * declared dead). 1 when the message was answered here. */
+static int worker_message(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h, int w)
+{
+	worker *wk = &s->workers[w];
+	wk->last_seen = wf_now();
+	if (h->op == WF_PS_OP_LEAVE) {
+		leave(s, rid, rid_len, h, w);
+		return 1;
+	}
+	if (h->op == WF_PS_OP_REGISTER) {
+		if (wk->alive == 0)
+			wf_info("ps %d: worker %d registered again: it counts from now",
+				s->cfg->index, w);
+		forget_replies(s, w);
+		wk->stall_step = -1;
+	} else if (wk->alive == 0) {
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
+				   "worker %d was declared dead (no heartbeat for %.1f s): "
+				   "register again",
+				   w, s->cfg->heartbeat_timeout);
+		return 1;
+	}
+	/* elastic: a worker is a member from its first message (its heartbeats
+	 * come before it registers; after a server restarts it may not register
+	 * there again) */
+	if (wk->alive != 1 && s->cfg->min_workers > 0)
+		membership_event(s, "worker_joined", w, 1);
+	wk->alive = 1;
+	return 0;
+}
+
 /* The value of key in a wf_optim_describe text ("k=v k=v"), as a pointer
  * and length; NULL when absent. */
 static const char *token_value(const char *text, const char *key, size_t klen, size_t *vlen)
@@ -186,33 +218,8 @@ static void handle(server *s, int n, int overflow)
 	}
 	if (WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_WORKER) {
 		w = WF_PS_SENDER_INDEX(h->sender);
-		worker *wk = &s->workers[w];
-		wk->last_seen = wf_now();
-		if (h->op == WF_PS_OP_REGISTER) {
-			if (wk->alive == 0)
-				wf_info("ps %d: worker %d registered again: it counts from now",
-					s->cfg->index, w);
-			forget_replies(s, w);
-			if (wk->alive != 1 && s->cfg->min_workers > 0)
-				membership_event(s, "worker_joined", w, 1);
-			wk->alive = 1;
-			wk->stall_step = -1;
-		} else if (h->op == WF_PS_OP_LEAVE) {
-			leave(s, rid, rid_len, h, w);
+		if (worker_message(s, rid, rid_len, h, w))
 			return;
-		} else if (wk->alive == 0) {
-			wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
-					   "worker %d was declared dead (no heartbeat for %.1f s): "
-					   "register again",
-					   w, s->cfg->heartbeat_timeout);
-			return;
-		} else {
-			/* a worker that talks before it registers (its heartbeats) or
-			 * without registering again (a server restarted) is a member */
-			if (wk->alive != 1 && s->cfg->min_workers > 0)
-				membership_event(s, "worker_joined", w, 1);
-			wk->alive = 1;
-		}
 	}
 	int role = WF_PS_SENDER_ROLE(h->sender);
 	if (s->replicas > 1 && role != WF_PS_ROLE_SERVER &&
