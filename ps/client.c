@@ -683,8 +683,11 @@ static int server_mechanism(const char *endpoint, char mech[21])
 		return 0;
 	int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0), ok = 0;
 	struct timeval tv = {1, 0};
-	uint8_t greet[64] = {0xff, [9] = 0x7f, [10] = 3, [11] = 0}, got[64];
-	memcpy(greet + 12, "CURVE", 5);
+	/* only the signature and the major version: the server then sends the
+	 * rest of its greeting (its mechanism) and waits for ours, which never
+	 * comes; a whole greeting naming a mechanism it does not speak can make
+	 * it close the connection before its own reaches us */
+	uint8_t greet[11] = {0xff, [9] = 0x7f, [10] = 3}, got[64];
 	if (fd >= 0 && !setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) &&
 	    !setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv)) &&
 	    !connect(fd, ai->ai_addr, ai->ai_addrlen) &&
