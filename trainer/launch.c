@@ -73,8 +73,7 @@ typedef struct launcher {
 	/* WEFT_JOB_TOKEN of every child: this run's */
 	char job_token[WF_JOB_TOKEN_MAX];
 	wf_netem net;	  /* --link: each child in its own namespace (node = its index) */
-	int elastic;	  /* --elastic: workers come (SIGUSR1) and go (SIGUSR2) */
-	long min_workers; /* --elastic MIN: SIGUSR2 never takes the job below it */
+	long min_workers; /* --elastic MIN (0: not elastic); SIGUSR2 never goes below it */
 	char min_arg[48];
 } launcher;
 
@@ -370,7 +369,7 @@ static void reap(launcher *l, child *c, int st)
 	c->code = code;
 	/* elastic: a worker that left frees its slot while the chief trains on */
 	int ci = chief_index(l);
-	c->idle = l->elastic && (code == 0 || left) && c->kind == KIND_WORKER &&
+	c->idle = l->min_workers > 0 && (code == 0 || left) && c->kind == KIND_WORKER &&
 		  (int)(c - l->ch) != ci && ci >= 0 && l->ch[ci].pid > 0 && !l->stopping;
 	fprintf(stderr, "[launch] %s %s%s\n", c->name, how,
 		wind_down && code != 0 ? " (after the trainers ended)"
@@ -452,7 +451,7 @@ static void run_loop(launcher *l)
 				stop_all(l, sig);
 			}
 		}
-		if (l->elastic)
+		if (l->min_workers > 0)
 			elastic_signals(l);
 		struct pollfd pf[2 * MAX_PROCS];
 		child *who[2 * MAX_PROCS];
@@ -700,7 +699,6 @@ static void child_args(launcher *l, const char *config, const wf_cli_list *sets,
 	l->argv[l->argc++] = "--set";
 	l->argv[l->argc++] = l->key_arg;
 	if (min_arg) {
-		l->elastic = 1;
 		snprintf(l->min_arg, sizeof(l->min_arg), "%s", min_arg);
 		l->argv[l->argc++] = "--set";
 		l->argv[l->argc++] = l->min_arg;
@@ -767,7 +765,7 @@ static int run_children(launcher *l, int resume, const char *elastic_note, wf_er
 	sigaction(SIGINT, &sa, &old_int);
 	sigaction(SIGTERM, &sa, &old_term);
 	got_add = got_remove = 0;
-	if (l->elastic) {
+	if (l->min_workers > 0) {
 		sigaction(SIGUSR1, &sa, NULL);
 		sigaction(SIGUSR2, &sa, NULL);
 		fprintf(stderr, "%s", elastic_note);
@@ -881,8 +879,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		goto cleanup;
 	l->max_restarts = (int)max_restarts;
 	l->resume = resume;
-	child_args(l, config, &sets, device, elastic ? er.min_arg : NULL);
 	l->min_workers = er.min;
+	child_args(l, config, &sets, device, elastic ? er.min_arg : NULL);
 	long cpus = threads > 0 ? threads : wf_config_default_threads();
 	long per = cpus / (nworkers + chief);
 	snprintf(l->threads_arg, sizeof(l->threads_arg), "%ld", per > 0 ? per : 1);
