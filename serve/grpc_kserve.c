@@ -1004,12 +1004,6 @@ int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t
 	return code;
 }
 
-typedef struct out_req {
-	int logits;
-	int classification; /* top-k; 0: the tensor */
-	shm_ref shm;	    /* written into this shared memory region instead */
-} out_req;
-
 static int param_int(const Inference__InferParameter *p, long *v)
 {
 	if (!p)
@@ -1024,147 +1018,84 @@ static int param_int(const Inference__InferParameter *p, long *v)
 	return 1;
 }
 
-static int requested_outputs(const infer_req *rq, out_req *o, int *no, wf_grpc_call *call)
+/* The outputs rq asks for (both when it names none): their parameters read
+ * here, the rules checked by wf_serve_outputs_check. */
+static int requested_outputs(const infer_req *rq, wf_serve_output *o, int *no, wf_grpc_call *call)
 {
 	if (!rq->n_outputs) {
-		o[0] = (out_req){.logits = 0};
-		o[1] = (out_req){.logits = 1};
-		*no = 2;
+		*no = wf_serve_outputs_all(o, 0);
 		return WF_GRPC_OK;
 	}
-	if (rq->n_outputs > 2)
-		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
-				    "%zu outputs requested; the model has 2", rq->n_outputs);
-	*no = 0;
-	for (size_t i = 0; i < rq->n_outputs; i++) {
+	const char *names[WF_SERVE_MAX_OUTPUTS];
+	long cls[WF_SERVE_MAX_OUTPUTS];
+	size_t n = rq->n_outputs;
+	for (size_t i = 0; i < WF_MIN(n, (size_t)WF_SERVE_MAX_OUTPUTS); i++) {
 		const Inference__ModelInferRequest__InferRequestedOutputTensor *t = rq->outputs[i];
-		out_req r = {0};
-		if (!strcmp(t->name, WF_SERVE_OUTPUT_LOGITS))
-			r.logits = 1;
-		else if (strcmp(t->name, WF_SERVE_OUTPUT_PROBS) != 0)
-			return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
-					    "unexpected inference output '%.200s'; the model has "
-					    "'" WF_SERVE_OUTPUT_PROBS
-					    "' and '" WF_SERVE_OUTPUT_LOGITS "'",
-					    t->name);
-		for (int j = 0; j < *no; j++)
-			if (o[j].logits == r.logits)
-				return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
-						    "output '%.200s' requested twice", t->name);
+		names[i] = t->name;
+		cls[i] = 0;
+		shm_ref r = {0};
 		for (size_t k = 0; k < t->n_parameters; k++) {
-			int code =
-				shm_param(t->name, t->parameters[k]->key, t->parameters[k]->value,
-					  &r.shm, call->message, sizeof(call->message));
+			const char *key = t->parameters[k]->key;
+			int code = shm_param(t->name, key, t->parameters[k]->value, &r,
+					     call->message, sizeof(call->message));
 			if (code)
 				return code;
-			if (strcmp(t->parameters[k]->key, "classification") != 0)
-				continue;
 			long v = 0;
-			if (param_int(t->parameters[k]->value, &v) != 1 || v < 1)
-				return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
-						    "output '%.200s': \"classification\" must be "
-						    "a positive integer",
-						    t->name);
-			r.classification = (int)WF_MIN(v, 100000);
+			if (!strcmp(key, "classification"))
+				cls[i] = param_int(t->parameters[k]->value, &v) == 1 && v > 0 ? v
+											      : -1;
 		}
-		if (r.shm.region[0] && !r.shm.size)
-			return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
-					    "output '%.200s' names a shared_memory_region without "
-					    "shared_memory_byte_size",
-					    t->name);
-		o[(*no)++] = r;
+		o[i] = (wf_serve_output){.shm_offset = r.offset, .shm_size = r.size};
+		memcpy(o[i].shm_region, r.region, sizeof(r.region));
 	}
+	wf_err err = {0};
+	if (wf_serve_outputs_check(names, cls, (int)WF_MIN(n, 1000), o, &err))
+		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
+	*no = (int)n;
 	return WF_GRPC_OK;
 }
 
-/* The reply's outputs: raw FP32 [n,k] or BYTES [n,top] classification
- * strings; those requested into shared memory are written there (an empty
- * raw_output_contents entry keeps the others at their index). */
+/* The reply's outputs (serve/outputs.h's tensors) as raw_output_contents;
+ * those written into shared memory leave an empty entry, which keeps the
+ * others at their index. */
 static int build_infer_reply(wf_grpc_call *call, const infer_req *rq, const wf_grpc_model *m,
-			     wf_serve_shm *shm, const out_req *o, int no, const float *logits,
-			     const float *probs, int n)
+			     wf_serve_shm *shm, const wf_serve_output *o, int no,
+			     const float *logits, const float *probs, int n)
 {
-	int k = m->io.classes, code = WF_GRPC_OK;
 	char ver[32];
 	snprintf(ver, sizeof(ver), "%ld", m->version);
-	Inference__ModelInferResponse__InferOutputTensor ot[2], *otp[2];
-	ProtobufCBinaryData raw[2] = {{0}};
-	int64_t shapes[2][2];
-	uint8_t *owned[2] = {NULL, NULL};
-	int *idx = malloc(sizeof(int) * (size_t)k);
-	if (!idx)
-		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-	for (int i = 0; i < no; i++) {
-		const float *v = o[i].logits ? logits : probs;
+	wf_serve_tensor t[WF_SERVE_MAX_OUTPUTS];
+	Inference__ModelInferResponse__InferOutputTensor ot[WF_SERVE_MAX_OUTPUTS],
+		*otp[WF_SERVE_MAX_OUTPUTS];
+	ProtobufCBinaryData raw[WF_SERVE_MAX_OUTPUTS] = {{0}};
+	wf_err err = {0};
+	int rc = wf_serve_tensors_make(o, no, logits, probs, n, m->io.classes, m->io.unbatched,
+				       m->labels, shm, t, &err);
+	int code = rc == WF_ENOMEM ? wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "%s", err.msg)
+		   : rc		   ? wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg)
+				   : WF_GRPC_OK;
+	for (int i = 0; !code && i < no; i++) {
 		inference__model_infer_response__infer_output_tensor__init(&ot[i]);
-		ot[i].name = o[i].logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS;
-		ot[i].shape = shapes[i];
+		ot[i].name = (char *)t[i].name;
+		ot[i].datatype = (char *)t[i].datatype;
+		ot[i].n_shape = (size_t)t[i].ndim;
+		ot[i].shape = t[i].dims;
 		otp[i] = &ot[i];
-		if (!o[i].classification) {
-			ot[i].datatype = "FP32";
-			ot[i].n_shape =
-				(size_t)wf_serve_output_shape(m->io.unbatched, n, k, shapes[i]);
-			raw[i].data = (uint8_t *)v;
-			raw[i].len = (size_t)n * k * sizeof(float);
-			continue;
-		}
-		int top = WF_MIN(o[i].classification, k);
-		ot[i].datatype = "BYTES";
-		ot[i].n_shape = (size_t)wf_serve_output_shape(m->io.unbatched, n, top, shapes[i]);
-		size_t cap = (size_t)n * top * (4 + 330), len = 0;
-		uint8_t *buf = owned[i] = malloc(cap ? cap : 1);
-		if (!buf) {
-			code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-			goto out;
-		}
-		for (int s = 0; s < n; s++) {
-			wf_serve_top_k(v + (size_t)s * k, k, top, idx);
-			for (int u = 0; u < top; u++) {
-				char label[256], cls[330];
-				if (m->labels && m->labels[idx[u]])
-					snprintf(label, sizeof(label), "%s", m->labels[idx[u]]);
-				else
-					snprintf(label, sizeof(label), "%d", idx[u]);
-				int sl = snprintf(cls, sizeof(cls), "%f:%d:%s",
-						  (double)v[(size_t)s * k + idx[u]], idx[u], label);
-				if (sl >= (int)sizeof(cls))
-					sl = (int)sizeof(cls) - 1;
-				buf[len++] = (uint8_t)sl;
-				buf[len++] = (uint8_t)(sl >> 8);
-				buf[len++] = 0;
-				buf[len++] = 0;
-				memcpy(buf + len, cls, (size_t)sl);
-				len += (size_t)sl;
-			}
-		}
-		raw[i].data = buf;
-		raw[i].len = len;
+		raw[i].data = (uint8_t *)t[i].data;
+		raw[i].len = t[i].len;
 	}
-	for (int i = 0; i < no; i++) {
-		if (!o[i].shm.region[0])
-			continue;
-		wf_err err = {0};
-		if (wf_serve_shm_copy_in(shm, o[i].shm.region, o[i].shm.offset, o[i].shm.size,
-					 raw[i].data, raw[i].len, ot[i].name, &err)) {
-			code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
-			goto out;
-		}
-		raw[i].data = NULL;
-		raw[i].len = 0;
+	if (!code) {
+		Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+		r.model_name = (char *)m->name;
+		r.model_version = ver;
+		r.id = rq->id;
+		r.n_outputs = (size_t)no;
+		r.outputs = otp;
+		r.n_raw_output_contents = (size_t)no;
+		r.raw_output_contents = raw;
+		code = wf_grpc_reply(call, &r.base);
 	}
-	Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
-	r.model_name = (char *)m->name;
-	r.model_version = ver;
-	r.id = rq->id;
-	r.n_outputs = (size_t)no;
-	r.outputs = otp;
-	r.n_raw_output_contents = (size_t)no;
-	r.raw_output_contents = raw;
-	code = wf_grpc_reply(call, &r.base);
-out:
-	free(idx);
-	free(owned[0]);
-	free(owned[1]);
+	wf_serve_tensors_free(t, no);
 	return code;
 }
 
@@ -1178,7 +1109,7 @@ typedef struct infer_call {
 	wf_serve_shm *shm;
 	float *x, *logits, *probs;
 	wf_serve_shm_view held; /* the region x is read from in place, if any */
-	out_req o[2];
+	wf_serve_output o[WF_SERVE_MAX_OUTPUTS];
 	int n, no;
 } infer_call;
 

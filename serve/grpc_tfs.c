@@ -401,7 +401,7 @@ static int predict(void *ctx, wf_grpc_call *call)
 typedef struct class_parts {
 	Tensorflow__Serving__Classifications *cl, **clp;
 	Tensorflow__Serving__Class *c, **cp;
-	char (*labels)[32];
+	char (*labels)[256];
 	int *idx;
 } class_parts;
 
@@ -439,12 +439,8 @@ static int classification_result(const wf_grpc_model *m, const float *probs, int
 		for (int u = 0; u < top; u++) {
 			size_t q = (size_t)s * top + u;
 			tensorflow__serving__class__init(&p->c[q]);
-			if (m->labels && m->labels[p->idx[u]]) {
-				p->c[q].label = m->labels[p->idx[u]];
-			} else {
-				snprintf(p->labels[q], sizeof(p->labels[q]), "%d", p->idx[u]);
-				p->c[q].label = p->labels[q];
-			}
+			p->c[q].label = (char *)wf_serve_class_name(
+				m->labels, p->idx[u], p->labels[q], sizeof(p->labels[q]));
 			p->c[q].score = probs[(size_t)s * k + p->idx[u]];
 			p->cp[q] = &p->c[q];
 		}

@@ -1,6 +1,6 @@
 /* request.c: what both protocols' request parsers share: input buffers,
  * JSON with NaN/Infinity, one sample (nested numbers or a base64 image),
- * error bodies and softmax. TF Serving's bodies: request_tfs.c; KServe v2's:
+ * error bodies. TF Serving's bodies: request_tfs.c; KServe v2's:
  * request_kv2.c. */
 #include "serve/request_internal.h"
 
@@ -324,24 +324,6 @@ char *wf_serve_error_json(const char *msg)
 	return s;
 }
 
-void wf_serve_softmax(const float *logits, float *probs, int n, int k)
-{
-	for (int i = 0; i < n; i++) {
-		const float *l = logits + (size_t)i * k;
-		float *p = probs + (size_t)i * k;
-		float mx = l[0];
-		for (int j = 1; j < k; j++)
-			mx = l[j] > mx ? l[j] : mx;
-		double sum = 0;
-		for (int j = 0; j < k; j++) {
-			p[j] = expf(l[j] - mx);
-			sum += p[j];
-		}
-		for (int j = 0; j < k; j++)
-			p[j] = (float)(p[j] / sum);
-	}
-}
-
 /* ---- server metadata ------------------------------------------------------ */
 
 int wf_serve_extensions(int shm, const char **out)
@@ -418,13 +400,6 @@ int wf_serve_input_shape(const wf_image_io *io, int64_t dims[4])
 	dims[b + 1] = io->w;
 	dims[b + 2] = io->c;
 	return 3 + b;
-}
-
-int wf_serve_output_shape(int unbatched, long n, int width, int64_t dims[2])
-{
-	dims[0] = unbatched ? width : n;
-	dims[1] = width;
-	return unbatched ? 1 : 2;
 }
 
 json_t *wf_serve_dims_json(const int64_t *dims, int nd)

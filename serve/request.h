@@ -18,16 +18,15 @@
 
 #include "common/error.h"
 #include "common/image.h"
+#include "serve/outputs.h"
 #include "serve/shm.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* The model's one input and its outputs, as the APIs name them. The input
- * also answers to the model's own name for it (wf_serve_input_name). */
-#define WF_SERVE_INPUT_NAME    "input"
-#define WF_SERVE_OUTPUT_PROBS  "probabilities"
-#define WF_SERVE_OUTPUT_LOGITS "logits"
+/* The model's one input, as the APIs name it (its outputs: outputs.h). The
+ * input also answers to the model's own name for it (wf_serve_input_name). */
+#define WF_SERVE_INPUT_NAME "input"
 /* Signatures, as TF Serving names them: the default one has one output
  * (probabilities: replies are plain lists); WF_SERVE_SIGNATURE_ALL has both
  * outputs (replies keyed by output name, TF Serving's form for several). */
@@ -124,18 +123,6 @@ char *wf_serve_error_json(const char *msg);
 
 /* ---- KServe v2 ---- */
 
-#define WF_SERVE_MAX_OUTPUTS 2
-
-typedef struct wf_serve_kv2_out {
-	int logits;	    /* 1: "logits", 0: "probabilities" */
-	int binary;	    /* reply in the binary section */
-	int classification; /* > 0: top-k "score:index:label" strings */
-	/* written into a system shared memory region instead (shm.h): its
-	 * name ("": not), and the bytes [offset, offset + size) it offers */
-	char shm_region[128];
-	uint64_t shm_offset, shm_size;
-} wf_serve_kv2_out;
-
 typedef struct wf_serve_kv2_req {
 	wf_serve_input in;
 	char id[256]; /* echoed back when present */
@@ -143,7 +130,7 @@ typedef struct wf_serve_kv2_req {
 	int unbatched;	 /* the model's: outputs have no batch dimension */
 	long timeout_us; /* request parameters "timeout" (0: none) */
 	int nout;
-	wf_serve_kv2_out out[WF_SERVE_MAX_OUTPUTS];
+	wf_serve_output out[WF_SERVE_MAX_OUTPUTS]; /* the outputs asked for */
 } wf_serve_kv2_req;
 
 /* Parse an /infer body. json_len: bytes of JSON at the start of body (the
@@ -198,16 +185,7 @@ int wf_serve_dense_samples(const wf_image_io *io, const int64_t *dims, int ndim,
 /* The input's shape as metadata gives it: [-1,H,W,C], or [H,W,C] when
  * unbatched. Returns the number of dimensions. */
 int wf_serve_input_shape(const wf_image_io *io, int64_t dims[4]);
-/* An output's shape: [n,width], or [width] when unbatched (n: -1 in
- * metadata). Returns the number of dimensions. */
-int wf_serve_output_shape(int unbatched, long n, int width, int64_t dims[2]);
 /* dims[nd] as a new JSON array (jansson's json_t). */
 struct json_t *wf_serve_dims_json(const int64_t *dims, int nd);
-
-/* Indices of the top largest of p[k], best first (top <= k): the classes
- * every classification answer (TF Serving's, KServe's) lists. */
-void wf_serve_top_k(const float *p, int k, int top, int *idx);
-/* Softmax of logits [n,k] into probs [n,k] (probs may alias logits). */
-void wf_serve_softmax(const float *logits, float *probs, int n, int k);
 
 #endif

@@ -250,62 +250,46 @@ static int shm_input(wf_serve_shm *shm, const char *name, uint64_t offset, uint6
 		 : wf_serve_shm_copy_out(shm, name, offset, size, out, err);
 }
 
+/* The outputs the body asks for ("outputs"; both when it names none): their
+ * parameters read here, the rules checked by wf_serve_outputs_check. */
 static int kv2_outputs(const json_t *outs, int binary_default, wf_serve_kv2_req *req, wf_err *err)
 {
-	if (!outs) { /* all outputs when none is named */
-		req->nout = 2;
-		req->out[0].binary = binary_default;
-		req->out[1].binary = binary_default;
-		req->out[1].logits = 1;
+	if (!outs) {
+		req->nout = wf_serve_outputs_all(req->out, binary_default);
 		return 0;
 	}
-	if (!json_is_array(outs) || json_array_size(outs) < 1 ||
-	    json_array_size(outs) > WF_SERVE_MAX_OUTPUTS)
+	if (!json_is_array(outs) || json_array_size(outs) < 1)
 		return wf_errf(err, WF_EINVAL, "\"outputs\" must list 1 or 2 outputs");
-	for (size_t i = 0; i < json_array_size(outs); i++) {
+	size_t n = json_array_size(outs);
+	const char *names[WF_SERVE_MAX_OUTPUTS];
+	long cls[WF_SERVE_MAX_OUTPUTS];
+	for (size_t i = 0; i < WF_MIN(n, (size_t)WF_SERVE_MAX_OUTPUTS); i++) {
 		const json_t *o = json_array_get(outs, i);
-		const char *name = json_string_value(json_object_get(o, "name"));
-		wf_serve_kv2_out *d = &req->out[req->nout];
-		if (!name)
-			return wf_errf(err, WF_EINVAL, "outputs[%zu] has no \"name\"", i);
-		if (strcmp(name, WF_SERVE_OUTPUT_LOGITS) == 0)
-			d->logits = 1;
-		else if (strcmp(name, WF_SERVE_OUTPUT_PROBS) != 0)
-			return wf_errf(
-				err, WF_EINVAL,
-				"unknown output \"%s\"; the model has \"" WF_SERVE_OUTPUT_PROBS
-				"\" and \"" WF_SERVE_OUTPUT_LOGITS "\"",
-				name);
-		for (int j = 0; j < req->nout; j++)
-			if (req->out[j].logits == d->logits)
-				return wf_errf(err, WF_EINVAL, "output \"%s\" requested twice",
-					       name);
+		wf_serve_output *d = &req->out[i];
+		names[i] = json_string_value(json_object_get(o, "name"));
+		cls[i] = 0;
 		d->binary = binary_default;
 		const json_t *params = json_object_get(o, "parameters");
-		if (params) {
-			const json_t *b = json_object_get(params, "binary_data");
-			const json_t *c = json_object_get(params, "classification");
-			if (b && !json_is_boolean(b))
-				return wf_errf(err, WF_EINVAL,
-					       "outputs[%zu] \"binary_data\" must be a boolean", i);
-			if (b)
-				d->binary = json_is_true(b);
-			if (c && (!json_is_integer(c) || json_integer_value(c) < 1 ||
-				  json_integer_value(c) > 1000))
-				return wf_errf(err, WF_EINVAL,
-					       "outputs[%zu] \"classification\" must be a positive "
-					       "integer",
-					       i);
-			if (c)
-				d->classification = (int)json_integer_value(c);
-			int rc = shm_params(params, name, d->shm_region, sizeof(d->shm_region),
-					    &d->shm_offset, &d->shm_size, err);
-			if (rc < 0)
-				return rc;
-		}
-		req->nout++;
+		const json_t *b = json_object_get(params, "binary_data");
+		const json_t *c = json_object_get(params, "classification");
+		if (b && !json_is_boolean(b))
+			return wf_errf(err, WF_EINVAL,
+				       "outputs[%zu] \"binary_data\" must be a boolean", i);
+		if (b)
+			d->binary = json_is_true(b);
+		if (c)
+			cls[i] = json_is_integer(c) && json_integer_value(c) > 0
+					 ? (long)WF_MIN(json_integer_value(c), 1L << 20)
+					 : -1;
+		int rc = shm_params(params, names[i] ? names[i] : "output", d->shm_region,
+				    sizeof(d->shm_region), &d->shm_offset, &d->shm_size, err);
+		if (rc < 0)
+			return rc;
 	}
-	return 0;
+	int rc = wf_serve_outputs_check(names, cls, (int)WF_MIN(n, 1000), req->out, err);
+	if (!rc)
+		req->nout = (int)n;
+	return rc;
 }
 
 int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size_t json_len,
@@ -477,146 +461,73 @@ void wf_serve_kv2_req_free(wf_serve_kv2_req *req)
 		wf_serve_input_free(&req->in);
 }
 
-/* A growable byte buffer for the binary section. */
-typedef struct bytes_buf {
-	uint8_t *p;
-	size_t len, cap;
-} bytes_buf;
-
-static int buf_put(bytes_buf *b, const void *src, size_t n)
-{
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 4096;
-		while (cap < b->len + n)
-			cap *= 2;
-		uint8_t *p = realloc(b->p, cap);
-		if (!p)
-			return WF_ENOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, src, n);
-	b->len += n;
-	return 0;
-}
-
-/* An output's "shape": [n,width], or [width] for an unbatched model. */
-static json_t *shape_json(int unbatched, int n, int width)
-{
-	int64_t dims[2];
-	return wf_serve_dims_json(dims, wf_serve_output_shape(unbatched, n, width, dims));
-}
-
 int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const char *model,
 		       long version, const float *logits, const float *probs, int n, int k,
 		       char *const *labels, char **body, size_t *len, size_t *header_len,
 		       wf_err *err)
 {
-	char vbuf[32], label[256], cls[320];
-	bytes_buf bin = {0}, sb = {0}; /* the binary section; one output for shared memory */
-	int rc = 0, any_binary = 0;
+	wf_serve_tensor t[WF_SERVE_MAX_OUTPUTS];
+	int rc = wf_serve_tensors_make(req->out, req->nout, logits, probs, n, k, req->unbatched,
+				       labels, shm, t, err);
+	char vbuf[32];
 	snprintf(vbuf, sizeof(vbuf), "%ld", version);
 	json_t *root = json_pack("{ssss}", "model_name", model, "model_version", vbuf);
 	json_t *outs = json_array();
 	if (req->has_id)
 		json_object_set_new(root, "id", json_string(req->id));
 	json_object_set_new(root, "outputs", outs);
-	int *idx = malloc(sizeof(*idx) * (size_t)k);
-	if (!idx) {
-		rc = wf_errf(err, WF_ENOMEM, "out of memory");
-		goto out;
-	}
-	for (int o = 0; o < req->nout; o++) {
-		const wf_serve_kv2_out *d = &req->out[o];
-		const float *v = d->logits ? logits : probs;
-		json_t *t = json_pack("{ss}", "name",
-				      d->logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS);
-		int to_shm = d->shm_region[0] != 0, raw = d->binary || to_shm;
-		bytes_buf *dst = to_shm ? &sb : &bin;
-		size_t before = bin.len;
-		sb.len = 0;
-		if (d->classification) {
-			int top = WF_MIN(d->classification, k);
-			json_t *data = json_array();
-			for (int i = 0; i < n; i++) {
-				wf_serve_top_k(v + (size_t)i * k, k, top, idx);
-				for (int u = 0; u < top; u++) {
-					label_of(labels, idx[u], label, sizeof(label));
-					int sl = snprintf(cls, sizeof(cls), "%f:%d:%s",
-							  (double)v[(size_t)i * k + idx[u]], idx[u],
-							  label);
-					if (sl >= (int)sizeof(cls))
-						sl = (int)sizeof(cls) - 1;
-					if (raw) {
-						uint32_t l32 = (uint32_t)sl;
-						rc |= buf_put(dst, &l32, 4);
-						rc |= buf_put(dst, cls, (size_t)sl);
-					} else {
-						json_array_append_new(data, json_string(cls));
-					}
-				}
-			}
-			json_object_set_new(t, "datatype", json_string("BYTES"));
-			json_object_set_new(t, "shape", shape_json(req->unbatched, n, top));
-			if (raw)
-				json_decref(data);
-			else
-				json_object_set_new(t, "data", data);
-		} else {
-			json_object_set_new(t, "datatype", json_string("FP32"));
-			json_object_set_new(t, "shape", shape_json(req->unbatched, n, k));
-			if (raw) {
-				rc |= buf_put(dst, v, (size_t)n * k * sizeof(float));
-			} else {
-				json_t *data = json_array();
-				for (size_t i = 0; i < (size_t)n * k; i++)
-					json_array_append_new(data, json_real(v[i]));
-				json_object_set_new(t, "data", data);
-			}
-		}
-		if (to_shm && !rc) { /* name, datatype and shape only, as Triton answers */
-			json_array_append_new(outs, t);
-			if ((rc = wf_serve_shm_copy_in(
-				     shm, d->shm_region, d->shm_offset, d->shm_size, sb.p, sb.len,
-				     d->logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS,
-				     err)) != 0)
-				goto out;
+	size_t bin = 0; /* bytes of the binary section */
+	int any_binary = 0;
+	for (int o = 0; !rc && o < req->nout; o++) {
+		json_t *j = json_pack("{ssssso}", "name", t[o].name, "datatype", t[o].datatype,
+				      "shape", wf_serve_dims_json(t[o].dims, t[o].ndim));
+		json_array_append_new(outs, j);
+		if (t[o].in_shm) /* name, datatype and shape only, as Triton answers */
+			continue;
+		if (req->out[o].binary) {
+			json_object_set_new(
+				j, "parameters",
+				json_pack("{sI}", "binary_data_size", (json_int_t)t[o].len));
+			bin += t[o].len;
+			any_binary = 1;
 			continue;
 		}
-		if (d->binary) {
-			any_binary = 1;
-			json_object_set_new(t, "parameters",
-					    json_pack("{sI}", "binary_data_size",
-						      (json_int_t)(bin.len - before)));
+		json_t *data = json_array();
+		if (t[o].datatype[0] == 'F') {
+			const float *v = (const float *)t[o].data;
+			for (size_t i = 0; i < t[o].len / sizeof(float); i++)
+				json_array_append_new(data, json_real(v[i]));
+		} else { /* BYTES elements: a 4-byte little-endian length, then the string */
+			for (size_t at = 0; at + 4 <= t[o].len;) {
+				const uint8_t *p = t[o].data + at;
+				size_t sl = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 |
+					    (size_t)p[3] << 24;
+				json_array_append_new(data, json_stringn((const char *)p + 4, sl));
+				at += 4 + sl;
+			}
 		}
-		json_array_append_new(outs, t);
+		json_object_set_new(j, "data", data);
 	}
-	if (rc) {
-		rc = wf_errf(err, WF_ENOMEM, "out of memory building the reply");
-		goto out;
-	}
-	char *js = json_dumps(root, REAL_FLAGS);
-	if (!js) {
-		rc = wf_errf(err, WF_ENOMEM, "out of memory building the reply");
-		goto out;
-	}
-	size_t jl = strlen(js);
-	char *all = realloc(js, jl + bin.len + 1);
-	if (!all) {
+	char *js = rc ? NULL : json_dumps(root, REAL_FLAGS);
+	size_t jl = js ? strlen(js) : 0;
+	char *all = js ? realloc(js, jl + bin + 1) : NULL;
+	if (!rc && !all) {
 		free(js);
 		rc = wf_errf(err, WF_ENOMEM, "out of memory building the reply");
-		goto out;
 	}
-	if (bin.len)
-		memcpy(all + jl, bin.p, bin.len);
-	all[jl + bin.len] = 0;
-	*body = all;
-	*len = jl + bin.len;
-	*header_len = any_binary ? jl : 0;
-out:
-	free(idx);
-	free(bin.p);
-	free(sb.p);
+	if (!rc) {
+		size_t at = jl;
+		for (int o = 0; o < req->nout; o++)
+			if (req->out[o].binary && !t[o].in_shm) {
+				memcpy(all + at, t[o].data, t[o].len);
+				at += t[o].len;
+			}
+		all[jl + bin] = 0;
+		*body = all;
+		*len = jl + bin;
+		*header_len = any_binary ? jl : 0;
+	}
+	wf_serve_tensors_free(t, req->nout);
 	json_decref(root);
 	return rc;
 }
