@@ -1107,7 +1107,8 @@ typedef struct infer_call {
 	infer_req *rq;
 	wf_grpc_model m;
 	wf_serve_shm *shm;
-	float *x, *logits, *probs;
+	float *x;
+	wf_serve_result res;	/* logits and probabilities */
 	wf_serve_shm_view held; /* the region x is read from in place, if any */
 	wf_serve_output o[WF_SERVE_MAX_OUTPUTS];
 	int n, no;
@@ -1117,8 +1118,7 @@ static void infer_call_free(infer_call *ic)
 {
 	wf_grpc_model_put(ic->a, &ic->m);
 	input_free(ic->rq, ic->x, &ic->held);
-	free(ic->logits);
-	free(ic->probs);
+	wf_serve_result_free(&ic->res);
 	infer_request_free(ic->rq);
 	free(ic);
 }
@@ -1129,9 +1129,8 @@ static void infer_finished(void *arg, int code, const char *why)
 	infer_call *ic = arg;
 	wf_grpc_call *call = ic->call;
 	if (code == WF_GRPC_OK) {
-		wf_serve_softmax(ic->logits, ic->probs, ic->n, ic->m.io.classes);
-		code = build_infer_reply(call, ic->rq, &ic->m, ic->shm, ic->o, ic->no, ic->logits,
-					 ic->probs, ic->n);
+		code = build_infer_reply(call, ic->rq, &ic->m, ic->shm, ic->o, ic->no,
+					 ic->res.logits, ic->res.probs, ic->n);
 	} else {
 		snprintf(call->message, sizeof(call->message), "%s", why);
 	}
@@ -1166,16 +1165,8 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 		code = decode_input(&ic->m.io, rq, ic->shm, &ic->x, &ic->n, &ic->held,
 				    call->message, sizeof(call->message));
 	if (!code) {
-		size_t cnt = (size_t)ic->n * ic->m.io.classes;
-		ic->logits = malloc(cnt * sizeof(float));
-		ic->probs = malloc(cnt * sizeof(float));
-		if (!ic->logits || !ic->probs)
-			code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
-					    "out of memory for %d results", ic->n);
-	}
-	if (!code) {
 		code = wf_grpc_model_infer_async(
-			a, &ic->m, WF_SERVE_EP_V2_INFER, ic->x, ic->n, ic->logits, call->t_begin,
+			a, &ic->m, WF_SERVE_EP_V2_INFER, ic->x, ic->n, &ic->res, call->t_begin,
 			call->deadline, infer_finished, ic, call->message, sizeof(call->message));
 		if (code == WF_GRPC_PENDING)
 			return code; /* ic is infer_finished's now */

@@ -297,21 +297,12 @@ int wf_grpc_tfs_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t le
 
 /* ---- Predict, Classify, Regress ---------------------------------------- */
 
-/* Forward x [n] through m into logits and probs (malloc'd). */
+/* Forward x [n] through m into res (serve/infer.h). */
 static int run(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x, int n,
-	       float **logits, float **probs, wf_grpc_call *call)
+	       wf_serve_result *res, wf_grpc_call *call)
 {
-	size_t cnt = (size_t)n * m->io.classes;
-	*logits = malloc(cnt * sizeof(float));
-	*probs = malloc(cnt * sizeof(float));
-	if (!*logits || !*probs)
-		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
-				    "out of memory for %d results", n);
-	int code = wf_grpc_model_infer(a, m, ep, x, n, *logits, call->t_begin, call->deadline,
-				       call->message, sizeof(call->message));
-	if (!code)
-		wf_serve_softmax(*logits, *probs, n, m->io.classes);
-	return code;
+	return wf_grpc_model_infer(a, m, ep, x, n, res, call->t_begin, call->deadline,
+				   call->message, sizeof(call->message));
 }
 
 static int predict(void *ctx, wf_grpc_call *call)
@@ -326,7 +317,8 @@ static int predict(void *ctx, wf_grpc_call *call)
 		return wf_grpc_bad_message(call, "PredictRequest");
 	}
 	wf_grpc_model m = {0};
-	float *x = NULL, *logits = NULL, *probs = NULL;
+	float *x = NULL;
+	wf_serve_result res = {0};
 	/* probabilities, logits: the signature's outputs, or those of the filter */
 	int all = all_outputs(rq->model_spec), n = 0, want[2] = {1, all}, inferred = 0;
 	int code = get_model(a, rq->model_spec, 1, &m, call);
@@ -348,7 +340,7 @@ static int predict(void *ctx, wf_grpc_call *call)
 		code = predict_input(&m.io, rq, &x, &n, call->message, sizeof(call->message));
 	if (!code) {
 		inferred = 1;
-		code = run(a, &m, WF_SERVE_EP_V1_PREDICT, x, n, &logits, &probs, call);
+		code = run(a, &m, WF_SERVE_EP_V1_PREDICT, x, n, &res, call);
 	}
 	if (!code) {
 		Tensorflow__Serving__ModelSpec spec;
@@ -372,7 +364,7 @@ static int predict(void *ctx, wf_grpc_call *call)
 			t[i].dtype = TENSORFLOW__DATA_TYPE__DT_FLOAT;
 			t[i].tensor_shape = &shape;
 			t[i].n_float_val = (size_t)n * m.io.classes;
-			t[i].float_val = i ? logits : probs;
+			t[i].float_val = i ? res.logits : res.probs;
 			tensorflow__serving__predict_response__outputs_entry__init(&e[no]);
 			e[no].key = i ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS;
 			e[no].value = &t[i];
@@ -390,8 +382,7 @@ static int predict(void *ctx, wf_grpc_call *call)
 		wf_grpc_model_failed(a, WF_SERVE_EP_V1_PREDICT, code, wf_now() - t0);
 	wf_grpc_model_put(a, &m);
 	free(x);
-	free(logits);
-	free(probs);
+	wf_serve_result_free(&res);
 	tensorflow__serving__predict_request__free_unpacked(rq, NULL);
 	return code;
 }
@@ -459,22 +450,22 @@ static int classify_examples(wf_grpc_adapter *a, const model_spec *spec,
 			     wf_grpc_call *call)
 {
 	double t0 = wf_now();
-	float *x = NULL, *logits = NULL, *probs = NULL;
+	float *x = NULL;
+	wf_serve_result r = {0};
 	int n = 0, inferred = 0;
 	int code = get_model(a, spec, 0, m, call);
 	if (!code)
 		code = classify_input(&m->io, in, &x, &n, call->message, sizeof(call->message));
 	if (!code) {
 		inferred = 1;
-		code = run(a, m, WF_SERVE_EP_V1_CLASSIFY, x, n, &logits, &probs, call);
+		code = run(a, m, WF_SERVE_EP_V1_CLASSIFY, x, n, &r, call);
 	}
 	if (!code)
-		code = classification_result(m, probs, n, res, p, call);
+		code = classification_result(m, r.probs, n, res, p, call);
 	if (code && !inferred)
 		wf_grpc_model_failed(a, WF_SERVE_EP_V1_CLASSIFY, code, wf_now() - t0);
 	free(x);
-	free(logits);
-	free(probs);
+	wf_serve_result_free(&r);
 	return code;
 }
 

@@ -8,23 +8,72 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+static int result_alloc(wf_serve_result *res, int n, int k, wf_err *err)
+{
+	size_t cnt = (size_t)n * k;
+	res->n = n;
+	res->k = k;
+	res->logits = malloc(cnt * sizeof(float) + 1);
+	res->probs = malloc(cnt * sizeof(float) + 1);
+	if (!res->logits || !res->probs)
+		return wf_errf(err, WF_ENOMEM, "out of memory for %d results", n);
+	return 0;
+}
+
+/* What every request does when it is done, however it was waited for: the
+ * probabilities, and its place in v's statistics. */
+static void result_done(wf_serve_version *v, wf_serve_result *res, int rc, double t0)
+{
+	if (rc == 0)
+		wf_serve_softmax(res->logits, res->probs, res->n, res->k);
+	wf_serve_stats_done(v, rc == 0, wf_now() - t0);
+}
+
 int wf_serve_run(wf_serve_batcher *b, wf_serve_version *v, const wf_serve_input *in,
 		 double timeout_s, wf_serve_result *res, wf_err *err)
 {
 	double t0 = wf_now();
-	size_t cnt = (size_t)in->n * v->io.classes;
-	res->n = in->n;
-	res->k = v->io.classes;
-	res->logits = malloc(cnt * sizeof(float) + 1);
-	res->probs = malloc(cnt * sizeof(float) + 1);
-	int rc;
-	if (!res->logits || !res->probs)
-		rc = wf_errf(err, WF_ENOMEM, "out of memory for %d results", in->n);
-	else
+	int rc = result_alloc(res, in->n, v->io.classes, err);
+	if (!rc)
 		rc = wf_serve_batcher_infer(b, v, in->x, in->n, res->logits, timeout_s, err);
-	if (rc == 0)
-		wf_serve_softmax(res->logits, res->probs, in->n, v->io.classes);
-	wf_serve_stats_done(v, rc == 0, wf_now() - t0);
+	result_done(v, res, rc, t0);
+	return rc;
+}
+
+/* A submitted request between its queueing and its completion. */
+typedef struct submitted {
+	wf_serve_version *v;
+	wf_serve_result *res;
+	double t0;
+	wf_serve_batcher_done fn;
+	void *arg;
+} submitted;
+
+static void submitted_done(void *arg, int rc, const char *msg)
+{
+	submitted s = *(submitted *)arg;
+	free(arg);
+	result_done(s.v, s.res, rc, s.t0);
+	s.fn(s.arg, rc, msg);
+}
+
+int wf_serve_submit(wf_serve_batcher *b, wf_serve_version *v, const wf_serve_input *in,
+		    double timeout_s, wf_serve_result *res, wf_serve_batcher_done fn, void *arg,
+		    wf_err *err)
+{
+	double t0 = wf_now();
+	submitted *s = malloc(sizeof(*s));
+	int rc = s ? result_alloc(res, in->n, v->io.classes, err)
+		   : wf_errf(err, WF_ENOMEM, "out of memory");
+	if (!rc) {
+		*s = (submitted){.v = v, .res = res, .t0 = t0, .fn = fn, .arg = arg};
+		rc = wf_serve_batcher_submit(b, v, in->x, in->n, res->logits, timeout_s,
+					     submitted_done, s, err);
+		if (!rc)
+			return 0;
+	}
+	free(s);
+	result_done(v, res, rc, t0);
 	return rc;
 }
 

@@ -41,6 +41,13 @@ typedef struct wf_serve_result {
  * failure). Records the request in v's statistics. */
 int wf_serve_run(wf_serve_batcher *b, wf_serve_version *v, const wf_serve_input *in,
 		 double timeout_s, wf_serve_result *res, wf_err *err);
+/* The same without waiting: 0 when the request is queued, and fn(arg, rc,
+ * msg) is then called once, from a batch thread, with res filled (rc 0) or
+ * the failure; in->x must stay valid until then. Any other return is the
+ * failure (recorded), and fn is not called. */
+int wf_serve_submit(wf_serve_batcher *b, wf_serve_version *v, const wf_serve_input *in,
+		    double timeout_s, wf_serve_result *res, wf_serve_batcher_done fn, void *arg,
+		    wf_err *err);
 void wf_serve_result_free(wf_serve_result *res);
 
 /* Triton's statistics document of the given versions:
