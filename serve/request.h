@@ -72,6 +72,52 @@ int wf_serve_input_image(const wf_image_io *io, const uint8_t *bytes, size_t len
 int wf_serve_input_dense(const wf_image_io *io, size_t n, const void *data, int u8, int borrow,
 			 wf_serve_input *in, wf_err *err);
 
+/* ---- one input tensor, whatever the protocol ---- */
+
+/* One BYTES element: an encoded image, or its base64 text. */
+typedef struct wf_serve_bytes {
+	const uint8_t *p;
+	size_t len;
+} wf_serve_bytes;
+
+/* An input tensor as a KServe request carries it, over JSON, the binary
+ * extension or gRPC: views into the request (which must outlive the model
+ * input when raw_borrow says so). wf_serve_tensor_input checks it and builds
+ * the model input: the one validator and builder of KServe inputs. */
+typedef struct wf_serve_tensor_view {
+	const char *name;     /* as the request names it; NULL: none */
+	const char *datatype; /* FP32, UINT8 or BYTES; others are refused */
+	const int64_t *dims;
+	int ndim;
+	/* its values, in one of these forms (named in messages by *_what): */
+	const uint8_t *raw; /* FP32 (little-endian), UINT8, or BYTES elements (each a 4-byte
+			     * little-endian length, then the bytes) */
+	size_t raw_len;
+	int has_raw;
+	int raw_borrow;	      /* FP32 raw may be read in place (it outlives the input) */
+	const char *raw_what; /* "binary_data_size", "raw_input_contents" */
+	const float *values;  /* numbers; UINT8: whole numbers 0..255 */
+	size_t nvalues;
+	int has_values;
+	const wf_serve_bytes *elements; /* BYTES: one encoded image per sample */
+	size_t nelements;
+	int has_elements;
+	int elements_b64;	 /* the elements are base64 text (p NULL: not text) */
+	const char *values_what; /* "\"data\"", "fp32_contents" */
+	/* or a system shared memory region (shm.h): its name ("": none) */
+	char shm_region[128];
+	uint64_t shm_offset, shm_size;
+} wf_serve_tensor_view;
+
+/* t into model input in (its shared memory region from shm, NULL: none
+ * available to this client): the name, datatype, shape against the model
+ * (wf_serve_dense_samples), the values against the shape, UINT8 ranges,
+ * images decoded. An FP32 tensor that is the model input as it is, aligned
+ * and borrowable (or in shared memory), is read in place. Errors name the
+ * input and the rule. */
+int wf_serve_tensor_input(const wf_image_io *io, const wf_serve_tensor_view *t, wf_serve_shm *shm,
+			  wf_serve_input *in, wf_err *err);
+
 /* ---- TF Serving's tf.Example: Classify's samples (gRPC and REST) ---- */
 
 /* One feature of an example as a request gives it. */

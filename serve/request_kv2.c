@@ -4,8 +4,6 @@
 
 /* ---- KServe v2 ------------------------------------------------------- */
 
-enum { DT_FP32, DT_UINT8, DT_BYTES };
-
 /* JSON bodies from this size on read a numeric "data" array without a tree. */
 #define KV2_FAST_MIN 4096
 
@@ -29,28 +27,25 @@ static int flatten_numbers(const json_t *v, float *dst, size_t cap, size_t *pos,
 	return 0;
 }
 
-/* Collect the strings of nested BYTES data (strings or {"b64": s}). */
-static int collect_strings(const json_t *v, const json_t **out, size_t cap, size_t *pos, int depth,
-			   wf_err *err)
+/* The elements of nested BYTES data (strings or {"b64": s}) into out[cap]
+ * (counting all in *pos); anything else is an element without bytes,
+ * which wf_serve_tensor_input refuses once the shape is checked. */
+static void collect_strings(const json_t *v, wf_serve_bytes *out, size_t cap, size_t *pos,
+			    int depth)
 {
 	if (json_is_object(v) && json_is_string(json_object_get(v, "b64")))
 		v = json_object_get(v, "b64");
-	if (json_is_string(v)) {
-		if (*pos < cap)
-			out[*pos] = v;
-		(*pos)++;
-		return 0;
+	if (json_is_array(v) && depth <= 8) {
+		for (size_t i = 0; i < json_array_size(v); i++)
+			collect_strings(json_array_get(v, i), out, cap, pos, depth + 1);
+		return;
 	}
-	if (!json_is_array(v) || depth > 8)
-		return wf_errf(
-			err, WF_EINVAL,
-			"BYTES input \"data\" must hold base64 strings of JPEG or PNG images");
-	for (size_t i = 0; i < json_array_size(v); i++) {
-		int rc = collect_strings(json_array_get(v, i), out, cap, pos, depth + 1, err);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	if (*pos < cap)
+		out[*pos] = json_is_string(v)
+				    ? (wf_serve_bytes){(const uint8_t *)json_string_value(v),
+						       json_string_length(v)}
+				    : (wf_serve_bytes){NULL, 0};
+	(*pos)++;
 }
 
 static int parse_shape(const json_t *shape, int64_t *dims, int *ndim, wf_err *err)
@@ -75,138 +70,45 @@ typedef struct kv2_pre {
 	size_t n;
 } kv2_pre;
 
-/* FP32/UINT8 tensor [N,H,W,C] (unbatched: [H,W,C]) from JSON data (or its
- * values read ahead in pre) or the binary section. */
-static int kv2_dense_input(const wf_image_io *io, int dt, const int64_t *dims, int ndim,
-			   const json_t *data, const kv2_pre *pre, const uint8_t *bin,
-			   size_t bin_size, int has_bin, wf_serve_input *in, wf_err *err)
+/* An FP32 or UINT8 tensor's "data" (nested numbers, or read ahead in pre)
+ * as v's values: pre's, or flattened into pre (which then owns them). */
+static int data_numbers(const json_t *data, kv2_pre *pre, wf_serve_tensor_view *v, wf_err *err)
 {
-	long n = 0;
-	int rc = wf_serve_dense_samples(io, dims, ndim, &n, err);
-	if (rc)
-		return rc;
-	if (has_bin) {
-		size_t per = sample_floats(io),
-		       want = (size_t)n * per * (dt == DT_FP32 ? sizeof(float) : 1);
-		/* no samples or too many: input_alloc's message, below */
-		if (n > 0 && (size_t)n <= (size_t)WF_SERVE_MAX_INPUT_FLOATS / per &&
-		    bin_size != want)
-			return wf_errf(err, WF_EINVAL,
-				       "binary_data_size %zu does not match shape (%zu bytes)",
-				       bin_size, want);
-		/* a binary FP32 tensor may be read where it is (http.c aligns it) */
-		return wf_serve_input_dense(io, (size_t)n, bin, dt == DT_UINT8, 1, in, err);
-	}
-	rc = input_alloc(io, in, (size_t)n, NULL, err);
-	if (rc)
-		return rc;
-	size_t count = (size_t)in->n * sample_floats(io);
-	size_t pos = 0;
-	if (pre->x) {
-		pos = pre->n;
-		memcpy(in->x, pre->x, WF_MIN(pos, count) * sizeof(float));
-	} else if ((rc = flatten_numbers(data, in->x, count, &pos, 0, err)) != 0) {
-		goto fail;
-	}
-	if (pos != count) {
-		rc = wf_errf(err, WF_EINVAL, "input \"data\" has %zu values, shape needs %zu", pos,
-			     count);
-		goto fail;
-	}
-	if (dt == DT_FP32)
-		wf_serve_input_numbers(io, in->x, (size_t)in->n);
-	if (dt == DT_UINT8) {
-		size_t per = sample_floats(io);
-		uint8_t *px = malloc(per);
-		if (!px) {
-			rc = wf_errf(err, WF_ENOMEM, "out of memory");
-			goto fail;
-		}
-		for (int i = 0; i < in->n && !rc; i++) {
-			float *s = in->x + (size_t)i * per;
-			for (size_t j = 0; j < per; j++) {
-				if (!(s[j] >= 0.0f && s[j] <= 255.0f) || s[j] != floorf(s[j])) {
-					rc = wf_errf(err, WF_EINVAL,
-						     "UINT8 value %g out of range at sample %d",
-						     (double)s[j], i);
-					break;
-				}
-				px[j] = (uint8_t)s[j];
-			}
-			if (!rc)
-				wf_serve_input_pixels(io, px, s);
-		}
-		free(px);
+	if (!pre->x) {
+		size_t n = 0;
+		int rc = flatten_numbers(data, NULL, 0, &n, 0, err);
 		if (rc)
-			goto fail;
+			return rc;
+		if (n > (size_t)WF_SERVE_MAX_INPUT_FLOATS)
+			return wf_errf(err, WF_EINVAL,
+				       "input \"data\" has %zu values; a request holds at most %ld",
+				       n, WF_SERVE_MAX_INPUT_FLOATS);
+		if (!(pre->x = malloc(n * sizeof(float) + 1)))
+			return wf_errf(err, WF_ENOMEM, "out of memory");
+		pre->n = 0;
+		flatten_numbers(data, pre->x, n, &pre->n, 0, err);
 	}
+	v->values = pre->x;
+	v->nvalues = pre->n;
+	v->has_values = 1;
 	return 0;
-fail:
-	wf_serve_input_free(in);
-	return rc;
 }
 
-/* BYTES tensor [N] or [N,1] of encoded images. */
-static int kv2_bytes_input(const wf_image_io *io, const int64_t *dims, int ndim, const json_t *data,
-			   const uint8_t *bin, size_t bin_size, int has_bin, wf_serve_input *in,
-			   wf_err *err)
+/* A BYTES tensor's "data" (base64 strings, or {"b64": s}, nested) as v's
+ * elements, in *out (malloc'd). */
+static int data_strings(const json_t *data, wf_serve_bytes **out, wf_serve_tensor_view *v,
+			wf_err *err)
 {
-	if (!(ndim == 1 || (ndim == 2 && dims[1] == 1)))
-		return wf_errf(err, WF_EINVAL, "BYTES input shape must be [N] or [N,1]");
-	int rc = input_alloc(io, in, (size_t)dims[0], NULL, err);
-	if (rc)
-		return rc;
-	size_t per = sample_floats(io);
-	if (has_bin) {
-		size_t off = 0;
-		for (int i = 0; i < in->n; i++) {
-			uint32_t n;
-			if (bin_size - off < 4) {
-				rc = wf_errf(err, WF_EINVAL,
-					     "binary BYTES data truncated at element %d", i);
-				goto fail;
-			}
-			memcpy(&n, bin + off, 4);
-			off += 4;
-			if (n > bin_size - off) {
-				rc = wf_errf(err, WF_EINVAL, "binary BYTES element %d is truncated",
-					     i);
-				goto fail;
-			}
-			rc = wf_serve_input_image(io, bin + off, n, in->x + (size_t)i * per, err);
-			if (rc) {
-				wf_err_wrap(err, "input element %d", i);
-				goto fail;
-			}
-			off += n;
-		}
-		if (off != bin_size) {
-			rc = wf_errf(err, WF_EINVAL, "binary BYTES data has %zu extra bytes",
-				     bin_size - off);
-			goto fail;
-		}
-		return 0;
-	}
-	const json_t **strs = calloc((size_t)in->n, sizeof(*strs));
-	if (!strs) {
-		rc = wf_errf(err, WF_ENOMEM, "out of memory");
-		goto fail;
-	}
+	size_t n = 0;
+	collect_strings(data, NULL, 0, &n, 0);
+	if (!(*out = calloc(n + 1, sizeof(**out))))
+		return wf_errf(err, WF_ENOMEM, "out of memory");
 	size_t pos = 0;
-	rc = collect_strings(data, strs, (size_t)in->n, &pos, 0, err);
-	if (!rc && pos != (size_t)in->n)
-		rc = wf_errf(err, WF_EINVAL, "input \"data\" has %zu images, shape says %d", pos,
-			     in->n);
-	for (int i = 0; !rc && i < in->n; i++)
-		rc = parse_b64_image(io, json_string_value(strs[i]), json_string_length(strs[i]),
-				     in->x + (size_t)i * per, "input element", i, err);
-	free(strs);
-	if (rc)
-		goto fail;
+	collect_strings(data, *out, n, &pos, 0);
+	v->elements = *out;
+	v->nelements = n;
+	v->has_elements = 1;
 	return 0;
-fail:
-	wf_serve_input_free(in);
-	return rc;
 }
 
 /* The system shared memory fields of a tensor's "parameters" (shm.h): 1
@@ -233,21 +135,6 @@ static int shm_params(const json_t *params, const char *what, char *region, size
 	*size = (uint64_t)json_integer_value(b);
 	*offset = o ? (uint64_t)json_integer_value(o) : 0;
 	return 1;
-}
-
-/* An input's size bytes at offset of region `name`: held in *v (FP32,
- * read in place through the batcher's guarded copy), or copied into *out
- * (malloc'd: pixels and images are read by code that is not guarded). */
-static int shm_input(wf_serve_shm *shm, const char *name, uint64_t offset, uint64_t size,
-		     wf_serve_shm_view *v, uint8_t **out, wf_err *err)
-{
-	if (size > (uint64_t)WF_SERVE_MAX_INPUT_FLOATS * sizeof(float))
-		return wf_errf(err, WF_EINVAL,
-			       "input \"shared_memory_byte_size\" %llu is larger than a request "
-			       "may be",
-			       (unsigned long long)size);
-	return v ? wf_serve_shm_view_get(shm, name, offset, size, v, err)
-		 : wf_serve_shm_copy_out(shm, name, offset, size, out, err);
 }
 
 /* The outputs the body asks for ("outputs"; both when it names none): their
@@ -325,6 +212,7 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 		return WF_EINVAL;
 	const uint8_t *bin = (const uint8_t *)body + json_len;
 	size_t bin_left = len - json_len;
+	wf_serve_bytes *strs = NULL;
 	int rc = 0;
 	const json_t *id = json_object_get(root, "id");
 	if (id && !json_is_string(id)) {
@@ -352,98 +240,54 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 		goto out_root;
 	}
 	const json_t *t = json_array_get(inputs, 0);
-	const char *name = json_string_value(json_object_get(t, "name"));
-	const char *dtype = json_string_value(json_object_get(t, "datatype"));
-	if (!wf_serve_input_name_ok(io, name)) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "unknown input \"%s\"; the model has one input, \"%s\"",
-			     name ? name : "(none)", wf_serve_input_name(io));
-		goto out_root;
-	}
-	int dt;
-	if (dtype && strcmp(dtype, "FP32") == 0)
-		dt = DT_FP32;
-	else if (dtype && strcmp(dtype, "UINT8") == 0)
-		dt = DT_UINT8;
-	else if (dtype && strcmp(dtype, "BYTES") == 0)
-		dt = DT_BYTES;
-	else {
-		rc = wf_errf(err, WF_EINVAL,
-			     "input datatype \"%s\" is not supported (FP32, UINT8 "
-			     "or BYTES)",
-			     dtype ? dtype : "(none)");
-		goto out_root;
-	}
-	int64_t dims[8];
-	int ndim = 0;
-	rc = parse_shape(json_object_get(t, "shape"), dims, &ndim, err);
-	if (rc)
-		goto out_root;
 	const json_t *tparams = json_object_get(t, "parameters");
 	const json_t *bds = json_object_get(tparams, "binary_data_size");
 	const json_t *data = json_object_get(t, "data");
-	size_t bin_size = 0;
-	char region[128];
-	uint64_t soff = 0, ssize = 0;
-	uint8_t *shm_bytes = NULL;
-	wf_serve_shm_view view = {0};
-	int in_shm = shm_params(tparams, "input", region, sizeof(region), &soff, &ssize, err);
+	int64_t dims[8];
+	wf_serve_tensor_view v = {.name = json_string_value(json_object_get(t, "name")),
+				  .datatype = json_string_value(json_object_get(t, "datatype")),
+				  .dims = dims,
+				  .raw_what = "binary_data_size",
+				  .raw_borrow = 1, /* http.c aligns the binary part */
+				  .values_what = "\"data\"",
+				  .elements_b64 = 1};
+	rc = parse_shape(json_object_get(t, "shape"), dims, &v.ndim, err);
+	if (rc)
+		goto out_root;
+	int in_shm = shm_params(tparams, "input", v.shm_region, sizeof(v.shm_region), &v.shm_offset,
+				&v.shm_size, err);
 	if (in_shm < 0) {
 		rc = in_shm;
 		goto out_root;
 	}
-	if (in_shm && (bds || data)) {
-		rc = wf_errf(err, WF_EINVAL, "input names a shared_memory_region and also has %s",
-			     bds ? "binary_data_size" : "\"data\"");
-		goto out_root;
-	}
-	if (in_shm) {
-		if (bin_left) {
-			rc = wf_errf(err, WF_EINVAL,
-				     "%zu bytes after the JSON header are not claimed by any "
-				     "input's binary_data_size",
-				     bin_left);
-			goto out_root;
-		}
-		/* FP32 is read in place (the batcher's copy is guarded), the rest copied */
-		rc = shm_input(shm, region, soff, ssize, dt == DT_FP32 ? &view : NULL, &shm_bytes,
-			       err);
-		if (rc)
-			goto out_root;
-		bin = dt == DT_FP32 ? view.p : shm_bytes;
-		bin_size = (size_t)ssize;
-	} else if (bds) {
-		if (!json_is_integer(bds) || json_integer_value(bds) < 0 ||
-		    (size_t)json_integer_value(bds) != bin_left) {
-			rc = wf_errf(
-				err, WF_EINVAL,
-				"binary_data_size must equal the %zu bytes after the JSON header",
-				bin_left);
-			goto out_root;
-		}
-		bin_size = (size_t)json_integer_value(bds);
-	} else if (!data) {
-		rc = wf_errf(err, WF_EINVAL, "input has neither \"data\" nor binary_data_size");
-		goto out_root;
-	} else if (bin_left) {
+	if (bds && !in_shm &&
+	    (!json_is_integer(bds) || json_integer_value(bds) < 0 ||
+	     (size_t)json_integer_value(bds) != bin_left)) {
 		rc = wf_errf(err, WF_EINVAL,
-			     "%zu bytes after the JSON header are not claimed by "
-			     "any input's binary_data_size",
+			     "binary_data_size must equal the %zu bytes after the JSON header",
 			     bin_left);
 		goto out_root;
 	}
-	int has_bin = bds != NULL || in_shm;
-	if (dt == DT_BYTES)
-		rc = kv2_bytes_input(io, dims, ndim, data, bin, bin_size, has_bin, &req->in, err);
-	else
-		rc = kv2_dense_input(io, dt, dims, ndim, data, &pre, bin, bin_size, has_bin,
-				     &req->in, err);
-	if (!rc && view.region && req->in.x == (const float *)view.p) {
-		req->in.view = view; /* held while the request reads it in place */
-		view = (wf_serve_shm_view){0};
+	if (!bds && !data && !in_shm) {
+		rc = wf_errf(err, WF_EINVAL, "input has neither \"data\" nor binary_data_size");
+		goto out_root;
 	}
-	wf_serve_shm_view_put(&view);
-	free(shm_bytes);
+	if (bin_left && (!bds || in_shm)) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "%zu bytes after the JSON header are not claimed by any input's "
+			     "binary_data_size",
+			     bin_left);
+		goto out_root;
+	}
+	v.has_raw = bds != NULL;
+	v.raw = bin;
+	v.raw_len = bin_left;
+	if (data && v.datatype && !strcmp(v.datatype, "BYTES"))
+		rc = data_strings(data, &strs, &v, err);
+	else if (data)
+		rc = data_numbers(data, &pre, &v, err);
+	if (!rc)
+		rc = wf_serve_tensor_input(io, &v, shm, &req->in, err);
 	if (rc)
 		goto out_root;
 	rc = kv2_outputs(json_object_get(root, "outputs"), binary_default, req, err);
@@ -452,6 +296,7 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 out_root:
 	json_decref(root);
 	free(pre.x);
+	free(strs);
 	return rc;
 }
 
