@@ -78,8 +78,10 @@ static int fail_why(char *why, size_t cap, int code, const char *msg)
 	return code;
 }
 
-static int tensor_input(const wf_grpc_io *io, const Tensorflow__TensorProto *t, float **x, int *n,
-			char *why, size_t cap)
+/* The TensorProto t of input `name` as serve/request.h's tensor view, built
+ * into model input *x [n] (malloc'd) by wf_serve_tensor_input. */
+static int tensor_input(const wf_grpc_io *io, const char *name, const Tensorflow__TensorProto *t,
+			float **x, int *n, char *why, size_t cap)
 {
 	*x = NULL;
 	*n = 0;
@@ -88,96 +90,64 @@ static int tensor_input(const wf_grpc_io *io, const Tensorflow__TensorProto *t, 
 	if (nd < 1 || nd > 8)
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
 				"input tensor must have a shape of 1 to 8 dimensions");
+	int64_t dims[8];
 	for (size_t i = 0; i < nd; i++)
-		if (sh->dim[i]->size < 0 || sh->dim[i]->size > (1L << 30))
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"input tensor has a negative or huge dimension");
-	long batch = (long)sh->dim[0]->size;
-	size_t per = (size_t)io->h * io->w * io->c;
-	int code;
-	if (t->dtype == TENSORFLOW__DATA_TYPE__DT_FLOAT ||
-	    t->dtype == TENSORFLOW__DATA_TYPE__DT_UINT8) {
-		int u8 = t->dtype == TENSORFLOW__DATA_TYPE__DT_UINT8;
-		if (nd != 4 || sh->dim[1]->size != io->h || sh->dim[2]->size != io->w ||
-		    sh->dim[3]->size != io->c) {
-			snprintf(why, cap, "input shape must be [N,%d,%d,%d] (the model input)",
-				 io->h, io->w, io->c);
-			return WF_GRPC_INVALID_ARGUMENT;
-		}
-		if (batch < 1 || (double)batch * per > (double)WF_SERVE_MAX_INPUT_FLOATS)
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"input batch is empty or too large");
-		size_t count = (size_t)batch * per;
-		if (t->tensor_content.len) {
-			if (t->tensor_content.len != count * (u8 ? 1 : sizeof(float))) {
-				snprintf(why, cap,
-					 "tensor_content has %zu bytes; shape and dtype need %zu",
-					 t->tensor_content.len, count * (u8 ? 1 : sizeof(float)));
-				return WF_GRPC_INVALID_ARGUMENT;
-			}
-			code = wf_grpc_input_dense(io, batch, t->tensor_content.data, u8, x, why,
-						   cap);
-		} else if (!u8) {
-			if (t->n_float_val != count) {
-				snprintf(why, cap, "float_val has %zu values; shape needs %zu",
-					 t->n_float_val, count);
-				return WF_GRPC_INVALID_ARGUMENT;
-			}
-			code = wf_grpc_input_dense(io, batch, t->float_val, 0, x, why, cap);
-		} else {
-			if (t->n_int_val != count) {
-				snprintf(why, cap, "int_val has %zu values; shape needs %zu",
-					 t->n_int_val, count);
-				return WF_GRPC_INVALID_ARGUMENT;
-			}
-			uint8_t *px = malloc(count);
-			if (!px)
-				return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED,
-						"out of memory");
-			for (size_t i = 0; i < count; i++) {
-				if (t->int_val[i] < 0 || t->int_val[i] > 255) {
-					free(px);
-					snprintf(why, cap, "DT_UINT8 value %d out of range at %zu",
-						 t->int_val[i], i);
-					return WF_GRPC_INVALID_ARGUMENT;
-				}
-				px[i] = (uint8_t)t->int_val[i];
-			}
-			code = wf_grpc_input_dense(io, batch, px, 1, x, why, cap);
-			free(px);
-		}
-	} else if (t->dtype == TENSORFLOW__DATA_TYPE__DT_STRING) {
-		if (!(nd == 1 || (nd == 2 && sh->dim[1]->size == 1)))
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"DT_STRING input shape must be [N] or [N,1]");
-		if (t->n_string_val != (size_t)batch || batch < 1 || batch > 4096)
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"string_val must hold one encoded image per sample (1 to "
-					"4096)");
-		const uint8_t **img = calloc((size_t)batch, sizeof(*img));
-		size_t *len = calloc((size_t)batch, sizeof(*len));
-		if (!img || !len) {
-			free(img);
-			free(len);
-			return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-		}
-		for (long i = 0; i < batch; i++) {
-			img[i] = t->string_val[i].data;
-			len[i] = t->string_val[i].len;
-		}
-		code = wf_grpc_input_images(io, batch, img, len, x, why, cap);
-		free(img);
-		free(len);
-	} else {
+		dims[i] = sh->dim[i]->size;
+	wf_serve_tensor_view v = {
+		.name = name, .dims = dims, .ndim = (int)nd, .raw_what = "tensor_content"};
+	switch (t->dtype) {
+	case TENSORFLOW__DATA_TYPE__DT_FLOAT: v.datatype = "FP32"; break;
+	case TENSORFLOW__DATA_TYPE__DT_UINT8: v.datatype = "UINT8"; break;
+	case TENSORFLOW__DATA_TYPE__DT_STRING: v.datatype = "BYTES"; break;
+	default:
 		snprintf(why, cap,
-			 "input dtype %d is not supported (DT_FLOAT, DT_UINT8 or DT_STRING "
-			 "images)",
+			 "input dtype %d is not supported (DT_FLOAT, DT_UINT8 or DT_STRING images)",
 			 (int)t->dtype);
 		return WF_GRPC_INVALID_ARGUMENT;
 	}
-	if (!code)
-		*n = (int)batch;
-	return code;
+	float *ints = NULL;	  /* int_val as numbers */
+	wf_serve_bytes *e = NULL; /* string_val */
+	int oom = 0;
+	if (t->dtype == TENSORFLOW__DATA_TYPE__DT_STRING) {
+		v.values_what = "string_val";
+		v.nelements = t->n_string_val;
+		v.has_elements = 1;
+		v.elements = e = calloc(v.nelements + 1, sizeof(*e));
+		for (size_t i = 0; e && i < v.nelements; i++)
+			e[i] = (wf_serve_bytes){t->string_val[i].data, t->string_val[i].len};
+		oom = !e;
+	} else if (t->tensor_content.len) {
+		v.raw = t->tensor_content.data;
+		v.raw_len = t->tensor_content.len;
+		v.has_raw = 1;
+	} else if (t->dtype == TENSORFLOW__DATA_TYPE__DT_UINT8) {
+		v.values_what = "int_val";
+		v.nvalues = t->n_int_val;
+		v.has_values = 1;
+		v.values = ints = malloc(sizeof(*ints) * (v.nvalues + 1));
+		for (size_t i = 0; ints && i < v.nvalues; i++)
+			ints[i] = (float)t->int_val[i];
+		oom = !ints;
+	} else {
+		v.values_what = "float_val";
+		v.values = t->float_val;
+		v.nvalues = t->n_float_val;
+		v.has_values = 1;
+	}
+	wf_serve_input in = {0};
+	wf_err err = {0};
+	int rc = oom ? wf_errf(&err, WF_ENOMEM, "out of memory")
+		     : wf_serve_tensor_input(io, &v, NULL, &in, &err);
+	free(ints);
+	free(e);
+	if (rc)
+		return fail_why(why, cap,
+				rc == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
+						: WF_GRPC_INVALID_ARGUMENT,
+				err.msg);
+	*x = in.x; /* not borrowed: raw_borrow is off */
+	*n = in.n;
+	return WF_GRPC_OK;
 }
 
 static int predict_input(const wf_grpc_io *io, const Tensorflow__Serving__PredictRequest *rq,
@@ -193,7 +163,7 @@ static int predict_input(const wf_grpc_io *io, const Tensorflow__Serving__Predic
 			 rq->inputs[0]->key, name);
 		return WF_GRPC_INVALID_ARGUMENT;
 	}
-	return tensor_input(io, rq->inputs[0]->value, x, n, why, cap);
+	return tensor_input(io, rq->inputs[0]->key, rq->inputs[0]->value, x, n, why, cap);
 }
 
 /* The feature of an Example that holds the sample. */
