@@ -336,27 +336,9 @@ int wf_grpc_model_stats(wf_grpc_adapter *a, const char *name, long version, wf_g
 	wf_serve_version **vs = wf_serve_repo_acquire_all(a->o.repo, name, &n);
 	int found = 0;
 	for (int i = 0; i < n; i++) {
-		const wf_serve_stats *s = &vs[i]->stats;
 		if (!version || vs[i]->version == version) {
 			found = 1;
-			uint64_t ok = atomic_load(&s->success);
-			st->inference_count += atomic_load(&s->inferences);
-			st->execution_count += atomic_load(&s->executions);
-			uint64_t last = atomic_load(&s->last_ms);
-			if (last > st->last_inference_ms)
-				st->last_inference_ms = last;
-			st->success.count += ok;
-			st->success.ns += atomic_load(&s->success_ns);
-			st->fail.count += atomic_load(&s->fail);
-			st->fail.ns += atomic_load(&s->fail_ns);
-			st->queue.count += ok;
-			st->queue.ns += atomic_load(&s->queue_ns);
-			st->compute_input.count += ok;
-			st->compute_input.ns += atomic_load(&s->input_ns);
-			st->compute_infer.count += ok;
-			st->compute_infer.ns += atomic_load(&s->infer_ns);
-			st->compute_output.count += ok;
-			st->compute_output.ns += atomic_load(&s->output_ns);
+			wf_serve_stats_add(vs[i], st);
 		}
 		wf_serve_version_release(vs[i]);
 	}

@@ -66,17 +66,9 @@ typedef struct wf_grpc_version_info {
 	char reason[256]; /* why it failed */
 } wf_grpc_version_info;
 
-/* Triton's statistics extension, per model version. */
-typedef struct wf_grpc_duration {
-	uint64_t count, ns;
-} wf_grpc_duration;
-
-typedef struct wf_grpc_stats {
-	uint64_t last_inference_ms; /* Unix epoch milliseconds; 0: never */
-	uint64_t inference_count;   /* samples inferred */
-	uint64_t execution_count;   /* batcher calls */
-	wf_grpc_duration success, fail, queue, compute_input, compute_infer, compute_output;
-} wf_grpc_stats;
+/* Triton's statistics extension, per model version (serve/infer.h). */
+typedef wf_serve_duration wf_grpc_duration;
+typedef wf_serve_stats_sum wf_grpc_stats;
 
 int wf_grpc_adapter_create(wf_grpc_adapter **out, const wf_grpc_adapter_opts *o, wf_err *err);
 void wf_grpc_adapter_free(wf_grpc_adapter *a);

@@ -30,6 +30,8 @@
 #include "serve/repo.h"
 #include "serve/request.h"
 
+#include <stdint.h>
+
 typedef struct wf_serve_result {
 	int n, k;
 	float *logits; /* [n,k] */
@@ -49,6 +51,23 @@ int wf_serve_submit(wf_serve_batcher *b, wf_serve_version *v, const wf_serve_inp
 		    double timeout_s, wf_serve_result *res, wf_serve_batcher_done fn, void *arg,
 		    wf_err *err);
 void wf_serve_result_free(wf_serve_result *res);
+
+/* A version's statistics as Triton reports them (nanoseconds), read for
+ * every front end by wf_serve_stats_add. */
+typedef struct wf_serve_duration {
+	uint64_t count, ns;
+} wf_serve_duration;
+
+typedef struct wf_serve_stats_sum {
+	uint64_t last_inference_ms; /* Unix epoch milliseconds; 0: never */
+	uint64_t inference_count;   /* samples inferred */
+	uint64_t execution_count;   /* forwards */
+	wf_serve_duration success, fail, queue, compute_input, compute_infer, compute_output;
+} wf_serve_stats_sum;
+
+/* Add v's statistics to *sum (of several versions: the counts and times
+ * summed, the latest inference). */
+void wf_serve_stats_add(const wf_serve_version *v, wf_serve_stats_sum *sum);
 
 /* Triton's statistics document of the given versions:
  * {"model_stats": [{name, version, last_inference, inference_count,
