@@ -270,8 +270,8 @@ static const char *full_help(const setting *s, char *buf, size_t cap)
 	return buf;
 }
 
-/* The flag parser's table of settings writing into o (NULL for --help:
- * nothing is written), with help texts in helps; flags[NSETTINGS + 1]. */
+/* The flag parser's table of the settings, writing into o, with their help
+ * texts in helps; flags[NSETTINGS + 1]. */
 static void make_flags(wf_serve_options *o, wf_flag *flags, char (*helps)[1024])
 {
 	for (size_t i = 0; i < NSETTINGS; i++) {
@@ -279,7 +279,7 @@ static void make_flags(wf_serve_options *o, wf_flag *flags, char (*helps)[1024])
 		flags[i] = (wf_flag){
 			.name = s->name,
 			.kind = s->kind,
-			.dst = s->off == NOFIELD || !o ? NULL : (char *)o + s->off,
+			.dst = s->off == NOFIELD ? NULL : (char *)o + s->off,
 			.metavar = s->metavar,
 			.help = s->help ? full_help(s, helps[i], sizeof(helps[i])) : NULL,
 		};
