@@ -494,10 +494,11 @@ static int refused(wf_ps_client *c)
 	return any;
 }
 
-/* Wait until every used slot is done or timeout seconds pass. On timeout
- * the unanswered slots are dropped and WF_ETRANSIENT names their servers.
- * Otherwise returns the first error reply. Slots are freed either way. */
-static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
+/* Wait until every used slot (only >= 0: slot `only`) is done or timeout
+ * seconds pass, reading every reply that arrives meanwhile. On timeout the
+ * unanswered slots are dropped and WF_ETRANSIENT names their servers.
+ * Otherwise returns the first error reply (of slot `only`). */
+static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_err *err)
 {
 	double deadline = wf_now() + timeout;
 	int nsock = c->cfg.nservers * c->nstripes;
@@ -507,7 +508,7 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
 	int rc = 0;
 	for (;;) {
 		int open = 0;
-		for (int i = 0; i < c->cap; i++)
+		for (int i = only < 0 ? 0 : only; i < (only < 0 ? c->cap : only + 1); i++)
 			open += c->pend[i].used && !c->pend[i].done;
 		if (!open)
 			break;
@@ -553,12 +554,14 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
 	/* a socket's monitor blocks its I/O thread once its queue of unread
 	 * events is full (reconnects of a long job): read them every wait */
 	read_handshakes(c);
-	c->stale = 0;
-	for (int i = 0; i < c->cap; i++) {
+	if (only < 0)
+		c->stale = 0;
+	for (int i = only < 0 ? 0 : only; i < (only < 0 ? c->cap : only + 1); i++) {
 		pending *p = &c->pend[i];
 		if (!p->used || !p->done)
 			continue;
-		c->stale += p->stale;
+		if (only < 0)
+			c->stale += p->stale;
 		if (p->rc && !rc)
 			rc = wf_errf(err, p->rc, "ps %d (%s): %s refused: %s", p->server,
 				     c->endpoints[p->server], wf_ps_op_name(p->op), p->msg);
@@ -596,7 +599,7 @@ static int to_servers(wf_ps_client *c, int only, uint16_t op, long step, const c
 		h.dtype = nf ? WF_PS_DTYPE_BYTES : WF_PS_DTYPE_NONE;
 		rc = send_req(c, s, slot_server(c, s), &h, f, sz, nf, 0, err);
 	}
-	int wrc = wait_slots(c, timeout_of(c), 0, rc ? NULL : err);
+	int wrc = wait_slots(c, timeout_of(c), 0, -1, rc ? NULL : err);
 	return rc ? rc : wrc;
 }
 
@@ -1049,7 +1052,7 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 				goto out;
 			}
 		}
-		rc = wait_slots(c, wait, 1, &e);
+		rc = wait_slots(c, wait, 1, -1, &e);
 		for (int s = 0; s < n; s++) {
 			pending *p = &c->pend[slot_server(c, s)];
 			if (p->used && p->done && !p->rc && !answered[s]) {
@@ -1174,7 +1177,7 @@ int wf_ps_client_init(wf_ps_client *c, const float *params, const float *const *
 		rc = send_init(c, k, 0, err);
 	if (!rc && state && c->cfg.nstate)
 		rc = send_init(c, pl->nchunks, 0, err);
-	int wrc = wait_slots(c, timeout_of(c), 0, rc ? NULL : err);
+	int wrc = wait_slots(c, timeout_of(c), 0, -1, rc ? NULL : err);
 	clear_slots(c);
 	memset(&c->init, 0, sizeof(c->init));
 	return rc ? rc : wrc;
@@ -1224,9 +1227,17 @@ int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads,
 
 int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err)
 {
-	int rc = wait_slots(c, timeout_of(c), 0, err);
+	int rc = wait_slots(c, timeout_of(c), 0, -1, err);
 	clear_slots(c);
 	return rc;
+}
+
+int wf_ps_client_wait_chunk(wf_ps_client *c, int chunk, wf_err *err)
+{
+	if (chunk < 0 || chunk >= nchunks_of(c))
+		return wf_errf(err, WF_EINVAL, "ps client: chunk %d out of range [0, %d)", chunk,
+			       nchunks_of(c));
+	return wait_slots(c, timeout_of(c), 0, chunk, err);
 }
 
 int wf_ps_client_stale_count(const wf_ps_client *c)
@@ -1261,7 +1272,7 @@ static int pull(wf_ps_client *c, int chunk, int state, uint32_t aux, long *versi
 		req_hdr(c, &h, WF_PS_OP_PULL, WF_PS_STATE_CHUNK, 0);
 		rc = send_req(c, server_of(c, WF_PS_STATE_CHUNK), nc, &h, NULL, NULL, 0, 0, err);
 	}
-	int wrc = wait_slots(c, timeout_of(c), 0, rc ? NULL : err);
+	int wrc = wait_slots(c, timeout_of(c), 0, -1, rc ? NULL : err);
 	if (version) {
 		long m = -1;
 		for (int i = 0; i < c->cap; i++)

@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -63,12 +64,13 @@ typedef struct opts {
 	long chunk_bytes;
 	wf_netem_link link;
 	const char *link_text;
-	const char *python; /* for the ddp peer */
-	double timeout;	    /* seconds a configuration may take */
-	double progress_ms; /* allreduce: progress MPI every this many ms of backward; 0: at
-			       releases */
-	char exe[4096];	    /* this binary (mpirun starts it) */
-	char src[4096];	    /* bench/ddp_modelled.py's folder */
+	const char *python;   /* for the ddp peer */
+	double timeout;	      /* seconds a configuration may take */
+	double progress_ms;   /* allreduce: progress MPI every this many ms of backward; 0: at
+				 releases */
+	const char *timeline; /* parameter servers: worker 0's per-step timeline (JSON lines) */
+	char exe[4096];	      /* this binary (mpirun starts it) */
+	char src[4096];	      /* bench/ddp_modelled.py's folder */
 } opts;
 
 typedef struct config {
@@ -310,6 +312,15 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 	}
 	if (rc == 0)
 		rc = wf_ps_client_barrier(cl, 0, err);
+	FILE *tl = NULL;
+	double *push_at = NULL, *land_at = NULL;
+	if (rc == 0 && rank == 0 && o->timeline) {
+		tl = fopen(o->timeline, "w");
+		push_at = calloc((size_t)pl.nchunks, sizeof(double));
+		land_at = calloc((size_t)pl.nchunks, sizeof(double));
+		if (!tl || !push_at || !land_at)
+			rc = wf_errf(err, WF_EIO, "--timeline %s: cannot write it", o->timeline);
+	}
 	for (long step = 0; rc == 0 && step < steps; step++) {
 		double t0 = wf_now();
 		sleep_until(t0 + o->fwd_ms / 1e3);
@@ -319,14 +330,37 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			sleep_until(tb + l->at[k] * o->bwd_ms / 1e3);
 			for (; rc == 0 && next < pl.nchunks &&
 			       pl.chunks[next].offset + pl.chunks[next].count <= l->done[k];
-			     next++)
+			     next++) {
 				rc = wf_ps_client_push_pull_async(cl, next, grads, step, 0, err);
+				if (tl)
+					push_at[next] = (wf_now() - t0) * 1e3;
+			}
+		}
+		/* the timeline: when each chunk's reply landed (in push order) */
+		for (int k = 0; tl && rc == 0 && k < pl.nchunks; k++) {
+			rc = wf_ps_client_wait_chunk(cl, k, err);
+			land_at[k] = (wf_now() - t0) * 1e3;
 		}
 		if (rc == 0)
 			rc = wf_ps_client_wait_all(cl, err);
 		if (step >= o->warmup)
 			ms[step - o->warmup] = (wf_now() - t0) * 1e3;
+		if (tl && rc == 0) {
+			fprintf(tl,
+				"{\"step\": %ld, \"step_ms\": %.1f, \"bwd_end_ms\": %.1f, "
+				"\"chunks\": [",
+				step, (wf_now() - t0) * 1e3, o->fwd_ms + o->bwd_ms);
+			for (int k = 0; k < pl.nchunks; k++)
+				fprintf(tl, "%s[%d, %zu, %.1f, %.1f]", k ? ", " : "",
+					pl.chunks[k].server, pl.chunks[k].count, push_at[k],
+					land_at[k]);
+			fprintf(tl, "]}\n");
+		}
 	}
+	if (tl)
+		fclose(tl);
+	free(push_at);
+	free(land_at);
 	if (rc == 0)
 		rc = wf_ps_client_barrier(cl, steps, err);
 	if (rc == 0 && rank == 0) {
@@ -457,6 +491,15 @@ static int ps_child_main(void *p)
 	wf_err e = {0};
 	int rc = a->server ? serve(a->o, a->cf, a->l, a->index, &e)
 			   : ps_work(a->o, a->cf, a->l, a->index, &e);
+	struct rusage ru;
+	if (rc == 0 && getrusage(RUSAGE_SELF, &ru) == 0) {
+		/* CPU seconds per step of this process (all its threads) */
+		double cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+			     (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+		printf(RESULT_TAG " cpu %s=%.4f\n", a->server ? "server" : "worker",
+		       cpu / (double)(a->o->warmup + a->o->steps));
+		fflush(stdout);
+	}
 	if (rc != 0)
 		fprintf(stderr, "bench cluster: %s %d: %s\n", a->server ? "ps" : "worker", a->index,
 			e.msg);
@@ -630,16 +673,21 @@ static int write_layout(const run *r, const layout *l, wf_err *err)
 }
 
 typedef struct outcome {
-	double median_ms, p90_ms; /* the slowest rank's */
-	long staleness;		  /* -1: not reported */
-	int ranks;		  /* result lines seen */
+	double median_ms, p90_ms;      /* the slowest rank's */
+	long staleness;		       /* -1: not reported */
+	int ranks;		       /* result lines seen */
+	double cpu_server, cpu_worker; /* the busiest process's CPU seconds per step */
 } outcome;
 
 static void parse_line(const char *line, outcome *oc)
 {
-	double med, p90;
+	double med, p90, cpu;
 	long st;
-	if (sscanf(line, RESULT_TAG " staleness_max=%ld", &st) == 1) {
+	if (sscanf(line, RESULT_TAG " cpu server=%lf", &cpu) == 1) {
+		oc->cpu_server = WF_MAX(oc->cpu_server, cpu);
+	} else if (sscanf(line, RESULT_TAG " cpu worker=%lf", &cpu) == 1) {
+		oc->cpu_worker = WF_MAX(oc->cpu_worker, cpu);
+	} else if (sscanf(line, RESULT_TAG " staleness_max=%ld", &st) == 1) {
 		oc->staleness = st;
 	} else if (sscanf(line, RESULT_TAG " rank=%*d median_ms=%lf p90_ms=%lf", &med, &p90) == 2) {
 		oc->median_ms = WF_MAX(oc->median_ms, med);
@@ -750,6 +798,19 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 		rc = start_all(&r, o, cf, l, args, err);
 	if (rc == 0)
 		rc = collect(&r, o->timeout, &oc, err);
+	/* what TCP and the shaping queues saw: workers' nodes, then servers' */
+	wf_netem_counters net[2] = {{0}};
+	for (int i = 0; rc == 0 && i < nodes; i++) {
+		wf_netem_counters c;
+		wf_err ignore;
+		if (wf_netem_counters_get(&r.net, i, &c, &ignore) != 0)
+			continue;
+		wf_netem_counters *t = &net[i >= cf->workers];
+		t->retrans += c.retrans;
+		t->timeouts += c.timeouts;
+		t->drops_in += c.drops_in;
+		t->drops_out += c.drops_out;
+	}
 	stop_all(&r);
 	wf_netem_destroy(&r.net);
 	char rm[128];
@@ -781,6 +842,15 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 		printf(", \"bucket_mb\": %g", o->bucket_mb);
 	if (oc.staleness >= 0)
 		printf(", \"staleness_max\": %ld", oc.staleness);
+	printf(", \"gso\": %d", o->link.gso);
+	/* per step, over the whole run: [workers, servers] */
+	double steps = (double)(o->warmup + o->steps);
+	printf(", \"tcp_retrans_per_step\": [%.1f, %.1f], \"tcp_rto_per_step\": [%.2f, %.2f], "
+	       "\"drops_in_per_step\": [%.1f, %.1f]",
+	       net[0].retrans / steps, net[1].retrans / steps, net[0].timeouts / steps,
+	       net[1].timeouts / steps, net[0].drops_in / steps, net[1].drops_in / steps);
+	if (oc.cpu_server > 0 || oc.cpu_worker > 0)
+		printf(", \"cpu_s_per_step\": [%.3f, %.3f]", oc.cpu_worker, oc.cpu_server);
 	printf("}\n");
 	fflush(stdout);
 	return 0;
@@ -853,6 +923,13 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		 "thread would (0: only when a layer's gradient is released, as weft train does)"},
 		{"timeout", WF_FLAG_DOUBLE, &o.timeout, "S",
 		 "stop a configuration that has not finished after S seconds, and fail (600)"},
+		{"gso", WF_FLAG_BOOL, &o.link.gso, NULL,
+		 "let TCP's 64 KiB GSO packets through the shaped links whole (the emulation "
+		 "before 2026-11-28; default: wire-sized packets)"},
+		{"timeline", WF_FLAG_STR, &o.timeline, "FILE",
+		 "parameter servers: worker 0 writes each step's timeline to FILE (JSON lines: "
+		 "per chunk its server, floats, when its push left and its reply landed, ms "
+		 "from the step's start)"},
 		{"python", WF_FLAG_STR, &python, "PATH",
 		 "python with torch for the ddp peer (bench/peers_venv.sh prints one)"},
 		{"rank-of", WF_FLAG_STR, &rank_of, "MODE", NULL},
