@@ -90,8 +90,9 @@ struct wf_ps_client {
 		const float *params, *const *slots, *state;
 		long step;
 	} init;
-	int replicas; /* cfg.replicas, at least 1 */
-	int send_ms;  /* ZMQ_SNDTIMEO of every socket now (milliseconds) */
+	int replicas;	/* cfg.replicas, at least 1 */
+	uint16_t *bf16; /* [nparams] compression bf16: the pushed gradients, NULL: none */
+	int send_ms;	/* ZMQ_SNDTIMEO of every socket now (milliseconds) */
 	zmq_msg_t frames[1 + WF_PS_MAX_FRAMES];
 };
 
@@ -859,8 +860,12 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	c->cfg.keys = NULL;
 	c->cfg.key_origin = NULL;
 	c->cfg.optim = NULL;
-	if (cfg->optim)
+	if (cfg->optim) { /* the settings register has the servers check */
 		wf_optim_describe(cfg->optim, c->optim, sizeof(c->optim));
+		size_t n = strlen(c->optim);
+		snprintf(c->optim + n, sizeof(c->optim) - n, " ps.compression=%s",
+			 wf_ps_compression_name(cfg->compression));
+	}
 	if (cfg->key_origin && cfg->key_origin[0] && !(c->key_origin = strdup(cfg->key_origin))) {
 		free(c);
 		return wf_errf(err, WF_ENOMEM, "ps client: out of memory");
@@ -893,8 +898,10 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	c->mons = calloc((size_t)cfg->nservers * (size_t)c->nstripes, sizeof(*c->mons));
 	c->hs = calloc((size_t)cfg->nservers, sizeof(*c->hs));
 	c->route = calloc((size_t)cfg->nservers, sizeof(*c->route));
+	if (cfg->compression == WF_PS_COMPRESSION_BF16 && cfg->pl)
+		c->bf16 = malloc((cfg->pl->nparams ? cfg->pl->nparams : 1) * sizeof(*c->bf16));
 	if (!c->pend || !c->endpoints || !c->socks || !c->floats || !c->inc || !c->seen ||
-	    !c->mons || !c->hs || !c->route)
+	    !c->mons || !c->hs || !c->route || (cfg->compression && cfg->pl && !c->bf16))
 		goto fail;
 	c->replicas = cfg->replicas > 1 ? WF_MIN(cfg->replicas, cfg->nservers) : 1;
 	for (int g = 0; g < cfg->nservers; g++)
@@ -991,6 +998,7 @@ void wf_ps_client_free(wf_ps_client *c)
 	free(c->mons);
 	free(c->hs);
 	free(c->route);
+	free(c->bf16);
 	free(c->key_origin);
 	memset(&c->keys, 0, sizeof(c->keys));
 	free(c);
@@ -1194,6 +1202,12 @@ static int send_push(wf_ps_client *c, int chunk, const float *grads, long step, 
 	int nf = with_state ? 2 : 1;
 	req_hdr(c, &h, WF_PS_OP_PUSH_PULL, (uint32_t)chunk, step);
 	h.dtype = WF_PS_DTYPE_F32;
+	if (c->bf16) { /* the chunk's own part of the buffer: sent in place */
+		wf_ps_bf16_encode(c->bf16 + ch->offset, grads + ch->offset, ch->count);
+		f[0] = c->bf16 + ch->offset;
+		sz[0] = ch->count * sizeof(*c->bf16);
+		h.dtype = WF_PS_DTYPE_BF16;
+	}
 	h.aux = (uint32_t)(c->cfg.contributors > 0 ? c->cfg.contributors : 0);
 	h.flags |= flags;
 	if (with_state)

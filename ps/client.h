@@ -66,6 +66,10 @@ typedef struct wf_ps_client_cfg {
 	 * names another primary goes again to the group's next server, and
 	 * server-wide requests wait for a restarted server instead of failing. */
 	int replicas;
+	/* ps.compression: how pushes carry the gradient (ps/proto.h); the
+	 * servers must be configured alike (register names a difference when
+	 * cfg.optim is given, a push is refused otherwise) */
+	wf_ps_compression compression;
 } wf_ps_client_cfg;
 
 /* Create the sockets and connect (ZeroMQ connects in the background, so the

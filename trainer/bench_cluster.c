@@ -69,8 +69,9 @@ typedef struct opts {
 	double progress_ms;   /* allreduce: progress MPI every this many ms of backward; 0: at
 				 releases */
 	const char *timeline; /* parameter servers: worker 0's per-step timeline (JSON lines) */
-	char exe[4096];	      /* this binary (mpirun starts it) */
-	char src[4096];	      /* bench/ddp_modelled.py's folder */
+	wf_ps_compression compression; /* parameter servers: ps.compression */
+	char exe[4096];		       /* this binary (mpirun starts it) */
+	char src[4096];		       /* bench/ddp_modelled.py's folder */
 } opts;
 
 typedef struct config {
@@ -259,6 +260,7 @@ static int serve(const opts *o, const config *cf, const layout *l, int s, wf_err
 	}
 	sc.replicas = cf->replicas;
 	sc.peers = ep;
+	sc.compression = o->compression;
 	return wf_ps_server_run(&sc, err);
 }
 
@@ -292,6 +294,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			       .params = params,
 			       .contributors = 1,
 			       .replicas = cf->replicas,
+			       .compression = o->compression,
 			       .timeout = 120,
 			       .connect_timeout = 60,
 			       .heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT};
@@ -837,7 +840,8 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 	       oc.median_ms > 0 ? bound / oc.median_ms : 0, overlap,
 	       oc.median_ms > 0 ? overlap / oc.median_ms : 0);
 	if (ps)
-		printf(", \"chunk_bytes\": %ld, \"replicas\": %d", o->chunk_bytes, cf->replicas);
+		printf(", \"chunk_bytes\": %ld, \"replicas\": %d, \"compression\": \"%s\"",
+		       o->chunk_bytes, cf->replicas, wf_ps_compression_name(o->compression));
 	else
 		printf(", \"bucket_mb\": %g", o->bucket_mb);
 	if (oc.staleness >= 0)
@@ -888,7 +892,8 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		  .chunk_bytes = 0,
 		  .timeout = 600};
 	const char *workers = "8", *servers = "2", *replicas = "1", *modes = "sync",
-		   *compute = NULL, *link = "1gbit", *delay = NULL, *rank_of = NULL, *python = NULL;
+		   *compute = NULL, *link = "1gbit", *compression = "none", *delay = NULL,
+		   *rank_of = NULL, *python = NULL;
 	wf_cli_list pos = {0};
 	const wf_flag flags[] = {
 		{"model", WF_FLAG_STR, &o.model, "NAME",
@@ -923,6 +928,9 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		 "thread would (0: only when a layer's gradient is released, as weft train does)"},
 		{"timeout", WF_FLAG_DOUBLE, &o.timeout, "S",
 		 "stop a configuration that has not finished after S seconds, and fail (600)"},
+		{"compression", WF_FLAG_STR, &compression, "NAME",
+		 "parameter-server modes: how pushes carry the gradient (ps.compression: none, "
+		 "bf16)"},
 		{"gso", WF_FLAG_BOOL, &o.link.gso, NULL,
 		 "let TCP's 64 KiB GSO packets through the shaped links whole (the emulation "
 		 "before 2026-11-28; default: wire-sized packets)"},
@@ -978,6 +986,8 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 			     "1024, --timeout > 0");
 		goto cleanup;
 	}
+	if ((rc = wf_ps_compression_parse(compression, &o.compression, err)) != 0)
+		goto cleanup;
 	if ((link && (rc = wf_netem_parse_rate(link, &o.link.rate_bps, err)) != 0) ||
 	    (delay && (rc = wf_netem_parse_delay(delay, &o.link.delay_ms, err)) != 0))
 		goto cleanup;
