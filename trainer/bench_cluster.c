@@ -69,15 +69,15 @@ typedef struct opts {
 	double progress_ms;   /* allreduce: progress MPI every this many ms of backward; 0: at
 				 releases */
 	const char *timeline; /* parameter servers: worker 0's per-step timeline (JSON lines) */
-	wf_ps_compression compression; /* parameter servers: ps.compression */
-	char exe[4096];		       /* this binary (mpirun starts it) */
-	char src[4096];		       /* bench/ddp_modelled.py's folder */
+	char exe[4096];	      /* this binary (mpirun starts it) */
+	char src[4096];	      /* bench/ddp_modelled.py's folder */
 } opts;
 
 typedef struct config {
 	char mode[16]; /* sync, async, ssp:K, allreduce, ddp */
 	int workers, servers;
-	int replicas; /* parameter-server modes: servers that keep each chunk */
+	int replicas;		       /* parameter-server modes: servers that keep each chunk */
+	wf_ps_compression compression; /* parameter-server modes: ps.compression */
 } config;
 
 /* The model's gradient, scaled: its views (placement), and the backward's
@@ -260,7 +260,7 @@ static int serve(const opts *o, const config *cf, const layout *l, int s, wf_err
 	}
 	sc.replicas = cf->replicas;
 	sc.peers = ep;
-	sc.compression = o->compression;
+	sc.compression = cf->compression;
 	return wf_ps_server_run(&sc, err);
 }
 
@@ -294,7 +294,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			       .params = params,
 			       .contributors = 1,
 			       .replicas = cf->replicas,
-			       .compression = o->compression,
+			       .compression = cf->compression,
 			       .timeout = 120,
 			       .connect_timeout = 60,
 			       .heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT};
@@ -841,7 +841,7 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 	       oc.median_ms > 0 ? overlap / oc.median_ms : 0);
 	if (ps)
 		printf(", \"chunk_bytes\": %ld, \"replicas\": %d, \"compression\": \"%s\"",
-		       o->chunk_bytes, cf->replicas, wf_ps_compression_name(o->compression));
+		       o->chunk_bytes, cf->replicas, wf_ps_compression_name(cf->compression));
 	else
 		printf(", \"bucket_mb\": %g", o->bucket_mb);
 	if (oc.staleness >= 0)
@@ -928,9 +928,9 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		 "thread would (0: only when a layer's gradient is released, as weft train does)"},
 		{"timeout", WF_FLAG_DOUBLE, &o.timeout, "S",
 		 "stop a configuration that has not finished after S seconds, and fail (600)"},
-		{"compression", WF_FLAG_STR, &compression, "NAME",
+		{"compression", WF_FLAG_STR, &compression, "C[,C...]",
 		 "parameter-server modes: how pushes carry the gradient (ps.compression: none, "
-		 "bf16)"},
+		 "bf16), each in turn (none)"},
 		{"gso", WF_FLAG_BOOL, &o.link.gso, NULL,
 		 "let TCP's 64 KiB GSO packets through the shaped links whole (the emulation "
 		 "before 2026-11-28; default: wire-sized packets)"},
@@ -986,8 +986,20 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 			     "1024, --timeout > 0");
 		goto cleanup;
 	}
-	if ((rc = wf_ps_compression_parse(compression, &o.compression, err)) != 0)
+	wf_ps_compression comps[4];
+	int ncomp = 0;
+	char clist[64];
+	snprintf(clist, sizeof(clist), "%s", compression);
+	char *csave = NULL;
+	for (char *t = strtok_r(clist, ",", &csave); t && ncomp < 4;
+	     t = strtok_r(NULL, ",", &csave))
+		if ((rc = wf_ps_compression_parse(t, &comps[ncomp++], err)) != 0)
+			goto cleanup;
+	if (!ncomp) {
+		rc = wf_errf(err, WF_EINVAL, "--compression \"%s\": expected %s", compression,
+			     WF_PS_COMPRESSIONS);
 		goto cleanup;
+	}
 	if ((link && (rc = wf_netem_parse_rate(link, &o.link.rate_bps, err)) != 0) ||
 	    (delay && (rc = wf_netem_parse_delay(delay, &o.link.delay_ms, err)) != 0))
 		goto cleanup;
@@ -1044,10 +1056,12 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		}
 		int ps = strcmp(m, "allreduce") && strcmp(m, "ddp");
 		for (int i = 0; rc == 0 && i < cw; i++) {
-			for (int r = 0; rc == 0 && r < (ps ? cr : 1); r++) {
+			/* parameter servers: each replica count, each compression */
+			for (int r = 0; rc == 0 && r < (ps ? cr * ncomp : 1); r++) {
 				config cf = {.workers = nw[i],
 					     .servers = ns[cs > 1 ? i : 0],
-					     .replicas = nr[r]};
+					     .replicas = nr[r / ncomp],
+					     .compression = comps[r % ncomp]};
 				snprintf(cf.mode, sizeof(cf.mode), "%s", m);
 				if (cf.servers > MAX_SERVERS)
 					rc = wf_errf(err, WF_EINVAL, "--servers: at most %d",
