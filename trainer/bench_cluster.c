@@ -69,8 +69,9 @@ typedef struct opts {
 	double progress_ms;   /* allreduce: progress MPI every this many ms of backward; 0: at
 				 releases */
 	const char *timeline; /* parameter servers: worker 0's per-step timeline (JSON lines) */
-	char exe[4096];	      /* this binary (mpirun starts it) */
-	char src[4096];	      /* bench/ddp_modelled.py's folder */
+	int layer_ready; /* parameter servers: each layer's forward starts once its chunks landed */
+	char exe[4096];	 /* this binary (mpirun starts it) */
+	char src[4096];	 /* bench/ddp_modelled.py's folder */
 } opts;
 
 typedef struct config {
@@ -326,7 +327,23 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 	}
 	for (long step = 0; rc == 0 && step < steps; step++) {
 		double t0 = wf_now();
-		sleep_until(t0 + o->fwd_ms / 1e3);
+		if (o->layer_ready) {
+			/* the previous step's replies land while this forward runs:
+			 * each layer (the first one first) waits for its own chunks */
+			for (int k = l->nrel - 1, c = pl.nchunks - 1; rc == 0 && k >= 0; k--) {
+				size_t lo = k ? l->done[k - 1] : 0;
+				for (; rc == 0 && c >= 0 &&
+				       pl.chunks[c].offset + pl.chunks[c].count > lo;
+				     c--)
+					rc = wf_ps_client_wait_chunk(cl, c, err);
+				double share = l->at[k] - (k ? l->at[k - 1] : 0);
+				sleep_until(wf_now() + share * o->fwd_ms / 1e3);
+			}
+			if (rc == 0)
+				rc = wf_ps_client_wait_all(cl, err);
+		} else {
+			sleep_until(t0 + o->fwd_ms / 1e3);
+		}
 		double tb = wf_now();
 		int next = 0;
 		for (int k = 0; rc == 0 && k < l->nrel; k++) {
@@ -340,11 +357,11 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			}
 		}
 		/* the timeline: when each chunk's reply landed (in push order) */
-		for (int k = 0; tl && rc == 0 && k < pl.nchunks; k++) {
+		for (int k = 0; tl && !o->layer_ready && rc == 0 && k < pl.nchunks; k++) {
 			rc = wf_ps_client_wait_chunk(cl, k, err);
 			land_at[k] = (wf_now() - t0) * 1e3;
 		}
-		if (rc == 0)
+		if (rc == 0 && (!o->layer_ready || step == steps - 1))
 			rc = wf_ps_client_wait_all(cl, err);
 		if (step >= o->warmup)
 			ms[step - o->warmup] = (wf_now() - t0) * 1e3;
@@ -686,6 +703,10 @@ static void parse_line(const char *line, outcome *oc)
 {
 	double med, p90, cpu;
 	long st;
+	/* a child's own output without a newline (a peer's library) may come first */
+	line = strstr(line, RESULT_TAG);
+	if (!line)
+		return;
 	if (sscanf(line, RESULT_TAG " cpu server=%lf", &cpu) == 1) {
 		oc->cpu_server = WF_MAX(oc->cpu_server, cpu);
 	} else if (sscanf(line, RESULT_TAG " cpu worker=%lf", &cpu) == 1) {
@@ -842,6 +863,8 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 	if (ps)
 		printf(", \"chunk_bytes\": %ld, \"replicas\": %d, \"compression\": \"%s\"",
 		       o->chunk_bytes, cf->replicas, wf_ps_compression_name(cf->compression));
+	if (ps && o->layer_ready)
+		printf(", \"layer_ready\": 1");
 	else
 		printf(", \"bucket_mb\": %g", o->bucket_mb);
 	if (oc.staleness >= 0)
@@ -934,6 +957,9 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		{"gso", WF_FLAG_BOOL, &o.link.gso, NULL,
 		 "let TCP's 64 KiB GSO packets through the shaped links whole (the emulation "
 		 "before 2026-11-28; default: wire-sized packets)"},
+		{"layer-ready", WF_FLAG_BOOL, &o.layer_ready, NULL,
+		 "parameter servers: the next forward starts layer by layer, each once its chunks "
+		 "landed (as P3 / ByteScheduler), instead of after the last reply"},
 		{"timeline", WF_FLAG_STR, &o.timeline, "FILE",
 		 "parameter servers: worker 0 writes each step's timeline to FILE (JSON lines: "
 		 "per chunk its server, floats, when its push left and its reply landed, ms "
