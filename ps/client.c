@@ -90,8 +90,9 @@ struct wf_ps_client {
 		const float *params, *const *slots, *state;
 		long step;
 	} init;
-	int replicas; /* cfg.replicas, at least 1 */
-	int send_ms;  /* ZMQ_SNDTIMEO of every socket now (milliseconds) */
+	int replicas;	/* cfg.replicas, at least 1 */
+	uint16_t *bf16; /* [nparams] compression bf16: the pushed gradients, NULL: none */
+	int send_ms;	/* ZMQ_SNDTIMEO of every socket now (milliseconds) */
 	zmq_msg_t frames[1 + WF_PS_MAX_FRAMES];
 };
 
@@ -494,10 +495,11 @@ static int refused(wf_ps_client *c)
 	return any;
 }
 
-/* Wait until every used slot is done or timeout seconds pass. On timeout
- * the unanswered slots are dropped and WF_ETRANSIENT names their servers.
- * Otherwise returns the first error reply. Slots are freed either way. */
-static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
+/* Wait until every used slot (only >= 0: slot `only`) is done or timeout
+ * seconds pass, reading every reply that arrives meanwhile. On timeout the
+ * unanswered slots are dropped and WF_ETRANSIENT names their servers.
+ * Otherwise returns the first error reply (of slot `only`). */
+static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_err *err)
 {
 	double deadline = wf_now() + timeout;
 	int nsock = c->cfg.nservers * c->nstripes;
@@ -507,7 +509,7 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
 	int rc = 0;
 	for (;;) {
 		int open = 0;
-		for (int i = 0; i < c->cap; i++)
+		for (int i = only < 0 ? 0 : only; i < (only < 0 ? c->cap : only + 1); i++)
 			open += c->pend[i].used && !c->pend[i].done;
 		if (!open)
 			break;
@@ -553,12 +555,14 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, wf_err *err)
 	/* a socket's monitor blocks its I/O thread once its queue of unread
 	 * events is full (reconnects of a long job): read them every wait */
 	read_handshakes(c);
-	c->stale = 0;
-	for (int i = 0; i < c->cap; i++) {
+	if (only < 0)
+		c->stale = 0;
+	for (int i = only < 0 ? 0 : only; i < (only < 0 ? c->cap : only + 1); i++) {
 		pending *p = &c->pend[i];
 		if (!p->used || !p->done)
 			continue;
-		c->stale += p->stale;
+		if (only < 0)
+			c->stale += p->stale;
 		if (p->rc && !rc)
 			rc = wf_errf(err, p->rc, "ps %d (%s): %s refused: %s", p->server,
 				     c->endpoints[p->server], wf_ps_op_name(p->op), p->msg);
@@ -596,7 +600,7 @@ static int to_servers(wf_ps_client *c, int only, uint16_t op, long step, const c
 		h.dtype = nf ? WF_PS_DTYPE_BYTES : WF_PS_DTYPE_NONE;
 		rc = send_req(c, s, slot_server(c, s), &h, f, sz, nf, 0, err);
 	}
-	int wrc = wait_slots(c, timeout_of(c), 0, rc ? NULL : err);
+	int wrc = wait_slots(c, timeout_of(c), 0, -1, rc ? NULL : err);
 	return rc ? rc : wrc;
 }
 
@@ -856,8 +860,12 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	c->cfg.keys = NULL;
 	c->cfg.key_origin = NULL;
 	c->cfg.optim = NULL;
-	if (cfg->optim)
+	if (cfg->optim) { /* the settings register has the servers check */
 		wf_optim_describe(cfg->optim, c->optim, sizeof(c->optim));
+		size_t n = strlen(c->optim);
+		snprintf(c->optim + n, sizeof(c->optim) - n, " ps.compression=%s",
+			 wf_ps_compression_name(cfg->compression));
+	}
 	if (cfg->key_origin && cfg->key_origin[0] && !(c->key_origin = strdup(cfg->key_origin))) {
 		free(c);
 		return wf_errf(err, WF_ENOMEM, "ps client: out of memory");
@@ -890,8 +898,10 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	c->mons = calloc((size_t)cfg->nservers * (size_t)c->nstripes, sizeof(*c->mons));
 	c->hs = calloc((size_t)cfg->nservers, sizeof(*c->hs));
 	c->route = calloc((size_t)cfg->nservers, sizeof(*c->route));
+	if (cfg->compression == WF_PS_COMPRESSION_BF16 && cfg->pl)
+		c->bf16 = malloc((cfg->pl->nparams ? cfg->pl->nparams : 1) * sizeof(*c->bf16));
 	if (!c->pend || !c->endpoints || !c->socks || !c->floats || !c->inc || !c->seen ||
-	    !c->mons || !c->hs || !c->route)
+	    !c->mons || !c->hs || !c->route || (cfg->compression && cfg->pl && !c->bf16))
 		goto fail;
 	c->replicas = cfg->replicas > 1 ? WF_MIN(cfg->replicas, cfg->nservers) : 1;
 	for (int g = 0; g < cfg->nservers; g++)
@@ -988,6 +998,7 @@ void wf_ps_client_free(wf_ps_client *c)
 	free(c->mons);
 	free(c->hs);
 	free(c->route);
+	free(c->bf16);
 	free(c->key_origin);
 	memset(&c->keys, 0, sizeof(c->keys));
 	free(c);
@@ -1049,7 +1060,7 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 				goto out;
 			}
 		}
-		rc = wait_slots(c, wait, 1, &e);
+		rc = wait_slots(c, wait, 1, -1, &e);
 		for (int s = 0; s < n; s++) {
 			pending *p = &c->pend[slot_server(c, s)];
 			if (p->used && p->done && !p->rc && !answered[s]) {
@@ -1174,7 +1185,7 @@ int wf_ps_client_init(wf_ps_client *c, const float *params, const float *const *
 		rc = send_init(c, k, 0, err);
 	if (!rc && state && c->cfg.nstate)
 		rc = send_init(c, pl->nchunks, 0, err);
-	int wrc = wait_slots(c, timeout_of(c), 0, rc ? NULL : err);
+	int wrc = wait_slots(c, timeout_of(c), 0, -1, rc ? NULL : err);
 	clear_slots(c);
 	memset(&c->init, 0, sizeof(c->init));
 	return rc ? rc : wrc;
@@ -1191,6 +1202,12 @@ static int send_push(wf_ps_client *c, int chunk, const float *grads, long step, 
 	int nf = with_state ? 2 : 1;
 	req_hdr(c, &h, WF_PS_OP_PUSH_PULL, (uint32_t)chunk, step);
 	h.dtype = WF_PS_DTYPE_F32;
+	if (c->bf16) { /* the chunk's own part of the buffer: sent in place */
+		wf_ps_bf16_encode(c->bf16 + ch->offset, grads + ch->offset, ch->count);
+		f[0] = c->bf16 + ch->offset;
+		sz[0] = ch->count * sizeof(*c->bf16);
+		h.dtype = WF_PS_DTYPE_BF16;
+	}
 	h.aux = (uint32_t)(c->cfg.contributors > 0 ? c->cfg.contributors : 0);
 	h.flags |= flags;
 	if (with_state)
@@ -1224,9 +1241,17 @@ int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads,
 
 int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err)
 {
-	int rc = wait_slots(c, timeout_of(c), 0, err);
+	int rc = wait_slots(c, timeout_of(c), 0, -1, err);
 	clear_slots(c);
 	return rc;
+}
+
+int wf_ps_client_wait_chunk(wf_ps_client *c, int chunk, wf_err *err)
+{
+	if (chunk < 0 || chunk >= nchunks_of(c))
+		return wf_errf(err, WF_EINVAL, "ps client: chunk %d out of range [0, %d)", chunk,
+			       nchunks_of(c));
+	return wait_slots(c, timeout_of(c), 0, chunk, err);
 }
 
 int wf_ps_client_stale_count(const wf_ps_client *c)
@@ -1261,7 +1286,7 @@ static int pull(wf_ps_client *c, int chunk, int state, uint32_t aux, long *versi
 		req_hdr(c, &h, WF_PS_OP_PULL, WF_PS_STATE_CHUNK, 0);
 		rc = send_req(c, server_of(c, WF_PS_STATE_CHUNK), nc, &h, NULL, NULL, 0, 0, err);
 	}
-	int wrc = wait_slots(c, timeout_of(c), 0, rc ? NULL : err);
+	int wrc = wait_slots(c, timeout_of(c), 0, -1, rc ? NULL : err);
 	if (version) {
 		long m = -1;
 		for (int i = 0; i < c->cap; i++)

@@ -66,6 +66,10 @@ typedef struct wf_ps_client_cfg {
 	 * names another primary goes again to the group's next server, and
 	 * server-wide requests wait for a restarted server instead of failing. */
 	int replicas;
+	/* ps.compression: how pushes carry the gradient (ps/proto.h); the
+	 * servers must be configured alike (register names a difference when
+	 * cfg.optim is given, a push is refused otherwise) */
+	wf_ps_compression compression;
 } wf_ps_client_cfg;
 
 /* Create the sockets and connect (ZeroMQ connects in the background, so the
@@ -101,6 +105,11 @@ int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads,
  * (and cfg->state). The first error is returned (WF_ETRANSIENT on timeout,
  * or, with heartbeats, when a server restarted or fell silent, naming it). */
 int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err);
+/* Wait until chunk's reply (of its push or pull) has landed in cfg->params,
+ * reading the replies that arrive meanwhile; the others stay outstanding
+ * until wait_all, which still collects every reply. Returns that reply's
+ * error, if any (wait_all returns it again). */
+int wf_ps_client_wait_chunk(wf_ps_client *c, int chunk, wf_err *err);
 /* Replies of the last wait_all that were flagged stale (pushed step was past). */
 int wf_ps_client_stale_count(const wf_ps_client *c);
 /* Pull chunk (or -1: every chunk) into params; *version (may be NULL)

@@ -69,6 +69,46 @@ const char *wf_ps_mode_str(wf_ps_mode mode, int staleness, char *buf, size_t n)
 	return buf;
 }
 
+/* ---- gradient compression ------------------------------------------------ */
+
+int wf_ps_compression_parse(const char *name, wf_ps_compression *out, wf_err *err)
+{
+	if (name && !strcmp(name, "none"))
+		*out = WF_PS_COMPRESSION_NONE;
+	else if (name && !strcmp(name, "bf16"))
+		*out = WF_PS_COMPRESSION_BF16;
+	else
+		return wf_errf(err, WF_EINVAL, "ps.compression: expected %s, got '%s'",
+			       WF_PS_COMPRESSIONS, name ? name : "");
+	return 0;
+}
+
+const char *wf_ps_compression_name(wf_ps_compression c)
+{
+	return c == WF_PS_COMPRESSION_BF16 ? "bf16" : "none";
+}
+
+void wf_ps_bf16_encode(uint16_t *dst, const float *src, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u;
+		memcpy(&u, &src[i], 4);
+		if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it one, quiet */
+			dst[i] = (uint16_t)((u >> 16) | 0x40);
+		else /* round to nearest, ties to even */
+			dst[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
+	}
+}
+
+void wf_ps_bf16_decode(float *dst, const void *src, size_t n)
+{
+	const uint8_t *p = src; /* little-endian, at any alignment */
+	for (size_t i = 0; i < n; i++) {
+		uint32_t u = ((uint32_t)p[2 * i] | (uint32_t)p[2 * i + 1] << 8) << 16;
+		memcpy(&dst[i], &u, 4);
+	}
+}
+
 /* ---- CRC32C (common/crc32c) --------------------------------------------- */
 
 uint32_t wf_ps_crc32c(uint32_t crc, const void *data, size_t n)
@@ -262,6 +302,10 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 		s->dtype = WF_PS_DTYPE_F32;
 		s->min_frames = s->max_frames = 1 + state + frozen;
 		s->frame_bytes[0] = cb;
+		if (!reply && h->op == WF_PS_OP_PUSH_PULL && h->dtype == WF_PS_DTYPE_BF16) {
+			s->dtype = WF_PS_DTYPE_BF16; /* the gradient only: the state stays f32 */
+			s->frame_bytes[0] = cb / 2;
+		}
 		s->frame_bytes[1] = sb;
 		if (frozen)
 			s->ranges_frame = 1 + state;
@@ -420,7 +464,8 @@ int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *siz
 				REJECT(WF_PS_REJECT_BYTES, "%s", why);
 			continue;
 		}
-		if (s.dtype == WF_PS_DTYPE_F32 && sizes[i + 1] != s.frame_bytes[i])
+		if ((s.dtype == WF_PS_DTYPE_F32 || s.dtype == WF_PS_DTYPE_BF16) &&
+		    sizes[i + 1] != s.frame_bytes[i])
 			REJECT(WF_PS_REJECT_BYTES,
 			       "payload frame %d is %zu bytes, chunk %u needs %llu bytes", i,
 			       sizes[i + 1], h->chunk, (unsigned long long)s.frame_bytes[i]);

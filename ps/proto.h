@@ -23,7 +23,8 @@
  * Payloads per op (request -> reply; "values" = the chunk's floats):
  *   register   [optimizer settings]    -> -           (reply step: server step, chunk: nchunks)
  *   init       values [+ slots]        -> -           (step = version to start at)
- *   push_pull  grad [+ state] [+ frozen] -> values [+ state]  (flags STATE, FROZEN)
+ *   push_pull  grad [+ state] [+ frozen] -> values [+ state]  (flags STATE, FROZEN;
+ *              grad is f32, or bf16 with ps.compression bf16: dtype names it)
  *   pull       -                       -> values      (reply step: version)
  *   barrier    -                       -> -
  *   checkpoint dir (bytes)             -> -           (step = N)
@@ -103,7 +104,27 @@ enum {
 	WF_PS_FLAG__ALL = 0x7f,
 };
 
-typedef enum { WF_PS_DTYPE_NONE = 0, WF_PS_DTYPE_F32 = 1, WF_PS_DTYPE_BYTES = 2 } wf_ps_dtype;
+/* Payload element types. BF16 (a push's gradient frame only, with
+ * ps.compression bf16): each float's upper 16 bits after rounding to
+ * nearest even, little-endian, 2 bytes per float. */
+typedef enum {
+	WF_PS_DTYPE_NONE = 0,
+	WF_PS_DTYPE_F32 = 1,
+	WF_PS_DTYPE_BYTES = 2,
+	WF_PS_DTYPE_BF16 = 3,
+} wf_ps_dtype;
+
+/* How a push's gradient travels (ps.compression; workers and servers must
+ * agree): fp32 as computed, or bf16. Replies, inits, the state and the
+ * replication between servers stay fp32: the master weights are exact. */
+typedef enum { WF_PS_COMPRESSION_NONE, WF_PS_COMPRESSION_BF16 } wf_ps_compression;
+#define WF_PS_COMPRESSIONS "none, bf16"
+/* "none" / "bf16" into *out; WF_EINVAL naming the value otherwise. */
+int wf_ps_compression_parse(const char *name, wf_ps_compression *out, wf_err *err);
+const char *wf_ps_compression_name(wf_ps_compression c);
+/* n floats to bf16 (round to nearest even; NaN stays NaN) and back. */
+void wf_ps_bf16_encode(uint16_t *dst, const float *src, size_t n);
+void wf_ps_bf16_decode(float *dst, const void *src, size_t n); /* src: 2n bytes */
 
 typedef enum {
 	WF_PS_ROLE_WORKER = 1, /* counts in membership; index = worker index */

@@ -120,6 +120,9 @@ static int optim_differs(const server *s, const wf_ps_msg *m, const char *who, c
 	memcpy(theirs, m->frame[0], len);
 	theirs[len] = '\0';
 	wf_optim_describe(&s->cfg->optim, mine, sizeof(mine));
+	size_t end = strlen(mine);
+	snprintf(mine + end, sizeof(mine) - end, " ps.compression=%s",
+		 wf_ps_compression_name(s->cfg->compression));
 	if (!strcmp(mine, theirs))
 		return 0;
 	size_t k = 0;
@@ -154,6 +157,40 @@ static int optim_differs(const server *s, const wf_ps_msg *m, const char *who, c
 		}
 	}
 	return 1;
+}
+
+/* A push's gradient as this server's ps.compression expects it: a bf16
+ * frame is expanded to floats (in s->bf16) in place of frame 0. 1 when it
+ * was refused instead, naming both settings. */
+static int take_push(server *s, const uint8_t *rid, size_t rid_len, wf_ps_msg *m, const char *who)
+{
+	int bf16 = m->hdr.dtype == WF_PS_DTYPE_BF16;
+	if (bf16 != (s->cfg->compression == WF_PS_COMPRESSION_BF16)) {
+		wf_pss_send_errorf(
+			s, rid, rid_len, &m->hdr, WF_EINVAL, WF_PS_REJECT_DTYPE,
+			"ps.compression: %s on %s, %s on parameter server %d; give every "
+			"process of the job the same ps.compression",
+			bf16 ? "bf16" : "none", who, wf_ps_compression_name(s->cfg->compression),
+			s->cfg->index);
+		return 1;
+	}
+	if (!bf16)
+		return 0;
+	size_t n = m->size[0] / 2;
+	if (n * sizeof(float) > s->bf16.cap) {
+		void *b = realloc(s->bf16.buf, n * sizeof(float));
+		if (!b) {
+			wf_pss_send_errorf(
+				s, rid, rid_len, &m->hdr, WF_ETRANSIENT, WF_PS_REJECT_STATE,
+				"out of memory expanding a bf16 push of chunk %u", m->hdr.chunk);
+			return 1;
+		}
+		s->bf16 = (wf_ps_scratch){b, n * sizeof(float)};
+	}
+	wf_ps_bf16_decode(s->bf16.buf, m->frame[0], n);
+	m->frame[0] = s->bf16.buf;
+	m->size[0] = n * sizeof(float);
+	return 0;
 }
 
 static int serves_chunks(const server *s)
@@ -211,8 +248,8 @@ static void handle(server *s, int n, int overflow)
 		/* a setting, not a fault: the same config fails the same way after a
 		 * restart, so the sender's error is permanent */
 		wf_pss_send_errorf(s, rid, rid_len, h, WF_EINVAL, -1,
-				   "%s; give every process of the job the same optimizer settings "
-				   "(config file, --set, WEFT_* variables)",
+				   "%s; give every process of the job the same optimizer and "
+				   "ps.compression settings (config file, --set, WEFT_* variables)",
 				   why);
 		return;
 	}
@@ -252,7 +289,10 @@ static void handle(server *s, int n, int overflow)
 			wf_pss_membership_changed(s);
 		break;
 	case WF_PS_OP_INIT: wf_pss_op_init(s, rid, rid_len, &m); break;
-	case WF_PS_OP_PUSH_PULL: wf_pss_op_push_pull(s, rid, rid_len, &m, w); break;
+	case WF_PS_OP_PUSH_PULL:
+		if (!take_push(s, rid, rid_len, &m, who))
+			wf_pss_op_push_pull(s, rid, rid_len, &m, w);
+		break;
 	case WF_PS_OP_PULL: wf_pss_op_pull(s, rid, rid_len, &m); break;
 	case WF_PS_OP_BARRIER:
 		if (w < 0) {
@@ -542,6 +582,7 @@ static void server_free(server *s)
 	wf_pss_repl_free(s);
 	for (int i = 0; i < MAX_RECV; i++)
 		wf_ps_scratch_free(&s->align[i]);
+	wf_ps_scratch_free(&s->bf16);
 	free(s->chunks);
 	free(s->shards);
 	free(s->local);

@@ -96,6 +96,9 @@ typedef struct wf_ps_server_cfg {
 	int replicas;
 	const char *const *peers;
 	double peer_timeout;
+	/* ps.compression: how pushes carry the gradient (ps/proto.h); a push or
+	 * a register that says otherwise is refused, naming both */
+	wf_ps_compression compression;
 } wf_ps_server_cfg;
 
 /* Defaults: one server, one worker, sync, SGD defaults, and the

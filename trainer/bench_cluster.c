@@ -41,6 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -63,16 +64,19 @@ typedef struct opts {
 	long chunk_bytes;
 	wf_netem_link link;
 	const char *link_text;
-	const char *python; /* for the ddp peer */
-	double timeout;	    /* seconds a configuration may take */
-	char exe[4096];	    /* this binary (mpirun starts it) */
-	char src[4096];	    /* bench/ddp_modelled.py's folder */
+	const char *python;   /* for the ddp peer */
+	double timeout;	      /* seconds a configuration may take */
+	const char *timeline; /* parameter servers: worker 0's per-step timeline (JSON lines) */
+	int layer_ready; /* parameter servers: each layer's forward starts once its chunks landed */
+	char exe[4096];	 /* this binary (mpirun starts it) */
+	char src[4096];	 /* bench/ddp_modelled.py's folder */
 } opts;
 
 typedef struct config {
 	char mode[16]; /* sync, async, ssp:K, allreduce, ddp */
 	int workers, servers;
-	int replicas; /* parameter-server modes: servers that keep each chunk */
+	int replicas;		       /* parameter-server modes: servers that keep each chunk */
+	wf_ps_compression compression; /* parameter-server modes: ps.compression */
 } config;
 
 /* The model's gradient, scaled: its views (placement), and the backward's
@@ -264,6 +268,7 @@ static int serve(const opts *o, const config *cf, const layout *l, int s, wf_err
 	}
 	sc.replicas = cf->replicas;
 	sc.peers = ep;
+	sc.compression = cf->compression;
 	return wf_ps_server_run(&sc, err);
 }
 
@@ -297,6 +302,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			       .params = params,
 			       .contributors = 1,
 			       .replicas = cf->replicas,
+			       .compression = cf->compression,
 			       .timeout = 120,
 			       .connect_timeout = 60,
 			       .heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT};
@@ -318,26 +324,74 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 	if (rc == 0)
 		rc = wf_ps_client_barrier(cl, 0, err);
 	double cpu0 = 0;
+	FILE *tl = NULL;
+	double *push_at = NULL, *land_at = NULL;
+	if (rc == 0 && rank == 0 && o->timeline) {
+		tl = fopen(o->timeline, "w");
+		push_at = calloc((size_t)pl.nchunks, sizeof(double));
+		land_at = calloc((size_t)pl.nchunks, sizeof(double));
+		if (!tl || !push_at || !land_at)
+			rc = wf_errf(err, WF_EIO, "--timeline %s: cannot write it", o->timeline);
+	}
 	for (long step = 0; rc == 0 && step < steps; step++) {
 		if (step == o->warmup)
 			cpu0 = cpu_now();
 		double t0 = wf_now();
-		sleep_until(t0 + o->fwd_ms / 1e3);
+		if (o->layer_ready) {
+			/* the previous step's replies land while this forward runs:
+			 * each layer (the first one first) waits for its own chunks */
+			for (int k = l->nrel - 1, c = pl.nchunks - 1; rc == 0 && k >= 0; k--) {
+				size_t lo = k ? l->done[k - 1] : 0;
+				for (; rc == 0 && c >= 0 &&
+				       pl.chunks[c].offset + pl.chunks[c].count > lo;
+				     c--)
+					rc = wf_ps_client_wait_chunk(cl, c, err);
+				double share = l->at[k] - (k ? l->at[k - 1] : 0);
+				sleep_until(wf_now() + share * o->fwd_ms / 1e3);
+			}
+			if (rc == 0)
+				rc = wf_ps_client_wait_all(cl, err);
+		} else {
+			sleep_until(t0 + o->fwd_ms / 1e3);
+		}
 		double tb = wf_now();
 		int next = 0;
 		for (int k = 0; rc == 0 && k < l->nrel; k++) {
 			sleep_until(tb + l->at[k] * o->bwd_ms / 1e3);
 			for (; rc == 0 && next < pl.nchunks &&
 			       pl.chunks[next].offset + pl.chunks[next].count <= l->done[k];
-			     next++)
+			     next++) {
 				rc = wf_ps_client_push_pull_async(cl, next, grads, step, 0, err);
+				if (tl)
+					push_at[next] = (wf_now() - t0) * 1e3;
+			}
 		}
-		if (rc == 0)
+		/* the timeline: when each chunk's reply landed (in push order) */
+		for (int k = 0; tl && !o->layer_ready && rc == 0 && k < pl.nchunks; k++) {
+			rc = wf_ps_client_wait_chunk(cl, k, err);
+			land_at[k] = (wf_now() - t0) * 1e3;
+		}
+		if (rc == 0 && (!o->layer_ready || step == steps - 1))
 			rc = wf_ps_client_wait_all(cl, err);
 		if (step >= o->warmup)
 			ms[step - o->warmup] = (wf_now() - t0) * 1e3;
+		if (tl && rc == 0) {
+			fprintf(tl,
+				"{\"step\": %ld, \"step_ms\": %.1f, \"bwd_end_ms\": %.1f, "
+				"\"chunks\": [",
+				step, (wf_now() - t0) * 1e3, o->fwd_ms + o->bwd_ms);
+			for (int k = 0; k < pl.nchunks; k++)
+				fprintf(tl, "%s[%d, %zu, %.1f, %.1f]", k ? ", " : "",
+					pl.chunks[k].server, pl.chunks[k].count, push_at[k],
+					land_at[k]);
+			fprintf(tl, "]}\n");
+		}
 	}
 	double cpu_ms = (cpu_now() - cpu0) * 1e3 / (double)o->steps;
+	if (tl)
+		fclose(tl);
+	free(push_at);
+	free(land_at);
 	if (rc == 0)
 		rc = wf_ps_client_barrier(cl, steps, err);
 	if (rc == 0 && rank == 0) {
@@ -462,6 +516,15 @@ static int ps_child_main(void *p)
 	wf_err e = {0};
 	int rc = a->server ? serve(a->o, a->cf, a->l, a->index, &e)
 			   : ps_work(a->o, a->cf, a->l, a->index, &e);
+	struct rusage ru;
+	if (rc == 0 && getrusage(RUSAGE_SELF, &ru) == 0) {
+		/* CPU seconds per step of this process (all its threads) */
+		double cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
+			     (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+		printf(RESULT_TAG " cpu %s=%.4f\n", a->server ? "server" : "worker",
+		       cpu / (double)(a->o->warmup + a->o->steps));
+		fflush(stdout);
+	}
 	if (rc != 0)
 		fprintf(stderr, "bench cluster: %s %d: %s\n", a->server ? "ps" : "worker", a->index,
 			e.msg);
@@ -635,25 +698,34 @@ static int write_layout(const run *r, const layout *l, wf_err *err)
 }
 
 typedef struct outcome {
-	double median_ms, p90_ms; /* the slowest rank's */
-	long staleness;		  /* -1: not reported */
-	int ranks;		  /* result lines seen */
-	double cpu_ms;		  /* sum over the ranks of CPU ms per step */
+	double median_ms, p90_ms;      /* the slowest rank's */
+	long staleness;		       /* -1: not reported */
+	int ranks;		       /* result lines seen */
+	double cpu_ms;		       /* sum over the ranks of CPU ms per measured step */
+	double cpu_server, cpu_worker; /* the busiest process's CPU seconds per step */
 } outcome;
 
 static void parse_line(const char *line, outcome *oc)
 {
-	double med, p90;
+	double med, p90, cpu;
 	long st;
-	if (sscanf(line, RESULT_TAG " staleness_max=%ld", &st) == 1) {
+	/* a child's own output without a newline (a peer's library) may come first */
+	line = strstr(line, RESULT_TAG);
+	if (!line)
+		return;
+	if (sscanf(line, RESULT_TAG " cpu server=%lf", &cpu) == 1) {
+		oc->cpu_server = WF_MAX(oc->cpu_server, cpu);
+	} else if (sscanf(line, RESULT_TAG " cpu worker=%lf", &cpu) == 1) {
+		oc->cpu_worker = WF_MAX(oc->cpu_worker, cpu);
+	} else if (sscanf(line, RESULT_TAG " staleness_max=%ld", &st) == 1) {
 		oc->staleness = st;
 	} else if (sscanf(line, RESULT_TAG " rank=%*d median_ms=%lf p90_ms=%lf", &med, &p90) == 2) {
 		oc->median_ms = WF_MAX(oc->median_ms, med);
 		oc->p90_ms = WF_MAX(oc->p90_ms, p90);
 		oc->ranks++;
-		const char *cpu = strstr(line, " cpu_ms=");
-		if (cpu)
-			oc->cpu_ms += strtod(cpu + 8, NULL);
+		const char *ms = strstr(line, " cpu_ms=");
+		if (ms)
+			oc->cpu_ms += strtod(ms + 8, NULL);
 	}
 }
 
@@ -759,6 +831,19 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 		rc = start_all(&r, o, cf, l, args, err);
 	if (rc == 0)
 		rc = collect(&r, o->timeout, &oc, err);
+	/* what TCP and the shaping queues saw: workers' nodes, then servers' */
+	wf_netem_counters net[2] = {{0}};
+	for (int i = 0; rc == 0 && i < nodes; i++) {
+		wf_netem_counters c;
+		wf_err ignore;
+		if (wf_netem_counters_get(&r.net, i, &c, &ignore) != 0)
+			continue;
+		wf_netem_counters *t = &net[i >= cf->workers];
+		t->retrans += c.retrans;
+		t->timeouts += c.timeouts;
+		t->drops_in += c.drops_in;
+		t->drops_out += c.drops_out;
+	}
 	stop_all(&r);
 	wf_netem_destroy(&r.net);
 	char rm[128];
@@ -785,12 +870,24 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 	       oc.median_ms > 0 ? bound / oc.median_ms : 0, overlap,
 	       oc.median_ms > 0 ? overlap / oc.median_ms : 0);
 	if (ps)
-		printf(", \"chunk_bytes\": %ld, \"replicas\": %d", o->chunk_bytes, cf->replicas);
+		printf(", \"chunk_bytes\": %ld, \"replicas\": %d, \"compression\": \"%s\"",
+		       o->chunk_bytes, cf->replicas, wf_ps_compression_name(cf->compression));
+	if (ps && o->layer_ready)
+		printf(", \"layer_ready\": 1");
 	else
 		printf(", \"bucket_mb\": %g", o->bucket_mb);
 	if (oc.staleness >= 0)
 		printf(", \"staleness_max\": %ld", oc.staleness);
 	printf(", \"cpu_ms_per_step\": %.1f", oc.cpu_ms / cf->workers);
+	printf(", \"gso\": %d", o->link.gso);
+	/* per step, over the whole run: [workers, servers] */
+	double steps = (double)(o->warmup + o->steps);
+	printf(", \"tcp_retrans_per_step\": [%.1f, %.1f], \"tcp_rto_per_step\": [%.2f, %.2f], "
+	       "\"drops_in_per_step\": [%.1f, %.1f]",
+	       net[0].retrans / steps, net[1].retrans / steps, net[0].timeouts / steps,
+	       net[1].timeouts / steps, net[0].drops_in / steps, net[1].drops_in / steps);
+	if (oc.cpu_server > 0 || oc.cpu_worker > 0)
+		printf(", \"cpu_s_per_step\": [%.3f, %.3f]", oc.cpu_worker, oc.cpu_server);
 	printf("}\n");
 	fflush(stdout);
 	return 0;
@@ -828,7 +925,8 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		  .chunk_bytes = 0,
 		  .timeout = 600};
 	const char *workers = "8", *servers = "2", *replicas = "1", *modes = "sync",
-		   *compute = NULL, *link = "1gbit", *delay = NULL, *rank_of = NULL, *python = NULL;
+		   *compute = NULL, *link = "1gbit", *compression = "none", *delay = NULL,
+		   *rank_of = NULL, *python = NULL;
 	wf_cli_list pos = {0};
 	const wf_flag flags[] = {
 		{"model", WF_FLAG_STR, &o.model, "NAME",
@@ -860,6 +958,19 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		 "count in turn (1)"},
 		{"timeout", WF_FLAG_DOUBLE, &o.timeout, "S",
 		 "stop a configuration that has not finished after S seconds, and fail (600)"},
+		{"compression", WF_FLAG_STR, &compression, "C[,C...]",
+		 "parameter-server modes: how pushes carry the gradient (ps.compression: none, "
+		 "bf16), each in turn (none)"},
+		{"gso", WF_FLAG_BOOL, &o.link.gso, NULL,
+		 "let TCP's 64 KiB GSO packets through the shaped links whole (the emulation "
+		 "before 2026-11-28; default: wire-sized packets)"},
+		{"layer-ready", WF_FLAG_BOOL, &o.layer_ready, NULL,
+		 "parameter servers: the next forward starts layer by layer, each once its chunks "
+		 "landed (as P3 / ByteScheduler), instead of after the last reply"},
+		{"timeline", WF_FLAG_STR, &o.timeline, "FILE",
+		 "parameter servers: worker 0 writes each step's timeline to FILE (JSON lines: "
+		 "per chunk its server, floats, when its push left and its reply landed, ms "
+		 "from the step's start)"},
 		{"python", WF_FLAG_STR, &python, "PATH",
 		 "python with torch for the ddp peer (bench/peers_venv.sh prints one)"},
 		{"rank-of", WF_FLAG_STR, &rank_of, "MODE", NULL},
@@ -906,6 +1017,20 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 			     "bench cluster: need 0 < --scale <= 1, --steps >= 1, --warmup >= 0, "
 			     "--batch >= 1, --compute-ms >= 0, --bucket-mb > 0, --chunk-bytes >= "
 			     "1024, --timeout > 0");
+		goto cleanup;
+	}
+	wf_ps_compression comps[4];
+	int ncomp = 0;
+	char clist[64];
+	snprintf(clist, sizeof(clist), "%s", compression);
+	char *csave = NULL;
+	for (char *t = strtok_r(clist, ",", &csave); t && ncomp < 4;
+	     t = strtok_r(NULL, ",", &csave))
+		if ((rc = wf_ps_compression_parse(t, &comps[ncomp++], err)) != 0)
+			goto cleanup;
+	if (!ncomp) {
+		rc = wf_errf(err, WF_EINVAL, "--compression \"%s\": expected %s", compression,
+			     WF_PS_COMPRESSIONS);
 		goto cleanup;
 	}
 	if ((link && (rc = wf_netem_parse_rate(link, &o.link.rate_bps, err)) != 0) ||
@@ -964,10 +1089,12 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		}
 		int ps = strcmp(m, "allreduce") && strcmp(m, "ddp");
 		for (int i = 0; rc == 0 && i < cw; i++) {
-			for (int r = 0; rc == 0 && r < (ps ? cr : 1); r++) {
+			/* parameter servers: each replica count, each compression */
+			for (int r = 0; rc == 0 && r < (ps ? cr * ncomp : 1); r++) {
 				config cf = {.workers = nw[i],
 					     .servers = ns[cs > 1 ? i : 0],
-					     .replicas = nr[r]};
+					     .replicas = nr[r / ncomp],
+					     .compression = comps[r % ncomp]};
 				snprintf(cf.mode, sizeof(cf.mode), "%s", m);
 				if (cf.servers > MAX_SERVERS)
 					rc = wf_errf(err, WF_EINVAL, "--servers: at most %d",

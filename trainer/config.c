@@ -218,6 +218,10 @@ static const key_def keys[] = {
 	{"ps.replicas", T_INT, F(ps.replicas), "1",
 	 "parameter_server: servers that keep each chunk (1 <= R <= ps tasks); with 2 or more a "
 	 "killed server costs no rollback: its backup takes over (docs/promises.md)"},
+	{"ps.compression", T_STR, F(ps.compression), "\"none\"",
+	 "parameter_server: how pushes carry the gradient: none (fp32) or bf16 (half the bytes, "
+	 "rounded to nearest even; the servers sum and keep fp32, replies stay fp32); servers and "
+	 "workers must agree"},
 	{"ps.timeout", T_NUM, F(ps.timeout), STR(WF_PS_TIMEOUT_DEFAULT),
 	 "parameter_server worker: seconds to wait for a reply"},
 	{"ps.connect_timeout", T_NUM, F(ps.connect_timeout), STR(WF_PS_CONNECT_TIMEOUT_DEFAULT),
@@ -261,6 +265,7 @@ static const struct {
 	{"cluster.malloc_tune", "WEFT_PS_MALLOC_TUNE"},
 	{"ps.chunk_bytes", "WEFT_PS_CHUNK_BYTES"},
 	{"ps.replicas", "WEFT_PS_REPLICAS"},
+	{"ps.compression", "WEFT_PS_COMPRESSION"},
 	{"ps.timeout", "WEFT_PS_TIMEOUT"},
 	{"ps.connect_timeout", "WEFT_PS_CONNECT_TIMEOUT"},
 	{"ps.server_timeout", "WEFT_PS_SERVER_TIMEOUT"},

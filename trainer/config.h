@@ -97,6 +97,8 @@ typedef struct wf_config {
 	struct { /* parameter_server tuning (the WEFT_PS_* variables) */
 		long chunk_bytes;
 		long replicas;					 /* servers that keep each chunk */
+		char compression[16];				 /* none, bf16 */
+		wf_ps_compression comp;				 /* compression parsed (derived) */
 		double timeout, connect_timeout, server_timeout; /* worker, seconds */
 		double heartbeat_timeout, stall_timeout, stats_every; /* server, seconds */
 		char debug_stall[64]; /* "rank:step:seconds"; "": off */

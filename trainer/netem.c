@@ -66,15 +66,11 @@ int wf_netem_parse_delay(const char *s, double *ms, wf_err *err)
 
 /* ---- running ip and tc ----------------------------------------------------- */
 
-/* Run argv[0] (looked up on PATH) with its output captured; 0 when it exits
- * 0, else an error naming the command and what it printed. */
-static int run(wf_err *err, const char *fmt, ...)
+/* Run the command line `line` (argv[0] looked up on PATH) with its output
+ * captured into out (cap bytes, NUL-terminated); 0 when it exits 0, else an
+ * error naming the command and what it printed. */
+static int run_capture(char *out, size_t cap, wf_err *err, const char *line)
 {
-	char line[512], out[512];
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
 	char copy[512], *argv[MAX_ARGV], *save = NULL;
 	int argc = 0;
 	snprintf(copy, sizeof(copy), "%s", line);
@@ -98,9 +94,9 @@ static int run(wf_err *err, const char *fmt, ...)
 	close(p[1]);
 	size_t n = 0;
 	char skip[256];
-	for (ssize_t r; (r = read(p[0], n < sizeof(out) - 1 ? out + n : skip,
-				  n < sizeof(out) - 1 ? sizeof(out) - 1 - n : sizeof(skip))) > 0;)
-		if (n < sizeof(out) - 1)
+	for (ssize_t r; (r = read(p[0], n < cap - 1 ? out + n : skip,
+				  n < cap - 1 ? cap - 1 - n : sizeof(skip))) > 0;)
+		if (n < cap - 1)
 			n += (size_t)r;
 	close(p[0]);
 	out[n] = '\0';
@@ -113,6 +109,16 @@ static int run(wf_err *err, const char *fmt, ...)
 		return 0;
 	int code = WIFEXITED(st) && WEXITSTATUS(st) == 127 ? WF_ENOTSUP : WF_EINVAL;
 	return wf_errf(err, code, "`%s` failed: %s", line, n ? out : "(no output)");
+}
+
+static int run(wf_err *err, const char *fmt, ...)
+{
+	char line[512], out[512];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	return run_capture(out, sizeof(out), err, line);
 }
 
 /* ---- the network ------------------------------------------------------------- */
@@ -178,6 +184,11 @@ static int add_node(wf_netem *ne, int i, const wf_netem_link *link, wf_err *err)
 		return rc;
 	if (i >= ne->shaped)
 		return 0;
+	/* a wire carries MTU-sized frames and a switch drops them one by one;
+	 * veth would pass TCP's 64 KiB GSO packets through the qdisc whole,
+	 * so one drop lost 45 segments at once (README, Running at scale) */
+	if (!link->gso && (rc = run(err, "ip -n %s link set eth0 gso_max_segs 1", ns)))
+		return rc;
 	/* the node's egress is its upload; the bridge port's is its download */
 	if ((rc = shape(where, "eth0", link, err)) || (rc = shape("", host, link, err)))
 		return rc;
@@ -269,5 +280,60 @@ int wf_netem_enter(const wf_netem *ne, int node, wf_err *err)
 	if (rc != 0)
 		return wf_errf(err, WF_EINTERNAL, "entering network namespace %s: %s", ns,
 			       strerror(errno));
+	return 0;
+}
+
+/* ---- counters ------------------------------------------------------------------ */
+
+/* The value under column `name` of the line pair starting with `prefix` in
+ * /proc/net/snmp or /proc/net/netstat text (a header line, then values). */
+static uint64_t proc_field(const char *text, const char *prefix, const char *name)
+{
+	const char *hdr = strstr(text, prefix);
+	const char *vals = hdr ? strstr(hdr + 1, prefix) : NULL;
+	if (!vals)
+		return 0;
+	size_t plen = strlen(prefix), nlen = strlen(name);
+	const char *h = hdr + plen, *v = vals + plen;
+	while (*h && *h != '\n') {
+		h += strspn(h, " ");
+		v += strspn(v, " ");
+		size_t hl = strcspn(h, " \n");
+		if (hl == nlen && !strncmp(h, name, nlen))
+			return strtoull(v, NULL, 10);
+		h += hl;
+		v += strcspn(v, " \n");
+	}
+	return 0;
+}
+
+/* Packets the qdisc of `dev` dropped ("dropped N" in tc -s). */
+static uint64_t qdisc_drops(const char *where, const char *dev)
+{
+	char line[160], out[2048];
+	wf_err ignore;
+	snprintf(line, sizeof(line), "tc %s -s qdisc show dev %s", where, dev);
+	if (run_capture(out, sizeof(out), &ignore, line) != 0)
+		return 0;
+	const char *d = strstr(out, "dropped ");
+	return d ? strtoull(d + 8, NULL, 10) : 0;
+}
+
+int wf_netem_counters_get(const wf_netem *ne, int node, wf_netem_counters *c, wf_err *err)
+{
+	char ns[64], line[160], where[80], host[24];
+	static char out[16384];
+	memset(c, 0, sizeof(*c));
+	wf_netem_ns(ne, node, ns, sizeof(ns));
+	snprintf(line, sizeof(line), "ip netns exec %s cat /proc/net/snmp /proc/net/netstat", ns);
+	int rc = run_capture(out, sizeof(out), err, line);
+	if (rc != 0)
+		return rc;
+	c->retrans = proc_field(out, "Tcp:", "RetransSegs");
+	c->timeouts = proc_field(out, "TcpExt:", "TCPTimeouts");
+	snprintf(where, sizeof(where), "-n %s", ns);
+	snprintf(host, sizeof(host), "%sh%d", ne->tag, node);
+	c->drops_out = qdisc_drops(where, "eth0");
+	c->drops_in = qdisc_drops("", host);
 	return 0;
 }

@@ -1,7 +1,8 @@
 /* netem.h: an emulated cluster network on this machine. Each node is a
  * Linux network namespace with one interface (eth0, 10.213.0.<node+1>/24)
  * joined to the others through a bridge, its link shaped in both directions
- * by tc (tbf for a rate alone, netem when a delay or loss is asked). Nothing
+ * by tc (tbf for a rate alone, netem when a delay or loss is asked) and
+ * carrying MTU-sized packets, as a wire does (no GSO on its eth0). Nothing
  * leaves the machine: the host has no address on the bridge. Needs root and
  * iproute2 (`ip`, `tc`).
  *
@@ -13,6 +14,7 @@
 #include "common/error.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 #define WF_NETEM_MAX_NODES 128
 
@@ -20,6 +22,8 @@ typedef struct wf_netem_link {
 	double rate_bps; /* bits per second each way; 0: unshaped */
 	double delay_ms; /* one-way delay added on each side's egress; 0: none */
 	double loss;	 /* packet loss in [0, 1) on each egress; 0: none */
+	int gso;	 /* 1: let TCP's 64 KiB GSO packets through the qdiscs whole (as
+			  * before 2026-11-28); 0: wire-sized packets */
 } wf_netem_link;
 
 typedef struct wf_netem {
@@ -50,6 +54,15 @@ void wf_netem_destroy(wf_netem *ne);
 void wf_netem_sweep(void);
 /* Move the calling process into node's namespace. */
 int wf_netem_enter(const wf_netem *ne, int node, wf_err *err);
+/* What TCP and the shaping queues of one node saw, since the node was made. */
+typedef struct wf_netem_counters {
+	uint64_t retrans;   /* TCP segments it retransmitted (RetransSegs) */
+	uint64_t timeouts;  /* its retransmission timeouts (TCPTimeouts) */
+	uint64_t drops_out; /* packets its upload queue (its eth0) dropped */
+	uint64_t drops_in;  /* packets its download queue (the bridge port) dropped */
+} wf_netem_counters;
+/* Read node's counters (from its namespace's /proc/net and tc -s). */
+int wf_netem_counters_get(const wf_netem *ne, int node, wf_netem_counters *c, wf_err *err);
 /* Node's address ("10.213.0.7") into buf. */
 void wf_netem_addr(int node, char *buf, size_t n);
 /* Node's namespace name into buf ("wf1234-7"). */

@@ -34,11 +34,12 @@ typedef struct wf_exchange_ps_cfg {
 	const char *ckpt_dir; /* checkpoint root (servers write shards under it) */
 	size_t chunk_bytes;   /* 0: WF_PS_CHUNK_BYTES_DEFAULT (servers must agree) */
 	/* 0: the WF_PS_*_DEFAULT of ps/client.h */
-	double timeout;		   /* seconds to wait for a reply */
-	double connect_timeout;	   /* seconds to wait for servers to come up */
-	double heartbeat_interval; /* seconds */
-	double server_timeout;	   /* seconds of heartbeat silence = server gone */
-	int replicas;		   /* ps.replicas: servers that keep each chunk */
+	double timeout;		       /* seconds to wait for a reply */
+	double connect_timeout;	       /* seconds to wait for servers to come up */
+	double heartbeat_interval;     /* seconds */
+	double server_timeout;	       /* seconds of heartbeat silence = server gone */
+	int replicas;		       /* ps.replicas: servers that keep each chunk */
+	wf_ps_compression compression; /* ps.compression: how pushes carry the gradient */
 	/* "rank:step:seconds" (ps.debug_stall, WEFT_PS_DEBUG_STALL): worker
 	 * `rank` sleeps before pushing that step (to see stall reports; not for
 	 * production); NULL: never */

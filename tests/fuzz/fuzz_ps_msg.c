@@ -1,7 +1,8 @@
 /* libFuzzer target for wf_ps_msg_parse: the input is split into frames
  * (a 2-byte length prefix per frame), parsed as a request and as a reply
  * against fixed limits. The parser must never read outside the frames nor
- * crash; a message it accepts must re-encode to the same checksum. */
+ * crash; a message it accepts must re-encode to the same checksum, and a
+ * bf16 push's gradient frame must be the chunk's floats at 2 bytes each. */
 #include "ps/proto.h"
 
 #include <stdint.h>
@@ -45,6 +46,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			wf_ps_hdr_encode(&h, hb, m.frame, m.size, m.nframes);
 			if (h.checksum != m.hdr.checksum || memcmp(hb, frames[0], 56))
 				__builtin_trap();
+			if (m.hdr.dtype == WF_PS_DTYPE_BF16) { /* as a server expands it */
+				float g[16];
+				if (m.size[0] % 2 || m.size[0] / 2 > 16)
+					__builtin_trap();
+				wf_ps_bf16_decode(g, m.frame[0], m.size[0] / 2);
+			}
 		} else if (reason < 0 || reason >= WF_PS_REJECT__COUNT) {
 			__builtin_trap();
 		}

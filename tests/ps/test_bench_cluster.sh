@@ -4,8 +4,9 @@
 # mpirun whose ranks start in their namespaces. Each configuration prints
 # one JSON line with a positive step time, the bound, the efficiency and the
 # workers' CPU time per step; the namespaces are gone afterwards; the same
-# with replicated servers. No timing is asserted (the machine is shared).
-# Skips (77) without root or network namespaces.
+# with replicated servers. No timing is asserted (the machine is shared),
+# but each line carries the network's counters (retransmissions, timeouts,
+# queue drops). Skips (77) without root or network namespaces.
 . "$WEFT_SRC/tests/ps/lib.sh"
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
 	echo "SKIP: needs root and iproute2 (ip, tc) for network namespaces"
@@ -14,6 +15,13 @@ fi
 ns=weft-test-$$
 ip netns add "$ns" 2>/dev/null || { echo "SKIP: this machine does not allow network namespaces"; exit 77; }
 ip netns del "$ns"
+# orphans: the namespaces of benches whose process is gone (others may run
+# their own benches on this machine meanwhile)
+orphans() {
+	ip netns list | sed -n 's/^\(wf\([0-9]*\)-[0-9]*\).*/\2 \1/p' | while read -r pid ns; do
+		kill -0 "$pid" 2>/dev/null || echo "$ns"
+	done
+}
 modes=sync,ssp:1
 command -v mpirun >/dev/null && modes=$modes,allreduce
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -29,17 +37,28 @@ assert got == want, (got, want)
 for r in rows:
     assert r["step_ms"] > 0 and r["bound_ms"] > 0 and 0 < r["efficiency"], r
     assert r["cpu_ms_per_step"] > 0, r  # the workers' own CPU time per step
+    assert all(len(r[k]) == 2 and min(r[k]) >= 0 for k in
+               ("tcp_retrans_per_step", "tcp_rto_per_step", "drops_in_per_step")), r
     assert r["grad_bytes"] == 4 * 272474 or r["grad_bytes"] > 0, r
     if r["mode"] != "allreduce":
         assert r["servers"] == (1 if r["workers"] == 2 else 2), r
 print("ok:", len(rows), "configurations")
 PY
-# replicated servers (ps.replicas 2): every update also goes to a backup
+# replicated servers (ps.replicas 2): every update also goes to a backup;
+# with bf16 pushes, and worker 0's timeline: every chunk of every step, its
+# reply landed after its push left
 "$WEFT" bench cluster --model resnet20 --scale 1 --workers 3 --servers 2 --mode sync --replicas 2 \
+	--compression bf16 --timeline tl.jsonl \
 	--link 200mbit --compute-ms 2/4 --steps 3 --warmup 1 --timeout 60 >rep.jsonl 2>rep.log ||
 	fail "weft bench cluster --replicas 2 failed: $(tail -5 rep.log)"
 python3 -c 'import json,sys; r=[json.loads(l) for l in open("rep.jsonl")]
-assert len(r) == 1 and r[0]["replicas"] == 2 and r[0]["step_ms"] > 0, r' ||
+assert len(r) == 1 and r[0]["replicas"] == 2 and r[0]["step_ms"] > 0, r
+assert r[0]["compression"] == "bf16" and len(r[0]["tcp_retrans_per_step"]) == 2, r
+t=[json.loads(l) for l in open("tl.jsonl")]
+assert len(t) == 4, len(t)
+for s in t:
+    assert s["chunks"] and all(c[0] in (0, 1) and c[1] > 0 and c[3] >= c[2] for c in s["chunks"]), s' ||
 	fail "bad --replicas result: $(cat rep.jsonl)"
-! ip netns list | grep -q "^wf[0-9]*-" || fail "namespaces left behind: $(ip netns list)"
+left=$(orphans)
+[ -z "$left" ] || fail "namespaces left behind: $left"
 echo ok

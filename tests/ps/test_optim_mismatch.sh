@@ -3,7 +3,8 @@
 # server's (learning rate, momentum, weight decay, schedule) must stop at
 # registration, well before its connect timeout, with a permanent exit code
 # (1..127: a restart with the same config fails the same way) and a message
-# naming each differing key with both values. Matching settings train.
+# naming each differing key with both values; so must one whose
+# ps.compression differs. Matching settings train.
 . "$WEFT_SRC/tests/ps/lib.sh"
 mkdir -p data
 make_synth data/train.h5 256 8 1
@@ -64,6 +65,10 @@ refused decay_and_schedule "optimizer.weight_decay: 0.0001 on worker 0, 0 on par
 	"optimizer.schedule.name: cosine on worker 0, constant on parameter server 0" \
 	"optimizer.schedule.min_lr: 0 on worker 0, not used on parameter server 0" \
 	-- --set optimizer.weight_decay=0.0001 --set optimizer.schedule.name=cosine
+# ps.compression is checked the same way: bf16 pushes against a server that
+# expects fp32 ones
+refused compression "ps.compression: bf16 on worker 0, none on parameter server 0" \
+	-- --set ps.compression=bf16
 grep -q "register from sender .* refused: optimizer.lr" ps.log || { cat ps.log; fail "the server did not log the refusal"; }
 
 # the same settings: the job trains

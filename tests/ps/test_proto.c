@@ -135,6 +135,65 @@ static void test_round_trip(void)
 	WF_CHECK_INT(m.hdr.payload_bytes, sizeof(g));
 }
 
+/* ps.compression bf16: rounding to nearest even (ties, the carry into the
+ * exponent, infinities, NaN), and a push whose gradient frame is bf16
+ * parses at half the bytes, while an f32-sized frame or a bf16 reply is
+ * refused. */
+static void test_bf16_push(void)
+{
+	/* 1 + 2^-8 is a tie: even (1.0); 1 + 3 * 2^-8 rounds up to 1 + 2^-6 */
+	float in[6] = {1.0f + 1.0f / 256, 1.0f + 3.0f / 256, -2.5f,
+		       65504.0f,	  1.0f / 0.0f,	     0.0f / 0.0f};
+	uint16_t b[6];
+	float out[6];
+	wf_ps_bf16_encode(b, in, 6);
+	wf_ps_bf16_decode(out, b, 6);
+	WF_CHECK(out[0] == 1.0f);
+	WF_CHECK(out[1] == 1.0f + 1.0f / 64);
+	WF_CHECK(out[2] == -2.5f);
+	WF_CHECK(out[3] == 65536.0f);
+	WF_CHECK(out[4] == in[4]);
+	WF_CHECK(out[5] != out[5]); /* NaN stays NaN */
+	uint16_t g[256];
+	for (int i = 0; i < 256; i++)
+		g[i] = (uint16_t)i;
+	wf_ps_hdr h = {.op = WF_PS_OP_PUSH_PULL,
+		       .sender = WF_PS_SENDER(WF_PS_ROLE_WORKER, 1),
+		       .job_id = JOB,
+		       .chunk = 0,
+		       .dtype = WF_PS_DTYPE_BF16};
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	const void *f[2] = {hb, g};
+	size_t sz[2] = {sizeof(hb), sizeof(g)};
+	wf_ps_hdr_encode(&h, hb, f + 1, sz + 1, 1);
+	wf_ps_msg m;
+	wf_err e = {0};
+	int reason = -1;
+	wf_ps_limits lim = server_limits();
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f, sz, 2, &lim, &reason, &e), 0);
+	WF_CHECK_INT(m.hdr.dtype, WF_PS_DTYPE_BF16);
+	WF_CHECK_INT(m.size[0], 512);
+	/* f32-sized: wrong bytes */
+	float g32[256] = {0};
+	const void *f32[2] = {hb, g32};
+	size_t sz32[2] = {sizeof(hb), sizeof(g32)};
+	wf_ps_hdr_encode(&h, hb, f32 + 1, sz32 + 1, 1);
+	WF_CHECK(wf_ps_msg_parse(&m, f32, sz32, 2, &lim, &reason, &e) != 0);
+	WF_CHECK_INT(reason, WF_PS_REJECT_BYTES);
+	/* a reply never carries bf16 */
+	wf_ps_limits rl = server_limits();
+	rl.is_reply = 1;
+	h.flags = WF_PS_FLAG_REPLY;
+	wf_ps_hdr_encode(&h, hb, f + 1, sz + 1, 1);
+	WF_CHECK(wf_ps_msg_parse(&m, f, sz, 2, &rl, &reason, &e) != 0);
+	/* and names outside none and bf16 are refused */
+	wf_ps_compression c;
+	WF_CHECK(wf_ps_compression_parse("topk:0.01", &c, &e) == WF_EINVAL);
+	WF_CHECK(strstr(e.msg, "topk:0.01") != NULL);
+	WF_CHECK_INT(wf_ps_compression_parse("bf16", &c, &e), 0);
+	WF_CHECK_INT(c, WF_PS_COMPRESSION_BF16);
+}
+
 static void test_rejects_each_fault(void)
 {
 	float g[257] = {0};
@@ -541,6 +600,7 @@ int main(void)
 	WF_RUN(test_crc32c_fast_paths_match_definition);
 	WF_RUN(test_deferred_checksum_catches_corruption);
 	WF_RUN(test_round_trip);
+	WF_RUN(test_bf16_push);
 	WF_RUN(test_rejects_each_fault);
 	WF_RUN(test_rejects_nonzero_reserved_bytes);
 	WF_RUN(test_state_and_replies);
