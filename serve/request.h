@@ -80,10 +80,11 @@ typedef struct wf_serve_bytes {
 	size_t len;
 } wf_serve_bytes;
 
-/* An input tensor as a KServe request carries it, over JSON, the binary
- * extension or gRPC: views into the request (which must outlive the model
- * input when raw_borrow says so). wf_serve_tensor_input checks it and builds
- * the model input: the one validator and builder of KServe inputs. */
+/* An input tensor as a request carries it: KServe over JSON, the binary
+ * extension or gRPC, TF Serving's Predict over gRPC. Views into the request
+ * (which must outlive the model input when raw_borrow says so).
+ * wf_serve_tensor_input checks it and builds the model input: the one
+ * validator and builder of input tensors. */
 typedef struct wf_serve_tensor_view {
 	const char *name;     /* as the request names it; NULL: none */
 	const char *datatype; /* FP32, UINT8 or BYTES; others are refused */
@@ -95,7 +96,7 @@ typedef struct wf_serve_tensor_view {
 	size_t raw_len;
 	int has_raw;
 	int raw_borrow;	      /* FP32 raw may be read in place (it outlives the input) */
-	const char *raw_what; /* "binary_data_size", "raw_input_contents" */
+	const char *raw_what; /* "binary_data_size", "raw_input_contents", "tensor_content" */
 	const float *values;  /* numbers; UINT8: whole numbers 0..255 */
 	size_t nvalues;
 	int has_values;
