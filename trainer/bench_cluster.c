@@ -357,7 +357,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			}
 		}
 		/* the timeline: when each chunk's reply landed (in push order) */
-		for (int k = 0; tl && !o->layer_ready && rc == 0 && k < pl.nchunks; k++) {
+		for (int k = 0; tl && rc == 0 && k < pl.nchunks; k++) {
 			rc = wf_ps_client_wait_chunk(cl, k, err);
 			land_at[k] = (wf_now() - t0) * 1e3;
 		}
@@ -1010,6 +1010,12 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 			     "bench cluster: need 0 < --scale <= 1, --steps >= 1, --warmup >= 0, "
 			     "--batch >= 1, --compute-ms >= 0, --bucket-mb > 0, --chunk-bytes >= "
 			     "1024, --timeout > 0");
+		goto cleanup;
+	}
+	if (o.timeline && o.layer_ready) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "--timeline waits for every reply after the backward, --layer-ready "
+			     "during the next forward: give one of them");
 		goto cleanup;
 	}
 	wf_ps_compression comps[4];
