@@ -14,6 +14,7 @@
  * times and tried against one layer after another, or tiles tried against
  * the whole batch (the "threads" column: what the executor kept, 1 where one
  * after another was faster; "tile": rows per tile, 0 for the whole batch). */
+#include "bench/bench_wait.h"
 #include "common/util.h"
 #include "kernels/ops.h"
 #include "model/calib.h"
@@ -73,6 +74,7 @@ static int pair_run(wf_model *m, wf_backend *par_be, wf_backend *seq_be, int b, 
 
 int main(int argc, char **argv)
 {
+	bench_openmp_wait(argv);
 	const char *models = "nasnetmobile", *batches = "1,2,4";
 	int threads = 2, pairs = 40, int8 = 1;
 	for (int i = 1; i < argc; i++) {

@@ -6,6 +6,7 @@
  *                    [--precision P]
  * Precision: --precision, else the model file's (as weft-serve serves it),
  * else fp32; the JSON names the one it ran in. */
+#include "bench/bench_wait.h"
 #include "common/util.h"
 #include "model/fold.h"
 #include "model/model.h"
@@ -16,6 +17,7 @@
 
 int main(int argc, char **argv)
 {
+	bench_openmp_wait(argv);
 	const char *model = NULL, *zoo = NULL, *save = NULL, *device = "auto", *prec = NULL;
 	int batch = 32, threads = 0;
 	double seconds = 3;

@@ -13,6 +13,7 @@
  *   bench_train [--models smallcnn,resnet20] [--batch 64] [--threads 2]
  *               [--steps 30] [--warmup 5] [--rounds 1] [--device cpu] [--no-peer]
  */
+#include "bench/bench_wait.h"
 #include "common/util.h"
 #include "kernels/kernels.h"
 #include "kernels/ops.h"
@@ -121,9 +122,9 @@ static double torch_peer(const char *script, const char *models, const char *nam
 		char cmd[2048];
 		ran = 1;
 		snprintf(cmd, sizeof(cmd),
-			 "/usr/bin/python3 -c 'import torch' 2>/dev/null && /usr/bin/python3 %s "
+			 "/usr/bin/python3 -c 'import torch' 2>/dev/null && %s/usr/bin/python3 %s "
 			 "--models %s --batch %d --threads %d --warmup %d --steps %d 2>/dev/null",
-			 script, models, batch, threads, warmup, steps);
+			 bench_peer_env(), script, models, batch, threads, warmup, steps);
 		FILE *p = popen(cmd, "r");
 		if (!p)
 			return 0;
@@ -142,6 +143,7 @@ static double torch_peer(const char *script, const char *models, const char *nam
 
 int main(int argc, char **argv)
 {
+	bench_openmp_wait(argv);
 	const char *models = "smallcnn,resnet20", *device = "cpu";
 	int batch = 64, threads = 2, steps = 30, warmup = 5, peer = 1, rounds = 1;
 	/* per model and round: weft best / best peer, weft fp32 / PyTorch fp32 */

@@ -24,6 +24,7 @@
  * op timed (wf_op_profile_print): where weft's time goes, by op.
  * "plan" rows (batch > 1): the same batch through model/batchplan.h, the
  * measured fastest sequence of forwards, as weft-serve runs it. */
+#include "bench/bench_wait.h"
 #include "common/util.h"
 #include "kernels/kernels.h"
 #include "kernels/ops.h"
@@ -244,6 +245,7 @@ static int bench_all(wf_backend *be, wf_model *m, int b, int training, int reps,
 
 int main(int argc, char **argv)
 {
+	bench_openmp_wait(argv);
 	const char *models = "mobilenetv2,nasnetmobile,resnet50,resnet152,nasnetlarge";
 	const char *infer = "1,32", *device = "cpu";
 	int train_batch = 16, threads = 2, reps = 5, use_peer = 1, bf16 = 1, int8 = 1, plan = 1,

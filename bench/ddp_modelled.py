@@ -6,7 +6,7 @@ then the backward releases each layer's gradients at the moment weft's
 modelled backward does (autograd functions that sleep until their release
 time and return fixed gradients), so DDP's hooks start its buckets as they
 would in a real backward. Prints weft's result line:
-"weft-cluster-result rank=R median_ms=.. p90_ms=.. steps=S"."""
+"weft-cluster-result rank=R median_ms=.. p90_ms=.. steps=S cpu_ms=.."."""
 import argparse
 import json
 import os
@@ -85,7 +85,10 @@ def main():
     x = torch.zeros(1, requires_grad=True)
     times = []
     dist.barrier()
+    cpu0 = 0.0
     for step in range(args.warmup + args.steps):
+        if step == args.warmup:
+            cpu0 = time.process_time()
         t0 = time.perf_counter()
         time.sleep(fwd_ms / 1e3)
         loss = ddp(x)
@@ -95,12 +98,13 @@ def main():
         opt.zero_grad(set_to_none=False)
         if step >= args.warmup:
             times.append((time.perf_counter() - t0) * 1e3)
+    cpu_ms = (time.process_time() - cpu0) * 1e3 / args.steps
     dist.barrier()
     dist.destroy_process_group()
     times.sort()
     p90 = times[int(0.9 * (len(times) - 1) + 0.5)]
     print(f"weft-cluster-result rank={args.rank} median_ms={statistics.median(times):.3f} "
-          f"p90_ms={p90:.3f} steps={len(times)}", flush=True)
+          f"p90_ms={p90:.3f} steps={len(times)} cpu_ms={cpu_ms:.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 /* peers_run.c: see peers_run.h. WEFT_BENCH_DIR is bench/'s source folder. */
 #include "peers_run.h"
 
+#include "bench/bench_wait.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -9,11 +11,12 @@ static char peer_out[32768];
 void peers_run(const char *models, const char *infer, int train_batch, int threads, int reps)
 {
 	char cmd[1536];
-	snprintf(
-		cmd, sizeof(cmd),
-		"py=$(sh %s/peers_venv.sh) && \"$py\" %s/peers.py --models '%s' --infer-batch '%s' "
-		"--train-batch %d --threads %d --reps %d 2>/dev/null",
-		WEFT_BENCH_DIR, WEFT_BENCH_DIR, models, infer, train_batch, threads, reps);
+	snprintf(cmd, sizeof(cmd),
+		 "py=$(sh %s/peers_venv.sh) && %s\"$py\" %s/peers.py --models '%s' --infer-batch "
+		 "'%s' "
+		 "--train-batch %d --threads %d --reps %d 2>/dev/null",
+		 WEFT_BENCH_DIR, bench_peer_env(), WEFT_BENCH_DIR, models, infer, train_batch,
+		 threads, reps);
 	peer_out[0] = '\0';
 	FILE *p = popen(cmd, "r");
 	if (!p)

@@ -153,72 +153,66 @@ int wf_exec_replan(wf_exec *ex, const double *us, int branches)
 	return 0;
 }
 
-int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, int training,
-		   wf_err *err)
+/* The executor's per-layer tables, and the fusion plans where the backend
+ * fuses; WF_ENOMEM when out of memory. */
+static int alloc_tables(wf_exec *ex)
 {
-	*out = NULL;
-	if (max_batch < 1 || max_batch > (1 << 20))
-		return wf_errf(err, WF_EINVAL, "executor: max_batch %d is out of range [1, %d]",
-			       max_batch, 1 << 20);
-	int nl = m->nlayers, rc = WF_ENOMEM;
-	size_t K = (size_t)m->classes, B = (size_t)max_batch;
-	wf_exec *ex = calloc(1, sizeof(*ex));
-	if (!ex)
-		return wf_errf(err, WF_ENOMEM, "executor: out of memory");
-	ex->m = m, ex->be = be, ex->max_batch = max_batch, ex->training = training != 0;
-	ex->host = wf_backend_host_memory(be);
-	ex->plans = calloc((size_t)nl, sizeof(*ex->plans));
-	if (training)
-		ex->eval_plans = calloc((size_t)nl, sizeof(*ex->eval_plans));
-	ex->act = calloc((size_t)nl, sizeof(*ex->act));
-	ex->own = calloc((size_t)nl, sizeof(*ex->own));
-	ex->dact = calloc((size_t)nl, sizeof(*ex->dact));
-	ex->save_mean = calloc((size_t)nl, sizeof(*ex->save_mean));
-	ex->save_invstd = calloc((size_t)nl, sizeof(*ex->save_invstd));
-	ex->mask = calloc((size_t)nl, sizeof(*ex->mask));
-	ex->need_grad = calloc((size_t)nl, 1);
-	ex->gdone = calloc((size_t)nl, 1);
-	ex->pend = calloc((size_t)nl, sizeof(*ex->pend));
+	size_t nl = (size_t)ex->m->nlayers, K = (size_t)ex->m->classes, B = (size_t)ex->max_batch;
+	ex->plans = calloc(nl, sizeof(*ex->plans));
+	if (ex->training)
+		ex->eval_plans = calloc(nl, sizeof(*ex->eval_plans));
+	ex->act = calloc(nl, sizeof(*ex->act));
+	ex->own = calloc(nl, sizeof(*ex->own));
+	ex->dact = calloc(nl, sizeof(*ex->dact));
+	ex->save_mean = calloc(nl, sizeof(*ex->save_mean));
+	ex->save_invstd = calloc(nl, sizeof(*ex->save_invstd));
+	ex->mask = calloc(nl, sizeof(*ex->mask));
+	ex->need_grad = calloc(nl, 1);
+	ex->gdone = calloc(nl, 1);
+	ex->pend = calloc(nl, sizeof(*ex->pend));
 	ex->h_probs = malloc(sizeof(float) * B * K);
 	ex->h_losses = malloc(sizeof(float) * B);
-	if (!ex->plans || (training && !ex->eval_plans) || !ex->act || !ex->own || !ex->dact ||
+	if (!ex->plans || (ex->training && !ex->eval_plans) || !ex->act || !ex->own || !ex->dact ||
 	    !ex->save_mean || !ex->save_invstd || !ex->mask || !ex->need_grad || !ex->gdone ||
-	    !ex->pend || !ex->h_probs || !ex->h_losses) {
-		wf_errf(err, rc, "executor: out of memory");
-		goto fail;
+	    !ex->pend || !ex->h_probs || !ex->h_losses)
+		return WF_ENOMEM;
+	wf_backend_caps caps = wf_backend_caps_of(ex->be);
+	if (!(!ex->training && caps.fused_conv) && !(ex->training && caps.train_fuse))
+		return 0;
+	ex->fuse_into = malloc(sizeof(int) * nl);
+	ex->fuse_res = malloc(sizeof(int) * nl);
+	ex->fuse_act = calloc(nl, 1);
+	ex->out_bf16 = calloc(nl, 1);
+	ex->pad_skip = calloc(nl, 1);
+	ex->res_inplace = calloc(nl, 1);
+	ex->same_as = ex->training ? NULL : malloc(sizeof(int) * nl);
+	ex->pool_in_add = ex->training ? NULL : calloc(nl, 1);
+	ex->qx = calloc(nl, sizeof(float));
+	ex->qu8 = calloc(nl, 1);
+	ex->qy = calloc(nl, sizeof(float));
+	ex->qyu8 = calloc(nl, 1);
+	if (!ex->fuse_into || !ex->fuse_res || !ex->fuse_act || !ex->out_bf16 || !ex->pad_skip ||
+	    !ex->res_inplace || (!ex->training && (!ex->same_as || !ex->pool_in_add)) || !ex->qx ||
+	    !ex->qu8 || !ex->qy || !ex->qyu8)
+		return WF_ENOMEM;
+	if (ex->training) {
+		ex->tfused = 1;
+		wf_exec_train_fuse_plan(ex);
+	} else {
+		ex->fused = 1;
+		wf_exec_fuse_plan(ex);
+		if (caps.int8)
+			wf_exec_plan_int8(ex);
 	}
-	wf_backend_caps caps = wf_backend_caps_of(be);
-	if ((!ex->training && caps.fused_conv) || (ex->training && caps.train_fuse)) {
-		ex->fuse_into = malloc(sizeof(int) * (size_t)nl);
-		ex->fuse_res = malloc(sizeof(int) * (size_t)nl);
-		ex->fuse_act = calloc((size_t)nl, 1);
-		ex->out_bf16 = calloc((size_t)nl, 1);
-		ex->pad_skip = calloc((size_t)nl, 1);
-		ex->res_inplace = calloc((size_t)nl, 1);
-		ex->same_as = ex->training ? NULL : malloc(sizeof(int) * (size_t)nl);
-		ex->pool_in_add = ex->training ? NULL : calloc((size_t)nl, 1);
-		ex->qx = calloc((size_t)nl, sizeof(float));
-		ex->qu8 = calloc((size_t)nl, 1);
-		ex->qy = calloc((size_t)nl, sizeof(float));
-		ex->qyu8 = calloc((size_t)nl, 1);
-		if (!ex->fuse_into || !ex->fuse_res || !ex->fuse_act || !ex->out_bf16 ||
-		    !ex->pad_skip || !ex->res_inplace ||
-		    (!ex->training && (!ex->same_as || !ex->pool_in_add)) || !ex->qx || !ex->qu8 ||
-		    !ex->qy || !ex->qyu8) {
-			wf_errf(err, rc, "executor: out of memory");
-			goto fail;
-		}
-		if (ex->training) {
-			ex->tfused = 1;
-			wf_exec_train_fuse_plan(ex);
-		} else {
-			ex->fused = 1;
-			wf_exec_fuse_plan(ex);
-			if (caps.int8)
-				wf_exec_plan_int8(ex);
-		}
-	}
-	for (int i = 0; i < nl; i++) {
+	return 0;
+}
+
+/* Which layers need a gradient, and where each layer's parameters end
+ * (the gradient prefix that is complete once backward has passed it). */
+static int mark_gradients(wf_exec *ex, wf_err *err)
+{
+	const wf_model *m = ex->m;
+	for (int i = 0; i < m->nlayers; i++) {
 		const wf_layer *l = &m->layers[i];
 		int views[4] = {l->p_kernel, l->p_bias, l->p_gamma, l->p_beta};
 		for (int k = 0; k < 4 && !l->frozen; k++)
@@ -228,27 +222,24 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 		ex->need_grad[i] = ex->pend[i] > 0;
 		for (int k = 0; k < l->ninputs; k++)
 			ex->need_grad[i] |= ex->need_grad[l->inputs[k]];
-		if (training && l->frozen && l->type == WF_LAYER_BATCHNORM && l->ninputs &&
-		    ex->need_grad[l->inputs[0]]) {
-			wf_errf(err, WF_ENOTSUP,
+		if (ex->training && l->frozen && l->type == WF_LAYER_BATCHNORM && l->ninputs &&
+		    ex->need_grad[l->inputs[0]])
+			return wf_errf(
+				err, WF_ENOTSUP,
 				"layer %s: a frozen batch norm after trainable layers is not "
 				"supported (freeze the layers before it too)",
 				l->name);
-			goto fail;
-		}
 	}
+	return 0;
+}
 
-	size_t abytes = 0, gbytes = 0;
-	rc = plan_order(ex, NULL, &abytes);
-	ex->trial = ex->br ? 0 : -1; /* branches: try them against one after another */
-	wf_tiles_init(ex);	     /* a large batch: try tiles against it whole */
-	if (!rc && training)
-		rc = wf_exec_plan_gradients(ex, &gbytes);
-	if (rc) {
-		wf_errf(err, rc, "executor: out of memory planning %d layers", nl);
-		goto fail;
-	}
-	rc = WF_ENOMEM;
+/* The arenas (abytes of activations, gbytes of gradients), the parameter
+ * and state buffers, and every layer's buffers placed in them. */
+static int alloc_buffers(wf_exec *ex, size_t abytes, size_t gbytes, wf_err *err)
+{
+	wf_model *m = ex->m;
+	wf_backend *be = ex->be;
+	int training = ex->training;
 	ex->abytes = abytes;
 	ex->bytes = abytes + gbytes + (training ? m->nparams * sizeof(float) : 0) +
 		    (ex->host ? 0 : (m->nparams + m->nstate) * sizeof(float));
@@ -264,28 +255,58 @@ int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, in
 		ex->params = balloc(be, m->nparams * sizeof(float));
 		ex->state = balloc(be, m->nstate * sizeof(float));
 	}
-	if (!ex->arena || (training && (!ex->garena || !ex->grads)) || !ex->params || !ex->state) {
-		wf_errf(err, rc,
-			"executor: out of %s memory for batch %d (%.1f MiB activations, %.1f MiB "
-			"gradients)",
-			be->name, max_batch, abytes / 1048576.0, gbytes / 1048576.0);
-		goto fail;
-	}
+	if (!ex->arena || (training && (!ex->garena || !ex->grads)) || !ex->params || !ex->state)
+		return wf_errf(err, WF_ENOMEM,
+			       "executor: out of %s memory for batch %d (%.1f MiB activations, "
+			       "%.1f MiB gradients)",
+			       be->name, ex->max_batch, abytes / 1048576.0, gbytes / 1048576.0);
 	rebase_activations(ex);
-	for (int i = 0; i < nl; i++) {
+	for (int i = 0; i < m->nlayers && training; i++) {
 		if (ex->save_mean[i] || m->layers[i].type == WF_LAYER_BATCHNORM) {
-			if (training) {
-				WF_EXEC_REBASE(ex->save_mean[i], ex->arena);
-				WF_EXEC_REBASE(ex->save_invstd[i], ex->arena);
-			}
+			WF_EXEC_REBASE(ex->save_mean[i], ex->arena);
+			WF_EXEC_REBASE(ex->save_invstd[i], ex->arena);
 		}
-		if (training && m->layers[i].type == WF_LAYER_DROPOUT)
+		if (m->layers[i].type == WF_LAYER_DROPOUT)
 			WF_EXEC_REBASE(ex->mask[i], ex->arena);
-		if (training && (ex->need_grad[i] || i == m->output))
+		if (ex->need_grad[i] || i == m->output)
 			WF_EXEC_REBASE(ex->dact[i], ex->garena);
 	}
 	if (training)
 		WF_EXEC_REBASE(ex->scratch, ex->garena);
+	return 0;
+}
+
+int wf_exec_create(wf_exec **out, wf_model *m, wf_backend *be, int max_batch, int training,
+		   wf_err *err)
+{
+	*out = NULL;
+	if (max_batch < 1 || max_batch > (1 << 20))
+		return wf_errf(err, WF_EINVAL, "executor: max_batch %d is out of range [1, %d]",
+			       max_batch, 1 << 20);
+	wf_exec *ex = calloc(1, sizeof(*ex));
+	if (!ex)
+		return wf_errf(err, WF_ENOMEM, "executor: out of memory");
+	ex->m = m, ex->be = be, ex->max_batch = max_batch, ex->training = training != 0;
+	ex->host = wf_backend_host_memory(be);
+	int rc = alloc_tables(ex);
+	if (rc) {
+		wf_errf(err, rc, "executor: out of memory");
+		goto fail;
+	}
+	if ((rc = mark_gradients(ex, err)))
+		goto fail;
+	size_t abytes = 0, gbytes = 0;
+	rc = plan_order(ex, NULL, &abytes);
+	ex->trial = ex->br ? 0 : -1; /* branches: try them against one after another */
+	wf_tiles_init(ex);	     /* a large batch: try tiles against it whole */
+	if (!rc && training)
+		rc = wf_exec_plan_gradients(ex, &gbytes);
+	if (rc) {
+		wf_errf(err, rc, "executor: out of memory planning %d layers", m->nlayers);
+		goto fail;
+	}
+	if ((rc = alloc_buffers(ex, abytes, gbytes, err)))
+		goto fail;
 	if (!ex->host && (rc = wf_exec_params_from_host(ex)) != 0) {
 		wf_errf(err, rc, "executor: %s", ex->err.msg);
 		goto fail;

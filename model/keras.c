@@ -350,13 +350,11 @@ static int walk(kimp *k, json_t *layers, int seq, const char *feed, const char *
 	return rc;
 }
 
-static int walk_layers(kimp *k, json_t *layers, int seq, const char *feed, const char *outname,
-		       int final, int depth, wf_strmap *v3seen, const char **yout)
+/* The names of layers [base, base + n) into k->kname and k->kindex, and how
+ * many layers consume each. */
+static int index_layers(kimp *k, json_t *layers, int seq, int base)
 {
-	int n = (int)json_array_size(layers), rc = 0, base = k->n;
-	if ((rc = grow(k, n)))
-		return rc;
-	/* names and consumer counts first */
+	int n = (int)json_array_size(layers), rc = 0;
 	for (int i = 0; i < n; i++) {
 		const char *name = layer_name(json_array_get(layers, (size_t)i));
 		if (!name || strlen(name) >= NM)
@@ -368,13 +366,13 @@ static int walk_layers(kimp *k, json_t *layers, int seq, const char *feed, const
 	}
 	k->n = base + n;
 	for (int i = 0; i < n; i++) {
-		json_t *jl = json_array_get(layers, (size_t)i);
 		const char *in[WF_MAX_INPUTS];
 		int nin = 0;
 		if (seq) {
 			if (i > 0)
 				in[nin++] = k->kname[base + i - 1];
-		} else if ((rc = inbound(k, jl, k->kname[base + i], "?", in, &nin))) {
+		} else if ((rc = inbound(k, json_array_get(layers, (size_t)i), k->kname[base + i],
+					 "?", in, &nin))) {
 			return rc;
 		}
 		for (int j = 0; j < nin; j++) {
@@ -383,17 +381,103 @@ static int walk_layers(kimp *k, json_t *layers, int seq, const char *feed, const
 				k->consumers[p]++;
 		}
 	}
+	return 0;
+}
+
+/* Layer `name` as the model's input: an InputLayer, or the first layer of a
+ * Keras 2 Sequential without one (*first_in: it also takes the input). In a
+ * nested model the input stands for feed, the outer layer that feeds it.
+ * *own_input: the weft layer this (nested) model's input is, set here.
+ * *only_input: the layer is nothing but the input (its alias is set). */
+static int take_input(kimp *k, const char *name, const char *cls, json_t *cfg, char *alias,
+		      const char *feed, const char **own_input, int *first_in, int *only_input)
+{
+	int is_input = strcmp(cls, "InputLayer") == 0;
+	if (*own_input || (!feed && k->input))
+		return wf_keras_lfail(k, name, cls, "a second input (one image input only)");
+	if (feed) {
+		*own_input = feed;
+	} else {
+		int h = 0, w = 0, c = 0, rc;
+		if ((rc = input_shape(k, cfg, name, &h, &w, &c)) ||
+		    (rc = wf_builder_init(&k->b, h, w, c)))
+			return rc ? rc : wf_keras_fail(k, WF_ENOMEM, "out of memory");
+		k->input = wf_b_input(&k->b, is_input ? name : "input");
+		*own_input = k->input;
+		for (int q = 0; q < 4; q++)
+			k->pa[q] = 1.0, k->pc[q] = 0.0;
+	}
+	if (is_input)
+		snprintf(alias, NM, "%s", *own_input);
+	*first_in = !is_input;
+	*only_input = is_input;
+	return 0;
+}
+
+/* Layer base + i of class cls, whose inputs (Keras names in, weft layers
+ * win) are all converted: converted too, its weft layer in k->alias. */
+static int convert_layer(kimp *k, int base, int i, const char *cls, json_t *cfg,
+			 const char *const *in, const char **win, int nin, int is_output, int depth)
+{
+	/* k->kname and k->alias move when a nested model grows them: indexed
+	 * after each call */
+	const char *name = k->kname[base + i], *y = NULL;
+	int rc;
+	if (strcmp(cls, "Rescaling") == 0 || strcmp(cls, "Normalization") == 0) {
+		int p = kindex_from(k, base, in[0]);
+		if (!k->pre_ok || strcmp(win[0], k->input) != 0 || (p >= 0 && k->consumers[p] != 1))
+			return wf_keras_lfail(k, name, cls,
+					      "is supported only as the first layers, right after "
+					      "the input (it becomes the model's preprocessing)");
+		if ((rc = wf_keras_fold_pre(k, name, cls, cfg)))
+			return rc;
+		snprintf(k->alias[base + i], NM, "%s", k->input);
+		return 0;
+	}
+	if (is_model_class(cls)) {
+		if (nin != 1)
+			return wf_keras_lfail(k, name, cls, "a nested model with %d inputs", nin);
+		if ((rc = nested(k, name, cls, cfg, win[0], is_output, depth, &y)))
+			return rc;
+		snprintf(k->alias[base + i], NM, "%s", y);
+		return 0;
+	}
+	k->pre_ok = 0;
+	const char *a = wf_keras_activation(cfg);
+	if (strcmp(cls, "Activation") == 0 && strcmp(a, "linear") != 0 &&
+	    strcmp(a, "softmax") != 0) {
+		/* a plain activation layer keeps its own name */
+		if (strcmp(a, "relu") != 0 && strcmp(a, "relu6") != 0)
+			return wf_keras_lfail(k, name, cls,
+					      "activation '%s' is not supported (relu, relu6, "
+					      "linear, softmax at the output)",
+					      a);
+		y = wf_b_act(&k->b, name, a, win[0]);
+		if (k->b.failed)
+			return wf_keras_lfail(k, name, cls, "%s", k->b.why);
+	} else if ((rc = wf_keras_convert(k, name, cls, cfg, nin, win, is_output, &y))) {
+		return rc;
+	}
+	snprintf(k->alias[base + i], NM, "%s", y);
+	return 0;
+}
+
+static int walk_layers(kimp *k, json_t *layers, int seq, const char *feed, const char *outname,
+		       int final, int depth, wf_strmap *v3seen, const char **yout)
+{
+	int n = (int)json_array_size(layers), rc = 0, base = k->n;
+	if ((rc = grow(k, n)) || (rc = index_layers(k, layers, seq, base)))
+		return rc;
 	const char *own_input = NULL; /* the weft layer a nested model's input stands for */
-	for (int i = 0; i < n && !rc; i++) {
+	for (int i = 0; i < n; i++) {
 		if ((rc = wf_cancel_check(k->path, k->err)))
 			return rc;
 		json_t *jl = json_array_get(layers, (size_t)i);
 		json_t *cfg = json_object_get(jl, "config");
 		const char *cls = json_string_value(json_object_get(jl, "class_name"));
 		const char *name = k->kname[base + i];
-		char *alias = k->alias[base + i];
 		const char *in[WF_MAX_INPUTS], *win[WF_MAX_INPUTS];
-		int nin = 0, h = 0, w = 0, c = 0, first_in = 0;
+		int nin = 0, first_in = 0;
 		if (!cls || !json_is_object(cfg))
 			return wf_keras_fail(k, WF_EFORMAT,
 					     "model_config: layer '%s' has no class_name "
@@ -405,37 +489,15 @@ static int walk_layers(kimp *k, json_t *layers, int seq, const char *feed, const
 			in[nin++] = k->kname[base + i - 1];
 		else if (!seq && (rc = inbound(k, jl, name, cls, in, &nin)))
 			return rc;
-		if (feed && (strcmp(cls, "InputLayer") == 0 || (seq && i == 0))) {
-			if (own_input)
-				return wf_keras_lfail(k, name, cls,
-						      "a second input (one image input only)");
-			own_input = feed;
-			if (strcmp(cls, "InputLayer") == 0) {
-				snprintf(alias, NM, "%s", feed);
+		int input_here =
+			strcmp(cls, "InputLayer") == 0 || (seq && i == 0 && (feed || !k->input));
+		if (input_here) {
+			int only_input = 0;
+			if ((rc = take_input(k, name, cls, cfg, k->alias[base + i], feed,
+					     &own_input, &first_in, &only_input)))
+				return rc;
+			if (only_input)
 				continue;
-			}
-			first_in = 1; /* Sequential without an InputLayer */
-		} else if (strcmp(cls, "InputLayer") == 0 || (seq && i == 0 && !k->input)) {
-			if (k->input)
-				return wf_keras_lfail(k, name, cls,
-						      "a second input (one image input only)");
-			if ((rc = input_shape(k, cfg, name, &h, &w, &c)) ||
-			    (rc = wf_builder_init(&k->b, h, w, c)))
-				return rc ? rc : wf_keras_fail(k, WF_ENOMEM, "out of memory");
-			char iname[NM];
-			snprintf(iname, sizeof(iname), "%s",
-				 strcmp(cls, "InputLayer") == 0 ? name : "input");
-			k->input = wf_b_input(&k->b, iname);
-			own_input = k->input;
-			for (int q = 0; q < 4; q++)
-				k->pa[q] = 1.0, k->pc[q] = 0.0;
-			if (strcmp(cls, "InputLayer") == 0) {
-				snprintf(alias, NM, "%s", k->input);
-				continue;
-			}
-			/* Keras 2 Sequential without an InputLayer: the first layer
-			 * takes the input */
-			first_in = 1;
 		}
 		if (!k->input)
 			return wf_keras_lfail(k, name, cls, "comes before the model's input layer");
@@ -453,52 +515,10 @@ static int walk_layers(kimp *k, json_t *layers, int seq, const char *feed, const
 		}
 		if (nin < 1)
 			return wf_keras_lfail(k, name, cls, "has no inputs");
-		int is_output = final && strcmp(name, outname) == 0;
-		if (strcmp(cls, "Rescaling") == 0 || strcmp(cls, "Normalization") == 0) {
-			int p = kindex_from(k, base, in[0]);
-			if (!k->pre_ok || strcmp(win[0], k->input) != 0 ||
-			    (p >= 0 && k->consumers[p] != 1))
-				return wf_keras_lfail(
-					k, name, cls,
-					"is supported only as the first layers, right after "
-					"the input (it becomes the model's preprocessing)");
-			if ((rc = wf_keras_fold_pre(k, name, cls, cfg)))
-				return rc;
-			snprintf(alias, NM, "%s", k->input);
-			continue;
-		}
-		const char *y = NULL;
-		if (is_model_class(cls)) {
-			if (nin != 1)
-				return wf_keras_lfail(k, name, cls, "a nested model with %d inputs",
-						      nin);
-			if ((rc = nested(k, name, cls, cfg, win[0], is_output, depth, &y)))
-				return rc;
-			snprintf(k->alias[base + i], NM, "%s", y);
-			continue;
-		}
-		k->pre_ok = 0;
-		if (strcmp(cls, "Activation") == 0 &&
-		    strcmp(wf_keras_activation(cfg), "linear") != 0 &&
-		    strcmp(wf_keras_activation(cfg), "softmax") != 0) {
-			/* a plain activation layer keeps its own name */
-			const char *a = wf_keras_activation(cfg);
-			if (strcmp(a, "relu") != 0 && strcmp(a, "relu6") != 0)
-				return wf_keras_lfail(
-					k, name, cls,
-					"activation '%s' is not supported (relu, relu6, "
-					"linear, softmax at the output)",
-					a);
-			y = wf_b_act(&k->b, name, a, win[0]);
-			if (k->b.failed)
-				return wf_keras_lfail(k, name, cls, "%s", k->b.why);
-		} else if ((rc = wf_keras_convert(k, name, cls, cfg, nin, win, is_output, &y))) {
+		if ((rc = convert_layer(k, base, i, cls, cfg, in, win, nin,
+					final && strcmp(name, outname) == 0, depth)))
 			return rc;
-		}
-		snprintf(k->alias[base + i], NM, "%s", y);
 	}
-	if (rc)
-		return rc;
 	int oi = outname ? kindex_from(k, base, outname) : -1;
 	if (oi < 0 || !k->alias[oi][0])
 		return wf_keras_fail(k, WF_EINVAL, "model_config: output layer '%s' is not a layer",

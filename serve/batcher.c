@@ -1,8 +1,10 @@
-/* batcher.c: the request queue and the batch threads. A waiting caller's job
- * lives on its stack: it leaves the queue either into a batch (then the
- * caller waits for the result) or by the caller's timeout, never both. A
- * submitted job (wf_serve_batcher_submit) is the batcher's: a batch thread
- * runs it or expires it, calls its done function and frees it. */
+/* batcher.c: the request queue and the batch threads. Every request is a
+ * job with a completion (fn, arg), called once when the job leaves the
+ * queue through a batch or by its timeout. A submitted job is the
+ * batcher's: it frees it after the completion. A blocking call submits a
+ * job on its own stack whose completion wakes it, and waits; when its
+ * timeout passes first it takes the job out of the queue itself, unless a
+ * batch thread already holds it. */
 #include "serve/batcher.h"
 
 #include "common/log.h"
@@ -15,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE };
+enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_EXPIRED };
 
 typedef struct job {
 	wf_serve_version *v;
@@ -27,10 +29,10 @@ typedef struct job {
 	int lost;	    /* its input could not be read (a shared memory object shrank) */
 	double t_in, t_run; /* wf_now() when queued / taken by a batch thread */
 	char msg[256];
-	pthread_cond_t done;	  /* a waiting caller's */
-	wf_serve_batcher_done fn; /* a submitted job's (then heap-allocated) */
+	wf_serve_batcher_done fn; /* the completion */
 	void *arg;
-	double deadline; /* wf_now() by which a submitted job must leave the queue */
+	int owned;	 /* the batcher's (submitted): freed after the completion */
+	double deadline; /* wf_now() by which the job must leave the queue */
 	struct job *next;
 } job;
 
@@ -114,24 +116,28 @@ static job *next_runnable(wf_serve_batcher *b, job **prev)
 	return NULL;
 }
 
-/* A submitted job is done (its rc and msg set): tell its owner, free it. */
+/* A job is done (its rc and msg set; out of the queue): call its
+ * completion, after which a caller's job may be gone; free a submitted one. */
 static void finish(wf_serve_batcher *b, job *j)
 {
+	int owned = j->owned;
 	if (j->state == JOB_DONE)
 		wf_serve_metrics_queue_time(b->metrics, j->t_run - j->t_in);
 	j->fn(j->arg, j->rc, j->msg);
-	free(j);
+	if (owned)
+		free(j);
 }
 
-/* Take submitted jobs whose deadline passed out of the queue (under mu) and
- * return them as a list, to be finished outside it. */
+/* Take jobs whose deadline passed out of the queue (under mu) and return
+ * them as a list, to be finished outside it. */
 static job *expire(wf_serve_batcher *b, double now)
 {
 	job *out = NULL, *prev = NULL;
 	for (job *j = b->head, *next; j; j = next) {
 		next = j->next;
-		if (j->fn && now > j->deadline) {
+		if (now > j->deadline) {
 			queue_remove(b, prev, j);
+			j->state = JOB_EXPIRED;
 			j->rc = WF_ETRANSIENT;
 			snprintf(j->msg, sizeof(j->msg),
 				 "request timed out after %.1fs waiting for a batch thread",
@@ -215,21 +221,14 @@ static void run_batch(wf_serve_batcher *b, int slot, job **batch, int count, int
 	if (v->max_running > 0 && v->running >= v->max_running)
 		pthread_cond_broadcast(&b->more); /* v's queued jobs may run now */
 	v->running--;
-	int nsub = 0; /* submitted jobs go first; a waiting caller's is gone once signalled */
 	for (int i = 0; i < count; i++) {
 		job *j = batch[i];
 		j->rc = rc ? rc : j->lost ? WF_EINVAL : 0;
 		snprintf(j->msg, sizeof(j->msg), "%s", !rc && j->lost ? LOST_INPUT : msg);
 		j->state = JOB_DONE;
-		if (j->fn) {
-			batch[i] = batch[nsub];
-			batch[nsub++] = j;
-		} else {
-			pthread_cond_signal(&j->done);
-		}
 	}
 	pthread_mutex_unlock(&b->mu);
-	for (int i = 0; i < nsub; i++)
+	for (int i = 0; i < count; i++)
 		finish(b, batch[i]);
 }
 
@@ -409,42 +408,20 @@ static int check_request(const wf_serve_batcher *b, const wf_serve_version *v, i
 	return 0;
 }
 
-int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
-			   float *logits, double timeout_s, wf_err *err)
+/* The one entry: check j (its v, x, logits, n, fn, arg and owned set) and
+ * queue it with timeout_s to leave the queue. On an error j's completion is
+ * not called. */
+static int submit(wf_serve_batcher *b, job *j, double timeout_s, wf_err *err)
 {
-	job j = {.v = v, .x = x, .logits = logits, .n = n, .state = JOB_QUEUED, .t_in = wf_now()};
-	struct timespec ts;
-	int rc = check_request(b, v, n, err);
+	int rc = check_request(b, j->v, j->n, err);
 	if (rc)
 		return rc;
-	pthread_cond_init(&j.done, NULL);
-	abs_deadline(&ts, timeout_s);
+	j->state = JOB_QUEUED;
+	j->t_in = wf_now();
+	j->deadline = j->t_in + timeout_s;
 	pthread_mutex_lock(&b->mu);
-	if ((rc = enqueue(b, &j, err)) != 0) {
-		pthread_mutex_unlock(&b->mu);
-		pthread_cond_destroy(&j.done);
-		return rc;
-	}
-	while (j.state != JOB_DONE) {
-		int w = j.state == JOB_QUEUED ? pthread_cond_timedwait(&j.done, &b->mu, &ts)
-					      : pthread_cond_wait(&j.done, &b->mu);
-		if (w != 0 && j.state == JOB_QUEUED) {
-			job *prev = NULL;
-			for (job *q = b->head; q && q != &j; q = q->next)
-				prev = q;
-			queue_remove(b, prev, &j);
-			rc = wf_errf(err, WF_ETRANSIENT,
-				     "request timed out after %.1fs waiting for a batch thread",
-				     timeout_s);
-			break;
-		}
-	}
+	rc = enqueue(b, j, err);
 	pthread_mutex_unlock(&b->mu);
-	if (j.state == JOB_DONE)
-		wf_serve_metrics_queue_time(b->metrics, j.t_run - j.t_in);
-	if (j.state == JOB_DONE && j.rc)
-		rc = wf_errf(err, j.rc, "%s", j.msg);
-	pthread_cond_destroy(&j.done);
 	return rc;
 }
 
@@ -452,25 +429,81 @@ int wf_serve_batcher_submit(wf_serve_batcher *b, wf_serve_version *v, const floa
 			    float *logits, double timeout_s, wf_serve_batcher_done fn, void *arg,
 			    wf_err *err)
 {
-	int rc = check_request(b, v, n, err);
-	if (rc)
-		return rc;
 	job *j = malloc(sizeof(*j));
 	if (!j)
 		return wf_errf(err, WF_ENOMEM, "out of memory");
-	*j = (job){.v = v,
-		   .x = x,
-		   .logits = logits,
-		   .n = n,
-		   .state = JOB_QUEUED,
-		   .fn = fn,
-		   .arg = arg,
-		   .t_in = wf_now()};
-	j->deadline = j->t_in + timeout_s;
-	pthread_mutex_lock(&b->mu);
-	rc = enqueue(b, j, err);
-	pthread_mutex_unlock(&b->mu);
+	*j = (job){.v = v, .x = x, .logits = logits, .n = n, .fn = fn, .arg = arg, .owned = 1};
+	int rc = submit(b, j, timeout_s, err);
 	if (rc)
 		free(j);
+	return rc;
+}
+
+/* A blocking caller's completion. */
+typedef struct waiter {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int done, rc;
+	char msg[256];
+} waiter;
+
+static void wake(void *arg, int rc, const char *msg)
+{
+	waiter *w = arg;
+	pthread_mutex_lock(&w->mu);
+	w->rc = rc;
+	snprintf(w->msg, sizeof(w->msg), "%s", msg);
+	w->done = 1;
+	pthread_cond_signal(&w->cv);
+	pthread_mutex_unlock(&w->mu);
+}
+
+/* 1 when j was still queued and is now out of the queue, its completion
+ * never to be called; 0 when a batch thread holds it (it will complete). */
+static int withdraw(wf_serve_batcher *b, job *j)
+{
+	pthread_mutex_lock(&b->mu);
+	int queued = j->state == JOB_QUEUED;
+	if (queued) {
+		job *prev = NULL;
+		for (job *q = b->head; q && q != j; q = q->next)
+			prev = q;
+		queue_remove(b, prev, j);
+		j->state = JOB_EXPIRED;
+	}
+	pthread_mutex_unlock(&b->mu);
+	return queued;
+}
+
+int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
+			   float *logits, double timeout_s, wf_err *err)
+{
+	waiter w = {.done = 0};
+	job j = {.v = v, .x = x, .logits = logits, .n = n, .fn = wake, .arg = &w};
+	pthread_mutex_init(&w.mu, NULL);
+	pthread_cond_init(&w.cv, NULL);
+	int rc = submit(b, &j, timeout_s, err);
+	if (!rc) {
+		struct timespec ts;
+		abs_deadline(&ts, timeout_s);
+		pthread_mutex_lock(&w.mu);
+		while (!w.done && pthread_cond_timedwait(&w.cv, &w.mu, &ts) == 0)
+			;
+		int done = w.done;
+		pthread_mutex_unlock(&w.mu);
+		if (!done && withdraw(b, &j)) {
+			rc = wf_errf(err, WF_ETRANSIENT,
+				     "request timed out after %.1fs waiting for a batch thread",
+				     timeout_s);
+		} else {
+			pthread_mutex_lock(&w.mu);
+			while (!w.done)
+				pthread_cond_wait(&w.cv, &w.mu);
+			pthread_mutex_unlock(&w.mu);
+			rc = w.rc ? wf_errf(err, w.rc, "%s", w.msg) : 0;
+		}
+	}
+	pthread_cond_destroy(&w.cv);
+	pthread_mutex_destroy(&w.mu);
 	return rc;
 }

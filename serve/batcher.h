@@ -2,7 +2,7 @@
  * max_batch samples of one model version (waiting at most timeout_us for
  * more), runs one executor forward on its own slot of that version, and hands
  * each request its rows. Without batching each request runs alone, still on
- * the batch threads' executors. wf_serve_batcher_infer is thread-safe. */
+ * the batch threads' executors. Submitting and waiting are thread-safe. */
 #ifndef WF_SERVE_BATCHER_H
 #define WF_SERVE_BATCHER_H
 
@@ -37,21 +37,21 @@ void wf_serve_batcher_counts(wf_serve_batcher *b, int *queued, int *holding);
 /* Stop the threads after the queue drains; then free. */
 void wf_serve_batcher_free(wf_serve_batcher *b);
 
-/* Forward x [n,H,W,C] on version v (the caller holds a reference) into
- * logits [n,K]. Waits at most timeout_s in the queue (WF_ETRANSIENT when
- * it expires); once a batch thread took the request it runs to the end.
- * WF_SERVE_EFULL at once when max_queue requests are already waiting. */
-int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
-			   float *logits, double timeout_s, wf_err *err);
-
-/* The same without waiting: queue the request and return 0; fn(arg, rc,
- * msg) is then called once, from a batch thread, when logits are written
- * (rc 0) or the request failed or spent timeout_s in the queue
- * (WF_ETRANSIENT; noticed when a batch thread next looks at the queue).
- * x and logits must stay valid until then. An error return (full queue,
- * stopping) means fn is not called. */
+/* The one entry: queue forward x [n,H,W,C] on version v (the caller holds
+ * a reference) into logits [n,K] and return 0; fn(arg, rc, msg) is then
+ * called once, from a batch thread, when logits are written (rc 0) or the
+ * request failed or spent timeout_s in the queue (WF_ETRANSIENT; noticed
+ * when a batch thread next looks at the queue). x and logits must stay
+ * valid until then. Once a batch thread took the request it runs to the
+ * end. An error return (WF_SERVE_EFULL at once when max_queue requests are
+ * already waiting, stopping, a batch over the model's max_batch_size)
+ * means fn is not called. */
 typedef void (*wf_serve_batcher_done)(void *arg, int rc, const char *msg);
 int wf_serve_batcher_submit(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
 			    float *logits, double timeout_s, wf_serve_batcher_done fn, void *arg,
 			    wf_err *err);
+/* Submit and wait: returns when logits are written, or after timeout_s in
+ * the queue (WF_ETRANSIENT, at that time). */
+int wf_serve_batcher_infer(wf_serve_batcher *b, wf_serve_version *v, const float *x, int n,
+			   float *logits, double timeout_s, wf_err *err);
 #endif

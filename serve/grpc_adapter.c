@@ -5,8 +5,7 @@
  * wf_serve_version_release; model_versions = wf_serve_repo_status;
  * model_names = wf_serve_repo_index; model_infer = wf_serve_run (which
  * records the version's statistics; /metrics is counted here);
- * model_infer_async = the same batcher's wf_serve_batcher_submit, with the
- * statistics wf_serve_run would record written when it finishes; model_stats =
+ * model_infer_async = wf_serve_submit (the same, without waiting); model_stats =
  * the served versions' stats (wf_serve_repo_acquire_all); server_ready =
  * wf_serve_repo_ready and not draining; repository_load/unload =
  * wf_serve_repo_load/unload; reload_config = wf_serve_repo_reload_config. */
@@ -251,7 +250,7 @@ static int infer_admit(wf_grpc_adapter *a, wf_serve_version *v, double t_begin, 
 }
 
 int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x,
-			int n, float *logits, double t_begin, double deadline, char *why,
+			int n, wf_serve_result *res, double t_begin, double deadline, char *why,
 			size_t cap)
 {
 	double t0 = wf_now(), timeout;
@@ -260,16 +259,11 @@ int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint 
 	int code = infer_admit(a, v, t_begin, deadline, t0, &timeout, why, cap);
 	if (code == WF_GRPC_OK) {
 		wf_serve_input in = {.n = n, .x = (float *)x};
-		wf_serve_result res = {0};
-		int rc = wf_serve_run(a->o.batcher, v, &in, timeout, &res, &err);
-		if (rc == 0) {
-			memcpy(logits, res.logits,
-			       (size_t)n * (size_t)v->io.classes * sizeof(float));
-		} else {
+		int rc = wf_serve_run(a->o.batcher, v, &in, timeout, res, &err);
+		if (rc) {
 			snprintf(why, cap, "%s", err.msg);
 			code = infer_code(rc, deadline);
 		}
-		wf_serve_result_free(&res);
 	}
 	wf_serve_metrics_request(a->o.metrics, ep, http_equivalent(code), wf_now() - t0);
 	return code;
@@ -277,7 +271,6 @@ int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint 
 
 typedef struct pending {
 	wf_grpc_adapter *a;
-	wf_serve_version *v;
 	wf_serve_endpoint ep;
 	double t0, deadline;
 	wf_grpc_infer_done fn;
@@ -286,20 +279,17 @@ typedef struct pending {
 
 static void infer_finished(void *arg, int rc, const char *msg)
 {
-	pending *p = arg;
-	int code = rc ? infer_code(rc, p->deadline) : WF_GRPC_OK;
-	double dt = wf_now() - p->t0;
-	wf_serve_stats_done(p->v, rc == 0, dt);
-	wf_serve_metrics_request(p->a->o.metrics, p->ep, http_equivalent(code), dt);
-	wf_grpc_infer_done fn = p->fn;
-	void *fn_arg = p->arg;
-	free(p);
-	fn(fn_arg, code, rc ? msg : "");
+	pending p = *(pending *)arg;
+	free(arg);
+	int code = rc ? infer_code(rc, p.deadline) : WF_GRPC_OK;
+	wf_serve_metrics_request(p.a->o.metrics, p.ep, http_equivalent(code), wf_now() - p.t0);
+	p.fn(p.arg, code, rc ? msg : "");
 }
 
 int wf_grpc_model_infer_async(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep,
-			      const float *x, int n, float *logits, double t_begin, double deadline,
-			      wf_grpc_infer_done fn, void *arg, char *why, size_t cap)
+			      const float *x, int n, wf_serve_result *res, double t_begin,
+			      double deadline, wf_grpc_infer_done fn, void *arg, char *why,
+			      size_t cap)
 {
 	double t0 = wf_now(), timeout;
 	wf_serve_version *v = m->priv;
@@ -311,22 +301,17 @@ int wf_grpc_model_infer_async(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_end
 		wf_serve_stats_done(v, 0, wf_now() - t0);
 	}
 	if (code == WF_GRPC_OK) {
-		*p = (pending){.a = a,
-			       .v = v,
-			       .ep = ep,
-			       .t0 = t0,
-			       .deadline = deadline,
-			       .fn = fn,
-			       .arg = arg};
+		*p = (pending){
+			.a = a, .ep = ep, .t0 = t0, .deadline = deadline, .fn = fn, .arg = arg};
+		wf_serve_input in = {.n = n, .x = (float *)x};
 		wf_err err = {0};
-		int rc = wf_serve_batcher_submit(a->o.batcher, v, x, n, logits, timeout,
-						 infer_finished, p, &err);
+		int rc = wf_serve_submit(a->o.batcher, v, &in, timeout, res, infer_finished, p,
+					 &err);
 		if (rc == 0)
 			return WF_GRPC_PENDING;
 		free(p);
 		snprintf(why, cap, "%s", err.msg);
 		code = infer_code(rc, deadline);
-		wf_serve_stats_done(v, 0, wf_now() - t0);
 	}
 	wf_serve_metrics_request(a->o.metrics, ep, http_equivalent(code), wf_now() - t0);
 	return code;
@@ -351,27 +336,9 @@ int wf_grpc_model_stats(wf_grpc_adapter *a, const char *name, long version, wf_g
 	wf_serve_version **vs = wf_serve_repo_acquire_all(a->o.repo, name, &n);
 	int found = 0;
 	for (int i = 0; i < n; i++) {
-		const wf_serve_stats *s = &vs[i]->stats;
 		if (!version || vs[i]->version == version) {
 			found = 1;
-			uint64_t ok = atomic_load(&s->success);
-			st->inference_count += atomic_load(&s->inferences);
-			st->execution_count += atomic_load(&s->executions);
-			uint64_t last = atomic_load(&s->last_ms);
-			if (last > st->last_inference_ms)
-				st->last_inference_ms = last;
-			st->success.count += ok;
-			st->success.ns += atomic_load(&s->success_ns);
-			st->fail.count += atomic_load(&s->fail);
-			st->fail.ns += atomic_load(&s->fail_ns);
-			st->queue.count += ok;
-			st->queue.ns += atomic_load(&s->queue_ns);
-			st->compute_input.count += ok;
-			st->compute_input.ns += atomic_load(&s->input_ns);
-			st->compute_infer.count += ok;
-			st->compute_infer.ns += atomic_load(&s->infer_ns);
-			st->compute_output.count += ok;
-			st->compute_output.ns += atomic_load(&s->output_ns);
+			wf_serve_stats_add(vs[i], st);
 		}
 		wf_serve_version_release(vs[i]);
 	}

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/image.h"
 #include "serve/batcher.h"
+#include "serve/infer.h"
 #include "serve/metrics.h"
 #include "serve/modelconfig.h"
 #include "serve/repo.h"
@@ -65,17 +66,9 @@ typedef struct wf_grpc_version_info {
 	char reason[256]; /* why it failed */
 } wf_grpc_version_info;
 
-/* Triton's statistics extension, per model version. */
-typedef struct wf_grpc_duration {
-	uint64_t count, ns;
-} wf_grpc_duration;
-
-typedef struct wf_grpc_stats {
-	uint64_t last_inference_ms; /* Unix epoch milliseconds; 0: never */
-	uint64_t inference_count;   /* samples inferred */
-	uint64_t execution_count;   /* batcher calls */
-	wf_grpc_duration success, fail, queue, compute_input, compute_infer, compute_output;
-} wf_grpc_stats;
+/* Triton's statistics extension, per model version (serve/infer.h). */
+typedef wf_serve_duration wf_grpc_duration;
+typedef wf_serve_stats_sum wf_grpc_stats;
 
 int wf_grpc_adapter_create(wf_grpc_adapter **out, const wf_grpc_adapter_opts *o, wf_err *err);
 void wf_grpc_adapter_free(wf_grpc_adapter *a);
@@ -101,22 +94,24 @@ int wf_grpc_model_versions(wf_grpc_adapter *a, const char *name, wf_grpc_version
 /* Names of every model the server knows (up to cap); returns the count. The
  * names stay valid until wf_grpc_adapter_free. */
 int wf_grpc_model_names(wf_grpc_adapter *a, const char **names, int cap);
-/* Forward x [n,H,W,C] through the batcher into logits [n,K]. Waits at most
- * until deadline (wf_now() time; 0: the server's request timeout). A call
- * that began (t_begin, wf_now() time) after the drain started is refused
- * (UNAVAILABLE); one received before it is answered. Counts the call in the
- * statistics and in /metrics under endpoint ep. */
+/* Forward x [n,H,W,C] through the batcher into res (logits and
+ * probabilities [n,K]; free it with wf_serve_result_free, also on failure).
+ * Waits at most until deadline (wf_now() time; 0: the server's request
+ * timeout). A call that began (t_begin, wf_now() time) after the drain
+ * started is refused (UNAVAILABLE); one received before it is answered.
+ * Counts the call in the statistics and in /metrics under endpoint ep. */
 int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x,
-			int n, float *logits, double t_begin, double deadline, char *why,
+			int n, wf_serve_result *res, double t_begin, double deadline, char *why,
 			size_t cap);
 /* The same without waiting: WF_GRPC_PENDING when the call is queued, and
- * fn(arg, code, why) is then called once, from a batch thread, with logits
- * written (WF_GRPC_OK) or the failure (x and logits stay valid until then);
- * any other return is the failure, and fn is not called. */
+ * fn(arg, code, why) is then called once, from a batch thread, with res
+ * filled (WF_GRPC_OK) or the failure (x stays valid until then); any other
+ * return is the failure, and fn is not called. */
 typedef void (*wf_grpc_infer_done)(void *arg, int code, const char *why);
 int wf_grpc_model_infer_async(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep,
-			      const float *x, int n, float *logits, double t_begin, double deadline,
-			      wf_grpc_infer_done fn, void *arg, char *why, size_t cap);
+			      const float *x, int n, wf_serve_result *res, double t_begin,
+			      double deadline, wf_grpc_infer_done fn, void *arg, char *why,
+			      size_t cap);
 /* Count a call that failed before inference (bad request) in the statistics
  * and /metrics. */
 void wf_grpc_model_failed(wf_grpc_adapter *a, wf_serve_endpoint ep, int code, double seconds);

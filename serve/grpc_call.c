@@ -4,6 +4,8 @@
  * worker), or of each message of a streaming call as it arrives. */
 #include "serve/grpc_internal.h"
 
+#include "serve/inflate.h"
+
 static const char *code_names[] = {
 	"OK",
 	"CANCELLED",
@@ -51,67 +53,22 @@ int wf_grpc_fail(wf_grpc_call *call, int code, const char *fmt, ...)
 static int inflate_msg(const uint8_t *in, size_t n, int gzip, size_t max, uint8_t **out,
 		       size_t *out_len, char *why, size_t cap)
 {
-	z_stream z = {0};
-	if (inflateInit2(&z, gzip ? 16 + MAX_WBITS : MAX_WBITS) != Z_OK) {
-		snprintf(why, cap, "cannot start decompression");
-		return WF_GRPC_INTERNAL;
-	}
-	size_t bcap = n * 4 + 64 < max + 1 ? n * 4 + 64 : max + 1, len = 0;
-	uint8_t *buf = malloc(bcap);
-	int zr = Z_OK, code = WF_GRPC_OK;
-	z.next_in = (Bytef *)in;
-	z.avail_in = (uInt)n;
-	while (buf && zr != Z_STREAM_END) {
-		if (len == bcap) {
-			if (bcap > max) {
-				snprintf(why, cap,
-					 "grpc: received message after decompression larger than "
-					 "max (%zu)",
-					 max);
-				code = WF_GRPC_RESOURCE_EXHAUSTED;
-				break;
-			}
-			size_t ncap = bcap * 2 < max + 1 ? bcap * 2 : max + 1;
-			uint8_t *nb = realloc(buf, ncap);
-			if (!nb)
-				break;
-			buf = nb;
-			bcap = ncap;
-		}
-		z.next_out = buf + len;
-		z.avail_out = (uInt)(bcap - len);
-		zr = inflate(&z, Z_NO_FLUSH);
-		len = bcap - z.avail_out;
-		if (zr != Z_OK && zr != Z_STREAM_END && !(zr == Z_BUF_ERROR && len == bcap)) {
-			snprintf(why, cap, "the %s-compressed message is corrupt",
-				 gzip ? "gzip" : "deflate");
-			code = WF_GRPC_INVALID_ARGUMENT;
-			break;
-		}
-		if (zr == Z_OK && z.avail_in == 0 && len < bcap) {
-			snprintf(why, cap, "the %s-compressed message is truncated",
-				 gzip ? "gzip" : "deflate");
-			code = WF_GRPC_INVALID_ARGUMENT;
-			break;
-		}
-	}
-	inflateEnd(&z);
-	if (!buf) {
-		snprintf(why, cap, "out of memory");
-		return WF_GRPC_RESOURCE_EXHAUSTED;
-	}
-	if (code == WF_GRPC_OK && len > max) {
+	const char *alg = gzip ? "gzip" : "deflate";
+	switch (wf_serve_inflate(in, n, gzip ? WF_INFLATE_GZIP : WF_INFLATE_ZLIB, max, NULL, NULL,
+				 out, out_len)) {
+	case WF_INFLATE_OK: return WF_GRPC_OK;
+	case WF_INFLATE_TOO_LARGE:
 		snprintf(why, cap,
 			 "grpc: received message after decompression larger than max (%zu)", max);
-		code = WF_GRPC_RESOURCE_EXHAUSTED;
+		return WF_GRPC_RESOURCE_EXHAUSTED;
+	case WF_INFLATE_TRUNCATED:
+		snprintf(why, cap, "the %s-compressed message is truncated", alg);
+		return WF_GRPC_INVALID_ARGUMENT;
+	case WF_INFLATE_CORRUPT:
+		snprintf(why, cap, "the %s-compressed message is corrupt", alg);
+		return WF_GRPC_INVALID_ARGUMENT;
+	default: snprintf(why, cap, "out of memory"); return WF_GRPC_RESOURCE_EXHAUSTED;
 	}
-	if (code != WF_GRPC_OK) {
-		free(buf);
-		return code;
-	}
-	*out = buf;
-	*out_len = len;
-	return WF_GRPC_OK;
 }
 
 int wf_grpc_unframe(const uint8_t *body, size_t len, const char *encoding, size_t max,

@@ -3,7 +3,7 @@
  * and the nghttp2 callbacks that collect a stream's headers and body. */
 #include "serve/grpc_internal.h"
 
-#include <strings.h>
+#include "serve/secrets.h"
 
 /* ---- responses (loop thread) ------------------------------------------ */
 
@@ -369,21 +369,6 @@ static void hdr_copy(char *dst, size_t cap, const uint8_t *v, size_t n, int *bad
 	dst[n] = 0;
 }
 
-/* 1 when value is "Bearer <token>" (scheme case-insensitive; constant time
- * in the token's length). */
-static int bearer_ok(const char *token, const uint8_t *value, size_t vlen)
-{
-	if (!token || vlen < 7 || strncasecmp((const char *)value, "Bearer ", 7) != 0)
-		return 0;
-	value += 7;
-	vlen -= 7;
-	size_t t = strlen(token);
-	unsigned diff = vlen != t;
-	for (size_t i = 0; i < t; i++)
-		diff |= (unsigned char)token[i] ^ (i < vlen ? value[i] : 0);
-	return diff == 0;
-}
-
 int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, size_t nlen,
 	      const uint8_t *value, size_t vlen, uint8_t flags, void *user)
 {
@@ -402,7 +387,8 @@ int on_header(nghttp2_session *s, const nghttp2_frame *f, const uint8_t *name, s
 	} else if (hdr_is(name, nlen, "grpc-encoding")) {
 		hdr_copy(st->encoding, sizeof(st->encoding), value, vlen, &st->bad_header);
 	} else if (hdr_is(name, nlen, "authorization")) {
-		st->authorized = bearer_ok(((conn *)user)->g->o.token, value, vlen);
+		st->authorized =
+			wf_serve_bearer_ok(((conn *)user)->g->o.token, (const char *)value, vlen);
 	} else if (hdr_is(name, nlen, "grpc-timeout")) {
 		char t[16];
 		int bad = 0;

@@ -594,172 +594,6 @@ static int fail_why(char *why, size_t cap, int code, const char *fmt, const char
 	return code;
 }
 
-/* The one input tensor of rq into model input *x: malloc'd, or raw FP32
- * contents read in place: rq's own (free it with input_free while rq
- * lives) or shm_raw, the bytes of a shared memory region that stand for
- * them (then *x may be shm_raw->data). */
-static int decode_tensor(const wf_grpc_io *io, const infer_req *rq,
-			 const ProtobufCBinaryData *shm_raw, float **x, int *n, char *why,
-			 size_t cap)
-{
-	*x = NULL;
-	*n = 0;
-	const char *name = wf_serve_input_name(io);
-	if (rq->n_inputs != 1)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"expected 1 input, \"%.200s\"; got a different number", name);
-	const in_tensor *t = rq->inputs[0];
-	if (!wf_serve_input_name_ok(io, t->name)) {
-		snprintf(why, cap,
-			 "unexpected inference input '%.200s'; the model has one input, '%.200s'",
-			 t->name, name);
-		return WF_GRPC_INVALID_ARGUMENT;
-	}
-	if (rq->n_raw_input_contents && rq->n_raw_input_contents != rq->n_inputs)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"%sraw_input_contents must have one entry per input", "");
-	const ProtobufCBinaryData *raw = shm_raw		    ? shm_raw
-					 : rq->n_raw_input_contents ? &rq->raw_input_contents[0]
-								    : NULL;
-	const Inference__InferTensorContents *tc = t->contents;
-	if (raw && tc)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"input '%.200s' has both raw_input_contents and contents", t->name);
-	if (t->n_shape < 1 || t->n_shape > 8)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"input '%.200s' must have 1 to 8 dimensions", t->name);
-	for (size_t i = 0; i < t->n_shape; i++)
-		if (t->shape[i] < 0 || t->shape[i] > (1L << 30))
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"input '%.200s' has a negative or huge dimension", t->name);
-	long batch = (long)t->shape[0];
-	size_t per = (size_t)io->h * io->w * io->c;
-	int is_fp32 = !strcmp(t->datatype, "FP32"), is_u8 = !strcmp(t->datatype, "UINT8");
-	if (is_fp32 || is_u8) {
-		wf_err err = {0};
-		if (wf_serve_dense_samples(io, t->shape, (int)t->n_shape, &batch, &err))
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
-		*n = (int)batch; /* the result when the code is OK */
-		if (batch < 1 || (double)batch * per > (double)WF_SERVE_MAX_INPUT_FLOATS) {
-			snprintf(why, cap, "input batch %ld is empty or too large", batch);
-			return WF_GRPC_INVALID_ARGUMENT;
-		}
-		size_t count = (size_t)batch * per;
-		if (raw) {
-			size_t want = count * (is_fp32 ? sizeof(float) : 1);
-			if (raw->len != want) {
-				snprintf(why, cap,
-					 "raw_input_contents of '%s' has %zu bytes; shape and "
-					 "datatype need %zu",
-					 name, raw->len, want);
-				return WF_GRPC_INVALID_ARGUMENT;
-			}
-			if (is_fp32 && wf_serve_numbers_as_is(io) &&
-			    (uintptr_t)raw->data % _Alignof(float) == 0) {
-				*x = (float *)raw->data; /* read in place: see input_free */
-				return WF_GRPC_OK;
-			}
-			return wf_grpc_input_dense(io, batch, raw->data, is_u8, x, why, cap);
-		}
-		if (is_fp32) {
-			if (!tc || tc->n_fp32_contents != count) {
-				snprintf(why, cap,
-					 "input '%s' has %zu fp32_contents; shape needs %zu", name,
-					 tc ? tc->n_fp32_contents : 0, count);
-				return WF_GRPC_INVALID_ARGUMENT;
-			}
-			return wf_grpc_input_dense(io, batch, tc->fp32_contents, 0, x, why, cap);
-		}
-		if (!tc || tc->n_uint_contents != count) {
-			snprintf(why, cap, "input '%s' has %zu uint_contents; shape needs %zu",
-				 name, tc ? tc->n_uint_contents : 0, count);
-			return WF_GRPC_INVALID_ARGUMENT;
-		}
-		uint8_t *px = malloc(count);
-		if (!px)
-			return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory%s",
-					"");
-		for (size_t i = 0; i < count; i++) {
-			if (tc->uint_contents[i] > 255) {
-				free(px);
-				snprintf(why, cap, "UINT8 value %u out of range at %zu",
-					 tc->uint_contents[i], i);
-				return WF_GRPC_INVALID_ARGUMENT;
-			}
-			px[i] = (uint8_t)tc->uint_contents[i];
-		}
-		int code = wf_grpc_input_dense(io, batch, px, 1, x, why, cap);
-		free(px);
-		return code;
-	}
-	if (strcmp(t->datatype, "BYTES") != 0)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"input datatype \"%.32s\" is not supported (FP32, UINT8 or BYTES)",
-				t->datatype);
-	if (!(t->n_shape == 1 || (t->n_shape == 2 && t->shape[1] == 1)))
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"BYTES input '%.200s' shape must be [N] or [N,1]", t->name);
-	if (batch < 1 || batch > 4096)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"BYTES input '%.200s' must hold 1 to 4096 images", t->name);
-	const uint8_t **img = calloc((size_t)batch, sizeof(*img));
-	size_t *len = calloc((size_t)batch, sizeof(*len));
-	int code = WF_GRPC_OK;
-	if (!img || !len) {
-		code = fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory%s", "");
-		goto bytes_out;
-	}
-	if (raw) {
-		/* elements: 4-byte little-endian length, then the bytes */
-		size_t off = 0;
-		for (long i = 0; i < batch; i++) {
-			if (raw->len - off < 4) {
-				code = fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-						"raw BYTES data of '%.200s' is truncated", t->name);
-				goto bytes_out;
-			}
-			const uint8_t *p = raw->data + off;
-			uint32_t l = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-				     (uint32_t)p[3] << 24;
-			off += 4;
-			if (l > raw->len - off) {
-				code = fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-						"raw BYTES element of '%.200s' is truncated",
-						t->name);
-				goto bytes_out;
-			}
-			img[i] = raw->data + off;
-			len[i] = l;
-			off += l;
-		}
-		if (off != raw->len) {
-			code = fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"raw BYTES data of '%.200s' has bytes past its elements",
-					t->name);
-			goto bytes_out;
-		}
-	} else {
-		if (!tc || tc->n_bytes_contents != (size_t)batch) {
-			code = fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"input '%.200s': bytes_contents must hold one image per "
-					"sample",
-					t->name);
-			goto bytes_out;
-		}
-		for (long i = 0; i < batch; i++) {
-			img[i] = tc->bytes_contents[i].data;
-			len[i] = tc->bytes_contents[i].len;
-		}
-	}
-	code = wf_grpc_input_images(io, batch, img, len, x, why, cap);
-bytes_out:
-	free(img);
-	free(len);
-	if (!code)
-		*n = (int)batch;
-	return code;
-}
-
 /* The shared memory fields of a tensor's parameters (shm.h). */
 typedef struct shm_ref {
 	char region[128]; /* "": none named */
@@ -806,73 +640,82 @@ static int shm_param(const char *tensor, const char *key, const Inference__Infer
 	return WF_GRPC_INVALID_ARGUMENT;
 }
 
-/* decode_tensor, the input read from a shared memory region of shm when
- * its parameters name one: an aligned FP32 tensor in place, *held keeping
- * the region until the call is done (the batcher's copy is guarded), other
- * tensors out of a copy. */
-static int decode_input(const wf_grpc_io *io, const infer_req *rq, wf_serve_shm *shm, float **x,
-			int *n, wf_serve_shm_view *held, char *why, size_t cap)
+/* The one input tensor of rq as serve/request.h's tensor view, built into
+ * model input by wf_serve_tensor_input: in reads rq's raw contents or a
+ * shared memory region of shm in place, or is malloc'd (free it with
+ * wf_serve_input_free while rq lives). */
+static int decode_input(const wf_grpc_io *io, const infer_req *rq, wf_serve_shm *shm,
+			wf_serve_input *in, char *why, size_t cap)
 {
-	*held = (wf_serve_shm_view){0};
-	*x = NULL;
-	*n = 0;
+	memset(in, 0, sizeof(*in));
+	if (rq->n_inputs != 1)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"expected 1 input, \"%.200s\"; got a different number",
+				wf_serve_input_name(io));
+	const in_tensor *t = rq->inputs[0];
+	const Inference__InferTensorContents *tc = t->contents;
+	if (rq->n_raw_input_contents && rq->n_raw_input_contents != rq->n_inputs)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"%sraw_input_contents must have one entry per input", "");
+	if (rq->n_raw_input_contents && tc)
+		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
+				"input '%.200s' has both raw_input_contents and contents", t->name);
 	shm_ref r = {0};
-	const in_tensor *t = rq->n_inputs == 1 ? rq->inputs[0] : NULL;
-	for (size_t k = 0; t && k < t->n_parameters; k++) {
+	for (size_t k = 0; k < t->n_parameters; k++) {
 		int code = shm_param(t->name, t->parameters[k]->key, t->parameters[k]->value, &r,
 				     why, cap);
 		if (code)
 			return code;
 	}
-	if (!r.region[0])
-		return decode_tensor(io, rq, NULL, x, n, why, cap);
-	if (!r.size)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"input '%.200s' names a shared_memory_region without "
-				"shared_memory_byte_size",
-				t->name);
-	if (rq->n_raw_input_contents || t->contents)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"input '%.200s' names a shared_memory_region and also has contents",
-				t->name);
-	if (r.size > (uint64_t)WF_SERVE_MAX_INPUT_FLOATS * sizeof(float)) {
-		snprintf(why, cap,
-			 "input shared_memory_byte_size %llu is larger than a request may be",
-			 (unsigned long long)r.size);
-		return WF_GRPC_INVALID_ARGUMENT;
+	wf_serve_tensor_view v = {.name = t->name,
+				  .datatype = t->datatype,
+				  .dims = t->shape,
+				  .ndim = (int)t->n_shape,
+				  .raw_what = "raw_input_contents",
+				  .raw_borrow = 1, /* the call's message outlives the input */
+				  .shm_offset = r.offset,
+				  .shm_size = r.size};
+	memcpy(v.shm_region, r.region, sizeof(r.region));
+	float *u8 = NULL;	  /* uint_contents as numbers */
+	wf_serve_bytes *e = NULL; /* bytes_contents */
+	int code = WF_GRPC_OK;
+	if (rq->n_raw_input_contents) {
+		v.raw = rq->raw_input_contents[0].data;
+		v.raw_len = rq->raw_input_contents[0].len;
+		v.has_raw = 1;
+	} else if (tc && tc->n_bytes_contents) {
+		v.values_what = "bytes_contents";
+		v.nelements = tc->n_bytes_contents;
+		v.has_elements = 1;
+		v.elements = e = calloc(v.nelements, sizeof(*e));
+		for (size_t i = 0; e && i < v.nelements; i++)
+			e[i] = (wf_serve_bytes){tc->bytes_contents[i].data,
+						tc->bytes_contents[i].len};
+		code = e ? WF_GRPC_OK : WF_GRPC_RESOURCE_EXHAUSTED;
+	} else if (tc && tc->n_uint_contents) {
+		v.values_what = "uint_contents";
+		v.nvalues = tc->n_uint_contents;
+		v.has_values = 1;
+		v.values = u8 = malloc(sizeof(*u8) * v.nvalues);
+		for (size_t i = 0; u8 && i < v.nvalues; i++)
+			u8[i] = (float)tc->uint_contents[i];
+		code = u8 ? WF_GRPC_OK : WF_GRPC_RESOURCE_EXHAUSTED;
+	} else if (tc) {
+		v.values_what = "fp32_contents";
+		v.values = tc->fp32_contents;
+		v.nvalues = tc->n_fp32_contents;
+		v.has_values = 1;
 	}
 	wf_err err = {0};
-	if (!strcmp(t->datatype, "FP32")) {
-		if (wf_serve_shm_view_get(shm, r.region, r.offset, r.size, held, &err))
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
-		if ((uintptr_t)held->p % sizeof(float) == 0) { /* else: copied below */
-			ProtobufCBinaryData b = {held->len, held->p};
-			int code = decode_tensor(io, rq, &b, x, n, why, cap);
-			if (code || (uint8_t *)*x != held->p)
-				wf_serve_shm_view_put(held);
-			return code;
-		}
-		wf_serve_shm_view_put(held);
-	}
-	ProtobufCBinaryData b = {(size_t)r.size, NULL};
-	int rc = wf_serve_shm_copy_out(shm, r.region, r.offset, r.size, &b.data, &err);
+	int rc = code ? WF_ENOMEM : wf_serve_tensor_input(io, &v, shm, in, &err);
+	free(u8);
+	free(e);
 	if (rc)
 		return fail_why(why, cap,
 				rc == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
 						: WF_GRPC_INVALID_ARGUMENT,
-				"%s", err.msg);
-	int code = decode_tensor(io, rq, &b, x, n, why, cap);
-	if ((uint8_t *)*x != b.data)
-		free(b.data);
-	return code;
-}
-
-static void input_free(const infer_req *rq, float *x, wf_serve_shm_view *held)
-{
-	if (held->region && (uint8_t *)x == held->p)
-		wf_serve_shm_view_put(held);
-	else if (!rq->n_raw_input_contents || (uint8_t *)x != rq->raw_input_contents[0].data)
-		free(x);
+				"%s", code ? "out of memory" : err.msg);
+	return WF_GRPC_OK;
 }
 
 static const uint8_t empty_msg[1]; /* what an empty body unpacks from */
@@ -987,28 +830,22 @@ int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t
 	if (!rq)
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
 				"cannot parse the ModelInferRequest message%s", "");
-	float *in = NULL;
-	wf_serve_shm_view held;
-	int code = decode_input(io, rq, NULL, &in, n, &held, why, cap);
+	wf_serve_input in;
+	int code = decode_input(io, rq, NULL, &in, why, cap);
 	if (!code) { /* the caller's own copy: rq's contents go with it */
-		size_t bytes = (size_t)*n * io->h * io->w * io->c * sizeof(float);
-		*x = malloc(bytes ? bytes : 1);
-		if (*x)
-			memcpy(*x, in, bytes);
-		else
+		size_t bytes = (size_t)in.n * io->h * io->w * io->c * sizeof(float);
+		if ((*x = malloc(bytes ? bytes : 1)) != NULL) {
+			memcpy(*x, in.x, bytes);
+			*n = in.n;
+		} else {
 			code = fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory%s",
 					"");
+		}
 	}
-	input_free(rq, in, &held);
+	wf_serve_input_free(&in);
 	infer_request_free(rq);
 	return code;
 }
-
-typedef struct out_req {
-	int logits;
-	int classification; /* top-k; 0: the tensor */
-	shm_ref shm;	    /* written into this shared memory region instead */
-} out_req;
 
 static int param_int(const Inference__InferParameter *p, long *v)
 {
@@ -1024,147 +861,84 @@ static int param_int(const Inference__InferParameter *p, long *v)
 	return 1;
 }
 
-static int requested_outputs(const infer_req *rq, out_req *o, int *no, wf_grpc_call *call)
+/* The outputs rq asks for (both when it names none): their parameters read
+ * here, the rules checked by wf_serve_outputs_check. */
+static int requested_outputs(const infer_req *rq, wf_serve_output *o, int *no, wf_grpc_call *call)
 {
 	if (!rq->n_outputs) {
-		o[0] = (out_req){.logits = 0};
-		o[1] = (out_req){.logits = 1};
-		*no = 2;
+		*no = wf_serve_outputs_all(o, 0);
 		return WF_GRPC_OK;
 	}
-	if (rq->n_outputs > 2)
-		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
-				    "%zu outputs requested; the model has 2", rq->n_outputs);
-	*no = 0;
-	for (size_t i = 0; i < rq->n_outputs; i++) {
+	const char *names[WF_SERVE_MAX_OUTPUTS];
+	long cls[WF_SERVE_MAX_OUTPUTS];
+	size_t n = rq->n_outputs;
+	for (size_t i = 0; i < WF_MIN(n, (size_t)WF_SERVE_MAX_OUTPUTS); i++) {
 		const Inference__ModelInferRequest__InferRequestedOutputTensor *t = rq->outputs[i];
-		out_req r = {0};
-		if (!strcmp(t->name, WF_SERVE_OUTPUT_LOGITS))
-			r.logits = 1;
-		else if (strcmp(t->name, WF_SERVE_OUTPUT_PROBS) != 0)
-			return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
-					    "unexpected inference output '%.200s'; the model has "
-					    "'" WF_SERVE_OUTPUT_PROBS
-					    "' and '" WF_SERVE_OUTPUT_LOGITS "'",
-					    t->name);
-		for (int j = 0; j < *no; j++)
-			if (o[j].logits == r.logits)
-				return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
-						    "output '%.200s' requested twice", t->name);
+		names[i] = t->name;
+		cls[i] = 0;
+		shm_ref r = {0};
 		for (size_t k = 0; k < t->n_parameters; k++) {
-			int code =
-				shm_param(t->name, t->parameters[k]->key, t->parameters[k]->value,
-					  &r.shm, call->message, sizeof(call->message));
+			const char *key = t->parameters[k]->key;
+			int code = shm_param(t->name, key, t->parameters[k]->value, &r,
+					     call->message, sizeof(call->message));
 			if (code)
 				return code;
-			if (strcmp(t->parameters[k]->key, "classification") != 0)
-				continue;
 			long v = 0;
-			if (param_int(t->parameters[k]->value, &v) != 1 || v < 1)
-				return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
-						    "output '%.200s': \"classification\" must be "
-						    "a positive integer",
-						    t->name);
-			r.classification = (int)WF_MIN(v, 100000);
+			if (!strcmp(key, "classification"))
+				cls[i] = param_int(t->parameters[k]->value, &v) == 1 && v > 0 ? v
+											      : -1;
 		}
-		if (r.shm.region[0] && !r.shm.size)
-			return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
-					    "output '%.200s' names a shared_memory_region without "
-					    "shared_memory_byte_size",
-					    t->name);
-		o[(*no)++] = r;
+		o[i] = (wf_serve_output){.shm_offset = r.offset, .shm_size = r.size};
+		memcpy(o[i].shm_region, r.region, sizeof(r.region));
 	}
+	wf_err err = {0};
+	if (wf_serve_outputs_check(names, cls, (int)WF_MIN(n, 1000), o, &err))
+		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
+	*no = (int)n;
 	return WF_GRPC_OK;
 }
 
-/* The reply's outputs: raw FP32 [n,k] or BYTES [n,top] classification
- * strings; those requested into shared memory are written there (an empty
- * raw_output_contents entry keeps the others at their index). */
+/* The reply's outputs (serve/outputs.h's tensors) as raw_output_contents;
+ * those written into shared memory leave an empty entry, which keeps the
+ * others at their index. */
 static int build_infer_reply(wf_grpc_call *call, const infer_req *rq, const wf_grpc_model *m,
-			     wf_serve_shm *shm, const out_req *o, int no, const float *logits,
-			     const float *probs, int n)
+			     wf_serve_shm *shm, const wf_serve_output *o, int no,
+			     const float *logits, const float *probs, int n)
 {
-	int k = m->io.classes, code = WF_GRPC_OK;
 	char ver[32];
 	snprintf(ver, sizeof(ver), "%ld", m->version);
-	Inference__ModelInferResponse__InferOutputTensor ot[2], *otp[2];
-	ProtobufCBinaryData raw[2] = {{0}};
-	int64_t shapes[2][2];
-	uint8_t *owned[2] = {NULL, NULL};
-	int *idx = malloc(sizeof(int) * (size_t)k);
-	if (!idx)
-		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-	for (int i = 0; i < no; i++) {
-		const float *v = o[i].logits ? logits : probs;
+	wf_serve_tensor t[WF_SERVE_MAX_OUTPUTS];
+	Inference__ModelInferResponse__InferOutputTensor ot[WF_SERVE_MAX_OUTPUTS],
+		*otp[WF_SERVE_MAX_OUTPUTS];
+	ProtobufCBinaryData raw[WF_SERVE_MAX_OUTPUTS] = {{0}};
+	wf_err err = {0};
+	int rc = wf_serve_tensors_make(o, no, logits, probs, n, m->io.classes, m->io.unbatched,
+				       m->labels, shm, t, &err);
+	int code = rc == WF_ENOMEM ? wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "%s", err.msg)
+		   : rc		   ? wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg)
+				   : WF_GRPC_OK;
+	for (int i = 0; !code && i < no; i++) {
 		inference__model_infer_response__infer_output_tensor__init(&ot[i]);
-		ot[i].name = o[i].logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS;
-		ot[i].shape = shapes[i];
+		ot[i].name = (char *)t[i].name;
+		ot[i].datatype = (char *)t[i].datatype;
+		ot[i].n_shape = (size_t)t[i].ndim;
+		ot[i].shape = t[i].dims;
 		otp[i] = &ot[i];
-		if (!o[i].classification) {
-			ot[i].datatype = "FP32";
-			ot[i].n_shape =
-				(size_t)wf_serve_output_shape(m->io.unbatched, n, k, shapes[i]);
-			raw[i].data = (uint8_t *)v;
-			raw[i].len = (size_t)n * k * sizeof(float);
-			continue;
-		}
-		int top = WF_MIN(o[i].classification, k);
-		ot[i].datatype = "BYTES";
-		ot[i].n_shape = (size_t)wf_serve_output_shape(m->io.unbatched, n, top, shapes[i]);
-		size_t cap = (size_t)n * top * (4 + 330), len = 0;
-		uint8_t *buf = owned[i] = malloc(cap ? cap : 1);
-		if (!buf) {
-			code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-			goto out;
-		}
-		for (int s = 0; s < n; s++) {
-			wf_serve_top_k(v + (size_t)s * k, k, top, idx);
-			for (int u = 0; u < top; u++) {
-				char label[256], cls[330];
-				if (m->labels && m->labels[idx[u]])
-					snprintf(label, sizeof(label), "%s", m->labels[idx[u]]);
-				else
-					snprintf(label, sizeof(label), "%d", idx[u]);
-				int sl = snprintf(cls, sizeof(cls), "%f:%d:%s",
-						  (double)v[(size_t)s * k + idx[u]], idx[u], label);
-				if (sl >= (int)sizeof(cls))
-					sl = (int)sizeof(cls) - 1;
-				buf[len++] = (uint8_t)sl;
-				buf[len++] = (uint8_t)(sl >> 8);
-				buf[len++] = 0;
-				buf[len++] = 0;
-				memcpy(buf + len, cls, (size_t)sl);
-				len += (size_t)sl;
-			}
-		}
-		raw[i].data = buf;
-		raw[i].len = len;
+		raw[i].data = (uint8_t *)t[i].data;
+		raw[i].len = t[i].len;
 	}
-	for (int i = 0; i < no; i++) {
-		if (!o[i].shm.region[0])
-			continue;
-		wf_err err = {0};
-		if (wf_serve_shm_copy_in(shm, o[i].shm.region, o[i].shm.offset, o[i].shm.size,
-					 raw[i].data, raw[i].len, ot[i].name, &err)) {
-			code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
-			goto out;
-		}
-		raw[i].data = NULL;
-		raw[i].len = 0;
+	if (!code) {
+		Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+		r.model_name = (char *)m->name;
+		r.model_version = ver;
+		r.id = rq->id;
+		r.n_outputs = (size_t)no;
+		r.outputs = otp;
+		r.n_raw_output_contents = (size_t)no;
+		r.raw_output_contents = raw;
+		code = wf_grpc_reply(call, &r.base);
 	}
-	Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
-	r.model_name = (char *)m->name;
-	r.model_version = ver;
-	r.id = rq->id;
-	r.n_outputs = (size_t)no;
-	r.outputs = otp;
-	r.n_raw_output_contents = (size_t)no;
-	r.raw_output_contents = raw;
-	code = wf_grpc_reply(call, &r.base);
-out:
-	free(idx);
-	free(owned[0]);
-	free(owned[1]);
+	wf_serve_tensors_free(t, no);
 	return code;
 }
 
@@ -1176,18 +950,17 @@ typedef struct infer_call {
 	infer_req *rq;
 	wf_grpc_model m;
 	wf_serve_shm *shm;
-	float *x, *logits, *probs;
-	wf_serve_shm_view held; /* the region x is read from in place, if any */
-	out_req o[2];
-	int n, no;
+	wf_serve_input in;   /* read in place from the message or a region, or malloc'd */
+	wf_serve_result res; /* logits and probabilities */
+	wf_serve_output o[WF_SERVE_MAX_OUTPUTS];
+	int no;
 } infer_call;
 
 static void infer_call_free(infer_call *ic)
 {
 	wf_grpc_model_put(ic->a, &ic->m);
-	input_free(ic->rq, ic->x, &ic->held);
-	free(ic->logits);
-	free(ic->probs);
+	wf_serve_input_free(&ic->in);
+	wf_serve_result_free(&ic->res);
 	infer_request_free(ic->rq);
 	free(ic);
 }
@@ -1198,9 +971,8 @@ static void infer_finished(void *arg, int code, const char *why)
 	infer_call *ic = arg;
 	wf_grpc_call *call = ic->call;
 	if (code == WF_GRPC_OK) {
-		wf_serve_softmax(ic->logits, ic->probs, ic->n, ic->m.io.classes);
-		code = build_infer_reply(call, ic->rq, &ic->m, ic->shm, ic->o, ic->no, ic->logits,
-					 ic->probs, ic->n);
+		code = build_infer_reply(call, ic->rq, &ic->m, ic->shm, ic->o, ic->no,
+					 ic->res.logits, ic->res.probs, ic->in.n);
 	} else {
 		snprintf(call->message, sizeof(call->message), "%s", why);
 	}
@@ -1232,20 +1004,13 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	if (!code)
 		code = requested_outputs(rq, ic->o, &ic->no, call);
 	if (!code)
-		code = decode_input(&ic->m.io, rq, ic->shm, &ic->x, &ic->n, &ic->held,
-				    call->message, sizeof(call->message));
+		code = decode_input(&ic->m.io, rq, ic->shm, &ic->in, call->message,
+				    sizeof(call->message));
 	if (!code) {
-		size_t cnt = (size_t)ic->n * ic->m.io.classes;
-		ic->logits = malloc(cnt * sizeof(float));
-		ic->probs = malloc(cnt * sizeof(float));
-		if (!ic->logits || !ic->probs)
-			code = wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
-					    "out of memory for %d results", ic->n);
-	}
-	if (!code) {
-		code = wf_grpc_model_infer_async(
-			a, &ic->m, WF_SERVE_EP_V2_INFER, ic->x, ic->n, ic->logits, call->t_begin,
-			call->deadline, infer_finished, ic, call->message, sizeof(call->message));
+		code = wf_grpc_model_infer_async(a, &ic->m, WF_SERVE_EP_V2_INFER, ic->in.x,
+						 ic->in.n, &ic->res, call->t_begin, call->deadline,
+						 infer_finished, ic, call->message,
+						 sizeof(call->message));
 		if (code == WF_GRPC_PENDING)
 			return code; /* ic is infer_finished's now */
 	} else {

@@ -58,17 +58,6 @@ int wf_grpc_bad_message(wf_grpc_call *call, const char *what);
 /* Pack m as the call's reply: WF_GRPC_OK, or RESOURCE_EXHAUSTED. */
 int wf_grpc_reply(wf_grpc_call *call, const ProtobufCMessage *m);
 
-/* ---- model input from tensors (shared by both APIs) ---- */
-
-/* n samples of a dense [n,H,W,C] tensor: FP32 numbers (request.h says what
- * they mean) or, with u8, raw pixels that get the model's preprocessing.
- * *x is malloc'd [n,H,W,C]. */
-int wf_grpc_input_dense(const wf_grpc_io *io, long n, const void *data, int u8, float **x,
-			char *why, size_t cap);
-/* n encoded images (JPEG or PNG), resized and preprocessed into *x. */
-int wf_grpc_input_images(const wf_grpc_io *io, long n, const uint8_t *const *img, const size_t *len,
-			 float **x, char *why, size_t cap);
-
 /* ---- decoders the fuzz target drives ---- */
 
 /* A KServe ModelInferRequest message into model input for io: n samples in

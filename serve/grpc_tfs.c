@@ -78,8 +78,10 @@ static int fail_why(char *why, size_t cap, int code, const char *msg)
 	return code;
 }
 
-static int tensor_input(const wf_grpc_io *io, const Tensorflow__TensorProto *t, float **x, int *n,
-			char *why, size_t cap)
+/* The TensorProto t of input `name` as serve/request.h's tensor view, built
+ * into model input *x [n] (malloc'd) by wf_serve_tensor_input. */
+static int tensor_input(const wf_grpc_io *io, const char *name, const Tensorflow__TensorProto *t,
+			float **x, int *n, char *why, size_t cap)
 {
 	*x = NULL;
 	*n = 0;
@@ -88,96 +90,64 @@ static int tensor_input(const wf_grpc_io *io, const Tensorflow__TensorProto *t, 
 	if (nd < 1 || nd > 8)
 		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
 				"input tensor must have a shape of 1 to 8 dimensions");
+	int64_t dims[8];
 	for (size_t i = 0; i < nd; i++)
-		if (sh->dim[i]->size < 0 || sh->dim[i]->size > (1L << 30))
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"input tensor has a negative or huge dimension");
-	long batch = (long)sh->dim[0]->size;
-	size_t per = (size_t)io->h * io->w * io->c;
-	int code;
-	if (t->dtype == TENSORFLOW__DATA_TYPE__DT_FLOAT ||
-	    t->dtype == TENSORFLOW__DATA_TYPE__DT_UINT8) {
-		int u8 = t->dtype == TENSORFLOW__DATA_TYPE__DT_UINT8;
-		if (nd != 4 || sh->dim[1]->size != io->h || sh->dim[2]->size != io->w ||
-		    sh->dim[3]->size != io->c) {
-			snprintf(why, cap, "input shape must be [N,%d,%d,%d] (the model input)",
-				 io->h, io->w, io->c);
-			return WF_GRPC_INVALID_ARGUMENT;
-		}
-		if (batch < 1 || (double)batch * per > (double)WF_SERVE_MAX_INPUT_FLOATS)
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"input batch is empty or too large");
-		size_t count = (size_t)batch * per;
-		if (t->tensor_content.len) {
-			if (t->tensor_content.len != count * (u8 ? 1 : sizeof(float))) {
-				snprintf(why, cap,
-					 "tensor_content has %zu bytes; shape and dtype need %zu",
-					 t->tensor_content.len, count * (u8 ? 1 : sizeof(float)));
-				return WF_GRPC_INVALID_ARGUMENT;
-			}
-			code = wf_grpc_input_dense(io, batch, t->tensor_content.data, u8, x, why,
-						   cap);
-		} else if (!u8) {
-			if (t->n_float_val != count) {
-				snprintf(why, cap, "float_val has %zu values; shape needs %zu",
-					 t->n_float_val, count);
-				return WF_GRPC_INVALID_ARGUMENT;
-			}
-			code = wf_grpc_input_dense(io, batch, t->float_val, 0, x, why, cap);
-		} else {
-			if (t->n_int_val != count) {
-				snprintf(why, cap, "int_val has %zu values; shape needs %zu",
-					 t->n_int_val, count);
-				return WF_GRPC_INVALID_ARGUMENT;
-			}
-			uint8_t *px = malloc(count);
-			if (!px)
-				return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED,
-						"out of memory");
-			for (size_t i = 0; i < count; i++) {
-				if (t->int_val[i] < 0 || t->int_val[i] > 255) {
-					free(px);
-					snprintf(why, cap, "DT_UINT8 value %d out of range at %zu",
-						 t->int_val[i], i);
-					return WF_GRPC_INVALID_ARGUMENT;
-				}
-				px[i] = (uint8_t)t->int_val[i];
-			}
-			code = wf_grpc_input_dense(io, batch, px, 1, x, why, cap);
-			free(px);
-		}
-	} else if (t->dtype == TENSORFLOW__DATA_TYPE__DT_STRING) {
-		if (!(nd == 1 || (nd == 2 && sh->dim[1]->size == 1)))
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"DT_STRING input shape must be [N] or [N,1]");
-		if (t->n_string_val != (size_t)batch || batch < 1 || batch > 4096)
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"string_val must hold one encoded image per sample (1 to "
-					"4096)");
-		const uint8_t **img = calloc((size_t)batch, sizeof(*img));
-		size_t *len = calloc((size_t)batch, sizeof(*len));
-		if (!img || !len) {
-			free(img);
-			free(len);
-			return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
-		}
-		for (long i = 0; i < batch; i++) {
-			img[i] = t->string_val[i].data;
-			len[i] = t->string_val[i].len;
-		}
-		code = wf_grpc_input_images(io, batch, img, len, x, why, cap);
-		free(img);
-		free(len);
-	} else {
+		dims[i] = sh->dim[i]->size;
+	wf_serve_tensor_view v = {
+		.name = name, .dims = dims, .ndim = (int)nd, .raw_what = "tensor_content"};
+	switch (t->dtype) {
+	case TENSORFLOW__DATA_TYPE__DT_FLOAT: v.datatype = "FP32"; break;
+	case TENSORFLOW__DATA_TYPE__DT_UINT8: v.datatype = "UINT8"; break;
+	case TENSORFLOW__DATA_TYPE__DT_STRING: v.datatype = "BYTES"; break;
+	default:
 		snprintf(why, cap,
-			 "input dtype %d is not supported (DT_FLOAT, DT_UINT8 or DT_STRING "
-			 "images)",
+			 "input dtype %d is not supported (DT_FLOAT, DT_UINT8 or DT_STRING images)",
 			 (int)t->dtype);
 		return WF_GRPC_INVALID_ARGUMENT;
 	}
-	if (!code)
-		*n = (int)batch;
-	return code;
+	float *ints = NULL;	  /* int_val as numbers */
+	wf_serve_bytes *e = NULL; /* string_val */
+	int oom = 0;
+	if (t->dtype == TENSORFLOW__DATA_TYPE__DT_STRING) {
+		v.values_what = "string_val";
+		v.nelements = t->n_string_val;
+		v.has_elements = 1;
+		v.elements = e = calloc(v.nelements + 1, sizeof(*e));
+		for (size_t i = 0; e && i < v.nelements; i++)
+			e[i] = (wf_serve_bytes){t->string_val[i].data, t->string_val[i].len};
+		oom = !e;
+	} else if (t->tensor_content.len) {
+		v.raw = t->tensor_content.data;
+		v.raw_len = t->tensor_content.len;
+		v.has_raw = 1;
+	} else if (t->dtype == TENSORFLOW__DATA_TYPE__DT_UINT8) {
+		v.values_what = "int_val";
+		v.nvalues = t->n_int_val;
+		v.has_values = 1;
+		v.values = ints = malloc(sizeof(*ints) * (v.nvalues + 1));
+		for (size_t i = 0; ints && i < v.nvalues; i++)
+			ints[i] = (float)t->int_val[i];
+		oom = !ints;
+	} else {
+		v.values_what = "float_val";
+		v.values = t->float_val;
+		v.nvalues = t->n_float_val;
+		v.has_values = 1;
+	}
+	wf_serve_input in = {0};
+	wf_err err = {0};
+	int rc = oom ? wf_errf(&err, WF_ENOMEM, "out of memory")
+		     : wf_serve_tensor_input(io, &v, NULL, &in, &err);
+	free(ints);
+	free(e);
+	if (rc)
+		return fail_why(why, cap,
+				rc == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
+						: WF_GRPC_INVALID_ARGUMENT,
+				err.msg);
+	*x = in.x; /* not borrowed: raw_borrow is off */
+	*n = in.n;
+	return WF_GRPC_OK;
 }
 
 static int predict_input(const wf_grpc_io *io, const Tensorflow__Serving__PredictRequest *rq,
@@ -193,7 +163,7 @@ static int predict_input(const wf_grpc_io *io, const Tensorflow__Serving__Predic
 			 rq->inputs[0]->key, name);
 		return WF_GRPC_INVALID_ARGUMENT;
 	}
-	return tensor_input(io, rq->inputs[0]->value, x, n, why, cap);
+	return tensor_input(io, rq->inputs[0]->key, rq->inputs[0]->value, x, n, why, cap);
 }
 
 /* The feature of an Example that holds the sample. */
@@ -297,21 +267,12 @@ int wf_grpc_tfs_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t le
 
 /* ---- Predict, Classify, Regress ---------------------------------------- */
 
-/* Forward x [n] through m into logits and probs (malloc'd). */
+/* Forward x [n] through m into res (serve/infer.h). */
 static int run(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x, int n,
-	       float **logits, float **probs, wf_grpc_call *call)
+	       wf_serve_result *res, wf_grpc_call *call)
 {
-	size_t cnt = (size_t)n * m->io.classes;
-	*logits = malloc(cnt * sizeof(float));
-	*probs = malloc(cnt * sizeof(float));
-	if (!*logits || !*probs)
-		return wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED,
-				    "out of memory for %d results", n);
-	int code = wf_grpc_model_infer(a, m, ep, x, n, *logits, call->t_begin, call->deadline,
-				       call->message, sizeof(call->message));
-	if (!code)
-		wf_serve_softmax(*logits, *probs, n, m->io.classes);
-	return code;
+	return wf_grpc_model_infer(a, m, ep, x, n, res, call->t_begin, call->deadline,
+				   call->message, sizeof(call->message));
 }
 
 static int predict(void *ctx, wf_grpc_call *call)
@@ -326,7 +287,8 @@ static int predict(void *ctx, wf_grpc_call *call)
 		return wf_grpc_bad_message(call, "PredictRequest");
 	}
 	wf_grpc_model m = {0};
-	float *x = NULL, *logits = NULL, *probs = NULL;
+	float *x = NULL;
+	wf_serve_result res = {0};
 	/* probabilities, logits: the signature's outputs, or those of the filter */
 	int all = all_outputs(rq->model_spec), n = 0, want[2] = {1, all}, inferred = 0;
 	int code = get_model(a, rq->model_spec, 1, &m, call);
@@ -348,7 +310,7 @@ static int predict(void *ctx, wf_grpc_call *call)
 		code = predict_input(&m.io, rq, &x, &n, call->message, sizeof(call->message));
 	if (!code) {
 		inferred = 1;
-		code = run(a, &m, WF_SERVE_EP_V1_PREDICT, x, n, &logits, &probs, call);
+		code = run(a, &m, WF_SERVE_EP_V1_PREDICT, x, n, &res, call);
 	}
 	if (!code) {
 		Tensorflow__Serving__ModelSpec spec;
@@ -372,7 +334,7 @@ static int predict(void *ctx, wf_grpc_call *call)
 			t[i].dtype = TENSORFLOW__DATA_TYPE__DT_FLOAT;
 			t[i].tensor_shape = &shape;
 			t[i].n_float_val = (size_t)n * m.io.classes;
-			t[i].float_val = i ? logits : probs;
+			t[i].float_val = i ? res.logits : res.probs;
 			tensorflow__serving__predict_response__outputs_entry__init(&e[no]);
 			e[no].key = i ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS;
 			e[no].value = &t[i];
@@ -390,8 +352,7 @@ static int predict(void *ctx, wf_grpc_call *call)
 		wf_grpc_model_failed(a, WF_SERVE_EP_V1_PREDICT, code, wf_now() - t0);
 	wf_grpc_model_put(a, &m);
 	free(x);
-	free(logits);
-	free(probs);
+	wf_serve_result_free(&res);
 	tensorflow__serving__predict_request__free_unpacked(rq, NULL);
 	return code;
 }
@@ -401,7 +362,7 @@ static int predict(void *ctx, wf_grpc_call *call)
 typedef struct class_parts {
 	Tensorflow__Serving__Classifications *cl, **clp;
 	Tensorflow__Serving__Class *c, **cp;
-	char (*labels)[32];
+	char (*labels)[256];
 	int *idx;
 } class_parts;
 
@@ -439,12 +400,8 @@ static int classification_result(const wf_grpc_model *m, const float *probs, int
 		for (int u = 0; u < top; u++) {
 			size_t q = (size_t)s * top + u;
 			tensorflow__serving__class__init(&p->c[q]);
-			if (m->labels && m->labels[p->idx[u]]) {
-				p->c[q].label = m->labels[p->idx[u]];
-			} else {
-				snprintf(p->labels[q], sizeof(p->labels[q]), "%d", p->idx[u]);
-				p->c[q].label = p->labels[q];
-			}
+			p->c[q].label = (char *)wf_serve_class_name(
+				m->labels, p->idx[u], p->labels[q], sizeof(p->labels[q]));
 			p->c[q].score = probs[(size_t)s * k + p->idx[u]];
 			p->cp[q] = &p->c[q];
 		}
@@ -463,22 +420,22 @@ static int classify_examples(wf_grpc_adapter *a, const model_spec *spec,
 			     wf_grpc_call *call)
 {
 	double t0 = wf_now();
-	float *x = NULL, *logits = NULL, *probs = NULL;
+	float *x = NULL;
+	wf_serve_result r = {0};
 	int n = 0, inferred = 0;
 	int code = get_model(a, spec, 0, m, call);
 	if (!code)
 		code = classify_input(&m->io, in, &x, &n, call->message, sizeof(call->message));
 	if (!code) {
 		inferred = 1;
-		code = run(a, m, WF_SERVE_EP_V1_CLASSIFY, x, n, &logits, &probs, call);
+		code = run(a, m, WF_SERVE_EP_V1_CLASSIFY, x, n, &r, call);
 	}
 	if (!code)
-		code = classification_result(m, probs, n, res, p, call);
+		code = classification_result(m, r.probs, n, res, p, call);
 	if (code && !inferred)
 		wf_grpc_model_failed(a, WF_SERVE_EP_V1_CLASSIFY, code, wf_now() - t0);
 	free(x);
-	free(logits);
-	free(probs);
+	wf_serve_result_free(&r);
 	return code;
 }
 

@@ -207,19 +207,12 @@ static void release_body(wf_serve_http *h, req_ctx *q)
 	}
 }
 
-/* 1 when the request carries "Authorization: Bearer <token>" (constant time). */
+/* 1 when the request carries "Authorization: Bearer <token>". */
 static int authorized(wf_serve_http *h, struct MHD_Connection *c)
 {
 	const char *a =
 		MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
-	if (!a || strncasecmp(a, "Bearer ", 7) != 0)
-		return 0;
-	a += 7;
-	size_t n = strlen(a), t = strlen(h->token);
-	unsigned diff = n != t;
-	for (size_t i = 0; i < t; i++)
-		diff |= (unsigned char)h->token[i] ^ (unsigned char)(i < n ? a[i] : 0);
-	return diff == 0;
+	return wf_serve_bearer_ok(h->token, a, a ? strlen(a) : 0);
 }
 
 /* The first call for a request: its header is complete. */

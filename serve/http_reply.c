@@ -2,6 +2,8 @@
  * and inflating Content-Encoding request bodies. */
 #include "serve/http_internal.h"
 
+#include "serve/inflate.h"
+
 /* ---- per-request state and replies ------------------------------------ */
 
 /* Compress body with zlib (gzip: 1, deflate: 0) into a malloc'd buffer. */
@@ -180,6 +182,18 @@ static int over_budget(wf_serve_http *h, const char *ce, wf_err *err)
 		       h->o.body_budget, ce);
 }
 
+/* The inflated body counts in the body budget (--max_body_bytes_in_flight). */
+typedef struct body_grow {
+	wf_serve_http *h;
+	req_ctx *q;
+} body_grow;
+
+static int grow_body(void *ctx, size_t bytes)
+{
+	body_grow *g = ctx;
+	return reserve_body(g->h, g->q, bytes);
+}
+
 int inflate_body(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, wf_err *err)
 {
 	const char *ce =
@@ -192,70 +206,30 @@ int inflate_body(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, wf_err 
 			       ce);
 	if (!q->len)
 		return 0;
-	z_stream z;
-	memset(&z, 0, sizeof(z));
-	/* 15 + 32: zlib or gzip header, detected; raw deflate is retried below */
-	int raw = 0;
-again:
-	if (inflateInit2(&z, raw ? -15 : 15 + 32) != Z_OK)
-		return wf_errf(err, WF_EINTERNAL, "zlib inflateInit failed");
-	size_t cap = q->len * 4 + 4096, n = 0;
-	/* the inflated body counts in the body budget (--max_body_bytes_in_flight) */
-	if (!reserve_body(h, q, cap + 1)) {
-		inflateEnd(&z);
-		return over_budget(h, ce, err);
-	}
-	char *out = malloc(cap + 1);
-	int rc = Z_OK;
-	z.next_in = (Bytef *)q->body;
-	z.avail_in = (uInt)q->len;
-	while (out && rc != Z_STREAM_END) {
-		if (n == cap) {
-			if (cap >= h->o.max_body) {
-				free(out);
-				inflateEnd(&z);
-				return wf_errf(err, WF_EINVAL,
-					       "the %s body inflates beyond the limit of %zu bytes",
-					       ce, h->o.max_body);
-			}
-			size_t grown = WF_MIN(cap * 2, h->o.max_body);
-			if (!reserve_body(h, q, grown - cap)) {
-				free(out);
-				inflateEnd(&z);
-				return over_budget(h, ce, err);
-			}
-			cap = grown;
-			char *p = realloc(out, cap + 1);
-			if (!p)
-				break;
-			out = p;
-		}
-		z.next_out = (Bytef *)out + n;
-		z.avail_out = (uInt)(cap - n);
-		rc = inflate(&z, Z_NO_FLUSH);
-		n = cap - z.avail_out;
-		if (rc != Z_OK && rc != Z_STREAM_END)
-			break;
-		if (rc == Z_OK && z.avail_in == 0 && z.avail_out != 0)
-			break; /* truncated */
-	}
-	inflateEnd(&z);
-	if (!out)
-		return wf_errf(err, WF_ENOMEM, "out of memory");
-	if (rc != Z_STREAM_END) {
-		free(out);
-		if (!raw && !strcmp(ce, "deflate")) {
-			raw = 1;
-			memset(&z, 0, sizeof(z));
-			goto again;
-		}
-		return wf_errf(err, WF_EINVAL, "the request body is not valid %s data", ce);
+	body_grow g = {h, q};
+	uint8_t *out;
+	size_t n;
+	/* a zlib or gzip header, detected; deflate without one is tried next */
+	wf_inflate_status st =
+		wf_serve_inflate((const uint8_t *)q->body, q->len, WF_INFLATE_DETECTED,
+				 h->o.max_body, grow_body, &g, &out, &n);
+	if ((st == WF_INFLATE_CORRUPT || st == WF_INFLATE_TRUNCATED) && !strcmp(ce, "deflate"))
+		st = wf_serve_inflate((const uint8_t *)q->body, q->len, WF_INFLATE_RAW,
+				      h->o.max_body, grow_body, &g, &out, &n);
+	switch (st) {
+	case WF_INFLATE_OK: break;
+	case WF_INFLATE_TOO_LARGE:
+		return wf_errf(err, WF_EINVAL, "the %s body inflates beyond the limit of %zu bytes",
+			       ce, h->o.max_body);
+	case WF_INFLATE_REFUSED: return over_budget(h, ce, err);
+	case WF_INFLATE_NOMEM: return wf_errf(err, WF_ENOMEM, "out of memory");
+	default: return wf_errf(err, WF_EINVAL, "the request body is not valid %s data", ce);
 	}
 	out[n] = 0;
 	free(q->base);
-	q->body = q->base = out;
+	q->body = q->base = (char *)out;
 	q->pad = 0;
 	q->len = n;
-	q->cap = cap + 1;
+	q->cap = n + 1;
 	return 0;
 }

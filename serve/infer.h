@@ -30,6 +30,8 @@
 #include "serve/repo.h"
 #include "serve/request.h"
 
+#include <stdint.h>
+
 typedef struct wf_serve_result {
 	int n, k;
 	float *logits; /* [n,k] */
@@ -41,7 +43,31 @@ typedef struct wf_serve_result {
  * failure). Records the request in v's statistics. */
 int wf_serve_run(wf_serve_batcher *b, wf_serve_version *v, const wf_serve_input *in,
 		 double timeout_s, wf_serve_result *res, wf_err *err);
+/* The same without waiting: 0 when the request is queued, and fn(arg, rc,
+ * msg) is then called once, from a batch thread, with res filled (rc 0) or
+ * the failure; in->x must stay valid until then. Any other return is the
+ * failure (recorded), and fn is not called. */
+int wf_serve_submit(wf_serve_batcher *b, wf_serve_version *v, const wf_serve_input *in,
+		    double timeout_s, wf_serve_result *res, wf_serve_batcher_done fn, void *arg,
+		    wf_err *err);
 void wf_serve_result_free(wf_serve_result *res);
+
+/* A version's statistics as Triton reports them (nanoseconds), read for
+ * every front end by wf_serve_stats_add. */
+typedef struct wf_serve_duration {
+	uint64_t count, ns;
+} wf_serve_duration;
+
+typedef struct wf_serve_stats_sum {
+	uint64_t last_inference_ms; /* Unix epoch milliseconds; 0: never */
+	uint64_t inference_count;   /* samples inferred */
+	uint64_t execution_count;   /* forwards */
+	wf_serve_duration success, fail, queue, compute_input, compute_infer, compute_output;
+} wf_serve_stats_sum;
+
+/* Add v's statistics to *sum (of several versions: the counts and times
+ * summed, the latest inference). */
+void wf_serve_stats_add(const wf_serve_version *v, wf_serve_stats_sum *sum);
 
 /* Triton's statistics document of the given versions:
  * {"model_stats": [{name, version, last_inference, inference_count,

@@ -1,6 +1,6 @@
 /* request.c: what both protocols' request parsers share: input buffers,
  * JSON with NaN/Infinity, one sample (nested numbers or a base64 image),
- * error bodies and softmax. TF Serving's bodies: request_tfs.c; KServe v2's:
+ * error bodies. TF Serving's bodies: request_tfs.c; KServe v2's:
  * request_kv2.c. */
 #include "serve/request_internal.h"
 
@@ -72,6 +72,215 @@ int wf_serve_input_dense(const wf_image_io *io, size_t n, const void *data, int 
 	}
 	wf_serve_input_numbers(io, in->x, n);
 	return 0;
+}
+
+/* ---- one input tensor (KServe: JSON, binary, gRPC) ---------------------- */
+
+enum { DT_FP32, DT_UINT8, DT_BYTES };
+
+/* raw [len] as n BYTES elements (a 4-byte little-endian length, then the
+ * bytes) into e[n]; an error names what the bytes are and where. */
+static int split_elements(const uint8_t *raw, size_t len, long n, const char *what,
+			  wf_serve_bytes *e, wf_err *err)
+{
+	size_t off = 0;
+	for (long i = 0; i < n; i++) {
+		if (len - off < 4)
+			return wf_errf(err, WF_EINVAL, "%s: BYTES data truncated at element %ld",
+				       what, i);
+		const uint8_t *p = raw + off;
+		size_t l =
+			(size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
+		off += 4;
+		if (l > len - off)
+			return wf_errf(err, WF_EINVAL, "%s: BYTES element %ld is truncated", what,
+				       i);
+		e[i] = (wf_serve_bytes){raw + off, l};
+		off += l;
+	}
+	if (off != len)
+		return wf_errf(err, WF_EINVAL, "%s: BYTES data has %zu bytes past its elements",
+			       what, len - off);
+	return 0;
+}
+
+/* BYTES [N] or [N,1]: one encoded image per sample, in raw (what names it)
+ * or t's elements. */
+static int bytes_input(const wf_image_io *io, const wf_serve_tensor_view *t, const uint8_t *raw,
+		       size_t raw_len, const char *raw_what, wf_serve_input *in, wf_err *err)
+{
+	if (!(t->ndim == 1 || (t->ndim == 2 && t->dims[1] == 1)))
+		return wf_errf(err, WF_EINVAL, "BYTES input shape must be [N] or [N,1]");
+	long n = (long)t->dims[0];
+	int rc = input_alloc(io, in, (size_t)n, NULL, err);
+	if (rc)
+		return rc;
+	wf_serve_bytes *split = NULL;
+	const wf_serve_bytes *e = t->elements;
+	int b64 = t->elements_b64;
+	if (raw) {
+		e = split = malloc(sizeof(*split) * (size_t)n);
+		b64 = 0;
+		rc = split ? split_elements(raw, raw_len, n, raw_what, split, err)
+			   : wf_errf(err, WF_ENOMEM, "out of memory");
+	} else if (t->nelements != (size_t)n) {
+		rc = wf_errf(err, WF_EINVAL, "input %s has %zu images, shape says %ld",
+			     t->values_what, t->nelements, n);
+	}
+	size_t per = sample_floats(io);
+	for (long i = 0; !rc && i < n; i++) {
+		float *dst = in->x + (size_t)i * per;
+		if (b64 && !e[i].p)
+			rc = wf_errf(
+				err, WF_EINVAL,
+				"BYTES input %s must hold base64 strings of JPEG or PNG images",
+				t->values_what);
+		else if (b64)
+			rc = parse_b64_image(io, (const char *)e[i].p, e[i].len, dst,
+					     "input element", i, err);
+		else if ((rc = wf_serve_input_image(io, e[i].p, e[i].len, dst, err)) != 0)
+			wf_err_wrap(err, "input element %ld", i);
+	}
+	free(split);
+	if (rc)
+		wf_serve_input_free(in);
+	return rc;
+}
+
+/* FP32 or UINT8 numbers v[nv] (what names them) as n samples. */
+static int values_input(const wf_image_io *io, int u8, const float *v, size_t nv, const char *what,
+			long n, wf_serve_input *in, wf_err *err)
+{
+	int rc = input_alloc(io, in, (size_t)n, NULL, err);
+	if (rc)
+		return rc;
+	size_t per = sample_floats(io), count = (size_t)n * per;
+	if (nv != count) {
+		wf_serve_input_free(in);
+		return wf_errf(err, WF_EINVAL, "input %s has %zu values, shape needs %zu", what, nv,
+			       count);
+	}
+	if (!u8) {
+		memcpy(in->x, v, count * sizeof(float));
+		wf_serve_input_numbers(io, in->x, (size_t)n);
+		return 0;
+	}
+	uint8_t *px = malloc(per);
+	if (!px)
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
+	for (long i = 0; !rc && i < n; i++) {
+		const float *s = v + (size_t)i * per;
+		for (size_t j = 0; j < per && !rc; j++) {
+			if (!(s[j] >= 0.0f && s[j] <= 255.0f) || s[j] != floorf(s[j]))
+				rc = wf_errf(err, WF_EINVAL,
+					     "UINT8 value %g out of range at sample %ld",
+					     (double)s[j], i);
+			px[j] = (uint8_t)s[j];
+		}
+		if (!rc)
+			wf_serve_input_pixels(io, px, in->x + (size_t)i * per);
+	}
+	free(px);
+	if (rc)
+		wf_serve_input_free(in);
+	return rc;
+}
+
+/* The shared memory region t names into *raw: FP32 viewed where it is
+ * (*view held; the batcher's copy out of it is guarded), other types
+ * copied into *copy (their readers are not guarded). */
+static int shm_values(const wf_serve_tensor_view *t, int dt, wf_serve_shm *shm,
+		      wf_serve_shm_view *view, uint8_t **copy, const uint8_t **raw, wf_err *err)
+{
+	if (t->has_raw || t->has_values || t->has_elements)
+		return wf_errf(err, WF_EINVAL,
+			       "input \"%s\" names a shared_memory_region and also has %s", t->name,
+			       t->has_raw ? t->raw_what : t->values_what);
+	if (!t->shm_size)
+		return wf_errf(err, WF_EINVAL,
+			       "input \"%s\" names a shared_memory_region without "
+			       "shared_memory_byte_size",
+			       t->name);
+	if (t->shm_size > (uint64_t)WF_SERVE_MAX_INPUT_FLOATS * sizeof(float))
+		return wf_errf(err, WF_EINVAL,
+			       "input \"shared_memory_byte_size\" %llu is larger than a request "
+			       "may be",
+			       (unsigned long long)t->shm_size);
+	int rc = dt == DT_FP32 ? wf_serve_shm_view_get(shm, t->shm_region, t->shm_offset,
+						       t->shm_size, view, err)
+			       : wf_serve_shm_copy_out(shm, t->shm_region, t->shm_offset,
+						       t->shm_size, copy, err);
+	*raw = dt == DT_FP32 ? view->p : *copy;
+	return rc;
+}
+
+int wf_serve_tensor_input(const wf_image_io *io, const wf_serve_tensor_view *t, wf_serve_shm *shm,
+			  wf_serve_input *in, wf_err *err)
+{
+	memset(in, 0, sizeof(*in));
+	if (!wf_serve_input_name_ok(io, t->name))
+		return wf_errf(err, WF_EINVAL,
+			       "unknown input \"%s\"; the model has one input, \"%s\"",
+			       t->name ? t->name : "(none)", wf_serve_input_name(io));
+	const char *d = t->datatype ? t->datatype : "";
+	int dt = !strcmp(d, "FP32") ? DT_FP32 : !strcmp(d, "UINT8") ? DT_UINT8 : DT_BYTES;
+	if (dt == DT_BYTES && strcmp(d, "BYTES"))
+		return wf_errf(err, WF_EINVAL,
+			       "input datatype \"%.32s\" is not supported (FP32, UINT8 or BYTES)",
+			       t->datatype ? t->datatype : "(none)");
+	if (t->ndim < 1 || t->ndim > 8)
+		return wf_errf(err, WF_EINVAL, "input \"%s\" must have 1 to 8 dimensions", t->name);
+	for (int i = 0; i < t->ndim; i++)
+		if (t->dims[i] < 0 || t->dims[i] > (1L << 30))
+			return wf_errf(err, WF_EINVAL, "input \"%s\" shape[%d] is not a valid size",
+				       t->name, i);
+	const uint8_t *raw = t->has_raw ? t->raw : NULL;
+	size_t raw_len = t->raw_len;
+	const char *raw_what = t->raw_what;
+	int borrow = t->raw_borrow, rc = 0;
+	wf_serve_shm_view view = {0};
+	uint8_t *copy = NULL;
+	if (t->shm_region[0]) {
+		if ((rc = shm_values(t, dt, shm, &view, &copy, &raw, err)) != 0)
+			goto out;
+		raw_len = (size_t)t->shm_size;
+		raw_what = "shared_memory_byte_size";
+		borrow = 1;
+	} else if (!raw && !t->has_values && !t->has_elements) {
+		rc = wf_errf(err, WF_EINVAL, "input \"%s\" has no values", t->name);
+		goto out;
+	}
+	if (dt == DT_BYTES) {
+		rc = bytes_input(io, t, raw, raw_len, raw_what, in, err);
+		goto out;
+	}
+	long n = 0;
+	if ((rc = wf_serve_dense_samples(io, t->dims, t->ndim, &n, err)) != 0)
+		goto out;
+	if (!raw) {
+		rc = values_input(io, dt == DT_UINT8, t->values, t->nvalues, t->values_what, n, in,
+				  err);
+		goto out;
+	}
+	size_t per = sample_floats(io),
+	       want = (size_t)n * per * (dt == DT_FP32 ? sizeof(float) : 1);
+	/* no samples or too many: input_alloc's message, below */
+	if (n > 0 && (size_t)n <= (size_t)WF_SERVE_MAX_INPUT_FLOATS / per && raw_len != want) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "%s %zu of input \"%s\" does not match its shape and datatype (%zu "
+			     "bytes)",
+			     raw_what, raw_len, t->name, want);
+		goto out;
+	}
+	rc = wf_serve_input_dense(io, (size_t)n, raw, dt == DT_UINT8, borrow, in, err);
+	if (!rc && view.region && (const uint8_t *)in->x == view.p) {
+		in->view = view; /* held while the request reads it in place */
+		view = (wf_serve_shm_view){0};
+	}
+out:
+	wf_serve_shm_view_put(&view);
+	free(copy);
+	return rc;
 }
 
 /* ---- buffers ------------------------------------------------------------ */
@@ -324,24 +533,6 @@ char *wf_serve_error_json(const char *msg)
 	return s;
 }
 
-void wf_serve_softmax(const float *logits, float *probs, int n, int k)
-{
-	for (int i = 0; i < n; i++) {
-		const float *l = logits + (size_t)i * k;
-		float *p = probs + (size_t)i * k;
-		float mx = l[0];
-		for (int j = 1; j < k; j++)
-			mx = l[j] > mx ? l[j] : mx;
-		double sum = 0;
-		for (int j = 0; j < k; j++) {
-			p[j] = expf(l[j] - mx);
-			sum += p[j];
-		}
-		for (int j = 0; j < k; j++)
-			p[j] = (float)(p[j] / sum);
-	}
-}
-
 /* ---- server metadata ------------------------------------------------------ */
 
 int wf_serve_extensions(int shm, const char **out)
@@ -418,13 +609,6 @@ int wf_serve_input_shape(const wf_image_io *io, int64_t dims[4])
 	dims[b + 1] = io->w;
 	dims[b + 2] = io->c;
 	return 3 + b;
-}
-
-int wf_serve_output_shape(int unbatched, long n, int width, int64_t dims[2])
-{
-	dims[0] = unbatched ? width : n;
-	dims[1] = width;
-	return unbatched ? 1 : 2;
 }
 
 json_t *wf_serve_dims_json(const int64_t *dims, int nd)

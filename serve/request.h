@@ -18,16 +18,15 @@
 
 #include "common/error.h"
 #include "common/image.h"
+#include "serve/outputs.h"
 #include "serve/shm.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* The model's one input and its outputs, as the APIs name them. The input
- * also answers to the model's own name for it (wf_serve_input_name). */
-#define WF_SERVE_INPUT_NAME    "input"
-#define WF_SERVE_OUTPUT_PROBS  "probabilities"
-#define WF_SERVE_OUTPUT_LOGITS "logits"
+/* The model's one input, as the APIs name it (its outputs: outputs.h). The
+ * input also answers to the model's own name for it (wf_serve_input_name). */
+#define WF_SERVE_INPUT_NAME "input"
 /* Signatures, as TF Serving names them: the default one has one output
  * (probabilities: replies are plain lists); WF_SERVE_SIGNATURE_ALL has both
  * outputs (replies keyed by output name, TF Serving's form for several). */
@@ -72,6 +71,52 @@ int wf_serve_input_image(const wf_image_io *io, const uint8_t *bytes, size_t len
  * object is WF_EINVAL). */
 int wf_serve_input_dense(const wf_image_io *io, size_t n, const void *data, int u8, int borrow,
 			 wf_serve_input *in, wf_err *err);
+
+/* ---- one input tensor, whatever the protocol ---- */
+
+/* One BYTES element: an encoded image, or its base64 text. */
+typedef struct wf_serve_bytes {
+	const uint8_t *p;
+	size_t len;
+} wf_serve_bytes;
+
+/* An input tensor as a KServe request carries it, over JSON, the binary
+ * extension or gRPC: views into the request (which must outlive the model
+ * input when raw_borrow says so). wf_serve_tensor_input checks it and builds
+ * the model input: the one validator and builder of KServe inputs. */
+typedef struct wf_serve_tensor_view {
+	const char *name;     /* as the request names it; NULL: none */
+	const char *datatype; /* FP32, UINT8 or BYTES; others are refused */
+	const int64_t *dims;
+	int ndim;
+	/* its values, in one of these forms (named in messages by *_what): */
+	const uint8_t *raw; /* FP32 (little-endian), UINT8, or BYTES elements (each a 4-byte
+			     * little-endian length, then the bytes) */
+	size_t raw_len;
+	int has_raw;
+	int raw_borrow;	      /* FP32 raw may be read in place (it outlives the input) */
+	const char *raw_what; /* "binary_data_size", "raw_input_contents" */
+	const float *values;  /* numbers; UINT8: whole numbers 0..255 */
+	size_t nvalues;
+	int has_values;
+	const wf_serve_bytes *elements; /* BYTES: one encoded image per sample */
+	size_t nelements;
+	int has_elements;
+	int elements_b64;	 /* the elements are base64 text (p NULL: not text) */
+	const char *values_what; /* "\"data\"", "fp32_contents" */
+	/* or a system shared memory region (shm.h): its name ("": none) */
+	char shm_region[128];
+	uint64_t shm_offset, shm_size;
+} wf_serve_tensor_view;
+
+/* t into model input in (its shared memory region from shm, NULL: none
+ * available to this client): the name, datatype, shape against the model
+ * (wf_serve_dense_samples), the values against the shape, UINT8 ranges,
+ * images decoded. An FP32 tensor that is the model input as it is, aligned
+ * and borrowable (or in shared memory), is read in place. Errors name the
+ * input and the rule. */
+int wf_serve_tensor_input(const wf_image_io *io, const wf_serve_tensor_view *t, wf_serve_shm *shm,
+			  wf_serve_input *in, wf_err *err);
 
 /* ---- TF Serving's tf.Example: Classify's samples (gRPC and REST) ---- */
 
@@ -124,18 +169,6 @@ char *wf_serve_error_json(const char *msg);
 
 /* ---- KServe v2 ---- */
 
-#define WF_SERVE_MAX_OUTPUTS 2
-
-typedef struct wf_serve_kv2_out {
-	int logits;	    /* 1: "logits", 0: "probabilities" */
-	int binary;	    /* reply in the binary section */
-	int classification; /* > 0: top-k "score:index:label" strings */
-	/* written into a system shared memory region instead (shm.h): its
-	 * name ("": not), and the bytes [offset, offset + size) it offers */
-	char shm_region[128];
-	uint64_t shm_offset, shm_size;
-} wf_serve_kv2_out;
-
 typedef struct wf_serve_kv2_req {
 	wf_serve_input in;
 	char id[256]; /* echoed back when present */
@@ -143,7 +176,7 @@ typedef struct wf_serve_kv2_req {
 	int unbatched;	 /* the model's: outputs have no batch dimension */
 	long timeout_us; /* request parameters "timeout" (0: none) */
 	int nout;
-	wf_serve_kv2_out out[WF_SERVE_MAX_OUTPUTS];
+	wf_serve_output out[WF_SERVE_MAX_OUTPUTS]; /* the outputs asked for */
 } wf_serve_kv2_req;
 
 /* Parse an /infer body. json_len: bytes of JSON at the start of body (the
@@ -198,16 +231,7 @@ int wf_serve_dense_samples(const wf_image_io *io, const int64_t *dims, int ndim,
 /* The input's shape as metadata gives it: [-1,H,W,C], or [H,W,C] when
  * unbatched. Returns the number of dimensions. */
 int wf_serve_input_shape(const wf_image_io *io, int64_t dims[4]);
-/* An output's shape: [n,width], or [width] when unbatched (n: -1 in
- * metadata). Returns the number of dimensions. */
-int wf_serve_output_shape(int unbatched, long n, int width, int64_t dims[2]);
 /* dims[nd] as a new JSON array (jansson's json_t). */
 struct json_t *wf_serve_dims_json(const int64_t *dims, int nd);
-
-/* Indices of the top largest of p[k], best first (top <= k): the classes
- * every classification answer (TF Serving's, KServe's) lists. */
-void wf_serve_top_k(const float *p, int k, int top, int *idx);
-/* Softmax of logits [n,k] into probs [n,k] (probs may alias logits). */
-void wf_serve_softmax(const float *logits, float *probs, int n, int k);
 
 #endif

@@ -29,6 +29,5 @@ int parse_b64_image(const wf_image_io *io, const char *s, size_t n, float *dst, 
 		    long idx, wf_err *err);
 int parse_samples(const wf_image_io *io, const json_t *arr, wf_serve_input *in, const char *what,
 		  wf_err *err);
-void label_of(char *const *labels, int j, char *buf, size_t cap);
 
 #endif

@@ -4,8 +4,6 @@
 
 /* ---- KServe v2 ------------------------------------------------------- */
 
-enum { DT_FP32, DT_UINT8, DT_BYTES };
-
 /* JSON bodies from this size on read a numeric "data" array without a tree. */
 #define KV2_FAST_MIN 4096
 
@@ -29,28 +27,25 @@ static int flatten_numbers(const json_t *v, float *dst, size_t cap, size_t *pos,
 	return 0;
 }
 
-/* Collect the strings of nested BYTES data (strings or {"b64": s}). */
-static int collect_strings(const json_t *v, const json_t **out, size_t cap, size_t *pos, int depth,
-			   wf_err *err)
+/* The elements of nested BYTES data (strings or {"b64": s}) into out[cap]
+ * (counting all in *pos); anything else is an element without bytes,
+ * which wf_serve_tensor_input refuses once the shape is checked. */
+static void collect_strings(const json_t *v, wf_serve_bytes *out, size_t cap, size_t *pos,
+			    int depth)
 {
 	if (json_is_object(v) && json_is_string(json_object_get(v, "b64")))
 		v = json_object_get(v, "b64");
-	if (json_is_string(v)) {
-		if (*pos < cap)
-			out[*pos] = v;
-		(*pos)++;
-		return 0;
+	if (json_is_array(v) && depth <= 8) {
+		for (size_t i = 0; i < json_array_size(v); i++)
+			collect_strings(json_array_get(v, i), out, cap, pos, depth + 1);
+		return;
 	}
-	if (!json_is_array(v) || depth > 8)
-		return wf_errf(
-			err, WF_EINVAL,
-			"BYTES input \"data\" must hold base64 strings of JPEG or PNG images");
-	for (size_t i = 0; i < json_array_size(v); i++) {
-		int rc = collect_strings(json_array_get(v, i), out, cap, pos, depth + 1, err);
-		if (rc)
-			return rc;
-	}
-	return 0;
+	if (*pos < cap)
+		out[*pos] = json_is_string(v)
+				    ? (wf_serve_bytes){(const uint8_t *)json_string_value(v),
+						       json_string_length(v)}
+				    : (wf_serve_bytes){NULL, 0};
+	(*pos)++;
 }
 
 static int parse_shape(const json_t *shape, int64_t *dims, int *ndim, wf_err *err)
@@ -75,138 +70,45 @@ typedef struct kv2_pre {
 	size_t n;
 } kv2_pre;
 
-/* FP32/UINT8 tensor [N,H,W,C] (unbatched: [H,W,C]) from JSON data (or its
- * values read ahead in pre) or the binary section. */
-static int kv2_dense_input(const wf_image_io *io, int dt, const int64_t *dims, int ndim,
-			   const json_t *data, const kv2_pre *pre, const uint8_t *bin,
-			   size_t bin_size, int has_bin, wf_serve_input *in, wf_err *err)
+/* An FP32 or UINT8 tensor's "data" (nested numbers, or read ahead in pre)
+ * as v's values: pre's, or flattened into pre (which then owns them). */
+static int data_numbers(const json_t *data, kv2_pre *pre, wf_serve_tensor_view *v, wf_err *err)
 {
-	long n = 0;
-	int rc = wf_serve_dense_samples(io, dims, ndim, &n, err);
-	if (rc)
-		return rc;
-	if (has_bin) {
-		size_t per = sample_floats(io),
-		       want = (size_t)n * per * (dt == DT_FP32 ? sizeof(float) : 1);
-		/* no samples or too many: input_alloc's message, below */
-		if (n > 0 && (size_t)n <= (size_t)WF_SERVE_MAX_INPUT_FLOATS / per &&
-		    bin_size != want)
-			return wf_errf(err, WF_EINVAL,
-				       "binary_data_size %zu does not match shape (%zu bytes)",
-				       bin_size, want);
-		/* a binary FP32 tensor may be read where it is (http.c aligns it) */
-		return wf_serve_input_dense(io, (size_t)n, bin, dt == DT_UINT8, 1, in, err);
-	}
-	rc = input_alloc(io, in, (size_t)n, NULL, err);
-	if (rc)
-		return rc;
-	size_t count = (size_t)in->n * sample_floats(io);
-	size_t pos = 0;
-	if (pre->x) {
-		pos = pre->n;
-		memcpy(in->x, pre->x, WF_MIN(pos, count) * sizeof(float));
-	} else if ((rc = flatten_numbers(data, in->x, count, &pos, 0, err)) != 0) {
-		goto fail;
-	}
-	if (pos != count) {
-		rc = wf_errf(err, WF_EINVAL, "input \"data\" has %zu values, shape needs %zu", pos,
-			     count);
-		goto fail;
-	}
-	if (dt == DT_FP32)
-		wf_serve_input_numbers(io, in->x, (size_t)in->n);
-	if (dt == DT_UINT8) {
-		size_t per = sample_floats(io);
-		uint8_t *px = malloc(per);
-		if (!px) {
-			rc = wf_errf(err, WF_ENOMEM, "out of memory");
-			goto fail;
-		}
-		for (int i = 0; i < in->n && !rc; i++) {
-			float *s = in->x + (size_t)i * per;
-			for (size_t j = 0; j < per; j++) {
-				if (!(s[j] >= 0.0f && s[j] <= 255.0f) || s[j] != floorf(s[j])) {
-					rc = wf_errf(err, WF_EINVAL,
-						     "UINT8 value %g out of range at sample %d",
-						     (double)s[j], i);
-					break;
-				}
-				px[j] = (uint8_t)s[j];
-			}
-			if (!rc)
-				wf_serve_input_pixels(io, px, s);
-		}
-		free(px);
+	if (!pre->x) {
+		size_t n = 0;
+		int rc = flatten_numbers(data, NULL, 0, &n, 0, err);
 		if (rc)
-			goto fail;
+			return rc;
+		if (n > (size_t)WF_SERVE_MAX_INPUT_FLOATS)
+			return wf_errf(err, WF_EINVAL,
+				       "input \"data\" has %zu values; a request holds at most %ld",
+				       n, WF_SERVE_MAX_INPUT_FLOATS);
+		if (!(pre->x = malloc(n * sizeof(float) + 1)))
+			return wf_errf(err, WF_ENOMEM, "out of memory");
+		pre->n = 0;
+		flatten_numbers(data, pre->x, n, &pre->n, 0, err);
 	}
+	v->values = pre->x;
+	v->nvalues = pre->n;
+	v->has_values = 1;
 	return 0;
-fail:
-	wf_serve_input_free(in);
-	return rc;
 }
 
-/* BYTES tensor [N] or [N,1] of encoded images. */
-static int kv2_bytes_input(const wf_image_io *io, const int64_t *dims, int ndim, const json_t *data,
-			   const uint8_t *bin, size_t bin_size, int has_bin, wf_serve_input *in,
-			   wf_err *err)
+/* A BYTES tensor's "data" (base64 strings, or {"b64": s}, nested) as v's
+ * elements, in *out (malloc'd). */
+static int data_strings(const json_t *data, wf_serve_bytes **out, wf_serve_tensor_view *v,
+			wf_err *err)
 {
-	if (!(ndim == 1 || (ndim == 2 && dims[1] == 1)))
-		return wf_errf(err, WF_EINVAL, "BYTES input shape must be [N] or [N,1]");
-	int rc = input_alloc(io, in, (size_t)dims[0], NULL, err);
-	if (rc)
-		return rc;
-	size_t per = sample_floats(io);
-	if (has_bin) {
-		size_t off = 0;
-		for (int i = 0; i < in->n; i++) {
-			uint32_t n;
-			if (bin_size - off < 4) {
-				rc = wf_errf(err, WF_EINVAL,
-					     "binary BYTES data truncated at element %d", i);
-				goto fail;
-			}
-			memcpy(&n, bin + off, 4);
-			off += 4;
-			if (n > bin_size - off) {
-				rc = wf_errf(err, WF_EINVAL, "binary BYTES element %d is truncated",
-					     i);
-				goto fail;
-			}
-			rc = wf_serve_input_image(io, bin + off, n, in->x + (size_t)i * per, err);
-			if (rc) {
-				wf_err_wrap(err, "input element %d", i);
-				goto fail;
-			}
-			off += n;
-		}
-		if (off != bin_size) {
-			rc = wf_errf(err, WF_EINVAL, "binary BYTES data has %zu extra bytes",
-				     bin_size - off);
-			goto fail;
-		}
-		return 0;
-	}
-	const json_t **strs = calloc((size_t)in->n, sizeof(*strs));
-	if (!strs) {
-		rc = wf_errf(err, WF_ENOMEM, "out of memory");
-		goto fail;
-	}
+	size_t n = 0;
+	collect_strings(data, NULL, 0, &n, 0);
+	if (!(*out = calloc(n + 1, sizeof(**out))))
+		return wf_errf(err, WF_ENOMEM, "out of memory");
 	size_t pos = 0;
-	rc = collect_strings(data, strs, (size_t)in->n, &pos, 0, err);
-	if (!rc && pos != (size_t)in->n)
-		rc = wf_errf(err, WF_EINVAL, "input \"data\" has %zu images, shape says %d", pos,
-			     in->n);
-	for (int i = 0; !rc && i < in->n; i++)
-		rc = parse_b64_image(io, json_string_value(strs[i]), json_string_length(strs[i]),
-				     in->x + (size_t)i * per, "input element", i, err);
-	free(strs);
-	if (rc)
-		goto fail;
+	collect_strings(data, *out, n, &pos, 0);
+	v->elements = *out;
+	v->nelements = n;
+	v->has_elements = 1;
 	return 0;
-fail:
-	wf_serve_input_free(in);
-	return rc;
 }
 
 /* The system shared memory fields of a tensor's "parameters" (shm.h): 1
@@ -235,77 +137,46 @@ static int shm_params(const json_t *params, const char *what, char *region, size
 	return 1;
 }
 
-/* An input's size bytes at offset of region `name`: held in *v (FP32,
- * read in place through the batcher's guarded copy), or copied into *out
- * (malloc'd: pixels and images are read by code that is not guarded). */
-static int shm_input(wf_serve_shm *shm, const char *name, uint64_t offset, uint64_t size,
-		     wf_serve_shm_view *v, uint8_t **out, wf_err *err)
-{
-	if (size > (uint64_t)WF_SERVE_MAX_INPUT_FLOATS * sizeof(float))
-		return wf_errf(err, WF_EINVAL,
-			       "input \"shared_memory_byte_size\" %llu is larger than a request "
-			       "may be",
-			       (unsigned long long)size);
-	return v ? wf_serve_shm_view_get(shm, name, offset, size, v, err)
-		 : wf_serve_shm_copy_out(shm, name, offset, size, out, err);
-}
-
+/* The outputs the body asks for ("outputs"; both when it names none): their
+ * parameters read here, the rules checked by wf_serve_outputs_check. */
 static int kv2_outputs(const json_t *outs, int binary_default, wf_serve_kv2_req *req, wf_err *err)
 {
-	if (!outs) { /* all outputs when none is named */
-		req->nout = 2;
-		req->out[0].binary = binary_default;
-		req->out[1].binary = binary_default;
-		req->out[1].logits = 1;
+	if (!outs) {
+		req->nout = wf_serve_outputs_all(req->out, binary_default);
 		return 0;
 	}
-	if (!json_is_array(outs) || json_array_size(outs) < 1 ||
-	    json_array_size(outs) > WF_SERVE_MAX_OUTPUTS)
+	if (!json_is_array(outs) || json_array_size(outs) < 1)
 		return wf_errf(err, WF_EINVAL, "\"outputs\" must list 1 or 2 outputs");
-	for (size_t i = 0; i < json_array_size(outs); i++) {
+	size_t n = json_array_size(outs);
+	const char *names[WF_SERVE_MAX_OUTPUTS];
+	long cls[WF_SERVE_MAX_OUTPUTS];
+	for (size_t i = 0; i < WF_MIN(n, (size_t)WF_SERVE_MAX_OUTPUTS); i++) {
 		const json_t *o = json_array_get(outs, i);
-		const char *name = json_string_value(json_object_get(o, "name"));
-		wf_serve_kv2_out *d = &req->out[req->nout];
-		if (!name)
-			return wf_errf(err, WF_EINVAL, "outputs[%zu] has no \"name\"", i);
-		if (strcmp(name, WF_SERVE_OUTPUT_LOGITS) == 0)
-			d->logits = 1;
-		else if (strcmp(name, WF_SERVE_OUTPUT_PROBS) != 0)
-			return wf_errf(
-				err, WF_EINVAL,
-				"unknown output \"%s\"; the model has \"" WF_SERVE_OUTPUT_PROBS
-				"\" and \"" WF_SERVE_OUTPUT_LOGITS "\"",
-				name);
-		for (int j = 0; j < req->nout; j++)
-			if (req->out[j].logits == d->logits)
-				return wf_errf(err, WF_EINVAL, "output \"%s\" requested twice",
-					       name);
+		wf_serve_output *d = &req->out[i];
+		names[i] = json_string_value(json_object_get(o, "name"));
+		cls[i] = 0;
 		d->binary = binary_default;
 		const json_t *params = json_object_get(o, "parameters");
-		if (params) {
-			const json_t *b = json_object_get(params, "binary_data");
-			const json_t *c = json_object_get(params, "classification");
-			if (b && !json_is_boolean(b))
-				return wf_errf(err, WF_EINVAL,
-					       "outputs[%zu] \"binary_data\" must be a boolean", i);
-			if (b)
-				d->binary = json_is_true(b);
-			if (c && (!json_is_integer(c) || json_integer_value(c) < 1 ||
-				  json_integer_value(c) > 1000))
-				return wf_errf(err, WF_EINVAL,
-					       "outputs[%zu] \"classification\" must be a positive "
-					       "integer",
-					       i);
-			if (c)
-				d->classification = (int)json_integer_value(c);
-			int rc = shm_params(params, name, d->shm_region, sizeof(d->shm_region),
-					    &d->shm_offset, &d->shm_size, err);
-			if (rc < 0)
-				return rc;
-		}
-		req->nout++;
+		const json_t *b = json_object_get(params, "binary_data");
+		const json_t *c = json_object_get(params, "classification");
+		if (b && !json_is_boolean(b))
+			return wf_errf(err, WF_EINVAL,
+				       "outputs[%zu] \"binary_data\" must be a boolean", i);
+		if (b)
+			d->binary = json_is_true(b);
+		if (c)
+			cls[i] = json_is_integer(c) && json_integer_value(c) > 0
+					 ? (long)WF_MIN(json_integer_value(c), 1L << 20)
+					 : -1;
+		int rc = shm_params(params, names[i] ? names[i] : "output", d->shm_region,
+				    sizeof(d->shm_region), &d->shm_offset, &d->shm_size, err);
+		if (rc < 0)
+			return rc;
 	}
-	return 0;
+	int rc = wf_serve_outputs_check(names, cls, (int)WF_MIN(n, 1000), req->out, err);
+	if (!rc)
+		req->nout = (int)n;
+	return rc;
 }
 
 int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size_t json_len,
@@ -341,6 +212,7 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 		return WF_EINVAL;
 	const uint8_t *bin = (const uint8_t *)body + json_len;
 	size_t bin_left = len - json_len;
+	wf_serve_bytes *strs = NULL;
 	int rc = 0;
 	const json_t *id = json_object_get(root, "id");
 	if (id && !json_is_string(id)) {
@@ -368,98 +240,54 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 		goto out_root;
 	}
 	const json_t *t = json_array_get(inputs, 0);
-	const char *name = json_string_value(json_object_get(t, "name"));
-	const char *dtype = json_string_value(json_object_get(t, "datatype"));
-	if (!wf_serve_input_name_ok(io, name)) {
-		rc = wf_errf(err, WF_EINVAL,
-			     "unknown input \"%s\"; the model has one input, \"%s\"",
-			     name ? name : "(none)", wf_serve_input_name(io));
-		goto out_root;
-	}
-	int dt;
-	if (dtype && strcmp(dtype, "FP32") == 0)
-		dt = DT_FP32;
-	else if (dtype && strcmp(dtype, "UINT8") == 0)
-		dt = DT_UINT8;
-	else if (dtype && strcmp(dtype, "BYTES") == 0)
-		dt = DT_BYTES;
-	else {
-		rc = wf_errf(err, WF_EINVAL,
-			     "input datatype \"%s\" is not supported (FP32, UINT8 "
-			     "or BYTES)",
-			     dtype ? dtype : "(none)");
-		goto out_root;
-	}
-	int64_t dims[8];
-	int ndim = 0;
-	rc = parse_shape(json_object_get(t, "shape"), dims, &ndim, err);
-	if (rc)
-		goto out_root;
 	const json_t *tparams = json_object_get(t, "parameters");
 	const json_t *bds = json_object_get(tparams, "binary_data_size");
 	const json_t *data = json_object_get(t, "data");
-	size_t bin_size = 0;
-	char region[128];
-	uint64_t soff = 0, ssize = 0;
-	uint8_t *shm_bytes = NULL;
-	wf_serve_shm_view view = {0};
-	int in_shm = shm_params(tparams, "input", region, sizeof(region), &soff, &ssize, err);
+	int64_t dims[8];
+	wf_serve_tensor_view v = {.name = json_string_value(json_object_get(t, "name")),
+				  .datatype = json_string_value(json_object_get(t, "datatype")),
+				  .dims = dims,
+				  .raw_what = "binary_data_size",
+				  .raw_borrow = 1, /* http.c aligns the binary part */
+				  .values_what = "\"data\"",
+				  .elements_b64 = 1};
+	rc = parse_shape(json_object_get(t, "shape"), dims, &v.ndim, err);
+	if (rc)
+		goto out_root;
+	int in_shm = shm_params(tparams, "input", v.shm_region, sizeof(v.shm_region), &v.shm_offset,
+				&v.shm_size, err);
 	if (in_shm < 0) {
 		rc = in_shm;
 		goto out_root;
 	}
-	if (in_shm && (bds || data)) {
-		rc = wf_errf(err, WF_EINVAL, "input names a shared_memory_region and also has %s",
-			     bds ? "binary_data_size" : "\"data\"");
-		goto out_root;
-	}
-	if (in_shm) {
-		if (bin_left) {
-			rc = wf_errf(err, WF_EINVAL,
-				     "%zu bytes after the JSON header are not claimed by any "
-				     "input's binary_data_size",
-				     bin_left);
-			goto out_root;
-		}
-		/* FP32 is read in place (the batcher's copy is guarded), the rest copied */
-		rc = shm_input(shm, region, soff, ssize, dt == DT_FP32 ? &view : NULL, &shm_bytes,
-			       err);
-		if (rc)
-			goto out_root;
-		bin = dt == DT_FP32 ? view.p : shm_bytes;
-		bin_size = (size_t)ssize;
-	} else if (bds) {
-		if (!json_is_integer(bds) || json_integer_value(bds) < 0 ||
-		    (size_t)json_integer_value(bds) != bin_left) {
-			rc = wf_errf(
-				err, WF_EINVAL,
-				"binary_data_size must equal the %zu bytes after the JSON header",
-				bin_left);
-			goto out_root;
-		}
-		bin_size = (size_t)json_integer_value(bds);
-	} else if (!data) {
-		rc = wf_errf(err, WF_EINVAL, "input has neither \"data\" nor binary_data_size");
-		goto out_root;
-	} else if (bin_left) {
+	if (bds && !in_shm &&
+	    (!json_is_integer(bds) || json_integer_value(bds) < 0 ||
+	     (size_t)json_integer_value(bds) != bin_left)) {
 		rc = wf_errf(err, WF_EINVAL,
-			     "%zu bytes after the JSON header are not claimed by "
-			     "any input's binary_data_size",
+			     "binary_data_size must equal the %zu bytes after the JSON header",
 			     bin_left);
 		goto out_root;
 	}
-	int has_bin = bds != NULL || in_shm;
-	if (dt == DT_BYTES)
-		rc = kv2_bytes_input(io, dims, ndim, data, bin, bin_size, has_bin, &req->in, err);
-	else
-		rc = kv2_dense_input(io, dt, dims, ndim, data, &pre, bin, bin_size, has_bin,
-				     &req->in, err);
-	if (!rc && view.region && req->in.x == (const float *)view.p) {
-		req->in.view = view; /* held while the request reads it in place */
-		view = (wf_serve_shm_view){0};
+	if (!bds && !data && !in_shm) {
+		rc = wf_errf(err, WF_EINVAL, "input has neither \"data\" nor binary_data_size");
+		goto out_root;
 	}
-	wf_serve_shm_view_put(&view);
-	free(shm_bytes);
+	if (bin_left && (!bds || in_shm)) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "%zu bytes after the JSON header are not claimed by any input's "
+			     "binary_data_size",
+			     bin_left);
+		goto out_root;
+	}
+	v.has_raw = bds != NULL;
+	v.raw = bin;
+	v.raw_len = bin_left;
+	if (data && v.datatype && !strcmp(v.datatype, "BYTES"))
+		rc = data_strings(data, &strs, &v, err);
+	else if (data)
+		rc = data_numbers(data, &pre, &v, err);
+	if (!rc)
+		rc = wf_serve_tensor_input(io, &v, shm, &req->in, err);
 	if (rc)
 		goto out_root;
 	rc = kv2_outputs(json_object_get(root, "outputs"), binary_default, req, err);
@@ -468,6 +296,7 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 out_root:
 	json_decref(root);
 	free(pre.x);
+	free(strs);
 	return rc;
 }
 
@@ -477,146 +306,73 @@ void wf_serve_kv2_req_free(wf_serve_kv2_req *req)
 		wf_serve_input_free(&req->in);
 }
 
-/* A growable byte buffer for the binary section. */
-typedef struct bytes_buf {
-	uint8_t *p;
-	size_t len, cap;
-} bytes_buf;
-
-static int buf_put(bytes_buf *b, const void *src, size_t n)
-{
-	if (b->len + n > b->cap) {
-		size_t cap = b->cap ? b->cap * 2 : 4096;
-		while (cap < b->len + n)
-			cap *= 2;
-		uint8_t *p = realloc(b->p, cap);
-		if (!p)
-			return WF_ENOMEM;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->len, src, n);
-	b->len += n;
-	return 0;
-}
-
-/* An output's "shape": [n,width], or [width] for an unbatched model. */
-static json_t *shape_json(int unbatched, int n, int width)
-{
-	int64_t dims[2];
-	return wf_serve_dims_json(dims, wf_serve_output_shape(unbatched, n, width, dims));
-}
-
 int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const char *model,
 		       long version, const float *logits, const float *probs, int n, int k,
 		       char *const *labels, char **body, size_t *len, size_t *header_len,
 		       wf_err *err)
 {
-	char vbuf[32], label[256], cls[320];
-	bytes_buf bin = {0}, sb = {0}; /* the binary section; one output for shared memory */
-	int rc = 0, any_binary = 0;
+	wf_serve_tensor t[WF_SERVE_MAX_OUTPUTS];
+	int rc = wf_serve_tensors_make(req->out, req->nout, logits, probs, n, k, req->unbatched,
+				       labels, shm, t, err);
+	char vbuf[32];
 	snprintf(vbuf, sizeof(vbuf), "%ld", version);
 	json_t *root = json_pack("{ssss}", "model_name", model, "model_version", vbuf);
 	json_t *outs = json_array();
 	if (req->has_id)
 		json_object_set_new(root, "id", json_string(req->id));
 	json_object_set_new(root, "outputs", outs);
-	int *idx = malloc(sizeof(*idx) * (size_t)k);
-	if (!idx) {
-		rc = wf_errf(err, WF_ENOMEM, "out of memory");
-		goto out;
-	}
-	for (int o = 0; o < req->nout; o++) {
-		const wf_serve_kv2_out *d = &req->out[o];
-		const float *v = d->logits ? logits : probs;
-		json_t *t = json_pack("{ss}", "name",
-				      d->logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS);
-		int to_shm = d->shm_region[0] != 0, raw = d->binary || to_shm;
-		bytes_buf *dst = to_shm ? &sb : &bin;
-		size_t before = bin.len;
-		sb.len = 0;
-		if (d->classification) {
-			int top = WF_MIN(d->classification, k);
-			json_t *data = json_array();
-			for (int i = 0; i < n; i++) {
-				wf_serve_top_k(v + (size_t)i * k, k, top, idx);
-				for (int u = 0; u < top; u++) {
-					label_of(labels, idx[u], label, sizeof(label));
-					int sl = snprintf(cls, sizeof(cls), "%f:%d:%s",
-							  (double)v[(size_t)i * k + idx[u]], idx[u],
-							  label);
-					if (sl >= (int)sizeof(cls))
-						sl = (int)sizeof(cls) - 1;
-					if (raw) {
-						uint32_t l32 = (uint32_t)sl;
-						rc |= buf_put(dst, &l32, 4);
-						rc |= buf_put(dst, cls, (size_t)sl);
-					} else {
-						json_array_append_new(data, json_string(cls));
-					}
-				}
-			}
-			json_object_set_new(t, "datatype", json_string("BYTES"));
-			json_object_set_new(t, "shape", shape_json(req->unbatched, n, top));
-			if (raw)
-				json_decref(data);
-			else
-				json_object_set_new(t, "data", data);
-		} else {
-			json_object_set_new(t, "datatype", json_string("FP32"));
-			json_object_set_new(t, "shape", shape_json(req->unbatched, n, k));
-			if (raw) {
-				rc |= buf_put(dst, v, (size_t)n * k * sizeof(float));
-			} else {
-				json_t *data = json_array();
-				for (size_t i = 0; i < (size_t)n * k; i++)
-					json_array_append_new(data, json_real(v[i]));
-				json_object_set_new(t, "data", data);
-			}
-		}
-		if (to_shm && !rc) { /* name, datatype and shape only, as Triton answers */
-			json_array_append_new(outs, t);
-			if ((rc = wf_serve_shm_copy_in(
-				     shm, d->shm_region, d->shm_offset, d->shm_size, sb.p, sb.len,
-				     d->logits ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS,
-				     err)) != 0)
-				goto out;
+	size_t bin = 0; /* bytes of the binary section */
+	int any_binary = 0;
+	for (int o = 0; !rc && o < req->nout; o++) {
+		json_t *j = json_pack("{ssssso}", "name", t[o].name, "datatype", t[o].datatype,
+				      "shape", wf_serve_dims_json(t[o].dims, t[o].ndim));
+		json_array_append_new(outs, j);
+		if (t[o].in_shm) /* name, datatype and shape only, as Triton answers */
+			continue;
+		if (req->out[o].binary) {
+			json_object_set_new(
+				j, "parameters",
+				json_pack("{sI}", "binary_data_size", (json_int_t)t[o].len));
+			bin += t[o].len;
+			any_binary = 1;
 			continue;
 		}
-		if (d->binary) {
-			any_binary = 1;
-			json_object_set_new(t, "parameters",
-					    json_pack("{sI}", "binary_data_size",
-						      (json_int_t)(bin.len - before)));
+		json_t *data = json_array();
+		if (t[o].datatype[0] == 'F') {
+			const float *v = (const float *)t[o].data;
+			for (size_t i = 0; i < t[o].len / sizeof(float); i++)
+				json_array_append_new(data, json_real(v[i]));
+		} else { /* BYTES elements: a 4-byte little-endian length, then the string */
+			for (size_t at = 0; at + 4 <= t[o].len;) {
+				const uint8_t *p = t[o].data + at;
+				size_t sl = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 |
+					    (size_t)p[3] << 24;
+				json_array_append_new(data, json_stringn((const char *)p + 4, sl));
+				at += 4 + sl;
+			}
 		}
-		json_array_append_new(outs, t);
+		json_object_set_new(j, "data", data);
 	}
-	if (rc) {
-		rc = wf_errf(err, WF_ENOMEM, "out of memory building the reply");
-		goto out;
-	}
-	char *js = json_dumps(root, REAL_FLAGS);
-	if (!js) {
-		rc = wf_errf(err, WF_ENOMEM, "out of memory building the reply");
-		goto out;
-	}
-	size_t jl = strlen(js);
-	char *all = realloc(js, jl + bin.len + 1);
-	if (!all) {
+	char *js = rc ? NULL : json_dumps(root, REAL_FLAGS);
+	size_t jl = js ? strlen(js) : 0;
+	char *all = js ? realloc(js, jl + bin + 1) : NULL;
+	if (!rc && !all) {
 		free(js);
 		rc = wf_errf(err, WF_ENOMEM, "out of memory building the reply");
-		goto out;
 	}
-	if (bin.len)
-		memcpy(all + jl, bin.p, bin.len);
-	all[jl + bin.len] = 0;
-	*body = all;
-	*len = jl + bin.len;
-	*header_len = any_binary ? jl : 0;
-out:
-	free(idx);
-	free(bin.p);
-	free(sb.p);
+	if (!rc) {
+		size_t at = jl;
+		for (int o = 0; o < req->nout; o++)
+			if (req->out[o].binary && !t[o].in_shm) {
+				memcpy(all + at, t[o].data, t[o].len);
+				at += t[o].len;
+			}
+		all[jl + bin] = 0;
+		*body = all;
+		*len = jl + bin;
+		*header_len = any_binary ? jl : 0;
+	}
+	wf_serve_tensors_free(t, req->nout);
 	json_decref(root);
 	return rc;
 }

@@ -191,29 +191,6 @@ char *wf_serve_tf_predict_reply(const float *probs, const float *logits, int n, 
 	return s;
 }
 
-void wf_serve_top_k(const float *p, int k, int top_k, int *idx)
-{
-	for (int t = 0; t < top_k; t++) {
-		int best = -1;
-		for (int j = 0; j < k; j++) {
-			int taken = 0;
-			for (int u = 0; u < t; u++)
-				taken |= idx[u] == j;
-			if (!taken && (best < 0 || p[j] > p[best]))
-				best = j;
-		}
-		idx[t] = best;
-	}
-}
-
-void label_of(char *const *labels, int j, char *buf, size_t cap)
-{
-	if (labels && labels[j])
-		snprintf(buf, cap, "%s", labels[j]);
-	else
-		snprintf(buf, cap, "%d", j);
-}
-
 char *wf_serve_tf_classify_reply(const float *probs, int n, int k, char *const *labels, int top_k)
 {
 	int *idx = malloc(sizeof(*idx) * (size_t)(top_k > 0 ? top_k : 1));
@@ -226,8 +203,11 @@ char *wf_serve_tf_classify_reply(const float *probs, int n, int k, char *const *
 		json_t *res = json_array();
 		wf_serve_top_k(p, k, top_k, idx);
 		for (int t = 0; t < top_k; t++) {
-			label_of(labels, idx[t], name, sizeof(name));
-			json_array_append_new(res, json_pack("[sf]", name, (double)p[idx[t]]));
+			json_array_append_new(
+				res,
+				json_pack("[sf]",
+					  wf_serve_class_name(labels, idx[t], name, sizeof(name)),
+					  (double)p[idx[t]]));
 		}
 		json_array_append_new(results, res);
 	}

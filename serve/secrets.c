@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 /* The whole of a small text file (PEM, token) into *out (malloc'd). */
 static int read_small_file(const char *path, const char *what, char **out, wf_err *err)
@@ -108,4 +109,17 @@ void wf_serve_secrets_free(wf_serve_secrets *s)
 	s->tls_cert = NULL;
 	wipe(&s->tls_key);
 	wipe(&s->token);
+}
+
+int wf_serve_bearer_ok(const char *token, const char *value, size_t len)
+{
+	if (!token || !value || len < 7 || strncasecmp(value, "Bearer ", 7) != 0)
+		return 0;
+	value += 7;
+	len -= 7;
+	size_t t = strlen(token);
+	unsigned diff = len != t;
+	for (size_t i = 0; i < t; i++)
+		diff |= (unsigned char)token[i] ^ (unsigned char)(i < len ? value[i] : 0);
+	return diff == 0;
 }

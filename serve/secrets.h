@@ -7,6 +7,8 @@
 
 #include "common/error.h"
 
+#include <stddef.h>
+
 typedef struct wf_serve_secrets {
 	char *tls_cert; /* PEM text, or NULL: no TLS */
 	char *tls_key;	/* PEM text (with tls_cert) */
@@ -17,6 +19,9 @@ typedef struct wf_serve_secrets {
  * file. On failure nothing is left allocated. */
 int wf_serve_secrets_load(wf_serve_secrets *s, const char *cert_file, const char *key_file,
 			  const char *ssl_config_file, const char *token_file, wf_err *err);
+/* 1 when value[len] is "Bearer <token>" (the scheme in any case), in time
+ * that depends on the token's length only; 0 without a token. */
+int wf_serve_bearer_ok(const char *token, const char *value, size_t len);
 /* Wipe and free. */
 void wf_serve_secrets_free(wf_serve_secrets *s);
 

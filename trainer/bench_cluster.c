@@ -66,8 +66,6 @@ typedef struct opts {
 	const char *link_text;
 	const char *python;   /* for the ddp peer */
 	double timeout;	      /* seconds a configuration may take */
-	double progress_ms;   /* allreduce: progress MPI every this many ms of backward; 0: at
-				 releases */
 	const char *timeline; /* parameter servers: worker 0's per-step timeline (JSON lines) */
 	int layer_ready; /* parameter servers: each layer's forward starts once its chunks landed */
 	char exe[4096];	 /* this binary (mpirun starts it) */
@@ -190,12 +188,21 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* The result line a rank prints: its median and p90 step time. */
-static void report(int rank, double *ms, int n)
+/* CPU seconds this process has used, all its threads. */
+static double cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* The result line a rank prints: its median and p90 step time, and the CPU
+ * time it used per measured step (ms). */
+static void report(int rank, double *ms, int n, double cpu_ms)
 {
 	qsort(ms, (size_t)n, sizeof(double), cmp_double);
-	printf(RESULT_TAG " rank=%d median_ms=%.3f p90_ms=%.3f steps=%d\n", rank, n ? ms[n / 2] : 0,
-	       n ? ms[(int)(0.9 * (n - 1) + 0.5)] : 0, n);
+	printf(RESULT_TAG " rank=%d median_ms=%.3f p90_ms=%.3f steps=%d cpu_ms=%.3f\n", rank,
+	       n ? ms[n / 2] : 0, n ? ms[(int)(0.9 * (n - 1) + 0.5)] : 0, n, cpu_ms);
 	fflush(stdout);
 }
 
@@ -316,6 +323,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 	}
 	if (rc == 0)
 		rc = wf_ps_client_barrier(cl, 0, err);
+	double cpu0 = 0;
 	FILE *tl = NULL;
 	double *push_at = NULL, *land_at = NULL;
 	if (rc == 0 && rank == 0 && o->timeline) {
@@ -326,6 +334,8 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			rc = wf_errf(err, WF_EIO, "--timeline %s: cannot write it", o->timeline);
 	}
 	for (long step = 0; rc == 0 && step < steps; step++) {
+		if (step == o->warmup)
+			cpu0 = cpu_now();
 		double t0 = wf_now();
 		if (o->layer_ready) {
 			/* the previous step's replies land while this forward runs:
@@ -377,6 +387,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			fprintf(tl, "]}\n");
 		}
 	}
+	double cpu_ms = (cpu_now() - cpu0) * 1e3 / (double)o->steps;
 	if (tl)
 		fclose(tl);
 	free(push_at);
@@ -396,7 +407,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 		rc = wf_ps_client_shutdown(cl, err);
 	}
 	if (rc == 0)
-		report(rank, ms, (int)o->steps);
+		report(rank, ms, (int)o->steps, cpu_ms);
 	wf_ps_client_free(cl);
 	wf_ps_placement_free(&pl);
 	free(params);
@@ -426,22 +437,16 @@ static int allreduce_work(const opts *o, const layout *l, wf_err *err)
 		rc = wf_mpi_buckets_create(&b, grads, l->nparams, o->bucket_mb, err);
 	if (rc == 0)
 		rc = wf_mpi_bcast(&steps, sizeof(steps), 0, "the start", err);
+	double cpu0 = 0;
 	for (long step = 0; rc == 0 && step < steps; step++) {
+		if (step == o->warmup)
+			cpu0 = cpu_now();
 		double t0 = wf_now();
 		sleep_until(t0 + o->fwd_ms / 1e3);
 		double tb = wf_now();
 		for (int k = 0; rc == 0 && k < l->nrel; k++) {
-			double until = tb + l->at[k] * o->bwd_ms / 1e3;
-			/* --progress-ms P: also progress the buckets in flight every P ms
-			 * of the backward, as a communication thread would */
-			while (rc == 0 && o->progress_ms > 0 && k > 0 &&
-			       wf_now() + o->progress_ms / 1e3 < until) {
-				sleep_until(wf_now() + o->progress_ms / 1e3);
-				rc = wf_mpi_buckets_ready(b, l->done[k - 1], err);
-			}
-			sleep_until(until);
-			if (rc == 0)
-				rc = wf_mpi_buckets_ready(b, l->done[k], err);
+			sleep_until(tb + l->at[k] * o->bwd_ms / 1e3);
+			rc = wf_mpi_buckets_ready(b, l->done[k], err);
 		}
 		if (rc == 0)
 			rc = wf_mpi_buckets_wait(b, err);
@@ -449,7 +454,7 @@ static int allreduce_work(const opts *o, const layout *l, wf_err *err)
 			ms[step - o->warmup] = (wf_now() - t0) * 1e3;
 	}
 	if (rc == 0)
-		report(w.rank, ms, (int)o->steps);
+		report(w.rank, ms, (int)o->steps, (cpu_now() - cpu0) * 1e3 / (double)o->steps);
 	wf_mpi_buckets_free(b);
 	if (rc != 0)
 		wf_mpi_mark_failed();
@@ -549,9 +554,9 @@ static void opts_args(const opts *o, const config *cf, char *buf, size_t n)
 {
 	snprintf(buf, n,
 		 "--model %s --scale %g --compute-ms %g/%g --steps %ld --warmup %ld "
-		 "--bucket-mb %g --workers %d --progress-ms %g",
+		 "--bucket-mb %g --workers %d",
 		 o->model, o->scale, o->fwd_ms, o->bwd_ms, o->steps, o->warmup, o->bucket_mb,
-		 cf->workers, o->progress_ms);
+		 cf->workers);
 }
 
 /* Start the processes of cf; their stdout comes to r->out. */
@@ -696,6 +701,7 @@ typedef struct outcome {
 	double median_ms, p90_ms;      /* the slowest rank's */
 	long staleness;		       /* -1: not reported */
 	int ranks;		       /* result lines seen */
+	double cpu_ms;		       /* sum over the ranks of CPU ms per measured step */
 	double cpu_server, cpu_worker; /* the busiest process's CPU seconds per step */
 } outcome;
 
@@ -717,6 +723,9 @@ static void parse_line(const char *line, outcome *oc)
 		oc->median_ms = WF_MAX(oc->median_ms, med);
 		oc->p90_ms = WF_MAX(oc->p90_ms, p90);
 		oc->ranks++;
+		const char *ms = strstr(line, " cpu_ms=");
+		if (ms)
+			oc->cpu_ms += strtod(ms + 8, NULL);
 	}
 }
 
@@ -869,6 +878,7 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 		printf(", \"bucket_mb\": %g", o->bucket_mb);
 	if (oc.staleness >= 0)
 		printf(", \"staleness_max\": %ld", oc.staleness);
+	printf(", \"cpu_ms_per_step\": %.1f", oc.cpu_ms / cf->workers);
 	printf(", \"gso\": %d", o->link.gso);
 	/* per step, over the whole run: [workers, servers] */
 	double steps = (double)(o->warmup + o->steps);
@@ -946,9 +956,6 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		{"replicas", WF_FLAG_STR, &replicas, "R[,R...]",
 		 "parameter-server modes: servers that keep each chunk (ps.replicas), each "
 		 "count in turn (1)"},
-		{"progress-ms", WF_FLAG_DOUBLE, &o.progress_ms, "P",
-		 "allreduce: also progress MPI every P ms of the backward, as a communication "
-		 "thread would (0: only when a layer's gradient is released, as weft train does)"},
 		{"timeout", WF_FLAG_DOUBLE, &o.timeout, "S",
 		 "stop a configuration that has not finished after S seconds, and fail (600)"},
 		{"compression", WF_FLAG_STR, &compression, "C[,C...]",

@@ -201,6 +201,66 @@ int wf_cluster_parse_tf_config(wf_cluster *c, const char *text, wf_err *err)
 	return wf_cluster_parse_tf_config_counts(c, text, NULL, err);
 }
 
+/* The jobs of TF_CONFIG's cluster object cl into c. */
+static int parse_jobs(wf_cluster *c, json_t *cl, const wf_cluster_counts *counts, wf_err *err)
+{
+	int rc;
+	const char *key;
+	json_t *v;
+	json_object_foreach(cl, key, v)
+	{
+		wf_role r = role_from_name(key);
+		if (r == WF_ROLE_NONE)
+			return wf_errf(
+				err, WF_EINVAL,
+				"TF_CONFIG: cluster.%s: unknown job type (chief, worker, ps, "
+				"evaluator)",
+				key);
+		if (c->jobs[r].addr)
+			return wf_errf(err, WF_EINVAL, "TF_CONFIG: cluster.%s given twice", key);
+		if ((rc = parse_job(&c->jobs[r], r, v, counts ? counts->n[r] : -1, err)))
+			return rc;
+	}
+	if ((rc = check_duplicates(c, err)))
+		return rc;
+	/* TensorFlow's multi_worker_util.validate_cluster_spec */
+	if (c->jobs[WF_ROLE_CHIEF].n > 1 || c->jobs[WF_ROLE_EVALUATOR].n > 1) {
+		wf_role r = c->jobs[WF_ROLE_CHIEF].n > 1 ? WF_ROLE_CHIEF : WF_ROLE_EVALUATOR;
+		return wf_errf(err, WF_EINVAL, "TF_CONFIG: cluster.%s has %d tasks: at most one %s",
+			       wf_role_name(r), c->jobs[r].n, wf_role_name(r));
+	}
+	return 0;
+}
+
+/* task.index (absent: 0) as TensorFlow reads it: an integer, a whole real,
+ * or a string of digits. */
+static int task_index(json_t *index, long *idx, wf_err *err)
+{
+	if (json_is_integer(index)) {
+		*idx = (long)json_integer_value(index);
+	} else if (json_is_real(index)) { /* 1.0 from a generator: TensorFlow's int() */
+		double d = json_real_value(index);
+		if (!(d >= 0 && d <= 100000) || d != (double)(long)d)
+			return wf_errf(err, WF_EINVAL,
+				       "TF_CONFIG: task.index %g is not a non-negative integer", d);
+		*idx = (long)d;
+	} else if (json_is_string(index)) { /* TensorFlow reads int(task["index"]) */
+		const char *t = json_string_value(index);
+		char *end;
+		errno = 0;
+		*idx = strtol(t, &end, 10);
+		if (!*t || *end || errno || t[strspn(t, " ")] == '+' || t[strspn(t, " ")] == '-')
+			*idx = -1;
+		if (*idx < 0)
+			return wf_errf(err, WF_EINVAL,
+				       "TF_CONFIG: task.index \"%s\" is not a non-negative integer",
+				       t);
+	} else if (index) {
+		return wf_errf(err, WF_EINVAL, "TF_CONFIG: task.index is not an integer");
+	}
+	return 0;
+}
+
 int wf_cluster_parse_tf_config_counts(wf_cluster *c, const char *text,
 				      const wf_cluster_counts *counts, wf_err *err)
 {
@@ -234,34 +294,8 @@ int wf_cluster_parse_tf_config_counts(wf_cluster *c, const char *text,
 		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: field \"task\" is not an object");
 		goto cleanup;
 	}
-	const char *key;
-	json_t *v;
-	json_object_foreach(cl, key, v)
-	{
-		wf_role r = role_from_name(key);
-		if (r == WF_ROLE_NONE) {
-			rc = wf_errf(err, WF_EINVAL,
-				     "TF_CONFIG: cluster.%s: unknown job type (chief, worker, ps, "
-				     "evaluator)",
-				     key);
-			goto cleanup;
-		}
-		if (c->jobs[r].addr) {
-			rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: cluster.%s given twice", key);
-			goto cleanup;
-		}
-		if ((rc = parse_job(&c->jobs[r], r, v, counts ? counts->n[r] : -1, err)))
-			goto cleanup;
-	}
-	if ((rc = check_duplicates(c, err)))
+	if ((rc = parse_jobs(c, cl, counts, err)))
 		goto cleanup;
-	/* TensorFlow's multi_worker_util.validate_cluster_spec */
-	if (c->jobs[WF_ROLE_CHIEF].n > 1 || c->jobs[WF_ROLE_EVALUATOR].n > 1) {
-		wf_role r = c->jobs[WF_ROLE_CHIEF].n > 1 ? WF_ROLE_CHIEF : WF_ROLE_EVALUATOR;
-		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: cluster.%s has %d tasks: at most one %s",
-			     wf_role_name(r), c->jobs[r].n, wf_role_name(r));
-		goto cleanup;
-	}
 	json_t *type = json_object_get(task, "type"), *index = json_object_get(task, "index");
 	if (!task) {
 		rc = wf_errf(err, WF_EINVAL,
@@ -280,33 +314,8 @@ int wf_cluster_parse_tf_config_counts(wf_cluster *c, const char *text,
 		goto cleanup;
 	}
 	long idx = 0;
-	if (json_is_integer(index)) {
-		idx = (long)json_integer_value(index);
-	} else if (json_is_real(index)) { /* 1.0 from a generator: TensorFlow's int() */
-		double d = json_real_value(index);
-		if (!(d >= 0 && d <= 100000) || d != (double)(long)d) {
-			rc = wf_errf(err, WF_EINVAL,
-				     "TF_CONFIG: task.index %g is not a non-negative integer", d);
-			goto cleanup;
-		}
-		idx = (long)d;
-	} else if (json_is_string(index)) { /* TensorFlow reads int(task["index"]) */
-		const char *t = json_string_value(index);
-		char *end;
-		errno = 0;
-		idx = strtol(t, &end, 10);
-		if (!*t || *end || errno || t[strspn(t, " ")] == '+' || t[strspn(t, " ")] == '-')
-			idx = -1;
-		if (idx < 0) {
-			rc = wf_errf(err, WF_EINVAL,
-				     "TF_CONFIG: task.index \"%s\" is not a non-negative integer",
-				     t);
-			goto cleanup;
-		}
-	} else if (index) {
-		rc = wf_errf(err, WF_EINVAL, "TF_CONFIG: task.index is not an integer");
+	if ((rc = task_index(index, &idx, err)))
 		goto cleanup;
-	}
 	const wf_cluster_job *j = &c->jobs[c->role];
 	/* Without an index a task is task 0 (Estimator's RunConfig) only where
 	 * that cannot be a mistake: its job has one task. */

@@ -1,8 +1,10 @@
-/* job.c: the identity, keys and server addresses of a cluster job. */
+/* job.c: the identity, keys, server addresses and model of a cluster job. */
 #include "trainer/job.h"
 
 #include "common/log.h"
+#include "model/model.h"
 #include "ps/auth.h"
+#include "worker/data.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,4 +144,27 @@ void wf_job_endpoints_free(char **ep, int n)
 	for (int i = 0; ep && i < n; i++)
 		free(ep[i]);
 	free(ep);
+}
+
+int wf_job_model(const wf_config *cfg, wf_model **m, wf_err *err)
+{
+	wf_zoo_opts zo = WF_ZOO_OPTS_DEFAULT;
+	zo.alpha = (float)cfg->model.alpha;
+	int h, w, ch, rc;
+	if (wf_config_input_shape(cfg, &h, &w, &ch) == 1 && cfg->model.classes > 0) {
+		rc = wf_model_zoo_ex(m, cfg->model.name, h, w, ch, (int)cfg->model.classes, &zo,
+				     err);
+		return rc ? (wf_err_wrap(err, "model.name"), rc) : 0;
+	}
+	wf_dataset *ds = NULL;
+	if ((rc = wf_dataset_open(&ds, cfg->data.train, err)) != 0)
+		return wf_err_wrap(err, "data.train (set model.input_shape and model.classes and "
+					"the servers need no data)"),
+		       rc;
+	const wf_dataset_info *ti = wf_dataset_info_get(ds);
+	rc = wf_model_zoo_ex(m, cfg->model.name, ti->h, ti->w, ti->c, ti->nclasses, &zo, err);
+	if (rc != 0)
+		wf_err_wrap(err, "model.name");
+	wf_dataset_close(ds);
+	return rc;
 }

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 struct wf_ps_keys;
+struct wf_model;
 
 /* Apply --key-dir DIR (may be NULL) and --insecure to cfg. */
 int wf_job_security_flags(wf_config *cfg, const char *key_dir, int insecure, wf_err *err);
@@ -35,5 +36,9 @@ int wf_job_ps_cluster(wf_cluster *c, const wf_config *cfg, wf_err *err);
 int wf_job_ps_endpoints(const wf_cluster *c, char ***out, wf_err *err);
 /* Free n endpoints from wf_job_ps_endpoints (ep may be NULL). */
 void wf_job_endpoints_free(char **ep, int n);
+/* The model the job trains (servers need its parameter layout): from
+ * model.input_shape and model.classes when both are set (the servers then
+ * never read the data), else from the training data's shape. */
+int wf_job_model(const wf_config *cfg, struct wf_model **m, wf_err *err);
 
 #endif

@@ -810,10 +810,13 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	const char *config = NULL, *device = NULL, *key_dir = NULL, *link = NULL, *delay = NULL,
 		   *elastic = NULL;
 	long nps = 1, nworkers = 2, threads = 0, max_restarts = 3;
-	int chief = 0, resume = 0, insecure = 0;
+	int chief = 0, resume = 0, insecure = 0, dry_run = 0;
 	wf_cli_list sets = {0}, pos = {0};
 	const wf_flag flags[] = {
 		{"config", WF_FLAG_STR, &config, "FILE", "training config (JSON; required)"},
+		{"dry-run", WF_FLAG_BOOL, &dry_run, NULL,
+		 "start nothing: print the model, each server's share of it (with the copies of "
+		 "ps.replicas) and the bytes a step moves on every link"},
 		{"ps", WF_FLAG_INT, &nps, "N", "parameter servers (1)"},
 		{"workers", WF_FLAG_INT, &nworkers, "M",
 		 "workers (2); without --chief, worker 0 is the chief"},
@@ -871,6 +874,10 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	if ((rc = launch_config(&cfg, config, &sets, nps, er.max + chief,
 				elastic ? er.min_arg : NULL, key_dir, insecure, err)) != 0)
 		goto cleanup;
+	if (dry_run) {
+		rc = wf_launch_plan(stdout, &cfg, (int)nps, (int)(er.max + chief), err);
+		goto cleanup;
+	}
 	if ((rc = wf_events_open(cfg.log.events, "launch", err)) != 0)
 		goto cleanup;
 

@@ -13,7 +13,6 @@
 #include "trainer/cli.h"
 #include "trainer/evaluate.h"
 #include "trainer/job.h"
-#include "worker/data.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -41,32 +40,6 @@ static int open_events(const wf_config *cfg, const char *role, int index, wf_err
 	int rc = wf_events_open(cfg->log.events, who, err);
 	if (rc == 0)
 		wf_event("start", json_pack("{s:s, s:i}", "role", role, "index", index));
-	return rc;
-}
-
-/* The model the job trains (servers need its parameter layout): from
- * model.input_shape and model.classes when both are set (the servers then
- * never read the data), else from the training data's shape. */
-static int job_model(const wf_config *cfg, wf_model **m, wf_err *err)
-{
-	wf_zoo_opts zo = WF_ZOO_OPTS_DEFAULT;
-	zo.alpha = (float)cfg->model.alpha;
-	int h, w, ch, rc;
-	if (wf_config_input_shape(cfg, &h, &w, &ch) == 1 && cfg->model.classes > 0) {
-		rc = wf_model_zoo_ex(m, cfg->model.name, h, w, ch, (int)cfg->model.classes, &zo,
-				     err);
-		return rc ? (wf_err_wrap(err, "model.name"), rc) : 0;
-	}
-	wf_dataset *ds = NULL;
-	if ((rc = wf_dataset_open(&ds, cfg->data.train, err)) != 0)
-		return wf_err_wrap(err, "data.train (set model.input_shape and model.classes and "
-					"the servers need no data)"),
-		       rc;
-	const wf_dataset_info *ti = wf_dataset_info_get(ds);
-	rc = wf_model_zoo_ex(m, cfg->model.name, ti->h, ti->w, ti->c, ti->nclasses, &zo, err);
-	if (rc != 0)
-		wf_err_wrap(err, "model.name");
-	wf_dataset_close(ds);
 	return rc;
 }
 
@@ -105,7 +78,7 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	const wf_ps_keys *kp = NULL;
 	if ((rc = wf_job_keys(cfg, &keys, &kp, err)) != 0)
 		return rc;
-	if ((rc = job_model(cfg, &m, err)) != 0)
+	if ((rc = wf_job_model(cfg, &m, err)) != 0)
 		return rc;
 	wf_ps_server_cfg sc;
 	wf_ps_server_cfg_default(&sc);

@@ -110,12 +110,12 @@ struct wf_dataset {
 	uint8_t *group_ok;   /* [ngroups] 1 once checked */
 	uint8_t *group_buf;  /* [group * sample_bytes] */
 	/* encoded form: sample i is bytes [offsets[i], offsets[i+1]) of `encoded` */
-	uint64_t *offsets; /* [N+1] */
-	uint8_t *enc;	   /* all of `encoded` when under the memory budget, else NULL */
-	hid_t dencoded;	   /* open while streaming an encoded dataset */
+	uint64_t *offsets;    /* [N+1] */
+	uint8_t *enc;	      /* all of `encoded` when under the memory budget, else NULL */
+	hid_t dencoded;	      /* open while streaming an encoded dataset */
 	uint32_t *sample_crc; /* streaming encoded: each sample's CRC-32 (`sample_crc32`),
 			       * checked at every read; NULL: the file has none */
-	int resize;	   /* wf_image_resize of the encoded form */
+	int resize;	      /* wf_image_resize of the encoded form */
 	/* gather scratch, guarded by the HDF5 lock, grown (never per batch once warm) */
 	gather_ent *order;
 	long order_cap;
@@ -486,10 +486,33 @@ static int check_groups(wf_dataset *ds, long first, long last, wf_err *err)
 	return 0;
 }
 
+/* The shape of `images` (idims) checked, into ds->info. */
+static int take_shape(wf_dataset *ds, const hsize_t *idims, wf_err *err)
+{
+	const char *path = ds->path;
+	wf_dataset_info *in = &ds->info;
+	if (idims[1] < 1 || idims[2] < 1 || idims[1] > 65536 || idims[2] > 65536 || idims[3] < 1 ||
+	    idims[3] > 4)
+		return wf_errf(
+			err, WF_EFORMAT,
+			"%s: `images` shape [N,%llu,%llu,%llu] is not [N,H,W,C] with C in 1..4",
+			path, (unsigned long long)idims[1], (unsigned long long)idims[2],
+			(unsigned long long)idims[3]);
+	if (idims[0] > (hsize_t)1 << 40)
+		return wf_errf(err, WF_EFORMAT, "%s: `images` has %llu samples: too many", path,
+			       (unsigned long long)idims[0]);
+	in->count = (long)idims[0];
+	in->h = (int)idims[1];
+	in->w = (int)idims[2];
+	in->c = (int)idims[3];
+	ds->sample_bytes = (size_t)in->h * in->w * in->c;
+	return 0;
+}
+
 int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 {
 	int rc = 0;
-	hid_t file = H5I_INVALID_HID, dimg = H5I_INVALID_HID, dlab = H5I_INVALID_HID;
+	hid_t file = H5I_INVALID_HID, dimg = H5I_INVALID_HID;
 	hid_t dapl = H5I_INVALID_HID;
 	*out = NULL;
 	wf_dataset *ds = calloc(1, sizeof(*ds));
@@ -523,7 +546,7 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 		rc = WF_H5_FAIL(err, WF_EINTERNAL, "%s: cannot set the chunk cache", path);
 		goto fail;
 	}
-	hsize_t idims[4], ldims[1];
+	hsize_t idims[4];
 	if (H5Lexists(file, "encoded", H5P_DEFAULT) > 0) {
 		rc = open_encoded(ds, file, path, dapl, err);
 		if (rc)
@@ -538,62 +561,11 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 			  err);
 	if (rc)
 		goto fail;
-	rc = open_checked(file, path, "labels", H5T_INTEGER, 0, -1, "an integer type (int32)", 1,
-			  ldims, H5P_DEFAULT, &dlab, err);
-	if (rc)
-		goto fail;
 	wf_dataset_info *in = &ds->info;
-	if (idims[0] != ldims[0]) {
-		rc = wf_errf(err, WF_EFORMAT, "%s: `images` has %llu samples but `labels` has %llu",
-			     path, (unsigned long long)idims[0], (unsigned long long)ldims[0]);
+	if ((rc = take_shape(ds, idims, err)) ||
+	    (rc = read_classes(file, path, &in->classes, &in->nclasses, err)) ||
+	    (rc = read_labels(ds, file, path, in->count, err)))
 		goto fail;
-	}
-	if (idims[1] < 1 || idims[2] < 1 || idims[1] > 65536 || idims[2] > 65536 || idims[3] < 1 ||
-	    idims[3] > 4) {
-		rc = wf_errf(
-			err, WF_EFORMAT,
-			"%s: `images` shape [N,%llu,%llu,%llu] is not [N,H,W,C] with C in 1..4",
-			path, (unsigned long long)idims[1], (unsigned long long)idims[2],
-			(unsigned long long)idims[3]);
-		goto fail;
-	}
-	if (idims[0] > (hsize_t)1 << 40) {
-		rc = wf_errf(err, WF_EFORMAT, "%s: `images` has %llu samples: too many", path,
-			     (unsigned long long)idims[0]);
-		goto fail;
-	}
-	in->count = (long)idims[0];
-	in->h = (int)idims[1];
-	in->w = (int)idims[2];
-	in->c = (int)idims[3];
-	ds->sample_bytes = (size_t)in->h * in->w * in->c;
-	rc = read_classes(file, path, &in->classes, &in->nclasses, err);
-	if (rc)
-		goto fail;
-
-	ds->labels = malloc(sizeof(*ds->labels) * (size_t)(in->count ? in->count : 1));
-	if (!ds->labels) {
-		rc = wf_errf(err, WF_ENOMEM, "%s: out of memory for %ld labels", path, in->count);
-		goto fail;
-	}
-	if (in->count &&
-	    H5Dread(dlab, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, ds->labels) < 0) {
-		rc = WF_H5_FAIL(err, WF_EIO, "%s: reading `labels`", path);
-		goto fail;
-	}
-	for (long i = 0; i < in->count; i++) {
-		if (ds->labels[i] < 0 || ds->labels[i] >= in->nclasses) {
-			rc = wf_errf(
-				err, WF_EFORMAT,
-				"%s: `labels`[%ld] = %d is outside [0, %d) (the `classes` count)",
-				path, i, ds->labels[i], in->nclasses);
-			goto fail;
-		}
-	}
-	rc = check_crc(file, path, "labels", wf_data_crc_i32(0, ds->labels, in->count), err);
-	if (rc)
-		goto fail;
-
 	size_t bytes = ds->sample_bytes * (size_t)in->count;
 	if (bytes <= memory_budget()) {
 		ds->images = malloc(bytes ? bytes : 1);
@@ -620,14 +592,12 @@ int wf_dataset_open(wf_dataset **out, const char *path, wf_err *err)
 		if (rc)
 			goto fail;
 	}
-	wf_h5_close(&dlab);
 	wf_h5_close(&dapl);
 	wf_data_h5_unlock();
 	*out = ds;
 	return 0;
 
 fail:
-	wf_h5_close(&dlab);
 	wf_h5_close(&dimg);
 	wf_h5_close(&dapl);
 	wf_h5_close(&file);
@@ -706,11 +676,12 @@ int wf_dataset_load_sample(wf_dataset *ds, long idx, uint8_t *image, wf_err *err
 		bytes = owned;
 		uint32_t crc = rc || !ds->sample_crc ? 0 : wf_data_crc_bytes(0, owned, len);
 		if (!rc && ds->sample_crc && crc != ds->sample_crc[idx])
-			rc = wf_errf(err, WF_EFORMAT,
-				     "%s: sample %ld of dataset `encoded` fails its checksum (crc32 "
-				     "%08x, `sample_crc32` says %08x): the file is damaged; convert "
-				     "it again",
-				     ds->path, idx, crc, ds->sample_crc[idx]);
+			rc = wf_errf(
+				err, WF_EFORMAT,
+				"%s: sample %ld of dataset `encoded` fails its checksum (crc32 "
+				"%08x, `sample_crc32` says %08x): the file is damaged; convert "
+				"it again",
+				ds->path, idx, crc, ds->sample_crc[idx]);
 	}
 	if (!rc) {
 		rc = wf_image_load_u8(bytes, len, ds->info.c, ds->info.h, ds->info.w, ds->resize, 0,

@@ -1,15 +1,18 @@
 /* exchange_mpi.c: allreduce data parallelism over MPI (CPUs), the MPI world
  * of the process, and the stall inspector.
  *
- * A step: the first grad_ready call (forward is over) starts a non-blocking
- * sum of the batch-norm running statistics; each gradient bucket (a
- * contiguous range of strategy.bucket_mb MiB of the flat gradient buffer)
- * starts its MPI_Iallreduce (in place, sum) as soon as backward has finished
- * it, and later grad_ready calls progress them with MPI_Testall (Open MPI's
- * non-blocking collectives advance only inside MPI calls). step() posts what
- * is left, waits, divides the statistics by the world size and applies the
- * optimizer with grad_scale = 1/size: the mean of the ranks' mean gradients.
- * The statistics are thus averaged every step (a few KiB), so ranks stay
+ * A step: the training thread hands the finished prefix of the flat
+ * gradient buffer to a communication thread as backward produces it (the
+ * first grad_ready call: forward is over). That thread makes the step's
+ * MPI calls: a non-blocking sum of the batch-norm running statistics and
+ * the stop flag first, then each gradient bucket's MPI_Iallreduce (in
+ * place, sum; a bucket is a contiguous range of strategy.bucket_mb MiB) as
+ * soon as backward has finished it, progressing them every PROGRESS_US
+ * while any is in flight (Open MPI's non-blocking collectives advance only
+ * inside MPI calls). step() hands over the rest and waits for the thread,
+ * divides the statistics by the world size and applies the optimizer with
+ * grad_scale = 1/size: the mean of the ranks' mean gradients. The
+ * statistics are thus averaged every step (a few KiB), so ranks stay
  * identical and evaluation or a checkpoint on any rank sees the same model.
  *
  * Stopping together: mpirun forwards SIGINT/SIGTERM to every rank, and the
@@ -19,7 +22,8 @@
  * after the same step: all of them checkpoint (rank 0 writes) and return
  * WF_ESTOPPED, and free() ends with a barrier so MPI is finalised cleanly.
  *
- * Stall inspector: every wait is a loop over MPI_Test with a deadline.
+ * Stall inspector: every wait is a loop over MPI_Test with a deadline (the
+ * step's, on the communication thread, runs from when step() waits).
  * Before waiting, a rank tells the coordinator (rank 0) the sequence number
  * of the collective it has reached, and rank 0 tells everyone; so when the
  * deadline passes, rank 0 names the ranks that never arrived (and the bucket
@@ -34,8 +38,11 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,9 +54,9 @@
 /* ---- the MPI world ----------------------------------------------------- */
 
 static struct {
-	int ready;   /* wf_mpi_world_get succeeded once */
-	int we_init; /* this module called MPI_Init_thread */
-	int failed;  /* a collective failed: never MPI_Finalize */
+	int ready;	   /* wf_mpi_world_get succeeded once */
+	int we_init;	   /* this module called MPI_Init_thread */
+	atomic_int failed; /* a collective failed: never MPI_Finalize (set by either thread) */
 	wf_mpi_world w;
 	MPI_Comm comm;	  /* a duplicate of MPI_COMM_WORLD, errors returned */
 	double timeout;	  /* stall timeout, seconds */
@@ -104,12 +111,22 @@ int wf_mpi_world_get(wf_mpi_world *w, wf_err *err)
 		*w = g.w;
 		return 0;
 	}
+	int provided = 0;
 	if (!inited) {
-		int provided = 0;
-		if (MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+		if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
 			return wf_errf(err, WF_ETRANSIENT, "MPI_Init_thread failed");
 		g.we_init = 1;
+	} else {
+		MPI_Query_thread(&provided);
 	}
+	/* the step's MPI calls come from the communication thread, the others
+	 * from the training thread, never both at once */
+	if (provided < MPI_THREAD_SERIALIZED)
+		return wf_errf(err, WF_ENOTSUP,
+			       "this MPI provides thread level %d, below MPI_THREAD_SERIALIZED "
+			       "(%d), which weft's allreduce needs (its communication thread "
+			       "makes the step's MPI calls)",
+			       provided, MPI_THREAD_SERIALIZED);
 	MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &g.comm), err, "duplicating MPI_COMM_WORLD");
 	MPI_CHECK(MPI_Comm_set_errhandler(g.comm, MPI_ERRORS_RETURN), err, "MPI error handler");
 	MPI_CHECK(MPI_Comm_rank(g.comm, &g.w.rank), err, "MPI_Comm_rank");
@@ -301,7 +318,6 @@ typedef struct waiter {
 	heartbeat hb;
 	char phase[160]; /* what the current collective is, for messages */
 	long phase_seq;	 /* its heartbeat seq */
-	int nap_us;	 /* > 0: sleep this long between polls instead of spinning */
 } waiter;
 
 /* Describe why the requests did not complete in time; idx is the first one
@@ -347,6 +363,20 @@ static int stall_report(waiter *wt, int idx, const char *(*label)(void *, int, c
 	return rc;
 }
 
+/* The first of reqs[0..n) still pending (Testall is all-or-nothing). */
+static int first_pending(int n, MPI_Request *reqs)
+{
+	int first = 0;
+	for (; first < n - 1; first++) {
+		int f = 1;
+		if (reqs[first] != MPI_REQUEST_NULL)
+			MPI_Test(&reqs[first], &f, MPI_STATUS_IGNORE);
+		if (!f)
+			break;
+	}
+	return first;
+}
+
 /* Wait for reqs[0..n) (MPI_REQUEST_NULL entries are done) with the stall
  * timeout; label(arg, i, ...) describes request i in a stall message. Rank 0
  * waits the timeout, the others a little longer, so that when rank 0 is
@@ -369,21 +399,11 @@ static int wait_all(waiter *wt, int n, MPI_Request *reqs,
 				return rc;
 			double waited = wf_now() - t0;
 			if (waited > limit) {
-				/* Testall is all-or-nothing: find the first pending one. */
-				int first = 0;
-				for (; first < n - 1; first++) {
-					int f = 1;
-					if (reqs[first] != MPI_REQUEST_NULL)
-						MPI_Test(&reqs[first], &f, MPI_STATUS_IGNORE);
-					if (!f)
-						break;
-				}
-				return stall_report(wt, first, label, arg, waited, err);
+				return stall_report(wt, first_pending(n, reqs), label, arg, waited,
+						    err);
 			}
 		}
-		if (wt->nap_us > 0)
-			nanosleep(&(struct timespec){0, wt->nap_us * 1000L}, NULL);
-		else if (spins > 256)
+		if (spins > 256)
 			sched_yield(); /* leave the core to a peer when oversubscribed */
 	}
 }
@@ -452,65 +472,322 @@ int wf_mpi_bcast(void *buf, size_t bytes, int root, const char *what, wf_err *er
 	return rc != 0 ? rc : bcast_chunks(&world_waiter, buf, bytes, root, err);
 }
 
-/* ---- a flat buffer summed in buckets (the cluster benchmark's modelled workers) ---- */
+/* ---- buckets summed by a communication thread ------------------------ */
 
-/* The modelled workers share a few cores with dozens of others: their waits
- * sleep between polls instead of spinning (a real rank has its own core). */
-static waiter buckets_waiter = {.nap_us = 100};
-static int buckets_waiter_ready;
+/* A step's gradient exchange: a flat float buffer summed across ranks in
+ * buckets (contiguous ranges), after up to two small collectives that the
+ * exchange sends with each step (batch-norm statistics, the stop flag).
+ * The training thread hands over the finished prefix [0, ready) while
+ * backward runs (buckets_hand), then waits for the step (buckets_finish).
+ * The communication thread makes every MPI call in between: it starts a
+ * bucket's MPI_Iallreduce once the prefix covers it and, while anything
+ * is in flight, calls MPI every PROGRESS_US (Open MPI's libnbc advances a
+ * non-blocking collective only inside an MPI call), sleeping on a
+ * condition variable between calls and when nothing is in flight. Between
+ * steps it is idle and the training thread makes its own MPI calls
+ * (broadcasts, barriers): hence MPI_THREAD_SERIALIZED. The stall deadline
+ * runs from the moment the training thread waits, as a blocking wait's
+ * would; the training thread's wait ends when the thread's does. */
+
+/* Microseconds between MPI calls while collectives are in flight: short
+ * against a bucket's transfer (a 1.25 MiB bucket takes ~180 ms at 100
+ * Mbit/s), long against the call (a few microseconds). */
+#define PROGRESS_US 200
+
+typedef struct small_coll {
+	const void *send; /* MPI_IN_PLACE: in place */
+	void *recv;
+	int count;
+	MPI_Datatype type;
+	MPI_Op op;
+	char what[64]; /* names it in stall messages */
+} small_coll;
+
+enum { BK_IDLE, BK_RUNNING, BK_DONE };
 
 struct wf_mpi_buckets {
 	float *buf;
 	size_t n, bucket; /* floats */
-	int nbuckets, posted;
-	MPI_Request *reqs; /* [nbuckets] */
+	int nbuckets;
+	int nsmall;
+	small_coll small[2];
+	waiter *wt;	   /* the stall inspector's state: the owner's, or own */
+	waiter own;	   /* wf_mpi_buckets_create's */
+	MPI_Request *reqs; /* [nsmall + nbuckets]: the small ones, then the buckets */
+	long nsteps;	   /* steps exchanged (wf_mpi_buckets_wait's step numbers) */
+	wf_err terr;	   /* the thread's error (read once it is BK_DONE) */
+	pthread_t thread;
+	int thread_started;
+	pthread_mutex_t mu;
+	pthread_cond_t wake; /* to the thread: work, or quit */
+	pthread_cond_t idle; /* to the training thread: the step is done */
+	/* under mu */
+	int state; /* BK_* */
+	int quit;
+	long step;	 /* the step exchanged (0-based), for messages */
+	size_t ready;	 /* floats: [0, ready) is final */
+	double waits_at; /* wf_now() when the training thread began to wait; 0: not yet */
+	int rc;		 /* the step's outcome */
 };
 
-int wf_mpi_buckets_create(wf_mpi_buckets **out, float *buf, size_t n, double bucket_mb, wf_err *err)
+static size_t bucket_lo(const wf_mpi_buckets *b, int i)
 {
+	return (size_t)i * b->bucket;
+}
+
+static size_t bucket_hi(const wf_mpi_buckets *b, int i)
+{
+	return WF_MIN(b->n, (size_t)(i + 1) * b->bucket);
+}
+
+static const char *bucket_label(void *arg, int i, char *buf, size_t n)
+{
+	const wf_mpi_buckets *b = arg;
+	if (i < b->nsmall)
+		snprintf(buf, n, "%s", b->small[i].what);
+	else
+		snprintf(buf, n, "gradient bucket %d of %d (floats [%zu, %zu))", i - b->nsmall,
+			 b->nbuckets, bucket_lo(b, i - b->nsmall), bucket_hi(b, i - b->nsmall));
+	return buf;
+}
+
+/* The thread's side of one step: start the small collectives, then each
+ * bucket once it is final, until all are done, the deadline passes or the
+ * owner quits. */
+static int comm_step(wf_mpi_buckets *b, long step, wf_err *err)
+{
+	waiter *wt = b->wt;
+	int rc = enter_phase(wt, err, "the allreduce of step %ld", step + 1);
+	if (rc != 0)
+		return rc;
+	for (int i = 0; i < b->nsmall; i++) {
+		const small_coll *s = &b->small[i];
+		MPI_CHECK(MPI_Iallreduce(s->send, s->recv, s->count, s->type, s->op, g.comm,
+					 &b->reqs[i]),
+			  err, "%s of step %ld", s->what, step + 1);
+	}
+	double limit = g.timeout + (g.w.rank == 0 ? 0 : WF_MIN(5.0, 0.25 * g.timeout));
+	int posted = 0;
+	for (long wakes = 0;; wakes++) {
+		pthread_mutex_lock(&b->mu);
+		size_t ready = b->ready;
+		double waits_at = b->waits_at;
+		int quit = b->quit;
+		pthread_mutex_unlock(&b->mu);
+		if (quit)
+			return wf_errf(err, WF_ESTOPPED, "the allreduce of step %ld was abandoned",
+				       step + 1);
+		for (; posted < b->nbuckets && bucket_hi(b, posted) <= ready; posted++)
+			MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, b->buf + bucket_lo(b, posted),
+						 (int)(bucket_hi(b, posted) - bucket_lo(b, posted)),
+						 MPI_FLOAT, MPI_SUM, g.comm,
+						 &b->reqs[b->nsmall + posted]),
+				  err, "gradient bucket %d of step %ld", posted, step + 1);
+		int done = 0;
+		MPI_CHECK(MPI_Testall(b->nsmall + posted, b->reqs, &done, MPI_STATUSES_IGNORE), err,
+			  "waiting for %s", wt->phase);
+		if (done && posted == b->nbuckets)
+			return 0;
+		double now = wf_now();
+		if (now - wt->hb.sent_at > HB_PERIOD)
+			rc = hb_send(&wt->hb, err);
+		else if ((wakes & 63) == 0)
+			rc = hb_poll(&wt->hb, err);
+		if (rc != 0)
+			return rc;
+		if (waits_at > 0 && now - waits_at > limit)
+			return stall_report(wt, first_pending(b->nsmall + posted, b->reqs),
+					    bucket_label, b, now - waits_at, err);
+		/* in flight: progress again soon; else sleep until more is final */
+		double nap = done ? HB_PERIOD : PROGRESS_US * 1e-6;
+		struct timespec until;
+		clock_gettime(CLOCK_MONOTONIC, &until);
+		long ns = until.tv_nsec + (long)(nap * 1e9);
+		until.tv_sec += ns / 1000000000L;
+		until.tv_nsec = ns % 1000000000L;
+		pthread_mutex_lock(&b->mu);
+		if (b->ready == ready && b->waits_at == waits_at && !b->quit)
+			pthread_cond_timedwait(&b->wake, &b->mu, &until);
+		pthread_mutex_unlock(&b->mu);
+	}
+}
+
+static void *comm_main(void *arg)
+{
+	wf_mpi_buckets *b = arg;
+	pthread_mutex_lock(&b->mu);
+	for (;;) {
+		while (b->state != BK_RUNNING && !b->quit)
+			pthread_cond_wait(&b->wake, &b->mu);
+		if (b->quit)
+			break;
+		long step = b->step;
+		pthread_mutex_unlock(&b->mu);
+		int rc = comm_step(b, step, &b->terr);
+		if (rc != 0)
+			g.failed = 1; /* collectives may be left in flight: never finalise */
+		pthread_mutex_lock(&b->mu);
+		b->rc = rc;
+		b->state = BK_DONE;
+		pthread_cond_signal(&b->idle);
+	}
+	pthread_mutex_unlock(&b->mu);
+	return NULL;
+}
+
+/* floats per bucket for bucket_mb MiB, within MPI's int counts */
+static size_t bucket_floats(double bucket_mb)
+{
+	double floats = bucket_mb * 1024.0 * 1024.0 / sizeof(float);
+	return floats < 1024 ? 1024 : floats > INT_MAX ? (size_t)INT_MAX : (size_t)floats;
+}
+
+static void buckets_free(wf_mpi_buckets *b)
+{
+	if (!b)
+		return;
+	if (b->thread_started) {
+		pthread_mutex_lock(&b->mu);
+		b->quit = 1;
+		pthread_cond_signal(&b->wake);
+		pthread_mutex_unlock(&b->mu);
+		pthread_join(b->thread, NULL);
+		pthread_cond_destroy(&b->idle);
+		pthread_cond_destroy(&b->wake);
+		pthread_mutex_destroy(&b->mu);
+	}
+	if (b->wt == &b->own)
+		hb_free(&b->own.hb);
+	free(b->reqs);
+	free(b);
+}
+
+/* The buckets of buf[n] (their owner's waiter wt, or NULL: their own),
+ * with nsmall small collectives sent first; the thread starts in a world
+ * of more than one, with every signal blocked (the training thread takes
+ * them). */
+static int buckets_new(wf_mpi_buckets **out, float *buf, size_t n, double bucket_mb,
+		       const small_coll *small, int nsmall, waiter *wt, wf_err *err)
+{
+	*out = NULL;
 	wf_mpi_buckets *b = calloc(1, sizeof(*b));
 	if (!b)
 		return wf_errf(err, WF_ENOMEM, "out of memory");
 	b->buf = buf;
 	b->n = n;
-	b->bucket = WF_MAX((size_t)1, (size_t)(bucket_mb * 1048576.0 / sizeof(float)));
-	b->nbuckets = (int)((n + b->bucket - 1) / b->bucket);
-	b->reqs = calloc((size_t)b->nbuckets + 1, sizeof(MPI_Request));
+	b->bucket = bucket_floats(bucket_mb);
+	b->nbuckets = n ? (int)((n + b->bucket - 1) / b->bucket) : 0;
+	b->nsmall = nsmall;
+	memcpy(b->small, small, (size_t)nsmall * sizeof(*small));
+	b->wt = wt ? wt : &b->own;
+	b->reqs = malloc((size_t)(nsmall + b->nbuckets + 1) * sizeof(*b->reqs));
 	if (!b->reqs) {
-		free(b);
-		return wf_errf(err, WF_ENOMEM, "out of memory");
+		wf_errf(err, WF_ENOMEM, "out of memory for %d buckets", b->nbuckets);
+		buckets_free(b);
+		return WF_ENOMEM;
 	}
+	for (int i = 0; i < nsmall + b->nbuckets; i++)
+		b->reqs[i] = MPI_REQUEST_NULL;
+	if (g.w.size < 2) {
+		*out = b;
+		return 0;
+	}
+	int rc = 0;
+	if (!wt && (rc = hb_init(&b->own.hb, err)) != 0) {
+		buckets_free(b);
+		return rc;
+	}
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_mutex_init(&b->mu, NULL);
+	pthread_cond_init(&b->wake, &ca);
+	pthread_cond_init(&b->idle, NULL);
+	pthread_condattr_destroy(&ca);
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = pthread_create(&b->thread, NULL, comm_main, b);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (rc != 0) {
+		pthread_cond_destroy(&b->idle);
+		pthread_cond_destroy(&b->wake);
+		pthread_mutex_destroy(&b->mu);
+		buckets_free(b);
+		return wf_errf(err, WF_EINTERNAL, "starting the communication thread: %s",
+			       strerror(rc));
+	}
+	b->thread_started = 1;
 	*out = b;
 	return 0;
 }
 
+static int full_buckets(const wf_mpi_buckets *b, size_t done)
+{
+	return done >= b->n ? b->nbuckets : (int)(done / b->bucket);
+}
+
+/* Training thread: [0, done) of step `step` is final (opens the step the
+ * first time); waits = 1: nothing more comes, the deadline starts. */
+static void buckets_hand(wf_mpi_buckets *b, long step, size_t done, int waits)
+{
+	pthread_mutex_lock(&b->mu);
+	int wake = 0;
+	if (b->state == BK_IDLE) {
+		b->state = BK_RUNNING;
+		b->step = step;
+		b->ready = 0;
+		b->waits_at = 0;
+		wake = 1;
+	}
+	if (b->state == BK_RUNNING) {
+		if (done > b->ready) {
+			wake |= full_buckets(b, done) > full_buckets(b, b->ready);
+			b->ready = done;
+		}
+		if (waits) {
+			b->waits_at = wf_now();
+			wake = 1;
+		}
+	}
+	if (wake)
+		pthread_cond_signal(&b->wake);
+	pthread_mutex_unlock(&b->mu);
+}
+
+/* Training thread: hand over the rest and wait for the step (passively:
+ * the thread's own deadline bounds it). */
+static int buckets_finish(wf_mpi_buckets *b, long step, wf_err *err)
+{
+	buckets_hand(b, step, b->n, 1);
+	pthread_mutex_lock(&b->mu);
+	while (b->state != BK_DONE)
+		pthread_cond_wait(&b->idle, &b->mu);
+	b->state = BK_IDLE;
+	int rc = b->rc;
+	pthread_mutex_unlock(&b->mu);
+	if (rc != 0)
+		*err = b->terr;
+	return rc;
+}
+
+/* The cluster benchmark's modelled workers: the same buckets, no small
+ * collectives, their own stall inspector. */
+int wf_mpi_buckets_create(wf_mpi_buckets **out, float *buf, size_t n, double bucket_mb, wf_err *err)
+{
+	return buckets_new(out, buf, n, bucket_mb, NULL, 0, NULL, err);
+}
+
 void wf_mpi_buckets_free(wf_mpi_buckets *b)
 {
-	if (b)
-		free(b->reqs);
-	free(b);
-	if (buckets_waiter_ready) {
-		hb_free(&buckets_waiter.hb);
-		buckets_waiter_ready = 0;
-	}
+	buckets_free(b);
 }
 
 int wf_mpi_buckets_ready(wf_mpi_buckets *b, size_t done, wf_err *err)
 {
-	if (g.w.size < 2)
-		return 0;
-	for (; b->posted < b->nbuckets; b->posted++) {
-		size_t lo = (size_t)b->posted * b->bucket, hi = WF_MIN(b->n, lo + b->bucket);
-		if (hi > done)
-			break;
-		MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, b->buf + lo, (int)(hi - lo), MPI_FLOAT,
-					 MPI_SUM, g.comm, &b->reqs[b->posted]),
-			  err, "bucket %d", b->posted);
-	}
-	int flag;
-	if (b->posted)
-		MPI_CHECK(MPI_Testall(b->posted, b->reqs, &flag, MPI_STATUSES_IGNORE), err,
-			  "progressing the buckets");
+	(void)err;
+	if (g.w.size > 1)
+		buckets_hand(b, b->nsteps, done, 0);
 	return 0;
 }
 
@@ -518,18 +795,17 @@ int wf_mpi_buckets_wait(wf_mpi_buckets *b, wf_err *err)
 {
 	if (g.w.size < 2)
 		return 0;
-	int rc = wf_mpi_buckets_ready(b, b->n, err);
-	if (rc == 0 && !buckets_waiter_ready) {
-		if ((rc = hb_init(&buckets_waiter.hb, err)) != 0)
-			return rc;
-		buckets_waiter_ready = 1;
-	}
-	if (rc == 0)
-		rc = enter_phase(&buckets_waiter, err, "the buckets' allreduce");
-	if (rc == 0)
-		rc = wait_all(&buckets_waiter, b->nbuckets, b->reqs, NULL, NULL, err);
-	b->posted = 0;
-	return rc;
+	return buckets_finish(b, b->nsteps++, err);
+}
+
+int wf_mpi_buckets_done(wf_mpi_buckets *b)
+{
+	if (g.w.size < 2)
+		return 1;
+	pthread_mutex_lock(&b->mu);
+	int done = b->state == BK_DONE;
+	pthread_mutex_unlock(&b->mu);
+	return done;
 }
 
 void wf_mpi_world_finalize(void)
@@ -560,98 +836,34 @@ typedef struct mpi_ctx {
 	int nslots;    /* 0, 1 or 2 */
 	float *slot_m; /* backend (host) memory [n] or NULL */
 	float *slot_v;
-	size_t bucket; /* floats per gradient bucket */
-	int nbuckets;
-	MPI_Request *reqs; /* [2 + nbuckets]: statistics, stop flag, then the buckets */
-	int posted;	   /* buckets started this step */
-	int stats_posted;  /* statistics sum started this step */
+	wf_mpi_buckets *b; /* the gradient, statistics and stop flag: the communication thread */
+	int open;	   /* this step's exchange was handed to it */
 	long cur_step;	   /* step being computed (for messages) */
-	int pending_rc;	   /* an MPI failure inside grad_ready, reported by step() */
-	wf_err pending;
-	int finished;		  /* finish() succeeded: MPI may be finalised */
-	int stop_local;		  /* this rank was asked to stop (latched) */
+	int finished;	   /* finish() succeeded: MPI may be finalised */
+	int stop_local;	   /* this rank was asked to stop (latched) */
 	int stop_send, stop_recv; /* the flag in this step's MPI_MAX allreduce */
 	int stop_agreed;	  /* some rank asked: all stop after this step */
 	waiter wt;
 } mpi_ctx;
 
-#define REQ_STATS  0 /* reqs[] slots */
-#define REQ_STOP   1
-#define REQ_BUCKET 2 /* + bucket number */
-
-static size_t bucket_lo(const mpi_ctx *c, int b)
+/* The step's stop flag is this rank's request as it stood when the step's
+ * exchange began (before the thread reads it). */
+static void open_step(mpi_ctx *c)
 {
-	return (size_t)b * c->bucket;
-}
-
-static size_t bucket_hi(const mpi_ctx *c, int b)
-{
-	return WF_MIN(c->n, (size_t)(b + 1) * c->bucket);
-}
-
-static const char *req_label(void *arg, int i, char *buf, size_t n)
-{
-	const mpi_ctx *c = arg;
-	if (i == REQ_STATS)
-		snprintf(buf, n, "the batch-norm statistics (%zu floats)", c->nstate);
-	else if (i == REQ_STOP)
-		snprintf(buf, n, "the stop flag");
-	else
-		snprintf(buf, n, "gradient bucket %d of %d (floats [%zu, %zu))", i - REQ_BUCKET,
-			 c->nbuckets, bucket_lo(c, i - REQ_BUCKET), bucket_hi(c, i - REQ_BUCKET));
-	return buf;
-}
-
-/* The step's small collectives: statistics (sum) and the stop flag (max). */
-static int post_stats(mpi_ctx *c, wf_err *err)
-{
-	c->stats_posted = 1;
-	if (c->nstate > 0)
-		MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, wf_exec_state(c->ex), (int)c->nstate,
-					 MPI_FLOAT, MPI_SUM, g.comm, &c->reqs[REQ_STATS]),
-			  err, "batch-norm statistics of step %ld", c->cur_step + 1);
+	if (c->open)
+		return;
 	c->stop_send = c->stop_local;
 	c->stop_recv = 0;
-	MPI_CHECK(MPI_Iallreduce(&c->stop_send, &c->stop_recv, 1, MPI_INT, MPI_MAX, g.comm,
-				 &c->reqs[REQ_STOP]),
-		  err, "the stop flag of step %ld", c->cur_step + 1);
-	return 0;
-}
-
-/* Start every bucket that lies inside the finished prefix [0, done). */
-static int post_buckets(mpi_ctx *c, size_t done, wf_err *err)
-{
-	float *grads = wf_exec_grads(c->ex);
-	while (c->posted < c->nbuckets && bucket_hi(c, c->posted) <= done) {
-		int b = c->posted;
-		size_t lo = bucket_lo(c, b);
-		MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, grads + lo, (int)(bucket_hi(c, b) - lo),
-					 MPI_FLOAT, MPI_SUM, g.comm, &c->reqs[REQ_BUCKET + b]),
-			  err, "gradient bucket %d of step %ld", b, c->cur_step + 1);
-		c->posted++;
-	}
-	return 0;
+	c->open = 1;
 }
 
 static void mpi_grad_ready(wf_exchange *x, size_t done)
 {
 	mpi_ctx *c = x->ctx;
-	if (g.w.size < 2 || c->pending_rc != 0)
+	if (g.w.size < 2)
 		return;
-	int rc = 0;
-	if (!c->stats_posted)
-		rc = post_stats(c, &c->pending);
-	int before = c->posted;
-	if (rc == 0)
-		rc = post_buckets(c, done, &c->pending);
-	int flag = 0;
-	/* Progress what is in flight: libnbc advances only inside MPI calls. */
-	if (rc == 0 && (before > 0 || c->posted > 0) &&
-	    MPI_Testall(REQ_BUCKET + c->posted, c->reqs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
-		rc = wf_errf(&c->pending, WF_ETRANSIENT,
-			     "rank %d: a peer vanished during the allreduce of step %ld", g.w.rank,
-			     c->cur_step + 1);
-	c->pending_rc = rc;
+	open_step(c);
+	buckets_hand(c->b, c->cur_step, done, 0);
 }
 
 static int mpi_step(wf_exchange *x, long step, long *to, wf_err *err)
@@ -662,20 +874,9 @@ static int mpi_step(wf_exchange *x, long step, long *to, wf_err *err)
 	float inv = 1.0f / (float)g.w.size;
 	if (g.w.size > 1) {
 		c->cur_step = step;
-		if (c->pending_rc != 0) {
-			*err = c->pending;
-			g.failed = 1;
-			return c->pending_rc;
-		}
-		rc = enter_phase(&c->wt, err, "the allreduce of step %ld", step + 1);
-		if (rc == 0 && !c->stats_posted)
-			rc = post_stats(c, err);
-		if (rc == 0)
-			rc = post_buckets(c, c->n, err);
-		if (rc == 0)
-			rc = wait_all(&c->wt, REQ_BUCKET + c->nbuckets, c->reqs, req_label, c, err);
-		c->posted = 0;
-		c->stats_posted = 0;
+		open_step(c);
+		rc = buckets_finish(c->b, step, err);
+		c->open = 0;
 		c->cur_step = step + 1;
 		if (rc != 0)
 			return rc;
@@ -778,8 +979,8 @@ static int mpi_start(wf_exchange *x, const char *resume_dir, long resume_step, l
 	if (g.w.rank == 0)
 		wf_info("allreduce: %d ranks, %d gradient bucket%s of up to %.2f MiB, %zu "
 			"parameters; stall timeout %.0f s",
-			g.w.size, c->nbuckets, c->nbuckets == 1 ? "" : "s",
-			(double)c->bucket * sizeof(float) / (1024.0 * 1024.0), c->n, g.timeout);
+			g.w.size, c->b->nbuckets, c->b->nbuckets == 1 ? "" : "s",
+			(double)c->b->bucket * sizeof(float) / (1024.0 * 1024.0), c->n, g.timeout);
 	return 0;
 }
 
@@ -857,6 +1058,7 @@ static void mpi_free(wf_exchange *x)
 {
 	mpi_ctx *c = x->ctx;
 	if (c) {
+		buckets_free(c->b); /* the thread ends (abandoning a step left open) */
 		if (!c->finished && c->stop_agreed && !g.failed && g.w.size > 1)
 			stop_together(c);
 		if (!c->finished)
@@ -866,7 +1068,6 @@ static void mpi_free(wf_exchange *x)
 			wf_op_free(c->be, c->slot_m);
 		if (c->slot_v)
 			wf_op_free(c->be, c->slot_v);
-		free(c->reqs);
 		free(c);
 		wf_mpi_world_finalize();
 	}
@@ -917,20 +1118,24 @@ int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	c->n = m->nparams;
 	c->nstate = m->nstate;
 	c->nslots = wf_optim_slots(cfg);
-	double floats = bucket_mb * 1024.0 * 1024.0 / sizeof(float);
-	c->bucket = floats < 1024 ? 1024 : floats > INT_MAX ? (size_t)INT_MAX : (size_t)floats;
-	c->nbuckets = c->n ? (int)((c->n + c->bucket - 1) / c->bucket) : 0;
-	c->reqs = malloc((size_t)(REQ_BUCKET + c->nbuckets) * sizeof(*c->reqs));
 	size_t bytes = (c->n ? c->n : 1) * sizeof(float);
-	if (!c->reqs)
-		goto nomem;
-	for (int i = 0; i < REQ_BUCKET + c->nbuckets; i++)
-		c->reqs[i] = MPI_REQUEST_NULL;
 	if (c->nslots >= 1 && !(c->slot_m = wf_op_alloc(be, bytes)))
 		goto nomem;
 	if (c->nslots >= 2 && !(c->slot_v = wf_op_alloc(be, bytes)))
 		goto nomem;
-	if ((rc = hb_init(&c->wt.hb, err)) != 0) {
+	small_coll small[2];
+	int nsmall = 0;
+	if (c->nstate > 0) {
+		small[nsmall] = (small_coll){MPI_IN_PLACE, wf_exec_state(ex), (int)c->nstate,
+					     MPI_FLOAT,	   MPI_SUM,	      ""};
+		snprintf(small[nsmall++].what, sizeof(small->what),
+			 "the batch-norm statistics (%zu floats)", c->nstate);
+	}
+	small[nsmall++] =
+		(small_coll){&c->stop_send, &c->stop_recv, 1, MPI_INT, MPI_MAX, "the stop flag"};
+	if ((rc = hb_init(&c->wt.hb, err)) != 0 ||
+	    (rc = buckets_new(&c->b, wf_exec_grads(ex), c->n, bucket_mb, small, nsmall, &c->wt,
+			      err)) != 0) {
 		c->finished = 1; /* nothing is in flight yet */
 		mpi_free(x);
 		return rc;

@@ -6,8 +6,10 @@
  * Only exchange_mpi.c includes <mpi.h>; a build without MPI gets the stubs
  * below, which say so.
  *
- * Threads: MPI is initialised with MPI_THREAD_FUNNELED; every function here
- * must be called from the training thread. */
+ * Threads: MPI is initialised with MPI_THREAD_SERIALIZED: a step's MPI
+ * calls come from a communication thread (one per exchange or bucket set),
+ * the others from the training thread while that thread is idle; every
+ * function here must be called from the training thread. */
 #ifndef WF_EXCHANGE_MPI_H
 #define WF_EXCHANGE_MPI_H
 
@@ -59,16 +61,18 @@ void wf_mpi_mark_failed(void);
 void wf_mpi_world_finalize(void);
 
 /* A flat float buffer summed across ranks in buckets of bucket_mb MiB,
- * each started once [0, done) covers it (the cluster benchmark's modelled
- * backward; the exchange below keeps its own buckets beside its small
- * collectives). */
+ * each started by the communication thread once [0, done) covers it: the
+ * exchange's own machinery, for the cluster benchmark's modelled backward. */
 typedef struct wf_mpi_buckets wf_mpi_buckets;
 int wf_mpi_buckets_create(wf_mpi_buckets **out, float *buf, size_t n, double bucket_mb,
 			  wf_err *err);
-/* Start the buckets inside [0, done) and progress those in flight. */
+/* [0, done) of this step's buffer is final (returns at once). */
 int wf_mpi_buckets_ready(wf_mpi_buckets *b, size_t done, wf_err *err);
-/* Start the rest and wait for all (the stall timeout applies). */
+/* The whole buffer is final: wait for all (the stall timeout applies). */
 int wf_mpi_buckets_wait(wf_mpi_buckets *b, wf_err *err);
+/* 1 once the communication thread has finished this step's sums (or
+ * failed): wf_mpi_buckets_wait then returns at once; else 0. */
+int wf_mpi_buckets_done(wf_mpi_buckets *b);
 void wf_mpi_buckets_free(wf_mpi_buckets *b);
 
 /* The allreduce exchange over executor ex (a host-memory backend: ref or
@@ -124,6 +128,10 @@ static inline int wf_mpi_buckets_ready(wf_mpi_buckets *b, size_t done, wf_err *e
 static inline int wf_mpi_buckets_wait(wf_mpi_buckets *b, wf_err *err)
 {
 	return 0;
+}
+static inline int wf_mpi_buckets_done(wf_mpi_buckets *b)
+{
+	return 1;
 }
 static inline void wf_mpi_buckets_free(wf_mpi_buckets *b)
 {

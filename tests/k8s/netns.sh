@@ -9,6 +9,7 @@ NETNS_PREFIX="wk$$"
 NETNS_SWITCH="${NETNS_PREFIX}-sw"
 NETNS_PODS=() # pod names, in order
 declare -A NETNS_IP NETNS_NS NETNS_PORT
+PGIDS=() # process groups of the pods started (start_pod)
 
 # netns_supported: 0 when namespaces can be created here.
 netns_supported() {
@@ -74,8 +75,44 @@ netns_cut() {
 	ip -n "$NETNS_SWITCH" link set "${NETNS_PORT[$1]}" down
 }
 
+# start_pod POD ROLE INDEX|- -- ARGS: weft ARGS in the pod with the variables
+# of POD_ENV (the pods' ConfigMap) and WEFT_ROLE (and JOB_COMPLETION_INDEX),
+# in the background, in its own process group (added to PGIDS); output in
+# POD.log; pid in PID[POD].
+declare -A PID
+start_pod() {
+	local pod=$1 role=$2 idx=$3
+	shift 4
+	local env=("${POD_ENV[@]}" "WEFT_ROLE=$role")
+	[ "$idx" != - ] && env+=("JOB_COMPLETION_INDEX=$idx")
+	setsid ip netns exec "${NETNS_NS[$pod]}" unshare --uts \
+		sh -c 'hostname "$0" && exec "$@"' "$pod" env "${env[@]}" "$WEFT" "$@" \
+		>"$pod.log" 2>&1 &
+	PID[$pod]=$!
+	PGIDS+=("$!")
+}
+
+# wait_exit POD SECONDS: the pod's exit status in $rc (fails when it runs longer).
+wait_exit() {
+	local i
+	for ((i = 0; i < $2 * 10; i++)); do
+		if ! kill -0 "${PID[$1]}" 2>/dev/null; then
+			rc=0
+			wait "${PID[$1]}" || rc=$?
+			return 0
+		fi
+		sleep 0.1
+	done
+	fail "$1 still running after $2 s"
+}
+
+# netns_cleanup: the pods' processes killed, the namespaces removed.
 netns_cleanup() {
 	local p
+	for p in "${PGIDS[@]+"${PGIDS[@]}"}"; do
+		kill -9 -- "-$p" 2>/dev/null || true
+	done
+	wait 2>/dev/null || true
 	for p in "${NETNS_PODS[@]+"${NETNS_PODS[@]}"}"; do
 		ip netns del "${NETNS_NS[$p]}" 2>/dev/null || true
 		rm -rf "/etc/netns/${NETNS_NS[$p]}"

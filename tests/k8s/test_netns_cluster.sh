@@ -16,13 +16,7 @@ WEFT=$(readlink -f "$WEFT")
 WORK=$(mktemp -d /tmp/weft-netns-test.XXXXXX)
 chmod 755 "$WORK"
 . "$WEFT_SRC/tests/k8s/netns.sh"
-PGIDS=()
 cleanup() {
-	local p
-	for p in "${PGIDS[@]+"${PGIDS[@]}"}"; do
-		kill -9 -- "-$p" 2>/dev/null || true
-	done
-	wait 2>/dev/null || true
 	netns_cleanup
 	rm -rf "$WORK"
 }
@@ -81,21 +75,6 @@ out=$(netns_run ps-0 env "${POD_ENV[@]}" WEFT_ROLE=ps "$WEFT" tfconfig) || fail 
 echo "$out" | grep -qF "index from the host name ps-0 (StatefulSet ordinal)" ||
 	fail "ps-0 did not take its index from its host name: $out"
 
-# start_pod POD ROLE [INDEX] -- ARGS: weft ARGS in the pod, in the background,
-# in its own process group; output in POD.log; pid in PID[POD].
-declare -A PID
-start_pod() {
-	local pod=$1 role=$2 idx=$3
-	shift 4
-	local env=("${POD_ENV[@]}" "WEFT_ROLE=$role")
-	[ "$idx" != - ] && env+=("JOB_COMPLETION_INDEX=$idx")
-	setsid ip netns exec "${NETNS_NS[$pod]}" unshare --uts \
-		sh -c 'hostname "$0" && exec "$@"' "$pod" env "${env[@]}" "$WEFT" "$@" \
-		>"$pod.log" 2>&1 &
-	PID[$pod]=$!
-	PGIDS+=("$!")
-}
-
 # run_job NAME STEPS: config NAME.json and all four pods started.
 run_job() {
 	sed -e "s|STEPS|$2|" -e "s|CKPT|$WORK/$1/ckpt|" -e "s|LOGS|$WORK/$1/logs|" config.json \
@@ -104,20 +83,6 @@ run_job() {
 	start_pod chief-0 chief 0 -- train --config "$1.json" --no-progress-line
 	start_pod worker-0 worker 0 -- train --config "$1.json" --no-progress-line
 	start_pod worker-1 worker 1 -- train --config "$1.json" --no-progress-line
-}
-
-# wait_exit POD SECONDS: the pod's exit status in $rc (fails when it runs longer).
-wait_exit() {
-	local i
-	for ((i = 0; i < $2 * 10; i++)); do
-		if ! kill -0 "${PID[$1]}" 2>/dev/null; then
-			rc=0
-			wait "${PID[$1]}" || rc=$?
-			return 0
-		fi
-		sleep 0.1
-	done
-	fail "$1 still running after $2 s"
 }
 
 # ---- 1. the whole job -------------------------------------------------------

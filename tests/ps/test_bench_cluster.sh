@@ -2,10 +2,11 @@
 # an emulated network: sync parameter servers (real servers and client, in
 # their own namespaces) and, where mpirun exists, MPI allreduce under a real
 # mpirun whose ranks start in their namespaces. Each configuration prints
-# one JSON line with a positive step time, the bound and the efficiency; the
-# namespaces are gone afterwards; the same with replicated servers. No timing is asserted (the machine is
-# shared), but each line carries the network's counters (retransmissions,
-# timeouts, queue drops). Skips (77) without root or network namespaces.
+# one JSON line with a positive step time, the bound, the efficiency and the
+# workers' CPU time per step; the namespaces are gone afterwards; the same
+# with replicated servers. No timing is asserted (the machine is shared),
+# but each line carries the network's counters (retransmissions, timeouts,
+# queue drops). Skips (77) without root or network namespaces.
 . "$WEFT_SRC/tests/ps/lib.sh"
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
 	echo "SKIP: needs root and iproute2 (ip, tc) for network namespaces"
@@ -35,6 +36,7 @@ got = {(r["mode"], r["workers"]) for r in rows}
 assert got == want, (got, want)
 for r in rows:
     assert r["step_ms"] > 0 and r["bound_ms"] > 0 and 0 < r["efficiency"], r
+    assert r["cpu_ms_per_step"] > 0, r  # the workers' own CPU time per step
     assert all(len(r[k]) == 2 and min(r[k]) >= 0 for k in
                ("tcp_retrans_per_step", "tcp_rto_per_step", "drops_in_per_step")), r
     assert r["grad_bytes"] == 4 * 272474 or r["grad_bytes"] > 0, r

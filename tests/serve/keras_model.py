@@ -7,12 +7,11 @@ else on PyTorch).
         layer is named "pixels" and whose first layers are Rescaling(1/255)
         and Normalization: it takes raw 0-255 pixels, as Keras models often
         do; K classes, softmax
-    keras_model.py predict MODEL.keras DUMP X.npy OUT.npy
+    keras_model.py predict MODEL.keras X.npy DUMP OUT.npy [DUMP OUT.npy ...]
         Keras's probabilities for X (raw pixels, [N,8,8,3] float32) with the
-        weights of DUMP (`weft inspect --dump` of a weft model: "layer/param
-        v0 v1 ..."), or of the .keras file itself when DUMP is "-"
-    keras_model.py check
-        exit 0 when Keras can be imported
+        weights of each DUMP (`weft inspect --dump` of a weft model:
+        "layer/param v0 v1 ..."), or of the .keras file itself when DUMP is
+        "-", into its OUT (one process: importing Keras takes most of the time)
 Exits 77 when Keras cannot be imported, saying so."""
 import os
 import sys
@@ -65,8 +64,7 @@ def make(out, k):
     print("%s: Keras %s on %s" % (out, keras.__version__, keras.backend.backend()))
 
 
-def predict(model, dump, xfile, out):
-    keras = keras_module()
+def predict(keras, model, dump, x, out):
     m = keras.saving.load_model(model)
     if dump != "-":
         tensors = {}
@@ -81,16 +79,16 @@ def predict(model, dump, xfile, out):
             names = ["kernel", "bias"][:len(ws)]
             layer.set_weights([tensors["%s/%s" % (layer.name, n)].reshape(w.shape)
                                for n, w in zip(names, ws)])
-    x = np.load(xfile)
     np.save(out, np.asarray(m.predict(x, verbose=0), dtype=np.float32))
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 2 and sys.argv[1] == "check":
-        keras_module()
-    elif len(sys.argv) == 4 and sys.argv[1] == "make":
-        make(sys.argv[2], int(sys.argv[3]))
-    elif len(sys.argv) == 6 and sys.argv[1] == "predict":
-        predict(*sys.argv[2:])
+    a = sys.argv[1:]
+    if len(a) == 3 and a[0] == "make":
+        make(a[1], int(a[2]))
+    elif len(a) >= 5 and len(a) % 2 == 1 and a[0] == "predict":
+        keras, x = keras_module(), np.load(a[2])
+        for dump, out in zip(a[3::2], a[4::2]):
+            predict(keras, a[1], dump, x, out)
     else:
         sys.exit(__doc__)

@@ -456,6 +456,148 @@ static void test_replies_carry_probabilities_labels_and_binary(void)
 	free(body);
 }
 
+/* One tensor, whatever carries it: raw bytes, numbers or encoded images
+ * build the same model input through wf_serve_tensor_input, and each rule
+ * refuses with the carrier's own name for the values. */
+static void test_one_tensor_builder_for_every_carrier(void)
+{
+	wf_image_io io = test_io();
+	int64_t dims[4] = {2, 2, 2, 3};
+	float x[24];
+	uint8_t px[24];
+	for (int i = 0; i < 24; i++) {
+		px[i] = (uint8_t)(i * 10);
+		x[i] = (float)px[i];
+	}
+	wf_err err = {0};
+	wf_serve_input a, b, c, d;
+	wf_serve_tensor_view raw = {.name = "input",
+				    .datatype = "FP32",
+				    .dims = dims,
+				    .ndim = 4,
+				    .raw = (const uint8_t *)x,
+				    .raw_len = sizeof(x),
+				    .has_raw = 1,
+				    .raw_what = "raw_input_contents"};
+	wf_serve_tensor_view values = {.name = "input",
+				       .datatype = "FP32",
+				       .dims = dims,
+				       .ndim = 4,
+				       .values = x,
+				       .nvalues = 24,
+				       .has_values = 1,
+				       .values_what = "fp32_contents"};
+	WF_CHECK_INT(wf_serve_tensor_input(&io, &raw, NULL, &a, &err), 0);
+	WF_CHECK_INT(wf_serve_tensor_input(&io, &values, NULL, &b, &err), 0);
+	WF_CHECK(a.n == 2 && b.n == 2 && !memcmp(a.x, b.x, sizeof(x)) && a.x[5] == 50.0f);
+	/* UINT8 pixels, as bytes or as whole numbers: the model's preprocessing */
+	wf_serve_tensor_view u8raw = raw, u8values = values;
+	u8raw.datatype = u8values.datatype = "UINT8";
+	u8raw.raw = px;
+	u8raw.raw_len = sizeof(px);
+	WF_CHECK_INT(wf_serve_tensor_input(&io, &u8raw, NULL, &c, &err), 0);
+	WF_CHECK_INT(wf_serve_tensor_input(&io, &u8values, NULL, &d, &err), 0);
+	WF_CHECK(!memcmp(c.x, d.x, sizeof(x)));
+	WF_CHECK_NEAR(c.x[1], (10.0 / 255 - 0.5) / 0.25, 1e-5);
+	wf_serve_input_free(&a);
+	wf_serve_input_free(&b);
+	wf_serve_input_free(&c);
+	wf_serve_input_free(&d);
+	/* the rules, in the carrier's words */
+	raw.raw_len -= 4;
+	WF_CHECK_INT(wf_serve_tensor_input(&io, &raw, NULL, &a, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "raw_input_contents 92") != NULL);
+	values.nvalues = 23;
+	WF_CHECK_INT(wf_serve_tensor_input(&io, &values, NULL, &a, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "fp32_contents has 23 values, shape needs 24") != NULL);
+	x[3] = 256;
+	WF_CHECK_INT(wf_serve_tensor_input(&io, &u8values, NULL, &a, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "UINT8 value 256") != NULL);
+	dims[1] = 3;
+	WF_CHECK_INT(wf_serve_tensor_input(&io, &u8raw, NULL, &a, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "[N,2,2,3]") != NULL);
+	u8raw.name = "image";
+	WF_CHECK_INT(wf_serve_tensor_input(&io, &u8raw, NULL, &a, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "unknown input \"image\"") != NULL);
+	/* BYTES: raw elements (4-byte length, then the image) and listed images agree */
+	unsigned long jl = 0;
+	const unsigned char rgb[3] = {200, 30, 90};
+	unsigned char *jpg = solid_jpeg(4, 4, rgb, &jl);
+	uint8_t *el = malloc(4 + jl);
+	el[0] = (uint8_t)jl;
+	el[1] = (uint8_t)(jl >> 8);
+	el[2] = el[3] = 0;
+	memcpy(el + 4, jpg, jl);
+	int64_t one[1] = {1};
+	wf_serve_bytes img = {jpg, jl};
+	wf_serve_tensor_view braw = {.name = "input",
+				     .datatype = "BYTES",
+				     .dims = one,
+				     .ndim = 1,
+				     .raw = el,
+				     .raw_len = 4 + jl,
+				     .has_raw = 1,
+				     .raw_what = "binary_data_size"};
+	wf_serve_tensor_view blist = {.name = "input",
+				      .datatype = "BYTES",
+				      .dims = one,
+				      .ndim = 1,
+				      .elements = &img,
+				      .nelements = 1,
+				      .has_elements = 1,
+				      .values_what = "bytes_contents"};
+	WF_CHECK_INT(wf_serve_tensor_input(&io, &braw, NULL, &a, &err), 0);
+	WF_CHECK_INT(wf_serve_tensor_input(&io, &blist, NULL, &b, &err), 0);
+	WF_CHECK(a.n == 1 && b.n == 1 && !memcmp(a.x, b.x, 12 * sizeof(float)));
+	wf_serve_input_free(&a);
+	wf_serve_input_free(&b);
+	braw.raw_len -= 1;
+	WF_CHECK_INT(wf_serve_tensor_input(&io, &braw, NULL, &a, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "binary_data_size: BYTES element 0 is truncated") != NULL);
+	free(el);
+	free(jpg);
+}
+
+/* The outputs a request may ask for are checked once, and the reply's
+ * tensors (values, classification strings) are made once for every
+ * protocol. */
+static void test_outputs_checked_and_made_once(void)
+{
+	wf_err err = {0};
+	wf_serve_output o[2] = {{0}};
+	const char *names[2] = {"logits", "probabilities"};
+	long cls[2] = {0, 2};
+	WF_CHECK_INT(wf_serve_outputs_check(names, cls, 2, o, &err), 0);
+	WF_CHECK(o[0].logits == 1 && o[1].logits == 0 && o[1].classification == 2);
+	names[1] = "logits";
+	WF_CHECK_INT(wf_serve_outputs_check(names, cls, 2, o, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "requested twice") != NULL);
+	names[1] = "scores";
+	WF_CHECK_INT(wf_serve_outputs_check(names, cls, 2, o, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "unknown output \"scores\"") != NULL);
+	names[1] = "probabilities";
+	cls[1] = -1;
+	WF_CHECK_INT(wf_serve_outputs_check(names, cls, 2, o, &err), WF_EINVAL);
+	WF_CHECK(strstr(err.msg, "positive integer") != NULL);
+	WF_CHECK_INT(wf_serve_outputs_check(names, cls, 3, o, &err), WF_EINVAL);
+	/* the tensors: logits as FP32 values; probabilities' top 2 as BYTES */
+	float logits[6] = {0, 1, 3, 2, 0, 0}, probs[6];
+	wf_serve_softmax(logits, probs, 2, 3);
+	char *labels[3] = {"cat", NULL, "eel"};
+	cls[1] = 2;
+	WF_CHECK_INT(wf_serve_outputs_check(names, cls, 2, o, &err), 0);
+	wf_serve_tensor t[2];
+	WF_CHECK_INT(wf_serve_tensors_make(o, 2, logits, probs, 2, 3, 0, labels, NULL, t, &err), 0);
+	WF_CHECK(!strcmp(t[0].datatype, "FP32") && t[0].len == sizeof(logits) &&
+		 !memcmp(t[0].data, logits, sizeof(logits)) && t[0].dims[0] == 2 &&
+		 t[0].dims[1] == 3);
+	WF_CHECK(!strcmp(t[1].datatype, "BYTES") && t[1].ndim == 2 && t[1].dims[1] == 2);
+	/* the first element: sample 0's best class, eel (index 2) */
+	uint32_t l0 = (uint32_t)t[1].data[0] | (uint32_t)t[1].data[1] << 8;
+	WF_CHECK(l0 > 6 && l0 < 40 && !memcmp(t[1].data + 4 + l0 - 6, ":2:eel", 6));
+	wf_serve_tensors_free(t, 2);
+}
+
 int main(void)
 {
 	WF_RUN(test_base64_roundtrip_and_garbage_rejected);
@@ -468,5 +610,7 @@ int main(void)
 	WF_RUN(test_kserve_large_json_data);
 	WF_RUN(test_own_input_name_and_raw_numbers);
 	WF_RUN(test_replies_carry_probabilities_labels_and_binary);
+	WF_RUN(test_one_tensor_builder_for_every_carrier);
+	WF_RUN(test_outputs_checked_and_made_once);
 	return wf_test_summary();
 }
