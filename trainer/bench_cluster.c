@@ -41,7 +41,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -367,7 +366,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			}
 		}
 		/* the timeline: when each chunk's reply landed (in push order) */
-		for (int k = 0; tl && !o->layer_ready && rc == 0 && k < pl.nchunks; k++) {
+		for (int k = 0; tl && rc == 0 && k < pl.nchunks; k++) {
 			rc = wf_ps_client_wait_chunk(cl, k, err);
 			land_at[k] = (wf_now() - t0) * 1e3;
 		}
@@ -516,13 +515,9 @@ static int ps_child_main(void *p)
 	wf_err e = {0};
 	int rc = a->server ? serve(a->o, a->cf, a->l, a->index, &e)
 			   : ps_work(a->o, a->cf, a->l, a->index, &e);
-	struct rusage ru;
-	if (rc == 0 && getrusage(RUSAGE_SELF, &ru) == 0) {
-		/* CPU seconds per step of this process (all its threads) */
-		double cpu = ru.ru_utime.tv_sec + ru.ru_stime.tv_sec +
-			     (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
-		printf(RESULT_TAG " cpu %s=%.4f\n", a->server ? "server" : "worker",
-		       cpu / (double)(a->o->warmup + a->o->steps));
+	if (rc == 0 && a->server) { /* its CPU per step, warm-up included (all its threads) */
+		printf(RESULT_TAG " server_cpu_ms=%.3f\n",
+		       cpu_now() * 1e3 / (double)(a->o->warmup + a->o->steps));
 		fflush(stdout);
 	}
 	if (rc != 0)
@@ -698,11 +693,11 @@ static int write_layout(const run *r, const layout *l, wf_err *err)
 }
 
 typedef struct outcome {
-	double median_ms, p90_ms;      /* the slowest rank's */
-	long staleness;		       /* -1: not reported */
-	int ranks;		       /* result lines seen */
-	double cpu_ms;		       /* sum over the ranks of CPU ms per measured step */
-	double cpu_server, cpu_worker; /* the busiest process's CPU seconds per step */
+	double median_ms, p90_ms; /* the slowest rank's */
+	long staleness;		  /* -1: not reported */
+	int ranks;		  /* result lines seen */
+	double cpu_ms;		  /* sum over the ranks of CPU ms per measured step */
+	double server_cpu_ms;	  /* the busiest server's CPU ms per step */
 } outcome;
 
 static void parse_line(const char *line, outcome *oc)
@@ -713,10 +708,8 @@ static void parse_line(const char *line, outcome *oc)
 	line = strstr(line, RESULT_TAG);
 	if (!line)
 		return;
-	if (sscanf(line, RESULT_TAG " cpu server=%lf", &cpu) == 1) {
-		oc->cpu_server = WF_MAX(oc->cpu_server, cpu);
-	} else if (sscanf(line, RESULT_TAG " cpu worker=%lf", &cpu) == 1) {
-		oc->cpu_worker = WF_MAX(oc->cpu_worker, cpu);
+	if (sscanf(line, RESULT_TAG " server_cpu_ms=%lf", &cpu) == 1) {
+		oc->server_cpu_ms = WF_MAX(oc->server_cpu_ms, cpu);
 	} else if (sscanf(line, RESULT_TAG " staleness_max=%ld", &st) == 1) {
 		oc->staleness = st;
 	} else if (sscanf(line, RESULT_TAG " rank=%*d median_ms=%lf p90_ms=%lf", &med, &p90) == 2) {
@@ -842,7 +835,6 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 		t->retrans += c.retrans;
 		t->timeouts += c.timeouts;
 		t->drops_in += c.drops_in;
-		t->drops_out += c.drops_out;
 	}
 	stop_all(&r);
 	wf_netem_destroy(&r.net);
@@ -870,10 +862,10 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 	       oc.median_ms > 0 ? bound / oc.median_ms : 0, overlap,
 	       oc.median_ms > 0 ? overlap / oc.median_ms : 0);
 	if (ps)
-		printf(", \"chunk_bytes\": %ld, \"replicas\": %d, \"compression\": \"%s\"",
-		       o->chunk_bytes, cf->replicas, wf_ps_compression_name(cf->compression));
-	if (ps && o->layer_ready)
-		printf(", \"layer_ready\": 1");
+		printf(", \"chunk_bytes\": %ld, \"replicas\": %d, \"compression\": \"%s\", "
+		       "\"layer_ready\": %d",
+		       o->chunk_bytes, cf->replicas, wf_ps_compression_name(cf->compression),
+		       o->layer_ready);
 	else
 		printf(", \"bucket_mb\": %g", o->bucket_mb);
 	if (oc.staleness >= 0)
@@ -886,8 +878,8 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 	       "\"drops_in_per_step\": [%.1f, %.1f]",
 	       net[0].retrans / steps, net[1].retrans / steps, net[0].timeouts / steps,
 	       net[1].timeouts / steps, net[0].drops_in / steps, net[1].drops_in / steps);
-	if (oc.cpu_server > 0 || oc.cpu_worker > 0)
-		printf(", \"cpu_s_per_step\": [%.3f, %.3f]", oc.cpu_worker, oc.cpu_server);
+	if (ps)
+		printf(", \"server_cpu_ms_per_step\": %.1f", oc.server_cpu_ms);
 	printf("}\n");
 	fflush(stdout);
 	return 0;
@@ -1017,6 +1009,12 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 			     "bench cluster: need 0 < --scale <= 1, --steps >= 1, --warmup >= 0, "
 			     "--batch >= 1, --compute-ms >= 0, --bucket-mb > 0, --chunk-bytes >= "
 			     "1024, --timeout > 0");
+		goto cleanup;
+	}
+	if (o.timeline && o.layer_ready) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "--timeline waits for every reply after the backward, --layer-ready "
+			     "during the next forward: give one of them");
 		goto cleanup;
 	}
 	wf_ps_compression comps[4];

@@ -2,7 +2,8 @@
  * be without starting it: the model's size, which server keeps which bytes
  * (ps/placement.h: chunks placed by size, largest first on the least loaded
  * server), the copies with ps.replicas, and the bytes each link carries in a
- * step, with the time they take at common link rates. */
+ * step (pushes at half with ps.compression bf16), with the time they take at
+ * common link rates. */
 #include "trainer/launch.h"
 
 #include "model/model.h"
@@ -34,11 +35,13 @@ int wf_launch_plan(FILE *out, const wf_config *cfg, int nps, int ntrainers, wf_e
 	}
 	int R = (int)cfg->ps.replicas, sync = strncmp(cfg->strategy.mode, "sync", 4) == 0;
 	double total = (double)m->nparams * sizeof(float);
+	/* the bytes of a push per byte of values: bf16 gradients are half */
+	double push = cfg->ps.comp == WF_PS_COMPRESSION_BF16 ? 0.5 : 1.0;
 	fprintf(out,
 		"model %s: %zu parameters (%.2f MiB), %d tensors; %d trainers, %d servers, "
-		"mode %s, ps.replicas %d\n",
+		"mode %s, ps.replicas %d, ps.compression %s\n",
 		cfg->model.name, m->nparams, total / MIB, m->nviews, ntrainers, nps,
-		cfg->strategy.mode, R);
+		cfg->strategy.mode, R, wf_ps_compression_name(cfg->ps.comp));
 	fprintf(out,
 		"placement: %d chunks of at most %ld bytes (ps.chunk_bytes), each on the server "
 		"then holding the fewest bytes, largest first\n",
@@ -59,7 +62,7 @@ int wf_launch_plan(FILE *out, const wf_config *cfg, int nps, int ntrainers, wf_e
 		}
 		/* in: every trainer's push of this share, plus the copies of
 		 * the groups it backs; out: the replies, plus its own copies */
-		double in = ntrainers * own + copies, outb = ntrainers * own + (R - 1) * own;
+		double in = ntrainers * own * push + copies, outb = ntrainers * own + (R - 1) * own;
 		fprintf(out,
 			"  ps %d: %d chunks, %.2f MiB (%.1f%%)%s; a step: %.2f MiB in, %.2f MiB "
 			"out\n",
@@ -70,8 +73,8 @@ int wf_launch_plan(FILE *out, const wf_config *cfg, int nps, int ntrainers, wf_e
 			busiest_s = s;
 		}
 	}
-	fprintf(out, "  each trainer: a step pushes %.2f MiB and pulls %.2f MiB\n", total / MIB,
-		total / MIB);
+	fprintf(out, "  each trainer: a step pushes %.2f MiB and pulls %.2f MiB\n",
+		total * push / MIB, total / MIB);
 	fprintf(out,
 		"busiest link: ps %d, %.2f MiB a step%s; at 1 / 10 / 100 Gbit/s that is %.1f / "
 		"%.2f / %.3f ms a step\n",

@@ -307,12 +307,12 @@ static uint64_t proc_field(const char *text, const char *prefix, const char *nam
 	return 0;
 }
 
-/* Packets the qdisc of `dev` dropped ("dropped N" in tc -s). */
-static uint64_t qdisc_drops(const char *where, const char *dev)
+/* Packets the qdisc of `dev` (in this namespace) dropped ("dropped N" in tc -s). */
+static uint64_t qdisc_drops(const char *dev)
 {
 	char line[160], out[2048];
 	wf_err ignore;
-	snprintf(line, sizeof(line), "tc %s -s qdisc show dev %s", where, dev);
+	snprintf(line, sizeof(line), "tc -s qdisc show dev %s", dev);
 	if (run_capture(out, sizeof(out), &ignore, line) != 0)
 		return 0;
 	const char *d = strstr(out, "dropped ");
@@ -321,7 +321,7 @@ static uint64_t qdisc_drops(const char *where, const char *dev)
 
 int wf_netem_counters_get(const wf_netem *ne, int node, wf_netem_counters *c, wf_err *err)
 {
-	char ns[64], line[160], where[80], host[24];
+	char ns[64], line[160], host[24];
 	static char out[16384];
 	memset(c, 0, sizeof(*c));
 	wf_netem_ns(ne, node, ns, sizeof(ns));
@@ -331,9 +331,7 @@ int wf_netem_counters_get(const wf_netem *ne, int node, wf_netem_counters *c, wf
 		return rc;
 	c->retrans = proc_field(out, "Tcp:", "RetransSegs");
 	c->timeouts = proc_field(out, "TcpExt:", "TCPTimeouts");
-	snprintf(where, sizeof(where), "-n %s", ns);
 	snprintf(host, sizeof(host), "%sh%d", ne->tag, node);
-	c->drops_out = qdisc_drops(where, "eth0");
-	c->drops_in = qdisc_drops("", host);
+	c->drops_in = qdisc_drops(host);
 	return 0;
 }

@@ -56,10 +56,9 @@ void wf_netem_sweep(void);
 int wf_netem_enter(const wf_netem *ne, int node, wf_err *err);
 /* What TCP and the shaping queues of one node saw, since the node was made. */
 typedef struct wf_netem_counters {
-	uint64_t retrans;   /* TCP segments it retransmitted (RetransSegs) */
-	uint64_t timeouts;  /* its retransmission timeouts (TCPTimeouts) */
-	uint64_t drops_out; /* packets its upload queue (its eth0) dropped */
-	uint64_t drops_in;  /* packets its download queue (the bridge port) dropped */
+	uint64_t retrans;  /* TCP segments it retransmitted (RetransSegs) */
+	uint64_t timeouts; /* its retransmission timeouts (TCPTimeouts) */
+	uint64_t drops_in; /* packets its download queue (the bridge port) dropped */
 } wf_netem_counters;
 /* Read node's counters (from its namespace's /proc/net and tc -s). */
 int wf_netem_counters_get(const wf_netem *ne, int node, wf_netem_counters *c, wf_err *err);

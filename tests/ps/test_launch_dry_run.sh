@@ -3,7 +3,8 @@
 # up to the model; a model in fewer chunks than servers is pointed out), the
 # copies of ps.replicas, and the bytes of a step on each server's link (a
 # sync step: every trainer pushes the server's share and pulls it back; a
-# primary sends its share once more to each copy). A bad job is refused as
+# primary sends its share once more to each copy; with ps.compression bf16
+# the pushes are half). A bad job is refused as
 # it would be at a real launch.
 . "$WEFT_SRC/tests/ps/lib.sh"
 make_synth train.h5 64 32 3
@@ -28,6 +29,18 @@ for s, _, own, _, backs, i, o in rows:
     assert abs(float(i) - (4 * mib[s] + mib[backs])) < 0.04, (s, i)
     assert abs(float(o) - 5 * mib[s]) < 0.04, (s, o)
 assert "each trainer: a step pushes %.2f MiB" % (params * 4 / 2**20) in t, t
+PY
+# bf16 pushes: each server receives half of what it did, and sends as much
+"$WEFT" launch --dry-run --ps 3 --workers 4 "${cfg[@]}" --set ps.chunk_bytes=65536 \
+	--set ps.compression=bf16 >bf16.txt || fail "dry run with bf16 failed"
+python3 - bf16.txt <<'PY' || fail "the bf16 plan's figures do not add up: $(cat bf16.txt)"
+import re, sys
+t = open(sys.argv[1]).read()
+assert "ps.compression bf16" in t, t
+rows = re.findall(r"ps \d: \d+ chunks, ([\d.]+) MiB .*; a step: ([\d.]+) MiB in, ([\d.]+) MiB out", t)
+assert len(rows) == 3, rows
+for own, i, o in rows:
+    assert abs(float(i) - 2 * float(own)) < 0.04 and abs(float(o) - 4 * float(own)) < 0.04, rows
 PY
 # one chunk for three servers: two hold nothing, and the plan says what to do
 "$WEFT" launch --dry-run --ps 3 --workers 2 "${cfg[@]}" --set ps.chunk_bytes=4194304 >one.txt ||
