@@ -641,11 +641,17 @@ typedef struct outcome {
 	double cpu_ms;		  /* sum over the ranks of CPU ms per step */
 } outcome;
 
-static void parse_line(const char *line, outcome *oc)
+/* A result line, where another process's output may precede it on the
+ * same line (the children share one pipe); other lines go to stderr. */
+static void parse_line(const char *text, outcome *oc)
 {
 	double med, p90;
 	long st;
-	if (sscanf(line, RESULT_TAG " staleness_max=%ld", &st) == 1) {
+	const char *line = strstr(text, RESULT_TAG);
+	if (!line) {
+		if (*text)
+			fprintf(stderr, "%s\n", text);
+	} else if (sscanf(line, RESULT_TAG " staleness_max=%ld", &st) == 1) {
 		oc->staleness = st;
 	} else if (sscanf(line, RESULT_TAG " rank=%*d median_ms=%lf p90_ms=%lf", &med, &p90) == 2) {
 		oc->median_ms = WF_MAX(oc->median_ms, med);
@@ -791,6 +797,15 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 	if (oc.staleness >= 0)
 		printf(", \"staleness_max\": %ld", oc.staleness);
 	printf(", \"cpu_ms_per_step\": %.1f", oc.cpu_ms / cf->workers);
+	double load = -1;
+	FILE *lf = fopen("/proc/loadavg", "r");
+	if (lf) {
+		if (fscanf(lf, "%lf", &load) != 1)
+			load = -1;
+		fclose(lf);
+	}
+	if (load >= 0) /* the machine's, at the end: other work shares the cores */
+		printf(", \"load_avg\": %.2f", load);
 	printf("}\n");
 	fflush(stdout);
 	return 0;
