@@ -3,12 +3,16 @@
 # cluster`), a scaling curve per mode: 1..32 workers (parameter servers: one
 # per four workers), ResNet50's layer sizes scaled to the link, modelled
 # compute; PyTorch DDP (gloo) in the same emulation as the peer. Writes
-# OUT.jsonl (one line per configuration), prints a table (step time,
-# images/s, efficiency against the bandwidth bound, weft / DDP) and, where
-# matplotlib is at hand, plots OUT.png. Needs root, iproute2 and mpirun.
+# OUT.jsonl (one line per configuration and round), prints a table (step
+# time, images/s, efficiency against the bandwidth bound, the workers' CPU
+# ms per step, weft / DDP) and, where matplotlib is at hand, plots OUT.png.
+# ROUNDS > 1 runs every worker count that many times, the modes interleaved
+# in each round; the table then gives medians over the rounds and, for
+# weft / DDP, the median of each round's ratio. Needs root, iproute2 and
+# mpirun.
 #
 #   bench/bench_cluster.sh [BUILD_DIR]
-#   env: MODEL SCALE LINK COMPUTE STEPS WORKERS MODES OUT
+#   env: MODEL SCALE LINK COMPUTE STEPS WORKERS MODES ROUNDS OUT
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd)
@@ -20,6 +24,7 @@ COMPUTE=${COMPUTE:-300/600} # ms forward/backward: comm and compute of one order
 STEPS=${STEPS:-10}
 WORKERS=${WORKERS:-"1 2 4 8 16 32"}
 MODES=${MODES:-"sync allreduce ddp"}
+ROUNDS=${ROUNDS:-1}
 OUT=${OUT:-$SRC/bench/cluster}
 [ -x "$WEFT" ] || { echo "no weft binary at $WEFT (build first, or pass the build dir)"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -35,26 +40,43 @@ echo "== $MODEL x $SCALE, links $LINK, compute $COMPUTE ms, $STEPS steps, modes:
 : >"$OUT.jsonl"
 for w in $WORKERS; do
 	s=$(((w + 3) / 4))
-	"$WEFT" bench cluster --model "$MODEL" --scale "$SCALE" --link "$LINK" \
-		--compute-ms "$COMPUTE" --steps "$STEPS" --workers "$w" --servers "$s" \
-		--mode "$(echo $MODES | tr ' ' ,)" ${PY:+--python "$PY"} 2>>"$OUT.log" | tee -a "$OUT.jsonl" ||
-		echo "$w workers: a configuration failed (see $OUT.log); going on" >&2
+	for round in $(seq "$ROUNDS"); do
+		"$WEFT" bench cluster --model "$MODEL" --scale "$SCALE" --link "$LINK" \
+			--compute-ms "$COMPUTE" --steps "$STEPS" --workers "$w" --servers "$s" \
+			--mode "$(echo $MODES | tr ' ' ,)" ${PY:+--python "$PY"} 2>>"$OUT.log" |
+			sed "s/}\$/, \"round\": $round}/" | tee -a "$OUT.jsonl" ||
+			echo "$w workers, round $round: a configuration failed (see $OUT.log); going on" >&2
+	done
 done
 PLOT=python3
 [ -n "$PY" ] && "$PY" -c 'import matplotlib' 2>/dev/null && PLOT=$PY
 "$PLOT" - "$OUT" <<'PY'
-import json, sys
+import json, statistics, sys
 out = sys.argv[1]
 rows = [json.loads(l) for l in open(out + ".jsonl") if l.strip()]
-ddp = {r["workers"]: r for r in rows if r["mode"] == "ddp"}
-print("| mode | workers | servers | step ms (p90) | images/s | bound ms | efficiency | vs DDP |")
-print("|---|---|---|---|---|---|---|---|")
+med = lambda v: statistics.median(v) if v else float("nan")
+groups = {}
 for r in rows:
-    peer = ddp.get(r["workers"])
-    vs = f'{peer["step_ms"] / r["step_ms"]:.2f}x' if peer and r["mode"] != "ddp" else ""
-    print(f'| {r["mode"]} | {r["workers"]} | {r["servers"] or ""} | {r["step_ms"]:.0f} '
-          f'({r["step_ms_p90"]:.0f}) | {r["images_per_sec"]:.0f} | {r["bound_ms"]:.0f} | '
-          f'{r["efficiency"]:.2f} | {vs} |')
+    groups.setdefault((r["mode"], r["workers"]), []).append(r)
+ddp = {(r["workers"], r.get("round", 1)): r for r in rows if r["mode"] == "ddp"}
+print("| mode | workers | servers | step ms (p90) | images/s | bound ms | efficiency | "
+      "CPU ms/step | load | vs DDP |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for (mode, w), rs in groups.items():
+    step = med([r["step_ms"] for r in rs])
+    ratios = [ddp[(w, r.get("round", 1))]["step_ms"] / r["step_ms"] for r in rs
+              if (w, r.get("round", 1)) in ddp]
+    vs = f"{med(ratios):.2f}x" if ratios and mode != "ddp" else ""
+    if len(ratios) > 1 and mode != "ddp":
+        vs += f' ({", ".join(f"{x:.2f}" for x in ratios)})'
+    loads = [r["load_avg"] for r in rs if "load_avg" in r]
+    load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else ""
+    r0 = rs[0]
+    print(f'| {mode} | {w} | {r0["servers"] or ""} | {step:.0f} '
+          f'({med([r["step_ms_p90"] for r in rs]):.0f}) | '
+          f'{r0["images_per_sec"] * r0["step_ms"] / step:.0f} | {r0["bound_ms"]:.0f} | '
+          f'{r0["bound_ms"] / step:.2f} | {med([r.get("cpu_ms_per_step", 0) for r in rs]):.0f} | '
+          f'{load} | {vs} |')
 try:
     import matplotlib
     matplotlib.use("Agg")
@@ -64,7 +86,7 @@ except ImportError:
     sys.exit(0)
 fig, ax = plt.subplots(1, 2, figsize=(10, 4))
 for mode in dict.fromkeys(r["mode"] for r in rows):
-    rs = [r for r in rows if r["mode"] == mode]
+    rs = [r for r in rows if r["mode"] == mode and r.get("round", 1) == 1]
     ax[0].plot([r["workers"] for r in rs], [r["images_per_sec"] for r in rs], "o-", label=mode)
     ax[1].plot([r["workers"] for r in rs], [r["efficiency"] for r in rs], "o-", label=mode)
 for a, t in zip(ax, ("images/s", "efficiency (bound / measured)")):

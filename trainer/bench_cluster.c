@@ -700,15 +700,19 @@ typedef struct outcome {
 	double server_cpu_ms;	  /* the busiest server's CPU ms per step */
 } outcome;
 
-static void parse_line(const char *line, outcome *oc)
+/* A result line, where another process's output may precede it on the
+ * same line (the children share one pipe); other lines go to stderr. */
+static void parse_line(const char *text, outcome *oc)
 {
 	double med, p90, cpu;
 	long st;
-	/* a child's own output without a newline (a peer's library) may come first */
-	line = strstr(line, RESULT_TAG);
-	if (!line)
-		return;
-	if (sscanf(line, RESULT_TAG " server_cpu_ms=%lf", &cpu) == 1) {
+	/* a child's own output without a newline (a peer's library) may come
+	 * first; what is not a result goes on to stderr */
+	const char *line = strstr(text, RESULT_TAG);
+	if (!line) {
+		if (*text)
+			fprintf(stderr, "%s\n", text);
+	} else if (sscanf(line, RESULT_TAG " server_cpu_ms=%lf", &cpu) == 1) {
 		oc->server_cpu_ms = WF_MAX(oc->server_cpu_ms, cpu);
 	} else if (sscanf(line, RESULT_TAG " staleness_max=%ld", &st) == 1) {
 		oc->staleness = st;
@@ -880,6 +884,15 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 	       net[1].timeouts / steps, net[0].drops_in / steps, net[1].drops_in / steps);
 	if (ps)
 		printf(", \"server_cpu_ms_per_step\": %.1f", oc.server_cpu_ms);
+	double load = -1;
+	FILE *lf = fopen("/proc/loadavg", "r");
+	if (lf) {
+		if (fscanf(lf, "%lf", &load) != 1)
+			load = -1;
+		fclose(lf);
+	}
+	if (load >= 0) /* the machine's, at the end: other work shares the cores */
+		printf(", \"load_avg\": %.2f", load);
 	printf("}\n");
 	fflush(stdout);
 	return 0;
