@@ -58,6 +58,16 @@ static void leave(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr
 	wf_pss_membership_changed(s);
 }
 
+/* Some chunk here holds pushes of the step it aggregates. */
+static int step_under_way(const server *s)
+{
+	for (int i = 0; i < s->nchunks; i++)
+		for (int w = 0; w < s->nworkers; w++)
+			if (s->chunks[i].pushed[w])
+				return 1;
+	return 0;
+}
+
 /* A message from worker w: its membership (register, leave, a worker
  * declared dead). 1 when the message was answered here. */
 static int worker_message(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h, int w)
@@ -86,6 +96,14 @@ static int worker_message(server *s, const uint8_t *rid, size_t rid_len, const w
 	 * there again) */
 	if (wk->alive != 1 && s->cfg->min_workers > 0)
 		membership_event(s, "worker_joined", w, 1);
+	/* elastic: a worker that (re)joins while a step is under way here is
+	 * awaited only from its first push on. It waits for the servers to
+	 * agree on a step before it pushes (worker/exchange_ps.c): a server
+	 * that waited for it in the step under way would never get there. */
+	if (wk->alive != 1 || h->op == WF_PS_OP_REGISTER)
+		wk->awaited = !step_under_way(s);
+	if (h->op == WF_PS_OP_PUSH_PULL)
+		wk->awaited = 1;
 	wk->alive = 1;
 	return 0;
 }

@@ -144,6 +144,7 @@ typedef struct group {
 
 typedef struct worker {
 	int alive;	  /* -1 never seen, 1 alive, 0 declared dead */
+	int awaited;	  /* elastic: a step's sum waits for it (see worker_message) */
 	double last_seen; /* seconds */
 	long last_step;	  /* highest step pushed, -1 none */
 	long stall_step;  /* step last reported stalled */
@@ -225,7 +226,9 @@ typedef struct server {
 static inline int wf_pss_required(const server *s, int w)
 {
 	int a = s->workers[w].alive;
-	return a == 1 || (a == -1 && s->cfg->min_workers <= 0);
+	if (s->cfg->min_workers > 0) /* elastic: a member, awaited */
+		return a == 1 && s->workers[w].awaited;
+	return a != 0;
 }
 
 /* Data units are handed out (backup workers or elastic membership). */

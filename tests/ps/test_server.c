@@ -705,6 +705,71 @@ cleanup:
 	kill_children();
 }
 
+/* Elastic: a worker that registers while a step is under way at a server is
+ * not awaited in that step there (it waits for the servers to agree on a
+ * step before it pushes; a server waiting for it would never get there),
+ * and is awaited once it pushed. */
+static void test_elastic_join_mid_step(void)
+{
+	wf_ps_server_cfg sc;
+	base_cfg(&sc, 0, 1, 3);
+	sc.backend = "ref";
+	sc.optim.momentum = 0;
+	sc.min_workers = 2;
+	sc.elastic_lr_linear = 1;
+	start_server(&sc);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], pc[NPARAMS], g[NPARAMS], want[NPARAMS];
+	wf_err e = {0};
+	push_contributors = 1;
+	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
+	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0.1);
+	wf_ps_client *c = NULL;
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+		goto cleanup;
+	fill(g, NPARAMS, 17);
+	/* step 0: worker 0 has pushed when worker 2 registers; worker 1's push
+	 * completes the step without it */
+	for (int k = 0; k < pl.nchunks; k++)
+		wf_ps_client_push_pull_async(a, k, g, 0, 0, &e);
+	c = make_client(&pl, pc, NULL, WF_PS_ROLE_WORKER, 2, 0.1);
+	if (!c)
+		goto cleanup;
+	WF_CHECK_INT(wf_ps_client_register(c, NULL, NULL, &e), 0);
+	double t0 = wf_now();
+	for (int k = 0; k < pl.nchunks; k++)
+		wf_ps_client_push_pull_async(b, k, g, 0, 0, &e);
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_now() - t0 < 5, "the step waited %.1f s for the joiner", wf_now() - t0);
+	for (int i = 0; i < NPARAMS; i++)
+		want[i] = p0[i] - 0.1f * (2 * g[i]) / 3;
+	WF_CHECK_MSG(max_diff(pa, want, NPARAMS) < 1e-6f, "%g", max_diff(pa, want, NPARAMS));
+	/* step 1: the joiner pulls and pushes first; from then on it counts */
+	WF_CHECK_INT(wf_ps_client_pull(c, -1, NULL, &e), 0);
+	for (int k = 0; k < pl.nchunks; k++)
+		wf_ps_client_push_pull_async(c, k, g, 1, 0, &e);
+	for (int k = 0; k < pl.nchunks; k++) {
+		wf_ps_client_push_pull_async(a, k, g, 1, 0, &e);
+		wf_ps_client_push_pull_async(b, k, g, 1, 0, &e);
+	}
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_wait_all(c, &e) == 0, "%s", e.msg);
+	for (int i = 0; i < NPARAMS; i++)
+		want[i] -= 0.1f * (3 * g[i]) / 3;
+	WF_CHECK_MSG(max_diff(pc, want, NPARAMS) < 1e-6f, "%g", max_diff(pc, want, NPARAMS));
+	WF_CHECK(max_diff(pa, pc, NPARAMS) == 0.0f && max_diff(pb, pc, NPARAMS) == 0.0f);
+cleanup:
+	push_contributors = 4;
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_client_free(c);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
 static void test_stalled_worker_is_named(void)
 {
 	wf_ps_server_cfg sc;
@@ -785,6 +850,7 @@ int main(void)
 	WF_RUN(test_checkpoint_kill9_restore);
 	WF_RUN(test_dead_worker_leaves_count);
 	WF_RUN(test_elastic_membership);
+	WF_RUN(test_elastic_join_mid_step);
 	WF_RUN(test_stalled_worker_is_named);
 	WF_RUN(test_client_timeout_names_server);
 	kill_children();
