@@ -3,8 +3,8 @@
 # in a namespace of its own, so the host's network is never touched), its own
 # /etc/hosts giving Kubernetes-style names (ip netns exec bind-mounts
 # /etc/netns/<ns>/hosts over /etc/hosts) and, through a UTS namespace, its
-# own host name. Source it after setting WORK; call netns_cleanup from the
-# test's EXIT trap. Needs root (CAP_NET_ADMIN, CAP_SYS_ADMIN).
+# own host name. A test sources it and calls netns_test_begin. Needs root
+# (CAP_NET_ADMIN, CAP_SYS_ADMIN).
 NETNS_PREFIX="wk$$"
 NETNS_SWITCH="${NETNS_PREFIX}-sw"
 NETNS_PODS=() # pod names, in order
@@ -104,6 +104,33 @@ wait_exit() {
 		sleep 0.1
 	done
 	fail "$1 still running after $2 s"
+}
+
+# netns_test_begin: a test on pods begins: WEFT and WEFT_SRC checked, no
+# cluster identity inherited, a fresh $WORK as the current directory,
+# removed with the pods and namespaces on exit, fail() (the pods' logs with
+# the message); skips (77) without the privileges to create namespaces.
+netns_test_begin() {
+	: "${WEFT:?set WEFT to the weft binary}"
+	: "${WEFT_SRC:?set WEFT_SRC to the source tree}"
+	unset TF_CONFIG OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE JOB_COMPLETION_INDEX WEFT_ROLE
+	WEFT=$(readlink -f "$WEFT")
+	WORK=$(mktemp -d /tmp/weft-netns-test.XXXXXX)
+	chmod 755 "$WORK"
+	trap 'netns_cleanup; rm -rf "$WORK"' EXIT
+	cd "$WORK"
+	fail() {
+		echo "FAIL: $*" >&2
+		for f in "$WORK"/*.log; do
+			[ -f "$f" ] && { echo "--- $f (last 30 lines)" >&2; tail -30 "$f" >&2; }
+		done
+		exit 1
+	}
+	if [ "$(id -u)" != 0 ] || ! netns_supported; then
+		echo "SKIP: cannot create network and UTS namespaces here (needs root:" \
+			"CAP_NET_ADMIN, CAP_SYS_ADMIN, and iproute2's ip)"
+		exit 77
+	fi
 }
 
 # netns_cleanup: the pods' processes killed, the namespaces removed.

@@ -12,33 +12,8 @@
 # checkpoint and a loss that learned. Skips (77) without the privileges to
 # create namespaces.
 set -euo pipefail
-: "${WEFT:?set WEFT to the weft binary}"
-: "${WEFT_SRC:?set WEFT_SRC to the source tree}"
-unset TF_CONFIG OMPI_COMM_WORLD_RANK OMPI_COMM_WORLD_SIZE JOB_COMPLETION_INDEX WEFT_ROLE
-WEFT=$(readlink -f "$WEFT")
-WORK=$(mktemp -d /tmp/weft-netns-elastic.XXXXXX)
-chmod 755 "$WORK"
 . "$WEFT_SRC/tests/k8s/netns.sh"
-cleanup() {
-	netns_cleanup
-	rm -rf "$WORK"
-}
-trap cleanup EXIT
-cd "$WORK"
-
-fail() {
-	echo "FAIL: $*" >&2
-	for f in "$WORK"/*.log; do
-		[ -f "$f" ] && { echo "--- $f (last 25 lines)" >&2; tail -25 "$f" >&2; }
-	done
-	exit 1
-}
-
-if [ "$(id -u)" != 0 ] || ! netns_supported; then
-	echo "SKIP: cannot create network and UTS namespaces here (needs root: CAP_NET_ADMIN," \
-		"CAP_SYS_ADMIN, and iproute2's ip)"
-	exit 77
-fi
+netns_test_begin
 
 DOMAIN=default.svc.cluster.local
 netns_switch
