@@ -680,11 +680,11 @@ static void test_elastic_membership(void)
 	for (int i = 0; i < NPARAMS; i++)
 		want[i] -= 0.1f * (2 * g[i]) / 3;
 	WF_CHECK_MSG(max_diff(pc, want, NPARAMS) < 1e-6f, "%g", max_diff(pc, want, NPARAMS));
-	/* step 2: worker 0 pushes (the sum passes worker 1, not alive, and
-	 * waits for 2); worker 1 comes back before worker 2 pushes: counted */
+	/* step 2: worker 1 comes back between steps: awaited at once, and the
+	 * step counts workers 0, 1 and 2 */
+	WF_CHECK_INT(wf_ps_client_register(b, NULL, NULL, &e), 0);
 	for (int k = 0; k < pl.nchunks; k++)
 		wf_ps_client_push_pull_async(a, k, g, 2, 0, &e);
-	WF_CHECK_INT(wf_ps_client_register(b, NULL, NULL, &e), 0);
 	for (int k = 0; k < pl.nchunks; k++)
 		wf_ps_client_push_pull_async(b, k, g, 2, 0, &e);
 	for (int k = 0; k < pl.nchunks; k++)
@@ -703,6 +703,26 @@ cleanup:
 	wf_ps_client_free(c);
 	wf_ps_placement_free(&pl);
 	kill_children();
+}
+
+/* Wait (up to 10 s) until server 0 has received n pushes in all, as its
+ * stats say to a tool; 1 when it has. */
+static int wait_pushes(const wf_ps_placement *pl, uint64_t n)
+{
+	static float pt[NPARAMS];
+	wf_ps_client *tool = make_client(pl, pt, NULL, WF_PS_ROLE_TOOL, 0, 0);
+	wf_err e = {0};
+	int ok = 0;
+	for (double t0 = wf_now(); tool && !ok && wf_now() - t0 < 10;) {
+		wf_ps_stats st;
+		if (wf_ps_client_stats(tool, 0, &st, &e) != 0)
+			break;
+		ok = st.pushes >= n;
+		wf_ps_stats_free(&st);
+	}
+	wf_ps_client_free(tool);
+	WF_CHECK_MSG(ok, "server 0 did not receive %llu pushes: %s", (unsigned long long)n, e.msg);
+	return ok;
 }
 
 /* Elastic: a worker that registers while a step is under way at a server is
@@ -733,6 +753,8 @@ static void test_elastic_join_mid_step(void)
 	 * completes the step without it */
 	for (int k = 0; k < pl.nchunks; k++)
 		wf_ps_client_push_pull_async(a, k, g, 0, 0, &e);
+	if (!wait_pushes(&pl, (uint64_t)pl.nchunks)) /* the step is under way */
+		goto cleanup;
 	c = make_client(&pl, pc, NULL, WF_PS_ROLE_WORKER, 2, 0.1);
 	if (!c)
 		goto cleanup;
@@ -750,6 +772,8 @@ static void test_elastic_join_mid_step(void)
 	WF_CHECK_INT(wf_ps_client_pull(c, -1, NULL, &e), 0);
 	for (int k = 0; k < pl.nchunks; k++)
 		wf_ps_client_push_pull_async(c, k, g, 1, 0, &e);
+	if (!wait_pushes(&pl, (uint64_t)(3 * pl.nchunks))) /* the joiner's are in first */
+		goto cleanup;
 	for (int k = 0; k < pl.nchunks; k++) {
 		wf_ps_client_push_pull_async(a, k, g, 1, 0, &e);
 		wf_ps_client_push_pull_async(b, k, g, 1, 0, &e);
