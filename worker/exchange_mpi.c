@@ -483,7 +483,9 @@ int wf_mpi_bcast(void *buf, size_t bytes, int root, const char *what, wf_err *er
  * bucket's MPI_Iallreduce once the prefix covers it and, while anything
  * is in flight, calls MPI every PROGRESS_US (Open MPI's libnbc advances a
  * non-blocking collective only inside an MPI call), sleeping on a
- * condition variable between calls and when nothing is in flight. Between
+ * condition variable between calls and when nothing is in flight. Once the
+ * training thread waits, the exchange's thread polls without sleeping, as
+ * a blocking MPI wait would (that core has nothing else to do). Between
  * steps it is idle and the training thread makes its own MPI calls
  * (broadcasts, barriers): hence MPI_THREAD_SERIALIZED. The stall deadline
  * runs from the moment the training thread waits, as a blocking wait's
@@ -511,6 +513,8 @@ struct wf_mpi_buckets {
 	int nbuckets;
 	int nsmall;
 	small_coll small[2];
+	int spin;	   /* 1: once the training thread waits, poll without sleeping (its
+			    * core is free then); 0: nap (ranks that share cores) */
 	waiter *wt;	   /* the stall inspector's state: the owner's, or own */
 	waiter own;	   /* wf_mpi_buckets_create's */
 	MPI_Request *reqs; /* [nsmall + nbuckets]: the small ones, then the buckets */
@@ -598,6 +602,11 @@ static int comm_step(wf_mpi_buckets *b, long step, wf_err *err)
 		if (waits_at > 0 && now - waits_at > limit)
 			return stall_report(wt, first_pending(b->nsmall + posted, b->reqs),
 					    bucket_label, b, now - waits_at, err);
+		if (waits_at > 0 && b->spin) { /* as a blocking MPI wait would */
+			if (wakes > 256)
+				sched_yield();
+			continue;
+		}
 		/* in flight: progress again soon; else sleep until more is final */
 		double nap = done ? HB_PERIOD : PROGRESS_US * 1e-6;
 		struct timespec until;
@@ -663,11 +672,11 @@ static void buckets_free(wf_mpi_buckets *b)
 }
 
 /* The buckets of buf[n] (their owner's waiter wt, or NULL: their own),
- * with nsmall small collectives sent first; the thread starts in a world
- * of more than one, with every signal blocked (the training thread takes
- * them). */
+ * with nsmall small collectives sent first, spinning or not once the owner
+ * waits (see spin); the thread starts in a world of more than one, with
+ * every signal blocked (the training thread takes them). */
 static int buckets_new(wf_mpi_buckets **out, float *buf, size_t n, double bucket_mb,
-		       const small_coll *small, int nsmall, waiter *wt, wf_err *err)
+		       const small_coll *small, int nsmall, waiter *wt, int spin, wf_err *err)
 {
 	*out = NULL;
 	wf_mpi_buckets *b = calloc(1, sizeof(*b));
@@ -678,6 +687,7 @@ static int buckets_new(wf_mpi_buckets **out, float *buf, size_t n, double bucket
 	b->bucket = bucket_floats(bucket_mb);
 	b->nbuckets = n ? (int)((n + b->bucket - 1) / b->bucket) : 0;
 	b->nsmall = nsmall;
+	b->spin = spin;
 	memcpy(b->small, small, (size_t)nsmall * sizeof(*small));
 	b->wt = wt ? wt : &b->own;
 	b->reqs = malloc((size_t)(nsmall + b->nbuckets + 1) * sizeof(*b->reqs));
@@ -772,10 +782,11 @@ static int buckets_finish(wf_mpi_buckets *b, long step, wf_err *err)
 }
 
 /* The cluster benchmark's modelled workers: the same buckets, no small
- * collectives, their own stall inspector. */
+ * collectives, their own stall inspector; dozens share a few cores, so the
+ * thread naps even while the owner waits. */
 int wf_mpi_buckets_create(wf_mpi_buckets **out, float *buf, size_t n, double bucket_mb, wf_err *err)
 {
-	return buckets_new(out, buf, n, bucket_mb, NULL, 0, NULL, err);
+	return buckets_new(out, buf, n, bucket_mb, NULL, 0, NULL, 0, err);
 }
 
 void wf_mpi_buckets_free(wf_mpi_buckets *b)
@@ -1134,7 +1145,7 @@ int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	small[nsmall++] =
 		(small_coll){&c->stop_send, &c->stop_recv, 1, MPI_INT, MPI_MAX, "the stop flag"};
 	if ((rc = hb_init(&c->wt.hb, err)) != 0 ||
-	    (rc = buckets_new(&c->b, wf_exec_grads(ex), c->n, bucket_mb, small, nsmall, &c->wt,
+	    (rc = buckets_new(&c->b, wf_exec_grads(ex), c->n, bucket_mb, small, nsmall, &c->wt, 1,
 			      err)) != 0) {
 		c->finished = 1; /* nothing is in flight yet */
 		mpi_free(x);
