@@ -271,6 +271,35 @@ static int serve(const opts *o, const config *cf, const layout *l, int s, wf_err
 	return wf_ps_server_run(&sc, err);
 }
 
+/* --layer-ready: the forward of the model's layers in order, each when its
+ * chunks (the previous step's replies) have landed, for its share of fwd_ms. */
+static int forward_layer_ready(wf_ps_client *cl, const wf_ps_placement *pl, const layout *l,
+			       double fwd_ms, wf_err *err)
+{
+	int rc = 0;
+	for (int k = l->nrel - 1, c = pl->nchunks - 1; rc == 0 && k >= 0; k--) {
+		size_t lo = k ? l->done[k - 1] : 0; /* layer k's floats: [lo, done[k]) */
+		for (; rc == 0 && c >= 0 && pl->chunks[c].offset + pl->chunks[c].count > lo; c--)
+			rc = wf_ps_client_wait_chunk(cl, c, err);
+		double share = l->at[k] - (k ? l->at[k - 1] : 0);
+		sleep_until(wf_now() + share * fwd_ms / 1e3);
+	}
+	return rc ? rc : wf_ps_client_wait_all(cl, err);
+}
+
+/* --timeline: one step's line: per chunk its server, floats, and when its
+ * push left and its reply landed (ms from the step's start). */
+static void timeline_write(FILE *tl, long step, double step_ms, double bwd_end_ms,
+			   const wf_ps_placement *pl, const double *push_at, const double *land_at)
+{
+	fprintf(tl, "{\"step\": %ld, \"step_ms\": %.1f, \"bwd_end_ms\": %.1f, \"chunks\": [", step,
+		step_ms, bwd_end_ms);
+	for (int k = 0; k < pl->nchunks; k++)
+		fprintf(tl, "%s[%d, %zu, %.1f, %.1f]", k ? ", " : "", pl->chunks[k].server,
+			pl->chunks[k].count, push_at[k], land_at[k]);
+	fprintf(tl, "]}\n");
+}
+
 /* One modelled worker against the servers: rank 0 seeds them, all meet at a
  * barrier, then warmup + steps steps; rank 0 prints the staleness the
  * servers saw and shuts them down. */
@@ -336,23 +365,10 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 		if (step == o->warmup)
 			cpu0 = cpu_now();
 		double t0 = wf_now();
-		if (o->layer_ready) {
-			/* the previous step's replies land while this forward runs:
-			 * each layer (the first one first) waits for its own chunks */
-			for (int k = l->nrel - 1, c = pl.nchunks - 1; rc == 0 && k >= 0; k--) {
-				size_t lo = k ? l->done[k - 1] : 0;
-				for (; rc == 0 && c >= 0 &&
-				       pl.chunks[c].offset + pl.chunks[c].count > lo;
-				     c--)
-					rc = wf_ps_client_wait_chunk(cl, c, err);
-				double share = l->at[k] - (k ? l->at[k - 1] : 0);
-				sleep_until(wf_now() + share * o->fwd_ms / 1e3);
-			}
-			if (rc == 0)
-				rc = wf_ps_client_wait_all(cl, err);
-		} else {
+		if (o->layer_ready)
+			rc = forward_layer_ready(cl, &pl, l, o->fwd_ms, err);
+		else
 			sleep_until(t0 + o->fwd_ms / 1e3);
-		}
 		double tb = wf_now();
 		int next = 0;
 		for (int k = 0; rc == 0 && k < l->nrel; k++) {
@@ -374,17 +390,9 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			rc = wf_ps_client_wait_all(cl, err);
 		if (step >= o->warmup)
 			ms[step - o->warmup] = (wf_now() - t0) * 1e3;
-		if (tl && rc == 0) {
-			fprintf(tl,
-				"{\"step\": %ld, \"step_ms\": %.1f, \"bwd_end_ms\": %.1f, "
-				"\"chunks\": [",
-				step, (wf_now() - t0) * 1e3, o->fwd_ms + o->bwd_ms);
-			for (int k = 0; k < pl.nchunks; k++)
-				fprintf(tl, "%s[%d, %zu, %.1f, %.1f]", k ? ", " : "",
-					pl.chunks[k].server, pl.chunks[k].count, push_at[k],
-					land_at[k]);
-			fprintf(tl, "]}\n");
-		}
+		if (tl && rc == 0)
+			timeline_write(tl, step, (wf_now() - t0) * 1e3, o->fwd_ms + o->bwd_ms, &pl,
+				       push_at, land_at);
 	}
 	double cpu_ms = (cpu_now() - cpu0) * 1e3 / (double)o->steps;
 	if (tl)
@@ -900,6 +908,23 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 
 /* ---- the command ------------------------------------------------------------------------ */
 
+/* "none,bf16" into comps (at most 4); *n gets the count. */
+static int parse_compressions(const char *s, wf_ps_compression *comps, int *n, wf_err *err)
+{
+	char list[64], *save = NULL;
+	snprintf(list, sizeof(list), "%s", s);
+	*n = 0;
+	for (char *t = strtok_r(list, ",", &save); t && *n < 4; t = strtok_r(NULL, ",", &save)) {
+		int rc = wf_ps_compression_parse(t, &comps[*n], err);
+		if (rc != 0)
+			return wf_err_wrap(err, "--compression"), rc;
+		++*n;
+	}
+	return *n ? 0
+		  : wf_errf(err, WF_EINVAL, "--compression \"%s\": expected %s", s,
+			    WF_PS_COMPRESSIONS);
+}
+
 /* "1,2,4" into ints; 0 or the count. */
 static int parse_ints(const char *s, int *out, int max)
 {
@@ -1032,18 +1057,8 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 	}
 	wf_ps_compression comps[4];
 	int ncomp = 0;
-	char clist[64];
-	snprintf(clist, sizeof(clist), "%s", compression);
-	char *csave = NULL;
-	for (char *t = strtok_r(clist, ",", &csave); t && ncomp < 4;
-	     t = strtok_r(NULL, ",", &csave))
-		if ((rc = wf_ps_compression_parse(t, &comps[ncomp++], err)) != 0)
-			goto cleanup;
-	if (!ncomp) {
-		rc = wf_errf(err, WF_EINVAL, "--compression \"%s\": expected %s", compression,
-			     WF_PS_COMPRESSIONS);
+	if ((rc = parse_compressions(compression, comps, &ncomp, err)) != 0)
 		goto cleanup;
-	}
 	if ((link && (rc = wf_netem_parse_rate(link, &o.link.rate_bps, err)) != 0) ||
 	    (delay && (rc = wf_netem_parse_delay(delay, &o.link.delay_ms, err)) != 0))
 		goto cleanup;

@@ -59,6 +59,13 @@ assert len(t) == 4, len(t)
 for s in t:
     assert s["chunks"] and all(c[0] in (0, 1) and c[1] > 0 and c[3] >= c[2] for c in s["chunks"]), s' ||
 	fail "bad --replicas result: $(cat rep.jsonl)"
+# the next forward layer by layer as the chunks land (--layer-ready)
+"$WEFT" bench cluster --model resnet20 --scale 1 --workers 2 --servers 1 --mode sync --layer-ready \
+	--link 200mbit --compute-ms 2/4 --steps 3 --warmup 1 --timeout 60 >lr.jsonl 2>lr.log ||
+	fail "weft bench cluster --layer-ready failed: $(tail -5 lr.log)"
+python3 -c 'import json; r=[json.loads(l) for l in open("lr.jsonl")]
+assert len(r) == 1 and r[0]["layer_ready"] == 1 and r[0]["step_ms"] > 0, r' ||
+	fail "bad --layer-ready result: $(cat lr.jsonl)"
 left=$(orphans)
 [ -z "$left" ] || fail "namespaces left behind: $left"
 echo ok
