@@ -428,6 +428,9 @@ void wf_pss_op_join(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	if (gr->role == GRP_PRIMARY) {
 		int n = install_backup(s, g, from, h->aux);
 		if (n >= 0) {
+			/* its heartbeat replies may still bring the incarnation
+			 * change this join follows: not a new restart */
+			s->peers[from].inc = (uint32_t)h->step;
 			wf_info("ps %d: ps %d joins group %d as a backup: sending its %d chunk(s) "
 				"at step %ld",
 				s->cfg->index, from, g, n, group_step(s, g));
@@ -448,7 +451,9 @@ void wf_pss_op_join(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 static void ask_join(server *s, int g, int p, int failover)
 {
 	wf_ps_hdr h;
-	peer_hdr(s, &h, WF_PS_OP_JOIN, (uint32_t)g, 0);
+	/* step: this process's incarnation, which the primary's heartbeats
+	 * then expect (a restart it learns of before the join is not one) */
+	peer_hdr(s, &h, WF_PS_OP_JOIN, (uint32_t)g, (long)s->incarnation);
 	h.aux = s->groups[g].join_id;
 	if (failover)
 		h.flags |= WF_PS_FLAG_FAILOVER;
