@@ -688,7 +688,8 @@ static int buckets_new(wf_mpi_buckets **out, float *buf, size_t n, double bucket
 	b->nbuckets = n ? (int)((n + b->bucket - 1) / b->bucket) : 0;
 	b->nsmall = nsmall;
 	b->spin = spin;
-	memcpy(b->small, small, (size_t)nsmall * sizeof(*small));
+	if (nsmall > 0) /* small may be NULL when there are none */
+		memcpy(b->small, small, (size_t)nsmall * sizeof(*small));
 	b->wt = wt ? wt : &b->own;
 	b->reqs = malloc((size_t)(nsmall + b->nbuckets + 1) * sizeof(*b->reqs));
 	if (!b->reqs) {
