@@ -36,7 +36,7 @@ int wf_cpus_default_threads(int busy_at_start);
  * of OMP_WAIT_POLICY and GOMP_SPINCOUNT in the environment (NULL: unset):
  * 0 when those already say (a non-empty value: the user's choice); else 2,
  * with the NAME=VALUE assignments in env: WF_CPUS_BUSY_ENV (the busy CPUs
- * found now), then GOMP_SPINCOUNT=WF_CPUS_IDLE_SPIN (a short spin) when
+ * found now), then GOMP_SPINCOUNT=wf_cpus_idle_spin() (a short spin) when
  * none is busy, else OMP_WAIT_POLICY=passive. A main puts them into its
  * environment and calls wf_cpus_reexec before any OpenMP code runs (the
  * runtime reads its environment when it loads). */
@@ -47,10 +47,18 @@ int wf_cpus_openmp_wait_env(const char *wait, const char *spin, char env[2][WF_C
  * Returns only when that failed; the program then runs on as it is. */
 void wf_cpus_reexec(char **argv);
 /* Sleeping costs each short parallel region a wake-up (smallcnn trained at
- * 0.88x of spinning); a spin this short gives that back on an idle machine
- * and, unlike libgomp's default of 300000, ends long before another
- * process's time slice. */
-#define WF_CPUS_IDLE_SPIN "20000"
+ * 0.88x of spinning on an idle machine). A spin gives that back, but a team
+ * that spins while another process wants its cores wastes the spin on every
+ * wait: two 2-thread processes started together on 2 idle vCPUs, each
+ * spinning 200 us (20000 rounds of a 10 ns pause), ran at 0.77x (training)
+ * and 0.49x (inference) of the same pair sleeping at once. So the spin is
+ * bounded in time, not in rounds (one round is a load and a pause, whose
+ * cost ranges from a few cycles to ~140 between CPUs): this many
+ * microseconds, about one futex wake-up. */
+#define WF_CPUS_IDLE_SPIN_US 10
+/* GOMP_SPINCOUNT rounds that take WF_CPUS_IDLE_SPIN_US here (the pause
+ * instruction timed once, the fastest of a few tries), >= 100. */
+long wf_cpus_idle_spin(void);
 /* Set by the mains with the wait choice (weft chose the wait policy, not the
  * user): the count of CPUs found busy at start. */
 #define WF_CPUS_BUSY_ENV "WEFT_CPUS_BUSY_AT_START"

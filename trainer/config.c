@@ -312,10 +312,12 @@ static const env_def env_only[] = {
 	 "addresses (needed with --insecure)"},
 	{"OMP_NUM_THREADS", "", "set: `train.threads` 0 leaves the thread count to the library"},
 	{"OMP_WAIT_POLICY, GOMP_SPINCOUNT", "",
-	 "OpenMP spinning: both unset, weft sets GOMP_SPINCOUNT=" WF_CPUS_IDLE_SPIN " (a short "
-	 "spin) when no CPU is busy at start, else OMP_WAIT_POLICY=passive, and re-executes "
-	 "itself once; `weft launch` gives its processes passive waits; `weft version` shows "
-	 "them"},
+	 "OpenMP spinning: both unset, weft sets GOMP_SPINCOUNT to the rounds of a " STR(
+		 WF_CPUS_IDLE_SPIN_US) " us spin on this CPU when no CPU is busy at start, else "
+				       "OMP_WAIT_POLICY=passive, and re-executes "
+				       "itself once; `weft launch` gives its processes passive "
+				       "waits; `weft version` shows "
+				       "them"},
 	{WF_CPUS_BUSY_ENV, "",
 	 "set by weft for its re-executed self: the CPUs found busy at start"},
 };

@@ -1,13 +1,13 @@
 # test_threads.sh: weft's default thread count follows the CPU affinity it is
 # started with and leaves out a CPU another process keeps busy; its OpenMP
-# threads spin only briefly (GOMP_SPINCOUNT=20000) when no CPU was busy at
+# threads spin only briefly (GOMP_SPINCOUNT: the rounds of a 10 us spin) when no CPU was busy at
 # start and sleep at once (OMP_WAIT_POLICY=passive) when one was, both set
 # before the runtime loads, unless the user's environment says otherwise.
 . "$WEFT_SRC/tests/trainer/lib.sh"
 unset OMP_NUM_THREADS # the user's OMP_NUM_THREADS wins; the default is what is tested here
 command -v taskset >/dev/null || { echo "SKIP: taskset not installed (util-linux)"; exit 77; }
 "$WEFT" version >v.txt
-grep -Eq "OpenMP wait policy (passive|\(unset\), GOMP_SPINCOUNT 20000)" v.txt ||
+grep -Eq "OpenMP wait policy (passive|\(unset\), GOMP_SPINCOUNT [0-9]+)" v.txt ||
 	fail "OpenMP threads neither sleep nor spin briefly: $(cat v.txt)"
 OMP_WAIT_POLICY=active "$WEFT" version >v1.txt
 grep -q "wait policy active" v1.txt || fail "the user's OMP_WAIT_POLICY was overridden"
@@ -16,7 +16,7 @@ grep -q "wait policy (unset), GOMP_SPINCOUNT 1000" v2.txt || fail "the user's GO
 cpu=$(taskset -pc $$ | sed 's/.*: *//; s/[,-].*//')
 taskset -c "$cpu" "$WEFT" version >v3.txt
 grep -q "cpus: 1 default threads (affinity 1" v3.txt || fail "affinity of one CPU does not give 1 thread"
-grep -q "GOMP_SPINCOUNT 20000" v3.txt || fail "no short spin with no busy CPU: $(cat v3.txt)"
+grep -Eq "GOMP_SPINCOUNT [0-9]+" v3.txt || fail "no short spin with no busy CPU: $(cat v3.txt)"
 # two CPUs, one of them kept busy by another process: one thread
 read -r c0 c1 < <(python3 -c 'import os; c = sorted(os.sched_getaffinity(0)); print(c[0], c[-1])')
 if [ "$c0" != "$c1" ]; then

@@ -134,6 +134,21 @@ static void *io_thread_main(void *arg)
 	return NULL;
 }
 
+static void test_idle_spin_is_bounded_in_rounds(void)
+{
+	/* rounds of a WF_CPUS_IDLE_SPIN_US spin: at least 100, and at most what
+	 * a 0.1 ns round would take */
+	long n = wf_cpus_idle_spin();
+	WF_CHECK(n >= 100 && n <= WF_CPUS_IDLE_SPIN_US * 10000L);
+	char env[2][WF_CPUS_ENV_LEN];
+	WF_CHECK(wf_cpus_openmp_wait_env("passive", NULL, env) == 0);
+	WF_CHECK(wf_cpus_openmp_wait_env(NULL, "5", env) == 0);
+	WF_CHECK(wf_cpus_openmp_wait_env("", "", env) == 2);
+	WF_CHECK(strncmp(env[0], WF_CPUS_BUSY_ENV "=", strlen(WF_CPUS_BUSY_ENV) + 1) == 0);
+	WF_CHECK(strcmp(env[1], "OMP_WAIT_POLICY=passive") == 0 ||
+		 strncmp(env[1], "GOMP_SPINCOUNT=", 15) == 0);
+}
+
 static void test_io_thread_is_named_and_niced(void)
 {
 	int seen[2] = {-100, 0}, before = getpriority(PRIO_PROCESS, (id_t)gettid());
