@@ -619,7 +619,9 @@ cleanup:
  * step waits, then fails for good after elastic_timeout; a worker joining
  * while a step is open counts in it, wherever its index falls in the order
  * of the sum; each update is lr x (the step's gradients) / 3. */
-static void test_elastic_membership(void)
+/* Elastic tests: one ref server for 3 workers, at least 2 alive, lr scaled
+ * linearly, plain SGD (lr 0.1): a step of n pushes moves p by 0.1 n g / 3. */
+static void start_elastic_server(double elastic_timeout)
 {
 	wf_ps_server_cfg sc;
 	base_cfg(&sc, 0, 1, 3);
@@ -627,8 +629,29 @@ static void test_elastic_membership(void)
 	sc.optim.momentum = 0;
 	sc.min_workers = 2;
 	sc.elastic_lr_linear = 1;
-	sc.elastic_timeout = 0.8;
+	if (elastic_timeout > 0)
+		sc.elastic_timeout = elastic_timeout;
 	start_server(&sc);
+}
+
+static void push_step(wf_ps_client *c, const wf_ps_placement *pl, const float *g, long step,
+		      wf_err *e)
+{
+	for (int k = 0; k < pl->nchunks; k++)
+		wf_ps_client_push_pull_async(c, k, g, step, 0, e);
+}
+
+#define WAIT_OK(c) WF_CHECK_MSG(wf_ps_client_wait_all((c), &e) == 0, "%s", e.msg)
+
+static void elastic_sgd(float *want, const float *g, int pushes)
+{
+	for (int i = 0; i < NPARAMS; i++)
+		want[i] -= 0.1f * ((float)pushes * g[i]) / 3;
+}
+
+static void test_elastic_membership(void)
+{
+	start_elastic_server(0.8);
 	wf_ps_placement pl;
 	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], pc[NPARAMS], g[NPARAMS], want[NPARAMS];
@@ -643,22 +666,19 @@ static void test_elastic_membership(void)
 		goto cleanup;
 	fill(g, NPARAMS, 31);
 	/* step 0: workers 0 and 1; worker 2 was never seen */
-	for (int k = 0; k < pl.nchunks; k++) {
-		wf_ps_client_push_pull_async(a, k, g, 0, 0, &e);
-		wf_ps_client_push_pull_async(b, k, g, 0, 0, &e);
-	}
-	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
-	WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
-	for (int i = 0; i < NPARAMS; i++)
-		want[i] = p0[i] - 0.1f * (2 * g[i]) / 3;
+	push_step(a, &pl, g, 0, &e);
+	push_step(b, &pl, g, 0, &e);
+	WAIT_OK(a);
+	WAIT_OK(b);
+	memcpy(want, p0, sizeof(want));
+	elastic_sgd(want, g, 2);
 	WF_CHECK_MSG(max_diff(pa, want, NPARAMS) < 1e-6f, "%g", max_diff(pa, want, NPARAMS));
 	/* worker 1 leaves: worker 0 alone is below min_workers, so step 1 waits,
 	 * then fails for good (its pushes are dropped) */
 	WF_CHECK_MSG(wf_ps_client_leave(b, &e) == 0, "%s", e.msg);
 	WF_CHECK(file_contains(log, "left: worker 1", "1 of 3 alive"));
 	double t0 = wf_now();
-	for (int k = 0; k < pl.nchunks; k++)
-		wf_ps_client_push_pull_async(a, k, g, 1, 0, &e);
+	push_step(a, &pl, g, 1, &e);
 	WF_CHECK_INT(wf_ps_client_wait_all(a, &e), WF_EINVAL);
 	double dt = wf_now() - t0;
 	WF_CHECK_MSG(strstr(e.msg, "strategy.min_workers 2") != NULL, "%s", e.msg);
@@ -671,29 +691,22 @@ static void test_elastic_membership(void)
 	WF_CHECK_INT(wf_ps_client_register(c, NULL, NULL, &e), 0);
 	WF_CHECK(file_contains(log, "joined: worker 2", "2 of 3 alive"));
 	WF_CHECK_INT(wf_ps_client_pull(c, -1, NULL, &e), 0);
-	for (int k = 0; k < pl.nchunks; k++) {
-		wf_ps_client_push_pull_async(a, k, g, 1, 0, &e);
-		wf_ps_client_push_pull_async(c, k, g, 1, 0, &e);
-	}
-	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
-	WF_CHECK_MSG(wf_ps_client_wait_all(c, &e) == 0, "%s", e.msg);
-	for (int i = 0; i < NPARAMS; i++)
-		want[i] -= 0.1f * (2 * g[i]) / 3;
+	push_step(a, &pl, g, 1, &e);
+	push_step(c, &pl, g, 1, &e);
+	WAIT_OK(a);
+	WAIT_OK(c);
+	elastic_sgd(want, g, 2);
 	WF_CHECK_MSG(max_diff(pc, want, NPARAMS) < 1e-6f, "%g", max_diff(pc, want, NPARAMS));
 	/* step 2: worker 1 comes back between steps: awaited at once, and the
 	 * step counts workers 0, 1 and 2 */
 	WF_CHECK_INT(wf_ps_client_register(b, NULL, NULL, &e), 0);
-	for (int k = 0; k < pl.nchunks; k++)
-		wf_ps_client_push_pull_async(a, k, g, 2, 0, &e);
-	for (int k = 0; k < pl.nchunks; k++)
-		wf_ps_client_push_pull_async(b, k, g, 2, 0, &e);
-	for (int k = 0; k < pl.nchunks; k++)
-		wf_ps_client_push_pull_async(c, k, g, 2, 0, &e);
-	WF_CHECK_MSG(wf_ps_client_wait_all(c, &e) == 0, "%s", e.msg);
-	WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
-	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
-	for (int i = 0; i < NPARAMS; i++)
-		want[i] -= 0.1f * (3 * g[i]) / 3;
+	push_step(a, &pl, g, 2, &e);
+	push_step(b, &pl, g, 2, &e);
+	push_step(c, &pl, g, 2, &e);
+	WAIT_OK(c);
+	WAIT_OK(b);
+	WAIT_OK(a);
+	elastic_sgd(want, g, 3);
 	WF_CHECK_MSG(max_diff(pb, want, NPARAMS) < 1e-6f, "%g", max_diff(pb, want, NPARAMS));
 	WF_CHECK(max_diff(pa, pb, NPARAMS) == 0.0f && max_diff(pc, pb, NPARAMS) == 0.0f);
 cleanup:
@@ -731,13 +744,7 @@ static int wait_pushes(const wf_ps_placement *pl, uint64_t n)
  * and is awaited once it pushed. */
 static void test_elastic_join_mid_step(void)
 {
-	wf_ps_server_cfg sc;
-	base_cfg(&sc, 0, 1, 3);
-	sc.backend = "ref";
-	sc.optim.momentum = 0;
-	sc.min_workers = 2;
-	sc.elastic_lr_linear = 1;
-	start_server(&sc);
+	start_elastic_server(0);
 	wf_ps_placement pl;
 	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], pc[NPARAMS], g[NPARAMS], want[NPARAMS];
@@ -751,8 +758,7 @@ static void test_elastic_join_mid_step(void)
 	fill(g, NPARAMS, 17);
 	/* step 0: worker 0 has pushed when worker 2 registers; worker 1's push
 	 * completes the step without it */
-	for (int k = 0; k < pl.nchunks; k++)
-		wf_ps_client_push_pull_async(a, k, g, 0, 0, &e);
+	push_step(a, &pl, g, 0, &e);
 	if (!wait_pushes(&pl, (uint64_t)pl.nchunks)) /* the step is under way */
 		goto cleanup;
 	c = make_client(&pl, pc, NULL, WF_PS_ROLE_WORKER, 2, 0.1);
@@ -760,29 +766,24 @@ static void test_elastic_join_mid_step(void)
 		goto cleanup;
 	WF_CHECK_INT(wf_ps_client_register(c, NULL, NULL, &e), 0);
 	double t0 = wf_now();
-	for (int k = 0; k < pl.nchunks; k++)
-		wf_ps_client_push_pull_async(b, k, g, 0, 0, &e);
-	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
-	WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
+	push_step(b, &pl, g, 0, &e);
+	WAIT_OK(a);
+	WAIT_OK(b);
 	WF_CHECK_MSG(wf_now() - t0 < 5, "the step waited %.1f s for the joiner", wf_now() - t0);
-	for (int i = 0; i < NPARAMS; i++)
-		want[i] = p0[i] - 0.1f * (2 * g[i]) / 3;
+	memcpy(want, p0, sizeof(want));
+	elastic_sgd(want, g, 2);
 	WF_CHECK_MSG(max_diff(pa, want, NPARAMS) < 1e-6f, "%g", max_diff(pa, want, NPARAMS));
 	/* step 1: the joiner pulls and pushes first; from then on it counts */
 	WF_CHECK_INT(wf_ps_client_pull(c, -1, NULL, &e), 0);
-	for (int k = 0; k < pl.nchunks; k++)
-		wf_ps_client_push_pull_async(c, k, g, 1, 0, &e);
+	push_step(c, &pl, g, 1, &e);
 	if (!wait_pushes(&pl, (uint64_t)(3 * pl.nchunks))) /* the joiner's are in first */
 		goto cleanup;
-	for (int k = 0; k < pl.nchunks; k++) {
-		wf_ps_client_push_pull_async(a, k, g, 1, 0, &e);
-		wf_ps_client_push_pull_async(b, k, g, 1, 0, &e);
-	}
-	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
-	WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
-	WF_CHECK_MSG(wf_ps_client_wait_all(c, &e) == 0, "%s", e.msg);
-	for (int i = 0; i < NPARAMS; i++)
-		want[i] -= 0.1f * (3 * g[i]) / 3;
+	push_step(a, &pl, g, 1, &e);
+	push_step(b, &pl, g, 1, &e);
+	WAIT_OK(a);
+	WAIT_OK(b);
+	WAIT_OK(c);
+	elastic_sgd(want, g, 3);
 	WF_CHECK_MSG(max_diff(pc, want, NPARAMS) < 1e-6f, "%g", max_diff(pc, want, NPARAMS));
 	WF_CHECK(max_diff(pa, pc, NPARAMS) == 0.0f && max_diff(pb, pc, NPARAMS) == 0.0f);
 cleanup:
