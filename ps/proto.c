@@ -29,6 +29,7 @@ static const char *const op_names[WF_PS_OP__COUNT] = {
 	[WF_PS_OP_REPLICATE] = "replicate",
 	[WF_PS_OP_JOIN] = "join",
 	[WF_PS_OP_LEAVE] = "leave",
+	[WF_PS_OP_UNITS] = "units",
 };
 
 static const char *const reject_names[WF_PS_REJECT__COUNT] = {
@@ -253,7 +254,8 @@ typedef struct shape {
 	int chunk_op;				/* chunk field must name a chunk */
 	int ranges_frame;			/* index of the frozen frame, or -1 */
 	int allow_state_chunk;
-	int fault; /* reason when the shape is invalid */
+	int units_frame; /* the frame with the data units: -1 none, -2 the last */
+	int fault;	 /* reason when the shape is invalid */
 	const char *why;
 } shape;
 
@@ -271,9 +273,11 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 {
 	memset(s, 0, sizeof(*s));
 	s->ranges_frame = -1;
+	s->units_frame = -1;
 	int reply = lim->is_reply;
 	int state = (h->flags & WF_PS_FLAG_STATE) != 0;
 	int frozen = (h->flags & WF_PS_FLAG_FROZEN) != 0;
+	int units = (h->flags & WF_PS_FLAG_UNITS) != 0;
 	uint64_t cb = 4 * chunk_floats_of(lim, h->chunk);
 	uint64_t sb = 4 * lim->state_floats;
 	s->dtype = WF_PS_DTYPE_NONE;
@@ -293,6 +297,11 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 		s->max_frames = h->chunk == WF_PS_STATE_CHUNK ? 1 : 1 + lim->nslots;
 		for (int i = 0; i < s->max_frames; i++)
 			s->frame_bytes[i] = cb;
+		if (units) { /* the last frame, after the slots */
+			s->min_frames = 2;
+			s->max_frames++;
+			s->units_frame = -2;
+		}
 		break;
 	case WF_PS_OP_PUSH_PULL:
 	case WF_PS_OP_REPLICATE:
@@ -300,18 +309,32 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 		if (reply && h->op == WF_PS_OP_REPLICATE)
 			break;
 		s->dtype = WF_PS_DTYPE_F32;
-		s->min_frames = s->max_frames = 1 + state + frozen;
+		s->min_frames = s->max_frames = 1 + state + units + frozen;
 		s->frame_bytes[0] = cb;
 		if (!reply && h->op == WF_PS_OP_PUSH_PULL && h->dtype == WF_PS_DTYPE_BF16) {
 			s->dtype = WF_PS_DTYPE_BF16; /* the gradient only: the state stays f32 */
 			s->frame_bytes[0] = cb / 2;
 		}
 		s->frame_bytes[1] = sb;
+		if (units)
+			s->units_frame = 1 + state;
 		if (frozen)
-			s->ranges_frame = 1 + state;
+			s->ranges_frame = 1 + state + units;
 		if (state && !lim->state_floats) {
 			s->fault = WF_PS_REJECT_BYTES;
 			s->why = "state frame but no state vector here";
+		}
+		break;
+	case WF_PS_OP_UNITS:
+		s->chunk_op = 1;
+		if (reply)
+			break;
+		s->dtype = WF_PS_DTYPE_BYTES;
+		s->min_frames = s->max_frames = 1;
+		s->units_frame = 0;
+		if (WF_PS_SENDER_ROLE(h->sender) != WF_PS_ROLE_SERVER) {
+			s->fault = WF_PS_REJECT_SENDER;
+			s->why = "units comes only from a parameter server";
 		}
 		break;
 	case WF_PS_OP_PULL:
@@ -350,6 +373,12 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 		s->fault = WF_PS_REJECT_OP;
 		s->why = "flag state or frozen on an op other than push_pull";
 	}
+	if (units &&
+	    ((h->op != WF_PS_OP_REPLICATE && h->op != WF_PS_OP_INIT) ||
+	     h->chunk == WF_PS_STATE_CHUNK || WF_PS_SENDER_ROLE(h->sender) != WF_PS_ROLE_SERVER)) {
+		s->fault = WF_PS_REJECT_OP;
+		s->why = "flag units on other than a server's replicate or init of a chunk";
+	}
 }
 
 uint64_t wf_ps_get_u64(const void *p)
@@ -379,6 +408,27 @@ static int check_ranges(const uint8_t *p, size_t bytes, uint64_t floats, const c
 		}
 		last = e;
 	}
+	return 1;
+}
+
+/* A units frame (proto.h) for nworkers workers: counts in range, sizes
+ * that add up, the current units and applied steps >= -1, the rest >= 0. */
+static int check_units(const uint8_t *p, size_t bytes, int nworkers, const char **why)
+{
+	*why = "units frame malformed (header, counts or sizes)";
+	if (bytes % 8 || bytes < 8 * WF_PS_UNITS_HEADER)
+		return 0;
+	int64_t v[WF_PS_UNITS_HEADER];
+	for (int i = 0; i < WF_PS_UNITS_HEADER; i++)
+		v[i] = (int64_t)get64(p + 8 * i);
+	int64_t w = v[2], q = v[3], e = v[4];
+	if (v[0] < 0 || v[1] < 0 || w != nworkers || w <= 0 || q < 0 || q > WF_PS_UNITS_MAX_QUEUE ||
+	    e < 0 || e > WF_PS_UNITS_MAX_EPOCH ||
+	    (uint64_t)(bytes / 8) != (uint64_t)(WF_PS_UNITS_HEADER + 2 * w + q + 2 * e))
+		return 0;
+	for (int64_t i = WF_PS_UNITS_HEADER; i < (int64_t)(bytes / 8); i++)
+		if ((int64_t)get64(p + 8 * i) < (i < WF_PS_UNITS_HEADER + 2 * w ? -1 : 0))
+			return 0;
 	return 1;
 }
 
@@ -455,8 +505,15 @@ int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *siz
 		       s.max_frames, np);
 	uint64_t total = 0;
 	uint64_t max_text = lim->max_text ? lim->max_text : (1u << 20);
+	int units_frame = s.units_frame == -2 ? np - 1 : s.units_frame;
 	for (int i = 0; i < np; i++) {
 		total += sizes[i + 1];
+		if (i == units_frame) {
+			const char *why = "";
+			if (!check_units(frames[i + 1], sizes[i + 1], lim->nworkers, &why))
+				REJECT(WF_PS_REJECT_BYTES, "%s", why);
+			continue;
+		}
 		if (i == s.ranges_frame) {
 			const char *why = "";
 			if (!check_ranges(frames[i + 1], sizes[i + 1],

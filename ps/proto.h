@@ -88,6 +88,7 @@ typedef enum {
 	WF_PS_OP_REPLICATE, /* server to server: apply this gradient as the primary did */
 	WF_PS_OP_JOIN,	    /* server to server: send me your state of group `chunk` */
 	WF_PS_OP_LEAVE,	    /* worker: I leave the job for good (elastic) */
+	WF_PS_OP_UNITS,	    /* server to server: the data units changed between steps */
 	WF_PS_OP__COUNT
 } wf_ps_op;
 
@@ -101,8 +102,20 @@ enum {
 	WF_PS_FLAG_FAILOVER = 1u << 5,
 	/* error reply: not the group's primary; reply step = the primary, -1 unknown */
 	WF_PS_FLAG_REDIRECT = 1u << 6,
-	WF_PS_FLAG__ALL = 0x7f,
+	/* replicate or init, server to server: a frame with the data units
+	 * (before the frozen frame of a replicate; last in an init) */
+	WF_PS_FLAG_UNITS = 1u << 7,
+	WF_PS_FLAG__ALL = 0xff,
 };
+
+/* A units frame: little-endian 64-bit signed integers, WF_PS_UNITS_HEADER
+ * of them first: units per epoch, next fresh unit, workers W, queued Q,
+ * epochs E; then W current units (-1: none), W steps of each worker's last
+ * applied push (-1: none), the Q queued units in order, E units applied and
+ * E re-queued per epoch (docs/formats.md). */
+#define WF_PS_UNITS_HEADER    5
+#define WF_PS_UNITS_MAX_QUEUE (1L << 24)
+#define WF_PS_UNITS_MAX_EPOCH (1L << 20)
 
 /* Payload element types. BF16 (a push's gradient frame only, with
  * ps.compression bf16): each float's upper 16 bits after rounding to

@@ -350,7 +350,8 @@ static void handle(server *s, int n, int overflow)
 	case WF_PS_OP_HEARTBEAT:
 		wf_pss_send_ok(s, rid, rid_len, h, wf_pss_server_step(s), s->incarnation);
 		break;
-	case WF_PS_OP_REPLICATE: wf_pss_op_replicate(s, rid, rid_len, &m); break;
+	case WF_PS_OP_REPLICATE:
+	case WF_PS_OP_UNITS: wf_pss_op_replicate(s, rid, rid_len, &m); break;
 	case WF_PS_OP_JOIN: wf_pss_op_join(s, rid, rid_len, &m); break;
 	default: break;
 	}

@@ -174,9 +174,12 @@ typedef struct units {
 	long *queue;	/* [qcap] re-queued units, a ring from qhead */
 	long qhead, qlen, qcap;
 	long *unit;	/* [nworkers] the unit each worker trains now; -1 none */
+	long *done;	/* [nworkers] the step of each worker's last applied push; -1 none */
 	long *applied;	/* [nepochs] units applied per epoch */
 	long *requeued; /* [nepochs] units re-queued per epoch */
 	long nepochs;
+	uint8_t *frame; /* the copy a replicate carries (wf_pss_units_frame), reused */
+	size_t frame_cap;
 } units;
 
 typedef struct server {
@@ -288,9 +291,26 @@ uint32_t wf_pss_units_assign(server *s, const schunk *c, int w, long per_epoch);
 /* Chunk c's sync step completed with the workers of c->pushed: their units
  * are applied, the others' re-queued; each held reply gets its next unit. */
 void wf_pss_units_step_done(server *s, schunk *c);
+/* Worker w's push of `step` to chunk c, which is past: the reply aux when
+ * that push was applied (a retry, e.g. to the new primary after a failover
+ * lost the reply), the unit it was given then + 1; else 0 (dropped as late). */
+uint32_t wf_pss_units_retry(server *s, const schunk *c, int w, long step);
+/* The primary of chunk c, which hands out units, changed them between steps
+ * (a late push, a pull): send them to its backups (op units, in order with
+ * its replicates). The update number a reply that hands out a unit waits
+ * for (held.need); 0 when there is nothing to wait for. */
+long wf_pss_replicate_units(server *s, schunk *c);
 /* A push of a past step from worker w on chunk c (dropped as late). */
 void wf_pss_units_late(server *s, const schunk *c, int w, long step);
 void wf_pss_units_free(server *s);
+/* With ps.replicas > 1 the units go with their chunk: the frame a replicate
+ * or an install of chunk c carries (docs/formats.md, units frame), NULL
+ * when c does not hand out units or memory ran out (the backup then keeps
+ * its older copy); *bytes its length. */
+const uint8_t *wf_pss_units_frame(server *s, const schunk *c, size_t *bytes);
+/* A backup of chunk c takes the primary's units from such a frame
+ * (wf_ps_msg_parse checked its shape). */
+void wf_pss_units_take(server *s, const schunk *c, const uint8_t *p, size_t bytes);
 void wf_pss_sync_try_complete(server *s, schunk *c);
 long wf_pss_slowest_step(const server *s);
 void wf_pss_ssp_answered(server *s, long step);

@@ -51,12 +51,15 @@ void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	wf_pss_fail_held(s, c, WF_ETRANSIENT, "chunk re-initialized while a push was pending");
 	wf_pss_values_writable(s, c);
 	memcpy(c->values, m->frame[0], m->size[0]);
+	int with_units = (h->flags & WF_PS_FLAG_UNITS) != 0; /* a server's install: last */
 	for (int k = 0; k < s->nslots; k++) {
-		if (m->nframes > 1 + k)
+		if (m->nframes - with_units > 1 + k)
 			memcpy(c->slot[k], m->frame[1 + k], m->size[1 + k]);
 		else
 			memset(c->slot[k], 0, c->count * sizeof(float));
 	}
+	if (with_units)
+		wf_pss_units_take(s, c, m->frame[m->nframes - 1], m->size[m->nframes - 1]);
 	c->version = h->step > 0 ? (long)h->step : 0;
 	c->initialized = 1;
 	wf_pss_send_ok(s, rid, rid_len, h, c->version, 0);
@@ -142,15 +145,26 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 		wf_pss_hold(s, r, rid, rid_len, h);
 		r->stale = 1;
 		r->need = s->replicas > 1 ? c->rseq : 0;
-		if (wf_pss_units_on(s)) {
+		/* a retry of an applied push whose reply was lost with a primary:
+		 * applied, with the unit it got then; else late, and its unit
+		 * goes back (the backups learn that before the reply goes out) */
+		uint32_t again =
+			wf_pss_units_on(s) ? wf_pss_units_retry(s, c, w, (long)h->step) : 0;
+		if (again) {
+			r->stale = 0;
+			r->aux = again;
+		} else if (wf_pss_units_on(s)) {
 			wf_pss_units_late(s, c, w, (long)h->step);
 			r->aux = wf_pss_units_assign(s, c, w, 0);
+			long need = wf_pss_replicate_units(s, c);
+			if (need)
+				r->need = need;
 		}
 		if (r->need > 0) {
 			wf_pss_answer_ready(s, c);
 			return;
 		}
-		wf_pss_send_values(s, c, r, 1, 1);
+		wf_pss_send_values(s, c, r, 1, r->stale);
 		wf_pss_release(s, r);
 		return;
 	}
@@ -211,8 +225,10 @@ void wf_pss_op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 		return;
 	}
 	wf_pss_hold(s, &r, rid, rid_len, h);
-	if (wf_pss_units_on(s) && WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_WORKER)
+	if (wf_pss_units_on(s) && WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_WORKER) {
 		r.aux = wf_pss_units_assign(s, c, (int)WF_PS_SENDER_INDEX(h->sender), (long)h->aux);
+		wf_pss_replicate_units(s, c); /* ahead of the reply, in order; not waited for */
+	}
 	wf_pss_send_values(s, c, &r, 1, 0);
 	wf_pss_release(s, &r);
 }

@@ -93,7 +93,8 @@ static int peer_send(server *s, int p, wf_ps_hdr *h, const void *const *f, const
 	if (!sock)
 		return -1;
 	if (nf)
-		h->dtype = h->op == WF_PS_OP_JOIN ? WF_PS_DTYPE_BYTES : WF_PS_DTYPE_F32;
+		h->dtype = h->op == WF_PS_OP_JOIN || h->op == WF_PS_OP_UNITS ? WF_PS_DTYPE_BYTES
+									     : WF_PS_DTYPE_F32;
 	wf_ps_hdr_encode(h, hb, f, sz, nf);
 	if (zmq_send(sock, hb, sizeof(hb), ZMQ_DONTWAIT | (nf ? ZMQ_SNDMORE : 0)) < 0)
 		return -1;
@@ -111,8 +112,8 @@ static int peer_send(server *s, int p, wf_ps_hdr *h, const void *const *f, const
 static int send_install(server *s, int p, schunk *c, uint32_t aux)
 {
 	wf_ps_hdr h;
-	const void *f[3];
-	size_t sz[3];
+	const void *f[4];
+	size_t sz[4];
 	int nf = 1;
 	if (!c) {
 		peer_hdr(s, &h, WF_PS_OP_INIT, WF_PS_STATE_CHUNK, wf_pss_server_step(s));
@@ -127,6 +128,10 @@ static int send_install(server *s, int p, schunk *c, uint32_t aux)
 			sz[nf] = sz[0];
 		}
 		h.tag = (uint32_t)c->rseq;
+		if ((f[nf] = wf_pss_units_frame(s, c, &sz[nf])) != NULL) {
+			h.flags |= WF_PS_FLAG_UNITS;
+			nf++;
+		}
 	}
 	h.aux = aux;
 	return peer_send(s, p, &h, f, sz, nf);
@@ -186,6 +191,8 @@ long wf_pss_replicate(server *s, schunk *c, const float *grad, long contributors
 		}
 		frb = frozen_frame(c, s->rframe);
 	}
+	size_t ub = 0;
+	const uint8_t *uf = grad ? wf_pss_units_frame(s, c, &ub) : NULL;
 	for (int p = 0; p < s->cfg->nservers; p++) {
 		if (!gr->live[p])
 			continue;
@@ -194,8 +201,8 @@ long wf_pss_replicate(server *s, schunk *c, const float *grad, long contributors
 			rc = send_install(s, p, c, 0);
 		} else {
 			wf_ps_hdr h;
-			const void *f[3] = {grad};
-			size_t sz[3] = {c->count * sizeof(float)};
+			const void *f[4] = {grad};
+			size_t sz[4] = {c->count * sizeof(float)};
 			int nf = 1;
 			peer_hdr(s, &h, WF_PS_OP_REPLICATE, (uint32_t)c->gidx, step);
 			h.tag = (uint32_t)c->rseq;
@@ -204,6 +211,11 @@ long wf_pss_replicate(server *s, schunk *c, const float *grad, long contributors
 				h.flags |= WF_PS_FLAG_STATE;
 				f[nf] = s->state;
 				sz[nf++] = s->nstate * sizeof(float);
+			}
+			if (uf) {
+				h.flags |= WF_PS_FLAG_UNITS;
+				f[nf] = uf;
+				sz[nf++] = ub;
 			}
 			if (frb) {
 				h.flags |= WF_PS_FLAG_FROZEN;
@@ -220,6 +232,35 @@ long wf_pss_replicate(server *s, schunk *c, const float *grad, long contributors
 		} else {
 			any = 1;
 		}
+	}
+	return any ? c->rseq : 0;
+}
+
+long wf_pss_replicate_units(server *s, schunk *c)
+{
+	group *gr = &s->groups[c->group];
+	size_t ub = 0;
+	const uint8_t *uf;
+	if (s->replicas < 2 || gr->role != GRP_PRIMARY || !(uf = wf_pss_units_frame(s, c, &ub)))
+		return 0;
+	c->rseq++;
+	int any = 0;
+	for (int p = 0; p < s->cfg->nservers; p++) {
+		if (!gr->live[p])
+			continue;
+		wf_ps_hdr h;
+		const void *f[1] = {uf};
+		size_t sz[1] = {ub};
+		peer_hdr(s, &h, WF_PS_OP_UNITS, (uint32_t)c->gidx, c->version);
+		h.tag = (uint32_t)c->rseq;
+		if (peer_send(s, p, &h, f, sz, 1) == 0) {
+			any = 1;
+			continue;
+		}
+		gr->live[p] = 0;
+		wf_warn("ps %d: backup ps %d of group %d takes no message: the group goes on "
+			"without it until it joins again",
+			s->cfg->index, p, c->group);
 	}
 	return any ? c->rseq : 0;
 }
@@ -307,7 +348,10 @@ void wf_pss_op_replicate(server *s, const uint8_t *rid, size_t rid_len, const wf
 			rejoin(s, c->group);
 		return;
 	}
-	if (delta == 1) {
+	if (delta == 1 && h->op == WF_PS_OP_UNITS) {
+		wf_pss_units_take(s, c, m->frame[0], m->size[0]);
+		c->rseq = h->tag;
+	} else if (delta == 1) {
 		if (wf_pss_take_frozen(c, m) != 0) {
 			wf_pss_send_errorf(s, rid, rid_len, h, WF_ETRANSIENT, WF_PS_REJECT_STATE,
 					   "out of memory for the frozen ranges of chunk %d",
@@ -316,8 +360,11 @@ void wf_pss_op_replicate(server *s, const uint8_t *rid, size_t rid_len, const wf
 		}
 		long contributors = h->aux ? (long)h->aux : 1;
 		wf_pss_apply(s, c, m->frame[0], contributors, (long)h->step);
-		if (h->flags & WF_PS_FLAG_STATE)
+		int state = (h->flags & WF_PS_FLAG_STATE) != 0;
+		if (state)
 			memcpy(s->state, m->frame[1], s->nstate * sizeof(float));
+		if (h->flags & WF_PS_FLAG_UNITS)
+			wf_pss_units_take(s, c, m->frame[1 + state], m->size[1 + state]);
 		c->rseq = h->tag;
 	}
 	wf_pss_send_ok(s, rid, rid_len, h, c->version, 0);
@@ -562,7 +609,7 @@ static void peer_reply(server *s, int p, const wf_ps_msg *m)
 		join_reply(s, p, m);
 		return;
 	}
-	if ((h->op != WF_PS_OP_REPLICATE && h->op != WF_PS_OP_INIT) ||
+	if ((h->op != WF_PS_OP_REPLICATE && h->op != WF_PS_OP_INIT && h->op != WF_PS_OP_UNITS) ||
 	    h->chunk == WF_PS_STATE_CHUNK || s->local[h->chunk] < 0)
 		return;
 	schunk *c = &s->chunks[s->local[h->chunk]];

@@ -17,14 +17,15 @@ static units *units_of(server *s)
 	    s->local[last] < 0)
 		return NULL;
 	u->unit = malloc((size_t)s->nworkers * sizeof(*u->unit));
-	if (!u->unit) {
+	u->done = malloc((size_t)s->nworkers * sizeof(*u->done));
+	if (!u->unit || !u->done) {
 		wf_error("ps %d: out of memory for the backup workers' units: every worker "
 			 "trains its own batches (dropped ones are lost)",
 			 s->cfg->index);
 		return NULL;
 	}
 	for (int w = 0; w < s->nworkers; w++)
-		u->unit[w] = -1;
+		u->unit[w] = u->done[w] = -1;
 	u->chunk = s->local[last];
 	return u;
 }
@@ -107,15 +108,25 @@ void wf_pss_units_step_done(server *s, schunk *c)
 	for (int w = 0; w < s->nworkers; w++) {
 		if (u->unit[w] < 0)
 			continue;
-		if (c->pushed[w])
+		if (c->pushed[w]) {
 			count(u, u->unit[w], 0);
-		else
+			u->done[w] = c->version - 1; /* the step just applied */
+		} else
 			requeue(s, u, u->unit[w]); /* late or gone: someone trains it again */
 		u->unit[w] = -1;
 	}
 	for (int w = 0; w < s->nworkers; w++)
 		if (c->held[w].used)
 			c->held[w].aux = wf_pss_units_assign(s, c, w, 0);
+}
+
+uint32_t wf_pss_units_retry(server *s, const schunk *c, int w, long step)
+{
+	units *u = units_of(s);
+	if (!u || c != &s->chunks[u->chunk] || w < 0 || w >= s->nworkers || step < 0 ||
+	    u->done[w] != step || u->unit[w] < 0)
+		return 0;
+	return (uint32_t)(u->unit[w] + 1);
 }
 
 void wf_pss_units_late(server *s, const schunk *c, int w, long step)
@@ -134,8 +145,99 @@ void wf_pss_units_free(server *s)
 {
 	units *u = &s->units;
 	free(u->unit);
+	free(u->done);
 	free(u->queue);
 	free(u->applied);
 	free(u->requeued);
+	free(u->frame);
 	*u = (units){0};
+}
+
+/* ---- replicas: the units go with their chunk -------------------------------- */
+
+static uint8_t *put_longs(uint8_t *p, const long *v, long n)
+{
+	for (long i = 0; i < n; i++, p += 8)
+		wf_ps_put_u64(p, (uint64_t)(int64_t)v[i]);
+	return p;
+}
+
+const uint8_t *wf_pss_units_frame(server *s, const schunk *c, size_t *bytes)
+{
+	units *u = units_of(s);
+	if (!u || c != &s->chunks[u->chunk])
+		return NULL;
+	size_t n = WF_PS_UNITS_HEADER + 2 * (size_t)s->nworkers + (size_t)u->qlen +
+		   2 * (size_t)u->nepochs;
+	if (8 * n > u->frame_cap) {
+		uint8_t *f = realloc(u->frame, 8 * n);
+		if (!f) {
+			wf_warn("ps %d: out of memory copying the data units to the backups: a "
+				"failover may hand some out again",
+				s->cfg->index);
+			return NULL;
+		}
+		u->frame = f;
+		u->frame_cap = 8 * n;
+	}
+	long head[WF_PS_UNITS_HEADER] = {u->per_epoch, u->next, s->nworkers, u->qlen, u->nepochs};
+	uint8_t *p = put_longs(u->frame, head, WF_PS_UNITS_HEADER);
+	p = put_longs(p, u->unit, s->nworkers);
+	p = put_longs(p, u->done, s->nworkers);
+	for (long i = 0; i < u->qlen; i++, p += 8)
+		wf_ps_put_u64(p, (uint64_t)(int64_t)u->queue[(u->qhead + i) % u->qcap]);
+	p = put_longs(p, u->applied, u->nepochs);
+	put_longs(p, u->requeued, u->nepochs);
+	*bytes = 8 * n;
+	return u->frame;
+}
+
+static long get_long(const uint8_t *p, size_t i)
+{
+	return (long)(int64_t)wf_ps_get_u64(p + 8 * i);
+}
+
+void wf_pss_units_take(server *s, const schunk *c, const uint8_t *p, size_t bytes)
+{
+	units *u = units_of(s);
+	if (!u || c != &s->chunks[u->chunk] || bytes < 8 * WF_PS_UNITS_HEADER)
+		return;
+	long qlen = get_long(p, 3), nep = get_long(p, 4);
+	if (get_long(p, 2) != s->nworkers) /* the parser checked it against this job */
+		return;
+	long *q = malloc((size_t)WF_MAX(qlen, 1) * sizeof(long));
+	long *a = malloc((size_t)WF_MAX(nep, 1) * sizeof(long));
+	long *r = malloc((size_t)WF_MAX(nep, 1) * sizeof(long));
+	if (!q || !a || !r) {
+		free(q);
+		free(a);
+		free(r);
+		wf_warn("ps %d: out of memory taking the primary's data units: a failover to "
+			"this server may hand some out again",
+			s->cfg->index);
+		return;
+	}
+	size_t at = WF_PS_UNITS_HEADER;
+	u->per_epoch = get_long(p, 0);
+	u->next = get_long(p, 1);
+	for (int w = 0; w < s->nworkers; w++)
+		u->unit[w] = get_long(p, at++);
+	for (int w = 0; w < s->nworkers; w++)
+		u->done[w] = get_long(p, at++);
+	for (long i = 0; i < qlen; i++)
+		q[i] = get_long(p, at++);
+	for (long i = 0; i < nep; i++)
+		a[i] = get_long(p, at++);
+	for (long i = 0; i < nep; i++)
+		r[i] = get_long(p, at++);
+	free(u->queue);
+	free(u->applied);
+	free(u->requeued);
+	u->queue = q;
+	u->qhead = 0;
+	u->qlen = qlen;
+	u->qcap = WF_MAX(qlen, 1);
+	u->applied = a;
+	u->requeued = r;
+	u->nepochs = nep;
 }

@@ -417,6 +417,79 @@ static void test_frozen_ranges(void)
 	WF_CHECK_INT(reason, WF_PS_REJECT_OP);
 }
 
+/* A units frame (op units, or flag units on a server's replicate/init) for
+ * the 2 workers of server_limits: header, 2 units, 2 applied steps, Q queued,
+ * E epochs applied and re-queued. */
+static int parse_units(uint16_t op, uint32_t flags, int role, const int64_t *v, size_t n,
+		       int *reason)
+{
+	uint8_t uf[8 * 32];
+	float g[256] = {0};
+	for (size_t i = 0; i < n; i++)
+		wf_ps_put_u64(uf + 8 * i, (uint64_t)v[i]);
+	wf_ps_hdr h = {.op = op,
+		       .flags = flags,
+		       .sender = WF_PS_SENDER(role, 1),
+		       .job_id = JOB,
+		       .chunk = 0,
+		       .dtype = op == WF_PS_OP_UNITS ? WF_PS_DTYPE_BYTES : WF_PS_DTYPE_F32};
+	const void *pf[2] = {g, uf};
+	size_t ps[2] = {1024, 8 * n};
+	int np = op == WF_PS_OP_UNITS ? 1 : 2;
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	wf_ps_hdr_encode(&h, hb, pf + 2 - np, ps + 2 - np, np);
+	const void *f[3] = {hb, pf[2 - np], pf[1]};
+	size_t sz[3] = {64, ps[2 - np], ps[1]};
+	wf_ps_msg m;
+	wf_ps_limits lim = server_limits();
+	*reason = -1;
+	return wf_ps_msg_parse(&m, f, sz, np + 1, &lim, reason, NULL);
+}
+
+static void test_units_frame(void)
+{
+	int r;
+	int64_t ok[] = {30, 12, 2, 1, 1, 8, -1, 4, -1, 11, 5, 2};
+	size_t n = sizeof(ok) / sizeof(ok[0]);
+	WF_CHECK_INT(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, ok, n, &r), 0);
+	WF_CHECK_INT(
+		parse_units(WF_PS_OP_REPLICATE, WF_PS_FLAG_UNITS, WF_PS_ROLE_SERVER, ok, n, &r), 0);
+	WF_CHECK_INT(parse_units(WF_PS_OP_INIT, WF_PS_FLAG_UNITS, WF_PS_ROLE_SERVER, ok, n, &r), 0);
+	/* only servers send units; only replicate and init carry the flag */
+	WF_CHECK_INT(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_WORKER, ok, n, &r), WF_EFORMAT);
+	WF_CHECK_INT(r, WF_PS_REJECT_SENDER);
+	WF_CHECK_INT(parse_units(WF_PS_OP_REPLICATE, WF_PS_FLAG_UNITS, WF_PS_ROLE_CHIEF, ok, n, &r),
+		     WF_EFORMAT);
+	WF_CHECK_INT(
+		parse_units(WF_PS_OP_PUSH_PULL, WF_PS_FLAG_UNITS, WF_PS_ROLE_SERVER, ok, n, &r),
+		WF_EFORMAT);
+	WF_CHECK_INT(r, WF_PS_REJECT_OP);
+	struct {
+		int at;
+		int64_t v;
+	} bad[] = {
+		{2, 3},	       /* workers: not this job's 2 */
+		{3, 2},	       /* two queued, one sent: sizes do not add up */
+		{3, 1L << 30}, /* a queue past the limit */
+		{4, -1},       /* negative epochs */
+		{0, -5},       /* negative units per epoch */
+		{5, -2},       /* a current unit below -1 */
+		{9, -1},       /* a queued unit below 0 */
+		{10, -3},      /* a negative count */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		int64_t v[12];
+		memcpy(v, ok, sizeof(v));
+		v[bad[i].at] = bad[i].v;
+		WF_CHECK_MSG(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, v, n, &r) ==
+					     WF_EFORMAT &&
+				     r == WF_PS_REJECT_BYTES,
+			     "case %zu", i);
+	}
+	WF_CHECK_INT(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, ok, n - 1, &r), WF_EFORMAT);
+	WF_CHECK_INT(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, ok, 4, &r), WF_EFORMAT);
+}
+
 static void test_deferred_checksum_catches_corruption(void)
 {
 	/* a pull reply whose values are verified while being copied out */
@@ -605,6 +678,7 @@ int main(void)
 	WF_RUN(test_rejects_nonzero_reserved_bytes);
 	WF_RUN(test_state_and_replies);
 	WF_RUN(test_frozen_ranges);
+	WF_RUN(test_units_frame);
 	WF_RUN(test_stats_json_round_trip);
 	WF_RUN(test_placement_respects_views);
 	WF_RUN(test_placement_balance_many_servers);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 static const char *root;
+static int sender_role = WF_PS_ROLE_WORKER;
 
 static void put(const char *target, const char *name, const void *data, size_t n)
 {
@@ -38,7 +39,7 @@ static void msg(const char *name, uint16_t op, uint32_t flags, uint32_t chunk, u
 	wf_ps_hdr h = {.version = WF_PS_VERSION,
 		       .op = op,
 		       .flags = flags,
-		       .sender = WF_PS_SENDER(WF_PS_ROLE_WORKER, 1),
+		       .sender = WF_PS_SENDER(sender_role, 1),
 		       .job_id = 7,
 		       .step = 3,
 		       .chunk = chunk,
@@ -83,6 +84,15 @@ int main(int argc, char **argv)
 	msg("redirect_reply", WF_PS_OP_PUSH_PULL,
 	    WF_PS_FLAG_REPLY | WF_PS_FLAG_ERROR | WF_PS_FLAG_REDIRECT, 0, WF_PS_DTYPE_BYTES,
 	    "ps 1 is a backup of group 0", 27);
+	/* a primary's data units for 4 workers: per epoch 30, next 12, W 4, Q 1,
+	 * E 1; units, applied steps, the queue, applied and re-queued counts */
+	int64_t units[16] = {30, 12, 4, 1, 1, 8, 9, -1, 11, 5, 5, -1, 5, 10, 8, 2};
+	uint8_t uf[sizeof(units)];
+	for (int i = 0; i < 16; i++)
+		wf_ps_put_u64(uf + 8 * i, (uint64_t)units[i]);
+	sender_role = WF_PS_ROLE_SERVER;
+	msg("units", WF_PS_OP_UNITS, 0, 0, WF_PS_DTYPE_BYTES, uf, sizeof(uf));
+	sender_role = WF_PS_ROLE_WORKER;
 
 	/* fuzz_ckpt: a shard of its fixed layout (byte 0 even) and DONE lists (odd) */
 	char tmp[] = "/tmp/weft_seeds_XXXXXX", p[600];
