@@ -890,14 +890,14 @@ static int run_config(const opts *o, const config *cf, const layout *l, double *
 		printf(", \"chunk_bytes\": %ld, \"replicas\": %d, \"compression\": \"%s\", "
 		       "\"layer_ready\": %d",
 		       o->chunk_bytes, cf->replicas, cf->comp_text, o->layer_ready);
-	if (ps && oc.push_bytes > 0) /* what a worker's pushes cost, every message counted */
+	else
+		printf(", \"bucket_mb\": %g", o->bucket_mb);
+	if (ps && oc.push_bytes > 0) /* into the servers, every message (rank 0's init too) */
 		printf(", \"push_bytes_per_step\": %.0f", oc.push_bytes);
 	if (ps && cf->none_ms > 0 && oc.median_ms > 0)
 		printf(", \"step_vs_none\": %.3f", oc.median_ms / cf->none_ms);
 	if (median_ms)
 		*median_ms = oc.median_ms;
-	else
-		printf(", \"bucket_mb\": %g", o->bucket_mb);
 	if (oc.staleness >= 0)
 		printf(", \"staleness_max\": %ld", oc.staleness);
 	printf(", \"cpu_ms_per_step\": %.1f", oc.cpu_ms / cf->workers);
