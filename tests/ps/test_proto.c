@@ -255,6 +255,7 @@ static void test_topk_encode(void)
 		}
 		wf_ps_topk_encode(sp, K, res, big, N, m2);
 		uint32_t last = 0;
+		float least = INFINITY, most = 0; /* sent; left in the residual */
 		for (int j = 0; j < K; j++) {
 			uint32_t i;
 			float v;
@@ -263,7 +264,11 @@ static void test_topk_encode(void)
 			WF_CHECK(i < N && (j == 0 || i > last));
 			last = i;
 			got[i] += v;
+			least = fminf(least, fabsf(v));
 		}
+		for (int i = 0; i < N; i++)
+			most = fmaxf(most, fabsf(res[i]));
+		WF_CHECK(least >= most); /* the K largest went */
 	}
 	for (int i = 0; i < N; i++)
 		WF_CHECK(fabsf(got[i] + res[i] - sum[i]) < 1e-4f);
