@@ -5,8 +5,12 @@
 # a topk push carries 1% of the entries at 8 bytes each, so a server takes
 # in a small fraction of the bytes it sends back as dense replies (about
 # one to one uncompressed: test_compression.sh). A fraction outside (0, 1]
-# is refused before anything starts, naming the key and the value.
+# is refused before anything starts, naming the key and the value. Hostile
+# topk pushes (truncated, indices out of order, repeated, past the chunk)
+# sent to a real server (ps_attack topk) are each refused with an error
+# naming topk, and the server goes on answering.
 . "$WEFT_SRC/tests/ps/lib.sh"
+: "${WEFT_PS_ATTACK:?set WEFT_PS_ATTACK to the ps_attack tool}"
 python3 "$WEFT_SRC/tests/trainer/make_digits.py" train.bin 800 1
 python3 "$WEFT_SRC/tests/trainer/make_digits.py" eval.bin 300 2
 "$WEFT" data cifar10 --out train.h5 train.bin >/dev/null
@@ -24,6 +28,22 @@ rc=0
 	--set ps.compression=topk:1.5 >bad.log 2>&1 || rc=$?
 [ "$rc" -ge 1 ] && [ "$rc" -le 127 ] || fail "topk:1.5: exit $rc, want 1..127"
 grep -q "ps.compression.*topk:1.5" bad.log || { cat bad.log; fail "the refusal does not name ps.compression and topk:1.5"; }
+
+# hostile pushes against a lone server configured for topk
+read -r PS_PORT W_PORT < <(free_ports 2)
+CLUSTER="\"cluster\": {\"worker\": [\"127.0.0.1:$W_PORT\"], \"ps\": [\"127.0.0.1:$PS_PORT\"]}"
+TF_CONFIG="{$CLUSTER, \"task\": {\"type\": \"ps\", \"index\": 0}}" \
+	setsid "$WEFT" ps --config c.json --insecure --set ps.compression=topk:0.01 >ps.log 2>&1 &
+PS_PID=$!
+LAUNCH_PIDS+=("$PS_PID")
+wait_for ps.log "ps 0 of 1: .* job [0-9a-f]{16}" 30
+job=$(grep -oE "ps 0 of 1: .* job [0-9a-f]{16}" ps.log | grep -oE '[0-9a-f]{16}$')
+"$WEFT_PS_ATTACK" topk "tcp://127.0.0.1:$PS_PORT" "$job" >attack.out 2>&1 ||
+	{ cat attack.out; fail "a hostile topk push was accepted, or refused without naming topk, or the server stopped answering"; }
+cat attack.out
+kill -0 "$PS_PID" 2>/dev/null || fail "the server died"
+grep -q "rejected message (bytes" ps.log || fail "the server did not log the rejections"
+kill "$PS_PID"
 
 export WEFT_PS_STATS_EVERY=0.5 # the servers' byte counts, read below
 "$WEFT" launch --ps 2 --workers 2 --threads 2 --device cpu --config c.json --insecure \
