@@ -92,13 +92,44 @@ struct wf_ps_client {
 	} init;
 	int replicas;	/* cfg.replicas, at least 1 */
 	uint16_t *bf16; /* [nparams] compression bf16: the pushed gradients, NULL: none */
-	int send_ms;	/* ZMQ_SNDTIMEO of every socket now (milliseconds) */
+	/* compression topk (NULL otherwise): what the pushes have not carried
+	 * yet [nparams], each chunk's last push (8 * topk_k[k] bytes at
+	 * topk_at[k]: sent again as it is on a redirect or failover), and the
+	 * selection's scratch (the largest chunk's floats) */
+	float *resid;
+	uint8_t *sparse;
+	size_t *topk_at, *topk_k; /* [nchunks] bytes, entries */
+	float *mag;
+	int send_ms; /* ZMQ_SNDTIMEO of every socket now (milliseconds) */
 	zmq_msg_t frames[1 + WF_PS_MAX_FRAMES];
 };
 
 static int nchunks_of(const wf_ps_client *c)
 {
 	return c->cfg.pl ? c->cfg.pl->nchunks : 0;
+}
+
+/* compression topk: each chunk's entry count and place in c->sparse, the
+ * residual (zero) and the selection scratch, once. */
+static int topk_plan(wf_ps_client *c)
+{
+	const wf_ps_placement *pl = c->cfg.pl;
+	int nc = nchunks_of(c);
+	size_t bytes = 0, most = 1;
+	c->topk_at = calloc((size_t)nc + 1, sizeof(*c->topk_at));
+	c->topk_k = calloc((size_t)nc + 1, sizeof(*c->topk_k));
+	if (!c->topk_at || !c->topk_k)
+		return WF_ENOMEM;
+	for (int k = 0; k < nc; k++) {
+		c->topk_k[k] = wf_ps_topk_count(c->cfg.topk, pl->chunks[k].count);
+		c->topk_at[k] = bytes;
+		bytes += 8 * c->topk_k[k];
+		most = WF_MAX(most, pl->chunks[k].count);
+	}
+	c->resid = calloc(pl->nparams ? pl->nparams : 1, sizeof(*c->resid));
+	c->sparse = malloc(bytes ? bytes : 1);
+	c->mag = malloc(most * sizeof(*c->mag));
+	return c->resid && c->sparse && c->mag ? 0 : WF_ENOMEM;
 }
 
 /* Each chunk's frozen frame from cfg.segs/frozen: the frozen segments that
@@ -853,6 +884,10 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 			       cfg->pl->nservers, cfg->nservers);
 	if (cfg->pl && !cfg->params)
 		return wf_errf(err, WF_EINVAL, "ps client: a placement needs a params buffer");
+	if (cfg->compression == WF_PS_COMPRESSION_TOPK && !(cfg->topk > 0 && cfg->topk <= 1))
+		return wf_errf(err, WF_EINVAL,
+			       "ps client: ps.compression topk:%g: the fraction must be in (0, 1]",
+			       cfg->topk);
 	wf_ps_client *c = calloc(1, sizeof(*c));
 	if (!c)
 		return wf_errf(err, WF_ENOMEM, "ps client: out of memory");
@@ -901,7 +936,9 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	if (cfg->compression == WF_PS_COMPRESSION_BF16 && cfg->pl)
 		c->bf16 = malloc((cfg->pl->nparams ? cfg->pl->nparams : 1) * sizeof(*c->bf16));
 	if (!c->pend || !c->endpoints || !c->socks || !c->floats || !c->inc || !c->seen ||
-	    !c->mons || !c->hs || !c->route || (cfg->compression && cfg->pl && !c->bf16))
+	    !c->mons || !c->hs || !c->route ||
+	    (cfg->compression == WF_PS_COMPRESSION_BF16 && cfg->pl && !c->bf16) ||
+	    (cfg->compression == WF_PS_COMPRESSION_TOPK && cfg->pl && topk_plan(c) != 0))
 		goto fail;
 	c->replicas = cfg->replicas > 1 ? WF_MIN(cfg->replicas, cfg->nservers) : 1;
 	for (int g = 0; g < cfg->nservers; g++)
@@ -999,6 +1036,11 @@ void wf_ps_client_free(wf_ps_client *c)
 	free(c->hs);
 	free(c->route);
 	free(c->bf16);
+	free(c->resid);
+	free(c->sparse);
+	free(c->topk_at);
+	free(c->topk_k);
+	free(c->mag);
 	free(c->key_origin);
 	memset(&c->keys, 0, sizeof(c->keys));
 	free(c);
@@ -1208,6 +1250,11 @@ static int send_push(wf_ps_client *c, int chunk, const float *grads, long step, 
 		sz[0] = ch->count * sizeof(*c->bf16);
 		h.dtype = WF_PS_DTYPE_BF16;
 	}
+	if (c->resid) { /* encoded by push_pull_async: the same entries every time */
+		f[0] = c->sparse + c->topk_at[chunk];
+		sz[0] = 8 * c->topk_k[chunk];
+		h.dtype = WF_PS_DTYPE_TOPK;
+	}
 	h.aux = (uint32_t)(c->cfg.contributors > 0 ? c->cfg.contributors : 0);
 	h.flags |= flags;
 	if (with_state)
@@ -1236,6 +1283,9 @@ int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads,
 			       "ps client: the state rides on a chunk of ps 0 (chunk %d is on ps "
 			       "%d) and needs cfg.state",
 			       chunk, ch->server);
+	if (c->resid) /* error feedback: this gradient plus what earlier pushes left */
+		wf_ps_topk_encode(c->sparse + c->topk_at[chunk], c->topk_k[chunk],
+				  c->resid + ch->offset, grads + ch->offset, ch->count, c->mag);
 	return send_push(c, chunk, grads, step, with_state, 0, err);
 }
 

@@ -70,6 +70,12 @@ typedef struct wf_ps_client_cfg {
 	 * servers must be configured alike (register names a difference when
 	 * cfg.optim is given, a push is refused otherwise) */
 	wf_ps_compression compression;
+	/* compression topk: the fraction F of each chunk's entries a push
+	 * carries, (0, 1]. The client keeps the rest of each gradient (its
+	 * error-feedback residual, [nparams]) and adds it to the next push of
+	 * the chunk; a push the servers drop as stale is lost whole, as an
+	 * uncompressed one. */
+	double topk;
 } wf_ps_client_cfg;
 
 /* Create the sockets and connect (ZeroMQ connects in the background, so the

@@ -3,10 +3,12 @@
 
 #include "common/crc32c.h"
 
+#include <errno.h>
 #include <jansson.h>
 #ifdef __GLIBC__
 #include <malloc.h>
 #endif
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,21 +74,35 @@ const char *wf_ps_mode_str(wf_ps_mode mode, int staleness, char *buf, size_t n)
 
 /* ---- gradient compression ------------------------------------------------ */
 
-int wf_ps_compression_parse(const char *name, wf_ps_compression *out, wf_err *err)
+int wf_ps_compression_parse(const char *name, wf_ps_compression *out, double *topk, wf_err *err)
 {
-	if (name && !strcmp(name, "none"))
+	double f = 0;
+	if (name && !strcmp(name, "none")) {
 		*out = WF_PS_COMPRESSION_NONE;
-	else if (name && !strcmp(name, "bf16"))
+	} else if (name && !strcmp(name, "bf16")) {
 		*out = WF_PS_COMPRESSION_BF16;
-	else
+	} else if (name && !strncmp(name, "topk:", 5)) {
+		char *end;
+		errno = 0;
+		f = strtod(name + 5, &end);
+		if (end == name + 5 || *end || errno || !(f > 0 && f <= 1))
+			return wf_errf(err, WF_EINVAL,
+				       "ps.compression: '%s': topk:F needs a fraction F with 0 < F "
+				       "<= 1 (topk:0.01 pushes the largest 1%% of each chunk)",
+				       name);
+		*out = WF_PS_COMPRESSION_TOPK;
+	} else {
 		return wf_errf(err, WF_EINVAL, "ps.compression: expected %s, got '%s'",
 			       WF_PS_COMPRESSIONS, name ? name : "");
+	}
+	if (topk)
+		*topk = f;
 	return 0;
 }
 
 const char *wf_ps_compression_name(wf_ps_compression c)
 {
-	return c == WF_PS_COMPRESSION_BF16 ? "bf16" : "none";
+	return c == WF_PS_COMPRESSION_BF16 ? "bf16" : c == WF_PS_COMPRESSION_TOPK ? "topk" : "none";
 }
 
 void wf_ps_bf16_encode(uint16_t *dst, const float *src, size_t n)
@@ -238,6 +254,95 @@ void wf_ps_hdr_decode(wf_ps_hdr *h, const uint8_t in[WF_PS_HEADER_BYTES])
 	h->aux = get32(in + 60);
 }
 
+/* ---- top-k pushes -------------------------------------------------------- */
+
+size_t wf_ps_topk_count(double topk, size_t n)
+{
+	if (!n)
+		return 0;
+	double k = ceil(topk * (double)n - 1e-9); /* 0.01 x 100 is 1, not 2 */
+	return k < 1 ? 1 : k >= (double)n ? n : (size_t)k;
+}
+
+/* |x|, NaN as the largest (a NaN gradient is sent, as uncompressed). */
+static float magnitude(float x)
+{
+	return isnan(x) ? INFINITY : fabsf(x);
+}
+
+static float med3(float x, float y, float z)
+{
+	float lo = x < y ? x : y, hi = x < y ? y : x;
+	return z < lo ? lo : z > hi ? hi : z;
+}
+
+/* The value at rank r (ascending) of a[0..n) (no NaN), reordering a: a
+ * three-way quickselect, so a chunk of many equal entries (zeros) stays
+ * linear. */
+static float select_rank(float *a, size_t n, size_t r)
+{
+	size_t lo = 0, hi = n; /* rank r lies in a[lo..hi) */
+	while (hi - lo > 1) {
+		float p = med3(a[lo], a[lo + (hi - lo) / 2], a[hi - 1]), t;
+		size_t lt = lo, i = lo, gt = hi;
+		while (i < gt) {
+			if (a[i] < p) {
+				t = a[i], a[i++] = a[lt], a[lt++] = t;
+			} else if (a[i] > p) {
+				t = a[i], a[i] = a[--gt], a[gt] = t;
+			} else {
+				i++;
+			}
+		}
+		if (r < lt)
+			hi = lt;
+		else if (r >= gt)
+			lo = gt;
+		else
+			return p;
+	}
+	return a[lo];
+}
+
+void wf_ps_topk_encode(uint8_t *out, size_t k, float *resid, const float *grad, size_t n,
+		       float *mag)
+{
+	for (size_t i = 0; i < n; i++) {
+		resid[i] += grad[i];
+		mag[i] = magnitude(resid[i]);
+	}
+	float t = select_rank(mag, n, n - k); /* the k-th largest magnitude */
+	size_t above = 0, j = 0;
+	for (size_t i = 0; i < n; i++)
+		above += magnitude(resid[i]) > t;
+	size_t ties = k - above; /* entries equal to t that go too: the first ones */
+	for (size_t i = 0; i < n && j < k; i++) {
+		float m = magnitude(resid[i]);
+		if (m < t || (m == t && !ties))
+			continue;
+		if (m == t)
+			ties--;
+		uint32_t bits;
+		memcpy(&bits, &resid[i], 4);
+		put32(out + 4 * j, (uint32_t)i);
+		put32(out + 4 * (k + j), bits);
+		resid[i] = 0;
+		j++;
+	}
+}
+
+void wf_ps_topk_decode(float *dst, size_t n, const void *src, size_t bytes)
+{
+	const uint8_t *p = src;
+	size_t k = bytes / 8;
+	memset(dst, 0, n * sizeof(*dst));
+	for (size_t j = 0; j < k; j++) {
+		uint32_t i = get32(p + 4 * j), bits = get32(p + 4 * (k + j));
+		if (i < n) /* the parser checked it; never write outside dst */
+			memcpy(&dst[i], &bits, 4);
+	}
+}
+
 /* ---- validation --------------------------------------------------------- */
 
 #define REJECT(r, ...)                                                                             \
@@ -253,6 +358,7 @@ typedef struct shape {
 	uint64_t frame_bytes[WF_PS_MAX_FRAMES]; /* 0 = any size up to max_text */
 	int chunk_op;				/* chunk field must name a chunk */
 	int ranges_frame;			/* index of the frozen frame, or -1 */
+	int topk_frame;				/* index of a topk gradient frame, or -1 */
 	int allow_state_chunk;
 	int units_frame; /* the frame with the data units: -1 none, -2 the last */
 	int fault;	 /* reason when the shape is invalid */
@@ -274,6 +380,7 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 	memset(s, 0, sizeof(*s));
 	s->ranges_frame = -1;
 	s->units_frame = -1;
+	s->topk_frame = -1;
 	int reply = lim->is_reply;
 	int state = (h->flags & WF_PS_FLAG_STATE) != 0;
 	int frozen = (h->flags & WF_PS_FLAG_FROZEN) != 0;
@@ -314,6 +421,10 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 		if (!reply && h->op == WF_PS_OP_PUSH_PULL && h->dtype == WF_PS_DTYPE_BF16) {
 			s->dtype = WF_PS_DTYPE_BF16; /* the gradient only: the state stays f32 */
 			s->frame_bytes[0] = cb / 2;
+		}
+		if (!reply && h->op == WF_PS_OP_PUSH_PULL && h->dtype == WF_PS_DTYPE_TOPK) {
+			s->dtype = WF_PS_DTYPE_TOPK; /* k entries, checked by check_topk */
+			s->topk_frame = 0;
 		}
 		s->frame_bytes[1] = sb;
 		if (units)
@@ -432,6 +543,25 @@ static int check_units(const uint8_t *p, size_t bytes, int nworkers, const char 
 	return 1;
 }
 
+/* A topk gradient frame: 1..floats entries of 8 bytes, the u32 indices
+ * strictly ascending and inside a chunk of `floats`. */
+static int check_topk(const uint8_t *p, size_t bytes, uint64_t floats, const char **why)
+{
+	if (bytes == 0 || bytes % 8 || bytes / 8 > floats) {
+		*why = "topk frame is not 1..(chunk floats) entries of 8 bytes";
+		return 0;
+	}
+	size_t k = bytes / 8;
+	for (size_t j = 0; j < k; j++) {
+		uint32_t i = get32(p + 4 * j);
+		if (i >= floats || (j && i <= get32(p + 4 * (j - 1)))) {
+			*why = "topk indices not strictly ascending or outside the chunk";
+			return 0;
+		}
+	}
+	return 1;
+}
+
 static int check_flags(const wf_ps_hdr *h, const wf_ps_limits *lim)
 {
 	if (h->flags & ~(uint32_t)WF_PS_FLAG__ALL)
@@ -521,7 +651,16 @@ int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *siz
 				REJECT(WF_PS_REJECT_BYTES, "%s", why);
 			continue;
 		}
-		if ((s.dtype == WF_PS_DTYPE_F32 || s.dtype == WF_PS_DTYPE_BF16) &&
+		if (i == s.topk_frame) {
+			const char *why = "";
+			if (!check_topk(frames[i + 1], sizes[i + 1], chunk_floats_of(lim, h->chunk),
+					&why))
+				REJECT(WF_PS_REJECT_BYTES, "chunk %u: %s (%zu bytes)", h->chunk,
+				       why, sizes[i + 1]);
+			continue;
+		}
+		if ((s.dtype == WF_PS_DTYPE_F32 || s.dtype == WF_PS_DTYPE_BF16 ||
+		     s.dtype == WF_PS_DTYPE_TOPK) &&
 		    sizes[i + 1] != s.frame_bytes[i])
 			REJECT(WF_PS_REJECT_BYTES,
 			       "payload frame %d is %zu bytes, chunk %u needs %llu bytes", i,

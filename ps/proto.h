@@ -119,25 +119,52 @@ enum {
 
 /* Payload element types. BF16 (a push's gradient frame only, with
  * ps.compression bf16): each float's upper 16 bits after rounding to
- * nearest even, little-endian, 2 bytes per float. */
+ * nearest even, little-endian, 2 bytes per float. TOPK (a push's gradient
+ * frame only, with ps.compression topk:F): k >= 1 entries of the chunk, k
+ * little-endian u32 chunk-relative indices, strictly ascending and below
+ * the chunk's floats, then their k f32 values; the entries not named are
+ * zero. 8k bytes. */
 typedef enum {
 	WF_PS_DTYPE_NONE = 0,
 	WF_PS_DTYPE_F32 = 1,
 	WF_PS_DTYPE_BYTES = 2,
 	WF_PS_DTYPE_BF16 = 3,
+	WF_PS_DTYPE_TOPK = 4,
 } wf_ps_dtype;
 
 /* How a push's gradient travels (ps.compression; workers and servers must
- * agree): fp32 as computed, or bf16. Replies, inits, the state and the
+ * agree on the kind): fp32 as computed, bf16, or topk (each worker sends
+ * the fraction F of each chunk's entries of largest magnitude and keeps
+ * the rest as a residual it adds to its next gradient; F is the worker's
+ * own, the servers take any k). Replies, inits, the state and the
  * replication between servers stay fp32: the master weights are exact. */
-typedef enum { WF_PS_COMPRESSION_NONE, WF_PS_COMPRESSION_BF16 } wf_ps_compression;
-#define WF_PS_COMPRESSIONS "none, bf16"
-/* "none" / "bf16" into *out; WF_EINVAL naming the value otherwise. */
-int wf_ps_compression_parse(const char *name, wf_ps_compression *out, wf_err *err);
+typedef enum {
+	WF_PS_COMPRESSION_NONE,
+	WF_PS_COMPRESSION_BF16,
+	WF_PS_COMPRESSION_TOPK
+} wf_ps_compression;
+#define WF_PS_COMPRESSIONS "none, bf16 or topk:F (0 < F <= 1)"
+/* "none", "bf16" or "topk:F" into *out (and F into *topk, which may be
+ * NULL; 0 for the others); WF_EINVAL naming the key and the value
+ * otherwise. */
+int wf_ps_compression_parse(const char *name, wf_ps_compression *out, double *topk, wf_err *err);
+/* The kind's name: "none", "bf16" or "topk" (without F). */
 const char *wf_ps_compression_name(wf_ps_compression c);
 /* n floats to bf16 (round to nearest even; NaN stays NaN) and back. */
 void wf_ps_bf16_encode(uint16_t *dst, const float *src, size_t n);
 void wf_ps_bf16_decode(float *dst, const void *src, size_t n); /* src: 2n bytes */
+/* Entries a topk:F push of a chunk of n floats carries: ceil(F n), in [1, n]
+ * (0 when n is 0). */
+size_t wf_ps_topk_count(double topk, size_t n);
+/* A topk push of n floats: add grad into resid (the error feedback, [n]),
+ * then move the k entries of largest magnitude (NaN counts as largest)
+ * out of resid into out (8k bytes: WF_PS_DTYPE_TOPK's layout), zeroing
+ * them there. mag: scratch of n floats. */
+void wf_ps_topk_encode(uint8_t *out, size_t k, float *resid, const float *grad, size_t n,
+		       float *mag);
+/* A parsed topk frame (bytes, a multiple of 8) into dst [n floats]: zeros
+ * and the named entries. */
+void wf_ps_topk_decode(float *dst, size_t n, const void *src, size_t bytes);
 
 typedef enum {
 	WF_PS_ROLE_WORKER = 1, /* counts in membership; index = worker index */

@@ -177,36 +177,44 @@ static int optim_differs(const server *s, const wf_ps_msg *m, const char *who, c
 	return 1;
 }
 
-/* A push's gradient as this server's ps.compression expects it: a bf16
- * frame is expanded to floats (in s->bf16) in place of frame 0. 1 when it
- * was refused instead, naming both settings. */
+/* A push's gradient as this server's ps.compression expects it: a bf16 or
+ * topk frame is expanded to floats (in s->dense) in place of frame 0. 1
+ * when it was refused instead, naming both settings. */
 static int take_push(server *s, const uint8_t *rid, size_t rid_len, wf_ps_msg *m, const char *who)
 {
-	int bf16 = m->hdr.dtype == WF_PS_DTYPE_BF16;
-	if (bf16 != (s->cfg->compression == WF_PS_COMPRESSION_BF16)) {
+	wf_ps_compression got = m->hdr.dtype == WF_PS_DTYPE_BF16   ? WF_PS_COMPRESSION_BF16
+				: m->hdr.dtype == WF_PS_DTYPE_TOPK ? WF_PS_COMPRESSION_TOPK
+								   : WF_PS_COMPRESSION_NONE;
+	if (got != s->cfg->compression) {
 		wf_pss_send_errorf(
 			s, rid, rid_len, &m->hdr, WF_EINVAL, WF_PS_REJECT_DTYPE,
 			"ps.compression: %s on %s, %s on parameter server %d; give every "
 			"process of the job the same ps.compression",
-			bf16 ? "bf16" : "none", who, wf_ps_compression_name(s->cfg->compression),
-			s->cfg->index);
+			wf_ps_compression_name(got), who,
+			wf_ps_compression_name(s->cfg->compression), s->cfg->index);
 		return 1;
 	}
-	if (!bf16)
+	if (got == WF_PS_COMPRESSION_NONE)
 		return 0;
-	size_t n = m->size[0] / 2;
-	if (n * sizeof(float) > s->bf16.cap) {
-		void *b = realloc(s->bf16.buf, n * sizeof(float));
+	/* the chunk's floats (the parser checked the chunk is held here) */
+	size_t n = got == WF_PS_COMPRESSION_BF16 ? m->size[0] / 2
+						 : (size_t)s->lim.chunk_floats[m->hdr.chunk];
+	if (n * sizeof(float) > s->dense.cap) {
+		void *b = realloc(s->dense.buf, n * sizeof(float));
 		if (!b) {
-			wf_pss_send_errorf(
-				s, rid, rid_len, &m->hdr, WF_ETRANSIENT, WF_PS_REJECT_STATE,
-				"out of memory expanding a bf16 push of chunk %u", m->hdr.chunk);
+			wf_pss_send_errorf(s, rid, rid_len, &m->hdr, WF_ETRANSIENT,
+					   WF_PS_REJECT_STATE,
+					   "out of memory expanding a %s push of chunk %u",
+					   wf_ps_compression_name(got), m->hdr.chunk);
 			return 1;
 		}
-		s->bf16 = (wf_ps_scratch){b, n * sizeof(float)};
+		s->dense = (wf_ps_scratch){b, n * sizeof(float)};
 	}
-	wf_ps_bf16_decode(s->bf16.buf, m->frame[0], n);
-	m->frame[0] = s->bf16.buf;
+	if (got == WF_PS_COMPRESSION_BF16)
+		wf_ps_bf16_decode(s->dense.buf, m->frame[0], n);
+	else /* the entries it names into zeros: the sum takes it as any push */
+		wf_ps_topk_decode(s->dense.buf, n, m->frame[0], m->size[0]);
+	m->frame[0] = s->dense.buf;
 	m->size[0] = n * sizeof(float);
 	return 0;
 }
@@ -601,7 +609,7 @@ static void server_free(server *s)
 	wf_pss_repl_free(s);
 	for (int i = 0; i < MAX_RECV; i++)
 		wf_ps_scratch_free(&s->align[i]);
-	wf_ps_scratch_free(&s->bf16);
+	wf_ps_scratch_free(&s->dense);
 	free(s->chunks);
 	free(s->shards);
 	free(s->local);

@@ -220,7 +220,7 @@ typedef struct server {
 	int running;
 	zmq_msg_t frames[MAX_RECV];
 	wf_ps_scratch align[MAX_RECV]; /* aligned copies of misaligned payload frames */
-	wf_ps_scratch bf16;	       /* a bf16 push's gradient as floats */
+	wf_ps_scratch dense;	       /* a bf16 or topk push's gradient as floats */
 	char text[PATH_BYTES];
 } server;
 

@@ -76,6 +76,9 @@ typedef struct config {
 	int workers, servers;
 	int replicas;		       /* parameter-server modes: servers that keep each chunk */
 	wf_ps_compression compression; /* parameter-server modes: ps.compression */
+	double topk;		       /* its F with topk:F */
+	char comp_text[32];	       /* as given ("topk:0.01") */
+	double none_ms; /* the same configuration uncompressed earlier in this run; 0: none */
 } config;
 
 /* The model's gradient, scaled: its views (placement), and the backward's
@@ -331,6 +334,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			       .contributors = 1,
 			       .replicas = cf->replicas,
 			       .compression = cf->compression,
+			       .topk = cf->topk,
 			       .timeout = 120,
 			       .connect_timeout = 60,
 			       .heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT};
@@ -403,14 +407,17 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 		rc = wf_ps_client_barrier(cl, steps, err);
 	if (rc == 0 && rank == 0) {
 		long lead = 0;
+		double in = 0; /* bytes into the servers, every message */
 		for (int s = 0; s < cf->servers; s++) {
 			wf_ps_stats st;
 			if (wf_ps_client_stats(cl, s, &st, err) != 0)
 				continue;
 			lead = WF_MAX(lead, st.ssp_max_lead);
+			in += (double)st.bytes_in;
 			wf_ps_stats_free(&st);
 		}
 		printf(RESULT_TAG " staleness_max=%ld\n", lead);
+		printf(RESULT_TAG " push_bytes=%.0f\n", in / (double)steps / cf->workers);
 		rc = wf_ps_client_shutdown(cl, err);
 	}
 	if (rc == 0)
@@ -706,6 +713,7 @@ typedef struct outcome {
 	int ranks;		  /* result lines seen */
 	double cpu_ms;		  /* sum over the ranks of CPU ms per measured step */
 	double server_cpu_ms;	  /* the busiest server's CPU ms per step */
+	double push_bytes;	  /* into the servers per worker and step; 0: not reported */
 } outcome;
 
 /* A result line, where another process's output may precede it on the
@@ -722,6 +730,8 @@ static void parse_line(const char *text, outcome *oc)
 			fprintf(stderr, "%s\n", text);
 	} else if (sscanf(line, RESULT_TAG " server_cpu_ms=%lf", &cpu) == 1) {
 		oc->server_cpu_ms = WF_MAX(oc->server_cpu_ms, cpu);
+	} else if (sscanf(line, RESULT_TAG " push_bytes=%lf", &cpu) == 1) {
+		oc->push_bytes = cpu;
 	} else if (sscanf(line, RESULT_TAG " staleness_max=%ld", &st) == 1) {
 		oc->staleness = st;
 	} else if (sscanf(line, RESULT_TAG " rank=%*d median_ms=%lf p90_ms=%lf", &med, &p90) == 2) {
@@ -816,7 +826,10 @@ static double comm_seconds(const opts *o, const config *cf, const layout *l, wf_
 	return WF_MAX(bytes, (double)cf->workers * most * sizeof(float)) / rate;
 }
 
-static int run_config(const opts *o, const config *cf, const layout *l, wf_err *err)
+/* Run one configuration and print its line; *median_ms (may be NULL) gets
+ * its median step time. */
+static int run_config(const opts *o, const config *cf, const layout *l, double *median_ms,
+		      wf_err *err)
 {
 	run r = {.out = -1};
 	child_arg args[MAX_WORKERS + MAX_SERVERS];
@@ -876,10 +889,15 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 	if (ps)
 		printf(", \"chunk_bytes\": %ld, \"replicas\": %d, \"compression\": \"%s\", "
 		       "\"layer_ready\": %d",
-		       o->chunk_bytes, cf->replicas, wf_ps_compression_name(cf->compression),
-		       o->layer_ready);
+		       o->chunk_bytes, cf->replicas, cf->comp_text, o->layer_ready);
 	else
 		printf(", \"bucket_mb\": %g", o->bucket_mb);
+	if (ps && oc.push_bytes > 0) /* into the servers, every message (rank 0's init too) */
+		printf(", \"push_bytes_per_step\": %.0f", oc.push_bytes);
+	if (ps && cf->none_ms > 0 && oc.median_ms > 0)
+		printf(", \"step_vs_none\": %.3f", oc.median_ms / cf->none_ms);
+	if (median_ms)
+		*median_ms = oc.median_ms;
 	if (oc.staleness >= 0)
 		printf(", \"staleness_max\": %ld", oc.staleness);
 	printf(", \"cpu_ms_per_step\": %.1f", oc.cpu_ms / cf->workers);
@@ -908,16 +926,18 @@ static int run_config(const opts *o, const config *cf, const layout *l, wf_err *
 
 /* ---- the command ------------------------------------------------------------------------ */
 
-/* "none,bf16" into comps (at most 4); *n gets the count. */
-static int parse_compressions(const char *s, wf_ps_compression *comps, int *n, wf_err *err)
+/* "none,bf16,topk:0.01" into comps (at most 4: kind, F and text); *n gets
+ * the count. */
+static int parse_compressions(const char *s, config *comps, int *n, wf_err *err)
 {
-	char list[64], *save = NULL;
+	char list[128], *save = NULL;
 	snprintf(list, sizeof(list), "%s", s);
 	*n = 0;
 	for (char *t = strtok_r(list, ",", &save); t && *n < 4; t = strtok_r(NULL, ",", &save)) {
-		int rc = wf_ps_compression_parse(t, &comps[*n], err);
+		int rc = wf_ps_compression_parse(t, &comps[*n].compression, &comps[*n].topk, err);
 		if (rc != 0)
 			return wf_err_wrap(err, "--compression"), rc;
+		snprintf(comps[*n].comp_text, sizeof(comps[*n].comp_text), "%s", t);
 		++*n;
 	}
 	return *n ? 0
@@ -990,7 +1010,8 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		 "stop a configuration that has not finished after S seconds, and fail (600)"},
 		{"compression", WF_FLAG_STR, &compression, "C[,C...]",
 		 "parameter-server modes: how pushes carry the gradient (ps.compression: none, "
-		 "bf16), each in turn (none)"},
+		 "bf16, topk:F), each in turn; after a none, each other's line has step_vs_none, "
+		 "its step time against it (none)"},
 		{"gso", WF_FLAG_BOOL, &o.link.gso, NULL,
 		 "let TCP's 64 KiB GSO packets through the shaped links whole (the emulation "
 		 "before 2026-11-28; default: wire-sized packets)"},
@@ -1055,7 +1076,7 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 			     "during the next forward: give one of them");
 		goto cleanup;
 	}
-	wf_ps_compression comps[4];
+	config comps[4] = {0};
 	int ncomp = 0;
 	if ((rc = parse_compressions(compression, comps, &ncomp, err)) != 0)
 		goto cleanup;
@@ -1116,17 +1137,22 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		int ps = strcmp(m, "allreduce") && strcmp(m, "ddp");
 		for (int i = 0; rc == 0 && i < cw; i++) {
 			/* parameter servers: each replica count, each compression */
+			double none_ms = 0;
 			for (int r = 0; rc == 0 && r < (ps ? cr * ncomp : 1); r++) {
-				config cf = {.workers = nw[i],
-					     .servers = ns[cs > 1 ? i : 0],
-					     .replicas = nr[r / ncomp],
-					     .compression = comps[r % ncomp]};
+				config cf = comps[r % ncomp];
+				cf.workers = nw[i];
+				cf.servers = ns[cs > 1 ? i : 0];
+				cf.replicas = nr[r / ncomp];
+				if (r % ncomp == 0)
+					none_ms = 0; /* a new replica count */
+				int none = cf.compression == WF_PS_COMPRESSION_NONE;
+				cf.none_ms = none ? 0 : none_ms;
 				snprintf(cf.mode, sizeof(cf.mode), "%s", m);
 				if (cf.servers > MAX_SERVERS)
 					rc = wf_errf(err, WF_EINVAL, "--servers: at most %d",
 						     MAX_SERVERS);
 				else
-					rc = run_config(&o, &cf, &l, err);
+					rc = run_config(&o, &cf, &l, none ? &none_ms : NULL, err);
 			}
 		}
 	}

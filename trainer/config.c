@@ -219,9 +219,11 @@ static const key_def keys[] = {
 	 "parameter_server: servers that keep each chunk (1 <= R <= ps tasks); with 2 or more a "
 	 "killed server costs no rollback: its backup takes over (docs/promises.md)"},
 	{"ps.compression", T_STR, F(ps.compression), "\"none\"",
-	 "parameter_server: how pushes carry the gradient: none (fp32) or bf16 (half the bytes, "
-	 "rounded to nearest even; the servers sum and keep fp32, replies stay fp32); servers and "
-	 "workers must agree"},
+	 "parameter_server: how pushes carry the gradient: none (fp32), bf16 (half the bytes, "
+	 "rounded to nearest even) or topk:F with 0 < F <= 1 (each chunk's fraction F of entries "
+	 "of largest magnitude as index + fp32 value, 2F of the bytes; each worker adds what it "
+	 "did not send to its next gradient); the servers sum and keep fp32, replies stay fp32; "
+	 "servers and workers must agree on the kind"},
 	{"ps.timeout", T_NUM, F(ps.timeout), STR(WF_PS_TIMEOUT_DEFAULT),
 	 "parameter_server worker: seconds to wait for a reply"},
 	{"ps.connect_timeout", T_NUM, F(ps.connect_timeout), STR(WF_PS_CONNECT_TIMEOUT_DEFAULT),

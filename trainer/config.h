@@ -96,10 +96,11 @@ typedef struct wf_config {
 	} cluster;
 	struct { /* parameter_server tuning (the WEFT_PS_* variables) */
 		long chunk_bytes;
-		long replicas;					 /* servers that keep each chunk */
-		char compression[16];				 /* none, bf16 */
-		wf_ps_compression comp;				 /* compression parsed (derived) */
-		double timeout, connect_timeout, server_timeout; /* worker, seconds */
+		long replicas;		/* servers that keep each chunk */
+		char compression[32];	/* none, bf16, topk:F */
+		wf_ps_compression comp; /* compression parsed (derived) */
+		double topk;		/* topk:F's F, the fraction a push keeps (derived) */
+		double timeout, connect_timeout, server_timeout;      /* worker, seconds */
 		double heartbeat_timeout, stall_timeout, stats_every; /* server, seconds */
 		char debug_stall[64]; /* "rank:step:seconds"; "": off */
 		char debug_slow[64];  /* "rank:factor"; "": off */

@@ -153,9 +153,9 @@ static int check_strategy(wf_config *c, wf_err *err)
 	NEED(c->ps.chunk_bytes >= 1024 && c->ps.chunk_bytes <= (1L << 30),
 	     "ps.chunk_bytes (WEFT_PS_CHUNK_BYTES): must be a byte count in [1024, 2^30], got %ld",
 	     c->ps.chunk_bytes);
-	if (wf_ps_compression_parse(c->ps.compression, &c->ps.comp, NULL) != 0)
-		NEED(0, "ps.compression (WEFT_PS_COMPRESSION): expected %s, got '%s'",
-		     WF_PS_COMPRESSIONS, c->ps.compression);
+	wf_err ce = {0};
+	if (wf_ps_compression_parse(c->ps.compression, &c->ps.comp, &c->ps.topk, &ce) != 0)
+		NEED(0, "%s (WEFT_PS_COMPRESSION)", ce.msg);
 	NEED(c->ps.replicas >= 1 && c->ps.replicas <= 33,
 	     "ps.replicas (WEFT_PS_REPLICAS): servers that keep each chunk, 1..33, got %ld",
 	     c->ps.replicas);

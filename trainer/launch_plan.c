@@ -2,7 +2,7 @@
  * be without starting it: the model's size, which server keeps which bytes
  * (ps/placement.h: chunks placed by size, largest first on the least loaded
  * server), the copies with ps.replicas, and the bytes each link carries in a
- * step (pushes at half with ps.compression bf16), with the time they take at
+ * step (pushes at half with ps.compression bf16, at 2F with topk:F), with the time they take at
  * common link rates. */
 #include "trainer/launch.h"
 
@@ -35,13 +35,17 @@ int wf_launch_plan(FILE *out, const wf_config *cfg, int nps, int ntrainers, wf_e
 	}
 	int R = (int)cfg->ps.replicas, sync = strncmp(cfg->strategy.mode, "sync", 4) == 0;
 	double total = (double)m->nparams * sizeof(float);
-	/* the bytes of a push per byte of values: bf16 gradients are half */
-	double push = cfg->ps.comp == WF_PS_COMPRESSION_BF16 ? 0.5 : 1.0;
+	/* the bytes of a push per byte of values: bf16 gradients are half, a
+	 * topk:F push carries F of the entries at 8 bytes each (about: each
+	 * chunk rounds its count up) */
+	double push = cfg->ps.comp == WF_PS_COMPRESSION_BF16   ? 0.5
+		      : cfg->ps.comp == WF_PS_COMPRESSION_TOPK ? 2 * cfg->ps.topk
+							       : 1.0;
 	fprintf(out,
 		"model %s: %zu parameters (%.2f MiB), %d tensors; %d trainers, %d servers, "
 		"mode %s, ps.replicas %d, ps.compression %s\n",
 		cfg->model.name, m->nparams, total / MIB, m->nviews, ntrainers, nps,
-		cfg->strategy.mode, R, wf_ps_compression_name(cfg->ps.comp));
+		cfg->strategy.mode, R, cfg->ps.compression);
 	fprintf(out,
 		"placement: %d chunks of at most %ld bytes (ps.chunk_bytes), each on the server "
 		"then holding the fewest bytes, largest first\n",

@@ -657,6 +657,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		.key_origin = cfg->key_origin,
 		.replicas = cfg->replicas,
 		.compression = cfg->compression,
+		.topk = cfg->topk,
 	};
 	if ((rc = wf_ps_client_create(&c->cl, &cc, err)) != 0)
 		goto fail;

@@ -1,8 +1,9 @@
 /* libFuzzer target for wf_ps_msg_parse: the input is split into frames
  * (a 2-byte length prefix per frame), parsed as a request and as a reply
  * against fixed limits. The parser must never read outside the frames nor
- * crash; a message it accepts must re-encode to the same checksum, and a
- * bf16 push's gradient frame must be the chunk's floats at 2 bytes each. */
+ * crash; a message it accepts must re-encode to the same checksum, a
+ * bf16 push's gradient frame must be the chunk's floats at 2 bytes each,
+ * and a topk push's entries must lie inside the chunk, in order. */
 #include "ps/proto.h"
 
 #include <stdint.h>
@@ -51,6 +52,29 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 				if (m.size[0] % 2 || m.size[0] / 2 > 16)
 					__builtin_trap();
 				wf_ps_bf16_decode(g, m.frame[0], m.size[0] / 2);
+			}
+			if (m.hdr.dtype == WF_PS_DTYPE_TOPK) { /* as a server expands it */
+				uint64_t n = floats[m.hdr.chunk];
+				const uint8_t *p = m.frame[0];
+				size_t k = m.size[0] / 8;
+				float g[16];
+				if (m.size[0] % 8 || k < 1 || k > n || n > 16)
+					__builtin_trap();
+				for (size_t j = 0; j < k; j++) {
+					uint32_t i = (uint32_t)p[4 * j] |
+						     (uint32_t)p[4 * j + 1] << 8 |
+						     (uint32_t)p[4 * j + 2] << 16 |
+						     (uint32_t)p[4 * j + 3] << 24;
+					uint32_t prev =
+						j ? (uint32_t)p[4 * j - 4] |
+								(uint32_t)p[4 * j - 3] << 8 |
+								(uint32_t)p[4 * j - 2] << 16 |
+								(uint32_t)p[4 * j - 1] << 24
+						  : 0;
+					if (i >= n || (j && i <= prev))
+						__builtin_trap();
+				}
+				wf_ps_topk_decode(g, (size_t)n, m.frame[0], m.size[0]);
 			}
 		} else if (reason < 0 || reason >= WF_PS_REJECT__COUNT) {
 			__builtin_trap();

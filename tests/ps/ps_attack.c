@@ -12,6 +12,11 @@
  *                    reads stats, and exits 0 when that is answered
  *         wrongjob   plain, with a wrong job id: the error reply must not
  *                    reveal the right one
+ *         topk       plain, the right job id, against a server with
+ *                    ps.compression topk:F: hostile topk pushes (truncated,
+ *                    indices out of order, repeated, past the chunk) must
+ *                    each be refused with an error naming topk, and the
+ *                    server must answer stats afterwards
  *
  * Prints one line per attempt; exits 0 when every attempt was refused (no
  * reply, or an error reply), 1 when any succeeded, 2 on usage errors. */
@@ -93,6 +98,35 @@ static int attempt(void *sock, int op, uint32_t chunk, int64_t step, const void 
 	}
 }
 
+/* Mode topk: 0 when every hostile push was refused naming topk and the
+ * server still answers. */
+static int topk_attack(void *sock)
+{
+	/* 3 entries: u32 indices, then f32 values */
+	static const uint32_t cases[][6] = {
+		{1, 5, 9, 0x3f800000u, 0x3f800000u, 0x3f800000u},	    /* truncated below */
+		{5, 1, 9, 0x3f800000u, 0x3f800000u, 0x3f800000u},	    /* out of order */
+		{1, 1, 9, 0x3f800000u, 0x3f800000u, 0x3f800000u},	    /* repeated */
+		{1, 5, 0xffffffffu, 0x3f800000u, 0x3f800000u, 0x3f800000u}, /* past the chunk */
+	};
+	static const char *const what[] = {"truncated", "out of order", "repeated",
+					   "past the chunk"};
+	char why[1024];
+	int bad = 0;
+	for (int i = 0; i < 4; i++) {
+		size_t n = i == 0 ? sizeof(cases[i]) - 1 : sizeof(cases[i]);
+		int ok = attempt(sock, WF_PS_OP_PUSH_PULL, 0, 0, cases[i], n, WF_PS_DTYPE_TOPK, why,
+				 sizeof(why), NULL);
+		int named = strstr(why, "topk") != NULL;
+		printf("topk: push %s: %s %s\n", what[i], ok ? "ACCEPTED" : "refused", why);
+		bad += ok || !named;
+	}
+	int ok = attempt(sock, WF_PS_OP_STATS, 0, 0, NULL, 0, WF_PS_DTYPE_NONE, why, sizeof(why),
+			 NULL);
+	printf("topk: stats afterwards: %s %s\n", ok ? "answered" : "NOT answered", why);
+	return bad || !ok;
+}
+
 static int read_key(const char *dir, const char *name, char out[41])
 {
 	char path[4096];
@@ -118,7 +152,7 @@ static int read_key(const char *dir, const char *name, char out[41])
 int main(int argc, char **argv)
 {
 	if (argc < 4) {
-		fprintf(stderr, "usage: ps_attack plain|wrongkey|wrongjob ENDPOINT JOB_ID_HEX "
+		fprintf(stderr, "usage: ps_attack plain|wrongkey|wrongjob|topk ENDPOINT JOB_ID_HEX "
 				"[EVIL_DIR] [SERVER_PUB_FILE]\n");
 		return 2;
 	}
@@ -145,7 +179,7 @@ int main(int argc, char **argv)
 		zmq_setsockopt(sock, ZMQ_CURVE_SERVERKEY, spub, 41);
 		zmq_setsockopt(sock, ZMQ_CURVE_PUBLICKEY, pub, 41);
 		zmq_setsockopt(sock, ZMQ_CURVE_SECRETKEY, sec, 41);
-	} else if (strcmp(mode, "plain") && strcmp(mode, "wrongjob")) {
+	} else if (strcmp(mode, "plain") && strcmp(mode, "wrongjob") && strcmp(mode, "topk")) {
 		fprintf(stderr, "ps_attack: unknown mode %s\n", mode);
 		return 2;
 	}
@@ -160,6 +194,12 @@ int main(int argc, char **argv)
 		zmq_close(sock);
 		zmq_ctx_term(ctx);
 		return ok ? 0 : 1;
+	}
+	if (!strcmp(mode, "topk")) {
+		int rc = topk_attack(sock);
+		zmq_close(sock);
+		zmq_ctx_term(ctx);
+		return rc;
 	}
 	/* pull chunk 0: the weights */
 	int ok = attempt(sock, WF_PS_OP_PULL, 0, 0, NULL, 0, WF_PS_DTYPE_NONE, why, sizeof(why),

@@ -66,6 +66,19 @@ for s in t:
 python3 -c 'import json; r=[json.loads(l) for l in open("lr.jsonl")]
 assert len(r) == 1 and r[0]["layer_ready"] == 1 and r[0]["step_ms"] > 0, r' ||
 	fail "bad --layer-ready result: $(cat lr.jsonl)"
+# top-k pushes against none in the same run: the servers take in a fraction
+# of the bytes (rank 0's init of the servers is counted too), and the topk
+# line carries its step time against none's
+"$WEFT" bench cluster --model resnet20 --scale 1 --workers 2 --servers 1 --mode sync \
+	--compression none,topk:0.01 \
+	--link 200mbit --compute-ms 2/4 --steps 3 --warmup 1 --timeout 60 >tk.jsonl 2>tk.log ||
+	fail "weft bench cluster --compression none,topk:0.01 failed: $(tail -5 tk.log)"
+python3 -c 'import json; r=[json.loads(l) for l in open("tk.jsonl")]
+assert [x["compression"] for x in r] == ["none", "topk:0.01"], r
+assert "step_vs_none" not in r[0] and r[1]["step_vs_none"] > 0, r
+assert "bucket_mb" not in r[1], r
+assert r[1]["push_bytes_per_step"] < 0.3 * r[0]["push_bytes_per_step"], r' ||
+	fail "bad --compression topk result: $(cat tk.jsonl)"
 left=$(orphans)
 [ -z "$left" ] || fail "namespaces left behind: $left"
 echo ok

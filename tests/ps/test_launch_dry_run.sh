@@ -42,6 +42,18 @@ assert len(rows) == 3, rows
 for own, i, o in rows:
     assert abs(float(i) - 2 * float(own)) < 0.04 and abs(float(o) - 4 * float(own)) < 0.04, rows
 PY
+# topk:0.05 pushes: 5% of the entries at 8 bytes each, a tenth of the bytes
+"$WEFT" launch --dry-run --ps 3 --workers 4 "${cfg[@]}" --set ps.chunk_bytes=65536 \
+	--set ps.compression=topk:0.05 >topk.txt || fail "dry run with topk failed"
+python3 - topk.txt <<'PY' || fail "the topk plan's figures do not add up: $(cat topk.txt)"
+import re, sys
+t = open(sys.argv[1]).read()
+assert "ps.compression topk:0.05" in t, t
+rows = re.findall(r"ps \d: \d+ chunks, ([\d.]+) MiB .*; a step: ([\d.]+) MiB in, ([\d.]+) MiB out", t)
+assert len(rows) == 3, rows
+for own, i, o in rows:
+    assert abs(float(i) - 0.4 * float(own)) < 0.04 and abs(float(o) - 4 * float(own)) < 0.04, rows
+PY
 # one chunk for three servers: two hold nothing, and the plan says what to do
 "$WEFT" launch --dry-run --ps 3 --workers 2 "${cfg[@]}" --set ps.chunk_bytes=4194304 >one.txt ||
 	fail "dry run failed"

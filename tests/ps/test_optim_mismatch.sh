@@ -69,6 +69,8 @@ refused decay_and_schedule "optimizer.weight_decay: 0.0001 on worker 0, 0 on par
 # expects fp32 ones
 refused compression "ps.compression: bf16 on worker 0, none on parameter server 0" \
 	-- --set ps.compression=bf16
+refused topk "ps.compression: topk on worker 0, none on parameter server 0" \
+	-- --set ps.compression=topk:0.01
 grep -q "register from sender .* refused: optimizer.lr" ps.log || { cat ps.log; fail "the server did not log the refusal"; }
 
 # the same settings: the job trains

@@ -7,7 +7,10 @@
 #include "common/util.h"
 #include "ps/proto.h"
 
+#include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #define JOB 77
 
@@ -186,12 +189,166 @@ static void test_bf16_push(void)
 	h.flags = WF_PS_FLAG_REPLY;
 	wf_ps_hdr_encode(&h, hb, f + 1, sz + 1, 1);
 	WF_CHECK(wf_ps_msg_parse(&m, f, sz, 2, &rl, &reason, &e) != 0);
-	/* and names outside none and bf16 are refused */
+	/* and names outside none, bf16 and topk:F are refused */
 	wf_ps_compression c;
-	WF_CHECK(wf_ps_compression_parse("topk:0.01", &c, &e) == WF_EINVAL);
-	WF_CHECK(strstr(e.msg, "topk:0.01") != NULL);
-	WF_CHECK_INT(wf_ps_compression_parse("bf16", &c, &e), 0);
+	WF_CHECK(wf_ps_compression_parse("gzip", &c, NULL, &e) == WF_EINVAL);
+	WF_CHECK(strstr(e.msg, "ps.compression") && strstr(e.msg, "'gzip'"));
+	WF_CHECK_INT(wf_ps_compression_parse("bf16", &c, NULL, &e), 0);
 	WF_CHECK_INT(c, WF_PS_COMPRESSION_BF16);
+}
+
+/* ps.compression topk:F: the fraction is checked, naming the key and the
+ * value; a chunk keeps ceil(F n) entries, the largest in magnitude, and
+ * what it does not send stays in the residual for the next push (error
+ * feedback: over two pushes every entry of a constant gradient arrives,
+ * and sent + residual always equals the gradients summed). */
+static void test_topk_encode(void)
+{
+	wf_ps_compression c;
+	double f = 0;
+	wf_err e = {0};
+	WF_CHECK_INT(wf_ps_compression_parse("topk:0.01", &c, &f, &e), 0);
+	WF_CHECK_INT(c, WF_PS_COMPRESSION_TOPK);
+	WF_CHECK(f == 0.01);
+	WF_CHECK(!strcmp(wf_ps_compression_name(c), "topk"));
+	const char *bad[] = {"topk:0", "topk:1.5", "topk:", "topk:0.1x", "topk:-1", "topk:nan"};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		WF_CHECK(wf_ps_compression_parse(bad[i], &c, &f, &e) == WF_EINVAL);
+		WF_CHECK(strstr(e.msg, "ps.compression") && strstr(e.msg, bad[i]));
+	}
+	WF_CHECK_INT(wf_ps_topk_count(0.01, 100), 1);
+	WF_CHECK_INT(wf_ps_topk_count(0.01, 150), 2);
+	WF_CHECK_INT(wf_ps_topk_count(0.001, 10), 1);
+	WF_CHECK_INT(wf_ps_topk_count(1, 10), 10);
+
+	float g[8] = {0.1f, -5, 0.2f, 3, 0, 0, -0.3f, 0}, resid[8] = {0}, mag[8], dense[8];
+	uint8_t out[8 * 8];
+	wf_ps_topk_encode(out, 2, resid, g, 8, mag);
+	wf_ps_topk_decode(dense, 8, out, 16);
+	float want1[8] = {0, -5, 0, 3, 0, 0, 0, 0};
+	for (int i = 0; i < 8; i++) {
+		WF_CHECK(dense[i] == want1[i]);
+		WF_CHECK(resid[i] == g[i] - want1[i]);
+	}
+	/* the next push of the same gradient: -5 and 3 again (10, 6 > 0.6) */
+	wf_ps_topk_encode(out, 2, resid, g, 8, mag);
+	wf_ps_topk_decode(dense, 8, out, 16);
+	WF_CHECK(dense[1] == -5 && dense[3] == 3);
+	WF_CHECK(fabsf(resid[6] - 2 * g[6]) < 1e-6f);
+	/* ties: the first k of equal magnitude, indices ascending */
+	float t[6] = {1, -1, 1, 1, 0, 0}, r2[6] = {0};
+	wf_ps_topk_encode(out, 2, r2, t, 6, mag);
+	WF_CHECK_INT(out[0], 0);
+	WF_CHECK_INT(out[4], 1);
+	WF_CHECK(r2[0] == 0 && r2[1] == 0 && r2[2] == 1 && r2[3] == 1);
+	/* a larger chunk: sent + residual is the sum of the gradients */
+	enum { N = 1000, K = 10 };
+	static float big[N], res[N], sum[N], got[N], m2[N];
+	static uint8_t sp[8 * K];
+	memset(res, 0, sizeof(res));
+	memset(sum, 0, sizeof(sum));
+	memset(got, 0, sizeof(got));
+	for (int s = 0; s < 5; s++) {
+		for (int i = 0; i < N; i++) {
+			big[i] = (float)((i * 7919 + s * 104729) % 1000) / 1000.0f - 0.5f;
+			sum[i] += big[i];
+		}
+		wf_ps_topk_encode(sp, K, res, big, N, m2);
+		uint32_t last = 0;
+		float least = INFINITY, most = 0; /* sent; left in the residual */
+		for (int j = 0; j < K; j++) {
+			uint32_t i;
+			float v;
+			memcpy(&i, sp + 4 * j, 4); /* little-endian host */
+			memcpy(&v, sp + 4 * (K + j), 4);
+			WF_CHECK(i < N && (j == 0 || i > last));
+			last = i;
+			got[i] += v;
+			least = fminf(least, fabsf(v));
+		}
+		for (int i = 0; i < N; i++)
+			most = fmaxf(most, fabsf(res[i]));
+		WF_CHECK(least >= most); /* the K largest went */
+	}
+	for (int i = 0; i < N; i++)
+		WF_CHECK(fabsf(got[i] + res[i] - sum[i]) < 1e-4f);
+}
+
+/* A topk push parses (at 8 bytes an entry, with the state frame after it);
+ * one truncated, with indices out of order, repeated or past the chunk, or
+ * with more entries than the chunk has floats is refused with a reason. */
+static void test_topk_push(void)
+{
+	wf_ps_limits lim = server_limits();
+	uint32_t chunk_floats = (uint32_t)lim.chunk_floats[0];
+	uint8_t sp[8 * 3];
+	uint32_t idx[3] = {1, 5, chunk_floats - 1};
+	float val[3] = {0.5f, -2, 7};
+	memcpy(sp, idx, sizeof(idx)); /* little-endian host */
+	memcpy(sp + 12, val, sizeof(val));
+	wf_ps_hdr h = {.op = WF_PS_OP_PUSH_PULL,
+		       .sender = WF_PS_SENDER(WF_PS_ROLE_WORKER, 1),
+		       .job_id = JOB,
+		       .chunk = 0,
+		       .dtype = WF_PS_DTYPE_TOPK};
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	float state[10] = {0};
+	const void *f[3] = {hb, sp, state};
+	size_t sz[3] = {sizeof(hb), sizeof(sp), sizeof(state)};
+	wf_ps_msg m;
+	wf_err e = {0};
+	int reason = -1;
+	wf_ps_hdr_encode(&h, hb, f + 1, sz + 1, 1);
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f, sz, 2, &lim, &reason, &e), 0);
+	WF_CHECK_INT(m.hdr.dtype, WF_PS_DTYPE_TOPK);
+	float *dense = calloc(chunk_floats, sizeof(float));
+	wf_ps_topk_decode(dense, chunk_floats, m.frame[0], m.size[0]);
+	WF_CHECK(dense[0] == 0 && dense[1] == 0.5f && dense[5] == -2 &&
+		 dense[chunk_floats - 1] == 7);
+	free(dense);
+	/* with the state frame (f32) after it */
+	h.flags = WF_PS_FLAG_STATE;
+	wf_ps_hdr_encode(&h, hb, f + 1, sz + 1, 2);
+	WF_CHECK_INT(wf_ps_msg_parse(&m, f, sz, 3, &lim, &reason, &e), 0);
+	h.flags = 0;
+	/* hostile frames */
+	struct {
+		uint32_t a, b, c;
+		size_t bytes;
+	} bad[] = {
+		{1, 5, 9, 23},		  /* truncated: not a multiple of 8 */
+		{1, 5, 9, 0},		  /* empty */
+		{5, 1, 9, 24},		  /* out of order */
+		{1, 1, 9, 24},		  /* repeated */
+		{1, 5, chunk_floats, 24}, /* past the chunk */
+		{1, 5, 0xffffffffu, 24},  /* far past it */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		uint32_t ix[3] = {bad[i].a, bad[i].b, bad[i].c};
+		memcpy(sp, ix, sizeof(ix));
+		sz[1] = bad[i].bytes;
+		wf_ps_hdr_encode(&h, hb, f + 1, sz + 1, 1);
+		reason = -1;
+		WF_CHECK(wf_ps_msg_parse(&m, f, sz, 2, &lim, &reason, &e) != 0);
+		WF_CHECK_INT(reason, WF_PS_REJECT_BYTES);
+		WF_CHECK(strstr(e.msg, "topk") != NULL);
+	}
+	/* more entries than the chunk holds */
+	size_t nb = 8 * ((size_t)chunk_floats + 1);
+	uint8_t *many = calloc(nb, 1);
+	const void *fm[2] = {hb, many};
+	size_t szm[2] = {sizeof(hb), nb};
+	wf_ps_hdr_encode(&h, hb, fm + 1, szm + 1, 1);
+	WF_CHECK(wf_ps_msg_parse(&m, fm, szm, 2, &lim, &reason, &e) != 0);
+	WF_CHECK_INT(reason, WF_PS_REJECT_BYTES);
+	free(many);
+	/* a reply never carries topk */
+	wf_ps_limits rl = server_limits();
+	rl.is_reply = 1;
+	h.flags = WF_PS_FLAG_REPLY;
+	sz[1] = sizeof(sp);
+	wf_ps_hdr_encode(&h, hb, f + 1, sz + 1, 1);
+	WF_CHECK(wf_ps_msg_parse(&m, f, sz, 2, &rl, &reason, &e) != 0);
 }
 
 static void test_rejects_each_fault(void)
@@ -674,6 +831,8 @@ int main(void)
 	WF_RUN(test_deferred_checksum_catches_corruption);
 	WF_RUN(test_round_trip);
 	WF_RUN(test_bf16_push);
+	WF_RUN(test_topk_encode);
+	WF_RUN(test_topk_push);
 	WF_RUN(test_rejects_each_fault);
 	WF_RUN(test_rejects_nonzero_reserved_bytes);
 	WF_RUN(test_state_and_replies);

@@ -81,6 +81,14 @@ int main(int argc, char **argv)
 	msg("stats", WF_PS_OP_STATS, 0, 0, WF_PS_DTYPE_NONE, NULL, 0);
 	msg("replicate", WF_PS_OP_REPLICATE, 0, 0, WF_PS_DTYPE_F32, four, sizeof(four));
 	msg("join", WF_PS_OP_JOIN, WF_PS_FLAG_FAILOVER, 1, WF_PS_DTYPE_NONE, NULL, 0);
+	/* topk pushes: chunk 0 (4 floats) with 2 entries, chunk 1 (16) with 3,
+	 * and a hostile one whose indices run backwards past the chunk */
+	uint32_t k2[4] = {1, 3, 0x3f800000u, 0xc0000000u};	  /* {1, 3}: {1.0, -2.0} */
+	uint32_t k3[6] = {0, 7, 15, 0x3f000000u, 0x3f000000u, 0}; /* {0, 7, 15} */
+	uint32_t kbad[4] = {9, 2, 0x3f800000u, 0x3f800000u};
+	msg("push_pull_topk", WF_PS_OP_PUSH_PULL, 0, 0, WF_PS_DTYPE_TOPK, k2, sizeof(k2));
+	msg("push_pull_topk_chunk1", WF_PS_OP_PUSH_PULL, 0, 1, WF_PS_DTYPE_TOPK, k3, sizeof(k3));
+	msg("push_pull_topk_bad", WF_PS_OP_PUSH_PULL, 0, 0, WF_PS_DTYPE_TOPK, kbad, sizeof(kbad));
 	msg("redirect_reply", WF_PS_OP_PUSH_PULL,
 	    WF_PS_FLAG_REPLY | WF_PS_FLAG_ERROR | WF_PS_FLAG_REDIRECT, 0, WF_PS_DTYPE_BYTES,
 	    "ps 1 is a backup of group 0", 27);
