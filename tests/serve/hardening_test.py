@@ -436,8 +436,10 @@ def overload(tmp):
         busy = [r for r in res if r[0] == 429]
         print("one request %.2f s; 12 at once: %d x 200, %d x 429 (slowest 429 %.2f s)" %
               (one, len(ok), len(busy), max([r[1] for r in busy] or [0])), flush=True)
-        check(len(ok) + len(busy) == 12 and 3 <= len(ok) <= 4 and len(busy) >= 8,
-              "queue of 2 + 1 running: 3-4 answered, the rest 429 (%d/%d)" % (len(ok), len(busy)))
+        # 3-4 when the forward thread took the first request before the
+        # third came; on a loaded machine it may wake after all 12 came: 2
+        check(len(ok) + len(busy) == 12 and 2 <= len(ok) <= 4 and len(busy) >= 8,
+              "queue of 2 + 1 running: 2-4 answered, the rest 429 (%d/%d)" % (len(ok), len(busy)))
         check(all(r[2] == "3" for r in busy), "429 answers carry Retry-After: 3")
         check(busy and max(r[1] for r in busy) < max(0.5 * one, 0.2),
               "429 comes at once, not after a forward")
