@@ -217,14 +217,18 @@ static int authorized(wf_serve_http *h, struct MHD_Connection *c)
 
 /* The first call for a request: its header is complete. */
 static enum MHD_Result on_header(wf_serve_http *h, struct MHD_Connection *c, const char *url,
-				 req_ctx *q)
+				 const char *method, req_ctx *q)
 {
 	route r;
 	q->ep = parse_route(url, &r);
 	atomic_fetch_add(&h->active, 1);
 	set_receiving(h, conn_of(c), 0);
 	conn_phase(h, c, C_BODY, h->o.body_timeout);
-	if (h->token && r.kind != R_V2_LIVE && r.kind != R_V2_READY && !authorized(h, c))
+	/* a browser's CORS preflight carries no credentials (Fetch standard):
+	 * it is answered without the token; the request it announces needs it */
+	int preflight = h->o.cors && !strcmp(method, "OPTIONS");
+	if (h->token && r.kind != R_V2_LIVE && r.kind != R_V2_READY && !preflight &&
+	    !authorized(h, c))
 		return send_error(h, c, q, MHD_HTTP_UNAUTHORIZED,
 				  "this server requires \"Authorization: Bearer <token>\"");
 	const char *cl =
@@ -392,7 +396,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			return MHD_NO;
 		q->t0 = wf_now();
 		*con_cls = q;
-		return on_header(h, c, url, q);
+		return on_header(h, c, url, method, q);
 	}
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
