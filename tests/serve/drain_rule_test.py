@@ -30,6 +30,7 @@ import urllib.request
 import grpc
 import numpy as np
 import tritonclient.grpc as tg
+from tritonclient.utils import InferenceServerException
 from tensorflow.core.framework import types_pb2
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
@@ -58,6 +59,14 @@ def refused(port):
         return False
     except OSError:
         return True
+
+
+def grpc_ready(tc):
+    """KServe ServerReady, False while the port does not answer yet."""
+    try:
+        return tc.is_server_ready()
+    except InferenceServerException:
+        return False
 
 
 def pending(rest):
@@ -108,21 +117,25 @@ def main():
     os.makedirs(os.path.join(tmp, "m", "1"))
     subprocess.check_call([TOOL, "model", "smallcnn", os.path.join(tmp, "m", "1", "model.h5"),
                            "1", "32"])
-    rest, tfs, ks = free_port(), free_port(), free_port()
     log = os.path.join(tmp, "serve.log")
-    p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path",
-                          os.path.join(tmp, "m"), "--bind_address", "127.0.0.1",
-                          "--rest_api_port", str(rest), "--port", str(tfs), "--grpc_port", str(ks),
-                          "--enable_batching", "--max_batch_size", str(CAP),
-                          "--num_batch_threads", "1", "--batch_timeout_micros", "10000000",
-                          "--drain_timeout_seconds", str(DRAIN)],
-                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    procs.append(p)
     results = queue.Queue()  # (what, ok, detail)
     try:
-        tc = tg.InferenceServerClient("127.0.0.1:%d" % ks)
-        if not wait_for(lambda: p.poll() is not None or
-                        not refused(rest) and tc.is_server_ready(), 60) or p.poll() is not None:
+        for _ in range(5):  # other ports when one chosen was taken before the bind
+            rest, tfs, ks = free_port(), free_port(), free_port()
+            p = subprocess.Popen([SERVE, "--model_name", "m", "--model_base_path",
+                                  os.path.join(tmp, "m"), "--bind_address", "127.0.0.1",
+                                  "--rest_api_port", str(rest), "--port", str(tfs),
+                                  "--grpc_port", str(ks), "--enable_batching",
+                                  "--max_batch_size", str(CAP), "--num_batch_threads", "1",
+                                  "--batch_timeout_micros", "10000000",
+                                  "--drain_timeout_seconds", str(DRAIN)],
+                                 stdout=open(log, "w"), stderr=subprocess.STDOUT)
+            procs.append(p)
+            tc = tg.InferenceServerClient("127.0.0.1:%d" % ks)
+            wait_for(lambda: p.poll() is not None or grpc_ready(tc), 60)
+            if p.poll() is None or "cannot listen" not in open(log).read():
+                break
+        if p.poll() is not None or not grpc_ready(tc):
             check(False, "weft-serve ready")
             return finish(procs, tmp)
         # an idle keep-alive connection, and a raw HTTP/2 one to TF Serving's port

@@ -68,21 +68,27 @@ def main():
              "version_labels { key: 'stable' value: 1 } version_labels { key: 'canary' value: 2 }")
     conf = os.path.join(tmp, "models.config")
     write_atomically(conf, config_text([a_cfg, ("b", b, "")]))
-    rest, port = free_port(), free_port()
     log = os.path.join(tmp, "serve.log")
-    p = subprocess.Popen([SERVE, "--model_config_file", conf,
-                          "--model_config_file_poll_wait_seconds", "0.2",
-                          "--bind_address", "127.0.0.1", "--rest_api_port", str(rest),
-                          "--port", str(port), "--grpc_port", "0"],
-                         stdout=open(log, "w"), stderr=subprocess.STDOUT)
-    procs.append(p)
     try:
         def ready():
             try:
-                return http_req(rest, "/v2/health/ready")[0] == 200
+                return p.poll() is None and http_req(rest, "/v2/health/ready")[0] == 200
             except OSError:
                 return False
-        if not wait_for(ready, 60, "weft-serve ready"):
+        for _ in range(5):  # other ports when one chosen was taken before the bind
+            rest, port = free_port(), free_port()
+            p = subprocess.Popen([SERVE, "--model_config_file", conf,
+                                  "--model_config_file_poll_wait_seconds", "0.2",
+                                  "--bind_address", "127.0.0.1", "--rest_api_port", str(rest),
+                                  "--port", str(port), "--grpc_port", "0"],
+                                 stdout=open(log, "w"), stderr=subprocess.STDOUT)
+            procs.append(p)
+            deadline = time.time() + 60
+            while p.poll() is None and not ready() and time.time() < deadline:
+                time.sleep(0.05)
+            if p.poll() is None or "cannot listen" not in open(log).read():
+                break
+        if not wait_for(ready, 1, "weft-serve ready"):
             return finish(procs, tmp)
         ch = grpc.insecure_channel("127.0.0.1:%d" % port)
         ms = model_service_pb2_grpc.ModelServiceStub(ch)

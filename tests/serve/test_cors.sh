@@ -13,20 +13,25 @@ mkdir -p m/1
 echo "a-token-of-at-least-16-characters" >token
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
-# start PORT FLAGS...: weft-serve on PORT, ready (readiness is open without a token)
+# start FLAGS...: weft-serve on a free port ($port), ready (readiness is open
+# without a token); another port when the one chosen was taken before the bind
 start() {
-	local port=$1
-	shift
-	"$WEFT_SERVE" --model_name m --model_base_path m --rest_api_port "$port" \
-		--bind_address 127.0.0.1 --port 0 --grpc_port 0 --auth_token_file token "$@" \
-		2>"serve-$port.err" &
-	spid=$!
-	for _ in $(seq 1 600); do
-		curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && return 0
-		kill -0 $spid 2>/dev/null || { cat "serve-$port.err"; fail "weft-serve ended"; }
-		sleep 0.05
+	for _ in 1 2 3 4 5; do
+		port=$(free_port)
+		"$WEFT_SERVE" --model_name m --model_base_path m --rest_api_port "$port" \
+			--bind_address 127.0.0.1 --port 0 --grpc_port 0 --auth_token_file token "$@" \
+			2>"serve-$port.err" &
+		spid=$!
+		for _ in $(seq 1 600); do
+			curl -sf "http://127.0.0.1:$port/v2/health/ready" >/dev/null && return 0
+			kill -0 $spid 2>/dev/null || break
+			sleep 0.05
+		done
+		kill -0 $spid 2>/dev/null && fail "weft-serve was not ready"
+		grep -q "cannot listen" "serve-$port.err" || { cat "serve-$port.err"; fail "weft-serve ended"; }
+		wait $spid || true
 	done
-	fail "weft-serve was not ready"
+	fail "no free port"
 }
 
 # call OUT METHOD URL CURL-ARGS...: the status; the headers in OUT (lower case)
@@ -38,8 +43,7 @@ call() {
 	head -1 "$out" | cut -d' ' -f2
 }
 
-port=$(free_port)
-start "$port" --rest_api_enable_cors_support
+start --rest_api_enable_cors_support
 url="http://127.0.0.1:$port/v1/models/m:predict"
 body=$(python3 -c 'import json; print(json.dumps({"instances": [[[[0.5] * 3] * 32] * 32]}))')
 st=$(call pre.h OPTIONS "$url" -H "Access-Control-Request-Method: POST" \
@@ -63,8 +67,7 @@ kill -TERM $spid
 wait $spid
 spid=
 
-port=$(free_port)
-start "$port"
+start
 st=$(call off.h OPTIONS "http://127.0.0.1:$port/v1/models/m:predict" \
 	-H "Access-Control-Request-Method: POST")
 [ "$st" = 401 ] || fail "OPTIONS without the CORS flag and without the token: $st, want 401"

@@ -48,11 +48,19 @@ term_during serve.err 1
 mkdir -p small/1
 "$WEFT_SERVE_TOOL" model smallcnn small/1/model.h5 1 32
 mv models/1/model.h5 stage/2/model.h5
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$WEFT_SERVE" --model_name m --model_base_path small --rest_api_port "$port" \
-	--bind_address 127.0.0.1 --port 0 --grpc_port 0 --file_system_poll_wait_seconds 0.1 \
-	2>swap.err &
-spid=$!
+for _ in 1 2 3 4 5; do # another port when the one chosen was taken before the bind
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	"$WEFT_SERVE" --model_name m --model_base_path small --rest_api_port "$port" \
+		--bind_address 127.0.0.1 --port 0 --grpc_port 0 --file_system_poll_wait_seconds 0.1 \
+		2>swap.err &
+	spid=$!
+	while kill -0 $spid 2>/dev/null && ! grep -q "model m version 1 is available" swap.err; do
+		sleep 0.05
+	done
+	kill -0 $spid 2>/dev/null && break
+	grep -q "cannot listen" swap.err || { cat swap.err; fail "weft-serve ended at start"; }
+	wait $spid || true
+done
 wait_log swap.err "model m version 1 is available"
 body=$(python3 -c 'import json; print(json.dumps({"instances": [[[[0.5] * 3] * 32] * 32]}))')
 (while curl -s -o /dev/null -d "$body" "http://127.0.0.1:$port/v1/models/m:predict"; do :; done) &
