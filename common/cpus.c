@@ -302,3 +302,13 @@ void wf_cpus_io_thread(const char *name)
 	if (errno == 0 && cur < WF_CPUS_IO_NICE)
 		setpriority(PRIO_PROCESS, tid, WF_CPUS_IO_NICE);
 }
+
+void wf_cpus_background_thread(const char *name)
+{
+	if (name)
+		pthread_setname_np(pthread_self(), name);
+	struct sched_param sp = {.sched_priority = 0};
+	if (sched_setscheduler(0, SCHED_IDLE, &sp) == 0) /* Linux: 0 is the calling thread */
+		return;
+	setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
+}

@@ -192,6 +192,28 @@ static void sweep(wf_grpc *g)
 	}
 }
 
+/* The drain, in the loop that owns the connections: no new connections,
+ * and a GOAWAY on each open one (a shutdown notice: its last stream id is
+ * the highest, so that a call the client sent before it saw the GOAWAY is
+ * still taken and served). */
+static void go_away(wf_grpc *g)
+{
+	g->drained = 1;
+	if (g->lfd >= 0) {
+		epoll_ctl(g->epfd, EPOLL_CTL_DEL, g->lfd, NULL);
+		close(g->lfd);
+		g->lfd = -1;
+	}
+	for (conn *c = g->conns, *n; c; c = n) {
+		n = c->next;
+		if (c->closed || c->handshaking)
+			continue;
+		nghttp2_submit_shutdown_notice(c->s);
+		if (conn_flush(c) != 0)
+			conn_close(c);
+	}
+}
+
 void *loop_main(void *arg)
 {
 	wf_grpc *g = arg;
@@ -218,6 +240,8 @@ void *loop_main(void *arg)
 					conn_close(c);
 			}
 		}
+		if (atomic_load(&g->draining) && !g->drained)
+			go_away(g);
 		if (wf_now() - last_sweep >= 1) {
 			sweep(g);
 			last_sweep = wf_now();
@@ -445,6 +469,13 @@ fail:
 int wf_grpc_port(wf_grpc *g)
 {
 	return g ? g->port : 0;
+}
+
+void wf_grpc_drain(wf_grpc *g)
+{
+	if (!g || atomic_exchange(&g->draining, 1))
+		return;
+	wake_loop(g);
 }
 
 int wf_grpc_inflight(wf_grpc *g)

@@ -108,6 +108,11 @@ int wf_grpc_start(wf_grpc **out, const wf_grpc_opts *o, const wf_grpc_method *me
 		  void *ctx, wf_err *err);
 /* The port actually bound. */
 int wf_grpc_port(wf_grpc *g);
+/* Begin a drain (thread-safe, returns at once): the listener closes (new
+ * connections are refused) and every connection gets a GOAWAY, after which
+ * its client opens no new stream on it; every call that reaches the server
+ * meanwhile, on a connection it already had, is still served. */
+void wf_grpc_drain(wf_grpc *g);
 /* Calls begun (headers received) and not yet answered: what a drain waits for. */
 int wf_grpc_inflight(wf_grpc *g);
 /* Close the listener and every connection, join the threads, free. */

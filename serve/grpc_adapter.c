@@ -31,8 +31,7 @@ typedef struct name_node {
 struct wf_grpc_adapter {
 	wf_grpc_adapter_opts o;
 	atomic_int draining;
-	_Atomic double drain_start; /* wf_now() when the drain began */
-	pthread_mutex_t mu;	    /* names */
+	pthread_mutex_t mu; /* names */
 	name_node *names;
 };
 
@@ -63,7 +62,6 @@ void wf_grpc_adapter_free(wf_grpc_adapter *a)
 
 void wf_grpc_adapter_drain(wf_grpc_adapter *a)
 {
-	atomic_store(&a->drain_start, wf_now());
 	atomic_store(&a->draining, 1);
 }
 
@@ -230,14 +228,9 @@ static int infer_code(int rc, double deadline)
 
 /* Whether a call may be queued now: *timeout gets its time in the queue;
  * else the status (counted as a failure of v). */
-static int infer_admit(wf_grpc_adapter *a, wf_serve_version *v, double t_begin, double deadline,
-		       double t0, double *timeout, char *why, size_t cap)
+static int infer_admit(wf_grpc_adapter *a, wf_serve_version *v, double deadline, double t0,
+		       double *timeout, char *why, size_t cap)
 {
-	if (atomic_load(&a->draining) && t_begin >= atomic_load(&a->drain_start)) {
-		snprintf(why, cap, "the server is shutting down");
-		wf_serve_stats_done(v, 0, wf_now() - t0);
-		return WF_GRPC_UNAVAILABLE;
-	}
 	*timeout = a->o.request_timeout;
 	if (deadline > 0 && deadline - t0 < *timeout)
 		*timeout = deadline - t0;
@@ -250,13 +243,12 @@ static int infer_admit(wf_grpc_adapter *a, wf_serve_version *v, double t_begin, 
 }
 
 int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x,
-			int n, wf_serve_result *res, double t_begin, double deadline, char *why,
-			size_t cap)
+			int n, wf_serve_result *res, double deadline, char *why, size_t cap)
 {
 	double t0 = wf_now(), timeout;
 	wf_err err = {0};
 	wf_serve_version *v = m->priv;
-	int code = infer_admit(a, v, t_begin, deadline, t0, &timeout, why, cap);
+	int code = infer_admit(a, v, deadline, t0, &timeout, why, cap);
 	if (code == WF_GRPC_OK) {
 		wf_serve_input in = {.n = n, .x = (float *)x};
 		int rc = wf_serve_run(a->o.batcher, v, &in, timeout, res, &err);
@@ -287,13 +279,12 @@ static void infer_finished(void *arg, int rc, const char *msg)
 }
 
 int wf_grpc_model_infer_async(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep,
-			      const float *x, int n, wf_serve_result *res, double t_begin,
-			      double deadline, wf_grpc_infer_done fn, void *arg, char *why,
-			      size_t cap)
+			      const float *x, int n, wf_serve_result *res, double deadline,
+			      wf_grpc_infer_done fn, void *arg, char *why, size_t cap)
 {
 	double t0 = wf_now(), timeout;
 	wf_serve_version *v = m->priv;
-	int code = infer_admit(a, v, t_begin, deadline, t0, &timeout, why, cap);
+	int code = infer_admit(a, v, deadline, t0, &timeout, why, cap);
 	pending *p = code == WF_GRPC_OK ? malloc(sizeof(*p)) : NULL;
 	if (code == WF_GRPC_OK && !p) {
 		snprintf(why, cap, "out of memory");

@@ -72,7 +72,7 @@ typedef wf_serve_stats_sum wf_grpc_stats;
 
 int wf_grpc_adapter_create(wf_grpc_adapter **out, const wf_grpc_adapter_opts *o, wf_err *err);
 void wf_grpc_adapter_free(wf_grpc_adapter *a);
-/* From now on: not ready, inference UNAVAILABLE (SIGTERM). */
+/* From now on: not ready (SIGTERM); calls that arrive are still served. */
 void wf_grpc_adapter_drain(wf_grpc_adapter *a);
 /* 1 while the server is ready: not draining and every model loaded. */
 int wf_grpc_server_ready(wf_grpc_adapter *a);
@@ -97,21 +97,18 @@ int wf_grpc_model_names(wf_grpc_adapter *a, const char **names, int cap);
 /* Forward x [n,H,W,C] through the batcher into res (logits and
  * probabilities [n,K]; free it with wf_serve_result_free, also on failure).
  * Waits at most until deadline (wf_now() time; 0: the server's request
- * timeout). A call that began (t_begin, wf_now() time) after the drain
- * started is refused (UNAVAILABLE); one received before it is answered.
+ * timeout). A call is answered also during a drain (docs/promises.md).
  * Counts the call in the statistics and in /metrics under endpoint ep. */
 int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x,
-			int n, wf_serve_result *res, double t_begin, double deadline, char *why,
-			size_t cap);
+			int n, wf_serve_result *res, double deadline, char *why, size_t cap);
 /* The same without waiting: WF_GRPC_PENDING when the call is queued, and
  * fn(arg, code, why) is then called once, from a batch thread, with res
  * filled (WF_GRPC_OK) or the failure (x stays valid until then); any other
  * return is the failure, and fn is not called. */
 typedef void (*wf_grpc_infer_done)(void *arg, int code, const char *why);
 int wf_grpc_model_infer_async(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep,
-			      const float *x, int n, wf_serve_result *res, double t_begin,
-			      double deadline, wf_grpc_infer_done fn, void *arg, char *why,
-			      size_t cap);
+			      const float *x, int n, wf_serve_result *res, double deadline,
+			      wf_grpc_infer_done fn, void *arg, char *why, size_t cap);
 /* Count a call that failed before inference (bad request) in the statistics
  * and /metrics. */
 void wf_grpc_model_failed(wf_grpc_adapter *a, wf_serve_endpoint ep, int code, double seconds);

@@ -115,6 +115,8 @@ struct wf_grpc {
 	conn *dead; /* closed, unreferenced, freed after this wake-up */
 	int nconns;
 	atomic_int stop;
+	atomic_int draining; /* wf_grpc_drain was called */
+	int drained;	     /* the loop closed the listener and sent GOAWAY */
 	atomic_int inflight; /* streams open: being received, handled or answered */
 	/* workers */
 	pthread_mutex_t mu;

@@ -1008,9 +1008,8 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 				    sizeof(call->message));
 	if (!code) {
 		code = wf_grpc_model_infer_async(a, &ic->m, WF_SERVE_EP_V2_INFER, ic->in.x,
-						 ic->in.n, &ic->res, call->t_begin, call->deadline,
-						 infer_finished, ic, call->message,
-						 sizeof(call->message));
+						 ic->in.n, &ic->res, call->deadline, infer_finished,
+						 ic, call->message, sizeof(call->message));
 		if (code == WF_GRPC_PENDING)
 			return code; /* ic is infer_finished's now */
 	} else {

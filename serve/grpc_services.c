@@ -72,6 +72,14 @@ int wf_grpc_servers_kserve_port(wf_grpc_servers *s)
 	return s ? wf_grpc_port(s->kserve) : 0;
 }
 
+void wf_grpc_servers_drain(wf_grpc_servers *s)
+{
+	if (!s)
+		return;
+	wf_grpc_drain(s->tfs);
+	wf_grpc_drain(s->kserve);
+}
+
 int wf_grpc_servers_inflight(wf_grpc_servers *s)
 {
 	return s ? wf_grpc_inflight(s->tfs) + wf_grpc_inflight(s->kserve) : 0;

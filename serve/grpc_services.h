@@ -44,6 +44,8 @@ int wf_grpc_servers_start(wf_grpc_servers **out, const wf_grpc_servers_opts *o, 
 /* The bound ports (0: that server is off). */
 int wf_grpc_servers_tfs_port(wf_grpc_servers *s);
 int wf_grpc_servers_kserve_port(wf_grpc_servers *s);
+/* Begin the drain of both servers (wf_grpc_drain). */
+void wf_grpc_servers_drain(wf_grpc_servers *s);
 /* Calls being handled now. */
 int wf_grpc_servers_inflight(wf_grpc_servers *s);
 void wf_grpc_servers_stop(wf_grpc_servers *s);

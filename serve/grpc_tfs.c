@@ -271,8 +271,8 @@ int wf_grpc_tfs_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t le
 static int run(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x, int n,
 	       wf_serve_result *res, wf_grpc_call *call)
 {
-	return wf_grpc_model_infer(a, m, ep, x, n, res, call->t_begin, call->deadline,
-				   call->message, sizeof(call->message));
+	return wf_grpc_model_infer(a, m, ep, x, n, res, call->deadline, call->message,
+				   sizeof(call->message));
 }
 
 static int predict(void *ctx, wf_grpc_call *call)

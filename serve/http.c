@@ -6,6 +6,8 @@
 
 #include "common/cpus.h"
 
+#include <fcntl.h> /* O_CLOEXEC */
+
 /* ---- connections: deadlines, budget, authentication -------------------- */
 
 static conn_rec *conn_of(struct MHD_Connection *c)
@@ -217,14 +219,18 @@ static int authorized(wf_serve_http *h, struct MHD_Connection *c)
 
 /* The first call for a request: its header is complete. */
 static enum MHD_Result on_header(wf_serve_http *h, struct MHD_Connection *c, const char *url,
-				 req_ctx *q)
+				 const char *method, req_ctx *q)
 {
 	route r;
 	q->ep = parse_route(url, &r);
 	atomic_fetch_add(&h->active, 1);
 	set_receiving(h, conn_of(c), 0);
 	conn_phase(h, c, C_BODY, h->o.body_timeout);
-	if (h->token && r.kind != R_V2_LIVE && r.kind != R_V2_READY && !authorized(h, c))
+	/* a browser's CORS preflight carries no credentials (Fetch standard):
+	 * it is answered without the token; the request it announces needs it */
+	int preflight = h->o.cors && !strcmp(method, "OPTIONS");
+	if (h->token && r.kind != R_V2_LIVE && r.kind != R_V2_READY && !preflight &&
+	    !authorized(h, c))
 		return send_error(h, c, q, MHD_HTTP_UNAUTHORIZED,
 				  "this server requires \"Authorization: Bearer <token>\"");
 	const char *cl =
@@ -392,7 +398,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			return MHD_NO;
 		q->t0 = wf_now();
 		*con_cls = q;
-		return on_header(h, c, url, q);
+		return on_header(h, c, url, method, q);
 	}
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
@@ -514,6 +520,8 @@ static void http_free(wf_serve_http *h)
 	free(h->workers);
 	if (h->d)
 		MHD_stop_daemon(h->d);
+	if (h->quiet_fd >= 0)
+		close(h->quiet_fd);
 	pthread_cond_destroy(&h->wcv);
 	pthread_mutex_destroy(&h->wmu);
 	pthread_cond_destroy(&h->ccv);
@@ -535,6 +543,7 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 	wf_serve_http *h = calloc(1, sizeof(*h));
 	if (!h)
 		return wf_errf(err, WF_ENOMEM, "out of memory");
+	h->quiet_fd = -1;
 	pthread_mutex_init(&h->cmu, NULL);
 	pthread_cond_init(&h->ccv, NULL);
 	pthread_mutex_init(&h->wmu, NULL);
@@ -632,13 +641,27 @@ int wf_serve_http_port(wf_serve_http *h)
 	return h ? h->port : 0;
 }
 
+/* The listening socket closes (new connections are refused) under
+ * libmicrohttpd's feet: the read end of a pipe that never becomes readable
+ * takes its descriptor number, so the event threads, which still hold that
+ * number, never see an event on it, and the socket, whose last descriptor
+ * that was, leaves their epoll sets as it closes. MHD_quiesce_daemon is not
+ * used: with epoll and its own threads it races them for the same removal
+ * and aborts the process when it loses (libmicrohttpd 0.9.75). */
 void wf_serve_http_drain(wf_serve_http *h)
 {
 	if (!h || atomic_exchange(&h->draining, 1))
 		return;
-	MHD_socket fd = MHD_quiesce_daemon(h->d);
-	if (fd != MHD_INVALID_SOCKET)
-		close(fd);
+	const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_LISTEN_FD);
+	int p[2];
+	if (!info || info->listen_fd == MHD_INVALID_SOCKET || pipe2(p, O_CLOEXEC) != 0)
+		return;
+	if (dup2(p[0], info->listen_fd) < 0) {
+		close(p[1]);
+		p[1] = -1;
+	}
+	close(p[0]);
+	h->quiet_fd = p[1]; /* held open: a pipe without a writer would read as hung up */
 }
 
 int wf_serve_http_inflight(wf_serve_http *h)

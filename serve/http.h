@@ -58,8 +58,9 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 /* The port actually bound (0 for a NULL server: HTTP off). The three below
  * accept NULL too. */
 int wf_serve_http_port(wf_serve_http *h);
-/* Fail readiness, stop accepting connections, and answer every request
- * received so far with "Connection: close" from now on. */
+/* Fail readiness, stop accepting connections (the listening socket closes),
+ * and from now on answer every request, those already received and those
+ * that arrive on open connections, with "Connection: close". */
 void wf_serve_http_drain(wf_serve_http *h);
 /* Requests not yet fully answered whose request line has arrived (those
  * whose header is still arriving count too). */

@@ -45,6 +45,8 @@ struct wf_serve_http {
 	wf_serve_batcher *batcher;
 	wf_serve_metrics *metrics;
 	atomic_int draining;
+	int quiet_fd; /* after the drain began: the write end of the pipe whose
+		       * read end sits under the listening socket's number */
 	atomic_int inflight;
 	int port;
 	atomic_int active;		/* requests received, not yet fully answered */

@@ -252,6 +252,7 @@ static void drain(servers *sv, int sig, double drain_timeout)
 		wf_serve_http_drain(sv->metrics_http);
 	if (sv->grpc_adapter)
 		wf_grpc_adapter_drain(sv->grpc_adapter);
+	wf_grpc_servers_drain(sv->grpc);
 	wf_serve_batcher_flush(sv->batcher);
 	double deadline = wf_now() + drain_timeout;
 	while ((wf_serve_http_inflight(sv->http) > 0 || wf_grpc_servers_inflight(sv->grpc) > 0) &&

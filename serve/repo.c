@@ -67,7 +67,8 @@ vrec *get_vrec(model_ent *m, long version)
 
 /* ---- sources of models ------------------------------------------------------- */
 
-/* Re-read the model config file; on an error keep the models as they are. */
+/* Re-read the model config file; on an error keep the models as they are
+ * (after the first read, a config whose models cannot all be served too). */
 static void read_config_file(wf_serve_repo *r, int first)
 {
 	struct stat sb;
@@ -96,9 +97,18 @@ static void read_config_file(wf_serve_repo *r, int first)
 		r->config_stamp = stamp;
 		return;
 	}
-	r->config_stamp = stamp;
-	if (!first)
+	r->config_stamp = stamp; /* a bad edit is not tried again until the file changes */
+	if (!first) {
+		/* an edit is applied as HandleReloadConfigRequest applies a config:
+		 * all or nothing */
 		wf_info("serve: --model_config_file %s changed: %d models", r->config_file, n);
+		if (wf_serve_repo_reload_config(r, cfg, n, &err) != 0)
+			wf_error("serve: --model_config_file %s: %s (the edit is ignored as a "
+				 "whole)",
+				 r->config_file, err.msg);
+		free(cfg);
+		return;
+	}
 	pthread_mutex_lock(&r->mu);
 	for (int i = 0; i < r->nmodels; i++)
 		r->models[i]->active = 0;
@@ -529,6 +539,40 @@ static int configured(const wf_serve_model_config *cfg, int n, const char *name)
 	return 0;
 }
 
+/* Why model m (c: the config it was given; m may be NULL) has no version
+ * to serve, naming the field of its config that says so (mu held). */
+static void unserved_reason(const model_ent *m, const wf_serve_model_config *c, char *why,
+			    size_t size)
+{
+	for (int j = 0; m && j < m->nvs; j++)
+		if (m->vs[j].failed) {
+			snprintf(why, size, "%.300s", m->vs[j].error);
+			return;
+		}
+	struct stat sb;
+	errno = 0;
+	if (stat(c->base_path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+		snprintf(why, size, "base_path %.200s: %s", c->base_path,
+			 errno ? strerror(errno) : "not a directory");
+		return;
+	}
+	if (c->policy == WF_SERVE_POLICY_SPECIFIC && c->nspecific == 0) {
+		snprintf(why, size, "model_version_policy specific lists no version");
+		return;
+	}
+	if (c->policy == WF_SERVE_POLICY_SPECIFIC) {
+		size_t len = (size_t)snprintf(why, size, "model_version_policy specific: versions");
+		for (int i = 0; i < c->nspecific && len < size; i++)
+			len += (size_t)snprintf(why + len, size - len, " %ld", c->specific[i]);
+		if (len < size)
+			snprintf(why + len, size - len, " are not under base_path %.200s",
+				 c->base_path);
+		return;
+	}
+	snprintf(why, size, "no numbered version folder with a model.h5 under base_path %.200s",
+		 c->base_path);
+}
+
 int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *cfg, int n,
 				wf_err *err)
 {
@@ -565,17 +609,15 @@ int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *c
 		rc = wf_errf(err, WF_ENOMEM, "out of memory");
 	if (!rc)
 		sync_all_locked(r, 0);
-	char missing[900] = "";
+	char missing[900] = "", why[400];
 	pthread_mutex_lock(&r->mu);
 	for (int i = 0; !rc && i < n; i++) {
 		model_ent *m = find_model(r, cfg[i].name);
-		const char *why = "no version its policy asks for was found";
-		for (int j = 0; m && j < m->nvs; j++)
-			if (m->vs[j].failed)
-				why = m->vs[j].error;
-		if (!m || !m->kept)
+		if (!m || !m->kept) {
+			unserved_reason(m, &cfg[i], why, sizeof(why));
 			snprintf(missing + strlen(missing), sizeof(missing) - strlen(missing),
-				 "%s%s (%.300s)", missing[0] ? "; " : "", cfg[i].name, why);
+				 "%s%s (%s)", missing[0] ? "; " : "", cfg[i].name, why);
+		}
 	}
 	pthread_mutex_unlock(&r->mu);
 	if (missing[0])
@@ -596,6 +638,17 @@ int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *c
 	}
 	pthread_mutex_unlock(&r->mu);
 	sync_all_locked(r, 1); /* unload what the set kept no longer serves */
+	if (rc) { /* refused: the models it added are forgotten (no sync runs: load_mu) */
+		pthread_mutex_lock(&r->mu);
+		while (r->nmodels > nold) {
+			model_ent *m = r->models[--r->nmodels];
+			for (int j = 0; j < m->nvs; j++)
+				unload_vrec(m, &m->vs[j]);
+			free(m->vs);
+			free(m);
+		}
+		pthread_mutex_unlock(&r->mu);
+	}
 	pthread_mutex_unlock(&r->load_mu);
 	free(was_active);
 	free(was);

@@ -4,6 +4,7 @@
 #include "serve/repo_internal.h"
 
 #include "common/cancel.h"
+#include "common/cpus.h"
 #include "serve/request.h" /* wf_serve_input_name_ok */
 
 #include <unistd.h>
@@ -215,6 +216,58 @@ static int load_checked(wf_serve_repo *r, wf_serve_version **v, const char *path
 	}
 }
 
+/* One load on a thread of its own, so that its OpenMP team is its own too
+ * (started by it, inheriting its priority, ended with it). */
+typedef struct load_job {
+	wf_serve_repo *r;
+	wf_serve_version **v;
+	const char *path;
+	long version;
+	const wf_serve_repo_opts *o;
+	const wf_serve_model_config *cfg;
+	wf_err *err;
+	int background; /* something is served: the load yields to it */
+	int rc;
+} load_job;
+
+static void *load_thread(void *arg)
+{
+	load_job *j = arg;
+	if (j->background)
+		wf_cpus_background_thread("repo-load");
+	else
+		pthread_setname_np(pthread_self(), "repo-load");
+	j->rc = load_checked(j->r, j->v, j->path, j->version, j->o, j->cfg, j->err);
+	return NULL;
+}
+
+/* 1 when some version of some model is being served (mu held). */
+static int serving(const wf_serve_repo *r)
+{
+	for (int i = 0; i < r->nmodels; i++)
+		for (int j = 0; j < r->models[i]->nvs; j++)
+			if (r->models[i]->vs[j].state == VS_AVAILABLE)
+				return 1;
+	return 0;
+}
+
+/* Load a version as load_checked does; while other versions are served, at
+ * the lowest CPU priority (wf_cpus_background_thread), so that the requests
+ * they answer keep the cores and the load takes what they leave. */
+static int load_beside(wf_serve_repo *r, wf_serve_version **v, const char *path, long version,
+		       const wf_serve_repo_opts *o, const wf_serve_model_config *cfg, wf_err *err)
+{
+	load_job j = {r, v, path, version, o, cfg, err, 0, 0};
+	pthread_mutex_lock(&r->mu);
+	j.background = serving(r);
+	pthread_mutex_unlock(&r->mu);
+	pthread_t t;
+	if (pthread_create(&t, NULL, load_thread, &j) != 0)
+		return load_checked(r, v, path, version, o, cfg, err);
+	pthread_join(t, NULL);
+	return j.rc;
+}
+
 /* Load version f of m (load_mu held, mu not). Returns 1 when available. */
 static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 {
@@ -243,7 +296,7 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 	wf_info("serve: loading model %s version %ld from %s", cfg.name, f->version, path);
 	wf_serve_version *v = NULL;
 	wf_err err = {0};
-	int rc = load_checked(r, &v, path, f->version, &o, &cfg, &err);
+	int rc = load_beside(r, &v, path, f->version, &o, &cfg, &err);
 	pthread_mutex_lock(&r->mu);
 	x = get_vrec(m, f->version); /* m->vs may have moved */
 	x->stale = 0;
