@@ -54,8 +54,10 @@ void wf_cpus_reexec(char **argv);
  * and 0.49x (inference) of the same pair sleeping at once. So the spin is
  * bounded in time, not in rounds (one round is a load and a pause, whose
  * cost ranges from a few cycles to ~140 between CPUs): this many
- * microseconds, about one futex wake-up. */
-#define WF_CPUS_IDLE_SPIN_US 10
+ * microseconds, about one futex wake-up. There (bench/RESULTS.md, threads)
+ * 10 us gave the idle machine 2-6% over sleeping but the inference pair
+ * 0.86-0.89x; 5 us keeps the pair at 0.94x. */
+#define WF_CPUS_IDLE_SPIN_US 5
 /* GOMP_SPINCOUNT rounds that take WF_CPUS_IDLE_SPIN_US here (the pause
  * instruction timed once, the fastest of a few tries), >= 100. */
 long wf_cpus_idle_spin(void);

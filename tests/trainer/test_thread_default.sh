@@ -1,6 +1,6 @@
 # test_threads.sh: weft's default thread count follows the CPU affinity it is
 # started with and leaves out a CPU another process keeps busy; its OpenMP
-# threads spin only briefly (GOMP_SPINCOUNT: the rounds of a 10 us spin) when no CPU was busy at
+# threads spin only briefly (GOMP_SPINCOUNT: the rounds of a 5 us spin) when no CPU was busy at
 # start and sleep at once (OMP_WAIT_POLICY=passive) when one was, both set
 # before the runtime loads, unless the user's environment says otherwise.
 . "$WEFT_SRC/tests/trainer/lib.sh"
