@@ -11,13 +11,20 @@
 #   zoo2   two bench_zoo (mobilenetv2 inference, batch 1 and 32) started
 #          together: the images/s of both summed;
 #   train  `weft train` started on the quiet machine, then two busy
-#          processes: its median images/s.
-# Target for each: the product's default >= 0.9x passive. A round counts
-# only when the machine was quiet at its start (no CPU over 60% busy in
-# /proc/stat over 0.5 s); the choice each program made is printed.
+#          processes: its median images/s;
+#   idle   `weft train` alone on the quiet machine: its median images/s
+#          (what the spin buys when nobody shares).
+# Target for each: the product's default >= 0.9x passive, as the median over
+# rounds of each round's ratio (the two runs of a round are adjacent in
+# time). A round counts only when the machine was quiet at its start (no CPU
+# over 60% busy in /proc/stat over 0.5 s); the choice each program made is
+# printed.
 #   bench/shared_node.sh [BUILD_DIR]
 #   env: ROUNDS (3), SECS (8: seconds of load per serve round), STEPS (300),
-#   REQUIRE_QUIET (1; 0 runs every round, for trying the script out)
+#   SCENARIOS ("serve train2 zoo2 train idle"), DEFAULT_ENV (NAME=VALUE the
+#   "default" runs get instead of the product's choice, e.g.
+#   GOMP_SPINCOUNT=1000 to try another spin), REQUIRE_QUIET (1; 0 runs every
+#   round, for trying the script out)
 set -euo pipefail
 BUILD=$(cd "${1:-build}" && pwd)
 ROUNDS=${ROUNDS:-3}
@@ -81,7 +88,7 @@ choice() { # PID: the wait the program runs with (after its re-execution)
 		sed -n 's/^\(OMP_WAIT_POLICY\|GOMP_SPINCOUNT\|WEFT_CPUS_BUSY_AT_START\)=/\1=/p' | tr '\n' ' '
 }
 policy_env() { # default | passive
-	[ "$1" = passive ] && echo OMP_WAIT_POLICY=passive || echo X_DEFAULT=1
+	[ "$1" = passive ] && echo OMP_WAIT_POLICY=passive || echo "${DEFAULT_ENV:-X_DEFAULT=1}"
 }
 BUSY=()
 
@@ -156,15 +163,23 @@ train_round() { # POLICY: median images/s with two busy processes started after 
 	python3 -c 'import json, statistics; v = [json.loads(l)["images_per_sec"] for l in open("a/lg/metrics.jsonl")][1:]; print("%.0f" % statistics.median(v))'
 }
 
+idle_round() { # POLICY: median images/s of `weft train` alone
+	rm -rf a
+	env "$(policy_env "$1")" $(train_cmd a) >a.log 2>&1
+	python3 -c 'import json, statistics; v = [json.loads(l)["images_per_sec"] for l in open("a/lg/metrics.jsonl")][1:]; print("%.0f" % statistics.median(v))'
+}
+
+SCENARIOS=${SCENARIOS:-serve train2 zoo2 train idle}
 declare -A R
 for r in $(seq "$ROUNDS"); do
-	for s in serve train2 zoo2 train; do
+	for s in $SCENARIOS; do
 		for p in default passive; do
 			if ! quiet; then
 				echo "round $r $s $p: the machine never became quiet (load average $(cut -d' ' -f1 /proc/loadavg)); skipped" >&2
 				continue
 			fi
 			v=$(${s}_round $p)
+			R[$s.$p.$r]=$v
 			R[$s.$p]="${R[$s.$p]:-} $v"
 			echo "round $r $s $p: $v" >&2
 		done
@@ -172,17 +187,25 @@ for r in $(seq "$ROUNDS"); do
 done
 echo "== what each program chose (WEFT_CPUS_BUSY_AT_START: CPUs found busy at its start)"
 sort choices.txt | uniq -c
-echo "== medians over rounds; ratio = default / passive (pair time: passive / default); target >= 0.9"
-for s in serve train2 zoo2 train; do
-	python3 - "$s" "${R[$s.default]:-}" "${R[$s.passive]:-}" <<'PY'
+echo "== medians over rounds; ratio = default / passive (pair time: passive / default), the median of the rounds' ratios; target >= 0.9"
+for s in $SCENARIOS; do
+	pairs=""
+	for r in $(seq "$ROUNDS"); do
+		[ -n "${R[$s.default.$r]:-}" ] && [ -n "${R[$s.passive.$r]:-}" ] &&
+			pairs="$pairs ${R[$s.default.$r]}:${R[$s.passive.$r]}"
+	done
+	python3 - "$s" "$pairs" <<'PY'
 import statistics, sys
-s, d, p = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
-unit = {"serve": "requests/s", "train2": "s for the pair", "zoo2": "img/s summed", "train": "img/s"}[s]
-if not d or not p:
+s, pairs = sys.argv[1], [tuple(map(float, x.split(":"))) for x in sys.argv[2].split()]
+unit = {"serve": "requests/s", "train2": "s for the pair", "zoo2": "img/s summed",
+        "train": "img/s", "idle": "img/s"}[s]
+if not pairs:
     print("%-7s no complete round" % s); sys.exit()
-md, mp = statistics.median(map(float, d)), statistics.median(map(float, p))
-ratio = mp / md if s == "train2" else md / mp
-print("%-7s default %8.1f  passive %8.1f  %-15s ratio %.2f%s" % (s, md, mp, unit, ratio,
+md, mp = statistics.median(d for d, _ in pairs), statistics.median(p for _, p in pairs)
+ratios = [p / d if s == "train2" else d / p for d, p in pairs]
+ratio = statistics.median(ratios)
+print("%-7s default %8.1f  passive %8.1f  %-15s ratio %.2f (rounds %s)%s" % (
+      s, md, mp, unit, ratio, " ".join("%.2f" % x for x in ratios),
       "" if ratio >= 0.9 else "  (short of 0.9)"))
 PY
 done
