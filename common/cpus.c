@@ -307,8 +307,5 @@ void wf_cpus_background_thread(const char *name)
 {
 	if (name)
 		pthread_setname_np(pthread_self(), name);
-	struct sched_param sp = {.sched_priority = 0};
-	if (sched_setscheduler(0, SCHED_IDLE, &sp) == 0) /* Linux: 0 is the calling thread */
-		return;
-	setpriority(PRIO_PROCESS, (id_t)gettid(), 19);
+	setpriority(PRIO_PROCESS, (id_t)gettid(), 19); /* Linux: a thread id is that thread */
 }

@@ -74,12 +74,14 @@ long wf_cpus_idle_spin(void);
  * needs no privilege; failures are ignored. */
 void wf_cpus_io_thread(const char *name);
 #define WF_CPUS_IO_NICE 10
-/* Name the calling thread (name may be NULL) and make it run only when no
- * other thread of ours (or of any process) wants its CPU: SCHED_IDLE, else
- * nice 19. For work that must not slow what is being served (a model version
- * loading and warming up beside the one that serves); the threads it starts
- * afterwards (its OpenMP team) inherit the policy. It may starve while the
- * CPUs stay saturated. Needs no privilege; failures are ignored. */
+/* Name the calling thread (name may be NULL) and lower it to nice 19, the
+ * lowest weight of the normal policy (about 1.5% of a CPU against each
+ * busy thread of nice 0). For work that must not slow what is being served
+ * (a model version loading and warming up beside the one that serves); the
+ * threads it starts afterwards (its OpenMP team) inherit it. Not SCHED_IDLE:
+ * that runs only when nothing else wants the CPU, and beside two busy
+ * processes a swap never completed. Needs no privilege; failures are
+ * ignored. */
 void wf_cpus_background_thread(const char *name);
 
 #endif

@@ -134,6 +134,27 @@ static void *io_thread_main(void *arg)
 	return NULL;
 }
 
+static void *background_main(void *arg)
+{
+	int *seen = arg;
+	wf_cpus_background_thread("bg-test");
+	seen[0] = getpriority(PRIO_PROCESS, (id_t)gettid());
+	seen[1] = sched_getscheduler(0);
+	return NULL;
+}
+
+/* A background load is nice 19 under the normal policy: it gets a share of
+ * a saturated CPU (SCHED_IDLE would get none, and a swap never ended). */
+static void test_background_thread_is_nice_19(void)
+{
+	int seen[2] = {0, -1};
+	pthread_t t;
+	WF_CHECK(pthread_create(&t, NULL, background_main, seen) == 0);
+	pthread_join(t, NULL);
+	WF_CHECK_INT(seen[0], 19);
+	WF_CHECK_INT(seen[1], SCHED_OTHER);
+}
+
 static void test_idle_spin_is_bounded_in_rounds(void)
 {
 	/* rounds of a WF_CPUS_IDLE_SPIN_US spin: at least 100, and at most what
@@ -169,6 +190,8 @@ int main(void)
 	WF_RUN(test_v1_quota_and_unlimited);
 	WF_RUN(test_default_follows_affinity);
 	WF_RUN(test_busy_cpus_from_proc_stat);
+	WF_RUN(test_idle_spin_is_bounded_in_rounds);
+	WF_RUN(test_background_thread_is_nice_19);
 	WF_RUN(test_io_thread_is_named_and_niced);
 	char cmd[300];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
