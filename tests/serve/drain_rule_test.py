@@ -69,6 +69,28 @@ def grpc_ready(tc):
         return False
 
 
+def accepted(pid, client_port):
+    """Whether process pid holds the server end of the TCP connection from
+    client_port: accepted, not still in the listener's backlog, whose
+    connections a closing listener resets."""
+    inodes = set()
+    for path in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = open(path).read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            f = row.split()
+            if int(f[2].rsplit(":", 1)[1], 16) == client_port:
+                inodes.add(f[9])
+    fds = "/proc/%d/fd" % pid
+    try:
+        links = [os.readlink(os.path.join(fds, d)) for d in os.listdir(fds)]
+    except OSError:
+        return False
+    return any(l == "socket:[%s]" % i for i in inodes for l in links)
+
+
 def pending(rest):
     """nv_inference_pending_request_count of the served version."""
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % rest, timeout=10) as r:
@@ -189,6 +211,9 @@ def main():
         up.sendall(b"POST /v1/models/m:predict HTTP/1.1\r\nHost: x\r\nContent-Type: "
                    b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body) +
                    body[:len(body) // 2])
+        # SIGTERM closes the listener, which resets what is still in its backlog
+        check(wait_for(lambda: accepted(p.pid, up.getsockname()[1]), 30),
+              "the mid-upload connection is accepted before SIGTERM")
 
         t_term = time.time()
         p.send_signal(signal.SIGTERM)
