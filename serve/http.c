@@ -327,6 +327,14 @@ static enum MHD_Result defer(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 	snprintf(q->method, sizeof(q->method), "%s", method);
 	q->conn = c;
 	pthread_mutex_lock(&h->wmu);
+	if (h->wstop) { /* the handlers are gone or going: a connection suspended
+			 * now would be suspended when the daemon stops, which
+			 * libmicrohttpd answers with abort() */
+		pthread_mutex_unlock(&h->wmu);
+		return send_error(h, c, q, MHD_HTTP_SERVICE_UNAVAILABLE,
+				  "the server is stopping; send the request again (to another "
+				  "replica)");
+	}
 	if (h->o.max_queue > 0 && h->wpending >= h->o.max_queue) {
 		pthread_mutex_unlock(&h->wmu);
 		return send_error(h, c, q, MHD_HTTP_TOO_MANY_REQUESTS,
