@@ -110,7 +110,7 @@ static int bench_plan(wf_backend *be, wf_model *m, int b, int reps, double *ips)
 	wf_err err = {0};
 	wf_batchplan *p = NULL;
 	double *t = malloc(sizeof(double) * (size_t)(reps + 1));
-	int rc = t ? wf_batchplan_create(&p, m, be, b, 0, &err) : WF_ENOMEM;
+	int rc = t ? wf_batchplan_create(&p, m, be, b, 0, NULL, &err) : WF_ENOMEM;
 	wf_rng r;
 	wf_rng_seed(&r, 7);
 	for (size_t i = 0; !rc && i < p->per * (size_t)b; i++)

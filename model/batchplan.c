@@ -54,7 +54,7 @@ static int forward(wf_batchplan *p, int b, wf_err *err)
 }
 
 int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max_batch,
-			size_t max_bytes, wf_err *err)
+			size_t max_bytes, const wf_batchplan *like, wf_err *err)
 {
 	*out = NULL;
 	if (max_batch < 1)
@@ -82,6 +82,8 @@ int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max
 			break;
 	}
 	p->bytes = (2 * (size_t)max_batch * (p->per + p->classes)) * sizeof(float);
+	if (like && (like->max_batch != max_batch || like->nsizes != p->nsizes))
+		like = NULL;
 	for (int b = 0; b < p->nsizes; b++) {
 		if ((rc = wf_cancel_check("batch plan", err)) != 0 ||
 		    (rc = wf_exec_create(&p->ex[b], m, be, p->size[b], 0, err)) != 0)
@@ -110,6 +112,10 @@ int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max
 		if (rc)
 			goto fail;
 		p->bytes = p->bytes - made + wf_exec_bytes(p->ex[b]); /* after any re-plan */
+		if (like) {
+			p->secs[b] = like->secs[b];
+			continue;
+		}
 		double spent = 0;
 		p->secs[b] = -1;
 		for (int rep = 0; rep < 2 || (rep < 4 && spent < 0.25); rep++) {

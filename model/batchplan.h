@@ -37,9 +37,11 @@ typedef struct wf_batchplan {
  * time it (2 to 4 timed forwards, 0.25 s per size), choose the
  * sequences. max_batch >= 1. max_bytes > 0: WF_ENOMEM as soon as the plan
  * would take more (the smaller executors are built first; the message says
- * how much it needs). */
+ * how much it needs). like: NULL, or a plan of the same graph at the same
+ * max_batch on the same kind of backend, whose timings are taken instead
+ * (a plan built beside traffic would time the traffic too). */
 int wf_batchplan_create(wf_batchplan **out, wf_model *m, wf_backend *be, int max_batch,
-			size_t max_bytes, wf_err *err);
+			size_t max_bytes, const wf_batchplan *like, wf_err *err);
 /* Forward rows [0, n) staged in p->in (1 <= n <= max_batch); logits of row i
  * land at p->out + i * classes. Rows past n in p->in may be overwritten. */
 int wf_batchplan_run(wf_batchplan *p, int n, wf_err *err);

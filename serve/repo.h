@@ -66,6 +66,9 @@ typedef struct wf_serve_version {
 	double load_seconds; /* load + warm-up time */
 	int folded;	     /* batch norms and dropouts folded away at load */
 	char precision[8];   /* the compute precision it runs in */
+	int threads;	     /* backend threads per executor (0: the backend's default) */
+	int timed;	     /* its batch plans were timed at its load, not taken from the
+			      * version it replaced */
 	wf_serve_stats stats;
 } wf_serve_version;
 
@@ -194,9 +197,12 @@ int wf_serve_repo_reload_config(wf_serve_repo *r, const wf_serve_model_config *c
 
 /* Load and warm one model file (what the poller does), for tests and tools;
  * o->max_batch and o->threads apply. Thread-safe: model files are read one at
- * a time, the warm-ups of several versions run at once. */
+ * a time, the warm-ups of several versions run at once. like: NULL, or a
+ * loaded version whose batch plans' timings are taken when it runs the same
+ * graph the same way (precision, batch sizes, threads): a version loaded
+ * beside traffic would otherwise time the traffic with its forwards. */
 int wf_serve_version_load(wf_serve_version **out, const char *path, long version,
-			  const wf_serve_repo_opts *o, wf_err *err);
+			  const wf_serve_repo_opts *o, const wf_serve_version *like, wf_err *err);
 
 /* Statistics hooks of the batch threads: one forward of `size` samples that
  * took `seconds`, and one request that waited `queue_s` and ran `infer_s`. */

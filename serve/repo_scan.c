@@ -191,33 +191,7 @@ static int apply_config(wf_serve_version *v, const wf_serve_model_config *cfg, w
 	return cfg->label_filename[0] ? read_label_file(v, cfg, err) : 0;
 }
 
-/* Load a version and check it against its configuration; a failure is
- * tried again o.load_retries times, o.load_retry_interval_us apart, unless
- * the process is stopping (common/cancel.h). */
-static int load_checked(wf_serve_repo *r, wf_serve_version **v, const char *path, long version,
-			const wf_serve_repo_opts *o, const wf_serve_model_config *cfg, wf_err *err)
-{
-	for (int attempt = 0;; attempt++) {
-		int rc = wf_serve_version_load(v, path, version, o, err);
-		if (!rc && (rc = apply_config(*v, cfg, err)) != 0) {
-			wf_serve_version_release(*v);
-			*v = NULL;
-		}
-		if (!rc || attempt >= r->o.load_retries || wf_cancel_requested())
-			return rc;
-		wf_warn("serve: model %s version %ld failed to load (%s); trying again in %.3g s "
-			"(%d of --max_num_load_retries %d)",
-			cfg->name, version, err->msg, r->o.load_retry_interval_us / 1e6,
-			attempt + 1, r->o.load_retries);
-		double until = wf_now() + r->o.load_retry_interval_us / 1e6;
-		while (wf_now() < until && !wf_cancel_requested())
-			usleep(10000);
-		memset(err, 0, sizeof(*err));
-	}
-}
-
-/* One load on a thread of its own, so that its OpenMP team is its own too
- * (started by it, inheriting its priority, ended with it). */
+/* One version load: where from, under which options and configuration. */
 typedef struct load_job {
 	wf_serve_repo *r;
 	wf_serve_version **v;
@@ -225,11 +199,39 @@ typedef struct load_job {
 	long version;
 	const wf_serve_repo_opts *o;
 	const wf_serve_model_config *cfg;
+	const wf_serve_version *like; /* a served version of the model: its timings (NULL) */
 	wf_err *err;
 	int background; /* something is served: the load yields to it */
 	int rc;
 } load_job;
 
+/* Load a version and check it against its configuration; a failure is
+ * tried again o.load_retries times, o.load_retry_interval_us apart, unless
+ * the process is stopping (common/cancel.h). */
+static int load_checked(const load_job *j)
+{
+	wf_serve_repo *r = j->r;
+	for (int attempt = 0;; attempt++) {
+		int rc = wf_serve_version_load(j->v, j->path, j->version, j->o, j->like, j->err);
+		if (!rc && (rc = apply_config(*j->v, j->cfg, j->err)) != 0) {
+			wf_serve_version_release(*j->v);
+			*j->v = NULL;
+		}
+		if (!rc || attempt >= r->o.load_retries || wf_cancel_requested())
+			return rc;
+		wf_warn("serve: model %s version %ld failed to load (%s); trying again in %.3g s "
+			"(%d of --max_num_load_retries %d)",
+			j->cfg->name, j->version, j->err->msg, r->o.load_retry_interval_us / 1e6,
+			attempt + 1, r->o.load_retries);
+		double until = wf_now() + r->o.load_retry_interval_us / 1e6;
+		while (wf_now() < until && !wf_cancel_requested())
+			usleep(10000);
+		memset(j->err, 0, sizeof(*j->err));
+	}
+}
+
+/* One load on a thread of its own, so that its OpenMP team is its own too
+ * (started by it, inheriting its priority, ended with it). */
 static void *load_thread(void *arg)
 {
 	load_job *j = arg;
@@ -237,7 +239,7 @@ static void *load_thread(void *arg)
 		wf_cpus_background_thread("repo-load");
 	else
 		pthread_setname_np(pthread_self(), "repo-load");
-	j->rc = load_checked(j->r, j->v, j->path, j->version, j->o, j->cfg, j->err);
+	j->rc = load_checked(j);
 	return NULL;
 }
 
@@ -251,21 +253,37 @@ static int serving(const wf_serve_repo *r)
 	return 0;
 }
 
-/* Load a version as load_checked does; while other versions are served, at
- * the lowest CPU priority (wf_cpus_background_thread), so that the requests
- * they answer keep the cores and the load takes what they leave. */
-static int load_beside(wf_serve_repo *r, wf_serve_version **v, const char *path, long version,
-		       const wf_serve_repo_opts *o, const wf_serve_model_config *cfg, wf_err *err)
+/* The newest served version of m, with a reference (mu held); NULL: none. */
+static wf_serve_version *served_version(model_ent *m)
 {
-	load_job j = {r, v, path, version, o, cfg, err, 0, 0};
-	pthread_mutex_lock(&r->mu);
-	j.background = serving(r);
-	pthread_mutex_unlock(&r->mu);
+	wf_serve_version *v = NULL;
+	for (int i = 0; i < m->nvs; i++)
+		if (m->vs[i].state == VS_AVAILABLE && (!v || m->vs[i].version > v->version))
+			v = m->vs[i].v;
+	if (v)
+		atomic_fetch_add(&v->refs, 1);
+	return v;
+}
+
+/* Run j as load_checked does; while other versions are served, at the
+ * lowest CPU priority (wf_cpus_background_thread), so that the requests
+ * they answer keep the cores and the load takes what they leave, and with
+ * the batch plans' timings of a served version of the same model when it
+ * runs the same graph (timed now, they would time those requests too). */
+static int load_beside(load_job *j, model_ent *m)
+{
+	pthread_mutex_lock(&j->r->mu);
+	j->background = serving(j->r);
+	wf_serve_version *like = served_version(m);
+	pthread_mutex_unlock(&j->r->mu);
+	j->like = like;
 	pthread_t t;
-	if (pthread_create(&t, NULL, load_thread, &j) != 0)
-		return load_checked(r, v, path, version, o, cfg, err);
-	pthread_join(t, NULL);
-	return j.rc;
+	if (pthread_create(&t, NULL, load_thread, j) != 0)
+		j->rc = load_checked(j);
+	else
+		pthread_join(t, NULL);
+	wf_serve_version_release(like);
+	return j->rc;
 }
 
 /* Load version f of m (load_mu held, mu not). Returns 1 when available. */
@@ -296,7 +314,14 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 	wf_info("serve: loading model %s version %ld from %s", cfg.name, f->version, path);
 	wf_serve_version *v = NULL;
 	wf_err err = {0};
-	int rc = load_beside(r, &v, path, f->version, &o, &cfg, &err);
+	load_job j = {.r = r,
+		      .v = &v,
+		      .path = path,
+		      .version = f->version,
+		      .o = &o,
+		      .cfg = &cfg,
+		      .err = &err};
+	int rc = load_beside(&j, m);
 	pthread_mutex_lock(&r->mu);
 	x = get_vrec(m, f->version); /* m->vs may have moved */
 	x->stale = 0;
@@ -337,9 +362,10 @@ static int load_version(wf_serve_repo *r, model_ent *m, const found *f)
 				 "export does",
 				 v->folded);
 		wf_info("serve: model %s version %ld is available (loaded and warmed in %.2fs; "
-			"%.1f MiB of weights and executors; %s; forward %s%s)",
+			"%.1f MiB of weights and executors; %s; forward %s%s%s)",
 			cfg.name, f->version, v->load_seconds, v->memory_bytes / 1048576.0,
-			v->precision, plan, fold);
+			v->precision, plan,
+			v->timed ? "" : ", times of the served version of the same graph", fold);
 	}
 	return rc == 0;
 }

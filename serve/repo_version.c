@@ -27,10 +27,20 @@ static void version_free(wf_serve_version *v)
 	free(v);
 }
 
+/* 1 when like runs v's graph as v will on be (like's batch plans time v's). */
+static int runs_alike(const wf_serve_version *like, const wf_serve_version *v, const wf_backend *be)
+{
+	return like && like->nslots > 0 && like->max_batch == v->max_batch &&
+	       like->threads == v->threads && !strcmp(like->precision, v->precision) &&
+	       !strcmp(like->slots[0].be->name, be->name) &&
+	       !strcmp(like->model->graph_json, v->model->graph_json);
+}
+
 /* Backend and batch plan (executors at each batch size, warmed and timed, so
- * plans are built before the first request), in at most max_bytes (0: any). */
+ * plans are built before the first request; timed as like's when it runs
+ * alike), in at most max_bytes (0: any). */
 static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_opts *o,
-		     size_t max_bytes, wf_err *err)
+		     const wf_serve_version *like, size_t max_bytes, wf_err *err)
 {
 	wf_backend_opts bo = o->backend;
 	bo.threads = o->threads;
@@ -54,7 +64,11 @@ static int slot_init(wf_serve_version *v, wf_serve_slot *s, const wf_serve_repo_
 		prec = "fp32";
 	}
 	snprintf(v->precision, sizeof(v->precision), "%s", prec);
-	return wf_batchplan_create(&s->plan, v->model, s->be, v->max_batch, max_bytes, err);
+	if (!runs_alike(like, v, s->be))
+		like = NULL;
+	v->timed = !like;
+	return wf_batchplan_create(&s->plan, v->model, s->be, v->max_batch, max_bytes,
+				   like ? like->slots[0].plan : NULL, err);
 }
 
 /* Fill io from a loaded model and its metadata (meta may be NULL: identity). */
@@ -83,7 +97,7 @@ static void io_from_model(wf_image_io *io, const wf_model *m, const wf_model_met
 }
 
 int wf_serve_version_load(wf_serve_version **out, const char *path, long version,
-			  const wf_serve_repo_opts *o, wf_err *err)
+			  const wf_serve_repo_opts *o, const wf_serve_version *like, wf_err *err)
 {
 	double t0 = wf_now();
 	wf_serve_version *v = calloc(1, sizeof(*v));
@@ -107,6 +121,7 @@ int wf_serve_version_load(wf_serve_version **out, const char *path, long version
 	rc = 0;
 	v->version = version;
 	v->max_batch = o->max_batch > 0 ? o->max_batch : 1;
+	v->threads = o->threads;
 	v->batch_delay_us = -1;
 	io_from_model(&v->io, v->model, &v->meta);
 	v->io.max_pixels = o->max_image_pixels;
@@ -130,7 +145,7 @@ int wf_serve_version_load(wf_serve_version **out, const char *path, long version
 				     "its weights and %d batch thread(s) take %.1f MiB", i,
 				     used / 1048576.0);
 		} else {
-			rc = slot_init(v, &v->slots[i], o, budget ? budget - used : 0, err);
+			rc = slot_init(v, &v->slots[i], o, like, budget ? budget - used : 0, err);
 			if (!rc)
 				used += v->slots[i].plan->bytes;
 		}

@@ -15,7 +15,7 @@ static wf_batchplan *plan_with(wf_model *m, const double secs[4])
 {
 	wf_err err = {0};
 	wf_batchplan *p = NULL;
-	WF_CHECK_MSG(wf_batchplan_create(&p, m, be, 8, 0, &err) == 0, "%s", err.msg);
+	WF_CHECK_MSG(wf_batchplan_create(&p, m, be, 8, 0, NULL, &err) == 0, "%s", err.msg);
 	if (!p)
 		return NULL;
 	WF_CHECK(p->nsizes == 4 && p->size[3] == 8);

@@ -43,7 +43,7 @@ static int setup(void)
 	if (rc)
 		goto fail;
 	wf_serve_repo_opts ro = {.device = "cpu", .threads = 1, .nslots = 2, .max_batch = 64};
-	if (wf_serve_version_load(&ver, path, 1, &ro, &err))
+	if (wf_serve_version_load(&ver, path, 1, &ro, NULL, &err))
 		goto fail;
 	per = ver->io.h * ver->io.w * ver->io.c;
 	xs = malloc((size_t)NS * per * sizeof(float));

@@ -120,6 +120,13 @@ static void test_latest_version_and_swap(void)
 	WF_CHECK_INT(put_model("single", 3), 0);
 	WF_CHECK_INT(wait_version(r, "m", 3), 3);
 	WF_CHECK(wf_serve_repo_swaps(r) > swaps);
+	wf_serve_version *v3 = wf_serve_repo_find(r, "m", 0, NULL, &why, &err);
+	if (held && v3) { /* loaded beside version 2, of the same graph: its times */
+		WF_CHECK(held->timed && !v3->timed);
+		for (int b = 0; b < v3->slots[0].plan->nsizes; b++)
+			WF_CHECK(v3->slots[0].plan->secs[b] == held->slots[0].plan->secs[b]);
+	}
+	wf_serve_version_release(v3);
 	if (held) { /* still whole: its executors run */
 		WF_CHECK(held->model != NULL && held->nslots == 1 && held->slots[0].be != NULL);
 		WF_CHECK(atomic_load(&held->refs) >= 1);
@@ -281,17 +288,53 @@ static void test_memory_budget(void)
 	o.memory_mb = 1;
 	wf_serve_version *v = NULL;
 	wf_err err = {0};
-	WF_CHECK_INT(wf_serve_version_load(&v, path, 1, &o, &err), WF_ENOMEM);
+	WF_CHECK_INT(wf_serve_version_load(&v, path, 1, &o, NULL, &err), WF_ENOMEM);
 	WF_CHECK_MSG(strstr(err.msg, "memory budget (weft_memory_mb 1)") &&
 			     strstr(err.msg, "max_batch_size 64"),
 		     "%s", err.msg);
 	o.memory_mb = 512;
-	WF_CHECK_INT(wf_serve_version_load(&v, path, 1, &o, &err), 0);
+	WF_CHECK_INT(wf_serve_version_load(&v, path, 1, &o, NULL, &err), 0);
 	if (v) {
 		WF_CHECK_MSG(v->memory_bytes > (1u << 20) && v->memory_bytes < (512u << 20),
 			     "%zu bytes", v->memory_bytes);
 		wf_serve_version_release(v);
 	}
+}
+
+/* A version loaded beside one of the same graph, run the same way, takes
+ * its batch plan's times; any difference (the graph, the batch sizes, the
+ * threads) and it times its own. */
+static void test_times_of_the_same_graph(void)
+{
+	WF_CHECK_INT(put_model("alike", 1), 0);
+	WF_CHECK_INT(put_model("alike", 2), 0);
+	char p1[600], p2[600];
+	snprintf(p1, sizeof(p1), "%s/alike/1/model.h5", dir);
+	snprintf(p2, sizeof(p2), "%s/alike/2/model.h5", dir);
+	wf_serve_repo_opts o = base_opts();
+	o.max_batch = 4;
+	wf_serve_version *a = NULL, *b = NULL;
+	wf_err err = {0};
+	WF_CHECK_INT(wf_serve_version_load(&a, p1, 1, &o, NULL, &err), 0);
+	if (!a)
+		return;
+	WF_CHECK(a->timed);
+	a->slots[0].plan->secs[0] = 123.0; /* not what a forward takes */
+	WF_CHECK_INT(wf_serve_version_load(&b, p2, 2, &o, a, &err), 0);
+	WF_CHECK(b && !b->timed && b->slots[0].plan->secs[0] == 123.0);
+	wf_serve_version_release(b);
+	b = NULL;
+	o.threads = 2;
+	WF_CHECK_INT(wf_serve_version_load(&b, p2, 2, &o, a, &err), 0);
+	WF_CHECK(b && b->timed && b->slots[0].plan->secs[0] < 123.0);
+	wf_serve_version_release(b);
+	b = NULL;
+	o.threads = 1;
+	o.max_batch = 2;
+	WF_CHECK_INT(wf_serve_version_load(&b, p2, 2, &o, a, &err), 0);
+	WF_CHECK(b && b->timed);
+	wf_serve_version_release(b);
+	wf_serve_version_release(a);
 }
 
 int main(void)
@@ -305,6 +348,7 @@ int main(void)
 	WF_RUN(test_config_file_versions_and_labels);
 	WF_RUN(test_repository_explicit_load_unload);
 	WF_RUN(test_memory_budget);
+	WF_RUN(test_times_of_the_same_graph);
 	char cmd[600];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
 	if (system(cmd) != 0)
