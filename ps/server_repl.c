@@ -522,6 +522,8 @@ static void join_default(server *s, int g)
 	}
 	wf_info("ps %d: group %d: no other member holds it: this server is %s it", s->cfg->index, g,
 		role_name(gr->role));
+	wf_event("ps_group_new", json_pack("{s:i, s:s}", "group", g, "role",
+					   gr->role == GRP_PRIMARY ? "primary" : "backup"));
 }
 
 /* Every other member of g answered that it holds no state of g: the
