@@ -780,8 +780,10 @@ static int run_children(launcher *l, int resume, const char *elastic_note, wf_er
 	run_loop(l);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
-	signal(SIGUSR1, SIG_DFL);
-	signal(SIGUSR2, SIG_DFL);
+	if (l->min_workers > 0) { /* the job is over: as before it ran, ignored */
+		signal(SIGUSR1, SIG_IGN);
+		signal(SIGUSR2, SIG_IGN);
+	}
 
 	int ci = chief_index(l);
 	int code = ci >= 0 ? l->ch[ci].code : 1;
@@ -869,6 +871,11 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	elastic_range er;
 	if ((rc = parse_elastic(&er, elastic, nps, nworkers, chief, err)) != 0)
 		goto cleanup;
+	if (elastic) { /* until the job runs (run_children), an add or remove does nothing
+			* (their default action would end launch with the signal) */
+		signal(SIGUSR1, SIG_IGN);
+		signal(SIGUSR2, SIG_IGN);
+	}
 	/* check the config once here, rather than fail in every process */
 	wf_config cfg;
 	if ((rc = launch_config(&cfg, config, &sets, nps, er.max + chief,
