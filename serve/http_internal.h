@@ -193,10 +193,10 @@ enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, 
 enum MHD_Result handle_settings(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				const route *r, int post);
 enum MHD_Result handle_shm(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, const route *r);
-enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-				const route *r, wf_serve_version *v);
-enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-				wf_serve_version *v);
+/* Inference (:predict, :classify, /infer): the body read for v's model and
+ * run by the request core (infer.h). */
+enum MHD_Result handle_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, const route *r,
+			     wf_serve_version *v);
 enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, const char *url,
 			 const char *method, const route *r);
 

@@ -525,6 +525,37 @@ int wf_serve_example_sample(const wf_image_io *io, size_t i, const wf_serve_feat
 		       i, wf_serve_input_name(io), per);
 }
 
+int wf_serve_examples_input(const wf_image_io *io, const wf_serve_feature *f, size_t n,
+			    wf_serve_input *in, wf_err *err)
+{
+	int rc = input_alloc(io, in, n, NULL, err);
+	size_t per = sample_floats(io);
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = wf_serve_example_sample(io, i, &f[i], in->x + i * per, err);
+	if (rc)
+		wf_serve_input_free(in);
+	return rc;
+}
+
+/* ---- one request ------------------------------------------------------------ */
+
+int wf_serve_request_input(const wf_image_io *io, wf_serve_request *rq, wf_err *err)
+{
+	if (rq->input.x)
+		return 0;
+	if (rq->has_examples)
+		return wf_serve_examples_input(io, rq->examples, rq->nexamples, &rq->input, err);
+	if (rq->has_tensor)
+		return wf_serve_tensor_input(io, &rq->tensor, rq->shm, &rq->input, err);
+	return wf_errf(err, WF_EINVAL, "the request has no input");
+}
+
+void wf_serve_request_free(wf_serve_request *rq)
+{
+	if (rq)
+		wf_serve_input_free(&rq->input);
+}
+
 char *wf_serve_error_json(const char *msg)
 {
 	json_t *root = json_pack("{ss}", "error", msg ? msg : "");

@@ -446,9 +446,12 @@ static void test_replies_carry_probabilities_labels_and_binary(void)
 	char *body = NULL;
 	size_t len = 0, hl = 0;
 	wf_err err = {0};
-	WF_CHECK_INT(wf_serve_kv2_reply(&req, NULL, "m", 7, logits, probs, 2, 3, labels, &body,
-					&len, &hl, &err),
+	wf_serve_tensor t[WF_SERVE_MAX_OUTPUTS];
+	WF_CHECK_INT(wf_serve_tensors_make(req.out, req.nout, logits, probs, 2, 3, 0, labels, NULL,
+					   t, &err),
 		     0);
+	WF_CHECK_INT(wf_serve_kv2_reply(&req, t, "m", 7, &body, &len, &hl, &err), 0);
+	wf_serve_tensors_free(t, req.nout);
 	WF_CHECK(hl > 0 && len == hl + 24);
 	WF_CHECK(body && strstr(body, "\"model_version\":\"7\"") != NULL);
 	WF_CHECK(body && strstr(body, ":2:eel\"") != NULL);
