@@ -23,19 +23,19 @@ static long json_floats(const json_t *v, float *out, size_t cap, size_t at)
 	return (long)at;
 }
 
-/* "examples": tf.Examples as JSON objects of features, each sample by the
- * rule Classify over gRPC follows (wf_serve_example_*): {"b64": ...} is a
- * bytes feature (an image), numbers a float feature. */
+/* "examples": tf.Examples as JSON objects of features, translated into
+ * the features gRPC Classify reads ({"b64": ...} a bytes feature, an image;
+ * numbers a float feature) and built by the same rule
+ * (wf_serve_examples_input). */
 static int parse_examples(const wf_image_io *io, const json_t *arr, wf_serve_input *in, wf_err *err)
 {
 	if (!json_is_array(arr))
 		return wf_errf(err, WF_EINVAL, "\"examples\" must be a list of examples");
-	int rc = input_alloc(io, in, json_array_size(arr), NULL, err);
-	size_t per = sample_floats(io);
-	float *floats = rc ? NULL : malloc((per + 1) * sizeof(float));
-	if (!rc && !floats)
-		rc = wf_errf(err, WF_ENOMEM, "out of memory");
-	for (size_t i = 0; !rc && i < json_array_size(arr); i++) {
+	size_t n = json_array_size(arr), per = sample_floats(io);
+	wf_serve_feature *f = calloc(n + 1, sizeof(*f));
+	void **owned = calloc(n + 1, sizeof(*owned)); /* example i's bytes or floats */
+	int rc = f && owned ? 0 : wf_errf(err, WF_ENOMEM, "out of memory");
+	for (size_t i = 0; !rc && i < n; i++) {
 		const json_t *e = json_array_get(arr, i), *best = NULL, *fv;
 		const char *key;
 		int rank = 0;
@@ -48,26 +48,30 @@ static int parse_examples(const wf_image_io *io, const json_t *arr, wf_serve_inp
 			}
 		}
 		const json_t *b64 = json_object_get(best, "b64");
-		uint8_t *bytes = NULL;
-		wf_serve_feature f = {0};
-		long n = best && !b64 ? json_floats(best, floats, per + 1, 0) : -1;
 		if (json_is_string(b64) && json_object_size(best) == 1) {
 			size_t nbytes = 0;
-			rc = wf_b64_decode(json_string_value(b64), json_string_length(b64), &bytes,
-					   &nbytes, err);
-			f = (wf_serve_feature){WF_SERVE_FEATURE_BYTES, 1, bytes, nbytes, NULL};
-		} else if (n >= 0) {
-			f = (wf_serve_feature){WF_SERVE_FEATURE_FLOATS, (size_t)n, NULL, 0, floats};
+			rc = wf_b64_decode(json_string_value(b64), json_string_length(b64),
+					   (uint8_t **)&owned[i], &nbytes, err);
+			if (rc)
+				wf_err_wrap(err, "example %zu", i);
+			f[i] = (wf_serve_feature){WF_SERVE_FEATURE_BYTES, 1, owned[i], nbytes,
+						  NULL};
+		} else if (best && !b64) {
+			float *v = owned[i] = malloc((per + 1) * sizeof(float));
+			long m = v ? json_floats(best, v, per + 1, 0) : -1;
+			if (!v)
+				rc = wf_errf(err, WF_ENOMEM, "out of memory");
+			else if (m >= 0)
+				f[i] = (wf_serve_feature){WF_SERVE_FEATURE_FLOATS, (size_t)m, NULL,
+							  0, v};
 		}
-		if (!rc)
-			rc = wf_serve_example_sample(io, i, best ? &f : NULL, in->x + i * per, err);
-		else
-			wf_err_wrap(err, "example %zu", i);
-		free(bytes);
 	}
-	free(floats);
-	if (rc)
-		wf_serve_input_free(in);
+	if (!rc)
+		rc = wf_serve_examples_input(io, f, n, in, err);
+	for (size_t i = 0; owned && i < n; i++)
+		free(owned[i]);
+	free(owned);
+	free(f);
 	return rc;
 }
 
