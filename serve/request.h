@@ -103,8 +103,10 @@ typedef struct wf_serve_tensor_view {
 	const wf_serve_bytes *elements; /* BYTES: one encoded image per sample */
 	size_t nelements;
 	int has_elements;
-	int elements_b64;	 /* the elements are base64 text (p NULL: not text) */
-	const char *values_what; /* "\"data\"", "fp32_contents" */
+	int elements_b64;	  /* the elements are base64 text (p NULL: not text) */
+	const char *values_what;  /* "\"data\"", "fp32_contents" */
+	const char *element_what; /* how messages name element i ("input element" when
+				   * NULL; TF Serving REST's "instance") */
 	/* or a system shared memory region (shm.h): its name ("": none) */
 	char shm_region[128];
 	uint64_t shm_offset, shm_size;
