@@ -488,7 +488,6 @@ enum MHD_Result handle_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 	wf_serve_request rq = {.read = kv2 ? read_kv2 : read_tf,
 			       .read_arg = &b,
 			       .shm = b.shm,
-			       .t0 = q->t0,
 			       .timeout_s = h->o.request_timeout};
 	wf_serve_response rs;
 	wf_err err = {0};

@@ -173,7 +173,7 @@ struct wf_serve_request {
 	int nout;
 	wf_serve_output out[WF_SERVE_MAX_OUTPUTS];
 	/* time */
-	double t0;	  /* wf_now() when it arrived */
+	double t0;	  /* wf_now() when it arrived; 0: when the core gets it */
 	double timeout_s; /* longest wait for a batch thread */
 	double deadline;  /* wf_now() time the client gives up; 0: none */
 };
