@@ -57,5 +57,16 @@ int wf_read_file(const char *path, char **data, size_t *len);
 #define WF_MIN(a, b)	((a) < (b) ? (a) : (b))
 #define WF_MAX(a, b)	((a) > (b) ? (a) : (b))
 #define WF_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
+/* Unlink node from the doubly linked list whose first node is head (nodes
+ * with prev and next pointers). */
+#define WF_LIST_UNLINK(head, node)                                                                 \
+	do {                                                                                       \
+		if ((node)->prev)                                                                  \
+			(node)->prev->next = (node)->next;                                         \
+		else                                                                               \
+			(head) = (node)->next;                                                     \
+		if ((node)->next)                                                                  \
+			(node)->next->prev = (node)->prev;                                         \
+	} while (0)
 
 #endif

@@ -304,59 +304,16 @@ void wf_grpc_call_done(wf_grpc_call *call, int code)
 		wake_loop(g);
 }
 
-static void *worker_main(void *arg)
+/* A worker runs a queued call (serve/pool.h). */
+static void run_job(void *ctx, wf_serve_job *q)
 {
-	wf_grpc *g = arg;
-	wf_cpus_io_thread("grpc-worker");
-	pthread_mutex_lock(&g->mu);
-	for (;;) {
-		g->idle++;
-		while (!g->q_head && !atomic_load(&g->stop))
-			pthread_cond_wait(&g->more, &g->mu);
-		g->idle--;
-		if (atomic_load(&g->stop))
-			break;
-		job *j = g->q_head;
-		g->q_head = j->next;
-		if (!g->q_head)
-			g->q_tail = NULL;
-		g->queued--;
-		pthread_mutex_unlock(&g->mu);
-		j->next = NULL;
-		int code = j->call.deadline && wf_now() > j->call.deadline
-				   ? wf_grpc_fail(&j->call, WF_GRPC_DEADLINE_EXCEEDED,
-						  "Deadline Exceeded before the call started")
-				   : j->m->fn(g->ctx, &j->call);
-		job_returned(g, j, code);
-		pthread_mutex_lock(&g->mu);
-	}
-	pthread_mutex_unlock(&g->mu);
-	return NULL;
-}
-
-/* With g->mu held: start one more worker (1 MB of stack) unless stopping. */
-static int start_worker(wf_grpc *g)
-{
-	pthread_attr_t attr;
-	int rc = -1;
-	if (atomic_load(&g->stop) || g->nworkers >= g->o.workers || pthread_attr_init(&attr))
-		return -1;
-	pthread_attr_setstacksize(&attr, 1 << 20);
-	if (pthread_create(&g->workers[g->nworkers], &attr, worker_main, g) == 0) {
-		g->nworkers++;
-		rc = 0;
-	}
-	pthread_attr_destroy(&attr);
-	return rc;
-}
-
-/* Workers start as calls need them: an idle server holds start_workers,
- * a busy one up to o.workers (which then stay). One that cannot start
- * leaves the call to those running. The fuzz target's session has none. */
-void grow_workers(wf_grpc *g)
-{
-	if (g->workers && g->queued > g->idle)
-		start_worker(g);
+	wf_grpc *g = ctx;
+	job *j = (job *)((char *)q - offsetof(job, queued));
+	int code = j->call.deadline && wf_now() > j->call.deadline
+			   ? wf_grpc_fail(&j->call, WF_GRPC_DEADLINE_EXCEEDED,
+					  "Deadline Exceeded before the call started")
+			   : j->m->fn(g->ctx, &j->call);
+	job_returned(g, j, code);
 }
 
 /* ---- start and stop ----------------------------------------------------- */
@@ -388,7 +345,6 @@ int wf_grpc_start(wf_grpc **out, const wf_grpc_opts *o, const wf_grpc_method *me
 	g->ctx = ctx;
 	g->lfd = g->efd = g->epfd = -1;
 	pthread_mutex_init(&g->mu, NULL);
-	pthread_cond_init(&g->more, NULL);
 	pthread_cond_init(&g->settled, NULL);
 	atomic_init(&g->stop, 0);
 	atomic_init(&g->inflight, 0);
@@ -440,18 +396,17 @@ int wf_grpc_start(wf_grpc **out, const wf_grpc_opts *o, const wf_grpc_method *me
 	nghttp2_session_callbacks_set_on_stream_close_callback(g->cbs, on_stream_close);
 	nghttp2_option_set_max_deflate_dynamic_table_size(g->opt, 4096);
 
-	g->workers = calloc((size_t)g->o.workers, sizeof(*g->workers));
-	if (!g->workers) {
-		rc = wf_errf(err, WF_ENOMEM, "out of memory");
-		goto fail;
-	}
-	pthread_mutex_lock(&g->mu);
-	while (g->nworkers < g->o.start_workers && start_worker(g) == 0)
-		;
-	int started = g->nworkers;
-	pthread_mutex_unlock(&g->mu);
-	if (started < g->o.start_workers) {
-		rc = wf_errf(err, WF_EINTERNAL, "%s: cannot start worker %d", g->o.name, started);
+	/* workers start as calls need them: an idle server holds start_workers,
+	 * a busy one up to o.workers (which then stay), each with 1 MB of stack */
+	wf_serve_pool_opts po = {.name = "grpc-worker",
+				 .threads = g->o.workers,
+				 .start = g->o.start_workers,
+				 .stack = 1 << 20,
+				 .max_queue = g->o.max_queue,
+				 .run = run_job,
+				 .ctx = g};
+	if ((rc = wf_serve_pool_init(&g->workers, &po, err)) != 0) {
+		wf_err_wrap(err, "%s", g->o.name);
 		goto fail;
 	}
 	if (pthread_create(&g->loop, NULL, loop_main, g) != 0) {
@@ -499,12 +454,8 @@ void wf_grpc_stop(wf_grpc *g)
 {
 	if (!g)
 		return;
-	pthread_mutex_lock(&g->mu);
-	atomic_store(&g->stop, 1); /* no worker starts after this */
-	pthread_cond_broadcast(&g->more);
-	pthread_mutex_unlock(&g->mu);
-	for (int i = 0; i < g->nworkers; i++)
-		pthread_join(g->workers[i], NULL);
+	atomic_store(&g->stop, 1);
+	wf_serve_pool_stop(&g->workers); /* no worker starts after this */
 	/* calls left pending finish in other threads (the batcher drains its
 	 * queue): wait for them, as for a worker in a call */
 	pthread_mutex_lock(&g->mu);
@@ -521,16 +472,18 @@ void wf_grpc_stop(wf_grpc *g)
 		pthread_join(g->loop, NULL);
 	/* Jobs still queued or done hold references to their connections:
 	 * drop the jobs first, then close what is left. */
-	job *all[2] = {g->q_head, g->done};
-	for (int k = 0; k < 2; k++)
-		for (job *j = all[k]; j; j = j->next)
-			conn_unref(j->c);
-	free_jobs(g->q_head);
+	for (wf_serve_job *q; (q = wf_serve_pool_take(&g->workers)) != NULL;) {
+		job *j = (job *)((char *)q - offsetof(job, queued));
+		j->next = g->done;
+		g->done = j;
+	}
+	for (job *j = g->done; j; j = j->next)
+		conn_unref(j->c);
 	free_jobs(g->done);
 	while (g->conns)
 		conn_close(g->conns);
 	free_dead(g);
-	free(g->workers);
+	wf_serve_pool_free(&g->workers);
 	if (g->cbs)
 		nghttp2_session_callbacks_del(g->cbs);
 	if (g->opt)
@@ -542,7 +495,6 @@ void wf_grpc_stop(wf_grpc *g)
 		close(g->efd);
 	if (g->epfd >= 0)
 		close(g->epfd);
-	pthread_cond_destroy(&g->more);
 	pthread_cond_destroy(&g->settled);
 	pthread_mutex_destroy(&g->mu);
 	free(g);
@@ -553,12 +505,8 @@ void wf_grpc_stop(wf_grpc *g)
 /* The workers' part, in this thread, then the loop's. */
 static void fuzz_work(wf_grpc *g)
 {
-	while (g->q_head) {
-		job *j = g->q_head;
-		g->q_head = j->next;
-		if (!g->q_head)
-			g->q_tail = NULL;
-		g->queued--;
+	for (wf_serve_job *q; (q = wf_serve_pool_take(&g->workers)) != NULL;) {
+		job *j = (job *)((char *)q - offsetof(job, queued));
 		job_returned(g, j, j->m->fn(g->ctx, &j->call));
 	}
 	deliver(g);
@@ -576,8 +524,9 @@ int wf_grpc_fuzz_session(const wf_grpc_method *methods, int nmethods, void *ctx,
 			     .max_streams = 16,
 			     .max_conns = 4};
 	pthread_mutex_init(&g.mu, NULL);
-	pthread_cond_init(&g.more, NULL);
 	pthread_cond_init(&g.settled, NULL);
+	wf_serve_pool_opts po = {.name = "fuzz", .max_queue = g.o.max_queue}; /* no threads */
+	wf_serve_pool_init(&g.workers, &po, &(wf_err){0});
 	g.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	g.epfd = epoll_create1(EPOLL_CLOEXEC);
 	conn *c = calloc(1, sizeof(*c));
@@ -640,7 +589,7 @@ out:
 		close(g.efd);
 	if (g.epfd >= 0)
 		close(g.epfd);
-	pthread_cond_destroy(&g.more);
+	wf_serve_pool_free(&g.workers);
 	pthread_cond_destroy(&g.settled);
 	pthread_mutex_destroy(&g.mu);
 	return rc;

@@ -3,9 +3,9 @@
  * uses: model_get = wf_serve_repo_find (404/503/400 = NOT_FOUND/UNAVAILABLE/
  * INVALID_ARGUMENT) + wf_serve_repo_model_config; model_put =
  * wf_serve_version_release; model_versions = wf_serve_repo_status;
- * model_names = wf_serve_repo_index; model_infer = wf_serve_run (which
- * records the version's statistics; /metrics is counted here);
- * model_infer_async = wf_serve_submit (the same, without waiting); model_stats =
+ * model_names = wf_serve_repo_index; model_run = wf_serve_infer or
+ * wf_serve_infer_async (the request core, which counts the version's
+ * statistics; /metrics is counted here); model_stats =
  * the served versions' stats (wf_serve_repo_acquire_all); server_ready =
  * wf_serve_repo_ready and not draining; repository_load/unload =
  * wf_serve_repo_load/unload; reload_config = wf_serve_repo_reload_config. */
@@ -226,86 +226,33 @@ static int infer_code(int rc, double deadline)
 							  : WF_GRPC_INTERNAL;
 }
 
-/* Whether a call may be queued now: *timeout gets its time in the queue;
- * else the status (counted as a failure of v). */
-static int infer_admit(wf_grpc_adapter *a, wf_serve_version *v, double deadline, double t0,
-		       double *timeout, char *why, size_t cap)
+int wf_grpc_model_ran(wf_grpc_adapter *a, wf_serve_endpoint ep, const wf_serve_request *rq,
+		      const wf_serve_response *rs, int rc)
 {
-	*timeout = a->o.request_timeout;
-	if (deadline > 0 && deadline - t0 < *timeout)
-		*timeout = deadline - t0;
-	if (*timeout <= 0) {
-		snprintf(why, cap, "Deadline Exceeded");
-		wf_serve_stats_done(v, 0, wf_now() - t0);
-		return WF_GRPC_DEADLINE_EXCEEDED;
-	}
-	return WF_GRPC_OK;
+	int code = !rc		      ? WF_GRPC_OK
+		   : !rs->bad_request ? infer_code(rc, rq->deadline)
+		   : rc == WF_ENOMEM  ? WF_GRPC_RESOURCE_EXHAUSTED
+				      : WF_GRPC_INVALID_ARGUMENT;
+	wf_serve_metrics_request(a->o.metrics, ep, http_equivalent(code), wf_now() - rq->t0);
+	return code;
 }
 
-int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x,
-			int n, wf_serve_result *res, double deadline, char *why, size_t cap)
+int wf_grpc_model_run(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep,
+		      wf_serve_request *rq, wf_serve_response *rs, double deadline,
+		      wf_serve_batcher_done fn, void *arg, char *why, size_t cap)
 {
-	double t0 = wf_now(), timeout;
 	wf_err err = {0};
-	wf_serve_version *v = m->priv;
-	int code = infer_admit(a, v, deadline, t0, &timeout, why, cap);
-	if (code == WF_GRPC_OK) {
-		wf_serve_input in = {.n = n, .x = (float *)x};
-		int rc = wf_serve_run(a->o.batcher, v, &in, timeout, res, &err);
-		if (rc) {
-			snprintf(why, cap, "%s", err.msg);
-			code = infer_code(rc, deadline);
-		}
-	}
-	wf_serve_metrics_request(a->o.metrics, ep, http_equivalent(code), wf_now() - t0);
-	return code;
-}
-
-typedef struct pending {
-	wf_grpc_adapter *a;
-	wf_serve_endpoint ep;
-	double t0, deadline;
-	wf_grpc_infer_done fn;
-	void *arg;
-} pending;
-
-static void infer_finished(void *arg, int rc, const char *msg)
-{
-	pending p = *(pending *)arg;
-	free(arg);
-	int code = rc ? infer_code(rc, p.deadline) : WF_GRPC_OK;
-	wf_serve_metrics_request(p.a->o.metrics, p.ep, http_equivalent(code), wf_now() - p.t0);
-	p.fn(p.arg, code, rc ? msg : "");
-}
-
-int wf_grpc_model_infer_async(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep,
-			      const float *x, int n, wf_serve_result *res, double deadline,
-			      wf_grpc_infer_done fn, void *arg, char *why, size_t cap)
-{
-	double t0 = wf_now(), timeout;
-	wf_serve_version *v = m->priv;
-	int code = infer_admit(a, v, deadline, t0, &timeout, why, cap);
-	pending *p = code == WF_GRPC_OK ? malloc(sizeof(*p)) : NULL;
-	if (code == WF_GRPC_OK && !p) {
-		snprintf(why, cap, "out of memory");
-		code = WF_GRPC_RESOURCE_EXHAUSTED;
-		wf_serve_stats_done(v, 0, wf_now() - t0);
-	}
-	if (code == WF_GRPC_OK) {
-		*p = (pending){
-			.a = a, .ep = ep, .t0 = t0, .deadline = deadline, .fn = fn, .arg = arg};
-		wf_serve_input in = {.n = n, .x = (float *)x};
-		wf_err err = {0};
-		int rc = wf_serve_submit(a->o.batcher, v, &in, timeout, res, infer_finished, p,
-					 &err);
-		if (rc == 0)
-			return WF_GRPC_PENDING;
-		free(p);
+	if (!rq->t0)
+		rq->t0 = wf_now();
+	rq->timeout_s = a->o.request_timeout;
+	rq->deadline = deadline;
+	int rc = fn ? wf_serve_infer_async(a->o.batcher, m->priv, rq, rs, fn, arg, &err)
+		    : wf_serve_infer(a->o.batcher, m->priv, rq, rs, &err);
+	if (fn && !rc)
+		return WF_GRPC_PENDING;
+	if (rc)
 		snprintf(why, cap, "%s", err.msg);
-		code = infer_code(rc, deadline);
-	}
-	wf_serve_metrics_request(a->o.metrics, ep, http_equivalent(code), wf_now() - t0);
-	return code;
+	return wf_grpc_model_ran(a, ep, rq, rs, rc);
 }
 
 void wf_grpc_model_failed(wf_grpc_adapter *a, wf_serve_endpoint ep, int code, double seconds)

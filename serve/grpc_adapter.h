@@ -94,23 +94,25 @@ int wf_grpc_model_versions(wf_grpc_adapter *a, const char *name, wf_grpc_version
 /* Names of every model the server knows (up to cap); returns the count. The
  * names stay valid until wf_grpc_adapter_free. */
 int wf_grpc_model_names(wf_grpc_adapter *a, const char **names, int cap);
-/* Forward x [n,H,W,C] through the batcher into res (logits and
- * probabilities [n,K]; free it with wf_serve_result_free, also on failure).
- * Waits at most until deadline (wf_now() time; 0: the server's request
- * timeout). A call is answered also during a drain (docs/promises.md).
- * Counts the call in the statistics and in /metrics under endpoint ep. */
-int wf_grpc_model_infer(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x,
-			int n, wf_serve_result *res, double deadline, char *why, size_t cap);
-/* The same without waiting: WF_GRPC_PENDING when the call is queued, and
- * fn(arg, code, why) is then called once, from a batch thread, with res
- * filled (WF_GRPC_OK) or the failure (x stays valid until then); any other
- * return is the failure, and fn is not called. */
-typedef void (*wf_grpc_infer_done)(void *arg, int code, const char *why);
-int wf_grpc_model_infer_async(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep,
-			      const float *x, int n, wf_serve_result *res, double deadline,
-			      wf_grpc_infer_done fn, void *arg, char *why, size_t cap);
-/* Count a call that failed before inference (bad request) in the statistics
- * and /metrics. */
+/* Run rq through m by the request core (serve/infer.h: read for m's
+ * model, input built, forward, outputs, statistics) into rs (free it with
+ * wf_serve_response_free, also on failure). Waits at most until deadline
+ * (wf_now() time; 0: the server's request timeout). A call is answered
+ * also during a drain (docs/promises.md). With fn NULL it waits and
+ * returns the status; otherwise WF_GRPC_PENDING when the call is queued,
+ * and fn(arg, rc, msg) is then called once, from a batch thread, with the
+ * core's result (rq and rs stay valid until then), which it hands to
+ * wf_grpc_model_ran; any other return is the failure, and fn is not
+ * called. */
+int wf_grpc_model_run(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep,
+		      wf_serve_request *rq, wf_serve_response *rs, double deadline,
+		      wf_serve_batcher_done fn, void *arg, char *why, size_t cap);
+/* The status of a call the core ran (rc: its result), counted in /metrics
+ * under endpoint ep. */
+int wf_grpc_model_ran(wf_grpc_adapter *a, wf_serve_endpoint ep, const wf_serve_request *rq,
+		      const wf_serve_response *rs, int rc);
+/* Count a call that failed before its model was found (a bad message, an
+ * unknown model) in /metrics. */
 void wf_grpc_model_failed(wf_grpc_adapter *a, wf_serve_endpoint ep, int code, double seconds);
 /* Statistics of a model version (0: every version summed). */
 int wf_grpc_model_stats(wf_grpc_adapter *a, const char *name, long version, wf_grpc_stats *st,

@@ -272,30 +272,24 @@ static void queue_call(conn *c, stream *st, const wf_grpc_method *m, uint8_t *ba
 		job_returned(g, j, m->fn(g->ctx, &j->call));
 		return;
 	}
-	pthread_mutex_lock(&g->mu);
-	if (g->queued >= g->o.max_queue) {
+	int rc = wf_serve_pool_push(&g->workers, &j->queued, NULL);
+	if (rc) {
 		c->refs--;
-		pthread_mutex_unlock(&g->mu);
 		free(j->body);
 		free(j->inflated);
 		free(j);
 		if (st->sm)
 			st->calls--;
-		snprintf(why, sizeof(why),
-			 "%d calls are waiting for a worker (the limit); retry later",
-			 g->o.max_queue);
-		refuse_call(c, st, WF_GRPC_RESOURCE_EXHAUSTED, why);
-		return;
+		if (rc == WF_ESTOPPED)
+			snprintf(why, sizeof(why), "the server is stopping");
+		else
+			snprintf(why, sizeof(why),
+				 "%d calls are waiting for a worker (the limit); retry later",
+				 g->o.max_queue);
+		refuse_call(c, st,
+			    rc == WF_ESTOPPED ? WF_GRPC_UNAVAILABLE : WF_GRPC_RESOURCE_EXHAUSTED,
+			    why);
 	}
-	if (g->q_tail)
-		g->q_tail->next = j;
-	else
-		g->q_head = j;
-	g->q_tail = j;
-	g->queued++;
-	grow_workers(g);
-	pthread_cond_signal(&g->more);
-	pthread_mutex_unlock(&g->mu);
 }
 
 /* The checks a call passes before its handler runs; 1 when st is answered. */

@@ -201,12 +201,7 @@ void free_dead(wf_grpc *g)
 
 static void stream_free(conn *c, stream *st)
 {
-	if (st->prev)
-		st->prev->next = st->next;
-	else
-		c->streams = st->next;
-	if (st->next)
-		st->next->prev = st->prev;
+	WF_LIST_UNLINK(c->streams, st);
 	c->receiving -= st->len;
 	atomic_fetch_sub(&c->g->inflight, 1);
 	free(st->base);
@@ -228,12 +223,7 @@ void conn_close(conn *c)
 	c->s = NULL;
 	while (c->streams)
 		stream_free(c, c->streams);
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		g->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
+	WF_LIST_UNLINK(g->conns, c);
 	g->nconns--;
 	conn_unref(c);
 }

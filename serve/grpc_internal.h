@@ -6,6 +6,7 @@
 
 #include "serve/grpc.h"
 #include "serve/grpc_tls.h"
+#include "serve/pool.h"
 
 #include "common/log.h"
 #include "common/util.h"
@@ -95,9 +96,10 @@ typedef struct job {
 	wf_grpc_call call;
 	uint8_t *body, *inflated; /* what call.msg points into (owned) */
 	int code;
-	int parked;   /* its handler returned WF_GRPC_PENDING first */
-	int finished; /* wf_grpc_call_done ran before its handler returned */
-	struct job *next;
+	int parked;	     /* its handler returned WF_GRPC_PENDING first */
+	int finished;	     /* wf_grpc_call_done ran before its handler returned */
+	wf_serve_job queued; /* waiting for a worker (serve/pool.h) */
+	struct job *next;    /* in the loop's list of finished jobs */
 } job;
 
 struct wf_grpc {
@@ -115,26 +117,17 @@ struct wf_grpc {
 	conn *dead; /* closed, unreferenced, freed after this wake-up */
 	int nconns;
 	atomic_int stop;
-	atomic_int draining; /* wf_grpc_drain was called */
-	int drained;	     /* the loop closed the listener and sent GOAWAY */
-	atomic_int inflight; /* streams open: being received, handled or answered */
-	/* workers */
-	pthread_mutex_t mu;
-	pthread_cond_t more;
-	job *q_head, *q_tail; /* waiting for a worker */
-	int queued;
+	atomic_int draining;	/* wf_grpc_drain was called */
+	int drained;		/* the loop closed the listener and sent GOAWAY */
+	atomic_int inflight;	/* streams open: being received, handled or answered */
+	wf_serve_pool workers;	/* the calls waiting for a worker, and the workers */
+	pthread_mutex_t mu;	/* what follows */
 	job *done;		/* finished, for the loop */
 	int pending;		/* calls a handler left WF_GRPC_PENDING */
 	pthread_cond_t settled; /* pending fell to 0 */
-	pthread_t *workers;	/* [o.workers] */
-	int nworkers;		/* started */
-	int idle;		/* waiting for a job */
 };
 
 /* Shared between the serve/grpc.c, grpc_h2.c and grpc_call.c files (defined where named). */
-/* With g->mu held, after queueing a job: start one more worker when the
- * queued jobs outnumber the idle ones and o.workers allows. */
-void grow_workers(wf_grpc *g);
 void pct_encode(const char *s, char *out, size_t cap);
 void answer_error(conn *c, stream *st, int code, const char *msg);
 void answer_http(conn *c, stream *st, const char *status);

@@ -588,12 +588,6 @@ static int cuda_shm_unregister(void *ctx, wf_grpc_call *call)
 
 /* ---- inference ------------------------------------------------------------ */
 
-static int fail_why(char *why, size_t cap, int code, const char *fmt, const char *a)
-{
-	snprintf(why, cap, fmt, a);
-	return code;
-}
-
 /* The shared memory fields of a tensor's parameters (shm.h). */
 typedef struct shm_ref {
 	char region[128]; /* "": none named */
@@ -616,9 +610,9 @@ static int param_u64(const Inference__InferParameter *p, uint64_t *v)
 }
 
 /* Parameter (key, v) into r when it is one of the shared memory ones;
- * WF_GRPC_INVALID_ARGUMENT (call's message set) for a bad value. */
+ * WF_EINVAL for a bad value. */
 static int shm_param(const char *tensor, const char *key, const Inference__InferParameter *v,
-		     shm_ref *r, char *why, size_t cap)
+		     shm_ref *r, wf_err *err)
 {
 	int ok = 1;
 	if (!strcmp(key, "shared_memory_region"))
@@ -632,90 +626,90 @@ static int shm_param(const char *tensor, const char *key, const Inference__Infer
 	else if (!strcmp(key, "shared_memory_offset"))
 		ok = param_u64(v, &r->offset);
 	if (ok)
-		return WF_GRPC_OK;
-	snprintf(why, cap,
-		 "'%.200s': parameter \"%s\" has a wrong value (a region name, a positive byte "
-		 "size, an offset)",
-		 tensor, key);
-	return WF_GRPC_INVALID_ARGUMENT;
+		return 0;
+	return wf_errf(err, WF_EINVAL,
+		       "'%.200s': parameter \"%s\" has a wrong value (a region name, a positive "
+		       "byte size, an offset)",
+		       tensor, key);
 }
 
-/* The one input tensor of rq as serve/request.h's tensor view, built into
- * model input by wf_serve_tensor_input: in reads rq's raw contents or a
- * shared memory region of shm in place, or is malloc'd (free it with
- * wf_serve_input_free while rq lives). */
-static int decode_input(const wf_grpc_io *io, const infer_req *rq, wf_serve_shm *shm,
-			wf_serve_input *in, char *why, size_t cap)
+/* What a ModelInferRequest's tensor view points into besides the message:
+ * its typed contents converted (freed with the call). */
+typedef struct view_parts {
+	float *u8;	   /* uint_contents as numbers */
+	wf_serve_bytes *e; /* bytes_contents */
+} view_parts;
+
+static void view_parts_free(view_parts *p)
 {
-	memset(in, 0, sizeof(*in));
+	free(p->u8);
+	free(p->e);
+	p->u8 = NULL;
+	p->e = NULL;
+}
+
+/* The one input tensor of rq as serve/request.h's tensor view *v (which the
+ * core builds into model input with wf_serve_tensor_input): it reads rq's
+ * raw contents or a shared memory region in place, or p's arrays. */
+static int input_view(const wf_image_io *io, const infer_req *rq, wf_serve_tensor_view *v,
+		      view_parts *p, wf_err *err)
+{
 	if (rq->n_inputs != 1)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"expected 1 input, \"%.200s\"; got a different number",
-				wf_serve_input_name(io));
+		return wf_errf(err, WF_EINVAL,
+			       "expected 1 input, \"%.200s\"; got a different number",
+			       wf_serve_input_name(io));
 	const in_tensor *t = rq->inputs[0];
 	const Inference__InferTensorContents *tc = t->contents;
 	if (rq->n_raw_input_contents && rq->n_raw_input_contents != rq->n_inputs)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"%sraw_input_contents must have one entry per input", "");
+		return wf_errf(err, WF_EINVAL, "raw_input_contents must have one entry per input");
 	if (rq->n_raw_input_contents && tc)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"input '%.200s' has both raw_input_contents and contents", t->name);
+		return wf_errf(err, WF_EINVAL,
+			       "input '%.200s' has both raw_input_contents and contents", t->name);
 	shm_ref r = {0};
 	for (size_t k = 0; k < t->n_parameters; k++) {
-		int code = shm_param(t->name, t->parameters[k]->key, t->parameters[k]->value, &r,
-				     why, cap);
-		if (code)
-			return code;
+		int rc =
+			shm_param(t->name, t->parameters[k]->key, t->parameters[k]->value, &r, err);
+		if (rc)
+			return rc;
 	}
-	wf_serve_tensor_view v = {.name = t->name,
-				  .datatype = t->datatype,
-				  .dims = t->shape,
-				  .ndim = (int)t->n_shape,
-				  .raw_what = "raw_input_contents",
-				  .raw_borrow = 1, /* the call's message outlives the input */
-				  .shm_offset = r.offset,
-				  .shm_size = r.size};
-	memcpy(v.shm_region, r.region, sizeof(r.region));
-	float *u8 = NULL;	  /* uint_contents as numbers */
-	wf_serve_bytes *e = NULL; /* bytes_contents */
-	int code = WF_GRPC_OK;
+	*v = (wf_serve_tensor_view){.name = t->name,
+				    .datatype = t->datatype,
+				    .dims = t->shape,
+				    .ndim = (int)t->n_shape,
+				    .raw_what = "raw_input_contents",
+				    .raw_borrow = 1, /* the call's message outlives the input */
+				    .shm_offset = r.offset,
+				    .shm_size = r.size};
+	memcpy(v->shm_region, r.region, sizeof(r.region));
+	int oom = 0;
 	if (rq->n_raw_input_contents) {
-		v.raw = rq->raw_input_contents[0].data;
-		v.raw_len = rq->raw_input_contents[0].len;
-		v.has_raw = 1;
+		v->raw = rq->raw_input_contents[0].data;
+		v->raw_len = rq->raw_input_contents[0].len;
+		v->has_raw = 1;
 	} else if (tc && tc->n_bytes_contents) {
-		v.values_what = "bytes_contents";
-		v.nelements = tc->n_bytes_contents;
-		v.has_elements = 1;
-		v.elements = e = calloc(v.nelements, sizeof(*e));
-		for (size_t i = 0; e && i < v.nelements; i++)
-			e[i] = (wf_serve_bytes){tc->bytes_contents[i].data,
-						tc->bytes_contents[i].len};
-		code = e ? WF_GRPC_OK : WF_GRPC_RESOURCE_EXHAUSTED;
+		v->values_what = "bytes_contents";
+		v->nelements = tc->n_bytes_contents;
+		v->has_elements = 1;
+		v->elements = p->e = calloc(v->nelements, sizeof(*p->e));
+		for (size_t i = 0; p->e && i < v->nelements; i++)
+			p->e[i] = (wf_serve_bytes){tc->bytes_contents[i].data,
+						   tc->bytes_contents[i].len};
+		oom = !p->e;
 	} else if (tc && tc->n_uint_contents) {
-		v.values_what = "uint_contents";
-		v.nvalues = tc->n_uint_contents;
-		v.has_values = 1;
-		v.values = u8 = malloc(sizeof(*u8) * v.nvalues);
-		for (size_t i = 0; u8 && i < v.nvalues; i++)
-			u8[i] = (float)tc->uint_contents[i];
-		code = u8 ? WF_GRPC_OK : WF_GRPC_RESOURCE_EXHAUSTED;
+		v->values_what = "uint_contents";
+		v->nvalues = tc->n_uint_contents;
+		v->has_values = 1;
+		v->values = p->u8 = malloc(sizeof(*p->u8) * v->nvalues);
+		for (size_t i = 0; p->u8 && i < v->nvalues; i++)
+			p->u8[i] = (float)tc->uint_contents[i];
+		oom = !p->u8;
 	} else if (tc) {
-		v.values_what = "fp32_contents";
-		v.values = tc->fp32_contents;
-		v.nvalues = tc->n_fp32_contents;
-		v.has_values = 1;
+		v->values_what = "fp32_contents";
+		v->values = tc->fp32_contents;
+		v->nvalues = tc->n_fp32_contents;
+		v->has_values = 1;
 	}
-	wf_err err = {0};
-	int rc = code ? WF_ENOMEM : wf_serve_tensor_input(io, &v, shm, in, &err);
-	free(u8);
-	free(e);
-	if (rc)
-		return fail_why(why, cap,
-				rc == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
-						: WF_GRPC_INVALID_ARGUMENT,
-				"%s", code ? "out of memory" : err.msg);
-	return WF_GRPC_OK;
+	return oom ? wf_errf(err, WF_ENOMEM, "out of memory") : 0;
 }
 
 static const uint8_t empty_msg[1]; /* what an empty body unpacks from */
@@ -821,32 +815,6 @@ static void infer_request_free(infer_req *rq)
 	inference__model_infer_request__free_unpacked(rq, NULL);
 }
 
-int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, float **x,
-				int *n, char *why, size_t cap)
-{
-	*x = NULL;
-	*n = 0;
-	infer_req *rq = infer_request_unpack(msg, len);
-	if (!rq)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"cannot parse the ModelInferRequest message%s", "");
-	wf_serve_input in;
-	int code = decode_input(io, rq, NULL, &in, why, cap);
-	if (!code) { /* the caller's own copy: rq's contents go with it */
-		size_t bytes = (size_t)in.n * io->h * io->w * io->c * sizeof(float);
-		if ((*x = malloc(bytes ? bytes : 1)) != NULL) {
-			memcpy(*x, in.x, bytes);
-			*n = in.n;
-		} else {
-			code = fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory%s",
-					"");
-		}
-	}
-	wf_serve_input_free(&in);
-	infer_request_free(rq);
-	return code;
-}
-
 static int param_int(const Inference__InferParameter *p, long *v)
 {
 	if (!p)
@@ -863,11 +831,11 @@ static int param_int(const Inference__InferParameter *p, long *v)
 
 /* The outputs rq asks for (both when it names none): their parameters read
  * here, the rules checked by wf_serve_outputs_check. */
-static int requested_outputs(const infer_req *rq, wf_serve_output *o, int *no, wf_grpc_call *call)
+static int requested_outputs(const infer_req *rq, wf_serve_output *o, int *no, wf_err *err)
 {
 	if (!rq->n_outputs) {
 		*no = wf_serve_outputs_all(o, 0);
-		return WF_GRPC_OK;
+		return 0;
 	}
 	const char *names[WF_SERVE_MAX_OUTPUTS];
 	long cls[WF_SERVE_MAX_OUTPUTS];
@@ -879,10 +847,9 @@ static int requested_outputs(const infer_req *rq, wf_serve_output *o, int *no, w
 		shm_ref r = {0};
 		for (size_t k = 0; k < t->n_parameters; k++) {
 			const char *key = t->parameters[k]->key;
-			int code = shm_param(t->name, key, t->parameters[k]->value, &r,
-					     call->message, sizeof(call->message));
-			if (code)
-				return code;
+			int rc = shm_param(t->name, key, t->parameters[k]->value, &r, err);
+			if (rc)
+				return rc;
 			long v = 0;
 			if (!strcmp(key, "classification"))
 				cls[i] = param_int(t->parameters[k]->value, &v) == 1 && v > 0 ? v
@@ -891,55 +858,10 @@ static int requested_outputs(const infer_req *rq, wf_serve_output *o, int *no, w
 		o[i] = (wf_serve_output){.shm_offset = r.offset, .shm_size = r.size};
 		memcpy(o[i].shm_region, r.region, sizeof(r.region));
 	}
-	wf_err err = {0};
-	if (wf_serve_outputs_check(names, cls, (int)WF_MIN(n, 1000), o, &err))
-		return wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg);
-	*no = (int)n;
-	return WF_GRPC_OK;
-}
-
-/* The reply's outputs (serve/outputs.h's tensors) as raw_output_contents;
- * those written into shared memory leave an empty entry, which keeps the
- * others at their index. */
-static int build_infer_reply(wf_grpc_call *call, const infer_req *rq, const wf_grpc_model *m,
-			     wf_serve_shm *shm, const wf_serve_output *o, int no,
-			     const float *logits, const float *probs, int n)
-{
-	char ver[32];
-	snprintf(ver, sizeof(ver), "%ld", m->version);
-	wf_serve_tensor t[WF_SERVE_MAX_OUTPUTS];
-	Inference__ModelInferResponse__InferOutputTensor ot[WF_SERVE_MAX_OUTPUTS],
-		*otp[WF_SERVE_MAX_OUTPUTS];
-	ProtobufCBinaryData raw[WF_SERVE_MAX_OUTPUTS] = {{0}};
-	wf_err err = {0};
-	int rc = wf_serve_tensors_make(o, no, logits, probs, n, m->io.classes, m->io.unbatched,
-				       m->labels, shm, t, &err);
-	int code = rc == WF_ENOMEM ? wf_grpc_fail(call, WF_GRPC_RESOURCE_EXHAUSTED, "%s", err.msg)
-		   : rc		   ? wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT, "%s", err.msg)
-				   : WF_GRPC_OK;
-	for (int i = 0; !code && i < no; i++) {
-		inference__model_infer_response__infer_output_tensor__init(&ot[i]);
-		ot[i].name = (char *)t[i].name;
-		ot[i].datatype = (char *)t[i].datatype;
-		ot[i].n_shape = (size_t)t[i].ndim;
-		ot[i].shape = t[i].dims;
-		otp[i] = &ot[i];
-		raw[i].data = (uint8_t *)t[i].data;
-		raw[i].len = t[i].len;
-	}
-	if (!code) {
-		Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
-		r.model_name = (char *)m->name;
-		r.model_version = ver;
-		r.id = rq->id;
-		r.n_outputs = (size_t)no;
-		r.outputs = otp;
-		r.n_raw_output_contents = (size_t)no;
-		r.raw_output_contents = raw;
-		code = wf_grpc_reply(call, &r.base);
-	}
-	wf_serve_tensors_free(t, no);
-	return code;
+	int rc = wf_serve_outputs_check(names, cls, (int)WF_MIN(n, 1000), o, err);
+	if (!rc)
+		*no = (int)n;
+	return rc;
 }
 
 /* A ModelInfer call between its decoding and its reply: everything the
@@ -949,38 +871,115 @@ typedef struct infer_call {
 	wf_grpc_call *call;
 	infer_req *rq;
 	wf_grpc_model m;
-	wf_serve_shm *shm;
-	wf_serve_input in;   /* read in place from the message or a region, or malloc'd */
-	wf_serve_result res; /* logits and probabilities */
-	wf_serve_output o[WF_SERVE_MAX_OUTPUTS];
-	int no;
+	view_parts parts;
+	wf_serve_request req; /* for the request core (serve/infer.h) */
+	wf_serve_response res;
 } infer_call;
+
+/* ModelInfer's message for the core: its outputs, its one input as a
+ * tensor view. */
+static int read_infer(void *arg, const wf_image_io *io, wf_serve_request *req, wf_err *err)
+{
+	infer_call *ic = arg;
+	int rc = requested_outputs(ic->rq, req->out, &req->nout, err);
+	if (!rc)
+		rc = input_view(io, ic->rq, &req->tensor, &ic->parts, err);
+	req->has_tensor = !rc;
+	return rc;
+}
 
 static void infer_call_free(infer_call *ic)
 {
 	wf_grpc_model_put(ic->a, &ic->m);
-	wf_serve_input_free(&ic->in);
-	wf_serve_result_free(&ic->res);
+	wf_serve_request_free(&ic->req);
+	wf_serve_response_free(&ic->res);
+	view_parts_free(&ic->parts);
 	infer_request_free(ic->rq);
 	free(ic);
 }
 
-/* The batcher finished the call (in a batch thread): reply. */
-static void infer_finished(void *arg, int code, const char *why)
+int wf_grpc_kserve_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t len, float **x,
+				int *n, char *why, size_t cap)
+{
+	*x = NULL;
+	*n = 0;
+	infer_call *ic = calloc(1, sizeof(*ic));
+	if (ic && !(ic->rq = infer_request_unpack(msg, len))) {
+		free(ic);
+		snprintf(why, cap, "cannot parse the ModelInferRequest message");
+		return WF_GRPC_INVALID_ARGUMENT;
+	}
+	wf_err err = {0};
+	int rc = !ic ? wf_errf(&err, WF_ENOMEM, "out of memory")
+		     : read_infer(ic, io, &ic->req, &err);
+	if (!rc)
+		rc = wf_serve_request_input(io, &ic->req, &err);
+	if (!rc) { /* the caller's own copy: rq's contents go with it */
+		size_t bytes = (size_t)ic->req.input.n * io->h * io->w * io->c * sizeof(float);
+		if ((*x = malloc(bytes ? bytes : 1)) != NULL) {
+			memcpy(*x, ic->req.input.x, bytes);
+			*n = ic->req.input.n;
+		} else {
+			rc = wf_errf(&err, WF_ENOMEM, "out of memory");
+		}
+	}
+	if (rc)
+		snprintf(why, cap, "%s", err.msg);
+	if (ic)
+		infer_call_free(ic);
+	return !rc		 ? WF_GRPC_OK
+	       : rc == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
+				 : WF_GRPC_INVALID_ARGUMENT;
+}
+
+/* The reply's outputs (the core's tensors) as raw_output_contents; those
+ * written into shared memory leave an empty entry, which keeps the others
+ * at their index. */
+static int build_infer_reply(wf_grpc_call *call, const infer_call *ic)
+{
+	char ver[32];
+	snprintf(ver, sizeof(ver), "%ld", ic->m.version);
+	const wf_serve_tensor *t = ic->res.t;
+	int no = ic->res.nout;
+	Inference__ModelInferResponse__InferOutputTensor ot[WF_SERVE_MAX_OUTPUTS],
+		*otp[WF_SERVE_MAX_OUTPUTS];
+	ProtobufCBinaryData raw[WF_SERVE_MAX_OUTPUTS] = {{0}};
+	for (int i = 0; i < no; i++) {
+		inference__model_infer_response__infer_output_tensor__init(&ot[i]);
+		ot[i].name = (char *)t[i].name;
+		ot[i].datatype = (char *)t[i].datatype;
+		ot[i].n_shape = (size_t)t[i].ndim;
+		ot[i].shape = (int64_t *)t[i].dims;
+		otp[i] = &ot[i];
+		raw[i].data = (uint8_t *)t[i].data;
+		raw[i].len = t[i].len;
+	}
+	Inference__ModelInferResponse r = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+	r.model_name = (char *)ic->m.name;
+	r.model_version = ver;
+	r.id = ic->rq->id;
+	r.n_outputs = (size_t)no;
+	r.outputs = otp;
+	r.n_raw_output_contents = (size_t)no;
+	r.raw_output_contents = raw;
+	return wf_grpc_reply(call, &r.base);
+}
+
+/* The core finished the call (in a batch thread): reply. */
+static void infer_finished(void *arg, int rc, const char *why)
 {
 	infer_call *ic = arg;
 	wf_grpc_call *call = ic->call;
-	if (code == WF_GRPC_OK) {
-		code = build_infer_reply(call, ic->rq, &ic->m, ic->shm, ic->o, ic->no,
-					 ic->res.logits, ic->res.probs, ic->in.n);
-	} else {
+	int code = wf_grpc_model_ran(ic->a, WF_SERVE_EP_V2_INFER, &ic->req, &ic->res, rc);
+	if (code == WF_GRPC_OK)
+		code = build_infer_reply(call, ic);
+	else
 		snprintf(call->message, sizeof(call->message), "%s", why);
-	}
 	infer_call_free(ic);
 	wf_grpc_call_done(call, code);
 }
 
-/* Decode, queue for the batcher and return WF_GRPC_PENDING (the reply
+/* Decode, hand to the request core and return WF_GRPC_PENDING (the reply
  * comes from infer_finished), or fail at once. Never waits: small calls run
  * in the event loop (wf_grpc_method.loop_below). */
 static int model_infer(void *ctx, wf_grpc_call *call)
@@ -999,26 +998,23 @@ static int model_infer(void *ctx, wf_grpc_call *call)
 	ic->a = a;
 	ic->call = call;
 	ic->rq = rq;
-	ic->shm = wf_grpc_shm(a, call->local, NULL, 0);
+	ic->req = (wf_serve_request){.read = read_infer,
+				     .read_arg = ic,
+				     .shm = wf_grpc_shm(a, call->local, NULL, 0),
+				     .t0 = t0};
 	int code = get_model(a, rq->model_name, rq->model_version, &ic->m, call);
-	if (!code)
-		code = requested_outputs(rq, ic->o, &ic->no, call);
-	if (!code)
-		code = decode_input(&ic->m.io, rq, ic->shm, &ic->in, call->message,
-				    sizeof(call->message));
-	if (!code) {
-		code = wf_grpc_model_infer_async(a, &ic->m, WF_SERVE_EP_V2_INFER, ic->in.x,
-						 ic->in.n, &ic->res, call->deadline, infer_finished,
-						 ic, call->message, sizeof(call->message));
+	if (code) {
+		wf_grpc_model_failed(a, WF_SERVE_EP_V2_INFER, code, wf_now() - t0);
+	} else {
+		code = wf_grpc_model_run(a, &ic->m, WF_SERVE_EP_V2_INFER, &ic->req, &ic->res,
+					 call->deadline, infer_finished, ic, call->message,
+					 sizeof(call->message));
 		if (code == WF_GRPC_PENDING)
 			return code; /* ic is infer_finished's now */
-	} else {
-		wf_grpc_model_failed(a, WF_SERVE_EP_V2_INFER, code, wf_now() - t0);
 	}
 	infer_call_free(ic);
 	return code;
 }
-
 /* ---- trace and log settings (serve/settings.h) -------------------------- */
 
 static int too_many_settings(wf_grpc_call *call, size_t n)

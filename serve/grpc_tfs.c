@@ -72,98 +72,111 @@ static void fill_spec(model_spec *s, Google__Protobuf__Int64Value *v, const wf_g
 
 /* ---- input -------------------------------------------------------------- */
 
-static int fail_why(char *why, size_t cap, int code, const char *msg)
+/* A Predict or Classify message for the request core (serve/infer.h), and
+ * what its input view points into besides the message. */
+typedef struct tfs_call {
+	const Tensorflow__Serving__PredictRequest *predict;
+	const Tensorflow__Serving__Input *examples; /* Classify */
+	int all;				    /* the signature with every output */
+	int want[2];				    /* probabilities, logits */
+	int64_t dims[8];
+	float *ints;		    /* int_val as numbers */
+	wf_serve_bytes *e;	    /* string_val */
+	wf_serve_feature *features; /* each example's */
+} tfs_call;
+
+static void tfs_call_free(tfs_call *t)
 {
-	snprintf(why, cap, "%s", msg);
-	return code;
+	free(t->ints);
+	free(t->e);
+	free(t->features);
 }
 
-/* The TensorProto t of input `name` as serve/request.h's tensor view, built
- * into model input *x [n] (malloc'd) by wf_serve_tensor_input. */
-static int tensor_input(const wf_grpc_io *io, const char *name, const Tensorflow__TensorProto *t,
-			float **x, int *n, char *why, size_t cap)
+/* The TensorProto pt of input `name` as serve/request.h's tensor view v. */
+static int tensor_view(const char *name, const Tensorflow__TensorProto *pt, tfs_call *t,
+		       wf_serve_tensor_view *v, wf_err *err)
 {
-	*x = NULL;
-	*n = 0;
-	const Tensorflow__TensorShapeProto *sh = t->tensor_shape;
+	const Tensorflow__TensorShapeProto *sh = pt->tensor_shape;
 	size_t nd = sh ? sh->n_dim : 0;
 	if (nd < 1 || nd > 8)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"input tensor must have a shape of 1 to 8 dimensions");
-	int64_t dims[8];
+		return wf_errf(err, WF_EINVAL,
+			       "input tensor must have a shape of 1 to 8 dimensions");
 	for (size_t i = 0; i < nd; i++)
-		dims[i] = sh->dim[i]->size;
-	wf_serve_tensor_view v = {
-		.name = name, .dims = dims, .ndim = (int)nd, .raw_what = "tensor_content"};
-	switch (t->dtype) {
-	case TENSORFLOW__DATA_TYPE__DT_FLOAT: v.datatype = "FP32"; break;
-	case TENSORFLOW__DATA_TYPE__DT_UINT8: v.datatype = "UINT8"; break;
-	case TENSORFLOW__DATA_TYPE__DT_STRING: v.datatype = "BYTES"; break;
+		t->dims[i] = sh->dim[i]->size;
+	*v = (wf_serve_tensor_view){
+		.name = name, .dims = t->dims, .ndim = (int)nd, .raw_what = "tensor_content"};
+	switch (pt->dtype) {
+	case TENSORFLOW__DATA_TYPE__DT_FLOAT: v->datatype = "FP32"; break;
+	case TENSORFLOW__DATA_TYPE__DT_UINT8: v->datatype = "UINT8"; break;
+	case TENSORFLOW__DATA_TYPE__DT_STRING: v->datatype = "BYTES"; break;
 	default:
-		snprintf(why, cap,
-			 "input dtype %d is not supported (DT_FLOAT, DT_UINT8 or DT_STRING images)",
-			 (int)t->dtype);
-		return WF_GRPC_INVALID_ARGUMENT;
+		return wf_errf(err, WF_EINVAL,
+			       "input dtype %d is not supported (DT_FLOAT, DT_UINT8 or DT_STRING "
+			       "images)",
+			       (int)pt->dtype);
 	}
-	float *ints = NULL;	  /* int_val as numbers */
-	wf_serve_bytes *e = NULL; /* string_val */
 	int oom = 0;
-	if (t->dtype == TENSORFLOW__DATA_TYPE__DT_STRING) {
-		v.values_what = "string_val";
-		v.nelements = t->n_string_val;
-		v.has_elements = 1;
-		v.elements = e = calloc(v.nelements + 1, sizeof(*e));
-		for (size_t i = 0; e && i < v.nelements; i++)
-			e[i] = (wf_serve_bytes){t->string_val[i].data, t->string_val[i].len};
-		oom = !e;
-	} else if (t->tensor_content.len) {
-		v.raw = t->tensor_content.data;
-		v.raw_len = t->tensor_content.len;
-		v.has_raw = 1;
-	} else if (t->dtype == TENSORFLOW__DATA_TYPE__DT_UINT8) {
-		v.values_what = "int_val";
-		v.nvalues = t->n_int_val;
-		v.has_values = 1;
-		v.values = ints = malloc(sizeof(*ints) * (v.nvalues + 1));
-		for (size_t i = 0; ints && i < v.nvalues; i++)
-			ints[i] = (float)t->int_val[i];
-		oom = !ints;
+	if (pt->dtype == TENSORFLOW__DATA_TYPE__DT_STRING) {
+		v->values_what = "string_val";
+		v->nelements = pt->n_string_val;
+		v->has_elements = 1;
+		v->elements = t->e = calloc(v->nelements + 1, sizeof(*t->e));
+		for (size_t i = 0; t->e && i < v->nelements; i++)
+			t->e[i] = (wf_serve_bytes){pt->string_val[i].data, pt->string_val[i].len};
+		oom = !t->e;
+	} else if (pt->tensor_content.len) {
+		v->raw = pt->tensor_content.data;
+		v->raw_len = pt->tensor_content.len;
+		v->has_raw = 1;
+	} else if (pt->dtype == TENSORFLOW__DATA_TYPE__DT_UINT8) {
+		v->values_what = "int_val";
+		v->nvalues = pt->n_int_val;
+		v->has_values = 1;
+		v->values = t->ints = malloc(sizeof(*t->ints) * (v->nvalues + 1));
+		for (size_t i = 0; t->ints && i < v->nvalues; i++)
+			t->ints[i] = (float)pt->int_val[i];
+		oom = !t->ints;
 	} else {
-		v.values_what = "float_val";
-		v.values = t->float_val;
-		v.nvalues = t->n_float_val;
-		v.has_values = 1;
+		v->values_what = "float_val";
+		v->values = pt->float_val;
+		v->nvalues = pt->n_float_val;
+		v->has_values = 1;
 	}
-	wf_serve_input in = {0};
-	wf_err err = {0};
-	int rc = oom ? wf_errf(&err, WF_ENOMEM, "out of memory")
-		     : wf_serve_tensor_input(io, &v, NULL, &in, &err);
-	free(ints);
-	free(e);
-	if (rc)
-		return fail_why(why, cap,
-				rc == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
-						: WF_GRPC_INVALID_ARGUMENT,
-				err.msg);
-	*x = in.x; /* not borrowed: raw_borrow is off */
-	*n = in.n;
-	return WF_GRPC_OK;
+	return oom ? wf_errf(err, WF_ENOMEM, "out of memory") : 0;
 }
 
-static int predict_input(const wf_grpc_io *io, const Tensorflow__Serving__PredictRequest *rq,
-			 float **x, int *n, char *why, size_t cap)
+/* Predict's outputs (the signature's, or those of its filter) and its one
+ * input as a tensor view. */
+static int read_predict(void *arg, const wf_image_io *io, wf_serve_request *req, wf_err *err)
 {
+	tfs_call *t = arg;
+	const Tensorflow__Serving__PredictRequest *rq = t->predict;
+	t->want[0] = 1;
+	t->want[1] = t->all;
+	if (rq->n_output_filter)
+		t->want[0] = t->want[1] = 0;
+	for (size_t i = 0; i < rq->n_output_filter; i++) {
+		if (!strcmp(rq->output_filter[i], WF_SERVE_OUTPUT_PROBS))
+			t->want[0] = 1;
+		else if (t->all && !strcmp(rq->output_filter[i], WF_SERVE_OUTPUT_LOGITS))
+			t->want[1] = 1;
+		else
+			return wf_errf(err, WF_EINVAL,
+				       "output tensor alias \"%.200s\" not found in signature "
+				       "outputs",
+				       rq->output_filter[i]);
+	}
 	const char *name = wf_serve_input_name(io);
-	if (rq->n_inputs != 1 || !rq->inputs[0]->value) {
-		snprintf(why, cap, "expected one input, \"%.200s\"; got %zu", name, rq->n_inputs);
-		return WF_GRPC_INVALID_ARGUMENT;
-	}
-	if (!wf_serve_input_name_ok(io, rq->inputs[0]->key)) {
-		snprintf(why, cap, "input \"%.200s\" is not in the signature (it has \"%.200s\")",
-			 rq->inputs[0]->key, name);
-		return WF_GRPC_INVALID_ARGUMENT;
-	}
-	return tensor_input(io, rq->inputs[0]->key, rq->inputs[0]->value, x, n, why, cap);
+	if (rq->n_inputs != 1 || !rq->inputs[0]->value)
+		return wf_errf(err, WF_EINVAL, "expected one input, \"%.200s\"; got %zu", name,
+			       rq->n_inputs);
+	if (!wf_serve_input_name_ok(io, rq->inputs[0]->key))
+		return wf_errf(err, WF_EINVAL,
+			       "input \"%.200s\" is not in the signature (it has \"%.200s\")",
+			       rq->inputs[0]->key, name);
+	int rc = tensor_view(rq->inputs[0]->key, rq->inputs[0]->value, t, &req->tensor, err);
+	req->has_tensor = !rc;
+	return rc;
 }
 
 /* The feature of an Example that holds the sample. */
@@ -182,11 +195,11 @@ static const Tensorflow__Feature *example_feature(const wf_grpc_io *io,
 	return best;
 }
 
-static int classify_input(const wf_grpc_io *io, const Tensorflow__Serving__Input *in, float **x,
-			  int *n, char *why, size_t cap)
+/* Classify's examples, each as the feature that holds its sample. */
+static int read_classify(void *arg, const wf_image_io *io, wf_serve_request *req, wf_err *err)
 {
-	*x = NULL;
-	*n = 0;
+	tfs_call *t = arg;
+	const Tensorflow__Serving__Input *in = t->examples;
 	Tensorflow__Example **ex = NULL;
 	size_t nex = 0;
 	if (in && in->kind_case == TENSORFLOW__SERVING__INPUT__KIND_EXAMPLE_LIST &&
@@ -200,40 +213,31 @@ static int classify_input(const wf_grpc_io *io, const Tensorflow__Serving__Input
 		nex = in->example_list_with_context->n_examples;
 	}
 	if (nex < 1 || nex > 4096)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-				"Input is empty: a ClassificationRequest needs 1 to 4096 "
-				"examples");
-	size_t per = (size_t)io->h * io->w * io->c;
-	if ((double)nex * per > (double)WF_SERVE_MAX_INPUT_FLOATS)
-		return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT, "too many examples");
-	float *all = malloc(nex * per * sizeof(float));
-	if (!all)
-		return fail_why(why, cap, WF_GRPC_RESOURCE_EXHAUSTED, "out of memory");
+		return wf_errf(err, WF_EINVAL,
+			       "Input is empty: a ClassificationRequest needs 1 to 4096 examples");
+	if ((double)nex * io->h * io->w * io->c > (double)WF_SERVE_MAX_INPUT_FLOATS)
+		return wf_errf(err, WF_EINVAL, "too many examples");
+	if (!(t->features = calloc(nex, sizeof(*t->features))))
+		return wf_errf(err, WF_ENOMEM, "out of memory");
 	for (size_t i = 0; i < nex; i++) {
 		const Tensorflow__Feature *f = example_feature(io, ex[i]);
-		wf_serve_feature v = {0};
+		wf_serve_feature *v = &t->features[i];
 		if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_BYTES_LIST && f->bytes_list) {
-			v.kind = WF_SERVE_FEATURE_BYTES;
-			v.n = f->bytes_list->n_value;
-			v.data = v.n ? f->bytes_list->value[0].data : NULL;
-			v.len = v.n ? f->bytes_list->value[0].len : 0;
+			v->kind = WF_SERVE_FEATURE_BYTES;
+			v->n = f->bytes_list->n_value;
+			v->data = v->n ? f->bytes_list->value[0].data : NULL;
+			v->len = v->n ? f->bytes_list->value[0].len : 0;
 		} else if (f && f->kind_case == TENSORFLOW__FEATURE__KIND_FLOAT_LIST &&
 			   f->float_list) {
-			v.kind = WF_SERVE_FEATURE_FLOATS;
-			v.n = f->float_list->n_value;
-			v.floats = f->float_list->value;
-		}
-		wf_err err = {0};
-		if (wf_serve_example_sample(io, i, f ? &v : NULL, all + i * per, &err)) {
-			snprintf(why, cap, "%s", err.msg);
-			free(all);
-			return err.code == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
-						     : WF_GRPC_INVALID_ARGUMENT;
+			v->kind = WF_SERVE_FEATURE_FLOATS;
+			v->n = f->float_list->n_value;
+			v->floats = f->float_list->value;
 		}
 	}
-	*x = all;
-	*n = (int)nex;
-	return WF_GRPC_OK;
+	req->examples = t->features;
+	req->nexamples = nex;
+	req->has_examples = 1;
+	return 0;
 }
 
 static const uint8_t empty_msg[1]; /* what an empty body unpacks from */
@@ -244,35 +248,49 @@ int wf_grpc_tfs_decode_input(const wf_grpc_io *io, const uint8_t *msg, size_t le
 	*x = NULL;
 	*n = 0;
 	const uint8_t *d = len ? msg : empty_msg;
-	int code;
-	if (classify) {
-		Tensorflow__Serving__ClassificationRequest *rq =
-			tensorflow__serving__classification_request__unpack(NULL, len, d);
-		if (!rq)
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"cannot parse the ClassificationRequest message");
-		code = classify_input(io, rq->input, x, n, why, cap);
-		tensorflow__serving__classification_request__free_unpacked(rq, NULL);
-	} else {
-		Tensorflow__Serving__PredictRequest *rq =
-			tensorflow__serving__predict_request__unpack(NULL, len, d);
-		if (!rq)
-			return fail_why(why, cap, WF_GRPC_INVALID_ARGUMENT,
-					"cannot parse the PredictRequest message");
-		code = predict_input(io, rq, x, n, why, cap);
-		tensorflow__serving__predict_request__free_unpacked(rq, NULL);
+	Tensorflow__Serving__ClassificationRequest *crq =
+		classify ? tensorflow__serving__classification_request__unpack(NULL, len, d) : NULL;
+	Tensorflow__Serving__PredictRequest *prq =
+		classify ? NULL : tensorflow__serving__predict_request__unpack(NULL, len, d);
+	if (!crq && !prq) {
+		snprintf(why, cap, "cannot parse the %s message",
+			 classify ? "ClassificationRequest" : "PredictRequest");
+		return WF_GRPC_INVALID_ARGUMENT;
 	}
-	return code;
+	tfs_call t = {.predict = prq, .examples = crq ? crq->input : NULL};
+	wf_serve_request req = {0};
+	wf_err err = {0};
+	int rc = classify ? read_classify(&t, io, &req, &err) : read_predict(&t, io, &req, &err);
+	if (!rc)
+		rc = wf_serve_request_input(io, &req, &err);
+	if (!rc) {
+		*x = req.input.x; /* not borrowed: raw_borrow is off */
+		*n = req.input.n;
+		req.input.x = NULL;
+	}
+	wf_serve_request_free(&req);
+	tfs_call_free(&t);
+	if (crq)
+		tensorflow__serving__classification_request__free_unpacked(crq, NULL);
+	if (prq)
+		tensorflow__serving__predict_request__free_unpacked(prq, NULL);
+	if (rc)
+		snprintf(why, cap, "%s", err.msg);
+	return !rc		 ? WF_GRPC_OK
+	       : rc == WF_ENOMEM ? WF_GRPC_RESOURCE_EXHAUSTED
+				 : WF_GRPC_INVALID_ARGUMENT;
 }
 
 /* ---- Predict, Classify, Regress ---------------------------------------- */
 
-/* Forward x [n] through m into res (serve/infer.h). */
-static int run(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, const float *x, int n,
-	       wf_serve_result *res, wf_grpc_call *call)
+/* t's message run through m by the request core into res. */
+static int run(wf_grpc_adapter *a, wf_grpc_model *m, wf_serve_endpoint ep, tfs_call *t,
+	       wf_serve_read_fn read, double t0, wf_serve_request *req, wf_serve_response *res,
+	       wf_grpc_call *call)
 {
-	return wf_grpc_model_infer(a, m, ep, x, n, res, call->deadline, call->message,
-				   sizeof(call->message));
+	*req = (wf_serve_request){.read = read, .read_arg = t, .t0 = t0};
+	return wf_grpc_model_run(a, m, ep, req, res, call->deadline, NULL, NULL, call->message,
+				 sizeof(call->message));
 }
 
 static int predict(void *ctx, wf_grpc_call *call)
@@ -287,32 +305,18 @@ static int predict(void *ctx, wf_grpc_call *call)
 		return wf_grpc_bad_message(call, "PredictRequest");
 	}
 	wf_grpc_model m = {0};
-	float *x = NULL;
-	wf_serve_result res = {0};
-	/* probabilities, logits: the signature's outputs, or those of the filter */
-	int all = all_outputs(rq->model_spec), n = 0, want[2] = {1, all}, inferred = 0;
+	tfs_call c = {.predict = rq, .all = all_outputs(rq->model_spec)};
+	int *want = c.want, all = c.all;
+	wf_serve_request req = {0};
+	wf_serve_response res = {0};
 	int code = get_model(a, rq->model_spec, 1, &m, call);
-	if (!code && rq->n_output_filter) {
-		want[0] = want[1] = 0;
-		for (size_t i = 0; i < rq->n_output_filter && !code; i++) {
-			if (!strcmp(rq->output_filter[i], WF_SERVE_OUTPUT_PROBS))
-				want[0] = 1;
-			else if (all && !strcmp(rq->output_filter[i], WF_SERVE_OUTPUT_LOGITS))
-				want[1] = 1;
-			else
-				code = wf_grpc_fail(call, WF_GRPC_INVALID_ARGUMENT,
-						    "output tensor alias \"%.200s\" not found in "
-						    "signature outputs",
-						    rq->output_filter[i]);
-		}
-	}
-	if (!code)
-		code = predict_input(&m.io, rq, &x, &n, call->message, sizeof(call->message));
+	if (code)
+		wf_grpc_model_failed(a, WF_SERVE_EP_V1_PREDICT, code, wf_now() - t0);
+	else
+		code = run(a, &m, WF_SERVE_EP_V1_PREDICT, &c, read_predict, t0, &req, &res, call);
 	if (!code) {
-		inferred = 1;
-		code = run(a, &m, WF_SERVE_EP_V1_PREDICT, x, n, &res, call);
-	}
-	if (!code) {
+		int n = req.input.n;
+		const wf_serve_result *out = &res.res;
 		Tensorflow__Serving__ModelSpec spec;
 		Google__Protobuf__Int64Value ver;
 		fill_spec(&spec, &ver, &m, all);
@@ -334,7 +338,7 @@ static int predict(void *ctx, wf_grpc_call *call)
 			t[i].dtype = TENSORFLOW__DATA_TYPE__DT_FLOAT;
 			t[i].tensor_shape = &shape;
 			t[i].n_float_val = (size_t)n * m.io.classes;
-			t[i].float_val = i ? res.logits : res.probs;
+			t[i].float_val = i ? out->logits : out->probs;
 			tensorflow__serving__predict_response__outputs_entry__init(&e[no]);
 			e[no].key = i ? WF_SERVE_OUTPUT_LOGITS : WF_SERVE_OUTPUT_PROBS;
 			e[no].value = &t[i];
@@ -348,11 +352,10 @@ static int predict(void *ctx, wf_grpc_call *call)
 		r.outputs = ep;
 		code = wf_grpc_reply(call, &r.base);
 	}
-	if (code && !inferred)
-		wf_grpc_model_failed(a, WF_SERVE_EP_V1_PREDICT, code, wf_now() - t0);
 	wf_grpc_model_put(a, &m);
-	free(x);
-	wf_serve_result_free(&res);
+	wf_serve_response_free(&res);
+	wf_serve_request_free(&req);
+	tfs_call_free(&c);
 	tensorflow__serving__predict_request__free_unpacked(rq, NULL);
 	return code;
 }
@@ -420,22 +423,19 @@ static int classify_examples(wf_grpc_adapter *a, const model_spec *spec,
 			     wf_grpc_call *call)
 {
 	double t0 = wf_now();
-	float *x = NULL;
-	wf_serve_result r = {0};
-	int n = 0, inferred = 0;
+	tfs_call t = {.examples = in};
+	wf_serve_request req = {0};
+	wf_serve_response r = {0};
 	int code = get_model(a, spec, 0, m, call);
-	if (!code)
-		code = classify_input(&m->io, in, &x, &n, call->message, sizeof(call->message));
-	if (!code) {
-		inferred = 1;
-		code = run(a, m, WF_SERVE_EP_V1_CLASSIFY, x, n, &r, call);
-	}
-	if (!code)
-		code = classification_result(m, r.probs, n, res, p, call);
-	if (code && !inferred)
+	if (code)
 		wf_grpc_model_failed(a, WF_SERVE_EP_V1_CLASSIFY, code, wf_now() - t0);
-	free(x);
-	wf_serve_result_free(&r);
+	else
+		code = run(a, m, WF_SERVE_EP_V1_CLASSIFY, &t, read_classify, t0, &req, &r, call);
+	if (!code)
+		code = classification_result(m, r.res.probs, r.res.n, res, p, call);
+	wf_serve_response_free(&r);
+	wf_serve_request_free(&req);
+	tfs_call_free(&t);
 	return code;
 }
 

@@ -85,12 +85,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 		pthread_mutex_lock(&h->cmu);
 		if (r->receiving)
 			atomic_fetch_sub(&h->receiving, 1);
-		if (r->prev)
-			r->prev->next = r->next;
-		else
-			h->conns = r->next;
-		if (r->next)
-			r->next->prev = r->prev;
+		WF_LIST_UNLINK(h->conns, r);
 		pthread_mutex_unlock(&h->cmu);
 		free(r);
 		*socket_context = NULL;
@@ -302,22 +297,17 @@ static enum MHD_Result on_body(wf_serve_http *h, req_ctx *q, const char *data, s
 	return MHD_YES;
 }
 
-static void *handler_main(void *arg);
-
-/* With h->wmu held: start one more handler thread unless stopping or at
- * o.threads. Handlers start as requests need them and then stay: an idle
- * server holds o.start_threads. */
-static int start_handler(wf_serve_http *h)
+/* Under the handler pool's lock, once q is admitted: its connection waits
+ * suspended (holding no event thread) until the reply is ready. */
+static void suspend(wf_serve_job *j)
 {
-	if (h->wstop || h->nworkers >= h->o.threads ||
-	    pthread_create(&h->workers[h->nworkers], NULL, handler_main, h) != 0)
-		return -1;
-	h->nworkers++;
-	return 0;
+	req_ctx *q = (req_ctx *)((char *)j - offsetof(req_ctx, queued));
+	q->deferred = 1;
+	q->t_queued = wf_now();
+	MHD_suspend_connection(q->conn);
 }
 
-/* Hand an inference request to the handler threads; the connection stays
- * suspended (holding no event thread) until its reply is ready. */
+/* Hand an inference request to the handler threads. */
 static enum MHD_Result defer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 			     const char *url, const char *method)
 {
@@ -326,71 +316,36 @@ static enum MHD_Result defer(wf_serve_http *h, struct MHD_Connection *c, req_ctx
 		return MHD_NO;
 	snprintf(q->method, sizeof(q->method), "%s", method);
 	q->conn = c;
-	pthread_mutex_lock(&h->wmu);
-	if (h->wstop) { /* the handlers are gone or going: a connection suspended
-			 * now would be suspended when the daemon stops, which
-			 * libmicrohttpd answers with abort() */
-		pthread_mutex_unlock(&h->wmu);
+	int rc = wf_serve_pool_push(&h->handlers, &q->queued, suspend);
+	if (rc == WF_ESTOPPED) /* the handlers are gone or going: a connection suspended
+				* now would be suspended when the daemon stops, which
+				* libmicrohttpd answers with abort() */
 		return send_error(h, c, q, MHD_HTTP_SERVICE_UNAVAILABLE,
 				  "the server is stopping; send the request again (to another "
 				  "replica)");
-	}
-	if (h->o.max_queue > 0 && h->wpending >= h->o.max_queue) {
-		pthread_mutex_unlock(&h->wmu);
+	if (rc)
 		return send_error(h, c, q, MHD_HTTP_TOO_MANY_REQUESTS,
 				  "the queue is full (%d requests waiting, --max_queue_size); "
 				  "retry later",
 				  h->o.max_queue);
-	}
-	q->deferred = 1;
-	q->t_queued = wf_now();
-	MHD_suspend_connection(c);
-	q->next = NULL;
-	if (h->wtail)
-		h->wtail->next = q;
-	else
-		h->whead = q;
-	h->wtail = q;
-	h->wpending++;
-	if (h->wpending > h->widle) /* none idle: one more, where o.threads allows */
-		start_handler(h);
-	pthread_cond_signal(&h->wcv);
-	pthread_mutex_unlock(&h->wmu);
 	return MHD_YES;
 }
 
-static void *handler_main(void *arg)
+/* A handler thread runs a deferred request and resumes its connection. */
+static void handle(void *ctx, wf_serve_job *j)
 {
-	wf_serve_http *h = arg;
-	wf_cpus_io_thread("http-handler");
-	pthread_mutex_lock(&h->wmu);
-	for (;;) {
-		h->widle++;
-		while (!h->whead && !h->wstop)
-			pthread_cond_wait(&h->wcv, &h->wmu);
-		h->widle--;
-		req_ctx *q = h->whead;
-		if (!q)
-			break;
-		h->whead = q->next;
-		if (!h->whead)
-			h->wtail = NULL;
-		h->wpending--;
-		pthread_mutex_unlock(&h->wmu);
-		route r;
-		q->ep = parse_route(q->url, &r);
-		if (wf_now() - q->t_queued > h->o.request_timeout)
-			send_error(h, q->conn, q, MHD_HTTP_SERVICE_UNAVAILABLE,
-				   "request timed out after %.1fs waiting for a handler thread",
-				   h->o.request_timeout);
-		else
-			dispatch(h, q->conn, q, q->url, q->method, &r);
-		release_body(h, q);
-		MHD_resume_connection(q->conn);
-		pthread_mutex_lock(&h->wmu);
-	}
-	pthread_mutex_unlock(&h->wmu);
-	return NULL;
+	wf_serve_http *h = ctx;
+	req_ctx *q = (req_ctx *)((char *)j - offsetof(req_ctx, queued));
+	route r;
+	q->ep = parse_route(q->url, &r);
+	if (wf_now() - q->t_queued > h->o.request_timeout)
+		send_error(h, q->conn, q, MHD_HTTP_SERVICE_UNAVAILABLE,
+			   "request timed out after %.1fs waiting for a handler thread",
+			   h->o.request_timeout);
+	else
+		dispatch(h, q->conn, q, q->url, q->method, &r);
+	release_body(h, q);
+	MHD_resume_connection(q->conn);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
@@ -517,21 +472,14 @@ static void http_free(wf_serve_http *h)
 		pthread_mutex_unlock(&h->cmu);
 		pthread_join(h->reaper, NULL);
 	}
-	/* Handler threads finish what they hold (resuming its connections)
-	 * before the daemon goes. */
-	pthread_mutex_lock(&h->wmu);
-	h->wstop = 1;
-	pthread_cond_broadcast(&h->wcv);
-	pthread_mutex_unlock(&h->wmu);
-	for (int i = 0; i < h->nworkers; i++)
-		pthread_join(h->workers[i], NULL);
-	free(h->workers);
+	/* Handler threads finish what they hold and what waits (resuming
+	 * its connections) before the daemon goes. */
+	wf_serve_pool_stop(&h->handlers);
+	wf_serve_pool_free(&h->handlers);
 	if (h->d)
 		MHD_stop_daemon(h->d);
 	if (h->quiet_fd >= 0)
 		close(h->quiet_fd);
-	pthread_cond_destroy(&h->wcv);
-	pthread_mutex_destroy(&h->wmu);
 	pthread_cond_destroy(&h->ccv);
 	pthread_mutex_destroy(&h->cmu);
 	free(h->model_name);
@@ -554,8 +502,6 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 	h->quiet_fd = -1;
 	pthread_mutex_init(&h->cmu, NULL);
 	pthread_cond_init(&h->ccv, NULL);
-	pthread_mutex_init(&h->wmu, NULL);
-	pthread_cond_init(&h->wcv, NULL);
 	h->o = *o;
 	h->model_name = strdup(o->model_name);
 	h->o.model_name = h->model_name;
@@ -573,6 +519,20 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 		h->o.header_timeout = 10;
 	if (h->o.body_timeout <= 0)
 		h->o.body_timeout = 60;
+	/* handlers start as requests need them and then stay: an idle server
+	 * holds o.start_threads */
+	wf_serve_pool_opts po = {.name = "http-handler",
+				 .threads = h->o.threads,
+				 .start = h->o.start_threads,
+				 .max_queue = h->o.max_queue,
+				 .drain = 1,
+				 .run = handle,
+				 .ctx = h};
+	int rc = wf_serve_pool_init(&h->handlers, &po, err);
+	if (rc) {
+		http_free(h);
+		return rc;
+	}
 	h->repo = repo;
 	h->batcher = batcher;
 	h->metrics = metrics;
@@ -581,7 +541,7 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 	atomic_init(&h->active, 0);
 	atomic_init(&h->receiving, 0);
 	atomic_init(&h->body_bytes, 0);
-	int rc = load_secrets(h, err);
+	rc = load_secrets(h, err);
 	if (rc) {
 		http_free(h);
 		return rc;
@@ -624,20 +584,6 @@ int wf_serve_http_start(wf_serve_http **out, const wf_serve_http_opts *o, wf_ser
 		return wf_errf(err, WF_EINTERNAL, "cannot start the connection reaper thread");
 	}
 	h->reaper_started = 1;
-	h->workers = calloc((size_t)h->o.threads, sizeof(*h->workers));
-	if (!h->workers) {
-		http_free(h);
-		return wf_errf(err, WF_ENOMEM, "out of memory");
-	}
-	pthread_mutex_lock(&h->wmu);
-	while (h->nworkers < h->o.start_threads && start_handler(h) == 0)
-		;
-	int started = h->nworkers;
-	pthread_mutex_unlock(&h->wmu);
-	if (started < h->o.start_threads) {
-		http_free(h);
-		return wf_errf(err, WF_EINTERNAL, "cannot start HTTP handler thread %d", started);
-	}
 	const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
 	h->port = info ? info->port : o->port;
 	*out = h;

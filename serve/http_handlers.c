@@ -407,56 +407,72 @@ enum MHD_Result handle_settings(wf_serve_http *h, struct MHD_Connection *c, req_
 
 /* ---- inference -------------------------------------------------------- */
 
-enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-				const route *r, wf_serve_version *v)
-{
-	wf_serve_tf_req req;
-	wf_err err = {0};
-	wf_serve_result res = {0};
-	enum MHD_Result ret;
+/* A body read for the model by one of request.h's JSON parsers, its tree
+ * counted in the body budget. */
+typedef struct body_read {
+	wf_serve_http *h;
+	req_ctx *q;
+	wf_serve_shm *shm;
+	size_t json_len;
 	parse_budget pb;
-	parse_budget_begin(h, q, &pb);
-	int rc = wf_serve_tf_parse(&v->io, q->body ? q->body : "", q->len, &req, &err);
-	if (parse_budget_end(&pb)) {
-		if (!rc)
-			wf_serve_tf_req_free(&req);
-		wf_serve_stats_done(v, 0, wf_now() - q->t0);
-		return send_parse_refused(h, c, q, &pb);
+	int refused; /* the budget refused the parse (send_parse_refused) */
+	union {
+		wf_serve_tf_req tf;
+		wf_serve_kv2_req kv2;
+	};
+} body_read;
+
+static int budget_refused(body_read *b, wf_err *err)
+{
+	b->refused = parse_budget_end(&b->pb);
+	return b->refused ? wf_errf(err, WF_EINVAL, "the request body is over the budget") : 0;
+}
+
+/* TF Serving REST (:predict, :classify) for the core (infer.h). */
+static int read_tf(void *arg, const wf_image_io *io, wf_serve_request *rq, wf_err *err)
+{
+	body_read *b = arg;
+	parse_budget_begin(b->h, b->q, &b->pb);
+	int rc = wf_serve_tf_parse(io, b->q->body ? b->q->body : "", b->q->len, &b->tf, err);
+	if (budget_refused(b, err) && !rc)
+		wf_serve_tf_req_free(&b->tf);
+	if (!rc && !b->refused) {
+		rq->input = b->tf.in; /* the request's now */
+		memset(&b->tf.in, 0, sizeof(b->tf.in));
 	}
-	if (rc) {
-		wf_serve_stats_done(v, 0, wf_now() - q->t0);
-		return send_error(h, c, q, http_code(rc), "%s", err.msg);
-	}
-	rc = wf_serve_run(h->batcher, v, &req.in, h->o.request_timeout, &res, &err);
-	if (rc) {
-		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
-		goto out;
-	}
-	char *body =
-		r->kind == R_V1_CLASSIFY
-			? wf_serve_tf_classify_reply(res.probs, req.in.n, v->io.classes,
-						     v->meta.class_names, req.top_k)
-			: wf_serve_tf_predict_reply(res.probs, res.logits, req.in.n, v->io.classes,
-						    req.columnar, req.all_outputs);
-	ret = send_json(h, c, q, MHD_HTTP_OK, body);
-out:
-	wf_serve_result_free(&res);
-	wf_serve_tf_req_free(&req);
-	return ret;
+	return b->refused ? WF_EINVAL : rc;
+}
+
+/* KServe v2 /infer (JSON and binary) for the core. */
+static int read_kv2(void *arg, const wf_image_io *io, wf_serve_request *rq, wf_err *err)
+{
+	body_read *b = arg;
+	parse_budget_begin(b->h, b->q, &b->pb);
+	int rc = wf_serve_kv2_parse(io, b->q->body ? b->q->body : "", b->q->len, b->json_len,
+				    b->shm, &b->kv2, err);
+	if (budget_refused(b, err) && !rc)
+		wf_serve_kv2_req_free(&b->kv2);
+	if (rc || b->refused)
+		return b->refused ? WF_EINVAL : rc;
+	rq->input = b->kv2.in;
+	memset(&b->kv2.in, 0, sizeof(b->kv2.in));
+	rq->nout = b->kv2.nout;
+	memcpy(rq->out, b->kv2.out, sizeof(rq->out));
+	if (b->kv2.timeout_us > 0 && b->kv2.timeout_us * 1e-6 < rq->timeout_s)
+		rq->timeout_s = b->kv2.timeout_us * 1e-6;
+	return 0;
 }
 
 static wf_serve_shm *shm_for(wf_serve_http *h, struct MHD_Connection *c);
 
-enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-				wf_serve_version *v)
+enum MHD_Result handle_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, const route *r,
+			     wf_serve_version *v)
 {
-	wf_serve_kv2_req req;
-	wf_err err = {0};
-	wf_serve_result res = {0};
-	enum MHD_Result ret;
-	size_t json_len = q->len;
-	const char *hcl =
-		MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+	body_read b = {.h = h, .q = q, .json_len = q->len};
+	int kv2 = r->kind == R_V2_INFER;
+	const char *hcl = kv2 ? MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+							    "Inference-Header-Content-Length")
+			      : NULL;
 	if (hcl) {
 		char *end;
 		unsigned long long l = strtoull(hcl, &end, 10);
@@ -465,43 +481,39 @@ enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_
 					  "bad Inference-Header-Content-Length \"%s\" for a body "
 					  "of %zu bytes",
 					  hcl, q->len);
-		json_len = (size_t)l;
+		b.json_len = (size_t)l;
 	}
-	wf_serve_shm *shm = shm_for(h, c);
-	parse_budget pb;
-	parse_budget_begin(h, q, &pb);
-	int rc = wf_serve_kv2_parse(&v->io, q->body ? q->body : "", q->len, json_len, shm, &req,
-				    &err);
-	if (parse_budget_end(&pb)) {
-		if (!rc)
-			wf_serve_kv2_req_free(&req);
-		wf_serve_stats_done(v, 0, wf_now() - q->t0);
-		return send_parse_refused(h, c, q, &pb);
-	}
-	if (rc) {
-		wf_serve_stats_done(v, 0, wf_now() - q->t0);
-		return send_error(h, c, q, http_code(rc), "%s", err.msg);
-	}
-	double timeout = h->o.request_timeout;
-	if (req.timeout_us > 0 && req.timeout_us * 1e-6 < timeout)
-		timeout = req.timeout_us * 1e-6;
-	rc = wf_serve_run(h->batcher, v, &req.in, timeout, &res, &err);
-	if (rc) {
-		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
-		goto out;
-	}
+	if (kv2)
+		b.shm = shm_for(h, c);
+	wf_serve_request rq = {.read = kv2 ? read_kv2 : read_tf,
+			       .read_arg = &b,
+			       .shm = b.shm,
+			       .timeout_s = h->o.request_timeout};
+	wf_serve_response rs;
+	wf_err err = {0};
+	int rc = wf_serve_infer(h->batcher, v, &rq, &rs, &err);
 	char *body = NULL;
 	size_t len = 0, header_len = 0;
-	rc = wf_serve_kv2_reply(&req, shm, v->name, v->version, res.logits, res.probs, req.in.n,
-				v->io.classes, v->meta.class_names, &body, &len, &header_len, &err);
-	if (rc)
-		ret = send_error(h, c, q, http_code(rc), "%s", err.msg);
-	else
-		ret = send_reply(h, c, q, MHD_HTTP_OK, body, len,
-				 header_len ? "application/octet-stream" : CT_JSON, header_len);
-out:
-	wf_serve_result_free(&res);
-	wf_serve_kv2_req_free(&req);
+	if (!rc && kv2)
+		rc = wf_serve_kv2_reply(&b.kv2, rs.t, v->name, v->version, &body, &len, &header_len,
+					&err);
+	else if (!rc)
+		body = r->kind == R_V1_CLASSIFY
+			       ? wf_serve_tf_classify_reply(rs.res.probs, rs.res.n, rs.res.k,
+							    v->meta.class_names, b.tf.top_k)
+			       : wf_serve_tf_predict_reply(rs.res.probs, rs.res.logits, rs.res.n,
+							   rs.res.k, b.tf.columnar,
+							   b.tf.all_outputs);
+	enum MHD_Result ret =
+		b.refused ? send_parse_refused(h, c, q, &b.pb)
+		: rc	  ? send_error(h, c, q, http_code(rc), "%s", err.msg)
+			  : send_reply(h, c, q, MHD_HTTP_OK, body,
+				       kv2    ? len
+				       : body ? strlen(body)
+					      : 0,
+				       header_len ? "application/octet-stream" : CT_JSON, header_len);
+	wf_serve_response_free(&rs);
+	wf_serve_request_free(&rq);
 	return ret;
 }
 

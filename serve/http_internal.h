@@ -10,6 +10,7 @@
 #include "common/util.h"
 #include "serve/infer.h"
 #include "serve/json_budget.h"
+#include "serve/pool.h"
 #include "serve/request.h"
 #include "serve/settings.h"
 #include "serve/sslconfig.h"
@@ -62,13 +63,8 @@ struct wf_serve_http {
 	int reaper_stop, reaper_started;
 	pthread_t reaper;
 	/* Handler threads for inference (which blocks in the batcher), so the
-	 * event threads never wait on a model. */
-	pthread_mutex_t wmu;
-	pthread_cond_t wcv;
-	struct req_ctx *whead, *wtail;
-	int wpending, wstop;
-	int nworkers, widle; /* handler threads started, and waiting for a request */
-	pthread_t *workers;  /* [o.threads] */
+	 * event threads never wait on a model (serve/pool.h). */
+	wf_serve_pool handlers;
 };
 
 /* Phases of a connection: waiting for (the rest of) a request header, reading
@@ -137,8 +133,8 @@ typedef struct req_ctx {
 	int code;
 	struct MHD_Connection *conn;
 	char *url, method[16];
-	double t_queued;      /* wf_now() when handed to the handler threads */
-	struct req_ctx *next; /* in the handler queue */
+	double t_queued;     /* wf_now() when handed to the handler threads */
+	wf_serve_job queued; /* waiting for a handler thread */
 } req_ctx;
 
 /* Shared between the serve/http*.c files (defined where named). */
@@ -193,10 +189,10 @@ enum MHD_Result handle_repo_control(wf_serve_http *h, struct MHD_Connection *c, 
 enum MHD_Result handle_settings(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
 				const route *r, int post);
 enum MHD_Result handle_shm(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, const route *r);
-enum MHD_Result handle_v1_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-				const route *r, wf_serve_version *v);
-enum MHD_Result handle_v2_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q,
-				wf_serve_version *v);
+/* Inference (:predict, :classify, /infer): the body read for v's model and
+ * run by the request core (infer.h). */
+enum MHD_Result handle_infer(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, const route *r,
+			     wf_serve_version *v);
 enum MHD_Result dispatch(wf_serve_http *h, struct MHD_Connection *c, req_ctx *q, const char *url,
 			 const char *method, const route *r);
 

@@ -193,7 +193,7 @@ static enum MHD_Result dispatch_model(wf_serve_http *h, struct MHD_Connection *c
 	switch (r->kind) {
 	case R_V1_METADATA: ret = handle_v1_metadata(h, c, q, v); break;
 	case R_V1_PREDICT:
-	case R_V1_CLASSIFY: ret = handle_v1_infer(h, c, q, r, v); break;
+	case R_V1_CLASSIFY: ret = handle_infer(h, c, q, r, v); break;
 	case R_V1_REGRESS:
 		ret = send_error(h, c, q, MHD_HTTP_BAD_REQUEST,
 				 "this model has no regression signature; use :predict or "
@@ -207,7 +207,7 @@ static enum MHD_Result dispatch_model(wf_serve_http *h, struct MHD_Connection *c
 			atomic_load(&h->draining) ? MHD_HTTP_SERVICE_UNAVAILABLE : MHD_HTTP_OK,
 			json_pack("{sssb}", "name", r->name, "ready", !atomic_load(&h->draining)));
 		break;
-	case R_V2_INFER: ret = handle_v2_infer(h, c, q, v); break;
+	case R_V2_INFER: ret = handle_infer(h, c, q, r, v); break;
 	case R_V2_TRACE: ret = handle_settings(h, c, q, r, post); break;
 	default: ret = send_error(h, c, q, MHD_HTTP_NOT_FOUND, "no such endpoint");
 	}

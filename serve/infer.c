@@ -1,5 +1,5 @@
-/* infer.c: the inference path shared by the front ends, and Triton's
- * statistics document. */
+/* infer.c: the request core shared by the front ends (read, build, run,
+ * outputs, statistics once), and Triton's statistics document. */
 #include "serve/infer.h"
 
 #include "common/util.h"
@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int result_alloc(wf_serve_result *res, int n, int k, wf_err *err)
 {
@@ -20,31 +21,66 @@ static int result_alloc(wf_serve_result *res, int n, int k, wf_err *err)
 	return 0;
 }
 
-/* What every request does when it is done, however it was waited for: the
- * probabilities, and its place in v's statistics. */
-static void result_done(wf_serve_version *v, wf_serve_result *res, int rc, double t0)
+/* rq read for v's model and its input built, its wait for a batch thread
+ * in *timeout; a failure is the request's own (rs->bad_request) but for
+ * a deadline already past. */
+static int prepare(wf_serve_version *v, wf_serve_request *rq, wf_serve_response *rs,
+		   double *timeout, wf_err *err)
 {
-	if (rc == 0)
-		wf_serve_softmax(res->logits, res->probs, res->n, res->k);
-	wf_serve_stats_done(v, rc == 0, wf_now() - t0);
+	memset(rs, 0, sizeof(*rs));
+	if (!rq->t0)
+		rq->t0 = wf_now();
+	int rc = rq->read ? rq->read(rq->read_arg, &v->io, rq, err) : 0;
+	if (!rc)
+		rc = wf_serve_request_input(&v->io, rq, err);
+	if (rc) {
+		rs->bad_request = 1;
+		return rc;
+	}
+	*timeout = rq->timeout_s;
+	if (rq->deadline > 0 && rq->deadline - wf_now() < *timeout)
+		*timeout = rq->deadline - wf_now();
+	if (*timeout <= 0)
+		return wf_errf(err, WF_ETRANSIENT, "Deadline Exceeded");
+	return result_alloc(&rs->res, rq->input.n, v->io.classes, err);
 }
 
-int wf_serve_run(wf_serve_batcher *b, wf_serve_version *v, const wf_serve_input *in,
-		 double timeout_s, wf_serve_result *res, wf_err *err)
+/* What every request does when its forward is done, however it was waited
+ * for: the probabilities, the outputs asked for, and its place in v's
+ * statistics. */
+static int finish(wf_serve_version *v, wf_serve_request *rq, wf_serve_response *rs, int rc,
+		  wf_err *err)
 {
-	double t0 = wf_now();
-	int rc = result_alloc(res, in->n, v->io.classes, err);
-	if (!rc)
-		rc = wf_serve_batcher_infer(b, v, in->x, in->n, res->logits, timeout_s, err);
-	result_done(v, res, rc, t0);
+	if (rc == 0)
+		wf_serve_softmax(rs->res.logits, rs->res.probs, rs->res.n, rs->res.k);
+	wf_serve_stats_done(v, rc == 0, wf_now() - rq->t0);
+	if (rc == 0 && rq->nout) {
+		char *const *labels =
+			v->meta.nclasses == v->io.classes ? v->meta.class_names : NULL;
+		rc = wf_serve_tensors_make(rq->out, rq->nout, rs->res.logits, rs->res.probs,
+					   rs->res.n, rs->res.k, v->io.unbatched, labels, rq->shm,
+					   rs->t, err);
+		rs->nout = rq->nout; /* freed also on failure */
+	}
 	return rc;
+}
+
+int wf_serve_infer(wf_serve_batcher *b, wf_serve_version *v, wf_serve_request *rq,
+		   wf_serve_response *rs, wf_err *err)
+{
+	double timeout;
+	int rc = prepare(v, rq, rs, &timeout, err);
+	if (!rc)
+		rc = wf_serve_batcher_infer(b, v, rq->input.x, rq->input.n, rs->res.logits, timeout,
+					    err);
+	return finish(v, rq, rs, rc, err);
 }
 
 /* A submitted request between its queueing and its completion. */
 typedef struct submitted {
 	wf_serve_version *v;
-	wf_serve_result *res;
-	double t0;
+	wf_serve_request *rq;
+	wf_serve_response *rs;
 	wf_serve_batcher_done fn;
 	void *arg;
 } submitted;
@@ -53,37 +89,40 @@ static void submitted_done(void *arg, int rc, const char *msg)
 {
 	submitted s = *(submitted *)arg;
 	free(arg);
-	result_done(s.v, s.res, rc, s.t0);
-	s.fn(s.arg, rc, msg);
+	wf_err err = {0};
+	snprintf(err.msg, sizeof(err.msg), "%s", rc ? msg : "");
+	rc = finish(s.v, s.rq, s.rs, rc, &err);
+	s.fn(s.arg, rc, err.msg);
 }
 
-int wf_serve_submit(wf_serve_batcher *b, wf_serve_version *v, const wf_serve_input *in,
-		    double timeout_s, wf_serve_result *res, wf_serve_batcher_done fn, void *arg,
-		    wf_err *err)
+int wf_serve_infer_async(wf_serve_batcher *b, wf_serve_version *v, wf_serve_request *rq,
+			 wf_serve_response *rs, wf_serve_batcher_done fn, void *arg, wf_err *err)
 {
-	double t0 = wf_now();
-	submitted *s = malloc(sizeof(*s));
-	int rc = s ? result_alloc(res, in->n, v->io.classes, err)
-		   : wf_errf(err, WF_ENOMEM, "out of memory");
+	double timeout;
+	int rc = prepare(v, rq, rs, &timeout, err);
+	submitted *s = rc ? NULL : malloc(sizeof(*s));
+	if (!rc && !s)
+		rc = wf_errf(err, WF_ENOMEM, "out of memory");
 	if (!rc) {
-		*s = (submitted){.v = v, .res = res, .t0 = t0, .fn = fn, .arg = arg};
-		rc = wf_serve_batcher_submit(b, v, in->x, in->n, res->logits, timeout_s,
-					     submitted_done, s, err);
+		*s = (submitted){.v = v, .rq = rq, .rs = rs, .fn = fn, .arg = arg};
+		rc = wf_serve_batcher_submit(b, v, rq->input.x, rq->input.n, rs->res.logits,
+					     timeout, submitted_done, s, err);
 		if (!rc)
 			return 0;
+		free(s);
 	}
-	free(s);
-	result_done(v, res, rc, t0);
-	return rc;
+	return finish(v, rq, rs, rc, err);
 }
 
-void wf_serve_result_free(wf_serve_result *res)
+void wf_serve_response_free(wf_serve_response *rs)
 {
-	if (!res)
+	if (!rs)
 		return;
-	free(res->logits);
-	free(res->probs);
-	res->logits = res->probs = NULL;
+	free(rs->res.logits);
+	free(rs->res.probs);
+	rs->res.logits = rs->res.probs = NULL;
+	wf_serve_tensors_free(rs->t, rs->nout);
+	rs->nout = 0;
 }
 
 void wf_serve_stats_add(const wf_serve_version *v, wf_serve_stats_sum *sum)

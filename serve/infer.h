@@ -1,20 +1,22 @@
-/* infer.h: the internal inference API of weft-serve, one path for every
- * front end (HTTP in http.c, gRPC in grpc*.c):
+/* infer.h: the request core of weft-serve, one path for every front end
+ * (HTTP in http*.c, gRPC in grpc*.c). A front end finds the version asked
+ * for, translates its message into a wf_serve_request (request.h) and hands
+ * it over; the core does the rest, the same for every protocol:
  *
- *   wf_serve_find why;
  *   wf_serve_version *v = wf_serve_repo_find(repo, name, version, label, &why, &err);
- *                     // version 0 and label NULL: the model's newest served version;
  *                     // NULL: why is 404 / 503 / 400 (gRPC: NOT_FOUND /
  *                     // UNAVAILABLE / INVALID_ARGUMENT), err.msg the reason
- *   wf_serve_input in; // from request.h's parsers, or filled directly:
- *                     // in.n samples, in.x malloc'd [n, v->io.h, v->io.w, v->io.c]
- *                     // floats after preprocessing (wf_serve_preprocess for pixels)
- *   wf_serve_result res;
- *   rc = wf_serve_run(batcher, v, &in, timeout_s, &res, &err);
- *                     // res.logits/res.probs [n, K = v->io.classes]; also
- *                     // counts the request in v's statistics (success/fail)
- *   ... format the reply (request.h: TF Serving and KServe v2 JSON) ...
- *   wf_serve_result_free(&res); wf_serve_input_free(&in);
+ *   wf_serve_request rq = {.read = my_reader, .read_arg = msg, .t0 = t0,
+ *                          .timeout_s = ..., .deadline = ...};
+ *   wf_serve_response rs;
+ *   rc = wf_serve_infer(batcher, v, &rq, &rs, &err);
+ *                     // reads the message for v's model (rq.read), builds
+ *                     // the input (request.h's one builder), runs it on the
+ *                     // batch threads, makes the outputs asked for
+ *                     // (outputs.h), and counts it once in v's statistics,
+ *                     // failed or not
+ *   ... the front end writes its envelope from rs (rs.res, rs.t) ...
+ *   wf_serve_response_free(&rs); wf_serve_request_free(&rq);
  *   wf_serve_version_release(v);
  *
  * Metadata: v->io (input H,W,C and classes), v->meta (class names,
@@ -38,19 +40,29 @@ typedef struct wf_serve_result {
 	float *probs;  /* [n,k], softmax of logits */
 } wf_serve_result;
 
-/* Run in through v on the batch threads (waiting at most timeout_s for one:
- * WF_ETRANSIENT after) and fill res (free with wf_serve_result_free, also on
- * failure). Records the request in v's statistics. */
-int wf_serve_run(wf_serve_batcher *b, wf_serve_version *v, const wf_serve_input *in,
-		 double timeout_s, wf_serve_result *res, wf_err *err);
+/* What the core gives back for a request. */
+typedef struct wf_serve_response {
+	wf_serve_result res; /* logits and probabilities [n,K] */
+	int nout;	     /* the request's outputs as tensors */
+	wf_serve_tensor t[WF_SERVE_MAX_OUTPUTS];
+	int bad_request; /* the failure is the request's: its message or input */
+} wf_serve_response;
+
+/* Run rq through v (held by the caller) and fill rs (free with
+ * wf_serve_response_free, also on failure): rq's reader called for v's
+ * model, its input built, run on the batch threads (waiting at most
+ * rq->timeout_s, and never past rq->deadline: WF_ETRANSIENT after), its
+ * outputs made. Whatever happens, the request is counted once in v's
+ * statistics, as a success or as a failure. */
+int wf_serve_infer(wf_serve_batcher *b, wf_serve_version *v, wf_serve_request *rq,
+		   wf_serve_response *rs, wf_err *err);
 /* The same without waiting: 0 when the request is queued, and fn(arg, rc,
- * msg) is then called once, from a batch thread, with res filled (rc 0) or
- * the failure; in->x must stay valid until then. Any other return is the
- * failure (recorded), and fn is not called. */
-int wf_serve_submit(wf_serve_batcher *b, wf_serve_version *v, const wf_serve_input *in,
-		    double timeout_s, wf_serve_result *res, wf_serve_batcher_done fn, void *arg,
-		    wf_err *err);
-void wf_serve_result_free(wf_serve_result *res);
+ * msg) is then called once, from a batch thread, with rs filled (rc 0) or
+ * the failure; rq and rs must stay valid until then. Any other return is
+ * the failure (counted), and fn is not called. */
+int wf_serve_infer_async(wf_serve_batcher *b, wf_serve_version *v, wf_serve_request *rq,
+			 wf_serve_response *rs, wf_serve_batcher_done fn, void *arg, wf_err *err);
+void wf_serve_response_free(wf_serve_response *rs);
 
 /* A version's statistics as Triton reports them (nanoseconds), read for
  * every front end by wf_serve_stats_add. */

@@ -1,7 +1,7 @@
-/* request.c: what both protocols' request parsers share: input buffers,
- * JSON with NaN/Infinity, one sample (nested numbers or a base64 image),
- * error bodies. TF Serving's bodies: request_tfs.c; KServe v2's:
- * request_kv2.c. */
+/* request.c: what every front end shares: the one builder of model input
+ * (a tensor, tf.Examples, the protocol-neutral request), input buffers,
+ * JSON with NaN/Infinity, error bodies. TF Serving's REST bodies:
+ * request_tfs.c; KServe v2's: request_kv2.c. */
 #include "serve/request_internal.h"
 
 void wf_serve_input_free(wf_serve_input *in)
@@ -104,6 +104,20 @@ static int split_elements(const uint8_t *raw, size_t len, long n, const char *wh
 	return 0;
 }
 
+static int parse_b64_image(const wf_image_io *io, const char *s, size_t n, float *dst,
+			   const char *what, long idx, wf_err *err)
+{
+	uint8_t *bytes = NULL;
+	size_t nbytes = 0;
+	int rc = wf_b64_decode(s, n, &bytes, &nbytes, err);
+	if (rc == 0)
+		rc = wf_serve_input_image(io, bytes, nbytes, dst, err);
+	free(bytes);
+	if (rc)
+		wf_err_wrap(err, "%s %ld", what, idx);
+	return rc;
+}
+
 /* BYTES [N] or [N,1]: one encoded image per sample, in raw (what names it)
  * or t's elements. */
 static int bytes_input(const wf_image_io *io, const wf_serve_tensor_view *t, const uint8_t *raw,
@@ -137,9 +151,11 @@ static int bytes_input(const wf_image_io *io, const wf_serve_tensor_view *t, con
 				t->values_what);
 		else if (b64)
 			rc = parse_b64_image(io, (const char *)e[i].p, e[i].len, dst,
-					     "input element", i, err);
+					     t->element_what ? t->element_what : "input element", i,
+					     err);
 		else if ((rc = wf_serve_input_image(io, e[i].p, e[i].len, dst, err)) != 0)
-			wf_err_wrap(err, "input element %ld", i);
+			wf_err_wrap(err, "%s %ld",
+				    t->element_what ? t->element_what : "input element", i);
 	}
 	free(split);
 	if (rc)
@@ -383,117 +399,6 @@ json_t *parse_json(const char *body, size_t len, wf_err *err)
 	return root;
 }
 
-/* ---- one sample ------------------------------------------------------ */
-
-/* A nested [H][W][C] array (or [H][W] for one channel) into dst. */
-static int parse_nested(const wf_image_io *io, const json_t *v, float *dst, const char *what,
-			long idx, wf_err *err)
-{
-	if (json_array_size(v) != (size_t)io->h)
-		goto bad_shape;
-	for (int y = 0; y < io->h; y++) {
-		const json_t *row = json_array_get(v, y);
-		if (json_array_size(row) != (size_t)io->w)
-			goto bad_shape;
-		for (int x = 0; x < io->w; x++) {
-			const json_t *px = json_array_get(row, x);
-			float *o = dst + ((size_t)y * io->w + x) * io->c;
-			if (io->c == 1 && json_is_number(px)) {
-				o[0] = num_f(px);
-				continue;
-			}
-			if (json_array_size(px) != (size_t)io->c)
-				goto bad_shape;
-			for (int ch = 0; ch < io->c; ch++) {
-				const json_t *num = json_array_get(px, ch);
-				if (!json_is_number(num))
-					return wf_errf(
-						err, WF_EINVAL,
-						"%s %ld: value at [%d][%d][%d] is not a number",
-						what, idx, y, x, ch);
-				o[ch] = num_f(num);
-			}
-		}
-	}
-	return 0;
-bad_shape:
-	return wf_errf(err, WF_EINVAL,
-		       "%s %ld: expected a nested array of shape [%d][%d][%d] (the model input)",
-		       what, idx, io->h, io->w, io->c);
-}
-
-int parse_b64_image(const wf_image_io *io, const char *s, size_t n, float *dst, const char *what,
-		    long idx, wf_err *err)
-{
-	uint8_t *bytes = NULL;
-	size_t nbytes = 0;
-	int rc = wf_b64_decode(s, n, &bytes, &nbytes, err);
-	if (rc == 0)
-		rc = wf_serve_input_image(io, bytes, nbytes, dst, err);
-	free(bytes);
-	if (rc)
-		wf_err_wrap(err, "%s %ld", what, idx);
-	return rc;
-}
-
-/* A sample: nested numbers, {"b64": "..."} or {"input": one of those}. */
-static int parse_sample(const wf_image_io *io, const json_t *v, float *dst, const char *what,
-			long idx, int allow_named, wf_err *err)
-{
-	if (json_is_array(v)) {
-		int rc = parse_nested(io, v, dst, what, idx, err);
-		if (rc == 0)
-			wf_serve_input_numbers(io, dst, 1);
-		return rc;
-	}
-	if (json_is_object(v)) {
-		const json_t *b64 = json_object_get(v, "b64");
-		if (b64) {
-			if (!json_is_string(b64) || json_object_size(v) != 1)
-				return wf_errf(
-					err, WF_EINVAL,
-					"%s %ld: \"b64\" must be the only key, with a string", what,
-					idx);
-			return parse_b64_image(io, json_string_value(b64), json_string_length(b64),
-					       dst, what, idx, err);
-		}
-		if (allow_named && json_object_size(v) == 1) {
-			const char *key = json_object_iter_key(json_object_iter((json_t *)v));
-			if (!wf_serve_input_name_ok(io, key))
-				return wf_errf(err, WF_EINVAL,
-					       "%s %ld: unknown input \"%s\"; the model has one "
-					       "input, \"%s\"",
-					       what, idx, key, wf_serve_input_name(io));
-			return parse_sample(io, json_object_get(v, key), dst, what, idx, 0, err);
-		}
-	}
-	return wf_errf(
-		err, WF_EINVAL,
-		"%s %ld: expected a [%d][%d][%d] array of numbers or {\"b64\": \"<JPEG or PNG>\"}",
-		what, idx, io->h, io->w, io->c);
-}
-
-int parse_samples(const wf_image_io *io, const json_t *arr, wf_serve_input *in, const char *what,
-		  wf_err *err)
-{
-	if (!json_is_array(arr))
-		return wf_errf(err, WF_EINVAL, "\"%s\" must be a list of samples", what);
-	int rc = input_alloc(io, in, json_array_size(arr), NULL, err);
-	if (rc)
-		return rc;
-	size_t per = sample_floats(io);
-	for (size_t i = 0; i < json_array_size(arr); i++) {
-		rc = parse_sample(io, json_array_get(arr, i), in->x + i * per,
-				  strcmp(what, "inputs") == 0 ? "inputs sample" : "instance",
-				  (long)i, strcmp(what, "inputs") != 0, err);
-		if (rc) {
-			wf_serve_input_free(in);
-			return rc;
-		}
-	}
-	return 0;
-}
-
 /* ---- tf.Example ------------------------------------------------------------ */
 
 int wf_serve_example_rank(const wf_image_io *io, const char *key, size_t nfeatures)
@@ -523,6 +428,37 @@ int wf_serve_example_sample(const wf_image_io *io, size_t i, const wf_serve_feat
 		       "example %zu needs a feature \"image/encoded\" (bytes_list with one JPEG "
 		       "or PNG) or \"%.200s\" (float_list of %zu model input values)",
 		       i, wf_serve_input_name(io), per);
+}
+
+int wf_serve_examples_input(const wf_image_io *io, const wf_serve_feature *f, size_t n,
+			    wf_serve_input *in, wf_err *err)
+{
+	int rc = input_alloc(io, in, n, NULL, err);
+	size_t per = sample_floats(io);
+	for (size_t i = 0; !rc && i < n; i++)
+		rc = wf_serve_example_sample(io, i, &f[i], in->x + i * per, err);
+	if (rc)
+		wf_serve_input_free(in);
+	return rc;
+}
+
+/* ---- one request ------------------------------------------------------------ */
+
+int wf_serve_request_input(const wf_image_io *io, wf_serve_request *rq, wf_err *err)
+{
+	if (rq->input.x)
+		return 0;
+	if (rq->has_examples)
+		return wf_serve_examples_input(io, rq->examples, rq->nexamples, &rq->input, err);
+	if (rq->has_tensor)
+		return wf_serve_tensor_input(io, &rq->tensor, rq->shm, &rq->input, err);
+	return wf_errf(err, WF_EINVAL, "the request has no input");
+}
+
+void wf_serve_request_free(wf_serve_request *rq)
+{
+	if (rq)
+		wf_serve_input_free(&rq->input);
 }
 
 char *wf_serve_error_json(const char *msg)

@@ -103,8 +103,10 @@ typedef struct wf_serve_tensor_view {
 	const wf_serve_bytes *elements; /* BYTES: one encoded image per sample */
 	size_t nelements;
 	int has_elements;
-	int elements_b64;	 /* the elements are base64 text (p NULL: not text) */
-	const char *values_what; /* "\"data\"", "fp32_contents" */
+	int elements_b64;	  /* the elements are base64 text (p NULL: not text) */
+	const char *values_what;  /* "\"data\"", "fp32_contents" */
+	const char *element_what; /* how messages name element i ("input element" when
+				   * NULL; TF Serving REST's "instance") */
 	/* or a system shared memory region (shm.h): its name ("": none) */
 	char shm_region[128];
 	uint64_t shm_offset, shm_size;
@@ -140,6 +142,51 @@ int wf_serve_example_rank(const wf_image_io *io, const char *key, size_t nfeatur
  * needs. */
 int wf_serve_example_sample(const wf_image_io *io, size_t i, const wf_serve_feature *f, float *dst,
 			    wf_err *err);
+
+/* ---- one request, whatever the protocol ---- */
+
+/* Every front end translates its message into this, and the core
+ * (infer.h's wf_serve_infer) runs it: the input as one tensor or as
+ * examples (built here, by the one builder), or built by the front end's
+ * own reader (HTTP's JSON bodies); the outputs asked for; the time limits. */
+typedef struct wf_serve_request wf_serve_request;
+
+/* A front end's reader, called by the core once the model (io) is found:
+ * fills rq's input (its tensor, its examples, or rq->input itself) and
+ * outputs from the message in arg. Errors name the field. */
+typedef int (*wf_serve_read_fn)(void *arg, const wf_image_io *io, wf_serve_request *rq,
+				wf_err *err);
+
+struct wf_serve_request {
+	wf_serve_read_fn read;
+	void *read_arg;
+	/* the input, in one of these forms */
+	wf_serve_tensor_view tensor; /* one tensor (KServe, TF Serving's Predict) */
+	int has_tensor;
+	const wf_serve_feature *examples; /* TF Serving's Classify: each example's feature */
+	size_t nexamples;
+	int has_examples;
+	wf_serve_input input; /* built (by wf_serve_request_input, or by read) */
+	wf_serve_shm *shm;    /* regions the tensor and outputs may name; NULL: none */
+	/* the outputs as tensors (wf_serve_tensors_make); nout 0: logits and
+	 * probabilities only */
+	int nout;
+	wf_serve_output out[WF_SERVE_MAX_OUTPUTS];
+	/* time */
+	double t0;	  /* wf_now() when it arrived; 0: when the core gets it */
+	double timeout_s; /* longest wait for a batch thread */
+	double deadline;  /* wf_now() time the client gives up; 0: none */
+};
+
+/* rq->input from rq's tensor (wf_serve_tensor_input) or examples
+ * (wf_serve_examples_input), unless the reader built it. */
+int wf_serve_request_input(const wf_image_io *io, wf_serve_request *rq, wf_err *err);
+/* Frees what the request owns (its input). */
+void wf_serve_request_free(wf_serve_request *rq);
+/* n examples (f[i]: example i's feature, kind NONE when it has none) into
+ * model input in, each by wf_serve_example_sample. */
+int wf_serve_examples_input(const wf_image_io *io, const wf_serve_feature *f, size_t n,
+			    wf_serve_input *in, wf_err *err);
 
 /* ---- TensorFlow Serving REST ---- */
 
@@ -188,13 +235,11 @@ int wf_serve_kv2_parse(const wf_image_io *io, const char *body, size_t len, size
 		       wf_serve_shm *shm, wf_serve_kv2_req *req, wf_err *err);
 void wf_serve_kv2_req_free(wf_serve_kv2_req *req);
 
-/* Build the /infer reply from logits and probs [n,K]. *header_len is the
- * JSON part's length when the reply has a binary part, else 0. Outputs
- * requested into shared memory are written into their region in shm. */
-int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const char *model,
-		       long version, const float *logits, const float *probs, int n, int k,
-		       char *const *labels, char **body, size_t *len, size_t *header_len,
-		       wf_err *err);
+/* The /infer reply of req's outputs t[req->nout] (outputs.h's tensors: those
+ * in shared memory are named only). *header_len is the JSON part's length
+ * when the reply has a binary part, else 0. */
+int wf_serve_kv2_reply(const wf_serve_kv2_req *req, const wf_serve_tensor *t, const char *model,
+		       long version, char **body, size_t *len, size_t *header_len, wf_err *err);
 
 /* ---- the server's metadata, for every KServe front end ---- */
 

@@ -25,9 +25,5 @@ int input_alloc(const wf_image_io *io, wf_serve_input *in, size_t n, const float
 		wf_err *err);
 float num_f(const json_t *v);
 json_t *parse_json(const char *body, size_t len, wf_err *err);
-int parse_b64_image(const wf_image_io *io, const char *s, size_t n, float *dst, const char *what,
-		    long idx, wf_err *err);
-int parse_samples(const wf_image_io *io, const json_t *arr, wf_serve_input *in, const char *what,
-		  wf_err *err);
 
 #endif

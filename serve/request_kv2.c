@@ -306,14 +306,10 @@ void wf_serve_kv2_req_free(wf_serve_kv2_req *req)
 		wf_serve_input_free(&req->in);
 }
 
-int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const char *model,
-		       long version, const float *logits, const float *probs, int n, int k,
-		       char *const *labels, char **body, size_t *len, size_t *header_len,
-		       wf_err *err)
+int wf_serve_kv2_reply(const wf_serve_kv2_req *req, const wf_serve_tensor *t, const char *model,
+		       long version, char **body, size_t *len, size_t *header_len, wf_err *err)
 {
-	wf_serve_tensor t[WF_SERVE_MAX_OUTPUTS];
-	int rc = wf_serve_tensors_make(req->out, req->nout, logits, probs, n, k, req->unbatched,
-				       labels, shm, t, err);
+	int rc = 0;
 	char vbuf[32];
 	snprintf(vbuf, sizeof(vbuf), "%ld", version);
 	json_t *root = json_pack("{ssss}", "model_name", model, "model_version", vbuf);
@@ -372,7 +368,6 @@ int wf_serve_kv2_reply(const wf_serve_kv2_req *req, wf_serve_shm *shm, const cha
 		*len = jl + bin;
 		*header_len = any_binary ? jl : 0;
 	}
-	wf_serve_tensors_free(t, req->nout);
 	json_decref(root);
 	return rc;
 }

@@ -1,5 +1,6 @@
 /* request_tfs.c: TF Serving REST bodies: :predict/:classify/:regress
- * requests (row and columnar forms) and their replies. */
+ * requests (row and columnar forms), translated into the tensor and the
+ * examples gRPC Predict and Classify send, and their replies. */
 #include "serve/request_internal.h"
 
 /* ---- TF Serving ------------------------------------------------------ */
@@ -23,19 +24,152 @@ static long json_floats(const json_t *v, float *out, size_t cap, size_t at)
 	return (long)at;
 }
 
-/* "examples": tf.Examples as JSON objects of features, each sample by the
- * rule Classify over gRPC follows (wf_serve_example_*): {"b64": ...} is a
- * bytes feature (an image), numbers a float feature. */
+/* A nested [H][W][C] array (or [H][W] for one channel) into dst. */
+static int parse_nested(const wf_image_io *io, const json_t *v, float *dst, const char *what,
+			long idx, wf_err *err)
+{
+	if (json_array_size(v) != (size_t)io->h)
+		goto bad_shape;
+	for (int y = 0; y < io->h; y++) {
+		const json_t *row = json_array_get(v, y);
+		if (json_array_size(row) != (size_t)io->w)
+			goto bad_shape;
+		for (int x = 0; x < io->w; x++) {
+			const json_t *px = json_array_get(row, x);
+			float *o = dst + ((size_t)y * io->w + x) * io->c;
+			if (io->c == 1 && json_is_number(px)) {
+				o[0] = num_f(px);
+				continue;
+			}
+			if (json_array_size(px) != (size_t)io->c)
+				goto bad_shape;
+			for (int ch = 0; ch < io->c; ch++) {
+				const json_t *num = json_array_get(px, ch);
+				if (!json_is_number(num))
+					return wf_errf(
+						err, WF_EINVAL,
+						"%s %ld: value at [%d][%d][%d] is not a number",
+						what, idx, y, x, ch);
+				o[ch] = num_f(num);
+			}
+		}
+	}
+	return 0;
+bad_shape:
+	return wf_errf(err, WF_EINVAL,
+		       "%s %ld: expected a nested array of shape [%d][%d][%d] (the model input)",
+		       what, idx, io->h, io->w, io->c);
+}
+
+/* A sample of "instances" or "inputs" (one names it in messages, with its
+ * index i): 1 when it is numbers, 2 when an image ({"b64": ...}), with v
+ * the value itself ({"input": ...} unwrapped when named allows it). */
+static int sample_kind(const wf_image_io *io, const json_t **v, const char *one, size_t i,
+		       int named, wf_err *err)
+{
+	if (named && json_is_object(*v) && json_object_size(*v) == 1 &&
+	    !json_object_get(*v, "b64")) {
+		const char *key = json_object_iter_key(json_object_iter((json_t *)*v));
+		if (!wf_serve_input_name_ok(io, key))
+			return wf_errf(err, WF_EINVAL,
+				       "%s %zu: unknown input \"%s\"; the model has one input, "
+				       "\"%s\"",
+				       one, i, key, wf_serve_input_name(io));
+		*v = json_object_get(*v, key);
+	}
+	const json_t *b64 = json_object_get(*v, "b64");
+	if (json_is_array(*v))
+		return 1;
+	if (b64 && (!json_is_string(b64) || json_object_size(*v) != 1))
+		return wf_errf(err, WF_EINVAL,
+			       "%s %zu: \"b64\" must be the only key, with a string", one, i);
+	if (b64)
+		return 2;
+	return wf_errf(err, WF_EINVAL,
+		       "%s %zu: expected a [%d][%d][%d] array of numbers or {\"b64\": \"<JPEG or "
+		       "PNG>\"}",
+		       one, i, io->h, io->w, io->c);
+}
+
+/* The samples of "instances" or "inputs" (what) as the one tensor gRPC
+ * Predict takes (grpc_tfs.c), built by the same wf_serve_tensor_input:
+ * nested numbers as FP32 values [n,H,W,C], images as BYTES elements [n] of
+ * base64 text. A tensor has one datatype, so one request holds numbers or
+ * images, not both. */
+static int samples_input(const wf_image_io *io, const json_t *arr, const char *what,
+			 wf_serve_input *in, wf_err *err)
+{
+	if (!json_is_array(arr))
+		return wf_errf(err, WF_EINVAL, "\"%s\" must be a list of samples", what);
+	int named = strcmp(what, "inputs") != 0;
+	const char *one = named ? "instance" : "inputs sample";
+	size_t n = json_array_size(arr), per = sample_floats(io);
+	int64_t dims[4] = {(int64_t)n, io->h, io->w, io->c};
+	wf_serve_tensor_view t = {.name = wf_serve_input_name(io),
+				  .dims = dims,
+				  .values_what = what,
+				  .element_what = one};
+	wf_serve_input vals = {0}; /* the numbers */
+	wf_serve_bytes *e = NULL;  /* or the images */
+	int rc = 0, kind0 = 0;
+	for (size_t i = 0; !rc && i < n; i++) {
+		const json_t *v = json_array_get(arr, i);
+		int kind = sample_kind(io, &v, one, i, named, err);
+		if (kind < 0)
+			rc = kind;
+		else if (i && kind != kind0)
+			rc = wf_errf(err, WF_EINVAL,
+				     "%s %zu: %s among %s: one request holds numbers or images "
+				     "({\"b64\": ...}), not both",
+				     one, i, kind == 2 ? "an image" : "numbers",
+				     kind0 == 2 ? "images" : "numbers");
+		else if (!i && kind == 1)
+			rc = input_alloc(io, &vals, n, NULL, err);
+		else if (!i && !(e = calloc(n, sizeof(*e))))
+			rc = wf_errf(err, WF_ENOMEM, "out of memory");
+		kind0 = i ? kind0 : kind;
+		if (!rc && kind == 1)
+			rc = parse_nested(io, v, vals.x + i * per, one, (long)i, err);
+		else if (!rc) {
+			const json_t *b64 = json_object_get(v, "b64");
+			e[i] = (wf_serve_bytes){(const uint8_t *)json_string_value(b64),
+						json_string_length(b64)};
+		}
+	}
+	if (!rc && kind0 == 2) {
+		t.datatype = "BYTES";
+		t.ndim = 1;
+		t.elements = e;
+		t.nelements = n;
+		t.has_elements = 1;
+		t.elements_b64 = 1;
+	} else if (!rc) { /* numbers, or none (refused by the builder) */
+		t.datatype = "FP32";
+		t.ndim = 4;
+		t.values = vals.x;
+		t.nvalues = n * per;
+		t.has_values = 1;
+	}
+	if (!rc)
+		rc = wf_serve_tensor_input(io, &t, NULL, in, err);
+	wf_serve_input_free(&vals);
+	free(e);
+	return rc;
+}
+
+/* "examples": tf.Examples as JSON objects of features, translated into
+ * the features gRPC Classify reads ({"b64": ...} a bytes feature, an image;
+ * numbers a float feature) and built by the same rule
+ * (wf_serve_examples_input). */
 static int parse_examples(const wf_image_io *io, const json_t *arr, wf_serve_input *in, wf_err *err)
 {
 	if (!json_is_array(arr))
 		return wf_errf(err, WF_EINVAL, "\"examples\" must be a list of examples");
-	int rc = input_alloc(io, in, json_array_size(arr), NULL, err);
-	size_t per = sample_floats(io);
-	float *floats = rc ? NULL : malloc((per + 1) * sizeof(float));
-	if (!rc && !floats)
-		rc = wf_errf(err, WF_ENOMEM, "out of memory");
-	for (size_t i = 0; !rc && i < json_array_size(arr); i++) {
+	size_t n = json_array_size(arr), per = sample_floats(io);
+	wf_serve_feature *f = calloc(n + 1, sizeof(*f));
+	void **owned = calloc(n + 1, sizeof(*owned)); /* example i's bytes or floats */
+	int rc = f && owned ? 0 : wf_errf(err, WF_ENOMEM, "out of memory");
+	for (size_t i = 0; !rc && i < n; i++) {
 		const json_t *e = json_array_get(arr, i), *best = NULL, *fv;
 		const char *key;
 		int rank = 0;
@@ -48,26 +182,30 @@ static int parse_examples(const wf_image_io *io, const json_t *arr, wf_serve_inp
 			}
 		}
 		const json_t *b64 = json_object_get(best, "b64");
-		uint8_t *bytes = NULL;
-		wf_serve_feature f = {0};
-		long n = best && !b64 ? json_floats(best, floats, per + 1, 0) : -1;
 		if (json_is_string(b64) && json_object_size(best) == 1) {
 			size_t nbytes = 0;
-			rc = wf_b64_decode(json_string_value(b64), json_string_length(b64), &bytes,
-					   &nbytes, err);
-			f = (wf_serve_feature){WF_SERVE_FEATURE_BYTES, 1, bytes, nbytes, NULL};
-		} else if (n >= 0) {
-			f = (wf_serve_feature){WF_SERVE_FEATURE_FLOATS, (size_t)n, NULL, 0, floats};
+			rc = wf_b64_decode(json_string_value(b64), json_string_length(b64),
+					   (uint8_t **)&owned[i], &nbytes, err);
+			if (rc)
+				wf_err_wrap(err, "example %zu", i);
+			f[i] = (wf_serve_feature){WF_SERVE_FEATURE_BYTES, 1, owned[i], nbytes,
+						  NULL};
+		} else if (best && !b64) {
+			float *v = owned[i] = malloc((per + 1) * sizeof(float));
+			long m = v ? json_floats(best, v, per + 1, 0) : -1;
+			if (!v)
+				rc = wf_errf(err, WF_ENOMEM, "out of memory");
+			else if (m >= 0)
+				f[i] = (wf_serve_feature){WF_SERVE_FEATURE_FLOATS, (size_t)m, NULL,
+							  0, v};
 		}
-		if (!rc)
-			rc = wf_serve_example_sample(io, i, best ? &f : NULL, in->x + i * per, err);
-		else
-			wf_err_wrap(err, "example %zu", i);
-		free(bytes);
 	}
-	free(floats);
-	if (rc)
-		wf_serve_input_free(in);
+	if (!rc)
+		rc = wf_serve_examples_input(io, f, n, in, err);
+	for (size_t i = 0; owned && i < n; i++)
+		free(owned[i]);
+	free(owned);
+	free(f);
 	return rc;
 }
 
@@ -134,9 +272,9 @@ int wf_serve_tf_parse(const wf_image_io *io, const char *body, size_t len, wf_se
 			}
 			cols = json_object_get(cols, key);
 		}
-		rc = parse_samples(io, cols, &req->in, "inputs", err);
+		rc = samples_input(io, cols, "inputs", &req->in, err);
 	} else if (inst) {
-		rc = parse_samples(io, inst, &req->in, "instances", err);
+		rc = samples_input(io, inst, "instances", &req->in, err);
 	} else {
 		rc = parse_examples(io, ex, &req->in, err);
 	}

@@ -29,9 +29,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			wf_serve_softmax(logits, probs, n, 5);
 			char *out = NULL;
 			size_t olen, hl;
-			if (wf_serve_kv2_reply(&req, NULL, "m", 1, logits, probs, n, 5, NULL, &out,
-					       &olen, &hl, &err) == 0)
+			wf_serve_tensor t[WF_SERVE_MAX_OUTPUTS];
+			if (wf_serve_tensors_make(req.out, req.nout, logits, probs, n, 5,
+						  req.unbatched, NULL, NULL, t, &err) == 0 &&
+			    wf_serve_kv2_reply(&req, t, "m", 1, &out, &olen, &hl, &err) == 0)
 				free(out);
+			wf_serve_tensors_free(t, req.nout);
 			wf_serve_kv2_req_free(&req);
 		}
 	} else {

@@ -1,10 +1,13 @@
 /* test_batcher.c: serve/batcher.c with a real model file: each request gets
  * its own rows (unbatched, batched with others, larger than max_batch),
  * concurrent requests share forwards, the queue bound answers at once, a
- * request times out in the queue, and flush releases a waiting batch. The
- * reference is the same model run by an executor of our own. */
+ * request times out in the queue, and flush releases a waiting batch; the
+ * request core (infer.h) counts every request once in the version's
+ * statistics. The reference is the same model run by an executor of our
+ * own. */
 #include "common/util.h"
 #include "serve/batcher.h"
+#include "serve/infer.h"
 #include "tests/test.h"
 
 #include <pthread.h>
@@ -410,6 +413,68 @@ static void test_submitted_timeout(void)
 	wf_serve_metrics_free(mx);
 }
 
+/* A reader for the core that fails, and counts its calls. */
+static int bad_reader(void *arg, const wf_image_io *io, wf_serve_request *rq, wf_err *err)
+{
+	(void)io;
+	(void)rq;
+	++*(int *)arg;
+	return wf_errf(err, WF_EINVAL, "outputs[0] is not an output of the model");
+}
+
+/* wf_serve_infer counts each request once in the version's statistics,
+ * whatever fails: its reader, its tensor, its deadline; a good one is a
+ * success with its outputs made. */
+static void test_core_counts_each_request_once(void)
+{
+	wf_serve_metrics *mx = wf_serve_metrics_create();
+	wf_serve_batcher *b = make(1, 0, 64, 0, 0, mx);
+	unsigned long ok0 = atomic_load(&ver->stats.success), fail0 = atomic_load(&ver->stats.fail);
+	int64_t good[4] = {2, ver->io.h, ver->io.w, ver->io.c}, bad[4] = {2, ver->io.h, 3, 1};
+	wf_serve_tensor_view t = {.name = WF_SERVE_INPUT_NAME,
+				  .datatype = "FP32",
+				  .dims = bad,
+				  .ndim = 4,
+				  .values = xs,
+				  .nvalues = (size_t)2 * per,
+				  .has_values = 1,
+				  .values_what = "values"};
+	wf_serve_response rs;
+	wf_err err = {0};
+	int reads = 0;
+	wf_serve_request rq = {.read = bad_reader, .read_arg = &reads, .timeout_s = 10};
+	WF_CHECK_INT(wf_serve_infer(b, ver, &rq, &rs, &err), WF_EINVAL);
+	WF_CHECK(reads == 1 && rs.bad_request);
+	wf_serve_response_free(&rs);
+	wf_serve_request_free(&rq);
+	rq = (wf_serve_request){.tensor = t, .has_tensor = 1, .timeout_s = 10};
+	WF_CHECK_INT(wf_serve_infer(b, ver, &rq, &rs, &err), WF_EINVAL);
+	WF_CHECK_MSG(rs.bad_request && strstr(err.msg, "shape"), "%s", err.msg);
+	wf_serve_response_free(&rs);
+	wf_serve_request_free(&rq);
+	t.dims = good;
+	rq = (wf_serve_request){.tensor = t, .has_tensor = 1, .timeout_s = 10, .deadline = 1};
+	WF_CHECK_INT(wf_serve_infer(b, ver, &rq, &rs, &err), WF_ETRANSIENT);
+	WF_CHECK(!rs.bad_request);
+	wf_serve_response_free(&rs);
+	wf_serve_request_free(&rq);
+	WF_CHECK_INT(atomic_load(&ver->stats.fail) - fail0, 3);
+	WF_CHECK_INT(atomic_load(&ver->stats.success) - ok0, 0);
+	rq = (wf_serve_request){.tensor = t, .has_tensor = 1, .timeout_s = 10};
+	rq.nout = wf_serve_outputs_all(rq.out, 0);
+	WF_CHECK_INT(wf_serve_infer(b, ver, &rq, &rs, &err), 0);
+	WF_CHECK(rs.res.n == 2 && rows_match(rs.res.logits, 0, 2));
+	WF_CHECK(rs.nout == 2 && !strcmp(rs.t[0].name, WF_SERVE_OUTPUT_PROBS) &&
+		 rs.t[1].len == 2 * K * sizeof(float) &&
+		 !memcmp(rs.t[1].data, rs.res.logits, rs.t[1].len));
+	wf_serve_response_free(&rs);
+	wf_serve_request_free(&rq);
+	WF_CHECK_INT(atomic_load(&ver->stats.fail) - fail0, 3);
+	WF_CHECK_INT(atomic_load(&ver->stats.success) - ok0, 1);
+	wf_serve_batcher_free(b);
+	wf_serve_metrics_free(mx);
+}
+
 int main(void)
 {
 	if (setup()) {
@@ -424,6 +489,7 @@ int main(void)
 	WF_RUN(test_queue_timeout);
 	WF_RUN(test_submitted_requests);
 	WF_RUN(test_submitted_timeout);
+	WF_RUN(test_core_counts_each_request_once);
 	wf_serve_version_release(ver);
 	free(xs);
 	free(refs);

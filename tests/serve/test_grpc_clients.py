@@ -296,6 +296,60 @@ def kserve_checks(ports, c, tmp):
     return xs
 
 
+def fail_count_checks(ports, c):
+    """A request that fails once its model is found (here a wrong shape) is
+    counted once in the model's inference_stats.fail, as Triton counts it,
+    whichever API carried it: KServe over HTTP and gRPC, TF Serving over
+    REST and gRPC (Predict and Classify)."""
+    def fails():
+        st = c.get_inference_statistics("m", as_json=True)["model_stats"][0]
+        return int(st["inference_stats"]["fail"].get("count", 0))
+
+    x = np.zeros((1, H, 16, C), np.float32)
+    body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape),
+                                   "data": x.ravel().tolist()}]}).encode()
+    n = fails()
+    code = http_req(ports[0], "/v2/models/m/infer", {"Content-Type": "application/json"},
+                    body)[0]
+    got = fails()
+    check(code == 400 and got == n + 1, "KServe HTTP, wrong shape: 400, fail.count %d -> %d"
+          % (n, got))
+    n = got
+    code = status_of(lambda: c.infer("m", [infer_input(x)]))
+    got = fails()
+    check(code == "INVALID_ARGUMENT" and got == n + 1,
+          "KServe gRPC, wrong shape: INVALID_ARGUMENT, fail.count %d -> %d" % (n, got))
+    n = got
+    code = http_req(ports[0], "/v1/models/m:predict", {"Content-Type": "application/json"},
+                    json.dumps({"instances": x.tolist()}).encode())[0]
+    got = fails()
+    check(code == 400 and got == n + 1, "TF Serving REST, wrong shape: 400, fail.count %d -> %d"
+          % (n, got))
+    ch = grpc.insecure_channel("127.0.0.1:%d" % ports[1])
+    ps = prediction_service_pb2_grpc.PredictionServiceStub(ch)
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = "m"
+    tensor(req, x, types_pb2.DT_FLOAT).tensor_content = x.tobytes()
+    n = got
+    code = status_of(lambda: ps.Predict(req, timeout=60))
+    got = fails()
+    check(code == "INVALID_ARGUMENT" and got == n + 1,
+          "TF Serving gRPC Predict, wrong shape: INVALID_ARGUMENT, fail.count %d -> %d" % (n, got))
+    creq = classification_pb2.ClassificationRequest()
+    creq.model_spec.name = "m"
+    creq.input.example_list.examples.add().features.feature["input"].float_list.value.extend(
+        x.ravel().tolist())
+    n = got
+    code = status_of(lambda: ps.Classify(creq, timeout=60))
+    got = fails()
+    check(code == "INVALID_ARGUMENT" and got == n + 1,
+          "TF Serving gRPC Classify, wrong size: INVALID_ARGUMENT, fail.count %d -> %d" % (n, got))
+    n = got
+    code = status_of(lambda: c.infer("nope", [infer_input(x)]))
+    check(code == "NOT_FOUND" and fails() == n, "an unknown model is counted in no model's fails")
+    ch.close()
+
+
 def partial(results, k):
     return lambda result, error: results.put((k, result, error))
 
@@ -1163,6 +1217,7 @@ def main():
         p, ports, c = start(tmp, os.path.join(tmp, "m"))
         before = http_metric(ports[0], "weft_serve_requests_total", 'endpoint="v2_infer"')
         kserve_checks(ports, c, tmp)
+        fail_count_checks(ports, c)
         after = http_metric(ports[0], "weft_serve_requests_total", 'endpoint="v2_infer"')
         check(after - before >= 60, "gRPC calls are counted in /metrics (%d)" % (after - before))
         tfs_checks(ports, c, tmp)

@@ -128,6 +128,9 @@ static void test_tf_bad_bodies_say_why(void)
 		{"{\"instances\": [[[[1,2,3],[4,5,6]],[[7,8,9],[10,11,\"x\"]]]]}", "not a number"},
 		{"{\"instances\": [{\"b64\": \"!!!!\"}]}", "base64"},
 		{"{\"instances\": [{\"b64\": \"aGVsbG8=\"}]}", "not a JPEG"},
+		{"{\"inputs\": [{\"b64\": \"aGVsbG8=\"}]}", "inputs sample 0: "},
+		{"{\"instances\": [[[[1,2,3],[4,5,6]],[[7,8,9],[1,2,3]]], {\"b64\": \"aGVsbG8=\"}]}",
+		 "instance 1: an image among numbers"},
 		{"{\"instances\": [{\"pixels\": [1]}]}", "unknown input \"pixels\""},
 		{"{\"signature_name\": \"other\", \"instances\": [[1]]}", "other"},
 	};
@@ -446,9 +449,12 @@ static void test_replies_carry_probabilities_labels_and_binary(void)
 	char *body = NULL;
 	size_t len = 0, hl = 0;
 	wf_err err = {0};
-	WF_CHECK_INT(wf_serve_kv2_reply(&req, NULL, "m", 7, logits, probs, 2, 3, labels, &body,
-					&len, &hl, &err),
+	wf_serve_tensor t[WF_SERVE_MAX_OUTPUTS];
+	WF_CHECK_INT(wf_serve_tensors_make(req.out, req.nout, logits, probs, 2, 3, 0, labels, NULL,
+					   t, &err),
 		     0);
+	WF_CHECK_INT(wf_serve_kv2_reply(&req, t, "m", 7, &body, &len, &hl, &err), 0);
+	wf_serve_tensors_free(t, req.nout);
 	WF_CHECK(hl > 0 && len == hl + 24);
 	WF_CHECK(body && strstr(body, "\"model_version\":\"7\"") != NULL);
 	WF_CHECK(body && strstr(body, ":2:eel\"") != NULL);
