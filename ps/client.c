@@ -16,6 +16,8 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -760,6 +762,35 @@ static int monitor_start(wf_ps_client *c, int k)
 	return 0;
 }
 
+/* Priority: a new connection fd to server s keeps at most
+ * cfg.priority_bytes of pushes unsent in the kernel (TCP_NOTSENT_LOWAT:
+ * ZeroMQ's I/O thread is told the socket is writable only below it, and
+ * writes one frame's bytes at most then), so a push the client releases
+ * waits behind little; the send buffer itself, and so TCP's window, stays
+ * as the kernel sizes it. The fd comes from the socket monitor's event,
+ * read later: it is checked to be a TCP connection to the server's port
+ * first (ZeroMQ may have closed it and the number been reused). */
+static void limit_unsent(wf_ps_client *c, int fd, int s)
+{
+	struct sockaddr_storage peer;
+	socklen_t len = sizeof(peer);
+	int type = 0, v = (int)WF_MIN(c->cfg.priority_bytes, (size_t)INT_MAX);
+	socklen_t tl = sizeof(type);
+	const char *colon = strrchr(c->endpoints[s], ':');
+	int port = colon ? atoi(colon + 1) : -1, peer_port = -2;
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) || type != SOCK_STREAM ||
+	    getpeername(fd, (struct sockaddr *)&peer, &len))
+		return;
+	if (peer.ss_family == AF_INET)
+		peer_port = ntohs(((struct sockaddr_in *)&peer)->sin_port);
+	else if (peer.ss_family == AF_INET6)
+		peer_port = ntohs(((struct sockaddr_in6 *)&peer)->sin6_port);
+	if (peer_port == port && setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v)))
+		wf_warn("ps client: ps %d (%s): priority: cannot bound the connection's unsent "
+			"bytes: %s",
+			s, c->endpoints[s], strerror(errno));
+}
+
 /* Read the connection events waiting for every socket into c->hs. A
  * connection dropped before its handshake completed counts once. */
 static void read_handshakes(wf_ps_client *c)
@@ -781,6 +812,10 @@ static void read_handshakes(wf_ps_client *c)
 			memcpy(&event, b, 2);
 			memcpy(&value, b + 2, 4);
 			switch (event) {
+			case ZMQ_EVENT_CONNECTED:
+				if (c->queued)
+					limit_unsent(c, (int)value, k / c->nstripes);
+				break;
 			case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: h->succeeded = 1; break;
 			case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
 				if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
@@ -1085,7 +1120,6 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 			    WF_MIN(c->nstripes * cfg->nservers, WF_PS_CURVE_STRIPES));
 	for (int k = 0; k < cfg->nservers * c->nstripes; k++) {
 		int linger = 0, ivl = 100, ivl_max = 2000, s = k / c->nstripes;
-		int sndbuf = (int)WF_MIN(cfg->priority_bytes, (size_t)INT_MAX);
 		if (k % c->nstripes == 0 && !(c->endpoints[s] = strdup(cfg->endpoints[s])))
 			goto fail;
 		c->socks[k] = zmq_socket(c->zctx, ZMQ_DEALER);
@@ -1096,8 +1130,6 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 		    zmq_setsockopt(c->socks[k], ZMQ_LINGER, &linger, sizeof(linger)) ||
 		    zmq_setsockopt(c->socks[k], ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) ||
 		    zmq_setsockopt(c->socks[k], ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) ||
-		    (c->queued &&
-		     zmq_setsockopt(c->socks[k], ZMQ_SNDBUF, &sndbuf, sizeof(sndbuf))) ||
 		    monitor_start(c, k) != 0 || zmq_connect(c->socks[k], cfg->endpoints[s])) {
 			rc = wf_errf(err, WF_EINVAL,
 				     "ps client: cannot connect to ps %d at \"%s\": %s", s,

@@ -78,11 +78,12 @@ typedef struct wf_ps_client_cfg {
 	double topk;
 	/* ps.priority_kb x 1024: priority by layer; 0: off. With it, a push is
 	 * handed to ZeroMQ only while less than this many bytes of earlier
-	 * pushes to its server wait in ZeroMQ's queue (each chunk socket's
-	 * kernel send buffer, SO_SNDBUF, is set to it too); the others wait in
-	 * the client and leave highest chunk first (the parameters are laid out
-	 * in reverse layer order, so that is the first layers first) whenever
-	 * the client runs: at each push and while it waits for replies. */
+	 * pushes to its server wait in ZeroMQ's queue, and each connection
+	 * keeps at most this many unsent in the kernel (TCP_NOTSENT_LOWAT); the
+	 * others wait in the client, in the order they were pushed until the
+	 * last chunk is pushed, then highest chunk first (the parameters are
+	 * laid out in reverse layer order: the first layers first). They move
+	 * whenever the client runs: at each push and while it waits. */
 	size_t priority_bytes;
 } wf_ps_client_cfg;
 

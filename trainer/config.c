@@ -226,9 +226,9 @@ static const key_def keys[] = {
 	 "servers and workers must agree on the kind"},
 	{"ps.priority_kb", T_INT, F(ps.priority_kb), "0",
 	 "parameter_server, sync: priority by layer: each worker hands its pushes to ZeroMQ "
-	 "only while fewer than this many KiB to their server wait there (the kernel's send "
-	 "buffer set to the same), in the backward's order until the whole gradient is in, "
-	 "then the first layers' chunks first; the servers answer the chunks completed "
+	 "only while fewer than this many KiB to their server wait there (and as many unsent "
+	 "in the kernel: TCP_NOTSENT_LOWAT), in the backward's order until the whole gradient "
+	 "is in, then the first layers' chunks first; the servers answer the chunks completed "
 	 "together first layers first; 0: off. Results are unchanged"},
 	{"ps.timeout", T_NUM, F(ps.timeout), STR(WF_PS_TIMEOUT_DEFAULT),
 	 "parameter_server worker: seconds to wait for a reply"},
