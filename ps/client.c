@@ -14,7 +14,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <time.h>
 #include <unistd.h>
 #include <zmq.h>
@@ -41,7 +44,17 @@ typedef struct pending {
 	int again_to;	       /* AGAIN_REDIRECT: the primary named, -1 none */
 	uint32_t primary_bits; /* register's reply: the groups the server is primary of */
 	double again_at;       /* not before (seconds) */
+	int held;	       /* priority: a push waiting in the client, not sent yet */
 } pending;
+
+/* Priority: a push's data frame while ZeroMQ holds it. ZeroMQ calls
+ * pushed_out on its I/O thread once the frame's bytes are in the kernel. */
+typedef struct sent_tok {
+	_Atomic int64_t *queued; /* the server's bytes in ZeroMQ */
+	int64_t bytes;
+	atomic_int live; /* counted in *queued, not yet out */
+	int wake;	 /* an eventfd the client's waits poll */
+} sent_tok;
 
 enum { AGAIN_NO, AGAIN_REDIRECT, AGAIN_FAILOVER, AGAIN_SAME };
 
@@ -101,6 +114,13 @@ struct wf_ps_client {
 	size_t *topk_at, *topk_k; /* [nchunks] bytes, entries */
 	float *mag;
 	int send_ms; /* ZMQ_SNDTIMEO of every socket now (milliseconds) */
+	/* priority by layer (cfg.priority_bytes > 0), else NULL */
+	_Atomic int64_t *queued;     /* [nservers] bytes of pushes ZeroMQ still holds */
+	sent_tok *tok;		     /* [nchunks] */
+	int nheld;		     /* pushes waiting in the client */
+	int wake;		     /* eventfd: ZeroMQ let a push go (-1: none) */
+	long top_step;		     /* the step of the last chunk's last push, -1 none */
+	double *sent_at, *landed_at; /* [nchunks] wf_now() of the last push sent, reply read */
 	zmq_msg_t frames[1 + WF_PS_MAX_FRAMES];
 };
 
@@ -223,15 +243,34 @@ static void req_hdr(const wf_ps_client *c, wf_ps_hdr *h, uint16_t op, uint32_t c
 	h->step = step;
 }
 
+static void pushed_out(void *data, void *hint)
+{
+	sent_tok *t = hint;
+	(void)data;
+	atomic_fetch_sub(t->queued, t->bytes);
+	atomic_store(&t->live, 0);
+	uint64_t one = 1;
+	if (write(t->wake, &one, sizeof(one)) < 0) { /* full: a wake-up is pending anyway */
+	}
+}
+
+/* Send a request's frames; with tok (zero-copy only), frame 0 is counted in
+ * *tok->queued until ZeroMQ lets it go. */
 static int send_frames(void *sock, const uint8_t *hb, const void *const *f, const size_t *sz,
-		       int nf, int zero_copy)
+		       int nf, int zero_copy, sent_tok *tok)
 {
 	if (zmq_send(sock, hb, WF_PS_HEADER_BYTES, nf ? ZMQ_SNDMORE : 0) < 0)
 		return -1;
 	for (int i = 0; i < nf; i++) {
 		zmq_msg_t m;
 		int rc;
-		if (zero_copy) {
+		if (zero_copy && i == 0 && tok) {
+			atomic_store(&tok->live, 1);
+			atomic_fetch_add(tok->queued, tok->bytes);
+			rc = zmq_msg_init_data(&m, (void *)f[i], sz[i], pushed_out, tok);
+			if (rc < 0)
+				pushed_out(NULL, tok);
+		} else if (zero_copy) {
 			rc = zmq_msg_init_data(&m, (void *)f[i], sz[i], NULL, NULL);
 		} else {
 			rc = zmq_msg_init_size(&m, sz[i]);
@@ -272,7 +311,19 @@ static int send_req(wf_ps_client *c, int s, int slot, wf_ps_hdr *h, const void *
 		       .step = (long)h->step,
 		       .reply_step = -1,
 		       .inc = c->inc ? atomic_load(&c->inc[s]) : 0};
-	if (send_frames(sock_for(c, s, slot), hb, f, sz, nf, zero_copy) < 0) {
+	sent_tok *tok = NULL;
+	int push = h->op == WF_PS_OP_PUSH_PULL && slot < nchunks_of(c);
+	if (c->tok && push && zero_copy && nf > 0 &&
+	    !atomic_load(&c->tok[slot].live)) { /* a resend while ZeroMQ holds the
+						 * last one goes uncounted */
+		tok = &c->tok[slot];
+		tok->queued = &c->queued[s];
+		tok->bytes = (int64_t)sz[0];
+		tok->wake = c->wake;
+	}
+	if (c->sent_at && push)
+		c->sent_at[slot] = wf_now();
+	if (send_frames(sock_for(c, s, slot), hb, f, sz, nf, zero_copy, tok) < 0) {
 		int again = zmq_errno() == EAGAIN;
 		p->used = 0;
 		if (again)
@@ -321,6 +372,8 @@ static void apply_reply(wf_ps_client *c, pending *p, const wf_ps_msg *m)
 		float *dst = h->chunk == WF_PS_STATE_CHUNK
 				     ? c->cfg.state
 				     : c->cfg.params + c->cfg.pl->chunks[h->chunk].offset;
+		if (c->landed_at && h->chunk != WF_PS_STATE_CHUNK)
+			c->landed_at[h->chunk] = wf_now();
 		uint32_t crc = 0;
 		for (int i = 0; i < m->nframes; i++) {
 			float *to = i == 0 ? dst : c->cfg.state;
@@ -404,7 +457,7 @@ static void check_servers(wf_ps_client *c)
 	int64_t now = (int64_t)(wf_now() * 1000);
 	for (int i = 0; i < c->cap; i++) {
 		pending *p = &c->pend[i];
-		if (!p->used || p->done)
+		if (!p->used || p->done || p->held)
 			continue;
 		uint32_t inc = atomic_load(&c->inc[p->server]);
 		int64_t seen = atomic_load(&c->seen[p->server]);
@@ -513,6 +566,44 @@ static void send_again(wf_ps_client *c)
 	}
 }
 
+/* Priority: hand ZeroMQ the held pushes, each while its server's queue in
+ * ZeroMQ holds less than cfg.priority_bytes (an empty queue takes any
+ * chunk): in the order the backward released them until the last chunk
+ * (the first layer) is in, then highest chunk first. Every worker holds the
+ * same chunks then, in the same order, so a server completes each chunk
+ * when its pushes arrive; ordering by priority while the backward runs
+ * gives each worker its own order (what is held when credit frees depends
+ * on timing), and a chunk one worker put off holds up everyone's reply.
+ * A push that cannot be sent fails its slot. */
+static void release_held(wf_ps_client *c)
+{
+	int64_t cap = (int64_t)c->cfg.priority_bytes;
+	int n = nchunks_of(c), down = 0;
+	for (int k = 0; k < n && !down; k++) /* the last chunk of their step is in */
+		down = c->pend[k].used && c->pend[k].held && c->pend[k].step == c->top_step;
+	for (int i = 0; i < n && c->nheld > 0; i++) {
+		int k = down ? n - 1 - i : i;
+		pending *p = &c->pend[k];
+		if (!p->used || p->done || !p->held)
+			continue;
+		int s = server_of(c, (uint32_t)k);
+		if (atomic_load(&c->queued[s]) >= cap)
+			continue;
+		pending was = *p;
+		wf_err e = {0};
+		c->nheld--;
+		p->used = 0;
+		int rc = send_push(c, k, was.grads, was.step, was.with_state, 0, &e);
+		if (rc) {
+			*p = was;
+			p->held = 0;
+			p->done = 1;
+			p->rc = rc;
+			snprintf(p->msg, sizeof(p->msg), "%.1000s", e.msg);
+		}
+	}
+}
+
 /* With fail_fast: 1 when a slot was refused; the open ones are dropped
  * (their late replies no longer match a used slot's tag). */
 static int refused(wf_ps_client *c)
@@ -521,8 +612,11 @@ static int refused(wf_ps_client *c)
 	for (int i = 0; i < c->cap; i++)
 		any |= c->pend[i].used && c->pend[i].done && c->pend[i].rc;
 	for (int i = 0; any && i < c->cap; i++)
-		if (c->pend[i].used && !c->pend[i].done)
+		if (c->pend[i].used && !c->pend[i].done) {
 			c->pend[i].used = 0;
+			c->nheld -= c->pend[i].held;
+			c->pend[i].held = 0;
+		}
 	return any;
 }
 
@@ -534,9 +628,11 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_e
 {
 	double deadline = wf_now() + timeout;
 	int nsock = c->cfg.nservers * c->nstripes;
-	zmq_pollitem_t items[nsock];
+	zmq_pollitem_t items[nsock + 1];
 	for (int k = 0; k < nsock; k++)
 		items[k] = (zmq_pollitem_t){.socket = c->socks[k], .events = ZMQ_POLLIN};
+	items[nsock] = (zmq_pollitem_t){.fd = c->wake, .events = ZMQ_POLLIN};
+	int nitems = nsock + (c->wake >= 0);
 	int rc = 0;
 	for (;;) {
 		int open = 0;
@@ -561,6 +657,8 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_e
 							      wf_ps_op_name(p->op));
 				last = p->server;
 				p->used = 0;
+				c->nheld -= p->held;
+				p->held = 0;
 			}
 			rc = wf_errf(err, WF_ETRANSIENT, "no reply within %.1f s from %s", timeout,
 				     names);
@@ -569,7 +667,7 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_e
 			break;
 		}
 		long ms = (long)(left * 1000) + 1;
-		if (zmq_poll(items, nsock, ms > 1000 ? 1000 : ms) < 0 && zmq_errno() != EINTR) {
+		if (zmq_poll(items, nitems, ms > 1000 ? 1000 : ms) < 0 && zmq_errno() != EINTR) {
 			rc = wf_errf(err, WF_EINTERNAL, "ps client: zmq_poll: %s",
 				     zmq_strerror(zmq_errno()));
 			break;
@@ -580,6 +678,13 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_e
 		check_servers(c);
 		if (c->replicas > 1)
 			send_again(c);
+		if (nitems > nsock && (items[nsock].revents & ZMQ_POLLIN)) {
+			uint64_t n;
+			if (read(c->wake, &n, sizeof(n)) < 0) { /* EAGAIN: nothing to clear */
+			}
+		}
+		if (c->nheld > 0)
+			release_held(c);
 		if (c->fail_fast && refused(c))
 			break;
 	}
@@ -657,6 +762,35 @@ static int monitor_start(wf_ps_client *c, int k)
 	return 0;
 }
 
+/* Priority: a new connection fd to server s keeps at most
+ * cfg.priority_bytes of pushes unsent in the kernel (TCP_NOTSENT_LOWAT:
+ * ZeroMQ's I/O thread is told the socket is writable only below it, and
+ * writes one frame's bytes at most then), so a push the client releases
+ * waits behind little; the send buffer itself, and so TCP's window, stays
+ * as the kernel sizes it. The fd comes from the socket monitor's event,
+ * read later: it is checked to be a TCP connection to the server's port
+ * first (ZeroMQ may have closed it and the number been reused). */
+static void limit_unsent(wf_ps_client *c, int fd, int s)
+{
+	struct sockaddr_storage peer;
+	socklen_t len = sizeof(peer);
+	int type = 0, v = (int)WF_MIN(c->cfg.priority_bytes, (size_t)INT_MAX);
+	socklen_t tl = sizeof(type);
+	const char *colon = strrchr(c->endpoints[s], ':');
+	int port = colon ? atoi(colon + 1) : -1, peer_port = -2;
+	if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) || type != SOCK_STREAM ||
+	    getpeername(fd, (struct sockaddr *)&peer, &len))
+		return;
+	if (peer.ss_family == AF_INET)
+		peer_port = ntohs(((struct sockaddr_in *)&peer)->sin_port);
+	else if (peer.ss_family == AF_INET6)
+		peer_port = ntohs(((struct sockaddr_in6 *)&peer)->sin6_port);
+	if (peer_port == port && setsockopt(fd, IPPROTO_TCP, TCP_NOTSENT_LOWAT, &v, sizeof(v)))
+		wf_warn("ps client: ps %d (%s): priority: cannot bound the connection's unsent "
+			"bytes: %s",
+			s, c->endpoints[s], strerror(errno));
+}
+
 /* Read the connection events waiting for every socket into c->hs. A
  * connection dropped before its handshake completed counts once. */
 static void read_handshakes(wf_ps_client *c)
@@ -678,6 +812,10 @@ static void read_handshakes(wf_ps_client *c)
 			memcpy(&event, b, 2);
 			memcpy(&value, b + 2, 4);
 			switch (event) {
+			case ZMQ_EVENT_CONNECTED:
+				if (c->queued)
+					limit_unsent(c, (int)value, k / c->nstripes);
+				break;
 			case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: h->succeeded = 1; break;
 			case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
 				if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
@@ -891,6 +1029,7 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	wf_ps_client *c = calloc(1, sizeof(*c));
 	if (!c)
 		return wf_errf(err, WF_ENOMEM, "ps client: out of memory");
+	c->wake = -1;
 	c->cfg = *cfg;
 	c->cfg.keys = NULL;
 	c->cfg.key_origin = NULL;
@@ -933,10 +1072,23 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	c->mons = calloc((size_t)cfg->nservers * (size_t)c->nstripes, sizeof(*c->mons));
 	c->hs = calloc((size_t)cfg->nservers, sizeof(*c->hs));
 	c->route = calloc((size_t)cfg->nservers, sizeof(*c->route));
+	c->top_step = -1;
+	if (cfg->priority_bytes > 0 && nc > 0 &&
+	    (c->wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) < 0) {
+		rc = wf_errf(err, WF_EINTERNAL, "ps client: eventfd: %s", strerror(errno));
+		goto fail;
+	}
+	c->sent_at = calloc((size_t)nc + 1, sizeof(*c->sent_at));
+	c->landed_at = calloc((size_t)nc + 1, sizeof(*c->landed_at));
+	if (cfg->priority_bytes > 0 && nc > 0) {
+		c->queued = calloc((size_t)cfg->nservers, sizeof(*c->queued));
+		c->tok = calloc((size_t)nc, sizeof(*c->tok));
+	}
 	if (cfg->compression == WF_PS_COMPRESSION_BF16 && cfg->pl)
 		c->bf16 = malloc((cfg->pl->nparams ? cfg->pl->nparams : 1) * sizeof(*c->bf16));
 	if (!c->pend || !c->endpoints || !c->socks || !c->floats || !c->inc || !c->seen ||
-	    !c->mons || !c->hs || !c->route ||
+	    !c->mons || !c->hs || !c->route || !c->sent_at || !c->landed_at ||
+	    (cfg->priority_bytes > 0 && nc > 0 && (!c->queued || !c->tok)) ||
 	    (cfg->compression == WF_PS_COMPRESSION_BF16 && cfg->pl && !c->bf16) ||
 	    (cfg->compression == WF_PS_COMPRESSION_TOPK && cfg->pl && topk_plan(c) != 0))
 		goto fail;
@@ -1041,6 +1193,12 @@ void wf_ps_client_free(wf_ps_client *c)
 	free(c->topk_at);
 	free(c->topk_k);
 	free(c->mag);
+	free((void *)c->queued); /* after zmq_ctx_term: ZeroMQ let every push go */
+	if (c->wake >= 0)
+		close(c->wake);
+	free(c->tok);
+	free(c->sent_at);
+	free(c->landed_at);
 	free(c->key_origin);
 	memset(&c->keys, 0, sizeof(c->keys));
 	free(c);
@@ -1286,7 +1444,28 @@ int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads,
 	if (c->resid) /* error feedback: this gradient plus what earlier pushes left */
 		wf_ps_topk_encode(c->sparse + c->topk_at[chunk], c->topk_k[chunk],
 				  c->resid + ch->offset, grads + ch->offset, ch->count, c->mag);
-	return send_push(c, chunk, grads, step, with_state, 0, err);
+	if (!c->queued)
+		return send_push(c, chunk, grads, step, with_state, 0, err);
+	pending *p = &c->pend[chunk];
+	if (p->used && !p->done)
+		return wf_errf(
+			err, WF_EINVAL,
+			"ps client: a %s for this chunk is already outstanding on ps %d (%s)",
+			wf_ps_op_name(p->op), p->server, c->endpoints[p->server]);
+	*p = (pending){.used = 1,
+		       .held = 1,
+		       .server = server_of(c, (uint32_t)chunk),
+		       .op = WF_PS_OP_PUSH_PULL,
+		       .chunk = (uint32_t)chunk,
+		       .step = step,
+		       .reply_step = -1,
+		       .grads = grads,
+		       .with_state = with_state};
+	c->nheld++;
+	if (chunk == pl->nchunks - 1)
+		c->top_step = step;
+	release_held(c);
+	return 0;
 }
 
 int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err)
@@ -1302,6 +1481,17 @@ int wf_ps_client_wait_chunk(wf_ps_client *c, int chunk, wf_err *err)
 		return wf_errf(err, WF_EINVAL, "ps client: chunk %d out of range [0, %d)", chunk,
 			       nchunks_of(c));
 	return wait_slots(c, timeout_of(c), 0, chunk, err);
+}
+
+int wf_ps_client_chunk_times(const wf_ps_client *c, int chunk, double *sent, double *landed)
+{
+	if (chunk < 0 || chunk >= nchunks_of(c))
+		return -1;
+	if (sent)
+		*sent = c->sent_at[chunk];
+	if (landed)
+		*landed = c->landed_at[chunk];
+	return 0;
 }
 
 int wf_ps_client_stale_count(const wf_ps_client *c)

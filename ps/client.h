@@ -76,6 +76,15 @@ typedef struct wf_ps_client_cfg {
 	 * the chunk; a push the servers drop as stale is lost whole, as an
 	 * uncompressed one. */
 	double topk;
+	/* ps.priority_kb x 1024: priority by layer; 0: off. With it, a push is
+	 * handed to ZeroMQ only while less than this many bytes of earlier
+	 * pushes to its server wait in ZeroMQ's queue, and each connection
+	 * keeps at most this many unsent in the kernel (TCP_NOTSENT_LOWAT); the
+	 * others wait in the client, in the order they were pushed until the
+	 * last chunk is pushed, then highest chunk first (the parameters are
+	 * laid out in reverse layer order: the first layers first). They move
+	 * whenever the client runs: at each push and while it waits. */
+	size_t priority_bytes;
 } wf_ps_client_cfg;
 
 /* Create the sockets and connect (ZeroMQ connects in the background, so the
@@ -116,6 +125,10 @@ int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err);
  * until wait_all, which still collects every reply. Returns that reply's
  * error, if any (wait_all returns it again). */
 int wf_ps_client_wait_chunk(wf_ps_client *c, int chunk, wf_err *err);
+/* When chunk's last push left the client for ZeroMQ and when its last
+ * reply (of a push or pull) was read, in wf_now() seconds (0: not yet);
+ * either may be NULL. Returns -1 for a chunk out of range. */
+int wf_ps_client_chunk_times(const wf_ps_client *c, int chunk, double *sent, double *landed);
 /* Replies of the last wait_all that were flagged stale (pushed step was past). */
 int wf_ps_client_stale_count(const wf_ps_client *c);
 /* Pull chunk (or -1: every chunk) into params; *version (may be NULL)

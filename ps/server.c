@@ -551,8 +551,13 @@ static int server_init(server *s, const wf_ps_server_cfg *cfg, wf_err *err)
 		if (wf_pss_osum_init(&s->state_sum, s->nstate, cfg->nworkers) != 0)
 			return wf_errf(err, WF_ENOMEM, "ps: out of memory");
 	}
+	if (cfg->priority && cfg->mode == WF_PS_MODE_SYNC && s->replicas < 2 &&
+	    cfg->backup_workers == 0 && cfg->min_workers == 0)
+		s->due = calloc((size_t)s->nchunks + 1, sizeof(*s->due));
 	if (!s->chunks || !s->shards || !s->local || !s->floats || !s->workers ||
-	    (s->nstate && !s->state))
+	    (s->nstate && !s->state) ||
+	    (cfg->priority && cfg->mode == WF_PS_MODE_SYNC && s->replicas < 2 &&
+	     cfg->backup_workers == 0 && cfg->min_workers == 0 && !s->due))
 		return wf_errf(err, WF_ENOMEM, "ps: out of memory");
 	for (int w = 0; w < s->nworkers; w++)
 		s->workers[w] =
@@ -613,6 +618,7 @@ static void server_free(server *s)
 	free(s->chunks);
 	free(s->shards);
 	free(s->local);
+	free(s->due);
 	free(s->floats);
 	free(s->workers);
 	free(s->state);
@@ -725,6 +731,8 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 			for (int i = 0; i < n; i++)
 				zmq_msg_close(&s->frames[i]);
 		}
+		if (s->ndue) /* this batch's completions, first layers first */
+			wf_pss_send_due(s);
 		wf_pss_repl_tick(s);
 		double now = wf_now();
 		check_heartbeats(s, now);
@@ -737,6 +745,8 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 			wf_pss_log_stats(s);
 			s->last_stats = now;
 		}
+		if (s->ndue) /* completed by a worker's death or a backup's ack */
+			wf_pss_send_due(s);
 	}
 	linger = 2000; /* let the shutdown reply leave */
 	zmq_setsockopt(s->sock, ZMQ_LINGER, &linger, sizeof(linger));

@@ -99,6 +99,11 @@ typedef struct wf_ps_server_cfg {
 	/* ps.compression: how pushes carry the gradient (ps/proto.h); a push or
 	 * a register that says otherwise is refused, naming both */
 	wf_ps_compression compression;
+	/* ps.priority_kb > 0: priority by layer. Sync, without replicas,
+	 * backup workers or elastic membership: the chunks completed while one
+	 * batch of received messages is handled are answered after it, highest
+	 * chunk (first layers) first, instead of in completion order. */
+	int priority;
 } wf_ps_server_cfg;
 
 /* Defaults: one server, one worker, sync, SGD defaults, and the

@@ -471,9 +471,38 @@ void wf_pss_sync_try_complete(server *s, schunk *c)
 		wf_pss_answer_ready(s, c);
 		return;
 	}
+	if (s->due) { /* answered after this batch of messages, first layers first */
+		int k = (int)(c - s->chunks), seen = 0;
+		for (int i = 0; i < s->ndue; i++)
+			seen |= s->due[i] == k;
+		if (!seen) {
+			s->due[s->ndue++] = k;
+			return;
+		}
+	}
 	wf_pss_send_values(s, c, c->held, s->nworkers, 0);
 	for (int w = 0; w < s->nworkers; w++)
 		wf_pss_release(s, &c->held[w]);
+}
+
+void wf_pss_send_due(server *s)
+{
+	/* highest global index first: the parameters are laid out in reverse
+	 * layer order; a handful at a time, so an insertion sort */
+	for (int i = 1; i < s->ndue; i++)
+		for (int j = i; j > 0 && s->chunks[s->due[j]].gidx > s->chunks[s->due[j - 1]].gidx;
+		     j--) {
+			int t = s->due[j];
+			s->due[j] = s->due[j - 1];
+			s->due[j - 1] = t;
+		}
+	for (int i = 0; i < s->ndue; i++) {
+		schunk *c = &s->chunks[s->due[i]];
+		wf_pss_send_values(s, c, c->held, s->nworkers, 0);
+		for (int w = 0; w < s->nworkers; w++)
+			wf_pss_release(s, &c->held[w]);
+	}
+	s->ndue = 0;
 }
 
 long wf_pss_slowest_step(const server *s)

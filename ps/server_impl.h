@@ -203,6 +203,8 @@ typedef struct server {
 	uint64_t pushes, pulls, bytes_in, bytes_out, rejected[WF_PS_REJECT__COUNT];
 	uint64_t rejected_total;
 	int held_count;
+	int *due; /* [nchunks] priority: owned chunks completed, answers not sent; NULL off */
+	int ndue;
 	uint64_t ssp_held; /* ssp: pushes whose reply waited for the bound */
 	long ssp_max_lead; /* ssp: largest (step - slowest step) of an answered push */
 	units units;	   /* backup workers */
@@ -312,6 +314,9 @@ const uint8_t *wf_pss_units_frame(server *s, const schunk *c, size_t *bytes);
  * (wf_ps_msg_parse checked its shape). */
 void wf_pss_units_take(server *s, const schunk *c, const uint8_t *p, size_t bytes);
 void wf_pss_sync_try_complete(server *s, schunk *c);
+/* Priority: answer the chunks completed since the last call, highest
+ * chunk first (see wf_ps_server_cfg.priority). */
+void wf_pss_send_due(server *s);
 long wf_pss_slowest_step(const server *s);
 void wf_pss_ssp_answered(server *s, long step);
 void wf_pss_ssp_release(server *s);

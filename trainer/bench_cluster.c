@@ -78,6 +78,7 @@ typedef struct config {
 	wf_ps_compression compression; /* parameter-server modes: ps.compression */
 	double topk;		       /* its F with topk:F */
 	char comp_text[32];	       /* as given ("topk:0.01") */
+	int priority_kb;	       /* parameter-server modes: ps.priority_kb (0: off) */
 	double none_ms; /* the same configuration uncompressed earlier in this run; 0: none */
 } config;
 
@@ -271,6 +272,7 @@ static int serve(const opts *o, const config *cf, const layout *l, int s, wf_err
 	sc.replicas = cf->replicas;
 	sc.peers = ep;
 	sc.compression = cf->compression;
+	sc.priority = cf->priority_kb > 0;
 	return wf_ps_server_run(&sc, err);
 }
 
@@ -290,16 +292,23 @@ static int forward_layer_ready(wf_ps_client *cl, const wf_ps_placement *pl, cons
 	return rc ? rc : wf_ps_client_wait_all(cl, err);
 }
 
-/* --timeline: one step's line: per chunk its server, floats, and when its
- * push left and its reply landed (ms from the step's start). */
+/* --timeline: one step's line: per chunk its server, floats, when the
+ * backward released its push, when wait_chunk (in chunk order) saw its reply,
+ * when the client handed the push to ZeroMQ and when it read the reply (ms
+ * from the step's start t0). */
 static void timeline_write(FILE *tl, long step, double step_ms, double bwd_end_ms,
-			   const wf_ps_placement *pl, const double *push_at, const double *land_at)
+			   const wf_ps_placement *pl, const double *push_at, const double *land_at,
+			   const wf_ps_client *cl, double t0)
 {
 	fprintf(tl, "{\"step\": %ld, \"step_ms\": %.1f, \"bwd_end_ms\": %.1f, \"chunks\": [", step,
 		step_ms, bwd_end_ms);
-	for (int k = 0; k < pl->nchunks; k++)
-		fprintf(tl, "%s[%d, %zu, %.1f, %.1f]", k ? ", " : "", pl->chunks[k].server,
-			pl->chunks[k].count, push_at[k], land_at[k]);
+	for (int k = 0; k < pl->nchunks; k++) {
+		double sent = 0, read = 0;
+		wf_ps_client_chunk_times(cl, k, &sent, &read);
+		fprintf(tl, "%s[%d, %zu, %.1f, %.1f, %.1f, %.1f]", k ? ", " : "",
+			pl->chunks[k].server, pl->chunks[k].count, push_at[k], land_at[k],
+			(sent - t0) * 1e3, (read - t0) * 1e3);
+	}
 	fprintf(tl, "]}\n");
 }
 
@@ -335,6 +344,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			       .replicas = cf->replicas,
 			       .compression = cf->compression,
 			       .topk = cf->topk,
+			       .priority_bytes = (size_t)cf->priority_kb * 1024,
 			       .timeout = 120,
 			       .connect_timeout = 60,
 			       .heartbeat_interval = WF_PS_HEARTBEAT_INTERVAL_DEFAULT};
@@ -396,7 +406,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			ms[step - o->warmup] = (wf_now() - t0) * 1e3;
 		if (tl && rc == 0)
 			timeline_write(tl, step, (wf_now() - t0) * 1e3, o->fwd_ms + o->bwd_ms, &pl,
-				       push_at, land_at);
+				       push_at, land_at, cl, t0);
 	}
 	double cpu_ms = (cpu_now() - cpu0) * 1e3 / (double)o->steps;
 	if (tl)
@@ -888,8 +898,9 @@ static int run_config(const opts *o, const config *cf, const layout *l, double *
 	       oc.median_ms > 0 ? overlap / oc.median_ms : 0);
 	if (ps)
 		printf(", \"chunk_bytes\": %ld, \"replicas\": %d, \"compression\": \"%s\", "
-		       "\"layer_ready\": %d",
-		       o->chunk_bytes, cf->replicas, cf->comp_text, o->layer_ready);
+		       "\"layer_ready\": %d, \"priority_kb\": %d",
+		       o->chunk_bytes, cf->replicas, cf->comp_text, o->layer_ready,
+		       cf->priority_kb);
 	else
 		printf(", \"bucket_mb\": %g", o->bucket_mb);
 	if (ps && oc.push_bytes > 0) /* into the servers, every message (rank 0's init too) */
@@ -945,14 +956,14 @@ static int parse_compressions(const char *s, config *comps, int *n, wf_err *err)
 			    WF_PS_COMPRESSIONS);
 }
 
-/* "1,2,4" into ints; 0 or the count. */
-static int parse_ints(const char *s, int *out, int max)
+/* "1,2,4" into ints in [lo, hi]; 0 or the count. */
+static int parse_ints_in(const char *s, int *out, int max, long lo, long hi)
 {
 	int n = 0;
 	for (const char *p = s; p && *p && n < max;) {
 		char *end;
 		long v = strtol(p, &end, 10);
-		if (end == p || v < 1 || v > MAX_WORKERS)
+		if (end == p || v < lo || v > hi)
 			return -1;
 		out[n++] = (int)v;
 		p = *end == ',' ? end + 1 : end;
@@ -960,6 +971,12 @@ static int parse_ints(const char *s, int *out, int max)
 			return -1;
 	}
 	return n;
+}
+
+/* "1,2,4" into counts in 1..MAX_WORKERS; 0 or the count. */
+static int parse_ints(const char *s, int *out, int max)
+{
+	return parse_ints_in(s, out, max, 1, MAX_WORKERS);
 }
 
 int wf_cmd_bench(int argc, char **argv, wf_err *err)
@@ -976,7 +993,7 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		  .timeout = 600};
 	const char *workers = "8", *servers = "2", *replicas = "1", *modes = "sync",
 		   *compute = NULL, *link = "1gbit", *compression = "none", *delay = NULL,
-		   *rank_of = NULL, *python = NULL;
+		   *rank_of = NULL, *python = NULL, *priority = "0";
 	wf_cli_list pos = {0};
 	const wf_flag flags[] = {
 		{"model", WF_FLAG_STR, &o.model, "NAME",
@@ -1012,6 +1029,9 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		 "parameter-server modes: how pushes carry the gradient (ps.compression: none, "
 		 "bf16, topk:F), each in turn; after a none, each other's line has step_vs_none, "
 		 "its step time against it (none)"},
+		{"priority", WF_FLAG_STR, &priority, "KB[,KB...]",
+		 "parameter-server modes: priority by layer (ps.priority_kb: KiB of pushes in "
+		 "flight per server, the first layers' chunks first; 0: off), each in turn (0)"},
 		{"gso", WF_FLAG_BOOL, &o.link.gso, NULL,
 		 "let TCP's 64 KiB GSO packets through the shaped links whole (the emulation "
 		 "before 2026-11-28; default: wire-sized packets)"},
@@ -1020,8 +1040,9 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		 "landed (as P3 / ByteScheduler), instead of after the last reply"},
 		{"timeline", WF_FLAG_STR, &o.timeline, "FILE",
 		 "parameter servers: worker 0 writes each step's timeline to FILE (JSON lines: "
-		 "per chunk its server, floats, when its push left and its reply landed, ms "
-		 "from the step's start)"},
+		 "per chunk its server, floats, when the backward released its push, when its "
+		 "reply was waited for in chunk order, when the push went to ZeroMQ and when the "
+		 "reply was read, ms from the step's start)"},
 		{"python", WF_FLAG_STR, &python, "PATH",
 		 "python with torch for the ddp peer (bench/peers_venv.sh prints one)"},
 		{"rank-of", WF_FLAG_STR, &rank_of, "MODE", NULL},
@@ -1094,9 +1115,17 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		layout_free(&l);
 		goto cleanup;
 	}
-	int nw[16], ns[16], nr[8];
+	int nw[16], ns[16], nr[8], npk[4];
 	int cw = parse_ints(workers, nw, 16), cs = parse_ints(servers, ns, 16),
-	    cr = parse_ints(replicas, nr, 8);
+	    cr = parse_ints(replicas, nr, 8), cp = parse_ints_in(priority, npk, 4, 0, 1048576);
+	if (cp < 1) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "--priority \"%s\": up to 4 comma-separated KiB counts, 0 (off) to "
+			     "1048576",
+			     priority);
+		layout_free(&l);
+		goto cleanup;
+	}
 	if (cr < 1) {
 		rc = wf_errf(err, WF_EINVAL, "--replicas \"%s\": comma-separated counts >= 1",
 			     replicas);
@@ -1136,15 +1165,17 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		}
 		int ps = strcmp(m, "allreduce") && strcmp(m, "ddp");
 		for (int i = 0; rc == 0 && i < cw; i++) {
-			/* parameter servers: each replica count, each compression */
+			/* parameter servers: each replica count, each priority, each
+			 * compression */
 			double none_ms = 0;
-			for (int r = 0; rc == 0 && r < (ps ? cr * ncomp : 1); r++) {
+			for (int r = 0; rc == 0 && r < (ps ? cr * cp * ncomp : 1); r++) {
 				config cf = comps[r % ncomp];
 				cf.workers = nw[i];
 				cf.servers = ns[cs > 1 ? i : 0];
-				cf.replicas = nr[r / ncomp];
+				cf.replicas = nr[r / (ncomp * cp)];
+				cf.priority_kb = npk[(r / ncomp) % cp];
 				if (r % ncomp == 0)
-					none_ms = 0; /* a new replica count */
+					none_ms = 0; /* a new replica count or priority */
 				int none = cf.compression == WF_PS_COMPRESSION_NONE;
 				cf.none_ms = none ? 0 : none_ms;
 				snprintf(cf.mode, sizeof(cf.mode), "%s", m);

@@ -224,6 +224,12 @@ static const key_def keys[] = {
 	 "of largest magnitude as index + fp32 value, 2F of the bytes; each worker adds what it "
 	 "did not send to its next gradient); the servers sum and keep fp32, replies stay fp32; "
 	 "servers and workers must agree on the kind"},
+	{"ps.priority_kb", T_INT, F(ps.priority_kb), "0",
+	 "parameter_server, sync: priority by layer: each worker hands its pushes to ZeroMQ "
+	 "only while fewer than this many KiB to their server wait there (and as many unsent "
+	 "in the kernel: TCP_NOTSENT_LOWAT), in the backward's order until the whole gradient "
+	 "is in, then the first layers' chunks first; the servers answer the chunks completed "
+	 "together first layers first; 0: off. Results are unchanged"},
 	{"ps.timeout", T_NUM, F(ps.timeout), STR(WF_PS_TIMEOUT_DEFAULT),
 	 "parameter_server worker: seconds to wait for a reply"},
 	{"ps.connect_timeout", T_NUM, F(ps.connect_timeout), STR(WF_PS_CONNECT_TIMEOUT_DEFAULT),
@@ -268,6 +274,7 @@ static const struct {
 	{"ps.chunk_bytes", "WEFT_PS_CHUNK_BYTES"},
 	{"ps.replicas", "WEFT_PS_REPLICAS"},
 	{"ps.compression", "WEFT_PS_COMPRESSION"},
+	{"ps.priority_kb", "WEFT_PS_PRIORITY_KB"},
 	{"ps.timeout", "WEFT_PS_TIMEOUT"},
 	{"ps.connect_timeout", "WEFT_PS_CONNECT_TIMEOUT"},
 	{"ps.server_timeout", "WEFT_PS_SERVER_TIMEOUT"},

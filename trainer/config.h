@@ -100,6 +100,7 @@ typedef struct wf_config {
 		char compression[32];	/* none, bf16, topk:F */
 		wf_ps_compression comp; /* compression parsed (derived) */
 		double topk;		/* topk:F's F, the fraction a push keeps (derived) */
+		long priority_kb;	/* priority by layer: KiB in flight per server; 0 off */
 		double timeout, connect_timeout, server_timeout;      /* worker, seconds */
 		double heartbeat_timeout, stall_timeout, stats_every; /* server, seconds */
 		char debug_stall[64]; /* "rank:step:seconds"; "": off */

@@ -156,6 +156,10 @@ static int check_strategy(wf_config *c, wf_err *err)
 	wf_err ce = {0};
 	if (wf_ps_compression_parse(c->ps.compression, &c->ps.comp, &c->ps.topk, &ce) != 0)
 		NEED(0, "%s (WEFT_PS_COMPRESSION)", ce.msg);
+	NEED(c->ps.priority_kb >= 0 && c->ps.priority_kb <= 1048576,
+	     "ps.priority_kb (WEFT_PS_PRIORITY_KB): KiB in flight per server, 0 (off) to "
+	     "1048576, got %ld",
+	     c->ps.priority_kb);
 	NEED(c->ps.replicas >= 1 && c->ps.replicas <= 33,
 	     "ps.replicas (WEFT_PS_REPLICAS): servers that keep each chunk, 1..33, got %ld",
 	     c->ps.replicas);

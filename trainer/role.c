@@ -108,6 +108,7 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	sc.threads = 1;
 	sc.replicas = (int)cfg->ps.replicas;
 	sc.compression = cfg->ps.comp;
+	sc.priority = cfg->ps.priority_kb > 0;
 	sc.peer_timeout = cfg->ps.server_timeout;
 	char **peers = NULL;
 	if (sc.replicas > 1) {

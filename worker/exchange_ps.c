@@ -336,9 +336,9 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 	int rc;
 	*start_step = 0;
 	c->upe = x->units_per_epoch; /* the trainer set it after create */
-	wf_info("ps: worker %d of %d%s: %d server%s, %d chunks, mode %s", x->rank, x->workers,
+	wf_info("ps: worker %d of %d%s: %d server%s, %d chunks, mode %s%s", x->rank, x->workers,
 		x->is_chief ? " (chief)" : "", c->cfg.nservers, c->cfg.nservers == 1 ? "" : "s",
-		c->pl.nchunks, c->mode);
+		c->pl.nchunks, c->mode, c->cfg.priority_bytes ? ", priority by layer" : "");
 	if (x->is_chief) {
 		if ((rc = servers_agree(c, &step, &lo, &hi, err)) < 0)
 			return job_over(x, rc, start_step, err);
@@ -658,6 +658,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		.replicas = cfg->replicas,
 		.compression = cfg->compression,
 		.topk = cfg->topk,
+		.priority_bytes = cfg->priority_bytes,
 	};
 	if ((rc = wf_ps_client_create(&c->cl, &cc, err)) != 0)
 		goto fail;

@@ -41,6 +41,7 @@ typedef struct wf_exchange_ps_cfg {
 	int replicas;		       /* ps.replicas: servers that keep each chunk */
 	wf_ps_compression compression; /* ps.compression: how pushes carry the gradient */
 	double topk;		       /* topk:F's F (compression topk) */
+	size_t priority_bytes;	       /* ps.priority_kb in bytes: priority by layer; 0 off */
 	/* "rank:step:seconds" (ps.debug_stall, WEFT_PS_DEBUG_STALL): worker
 	 * `rank` sleeps before pushing that step (to see stall reports; not for
 	 * production); NULL: never */

@@ -2,7 +2,9 @@
 # its own network namespace with a shaped 100 Mbit/s link (`weft launch
 # --link`), end bitwise equal to one process with --accumulate 4: the
 # servers add the workers' gradients in worker order, so the network's
-# timing never changes a result. Skips (77) where network namespaces cannot
+# timing never changes a result; nor does priority by layer
+# (ps.priority_kb), which only changes the order pushes and replies leave
+# in. Skips (77) where network namespaces cannot
 # be made (not root, no iproute2).
 . "$WEFT_SRC/tests/ps/lib.sh"
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
@@ -33,11 +35,17 @@ JSON
 tag=$(sed -n 's/^\[launch\] emulated network \(wf[0-9]*\):.*/\1/p' net.log)
 [ -n "$tag" ] || fail "launch did not use the emulated network"
 grep -q '"10.213.0.1:2222"' net.log || fail "TF_CONFIG does not name the namespaces' addresses"
+"$WEFT" launch --ps 2 --workers 4 --threads 2 --device cpu --config c.json --insecure \
+	--link 100mbit --set ps.priority_kb=16 --set checkpoint.dir=prio/ckpt \
+	--set log.dir=prio/logs >prio.log 2>&1 || fail "launch --link 100mbit with ps.priority_kb failed"
+grep -q "mode sync, priority by layer" prio.log || fail "the workers did not say priority by layer"
 for step in 5 10; do
 	"$WEFT" inspect --model one/ckpt/step-$step/model.h5 --dump >one.txt
-	"$WEFT" inspect --model net/ckpt/step-$step/model.h5 --dump >net.txt
-	python3 "$WEFT_SRC/tests/trainer/compare_dump.py" net.txt one.txt 0 ||
-		fail "step $step: the emulated cluster differs from --accumulate 4"
+	for run in net prio; do
+		"$WEFT" inspect --model $run/ckpt/step-$step/model.h5 --dump >$run.txt
+		python3 "$WEFT_SRC/tests/trainer/compare_dump.py" $run.txt one.txt 0 ||
+			fail "step $step: the emulated cluster ($run) differs from --accumulate 4"
+	done
 done
 # the namespaces and the bridge are gone with the launcher
 ! ip netns list | grep -q "^$tag-" || fail "namespaces left behind: $(ip netns list)"
