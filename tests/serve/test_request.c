@@ -129,7 +129,8 @@ static void test_tf_bad_bodies_say_why(void)
 		{"{\"instances\": [{\"b64\": \"!!!!\"}]}", "base64"},
 		{"{\"instances\": [{\"b64\": \"aGVsbG8=\"}]}", "not a JPEG"},
 		{"{\"inputs\": [{\"b64\": \"aGVsbG8=\"}]}", "inputs sample 0: "},
-		{"{\"instances\": [[[[1,2,3],[4,5,6]],[[7,8,9],[1,2,3]]], {\"b64\": \"aGVsbG8=\"}]}",
+		{"{\"instances\": [[[[1,2,3],[4,5,6]],[[7,8,9],[1,2,3]]], {\"b64\": "
+		 "\"aGVsbG8=\"}]}",
 		 "instance 1: an image among numbers"},
 		{"{\"instances\": [{\"pixels\": [1]}]}", "unknown input \"pixels\""},
 		{"{\"signature_name\": \"other\", \"instances\": [[1]]}", "other"},
