@@ -2,6 +2,7 @@
  * tag, reply validation, and the optional heartbeat thread. */
 #include "ps/client.h"
 
+#include "common/cancel.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "ps/auth.h"
@@ -88,6 +89,7 @@ struct wf_ps_client {
 	pthread_t hb;
 	int hb_started;
 	int fail_fast;	  /* wait_slots stops at the first refusal (barriers) */
+	int registering;  /* wait_slots gives up on a stop signal (common/cancel.h) */
 	wf_ps_keys keys;  /* when secure */
 	char *key_origin; /* cfg.key_origin, copied; NULL: none */
 	char optim[1024]; /* wf_optim_describe of cfg.optim; "": none */
@@ -687,6 +689,11 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_e
 			release_held(c);
 		if (c->fail_fast && refused(c))
 			break;
+		/* a stop signal while the process starts: the servers it
+		 * registers with may never come */
+		if (c->registering &&
+		    (rc = wf_cancel_check("register with the parameter servers", err)) != 0)
+			break;
 	}
 	/* a socket's monitor blocks its I/O thread once its queue of unread
 	 * events is full (reconnects of a long job): read them every wait */
@@ -1235,6 +1242,7 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 	uint32_t served = 0; /* replication: the groups some server is the primary of */
 	/* only this register's handshakes count */
 	read_handshakes(c);
+	c->registering = 1;
 	memset(c->hs, 0, (size_t)n * sizeof(*c->hs));
 	wf_err e = {0};
 	while (left > 0) {
@@ -1302,6 +1310,7 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 		tries++;
 	}
 out:
+	c->registering = 0;
 	set_send_timeout(c, timeout_of(c));
 	if (rc)
 		return rc;
