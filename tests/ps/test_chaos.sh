@@ -111,10 +111,15 @@ read -r nps mode _ <<<"${setups[0]}"
 "$WEFT" keygen --out keys-other >/dev/null || fail "weft keygen"
 name=mixed
 export WEFT_EVENTS=$WORK/$name.events.jsonl
+# five times the trials' steps: the servers must outlive the intruders they
+# refuse (2.5-4 s each beside heavy load, while the 400 steps after the
+# first log line could take 2 s); an intruder that comes after the job
+# waits for servers that have gone
+mixed_steps=2000
 launch_bg $name.log --ps "$nps" "${args[@]}" --set strategy.mode=$mode --set optimizer.lr=${lr[$mode]} \
 	--set checkpoint.dir=$name/ckpt --set log.dir=$name/logs --set export.dir=$name/models/m \
-	--key-dir keys-job
-wait_for $name.log "step [0-9]+/400" 60
+	--set train.steps=$mixed_steps --set train.eval_every_steps=$mixed_steps --key-dir keys-job
+wait_for $name.log "step +[0-9]+/$mixed_steps" 60
 pid=$(pid_of worker:1) || fail "no worker:1 started"
 tf_config=$(tr '\0' '\n' </proc/$pid/environ | sed -n 's/^TF_CONFIG=//p')
 mapfile -d '' cmd </proc/$pid/cmdline
@@ -144,16 +149,18 @@ for p in plain:$plain_pid:"CURVE" other:$other_pid:"keys-other"; do
 	wait $ipid || rc=$?
 	took=$((SECONDS - t0))
 	echo "intruder $who: exit $rc after ${took}s: $(grep -m1 error $who.log || tail -1 $who.log)"
+	[ "$rc" != 124 ] && [ "$rc" != 137 ] || kill -0 "$LAUNCH_PID" 2>/dev/null ||
+		fail "intruder $who: exit $rc, and the job had ended meanwhile (nobody was left to refuse it: make the job longer)"
 	[ "$rc" -ge 1 ] && [ "$rc" -le 127 ] && [ "$rc" != 124 ] || fail "intruder $who: exit $rc, want 1..127"
 	[ "$took" -le 30 ] || fail "intruder $who: stopped after ${took}s"
 	grep -q -- "$want" $who.log || fail "intruder $who: the error does not name '$want'"
 done
 running=yes
 kill -0 "$LAUNCH_PID" 2>/dev/null || running="no (it had ended)"
-[ "$running" = yes ] || [ -f $name/ckpt/step-400/DONE ] ||
+[ "$running" = yes ] || [ -f $name/ckpt/step-$mixed_steps/DONE ] ||
 	fail "the job stopped while the intruders were refused"
 rc=0
-wait_launch "$(python3 -c "print(int(2 * ${ref_time[$mode]} + 60))")" || rc=$?
+wait_launch "$(python3 -c "print(int(2 * $mixed_steps / 400 * ${ref_time[$mode]} + 60))")" || rc=$?
 [ $rc = 0 ] || fail "mixed security modes: launch exited $rc"
 versions=$(ls $name/models/m 2>/dev/null | tr '\n' ' ')
 [ "$versions" = "1 " ] || fail "mixed security modes: exported versions: '$versions' (want exactly 1)"
