@@ -300,11 +300,11 @@ static int transfer(wf_ring *r, const void *sbuf, size_t sbytes, void *rbuf, siz
 		if (n == 0) {
 			if (rbytes > 0)
 				return ring_fail(r, err,
-						 "%s: %s sent nothing for %.0f s "
+						 "%s: %s sent nothing for %g s "
 						 "(strategy.stall_timeout): it stopped or hangs",
 						 what, r->left_name, r->cfg.timeout);
 			return ring_fail(r, err,
-					 "%s: %s took nothing for %.0f s (strategy.stall_timeout): "
+					 "%s: %s took nothing for %g s (strategy.stall_timeout): "
 					 "it stopped or hangs",
 					 what, r->right_name, r->cfg.timeout);
 		}
@@ -323,8 +323,8 @@ static int transfer(wf_ring *r, const void *sbuf, size_t sbytes, void *rbuf, siz
 			ssize_t k = recv(r->fd_left, d, rbytes, MSG_DONTWAIT);
 			if (k == 0)
 				return ring_fail(r, err,
-						 "%s: %s closed the connection (it died or "
-						 "left the ring)",
+						 "%s: %s closed the connection (it died, left, or "
+						 "lost its own neighbour)",
 						 what, r->left_name);
 			if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
 				return ring_fail(r, err, "%s: receiving from %s: %s", what,
