@@ -644,7 +644,10 @@ int wf_member_ready(wf_member *m, uint64_t gen, long step, double timeout, wf_el
 int wf_member_poll_notice(wf_member *m, uint64_t gen, wf_err *err)
 {
 	int seen = 0;
-	while (m->fd >= 0 && wf_net_wait(m->fd, POLLIN, wf_now()) == 1) {
+	for (;;) {
+		struct pollfd p = {.fd = m->fd, .events = POLLIN};
+		if (m->fd < 0 || poll(&p, 1, 0) != 1)
+			break;
 		wf_el_msg n;
 		char why[WF_EL_TEXT] = "";
 		int got = wf_el_recv(m->fd, &n, wf_now() + MSG_WAIT, why, sizeof(why));
