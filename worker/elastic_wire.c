@@ -163,13 +163,12 @@ int wf_el_msg_parse(int type, const uint8_t *body, size_t len, wf_el_msg *m, cha
 			return fail(why, n, "assign: out of memory");
 		m->nmembers = m->size;
 		for (int i = 0; i < m->size && !r.bad; i++) {
-			m->members[i].slot = (int)take32(&r);
+			int slot = (int)take32(&r);
+			m->members[i].slot = slot;
 			take_text(&r, m->members[i].addr);
-			if (!r.bad &&
-			    (m->members[i].slot < 0 || m->members[i].slot >= WF_EL_MAX_MEMBERS)) {
+			if (!r.bad && (slot < 0 || slot >= WF_EL_MAX_MEMBERS)) {
 				wf_el_msg_free(m);
-				return fail(why, n, "assign: member %d has slot %d", i,
-					    m->members[i].slot);
+				return fail(why, n, "assign: member %d has slot %d", i, slot);
 			}
 		}
 		break;
