@@ -673,7 +673,12 @@ static const wf_command_help launch_help = {
 	"forwarded: the trainers checkpoint and stop, then the servers. Exits with the\n"
 	"chief's status. Traffic is encrypted and authenticated with ZeroMQ CURVE keys\n"
 	"made for this run in a private temporary directory (removed at the end), or\n"
-	"those of --key-dir; --insecure runs plain TCP."};
+	"those of --key-dir; --insecure runs plain TCP.\n"
+	"With strategy.name allreduce and --elastic MIN:MAX (no --ps): elastic allreduce\n"
+	"over TCP without MPI. launch runs the membership service the workers form their\n"
+	"ring through; a worker that dies is restarted and joins again while the others\n"
+	"go on from their last committed step, SIGUSR1 adds a worker, SIGUSR2 makes one\n"
+	"leave (README: Elastic allreduce)."};
 
 /* A launcher with no children yet, which knows the weft binary to start. */
 static int launcher_new(launcher **out, wf_err *err)
@@ -947,7 +952,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		{"elastic", WF_FLAG_STR, &elastic, "MIN:MAX",
 		 "elastic membership (strategy.min_workers MIN): MAX worker slots, --workers of "
 		 "them started; the job goes on while MIN are alive; SIGUSR1 to launch starts a "
-		 "worker in a free slot, SIGUSR2 makes the last one leave"},
+		 "worker in a free slot, SIGUSR2 makes the last one leave (parameter servers, or "
+		 "allreduce over a TCP ring with --set strategy.name=allreduce)"},
 		{"delay", WF_FLAG_STR, &delay, "TIME",
 		 "with --link: one-way delay on each side of every link (0.2ms; needs the "
 		 "kernel's netem qdisc)"},

@@ -188,15 +188,15 @@ static void reformed_events(ring_ctx *c, const wf_el_msg *a, const int *old, int
 		for (int i = 0; i < a->size; i++)
 			if (!slot_listed(old, nold, a->members[i].slot))
 				wf_event("worker_joined",
-					 json_pack("{s:i, s:i, s:I}", "slot", a->members[i].slot,
-						   "workers", a->size, "step", (json_int_t)step));
+					 json_pack("{s:i, s:i, s:I}", "worker", a->members[i].slot,
+						   "live", a->size, "step", (json_int_t)step));
 		for (int i = 0; i < nold; i++) {
 			int still = 0;
 			for (int k = 0; k < a->size; k++)
 				still |= a->members[k].slot == old[i];
 			if (!still)
 				wf_event("worker_left",
-					 json_pack("{s:i, s:i, s:I}", "slot", old[i], "workers",
+					 json_pack("{s:i, s:i, s:I}", "worker", old[i], "live",
 						   a->size, "step", (json_int_t)step));
 		}
 	}
@@ -491,8 +491,7 @@ static int ring_leave(wf_exchange *x, int *left, wf_err *err)
 	c->ring = NULL;
 	c->left = 1;
 	*left = 1;
-	wf_event("left",
-		 json_pack("{s:i, s:I}", "slot", c->cfg.slot, "step", (json_int_t)c->last_step));
+	wf_event("left", json_pack("{s:I}", "step", (json_int_t)c->last_step));
 	return 0;
 }
 

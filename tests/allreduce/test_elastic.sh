@@ -106,8 +106,8 @@ assert gens == sorted(gens) and len(set(gens)) == len(gens), gens
 assert r0[-1]["workers"] == 2, r0[-1]
 fail = [e for e in r0 if e["reason"] == "failure"][0]
 assert fail["workers"] == 2 and fail["restored_step"] > 0, fail
-joined = [e for e in ev if e.get("event") == "worker_joined" and e["slot"] == 2]
-left = [e for e in ev if e.get("event") == "worker_left" and e["slot"] == 2]
+joined = [e for e in ev if e.get("event") == "worker_joined" and e["worker"] == 2]
+left = [e for e in ev if e.get("event") == "worker_left" and e["worker"] == 2]
 assert joined and left, (joined, left)
 print("generations", gens, "reasons", reasons, "failure restored step", fail["restored_step"])
 PY
