@@ -73,9 +73,10 @@ killed = [float(open(sys.argv[3]).read())]
 fail = [e for e in r0 if e["reason"] == "failure"]
 if killed and fail:
     out["kill_to_reformed_ms"] = round((fail[0]["time"] - killed[0]) * 1000, 1)
+# the step in flight, redone from the committed one (none: the chief's state
+# was the newest, rank 0 finished the step before the others noticed)
 rb = [e for e in ev if e.get("event") == "rollback" and e["who"] == "worker:0"]
-if rb:  # the step in flight, redone from the committed one
-    out["failure_redone_steps"] = rb[0]["from"] - rb[0]["to"] + 1
+out["failure_redone_steps"] = rb[0]["from"] - rb[0]["to"] + 1 if rb else 0
 out["final_step"] = steps[-1][0]
 print(json.dumps(out))
 PY
