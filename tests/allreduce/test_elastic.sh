@@ -1,13 +1,17 @@
 # test_elastic.sh: elastic allreduce without MPI (weft launch --elastic,
 # strategy allreduce over the TCP ring and its membership service).
 # 1. No change (2 workers, --elastic 2:2) ends within 1e-5 of one process
-#    with --accumulate 2, as mpirun -np 2 does.
+#    with --accumulate 2, as mpirun -np 2 does; so does the job resumed
+#    from its checkpoint of step 6 (model, slots, data position).
 # 2. --elastic 2:3 with 2 started: SIGUSR1 adds worker 2 (the ring re-forms
 #    with 3), kill -9 of worker 2 mid-run (the survivors restore their
 #    committed state and re-form with 2; launch restarts it and it joins
 #    again), SIGUSR2 makes it leave (exit 0). The job exits 0, workers 0 and
 #    1 were never restarted (one pid each throughout), every change shows as
 #    ring_reformed, the job trains every step asked and its loss falls.
+# 3. `weft membership` on its own with hand-started workers (the Kubernetes
+#    form): one of two killed, the other fails after strategy.elastic_timeout
+#    with fewer than MIN (exit 2, naming the settings).
 . "$WEFT_SRC/tests/ps/lib.sh"
 CMP="$WEFT_SRC/tests/trainer/compare_dump.py"
 make_synth train.h5 480 16 3
@@ -31,6 +35,15 @@ wait_launch 60 || fail "the unchanged elastic job failed"
 python3 "$CMP" acc.txt ring.txt 1e-5 || fail "2 elastic workers differ from --accumulate 2"
 [ -f ring/ckpt/step-6/DONE ] && [ -f ring/ckpt/step-6/data_position.json ] ||
 	fail "no complete checkpoint with its data position at step 6"
+# Resume: drop the final checkpoint; the ring continues from step 6 (model,
+# optimizer slots and data position) to the same model.
+rm -rf ring/ckpt/step-12
+launch_bg res.log --workers 2 --elastic 2:2 --threads 2 --config e.json --resume \
+	--set strategy.name=allreduce --set checkpoint.dir=ring/ckpt --set log.dir=ring/logs
+wait_launch 60 || fail "the resumed elastic job failed"
+grep -q "resuming from ring/ckpt/step-6" res.log || fail "did not resume from step 6"
+"$WEFT" inspect --model ring/ckpt/step-12/model.h5 --dump >res.txt
+python3 "$CMP" acc.txt res.txt 1e-5 || fail "the resumed elastic job differs"
 
 # ---- 2. join, kill -9, rejoin, leave ----------------------------------------------
 # count_at_least N EVENT SECONDS FILTERS...: until N events match.
@@ -111,4 +124,35 @@ left = [e for e in ev if e.get("event") == "worker_left" and e["worker"] == 2]
 assert joined and left, (joined, left)
 print("generations", gens, "reasons", reasons, "failure restored step", fail["restored_step"])
 PY
+
+# ---- 3. the service on its own (the Kubernetes form); fewer than MIN fails --------
+read -r sp wp0 wp1 < <(free_ports 3)
+export WEFT_JOB_TOKEN=elastic-test-token
+cl="\"cluster\": {\"worker\": [\"127.0.0.1:$wp0\", \"127.0.0.1:$wp1\"]}"
+cat >k.json <<JSON
+{"model": {"name": "smallcnn"}, "data": {"train": "train.h5"},
+ "train": {"batch_size": 16, "steps": 1000000, "seed": 2},
+ "optimizer": {"name": "sgd", "lr": 0.02},
+ "strategy": {"name": "allreduce", "min_workers": 2, "elastic_timeout": 2, "stall_timeout": 5},
+ "checkpoint": {"dir": "k/ckpt", "every_steps": 0}, "log": {"dir": "k/logs", "every_steps": 100}}
+JSON
+TF_CONFIG="{$cl}" setsid "$WEFT" membership --config k.json --port "$sp" --insecure >svc.log 2>&1 &
+LAUNCH_PIDS+=("$!")
+kpid=()
+for i in 0 1; do
+	TF_CONFIG="{$cl, \"task\": {\"type\": \"worker\", \"index\": $i}}" \
+		WEFT_ELASTIC_SERVICE="127.0.0.1:$sp" setsid "$WEFT" train --config k.json \
+		--insecure --threads 1 >"k$i.log" 2>&1 &
+	kpid+=("$!")
+	LAUNCH_PIDS+=("$!")
+done
+events wait ring_reformed 30 who=worker:1 reason=start >/dev/null || fail "no ring of the service"
+kill -9 "${kpid[1]}"
+wait "${kpid[1]}" 2>/dev/null || true
+rc=0
+wait "${kpid[0]}" || rc=$?
+[ "$rc" = 2 ] || fail "worker 0 exited $rc with fewer than MIN workers, want 2"
+grep -q "fewer than strategy.min_workers 2, for [0-9]* s (strategy.elastic_timeout)" k0.log ||
+	fail "worker 0 did not say why it failed"
+grep -q "generation 1: 2 workers" svc.log || fail "the service formed no ring"
 echo ok
