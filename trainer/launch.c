@@ -999,6 +999,13 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 			     "membership service runs in launch, outside the emulated network)");
 		goto cleanup;
 	}
+	if (dry_run && allreduce) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "launch: --dry-run prints the parameter servers' placement; an "
+			     "elastic allreduce job has none (each worker sends and receives "
+			     "2(N-1)/N of the gradient a step over the ring)");
+		goto cleanup;
+	}
 	if (dry_run) {
 		rc = wf_launch_plan(stdout, &cfg, (int)nps, (int)(er.max + chief), err);
 		goto cleanup;

@@ -99,7 +99,7 @@ m = [json.loads(l) for l in open(sys.argv[1])]
 ev = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 steps = int(sys.argv[3])
 assert m[-1]["step"] == steps, m[-1]
-assert m[-1]["loss"] < 0.5 * m[0]["loss"], (m[0], m[-1])
+assert m[-1]["loss"] < 0.5 * m[0]["loss"] and m[-1]["accuracy"] >= 0.9, (m[0], m[-1])
 started = {}
 for e in ev:
     if e.get("event") == "started":
