@@ -269,9 +269,8 @@ static int reform(wf_exchange *x, const char *reason, long *step, wf_err *err)
 			x->data_epoch = c->epoch;
 			x->data_offset = c->offset;
 			if (x->is_chief || a.rank == 0)
-				wf_info("ring: generation %llu: %d worker%s, rank %d, from step "
-					"%ld "
-					"(%s)",
+				wf_info("ring: generation %llu: %d worker%s, rank %d, "
+					"from step %ld (%s)",
 					(unsigned long long)a.gen, a.size, a.size == 1 ? "" : "s",
 					a.rank, *step, reason);
 			reformed_events(c, &a, old, nold, reason, *step);
@@ -368,8 +367,10 @@ static int ring_step(wf_exchange *x, long step, long *to, wf_err *err)
 	int join = 0;
 	if (!c->notice_failed) {
 		join = wf_member_poll_notice(c->mem, c->gen, &e);
-		if (join < 0 && e.code == WF_EINVAL)
-			return *err = e, e.code;
+		if (join < 0 && e.code == WF_EINVAL) { /* the service failed the job */
+			*err = e;
+			return e.code;
+		}
 		if (join < 0) {
 			wf_warn("%s: training goes on, but no worker can join or fail over now",
 				e.msg);
@@ -391,8 +392,10 @@ static int ring_step(wf_exchange *x, long step, long *to, wf_err *err)
 		rc = wf_ring_allreduce(c->ring, ctl, c->nstate + CTL_N, what, &e);
 	}
 	if (rc != 0) {
-		if (rc != WF_ETRANSIENT)
-			return *err = e, rc;
+		if (rc != WF_ETRANSIENT) {
+			*err = e;
+			return rc;
+		}
 		wf_warn("%s: restoring step %ld and forming the ring again", e.msg, c->c_step);
 		if ((rc = restore(c, err)) != 0)
 			return rc;
