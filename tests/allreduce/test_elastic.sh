@@ -127,13 +127,14 @@ PY
 
 # ---- 3. the service on its own (the Kubernetes form); fewer than MIN fails --------
 read -r sp wp0 wp1 < <(free_ports 3)
+export WEFT_EVENTS=$WORK/k-events.jsonl # this part's own: part 2 had a worker 1 too
 export WEFT_JOB_TOKEN=elastic-test-token
 cl="\"cluster\": {\"worker\": [\"127.0.0.1:$wp0\", \"127.0.0.1:$wp1\"]}"
 cat >k.json <<JSON
 {"model": {"name": "smallcnn"}, "data": {"train": "train.h5"},
  "train": {"batch_size": 16, "steps": 1000000, "seed": 2},
  "optimizer": {"name": "sgd", "lr": 0.02},
- "strategy": {"name": "allreduce", "min_workers": 2, "elastic_timeout": 2, "stall_timeout": 5},
+ "strategy": {"name": "allreduce", "min_workers": 2, "elastic_timeout": 6, "stall_timeout": 5},
  "checkpoint": {"dir": "k/ckpt", "every_steps": 0}, "log": {"dir": "k/logs", "every_steps": 100}}
 JSON
 TF_CONFIG="{$cl}" setsid "$WEFT" membership --config k.json --port "$sp" --insecure >svc.log 2>&1 &
