@@ -1,6 +1,8 @@
 /* exchange_ring.c: elastic allreduce over a TCP ring (see exchange_ring.h).
  *
- * A step: the gradient is summed over the ring (wf_ring_allreduce), then a
+ * A step: a communication thread sums the gradient over the ring in
+ * buckets of strategy.bucket_mb as backward finishes them (grad_ready);
+ * step() hands it the rest and waits, then sums, on the training thread, a
  * small vector: the batch-norm statistics and three counts, the ranks that
  * ask to stop the job (the chief's SIGINT/SIGTERM), to leave it (another
  * worker's SIGTERM) and that heard from the service that someone waits to
@@ -35,12 +37,39 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 enum { CTL_STOP, CTL_LEAVE, CTL_JOIN, CTL_N }; /* the counts after the statistics */
+
+/* The communication thread: sums the gradient's buckets over the ring as
+ * backward finishes them. The training thread hands it a step (grad_ready,
+ * step) and waits for it in step(); between steps the thread is idle and
+ * the training thread alone uses the ring (statistics, re-formation). */
+typedef struct comm {
+	pthread_t t;
+	int started;
+	pthread_mutex_t mu;
+	pthread_cond_t wake; /* the training thread: more is ready, or quit */
+	pthread_cond_t idle; /* the thread: a bucket done, or failed */
+	float *grads;
+	size_t n;      /* floats */
+	size_t bucket; /* floats a bucket */
+	int nbuckets;
+	size_t ready; /* [0, ready) is final this step */
+	int open;     /* a step's buckets are handed over */
+	int next;     /* buckets summed this step */
+	int busy;     /* summing a bucket now */
+	int failed;   /* a bucket's sum failed: err says why */
+	int quit;
+	long step;     /* 0-based, for messages */
+	wf_ring *ring; /* this step's ring (set when the step opens) */
+	wf_err err;
+} comm;
 
 typedef struct ring_ctx {
 	wf_exchange_ring_cfg cfg;
@@ -70,7 +99,115 @@ typedef struct ring_ctx {
 	int left;	   /* it has left */
 	int notice_failed; /* the service was lost (warned once) */
 	long last_step;	   /* the step run last (for finish) */
+	comm cm;
 } ring_ctx;
+
+/* ---- the communication thread ---------------------------------------------- */
+
+static void *comm_main(void *arg)
+{
+	comm *m = arg;
+	sigset_t all;
+	sigfillset(&all); /* signals are the training thread's */
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	pthread_mutex_lock(&m->mu);
+	for (;;) {
+		if (m->quit)
+			break;
+		size_t lo = (size_t)m->next * m->bucket;
+		size_t hi = lo + m->bucket < m->n ? lo + m->bucket : m->n;
+		if (!m->open || m->failed || m->next >= m->nbuckets || hi > m->ready) {
+			pthread_cond_wait(&m->wake, &m->mu);
+			continue;
+		}
+		m->busy = 1;
+		char what[96];
+		snprintf(what, sizeof(what), "bucket %d of %d of the gradient of step %ld",
+			 m->next + 1, m->nbuckets, m->step + 1);
+		pthread_mutex_unlock(&m->mu);
+		wf_err e = {0};
+		int rc = wf_ring_allreduce(m->ring, m->grads + lo, hi - lo, what, &e);
+		pthread_mutex_lock(&m->mu);
+		m->busy = 0;
+		if (rc != 0) {
+			m->failed = rc;
+			m->err = e;
+		} else {
+			m->next++;
+		}
+		pthread_cond_broadcast(&m->idle);
+	}
+	pthread_mutex_unlock(&m->mu);
+	return NULL;
+}
+
+/* Hand [0, done) of step `step`'s gradient over (opens the step). */
+static void comm_hand(ring_ctx *c, long step, size_t done)
+{
+	comm *m = &c->cm;
+	pthread_mutex_lock(&m->mu);
+	if (!m->open) {
+		m->open = 1;
+		m->next = 0;
+		m->failed = 0;
+		m->ready = 0;
+		m->step = step;
+		m->ring = c->ring;
+	}
+	if (done > m->ready)
+		m->ready = done;
+	pthread_cond_signal(&m->wake);
+	pthread_mutex_unlock(&m->mu);
+}
+
+/* The whole gradient is final: wait until every bucket is summed or one
+ * failed (0 or the failure, err filled); the step is closed after. */
+static int comm_finish(ring_ctx *c, long step, wf_err *err)
+{
+	comm *m = &c->cm;
+	comm_hand(c, step, m->n);
+	pthread_mutex_lock(&m->mu);
+	while (m->busy || (!m->failed && m->next < m->nbuckets))
+		pthread_cond_wait(&m->idle, &m->mu);
+	int rc = m->failed;
+	if (rc)
+		*err = m->err;
+	m->open = 0;
+	pthread_mutex_unlock(&m->mu);
+	return rc;
+}
+
+static int comm_start(ring_ctx *c, float *grads, size_t n, double bucket_mb)
+{
+	comm *m = &c->cm;
+	double floats = bucket_mb * 1024.0 * 1024.0 / sizeof(float);
+	m->grads = grads;
+	m->n = n;
+	m->bucket = floats < 1024 ? 1024 : (size_t)floats;
+	m->nbuckets = n ? (int)((n + m->bucket - 1) / m->bucket) : 0;
+	pthread_mutex_init(&m->mu, NULL);
+	pthread_cond_init(&m->wake, NULL);
+	pthread_cond_init(&m->idle, NULL);
+	if (pthread_create(&m->t, NULL, comm_main, m) != 0)
+		return -1;
+	m->started = 1;
+	return 0;
+}
+
+static void comm_stop(comm *m)
+{
+	if (!m->started)
+		return;
+	pthread_mutex_lock(&m->mu);
+	m->quit = 1;
+	pthread_cond_signal(&m->wake);
+	pthread_mutex_unlock(&m->mu);
+	pthread_join(m->t, NULL);
+	pthread_mutex_destroy(&m->mu);
+	pthread_cond_destroy(&m->wake);
+	pthread_cond_destroy(&m->idle);
+	m->started = 0;
+}
 
 /* ---- committed state ------------------------------------------------------- */
 
@@ -385,8 +522,7 @@ static int ring_step(wf_exchange *x, long step, long *to, wf_err *err)
 	ctl[c->nstate + CTL_LEAVE] = (float)(c->stop_local && !x->is_chief);
 	ctl[c->nstate + CTL_JOIN] = (float)join;
 	char what[96];
-	snprintf(what, sizeof(what), "the gradient of step %ld", step + 1);
-	int rc = wf_ring_allreduce(c->ring, wf_exec_grads(c->ex), c->n, what, &e);
+	int rc = comm_finish(c, step, &e);
 	if (rc == 0) {
 		snprintf(what, sizeof(what), "the statistics and flags of step %ld", step + 1);
 		rc = wf_ring_allreduce(c->ring, ctl, c->nstate + CTL_N, what, &e);
@@ -400,6 +536,8 @@ static int ring_step(wf_exchange *x, long step, long *to, wf_err *err)
 		if ((rc = restore(c, err)) != 0)
 			return rc;
 		rc = reform(x, "failure", to, err);
+		if (rc == 0 || rc == 1)
+			c->last_step = *to;
 		if (rc == 1)
 			return wf_errf(err, WF_EINVAL,
 				       "ring: the job finished at step %ld while this worker "
@@ -433,9 +571,17 @@ static int ring_step(wf_exchange *x, long step, long *to, wf_err *err)
 		return 0;
 	}
 	rc = reform(x, leaves ? "leave" : "join", to, err);
+	if (rc == 0)
+		c->last_step = *to;
 	if (rc == 1)
 		return 0; /* over: the trainer ends at its last step anyway */
 	return rc != 0 ? rc : WF_EXCHANGE_MOVED;
+}
+
+static void ring_grad_ready(wf_exchange *x, size_t done)
+{
+	ring_ctx *c = x->ctx;
+	comm_hand(c, c->last_step, done);
 }
 
 static int ring_save(wf_exchange *x, const char *dir, long step, wf_err *err)
@@ -502,6 +648,7 @@ static void ring_free(wf_exchange *x)
 {
 	ring_ctx *c = x ? x->ctx : NULL;
 	if (c) {
+		comm_stop(&c->cm);
 		wf_ring_free(c->ring);
 		wf_member_free(c->mem);
 		if (c->lfd >= 0)
@@ -524,6 +671,7 @@ static void ring_free(wf_exchange *x)
 
 static const wf_exchange_ops ring_ops = {
 	.start = ring_start,
+	.grad_ready = ring_grad_ready,
 	.step = ring_step,
 	.save = ring_save,
 	.finish = ring_finish,
@@ -600,6 +748,10 @@ int wf_exchange_ring_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	if (c->lfd < 0) {
 		rc = c->lfd;
 		c->lfd = -1;
+		goto fail;
+	}
+	if (comm_start(c, wf_exec_grads(ex), c->n, cfg->bucket_mb) != 0) {
+		rc = wf_errf(err, WF_EINTERNAL, "elastic allreduce: cannot start its thread");
 		goto fail;
 	}
 	*out = x;

@@ -30,6 +30,7 @@ typedef struct wf_exchange_ring_cfg {
 	double connect_timeout; /* seconds to reach the service at start */
 	long commit_every;	/* steps between commits (>= 1) */
 	int linear_lr;		/* 1: grad scale 1 / slots (elastic_lr linear), 0: 1 / workers */
+	double bucket_mb;	/* MiB of gradient summed at a time, as backward finishes it */
 } wf_exchange_ring_cfg;
 
 /* The exchange over executor ex (host memory) of model m, applying optim.

@@ -27,8 +27,10 @@ JSON
 "$WEFT" train --config e.json --device cpu --threads 1 --accumulate 2 \
 	--set checkpoint.dir=acc/ckpt --set log.dir=acc/logs 2>acc.err ||
 	{ cat acc.err; fail "--accumulate 2 run failed"; }
+# small buckets: the communication thread sums several while backward runs
 launch_bg eq.log --workers 2 --elastic 2:2 --threads 2 --config e.json \
-	--set strategy.name=allreduce --set checkpoint.dir=ring/ckpt --set log.dir=ring/logs
+	--set strategy.name=allreduce --set strategy.bucket_mb=0.05 \
+	--set checkpoint.dir=ring/ckpt --set log.dir=ring/logs
 wait_launch 60 || fail "the unchanged elastic job failed"
 "$WEFT" inspect --model acc/ckpt/step-12/model.h5 --dump >acc.txt
 "$WEFT" inspect --model ring/ckpt/step-12/model.h5 --dump >ring.txt
@@ -66,11 +68,11 @@ for attempt in 1 2 3; do
 {"model": {"name": "smallcnn"}, "data": {"train": "train.h5"},
  "train": {"batch_size": 16, "steps": $steps, "seed": 2},
  "optimizer": {"name": "sgd", "lr": 0.02, "momentum": 0.9},
- "strategy": {"name": "allreduce", "stall_timeout": 10, "elastic_lr": "fixed"},
+ "strategy": {"name": "allreduce", "stall_timeout": 10, "elastic_lr": "fixed", "bucket_mb": 0.1},
  "checkpoint": {"dir": "run/ckpt", "every_steps": 0}, "log": {"dir": "run/logs", "every_steps": 10}}
 JSON
 	launch_bg launch.log --workers 2 --elastic 2:3 --threads 2 --config c.json
-	events wait ring_reformed 30 who=worker:0 reason=start >/dev/null || fail "no first ring"
+	events wait ring_reformed 60 who=worker:0 reason=start >/dev/null || fail "no first ring"
 	kill -USR1 "$LAUNCH_PID"
 	count_at_least 1 ring_reformed 60 who=worker:2 workers=3 || { wait_launch 60 || true; steps=$((steps * 2)); continue; }
 	w2=$(events get started task_pid task=worker:2)
