@@ -123,11 +123,19 @@ static const key_def keys[] = {
 	 "workers - B); later pushes are dropped and their batches trained again in the same "
 	 "epoch; 0 <= B < workers; 0: every worker, every step"},
 	{"strategy.min_workers", T_INT, F(strategy.min_workers), "0",
-	 "parameter_server, mode sync: elastic membership: workers may join (start one with "
-	 "its TF_CONFIG index) and leave (SIGTERM: it leaves for good) a running job, which "
-	 "goes on while at least this many of the cluster's workers are alive; the servers "
-	 "hand out the data so no sample of an epoch is lost; 0: not elastic (every worker "
-	 "is awaited)"},
+	 "parameter_server (mode sync) and allreduce: elastic membership: workers may join "
+	 "(start one with its TF_CONFIG index) and leave (SIGTERM: it leaves for good) a "
+	 "running job, which goes on while at least this many of the cluster's workers are "
+	 "alive; no sample of an epoch is lost (the servers hand out the data; allreduce "
+	 "commits the data position with the model); allreduce then runs over a TCP ring "
+	 "formed by the service of strategy.elastic_service; 0: not elastic (every worker is "
+	 "awaited)"},
+	{"strategy.elastic_service", T_STR, F(strategy.elastic_service), "\"\"",
+	 "allreduce with strategy.min_workers: host:port of the membership service (`weft "
+	 "launch --elastic` runs one and sets it; on Kubernetes, the `weft membership` pod)"},
+	{"strategy.commit_every", T_INT, F(strategy.commit_every), "1",
+	 "elastic allreduce: steps between in-memory commits of the state a failure rolls "
+	 "back to (a failure repeats at most this many steps); joins and leaves commit too"},
 	{"strategy.elastic_lr", T_STR, F(strategy.elastic_lr), "\"linear\"",
 	 "elastic: linear keeps the per-worker batch and scales the learning rate by the "
 	 "step's workers / the cluster's workers (the update is the sum of the step's "
@@ -267,6 +275,7 @@ static const struct {
 	{"train.cudnn_workspace_mb", "WEFT_CUDNN_WORKSPACE_MB"},
 	{"data.memory_mb", "WEFT_DATA_MEMORY_MB"},
 	{"strategy.min_workers", "WEFT_MIN_WORKERS"},
+	{"strategy.elastic_service", "WEFT_ELASTIC_SERVICE"},
 	{"strategy.elastic_timeout", "WEFT_ELASTIC_TIMEOUT"},
 	{"strategy.stall_timeout", "WEFT_STALL_TIMEOUT"},
 	{"strategy.rendezvous_timeout", "WEFT_RENDEZVOUS_TIMEOUT"},

@@ -75,6 +75,9 @@ typedef struct wf_config {
 		double elastic_timeout; /* seconds with fewer than min_workers; 0: for ever */
 		double bucket_mb;
 		double stall_timeout, rendezvous_timeout; /* allreduce, seconds */
+		char elastic_service[256]; /* elastic allreduce: the membership service's
+					    * "host:port" */
+		long commit_every;	   /* elastic allreduce: steps between commits */
 	} strategy;
 	struct {
 		char dir[WF_CFG_PATH_MAX];

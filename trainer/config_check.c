@@ -208,11 +208,15 @@ static int check_strategy(wf_config *c, wf_err *err)
 	NEED(c->strategy.min_workers >= 0 && c->strategy.min_workers <= 1000000,
 	     "strategy.min_workers: must be >= 0 (0: not elastic), got %ld",
 	     c->strategy.min_workers);
-	NEED(c->strategy.min_workers == 0 || (strcmp(c->strategy.name, "parameter_server") == 0 &&
-					      c->ps.mode == WF_PS_MODE_SYNC),
-	     "strategy.min_workers: %ld (elastic membership) needs strategy.name parameter_server "
-	     "with strategy.mode sync (got %s, %s)",
+	NEED(c->strategy.min_workers == 0 || strcmp(c->strategy.name, "allreduce") == 0 ||
+		     (strcmp(c->strategy.name, "parameter_server") == 0 &&
+		      c->ps.mode == WF_PS_MODE_SYNC),
+	     "strategy.min_workers: %ld (elastic membership) needs strategy.name allreduce, or "
+	     "parameter_server with strategy.mode sync (got %s, %s)",
 	     c->strategy.min_workers, c->strategy.name, c->strategy.mode);
+	NEED(c->strategy.commit_every >= 1,
+	     "strategy.commit_every: must be >= 1 (steps between commits), got %ld",
+	     c->strategy.commit_every);
 	NEED(strcmp(c->strategy.elastic_lr, "linear") == 0 ||
 		     strcmp(c->strategy.elastic_lr, "fixed") == 0,
 	     "strategy.elastic_lr: expected linear or fixed, got '%s'", c->strategy.elastic_lr);

@@ -15,12 +15,16 @@
 #include "trainer/netem.h"
 #include "trainer/job.h"
 #include "ps/auth.h"
+#include "trainer/cluster.h"
+#include "worker/membership.h"
+#include "worker/rendezvous.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +79,12 @@ typedef struct launcher {
 	wf_netem net;	  /* --link: each child in its own namespace (node = its index) */
 	long min_workers; /* --elastic MIN (0: not elastic); SIGUSR2 never goes below it */
 	char min_arg[48];
+	const char *strategy_arg; /* "strategy.name=..." every trainer gets */
+	/* elastic allreduce: the membership service, on a thread of launch */
+	wf_membership *svc;
+	pthread_t svc_thread;
+	int svc_running;
+	char svc_arg[300]; /* "strategy.elastic_service=127.0.0.1:PORT" */
 } launcher;
 
 static volatile sig_atomic_t got_signal, got_add, got_remove;
@@ -548,6 +558,77 @@ static void remove_keys(launcher *l)
 		l->key_fd = -1;
 }
 
+/* ---- the membership service of elastic allreduce ---------------------------------- */
+
+static void *membership_main(void *arg)
+{
+	launcher *l = arg;
+	sigset_t all;
+	sigfillset(&all); /* signals go to the main thread (run_loop) */
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	wf_err err = {0};
+	if (wf_membership_run(l->svc, &err) != 0)
+		fprintf(stderr, "[launch] membership service: %s\n", err.msg);
+	return NULL;
+}
+
+/* Elastic allreduce: the service the workers form their ring through, on
+ * a free port of this machine, with the job's key and tag (from the
+ * TF_CONFIG every worker gets and this run's token). */
+static int start_membership(launcher *l, const wf_config *cfg, long min, long started, wf_err *err)
+{
+	wf_cluster c;
+	int ci = chief_index(l);
+	int rc = wf_cluster_parse_tf_config(&c, l->ch[ci >= 0 ? ci : 0].tf_config, err);
+	if (rc != 0)
+		return rc;
+	snprintf(c.job_token, sizeof(c.job_token), "%s", l->job_token);
+	uint64_t job = wf_job_id(cfg, &c);
+	wf_cluster_free(&c);
+	uint8_t key[WF_RDV_KEY_BYTES];
+	wf_ps_keys keys;
+	const wf_ps_keys *kp = NULL;
+	if ((rc = wf_job_keys(cfg, &keys, &kp, err)) != 0)
+		return rc;
+	if (kp)
+		wf_rdv_key_derive(key, kp->client_secret);
+	memset(&keys, 0, sizeof(keys));
+	wf_membership_cfg mc = {.port = 0,
+				.job = job,
+				.key = kp ? key : NULL,
+				.min_workers = (int)min,
+				.expect = (int)started,
+				.elastic_timeout = cfg->strategy.elastic_timeout,
+				.settle = cfg->strategy.stall_timeout};
+	rc = wf_membership_create(&l->svc, &mc, err);
+	memset(key, 0, sizeof(key));
+	if (rc != 0)
+		return rc;
+	snprintf(l->svc_arg, sizeof(l->svc_arg), "strategy.elastic_service=127.0.0.1:%d",
+		 wf_membership_port(l->svc));
+	if (pthread_create(&l->svc_thread, NULL, membership_main, l) != 0) {
+		wf_membership_free(l->svc);
+		l->svc = NULL;
+		return wf_errf(err, WF_EINTERNAL, "launch: cannot start the membership thread");
+	}
+	l->svc_running = 1;
+	fprintf(stderr, "[launch] elastic allreduce: membership service on 127.0.0.1:%d\n",
+		wf_membership_port(l->svc));
+	return 0;
+}
+
+static void stop_membership(launcher *l)
+{
+	if (!l || !l->svc)
+		return;
+	if (l->svc_running) {
+		wf_membership_stop(l->svc);
+		pthread_join(l->svc_thread, NULL);
+	}
+	wf_membership_free(l->svc);
+	l->svc = NULL;
+}
+
 /* ---- weft launch ------------------------------------------------------------------- */
 
 /* --elastic MIN:MAX (NULL: MIN 0, MAX --workers): the worker slots, the
@@ -592,7 +673,12 @@ static const wf_command_help launch_help = {
 	"forwarded: the trainers checkpoint and stop, then the servers. Exits with the\n"
 	"chief's status. Traffic is encrypted and authenticated with ZeroMQ CURVE keys\n"
 	"made for this run in a private temporary directory (removed at the end), or\n"
-	"those of --key-dir; --insecure runs plain TCP."};
+	"those of --key-dir; --insecure runs plain TCP.\n"
+	"With strategy.name allreduce and --elastic MIN:MAX (no --ps): elastic allreduce\n"
+	"over TCP without MPI. launch runs the membership service the workers form their\n"
+	"ring through; a worker that dies is restarted and joins again while the others\n"
+	"go on from their last committed step, SIGUSR1 adds a worker, SIGUSR2 makes one\n"
+	"leave (README: Elastic allreduce)."};
 
 /* A launcher with no children yet, which knows the weft binary to start. */
 static int launcher_new(launcher **out, wf_err *err)
@@ -612,26 +698,43 @@ static int launcher_new(launcher **out, wf_err *err)
 /* The job's config, as every process will load it (strategy.name
  * parameter_server, min_arg with --elastic, the key flags applied), checked
  * for this cluster. */
-static int launch_config(wf_config *cfg, const char *config, const wf_cli_list *sets, long nps,
-			 long ntrainers, const char *min_arg, const char *key_dir, int insecure,
-			 wf_err *err)
+static int launch_config(wf_config *cfg, const char *config, const wf_cli_list *sets, long *nps_io,
+			 int ps_given, long ntrainers, const char *min_arg, const char *key_dir,
+			 int insecure, wf_err *err)
 {
 	int rc = wf_config_load(cfg, config, sets->items, sets->n, err);
 	if (rc != 0)
 		return rc;
-	if (strcmp(cfg->strategy.name, "local") != 0 &&
-	    strcmp(cfg->strategy.name, "parameter_server") != 0)
+	int allreduce = strcmp(cfg->strategy.name, "allreduce") == 0;
+	if (allreduce && !ps_given)
+		*nps_io = 0;
+	long nps = *nps_io;
+	if (allreduce && !min_arg)
 		return wf_errf(err, WF_EINVAL,
-			       "strategy.name: \"%s\": weft launch runs parameter servers "
-			       "(allreduce runs under mpirun)",
+			       "strategy.name: \"allreduce\": weft launch runs allreduce only "
+			       "elastic (--elastic MIN:MAX, over TCP); a fixed allreduce job runs "
+			       "under mpirun");
+	if (strcmp(cfg->strategy.name, "local") != 0 &&
+	    strcmp(cfg->strategy.name, "parameter_server") != 0 && !allreduce)
+		return wf_errf(err, WF_EINVAL,
+			       "strategy.name: \"%s\": weft launch runs parameter servers, or "
+			       "allreduce with --elastic",
 			       cfg->strategy.name);
-	if ((rc = wf_config_set(cfg, "strategy.name=parameter_server", err)) != 0 ||
+	if ((!allreduce && (rc = wf_config_set(cfg, "strategy.name=parameter_server", err)) != 0) ||
 	    (min_arg && (rc = wf_config_set(cfg, min_arg, err)) != 0) ||
 	    (rc = wf_config_validate(cfg, err)) != 0)
 		return wf_err_wrap(err, "%s", config), rc;
 	if ((rc = wf_config_check_workers(cfg, (int)ntrainers, err)) != 0)
 		return rc;
-	if (cfg->ps.replicas > nps)
+	if (allreduce && nps > 0)
+		return wf_errf(err, WF_EINVAL,
+			       "--ps %ld: an allreduce job has no parameter servers (leave --ps "
+			       "out, or --ps 0)",
+			       nps);
+	if (!allreduce && nps < 1)
+		return wf_errf(err, WF_EINVAL, "--ps %ld: a parameter-server job needs one or more",
+			       nps);
+	if (cfg->ps.replicas > nps && !allreduce)
 		return wf_errf(err, WF_EINVAL,
 			       "ps.replicas %ld: each chunk on %ld servers needs --ps %ld or more "
 			       "(got --ps %ld)",
@@ -695,7 +798,11 @@ static void child_args(launcher *l, const char *config, const wf_cli_list *sets,
 		l->argv[l->argc++] = sets->items[i];
 	}
 	l->argv[l->argc++] = "--set";
-	l->argv[l->argc++] = "strategy.name=parameter_server";
+	l->argv[l->argc++] = l->strategy_arg;
+	if (l->svc_arg[0]) {
+		l->argv[l->argc++] = "--set";
+		l->argv[l->argc++] = l->svc_arg;
+	}
 	l->argv[l->argc++] = "--set";
 	l->argv[l->argc++] = l->key_arg;
 	if (min_arg) {
@@ -811,7 +918,7 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 {
 	const char *config = NULL, *device = NULL, *key_dir = NULL, *link = NULL, *delay = NULL,
 		   *elastic = NULL;
-	long nps = 1, nworkers = 2, threads = 0, max_restarts = 3;
+	long nps = -1, nworkers = 2, threads = 0, max_restarts = 3;
 	int chief = 0, resume = 0, insecure = 0, dry_run = 0;
 	wf_cli_list sets = {0}, pos = {0};
 	const wf_flag flags[] = {
@@ -819,7 +926,7 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		{"dry-run", WF_FLAG_BOOL, &dry_run, NULL,
 		 "start nothing: print the model, each server's share of it (with the copies of "
 		 "ps.replicas) and the bytes a step moves on every link"},
-		{"ps", WF_FLAG_INT, &nps, "N", "parameter servers (1)"},
+		{"ps", WF_FLAG_INT, &nps, "N", "parameter servers (1; an allreduce job has none)"},
 		{"workers", WF_FLAG_INT, &nworkers, "M",
 		 "workers (2); without --chief, worker 0 is the chief"},
 		{"chief", WF_FLAG_BOOL, &chief, NULL,
@@ -845,7 +952,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		{"elastic", WF_FLAG_STR, &elastic, "MIN:MAX",
 		 "elastic membership (strategy.min_workers MIN): MAX worker slots, --workers of "
 		 "them started; the job goes on while MIN are alive; SIGUSR1 to launch starts a "
-		 "worker in a free slot, SIGUSR2 makes the last one leave"},
+		 "worker in a free slot, SIGUSR2 makes the last one leave (parameter servers, or "
+		 "allreduce over a TCP ring with --set strategy.name=allreduce)"},
 		{"delay", WF_FLAG_STR, &delay, "TIME",
 		 "with --link: one-way delay on each side of every link (0.2ms; needs the "
 		 "kernel's netem qdisc)"},
@@ -859,11 +967,14 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 		rc = wf_errf(err, WF_EINVAL, "launch: --config FILE is required (see --help)");
 		goto cleanup;
 	}
-	if (nps < 1 || nworkers < (chief ? 0 : 1) || nps + nworkers + chief > MAX_PROCS ||
+	int ps_given = nps >= 0;
+	if (!ps_given)
+		nps = 1;
+	if (nps < 0 || nworkers < (chief ? 0 : 1) || nps + nworkers + chief > MAX_PROCS ||
 	    max_restarts < 0 || threads < 0) {
 		rc = wf_errf(
 			err, WF_EINVAL,
-			"launch: need --ps >= 1, --workers >= 1 (or --chief), at most %d "
+			"launch: need --ps >= 0, --workers >= 1 (or --chief), at most %d "
 			"processes, --max-restarts >= 0, --threads >= 0 (got %ld, %ld, %ld, %ld)",
 			MAX_PROCS, nps, nworkers, max_restarts, threads);
 		goto cleanup;
@@ -878,9 +989,23 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	}
 	/* check the config once here, rather than fail in every process */
 	wf_config cfg;
-	if ((rc = launch_config(&cfg, config, &sets, nps, er.max + chief,
+	if ((rc = launch_config(&cfg, config, &sets, &nps, ps_given, er.max + chief,
 				elastic ? er.min_arg : NULL, key_dir, insecure, err)) != 0)
 		goto cleanup;
+	int allreduce = strcmp(cfg.strategy.name, "allreduce") == 0;
+	if (allreduce && (link || delay)) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "launch: --link/--delay: not with elastic allreduce yet (its "
+			     "membership service runs in launch, outside the emulated network)");
+		goto cleanup;
+	}
+	if (dry_run && allreduce) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "launch: --dry-run prints the parameter servers' placement; an "
+			     "elastic allreduce job has none (each worker sends and receives "
+			     "2(N-1)/N of the gradient a step over the ring)");
+		goto cleanup;
+	}
 	if (dry_run) {
 		rc = wf_launch_plan(stdout, &cfg, (int)nps, (int)(er.max + chief), err);
 		goto cleanup;
@@ -894,13 +1019,16 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	l->max_restarts = (int)max_restarts;
 	l->resume = resume;
 	l->min_workers = er.min;
-	child_args(l, config, &sets, device, elastic ? er.min_arg : NULL);
+	l->strategy_arg = allreduce ? "strategy.name=allreduce" : "strategy.name=parameter_server";
 	long cpus = threads > 0 ? threads : wf_config_default_threads();
 	long per = cpus / (nworkers + chief);
 	snprintf(l->threads_arg, sizeof(l->threads_arg), "%ld", per > 0 ? per : 1);
 
 	if ((rc = place_children(l, nps, nworkers, er.max, chief, link, delay, err)) != 0)
 		goto cleanup;
+	if (allreduce && (rc = start_membership(l, &cfg, er.min, nworkers + chief, err)) != 0)
+		goto cleanup;
+	child_args(l, config, &sets, device, elastic ? er.min_arg : NULL);
 	fprintf(stderr,
 		"[launch] %ld ps, %ld worker%s%s on %s (%s threads per trainer); "
 		"TF_CONFIG cluster: %.*s\n",
@@ -911,6 +1039,7 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 
 	rc = run_children(l, resume, er.note, err);
 cleanup:
+	stop_membership(l);
 	wf_events_close();
 	remove_keys(l);
 	if (l)

@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "trainer/bench_cluster.h"
 #include "trainer/cmd_keygen.h"
+#include "trainer/cmd_membership.h"
 #include "trainer/cmd_model.h"
 #include "trainer/cmd_tfconfig.h"
 #include "trainer/commands.h"
@@ -30,6 +31,8 @@ static const command commands[] = {
 	{"data", wf_cmd_data, "make dataset files (synth, cifar10, images)"},
 	{"inspect", wf_cmd_inspect, "describe or dump a model file"},
 	{"launch", wf_cmd_launch, "start a local cluster of parameter servers and workers"},
+	{"membership", wf_cmd_membership,
+	 "run the membership service of elastic allreduce (a pod of its own)"},
 	{"bench", wf_cmd_bench, "benchmarks: `weft bench cluster`, an emulated cluster"},
 	{"ps", wf_cmd_ps, "run a parameter server (the ps task of TF_CONFIG)"},
 	{"tfconfig", wf_cmd_tfconfig, "print this process's cluster identity (TF_CONFIG)"},

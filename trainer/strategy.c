@@ -11,6 +11,8 @@
 #include "worker/exchange_mpi.h"
 #include "worker/exchange_nccl.h"
 #include "worker/exchange_ps.h"
+#include "worker/exchange_ring.h"
+#include "worker/rendezvous.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,8 @@ int wf_strategy_check(const wf_config *cfg, wf_err *err)
 {
 	if (strcmp(cfg->strategy.name, "local") == 0)
 		return 0;
+	if (strcmp(cfg->strategy.name, "allreduce") == 0 && cfg->strategy.min_workers > 0)
+		return 0; /* elastic: the TCP ring, no MPI */
 	if (strcmp(cfg->strategy.name, "allreduce") == 0)
 		return wf_exchange_mpi_check(err);
 	if (strcmp(cfg->strategy.name, "parameter_server") == 0)
@@ -157,6 +161,70 @@ static int allreduce_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex
 	return wf_exchange_mpi_create(out, ex, m, optim, cfg->strategy.bucket_mb, err);
 }
 
+/* Elastic allreduce (strategy.min_workers > 0): the TCP ring, its members
+ * numbered by the membership service of strategy.elastic_service. This
+ * worker's slot and ring address are its TF_CONFIG task's; the cluster's
+ * workers are the slots (MAX). */
+static int ring_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex, const wf_model *m,
+		       const wf_optim_cfg *optim, wf_err *err)
+{
+	if (!cfg->strategy.elastic_service[0])
+		return wf_errf(err, WF_EINVAL,
+			       "strategy.elastic_service: elastic allreduce (strategy.min_workers "
+			       "%ld) needs the membership service's host:port: run the job with "
+			       "`weft launch --elastic MIN:MAX` (which runs one), or set "
+			       "WEFT_ELASTIC_SERVICE to a `weft membership` service",
+			       cfg->strategy.min_workers);
+	wf_cluster c;
+	int rc = wf_cluster_from_env(&c, err);
+	if (rc != 0)
+		return rc;
+	const char *self = NULL;
+	if (c.source == WF_CLUSTER_SRC_TF_CONFIG && c.index >= 0 &&
+	    (c.role == WF_ROLE_CHIEF || c.role == WF_ROLE_WORKER) && c.index < c.jobs[c.role].n)
+		self = c.jobs[c.role].addr[c.index];
+	if (!self) {
+		rc = wf_errf(err, WF_EINVAL,
+			     "TF_CONFIG: elastic allreduce needs this worker's task (chief or "
+			     "worker) and its address in the cluster spec: the ring listens there");
+		goto cleanup;
+	}
+	if ((rc = wf_config_check_workers(cfg, c.world_size, err)) != 0)
+		goto cleanup;
+	uint8_t key[WF_RDV_KEY_BYTES];
+	wf_ps_keys keys;
+	const wf_ps_keys *kp = NULL;
+	if ((rc = wf_job_keys(cfg, &keys, &kp, err)) != 0)
+		goto cleanup;
+	if (kp)
+		wf_rdv_key_derive(key, kp->client_secret);
+	else
+		wf_warn("cluster.insecure: the elastic allreduce ring and its membership service "
+			"accept anyone who reaches their ports");
+	memset(&keys, 0, sizeof(keys));
+	wf_exchange_ring_cfg rc_cfg = {
+		.service = cfg->strategy.elastic_service,
+		.slot = c.rank,
+		.slots = c.world_size,
+		.listen = self,
+		.job = wf_job_id(cfg, &c),
+		.key = kp ? key : NULL,
+		.is_chief = c.is_chief,
+		.stall_timeout = cfg->strategy.stall_timeout > 0 ? cfg->strategy.stall_timeout
+								 : WF_MPI_STALL_TIMEOUT_DEFAULT,
+		.elastic_timeout = cfg->strategy.elastic_timeout,
+		.connect_timeout = cfg->strategy.rendezvous_timeout,
+		.commit_every = cfg->strategy.commit_every,
+		.linear_lr = strcmp(cfg->strategy.elastic_lr, "linear") == 0,
+		.bucket_mb = cfg->strategy.bucket_mb,
+	};
+	rc = wf_exchange_ring_create(out, ex, m, optim, &rc_cfg, err);
+	memset(key, 0, sizeof(key));
+cleanup:
+	wf_cluster_free(&c);
+	return rc;
+}
+
 /* Push-pull with the parameter servers of TF_CONFIG: resolves their
  * addresses (with retries) and connects. optim's frozen segments
  * (model.freeze) go with every push. */
@@ -238,6 +306,8 @@ int wf_strategy_exchange_create(wf_exchange **out, const wf_config *cfg, wf_exec
 	int rc = wf_strategy_check(cfg, err);
 	if (rc != 0)
 		return rc;
+	if (strcmp(cfg->strategy.name, "allreduce") == 0 && cfg->strategy.min_workers > 0)
+		return ring_create(out, cfg, ex, m, optim, err);
 	if (strcmp(cfg->strategy.name, "allreduce") == 0)
 		return allreduce_create(out, cfg, ex, m, optim, err);
 	if (strcmp(cfg->strategy.name, "parameter_server") == 0)

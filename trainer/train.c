@@ -243,6 +243,8 @@ static int build_model(run *r, wf_err *err)
 	/* backup workers: the data units of an epoch, as the reader will cut them */
 	long unit = c->train.batch_size * c->train.accumulate;
 	r->x->units_per_epoch = ti->count / (unit * r->x->workers) * r->x->workers;
+	r->x->samples = ti->count;
+	r->x->worker_batch = unit;
 	return 0;
 }
 
@@ -316,6 +318,11 @@ static int open_reader(run *r, wf_err *err)
 	rc_cfg.contrast = (float)c->data.aug.contrast;
 	rc_cfg.saturation = (float)c->data.aug.saturation;
 	rc_cfg.start_step = r->start;
+	if (r->x->by_position) { /* elastic allreduce: the exchange knows where */
+		rc_cfg.by_position = 1;
+		rc_cfg.start_epoch = r->x->data_epoch;
+		rc_cfg.start_offset = r->x->data_offset;
+	}
 	rc_cfg.scale = r->meta.scale;
 	memcpy(rc_cfg.mean, r->meta.mean, sizeof(rc_cfg.mean));
 	memcpy(rc_cfg.std, r->meta.std, sizeof(rc_cfg.std));
@@ -802,7 +809,16 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		}
 		long to;
 		rc = train_step(r, step, b, &w, &to, err);
-		if (rc == WF_EXCHANGE_MOVED) { /* ps: a server restarted; the job went back */
+		if (rc == WF_EXCHANGE_MOVED && r->x->by_position && to == step + 1) {
+			/* elastic allreduce: the step is done and the ring formed again
+			 * (rank, workers and data position changed): read on from there */
+			wf_reader_free(r->rd);
+			r->rd = NULL;
+			r->start = to;
+			if ((rc = open_reader(r, err)) != 0)
+				return rc;
+		} else if (rc ==
+			   WF_EXCHANGE_MOVED) { /* ps: a server restarted; the job went back */
 			if ((rc = rewind_to(r, step, to, err)) != 0)
 				return rc;
 			step = r->start - 1;

@@ -105,7 +105,14 @@ typedef struct wf_reader_cfg {
 	int threads;	 /* threads decoding and augmenting a batch; 0: 1, or all cores
 			  * for an encoded dataset */
 	long start_step; /* the first step to read (resume) */
-	float scale;	 /* preprocessing: (pixel*scale - mean[c]) / std[c] */
+	/* 1: read from a data position instead (elastic allreduce, whose global
+	 * batch changes with the workers): batch k of this reader starts at
+	 * sample start_offset + k x global of epoch start_epoch's order, a batch
+	 * that does not fit in the epoch starting the next one at 0; batches
+	 * still carry step = start_step + k */
+	int by_position;
+	long start_epoch, start_offset;
+	float scale; /* preprocessing: (pixel*scale - mean[c]) / std[c] */
 	float mean[4], std[4];
 	int prefetch; /* batches read ahead (>= 1) */
 	/* The batches' image buffers (NULL: malloc/free), e.g. the backend's

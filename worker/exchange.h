@@ -77,6 +77,15 @@ struct wf_exchange {
 	/* backup workers: the data units of an epoch (wf_reader_units_per_epoch),
 	 * set by the trainer before start; 0: not known */
 	long units_per_epoch;
+	/* elastic allreduce (by_position 1): the reader starts at a data
+	 * position, not at its step's: sample data_offset of epoch data_epoch's
+	 * order (a global batch past what is left of it: the next epoch's
+	 * start), set by the exchange at start and whenever the ring re-forms;
+	 * rank and workers change then too */
+	int by_position;
+	long data_epoch, data_offset;
+	long samples;	   /* set by the trainer before start: training samples */
+	long worker_batch; /* set by the trainer before start: one worker's samples a step */
 };
 
 /* Backup workers (parameter_server sync, strategy.backup_workers > 0): a

@@ -33,6 +33,7 @@ struct wf_reader {
 	/* producer-only state */
 	long *perm; /* [N] permutation of perm_epoch (shuffle only) */
 	long perm_epoch;
+	long pos_epoch, pos_offset;	  /* by_position: where the batch being made starts */
 	long *idx;			  /* [per_batch] sample indices of the batch being made */
 	uint8_t *raw;			  /* [per_batch, H, W, C] gathered bytes */
 	int encoded;			  /* decode in the batch threads */
@@ -293,10 +294,15 @@ static int produce(wf_reader *r, long step, long unit, wf_batch *b, wf_err *err)
 		long bi = unit >= 0 ? (unit % upe) / groups : step % r->steps_per_epoch;
 		long at =
 			unit >= 0 ? (unit % groups) * r->per_batch : (long)cfg->first * cfg->batch;
+		long base = bi * r->global;
+		if (cfg->by_position && unit < 0) {
+			epoch = r->pos_epoch;
+			base = r->pos_offset;
+		}
 		if (epoch != r->perm_epoch)
 			make_perm(r, epoch);
 		n = r->per_batch;
-		const long *src = r->perm + bi * r->global + at;
+		const long *src = r->perm + base + at;
 		memcpy(r->idx, src, sizeof(*r->idx) * (size_t)n);
 		rc = wf_dataset_gather(r->ds, r->idx, n, raw, b->labels, err);
 	} else {
@@ -358,7 +364,15 @@ static void *reader_main(void *arg)
 	wf_reader *r = arg;
 	wf_err err;
 	wf_err_clear(&err);
+	r->pos_epoch = r->cfg.start_epoch;
+	r->pos_offset = r->cfg.start_offset;
 	for (long step = r->cfg.start_step;; step++) {
+		/* by_position: a global batch that does not fit in what is left of
+		 * the epoch's order starts the next epoch (as by step) */
+		if (r->cfg.by_position && r->pos_offset + r->global > r->count) {
+			r->pos_epoch++;
+			r->pos_offset = 0;
+		}
 		pthread_mutex_lock(&r->mu);
 		if (!r->cfg.shuffle && step >= r->steps_per_epoch)
 			r->done = 1;
@@ -373,6 +387,7 @@ static void *reader_main(void *arg)
 		pthread_mutex_unlock(&r->mu);
 
 		int rc = produce(r, step, -1, b, &err);
+		r->pos_offset += r->global;
 
 		pthread_mutex_lock(&r->mu);
 		if (rc) {
@@ -419,6 +434,11 @@ static int check_cfg(const wf_reader_cfg *cfg, const wf_dataset_info *in, wf_err
 	if (cfg->threads < 0 || cfg->threads > READER_MAX_THREADS)
 		return wf_errf(err, WF_EINVAL, "reader: threads = %d, want 0..%d", cfg->threads,
 			       READER_MAX_THREADS);
+	if (cfg->by_position && (cfg->start_epoch < 0 || cfg->start_offset < 0 || !cfg->shuffle))
+		return wf_errf(err, WF_EINVAL,
+			       "reader: data position epoch %ld, sample %ld: want >= 0, on a "
+			       "shuffled training reader",
+			       cfg->start_epoch, cfg->start_offset);
 	if (cfg->start_step < 0)
 		return wf_errf(err, WF_EINVAL, "reader: start_step = %ld, want >= 0",
 			       cfg->start_step);

@@ -21,6 +21,7 @@
 
 #include "common/log.h"
 #include "common/util.h"
+#include "worker/netio.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -53,30 +54,26 @@
 #define BACKOFF_MAX	2.0 /* ... up to this */
 #define MAX_NAMED	16  /* missing ranks listed by number */
 
-/* ---- bytes on the wire --------------------------------------------------- */
+/* ---- crypto for the elastic allreduce's connections ------------------------ */
 
-static void put32(uint8_t *p, uint32_t v)
+int wf_rdv_crypto_init(void)
 {
-	p[0] = (uint8_t)(v >> 24);
-	p[1] = (uint8_t)(v >> 16);
-	p[2] = (uint8_t)(v >> 8);
-	p[3] = (uint8_t)v;
+	return sodium_init() < 0 ? -1 : 0;
 }
 
-static uint32_t get32(const uint8_t *p)
+void wf_rdv_nonce(uint8_t out[WF_RDV_NONCE_BYTES])
 {
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+	randombytes_buf(out, WF_RDV_NONCE_BYTES);
 }
 
-static void put64(uint8_t *p, uint64_t v)
+int wf_rdv_mac_equal(const uint8_t a[WF_RDV_MAC_BYTES], const uint8_t b[WF_RDV_MAC_BYTES])
 {
-	put32(p, (uint32_t)(v >> 32));
-	put32(p + 4, (uint32_t)v);
+	return crypto_verify_32(a, b) == 0;
 }
 
-static uint64_t get64(const uint8_t *p)
+void wf_rdv_wipe(void *p, size_t n)
 {
-	return (uint64_t)get32(p) << 32 | get32(p + 4);
+	sodium_memzero(p, n);
 }
 
 /* ---- the job key ----------------------------------------------------------- */
@@ -88,13 +85,12 @@ void wf_rdv_key_derive(uint8_t key[WF_RDV_KEY_BYTES], const char *client_secret)
 			   strlen(client_secret), (const uint8_t *)ctx, sizeof(ctx) - 1);
 }
 
-/* HMAC-SHA256 under key K of label | a[32] | b[32] | rank. */
-static void rdv_mac(uint8_t out[PROOF_BYTES], const uint8_t *key, const char *label,
-		    const uint8_t *a, const uint8_t *b, int rank)
+void wf_rdv_mac(uint8_t out[WF_RDV_MAC_BYTES], const uint8_t *key, const char *label,
+		const uint8_t a[WF_RDV_NONCE_BYTES], const uint8_t b[WF_RDV_NONCE_BYTES], int rank)
 {
 	crypto_auth_hmacsha256_state st;
 	uint8_t r[4];
-	put32(r, (uint32_t)rank);
+	wf_net_put32(r, (uint32_t)rank);
 	crypto_auth_hmacsha256_init(&st, key, WF_RDV_KEY_BYTES);
 	crypto_auth_hmacsha256_update(&st, (const uint8_t *)label, strlen(label));
 	crypto_auth_hmacsha256_update(&st, a, NONCE_BYTES);
@@ -104,99 +100,12 @@ static void rdv_mac(uint8_t out[PROOF_BYTES], const uint8_t *key, const char *la
 	sodium_memzero(&st, sizeof(st));
 }
 
-/* ---- sockets with a deadline --------------------------------------------- */
-
-static int ms_left(double deadline)
-{
-	double left = deadline - wf_now();
-	return left <= 0 ? 0 : left > 1e6 ? 1000000000 : (int)(left * 1000.0) + 1;
-}
-
-/* Wait until fd is ready for events before deadline: 1 ready, 0 timed
- * out, -1 error (errno). Signals do not end the wait. */
-static int wait_fd(int fd, short events, double deadline)
-{
-	for (;;) {
-		int ms = ms_left(deadline);
-		if (ms == 0)
-			return 0;
-		struct pollfd p = {.fd = fd, .events = events};
-		int n = poll(&p, 1, ms);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return n;
-		return 1;
-	}
-}
-
-/* Send or receive exactly n bytes before deadline: 0, or -1 with errno
- * (ETIMEDOUT; ECONNRESET when the peer closed early). */
-static int io_full(int fd, void *buf, size_t n, int writing, double deadline)
-{
-	uint8_t *p = buf;
-	while (n > 0) {
-		int ready = wait_fd(fd, writing ? POLLOUT : POLLIN, deadline);
-		if (ready <= 0) {
-			if (ready == 0)
-				errno = ETIMEDOUT;
-			return -1;
-		}
-		ssize_t k = writing ? send(fd, p, n, MSG_NOSIGNAL) : recv(fd, p, n, 0);
-		if (k < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK))
-			continue;
-		if (k < 0)
-			return -1;
-		if (k == 0) {
-			errno = ECONNRESET;
-			return -1;
-		}
-		p += k;
-		n -= (size_t)k;
-	}
-	return 0;
-}
-
-static int set_nonblocking(int fd)
-{
-	int fl = fcntl(fd, F_GETFL, 0);
-	return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
-
-/* "host:port" or "[v6]:port" into host and port. */
-static int split_hostport(const char *hp, char *host, size_t n, int *port)
-{
-	const char *colon;
-	size_t hl;
-	if (hp[0] == '[') {
-		const char *close = strchr(hp, ']');
-		if (!close || close[1] != ':')
-			return -1;
-		hl = (size_t)(close - hp - 1);
-		hp++;
-		colon = close + 1;
-	} else {
-		colon = strrchr(hp, ':');
-		if (!colon)
-			return -1;
-		hl = (size_t)(colon - hp);
-	}
-	char *end;
-	long v = strtol(colon + 1, &end, 10);
-	if (hl == 0 || hl >= n || *end != '\0' || v < 1 || v > 65535)
-		return -1;
-	memcpy(host, hp, hl);
-	host[hl] = '\0';
-	*port = (int)v;
-	return 0;
-}
-
 static int check_cfg(const wf_rdv_cfg *cfg, char *host, size_t n, int *port, wf_err *err)
 {
 	if (cfg->size < 1 || cfg->rank < 0 || cfg->rank >= cfg->size)
 		return wf_errf(err, WF_EINVAL, "rendezvous: rank %d is not in a job of %d ranks",
 			       cfg->rank, cfg->size);
-	if (!cfg->chief || split_hostport(cfg->chief, host, n, port) != 0)
+	if (!cfg->chief || wf_net_split_hostport(cfg->chief, host, n, port) != 0)
 		return wf_errf(err, WF_EINVAL,
 			       "rendezvous: the chief's address \"%s\" is not host:port",
 			       cfg->chief ? cfg->chief : "(none)");
@@ -204,54 +113,6 @@ static int check_cfg(const wf_rdv_cfg *cfg, char *host, size_t n, int *port, wf_
 }
 
 /* ---- the chief --------------------------------------------------------- */
-
-/* A bound socket of family fam on every address, port port; -1 (errno). */
-static int bind_any(int fam, int port)
-{
-	int one = 1, zero = 0;
-	int fd = socket(fam, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	struct sockaddr_in6 a6 = {.sin6_family = AF_INET6,
-				  .sin6_port = htons((uint16_t)port),
-				  .sin6_addr = in6addr_any};
-	struct sockaddr_in a4 = {.sin_family = AF_INET,
-				 .sin_port = htons((uint16_t)port),
-				 .sin_addr.s_addr = htonl(INADDR_ANY)};
-	int rc;
-	if (fam == AF_INET6) { /* dual stack: IPv4 peers arrive as ::ffff:a.b.c.d */
-		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-		rc = bind(fd, (struct sockaddr *)&a6, sizeof(a6));
-	} else {
-		rc = bind(fd, (struct sockaddr *)&a4, sizeof(a4));
-	}
-	if (rc != 0) {
-		int e = errno;
-		close(fd);
-		errno = e;
-		return -1;
-	}
-	return fd;
-}
-
-/* A listening socket on every address of this host, port port. */
-static int listen_on(int port, int backlog, wf_err *err)
-{
-	int fd = bind_any(AF_INET6, port);
-	if (fd < 0 && errno != EADDRINUSE) /* no IPv6 in this kernel or pod */
-		fd = bind_any(AF_INET, port);
-	if (fd < 0 || listen(fd, backlog) != 0 || set_nonblocking(fd) != 0) {
-		int e = errno;
-		if (fd >= 0)
-			close(fd);
-		/* Usually the previous chief's socket still holds the port: a restart helps. */
-		return wf_errf(err, WF_ETRANSIENT,
-			       "rendezvous: the chief cannot listen on port %d: %s", port,
-			       strerror(e));
-	}
-	return fd;
-}
 
 typedef struct chief_state {
 	const wf_rdv_cfg *cfg;
@@ -264,10 +125,10 @@ typedef struct chief_state {
 static void reply_head(uint8_t *reply, size_t n, uint32_t version, int refused, int size)
 {
 	memset(reply, 0, n);
-	put32(reply, RDV_MAGIC);
-	put32(reply + 4, version);
-	put32(reply + 8, refused ? 1u : 0u);
-	put32(reply + 12, (uint32_t)size);
+	wf_net_put32(reply, RDV_MAGIC);
+	wf_net_put32(reply + 4, version);
+	wf_net_put32(reply + 8, refused ? 1u : 0u);
+	wf_net_put32(reply + 12, (uint32_t)size);
 }
 
 /* A version-1 refusal (the format every rank reads): why. */
@@ -276,7 +137,7 @@ static void refuse_v1(int fd, const chief_state *s, const char *why, double dead
 	uint8_t reply[REPLY_BYTES];
 	reply_head(reply, sizeof(reply), RDV_VERSION, 1, s->cfg->size);
 	snprintf((char *)reply + 16 + WF_RDV_ID_BYTES, MSG_BYTES, "%s", why);
-	(void)io_full(fd, reply, sizeof(reply), 1, deadline);
+	(void)wf_net_io(fd, reply, sizeof(reply), 1, deadline);
 }
 
 /* One connection: read a hello, answer it (with a key: and read the rank's
@@ -286,12 +147,13 @@ static void serve_client(chief_state *s, int fd, const char *peer)
 	uint8_t hello[HELLO_BYTES + NONCE_BYTES], reply[REPLY2_BYTES];
 	const uint8_t *key = s->cfg->key;
 	double deadline = wf_now() + CLIENT_TIMEOUT;
-	if (io_full(fd, hello, HELLO_BYTES, 0, deadline) != 0) {
+	if (wf_net_io(fd, hello, HELLO_BYTES, 0, deadline) != 0) {
 		wf_warn("rendezvous: %s sent no hello: %s", peer, strerror(errno));
 		return;
 	}
-	uint32_t version = get32(hello + 4);
-	if (get32(hello) != RDV_MAGIC || (version != RDV_VERSION && version != RDV_VERSION_KEY)) {
+	uint32_t version = wf_net_get32(hello + 4);
+	if (wf_net_get32(hello) != RDV_MAGIC ||
+	    (version != RDV_VERSION && version != RDV_VERSION_KEY)) {
 		wf_warn("rendezvous: %s is not a weft rank of this version (dropped)", peer);
 		return;
 	}
@@ -304,12 +166,12 @@ static void serve_client(chief_state *s, int fd, const char *peer)
 		refuse_v1(fd, s, why, deadline);
 		return;
 	}
-	if (key && io_full(fd, hello + HELLO_BYTES, NONCE_BYTES, 0, deadline) != 0) {
+	if (key && wf_net_io(fd, hello + HELLO_BYTES, NONCE_BYTES, 0, deadline) != 0) {
 		wf_warn("rendezvous: %s sent half a hello: %s", peer, strerror(errno));
 		return;
 	}
-	int rank = (int)get32(hello + 8), size = (int)get32(hello + 12);
-	uint64_t job = get64(hello + 16);
+	int rank = (int)wf_net_get32(hello + 8), size = (int)wf_net_get32(hello + 12);
+	uint64_t job = wf_net_get64(hello + 16);
 	char why[MSG_BYTES] = "";
 	if (size != s->cfg->size)
 		snprintf(why, sizeof(why), "rank %d says the job has %d ranks, the chief %d", rank,
@@ -328,7 +190,8 @@ static void serve_client(chief_state *s, int fd, const char *peer)
 		randombytes_buf(nonce_c, NONCE_BYTES);
 		if (!why[0]) {
 			uint8_t k[PROOF_BYTES];
-			rdv_mac(k, key, "weft rendezvous id", hello + HELLO_BYTES, nonce_c, rank);
+			wf_rdv_mac(k, key, "weft rendezvous id", hello + HELLO_BYTES, nonce_c,
+				   rank);
 			crypto_secretbox_easy(box, s->id, WF_RDV_ID_BYTES, nonce_c, k);
 			sodium_memzero(k, sizeof(k));
 		}
@@ -338,7 +201,7 @@ static void serve_client(chief_state *s, int fd, const char *peer)
 			memcpy(reply + 16, s->id, WF_RDV_ID_BYTES);
 		memcpy(reply + 16 + WF_RDV_ID_BYTES, why, MSG_BYTES);
 	}
-	if (io_full(fd, reply, bytes, 1, deadline) != 0) {
+	if (wf_net_io(fd, reply, bytes, 1, deadline) != 0) {
 		wf_warn("rendezvous: answering %s (rank %d): %s", peer, rank, strerror(errno));
 		return;
 	}
@@ -348,8 +211,8 @@ static void serve_client(chief_state *s, int fd, const char *peer)
 	}
 	if (key) {
 		uint8_t proof[PROOF_BYTES], want[PROOF_BYTES];
-		rdv_mac(want, key, "weft rendezvous rank", nonce_c, hello + HELLO_BYTES, rank);
-		if (io_full(fd, proof, sizeof(proof), 0, deadline) != 0 ||
+		wf_rdv_mac(want, key, "weft rendezvous rank", nonce_c, hello + HELLO_BYTES, rank);
+		if (wf_net_io(fd, proof, sizeof(proof), 0, deadline) != 0 ||
 		    crypto_verify_32(proof, want) != 0) {
 			wf_warn("rendezvous: %s (as rank %d) did not prove it holds the job key: "
 				"not counted",
@@ -387,7 +250,7 @@ static int chief_serve(const wf_rdv_cfg *cfg, int port, const uint8_t *id, doubl
 	if (!s.seen)
 		return wf_errf(err, WF_ENOMEM, "out of memory");
 	int rc = 0;
-	int fd = listen_on(port, WF_MIN(cfg->size, 4096), err);
+	int fd = wf_net_listen(port, WF_MIN(cfg->size, 4096), "rendezvous: the chief", err);
 	if (fd < 0) {
 		rc = fd;
 		goto free_seen;
@@ -396,7 +259,7 @@ static int chief_serve(const wf_rdv_cfg *cfg, int port, const uint8_t *id, doubl
 		cfg->size == 2 ? "" : "s", port, timeout);
 	double deadline = wf_now() + timeout;
 	while (s.nseen < cfg->size - 1) {
-		int ready = wait_fd(fd, POLLIN, deadline);
+		int ready = wf_net_wait(fd, POLLIN, deadline);
 		if (ready < 0) {
 			rc = wf_errf(err, WF_EIO, "rendezvous: poll: %s", strerror(errno));
 			goto close_fd;
@@ -448,59 +311,28 @@ free_seen:
 static int join_once(const wf_rdv_cfg *cfg, const char *host, int port, double deadline,
 		     uint8_t *id, char *last, size_t nlast, wf_err *err)
 {
-	char serv[16];
-	snprintf(serv, sizeof(serv), "%d", port);
-	struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *ai = NULL;
-	int gai = getaddrinfo(host, serv, &hints, &ai);
-	if (gai != 0) { /* pods come up before their DNS names do */
-		snprintf(last, nlast, "cannot resolve %s: %s", host, gai_strerror(gai));
-		return 1;
-	}
-	int fd = -1, rc = 1;
-	for (struct addrinfo *a = ai; a && fd < 0; a = a->ai_next) {
-		fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
-			    a->ai_protocol);
-		if (fd < 0)
-			continue;
-		if (connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS)
-			goto next;
-		double until = WF_MIN(deadline, wf_now() + CONNECT_ATTEMPT);
-		int so = 0;
-		socklen_t sl = sizeof(so);
-		if (wait_fd(fd, POLLOUT, until) != 1) {
-			errno = ETIMEDOUT;
-			goto next;
-		}
-		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &sl) != 0 || so != 0) {
-			errno = so ? so : errno;
-			goto next;
-		}
-		continue; /* connected */
-	next:
-		snprintf(last, nlast, "%s", strerror(errno));
-		close(fd);
-		fd = -1;
-	}
-	freeaddrinfo(ai);
+	int rc = 1;
+	int fd = wf_net_connect(host, port, WF_MIN(deadline, wf_now() + CONNECT_ATTEMPT), last,
+				nlast);
 	if (fd < 0)
 		return 1;
 	const uint8_t *key = cfg->key;
 	uint8_t hello[HELLO_BYTES + NONCE_BYTES], reply[REPLY2_BYTES];
-	put32(hello, RDV_MAGIC);
-	put32(hello + 4, key ? RDV_VERSION_KEY : RDV_VERSION);
-	put32(hello + 8, (uint32_t)cfg->rank);
-	put32(hello + 12, (uint32_t)cfg->size);
-	put64(hello + 16, cfg->job);
+	wf_net_put32(hello, RDV_MAGIC);
+	wf_net_put32(hello + 4, key ? RDV_VERSION_KEY : RDV_VERSION);
+	wf_net_put32(hello + 8, (uint32_t)cfg->rank);
+	wf_net_put32(hello + 12, (uint32_t)cfg->size);
+	wf_net_put64(hello + 16, cfg->job);
 	if (key)
 		randombytes_buf(hello + HELLO_BYTES, NONCE_BYTES);
 	/* the first 16 bytes say which reply follows (a refusal is version 1) */
-	if (io_full(fd, hello, key ? sizeof(hello) : HELLO_BYTES, 1, deadline) != 0 ||
-	    io_full(fd, reply, 16, 0, deadline) != 0) {
+	if (wf_net_io(fd, hello, key ? sizeof(hello) : HELLO_BYTES, 1, deadline) != 0 ||
+	    wf_net_io(fd, reply, 16, 0, deadline) != 0) {
 		snprintf(last, nlast, "connected, but no answer: %s", strerror(errno));
 		goto close_fd;
 	}
-	uint32_t version = get32(reply + 4);
-	if (get32(reply) != RDV_MAGIC ||
+	uint32_t version = wf_net_get32(reply + 4);
+	if (wf_net_get32(reply) != RDV_MAGIC ||
 	    (version != RDV_VERSION && !(key && version == RDV_VERSION_KEY))) {
 		rc = wf_errf(err, WF_EINVAL,
 			     "rendezvous: %s answered, but it is not a weft chief of this version "
@@ -509,11 +341,11 @@ static int join_once(const wf_rdv_cfg *cfg, const char *host, int port, double d
 		goto close_fd;
 	}
 	size_t bytes = version == RDV_VERSION_KEY ? REPLY2_BYTES : REPLY_BYTES;
-	if (io_full(fd, reply + 16, bytes - 16, 0, deadline) != 0) {
+	if (wf_net_io(fd, reply + 16, bytes - 16, 0, deadline) != 0) {
 		snprintf(last, nlast, "the chief's answer broke off: %s", strerror(errno));
 		goto close_fd;
 	}
-	if (get32(reply + 8) != 0) {
+	if (wf_net_get32(reply + 8) != 0) {
 		char why[MSG_BYTES + 1];
 		memcpy(why, reply + bytes - MSG_BYTES, MSG_BYTES);
 		why[MSG_BYTES] = '\0';
@@ -532,7 +364,7 @@ static int join_once(const wf_rdv_cfg *cfg, const char *host, int port, double d
 	if (key) {
 		const uint8_t *nonce_c = reply + 16, *box = reply + 16 + NONCE_BYTES;
 		uint8_t k[PROOF_BYTES], proof[PROOF_BYTES];
-		rdv_mac(k, key, "weft rendezvous id", hello + HELLO_BYTES, nonce_c, cfg->rank);
+		wf_rdv_mac(k, key, "weft rendezvous id", hello + HELLO_BYTES, nonce_c, cfg->rank);
 		int opened = crypto_secretbox_open_easy(id, box, BOX_BYTES, nonce_c, k);
 		sodium_memzero(k, sizeof(k));
 		if (opened != 0) {
@@ -542,9 +374,9 @@ static int join_once(const wf_rdv_cfg *cfg, const char *host, int port, double d
 				     cfg->chief);
 			goto close_fd;
 		}
-		rdv_mac(proof, key, "weft rendezvous rank", nonce_c, hello + HELLO_BYTES,
-			cfg->rank);
-		if (io_full(fd, proof, sizeof(proof), 1, deadline) != 0) {
+		wf_rdv_mac(proof, key, "weft rendezvous rank", nonce_c, hello + HELLO_BYTES,
+			   cfg->rank);
+		if (wf_net_io(fd, proof, sizeof(proof), 1, deadline) != 0) {
 			snprintf(last, nlast, "sending the proof: %s", strerror(errno));
 			goto close_fd;
 		}

@@ -20,6 +20,7 @@
 
 #include "common/error.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define WF_RDV_ID_BYTES	       128 /* NCCL_UNIQUE_ID_BYTES */
@@ -40,6 +41,22 @@ typedef struct wf_rdv_cfg {
 /* The job key from the cluster's client secret key (its Z85 text, as
  * cluster.key_dir's client.key holds it). */
 void wf_rdv_key_derive(uint8_t key[WF_RDV_KEY_BYTES], const char *client_secret);
+
+#define WF_RDV_NONCE_BYTES 32
+#define WF_RDV_MAC_BYTES   32
+/* HMAC-SHA256 under the job key of label | a[32] | b[32] | n (big-endian):
+ * the proof both ends of a keyed connection give over each other's fresh
+ * nonces (this hand-out, the elastic membership service, the TCP ring). */
+void wf_rdv_mac(uint8_t out[WF_RDV_MAC_BYTES], const uint8_t *key, const char *label,
+		const uint8_t a[WF_RDV_NONCE_BYTES], const uint8_t b[WF_RDV_NONCE_BYTES], int n);
+/* The crypto library's start-up (once per process; thread-safe): 0, or -1. */
+int wf_rdv_crypto_init(void);
+/* A fresh random nonce (after wf_rdv_crypto_init). */
+void wf_rdv_nonce(uint8_t out[WF_RDV_NONCE_BYTES]);
+/* 1 when the two MACs are equal (in constant time), else 0. */
+int wf_rdv_mac_equal(const uint8_t a[WF_RDV_MAC_BYTES], const uint8_t b[WF_RDV_MAC_BYTES]);
+/* Zero n bytes at p where the compiler cannot drop it (key copies). */
+void wf_rdv_wipe(void *p, size_t n);
 
 /* Rank 0: id is the secret to hand out; returns once every other rank got
  * it. Rank r > 0: receives rank 0's id into id. WF_ETRANSIENT naming the
