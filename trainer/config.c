@@ -138,6 +138,12 @@ static const key_def keys[] = {
 	 "fails for good; 0: wait for ever"},
 	{"strategy.bucket_mb", T_NUM, F(strategy.bucket_mb), "25",
 	 "allreduce: gradient bucket size in MiB"},
+	{"strategy.layer_ready", T_BOOL, F(strategy.layer_ready), "false",
+	 "parameter_server (sync, without backup workers or elastic membership) and allreduce "
+	 "(MPI), on CPUs: the next step's forward starts layer by layer as each layer's new "
+	 "parameters land (parameter servers: their chunks' replies; allreduce: their buckets, "
+	 "reduced first layers first and updated bucket by bucket) instead of after the last; "
+	 "pays most with ps.priority_kb. Results are unchanged"},
 	{"checkpoint.dir", T_STR, F(checkpoint.dir), "\"run/ckpt\"",
 	 "directory of the step-N checkpoint directories"},
 	{"checkpoint.every_steps", T_INT, F(checkpoint.every_steps), "0",
@@ -267,6 +273,7 @@ static const struct {
 	{"train.cudnn_workspace_mb", "WEFT_CUDNN_WORKSPACE_MB"},
 	{"data.memory_mb", "WEFT_DATA_MEMORY_MB"},
 	{"strategy.min_workers", "WEFT_MIN_WORKERS"},
+	{"strategy.layer_ready", "WEFT_LAYER_READY"},
 	{"strategy.elastic_timeout", "WEFT_ELASTIC_TIMEOUT"},
 	{"strategy.stall_timeout", "WEFT_STALL_TIMEOUT"},
 	{"strategy.rendezvous_timeout", "WEFT_RENDEZVOUS_TIMEOUT"},

@@ -75,6 +75,7 @@ typedef struct wf_config {
 		double elastic_timeout; /* seconds with fewer than min_workers; 0: for ever */
 		double bucket_mb;
 		double stall_timeout, rendezvous_timeout; /* allreduce, seconds */
+		int layer_ready; /* the next forward starts layer by layer as its values land */
 	} strategy;
 	struct {
 		char dir[WF_CFG_PATH_MAX];

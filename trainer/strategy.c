@@ -215,6 +215,7 @@ static int ps_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex, const
 		.compression = cfg->ps.comp,
 		.topk = cfg->ps.topk,
 		.priority_bytes = (size_t)cfg->ps.priority_kb * 1024,
+		.layer_ready = cfg->strategy.layer_ready,
 		.debug_stall = cfg->ps.debug_stall[0] ? cfg->ps.debug_stall : NULL,
 		.backup_workers = (int)cfg->strategy.backup_workers,
 		.min_workers = (int)cfg->strategy.min_workers,
