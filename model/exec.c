@@ -358,6 +358,15 @@ int wf_exec_optim_step(wf_exec *ex, const wf_optim_cfg *c, long step, float *m, 
 	return rc;
 }
 
+int wf_exec_optim_step_range(wf_exec *ex, const wf_optim_cfg *c, long step, size_t lo, size_t hi,
+			     const float *g, float *m, float *v, float grad_scale)
+{
+	int rc = wf_optim_apply_range(ex->be, c, step, lo, hi, ex->params, g ? g : ex->grads, m, v,
+				      grad_scale);
+	params_changed(ex);
+	return rc;
+}
+
 int wf_exec_set_layer_hook(wf_exec *ex, wf_layer_hook_fn fn, void *arg)
 {
 	const wf_model *m = ex->m;

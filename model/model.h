@@ -256,6 +256,11 @@ struct wf_optim_cfg;
  * optimizer has none). Errors are in the backend's err, as wf_optim_apply's. */
 int wf_exec_optim_step(wf_exec *ex, const struct wf_optim_cfg *c, long step, float *m, float *v,
 		       float grad_scale);
+/* The same over the parameters [lo, hi) only, with the gradient g (backend
+ * memory, the whole vector's [nparams]; NULL: the executor's): each float
+ * ends as wf_exec_optim_step leaves it (see wf_optim_apply_range). */
+int wf_exec_optim_step_range(wf_exec *ex, const struct wf_optim_cfg *c, long step, size_t lo,
+			     size_t hi, const float *g, float *m, float *v, float grad_scale);
 float *wf_exec_grads(wf_exec *ex);
 float *wf_exec_state(wf_exec *ex);
 int wf_exec_zero_grads(wf_exec *ex);
