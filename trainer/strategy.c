@@ -154,7 +154,8 @@ static int allreduce_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex
 			       "(or a Kubeflow MPIJob), train on GPUs (NCCL bootstraps through "
 			       "the TF_CONFIG chief), or use strategy.name parameter_server",
 			       dev, boot.size);
-	return wf_exchange_mpi_create(out, ex, m, optim, cfg->strategy.bucket_mb, err);
+	return wf_exchange_mpi_create(out, ex, m, optim, cfg->strategy.bucket_mb,
+				      cfg->strategy.layer_ready, err);
 }
 
 /* Push-pull with the parameter servers of TF_CONFIG: resolves their

@@ -888,6 +888,9 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		int stop = wf_exchange_should_stop(r->x, step, requested), left = 0;
 		if (stop && done < steps && (rc = wf_exchange_leave(r->x, &left, err)) != 0)
 			return rc;
+		/* layer by layer: another rank's stop (allreduce) settles here */
+		if (stop && r->x->layer_ready && (rc = wf_exchange_settle(r->x, &to, err)) != 0)
+			return rc;
 		if (left) { /* elastic: the others go on; the chief keeps the checkpoints */
 			wf_progress_message(&r->prog, "left the job after step %ld (elastic)",
 					    done);
