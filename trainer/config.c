@@ -140,10 +140,11 @@ static const key_def keys[] = {
 	 "allreduce: gradient bucket size in MiB"},
 	{"strategy.layer_ready", T_BOOL, F(strategy.layer_ready), "false",
 	 "parameter_server (sync, without backup workers or elastic membership) and allreduce "
-	 "(MPI), on CPUs: the next step's forward starts layer by layer as each layer's new "
-	 "parameters land (parameter servers: their chunks' replies; allreduce: their buckets, "
-	 "reduced first layers first and updated bucket by bucket) instead of after the last; "
-	 "pays most with ps.priority_kb. Results are unchanged"},
+	 "(MPI, without gradient clipping), on CPUs: the next step's forward starts layer by "
+	 "layer as each layer's new parameters land (parameter servers: their chunks' replies; "
+	 "allreduce: their buckets, started first layers first among those backward completes "
+	 "together and updated bucket by bucket) instead of after the last; with parameter "
+	 "servers it pays only with ps.priority_kb. Results are unchanged"},
 	{"checkpoint.dir", T_STR, F(checkpoint.dir), "\"run/ckpt\"",
 	 "directory of the step-N checkpoint directories"},
 	{"checkpoint.every_steps", T_INT, F(checkpoint.every_steps), "0",
