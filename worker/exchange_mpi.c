@@ -1066,6 +1066,11 @@ static int lr_settle(mpi_ctx *c, wf_err *err)
 	int rc = c->pend_rc;
 	if (rc)
 		*err = c->pend_err;
+	if (c->pending < 0) { /* failed already, the step's thread done with it */
+		c->pending = 0;
+		c->pend_rc = 0;
+		return rc;
+	}
 	int frc = buckets_finish(c->b, c->pend_step, rc ? &(wf_err){0} : err);
 	if (!rc)
 		rc = frc;
@@ -1124,6 +1129,8 @@ static void mpi_grad_ready(wf_exchange *x, size_t done)
 	mpi_ctx *c = x->ctx;
 	if (g.w.size < 2)
 		return;
+	if (c->pending < 0) /* the step before failed: step returns it */
+		return;
 	if (c->pending) { /* the step before: the forward waited for its buckets */
 		wf_err e = {0};
 		int rc = lr_settle(c, &e);
@@ -1134,8 +1141,6 @@ static void mpi_grad_ready(wf_exchange *x, size_t done)
 			return;
 		}
 	}
-	if (c->pending < 0)
-		return;
 	open_step(c);
 	buckets_hand(c->b, c->cur_step, done, 0);
 }
