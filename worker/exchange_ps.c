@@ -52,7 +52,6 @@ typedef struct ps_ctx {
 	int pending; /* the last step's replies are not all collected */
 	int pend_rc; /* first failure while waiting in a forward */
 	wf_err pend_err;
-	int nleft;	    /* chunks of the last step not yet waited for */
 	char *waited;	    /* [nchunks] waited for since the step returned */
 	double pushed_at;   /* wf_now() when the step's first push went out */
 	double returned_at; /* wf_now() when step returned */
@@ -176,12 +175,10 @@ static void ps_layer_wait(wf_exchange *x, size_t lo, size_t hi, int state)
 			continue;
 		c->pend_rc = wf_ps_client_wait_chunk(c->cl, k, &c->pend_err);
 		c->waited[k] = 1;
-		c->nleft--;
 	}
 	if (state && c->state_chunk >= 0 && !c->waited[c->state_chunk] && !c->pend_rc) {
 		c->pend_rc = wf_ps_client_wait_chunk(c->cl, c->state_chunk, &c->pend_err);
 		c->waited[c->state_chunk] = 1;
-		c->nleft--;
 	}
 	if (c->first_at == 0) {
 		c->first_at = wf_now();
@@ -537,7 +534,6 @@ static int ps_step(wf_exchange *x, long step, long *to, wf_err *err)
 			c->pending = 1;
 			c->pend_rc = 0;
 			c->pend_step = step;
-			c->nleft = c->pl.nchunks;
 			memset(c->waited, 0, (size_t)c->pl.nchunks);
 			c->returned_at = c->ready_at = wf_now();
 			c->first_at = 0;
