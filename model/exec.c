@@ -68,6 +68,9 @@ void wf_exec_free(wf_exec *ex)
 	free(ex->need_grad);
 	free(ex->gdone);
 	free(ex->pend);
+	free(ex->hook_lo);
+	free(ex->hook_hi);
+	free(ex->hook_state);
 	free(ex->fuse_into);
 	free(ex->fuse_res);
 	free(ex->fuse_act);
@@ -353,6 +356,58 @@ int wf_exec_optim_step(wf_exec *ex, const wf_optim_cfg *c, long step, float *m, 
 				grad_scale);
 	params_changed(ex);
 	return rc;
+}
+
+int wf_exec_optim_step_range(wf_exec *ex, const wf_optim_cfg *c, long step, size_t lo, size_t hi,
+			     const float *g, float *m, float *v, float grad_scale)
+{
+	int rc = wf_optim_apply_range(ex->be, c, step, lo, hi, ex->params, g ? g : ex->grads, m, v,
+				      grad_scale);
+	params_changed(ex);
+	return rc;
+}
+
+int wf_exec_set_layer_hook(wf_exec *ex, wf_layer_hook_fn fn, void *arg)
+{
+	const wf_model *m = ex->m;
+	size_t nl = (size_t)m->nlayers;
+	ex->hook = NULL;
+	ex->hook_arg = NULL;
+	if (!fn)
+		return 0;
+	if (!ex->hook_lo) {
+		ex->hook_lo = calloc(nl, sizeof(*ex->hook_lo));
+		ex->hook_hi = calloc(nl, sizeof(*ex->hook_hi));
+		ex->hook_state = calloc(nl, 1);
+		if (!ex->hook_lo || !ex->hook_hi || !ex->hook_state) {
+			free(ex->hook_lo);
+			free(ex->hook_hi);
+			free(ex->hook_state);
+			ex->hook_lo = ex->hook_hi = NULL;
+			ex->hook_state = NULL;
+			return wf_exec_fail(ex, WF_ENOMEM, "layer hook: out of memory");
+		}
+		/* every view a layer reads, frozen or not */
+		for (size_t i = 0; i < nl; i++) {
+			const wf_layer *l = &m->layers[i];
+			int views[4] = {l->p_kernel, l->p_bias, l->p_gamma, l->p_beta};
+			int any = 0;
+			for (int k = 0; k < 4; k++) {
+				if (views[k] < 0)
+					continue;
+				const wf_view *v = &m->views[views[k]];
+				ex->hook_lo[i] =
+					any ? WF_MIN(ex->hook_lo[i], v->offset) : v->offset;
+				ex->hook_hi[i] = any ? WF_MAX(ex->hook_hi[i], v->offset + v->count)
+						     : v->offset + v->count;
+				any = 1;
+			}
+			ex->hook_state[i] = l->s_mean >= 0 || l->s_var >= 0;
+		}
+	}
+	ex->hook = fn;
+	ex->hook_arg = arg;
+	return 0;
 }
 
 float *wf_exec_grads(wf_exec *ex)

@@ -103,6 +103,12 @@ struct wf_exec {
 	int tile_trial;			    /* forwards of the trial so far, -1: none or over */
 	wf_plan **tile_plans;		    /* during the trial: the other way's plan slots */
 	double tile_secs[2][WF_TILE_TRIES]; /* the trial's pairs: whole, tiles */
+	/* the layer hook (wf_exec_set_layer_hook): per layer the parameters it
+	 * reads [hook_lo, hook_hi) and whether it has state; NULL when unset */
+	wf_layer_hook_fn hook;
+	void *hook_arg;
+	size_t *hook_lo, *hook_hi;
+	char *hook_state;
 	wf_err err;
 };
 

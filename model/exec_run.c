@@ -292,6 +292,18 @@ static void set_acts(wf_exec *ex, const float *images, int r, int training)
 	}
 }
 
+/* The layer hook before layer i (set: ex->hook), for a layer that reads
+ * parameters or state. */
+static int call_hook(wf_exec *ex, int i)
+{
+	if (ex->hook_hi[i] == ex->hook_lo[i] && !ex->hook_state[i])
+		return 0;
+	int rc = ex->hook(ex->hook_arg, i, ex->hook_lo[i], ex->hook_hi[i], ex->hook_state[i]);
+	return rc ? wf_exec_fail(ex, rc, "forward: the layer hook failed before layer %s",
+				 ex->m->layers[i].name)
+		  : 0;
+}
+
 int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint64_t dropout_seed)
 {
 	wf_model *m = ex->m;
@@ -324,6 +336,11 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 	if (rc)
 		return wf_exec_op_fail(ex, rc, 0, "copy to device");
 	double t0 = wf_now();
+	if (ex->hook && ex->br) /* branches run layers at once: every layer's values first */
+		for (int i = 1; i < m->nlayers && !rc; i++)
+			rc = call_hook(ex, i);
+	if (rc)
+		return rc;
 	if (ex->br) {
 		int failed = 0;
 		if ((rc = wf_branches_forward(ex, n, &failed)) != 0)
@@ -334,6 +351,8 @@ int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint6
 			if (rows)
 				set_acts(ex, images, r, 0);
 			for (int i = 1; i < m->nlayers && !rc; i++) {
+				if (ex->hook && r == 0 && (rc = call_hook(ex, i)) != 0)
+					break;
 				be->err.msg[0] = '\0';
 				if ((rc = layer_forward(ex, i, step, training, dropout_seed)) != 0)
 					rc = wf_exec_op_fail(ex, rc, i, "forward");

@@ -195,6 +195,15 @@ typedef struct wf_exec wf_exec;
  * [0, done) grows (floats). */
 typedef void (*wf_grad_ready_fn)(void *arg, size_t done);
 
+/* Called by a forward before layer i runs (once per layer per forward, in
+ * layer order, for each layer that reads parameters or state): the layer
+ * reads the parameters [lo, hi) floats (lo == hi: none) and, when state is
+ * 1, its non-trainable state (batch-norm statistics, which a training
+ * forward also updates). The caller may wait there until those values are
+ * final. Returns 0, or an error code that stops the forward (the hook says
+ * why through its own channel). */
+typedef int (*wf_layer_hook_fn)(void *arg, int layer, size_t lo, size_t hi, int state);
+
 /* An executor of model m on backend be for batches up to max_batch. It
  * plans one activation arena for max_batch. training = 0 builds an
  * inference-only executor (no gradient memory). The executor's parameter,
@@ -210,6 +219,10 @@ void wf_exec_free(wf_exec *ex);
  * training selects batch-norm mode and dropout; dropout_seed keys the masks
  * (use wf_hash3(seed, step, micro)). */
 int wf_exec_forward(wf_exec *ex, const float *images, int n, int training, uint64_t dropout_seed);
+/* Set (fn NULL: clear) the hook every following forward calls before each
+ * layer that reads parameters or state; none is set at creation, and a
+ * forward without one costs nothing more. WF_ENOMEM when out of memory. */
+int wf_exec_set_layer_hook(wf_exec *ex, wf_layer_hook_fn fn, void *arg);
 /* After forward: host copy of logits [n,K] / softmax probabilities [n,K]. */
 int wf_exec_logits(wf_exec *ex, float *out);
 /* Backend memory the executor's buffers take (activations, gradients, and
@@ -243,6 +256,11 @@ struct wf_optim_cfg;
  * optimizer has none). Errors are in the backend's err, as wf_optim_apply's. */
 int wf_exec_optim_step(wf_exec *ex, const struct wf_optim_cfg *c, long step, float *m, float *v,
 		       float grad_scale);
+/* The same over the parameters [lo, hi) only, with the gradient g (backend
+ * memory, the whole vector's [nparams]; NULL: the executor's): each float
+ * ends as wf_exec_optim_step leaves it (see wf_optim_apply_range). */
+int wf_exec_optim_step_range(wf_exec *ex, const struct wf_optim_cfg *c, long step, size_t lo,
+			     size_t hi, const float *g, float *m, float *v, float grad_scale);
 float *wf_exec_grads(wf_exec *ex);
 float *wf_exec_state(wf_exec *ex);
 int wf_exec_zero_grads(wf_exec *ex);

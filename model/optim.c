@@ -1,5 +1,6 @@
 #include "model/optim.h"
 
+#include "common/util.h"
 #include "kernels/ops.h"
 
 #include <math.h>
@@ -204,4 +205,40 @@ int wf_optim_apply(wf_backend *be, const wf_optim_cfg *c, long step, size_t n, f
 	if (c->clipnorm > 0 || c->global_clipnorm > 0 || c->clipvalue > 0)
 		return apply_clipped(be, &d, c, n, p, g, m, v);
 	return update_unfrozen(be, &d, c, n, p, g, m, v);
+}
+
+int wf_optim_apply_range(wf_backend *be, const wf_optim_cfg *c, long step, size_t lo, size_t hi,
+			 float *p, const float *g, float *m, float *v, float grad_scale)
+{
+	if (c->clipnorm > 0 || c->global_clipnorm > 0 || c->clipvalue > 0)
+		return wf_errf(&be->err, WF_EINVAL,
+			       "optimizer: clipping needs the whole gradient, not a range");
+	wf_opt_desc d = {
+		.kind = c->kind,
+		.lr = (float)wf_optim_lr(c, step),
+		.momentum = (float)c->momentum,
+		.nesterov = c->nesterov,
+		.beta1 = (float)c->beta1,
+		.beta2 = (float)c->beta2,
+		.eps = (float)c->eps,
+		.weight_decay = (float)c->weight_decay,
+		.step = step + 1,
+		.grad_scale = grad_scale,
+	};
+	if (hi <= lo)
+		return 0;
+	if (!c->frozen || !c->segs)
+		return wf_op_optimizer_update(be, &d, hi - lo, p + lo, g + lo, m ? m + lo : NULL,
+					      v ? v + lo : NULL);
+	/* the runs of unfrozen segments, cut to [lo, hi) */
+	for (int s = 0; s < c->nsegs && c->segs[s] < hi; s++) {
+		size_t a = WF_MAX(c->segs[s], lo), b = WF_MIN(c->segs[s + 1], hi);
+		if (c->frozen[s] || b <= a)
+			continue;
+		int rc = wf_op_optimizer_update(be, &d, b - a, p + a, g + a, m ? m + a : NULL,
+						v ? v + a : NULL);
+		if (rc != 0)
+			return rc;
+	}
+	return 0;
 }

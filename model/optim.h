@@ -63,5 +63,12 @@ int wf_optim_slots(const wf_optim_cfg *c);
  * need the whole vector (offset 0, n = all parameters). */
 int wf_optim_apply(wf_backend *be, const wf_optim_cfg *c, long step, size_t n, float *p,
 		   const float *g, float *m, float *v, float grad_scale);
+/* As wf_optim_apply over the floats [lo, hi) of whole-vector buffers p, g,
+ * m, v (offset 0; c's frozen segments count from there): each float's
+ * update is the one wf_optim_apply over the whole vector makes, so
+ * ranges applied one by one end bitwise equal to it. WF_EINVAL when c
+ * clips (clipping needs the whole gradient). */
+int wf_optim_apply_range(wf_backend *be, const wf_optim_cfg *c, long step, size_t lo, size_t hi,
+			 float *p, const float *g, float *m, float *v, float grad_scale);
 
 #endif

@@ -90,6 +90,7 @@ struct wf_ps_client {
 	int hb_started;
 	int fail_fast;	  /* wait_slots stops at the first refusal (barriers) */
 	int registering;  /* wait_slots gives up on a stop signal (common/cancel.h) */
+	int flushing;	  /* wait_slots stops once no push is held (wf_ps_client_flush) */
 	wf_ps_keys keys;  /* when secure */
 	char *key_origin; /* cfg.key_origin, copied; NULL: none */
 	char optim[1024]; /* wf_optim_describe of cfg.optim; "": none */
@@ -640,7 +641,7 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_e
 		int open = 0;
 		for (int i = only < 0 ? 0 : only; i < (only < 0 ? c->cap : only + 1); i++)
 			open += c->pend[i].used && !c->pend[i].done;
-		if (!open)
+		if (!open || (c->flushing && c->nheld == 0))
 			break;
 		double left = deadline - wf_now();
 		if (left <= 0) {
@@ -1490,6 +1491,16 @@ int wf_ps_client_wait_chunk(wf_ps_client *c, int chunk, wf_err *err)
 		return wf_errf(err, WF_EINVAL, "ps client: chunk %d out of range [0, %d)", chunk,
 			       nchunks_of(c));
 	return wait_slots(c, timeout_of(c), 0, chunk, err);
+}
+
+int wf_ps_client_flush(wf_ps_client *c, wf_err *err)
+{
+	if (c->nheld == 0)
+		return 0;
+	c->flushing = 1;
+	int rc = wait_slots(c, timeout_of(c), 0, -1, err);
+	c->flushing = 0;
+	return rc;
 }
 
 int wf_ps_client_chunk_times(const wf_ps_client *c, int chunk, double *sent, double *landed)

@@ -125,6 +125,11 @@ int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err);
  * until wait_all, which still collects every reply. Returns that reply's
  * error, if any (wait_all returns it again). */
 int wf_ps_client_wait_chunk(wf_ps_client *c, int chunk, wf_err *err);
+/* Drive the client (read replies, hand held pushes to ZeroMQ as credit
+ * frees: priority_bytes) until no push is held in it; the replies stay
+ * outstanding until wait_chunk or wait_all. Returns a reply's error seen
+ * meanwhile, or WF_ETRANSIENT after the reply timeout. */
+int wf_ps_client_flush(wf_ps_client *c, wf_err *err);
 /* When chunk's last push left the client for ZeroMQ and when its last
  * reply (of a push or pull) was read, in wf_now() seconds (0: not yet);
  * either may be NULL. Returns -1 for a chunk out of range. */

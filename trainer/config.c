@@ -146,6 +146,13 @@ static const key_def keys[] = {
 	 "fails for good; 0: wait for ever"},
 	{"strategy.bucket_mb", T_NUM, F(strategy.bucket_mb), "25",
 	 "allreduce: gradient bucket size in MiB"},
+	{"strategy.layer_ready", T_BOOL, F(strategy.layer_ready), "false",
+	 "parameter_server (sync, without backup workers or elastic membership) and allreduce "
+	 "(MPI, without gradient clipping), on CPUs: the next step's forward starts layer by "
+	 "layer as each layer's new parameters land (parameter servers: their chunks' replies; "
+	 "allreduce: their buckets, started first layers first among those backward completes "
+	 "together and updated bucket by bucket) instead of after the last; with parameter "
+	 "servers it pays only with ps.priority_kb. Results are unchanged"},
 	{"checkpoint.dir", T_STR, F(checkpoint.dir), "\"run/ckpt\"",
 	 "directory of the step-N checkpoint directories"},
 	{"checkpoint.every_steps", T_INT, F(checkpoint.every_steps), "0",
@@ -276,6 +283,7 @@ static const struct {
 	{"data.memory_mb", "WEFT_DATA_MEMORY_MB"},
 	{"strategy.min_workers", "WEFT_MIN_WORKERS"},
 	{"strategy.elastic_service", "WEFT_ELASTIC_SERVICE"},
+	{"strategy.layer_ready", "WEFT_LAYER_READY"},
 	{"strategy.elastic_timeout", "WEFT_ELASTIC_TIMEOUT"},
 	{"strategy.stall_timeout", "WEFT_STALL_TIMEOUT"},
 	{"strategy.rendezvous_timeout", "WEFT_RENDEZVOUS_TIMEOUT"},

@@ -78,6 +78,7 @@ typedef struct wf_config {
 		char elastic_service[256]; /* elastic allreduce: the membership service's
 					    * "host:port" */
 		long commit_every;	   /* elastic allreduce: steps between commits */
+		int layer_ready; /* the next forward starts layer by layer as its values land */
 	} strategy;
 	struct {
 		char dir[WF_CFG_PATH_MAX];

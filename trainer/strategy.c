@@ -158,7 +158,8 @@ static int allreduce_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex
 			       "(or a Kubeflow MPIJob), train on GPUs (NCCL bootstraps through "
 			       "the TF_CONFIG chief), or use strategy.name parameter_server",
 			       dev, boot.size);
-	return wf_exchange_mpi_create(out, ex, m, optim, cfg->strategy.bucket_mb, err);
+	return wf_exchange_mpi_create(out, ex, m, optim, cfg->strategy.bucket_mb,
+				      cfg->strategy.layer_ready, err);
 }
 
 /* Elastic allreduce (strategy.min_workers > 0): the TCP ring, its members
@@ -283,6 +284,7 @@ static int ps_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex, const
 		.compression = cfg->ps.comp,
 		.topk = cfg->ps.topk,
 		.priority_bytes = (size_t)cfg->ps.priority_kb * 1024,
+		.layer_ready = cfg->strategy.layer_ready,
 		.debug_stall = cfg->ps.debug_stall[0] ? cfg->ps.debug_stall : NULL,
 		.backup_workers = (int)cfg->strategy.backup_workers,
 		.min_workers = (int)cfg->strategy.min_workers,

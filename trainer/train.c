@@ -240,6 +240,9 @@ static int build_model(run *r, wf_err *err)
 		return wf_errf(err, WF_EINVAL, "train.label_smoothing: %s", wf_exec_error(r->ex));
 	if ((rc = wf_strategy_exchange_create(&r->x, c, r->ex, r->m, &r->optim, err)) != 0)
 		return rc;
+	/* layer by layer: each layer of a forward waits for its new values */
+	if (r->x->layer_ready && wf_exec_set_layer_hook(r->ex, wf_exchange_layer_hook, r->x) != 0)
+		return wf_errf(err, WF_ENOMEM, "%s", wf_exec_error(r->ex));
 	/* backup workers: the data units of an epoch, as the reader will cut them */
 	long unit = c->train.batch_size * c->train.accumulate;
 	r->x->units_per_epoch = ti->count / (unit * r->x->workers) * r->x->workers;
@@ -784,6 +787,21 @@ static int rewind_to(run *r, long from, long to, wf_err *err)
 	return open_reader(r, err);
 }
 
+/* Layer by layer: does anything after step `done` - 1, other than the next
+ * training forward, read the parameters (evaluation, a checkpoint, the
+ * end, a stop or pause, the data units' feed)? Then the exchange settles
+ * first. */
+static int needs_values(const run *r, long done, long stop_at, int requested, int chief)
+{
+	const wf_config *c = r->cfg;
+	long steps = c->train.steps;
+	int evals = chief && r->eval_ds && c->train.eval_every_steps > 0 &&
+		    done % c->train.eval_every_steps == 0;
+	int periodic = c->checkpoint.every_steps > 0 && done % c->checkpoint.every_steps == 0;
+	return done >= steps || evals || periodic || requested ||
+	       (stop_at > 0 && done == stop_at) || r->by_unit;
+}
+
 static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 {
 	const wf_config *c = r->cfg;
@@ -809,6 +827,11 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		}
 		long to;
 		rc = train_step(r, step, b, &w, &to, err);
+		/* a signal is read once per step: what settles and what stops agree */
+		int requested = stop_requested;
+		if (rc == 0 && r->x->layer_ready &&
+		    needs_values(r, step + 1, stop_at, requested, chief))
+			rc = wf_exchange_settle(r->x, &to, err);
 		if (rc == WF_EXCHANGE_MOVED && r->x->by_position && to == step + 1) {
 			/* elastic allreduce: the step is done and the ring formed again
 			 * (rank, workers and data position changed): read on from there */
@@ -878,8 +901,11 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 			c->checkpoint.every_steps > 0 && done % c->checkpoint.every_steps == 0;
 		int stop_here = stop_at > 0 && done == stop_at;
 		/* allreduce: every rank stops after the same step, whichever got the signal */
-		int stop = wf_exchange_should_stop(r->x, step, stop_requested), left = 0;
+		int stop = wf_exchange_should_stop(r->x, step, requested), left = 0;
 		if (stop && done < steps && (rc = wf_exchange_leave(r->x, &left, err)) != 0)
+			return rc;
+		/* layer by layer: another rank's stop (allreduce) settles here */
+		if (stop && r->x->layer_ready && (rc = wf_exchange_settle(r->x, &to, err)) != 0)
 			return rc;
 		if (left) { /* elastic: the others go on; the chief keeps the checkpoints */
 			wf_progress_message(&r->prog, "left the job after step %ld (elastic)",

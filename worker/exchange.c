@@ -58,6 +58,20 @@ int wf_exchange_leave(wf_exchange *x, int *left, wf_err *err)
 	return x->ops->leave ? x->ops->leave(x, left, err) : 0;
 }
 
+int wf_exchange_layer_hook(void *arg, int layer, size_t lo, size_t hi, int state)
+{
+	wf_exchange *x = arg;
+	(void)layer;
+	if (x->ops->layer_wait)
+		x->ops->layer_wait(x, lo, hi, state);
+	return 0;
+}
+
+int wf_exchange_settle(wf_exchange *x, long *to, wf_err *err)
+{
+	return x->ops->settle ? x->ops->settle(x, to, err) : 0;
+}
+
 void wf_exchange_free(wf_exchange *x)
 {
 	if (x)

@@ -10,6 +10,12 @@
  *   then wf_exchange_step(step), after which the executor's parameters are
  *   the ones to use for the next step; then wf_exchange_should_stop(step,
  *   signalled) says whether to checkpoint and stop there.
+ * Layer by layer (x->layer_ready set by the exchange at create): step may
+ * return once the gradient is on its way, before the new parameters are all
+ * in. The trainer then passes wf_exchange_layer_hook to the executor
+ * (wf_exec_set_layer_hook), so each layer of the next training forward
+ * waits for its own parameters, and calls wf_exchange_settle before
+ * anything else that reads them (evaluation, checkpoint, the end, a stop).
  * Each worker's gradient is thus the mean over its own samples; exchanges
  * that combine workers AVERAGE them (allreduce mean, parameter-server mean).
  *
@@ -65,6 +71,16 @@ typedef struct wf_exchange_ops {
 	 * elastic, not the chief; the others go on without it): *left 1, else
 	 * 0 (stop as usual). Returns 0 or an error. May be NULL. */
 	int (*leave)(wf_exchange *x, int *left, wf_err *err);
+	/* Layer by layer: before the next forward's layer reads parameters
+	 * [lo, hi) floats (and, when state is 1, the non-trainable state), wait
+	 * until the last step's values of those are in the executor. Never
+	 * fails: a failure is kept and returned by the next step (or settle).
+	 * May be NULL. */
+	void (*layer_wait)(wf_exchange *x, size_t lo, size_t hi, int state);
+	/* Layer by layer: wait until every value of the last step is in the
+	 * executor. Returns 0, an error, or WF_EXCHANGE_MOVED with *to set.
+	 * May be NULL. */
+	int (*settle)(wf_exchange *x, long *to, wf_err *err);
 } wf_exchange_ops;
 
 struct wf_exchange {
@@ -86,6 +102,9 @@ struct wf_exchange {
 	long data_epoch, data_offset;
 	long samples;	   /* set by the trainer before start: training samples */
 	long worker_batch; /* set by the trainer before start: one worker's samples a step */
+	/* step returns before the new parameters are all in (see above); set by
+	 * the exchange at create */
+	int layer_ready;
 };
 
 /* Backup workers (parameter_server sync, strategy.backup_workers > 0): a
@@ -143,6 +162,11 @@ int wf_exchange_get_feed(wf_exchange *x, wf_exchange_feed *f);
 int wf_exchange_backup_stats(wf_exchange *x, wf_exchange_backup *out, wf_err *err);
 /* See leave above. */
 int wf_exchange_leave(wf_exchange *x, int *left, wf_err *err);
+/* A wf_layer_hook_fn (model/model.h) with arg = the exchange: see
+ * layer_wait above; returns 0. */
+int wf_exchange_layer_hook(void *x, int layer, size_t lo, size_t hi, int state);
+/* See settle above (0 at once where the exchange has none). */
+int wf_exchange_settle(wf_exchange *x, long *to, wf_err *err);
 void wf_exchange_free(wf_exchange *x); /* accepts NULL */
 
 /* ---- local: one process, the optimizer applied in place ---------------- */

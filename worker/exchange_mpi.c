@@ -32,6 +32,7 @@
  * the job instead of hanging. */
 #include "worker/exchange_mpi.h"
 
+#include "common/events.h"
 #include "common/log.h"
 #include "kernels/ops.h"
 #include "common/util.h"
@@ -532,7 +533,22 @@ struct wf_mpi_buckets {
 	size_t ready;	 /* floats: [0, ready) is final */
 	double waits_at; /* wf_now() when the training thread began to wait; 0: not yet */
 	int rc;		 /* the step's outcome */
+	/* priority by layer (wf_mpi_buckets prio): the buckets are summed in a
+	 * copy of the gradient (the trainer zeroes its own while they travel)
+	 * and posted in the order the training thread queued them: as backward
+	 * completes them, those completed together highest first (the first
+	 * layers': the parameters are laid out in reverse layer order). That
+	 * order follows the backward's deterministic prefixes, never timing,
+	 * so every rank posts the same collectives in the same order. */
+	int prio;
+	const float *src; /* the gradient the copy is taken from */
+	int *order;	  /* [nbuckets] buckets in posting order (under mu) */
+	int queued;	  /* entries of order (under mu) */
+	size_t handed;	  /* floats of the gradient copied and queued (training thread) */
+	char *bstate;	  /* [nsmall + nbuckets] BS_* (under mu) */
 };
+
+enum { BS_WAITING, BS_POSTED, BS_DONE };
 
 static size_t bucket_lo(const wf_mpi_buckets *b, int i)
 {
@@ -555,6 +571,52 @@ static const char *bucket_label(void *arg, int i, char *buf, size_t n)
 	return buf;
 }
 
+/* Priority by layer, on the thread: post the buckets queued since, in the
+ * queue's order, and test each collective in flight, marking those done
+ * (the training thread waits for them one by one). *done: every one posted
+ * so far is done. */
+static int prio_progress(wf_mpi_buckets *b, long step, int *posted, int *done, wf_err *err)
+{
+	pthread_mutex_lock(&b->mu);
+	int queued = b->queued;
+	pthread_mutex_unlock(&b->mu);
+	for (; *posted < queued; (*posted)++) {
+		int k = b->order[*posted];
+		MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, b->buf + bucket_lo(b, k),
+					 (int)(bucket_hi(b, k) - bucket_lo(b, k)), MPI_FLOAT,
+					 MPI_SUM, g.comm, &b->reqs[b->nsmall + k]),
+			  err, "gradient bucket %d of step %ld", k, step + 1);
+		pthread_mutex_lock(&b->mu);
+		b->bstate[b->nsmall + k] = BS_POSTED;
+		pthread_mutex_unlock(&b->mu);
+	}
+	int all = 1, any = 0;
+	for (int i = 0; i < b->nsmall + b->nbuckets; i++) {
+		if (b->bstate[i] != BS_POSTED) { /* only this thread moves it on from here */
+			all &= b->bstate[i] == BS_DONE || i >= b->nsmall;
+			continue;
+		}
+		int f = 0;
+		MPI_CHECK(MPI_Test(&b->reqs[i], &f, MPI_STATUS_IGNORE), err, "waiting for %s",
+			  b->wt->phase);
+		if (!f) {
+			all = 0;
+			continue;
+		}
+		pthread_mutex_lock(&b->mu);
+		b->bstate[i] = BS_DONE;
+		pthread_mutex_unlock(&b->mu);
+		any = 1;
+	}
+	if (any) { /* the training thread may wait for one of them */
+		pthread_mutex_lock(&b->mu);
+		pthread_cond_broadcast(&b->idle);
+		pthread_mutex_unlock(&b->mu);
+	}
+	*done = all;
+	return 0;
+}
+
 /* The thread's side of one step: start the small collectives, then each
  * bucket once it is final, until all are done, the deadline passes or the
  * owner quits. */
@@ -569,6 +631,11 @@ static int comm_step(wf_mpi_buckets *b, long step, wf_err *err)
 		MPI_CHECK(MPI_Iallreduce(s->send, s->recv, s->count, s->type, s->op, g.comm,
 					 &b->reqs[i]),
 			  err, "%s of step %ld", s->what, step + 1);
+		if (b->prio) {
+			pthread_mutex_lock(&b->mu);
+			b->bstate[i] = BS_POSTED;
+			pthread_mutex_unlock(&b->mu);
+		}
 	}
 	double limit = g.timeout + (g.w.rank == 0 ? 0 : WF_MIN(5.0, 0.25 * g.timeout));
 	int posted = 0;
@@ -581,15 +648,23 @@ static int comm_step(wf_mpi_buckets *b, long step, wf_err *err)
 		if (quit)
 			return wf_errf(err, WF_ESTOPPED, "the allreduce of step %ld was abandoned",
 				       step + 1);
-		for (; posted < b->nbuckets && bucket_hi(b, posted) <= ready; posted++)
-			MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, b->buf + bucket_lo(b, posted),
-						 (int)(bucket_hi(b, posted) - bucket_lo(b, posted)),
-						 MPI_FLOAT, MPI_SUM, g.comm,
-						 &b->reqs[b->nsmall + posted]),
-				  err, "gradient bucket %d of step %ld", posted, step + 1);
 		int done = 0;
-		MPI_CHECK(MPI_Testall(b->nsmall + posted, b->reqs, &done, MPI_STATUSES_IGNORE), err,
-			  "waiting for %s", wt->phase);
+		if (b->prio) {
+			if ((rc = prio_progress(b, step, &posted, &done, err)) != 0)
+				return rc;
+		} else {
+			for (; posted < b->nbuckets && bucket_hi(b, posted) <= ready; posted++)
+				MPI_CHECK(
+					MPI_Iallreduce(
+						MPI_IN_PLACE, b->buf + bucket_lo(b, posted),
+						(int)(bucket_hi(b, posted) - bucket_lo(b, posted)),
+						MPI_FLOAT, MPI_SUM, g.comm,
+						&b->reqs[b->nsmall + posted]),
+					err, "gradient bucket %d of step %ld", posted, step + 1);
+			MPI_CHECK(MPI_Testall(b->nsmall + posted, b->reqs, &done,
+					      MPI_STATUSES_IGNORE),
+				  err, "waiting for %s", wt->phase);
+		}
 		if (done && posted == b->nbuckets)
 			return 0;
 		double now = wf_now();
@@ -638,7 +713,7 @@ static void *comm_main(void *arg)
 		pthread_mutex_lock(&b->mu);
 		b->rc = rc;
 		b->state = BK_DONE;
-		pthread_cond_signal(&b->idle);
+		pthread_cond_broadcast(&b->idle);
 	}
 	pthread_mutex_unlock(&b->mu);
 	return NULL;
@@ -667,6 +742,10 @@ static void buckets_free(wf_mpi_buckets *b)
 	}
 	if (b->wt == &b->own)
 		hb_free(&b->own.hb);
+	if (b->prio)
+		free(b->buf);
+	free(b->order);
+	free(b->bstate);
 	free(b->reqs);
 	free(b);
 }
@@ -676,7 +755,8 @@ static void buckets_free(wf_mpi_buckets *b)
  * waits (see spin); the thread starts in a world of more than one, with
  * every signal blocked (the training thread takes them). */
 static int buckets_new(wf_mpi_buckets **out, float *buf, size_t n, double bucket_mb,
-		       const small_coll *small, int nsmall, waiter *wt, int spin, wf_err *err)
+		       const small_coll *small, int nsmall, waiter *wt, int spin, int prio,
+		       wf_err *err)
 {
 	*out = NULL;
 	wf_mpi_buckets *b = calloc(1, sizeof(*b));
@@ -699,6 +779,18 @@ static int buckets_new(wf_mpi_buckets **out, float *buf, size_t n, double bucket
 	}
 	for (int i = 0; i < nsmall + b->nbuckets; i++)
 		b->reqs[i] = MPI_REQUEST_NULL;
+	if (prio) {
+		b->prio = 1;
+		b->src = buf;
+		b->buf = malloc((n ? n : 1) * sizeof(float));
+		b->order = malloc((size_t)(b->nbuckets + 1) * sizeof(*b->order));
+		b->bstate = calloc((size_t)(nsmall + b->nbuckets + 1), 1);
+		if (!b->buf || !b->order || !b->bstate) {
+			wf_errf(err, WF_ENOMEM, "out of memory for the gradient's copy");
+			buckets_free(b);
+			return WF_ENOMEM;
+		}
+	}
 	if (g.w.size < 2) {
 		*out = b;
 		return 0;
@@ -749,7 +841,26 @@ static void buckets_hand(wf_mpi_buckets *b, long step, size_t done, int waits)
 		b->step = step;
 		b->ready = 0;
 		b->waits_at = 0;
+		b->queued = 0;
+		b->handed = 0;
+		if (b->prio)
+			memset(b->bstate, BS_WAITING, (size_t)(b->nsmall + b->nbuckets));
 		wake = 1;
+	}
+	if (b->state == BK_RUNNING && b->prio && done > b->handed) {
+		/* the buckets this hand completes: copied, then queued highest first */
+		int from = full_buckets(b, b->handed), to = full_buckets(b, done);
+		pthread_mutex_unlock(&b->mu);
+		if (to > from)
+			memcpy(b->buf + bucket_lo(b, from), b->src + bucket_lo(b, from),
+			       (bucket_hi(b, to - 1) - bucket_lo(b, from)) * sizeof(float));
+		pthread_mutex_lock(&b->mu);
+		for (int k = to - 1; k >= from; k--)
+			b->order[b->queued++] = k;
+		if (to > from) {
+			b->handed = bucket_hi(b, to - 1);
+			wake = 1;
+		}
 	}
 	if (b->state == BK_RUNNING) {
 		if (done > b->ready) {
@@ -782,12 +893,27 @@ static int buckets_finish(wf_mpi_buckets *b, long step, wf_err *err)
 	return rc;
 }
 
+/* Training thread, priority by layer: wait until collective i (the small
+ * ones, then the buckets) of the running step is done, or the step failed
+ * (its error). */
+static int buckets_wait_one(wf_mpi_buckets *b, int i, wf_err *err)
+{
+	pthread_mutex_lock(&b->mu);
+	while (b->bstate[i] != BS_DONE && b->state == BK_RUNNING)
+		pthread_cond_wait(&b->idle, &b->mu);
+	int rc = b->bstate[i] == BS_DONE ? 0 : b->rc;
+	pthread_mutex_unlock(&b->mu);
+	if (rc != 0)
+		*err = b->terr;
+	return rc;
+}
+
 /* The cluster benchmark's modelled workers: the same buckets, no small
  * collectives, their own stall inspector; dozens share a few cores, so the
  * thread naps even while the owner waits. */
 int wf_mpi_buckets_create(wf_mpi_buckets **out, float *buf, size_t n, double bucket_mb, wf_err *err)
 {
-	return buckets_new(out, buf, n, bucket_mb, NULL, 0, NULL, 0, err);
+	return buckets_new(out, buf, n, bucket_mb, NULL, 0, NULL, 0, 0, err);
 }
 
 void wf_mpi_buckets_free(wf_mpi_buckets *b)
@@ -856,6 +982,18 @@ typedef struct mpi_ctx {
 	int stop_send, stop_recv; /* the flag in this step's MPI_MAX allreduce */
 	int stop_agreed;	  /* some rank asked: all stop after this step */
 	waiter wt;
+	/* layer by layer (x->layer_ready): step returns once everything is
+	 * handed to the thread; the next forward waits for each layer's
+	 * buckets, and each bucket's optimizer update is applied on this
+	 * thread once it is summed */
+	int pending;	/* the last step's exchange is still open */
+	long pend_step; /* its step */
+	int small_done; /* its statistics were averaged and its stop flag read */
+	char *applied;	/* [nbuckets] updated */
+	int pend_rc;	/* its first failure, returned by the next step or settle */
+	wf_err pend_err;
+	double returned_at, first_at; /* when step returned, when the first layer ran */
+	int left_at_first;	      /* buckets not summed when it ran */
 } mpi_ctx;
 
 /* The step's stop flag is this rank's request as it stood when the step's
@@ -869,11 +1007,140 @@ static void open_step(mpi_ctx *c)
 	c->open = 1;
 }
 
+/* ---- layer by layer ---------------------------------------------------- */
+
+/* The statistics and the stop flag of the pending step: averaged and read
+ * once they are summed. */
+static int lr_small(mpi_ctx *c, wf_err *err)
+{
+	if (c->small_done)
+		return 0;
+	for (int i = 0; i < c->b->nsmall; i++) {
+		int rc = buckets_wait_one(c->b, i, err);
+		if (rc != 0)
+			return rc;
+	}
+	c->stop_agreed = c->stop_recv;
+	if (c->nstate && wf_op_scale(c->be, c->nstate, wf_exec_state(c->ex), wf_exec_state(c->ex),
+				     1.0f / (float)g.w.size) != 0)
+		return wf_errf(err, WF_EINTERNAL, "averaging batch-norm statistics: %s",
+			       c->be->err.msg);
+	c->small_done = 1;
+	return 0;
+}
+
+/* Bucket k of the pending step, once summed: its optimizer update (the
+ * mean of the ranks' gradients, as the whole-vector step applies it). */
+static int lr_apply(mpi_ctx *c, int k, int wait, wf_err *err)
+{
+	wf_mpi_buckets *b = c->b;
+	if (c->applied[k])
+		return 0;
+	if (!wait) {
+		pthread_mutex_lock(&b->mu);
+		int done = b->bstate[b->nsmall + k] == BS_DONE;
+		pthread_mutex_unlock(&b->mu);
+		if (!done)
+			return 0;
+	} else {
+		int rc = buckets_wait_one(b, b->nsmall + k, err);
+		if (rc != 0)
+			return rc;
+	}
+	int rc = wf_exec_optim_step_range(c->ex, &c->cfg, c->pend_step, bucket_lo(b, k),
+					  bucket_hi(b, k), b->buf, c->slot_m, c->slot_v,
+					  1.0f / (float)g.w.size);
+	if (rc != 0)
+		return wf_errf(err, rc, "optimizer step %ld: %s", c->pend_step + 1, c->be->err.msg);
+	c->applied[k] = 1;
+	return 0;
+}
+
+/* Wait for the whole pending step: every bucket summed and updated, the
+ * statistics averaged, the thread idle again (the training thread may make
+ * MPI calls after). Returns the step's first failure. */
+static int lr_settle(mpi_ctx *c, wf_err *err)
+{
+	if (!c->pending)
+		return 0;
+	int rc = c->pend_rc;
+	if (rc)
+		*err = c->pend_err;
+	if (c->pending < 0) { /* failed already, the step's thread done with it */
+		c->pending = 0;
+		c->pend_rc = 0;
+		return rc;
+	}
+	int frc = buckets_finish(c->b, c->pend_step, rc ? &(wf_err){0} : err);
+	if (!rc)
+		rc = frc;
+	if (!rc)
+		rc = lr_small(c, err);
+	for (int k = 0; k < c->b->nbuckets && !rc; k++)
+		rc = lr_apply(c, k, 0, err);
+	if (!rc)
+		wf_event("layer_ready",
+			 json_pack("{s:I, s:f, s:i, s:i}", "step", (json_int_t)c->pend_step,
+				   "first_layer_ms",
+				   c->first_at > 0 ? (c->first_at - c->returned_at) * 1e3 : -1.0,
+				   "left_at_first", c->first_at > 0 ? c->left_at_first : -1,
+				   "buckets", c->b->nbuckets));
+	c->pending = 0;
+	c->pend_rc = 0;
+	return rc;
+}
+
+static void mpi_layer_wait(wf_exchange *x, size_t lo, size_t hi, int state)
+{
+	mpi_ctx *c = x->ctx;
+	wf_mpi_buckets *b = c->b;
+	if (!c->pending || c->pend_rc)
+		return;
+	int rc = state ? lr_small(c, &c->pend_err) : 0;
+	if (hi > lo)
+		for (int k = (int)(lo / b->bucket);
+		     rc == 0 && k < b->nbuckets && bucket_lo(b, k) < hi; k++)
+			rc = lr_apply(c, k, 1, &c->pend_err);
+	if (c->first_at == 0 && rc == 0) {
+		c->first_at = wf_now();
+		c->left_at_first = 0;
+		pthread_mutex_lock(&b->mu);
+		for (int k = 0; k < b->nbuckets; k++)
+			c->left_at_first += b->bstate[b->nsmall + k] != BS_DONE;
+		pthread_mutex_unlock(&b->mu);
+	}
+	/* and whatever else is summed by now */
+	for (int k = b->nbuckets - 1; rc == 0 && k >= 0; k--)
+		rc = lr_apply(c, k, 0, &c->pend_err);
+	c->pend_rc = rc;
+	if (rc != 0)
+		wf_warn("allreduce: rank %d, waiting for step %ld's values: %s", g.w.rank,
+			c->pend_step + 1, c->pend_err.msg);
+}
+
+static int mpi_settle(wf_exchange *x, long *to, wf_err *err)
+{
+	(void)to; /* the workers never move to another step */
+	return lr_settle(x->ctx, err);
+}
+
 static void mpi_grad_ready(wf_exchange *x, size_t done)
 {
 	mpi_ctx *c = x->ctx;
 	if (g.w.size < 2)
 		return;
+	if (c->pending < 0) /* the step before failed: step returns it */
+		return;
+	if (c->pending) { /* the step before: the forward waited for its buckets */
+		wf_err e = {0};
+		int rc = lr_settle(c, &e);
+		if (rc != 0) {
+			c->pend_rc = rc; /* step returns it; nothing of this one is handed */
+			c->pend_err = e;
+			c->pending = -1;
+			return;
+		}
+	}
 	open_step(c);
 	buckets_hand(c->b, c->cur_step, done, 0);
 }
@@ -884,6 +1151,26 @@ static int mpi_step(wf_exchange *x, long step, long *to, wf_err *err)
 	(void)to; /* the workers never move to another step */
 	int rc = 0;
 	float inv = 1.0f / (float)g.w.size;
+	if (g.w.size > 1 && c->applied) {
+		if (c->pending) /* a failure of the step before (grad_ready) or no grad_ready */
+			rc = c->pending < 0 ? (*err = c->pend_err, c->pend_rc) : lr_settle(c, err);
+		c->pending = 0;
+		c->pend_rc = 0;
+		if (rc != 0)
+			return rc;
+		c->cur_step = step;
+		open_step(c);
+		buckets_hand(c->b, step, c->n, 1);
+		c->open = 0;
+		c->cur_step = step + 1;
+		c->pending = 1;
+		c->pend_step = step;
+		c->small_done = 0;
+		memset(c->applied, 0, (size_t)c->b->nbuckets);
+		c->returned_at = wf_now();
+		c->first_at = 0;
+		return 0;
+	}
 	if (g.w.size > 1) {
 		c->cur_step = step;
 		open_step(c);
@@ -1005,7 +1292,9 @@ static int mpi_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 	mpi_ctx *c = x->ctx;
 	char what[96];
 	snprintf(what, sizeof(what), "the checkpoint of step %ld", step);
-	int rc = barrier(&c->wt, what, err);
+	int rc = lr_settle(c, err); /* the thread idle: this thread's MPI calls next */
+	if (rc == 0)
+		rc = barrier(&c->wt, what, err);
 	if (rc != 0 || g.w.rank != 0)
 		return rc;
 	char path[4200];
@@ -1034,7 +1323,9 @@ static int mpi_finish(wf_exchange *x, long *to, wf_err *err)
 {
 	mpi_ctx *c = x->ctx;
 	(void)to; /* the workers never move to another step */
-	int rc = barrier(&c->wt, "the end of training", err);
+	int rc = lr_settle(c, err);
+	if (rc == 0)
+		rc = barrier(&c->wt, "the end of training", err);
 	if (rc == 0) {
 		hb_drain(&c->wt.hb, err);
 		c->finished = 1;
@@ -1051,6 +1342,11 @@ static int mpi_should_stop(wf_exchange *x, long step, int requested)
 		wf_debug("rank %d: stop requested after step %ld; telling the others", g.w.rank,
 			 step + 1);
 	c->stop_local |= requested != 0;
+	if (c->pending > 0 && !c->pend_rc) { /* layer by layer: the step's flag first */
+		c->pend_rc = lr_small(c, &c->pend_err);
+		if (c->pend_rc)
+			return 0; /* the next step (or settle) fails with it */
+	}
 	return g.w.size < 2 ? c->stop_local : c->stop_agreed;
 }
 
@@ -1071,6 +1367,7 @@ static void mpi_free(wf_exchange *x)
 	mpi_ctx *c = x->ctx;
 	if (c) {
 		buckets_free(c->b); /* the thread ends (abandoning a step left open) */
+		free(c->applied);
 		if (!c->finished && c->stop_agreed && !g.failed && g.w.size > 1)
 			stop_together(c);
 		if (!c->finished)
@@ -1094,10 +1391,12 @@ static const wf_exchange_ops mpi_ops = {
 	.finish = mpi_finish,
 	.free = mpi_free,
 	.should_stop = mpi_should_stop,
+	.layer_wait = mpi_layer_wait,
+	.settle = mpi_settle,
 };
 
 int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
-			   const wf_optim_cfg *cfg, double bucket_mb, wf_err *err)
+			   const wf_optim_cfg *cfg, double bucket_mb, int layer_ready, wf_err *err)
 {
 	*out = NULL;
 	wf_backend *be = wf_exec_backend(ex);
@@ -1145,9 +1444,22 @@ int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	}
 	small[nsmall++] =
 		(small_coll){&c->stop_send, &c->stop_recv, 1, MPI_INT, MPI_MAX, "the stop flag"};
+	/* layer by layer: the updates applied bucket by bucket, so not with
+	 * clipping (it needs the whole gradient), and only among ranks */
+	int clips = cfg->clipnorm > 0 || cfg->global_clipnorm > 0 || cfg->clipvalue > 0;
+	int lr = layer_ready && w.size > 1 && !clips;
+	if (layer_ready && clips && w.rank == 0)
+		wf_warn("allreduce: strategy.layer_ready does not go with gradient clipping (it "
+			"needs the whole gradient): each step waits for every bucket");
+	if (lr &&
+	    !(c->applied = calloc(
+		      (size_t)(c->n + bucket_floats(bucket_mb) - 1) / bucket_floats(bucket_mb) + 1,
+		      1)))
+		goto nomem;
+	x->layer_ready = lr;
 	if ((rc = hb_init(&c->wt.hb, err)) != 0 ||
-	    (rc = buckets_new(&c->b, wf_exec_grads(ex), c->n, bucket_mb, small, nsmall, &c->wt, 1,
-			      err)) != 0) {
+	    (rc = buckets_new(&c->b, wf_exec_grads(ex), c->n, bucket_mb, small, nsmall, &c->wt, !lr,
+			      lr, err)) != 0) {
 		c->finished = 1; /* nothing is in flight yet */
 		mpi_free(x);
 		return rc;

@@ -77,10 +77,14 @@ void wf_mpi_buckets_free(wf_mpi_buckets *b);
 
 /* The allreduce exchange over executor ex (a host-memory backend: ref or
  * cpu) of model m, applying cfg on every rank. bucket_mb: gradient bucket
- * size in MiB (strategy.bucket_mb). rank 0 is the chief; its checkpoint
+ * size in MiB (strategy.bucket_mb). layer_ready (strategy.layer_ready, more
+ * than one rank, no gradient clipping): the buckets are posted first
+ * layers first among those completed together, each is updated as it is
+ * summed, and step returns once all is handed over (exchange.h: layer by
+ * layer). rank 0 is the chief; its checkpoint
  * file is <dir>/optimizer.h5, the same file the local exchange writes. */
 int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
-			   const wf_optim_cfg *cfg, double bucket_mb, wf_err *err);
+			   const wf_optim_cfg *cfg, double bucket_mb, int layer_ready, wf_err *err);
 
 #else /* built without MPI */
 
@@ -137,7 +141,8 @@ static inline void wf_mpi_buckets_free(wf_mpi_buckets *b)
 {
 }
 static inline int wf_exchange_mpi_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
-					 const wf_optim_cfg *cfg, double bucket_mb, wf_err *err)
+					 const wf_optim_cfg *cfg, double bucket_mb, int layer_ready,
+					 wf_err *err)
 {
 	*out = NULL;
 	return wf_errf(err, WF_ENOTSUP, WF_MPI_MISSING);

@@ -47,6 +47,17 @@ typedef struct ps_ctx {
 	wf_exchange_feed fd; /* what to train next */
 	wf_ps_stats st;	     /* the last backup_stats */
 	int have_st;
+	/* layer by layer (x->layer_ready): grads is the exchange's own copy (the
+	 * trainer zeroes the executor's while pushes may still be on their way) */
+	int pending; /* the last step's replies are not all collected */
+	int pend_rc; /* first failure while waiting in a forward */
+	wf_err pend_err;
+	char *waited;	    /* [nchunks] waited for since the step returned */
+	double pushed_at;   /* wf_now() when the step's first push went out */
+	double returned_at; /* wf_now() when step returned */
+	double first_at;    /* when the first layer's values were in (0: not yet) */
+	int left_at_first;  /* chunks still to land then */
+	long pend_step;	    /* the step whose replies are pending */
 } ps_ctx;
 
 /* The servers hand out data units (backup workers, elastic membership). */
@@ -66,17 +77,29 @@ static void sleep_s(double s)
 static int push_chunk(ps_ctx *c, int k, wf_err *err)
 {
 	const wf_ps_chunk *ch = &c->pl.chunks[k];
-	if (!c->host &&
-	    wf_op_to_host(c->be, c->grads + ch->offset, wf_exec_grads(c->ex) + ch->offset,
-			  ch->count * sizeof(float)) != 0)
+	if (c->waited) /* layer by layer: pushes leave from the exchange's copy */
+		memcpy(c->grads + ch->offset, wf_exec_grads(c->ex) + ch->offset,
+		       ch->count * sizeof(float));
+	else if (!c->host &&
+		 wf_op_to_host(c->be, c->grads + ch->offset, wf_exec_grads(c->ex) + ch->offset,
+			       ch->count * sizeof(float)) != 0)
 		return wf_errf(err, WF_EINTERNAL, "ps: copying gradients of chunk %d: %s", k,
 			       c->be->err.msg);
 	return wf_ps_client_push_pull_async(c->cl, k, c->grads, c->step, k == c->state_chunk, err);
 }
 
+static int collect(ps_ctx *c, wf_err *err);
+
 static void ps_grad_ready(wf_exchange *x, size_t done)
 {
 	ps_ctx *c = x->ctx;
+	if (c->next == 0 && c->pending && !c->push_rc) {
+		/* layer by layer: the forward waited for every chunk a layer reads;
+		 * collect the rest (and any failure) before pushing over them */
+		c->push_rc = collect(c, &c->push_err);
+		if (c->push_rc)
+			return;
+	}
 	if (c->next == 0 && c->cfg.slow_factor > 1 && c->ready_at > 0) {
 		/* a straggler: its compute so far, stretched (before any push) */
 		sleep_s((c->cfg.slow_factor - 1) * (wf_now() - c->ready_at));
@@ -88,6 +111,8 @@ static void ps_grad_ready(wf_exchange *x, size_t done)
 		sleep_s(c->stall_s);
 		c->stall_s = 0; /* once */
 	}
+	if (c->next == 0)
+		c->pushed_at = wf_now();
 	while (!c->push_rc && c->next < c->pl.nchunks) {
 		const wf_ps_chunk *ch = &c->pl.chunks[c->next];
 		if (ch->offset + ch->count > done)
@@ -95,6 +120,79 @@ static void ps_grad_ready(wf_exchange *x, size_t done)
 		c->push_rc = push_chunk(c, c->next, &c->push_err);
 		c->next++;
 	}
+}
+
+/* ---- layer by layer --------------------------------------------------------- */
+
+/* Wait for every outstanding reply of the last step (those the forward did
+ * not wait for); the first failure, kept or new. */
+static int collect(ps_ctx *c, wf_err *err)
+{
+	if (!c->pending)
+		return 0;
+	int rc = c->pend_rc;
+	if (rc)
+		*err = c->pend_err;
+	int wrc = wf_ps_client_wait_all(c->cl, rc ? NULL : err);
+	if (!rc)
+		rc = wrc;
+	if (!rc) {
+		/* when the forward's first layer ran, against when the last reply
+		 * landed (a chunk the forward did not wait for lands unobserved) */
+		double last = 0, landed;
+		for (int k = 0; k < c->pl.nchunks; k++)
+			if (wf_ps_client_chunk_times(c->cl, k, NULL, &landed) == 0)
+				last = WF_MAX(last, landed);
+		wf_event("layer_ready",
+			 json_pack("{s:I, s:f, s:f, s:i, s:i}", "step", (json_int_t)c->pend_step,
+				   "first_layer_ms",
+				   c->first_at > 0 ? (c->first_at - c->returned_at) * 1e3 : -1.0,
+				   "last_landed_ms", (last - c->returned_at) * 1e3, "left_at_first",
+				   c->first_at > 0 ? c->left_at_first : -1, "chunks",
+				   c->pl.nchunks));
+	}
+	c->pending = 0;
+	c->pend_rc = 0;
+	return rc;
+}
+
+static void ps_layer_wait(wf_exchange *x, size_t lo, size_t hi, int state)
+{
+	ps_ctx *c = x->ctx;
+	if (!c->pending || c->pend_rc)
+		return;
+	int n = c->pl.nchunks, a = 0, b = n;
+	/* the first chunk ending past lo (chunks ascend by offset) */
+	while (a < b) {
+		int mid = (a + b) / 2;
+		if (c->pl.chunks[mid].offset + c->pl.chunks[mid].count > lo)
+			b = mid;
+		else
+			a = mid + 1;
+	}
+	for (int k = a; k < n && c->pl.chunks[k].offset < hi && !c->pend_rc; k++) {
+		if (c->waited[k])
+			continue;
+		c->pend_rc = wf_ps_client_wait_chunk(c->cl, k, &c->pend_err);
+		c->waited[k] = 1;
+	}
+	if (state && c->state_chunk >= 0 && !c->waited[c->state_chunk] && !c->pend_rc) {
+		c->pend_rc = wf_ps_client_wait_chunk(c->cl, c->state_chunk, &c->pend_err);
+		c->waited[c->state_chunk] = 1;
+	}
+	if (c->first_at == 0) {
+		c->first_at = wf_now();
+		/* chunks still on their way: not waited for and not read meanwhile */
+		c->left_at_first = 0;
+		for (int k = 0; k < n; k++) {
+			double landed = 0;
+			wf_ps_client_chunk_times(c->cl, k, NULL, &landed);
+			c->left_at_first += !c->waited[k] && landed < c->pushed_at;
+		}
+	}
+	if (c->pend_rc) /* the next step (or settle) reports it */
+		wf_warn("ps: worker %d, waiting for step %ld's values: %s", x->rank, c->pend_step,
+			c->pend_err.msg);
 }
 
 /* ---- joining and recovering ------------------------------------------------ */
@@ -427,6 +525,21 @@ static int ps_step(wf_exchange *x, long step, long *to, wf_err *err)
 		if ((rc = c->push_rc) != 0)
 			*err = c->push_err;
 	}
+	if (rc == 0 && c->waited) {
+		/* layer by layer: return once no push is held in the client; the
+		 * next forward waits for the replies layer by layer */
+		if ((rc = wf_ps_client_flush(c->cl, err)) == 0) {
+			c->next = 0;
+			c->step = step + 1;
+			c->pending = 1;
+			c->pend_rc = 0;
+			c->pend_step = step;
+			memset(c->waited, 0, (size_t)c->pl.nchunks);
+			c->returned_at = c->ready_at = wf_now();
+			c->first_at = 0;
+			return 0;
+		}
+	}
 	int wrc = wf_ps_client_wait_all(c->cl, rc ? NULL : err);
 	if (rc == 0)
 		rc = wrc;
@@ -442,6 +555,18 @@ static int ps_step(wf_exchange *x, long step, long *to, wf_err *err)
 		return 0;
 	}
 	if (rc != WF_ETRANSIENT && rc != WF_ESTOPPED)
+		return rc;
+	char why[1024];
+	snprintf(why, sizeof(why), "%s", err->msg);
+	wf_err_clear(err);
+	return resync(x, why, to, err);
+}
+
+static int ps_settle(wf_exchange *x, long *to, wf_err *err)
+{
+	ps_ctx *c = x->ctx;
+	int rc = collect(c, err);
+	if (rc == 0 || (rc != WF_ETRANSIENT && rc != WF_ESTOPPED))
 		return rc;
 	char why[1024];
 	snprintf(why, sizeof(why), "%s", err->msg);
@@ -526,9 +651,12 @@ static void ps_free(wf_exchange *x)
 	if (c) {
 		wf_ps_client_free(c->cl);
 		wf_ps_placement_free(&c->pl);
-		if (!c->host)
+		if (!c->host && !c->waited)
 			free(c->grads);
 		free(c->steps);
+		if (c->waited)
+			free(c->grads);
+		free(c->waited);
 		if (c->have_st)
 			wf_ps_stats_free(&c->st);
 		free(c);
@@ -563,6 +691,8 @@ static const wf_exchange_ops ps_ops = {
 	.feed = ps_feed,
 	.backup_stats = ps_backup_stats,
 	.leave = ps_leave,
+	.layer_wait = ps_layer_wait,
+	.settle = ps_settle,
 };
 
 /* cfg.debug_stall="rank:step:seconds": worker `rank` sleeps once, before
@@ -618,13 +748,31 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 			      cfg->chunk_bytes, err)) != 0)
 		goto fail;
 	c->ref = c->pl.nchunks - 1;
+	/* layer by layer: the exchange keeps its own copy of the gradient */
+	int lr = cfg->layer_ready && cfg->mode == WF_PS_MODE_SYNC && !units_on(c) && c->host;
+	if (cfg->layer_ready && !lr)
+		wf_warn("ps: strategy.layer_ready needs mode sync without backup workers or "
+			"elastic membership on a host-memory device: worker %d waits for every "
+			"reply",
+			cfg->rank);
+	if (lr) {
+		rc = WF_ENOMEM;
+		if (!(c->waited = calloc((size_t)c->pl.nchunks + 1, 1)) ||
+		    !(c->grads = calloc(m->nparams ? m->nparams : 1, sizeof(float))))
+			goto fail;
+		x->layer_ready = 1;
+	}
 	if (cfg->slow_factor > 1)
 		wf_warn("ps.debug_slow: worker %d takes %gx as long per step (a straggler)",
 			cfg->rank, cfg->slow_factor);
+	/* the state rides on a chunk of ps 0: the first pushed, or, layer by
+	 * layer, the last pushed (the first layers'), whose reply comes first
+	 * with priority by layer, as the first batch norm waits for it */
 	for (int k = 0; k < c->pl.nchunks && m->nstate; k++)
 		if (c->pl.chunks[k].server == 0) {
 			c->state_chunk = k;
-			break;
+			if (!x->layer_ready)
+				break;
 		}
 	wf_ps_client_cfg cc = {
 		.nservers = cfg->nservers,

@@ -56,6 +56,11 @@ typedef struct wf_exchange_ps_cfg {
 	/* > 1: this worker takes that many times as long per step (it sleeps
 	 * before pushing; ps.debug_slow: a straggler); <= 1: as it is */
 	double slow_factor;
+	/* strategy.layer_ready, sync (without backup workers or elastic
+	 * membership, on a host-memory backend): step returns once the pushes
+	 * are out, and the next forward waits per layer for its chunks
+	 * (exchange.h: layer by layer); 0: step waits for every reply */
+	int layer_ready;
 
 	const struct wf_ps_keys *keys; /* CURVE keys (ps/auth.h); NULL: plain TCP */
 	const char *key_origin;	       /* where they came from, named when a server
