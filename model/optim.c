@@ -187,10 +187,10 @@ out:
 	return rc;
 }
 
-int wf_optim_apply(wf_backend *be, const wf_optim_cfg *c, long step, size_t n, float *p,
-		   const float *g, float *m, float *v, float grad_scale)
+/* The update's settings for step (0-based) of c. */
+static wf_opt_desc desc_of(const wf_optim_cfg *c, long step, float grad_scale)
 {
-	wf_opt_desc d = {
+	return (wf_opt_desc){
 		.kind = c->kind,
 		.lr = (float)wf_optim_lr(c, step),
 		.momentum = (float)c->momentum,
@@ -202,6 +202,12 @@ int wf_optim_apply(wf_backend *be, const wf_optim_cfg *c, long step, size_t n, f
 		.step = step + 1,
 		.grad_scale = grad_scale,
 	};
+}
+
+int wf_optim_apply(wf_backend *be, const wf_optim_cfg *c, long step, size_t n, float *p,
+		   const float *g, float *m, float *v, float grad_scale)
+{
+	wf_opt_desc d = desc_of(c, step, grad_scale);
 	if (c->clipnorm > 0 || c->global_clipnorm > 0 || c->clipvalue > 0)
 		return apply_clipped(be, &d, c, n, p, g, m, v);
 	return update_unfrozen(be, &d, c, n, p, g, m, v);
@@ -213,18 +219,7 @@ int wf_optim_apply_range(wf_backend *be, const wf_optim_cfg *c, long step, size_
 	if (c->clipnorm > 0 || c->global_clipnorm > 0 || c->clipvalue > 0)
 		return wf_errf(&be->err, WF_EINVAL,
 			       "optimizer: clipping needs the whole gradient, not a range");
-	wf_opt_desc d = {
-		.kind = c->kind,
-		.lr = (float)wf_optim_lr(c, step),
-		.momentum = (float)c->momentum,
-		.nesterov = c->nesterov,
-		.beta1 = (float)c->beta1,
-		.beta2 = (float)c->beta2,
-		.eps = (float)c->eps,
-		.weight_decay = (float)c->weight_decay,
-		.step = step + 1,
-		.grad_scale = grad_scale,
-	};
+	wf_opt_desc d = desc_of(c, step, grad_scale);
 	if (hi <= lo)
 		return 0;
 	if (!c->frozen || !c->segs)
