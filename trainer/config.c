@@ -141,6 +141,13 @@ static const key_def keys[] = {
 	 "step's workers / the cluster's workers (the update is the sum of the step's "
 	 "gradients / the cluster's workers); fixed keeps the learning rate (the update is "
 	 "the mean over the step's workers)"},
+	{"strategy.elastic_batch", T_STR, F(strategy.elastic_batch), "\"worker\"",
+	 "elastic: worker keeps each worker's batch, so the step's global batch is the "
+	 "workers present x train.batch_size x train.accumulate (strategy.elastic_lr sets "
+	 "the learning rate); global (allreduce) keeps the global batch of all the "
+	 "cluster's workers: every step trains that many micro-batches, shared among the "
+	 "workers present (a worker trains more of them by accumulation while others are "
+	 "missing), and the update is their mean whoever trained them"},
 	{"strategy.elastic_timeout", T_NUM, F(strategy.elastic_timeout), "600",
 	 "elastic: seconds the job waits with fewer than strategy.min_workers alive before it "
 	 "fails for good; 0: wait for ever"},

@@ -72,6 +72,7 @@ typedef struct wf_config {
 					 * last B workers' pushes; 0: none */
 		long min_workers;	/* sync parameter_server: elastic membership; 0: off */
 		char elastic_lr[16];	/* linear, fixed */
+		char elastic_batch[16]; /* worker, global (elastic allreduce) */
 		double elastic_timeout; /* seconds with fewer than min_workers; 0: for ever */
 		double bucket_mb;
 		double stall_timeout, rendezvous_timeout; /* allreduce, seconds */

@@ -220,6 +220,16 @@ static int check_strategy(wf_config *c, wf_err *err)
 	NEED(strcmp(c->strategy.elastic_lr, "linear") == 0 ||
 		     strcmp(c->strategy.elastic_lr, "fixed") == 0,
 	     "strategy.elastic_lr: expected linear or fixed, got '%s'", c->strategy.elastic_lr);
+	NEED(strcmp(c->strategy.elastic_batch, "worker") == 0 ||
+		     strcmp(c->strategy.elastic_batch, "global") == 0,
+	     "strategy.elastic_batch: expected worker or global, got '%s'",
+	     c->strategy.elastic_batch);
+	NEED(strcmp(c->strategy.elastic_batch, "global") != 0 ||
+		     (strcmp(c->strategy.name, "allreduce") == 0 && c->strategy.min_workers > 0),
+	     "strategy.elastic_batch: global needs elastic allreduce (strategy.name allreduce "
+	     "with strategy.min_workers > 0, as weft launch --elastic sets); parameter "
+	     "servers keep each worker's batch (got %s, min_workers %ld)",
+	     c->strategy.name, c->strategy.min_workers);
 	NEED(c->strategy.elastic_timeout >= 0,
 	     "strategy.elastic_timeout: must be >= 0 (0: wait for ever), got %g",
 	     c->strategy.elastic_timeout);

@@ -217,6 +217,7 @@ static int ring_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex, con
 		.connect_timeout = cfg->strategy.rendezvous_timeout,
 		.commit_every = cfg->strategy.commit_every,
 		.linear_lr = strcmp(cfg->strategy.elastic_lr, "linear") == 0,
+		.global_batch = strcmp(cfg->strategy.elastic_batch, "global") == 0,
 		.bucket_mb = cfg->strategy.bucket_mb,
 	};
 	rc = wf_exchange_ring_create(out, ex, m, optim, &rc_cfg, err);

@@ -302,10 +302,21 @@ static int open_reader(run *r, wf_err *err)
 	const wf_config *c = r->cfg;
 	wf_reader_cfg rc_cfg;
 	wf_reader_cfg_default(&rc_cfg);
+	int acc = (int)c->train.accumulate;
 	rc_cfg.batch = (int)c->train.batch_size;
-	rc_cfg.first = r->x->rank * (int)c->train.accumulate;
-	rc_cfg.slices = (int)c->train.accumulate;
-	rc_cfg.total_slices = (int)c->train.accumulate * r->x->workers;
+	rc_cfg.first = r->x->rank * acc;
+	rc_cfg.slices = acc;
+	rc_cfg.total_slices = acc * r->x->workers;
+	if (r->x->batch_slots > 0) {
+		/* elastic_batch global: the cluster's micro-batches, shared out in
+		 * contiguous runs (the first ranks take one more when they do not
+		 * divide) */
+		int all = acc * r->x->batch_slots, w = r->x->workers, k = r->x->rank;
+		rc_cfg.first = k * (all / w) + WF_MIN(k, all % w);
+		rc_cfg.slices = all / w + (k < all % w);
+		rc_cfg.total_slices = all;
+	}
+	r->micro = rc_cfg.slices;
 	rc_cfg.seed = (uint64_t)c->train.seed;
 	rc_cfg.shuffle = 1;
 	rc_cfg.augment = c->data.augment;
@@ -724,9 +735,12 @@ static void mark_diverged_checkpoints(run *r, long done)
 static int train_step(run *r, long step, wf_batch *b, window *w, long *to, wf_err *err)
 {
 	const wf_config *c = r->cfg;
-	int bs = (int)c->train.batch_size, acc = (int)c->train.accumulate;
+	/* each micro-batch's gradient is its mean / accumulate: a worker's own
+	 * batch gives its mean; with elastic_batch global a worker's share of
+	 * micro-batches sums so that the ring's sum / slots is the mean of all */
+	int bs = (int)c->train.batch_size, acc = r->micro;
 	size_t sample = (size_t)r->m->in_h * (size_t)r->m->in_w * (size_t)r->m->in_c;
-	float scale = 1.0f / (float)(bs * acc);
+	float scale = 1.0f / (float)(bs * c->train.accumulate);
 	if (b->n != bs * acc)
 		return wf_errf(err, WF_EINTERNAL, "reader gave %d samples at step %ld, want %d",
 			       b->n, step, bs * acc);

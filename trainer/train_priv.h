@@ -44,6 +44,9 @@ typedef struct run {
 	wf_model *src;	       /* model.init_from, until copied */
 	wf_model_meta src_meta;
 	char src_file[WF_CFG_PATH_MAX + 4300];
+	/* micro-batches this worker trains a step: train.accumulate, or its share
+	 * of the cluster's with elastic_batch global (set with the reader) */
+	int micro;
 	/* backup workers: the servers hand out data units (exchange.h) */
 	int by_unit;
 	wf_exchange_feed fd; /* what to train next */

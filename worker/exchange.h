@@ -102,6 +102,10 @@ struct wf_exchange {
 	long data_epoch, data_offset;
 	long samples;	   /* set by the trainer before start: training samples */
 	long worker_batch; /* set by the trainer before start: one worker's samples a step */
+	/* elastic allreduce with elastic_batch global: a step trains this many
+	 * workers' batches (the cluster's slots), shared among the workers
+	 * present; set by the exchange at create; 0: each worker its own */
+	int batch_slots;
 	/* step returns before the new parameters are all in (see above); set by
 	 * the exchange at create */
 	int layer_ready;

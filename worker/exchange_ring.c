@@ -8,8 +8,10 @@
  * worker's SIGTERM) and that heard from the service that someone waits to
  * join. Every rank thus learns the same counts after the same step. The
  * optimizer is applied with grad_scale 1 / workers (elastic_lr fixed: the
- * mean) or 1 / slots (linear: the linear scaling rule), then the data
- * position moves on by one global batch, then the step is committed (every
+ * mean) or 1 / slots (linear: the linear scaling rule; elastic_batch
+ * global, where the workers present trained all the slots' micro-batches
+ * between them: their mean), then the data position moves on by one
+ * global batch, then the step is committed (every
  * commit_every steps, and always before a planned change).
  *
  * The committed state is a host copy of the parameters, statistics, slots,
@@ -243,6 +245,13 @@ static int restore(ring_ctx *c, wf_err *err)
 	return 0;
 }
 
+/* The workers' batches one step reads: those present, or with
+ * elastic_batch global always the cluster's. */
+static int batch_workers(const ring_ctx *c)
+{
+	return c->cfg.global_batch ? c->cfg.slots : c->size;
+}
+
 /* The data position's global batch for `workers`: past the end of the
  * epoch's order (what is left is less than a batch), the next epoch. */
 static void normalize(long *epoch, long *offset, int workers, long samples, long per)
@@ -461,14 +470,15 @@ static int ring_start(wf_exchange *x, const char *resume_dir, long resume_step, 
 		json_int_t e = 0, o = 0;
 		if (!j || json_unpack(j, "{s:I, s:I}", "epoch", &e, "offset", &o) != 0 || e < 0 ||
 		    o < 0) {
-			long per = x->worker_batch * (x->workers > 0 ? x->workers : 1);
+			int bw = c->cfg.global_batch ? c->cfg.slots : WF_MAX(x->workers, 1);
+			long per = x->worker_batch * bw;
 			long spe = per > 0 && x->samples >= per ? x->samples / per : 1;
 			e = step / spe;
 			o = (step % spe) * per;
 			wf_warn("%s: no data position (%s): taking epoch %lld, sample %lld, as a "
 				"run of %d worker%s would",
-				path, j ? "bad fields" : je.text, (long long)e, (long long)o,
-				x->workers, x->workers == 1 ? "" : "s");
+				path, j ? "bad fields" : je.text, (long long)e, (long long)o, bw,
+				bw == 1 ? "" : "s");
 		}
 		json_decref(j);
 		c->epoch = (long)e;
@@ -549,12 +559,12 @@ static int ring_step(wf_exchange *x, long step, long *to, wf_err *err)
 	if (c->nstate)
 		for (size_t i = 0; i < c->nstate; i++)
 			wf_exec_state(c->ex)[i] = ctl[i] * inv;
-	float scale = c->cfg.linear_lr ? 1.0f / (float)c->cfg.slots : inv;
+	float scale = c->cfg.linear_lr || c->cfg.global_batch ? 1.0f / (float)c->cfg.slots : inv;
 	rc = wf_exec_optim_step(c->ex, &c->optim, step, c->slot_m, c->slot_v, scale);
 	if (rc != 0)
 		return wf_errf(err, rc, "optimizer step %ld: %s", step + 1, c->be->err.msg);
-	normalize(&c->epoch, &c->offset, c->size, x->samples, x->worker_batch);
-	c->offset += x->worker_batch * c->size;
+	normalize(&c->epoch, &c->offset, batch_workers(c), x->samples, x->worker_batch);
+	c->offset += x->worker_batch * batch_workers(c);
 	c->last_step = step + 1;
 	int stops = ctl[c->nstate + CTL_STOP] > 0, leaves = ctl[c->nstate + CTL_LEAVE] > 0,
 	    joins = ctl[c->nstate + CTL_JOIN] > 0;
@@ -597,7 +607,7 @@ static int ring_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 		return rc;
 	/* where the next step reads, as the reader will see it */
 	long e = c->epoch, o = c->offset;
-	normalize(&e, &o, c->size, x->samples, x->worker_batch);
+	normalize(&e, &o, batch_workers(c), x->samples, x->worker_batch);
 	char text[128];
 	int n = snprintf(text, sizeof(text), "{\"epoch\": %ld, \"offset\": %ld, \"workers\": %d}\n",
 			 e, o, c->size);
@@ -723,6 +733,7 @@ int wf_exchange_ring_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		c->cfg.commit_every = 1;
 	if (c->cfg.slots < 1)
 		c->cfg.slots = 1;
+	x->batch_slots = c->cfg.global_batch ? c->cfg.slots : 0;
 	c->lfd = -1;
 	c->ex = ex;
 	c->be = be;

@@ -30,6 +30,8 @@ typedef struct wf_exchange_ring_cfg {
 	double connect_timeout; /* seconds to reach the service at start */
 	long commit_every;	/* steps between commits (>= 1) */
 	int linear_lr;		/* 1: grad scale 1 / slots (elastic_lr linear), 0: 1 / workers */
+	int global_batch;	/* 1: a step trains slots workers' batches, whoever is present
+				 * (elastic_batch global; grad scale 1 / slots) */
 	double bucket_mb;	/* MiB of gradient summed at a time, as backward finishes it */
 } wf_exchange_ring_cfg;
 
