@@ -15,6 +15,7 @@
 #include "tests/test.h"
 
 #include <hdf5.h>
+#include <math.h>
 #include <stdint.h>
 #include <time.h>
 #include <unistd.h>
@@ -441,32 +442,25 @@ static void test_not_a_keras_file(void)
 	WF_CHECK(strstr(err.msg, "model_config") != NULL);
 }
 
-/* Seconds of the fastest of three imports of path (all fail: see above);
- * the last error into err. */
+/* Seconds one import of path takes (all fail: see above); its error into
+ * err. */
 static double import_seconds(const char *path, wf_err *err)
 {
-	double best = 1e9;
-	for (int r = 0; r < 3; r++) {
-		wf_model *m = NULL;
-		struct timespec t0, t1;
-		memset(err, 0, sizeof(*err));
-		clock_gettime(CLOCK_MONOTONIC, &t0);
-		int rc = wf_keras_load(&m, NULL, path, err);
-		clock_gettime(CLOCK_MONOTONIC, &t1);
-		WF_CHECK(rc < 0 && m == NULL);
-		wf_model_free(m);
-		double s =
-			(double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-		if (s < best)
-			best = s;
-	}
-	return best;
+	wf_model *m = NULL;
+	struct timespec t0, t1;
+	memset(err, 0, sizeof(*err));
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	int rc = wf_keras_load(&m, NULL, path, err);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
+	WF_CHECK(rc < 0 && m == NULL);
+	wf_model_free(m);
+	return (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 }
 
 /* Time against size, as ratios within this run (never absolute times): 4x
- * the layers may cost about 4x (quadratic would be 16x); 20x the layers,
- * past the limit, are refused before the walk, at most about as dear per
- * byte as the walk of the small file. */
+ * the layers may cost about 4x (quadratic would be 16x; under 10x passes);
+ * 20x the layers, past the limit, are refused before the walk, at most
+ * about as dear per byte as the walk of the small file. */
 static void test_many_layers_linear_and_refused(void)
 {
 	char small[128], big[128], huge[128];
@@ -476,15 +470,20 @@ static void test_many_layers_linear_and_refused(void)
 	WF_CHECK(wf_test_keras_layers_file(small, 2000) == 0);
 	WF_CHECK(wf_test_keras_layers_file(big, 8000) == 0);
 	WF_CHECK(wf_test_keras_layers_file(huge, 40000) == 0);
-	wf_err err;
-	double ts = import_seconds(small, &err);
-	WF_CHECK_MSG(strstr(err.msg, "'a1999'") || strstr(err.msg, "classes"), "%s", err.msg);
-	double tb = import_seconds(big, &err);
-	double th = import_seconds(huge, &err);
-	WF_CHECK_MSG(strstr(err.msg, "40000 layers") && strstr(err.msg, "10000"), "%s", err.msg);
+	/* the fastest of five rounds each, the sizes interleaved, so that other
+	 * work on the machine (or a sanitizer's) weighs on all of them alike */
+	wf_err es, eb, eh;
+	double ts = 1e9, tb = 1e9, th = 1e9;
+	for (int r = 0; r < 5; r++) {
+		ts = fmin(ts, import_seconds(small, &es));
+		tb = fmin(tb, import_seconds(big, &eb));
+		th = fmin(th, import_seconds(huge, &eh));
+	}
+	WF_CHECK_MSG(strstr(es.msg, "'a1999'") || strstr(es.msg, "classes"), "%s", es.msg);
+	WF_CHECK_MSG(strstr(eh.msg, "40000 layers") && strstr(eh.msg, "10000"), "%s", eh.msg);
 	printf("  2000 layers %.4f s, 8000 %.4f s (x%.1f), 40000 refused %.4f s (x%.1f)\n", ts, tb,
 	       tb / ts, th, th / ts);
-	WF_CHECK_MSG(tb / ts < 8.0, "4x the layers took %.1fx the time (quadratic?)", tb / ts);
+	WF_CHECK_MSG(tb / ts < 10.0, "4x the layers took %.1fx the time (quadratic?)", tb / ts);
 	WF_CHECK_MSG(th / ts < 40.0, "20x the layers took %.1fx the time before the refusal",
 		     th / ts);
 	unlink(small);
