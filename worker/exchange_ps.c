@@ -651,11 +651,9 @@ static void ps_free(wf_exchange *x)
 	if (c) {
 		wf_ps_client_free(c->cl);
 		wf_ps_placement_free(&c->pl);
-		if (!c->host && !c->waited)
+		if (!c->host || c->waited) /* a copy of its own */
 			free(c->grads);
 		free(c->steps);
-		if (c->waited)
-			free(c->grads);
 		free(c->waited);
 		if (c->have_st)
 			wf_ps_stats_free(&c->st);
