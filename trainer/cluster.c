@@ -2,6 +2,7 @@
 #include "trainer/cluster.h"
 
 #include "common/log.h"
+#include "worker/netio.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -36,50 +37,11 @@ static wf_role role_from_name(const char *s)
 	return WF_ROLE_NONE;
 }
 
-int wf_cluster_split_hostport(const char *hp, char *host, size_t n, int *port)
-{
-	const char *colon;
-	size_t hl;
-	if (hp[0] == '[') {
-		const char *close = strchr(hp, ']');
-		if (!close || close[1] != ':')
-			return -1;
-		colon = close + 1;
-		hl = (size_t)(close - hp - 1);
-		hp++;
-	} else {
-		colon = strrchr(hp, ':');
-		if (!colon || memchr(hp, ':', (size_t)(colon - hp)))
-			return -1;
-		hl = (size_t)(colon - hp);
-	}
-	if (hl == 0 || hl >= n)
-		return -1;
-	for (size_t i = 0; i < hl; i++)
-		if (hp[i] == ' ' || hp[i] == '/' || hp[i] == '\t')
-			return -1;
-	const char *p = colon + 1;
-	if (!*p || strlen(p) > 5)
-		return -1;
-	long v = 0;
-	for (; *p; p++) {
-		if (*p < '0' || *p > '9')
-			return -1;
-		v = v * 10 + (*p - '0');
-	}
-	if (v < 1 || v > 65535)
-		return -1;
-	memcpy(host, hp, hl);
-	host[hl] = '\0';
-	*port = (int)v;
-	return 0;
-}
-
 static int set_addr(wf_cluster_job *j, int idx, const char *val, const char *job, wf_err *err)
 {
 	char host[256];
 	int port;
-	if (wf_cluster_split_hostport(val, host, sizeof(host), &port))
+	if (wf_net_split_hostport(val, host, sizeof(host), &port))
 		return wf_errf(err, WF_EINVAL,
 			       "TF_CONFIG: cluster.%s[%d]: \"%s\" is not host:port (port 1-65535)",
 			       job, idx, val);
@@ -755,7 +717,7 @@ int wf_cluster_resolve(const char *hostport, int attempts, double backoff, char 
 {
 	char host[256];
 	int port, gai = 0;
-	if (wf_cluster_split_hostport(hostport, host, sizeof(host), &port))
+	if (wf_net_split_hostport(hostport, host, sizeof(host), &port))
 		return wf_errf(err, WF_EINVAL, "address \"%s\" is not host:port", hostport);
 	if (attempts < 1)
 		attempts = 1;

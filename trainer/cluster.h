@@ -113,8 +113,6 @@ int wf_cluster_num_trainers(const wf_cluster *c);
  * host when it never resolves; WF_EINVAL when malformed. */
 int wf_cluster_resolve(const char *hostport, int attempts, double backoff, char *endpoint, size_t n,
 		       wf_err *err);
-/* Split and check "host:port" ("[v6]:port" too); host receives the host. */
-int wf_cluster_split_hostport(const char *hostport, char *host, size_t n, int *port);
 void wf_cluster_free(wf_cluster *c);
 
 #endif

@@ -9,6 +9,7 @@
 #include "model/model.h"
 #include "ps/auth.h"
 #include "ps/server.h"
+#include "worker/netio.h"
 #include "trainer/checkpoint.h"
 #include "trainer/cli.h"
 #include "trainer/evaluate.h"
@@ -61,7 +62,7 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	const char *addr = c->jobs[WF_ROLE_PS].addr[c->index];
 	if ((rc = wf_config_check_workers(cfg, wf_job_num_workers(c), err)) != 0)
 		return rc;
-	if (wf_cluster_split_hostport(addr, host, sizeof(host), &port) != 0)
+	if (wf_net_split_hostport(addr, host, sizeof(host), &port) != 0)
 		return wf_errf(err, WF_EINVAL, "TF_CONFIG: cluster.ps[%d] \"%s\" is not host:port",
 			       c->index, addr);
 	/* bind the address TF_CONFIG gives this server, not every interface

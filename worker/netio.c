@@ -101,18 +101,30 @@ int wf_net_split_hostport(const char *hp, char *host, size_t n, int *port)
 		const char *close = strchr(hp, ']');
 		if (!close || close[1] != ':')
 			return -1;
+		colon = close + 1;
 		hl = (size_t)(close - hp - 1);
 		hp++;
-		colon = close + 1;
 	} else {
 		colon = strrchr(hp, ':');
-		if (!colon)
+		if (!colon || memchr(hp, ':', (size_t)(colon - hp)))
 			return -1;
 		hl = (size_t)(colon - hp);
 	}
-	char *end;
-	long v = strtol(colon + 1, &end, 10);
-	if (hl == 0 || hl >= n || *end != '\0' || v < 1 || v > 65535)
+	if (hl == 0 || hl >= n)
+		return -1;
+	for (size_t i = 0; i < hl; i++)
+		if (hp[i] == ' ' || hp[i] == '/' || hp[i] == '\t')
+			return -1;
+	const char *p = colon + 1;
+	if (!*p || strlen(p) > 5)
+		return -1;
+	long v = 0;
+	for (; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		v = v * 10 + (*p - '0');
+	}
+	if (v < 1 || v > 65535)
 		return -1;
 	memcpy(host, hp, hl);
 	host[hl] = '\0';

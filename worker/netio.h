@@ -26,7 +26,8 @@ int wf_net_wait(int fd, short events, double deadline);
  * with errno (ETIMEDOUT; ECONNRESET when the peer closed early). */
 int wf_net_io(int fd, void *buf, size_t n, int writing, double deadline);
 int wf_net_nonblocking(int fd);
-/* "host:port" or "[v6]:port" into host (n bytes) and port: 0, or -1. */
+/* Split and check "host:port" or "[v6]:port" (no blanks or slashes in the
+ * host, a port of 1-65535 in digits) into host (n bytes) and port: 0, or -1. */
 int wf_net_split_hostport(const char *hp, char *host, size_t n, int *port);
 /* A non-blocking listening socket on every address of this host, port port
  * (0: any free port); what names the listener in the error. Returns the fd,
