@@ -32,6 +32,8 @@ double wf_rng_normal(wf_rng *r);
 
 /* Monotonic clock in seconds. */
 double wf_now(void);
+/* Sleep s seconds, through any signal that interrupts it. */
+void wf_sleep(double s);
 /* Sort v ascending in place. */
 void wf_sort_doubles(double *v, size_t n);
 /* Median of v[0..n) (n >= 1); sorts v in place. For benchmark timings. */

@@ -594,10 +594,7 @@ int wf_member_connect(wf_member **out, const wf_member_cfg *cfg, wf_err *err)
 		double left = deadline - wf_now();
 		if (left <= 0)
 			break;
-		double nap = WF_MIN(backoff, left);
-		struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
-		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-			;
+		wf_sleep(WF_MIN(backoff, left));
 		backoff = WF_MIN(backoff * 2, BACKOFF_MAX);
 	}
 	free(m);

@@ -407,10 +407,7 @@ static int worker_join(const wf_rdv_cfg *cfg, const char *host, int port, uint8_
 		double left = deadline - wf_now();
 		if (left <= 0)
 			break;
-		double nap = WF_MIN(backoff, left);
-		struct timespec ts = {(time_t)nap, (long)((nap - (double)(time_t)nap) * 1e9)};
-		while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-			;
+		wf_sleep(WF_MIN(backoff, left));
 		backoff = WF_MIN(backoff * 2, BACKOFF_MAX);
 	}
 	int rc = wf_errf(err, WF_ETRANSIENT,

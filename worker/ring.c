@@ -109,8 +109,7 @@ static int connect_right(wf_ring *r, double deadline, uint8_t *nonce_a, wf_err *
 		if (wf_now() + BACKOFF >= deadline)
 			return ring_fail(r, err, "cannot connect to %s at %s within %.0f s: %s",
 					 r->right_name, r->cfg.right, r->cfg.timeout, why);
-		struct timespec ts = {0, (long)(BACKOFF * 1e9)};
-		nanosleep(&ts, NULL);
+		wf_sleep(BACKOFF);
 	}
 	wf_el_msg h = {.type = WF_EL_RING_HELLO,
 		       .job = r->cfg.job,
