@@ -1230,6 +1230,27 @@ static int holds_data(const wf_ps_client *c, uint32_t bits)
 	return 0;
 }
 
+/* One heartbeat to every server on the request sockets: each reply names
+ * the incarnation that answered. Best effort: a server that does not
+ * answer within a round keeps what the heartbeat thread knows. */
+static void learn_incarnations(wf_ps_client *c)
+{
+	int n = c->cfg.nservers;
+	wf_err e = {0};
+	for (int s = 0; s < n; s++) {
+		wf_ps_hdr h;
+		req_hdr(c, &h, WF_PS_OP_HEARTBEAT, 0, 0);
+		send_req(c, s, slot_server(c, s), &h, NULL, NULL, 0, 0, &e);
+	}
+	wait_slots(c, WF_MAX(1.0, 4 * c->cfg.heartbeat_interval), 1, -1, &e);
+	for (int s = 0; s < n; s++) {
+		const pending *p = &c->pend[slot_server(c, s)];
+		if (p->used && p->done && !p->rc && p->aux)
+			atomic_store(&c->inc[s], p->aux);
+	}
+	clear_slots(c);
+}
+
 int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *err)
 {
 	int n = c->cfg.nservers;
@@ -1335,20 +1356,14 @@ out:
 			m = -1;
 	if (min_step)
 		*min_step = m;
-	/* every server answered: wait (briefly) until its heartbeats name its
-	 * incarnation too, so that a request sent from now on fails when the
-	 * server restarts under it instead of waiting forever for a reply the
-	 * new process never owes */
-	for (double until = wf_now() + 4 * c->cfg.heartbeat_interval;
-	     c->hb_started && wf_now() < until;) {
-		int known = 0;
-		for (int s = 0; s < n; s++)
-			known += atomic_load(&c->inc[s]) != 0;
-		if (known == n)
-			break;
-		struct timespec ts = {0, 5 * 1000 * 1000};
-		nanosleep(&ts, NULL);
-	}
+	/* every server answered: learn the incarnation of the process that
+	 * did, through the same connections, so that a request sent from now on
+	 * fails when the server restarts under it, and only then. (The
+	 * heartbeat thread may not have seen a restart yet: a push sent now
+	 * would carry the old incarnation, and its next heartbeat would fail
+	 * the push as sent to a process that died, though the new one got it.) */
+	if (c->hb_started)
+		learn_incarnations(c);
 	return 0;
 }
 
@@ -1480,7 +1495,12 @@ int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads,
 
 int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err)
 {
+	/* a refusal fails the whole wait at once: a push held by a server for
+	 * a step that the refusing chunk says is not the job's may never be
+	 * answered, and the caller re-synchronises (register forgets it) */
+	c->fail_fast = 1;
 	int rc = wait_slots(c, timeout_of(c), 0, -1, err);
+	c->fail_fast = 0;
 	clear_slots(c);
 	return rc;
 }

@@ -118,7 +118,8 @@ int wf_ps_client_push_pull_async(wf_ps_client *c, int chunk, const float *grads,
 				 int with_state, wf_err *err);
 /* Wait for every outstanding reply; values are copied into cfg->params
  * (and cfg->state). The first error is returned (WF_ETRANSIENT on timeout,
- * or, with heartbeats, when a server restarted or fell silent, naming it). */
+ * or, with heartbeats, when a server restarted or fell silent, naming it);
+ * the wait ends at the first refusal, dropping the replies still open. */
 int wf_ps_client_wait_all(wf_ps_client *c, wf_err *err);
 /* Wait until chunk's reply (of its push or pull) has landed in cfg->params,
  * reading the replies that arrive meanwhile; the others stay outstanding

@@ -3,7 +3,9 @@
  * failure). Proves: bad messages from a raw DEALER are refused, counted and
  * leave the values alone; sync aggregation of 2 workers equals one optimizer
  * step on the summed gradient; async and ssp:K semantics; checkpoint, kill -9
- * and restore; a dead worker leaves the count; a stalled worker is named. */
+ * and restore; a refusal ends a step's wait; a restarted server is known
+ * from the register on; a dead worker leaves the count; a stalled worker is
+ * named. */
 #include "tests/test.h"
 
 #include "common/util.h"
@@ -13,6 +15,7 @@
 #include "ps/placement.h"
 #include "ps/server.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -563,6 +566,130 @@ cleanup:
 	kill_children();
 }
 
+/* A worker that finished a step on one chunk but not on the others (a
+ * rollback raced its pushes) pushes the next step: the chunks still at the
+ * old step refuse it, and its wait ends there, not once the chunk that
+ * holds its push hears from the other worker (who waits for this one: a
+ * deadlock). After a register it pushes the old step where it is owed and
+ * both workers go on, with equal values. */
+static void test_refusal_ends_the_wait(void)
+{
+	wf_ps_server_cfg sc;
+	base_cfg(&sc, 0, 1, 2);
+	start_server(&sc);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], g[NPARAMS];
+	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0);
+	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0);
+	wf_err e = {0};
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+		goto cleanup;
+	fill(g, NPARAMS, 7);
+	/* step 0: a pushes every chunk, b only chunk 0, which moves to step 1 */
+	for (int k = 0; k < pl.nchunks; k++)
+		WF_CHECK_INT(wf_ps_client_push_pull_async(a, k, g, 0, 0, &e), 0);
+	WF_CHECK_INT(wf_ps_client_push_pull_async(b, 0, g, 0, 0, &e), 0);
+	WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
+	/* step 1 from b: chunk 0 holds it for a, the others refuse it */
+	for (int k = 0; k < pl.nchunks; k++)
+		WF_CHECK_INT(wf_ps_client_push_pull_async(b, k, g, 1, 0, &e), 0);
+	WF_CHECK_INT(wf_ps_client_wait_all(b, &e), WF_ETRANSIENT);
+	WF_CHECK_MSG(strstr(e.msg, "pushed step 1 but chunk") != NULL, "%s", e.msg);
+	/* b re-synchronises: register, then step 0 where it is owed (chunk 0
+	 * answers it as stale: b's gradient of step 0 is in it already) */
+	WF_CHECK_MSG(wf_ps_client_register(b, NULL, NULL, &e) == 0, "%s", e.msg);
+	for (int k = 0; k < pl.nchunks; k++)
+		WF_CHECK_INT(wf_ps_client_push_pull_async(b, k, g, 0, 0, &e), 0);
+	WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
+	WF_CHECK_INT(wf_ps_client_stale_count(b), 1);
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	/* step 1 from both: chunk 0 counts b's held push once */
+	for (int k = 0; k < pl.nchunks; k++) {
+		WF_CHECK_INT(wf_ps_client_push_pull_async(a, k, g, 1, 0, &e), 0);
+		WF_CHECK_INT(wf_ps_client_push_pull_async(b, k, g, 1, 0, &e), 0);
+	}
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
+	WF_CHECK(max_diff(pa, pb, NPARAMS) == 0.0f);
+cleanup:
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
+typedef struct late_push {
+	wf_ps_client *c;
+	const wf_ps_placement *pl;
+	const float *g;
+	long step;
+	double after; /* seconds */
+	int rc;
+	char msg[sizeof(((wf_err *)0)->msg)];
+} late_push;
+
+/* A worker's step, pushed from another thread after a while. */
+static void *push_late(void *arg)
+{
+	late_push *l = arg;
+	wf_err e = {0};
+	sleep_s(l->after);
+	for (int k = 0; k < l->pl->nchunks && !l->rc; k++)
+		l->rc = wf_ps_client_push_pull_async(l->c, k, l->g, l->step, 0, &e);
+	if (!l->rc)
+		l->rc = wf_ps_client_wait_all(l->c, &e);
+	snprintf(l->msg, sizeof(l->msg), "%s", e.msg);
+	return NULL;
+}
+
+/* A server restarts; the chief registers and seeds it and pushes at once,
+ * before its heartbeat thread heard the new process. When a heartbeat then
+ * names the new incarnation, that push (still waiting for the other worker)
+ * must not fail as sent to the process that died: register learned whom it
+ * spoke to. */
+static void test_register_learns_the_restart(void)
+{
+	wf_ps_server_cfg sc;
+	base_cfg(&sc, 0, 1, 2);
+	start_server(&sc);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], g[NPARAMS];
+	const double hb = 1.0;
+	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, hb);
+	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0);
+	wf_err e = {0};
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+		goto cleanup;
+	kill(children[0], SIGKILL);
+	waitpid(children[0], NULL, 0);
+	children[0] = 0;
+	nchildren = 0;
+	start_server(&sc);
+	long step = 0;
+	WF_CHECK_MSG(wf_ps_client_register(a, NULL, &step, &e) == 0, "%s", e.msg);
+	WF_CHECK_INT(step, -1); /* the new process holds nothing yet */
+	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, NULL, 5, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_register(b, NULL, NULL, &e) == 0, "%s", e.msg);
+	fill(g, NPARAMS, 8);
+	/* b pushes after a few heartbeats went by while a waits for it */
+	late_push lp = {.c = b, .pl = &pl, .g = g, .step = 5, .after = 2.5 * hb};
+	pthread_t t;
+	WF_CHECK_INT(pthread_create(&t, NULL, push_late, &lp), 0);
+	for (int k = 0; k < pl.nchunks; k++)
+		WF_CHECK_INT(wf_ps_client_push_pull_async(a, k, g, 5, 0, &e), 0);
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	pthread_join(t, NULL);
+	WF_CHECK_MSG(lp.rc == 0, "%s", lp.msg);
+	WF_CHECK(max_diff(pa, pb, NPARAMS) == 0.0f);
+cleanup:
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
 /* ---- membership --------------------------------------------------------- */
 
 static void test_dead_worker_leaves_count(void)
@@ -873,6 +1000,8 @@ int main(void)
 	WF_RUN(test_async_applies_each_push);
 	WF_RUN(test_ssp_bounds_staleness);
 	WF_RUN(test_checkpoint_kill9_restore);
+	WF_RUN(test_refusal_ends_the_wait);
+	WF_RUN(test_register_learns_the_restart);
 	WF_RUN(test_dead_worker_leaves_count);
 	WF_RUN(test_elastic_membership);
 	WF_RUN(test_elastic_join_mid_step);
