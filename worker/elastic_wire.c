@@ -105,6 +105,7 @@ int wf_el_msg_parse(int type, const uint8_t *body, size_t len, wf_el_msg *m, cha
 		m->job = take64(&r);
 		take_bytes(&r, m->nonce, WF_EL_NONCE);
 		take_text(&r, m->addr);
+		m->gen = take64(&r);
 		if (!r.bad && version != WF_EL_VERSION)
 			return fail(why, n, "hello of version %u, this weft speaks %u", version,
 				    WF_EL_VERSION);
@@ -243,6 +244,7 @@ static void put_body(writer *w, const wf_el_msg *m)
 		put64(w, m->job);
 		put(w, m->nonce, WF_EL_NONCE);
 		put_text(w, m->addr);
+		put64(w, m->gen);
 		break;
 	case WF_EL_CHALLENGE:
 	case WF_EL_RING_REPLY:

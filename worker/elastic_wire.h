@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define WF_EL_MAGIC	  0x5746454cu /* "WFEL" */
-#define WF_EL_VERSION	  1u
+#define WF_EL_VERSION	  2u
 #define WF_EL_HEADER	  12
 #define WF_EL_MAX_BODY	  (300 * 1024)
 #define WF_EL_MAX_MEMBERS 1024
@@ -54,7 +54,8 @@ typedef struct wf_el_msg {
 	uint8_t mac[WF_EL_MAC];	    /* CHALLENGE, PROOF, RING_REPLY */
 	char addr[WF_EL_TEXT];	    /* HELLO: the worker's ring address */
 	char text[WF_EL_TEXT];	    /* CHALLENGE, RING_REPLY (refused), FAIL */
-	uint64_t gen;		    /* READY, NOTICE, ASSIGN, RING_HELLO */
+	uint64_t gen;		    /* HELLO (its generation, 0: none), READY, NOTICE, ASSIGN,
+				     * RING_HELLO */
 	int64_t step;		    /* READY: committed step (-1: none); ASSIGN: the root's */
 	int rank, size, root;	    /* ASSIGN: mine, the generation's, whose state counts;
 				     * RING_HELLO: rank = the opener's */

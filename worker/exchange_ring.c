@@ -95,12 +95,13 @@ typedef struct ring_ctx {
 	/* the committed state */
 	float *c_params, *c_state, *c_m, *c_v;
 	long c_step, c_epoch, c_offset;
-	int stop_local;	   /* this worker was asked to stop (latched) */
-	int stop_agreed;   /* some rank's chief asked: all stop after this step */
-	int leaving;	   /* this worker leaves after this step */
-	int left;	   /* it has left */
-	int notice_failed; /* the service was lost (warned once) */
-	long last_step;	   /* the step run last (for finish) */
+	int stop_local;	  /* this worker was asked to stop (latched) */
+	int stop_agreed;  /* some rank's chief asked: all stop after this step */
+	int leaving;	  /* this worker leaves after this step */
+	int left;	  /* it has left */
+	double lost_at;	  /* wf_now() the service was lost (0: connected) */
+	double redial_at; /* the next try to reach it again */
+	long last_step;	  /* the step run last (for finish) */
 	comm cm;
 } ring_ctx;
 
@@ -353,6 +354,54 @@ static void reformed_events(ring_ctx *c, const wf_el_msg *a, const int *old, int
 			   "epoch", (json_int_t)c->epoch, "offset", (json_int_t)c->offset));
 }
 
+/* The service went away (its process died; Kubernetes restarts its pod):
+ * say so once. Training goes on; ring_step tries to reach it again. */
+static void note_lost(ring_ctx *c, const char *why)
+{
+	if (c->lost_at)
+		return;
+	c->lost_at = wf_now();
+	c->redial_at = 0;
+	wf_warn("%s: training goes on; joins and failures wait until it is back", why);
+	wf_event("service_lost", json_pack("{s:s}", "error", why));
+}
+
+static void note_back(ring_ctx *c)
+{
+	if (!c->lost_at)
+		return;
+	double after = wf_now() - c->lost_at;
+	wf_info("membership: connected to the service at %s again after %.1f s (generation "
+		"%llu)",
+		c->service, after, (unsigned long long)c->gen);
+	wf_event("service_back",
+		 json_pack("{s:f, s:I}", "after", after, "generation", (json_int_t)c->gen));
+	c->lost_at = 0;
+}
+
+/* Ask the service for a place in the next generation; a service that is
+ * gone is waited for (strategy.connect_timeout) and asked again. */
+static int ready(ring_ctx *c, double wait, wf_el_msg *a, wf_err *err)
+{
+	double limit = c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : 300;
+	double give_up = wf_now() + limit;
+	for (;;) {
+		if (!wf_member_connected(c->mem)) {
+			note_lost(c, "membership: the service is gone");
+			int rc = wf_member_reconnect(c->mem, c->gen, WF_MAX(give_up - wf_now(), 1),
+						     err);
+			if (rc != 0)
+				return rc;
+			note_back(c);
+		}
+		int rc = wf_member_ready(c->mem, c->gen, c->c_step, wait, a, err);
+		if (rc != WF_ETRANSIENT || wf_member_connected(c->mem) || wf_now() > give_up)
+			return rc;
+		note_lost(c, err->msg);
+		wf_err_clear(err);
+	}
+}
+
 /* Ask the service for the next generation, connect its ring, take the
  * root's state. Tries again while a new ring fails to form (a peer died
  * meanwhile). *step: the step to run next. Returns 0, 1 when the job is
@@ -370,7 +419,7 @@ static int reform(wf_exchange *x, const char *reason, long *step, wf_err *err)
 		wf_ring_free(c->ring);
 		c->ring = NULL;
 		wf_el_msg a;
-		rc = wf_member_ready(c->mem, c->gen, c->c_step, wait, &a, err);
+		rc = ready(c, wait, &a, err);
 		if (rc == 1) {
 			*step = (long)a.step;
 			wf_el_msg_free(&a);
@@ -512,18 +561,23 @@ static int ring_step(wf_exchange *x, long step, long *to, wf_err *err)
 	ring_ctx *c = x->ctx;
 	wf_err e = {0};
 	int join = 0;
-	if (!c->notice_failed) {
-		join = wf_member_poll_notice(c->mem, c->gen, &e);
-		if (join < 0 && e.code == WF_EINVAL) { /* the service failed the job */
+	if (c->lost_at && wf_now() >= c->redial_at) { /* one short try, now and then */
+		if (wf_member_reconnect(c->mem, c->gen, 1.0, &e) == 0)
+			note_back(c);
+		else if (e.code == WF_EINVAL) /* it answered, and refused */
+			wf_warn("%s", e.msg);
+		c->redial_at = wf_now() + 1.0;
+		wf_err_clear(&e);
+	}
+	if (!c->lost_at) {
+		int got = wf_member_poll_notice(c->mem, c->gen, &e);
+		if (got < 0 && e.code == WF_EINVAL) { /* the service failed the job */
 			*err = e;
 			return e.code;
 		}
-		if (join < 0) {
-			wf_warn("%s: training goes on, but no worker can join or fail over now",
-				e.msg);
-			c->notice_failed = 1;
-			join = 0;
-		}
+		if (got < 0)
+			note_lost(c, e.msg);
+		join = got > 0;
 	}
 	float *ctl = c->ctl;
 	if (c->nstate)

@@ -2,7 +2,7 @@
  * worker's connection to it (see membership.h).
  *
  * Conversation on a worker's connection (elastic_wire.h messages):
- *   worker -> HELLO {slot, job, ring address, nonce_w}
+ *   worker -> HELLO {slot, job, ring address, nonce_w, generation it is in}
  *   service -> CHALLENGE {0, nonce_s, HMAC(K, "weft membership service",
  *              nonce_w, nonce_s, slot)} or {1, text: why refused}
  *   worker -> PROOF {HMAC(K, "weft membership worker", nonce_s, nonce_w,
@@ -18,9 +18,11 @@
  * first generation: `expect`, or MIN once `settle` has passed). Ranks go
  * by slot; the root is the lowest rank among those with the newest
  * committed step. Fewer than MIN ready for `elastic_timeout` seconds: every
- * waiting worker gets FAIL. */
+ * waiting worker gets FAIL. A restarted service starts with no generation
+ * and takes the newest one a HELLO names (the members connect again). */
 #include "worker/membership.h"
 
+#include "common/events.h"
 #include "common/log.h"
 #include "common/util.h"
 #include "worker/netio.h"
@@ -28,6 +30,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <jansson.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -67,6 +70,7 @@ typedef struct conn {
 	uint8_t nonce_w[WF_EL_NONCE], nonce_s[WF_EL_NONCE];
 	double since; /* wf_now() of the connection (handshake deadline) */
 	int in_gen;   /* a member of the current generation */
+	uint64_t was; /* HELLO: the generation it says it is in (0: none) */
 	int64_t step; /* READY: its committed step */
 } conn;
 
@@ -213,6 +217,7 @@ static void on_hello(wf_membership *s, int i, const wf_el_msg *m)
 		break;
 	}
 	c->slot = m->slot;
+	c->was = m->gen;
 	snprintf(c->addr, sizeof(c->addr), "%s", m->addr);
 	memcpy(c->nonce_w, m->nonce, WF_EL_NONCE);
 	wf_rdv_nonce(c->nonce_s);
@@ -234,7 +239,37 @@ static void on_proof(wf_membership *s, int i, const wf_el_msg *m)
 		return drop(s, i, "failed the key check");
 	}
 	c->st = ST_IDLE;
-	wf_info("membership: worker slot %d registered (ring at %s)", c->slot, c->addr);
+	if (!c->was) {
+		wf_info("membership: worker slot %d registered (ring at %s)", c->slot, c->addr);
+		return;
+	}
+	/* a member of a running ring connecting again: this service restarted
+	 * (or the connection broke). The generations go on from the newest a
+	 * member names, whose members count as its members again. */
+	if (c->was > s->gen) {
+		if (s->gen)
+			wf_warn("membership: worker slot %d is in generation %llu, past this "
+				"service's %llu: taking it",
+				c->slot, (unsigned long long)c->was, (unsigned long long)s->gen);
+		s->gen = c->was;
+		for (int j = 0; j < s->nc; j++)
+			s->c[j].in_gen = s->c[j].st >= ST_IDLE && s->c[j].was == s->gen;
+	}
+	c->in_gen = c->was == s->gen;
+	wf_info("membership: worker slot %d connected again, a member of generation %llu%s",
+		c->slot, (unsigned long long)c->was,
+		c->in_gen ? "" : " (an older one: it joins the next)");
+	wf_event("membership_rejoined",
+		 json_pack("{s:i, s:I, s:I}", "slot", c->slot, "generation", (json_int_t)c->was,
+			   "current", (json_int_t)s->gen));
+	/* someone asked to join while this member was away: tell it now (last:
+	 * a failed send drops connection i) */
+	for (int j = 0; j < s->nc && c->in_gen; j++)
+		if (s->c[j].st == ST_READY && !s->c[j].in_gen) {
+			wf_el_msg n = {.type = WF_EL_NOTICE, .gen = s->gen};
+			send_or_drop(s, i, &n);
+			break;
+		}
 }
 
 static void on_ready(wf_membership *s, int i, const wf_el_msg *m)
@@ -406,6 +441,7 @@ static void try_form(wf_membership *s)
 	int fds[WF_EL_MAX_MEMBERS];
 	for (int i = 0; i < n; i++) {
 		m[i]->in_gen = 1;
+		m[i]->was = s->gen;
 		m[i]->st = ST_IDLE;
 		fds[i] = m[i]->fd;
 	}
@@ -492,9 +528,19 @@ void wf_membership_free(wf_membership *s)
 
 struct wf_member {
 	wf_member_cfg cfg;
-	char service[WF_EL_TEXT];
+	char service[WF_EL_TEXT], addr[WF_EL_TEXT], host[256];
+	int port;
 	int fd;
+	uint64_t gen; /* the generation this worker is in, for the hello (0: none) */
 };
+
+/* The connection to the service broke: closed until wf_member_reconnect. */
+static void lost(wf_member *m)
+{
+	if (m->fd >= 0)
+		close(m->fd);
+	m->fd = -1;
+}
 
 /* One attempt: 0 registered; 1 retry (why in last); < 0 permanent (err). */
 static int member_once(wf_member *m, const char *host, int port, double deadline, char *last,
@@ -507,8 +553,9 @@ static int member_once(wf_member *m, const char *host, int port, double deadline
 	wf_el_msg h = {.type = WF_EL_HELLO,
 		       .keyed = m->cfg.key != NULL,
 		       .slot = m->cfg.slot,
-		       .job = m->cfg.job};
-	snprintf(h.addr, sizeof(h.addr), "%s", m->cfg.addr);
+		       .job = m->cfg.job,
+		       .gen = m->gen};
+	snprintf(h.addr, sizeof(h.addr), "%s", m->addr);
 	wf_rdv_nonce(h.nonce);
 	wf_el_msg ch;
 	char why[WF_EL_TEXT] = "";
@@ -556,6 +603,29 @@ close_fd:
 	return rc;
 }
 
+/* Connect and register, retrying until timeout seconds (<= 0: 300) pass. */
+static int dial(wf_member *m, double timeout, wf_err *err)
+{
+	double t0 = wf_now(), deadline = t0 + (timeout > 0 ? timeout : 300);
+	double backoff = BACKOFF_FIRST;
+	char last[256] = "no attempt";
+	for (;;) {
+		int rc = member_once(m, m->host, m->port, deadline, last, sizeof(last), err);
+		if (rc <= 0)
+			return rc;
+		double left = deadline - wf_now();
+		if (left <= 0)
+			break;
+		wf_sleep(WF_MIN(backoff, left));
+		backoff = WF_MIN(backoff * 2, BACKOFF_MAX);
+	}
+	return wf_errf(err, WF_ETRANSIENT,
+		       "membership: slot %d found no service at %s within %.1f s (last: %s); is "
+		       "strategy.elastic_service (WEFT_ELASTIC_SERVICE) right and the service "
+		       "running?",
+		       m->cfg.slot, m->service, wf_now() - t0, last);
+}
+
 int wf_member_connect(wf_member **out, const wf_member_cfg *cfg, wf_err *err)
 {
 	*out = NULL;
@@ -573,36 +643,33 @@ int wf_member_connect(wf_member **out, const wf_member_cfg *cfg, wf_err *err)
 		return wf_errf(err, WF_ENOMEM, "out of memory");
 	m->cfg = *cfg;
 	m->fd = -1;
+	m->port = port;
+	snprintf(m->host, sizeof(m->host), "%s", host);
 	snprintf(m->service, sizeof(m->service), "%s", cfg->service);
+	snprintf(m->addr, sizeof(m->addr), "%s", cfg->addr ? cfg->addr : "");
 	m->cfg.service = m->service;
-	m->cfg.addr = NULL;
-	double t0 = wf_now(), deadline = t0 + (cfg->timeout > 0 ? cfg->timeout : 300);
-	double backoff = BACKOFF_FIRST;
-	char last[256] = "no attempt";
-	m->cfg.addr = cfg->addr;
-	for (;;) {
-		int rc = member_once(m, host, port, deadline, last, sizeof(last), err);
-		if (rc <= 0) {
-			m->cfg.addr = NULL;
-			if (rc < 0) {
-				free(m);
-				return rc;
-			}
-			*out = m;
-			return 0;
-		}
-		double left = deadline - wf_now();
-		if (left <= 0)
-			break;
-		wf_sleep(WF_MIN(backoff, left));
-		backoff = WF_MIN(backoff * 2, BACKOFF_MAX);
+	m->cfg.addr = m->addr;
+	int rc = dial(m, cfg->timeout, err);
+	if (rc != 0) {
+		free(m);
+		return rc;
 	}
-	free(m);
-	return wf_errf(err, WF_ETRANSIENT,
-		       "membership: slot %d found no service at %s within %.0f s (last: %s); is "
-		       "strategy.elastic_service (WEFT_ELASTIC_SERVICE) right and the service "
-		       "running?",
-		       cfg->slot, cfg->service, wf_now() - t0, last);
+	*out = m;
+	return 0;
+}
+
+int wf_member_reconnect(wf_member *m, uint64_t gen, double timeout, wf_err *err)
+{
+	if (m->fd >= 0)
+		close(m->fd);
+	m->fd = -1;
+	m->gen = gen;
+	return dial(m, timeout, err);
+}
+
+int wf_member_connected(const wf_member *m)
+{
+	return m->fd >= 0;
 }
 
 int wf_member_ready(wf_member *m, uint64_t gen, long step, double timeout, wf_el_msg *a,
@@ -611,20 +678,27 @@ int wf_member_ready(wf_member *m, uint64_t gen, long step, double timeout, wf_el
 	memset(a, 0, sizeof(*a));
 	double deadline = wf_now() + (timeout > 0 ? timeout : 1e9);
 	wf_el_msg r = {.type = WF_EL_READY, .gen = gen, .step = step < -1 ? -1 : step};
-	if (m->fd < 0 || wf_el_send(m->fd, &r, deadline) != 0)
+	if (m->fd < 0 || wf_el_send(m->fd, &r, deadline) != 0) {
+		int was = m->fd;
+		lost(m);
 		return wf_errf(err, WF_ETRANSIENT,
 			       "membership: slot %d cannot reach the service at %s: %s",
 			       m->cfg.slot, m->service,
-			       m->fd < 0 ? "not connected" : strerror(errno));
+			       was < 0 ? "not connected" : strerror(errno));
+	}
 	for (;;) {
 		char why[WF_EL_TEXT] = "";
 		int got = wf_el_recv(m->fd, a, deadline, why, sizeof(why));
-		if (got == -1)
+		if (got == -1) {
+			int e = errno;
+			if (e != ETIMEDOUT)
+				lost(m);
 			return wf_errf(err, WF_ETRANSIENT,
 				       "membership: slot %d got no generation from the service at "
 				       "%s: %s",
 				       m->cfg.slot, m->service,
-				       errno == ETIMEDOUT ? "timed out" : strerror(errno));
+				       e == ETIMEDOUT ? "timed out" : strerror(e));
+		}
 		if (got == -2)
 			return wf_errf(err, WF_EINVAL, "membership: the service at %s: %s",
 				       m->service, why);
@@ -650,8 +724,7 @@ int wf_member_poll_notice(wf_member *m, uint64_t gen, wf_err *err)
 		int got = wf_el_recv(m->fd, &n, wf_now() + MSG_WAIT, why, sizeof(why));
 		if (got != 0 || (n.type != WF_EL_NOTICE && n.type != WF_EL_FAIL)) {
 			wf_el_msg_free(&n);
-			close(m->fd);
-			m->fd = -1;
+			lost(m);
 			return wf_errf(err, WF_ETRANSIENT,
 				       "membership: lost the service at %s (%s)", m->service,
 				       got == -1 ? strerror(errno)

@@ -64,6 +64,13 @@ typedef struct wf_member wf_member;
  * key). WF_ETRANSIENT naming the address when it does not answer in time;
  * WF_EINVAL when it refuses (another job, key mismatch, slot in use). */
 int wf_member_connect(wf_member **out, const wf_member_cfg *cfg, wf_err *err);
+/* Connect again after the connection broke (the service restarted): the
+ * hello names gen, the generation this worker is in (0: none), so that a
+ * restarted service goes on from it with this worker as its member. Tries
+ * for timeout seconds; errors as wf_member_connect. */
+int wf_member_reconnect(wf_member *m, uint64_t gen, double timeout, wf_err *err);
+/* 0 once the connection broke (ready, poll_notice said so), else 1. */
+int wf_member_connected(const wf_member *m);
 /* Ask to be placed in the next generation, having last been in gen (0:
  * none) with committed step (-1: no state); wait up to timeout seconds (<=
  * 0: for ever) for the assignment, into *a (wf_el_msg_free it). The

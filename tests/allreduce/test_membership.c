@@ -3,7 +3,8 @@
  * worker on a thread of its own: a generation forms once MIN are ready,
  * ranks go by slot and the root is the newest committed step; a member
  * hears of a joiner and the next generation takes it in; a worker of
- * another job or without the key is refused with the reason; fewer than MIN
+ * another job or without the key is refused; a restarted service goes on
+ * from the generation its members name with the reason; fewer than MIN
  * for elastic_timeout ends in a FAIL that names the settings; a worker that
  * asks to join after the job's last step is told it is over. */
 #include "common/error.h"
@@ -36,9 +37,9 @@ static void *serve_main(void *arg)
 	return NULL;
 }
 
-static int service_start(service *sv, int min, int expect, double elastic_timeout)
+static int service_start_on(service *sv, int port, int min, int expect, double elastic_timeout)
 {
-	wf_membership_cfg cfg = {.port = 0,
+	wf_membership_cfg cfg = {.port = port,
 				 .job = JOB,
 				 .key = KEY,
 				 .min_workers = min,
@@ -50,6 +51,11 @@ static int service_start(service *sv, int min, int expect, double elastic_timeou
 		return -1;
 	snprintf(sv->addr, sizeof(sv->addr), "127.0.0.1:%d", wf_membership_port(sv->s));
 	return pthread_create(&sv->t, NULL, serve_main, sv);
+}
+
+static int service_start(service *sv, int min, int expect, double elastic_timeout)
+{
+	return service_start_on(sv, 0, min, expect, elastic_timeout);
 }
 
 static void service_stop(service *sv)
@@ -169,6 +175,84 @@ static void test_members_hear_of_a_joiner_and_take_it_in(void)
 	service_stop(&sv);
 }
 
+/* A member asking for the next generation, on a thread of its own. */
+typedef struct ask {
+	wf_member *m;
+	uint64_t gen;
+	long step;
+	int rc;
+	wf_el_msg a;
+	wf_err err;
+} ask;
+
+static void *ask_main(void *arg)
+{
+	ask *q = arg;
+	q->rc = wf_member_ready(q->m, q->gen, q->step, 10, &q->a, &q->err);
+	return NULL;
+}
+
+/* Up to 5 s for a notice of a joiner on member m (generation gen). */
+static int hears_joiner(wf_member *m, uint64_t gen)
+{
+	wf_err err = {0};
+	int heard = 0;
+	for (int i = 0; i < 500 && !heard; i++) {
+		heard = wf_member_poll_notice(m, gen, &err);
+		struct timespec ts = {0, 10000000};
+		nanosleep(&ts, NULL);
+	}
+	return heard;
+}
+
+/* The service dies and a new one starts on its port (its pod restarted):
+ * the members connect again naming their generation, the new service goes
+ * on from it, a joiner is announced to them (also to the member that comes
+ * back after the joiner asked) and the next generation is the one after. */
+static void test_restarted_service_goes_on_from_the_members_generation(void)
+{
+	service sv;
+	WF_CHECK(service_start(&sv, 1, 2, 30) == 0);
+	int port = wf_membership_port(sv.s);
+	worker m0, m1, j;
+	worker_start(&m0, &sv, 0, 0);
+	worker_start(&m1, &sv, 1, 0);
+	worker_join(&m0);
+	worker_join(&m1);
+	WF_CHECK_MSG(m0.rc == 0 && m1.rc == 0, "%s %s", m0.err.msg, m1.err.msg);
+	WF_CHECK(m0.a.gen == 1 && m0.a.size == 2);
+	service_stop(&sv);
+	wf_err err = {0};
+	WF_CHECK(wf_member_poll_notice(m0.m, 1, &err) < 0); /* it is gone */
+	WF_CHECK(!wf_member_connected(m0.m));
+	WF_CHECK(service_start_on(&sv, port, 1, 2, 30) == 0);
+	WF_CHECK_MSG(wf_member_reconnect(m0.m, 1, 5, &err) == 0, "%s", err.msg);
+	worker_start(&j, &sv, 2, -1);
+	WF_CHECK_MSG(hears_joiner(m0.m, 1) == 1, "member 0 heard of no joiner");
+	WF_CHECK(wf_member_poll_notice(m1.m, 1, &err) < 0);
+	WF_CHECK_MSG(wf_member_reconnect(m1.m, 1, 5, &err) == 0, "%s", err.msg);
+	WF_CHECK_MSG(hears_joiner(m1.m, 1) == 1, "member 1 (back after the joiner) heard nothing");
+	/* both ask for the next generation at once (member 0 on a thread) */
+	ask q = {.m = m0.m, .gen = 1, .step = 10};
+	pthread_t t;
+	WF_CHECK_INT(pthread_create(&t, NULL, ask_main, &q), 0);
+	wf_el_msg a1;
+	WF_CHECK_MSG(wf_member_ready(m1.m, 1, 12, 10, &a1, &err) == 0, "%s", err.msg);
+	pthread_join(t, NULL);
+	WF_CHECK_MSG(q.rc == 0, "%s", q.err.msg);
+	wf_el_msg a0 = q.a;
+	worker_join(&j);
+	WF_CHECK_MSG(j.rc == 0, "%s", j.err.msg);
+	WF_CHECK(a0.gen == 2 && a0.size == 3 && a0.rank == 0 && a0.root == 1 && a0.step == 12);
+	WF_CHECK(a1.gen == 2 && a1.rank == 1 && j.a.gen == 2 && j.a.rank == 2);
+	wf_el_msg_free(&a0);
+	wf_el_msg_free(&a1);
+	worker_free(&m0);
+	worker_free(&m1);
+	worker_free(&j);
+	service_stop(&sv);
+}
+
 static void test_other_job_and_missing_key_are_refused(void)
 {
 	service sv;
@@ -259,6 +343,7 @@ int main(void)
 	signal(SIGPIPE, SIG_IGN);
 	WF_RUN(test_generation_forms_by_slot_with_the_newest_root);
 	WF_RUN(test_members_hear_of_a_joiner_and_take_it_in);
+	WF_RUN(test_restarted_service_goes_on_from_the_members_generation);
 	WF_RUN(test_other_job_and_missing_key_are_refused);
 	WF_RUN(test_fewer_than_min_fails_after_the_timeout);
 	WF_RUN(test_joiner_after_the_last_step_is_told_it_is_over);
