@@ -34,6 +34,7 @@
 #include "worker/exchange_mpi.h"
 
 #include <errno.h>
+#include <ftw.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -498,6 +499,22 @@ typedef struct run {
 	char dir[64];
 } run;
 
+static int remove_entry(const char *path, const struct stat *st, int type, struct FTW *f)
+{
+	(void)st;
+	(void)type;
+	(void)f;
+	remove(path);
+	return 0;
+}
+
+/* The run's directory and what is in it (the agent, the layout, the MPI
+ * session directories). */
+static void remove_tree(const char *dir)
+{
+	nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
 /* Fork a child into node's namespace with stdout to wr; in the child, fn
  * runs (returns its exit code) or, with argv, that program is executed. */
 static pid_t start_child(run *r, int node, int wr, int (*fn)(void *), void *arg, char *const *argv,
@@ -552,7 +569,11 @@ static int ps_child_main(void *p)
 }
 
 /* The rsh agent through which mpirun starts its daemons: host 10.213.0.K
- * is node K-1's namespace. */
+ * is node K-1's namespace. Every namespace has the same host name and /tmp,
+ * where Open MPI keeps a session directory named by host and user: daemons
+ * starting at once in the same one made about one start in ten lose a
+ * daemon, silently, and the run wait for it for ever. So each daemon, and
+ * mpirun, gets a TMPDIR of its own under the run's directory. */
 static int write_agent(const run *r, char *path, size_t n, wf_err *err)
 {
 	snprintf(path, n, "%s/agent.sh", r->dir);
@@ -563,8 +584,9 @@ static int write_agent(const run *r, char *path, size_t n, wf_err *err)
 		"#!/bin/sh\n"
 		"# mpirun's rsh agent: run the daemon in the host's network namespace\n"
 		"host=$1; shift\n"
-		"exec ip netns exec %s-$((${host##*.} - 1)) sh -c \"$*\"\n",
-		r->net.tag);
+		"mkdir -p %s/tmp-$host\n"
+		"exec ip netns exec %s-$((${host##*.} - 1)) env TMPDIR=%s/tmp-$host sh -c \"$*\"\n",
+		r->dir, r->net.tag, r->dir);
 	fclose(f);
 	chmod(path, 0700);
 	return 0;
@@ -641,7 +663,10 @@ static int start_all(run *r, const opts *o, const config *cf, const layout *l, c
 				"-c",
 				cmd,
 				NULL};
-		r->pid[r->npid++] = start_child(r, launcher, p[1], NULL, NULL, argv, NULL);
+		char tmpdir[sizeof(r->dir) + 16];
+		snprintf(tmpdir, sizeof(tmpdir), "TMPDIR=%s", r->dir);
+		char *env[] = {tmpdir, NULL};
+		r->pid[r->npid++] = start_child(r, launcher, p[1], NULL, NULL, argv, env);
 	} else if (!strcmp(cf->mode, "ddp")) {
 		char master[32];
 		wf_netem_addr(0, master, sizeof(master));
@@ -873,12 +898,7 @@ static int run_config(const opts *o, const config *cf, const layout *l, double *
 	}
 	stop_all(&r);
 	wf_netem_destroy(&r.net);
-	char rm[128];
-	snprintf(rm, sizeof(rm), "%s/agent.sh", r.dir);
-	unlink(rm);
-	snprintf(rm, sizeof(rm), "%s/layout.json", r.dir);
-	unlink(rm);
-	rmdir(r.dir);
+	remove_tree(r.dir);
 	if (rc == 0 && oc.ranks < cf->workers)
 		rc = wf_errf(err, WF_EINTERNAL, "%d of %d ranks reported a result", oc.ranks,
 			     cf->workers);
