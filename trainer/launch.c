@@ -16,7 +16,6 @@
 #include "trainer/job.h"
 #include "ps/auth.h"
 #include "trainer/cluster.h"
-#include "worker/membership.h"
 #include "worker/rendezvous.h"
 
 #include <arpa/inet.h>
@@ -39,7 +38,10 @@
 #define LINE_MAX_BYTES 8192
 #define MAX_ARGS       256
 
-typedef enum { KIND_PS, KIND_CHIEF, KIND_WORKER } kind;
+/* KIND_SERVICE: elastic allreduce's membership service, kept like a server */
+typedef enum { KIND_PS, KIND_CHIEF, KIND_WORKER, KIND_SERVICE } kind;
+
+static const char *const kind_names[4] = {"ps", "chief", "worker", "membership"};
 
 typedef struct child {
 	kind kind;
@@ -80,10 +82,9 @@ typedef struct launcher {
 	long min_workers; /* --elastic MIN (0: not elastic); SIGUSR2 never goes below it */
 	char min_arg[48];
 	const char *strategy_arg; /* "strategy.name=..." every trainer gets */
-	/* elastic allreduce: the membership service, on a thread of launch */
-	wf_membership *svc;
-	pthread_t svc_thread;
-	int svc_running;
+	/* elastic allreduce: the membership service's port, the first
+	 * generation's size, and the setting every trainer gets */
+	char svc_port[16], svc_expect[16];
 	char svc_arg[300]; /* "strategy.elastic_service=127.0.0.1:PORT" */
 } launcher;
 
@@ -129,7 +130,6 @@ static int free_ports(int *ports, int n, wf_err *err)
  * on ports[i] of 127.0.0.1, or of its own node's address under --link. */
 static void tf_configs(launcher *l, const int *ports)
 {
-	static const char *const names[3] = {"ps", "chief", "worker"};
 	char list[3][1500];
 	for (int j = 0; j < 3; j++) {
 		size_t k = 0;
@@ -151,14 +151,17 @@ static void tf_configs(launcher *l, const int *ports)
 			if (!list[j][0])
 				continue;
 			k += (size_t)snprintf(c->tf_config + k, sizeof(c->tf_config) - k,
-					      "%s\"%s\": [%s]", first ? "" : ", ", names[j],
+					      "%s\"%s\": [%s]", first ? "" : ", ", kind_names[j],
 					      list[j]);
 			first = 0;
 		}
-		snprintf(c->tf_config + k, sizeof(c->tf_config) - k,
-			 "}, \"task\": {\"type\": \"%s\", \"index\": %d}, \"environment\": "
-			 "\"local\"}",
-			 names[c->kind], c->index);
+		if (c->kind == KIND_SERVICE) /* no task: the cluster it serves */
+			snprintf(c->tf_config + k, sizeof(c->tf_config) - k, "}}");
+		else
+			snprintf(c->tf_config + k, sizeof(c->tf_config) - k,
+				 "}, \"task\": {\"type\": \"%s\", \"index\": %d}, "
+				 "\"environment\": \"local\"}",
+				 kind_names[c->kind], c->index);
 	}
 }
 
@@ -210,11 +213,19 @@ static void spawn(launcher *l, child *c, int resume)
 		const char *argv[MAX_ARGS + 8];
 		int n = 0;
 		argv[n++] = l->exe;
-		argv[n++] = c->kind == KIND_PS ? "ps" : "train";
+		argv[n++] = c->kind == KIND_PS	      ? "ps"
+			    : c->kind == KIND_SERVICE ? "membership"
+						      : "train";
 		for (int i = 0; i < l->argc; i++)
 			argv[n++] = l->argv[i];
-		if (c->kind == KIND_PS) {
+		if (c->kind == KIND_PS || c->kind == KIND_SERVICE) {
 			setenv("OMP_NUM_THREADS", "1", 1);
+			if (c->kind == KIND_SERVICE) {
+				argv[n++] = "--port";
+				argv[n++] = l->svc_port;
+				argv[n++] = "--expect";
+				argv[n++] = l->svc_expect;
+			}
 		} else {
 			setenv("OMP_NUM_THREADS", l->threads_arg, 1);
 			argv[n++] = "--threads";
@@ -297,12 +308,18 @@ static void pump(child *c, int which)
 	}
 }
 
+/* Parameter servers and the membership service: started first, stopped
+ * after the trainers, restarted when they die. */
+static int is_server(const child *c)
+{
+	return c->kind == KIND_PS || c->kind == KIND_SERVICE;
+}
+
 static void signal_children(launcher *l, int trainers, int servers, int sig)
 {
 	for (int i = 0; i < l->n; i++) {
 		child *c = &l->ch[i];
-		int is_ps = c->kind == KIND_PS;
-		if (c->pid > 0 && ((is_ps && servers) || (!is_ps && trainers)))
+		if (c->pid > 0 && ((is_server(c) && servers) || (!is_server(c) && trainers)))
 			kill(c->pid, sig);
 	}
 }
@@ -311,8 +328,8 @@ static int running(const launcher *l, int trainers, int servers)
 {
 	int n = 0;
 	for (int i = 0; i < l->n; i++) {
-		int is_ps = l->ch[i].kind == KIND_PS;
-		n += l->ch[i].pid > 0 && ((is_ps && servers) || (!is_ps && trainers));
+		const child *c = &l->ch[i];
+		n += c->pid > 0 && ((is_server(c) && servers) || (!is_server(c) && trainers));
 	}
 	return n;
 }
@@ -357,7 +374,7 @@ static void reap(launcher *l, child *c, int st)
 	 * down. One that dies now (or that launch stops after the grace
 	 * period: a server restarted just after the chief shut the others down
 	 * waits for nobody) is neither restarted nor a failure of the job. */
-	int wind_down = c->kind == KIND_PS && running(l, 1, 0) == 0;
+	int wind_down = is_server(c) && running(l, 1, 0) == 0;
 	/* --elastic: one SIGUSR2 stopped left, however it ended (a signal
 	 * that came before its handler was set, or a stop while loading) */
 	int left = c->leaving;
@@ -423,7 +440,7 @@ static void elastic_signals(launcher *l)
 		int staying = 0;
 		for (int i = l->n - 1; i >= 0; i--) {
 			child *k = &l->ch[i];
-			if (k->kind == KIND_PS || k->pid <= 0 || k->leaving)
+			if (is_server(k) || k->pid <= 0 || k->leaving)
 				continue;
 			staying++;
 			if (!c && k->kind == KIND_WORKER && i != ci)
@@ -494,6 +511,10 @@ static void run_loop(launcher *l)
 				l->ps_grace = now;
 				if (l->stopping || l->fail_code)
 					signal_children(l, 0, 1, SIGTERM);
+				/* the membership service has nobody left to serve */
+				for (int i = 0; i < l->n; i++)
+					if (l->ch[i].kind == KIND_SERVICE && l->ch[i].pid > 0)
+						kill(l->ch[i].pid, SIGTERM);
 			} else if (now - l->ps_grace > 15) {
 				if (!l->ps_stop_logged++)
 					fprintf(stderr, "[launch] servers still running 15 s after "
@@ -558,77 +579,6 @@ static void remove_keys(launcher *l)
 		l->key_fd = -1;
 }
 
-/* ---- the membership service of elastic allreduce ---------------------------------- */
-
-static void *membership_main(void *arg)
-{
-	launcher *l = arg;
-	sigset_t all;
-	sigfillset(&all); /* signals go to the main thread (run_loop) */
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
-	wf_err err = {0};
-	if (wf_membership_run(l->svc, &err) != 0)
-		fprintf(stderr, "[launch] membership service: %s\n", err.msg);
-	return NULL;
-}
-
-/* Elastic allreduce: the service the workers form their ring through, on
- * a free port of this machine, with the job's key and tag (from the
- * TF_CONFIG every worker gets and this run's token). */
-static int start_membership(launcher *l, const wf_config *cfg, long min, long started, wf_err *err)
-{
-	wf_cluster c;
-	int ci = chief_index(l);
-	int rc = wf_cluster_parse_tf_config(&c, l->ch[ci >= 0 ? ci : 0].tf_config, err);
-	if (rc != 0)
-		return rc;
-	snprintf(c.job_token, sizeof(c.job_token), "%s", l->job_token);
-	uint64_t job = wf_job_id(cfg, &c);
-	wf_cluster_free(&c);
-	uint8_t key[WF_RDV_KEY_BYTES];
-	wf_ps_keys keys;
-	const wf_ps_keys *kp = NULL;
-	if ((rc = wf_job_keys(cfg, &keys, &kp, err)) != 0)
-		return rc;
-	if (kp)
-		wf_rdv_key_derive(key, kp->client_secret);
-	memset(&keys, 0, sizeof(keys));
-	wf_membership_cfg mc = {.port = 0,
-				.job = job,
-				.key = kp ? key : NULL,
-				.min_workers = (int)min,
-				.expect = (int)started,
-				.elastic_timeout = cfg->strategy.elastic_timeout,
-				.settle = cfg->strategy.stall_timeout};
-	rc = wf_membership_create(&l->svc, &mc, err);
-	memset(key, 0, sizeof(key));
-	if (rc != 0)
-		return rc;
-	snprintf(l->svc_arg, sizeof(l->svc_arg), "strategy.elastic_service=127.0.0.1:%d",
-		 wf_membership_port(l->svc));
-	if (pthread_create(&l->svc_thread, NULL, membership_main, l) != 0) {
-		wf_membership_free(l->svc);
-		l->svc = NULL;
-		return wf_errf(err, WF_EINTERNAL, "launch: cannot start the membership thread");
-	}
-	l->svc_running = 1;
-	fprintf(stderr, "[launch] elastic allreduce: membership service on 127.0.0.1:%d\n",
-		wf_membership_port(l->svc));
-	return 0;
-}
-
-static void stop_membership(launcher *l)
-{
-	if (!l || !l->svc)
-		return;
-	if (l->svc_running) {
-		wf_membership_stop(l->svc);
-		pthread_join(l->svc_thread, NULL);
-	}
-	wf_membership_free(l->svc);
-	l->svc = NULL;
-}
-
 /* ---- weft launch ------------------------------------------------------------------- */
 
 /* --elastic MIN:MAX (NULL: MIN 0, MAX --workers): the worker slots, the
@@ -676,9 +626,10 @@ static const wf_command_help launch_help = {
 	"those of --key-dir; --insecure runs plain TCP.\n"
 	"With strategy.name allreduce and --elastic MIN:MAX (no --ps): elastic allreduce\n"
 	"over TCP without MPI. launch runs the membership service the workers form their\n"
-	"ring through; a worker that dies is restarted and joins again while the others\n"
-	"go on from their last committed step, SIGUSR1 adds a worker, SIGUSR2 makes one\n"
-	"leave (README: Elastic allreduce)."};
+	"ring through (`weft membership`, restarted like a server when it dies: the\n"
+	"workers train on meanwhile); a worker that dies is restarted and joins again\n"
+	"while the others go on from their last committed step, SIGUSR1 adds a worker,\n"
+	"SIGUSR2 makes one leave (README: Elastic allreduce)."};
 
 /* A launcher with no children yet, which knows the weft binary to start. */
 static int launcher_new(launcher **out, wf_err *err)
@@ -822,7 +773,7 @@ static void child_args(launcher *l, const char *config, const wf_cli_list *sets,
  * past nworkers idle), their
  * addresses (free loopback ports, or an emulated network with --link) and
  * their TF_CONFIGs. */
-static int place_children(launcher *l, long nps, long nworkers, long slots, int chief,
+static int place_children(launcher *l, long nps, long nworkers, long slots, int chief, int service,
 			  const char *link, const char *delay, wf_err *err)
 {
 	for (int i = 0; i < nps; i++)
@@ -831,6 +782,8 @@ static int place_children(launcher *l, long nps, long nworkers, long slots, int 
 		l->ch[l->n++] = (child){.kind = KIND_CHIEF, .index = 0};
 	for (int i = 0; i < slots; i++) /* --elastic: the slots past --workers start idle */
 		l->ch[l->n++] = (child){.kind = KIND_WORKER, .index = i, .idle = i >= nworkers};
+	if (service) /* last: outside the emulated network, which refuses it */
+		l->ch[l->n++] = (child){.kind = KIND_SERVICE, .index = 0};
 	l->nps = (int)nps;
 	l->ntrainers = (int)(slots + chief);
 	int ports[MAX_PROCS], rc;
@@ -853,9 +806,18 @@ static int place_children(launcher *l, long nps, long nworkers, long slots, int 
 	tf_configs(l, ports);
 	for (int i = 0; i < l->n; i++) {
 		child *c = &l->ch[i];
-		static const char *const names[3] = {"ps", "chief", "worker"};
-		snprintf(c->name, sizeof(c->name), "%s:%d", names[c->kind], c->index);
+		snprintf(c->name, sizeof(c->name), "%s:%d", kind_names[c->kind], c->index);
 		c->fd[0] = c->fd[1] = -1;
+		if (c->kind == KIND_SERVICE) {
+			snprintf(l->svc_port, sizeof(l->svc_port), "%d", ports[i]);
+			snprintf(l->svc_expect, sizeof(l->svc_expect), "%ld", nworkers + chief);
+			snprintf(l->svc_arg, sizeof(l->svc_arg),
+				 "strategy.elastic_service=127.0.0.1:%d", ports[i]);
+			fprintf(stderr,
+				"[launch] elastic allreduce: membership service on 127.0.0.1:%d "
+				"(restarted when it dies)\n",
+				ports[i]);
+		}
 	}
 	return 0;
 }
@@ -880,10 +842,10 @@ static int run_children(launcher *l, int resume, const char *elastic_note, wf_er
 	for (int i = 0; i < l->n; i++) /* without --resume, a new job: the chief starts over */
 		if (!l->ch[i].idle)
 			spawn(l, &l->ch[i],
-			      l->ch[i].kind == KIND_PS ? -1
-			      : resume		       ? 1
-			      : i == chief_index(l)    ? 0
-						       : -1);
+			      is_server(&l->ch[i])  ? -1
+			      : resume		    ? 1
+			      : i == chief_index(l) ? 0
+						    : -1);
 	run_loop(l);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
@@ -996,7 +958,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	if (allreduce && (link || delay)) {
 		rc = wf_errf(err, WF_EINVAL,
 			     "launch: --link/--delay: not with elastic allreduce yet (its "
-			     "membership service runs in launch, outside the emulated network)");
+			     "membership service listens on launch's loopback, outside the "
+			     "emulated network)");
 		goto cleanup;
 	}
 	if (dry_run && allreduce) {
@@ -1024,9 +987,8 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 	long per = cpus / (nworkers + chief);
 	snprintf(l->threads_arg, sizeof(l->threads_arg), "%ld", per > 0 ? per : 1);
 
-	if ((rc = place_children(l, nps, nworkers, er.max, chief, link, delay, err)) != 0)
-		goto cleanup;
-	if (allreduce && (rc = start_membership(l, &cfg, er.min, nworkers + chief, err)) != 0)
+	if ((rc = place_children(l, nps, nworkers, er.max, chief, allreduce, link, delay, err)) !=
+	    0)
 		goto cleanup;
 	child_args(l, config, &sets, device, elastic ? er.min_arg : NULL);
 	fprintf(stderr,
@@ -1039,7 +1001,6 @@ int wf_cmd_launch(int argc, char **argv, wf_err *err)
 
 	rc = run_children(l, resume, er.note, err);
 cleanup:
-	stop_membership(l);
 	wf_events_close();
 	remove_keys(l);
 	if (l)

@@ -2,7 +2,8 @@
 # --elastic 2:4, strategy allreduce over the TCP ring) under a seeded random
 # schedule of four events at random moments: a worker joins (SIGUSR1 to
 # launch), the last one leaves (SIGUSR2), kill -9 of a random worker (the
-# chief included; launch restarts it and it joins again). Every trial must
+# chief included; launch restarts it and it joins again), kill -9 of the
+# membership service (launch restarts it; the workers connect to it again). Every trial must
 # end exit 0 with a complete final checkpoint, an eval accuracy within 0.05
 # of the unchanged run, within 2x its time + 60 s (no hang), and lose no
 # more than the step in flight to a failure (each `rollback` event goes
@@ -42,7 +43,7 @@ for ((t = 0; t < trials; t++)); do
 	for at in $moments; do
 		python3 -c "import time; time.sleep(max(0, $at - (time.time() - $t0)))"
 		kill -0 "$LAUNCH_PID" 2>/dev/null || break
-		case $((RANDOM % 3)) in
+		case $((RANDOM % 4)) in
 		0) kill -USR1 "$LAUNCH_PID"; what+=" join@$at" ;;
 		1) kill -USR2 "$LAUNCH_PID"; what+=" leave@$at" ;;
 		2)
@@ -50,6 +51,10 @@ for ((t = 0; t < trials; t++)); do
 			pid=$(pid_of "worker:$w" || true)
 			# only a running worker (a free slot's last pid is gone)
 			if [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; then what+=" kill-worker:$w@$at"; fi
+			;;
+		3)
+			pid=$(pid_of membership:0 || true)
+			if [ -n "$pid" ] && kill -9 "$pid" 2>/dev/null; then what+=" kill-service@$at"; fi
 			;;
 		esac
 	done
