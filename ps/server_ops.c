@@ -226,8 +226,19 @@ void wf_pss_op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	}
 	wf_pss_hold(s, &r, rid, rid_len, h);
 	if (wf_pss_units_on(s) && WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_WORKER) {
-		r.aux = wf_pss_units_assign(s, c, (int)WF_PS_SENDER_INDEX(h->sender), (long)h->aux);
-		wf_pss_replicate_units(s, c); /* ahead of the reply, in order; not waited for */
+		int w = (int)WF_PS_SENDER_INDEX(h->sender);
+		r.aux = wf_pss_units_assign(s, c, w, (long)h->aux);
+		long need = wf_pss_replicate_units(s, c);
+		if (need > 0 && !c->held[w].used) {
+			/* the reply names the unit only once the backups hold
+			 * it as this worker's: a primary killed before that never
+			 * answers, and at the backup that takes over the retry
+			 * puts the unit back in the queue, so it goes out once */
+			c->held[w] = r;
+			c->held[w].need = need;
+			wf_pss_answer_ready(s, c);
+			return;
+		}
 	}
 	wf_pss_send_values(s, c, &r, 1, 0);
 	wf_pss_release(s, &r);

@@ -4,7 +4,8 @@
  * leave the values alone; sync aggregation of 2 workers equals one optimizer
  * step on the summed gradient; async and ssp:K semantics; checkpoint, kill -9
  * and restore; a refusal ends a step's wait; a restarted server is known
- * from the register on; a dead worker leaves the count; a stalled worker is
+ * from the register on; with replicas a pull's data unit waits for the
+ * backup; a dead worker leaves the count; a stalled worker is
  * named. */
 #include "tests/test.h"
 
@@ -17,6 +18,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -690,6 +692,93 @@ cleanup:
 	kill_children();
 }
 
+typedef struct pull_bg {
+	wf_ps_client *c;
+	int chunk;
+	uint32_t per_epoch;
+	_Atomic int done;
+	int rc;
+	uint32_t aux;
+	char msg[sizeof(((wf_err *)0)->msg)];
+} pull_bg;
+
+/* A worker's pull of a chunk that hands out data units, from a thread. */
+static void *pull_main(void *arg)
+{
+	pull_bg *p = arg;
+	wf_err e = {0};
+	p->rc = wf_ps_client_pull_aux(p->c, p->chunk, p->per_epoch, NULL, &e);
+	if (p->rc == 0)
+		wf_ps_client_chunk_reply(p->c, p->chunk, NULL, &p->aux);
+	snprintf(p->msg, sizeof(p->msg), "%s", e.msg);
+	atomic_store(&p->done, 1);
+	return NULL;
+}
+
+/* With replicas, the data unit a pull hands out is named in its reply only
+ * once the backup holds it: while the backup is stopped (SIGSTOP) the reply
+ * does not come, so a primary killed then has handed out nothing; once the
+ * backup runs again it comes, with the first unit. */
+static void test_pull_unit_waits_for_the_backup(void)
+{
+	wf_ps_server_cfg sc[2];
+	const char *const *peers = endpoints(2);
+	for (int i = 0; i < 2; i++) {
+		base_cfg(&sc[i], i, 2, 2);
+		sc[i].backup_workers = 1;
+		sc[i].replicas = 2;
+		sc[i].peers = peers;
+		sc[i].peer_timeout = 30; /* the stopped backup is not given up on */
+		start_server(&sc[i]);
+	}
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS];
+	wf_ps_client_cfg cc = {.nservers = 2,
+			       .endpoints = endpoints(2),
+			       .job_id = JOB,
+			       .role = WF_PS_ROLE_WORKER,
+			       .pl = &pl,
+			       .params = pa,
+			       .nslots = 1,
+			       .contributors = 1,
+			       .timeout = 10,
+			       .connect_timeout = 10,
+			       .replicas = 2};
+	wf_ps_client *a = NULL, *b = NULL;
+	wf_err e = {0};
+	WF_CHECK_MSG(wf_ps_client_create(&a, &cc, &e) == 0, "%s", e.msg);
+	cc.index = 1;
+	cc.params = pb;
+	WF_CHECK_MSG(b == NULL && wf_ps_client_create(&b, &cc, &e) == 0, "%s", e.msg);
+	long step = 0;
+	if (!a || !b || wf_ps_client_register(a, NULL, &step, &e) != 0)
+		goto cleanup;
+	fill(p0, NPARAMS, 1);
+	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, NULL, 0, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_register(b, NULL, NULL, &e) == 0, "%s", e.msg);
+	int last = pl.nchunks - 1, backup = (pl.chunks[last].server + 1) % 2;
+	kill(children[backup], SIGSTOP);
+	pull_bg pb_ = {.c = b, .chunk = last, .per_epoch = 30};
+	pthread_t t;
+	WF_CHECK_INT(pthread_create(&t, NULL, pull_main, &pb_), 0);
+	/* the primary's reply waits for the backup's acknowledgement */
+	sleep_s(0.5);
+	WF_CHECK_MSG(!atomic_load(&pb_.done),
+		     "the pull was answered while the backup was "
+		     "stopped (rc %d)",
+		     pb_.rc);
+	kill(children[backup], SIGCONT);
+	pthread_join(t, NULL);
+	WF_CHECK_MSG(pb_.rc == 0, "%s", pb_.msg);
+	WF_CHECK_INT(pb_.aux, 1); /* unit 0 */
+cleanup:
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
 /* ---- membership --------------------------------------------------------- */
 
 static void test_dead_worker_leaves_count(void)
@@ -1002,6 +1091,7 @@ int main(void)
 	WF_RUN(test_checkpoint_kill9_restore);
 	WF_RUN(test_refusal_ends_the_wait);
 	WF_RUN(test_register_learns_the_restart);
+	WF_RUN(test_pull_unit_waits_for_the_backup);
 	WF_RUN(test_dead_worker_leaves_count);
 	WF_RUN(test_elastic_membership);
 	WF_RUN(test_elastic_join_mid_step);
