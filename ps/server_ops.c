@@ -160,6 +160,8 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 			if (need)
 				r->need = need;
 		}
+		if (r->aux)
+			r->list = wf_pss_units_list(s, c, w, &r->list_bytes);
 		if (r->need > 0) {
 			wf_pss_answer_ready(s, c);
 			return;
@@ -226,7 +228,11 @@ void wf_pss_op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	}
 	wf_pss_hold(s, &r, rid, rid_len, h);
 	if (wf_pss_units_on(s) && WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_WORKER) {
-		r.aux = wf_pss_units_assign(s, c, (int)WF_PS_SENDER_INDEX(h->sender), (long)h->aux);
+		int w = (int)WF_PS_SENDER_INDEX(h->sender);
+		if (wf_pss_units_hold_pull(s, c, w, (long)h->aux, &r))
+			return; /* the first step's units: shared once every member asked */
+		r.aux = wf_pss_units_assign(s, c, w, (long)h->aux);
+		r.list = wf_pss_units_list(s, c, w, &r.list_bytes);
 		wf_pss_replicate_units(s, c); /* ahead of the reply, in order; not waited for */
 	}
 	wf_pss_send_values(s, c, &r, 1, 0);
