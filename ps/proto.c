@@ -544,13 +544,30 @@ static int check_units(const uint8_t *p, size_t bytes, int nworkers, const char 
 	int64_t v[WF_PS_UNITS_HEADER];
 	for (int i = 0; i < WF_PS_UNITS_HEADER; i++)
 		v[i] = (int64_t)get64(p + 8 * i);
-	int64_t w = v[2], q = v[3], e = v[4];
+	int64_t w = v[2], q = v[3], e = v[4], n = (int64_t)(bytes / 8);
 	if (v[0] < 0 || v[1] < 0 || w != nworkers || w <= 0 || q < 0 || q > WF_PS_UNITS_MAX_QUEUE ||
-	    e < 0 || e > WF_PS_UNITS_MAX_EPOCH ||
-	    (uint64_t)(bytes / 8) != (uint64_t)(WF_PS_UNITS_HEADER + 2 * w + q + 2 * e))
+	    e < 0 || e > WF_PS_UNITS_MAX_EPOCH || n < WF_PS_UNITS_HEADER + 2 * w + q + 2 * e)
 		return 0;
-	for (int64_t i = WF_PS_UNITS_HEADER; i < (int64_t)(bytes / 8); i++)
+	int64_t base = WF_PS_UNITS_HEADER + 2 * w + q + 2 * e;
+	for (int64_t i = WF_PS_UNITS_HEADER; i < base; i++)
 		if ((int64_t)get64(p + 8 * i) < (i < WF_PS_UNITS_HEADER + 2 * w ? -1 : 0))
+			return 0;
+	if (n == base)
+		return 1;
+	/* the lists' tail (elastic_batch global): dealt, W lengths, the extra units */
+	if (n < base + 1 + w || get64(p + 8 * base) > 1)
+		return 0;
+	int64_t extra = 0;
+	for (int64_t i = 0; i < w; i++) {
+		int64_t len = (int64_t)get64(p + 8 * (base + 1 + i));
+		if (len < 0 || len > WF_PS_UNITS_MAX_LIST)
+			return 0;
+		extra += len > 1 ? len - 1 : 0;
+	}
+	if (n != base + 1 + w + extra)
+		return 0;
+	for (int64_t i = base + 1 + w; i < n; i++)
+		if ((int64_t)get64(p + 8 * i) < 0)
 			return 0;
 	return 1;
 }

@@ -115,7 +115,10 @@ enum {
  * of them first: units per epoch, next fresh unit, workers W, queued Q,
  * epochs E; then W current units (-1: none), W steps of each worker's last
  * applied push (-1: none), the Q queued units in order, E units applied and
- * E re-queued per epoch (docs/formats.md). */
+ * E re-queued per epoch; with elastic_batch global a tail follows: 1 when a
+ * step's units were dealt (else 0), W list lengths (0..WF_PS_UNITS_MAX_LIST;
+ * the list of worker w starts with its current unit), then the units after
+ * the first of each list, in worker order (docs/formats.md). */
 /* A unit list (a reply with flag UNITS, elastic_batch global): the data
  * units the worker trains next, 1..WF_PS_UNITS_MAX_LIST little-endian
  * 64-bit signed integers, none negative; the first is the reply's aux - 1. */

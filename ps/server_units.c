@@ -301,6 +301,11 @@ const uint8_t *wf_pss_units_frame(server *s, const schunk *c, size_t *bytes)
 		return NULL;
 	size_t n = WF_PS_UNITS_HEADER + 2 * (size_t)s->nworkers + (size_t)u->qlen +
 		   2 * (size_t)u->nepochs;
+	if (u->list) { /* elastic_batch global: dealt, the lists' lengths, their other units */
+		n += 1 + (size_t)s->nworkers;
+		for (int w = 0; w < s->nworkers; w++)
+			n += (size_t)WF_MAX(units_held(u, w) - 1, 0);
+	}
 	if (8 * n > u->frame_cap) {
 		uint8_t *f = realloc(u->frame, 8 * n);
 		if (!f) {
@@ -319,7 +324,16 @@ const uint8_t *wf_pss_units_frame(server *s, const schunk *c, size_t *bytes)
 	for (long i = 0; i < u->qlen; i++, p += 8)
 		wf_ps_put_u64(p, (uint64_t)(int64_t)u->queue[(u->qhead + i) % u->qcap]);
 	p = put_longs(p, u->applied, u->nepochs);
-	put_longs(p, u->requeued, u->nepochs);
+	p = put_longs(p, u->requeued, u->nepochs);
+	if (u->list) {
+		wf_ps_put_u64(p, (uint64_t)u->dealt);
+		p += 8;
+		for (int w = 0; w < s->nworkers; w++, p += 8)
+			wf_ps_put_u64(p, (uint64_t)units_held(u, w));
+		for (int w = 0; w < s->nworkers; w++)
+			for (int i = 1; i < units_held(u, w); i++, p += 8)
+				wf_ps_put_u64(p, (uint64_t)(int64_t)unit_at(u, w, i));
+	}
 	*bytes = 8 * n;
 	return u->frame;
 }
@@ -327,6 +341,41 @@ const uint8_t *wf_pss_units_frame(server *s, const schunk *c, size_t *bytes)
 static long get_long(const uint8_t *p, size_t i)
 {
 	return (long)(int64_t)wf_ps_get_u64(p + 8 * i);
+}
+
+/* elastic_batch global: the primary's lists, from the frame's tail at
+ * long index at (checked by the parser; none: one unit each). A list that
+ * does not fit in memory here keeps its first unit only (the others are
+ * re-queued). */
+static void take_lists(server *s, units *u, const uint8_t *p, size_t at, int tail)
+{
+	size_t extra = at + 1 + (size_t)s->nworkers;
+	if (tail)
+		u->dealt = get_long(p, at) != 0;
+	for (int w = 0; w < s->nworkers; w++) {
+		int len = tail ? (int)get_long(p, at + 1 + (size_t)w) : 1;
+		if (u->unit[w] < 0)
+			len = 0;
+		if (len > u->lcap[w]) {
+			uint8_t *l = realloc(u->list[w], (size_t)len * 8);
+			if (l) {
+				u->list[w] = l;
+				u->lcap[w] = len;
+			}
+		}
+		u->nlist[w] = len ? 1 : 0;
+		if (len && u->lcap[w])
+			wf_ps_put_u64(u->list[w], (uint64_t)(int64_t)u->unit[w]);
+		for (int i = 1; i < len; i++) {
+			long x = get_long(p, extra++);
+			if (i < u->lcap[w]) {
+				wf_ps_put_u64(u->list[w] + 8 * i, (uint64_t)(int64_t)x);
+				u->nlist[w] = i + 1;
+			} else {
+				requeue(s, u, x);
+			}
+		}
+	}
 }
 
 void wf_pss_units_take(server *s, const schunk *c, const uint8_t *p, size_t bytes)
@@ -372,4 +421,6 @@ void wf_pss_units_take(server *s, const schunk *c, const uint8_t *p, size_t byte
 	u->applied = a;
 	u->requeued = r;
 	u->nepochs = nep;
+	if (u->list)
+		take_lists(s, u, p, at, bytes / 8 > at);
 }

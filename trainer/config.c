@@ -146,7 +146,7 @@ static const key_def keys[] = {
 	 "workers present x train.batch_size x train.accumulate (strategy.elastic_lr sets "
 	 "the learning rate); global keeps the global batch of all the cluster's workers: "
 	 "every step trains that many micro-batches (allreduce) or data units (sync "
-	 "parameter_server, without backup workers or ps.replicas), shared among the "
+	 "parameter_server, without backup workers), shared among the "
 	 "workers present (a worker trains more of them by accumulation while others are "
 	 "missing), and the update is their mean whoever trained them"},
 	{"strategy.elastic_timeout", T_NUM, F(strategy.elastic_timeout), "600",

@@ -239,11 +239,6 @@ static int check_strategy(wf_config *c, wf_err *err)
 	     "strategy.backup_workers 0 (got %ld): a step whose late pushes are dropped would "
 	     "train fewer than the cluster's units every step",
 	     c->strategy.backup_workers);
-	NEED(!global || strcmp(c->strategy.name, "parameter_server") != 0 || c->ps.replicas <= 1,
-	     "strategy.elastic_batch: global with parameter servers needs ps.replicas 1 (got "
-	     "%ld): the backups' copy of the data units does not carry each worker's unit "
-	     "list, so a failover would lose the step's units",
-	     c->ps.replicas);
 	NEED(c->strategy.elastic_timeout >= 0,
 	     "strategy.elastic_timeout: must be >= 0 (0: wait for ever), got %g",
 	     c->strategy.elastic_timeout);

@@ -645,6 +645,36 @@ static void test_units_frame(void)
 	}
 	WF_CHECK_INT(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, ok, n - 1, &r), WF_EFORMAT);
 	WF_CHECK_INT(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, ok, 4, &r), WF_EFORMAT);
+	/* elastic_batch global's tail: dealt, the 2 lists' lengths (2 and 0),
+	 * worker 0's second unit */
+	int64_t t[17];
+	memcpy(t, ok, sizeof(ok));
+	int64_t tail[] = {1, 2, 0, 9};
+	memcpy(t + n, tail, sizeof(tail));
+	WF_CHECK_INT(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, t, n + 4, &r), 0);
+	WF_CHECK_INT(
+		parse_units(WF_PS_OP_REPLICATE, WF_PS_FLAG_UNITS, WF_PS_ROLE_SERVER, t, n + 4, &r),
+		0);
+	struct {
+		int at;
+		int64_t v;
+	} badt[] = {
+		{0, 2},	   /* dealt neither 0 nor 1 */
+		{1, 3},	   /* a length the units do not fill */
+		{2, -1},   /* a negative length */
+		{1, 5000}, /* a list past the limit */
+		{3, -4},   /* a negative unit */
+	};
+	for (size_t i = 0; i < sizeof(badt) / sizeof(badt[0]); i++) {
+		int64_t v[17];
+		memcpy(v, t, sizeof(v));
+		v[n + (size_t)badt[i].at] = badt[i].v;
+		WF_CHECK_MSG(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, v, n + 4, &r) ==
+					     WF_EFORMAT &&
+				     r == WF_PS_REJECT_BYTES,
+			     "tail case %zu", i);
+	}
+	WF_CHECK_INT(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, t, n + 2, &r), WF_EFORMAT);
 }
 
 /* A reply's unit list (elastic_batch global): flag UNITS, the last frame,

@@ -113,6 +113,14 @@ int main(int argc, char **argv)
 		wf_ps_put_u64(uf + 8 * i, (uint64_t)units[i]);
 	sender_role = WF_PS_ROLE_SERVER;
 	msg("units", WF_PS_OP_UNITS, 0, 0, WF_PS_DTYPE_BYTES, uf, sizeof(uf));
+	/* the same with elastic_batch global's tail: dealt, the lists' lengths
+	 * (2, 1, 0, 1) and worker 0's second unit */
+	int64_t tail[6] = {1, 2, 1, 0, 1, 12};
+	uint8_t ut[sizeof(units) + sizeof(tail)];
+	memcpy(ut, uf, sizeof(uf));
+	for (int i = 0; i < 6; i++)
+		wf_ps_put_u64(ut + sizeof(uf) + 8 * i, (uint64_t)tail[i]);
+	msg("units_lists", WF_PS_OP_UNITS, 0, 0, WF_PS_DTYPE_BYTES, ut, sizeof(ut));
 	sender_role = WF_PS_ROLE_WORKER;
 	/* a pull reply handing out a worker's unit list (elastic_batch global) */
 	uint8_t ul[16];
