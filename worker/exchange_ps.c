@@ -804,8 +804,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		.params = m->params,
 		.state = m->nstate ? m->state : NULL,
 		.nstate = m->nstate,
-		.contributors =
-			1, /* one unit's mean; elastic_batch global: per step (ps_grad_ready) */
+		.contributors = 1, /* the units a push sums: set per step (ps_grad_ready) */
 		.segs = cfg->segs,
 		.frozen = cfg->frozen,
 		.nsegs = cfg->nsegs,
