@@ -37,6 +37,7 @@ typedef struct pending {
 	long reply_step; /* step field of the reply */
 	int stale;
 	uint32_t aux; /* aux of the reply (backup workers: the next data unit + 1) */
+	int nunits;   /* units in the reply's unit list (in the client's ulist); 0 none */
 	uint32_t inc; /* the server's incarnation when sent (0: not known yet) */
 	/* replication: how to send it again */
 	const float *grads;    /* push: the gradient buffer */
@@ -78,6 +79,8 @@ struct wf_ps_client {
 		       * ZeroMQ's I/O threads, so chunks spread over several */
 	int cap;
 	pending *pend;
+	long *ulist; /* [WF_PS_UNITS_MAX_LIST] the last unit list a reply carried; NULL
+		      * until one came */
 	uint32_t gen;
 	uint64_t *floats; /* [nchunks] */
 	/* [nchunks] a push's frozen frame (u64 pairs), NULL: nothing frozen there */
@@ -378,10 +381,18 @@ static void apply_reply(wf_ps_client *c, pending *p, const wf_ps_msg *m)
 		if (c->landed_at && h->chunk != WF_PS_STATE_CHUNK)
 			c->landed_at[h->chunk] = wf_now();
 		uint32_t crc = 0;
+		int list = (h->flags & WF_PS_FLAG_UNITS) ? m->nframes - 1 : -1; /* parsed: last */
 		for (int i = 0; i < m->nframes; i++) {
-			float *to = i == 0 ? dst : c->cfg.state;
+			float *to = i == 0 ? dst : i == list ? NULL : c->cfg.state;
 			crc = to ? wf_ps_crc32c_copy(crc, to, m->frame[i], m->size[i])
 				 : wf_ps_crc32c(crc, m->frame[i], m->size[i]);
+		}
+		if (list > 0 &&
+		    (c->ulist || (c->ulist = malloc(WF_PS_UNITS_MAX_LIST * sizeof(*c->ulist))))) {
+			p->nunits = (int)(m->size[list] / 8); /* 1..WF_PS_UNITS_MAX_LIST */
+			for (int i = 0; i < p->nunits; i++)
+				c->ulist[i] = (long)(int64_t)wf_ps_get_u64(
+					(const uint8_t *)m->frame[list] + 8 * i);
 		}
 		wf_err e = {0};
 		if (wf_ps_msg_verify(m, crc, &e)) {
@@ -1185,6 +1196,7 @@ void wf_ps_client_free(wf_ps_client *c)
 	free(c->endpoints);
 	free(c->socks);
 	free(c->pend);
+	free(c->ulist);
 	free(c->floats);
 	for (int k = 0; c->frozen && k < nchunks_of(c); k++)
 		free(c->frozen[k]);
@@ -1597,6 +1609,17 @@ int wf_ps_client_chunk_reply(const wf_ps_client *c, int chunk, long *step, uint3
 	if (aux)
 		*aux = p->aux;
 	return p->stale;
+}
+
+int wf_ps_client_chunk_units(const wf_ps_client *c, int chunk, const long **units)
+{
+	*units = c->ulist;
+	return c->pend[chunk].nunits;
+}
+
+void wf_ps_client_set_contributors(wf_ps_client *c, int n)
+{
+	c->cfg.contributors = n;
 }
 
 int wf_ps_client_pull_state(wf_ps_client *c, wf_err *err)

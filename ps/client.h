@@ -148,6 +148,12 @@ int wf_ps_client_pull_aux(wf_ps_client *c, int chunk, uint32_t aux, long *versio
  * *aux its aux field (backup workers: the next data unit + 1; 0: none).
  * Either may be NULL. */
 int wf_ps_client_chunk_reply(const wf_ps_client *c, int chunk, long *step, uint32_t *aux);
+/* The unit list of chunk's last reply (flag UNITS, elastic_batch global):
+ * its count, the units in *units (valid until the next reply with a list);
+ * 0 when the reply carried none. */
+int wf_ps_client_chunk_units(const wf_ps_client *c, int chunk, const long **units);
+/* The contributors the next pushes carry (cfg.contributors). */
+void wf_ps_client_set_contributors(wf_ps_client *c, int n);
 /* Pull the non-trainable state (kept by server 0) into cfg->state. */
 int wf_ps_client_pull_state(wf_ps_client *c, wf_err *err);
 /* Wait until every live worker reached the barrier on every server. */

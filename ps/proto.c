@@ -361,6 +361,7 @@ typedef struct shape {
 	int topk_frame;				/* index of a topk gradient frame, or -1 */
 	int allow_state_chunk;
 	int units_frame; /* the frame with the data units: -1 none, -2 the last */
+	int list_frame;	 /* a reply's frame of a worker's unit numbers, or -1 */
 	int fault;	 /* reason when the shape is invalid */
 	const char *why;
 } shape;
@@ -380,6 +381,7 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 	memset(s, 0, sizeof(*s));
 	s->ranges_frame = -1;
 	s->units_frame = -1;
+	s->list_frame = -1;
 	s->topk_frame = -1;
 	int reply = lim->is_reply;
 	int state = (h->flags & WF_PS_FLAG_STATE) != 0;
@@ -427,7 +429,9 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 			s->topk_frame = 0;
 		}
 		s->frame_bytes[1] = sb;
-		if (units)
+		if (units && reply)
+			s->list_frame = 1 + state;
+		else if (units)
 			s->units_frame = 1 + state;
 		if (frozen)
 			s->ranges_frame = 1 + state + units;
@@ -454,8 +458,10 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 		if (!reply)
 			break;
 		s->dtype = WF_PS_DTYPE_F32;
-		s->min_frames = s->max_frames = 1;
+		s->min_frames = s->max_frames = 1 + units;
 		s->frame_bytes[0] = cb;
+		if (units)
+			s->list_frame = 1;
 		break;
 	case WF_PS_OP_CHECKPOINT:
 	case WF_PS_OP_RESTORE:
@@ -484,9 +490,15 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 		s->fault = WF_PS_REJECT_OP;
 		s->why = "flag state or frozen on an op other than push_pull";
 	}
-	if (units &&
-	    ((h->op != WF_PS_OP_REPLICATE && h->op != WF_PS_OP_INIT) ||
-	     h->chunk == WF_PS_STATE_CHUNK || WF_PS_SENDER_ROLE(h->sender) != WF_PS_ROLE_SERVER)) {
+	if (units && reply) {
+		if ((h->op != WF_PS_OP_PUSH_PULL && h->op != WF_PS_OP_PULL) ||
+		    h->chunk == WF_PS_STATE_CHUNK) {
+			s->fault = WF_PS_REJECT_OP;
+			s->why = "flag units on a reply other than a chunk's push_pull or pull";
+		}
+	} else if (units && ((h->op != WF_PS_OP_REPLICATE && h->op != WF_PS_OP_INIT) ||
+			     h->chunk == WF_PS_STATE_CHUNK ||
+			     WF_PS_SENDER_ROLE(h->sender) != WF_PS_ROLE_SERVER)) {
 		s->fault = WF_PS_REJECT_OP;
 		s->why = "flag units on other than a server's replicate or init of a chunk";
 	}
@@ -532,13 +544,42 @@ static int check_units(const uint8_t *p, size_t bytes, int nworkers, const char 
 	int64_t v[WF_PS_UNITS_HEADER];
 	for (int i = 0; i < WF_PS_UNITS_HEADER; i++)
 		v[i] = (int64_t)get64(p + 8 * i);
-	int64_t w = v[2], q = v[3], e = v[4];
+	int64_t w = v[2], q = v[3], e = v[4], n = (int64_t)(bytes / 8);
 	if (v[0] < 0 || v[1] < 0 || w != nworkers || w <= 0 || q < 0 || q > WF_PS_UNITS_MAX_QUEUE ||
-	    e < 0 || e > WF_PS_UNITS_MAX_EPOCH ||
-	    (uint64_t)(bytes / 8) != (uint64_t)(WF_PS_UNITS_HEADER + 2 * w + q + 2 * e))
+	    e < 0 || e > WF_PS_UNITS_MAX_EPOCH || n < WF_PS_UNITS_HEADER + 2 * w + q + 2 * e)
 		return 0;
-	for (int64_t i = WF_PS_UNITS_HEADER; i < (int64_t)(bytes / 8); i++)
+	int64_t base = WF_PS_UNITS_HEADER + 2 * w + q + 2 * e;
+	for (int64_t i = WF_PS_UNITS_HEADER; i < base; i++)
 		if ((int64_t)get64(p + 8 * i) < (i < WF_PS_UNITS_HEADER + 2 * w ? -1 : 0))
+			return 0;
+	if (n == base)
+		return 1;
+	/* the lists' tail (elastic_batch global): dealt, W lengths, the extra units */
+	if (n < base + 1 + w || get64(p + 8 * base) > 1)
+		return 0;
+	int64_t extra = 0;
+	for (int64_t i = 0; i < w; i++) {
+		int64_t len = (int64_t)get64(p + 8 * (base + 1 + i));
+		if (len < 0 || len > WF_PS_UNITS_MAX_LIST)
+			return 0;
+		extra += len > 1 ? len - 1 : 0;
+	}
+	if (n != base + 1 + w + extra)
+		return 0;
+	for (int64_t i = base + 1 + w; i < n; i++)
+		if ((int64_t)get64(p + 8 * i) < 0)
+			return 0;
+	return 1;
+}
+
+/* A reply's unit list: 1..WF_PS_UNITS_MAX_LIST units of 8 bytes, none negative. */
+static int check_unit_list(const uint8_t *p, size_t bytes, const char **why)
+{
+	*why = "unit list is not 1..WF_PS_UNITS_MAX_LIST non-negative 8-byte units";
+	if (bytes == 0 || bytes % 8 || bytes / 8 > WF_PS_UNITS_MAX_LIST)
+		return 0;
+	for (size_t i = 0; i < bytes / 8; i++)
+		if ((int64_t)get64(p + 8 * i) < 0)
 			return 0;
 	return 1;
 }
@@ -641,6 +682,12 @@ int wf_ps_msg_parse(wf_ps_msg *msg, const void *const *frames, const size_t *siz
 		if (i == units_frame) {
 			const char *why = "";
 			if (!check_units(frames[i + 1], sizes[i + 1], lim->nworkers, &why))
+				REJECT(WF_PS_REJECT_BYTES, "%s", why);
+			continue;
+		}
+		if (i == s.list_frame) {
+			const char *why = "";
+			if (!check_unit_list(frames[i + 1], sizes[i + 1], &why))
 				REJECT(WF_PS_REJECT_BYTES, "%s", why);
 			continue;
 		}

@@ -23,9 +23,10 @@
  * Payloads per op (request -> reply; "values" = the chunk's floats):
  *   register   [optimizer settings]    -> -           (reply step: server step, chunk: nchunks)
  *   init       values [+ slots]        -> -           (step = version to start at)
- *   push_pull  grad [+ state] [+ frozen] -> values [+ state]  (flags STATE, FROZEN;
- *              grad is f32, or bf16 with ps.compression bf16: dtype names it)
- *   pull       -                       -> values      (reply step: version)
+ *   push_pull  grad [+ state] [+ frozen] -> values [+ state] [+ units]  (flags STATE,
+ *              FROZEN, UNITS; grad is f32, or bf16 with ps.compression bf16: dtype
+ *              names it)
+ *   pull       -                       -> values [+ units]  (reply step: version)
  *   barrier    -                       -> -
  *   checkpoint dir (bytes)             -> -           (step = N)
  *   restore    dir (bytes)             -> -           (step = N or -1 newest; reply step)
@@ -103,7 +104,9 @@ enum {
 	/* error reply: not the group's primary; reply step = the primary, -1 unknown */
 	WF_PS_FLAG_REDIRECT = 1u << 6,
 	/* replicate or init, server to server: a frame with the data units
-	 * (before the frozen frame of a replicate; last in an init) */
+	 * (before the frozen frame of a replicate; last in an init); a reply
+	 * to a worker's push_pull or pull of a chunk: a last frame with the
+	 * worker's unit list (strategy.elastic_batch global) */
 	WF_PS_FLAG_UNITS = 1u << 7,
 	WF_PS_FLAG__ALL = 0xff,
 };
@@ -112,7 +115,14 @@ enum {
  * of them first: units per epoch, next fresh unit, workers W, queued Q,
  * epochs E; then W current units (-1: none), W steps of each worker's last
  * applied push (-1: none), the Q queued units in order, E units applied and
- * E re-queued per epoch (docs/formats.md). */
+ * E re-queued per epoch; with elastic_batch global a tail follows: 1 when a
+ * step's units were dealt (else 0), W list lengths (0..WF_PS_UNITS_MAX_LIST;
+ * the list of worker w starts with its current unit), then the units after
+ * the first of each list, in worker order (docs/formats.md). */
+/* A unit list (a reply with flag UNITS, elastic_batch global): the data
+ * units the worker trains next, 1..WF_PS_UNITS_MAX_LIST little-endian
+ * 64-bit signed integers, none negative; the first is the reply's aux - 1. */
+#define WF_PS_UNITS_MAX_LIST  4096
 #define WF_PS_UNITS_HEADER    5
 #define WF_PS_UNITS_MAX_QUEUE (1L << 24)
 #define WF_PS_UNITS_MAX_EPOCH (1L << 20)

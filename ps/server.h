@@ -66,6 +66,12 @@ typedef struct wf_ps_server_cfg {
 	 * contributors / nworkers (the per-worker batch kept, as the linear
 	 * scaling rule), 0 keeps it (the mean over whoever contributed). */
 	int elastic_lr_linear;
+	/* elastic, strategy.elastic_batch global: every step trains nworkers
+	 * data units shared among the workers present (the server holding the
+	 * last chunk hands each its list), and the update is the mean over the
+	 * units (1 / the step's contributors, whatever elastic_lr_linear says).
+	 * Not with backup workers or replicas. */
+	int elastic_batch_global;
 	wf_optim_cfg optim;
 	const wf_view *views; /* the model's views (placement), may be NULL */
 	int nviews;

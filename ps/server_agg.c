@@ -199,8 +199,19 @@ void wf_pss_send_values(server *s, schunk *c, const held *to, int nto, int stale
 		if (stale)
 			h.flags |= WF_PS_FLAG_STALE;
 		h.aux = r->aux;
-		wf_ps_hdr_encode_crc(&h, hb, *crc, sz[0] + (nf == 2 ? sz[1] : 0), nf);
-		wf_pss_send_raw(s, r->rid, r->rid_len, hb, f, sz, nf, c->vb);
+		uint64_t bytes = sz[0] + (nf == 2 ? sz[1] : 0);
+		uint32_t rcrc = *crc;
+		const void *rf[3] = {f[0], f[1]};
+		size_t rsz[3] = {sz[0], sz[1]};
+		if (r->list && r->aux) { /* elastic_batch global: the worker's units, last */
+			h.flags |= WF_PS_FLAG_UNITS;
+			rf[nf] = r->list;
+			rsz[nf++] = r->list_bytes;
+			rcrc = wf_ps_crc32c(rcrc, r->list, r->list_bytes);
+			bytes += r->list_bytes;
+		}
+		wf_ps_hdr_encode_crc(&h, hb, rcrc, bytes, nf);
+		wf_pss_send_raw(s, r->rid, r->rid_len, hb, rf, rsz, nf, c->vb);
 	}
 }
 
@@ -217,6 +228,8 @@ void wf_pss_hold(server *s, held *h, const uint8_t *rid, size_t rid_len, const w
 	h->stale = 0;
 	h->need = 0;
 	h->aux = 0;
+	h->list = NULL;
+	h->list_bytes = 0;
 	s->held_count++;
 }
 
@@ -336,7 +349,9 @@ int wf_pss_osum_push(server *s, osum *o, int w, const float *x)
 
 static float grad_scale(const server *s, long contributors)
 {
-	if (s->cfg->min_workers > 0 && s->cfg->elastic_lr_linear) /* lr x contributors / N */
+	/* elastic_batch global: each contributor is one unit's mean: their mean */
+	if (s->cfg->min_workers > 0 && s->cfg->elastic_lr_linear &&
+	    !s->cfg->elastic_batch_global) /* lr x contributors / N */
 		return 1.0f / (float)s->nworkers;
 	return contributors > 0 ? 1.0f / (float)contributors : 1.0f;
 }
@@ -598,6 +613,7 @@ void wf_pss_barriers_rolled_back(server *s)
 /* After membership changed: steps, barriers and ssp bounds may now complete. */
 void wf_pss_membership_changed(server *s)
 {
+	wf_pss_units_pulls_ready(s);
 	if (s->cfg->mode == WF_PS_MODE_SYNC)
 		for (int i = 0; i < s->nchunks; i++)
 			wf_pss_sync_try_complete(s, &s->chunks[i]);

@@ -49,13 +49,16 @@ typedef struct held {
 	size_t rid_len;
 	uint32_t tag;
 	uint16_t op;
-	int want_state; /* reply carries the state frame */
-	long step;	/* the step pushed */
-	double since;	/* when it was held */
-	int stale;	/* the reply carries flag STALE */
-	long need;	/* replication: answer once every live backup acknowledged
-			 * the chunk's replicate number `need` (0: nothing to wait for) */
-	uint32_t aux;	/* the reply's aux: backup workers' next unit + 1; 0 none */
+	int want_state;	     /* reply carries the state frame */
+	long step;	     /* the step pushed */
+	double since;	     /* when it was held */
+	int stale;	     /* the reply carries flag STALE */
+	long need;	     /* replication: answer once every live backup acknowledged
+			      * the chunk's replicate number `need` (0: nothing to wait for) */
+	uint32_t aux;	     /* the reply's aux: backup workers' next unit + 1; 0 none */
+	const uint8_t *list; /* elastic_batch global: the worker's unit list (a last
+			      * frame, flag UNITS; wf_pss_units_list), NULL none */
+	size_t list_bytes;
 } held;
 
 /* A chunk's values, shared with the replies that send them zero-copy:
@@ -173,8 +176,15 @@ typedef struct units {
 	long next;	/* next fresh unit */
 	long *queue;	/* [qcap] re-queued units, a ring from qhead */
 	long qhead, qlen, qcap;
-	long *unit;	/* [nworkers] the unit each worker trains now; -1 none */
-	long *done;	/* [nworkers] the step of each worker's last applied push; -1 none */
+	long *unit; /* [nworkers] the unit each worker trains now; -1 none */
+	long *done; /* [nworkers] the step of each worker's last applied push; -1 none */
+	/* elastic_batch global: a step's nworkers units are shared among the
+	 * workers present; worker w trains the nlist[w] units of list[w] (u64
+	 * little-endian, as its reply carries them; list[w] starts with unit[w]) */
+	uint8_t **list; /* [nworkers] each [lcap[w] x 8 bytes] */
+	int *nlist;	/* [nworkers] */
+	int *lcap;	/* [nworkers] */
+	int dealt;	/* a step's units were shared out: before that, pulls wait */
 	long *applied;	/* [nepochs] units applied per epoch */
 	long *requeued; /* [nepochs] units re-queued per epoch */
 	long nepochs;
@@ -291,8 +301,20 @@ int wf_pss_quorum(const server *s, const schunk *c, int skip);
  * it had one), else 0. per_epoch > 0: the workers' units per epoch. */
 uint32_t wf_pss_units_assign(server *s, const schunk *c, int w, long per_epoch);
 /* Chunk c's sync step completed with the workers of c->pushed: their units
- * are applied, the others' re-queued; each held reply gets its next unit. */
+ * are applied, the others' re-queued; each held reply gets its next unit
+ * (elastic_batch global: the held workers share the next nworkers units). */
 void wf_pss_units_step_done(server *s, schunk *c);
+/* elastic_batch global: worker w's unit list for a reply of chunk c (the
+ * frame, *bytes), NULL when c does not hand out units or w has none. */
+const uint8_t *wf_pss_units_list(server *s, const schunk *c, int w, size_t *bytes);
+/* elastic_batch global, before the first step's units are shared out: a
+ * worker's pull of chunk c waits (held in c->held[w]) until every live
+ * member pulled and at least min_workers are alive; then they share the
+ * step's units. 1 when the pull r (held, not answered) was taken over,
+ * else 0. per_epoch as for wf_pss_units_assign. */
+int wf_pss_units_hold_pull(server *s, schunk *c, int w, long per_epoch, const held *r);
+/* Share out the held pulls' units when they may go (see above). */
+void wf_pss_units_pulls_ready(server *s);
 /* Worker w's push of `step` to chunk c, which is past: the reply aux when
  * that push was applied (a retry, e.g. to the new primary after a failover
  * lost the reply), the unit it was given then + 1; else 0 (dropped as late). */

@@ -160,6 +160,8 @@ void wf_pss_op_push_pull(server *s, const uint8_t *rid, size_t rid_len, const wf
 			if (need)
 				r->need = need;
 		}
+		if (r->aux)
+			r->list = wf_pss_units_list(s, c, w, &r->list_bytes);
 		if (r->need > 0) {
 			wf_pss_answer_ready(s, c);
 			return;
@@ -227,13 +229,16 @@ void wf_pss_op_pull(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	wf_pss_hold(s, &r, rid, rid_len, h);
 	if (wf_pss_units_on(s) && WF_PS_SENDER_ROLE(h->sender) == WF_PS_ROLE_WORKER) {
 		int w = (int)WF_PS_SENDER_INDEX(h->sender);
+		if (wf_pss_units_hold_pull(s, c, w, (long)h->aux, &r))
+			return; /* the first step's units: shared once every member asked */
 		r.aux = wf_pss_units_assign(s, c, w, (long)h->aux);
+		r.list = wf_pss_units_list(s, c, w, &r.list_bytes);
 		long need = wf_pss_replicate_units(s, c);
 		if (need > 0 && !c->held[w].used) {
-			/* the reply names the unit only once the backups hold
-			 * it as this worker's: a primary killed before that never
+			/* the reply names the units only once the backups hold
+			 * them as this worker's: a primary killed before that never
 			 * answers, and at the backup that takes over the retry
-			 * puts the unit back in the queue, so it goes out once */
+			 * puts them back in the queue, so each goes out once */
 			c->held[w] = r;
 			c->held[w].need = need;
 			wf_pss_answer_ready(s, c);

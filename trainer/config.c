@@ -144,8 +144,9 @@ static const key_def keys[] = {
 	{"strategy.elastic_batch", T_STR, F(strategy.elastic_batch), "\"worker\"",
 	 "elastic: worker keeps each worker's batch, so the step's global batch is the "
 	 "workers present x train.batch_size x train.accumulate (strategy.elastic_lr sets "
-	 "the learning rate); global (allreduce) keeps the global batch of all the "
-	 "cluster's workers: every step trains that many micro-batches, shared among the "
+	 "the learning rate); global keeps the global batch of all the cluster's workers: "
+	 "every step trains that many micro-batches (allreduce) or data units (sync "
+	 "parameter_server, without backup workers), shared among the "
 	 "workers present (a worker trains more of them by accumulation while others are "
 	 "missing), and the update is their mean whoever trained them"},
 	{"strategy.elastic_timeout", T_NUM, F(strategy.elastic_timeout), "600",

@@ -224,12 +224,21 @@ static int check_strategy(wf_config *c, wf_err *err)
 		     strcmp(c->strategy.elastic_batch, "global") == 0,
 	     "strategy.elastic_batch: expected worker or global, got '%s'",
 	     c->strategy.elastic_batch);
-	NEED(strcmp(c->strategy.elastic_batch, "global") != 0 ||
-		     (strcmp(c->strategy.name, "allreduce") == 0 && c->strategy.min_workers > 0),
-	     "strategy.elastic_batch: global needs elastic allreduce (strategy.name allreduce "
-	     "with strategy.min_workers > 0, as weft launch --elastic sets); parameter "
-	     "servers keep each worker's batch (got %s, min_workers %ld)",
-	     c->strategy.name, c->strategy.min_workers);
+	int global = strcmp(c->strategy.elastic_batch, "global") == 0;
+	NEED(!global || (c->strategy.min_workers > 0 &&
+			 (strcmp(c->strategy.name, "allreduce") == 0 ||
+			  (strcmp(c->strategy.name, "parameter_server") == 0 &&
+			   c->ps.mode == WF_PS_MODE_SYNC))),
+	     "strategy.elastic_batch: global needs elastic membership (strategy.min_workers > "
+	     "0, as weft launch --elastic sets) with strategy.name allreduce, or "
+	     "parameter_server with strategy.mode sync (got %s, %s, min_workers %ld)",
+	     c->strategy.name, c->strategy.mode, c->strategy.min_workers);
+	NEED(!global || strcmp(c->strategy.name, "parameter_server") != 0 ||
+		     c->strategy.backup_workers == 0,
+	     "strategy.elastic_batch: global with parameter servers needs "
+	     "strategy.backup_workers 0 (got %ld): a step whose late pushes are dropped would "
+	     "train fewer than the cluster's units every step",
+	     c->strategy.backup_workers);
 	NEED(c->strategy.elastic_timeout >= 0,
 	     "strategy.elastic_timeout: must be >= 0 (0: wait for ever), got %g",
 	     c->strategy.elastic_timeout);

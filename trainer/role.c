@@ -94,6 +94,7 @@ static int run_ps(const wf_config *cfg, const wf_cluster *c, wf_err *err)
 	sc.min_workers = (int)cfg->strategy.min_workers;
 	sc.elastic_timeout = cfg->strategy.elastic_timeout;
 	sc.elastic_lr_linear = strcmp(cfg->strategy.elastic_lr, "linear") == 0;
+	sc.elastic_batch_global = strcmp(cfg->strategy.elastic_batch, "global") == 0;
 	wf_config_optim(cfg, &sc.optim);
 	sc.views = m->views;
 	sc.nviews = m->nviews;

@@ -730,42 +730,59 @@ static void mark_diverged_checkpoints(run *r, long done)
 	free(steps);
 }
 
+/* The units a step trains by unit (the exchange's feed): n of them, the
+ * first fd.unit (or the step's own when none was handed out). */
+static int step_units(const run *r)
+{
+	return r->by_unit && r->fd.nunits > 1 && r->fd.units ? r->fd.nunits : 1;
+}
+
 /* One optimizer step: every micro-batch forward/backward, then the exchange.
+ * By unit with elastic_batch global, b is the first of the step's units and
+ * the others are read in turn (each replaces b); their gradients add up.
  * Returns 0, an error, or WF_EXCHANGE_MOVED with *to (see exchange.h). */
 static int train_step(run *r, long step, wf_batch *b, window *w, long *to, wf_err *err)
 {
 	const wf_config *c = r->cfg;
 	/* each micro-batch's gradient is its mean / accumulate: a worker's own
-	 * batch gives its mean; with elastic_batch global a worker's share of
-	 * micro-batches sums so that the ring's sum / slots is the mean of all */
-	int bs = (int)c->train.batch_size, acc = r->micro;
+	 * batch (a unit) gives its mean; with elastic_batch global a worker's
+	 * share of micro-batches sums so that the ring's sum / slots is the mean
+	 * of all, and a worker's units sum to as many means as it trained */
+	int bs = (int)c->train.batch_size, acc = r->micro, nu = step_units(r);
 	size_t sample = (size_t)r->m->in_h * (size_t)r->m->in_w * (size_t)r->m->in_c;
 	float scale = 1.0f / (float)(bs * c->train.accumulate);
-	if (b->n != bs * acc)
-		return wf_errf(err, WF_EINTERNAL, "reader gave %d samples at step %ld, want %d",
-			       b->n, step, bs * acc);
 	int rc;
 	double step_loss = 0;
 	if (wf_exec_zero_grads(r->ex) != 0)
 		goto exec_failed;
-	for (int k = 0; k < acc; k++) {
-		float loss;
-		int correct;
-		const float *img = b->images + (size_t)k * (size_t)bs * sample;
-		uint64_t seed = wf_hash3((uint64_t)c->train.seed, (uint64_t)step, (uint64_t)k);
-		if (wf_exec_forward(r->ex, img, bs, 1, seed) != 0 ||
-		    wf_exec_loss(r->ex, b->labels + (size_t)k * (size_t)bs, &loss, &correct) != 0)
-			goto exec_failed;
-		int last = k == acc - 1;
-		if (wf_exec_backward(r->ex, scale, last ? wf_exchange_grad_ready : NULL,
-				     last ? r->x : NULL) != 0)
-			goto exec_failed;
-		if ((rc = check_divergence(r, step, loss, err)) != 0)
-			return rc;
-		step_loss += (double)loss / acc;
-		w->loss_sum += (double)loss * bs;
-		w->correct += correct;
-		w->samples += bs;
+	for (int u = 0; u < nu; u++) {
+		if (u > 0 && (rc = wf_reader_unit(r->rd, r->fd.units[u], &b, err)) <= 0)
+			return rc ? rc : wf_errf(err, WF_EINTERNAL, "no unit %ld", r->fd.units[u]);
+		if (b->n != bs * acc)
+			return wf_errf(err, WF_EINTERNAL,
+				       "reader gave %d samples at step %ld, want %d", b->n, step,
+				       bs * acc);
+		for (int k = 0; k < acc; k++) {
+			float loss;
+			int correct;
+			const float *img = b->images + (size_t)k * (size_t)bs * sample;
+			uint64_t seed = wf_hash3((uint64_t)c->train.seed, (uint64_t)step,
+						 (uint64_t)(u * acc + k));
+			if (wf_exec_forward(r->ex, img, bs, 1, seed) != 0 ||
+			    wf_exec_loss(r->ex, b->labels + (size_t)k * (size_t)bs, &loss,
+					 &correct) != 0)
+				goto exec_failed;
+			int last = u == nu - 1 && k == acc - 1;
+			if (wf_exec_backward(r->ex, scale, last ? wf_exchange_grad_ready : NULL,
+					     last ? r->x : NULL) != 0)
+				goto exec_failed;
+			if ((rc = check_divergence(r, step, loss, err)) != 0)
+				return rc;
+			step_loss += (double)loss / (acc * nu);
+			w->loss_sum += (double)loss * bs;
+			w->correct += correct;
+			w->samples += bs;
+		}
 	}
 	if (step_loss <= r->first_loss)
 		r->last_healthy = step + 1;
@@ -839,6 +856,10 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 					     step);
 			return rc;
 		}
+		/* the units trained, for the event (the feed changes with the step) */
+		json_t *units = r->by_unit ? json_array() : NULL;
+		for (int u = 0; units && u < step_units(r); u++)
+			json_array_append_new(units, json_integer(u ? r->fd.units[u] : b->step));
 		long to;
 		rc = train_step(r, step, b, &w, &to, err);
 		/* a signal is read once per step: what settles and what stops agree */
@@ -852,30 +873,36 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 			wf_reader_free(r->rd);
 			r->rd = NULL;
 			r->start = to;
-			if ((rc = open_reader(r, err)) != 0)
-				return rc;
+			rc = open_reader(r, err);
 		} else if (rc ==
 			   WF_EXCHANGE_MOVED) { /* ps: a server restarted; the job went back */
+			json_decref(units);
 			if ((rc = rewind_to(r, step, to, err)) != 0)
 				return rc;
 			step = r->start - 1;
 			w = (window){0, 0, 0, wf_now()};
 			continue;
 		}
-		if (rc != 0)
+		if (rc != 0) {
+			json_decref(units);
 			return rc;
+		}
 
 		long done = step + 1;
 		if (r->by_unit && wf_exchange_get_feed(r->x, &r->fd)) {
 			r->own_applied += !r->fd.dropped;
 			r->own_dropped += r->fd.dropped;
 			r->own_partial += r->fd.partial > 0;
-			wf_event("unit",
-				 json_pack("{s:I, s:I, s:b}", "step", (json_int_t)step, "unit",
-					   (json_int_t)b->step, "applied", !r->fd.dropped));
+			json_int_t first = units && json_array_size(units)
+						   ? json_integer_value(json_array_get(units, 0))
+						   : (json_int_t)b->step;
+			wf_event("unit", json_pack("{s:I, s:I, s:b, s:O}", "step", (json_int_t)step,
+						   "unit", first, "applied", !r->fd.dropped,
+						   "units", units ? units : json_null()));
 			/* dropped as late: on at the servers' step */
 			done = WF_MAX(done, r->fd.next_step);
 		}
+		json_decref(units);
 		double el = wf_now() - w.t0;
 		s.step = done;
 		s.epoch = (double)done / (double)r->steps_per_epoch;

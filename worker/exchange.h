@@ -126,6 +126,11 @@ typedef struct wf_exchange_feed {
 			 * re-queued; 0 after a start */
 	int partial;	/* chunks of the last step whose fate differed from that chunk's */
 	long late_by;	/* dropped: steps the servers were ahead when it arrived */
+	/* elastic_batch global: a worker trains nunits units a step, units[0]
+	 * == unit (the exchange's memory, valid until the next step or
+	 * start); nunits <= 1: units may be NULL, the one unit is `unit` */
+	const long *units;
+	int nunits;
 } wf_exchange_feed;
 
 /* The job's backup-worker statistics (the servers' count; arrays owned by

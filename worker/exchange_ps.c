@@ -45,6 +45,7 @@ typedef struct ps_ctx {
 	/* backup workers */
 	int ref;	     /* the chunk whose replies hand out units (the last one) */
 	wf_exchange_feed fd; /* what to train next */
+	int ntrain;	     /* units the step being computed trains: its pushes' contributors */
 	wf_ps_stats st;	     /* the last backup_stats */
 	int have_st;
 	/* layer by layer (x->layer_ready): grads is the exchange's own copy (the
@@ -111,8 +112,11 @@ static void ps_grad_ready(wf_exchange *x, size_t done)
 		sleep_s(c->stall_s);
 		c->stall_s = 0; /* once */
 	}
-	if (c->next == 0)
+	if (c->next == 0) {
 		c->pushed_at = wf_now();
+		/* the sum of ntrain units' mean gradients: the servers' mean is per unit */
+		wf_ps_client_set_contributors(c->cl, c->ntrain);
+	}
 	while (!c->push_rc && c->next < c->pl.nchunks) {
 		const wf_ps_chunk *ch = &c->pl.chunks[c->next];
 		if (ch->offset + ch->count > done)
@@ -333,6 +337,22 @@ static long handed_unit(ps_ctx *c)
 	return aux ? (long)aux - 1 : -1;
 }
 
+/* The units the reference chunk's last reply handed out into c->fd (with
+ * elastic_batch global a list of them); what the next step trains. */
+static void handed_units(ps_ctx *c)
+{
+	const long *l = NULL;
+	int n = wf_ps_client_chunk_units(c->cl, c->ref, &l);
+	c->fd.unit = handed_unit(c);
+	c->fd.units = NULL;
+	c->fd.nunits = c->fd.unit >= 0;
+	if (n > 0 && c->fd.unit >= 0 && l[0] == c->fd.unit) {
+		c->fd.units = l;
+		c->fd.nunits = n;
+	}
+	c->ntrain = WF_MAX(c->fd.nunits, 1);
+}
+
 /* After a start or a resync (pull_all handed out a unit, unless ask: the
  * chief seeded the servers rather than pulling, so it asks): the unit to train. */
 static int feed_after_pull(wf_exchange *x, int ask, wf_err *err)
@@ -347,7 +367,8 @@ static int feed_after_pull(wf_exchange *x, int ask, wf_err *err)
 		if (wf_exec_params_from_host(c->ex) != 0)
 			return wf_errf(err, WF_EINTERNAL, "ps: %s", wf_exec_error(c->ex));
 	}
-	c->fd = (wf_exchange_feed){.unit = handed_unit(c), .next_step = c->step};
+	c->fd = (wf_exchange_feed){.next_step = c->step};
+	handed_units(c);
 	return 0;
 }
 
@@ -366,11 +387,11 @@ static void feed_after_step(ps_ctx *c, long step)
 	/* a late worker continues at the servers' step (the lowest of its chunks:
 	 * pushing a step a chunk has not reached yet would be an error) */
 	c->step = WF_MAX(step + 1, next);
-	c->fd = (wf_exchange_feed){.unit = handed_unit(c),
-				   .next_step = c->step,
+	c->fd = (wf_exchange_feed){.next_step = c->step,
 				   .dropped = ref_stale,
 				   .partial = partial,
 				   .late_by = ref_stale ? ref_step - step : 0};
+	handed_units(c);
 }
 
 static int ps_feed(wf_exchange *x, wf_exchange_feed *f)
@@ -733,6 +754,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	c->be = wf_exec_backend(ex);
 	c->host = wf_backend_host_memory(c->be);
 	c->state_chunk = -1;
+	c->ntrain = 1;
 	debug_stall(c, cfg->debug_stall);
 	c->cfg.debug_stall = NULL;
 	if (!(c->steps = calloc((size_t)cfg->nservers, sizeof(*c->steps))))
@@ -782,7 +804,7 @@ int wf_exchange_ps_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		.params = m->params,
 		.state = m->nstate ? m->state : NULL,
 		.nstate = m->nstate,
-		.contributors = 1, /* each push is one worker's mean gradient */
+		.contributors = 1, /* the units a push sums: set per step (ps_grad_ready) */
 		.segs = cfg->segs,
 		.frozen = cfg->frozen,
 		.nsegs = cfg->nsegs,

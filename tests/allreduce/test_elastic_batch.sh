@@ -58,10 +58,10 @@ python3 "$CMP" r-3-3-global.txt r-2-3-global.txt 1e-4 ||
 ring 2 3 worker
 python3 "$CMP" r-3-3-global.txt r-2-3-worker.txt 1e-3 >/dev/null &&
 	fail "elastic_batch worker with 2 of 3 workers equals 3 of 3: the setting changed nothing"
-# parameter servers hand out one worker's batch at a time: global is refused, by name
+# without elastic membership (no --elastic) global is refused, by name
 "$WEFT" train --config g12.json --set strategy.name=parameter_server 2>ps.err &&
-	fail "elastic_batch global with parameter servers was accepted"
-grep -q "strategy.elastic_batch: global needs elastic allreduce" ps.err ||
+	fail "elastic_batch global with parameter servers, not elastic, was accepted"
+grep -q "strategy.elastic_batch: global needs elastic membership" ps.err ||
 	fail "the refusal does not name strategy.elastic_batch: $(cat ps.err)"
 
 # ---- 2. a join mid-run ------------------------------------------------------

@@ -645,6 +645,87 @@ static void test_units_frame(void)
 	}
 	WF_CHECK_INT(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, ok, n - 1, &r), WF_EFORMAT);
 	WF_CHECK_INT(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, ok, 4, &r), WF_EFORMAT);
+	/* elastic_batch global's tail: dealt, the 2 lists' lengths (2 and 0),
+	 * worker 0's second unit */
+	int64_t t[17];
+	memcpy(t, ok, sizeof(ok));
+	int64_t tail[] = {1, 2, 0, 9};
+	memcpy(t + n, tail, sizeof(tail));
+	WF_CHECK_INT(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, t, n + 4, &r), 0);
+	WF_CHECK_INT(
+		parse_units(WF_PS_OP_REPLICATE, WF_PS_FLAG_UNITS, WF_PS_ROLE_SERVER, t, n + 4, &r),
+		0);
+	struct {
+		int at;
+		int64_t v;
+	} badt[] = {
+		{0, 2},	   /* dealt neither 0 nor 1 */
+		{1, 3},	   /* a length the units do not fill */
+		{2, -1},   /* a negative length */
+		{1, 5000}, /* a list past the limit */
+		{3, -4},   /* a negative unit */
+	};
+	for (size_t i = 0; i < sizeof(badt) / sizeof(badt[0]); i++) {
+		int64_t v[17];
+		memcpy(v, t, sizeof(v));
+		v[n + (size_t)badt[i].at] = badt[i].v;
+		WF_CHECK_MSG(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, v, n + 4, &r) ==
+					     WF_EFORMAT &&
+				     r == WF_PS_REJECT_BYTES,
+			     "tail case %zu", i);
+	}
+	WF_CHECK_INT(parse_units(WF_PS_OP_UNITS, 0, WF_PS_ROLE_SERVER, t, n + 2, &r), WF_EFORMAT);
+}
+
+/* A reply's unit list (elastic_batch global): flag UNITS, the last frame,
+ * on a chunk's push_pull or pull reply only. */
+static int parse_list_reply(uint16_t op, uint32_t flags, const int64_t *v, size_t n, int *reason)
+{
+	uint8_t uf[8 * 8];
+	float g[256] = {0};
+	for (size_t i = 0; i < n; i++)
+		wf_ps_put_u64(uf + 8 * i, (uint64_t)v[i]);
+	wf_ps_hdr h = {.op = op,
+		       .flags = WF_PS_FLAG_REPLY | flags,
+		       .sender = WF_PS_SENDER(0, 0),
+		       .job_id = JOB,
+		       .chunk = 0,
+		       .dtype = WF_PS_DTYPE_F32};
+	const void *pf[2] = {g, uf};
+	size_t ps[2] = {1024, 8 * n};
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	wf_ps_hdr_encode(&h, hb, pf, ps, 2);
+	const void *f[3] = {hb, g, uf};
+	size_t sz[3] = {64, 1024, 8 * n};
+	wf_ps_msg m;
+	wf_ps_limits lim = server_limits();
+	lim.is_reply = 1;
+	*reason = -1;
+	int rc = wf_ps_msg_parse(&m, f, sz, 3, &lim, reason, NULL);
+	if (rc == 0 && (m.nframes != 2 || m.size[1] != 8 * n))
+		return WF_EINTERNAL;
+	return rc;
+}
+
+static void test_unit_list_reply(void)
+{
+	int r;
+	int64_t ok[] = {12, 13, 7};
+	WF_CHECK_INT(parse_list_reply(WF_PS_OP_PUSH_PULL, WF_PS_FLAG_UNITS, ok, 3, &r), 0);
+	WF_CHECK_INT(parse_list_reply(WF_PS_OP_PULL, WF_PS_FLAG_UNITS, ok, 1, &r), 0);
+	/* without the flag the frame is one too many */
+	WF_CHECK_INT(parse_list_reply(WF_PS_OP_PULL, 0, ok, 3, &r), WF_EFORMAT);
+	WF_CHECK_INT(r, WF_PS_REJECT_FRAMES);
+	/* an empty list, a negative unit */
+	WF_CHECK_INT(parse_list_reply(WF_PS_OP_PUSH_PULL, WF_PS_FLAG_UNITS, ok, 0, &r), WF_EFORMAT);
+	WF_CHECK_INT(r, WF_PS_REJECT_BYTES);
+	int64_t neg[] = {4, -1};
+	WF_CHECK_INT(parse_list_reply(WF_PS_OP_PUSH_PULL, WF_PS_FLAG_UNITS, neg, 2, &r),
+		     WF_EFORMAT);
+	WF_CHECK_INT(r, WF_PS_REJECT_BYTES);
+	/* only a chunk's push_pull or pull reply carries one */
+	WF_CHECK_INT(parse_list_reply(WF_PS_OP_REPLICATE, WF_PS_FLAG_UNITS, ok, 3, &r), WF_EFORMAT);
+	WF_CHECK_INT(r, WF_PS_REJECT_OP);
 }
 
 static void test_deferred_checksum_catches_corruption(void)
@@ -838,6 +919,7 @@ int main(void)
 	WF_RUN(test_state_and_replies);
 	WF_RUN(test_frozen_ranges);
 	WF_RUN(test_units_frame);
+	WF_RUN(test_unit_list_reply);
 	WF_RUN(test_stats_json_round_trip);
 	WF_RUN(test_placement_respects_views);
 	WF_RUN(test_placement_balance_many_servers);

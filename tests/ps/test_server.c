@@ -5,8 +5,8 @@
  * step on the summed gradient; async and ssp:K semantics; checkpoint, kill -9
  * and restore; a refusal ends a step's wait; a restarted server is known
  * from the register on; with replicas a pull's data unit waits for the
- * backup; a dead worker leaves the count; a stalled worker is
- * named. */
+ * backup; a dead worker leaves the count; elastic_batch global shares each
+ * step's units; a stalled worker is named. */
 #include "tests/test.h"
 
 #include "common/util.h"
@@ -1011,6 +1011,111 @@ cleanup:
 	kill_children();
 }
 
+/* The units list of chunk k's last reply to c as a string ("3,4"; "" none). */
+static const char *unit_list(wf_ps_client *c, int k)
+{
+	static char buf[256];
+	const long *u;
+	int n = wf_ps_client_chunk_units(c, k, &u);
+	buf[0] = '\0';
+	for (int i = 0, at = 0; i < n && at < (int)sizeof(buf) - 24; i++)
+		at += snprintf(buf + at, sizeof(buf) - (size_t)at, "%s%ld", i ? "," : "", u[i]);
+	return buf;
+}
+
+typedef struct puller {
+	wf_ps_client *c;
+	int chunk, rc;
+	wf_err e;
+} puller;
+
+static void *pull_thread(void *arg)
+{
+	puller *p = arg;
+	p->rc = wf_ps_client_pull_aux(p->c, p->chunk, 30, NULL, &p->e);
+	return NULL;
+}
+
+/* Elastic, elastic_batch global (3 slots, lr linear, which global
+ * overrides): the first pulls wait until both members asked, then share
+ * the step's 3 units (2 and 1, the lower index the extra); each step's
+ * replies hand out the next 3; a joiner's pull hands it one, so the step
+ * it joins trains 4, and the update is the step's gradients / its 4 units,
+ * not / 3; then 3 workers take one each. */
+static void test_elastic_global_batch_lists(void)
+{
+	wf_ps_server_cfg sc;
+	base_cfg(&sc, 0, 1, 3);
+	sc.backend = "ref";
+	sc.optim.momentum = 0;
+	sc.min_workers = 2;
+	sc.elastic_lr_linear = 1;
+	sc.elastic_batch_global = 1;
+	start_server(&sc);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	int ref = pl.nchunks - 1;
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], pc[NPARAMS], g[NPARAMS], want[NPARAMS];
+	wf_err e = {0};
+	push_contributors = 1;
+	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
+	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0.1);
+	wf_ps_client *c = NULL;
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+		goto cleanup;
+	fill(g, NPARAMS, 23);
+	/* worker 1's pull waits for worker 0's */
+	puller pb_ = {.c = b, .chunk = ref};
+	pthread_t t;
+	WF_CHECK_INT(pthread_create(&t, NULL, pull_thread, &pb_), 0);
+	sleep_s(0.3);
+	WF_CHECK_MSG(wf_ps_client_pull_aux(a, ref, 30, NULL, &e) == 0, "%s", e.msg);
+	pthread_join(t, NULL);
+	WF_CHECK_MSG(pb_.rc == 0, "%s", pb_.e.msg);
+	WF_CHECK_MSG(!strcmp(unit_list(a, ref), "0,1"), "worker 0: %s", unit_list(a, ref));
+	WF_CHECK_MSG(!strcmp(unit_list(b, ref), "2"), "worker 1: %s", unit_list(b, ref));
+	/* step 0: 2 + 1 units; then 3 more */
+	wf_ps_client_set_contributors(a, 2);
+	push_step(a, &pl, g, 0, &e);
+	push_step(b, &pl, g, 0, &e);
+	WAIT_OK(a);
+	WAIT_OK(b);
+	memcpy(want, p0, sizeof(want));
+	for (int i = 0; i < NPARAMS; i++)
+		want[i] -= 0.1f * (2 * g[i]) / 3;
+	WF_CHECK_MSG(max_diff(pa, want, NPARAMS) < 1e-6f, "%g", max_diff(pa, want, NPARAMS));
+	WF_CHECK_MSG(!strcmp(unit_list(a, ref), "3,4"), "worker 0: %s", unit_list(a, ref));
+	WF_CHECK_MSG(!strcmp(unit_list(b, ref), "5"), "worker 1: %s", unit_list(b, ref));
+	/* worker 2 joins between steps: its pull hands it one unit at once */
+	c = make_client(&pl, pc, NULL, WF_PS_ROLE_WORKER, 2, 0.1);
+	if (!c)
+		goto cleanup;
+	WF_CHECK_INT(wf_ps_client_register(c, NULL, NULL, &e), 0);
+	WF_CHECK_MSG(wf_ps_client_pull_aux(c, -1, 30, NULL, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(!strcmp(unit_list(c, ref), "6"), "worker 2: %s", unit_list(c, ref));
+	/* step 1: 2 + 1 + 1 units, the update / 4 */
+	push_step(a, &pl, g, 1, &e);
+	push_step(b, &pl, g, 1, &e);
+	push_step(c, &pl, g, 1, &e);
+	WAIT_OK(a);
+	WAIT_OK(b);
+	WAIT_OK(c);
+	for (int i = 0; i < NPARAMS; i++)
+		want[i] -= 0.1f * (3 * g[i]) / 4;
+	WF_CHECK_MSG(max_diff(pc, want, NPARAMS) < 1e-6f, "%g", max_diff(pc, want, NPARAMS));
+	WF_CHECK(max_diff(pa, pc, NPARAMS) == 0.0f && max_diff(pb, pc, NPARAMS) == 0.0f);
+	WF_CHECK_MSG(!strcmp(unit_list(a, ref), "7") && !strcmp(unit_list(b, ref), "8") &&
+			     !strcmp(unit_list(c, ref), "9"),
+		     "%s / %s / %s", unit_list(a, ref), unit_list(b, ref), unit_list(c, ref));
+cleanup:
+	push_contributors = 4;
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_client_free(c);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
 static void test_stalled_worker_is_named(void)
 {
 	wf_ps_server_cfg sc;
@@ -1095,6 +1200,7 @@ int main(void)
 	WF_RUN(test_dead_worker_leaves_count);
 	WF_RUN(test_elastic_membership);
 	WF_RUN(test_elastic_join_mid_step);
+	WF_RUN(test_elastic_global_batch_lists);
 	WF_RUN(test_stalled_worker_is_named);
 	WF_RUN(test_client_timeout_names_server);
 	kill_children();

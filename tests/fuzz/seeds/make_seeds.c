@@ -31,9 +31,10 @@ static void put(const char *target, const char *name, const void *data, size_t n
 	fclose(f);
 }
 
-/* fuzz_ps_msg's framing: a 2-byte little-endian length before each frame. */
-static void msg(const char *name, uint16_t op, uint32_t flags, uint32_t chunk, uint16_t dtype,
-		const void *payload, size_t plen)
+/* fuzz_ps_msg's framing: a 2-byte little-endian length before each frame;
+ * payload and, when tail is not NULL, a second frame. */
+static void msg2(const char *name, uint16_t op, uint32_t flags, uint32_t chunk, uint16_t dtype,
+		 const void *payload, size_t plen, const void *tail, size_t tlen)
 {
 	uint8_t out[1024], hb[WF_PS_HEADER_BYTES];
 	wf_ps_hdr h = {.version = WF_PS_VERSION,
@@ -45,9 +46,9 @@ static void msg(const char *name, uint16_t op, uint32_t flags, uint32_t chunk, u
 		       .chunk = chunk,
 		       .dtype = dtype,
 		       .tag = 42};
-	const void *frames[1] = {payload};
-	size_t sizes[1] = {plen};
-	wf_ps_hdr_encode(&h, hb, frames, sizes, plen ? 1 : 0);
+	const void *frames[2] = {payload, tail};
+	size_t sizes[2] = {plen, tlen};
+	wf_ps_hdr_encode(&h, hb, frames, sizes, plen ? (tail ? 2 : 1) : 0);
 	size_t n = 0;
 	out[n++] = WF_PS_HEADER_BYTES;
 	out[n++] = 0;
@@ -59,7 +60,19 @@ static void msg(const char *name, uint16_t op, uint32_t flags, uint32_t chunk, u
 		memcpy(out + n, payload, plen);
 		n += plen;
 	}
+	if (plen && tail) {
+		out[n++] = (uint8_t)tlen;
+		out[n++] = (uint8_t)(tlen >> 8);
+		memcpy(out + n, tail, tlen);
+		n += tlen;
+	}
 	put("fuzz_ps_msg", name, out, n);
+}
+
+static void msg(const char *name, uint16_t op, uint32_t flags, uint32_t chunk, uint16_t dtype,
+		const void *payload, size_t plen)
+{
+	msg2(name, op, flags, chunk, dtype, payload, plen, NULL, 0);
 }
 
 int main(int argc, char **argv)
@@ -100,7 +113,21 @@ int main(int argc, char **argv)
 		wf_ps_put_u64(uf + 8 * i, (uint64_t)units[i]);
 	sender_role = WF_PS_ROLE_SERVER;
 	msg("units", WF_PS_OP_UNITS, 0, 0, WF_PS_DTYPE_BYTES, uf, sizeof(uf));
+	/* the same with elastic_batch global's tail: dealt, the lists' lengths
+	 * (2, 1, 0, 1) and worker 0's second unit */
+	int64_t tail[6] = {1, 2, 1, 0, 1, 12};
+	uint8_t ut[sizeof(units) + sizeof(tail)];
+	memcpy(ut, uf, sizeof(uf));
+	for (int i = 0; i < 6; i++)
+		wf_ps_put_u64(ut + sizeof(uf) + 8 * i, (uint64_t)tail[i]);
+	msg("units_lists", WF_PS_OP_UNITS, 0, 0, WF_PS_DTYPE_BYTES, ut, sizeof(ut));
 	sender_role = WF_PS_ROLE_WORKER;
+	/* a pull reply handing out a worker's unit list (elastic_batch global) */
+	uint8_t ul[16];
+	wf_ps_put_u64(ul, 12);
+	wf_ps_put_u64(ul + 8, 13);
+	msg2("pull_reply_units", WF_PS_OP_PULL, WF_PS_FLAG_REPLY | WF_PS_FLAG_UNITS, 0,
+	     WF_PS_DTYPE_F32, four, sizeof(four), ul, sizeof(ul));
 
 	/* fuzz_ckpt: a shard of its fixed layout (byte 0 even) and DONE lists (odd) */
 	char tmp[] = "/tmp/weft_seeds_XXXXXX", p[600];
