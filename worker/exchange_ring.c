@@ -561,8 +561,10 @@ static int ring_step(wf_exchange *x, long step, long *to, wf_err *err)
 	ring_ctx *c = x->ctx;
 	wf_err e = {0};
 	int join = 0;
-	if (c->lost_at && wf_now() >= c->redial_at) { /* one short try, now and then */
-		if (wf_member_reconnect(c->mem, c->gen, 1.0, &e) == 0)
+	if (c->lost_at && wf_now() >= c->redial_at) {
+		/* one short try a second: a refused connection costs nothing, an
+		 * unreachable address at most a quarter of a second */
+		if (wf_member_reconnect(c->mem, c->gen, 0.25, &e) == 0)
 			note_back(c);
 		else if (e.code == WF_EINVAL) /* it answered, and refused */
 			wf_warn("%s", e.msg);
