@@ -144,6 +144,19 @@ static void test_generation_forms_by_slot_with_the_newest_root(void)
 	service_stop(&sv);
 }
 
+/* Up to 5 s for a notice of a joiner on member m (generation gen). */
+static int hears_joiner(wf_member *m, uint64_t gen)
+{
+	wf_err err = {0};
+	int heard = 0;
+	for (int i = 0; i < 500 && !heard; i++) {
+		heard = wf_member_poll_notice(m, gen, &err);
+		struct timespec ts = {0, 10000000};
+		nanosleep(&ts, NULL);
+	}
+	return heard;
+}
+
 static void test_members_hear_of_a_joiner_and_take_it_in(void)
 {
 	service sv;
@@ -155,13 +168,7 @@ static void test_members_hear_of_a_joiner_and_take_it_in(void)
 	wf_err err = {0};
 	WF_CHECK_INT(wf_member_poll_notice(m.m, m.a.gen, &err), 0);
 	worker_start(&j, &sv, 1, 0);
-	int heard = 0;
-	for (int i = 0; i < 500 && !heard; i++) { /* the notice travels: up to 5 s */
-		heard = wf_member_poll_notice(m.m, m.a.gen, &err);
-		struct timespec ts = {0, 10000000};
-		nanosleep(&ts, NULL);
-	}
-	WF_CHECK_MSG(heard == 1, "no notice of the joiner: %d %s", heard, err.msg);
+	WF_CHECK_MSG(hears_joiner(m.m, m.a.gen) == 1, "no notice of the joiner");
 	/* the member asks for the next generation: both are in it */
 	wf_el_msg a;
 	WF_CHECK(wf_member_ready(m.m, m.a.gen, 40, 10, &a, &err) == 0);
@@ -190,19 +197,6 @@ static void *ask_main(void *arg)
 	ask *q = arg;
 	q->rc = wf_member_ready(q->m, q->gen, q->step, 10, &q->a, &q->err);
 	return NULL;
-}
-
-/* Up to 5 s for a notice of a joiner on member m (generation gen). */
-static int hears_joiner(wf_member *m, uint64_t gen)
-{
-	wf_err err = {0};
-	int heard = 0;
-	for (int i = 0; i < 500 && !heard; i++) {
-		heard = wf_member_poll_notice(m, gen, &err);
-		struct timespec ts = {0, 10000000};
-		nanosleep(&ts, NULL);
-	}
-	return heard;
 }
 
 /* The service dies and a new one starts on its port (its pod restarted):

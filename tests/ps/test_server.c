@@ -692,25 +692,23 @@ cleanup:
 	kill_children();
 }
 
-typedef struct pull_bg {
+/* A worker's pull of the chunk that hands out data units (30 an epoch),
+ * from a thread: done once it is answered, aux the unit it got + 1. */
+typedef struct puller {
 	wf_ps_client *c;
 	int chunk;
-	uint32_t per_epoch;
 	_Atomic int done;
 	int rc;
 	uint32_t aux;
-	char msg[sizeof(((wf_err *)0)->msg)];
-} pull_bg;
+	wf_err e;
+} puller;
 
-/* A worker's pull of a chunk that hands out data units, from a thread. */
-static void *pull_main(void *arg)
+static void *pull_thread(void *arg)
 {
-	pull_bg *p = arg;
-	wf_err e = {0};
-	p->rc = wf_ps_client_pull_aux(p->c, p->chunk, p->per_epoch, NULL, &e);
+	puller *p = arg;
+	p->rc = wf_ps_client_pull_aux(p->c, p->chunk, 30, NULL, &p->e);
 	if (p->rc == 0)
 		wf_ps_client_chunk_reply(p->c, p->chunk, NULL, &p->aux);
-	snprintf(p->msg, sizeof(p->msg), "%s", e.msg);
 	atomic_store(&p->done, 1);
 	return NULL;
 }
@@ -759,9 +757,9 @@ static void test_pull_unit_waits_for_the_backup(void)
 	WF_CHECK_MSG(wf_ps_client_register(b, NULL, NULL, &e) == 0, "%s", e.msg);
 	int last = pl.nchunks - 1, backup = (pl.chunks[last].server + 1) % 2;
 	kill(children[backup], SIGSTOP);
-	pull_bg pb_ = {.c = b, .chunk = last, .per_epoch = 30};
+	puller pb_ = {.c = b, .chunk = last};
 	pthread_t t;
-	WF_CHECK_INT(pthread_create(&t, NULL, pull_main, &pb_), 0);
+	WF_CHECK_INT(pthread_create(&t, NULL, pull_thread, &pb_), 0);
 	/* the primary's reply waits for the backup's acknowledgement */
 	sleep_s(0.5);
 	WF_CHECK_MSG(!atomic_load(&pb_.done),
@@ -770,7 +768,7 @@ static void test_pull_unit_waits_for_the_backup(void)
 		     pb_.rc);
 	kill(children[backup], SIGCONT);
 	pthread_join(t, NULL);
-	WF_CHECK_MSG(pb_.rc == 0, "%s", pb_.msg);
+	WF_CHECK_MSG(pb_.rc == 0, "%s", pb_.e.msg);
 	WF_CHECK_INT(pb_.aux, 1); /* unit 0 */
 cleanup:
 	wf_ps_client_free(a);
@@ -1023,19 +1021,6 @@ static const char *unit_list(wf_ps_client *c, int k)
 	return buf;
 }
 
-typedef struct puller {
-	wf_ps_client *c;
-	int chunk, rc;
-	wf_err e;
-} puller;
-
-static void *pull_thread(void *arg)
-{
-	puller *p = arg;
-	p->rc = wf_ps_client_pull_aux(p->c, p->chunk, 30, NULL, &p->e);
-	return NULL;
-}
-
 /* Elastic, elastic_batch global (3 slots, lr linear, which global
  * overrides): the first pulls wait until both members asked, then share
  * the step's 3 units (2 and 1, the lower index the extra); each step's
@@ -1069,6 +1054,7 @@ static void test_elastic_global_batch_lists(void)
 	pthread_t t;
 	WF_CHECK_INT(pthread_create(&t, NULL, pull_thread, &pb_), 0);
 	sleep_s(0.3);
+	WF_CHECK_MSG(!atomic_load(&pb_.done), "worker 1's first pull was answered alone");
 	WF_CHECK_MSG(wf_ps_client_pull_aux(a, ref, 30, NULL, &e) == 0, "%s", e.msg);
 	pthread_join(t, NULL);
 	WF_CHECK_MSG(pb_.rc == 0, "%s", pb_.e.msg);
