@@ -858,8 +858,11 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		}
 		/* the units trained, for the event (the feed changes with the step) */
 		json_t *units = r->by_unit ? json_array() : NULL;
-		for (int u = 0; units && u < step_units(r); u++)
-			json_array_append_new(units, json_integer(u ? r->fd.units[u] : b->step));
+		long first_unit = b->step, last_unit = b->step;
+		for (int u = 0; units && u < step_units(r); u++) {
+			last_unit = u ? r->fd.units[u] : b->step;
+			json_array_append_new(units, json_integer(last_unit));
+		}
 		long to;
 		rc = train_step(r, step, b, &w, &to, err);
 		/* a signal is read once per step: what settles and what stops agree */
@@ -893,12 +896,10 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 			r->own_applied += !r->fd.dropped;
 			r->own_dropped += r->fd.dropped;
 			r->own_partial += r->fd.partial > 0;
-			json_int_t first = units && json_array_size(units)
-						   ? json_integer_value(json_array_get(units, 0))
-						   : (json_int_t)b->step;
-			wf_event("unit", json_pack("{s:I, s:I, s:b, s:O}", "step", (json_int_t)step,
-						   "unit", first, "applied", !r->fd.dropped,
-						   "units", units ? units : json_null()));
+			wf_event("unit",
+				 json_pack("{s:I, s:I, s:b, s:O}", "step", (json_int_t)step, "unit",
+					   (json_int_t)first_unit, "applied", !r->fd.dropped,
+					   "units", units ? units : json_null()));
 			/* dropped as late: on at the servers' step */
 			done = WF_MAX(done, r->fd.next_step);
 		}
@@ -907,7 +908,7 @@ static int loop(run *r, long stop_at, wf_train_result *res, wf_err *err)
 		s.step = done;
 		s.epoch = (double)done / (double)r->steps_per_epoch;
 		if (r->by_unit && r->x->units_per_epoch > 0) /* the data, not the steps */
-			s.epoch = (double)(b->step + 1) / (double)r->x->units_per_epoch;
+			s.epoch = (double)(last_unit + 1) / (double)r->x->units_per_epoch;
 		s.loss = w.samples ? w.loss_sum / (double)w.samples : 0;
 		s.accuracy = w.samples ? (double)w.correct / (double)w.samples : 0;
 		s.ips = el > 0 ? (double)w.samples / el : 0;
