@@ -32,7 +32,9 @@
  *   restore    dir (bytes)             -> -           (step = N or -1 newest; reply step)
  *   stats      -                       -> JSON (bytes)
  *   shutdown   -                       -> -
- *   heartbeat  -                       -> -           (reply aux: incarnation)
+ *   heartbeat  -                       -> -           (reply aux: incarnation; to a
+ *              server, reply chunk: bit g set when the replier is the primary of
+ *              group g and does not count the asker as a live backup)
  *   replicate  grad [+ state] [+ frozen] -> -         (server to server, aux: contributors)
  *   join       -                       -> -           (server to server, chunk: group)
  *   any error reply: flag ERROR, aux = -code, one frame of text.

@@ -355,9 +355,15 @@ static void handle(server *s, int n, int overflow)
 		wf_pss_send_ok(s, rid, rid_len, h, wf_pss_server_step(s), 0);
 		s->running = 0;
 		break;
-	case WF_PS_OP_HEARTBEAT:
-		wf_pss_send_ok(s, rid, rid_len, h, wf_pss_server_step(s), s->incarnation);
+	case WF_PS_OP_HEARTBEAT: {
+		wf_ps_hdr r = *h; /* to a server, the reply's chunk: wf_pss_repl_unbacked */
+		int p = WF_PS_SENDER_INDEX(h->sender);
+		r.chunk = role == WF_PS_ROLE_SERVER && p < s->cfg->nservers
+				  ? wf_pss_repl_unbacked(s, p)
+				  : h->chunk;
+		wf_pss_send_ok(s, rid, rid_len, &r, wf_pss_server_step(s), s->incarnation);
 		break;
+	}
 	case WF_PS_OP_REPLICATE:
 	case WF_PS_OP_UNITS: wf_pss_op_replicate(s, rid, rid_len, &m); break;
 	case WF_PS_OP_JOIN: wf_pss_op_join(s, rid, rid_len, &m); break;

@@ -389,6 +389,10 @@ void wf_pss_op_join(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 void wf_pss_repl_installed(server *s, const wf_ps_hdr *h);
 /* The first group this server is still joining, -1 none. */
 int wf_pss_repl_joining(const server *s);
+/* The groups (bit g, g < 32) this server is the primary of whose live
+ * backups leave out member p: p's heartbeat reply names them, so that a
+ * backup its primary dropped joins again. */
+uint32_t wf_pss_repl_unbacked(const server *s, int p);
 /* A bitmap of the groups this server is the primary of (bit g; groups >= 32 not shown). */
 uint32_t wf_pss_primary_bits(const server *s);
 

@@ -62,6 +62,16 @@ uint32_t wf_pss_primary_bits(const server *s)
 	return bits;
 }
 
+uint32_t wf_pss_repl_unbacked(const server *s, int p)
+{
+	uint32_t bits = 0;
+	for (int g = 0; s->replicas > 1 && g < s->cfg->nservers && g < 32; g++)
+		if (s->groups[g].member && s->groups[g].role == GRP_PRIMARY && p != s->cfg->index &&
+		    member_rank(s, g, p) >= 0 && !s->groups[g].live[p])
+			bits |= 1u << g;
+	return bits;
+}
+
 int wf_pss_repl_joining(const server *s)
 {
 	for (int g = 0; g < s->cfg->nservers; g++)
@@ -397,7 +407,10 @@ void wf_pss_repl_installed(server *s, const wf_ps_hdr *h)
 		if (gr->role == GRP_WAITING && gr->got >= gr->installs)
 			joined(s, g);
 	} else if (gr->role != GRP_PRIMARY && h->aux == 0) {
-		/* the chief's init forwarded: the sender is the primary */
+		/* the chief's init forwarded: the sender is the primary (a
+		 * joining server too: a primary forwards the seed only to the
+		 * members it counts; one it counted before this process started
+		 * drops it at the next heartbeat, which tells it to join again) */
 		gr->role = GRP_BACKUP;
 		gr->primary = from;
 	}
@@ -515,8 +528,13 @@ static void join_default(server *s, int g)
 	gr->primary = g;
 	if (g == s->cfg->index) {
 		gr->role = GRP_PRIMARY;
-		for (int k = 1; k < s->replicas; k++)
-			gr->live[member(s, g, k)] = 1; /* until one fails */
+		for (int k = 1; k < s->replicas; k++) {
+			int q = member(s, g, k);
+			gr->live[q] = 1; /* until one fails */
+			/* the process that answered counts, whichever incarnation
+			 * the heartbeats knew before: its next reply names it */
+			s->peers[q].inc = 0;
+		}
 	} else {
 		gr->role = GRP_BACKUP;
 	}
@@ -605,6 +623,17 @@ static void peer_reply(server *s, int p, const wf_ps_msg *m)
 				if (s->groups[g].member && s->groups[g].role == GRP_PRIMARY)
 					backup_lost(s, g, p, "restarted");
 		pe->inc = h->aux;
+		/* chunk: the groups p is the primary of that do not count this
+		 * server as a live backup (wf_pss_repl_unbacked) */
+		for (int g = 0; g < s->cfg->nservers && g < 32; g++) {
+			group *gr = &s->groups[g];
+			if (!(h->chunk >> g & 1) || !gr->member || gr->role != GRP_BACKUP)
+				continue;
+			wf_warn("ps %d: ps %d, the primary of group %d, no longer counts this "
+				"server as its backup: joining the group again",
+				s->cfg->index, p, g);
+			rejoin(s, g);
+		}
 		return;
 	}
 	if (h->op == WF_PS_OP_JOIN) {

@@ -5,7 +5,8 @@
  * step on the summed gradient; async and ssp:K semantics; checkpoint, kill -9
  * and restore; a refusal ends a step's wait; a restarted server is known
  * from the register on; with replicas a pull's data unit waits for the
- * backup; a dead worker leaves the count; elastic_batch global shares each
+ * backup; a backup its primary dropped joins again and holds what the
+ * primary acknowledged after that; a dead worker leaves the count; elastic_batch global shares each
  * step's units; a stalled worker is named. */
 #include "tests/test.h"
 
@@ -146,7 +147,8 @@ static float max_diff(const float *a, const float *b, size_t n)
 	return m;
 }
 
-static int file_contains(const char *path, const char *a, const char *b)
+/* Lines of path holding a (and b, unless NULL). */
+static int file_count(const char *path, const char *a, const char *b)
 {
 	char *data = NULL;
 	size_t len;
@@ -155,9 +157,23 @@ static int file_contains(const char *path, const char *a, const char *b)
 	int found = 0;
 	for (char *line = strtok(data, "\n"); line; line = strtok(NULL, "\n"))
 		if (strstr(line, a) && (!b || strstr(line, b)))
-			found = 1;
+			found++;
 	free(data);
 	return found;
+}
+
+static int file_contains(const char *path, const char *a, const char *b)
+{
+	return file_count(path, a, b) > 0;
+}
+
+/* Wait (at most 10 s) until path holds more than `had` lines with a and b. */
+static int wait_lines(const char *path, const char *a, const char *b, int had)
+{
+	for (double t0 = wf_now(); wf_now() - t0 < 10; sleep_s(0.02))
+		if (file_count(path, a, b) > had)
+			return 1;
+	return 0;
 }
 
 /* Register and init (chief), returning the initial values in p0. */
@@ -777,6 +793,77 @@ cleanup:
 	kill_children();
 }
 
+/* With replicas, a backup that fell silent (SIGSTOP past ps.peer_timeout)
+ * is dropped by its primary, which goes on alone. Once it answers again it
+ * must join again and take the group's state: an update the primary
+ * acknowledges after that survives the primary's kill -9, the client
+ * failing over to the backup and reading exactly the acknowledged values. */
+static void test_dropped_backup_joins_again(void)
+{
+	wf_ps_server_cfg sc[2];
+	const char *const *peers = endpoints(2);
+	for (int i = 0; i < 2; i++) {
+		base_cfg(&sc[i], i, 2, 1);
+		sc[i].replicas = 2;
+		sc[i].peers = peers;
+		sc[i].peer_timeout = 0.5;
+		start_server(&sc[i]);
+	}
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], acked[NPARAMS], g[NPARAMS], st[10];
+	wf_ps_client_cfg cc = {.nservers = 2,
+			       .endpoints = endpoints(2),
+			       .job_id = JOB,
+			       .role = WF_PS_ROLE_WORKER,
+			       .pl = &pl,
+			       .params = pa,
+			       .state = st,
+			       .nstate = 10,
+			       .nslots = 1,
+			       .contributors = 1,
+			       .timeout = 10,
+			       .connect_timeout = 10,
+			       .heartbeat_interval = 0.1,
+			       .server_timeout = 0.5,
+			       .replicas = 2};
+	wf_ps_client *a = NULL;
+	wf_err e = {0};
+	char log0[300], log1[300];
+	snprintf(log0, sizeof(log0), "%s/ps-0.log", tmpdir);
+	snprintf(log1, sizeof(log1), "%s/ps-1.log", tmpdir);
+	WF_CHECK_MSG(wf_ps_client_create(&a, &cc, &e) == 0, "%s", e.msg);
+	if (!a || wf_ps_client_register(a, NULL, NULL, &e) != 0)
+		goto cleanup;
+	fill(p0, NPARAMS, 1);
+	fill(st, 10, 2);
+	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, st, 0, &e) == 0, "%s", e.msg);
+	int dropped = file_count(log0, "backup ps 1 of group 0", "stopped answering");
+	int joins = file_count(log1, "joined group 0 as a backup", NULL);
+	kill(children[1], SIGSTOP);
+	WF_CHECK_MSG(wait_lines(log0, "backup ps 1 of group 0", "stopped answering", dropped),
+		     "ps 0 did not drop its silent backup");
+	kill(children[1], SIGCONT);
+	WF_CHECK_MSG(wait_lines(log1, "joined group 0 as a backup", NULL, joins),
+		     "the dropped backup did not join group 0 again");
+	fill(g, NPARAMS, 5);
+	for (int k = 0; k < pl.nchunks; k++)
+		WF_CHECK_INT(wf_ps_client_push_pull_async(a, k, g, 0, 0, &e), 0);
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	memcpy(acked, pa, sizeof(acked));
+	WF_CHECK(max_diff(acked, p0, NPARAMS) > 0.0f);
+	kill(children[0], SIGKILL);
+	memset(pa, 0, sizeof(pa));
+	WF_CHECK_MSG(wf_ps_client_pull(a, -1, NULL, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(max_diff(pa, acked, NPARAMS) == 0.0f,
+		     "after the failover group 0 lost the acknowledged update (max diff %g)",
+		     (double)max_diff(pa, acked, NPARAMS));
+cleanup:
+	wf_ps_client_free(a);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
 /* ---- membership --------------------------------------------------------- */
 
 static void test_dead_worker_leaves_count(void)
@@ -1183,6 +1270,7 @@ int main(void)
 	WF_RUN(test_refusal_ends_the_wait);
 	WF_RUN(test_register_learns_the_restart);
 	WF_RUN(test_pull_unit_waits_for_the_backup);
+	WF_RUN(test_dropped_backup_joins_again);
 	WF_RUN(test_dead_worker_leaves_count);
 	WF_RUN(test_elastic_membership);
 	WF_RUN(test_elastic_join_mid_step);
