@@ -154,6 +154,10 @@ static const key_def keys[] = {
 	 "fails for good; 0: wait for ever"},
 	{"strategy.bucket_mb", T_NUM, F(strategy.bucket_mb), "25",
 	 "allreduce: gradient bucket size in MiB"},
+	{"strategy.debug_host_copy", T_BOOL, F(strategy.debug_host_copy), "false",
+	 "elastic allreduce: sum a host copy of the gradient and pass the state's broadcasts "
+	 "through it on every device, as on a GPU (tests of the GPU path on CPUs; not for "
+	 "production); false: on GPUs only"},
 	{"strategy.layer_ready", T_BOOL, F(strategy.layer_ready), "false",
 	 "parameter_server (sync, without backup workers or elastic membership) and allreduce "
 	 "(MPI, without gradient clipping), on CPUs: the next step's forward starts layer by "

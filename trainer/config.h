@@ -75,6 +75,7 @@ typedef struct wf_config {
 		char elastic_batch[16]; /* worker, global (elastic allreduce) */
 		double elastic_timeout; /* seconds with fewer than min_workers; 0: for ever */
 		double bucket_mb;
+		int debug_host_copy; /* elastic allreduce: the GPU path's host copy on CPUs */
 		double stall_timeout, rendezvous_timeout; /* allreduce, seconds */
 		char elastic_service[256]; /* elastic allreduce: the membership service's
 					    * "host:port" */

@@ -219,6 +219,7 @@ static int ring_create(wf_exchange **out, const wf_config *cfg, wf_exec *ex, con
 		.linear_lr = strcmp(cfg->strategy.elastic_lr, "linear") == 0,
 		.global_batch = strcmp(cfg->strategy.elastic_batch, "global") == 0,
 		.bucket_mb = cfg->strategy.bucket_mb,
+		.host_copy = cfg->strategy.debug_host_copy,
 	};
 	rc = wf_exchange_ring_create(out, ex, m, optim, &rc_cfg, err);
 	memset(key, 0, sizeof(key));

@@ -14,6 +14,11 @@
  * global batch, then the step is committed (every
  * commit_every steps, and always before a planned change).
  *
+ * On a device (a GPU backend) the ring sums a host copy of the gradient:
+ * grad_ready copies each finished range down before handing it over, the
+ * sum goes back up before the optimizer, and broadcasts pass through that
+ * host buffer (idle between steps).
+ *
  * The committed state is a host copy of the parameters, statistics, slots,
  * step and data position. A ring call that fails (a peer died: its
  * connections closed; or it went silent for strategy.stall_timeout) breaks
@@ -83,9 +88,14 @@ typedef struct ring_ctx {
 	wf_optim_cfg optim;
 	size_t n, nstate;
 	int nslots;
-	float *slot_m, *slot_v; /* backend (host) memory [n] */
-	float *ctl;		/* [nstate + CTL_N] */
-	int lfd;		/* this worker's ring listens here */
+	float *slot_m, *slot_v; /* backend memory [n] */
+	int host;		/* the backend's memory is host memory */
+	float *hg;		/* on a device: the gradient's host copy [max(n, nstate)] */
+	size_t staged;		/* [0, staged) of this step's gradient is in hg */
+	int stage_rc;		/* a copy to hg failed: stage_err says why */
+	wf_err stage_err;
+	float *ctl; /* [nstate + CTL_N] */
+	int lfd;    /* this worker's ring listens here */
 	wf_member *mem;
 	wf_ring *ring;
 	uint64_t gen;
@@ -180,6 +190,19 @@ static int comm_finish(ring_ctx *c, long step, wf_err *err)
 	return rc;
 }
 
+/* End this step's sum without the rest: this worker stops, and its peers
+ * see the ring break before they complete the step. */
+static void comm_abort(ring_ctx *c, int rc)
+{
+	comm *m = &c->cm;
+	pthread_mutex_lock(&m->mu);
+	m->failed = rc;
+	while (m->busy)
+		pthread_cond_wait(&m->idle, &m->mu);
+	m->open = 0;
+	pthread_mutex_unlock(&m->mu);
+}
+
 static int comm_start(ring_ctx *c, float *grads, size_t n, double bucket_mb)
 {
 	comm *m = &c->cm;
@@ -212,35 +235,88 @@ static void comm_stop(comm *m)
 	m->started = 0;
 }
 
+/* ---- backend memory and the host ------------------------------------------ */
+
+/* n floats of backend memory to the host (a memcpy on host memory). */
+static int down(ring_ctx *c, float *host, const float *mem, size_t n, const char *what, wf_err *err)
+{
+	if (n && wf_op_to_host(c->be, host, mem, n * sizeof(float)) != 0)
+		return wf_errf(err, WF_EINTERNAL, "ring: copying %s to the host: %s", what,
+			       c->be->err.msg);
+	return 0;
+}
+
+static int up(ring_ctx *c, float *mem, const float *host, size_t n, const char *what, wf_err *err)
+{
+	if (n && wf_op_to_device(c->be, mem, host, n * sizeof(float)) != 0)
+		return wf_errf(err, WF_EINTERNAL, "ring: copying %s to the device: %s", what,
+			       c->be->err.msg);
+	return 0;
+}
+
+/* Broadcast n floats of backend memory from the root (on a device through
+ * the host copy of the gradient, idle between steps). */
+static int bcast_floats(ring_ctx *c, float *mem, size_t n, int root, int me_root, const char *what,
+			wf_err *err)
+{
+	if (c->host)
+		return wf_ring_bcast(c->ring, mem, n * sizeof(float), root, what, err);
+	int rc = me_root ? down(c, c->hg, mem, n, what, err) : 0;
+	if (rc == 0)
+		rc = wf_ring_bcast(c->ring, c->hg, n * sizeof(float), root, what, err);
+	if (rc == 0 && !me_root)
+		rc = up(c, mem, c->hg, n, what, err);
+	return rc;
+}
+
+/* On a device: copy [staged, done) of the gradient down to hg (the first
+ * failure is kept for step). Returns 0 or that failure. */
+static int stage(ring_ctx *c, size_t done)
+{
+	if (c->host || c->stage_rc || done <= c->staged)
+		return c->stage_rc;
+	c->stage_rc = down(c, c->hg + c->staged, wf_exec_grads(c->ex) + c->staged, done - c->staged,
+			   "the gradient", &c->stage_err);
+	if (c->stage_rc == 0)
+		c->staged = done;
+	return c->stage_rc;
+}
+
 /* ---- committed state ------------------------------------------------------- */
 
-static void commit(ring_ctx *c, long step)
+static int commit(ring_ctx *c, long step, wf_err *err)
 {
-	memcpy(c->c_params, wf_exec_params(c->ex), c->n * sizeof(float));
-	if (c->nstate)
-		memcpy(c->c_state, wf_exec_state(c->ex), c->nstate * sizeof(float));
-	if (c->slot_m)
-		memcpy(c->c_m, c->slot_m, c->n * sizeof(float));
-	if (c->slot_v)
-		memcpy(c->c_v, c->slot_v, c->n * sizeof(float));
+	int rc = down(c, c->c_params, wf_exec_params(c->ex), c->n, "the parameters", err);
+	if (rc == 0)
+		rc = down(c, c->c_state, wf_exec_state(c->ex), c->nstate,
+			  "the batch-norm statistics", err);
+	if (rc == 0 && c->slot_m)
+		rc = down(c, c->c_m, c->slot_m, c->n, "the optimizer's first slot", err);
+	if (rc == 0 && c->slot_v)
+		rc = down(c, c->c_v, c->slot_v, c->n, "the optimizer's second slot", err);
+	if (rc != 0)
+		return rc;
 	c->c_step = step;
 	c->c_epoch = c->epoch;
 	c->c_offset = c->offset;
+	return 0;
 }
 
 static int restore(ring_ctx *c, wf_err *err)
 {
-	float *p = wf_exec_params_begin(c->ex);
-	memcpy(p, c->c_params, c->n * sizeof(float));
-	if (wf_exec_params_end(c->ex) != 0)
-		return wf_errf(err, WF_EINTERNAL, "restoring the committed parameters: %s",
-			       wf_exec_error(c->ex));
-	if (c->nstate)
-		memcpy(wf_exec_state(c->ex), c->c_state, c->nstate * sizeof(float));
-	if (c->slot_m)
-		memcpy(c->slot_m, c->c_m, c->n * sizeof(float));
-	if (c->slot_v)
-		memcpy(c->slot_v, c->c_v, c->n * sizeof(float));
+	int rc = up(c, wf_exec_params_begin(c->ex), c->c_params, c->n, "the parameters", err);
+	if (wf_exec_params_end(c->ex) != 0 && rc == 0)
+		rc = wf_errf(err, WF_EINTERNAL, "restoring the committed parameters: %s",
+			     wf_exec_error(c->ex));
+	if (rc == 0)
+		rc = up(c, wf_exec_state(c->ex), c->c_state, c->nstate, "the batch-norm statistics",
+			err);
+	if (rc == 0 && c->slot_m)
+		rc = up(c, c->slot_m, c->c_m, c->n, "the optimizer's first slot", err);
+	if (rc == 0 && c->slot_v)
+		rc = up(c, c->slot_v, c->c_v, c->n, "the optimizer's second slot", err);
+	if (rc != 0)
+		return rc;
 	c->epoch = c->c_epoch;
 	c->offset = c->c_offset;
 	return 0;
@@ -273,7 +349,7 @@ typedef struct state_header {
 	uint64_t optim_hash;
 } state_header;
 
-static int bcast_state(ring_ctx *c, int root, long *step, wf_err *err)
+static int bcast_state(ring_ctx *c, int root, int me_root, long *step, wf_err *err)
 {
 	state_header h = {.step = c->c_step,
 			  .epoch = c->epoch,
@@ -295,26 +371,25 @@ static int bcast_state(ring_ctx *c, int root, long *step, wf_err *err)
 			       (long long)h.nparams, (long long)h.nstate,
 			       (unsigned long long)h.optim_hash, (long long)mine.nparams,
 			       (long long)mine.nstate, (unsigned long long)mine.optim_hash);
-	float *p = wf_exec_params_begin(c->ex);
-	rc = wf_ring_bcast(c->ring, p, c->n * sizeof(float), root, "the parameters", err);
+	rc = bcast_floats(c, wf_exec_params_begin(c->ex), c->n, root, me_root, "the parameters",
+			  err);
 	if (wf_exec_params_end(c->ex) != 0 && rc == 0)
 		rc = wf_errf(err, WF_EINTERNAL, "taking the parameters: %s", wf_exec_error(c->ex));
 	if (rc == 0 && c->nstate)
-		rc = wf_ring_bcast(c->ring, wf_exec_state(c->ex), c->nstate * sizeof(float), root,
-				   "the batch-norm statistics", err);
+		rc = bcast_floats(c, wf_exec_state(c->ex), c->nstate, root, me_root,
+				  "the batch-norm statistics", err);
 	if (rc == 0 && c->slot_m)
-		rc = wf_ring_bcast(c->ring, c->slot_m, c->n * sizeof(float), root,
-				   "the optimizer's first slot", err);
+		rc = bcast_floats(c, c->slot_m, c->n, root, me_root, "the optimizer's first slot",
+				  err);
 	if (rc == 0 && c->slot_v)
-		rc = wf_ring_bcast(c->ring, c->slot_v, c->n * sizeof(float), root,
-				   "the optimizer's second slot", err);
+		rc = bcast_floats(c, c->slot_v, c->n, root, me_root, "the optimizer's second slot",
+				  err);
 	if (rc != 0)
 		return rc;
 	c->epoch = (long)h.epoch;
 	c->offset = (long)h.offset;
 	*step = (long)h.step;
-	commit(c, *step);
-	return 0;
+	return commit(c, *step, err);
 }
 
 static int slot_listed(const int *slots, int n, int slot)
@@ -457,7 +532,7 @@ static int reform(wf_exchange *x, const char *reason, long *step, wf_err *err)
 		wf_err e = {0};
 		rc = wf_ring_create(&c->ring, &rcfg, &e);
 		if (rc == 0)
-			rc = bcast_state(c, a.root, step, &e);
+			rc = bcast_state(c, a.root, a.rank == a.root, step, &e);
 		if (rc == 0) {
 			x->rank = a.rank;
 			x->workers = a.size;
@@ -496,16 +571,16 @@ static int ring_start(wf_exchange *x, const char *resume_dir, long resume_step, 
 {
 	ring_ctx *c = x->ctx;
 	*start_step = 0;
-	if (c->slot_m)
-		memset(c->slot_m, 0, c->n * sizeof(float));
-	if (c->slot_v)
-		memset(c->slot_v, 0, c->n * sizeof(float));
+	if (c->c_m)
+		memset(c->c_m, 0, c->n * sizeof(float));
+	if (c->c_v)
+		memset(c->c_v, 0, c->n * sizeof(float));
 	long step = 0;
 	c->epoch = c->offset = 0;
 	if (resume_dir) {
 		char path[4200];
 		snprintf(path, sizeof(path), "%s/%s", resume_dir, WF_OPTIM_FILE);
-		int rc = wf_optim_state_load(path, &c->optim, c->n, c->nslots, c->slot_m, c->slot_v,
+		int rc = wf_optim_state_load(path, &c->optim, c->n, c->nslots, c->c_m, c->c_v,
 					     &step, err);
 		if (rc != 0)
 			return rc;
@@ -533,14 +608,21 @@ static int ring_start(wf_exchange *x, const char *resume_dir, long resume_step, 
 		c->epoch = (long)e;
 		c->offset = (long)o;
 	}
-	commit(c, step);
+	/* the slots (zero, or the checkpoint's) go up from the committed copy */
+	int rc = 0;
+	if (c->slot_m)
+		rc = up(c, c->slot_m, c->c_m, c->n, "the optimizer's first slot", err);
+	if (rc == 0 && c->slot_v)
+		rc = up(c, c->slot_v, c->c_v, c->n, "the optimizer's second slot", err);
+	if (rc != 0 || (rc = commit(c, step, err)) != 0)
+		return rc;
 	wf_member_cfg mc = {.service = c->service,
 			    .slot = c->cfg.slot,
 			    .addr = c->listen,
 			    .job = c->cfg.job,
 			    .key = c->cfg.key ? c->key : NULL,
 			    .timeout = c->cfg.connect_timeout};
-	int rc = wf_member_connect(&c->mem, &mc, err);
+	rc = wf_member_connect(&c->mem, &mc, err);
 	if (rc != 0)
 		return rc;
 	rc = reform(x, "start", start_step, err);
@@ -582,13 +664,23 @@ static int ring_step(wf_exchange *x, long step, long *to, wf_err *err)
 		join = got > 0;
 	}
 	float *ctl = c->ctl;
-	if (c->nstate)
-		memcpy(ctl, wf_exec_state(c->ex), c->nstate * sizeof(float));
+	int rc = stage(c, c->cm.n);
+	if (rc != 0)
+		*err = c->stage_err;
+	else
+		rc = down(c, ctl, wf_exec_state(c->ex), c->nstate, "the batch-norm statistics",
+			  err);
+	c->staged = 0;
+	c->stage_rc = 0;
+	if (rc != 0) { /* a copy on the device failed: not the ring's failure; this worker ends */
+		comm_abort(c, rc);
+		return rc;
+	}
 	ctl[c->nstate + CTL_STOP] = (float)(c->stop_local && x->is_chief);
 	ctl[c->nstate + CTL_LEAVE] = (float)(c->stop_local && !x->is_chief);
 	ctl[c->nstate + CTL_JOIN] = (float)join;
 	char what[96];
-	int rc = comm_finish(c, step, &e);
+	rc = comm_finish(c, step, &e);
 	if (rc == 0) {
 		snprintf(what, sizeof(what), "the statistics and flags of step %ld", step + 1);
 		rc = wf_ring_allreduce(c->ring, ctl, c->nstate + CTL_N, what, &e);
@@ -612,9 +704,13 @@ static int ring_step(wf_exchange *x, long step, long *to, wf_err *err)
 		return rc != 0 ? rc : WF_EXCHANGE_MOVED;
 	}
 	float inv = 1.0f / (float)c->size;
-	if (c->nstate)
-		for (size_t i = 0; i < c->nstate; i++)
-			wf_exec_state(c->ex)[i] = ctl[i] * inv;
+	for (size_t i = 0; i < c->nstate; i++)
+		ctl[i] *= inv;
+	rc = up(c, wf_exec_state(c->ex), ctl, c->nstate, "the batch-norm statistics", err);
+	if (rc == 0 && !c->host)
+		rc = up(c, wf_exec_grads(c->ex), c->hg, c->n, "the summed gradient", err);
+	if (rc != 0)
+		return rc;
 	float scale = c->cfg.linear_lr || c->cfg.global_batch ? 1.0f / (float)c->cfg.slots : inv;
 	rc = wf_exec_optim_step(c->ex, &c->optim, step, c->slot_m, c->slot_v, scale);
 	if (rc != 0)
@@ -624,8 +720,9 @@ static int ring_step(wf_exchange *x, long step, long *to, wf_err *err)
 	c->last_step = step + 1;
 	int stops = ctl[c->nstate + CTL_STOP] > 0, leaves = ctl[c->nstate + CTL_LEAVE] > 0,
 	    joins = ctl[c->nstate + CTL_JOIN] > 0;
-	if (stops || leaves || joins || (step + 1) % c->cfg.commit_every == 0)
-		commit(c, step + 1);
+	if ((stops || leaves || joins || (step + 1) % c->cfg.commit_every == 0) &&
+	    (rc = commit(c, step + 1, err)) != 0)
+		return rc;
 	if (stops) {
 		c->stop_agreed = 1;
 		return 0;
@@ -647,7 +744,8 @@ static int ring_step(wf_exchange *x, long step, long *to, wf_err *err)
 static void ring_grad_ready(wf_exchange *x, size_t done)
 {
 	ring_ctx *c = x->ctx;
-	comm_hand(c, c->last_step, done);
+	if (stage(c, done) == 0)
+		comm_hand(c, c->last_step, done);
 }
 
 static int ring_save(wf_exchange *x, const char *dir, long step, wf_err *err)
@@ -657,8 +755,24 @@ static int ring_save(wf_exchange *x, const char *dir, long step, wf_err *err)
 		return 0;
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/%s", dir, WF_OPTIM_FILE);
-	int rc = wf_optim_state_save(path, &c->optim, step, c->n, c->nslots, c->slot_m, c->slot_v,
-				     err);
+	float *m = c->slot_m, *v = c->slot_v;
+	int rc = 0;
+	if (!c->host) { /* the slots' host copies, for this save */
+		m = c->slot_m ? malloc(c->n * sizeof(float)) : NULL;
+		v = c->slot_v ? malloc(c->n * sizeof(float)) : NULL;
+		if ((c->slot_m && !m) || (c->slot_v && !v))
+			rc = wf_errf(err, WF_ENOMEM, "out of memory for the optimizer's slots");
+		if (rc == 0 && m)
+			rc = down(c, m, c->slot_m, c->n, "the optimizer's first slot", err);
+		if (rc == 0 && v)
+			rc = down(c, v, c->slot_v, c->n, "the optimizer's second slot", err);
+	}
+	if (rc == 0)
+		rc = wf_optim_state_save(path, &c->optim, step, c->n, c->nslots, m, v, err);
+	if (!c->host) {
+		free(m);
+		free(v);
+	}
 	if (rc != 0)
 		return rc;
 	/* where the next step reads, as the reader will see it */
@@ -724,6 +838,7 @@ static void ring_free(wf_exchange *x)
 		if (c->slot_v)
 			wf_op_free(c->be, c->slot_v);
 		free(c->ctl);
+		free(c->hg);
 		free(c->c_params);
 		free(c->c_state);
 		free(c->c_m);
@@ -751,11 +866,6 @@ int wf_exchange_ring_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 {
 	*out = NULL;
 	wf_backend *be = wf_exec_backend(ex);
-	if (!wf_backend_host_memory(be))
-		return wf_errf(err, WF_ENOTSUP,
-			       "strategy.name allreduce with strategy.min_workers (elastic, over "
-			       "TCP) runs on host memory (device cpu or ref), not on '%s'",
-			       be->name);
 	char host[256];
 	int port;
 	if (!cfg->listen || wf_net_split_hostport(cfg->listen, host, sizeof(host), &port) != 0)
@@ -799,9 +909,11 @@ int wf_exchange_ring_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 	c->nstate = m->nstate;
 	c->nslots = wf_optim_slots(optim);
 	c->size = 1;
+	c->host = wf_backend_host_memory(be) && !cfg->host_copy;
 	size_t bytes = (c->n ? c->n : 1) * sizeof(float);
 	int rc = WF_ENOMEM;
-	if ((c->nslots >= 1 && !(c->slot_m = wf_op_alloc(be, bytes))) ||
+	if ((!c->host && !(c->hg = malloc(WF_MAX(c->n, c->nstate + 1) * sizeof(float)))) ||
+	    (c->nslots >= 1 && !(c->slot_m = wf_op_alloc(be, bytes))) ||
 	    (c->nslots >= 2 && !(c->slot_v = wf_op_alloc(be, bytes))) ||
 	    !(c->ctl = calloc(c->nstate + CTL_N, sizeof(float))) ||
 	    !(c->c_params = malloc(bytes)) ||
@@ -817,7 +929,7 @@ int wf_exchange_ring_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 		c->lfd = -1;
 		goto fail;
 	}
-	if (comm_start(c, wf_exec_grads(ex), c->n, cfg->bucket_mb) != 0) {
+	if (comm_start(c, c->host ? wf_exec_grads(ex) : c->hg, c->n, cfg->bucket_mb) != 0) {
 		rc = wf_errf(err, WF_EINTERNAL, "elastic allreduce: cannot start its thread");
 		goto fail;
 	}

@@ -33,10 +33,13 @@ typedef struct wf_exchange_ring_cfg {
 	int global_batch;	/* 1: a step trains slots workers' batches, whoever is present
 				 * (elastic_batch global; grad scale 1 / slots) */
 	double bucket_mb;	/* MiB of gradient summed at a time, as backward finishes it */
+	int host_copy;		/* 1: sum a host copy of the gradient on host memory too, as
+				 * on a device (tests of the device path) */
 } wf_exchange_ring_cfg;
 
-/* The exchange over executor ex (host memory) of model m, applying optim.
- * Nothing is connected before start. */
+/* The exchange over executor ex of model m, applying optim (on a device
+ * the ring sums a host copy of the gradient). Nothing is connected before
+ * start. */
 int wf_exchange_ring_create(wf_exchange **out, wf_exec *ex, const wf_model *m,
 			    const wf_optim_cfg *optim, const wf_exchange_ring_cfg *cfg,
 			    wf_err *err);

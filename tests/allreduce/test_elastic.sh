@@ -2,7 +2,9 @@
 # strategy allreduce over the TCP ring and its membership service).
 # 1. No change (2 workers, --elastic 2:2) ends within 1e-5 of one process
 #    with --accumulate 2, as mpirun -np 2 does; so does the job resumed
-#    from its checkpoint of step 6 (model, slots, data position).
+#    from its checkpoint of step 6 (model, slots, data position); both
+#    again through the host copy of the gradient a GPU worker sums
+#    (strategy.debug_host_copy).
 # 2. --elastic 2:3 with 2 started: SIGUSR1 adds worker 2 (the ring re-forms
 #    with 3), kill -9 of worker 2 mid-run (the survivors restore their
 #    committed state and re-form with 2; launch restarts it and it joins
@@ -27,25 +29,31 @@ JSON
 "$WEFT" train --config e.json --device cpu --threads 1 --accumulate 2 \
 	--set checkpoint.dir=acc/ckpt --set log.dir=acc/logs 2>acc.err ||
 	{ cat acc.err; fail "--accumulate 2 run failed"; }
-# small buckets: the communication thread sums several while backward runs
-launch_bg eq.log --workers 2 --elastic 2:2 --threads 2 --config e.json \
-	--set strategy.name=allreduce --set strategy.bucket_mb=0.05 \
-	--set checkpoint.dir=ring/ckpt --set log.dir=ring/logs
-wait_launch 60 || fail "the unchanged elastic job failed"
 "$WEFT" inspect --model acc/ckpt/step-12/model.h5 --dump >acc.txt
-"$WEFT" inspect --model ring/ckpt/step-12/model.h5 --dump >ring.txt
-python3 "$CMP" acc.txt ring.txt 1e-5 || fail "2 elastic workers differ from --accumulate 2"
-[ -f ring/ckpt/step-6/DONE ] && [ -f ring/ckpt/step-6/data_position.json ] ||
-	fail "no complete checkpoint with its data position at step 6"
-# Resume: drop the final checkpoint; the ring continues from step 6 (model,
-# optimizer slots and data position) to the same model.
-rm -rf ring/ckpt/step-12
-launch_bg res.log --workers 2 --elastic 2:2 --threads 2 --config e.json --resume \
-	--set strategy.name=allreduce --set checkpoint.dir=ring/ckpt --set log.dir=ring/logs
-wait_launch 60 || fail "the resumed elastic job failed"
-grep -q "resuming from ring/ckpt/step-6" res.log || fail "did not resume from step 6"
-"$WEFT" inspect --model ring/ckpt/step-12/model.h5 --dump >res.txt
-python3 "$CMP" acc.txt res.txt 1e-5 || fail "the resumed elastic job differs"
+# ring: on host memory; copy: through the host copy a GPU's gradient takes
+for v in ring copy; do
+	set_v=()
+	[ $v = copy ] && set_v=(--set strategy.debug_host_copy=true)
+	# small buckets: the communication thread sums several while backward runs
+	launch_bg $v.log --workers 2 --elastic 2:2 --threads 2 --config e.json "${set_v[@]}" \
+		--set strategy.name=allreduce --set strategy.bucket_mb=0.05 \
+		--set checkpoint.dir=$v/ckpt --set log.dir=$v/logs
+	wait_launch 60 || fail "$v: the unchanged elastic job failed"
+	"$WEFT" inspect --model $v/ckpt/step-12/model.h5 --dump >$v.txt
+	python3 "$CMP" acc.txt $v.txt 1e-5 || fail "$v: 2 elastic workers differ from --accumulate 2"
+	[ -f $v/ckpt/step-6/DONE ] && [ -f $v/ckpt/step-6/data_position.json ] ||
+		fail "$v: no complete checkpoint with its data position at step 6"
+	# Resume: drop the final checkpoint; the ring continues from step 6
+	# (model, optimizer slots and data position) to the same model.
+	rm -rf $v/ckpt/step-12
+	launch_bg $v.res.log --workers 2 --elastic 2:2 --threads 2 --config e.json --resume \
+		"${set_v[@]}" --set strategy.name=allreduce --set checkpoint.dir=$v/ckpt \
+		--set log.dir=$v/logs
+	wait_launch 60 || fail "$v: the resumed elastic job failed"
+	grep -q "resuming from $v/ckpt/step-6" $v.res.log || fail "$v: did not resume from step 6"
+	"$WEFT" inspect --model $v/ckpt/step-12/model.h5 --dump >$v.res.txt
+	python3 "$CMP" acc.txt $v.res.txt 1e-5 || fail "$v: the resumed elastic job differs"
+done
 
 # ---- 2. join, kill -9, rejoin, leave ----------------------------------------------
 # count_at_least N EVENT SECONDS FILTERS...: until N events match.
