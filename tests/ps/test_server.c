@@ -105,6 +105,21 @@ static const char *const *endpoints(int n)
 	return eps;
 }
 
+/* Servers 0 and 1 with ps.replicas 2: each the other's backup. */
+static void start_pair(wf_ps_server_cfg sc[2], int nworkers, int backup_workers,
+		       double peer_timeout)
+{
+	const char *const *peers = endpoints(2);
+	for (int i = 0; i < 2; i++) {
+		base_cfg(&sc[i], i, 2, nworkers);
+		sc[i].backup_workers = backup_workers;
+		sc[i].replicas = 2;
+		sc[i].peers = peers;
+		sc[i].peer_timeout = peer_timeout;
+		start_server(&sc[i]);
+	}
+}
+
 static int push_contributors = 4; /* workers' mean gradients one push sums */
 
 static wf_ps_client *make_client(const wf_ps_placement *pl, float *params, float *state, int role,
@@ -736,15 +751,7 @@ static void *pull_thread(void *arg)
 static void test_pull_unit_waits_for_the_backup(void)
 {
 	wf_ps_server_cfg sc[2];
-	const char *const *peers = endpoints(2);
-	for (int i = 0; i < 2; i++) {
-		base_cfg(&sc[i], i, 2, 2);
-		sc[i].backup_workers = 1;
-		sc[i].replicas = 2;
-		sc[i].peers = peers;
-		sc[i].peer_timeout = 30; /* the stopped backup is not given up on */
-		start_server(&sc[i]);
-	}
+	start_pair(sc, 2, 1, 30); /* the stopped backup is not given up on */
 	wf_ps_placement pl;
 	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS];
@@ -801,14 +808,7 @@ cleanup:
 static void test_dropped_backup_joins_again(void)
 {
 	wf_ps_server_cfg sc[2];
-	const char *const *peers = endpoints(2);
-	for (int i = 0; i < 2; i++) {
-		base_cfg(&sc[i], i, 2, 1);
-		sc[i].replicas = 2;
-		sc[i].peers = peers;
-		sc[i].peer_timeout = 0.5;
-		start_server(&sc[i]);
-	}
+	start_pair(sc, 1, 0, 0.5);
 	wf_ps_placement pl;
 	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], acked[NPARAMS], g[NPARAMS], st[10];
