@@ -135,15 +135,17 @@ typedef enum {
 typedef struct group {
 	int member; /* this server keeps the group */
 	grp_role role;
-	int primary;	   /* the primary as this server knows it, -1 not known */
-	uint8_t *live;	   /* [nservers] primary: the backups that acknowledge */
-	uint8_t *asked;	   /* [nservers] joining: members that answered */
-	uint32_t join_id;  /* the id this server's join requests and their inits carry */
-	int installs;	   /* waiting: inits the primary said it sends */
-	int got;	   /* inits of join_id received (they may come before the answer) */
-	double since;	   /* when joining started */
-	double last_ask;   /* when join requests were last sent */
-	double handoff_at; /* primary of another server's group: hand it back from then on */
+	int primary;	      /* the primary as this server knows it, -1 not known */
+	uint8_t *live;	      /* [nservers] primary: the backups that acknowledge */
+	uint8_t *asked;	      /* [nservers] joining: members that answered */
+	uint32_t join_id;     /* the id this server's join requests and their inits carry */
+	int installs;	      /* waiting: inits the primary said it sends */
+	int got;	      /* inits of join_id received (they may come before the answer) */
+	double since;	      /* when joining started */
+	double last_ask;      /* when join requests were last sent */
+	double handoff_at;    /* primary of another server's group: hand it back from then on */
+	double handoff_sent;  /* when this server's unanswered handoff went out, 0: none */
+	uint32_t handoff_seq; /* the tag of the last handoff it sent */
 } group;
 
 typedef struct worker {

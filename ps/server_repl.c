@@ -528,20 +528,32 @@ static int group_idle(const server *s, int g)
 	return 1;
 }
 
+/* Send (again) this server's handoff of g; tag: its number. */
+static int send_handoff(server *s, int g)
+{
+	group *gr = &s->groups[g];
+	wf_ps_hdr h;
+	peer_hdr(s, &h, WF_PS_OP_HANDOFF, (uint32_t)g, group_step(s, g));
+	h.tag = ++gr->handoff_seq;
+	gr->handoff_sent = wf_now();
+	return peer_send(s, g, &h, NULL, NULL, 0);
+}
+
 /* Primary of g, whose own server g is a live backup again: make it the
  * primary (placement spread the groups over the servers; after a failover
  * one server serves two). The handoff follows every update on the
  * replication connection, so g holds all of them when it takes over; this
  * server stays a synced backup and answers the workers with REDIRECT from
- * now on. If g refuses, this server is the primary again. */
+ * now on. Unanswered, it is sent again (g answers a repeat as done); if g
+ * refuses, this server is the primary again. */
 static void hand_off(server *s, int g)
 {
 	group *gr = &s->groups[g];
-	wf_ps_hdr h;
 	gr->handoff_at = wf_now() + HANDOFF_AFTER; /* the next try, if this one fails */
-	peer_hdr(s, &h, WF_PS_OP_HANDOFF, (uint32_t)g, group_step(s, g));
-	if (peer_send(s, g, &h, NULL, NULL, 0) != 0)
+	if (send_handoff(s, g) != 0) {
+		gr->handoff_sent = 0;
 		return;
+	}
 	gr->role = GRP_BACKUP;
 	gr->primary = g;
 	for (int i = 0; i < s->nchunks; i++)
@@ -556,15 +568,18 @@ void wf_pss_op_handoff(server *s, const uint8_t *rid, size_t rid_len, const wf_p
 	const wf_ps_hdr *h = &m->hdr;
 	int g = (int)h->chunk, from = WF_PS_SENDER_INDEX(h->sender);
 	if (WF_PS_SENDER_ROLE(h->sender) != WF_PS_ROLE_SERVER || from >= s->cfg->nservers ||
-	    g < 0 || g >= s->cfg->nservers || !s->groups[g].member || member_rank(s, g, from) < 0 ||
+	    g != s->cfg->index || !s->groups[g].member || member_rank(s, g, from) < 0 ||
 	    from == s->cfg->index) {
-		wf_pss_send_errorf(
-			s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_SENDER,
-			"handoff: ps %d and ps %d do not share group %u (ps.replicas %d)", from,
-			s->cfg->index, h->chunk, s->replicas);
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_SENDER,
+				   "handoff: ps %d cannot hand group %u to ps %d (ps.replicas %d)",
+				   from, h->chunk, s->cfg->index, s->replicas);
 		return;
 	}
 	group *gr = &s->groups[g];
+	if (gr->role == GRP_PRIMARY) { /* a repeat of one it took */
+		wf_pss_send_ok(s, rid, rid_len, h, group_step(s, g), 0);
+		return;
+	}
 	int synced = gr->role == GRP_BACKUP && gr->primary == from && group_ready(s, g);
 	for (int i = 0; i < s->nchunks && synced; i++)
 		synced = s->chunks[i].group != g || s->chunks[i].synced;
@@ -586,16 +601,23 @@ void wf_pss_op_handoff(server *s, const uint8_t *rid, size_t rid_len, const wf_p
 	wf_pss_send_ok(s, rid, rid_len, h, group_step(s, g), 0);
 }
 
-/* The answer to this server's handoff of g: refused, and nothing made this
- * server the primary meanwhile, it still is. */
+/* The answer to this server's handoff of g = p: taken (or taken before),
+ * or refused, and then, unless something else made this server or another
+ * one the primary meanwhile, this server still is. */
 static void handoff_reply(server *s, int p, const wf_ps_msg *m)
 {
 	int g = (int)m->hdr.chunk;
-	if (!(m->hdr.flags & WF_PS_FLAG_ERROR) || g < 0 || g >= s->cfg->nservers ||
-	    !s->groups[g].member)
+	if (g != p || !s->groups[g].member)
 		return;
 	group *gr = &s->groups[g];
-	if (gr->role != GRP_BACKUP || gr->primary != p)
+	if (!(m->hdr.flags & WF_PS_FLAG_ERROR)) {
+		gr->handoff_sent = 0;
+		return;
+	}
+	if (m->hdr.tag != gr->handoff_seq) /* refused an earlier try; a later one is out */
+		return;
+	gr->handoff_sent = 0;
+	if (gr->role != GRP_BACKUP || gr->primary != g)
 		return;
 	char text[256];
 	size_t n = m->nframes ? WF_MIN(m->size[0], sizeof(text) - 1) : 0;
@@ -843,6 +865,12 @@ void wf_pss_repl_tick(server *s)
 		if (gr->member && gr->role == GRP_PRIMARY && g != s->cfg->index && gr->live[g] &&
 		    gr->handoff_at > 0 && now >= gr->handoff_at && group_idle(s, g))
 			hand_off(s, g);
+		if (gr->handoff_sent > 0 && now - gr->handoff_sent > timeout) {
+			if (gr->role == GRP_BACKUP && gr->primary == g)
+				send_handoff(s, g); /* unanswered: once more */
+			else
+				gr->handoff_sent = 0;
+		}
 		if (!gr->member || (gr->role != GRP_JOINING && gr->role != GRP_WAITING))
 			continue;
 		if (gr->role == GRP_WAITING && now - gr->since > 4 * timeout) {
