@@ -801,7 +801,7 @@ cleanup:
 	kill_children();
 }
 
-/* With replicas, a backup that fell silent (SIGSTOP past ps.peer_timeout)
+/* With replicas, a backup that fell silent (SIGSTOP past ps.server_timeout)
  * is dropped by its primary, which goes on alone. Once it answers again it
  * must join again and take the group's state: an update the primary
  * acknowledges after that survives the primary's kill -9, the client
