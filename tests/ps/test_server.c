@@ -123,6 +123,32 @@ static void start_pair(wf_ps_server_cfg sc[2], int nworkers, int backup_workers,
 
 static int push_contributors = 4; /* workers' mean gradients one push sums */
 
+/* Worker 0 of the pair with heartbeats: a server silent for 0.5 s has
+ * failed, and its groups go to their other copy. */
+static wf_ps_client *failover_client(const wf_ps_placement *pl, float *params, float *state)
+{
+	wf_ps_client_cfg cc = {.nservers = 2,
+			       .endpoints = endpoints(2),
+			       .job_id = JOB,
+			       .role = WF_PS_ROLE_WORKER,
+			       .pl = pl,
+			       .params = params,
+			       .state = state,
+			       .nstate = 10,
+			       .nslots = 1,
+			       .contributors = 1,
+			       .timeout = 10,
+			       .connect_timeout = 10,
+			       .heartbeat_interval = 0.1,
+			       .server_timeout = 0.5,
+			       .replicas = 2};
+	wf_ps_client *c = NULL;
+	wf_err e = {0};
+	int rc = wf_ps_client_create(&c, &cc, &e);
+	WF_CHECK_MSG(rc == 0, "%s", e.msg);
+	return c;
+}
+
 static wf_ps_client *make_client(const wf_ps_placement *pl, float *params, float *state, int role,
 				 int index, double hb)
 {
@@ -813,27 +839,11 @@ static void test_dropped_backup_joins_again(void)
 	wf_ps_placement pl;
 	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], acked[NPARAMS], g[NPARAMS], st[10];
-	wf_ps_client_cfg cc = {.nservers = 2,
-			       .endpoints = endpoints(2),
-			       .job_id = JOB,
-			       .role = WF_PS_ROLE_WORKER,
-			       .pl = &pl,
-			       .params = pa,
-			       .state = st,
-			       .nstate = 10,
-			       .nslots = 1,
-			       .contributors = 1,
-			       .timeout = 10,
-			       .connect_timeout = 10,
-			       .heartbeat_interval = 0.1,
-			       .server_timeout = 0.5,
-			       .replicas = 2};
-	wf_ps_client *a = NULL;
+	wf_ps_client *a = failover_client(&pl, pa, st);
 	wf_err e = {0};
 	char log0[300], log1[300];
 	snprintf(log0, sizeof(log0), "%s/ps-0.log", tmpdir);
 	snprintf(log1, sizeof(log1), "%s/ps-1.log", tmpdir);
-	WF_CHECK_MSG(wf_ps_client_create(&a, &cc, &e) == 0, "%s", e.msg);
 	if (!a || wf_ps_client_register(a, NULL, NULL, &e) != 0)
 		goto cleanup;
 	fill(p0, NPARAMS, 1);
@@ -877,26 +887,10 @@ static void test_failed_over_group_goes_back(void)
 	wf_ps_placement pl;
 	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], acked[NPARAMS], g[NPARAMS], st[10];
-	wf_ps_client_cfg cc = {.nservers = 2,
-			       .endpoints = endpoints(2),
-			       .job_id = JOB,
-			       .role = WF_PS_ROLE_WORKER,
-			       .pl = &pl,
-			       .params = pa,
-			       .state = st,
-			       .nstate = 10,
-			       .nslots = 1,
-			       .contributors = 1,
-			       .timeout = 10,
-			       .connect_timeout = 10,
-			       .heartbeat_interval = 0.1,
-			       .server_timeout = 0.5,
-			       .replicas = 2};
-	wf_ps_client *a = NULL;
+	wf_ps_client *a = failover_client(&pl, pa, st);
 	wf_err e = {0};
 	char log0[300];
 	snprintf(log0, sizeof(log0), "%s/ps-0.log", tmpdir);
-	WF_CHECK_MSG(wf_ps_client_create(&a, &cc, &e) == 0, "%s", e.msg);
 	if (!a || wf_ps_client_register(a, NULL, NULL, &e) != 0)
 		goto cleanup;
 	fill(p0, NPARAMS, 1);
