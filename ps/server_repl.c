@@ -65,8 +65,10 @@ uint32_t wf_pss_primary_bits(const server *s)
 uint32_t wf_pss_repl_unbacked(const server *s, int p)
 {
 	uint32_t bits = 0;
-	for (int g = 0; s->replicas > 1 && g < s->cfg->nservers && g < 32; g++)
-		if (s->groups[g].member && s->groups[g].role == GRP_PRIMARY && p != s->cfg->index &&
+	if (s->replicas < 2 || p == s->cfg->index)
+		return 0;
+	for (int g = 0; g < s->cfg->nservers && g < 32; g++)
+		if (s->groups[g].member && s->groups[g].role == GRP_PRIMARY &&
 		    member_rank(s, g, p) >= 0 && !s->groups[g].live[p])
 			bits |= 1u << g;
 	return bits;
