@@ -14,7 +14,9 @@
 # 2. A join mid-run (2 of 3, then 3): every step reads 3 batches whoever
 #    trains (the join's data position is restored_step x 48 samples into
 #    the data, where each worker's own batches would give 32 a step before
-#    it), and the job trains (its loss falls to under half).
+#    it), and the job trains (the mean loss of its last 10 logged steps is
+#    under half the first: one step's loss on this small model swings by 3x
+#    from one step to the next).
 . "$WEFT_SRC/tests/ps/lib.sh"
 CMP="$WEFT_SRC/tests/trainer/compare_dump.py"
 make_synth train.h5 480 16 3
@@ -89,8 +91,9 @@ j = [e for e in ev if e.get("event") == "ring_reformed" and e["who"] == "worker:
 # an epoch is 10 steps of 3 batches of 16 (480 samples, none left over)
 at = j["epoch"] * 480 + j["offset"]
 assert j["workers"] == 3 and at == j["restored_step"] * 48, (j, at)
-assert m[-1]["loss"] < 0.5 * m[0]["loss"], (m[0], m[-1])
+last = sum(x["loss"] for x in m[-10:]) / len(m[-10:])
+assert last < 0.5 * m[0]["loss"], (m[0], m[-10:])
 print("joined at step", j["restored_step"], "data position", j["epoch"], j["offset"],
-      "loss", m[0]["loss"], "->", m[-1]["loss"])
+      "loss", m[0]["loss"], "-> mean of the last 10", last)
 PY
 echo ok
