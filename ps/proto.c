@@ -32,6 +32,7 @@ static const char *const op_names[WF_PS_OP__COUNT] = {
 	[WF_PS_OP_JOIN] = "join",
 	[WF_PS_OP_LEAVE] = "leave",
 	[WF_PS_OP_UNITS] = "units",
+	[WF_PS_OP_HANDOFF] = "handoff",
 };
 
 static const char *const reject_names[WF_PS_REJECT__COUNT] = {
@@ -484,7 +485,7 @@ static void expected_shape(const wf_ps_hdr *h, const wf_ps_limits *lim, shape *s
 		s->min_frames = 0;
 		s->max_frames = 1;
 		break;
-	default: /* barrier, shutdown, heartbeat: no payload */ break;
+	default: /* barrier, shutdown, heartbeat, join, handoff: no payload */ break;
 	}
 	if ((state || frozen) && h->op != WF_PS_OP_PUSH_PULL && h->op != WF_PS_OP_REPLICATE) {
 		s->fault = WF_PS_REJECT_OP;

@@ -37,6 +37,7 @@
  *              group g and does not count the asker as a live backup)
  *   replicate  grad [+ state] [+ frozen] -> -         (server to server, aux: contributors)
  *   join       -                       -> -           (server to server, chunk: group)
+ *   handoff    -                       -> -           (server to server, chunk: group)
  *   any error reply: flag ERROR, aux = -code, one frame of text.
  * A register's optional frame (dtype bytes) is the sender's optimizer
  * settings as wf_optim_describe writes them ("optimizer.lr=0.1 ..."): a
@@ -92,6 +93,7 @@ typedef enum {
 	WF_PS_OP_JOIN,	    /* server to server: send me your state of group `chunk` */
 	WF_PS_OP_LEAVE,	    /* worker: I leave the job for good (elastic) */
 	WF_PS_OP_UNITS,	    /* server to server: the data units changed between steps */
+	WF_PS_OP_HANDOFF,   /* server to server: be the primary of group `chunk` again */
 	WF_PS_OP__COUNT
 } wf_ps_op;
 

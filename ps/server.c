@@ -367,6 +367,7 @@ static void handle(server *s, int n, int overflow)
 	case WF_PS_OP_REPLICATE:
 	case WF_PS_OP_UNITS: wf_pss_op_replicate(s, rid, rid_len, &m); break;
 	case WF_PS_OP_JOIN: wf_pss_op_join(s, rid, rid_len, &m); break;
+	case WF_PS_OP_HANDOFF: wf_pss_op_handoff(s, rid, rid_len, &m); break;
 	default: break;
 	}
 }

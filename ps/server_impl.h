@@ -135,14 +135,17 @@ typedef enum {
 typedef struct group {
 	int member; /* this server keeps the group */
 	grp_role role;
-	int primary;	  /* the primary as this server knows it, -1 not known */
-	uint8_t *live;	  /* [nservers] primary: the backups that acknowledge */
-	uint8_t *asked;	  /* [nservers] joining: members that answered */
-	uint32_t join_id; /* the id this server's join requests and their inits carry */
-	int installs;	  /* waiting: inits the primary said it sends */
-	int got;	  /* inits of join_id received (they may come before the answer) */
-	double since;	  /* when joining started */
-	double last_ask;  /* when join requests were last sent */
+	int primary;	      /* the primary as this server knows it, -1 not known */
+	uint8_t *live;	      /* [nservers] primary: the backups that acknowledge */
+	uint8_t *asked;	      /* [nservers] joining: members that answered */
+	uint32_t join_id;     /* the id this server's join requests and their inits carry */
+	int installs;	      /* waiting: inits the primary said it sends */
+	int got;	      /* inits of join_id received (they may come before the answer) */
+	double since;	      /* when joining started */
+	double last_ask;      /* when join requests were last sent */
+	double handoff_at;    /* primary of another server's group: hand it back from then on */
+	double handoff_sent;  /* when this server's unanswered handoff went out, 0: none */
+	uint32_t handoff_seq; /* the tag of the last handoff it sent */
 } group;
 
 typedef struct worker {
@@ -385,6 +388,9 @@ void wf_pss_replicate_state(server *s);
 void wf_pss_answer_ready(server *s, schunk *c);
 void wf_pss_op_replicate(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
 void wf_pss_op_join(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
+/* The primary of a group that failed over hands it back to the group's own
+ * server once that one is its backup again (server_repl.c). */
+void wf_pss_op_handoff(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m);
 /* An init from another server: the primary's state of a chunk (join). */
 void wf_pss_repl_installed(server *s, const wf_ps_hdr *h);
 /* The first group this server is still joining, -1 none. */

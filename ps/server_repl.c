@@ -14,6 +14,7 @@
 
 #define PEER_HEARTBEAT 0.25 /* seconds between heartbeats to the peers */
 #define JOIN_RETRY     0.5  /* seconds between join requests */
+#define HANDOFF_AFTER  1.0  /* seconds a returned server backs its group before it gets it back */
 
 /* k-th member of group g (k = 0: the server placement gave it). */
 static int member(const server *s, int g, int k)
@@ -442,6 +443,8 @@ static int install_backup(server *s, int g, int p, uint32_t join)
 		n++;
 	}
 	gr->live[p] = 1;
+	if (p == g) /* the group's own server is back: it gets the group back */
+		gr->handoff_at = wf_now() + HANDOFF_AFTER;
 	for (int i = 0; i < s->nchunks; i++)
 		if (s->chunks[i].group == g)
 			wf_pss_answer_ready(s, &s->chunks[i]);
@@ -508,6 +511,123 @@ void wf_pss_op_join(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	snprintf(text, sizeof(text), "ps %d is %s group %d%s", s->cfg->index, role_name(gr->role),
 		 g, to >= 0 ? "" : " and holds no state of it to give");
 	wf_pss_send_redirect(s, rid, rid_len, h, to, text);
+}
+
+/* Group g is between updates: nothing summed or held, every update
+ * acknowledged by every live backup. */
+static int group_idle(const server *s, int g)
+{
+	for (int i = 0; i < s->nchunks; i++) {
+		const schunk *c = &s->chunks[i];
+		if (c->group != g)
+			continue;
+		if (c->ncontrib || !acked(s, c, c->rseq))
+			return 0;
+		for (int w = 0; w < s->nworkers; w++)
+			if (c->held[w].used)
+				return 0;
+	}
+	return 1;
+}
+
+/* Send (again) this server's handoff of g; tag: its number. */
+static int send_handoff(server *s, int g)
+{
+	group *gr = &s->groups[g];
+	wf_ps_hdr h;
+	peer_hdr(s, &h, WF_PS_OP_HANDOFF, (uint32_t)g, group_step(s, g));
+	h.tag = ++gr->handoff_seq;
+	gr->handoff_sent = wf_now();
+	return peer_send(s, g, &h, NULL, NULL, 0);
+}
+
+/* Primary of g, whose own server g is a live backup again: make it the
+ * primary (placement spread the groups over the servers; after a failover
+ * one server serves two). The handoff follows every update on the
+ * replication connection, so g holds all of them when it takes over; this
+ * server stays a synced backup and answers the workers with REDIRECT from
+ * now on. Unanswered, it is sent again (g answers a repeat as done); if g
+ * refuses, this server is the primary again. */
+static void hand_off(server *s, int g)
+{
+	group *gr = &s->groups[g];
+	gr->handoff_at = wf_now() + HANDOFF_AFTER; /* the next try, if this one fails */
+	if (send_handoff(s, g) != 0) {
+		gr->handoff_sent = 0;
+		return;
+	}
+	gr->role = GRP_BACKUP;
+	gr->primary = g;
+	for (int i = 0; i < s->nchunks; i++)
+		if (s->chunks[i].group == g)
+			s->chunks[i].synced = 1;
+	wf_info("ps %d: group %d: hands it back to ps %d at step %ld", s->cfg->index, g, g,
+		group_step(s, g));
+}
+
+void wf_pss_op_handoff(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
+{
+	const wf_ps_hdr *h = &m->hdr;
+	int g = (int)h->chunk, from = WF_PS_SENDER_INDEX(h->sender);
+	if (WF_PS_SENDER_ROLE(h->sender) != WF_PS_ROLE_SERVER || from >= s->cfg->nservers ||
+	    g != s->cfg->index || !s->groups[g].member || member_rank(s, g, from) < 0 ||
+	    from == s->cfg->index) {
+		wf_pss_send_errorf(s, rid, rid_len, h, WF_EINVAL, WF_PS_REJECT_SENDER,
+				   "handoff: ps %d cannot hand group %u to ps %d (ps.replicas %d)",
+				   from, h->chunk, s->cfg->index, s->replicas);
+		return;
+	}
+	group *gr = &s->groups[g];
+	if (gr->role == GRP_PRIMARY) { /* a repeat of one it took */
+		wf_pss_send_ok(s, rid, rid_len, h, group_step(s, g), 0);
+		return;
+	}
+	int synced = gr->role == GRP_BACKUP && gr->primary == from && group_ready(s, g);
+	for (int i = 0; i < s->nchunks && synced; i++)
+		synced = s->chunks[i].group != g || s->chunks[i].synced;
+	if (!synced) {
+		wf_pss_send_errorf(
+			s, rid, rid_len, h, WF_ETRANSIENT, -1,
+			"ps %d cannot take group %d from ps %d: it is %s it, primary ps %d",
+			s->cfg->index, g, from, role_name(gr->role), gr->primary);
+		return;
+	}
+	char why[64];
+	snprintf(why, sizeof(why), "ps %d handed it back", from);
+	become_primary(s, g, why);
+	/* the sender stays a backup that holds every update so far */
+	gr->live[from] = 1;
+	for (int i = 0; i < s->nchunks; i++)
+		if (s->chunks[i].group == g)
+			s->chunks[i].racked[from] = s->chunks[i].rseq;
+	wf_pss_send_ok(s, rid, rid_len, h, group_step(s, g), 0);
+}
+
+/* The answer to this server's handoff of g = p: taken (or taken before),
+ * or refused, and then, unless something else made this server or another
+ * one the primary meanwhile, this server still is. */
+static void handoff_reply(server *s, int p, const wf_ps_msg *m)
+{
+	int g = (int)m->hdr.chunk;
+	if (g != p || !s->groups[g].member)
+		return;
+	group *gr = &s->groups[g];
+	if (!(m->hdr.flags & WF_PS_FLAG_ERROR)) {
+		gr->handoff_sent = 0;
+		return;
+	}
+	if (m->hdr.tag != gr->handoff_seq) /* refused an earlier try; a later one is out */
+		return;
+	gr->handoff_sent = 0;
+	if (gr->role != GRP_BACKUP || gr->primary != g)
+		return;
+	char text[256];
+	size_t n = m->nframes ? WF_MIN(m->size[0], sizeof(text) - 1) : 0;
+	memcpy(text, m->frame[0], n);
+	text[n] = '\0';
+	wf_warn("ps %d: %s: still the primary of group %d", s->cfg->index, text, g);
+	gr->role = GRP_PRIMARY;
+	gr->primary = s->cfg->index;
 }
 
 static void ask_join(server *s, int g, int p, int failover)
@@ -642,6 +762,10 @@ static void peer_reply(server *s, int p, const wf_ps_msg *m)
 		join_reply(s, p, m);
 		return;
 	}
+	if (h->op == WF_PS_OP_HANDOFF) {
+		handoff_reply(s, p, m);
+		return;
+	}
 	if ((h->op != WF_PS_OP_REPLICATE && h->op != WF_PS_OP_INIT && h->op != WF_PS_OP_UNITS) ||
 	    h->chunk == WF_PS_STATE_CHUNK || s->local[h->chunk] < 0)
 		return;
@@ -740,6 +864,15 @@ void wf_pss_repl_tick(server *s)
 	}
 	for (int g = 0; g < n; g++) {
 		group *gr = &s->groups[g];
+		if (gr->member && gr->role == GRP_PRIMARY && g != s->cfg->index && gr->live[g] &&
+		    gr->handoff_at > 0 && now >= gr->handoff_at && group_idle(s, g))
+			hand_off(s, g);
+		if (gr->handoff_sent > 0 && now - gr->handoff_sent > timeout) {
+			if (gr->role == GRP_BACKUP && gr->primary == g)
+				send_handoff(s, g); /* unanswered: once more */
+			else
+				gr->handoff_sent = 0;
+		}
 		if (!gr->member || (gr->role != GRP_JOINING && gr->role != GRP_WAITING))
 			continue;
 		if (gr->role == GRP_WAITING && now - gr->since > 4 * timeout) {

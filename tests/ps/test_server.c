@@ -6,8 +6,9 @@
  * and restore; a refusal ends a step's wait; a restarted server is known
  * from the register on; with replicas a pull's data unit waits for the
  * backup; a backup its primary dropped joins again and holds what the
- * primary acknowledged after that; a dead worker leaves the count;
- * elastic_batch global shares each step's units; a stalled worker is named. */
+ * primary acknowledged after that; a group that failed over goes back to
+ * its restarted server; a dead worker leaves the count; elastic_batch global shares each
+ * step's units; a stalled worker is named. */
 #include "tests/test.h"
 
 #include "common/util.h"
@@ -874,6 +875,55 @@ cleanup:
 	kill_children();
 }
 
+/* With replicas, a group that failed over goes back to its own server once
+ * that one has rejoined as its backup (placement spread the groups; after a
+ * failover one server serves two): the restarted ps 0 is the primary of
+ * group 0 again, the worker follows the redirect, and an update
+ * acknowledged after the handoff survives a kill -9 of ps 1. */
+static void test_failed_over_group_goes_back(void)
+{
+	wf_ps_server_cfg sc[2];
+	start_pair(sc, 1, 0, 1.0);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], acked[NPARAMS], g[NPARAMS], st[10];
+	wf_ps_client *a = failover_client(&pl, pa, st);
+	wf_err e = {0};
+	char log0[300];
+	snprintf(log0, sizeof(log0), "%s/ps-0.log", tmpdir);
+	if (!a || wf_ps_client_register(a, NULL, NULL, &e) != 0)
+		goto cleanup;
+	fill(p0, NPARAMS, 1);
+	fill(st, 10, 2);
+	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, st, 0, &e) == 0, "%s", e.msg);
+	kill(children[0], SIGKILL);
+	waitpid(children[0], NULL, 0);
+	children[0] = 0;
+	fill(g, NPARAMS, 5); /* group 0 fails over to ps 1 */
+	for (int k = 0; k < pl.nchunks; k++)
+		WF_CHECK_INT(wf_ps_client_push_pull_async(a, k, g, 0, 0, &e), 0);
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	int back = file_count(log0, "primary of group 0", "ps 1 handed it back");
+	start_server(&sc[0]);
+	WF_CHECK_MSG(wait_lines(log0, "primary of group 0", "ps 1 handed it back", back),
+		     "ps 1 did not hand group 0 back to the restarted ps 0");
+	fill(g, NPARAMS, 6);
+	for (int k = 0; k < pl.nchunks; k++)
+		WF_CHECK_INT(wf_ps_client_push_pull_async(a, k, g, 1, 0, &e), 0);
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	memcpy(acked, pa, sizeof(acked));
+	kill(children[1], SIGKILL);
+	memset(pa, 0, sizeof(pa));
+	WF_CHECK_MSG(wf_ps_client_pull(a, -1, NULL, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(max_diff(pa, acked, NPARAMS) == 0.0f,
+		     "an update acknowledged after the handoff was lost (max diff %g)",
+		     (double)max_diff(pa, acked, NPARAMS));
+cleanup:
+	wf_ps_client_free(a);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
 /* ---- membership --------------------------------------------------------- */
 
 static void test_dead_worker_leaves_count(void)
@@ -1281,6 +1331,7 @@ int main(void)
 	WF_RUN(test_register_learns_the_restart);
 	WF_RUN(test_pull_unit_waits_for_the_backup);
 	WF_RUN(test_dropped_backup_joins_again);
+	WF_RUN(test_failed_over_group_goes_back);
 	WF_RUN(test_dead_worker_leaves_count);
 	WF_RUN(test_elastic_membership);
 	WF_RUN(test_elastic_join_mid_step);
