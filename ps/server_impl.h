@@ -122,6 +122,7 @@ typedef struct peer {
 	void *sock;	  /* NULL: no group in common */
 	double last_seen; /* seconds: last reply, 0 none */
 	uint32_t inc;	  /* its incarnation, 0 not known */
+	uint32_t claims;  /* its last heartbeat reply's chunk (wf_pss_repl_unbacked) */
 } peer;
 
 /* This server's part in group g (it is a member). */

@@ -711,6 +711,39 @@ static void join_reply(server *s, int p, const wf_ps_msg *m)
 	join_if_alone(s, g);
 }
 
+/* This server is the primary of g no more: p is. Its copy may hold an
+ * update p never got (never acknowledged: p did not hold it), so it takes
+ * p's state again; the workers it held are sent to p. */
+static void yield(server *s, int g, int p, const char *why)
+{
+	group *gr = &s->groups[g];
+	wf_warn("ps %d: %s: no longer the primary of group %d; joining it again", s->cfg->index,
+		why, g);
+	for (int i = 0; i < s->nchunks; i++)
+		if (s->chunks[i].group == g)
+			wf_pss_fail_held_redirect(s, &s->chunks[i], p);
+	rejoin(s, g);
+	gr->primary = p;
+	memset(gr->live, 0, (size_t)s->cfg->nservers);
+}
+
+/* p and this server are both the primary of g (a worker failed over to one
+ * while the other still answered), and p does not count this server as its
+ * backup, in two heartbeat replies in a row (the first may predate p's own
+ * yielding). A sync step split between two primaries never completes, so
+ * one yields: this server when it counts p (p refuses every update this
+ * server sends it, so none was acknowledged since p took over), else the
+ * one further down the group's member order (neither counted the other:
+ * either may have acknowledged updates alone, as in a partition). */
+static void two_primaries(server *s, int g, int p)
+{
+	if (!s->groups[g].live[p] && member_rank(s, g, s->cfg->index) < member_rank(s, g, p))
+		return; /* p yields */
+	char why[96];
+	snprintf(why, sizeof(why), "ps %d is the primary of group %d too", p, g);
+	yield(s, g, p, why);
+}
+
 int wf_pss_repl_route(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h, int g)
 {
 	group *gr = &s->groups[g];
@@ -747,14 +780,20 @@ static void peer_reply(server *s, int p, const wf_ps_msg *m)
 		pe->inc = h->aux;
 		/* chunk: the groups p is the primary of that do not count this
 		 * server as a live backup (wf_pss_repl_unbacked) */
+		uint32_t twice = h->chunk & pe->claims;
+		pe->claims = h->chunk;
 		for (int g = 0; g < s->cfg->nservers && g < 32; g++) {
 			group *gr = &s->groups[g];
-			if (!(h->chunk >> g & 1) || !gr->member || gr->role != GRP_BACKUP)
+			if (!(h->chunk >> g & 1) || !gr->member)
 				continue;
-			wf_warn("ps %d: ps %d, the primary of group %d, no longer counts this "
-				"server as its backup: joining the group again",
-				s->cfg->index, p, g);
-			rejoin(s, g);
+			if (gr->role == GRP_BACKUP) {
+				wf_warn("ps %d: ps %d, the primary of group %d, no longer counts "
+					"this server as its backup: joining the group again",
+					s->cfg->index, p, g);
+				rejoin(s, g);
+			} else if (gr->role == GRP_PRIMARY && (twice >> g & 1)) {
+				two_primaries(s, g, p);
+			}
 		}
 		return;
 	}
@@ -778,16 +817,8 @@ static void peer_reply(server *s, int p, const wf_ps_msg *m)
 		text[n] = '\0';
 		if ((h->flags & WF_PS_FLAG_REDIRECT) && (int)h->step == p &&
 		    gr->role == GRP_PRIMARY) {
-			/* fenced: p is the primary now; this server's copy may hold an
-			 * update p never got, so it takes p's state again */
-			wf_warn("ps %d: %s: no longer the primary of group %d; joining it again",
-				s->cfg->index, text, c->group);
-			for (int i = 0; i < s->nchunks; i++)
-				if (s->chunks[i].group == c->group)
-					wf_pss_fail_held_redirect(s, &s->chunks[i], p);
-			rejoin(s, c->group);
-			gr->primary = p;
-			memset(gr->live, 0, (size_t)s->cfg->nservers);
+			/* fenced: p is the primary now */
+			yield(s, c->group, p, text);
 			return;
 		}
 		backup_lost(s, c->group, p, text);
@@ -858,6 +889,7 @@ void wf_pss_repl_tick(server *s)
 			continue;
 		pe->last_seen = 0; /* once per silence */
 		pe->inc = 0;
+		pe->claims = 0;
 		for (int g = 0; g < n; g++)
 			if (s->groups[g].member && s->groups[g].role == GRP_PRIMARY)
 				backup_lost(s, g, p, "stopped answering");

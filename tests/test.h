@@ -117,9 +117,13 @@ static inline void wf_test_check_leaks(const char *name, const wf_test_fds *befo
 	}
 }
 
-/* Run one test; it fails on a failed check or on what it left open. */
+/* Run one test; it fails on a failed check or on what it left open.
+ * WF_TEST_ONLY=name runs only the tests whose name contains it. */
 #define WF_RUN(fn)                                                                                 \
 	do {                                                                                       \
+		const char *only_ = getenv("WF_TEST_ONLY");                                        \
+		if (only_ && *only_ && !strstr(#fn, only_))                                        \
+			break;                                                                     \
 		int before_ = wf_test_failed_checks;                                               \
 		wf_test_fds fds_;                                                                  \
 		wf_test_fds_now(&fds_);                                                            \

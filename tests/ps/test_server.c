@@ -924,6 +924,71 @@ cleanup:
 	kill_children();
 }
 
+/* Two primaries of one group: worker 1 fails over to ps 1 (its request
+ * says so) while ps 0, the primary, still runs, and worker 0 pushes to
+ * ps 0. A sync step split between them never completes; ps 0 learns from
+ * ps 1's heartbeat replies that ps 1 is the primary too and yields: worker
+ * 0 is sent to ps 1, where the step completes with both pushes. */
+static void test_two_primaries_resolve(void)
+{
+	wf_ps_server_cfg sc[2];
+	start_pair(sc, 2, 0, 5);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], g[NPARAMS], st[10];
+	wf_ps_client *a = failover_client(&pl, pa, st);
+	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0);
+	void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
+	int linger = 0, k0 = -1;
+	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_connect(sock, conn_ep[1]);
+	wf_err e = {0};
+	char log0[300], log1[300];
+	snprintf(log0, sizeof(log0), "%s/ps-0.log", tmpdir);
+	snprintf(log1, sizeof(log1), "%s/ps-1.log", tmpdir);
+	if (!a || !b || wf_ps_client_register(a, NULL, NULL, &e) != 0)
+		goto cleanup;
+	fill(p0, NPARAMS, 1);
+	fill(st, 10, 2);
+	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, st, 0, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_register(b, NULL, NULL, &e) == 0, "%s", e.msg);
+	for (int k = 0; k < pl.nchunks && k0 < 0; k++)
+		if (pl.chunks[k].server == 0)
+			k0 = k;
+	fill(g, NPARAMS, 5);
+	int took = file_count(log1, "primary of group 0", "worker 1 failed over");
+	WF_CHECK_INT(wf_ps_client_push_pull_async(a, k0, g, 0, 0, &e), 0);
+	/* worker 1's push of the same step, to ps 1, flagged: ps 0 failed */
+	wf_ps_hdr h = {.op = WF_PS_OP_PUSH_PULL,
+		       .flags = WF_PS_FLAG_FAILOVER,
+		       .sender = WF_PS_SENDER(WF_PS_ROLE_WORKER, 1),
+		       .job_id = JOB,
+		       .chunk = (uint32_t)k0,
+		       .dtype = WF_PS_DTYPE_F32,
+		       .aux = 1,
+		       .tag = 1};
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	size_t cb = pl.chunks[k0].count * sizeof(float);
+	const void *gf[1] = {g + pl.chunks[k0].offset};
+	wf_ps_hdr_encode(&h, hb, gf, &cb, 1);
+	zmq_send(sock, hb, sizeof(hb), ZMQ_SNDMORE);
+	zmq_send(sock, gf[0], cb, 0);
+	WF_CHECK_MSG(wait_lines(log1, "primary of group 0", "worker 1 failed over", took),
+		     "ps 1 did not take group 0 on worker 1's failover");
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0,
+		     "the step split between two primaries did not complete: %s", e.msg);
+	zmq_pollitem_t it = {.socket = sock, .events = ZMQ_POLLIN};
+	WF_CHECK_MSG(zmq_poll(&it, 1, 5000) == 1, "worker 1's push was not answered");
+	WF_CHECK(file_count(log0, "ps 1 is the primary of group 0 too", NULL) >= 1);
+cleanup:
+	zmq_close(sock);
+	zmq_ctx_term(ctx);
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
 /* ---- membership --------------------------------------------------------- */
 
 static void test_dead_worker_leaves_count(void)
@@ -1332,6 +1397,7 @@ int main(void)
 	WF_RUN(test_pull_unit_waits_for_the_backup);
 	WF_RUN(test_dropped_backup_joins_again);
 	WF_RUN(test_failed_over_group_goes_back);
+	WF_RUN(test_two_primaries_resolve);
 	WF_RUN(test_dead_worker_leaves_count);
 	WF_RUN(test_elastic_membership);
 	WF_RUN(test_elastic_join_mid_step);
