@@ -251,6 +251,17 @@ static void fail_held(server *s, schunk *c, int code, int redirect, const char *
 		send_error(s, h->rid, h->rid_len, &req, code, redirect, why);
 		wf_pss_release(s, h);
 	}
+	for (int i = 0; i < 2; i++) {
+		held *h = &c->init[i];
+		if (!h->used)
+			continue;
+		wf_ps_hdr req = {.op = h->op,
+				 .tag = h->tag,
+				 .chunk = i ? WF_PS_STATE_CHUNK : (uint32_t)c->gidx,
+				 .step = h->step};
+		send_error(s, h->rid, h->rid_len, &req, code, redirect, why);
+		wf_pss_release(s, h);
+	}
 	memset(c->pushed, 0, (size_t)s->nworkers);
 	wf_pss_osum_reset(&c->sum, s->nworkers);
 	c->ncontrib = 0;

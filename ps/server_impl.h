@@ -114,6 +114,9 @@ typedef struct schunk {
 	long rseq;    /* replicates (and inits) sent to the backups so far */
 	long *racked; /* [nservers] the last one each backup acknowledged */
 	int synced;   /* backup: holds the primary's copy (installed, then kept up) */
+	/* the chief's init of this chunk ([0]) and of the state ([1], on the
+	 * first chunk of group 0), answered once every live backup holds it */
+	held init[2];
 } schunk;
 
 /* Another server of a group this one belongs to: the replication connection
@@ -382,8 +385,10 @@ int wf_pss_repl_route(server *s, const uint8_t *rid, size_t rid_len, const wf_ps
  * number a reply must wait for (0: no backup). */
 long wf_pss_replicate(server *s, schunk *c, const float *grad, long contributors, long step,
 		      int with_state);
-/* Primary of group 0: the state the chief set, to the backups. */
-void wf_pss_replicate_state(server *s);
+/* Primary of group 0: the state the chief set, to the backups; returns the
+ * chunk whose acknowledgement (of number rseq) says they hold it, NULL when
+ * there is nothing to wait for. */
+schunk *wf_pss_replicate_state(server *s);
 /* Send the held replies of chunk c whose replicate every live backup has
  * acknowledged. */
 void wf_pss_answer_ready(server *s, schunk *c);

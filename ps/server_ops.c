@@ -31,6 +31,25 @@ long wf_pss_server_step(const server *s)
 	return m;
 }
 
+/* Answer an init (of the chunk, or i = 1: of the state) now, or with
+ * replicas once every live backup acknowledged c's replicate `need`: an
+ * init the chief was answered for survives a kill of the primary. */
+static void hold_init(server *s, schunk *c, int i, const uint8_t *rid, size_t rid_len,
+		      const wf_ps_hdr *h, long step, long need)
+{
+	if (!c || need <= 0) {
+		wf_pss_send_ok(s, rid, rid_len, h, step, 0);
+		return;
+	}
+	held *in = &c->init[i];
+	if (in->used) /* a repeat replaces the one before */
+		wf_pss_release(s, in);
+	wf_pss_hold(s, in, rid, rid_len, h);
+	in->step = step;
+	in->need = need;
+	wf_pss_answer_ready(s, c);
+}
+
 void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_msg *m)
 {
 	const wf_ps_hdr *h = &m->hdr;
@@ -40,11 +59,12 @@ void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 		if (s->state_sum.acc)
 			wf_pss_osum_reset(&s->state_sum, s->nworkers);
 		s->state_initialized = 1;
-		wf_pss_send_ok(s, rid, rid_len, h, h->step, 0);
+		schunk *w = NULL;
 		if (from_server)
 			wf_pss_repl_installed(s, h);
 		else
-			wf_pss_replicate_state(s);
+			w = wf_pss_replicate_state(s);
+		hold_init(s, w, 1, rid, rid_len, h, h->step, w ? w->rseq : 0);
 		return;
 	}
 	schunk *c = &s->chunks[s->local[h->chunk]];
@@ -62,11 +82,12 @@ void wf_pss_op_init(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 		wf_pss_units_take(s, c, m->frame[m->nframes - 1], m->size[m->nframes - 1]);
 	c->version = h->step > 0 ? (long)h->step : 0;
 	c->initialized = 1;
-	wf_pss_send_ok(s, rid, rid_len, h, c->version, 0);
+	long need = 0;
 	if (from_server)
 		wf_pss_repl_installed(s, h);
 	else
-		wf_pss_replicate(s, c, NULL, 0, c->version, 0);
+		need = wf_pss_replicate(s, c, NULL, 0, c->version, 0);
+	hold_init(s, c, 0, rid, rid_len, h, c->version, need);
 	wf_pss_barriers_rolled_back(s);
 }
 

@@ -278,14 +278,23 @@ long wf_pss_replicate_units(server *s, schunk *c)
 	return any ? c->rseq : 0;
 }
 
-void wf_pss_replicate_state(server *s)
+schunk *wf_pss_replicate_state(server *s)
 {
 	group *gr = &s->groups[0];
 	if (s->replicas < 2 || gr->role != GRP_PRIMARY || !s->nstate)
-		return;
+		return NULL;
 	for (int p = 0; p < s->cfg->nservers; p++)
 		if (gr->live[p] && send_install(s, p, NULL, 0))
 			gr->live[p] = 0;
+	/* the backups acknowledge inits of chunks only: the first initialized
+	 * chunk of group 0 goes again behind the state, and its
+	 * acknowledgement says the state arrived */
+	for (int i = 0; i < s->nchunks; i++) {
+		schunk *c = &s->chunks[i];
+		if (c->group == 0 && c->initialized)
+			return wf_pss_replicate(s, c, NULL, 0, c->version, 0) ? c : NULL;
+	}
+	return NULL;
 }
 
 static int acked(const server *s, const schunk *c, long need)
@@ -299,6 +308,16 @@ static int acked(const server *s, const schunk *c, long need)
 
 void wf_pss_answer_ready(server *s, schunk *c)
 {
+	for (int i = 0; i < 2; i++) {
+		held *h = &c->init[i];
+		if (!h->used || !acked(s, c, h->need))
+			continue;
+		wf_ps_hdr req = {.op = h->op,
+				 .tag = h->tag,
+				 .chunk = i ? WF_PS_STATE_CHUNK : (uint32_t)c->gidx};
+		wf_pss_send_ok(s, h->rid, h->rid_len, &req, h->step, 0);
+		wf_pss_release(s, h);
+	}
 	for (int w = 0; w < s->nworkers; w++) {
 		held *h = &c->held[w];
 		if (!h->used || h->need <= 0 || !acked(s, c, h->need))

@@ -827,6 +827,83 @@ cleanup:
 	kill_children();
 }
 
+/* Send one message (header and one frame) from a raw DEALER. */
+static void raw_send(void *sock, wf_ps_hdr *h, const void *frame, size_t size)
+{
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	const void *f[1] = {frame};
+	wf_ps_hdr_encode(h, hb, f, &size, 1);
+	zmq_send(sock, hb, sizeof(hb), ZMQ_SNDMORE);
+	zmq_send(sock, frame, size, 0);
+}
+
+/* With replicas, the chief's init of a chunk and of the state is answered
+ * only once the backup holds it: while the backup is stopped (SIGSTOP)
+ * neither reply comes; once it runs again both do, and after a kill -9 of
+ * the primary the worker that fails over reads exactly the init's values
+ * and state. */
+static void test_init_waits_for_the_backup(void)
+{
+	wf_ps_server_cfg sc[2];
+	start_pair(sc, 1, 0, 30); /* the stopped backup is not given up on */
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], st[10], st0[10];
+	wf_ps_client *a = failover_client(&pl, pa, st);
+	void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
+	int linger = 0, k0 = -1;
+	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_connect(sock, conn_ep[0]);
+	wf_err e = {0};
+	if (!a || wf_ps_client_register(a, NULL, NULL, &e) != 0)
+		goto cleanup;
+	fill(p0, NPARAMS, 1);
+	fill(st0, 10, 2);
+	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, st0, 0, &e) == 0, "%s", e.msg);
+	for (int k = 0; k < pl.nchunks && k0 < 0; k++)
+		if (pl.chunks[k].server == 0)
+			k0 = k;
+	/* the chief inits group 0's chunk k0 and the state again, new values */
+	fill(p0 + pl.chunks[k0].offset, pl.chunks[k0].count, 3);
+	fill(st0, 10, 4);
+	kill(children[1], SIGSTOP);
+	wf_ps_hdr h = {.op = WF_PS_OP_INIT,
+		       .sender = WF_PS_SENDER(WF_PS_ROLE_WORKER, 0),
+		       .job_id = JOB,
+		       .chunk = (uint32_t)k0,
+		       .dtype = WF_PS_DTYPE_F32,
+		       .tag = 1};
+	raw_send(sock, &h, p0 + pl.chunks[k0].offset, pl.chunks[k0].count * sizeof(float));
+	h.chunk = WF_PS_STATE_CHUNK;
+	h.tag = 2;
+	raw_send(sock, &h, st0, sizeof(st0));
+	zmq_pollitem_t it = {.socket = sock, .events = ZMQ_POLLIN};
+	WF_CHECK_MSG(zmq_poll(&it, 1, 500) == 0,
+		     "an init was answered while the backup was stopped");
+	kill(children[1], SIGCONT);
+	for (int n = 0; n < 2; n++) {
+		WF_CHECK_MSG(zmq_poll(&it, 1, 5000) == 1, "init %d of 2 was not answered", n + 1);
+		uint8_t hb[WF_PS_HEADER_BYTES];
+		wf_ps_hdr r;
+		WF_CHECK_INT(zmq_recv(sock, hb, sizeof(hb), 0), WF_PS_HEADER_BYTES);
+		wf_ps_hdr_decode(&r, hb);
+		WF_CHECK_INT(r.flags & WF_PS_FLAG_ERROR, 0);
+	}
+	kill(children[0], SIGKILL);
+	memset(pa, 0, sizeof(pa));
+	memset(st, 0, sizeof(st));
+	WF_CHECK_MSG(wf_ps_client_pull(a, -1, NULL, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_pull_state(a, &e) == 0, "%s", e.msg);
+	WF_CHECK(max_diff(pa, p0, NPARAMS) == 0.0f);
+	WF_CHECK(max_diff(st, st0, 10) == 0.0f);
+cleanup:
+	zmq_close(sock);
+	zmq_ctx_term(ctx);
+	wf_ps_client_free(a);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
 /* With replicas, a backup that fell silent (SIGSTOP past ps.server_timeout)
  * is dropped by its primary, which goes on alone. Once it answers again it
  * must join again and take the group's state: an update the primary
@@ -967,12 +1044,7 @@ static void test_two_primaries_resolve(void)
 		       .dtype = WF_PS_DTYPE_F32,
 		       .aux = 1,
 		       .tag = 1};
-	uint8_t hb[WF_PS_HEADER_BYTES];
-	size_t cb = pl.chunks[k0].count * sizeof(float);
-	const void *gf[1] = {g + pl.chunks[k0].offset};
-	wf_ps_hdr_encode(&h, hb, gf, &cb, 1);
-	zmq_send(sock, hb, sizeof(hb), ZMQ_SNDMORE);
-	zmq_send(sock, gf[0], cb, 0);
+	raw_send(sock, &h, g + pl.chunks[k0].offset, pl.chunks[k0].count * sizeof(float));
 	WF_CHECK_MSG(wait_lines(log1, "primary of group 0", "worker 1 failed over", took),
 		     "ps 1 did not take group 0 on worker 1's failover");
 	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0,
@@ -1395,6 +1467,7 @@ int main(void)
 	WF_RUN(test_refusal_ends_the_wait);
 	WF_RUN(test_register_learns_the_restart);
 	WF_RUN(test_pull_unit_waits_for_the_backup);
+	WF_RUN(test_init_waits_for_the_backup);
 	WF_RUN(test_dropped_backup_joins_again);
 	WF_RUN(test_failed_over_group_goes_back);
 	WF_RUN(test_two_primaries_resolve);
