@@ -792,10 +792,12 @@ static void peer_reply(server *s, int p, const wf_ps_msg *m)
 	peer *pe = &s->peers[p];
 	pe->last_seen = wf_now();
 	if (h->op == WF_PS_OP_HEARTBEAT && !(h->flags & WF_PS_FLAG_ERROR)) {
-		if (pe->inc && h->aux != pe->inc)
+		if (pe->inc && h->aux != pe->inc) {
 			for (int g = 0; g < s->cfg->nservers; g++)
 				if (s->groups[g].member && s->groups[g].role == GRP_PRIMARY)
 					backup_lost(s, g, p, "restarted");
+			pe->claims = 0; /* the process that made them is gone */
+		}
 		pe->inc = h->aux;
 		/* chunk: the groups p is the primary of that do not count this
 		 * server as a live backup (wf_pss_repl_unbacked) */
