@@ -512,9 +512,18 @@ void wf_pss_op_join(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 	if (gr->role == GRP_PRIMARY) {
 		int n = install_backup(s, g, from, h->aux);
 		if (n >= 0) {
+			/* a join from a new process: the one before is gone from
+			 * the other groups too (its heartbeat replies, which would
+			 * have said so, are not awaited) */
+			peer *pe = &s->peers[from];
+			int restarted = pe->inc && pe->inc != (uint32_t)h->step;
+			for (int q = 0; restarted && q < s->cfg->nservers; q++)
+				if (q != g && s->groups[q].member &&
+				    s->groups[q].role == GRP_PRIMARY)
+					backup_lost(s, q, from, "restarted");
 			/* its heartbeat replies may still bring the incarnation
 			 * change this join follows: not a new restart */
-			s->peers[from].inc = (uint32_t)h->step;
+			pe->inc = (uint32_t)h->step;
 			wf_info("ps %d: ps %d joins group %d as a backup: sending its %d chunk(s) "
 				"at step %ld",
 				s->cfg->index, from, g, n, group_step(s, g));

@@ -904,6 +904,62 @@ cleanup:
 	kill_children();
 }
 
+/* With replicas, a restarted server's first join tells its primary that
+ * the process before is gone from every group: a push to group 0 that
+ * waits for the old ps 1's acknowledgement (stopped, then "restarted" by a
+ * join of group 1 from a new incarnation) is answered at once, not when
+ * ps 1 joins group 0 too or falls silent for ps.server_timeout. */
+static void test_join_of_a_restart_drops_the_old_backup(void)
+{
+	wf_ps_server_cfg sc[2];
+	start_pair(sc, 1, 0, 30); /* silence alone drops nobody here */
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], g[NPARAMS], st[10];
+	wf_ps_client *a = failover_client(&pl, pa, st);
+	void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
+	int linger = 0, k0 = -1;
+	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_connect(sock, conn_ep[0]);
+	wf_err e = {0};
+	if (!a || wf_ps_client_register(a, NULL, NULL, &e) != 0)
+		goto cleanup;
+	fill(p0, NPARAMS, 1);
+	fill(st, 10, 2);
+	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, st, 0, &e) == 0, "%s", e.msg);
+	for (int k = 0; k < pl.nchunks && k0 < 0; k++)
+		if (pl.chunks[k].server == 0)
+			k0 = k;
+	fill(g, NPARAMS, 5);
+	for (int k = 0; k < pl.nchunks; k++) /* a step of the running job */
+		WF_CHECK_INT(wf_ps_client_push_pull_async(a, k, g, 0, 0, &e), 0);
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	kill(children[1], SIGSTOP);
+	WF_CHECK_INT(wf_ps_client_push_pull_async(a, k0, g, 1, 0, &e), 0);
+	/* "ps 1", a new process, asks ps 0 to take over group 1 and joins it */
+	wf_ps_hdr h = {.op = WF_PS_OP_JOIN,
+		       .flags = WF_PS_FLAG_FAILOVER,
+		       .sender = WF_PS_SENDER(WF_PS_ROLE_SERVER, 1),
+		       .job_id = JOB,
+		       .chunk = 1,
+		       .step = 0x5eed,
+		       .aux = 7};
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	wf_ps_hdr_encode(&h, hb, NULL, NULL, 0);
+	zmq_send(sock, hb, sizeof(hb), 0);
+	double t0 = wf_now();
+	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_now() - t0 < 5, "the push waited %.1f s for the old ps 1", wf_now() - t0);
+cleanup:
+	if (nchildren > 1)
+		kill(children[1], SIGCONT);
+	zmq_close(sock);
+	zmq_ctx_term(ctx);
+	wf_ps_client_free(a);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
 /* With replicas, a backup that fell silent (SIGSTOP past ps.server_timeout)
  * is dropped by its primary, which goes on alone. Once it answers again it
  * must join again and take the group's state: an update the primary
@@ -1468,6 +1524,7 @@ int main(void)
 	WF_RUN(test_register_learns_the_restart);
 	WF_RUN(test_pull_unit_waits_for_the_backup);
 	WF_RUN(test_init_waits_for_the_backup);
+	WF_RUN(test_join_of_a_restart_drops_the_old_backup);
 	WF_RUN(test_dropped_backup_joins_again);
 	WF_RUN(test_failed_over_group_goes_back);
 	WF_RUN(test_two_primaries_resolve);
