@@ -14,7 +14,8 @@
 # server was killed, every complete epoch applied each of its samples
 # exactly once. Seeded: WEFT_CHAOS_SEED (1), WEFT_CHAOS_TRIALS (3 in CI; the
 # longer run: WEFT_CHAOS_TRIALS=50 bash this script with WEFT and
-# WEFT_SRC set). Each trial's line is printed.
+# WEFT_SRC set; WEFT_CHAOS_SET="key=value ..." adds settings to every run,
+# e.g. strategy.elastic_batch=global). Each trial's line is printed.
 . "$WEFT_SRC/tests/ps/lib.sh"
 mkdir -p data
 make_synth data/train.h5 2000 16 1
@@ -27,6 +28,9 @@ args=(--ps 2 --workers 3 --elastic 2:4 --threads 2 --device cpu
 	--set data.eval=data/eval.h5 --set train.steps=400 --set train.eval_every_steps=400
 	--set checkpoint.every_steps=100 --set log.every_steps=20 --set ps.replicas=2
 	--set strategy.mode=sync --set optimizer.lr=0.05)
+for kv in ${WEFT_CHAOS_SET:-}; do
+	args+=(--set "$kv")
+done
 t0=$(date +%s.%N)
 export WEFT_EVENTS=$WORK/ref.events.jsonl
 "$WEFT" launch "${args[@]}" --set checkpoint.dir=ref/ckpt --set log.dir=ref/logs >ref.log 2>&1 ||
