@@ -234,6 +234,42 @@ static int setup_job(wf_ps_client *chief, float *p0)
 	return rc;
 }
 
+/* Worker 0 of the pair registers and seeds the job: values p0 (seed 1) and
+ * state st (seed 2). 0 on success. */
+static int seed_pair(wf_ps_client *a, float *p0, float *st)
+{
+	wf_err e = {0};
+	if (!a || wf_ps_client_register(a, NULL, NULL, &e) != 0)
+		return -1;
+	fill(p0, NPARAMS, 1);
+	fill(st, 10, 2);
+	int rc = wf_ps_client_init(a, p0, NULL, st, 0, &e);
+	WF_CHECK_MSG(rc == 0, "%s", e.msg);
+	return rc;
+}
+
+/* The first chunk placement gave server `server`. */
+static int first_chunk_of(const wf_ps_placement *pl, int server)
+{
+	for (int k = 0; k < pl->nchunks; k++)
+		if (pl->chunks[k].server == server)
+			return k;
+	return -1;
+}
+
+/* kill -9 server `victim`: worker a reads every chunk again (failing over
+ * to the other copies) and must get exactly `acked`; `what` names it. */
+static void acked_survives_kill(wf_ps_client *a, float *pa, const float *acked, int victim,
+				const char *what)
+{
+	wf_err e = {0};
+	kill(children[victim], SIGKILL);
+	memset(pa, 0, NPARAMS * sizeof(float));
+	WF_CHECK_MSG(wf_ps_client_pull(a, -1, NULL, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(max_diff(pa, acked, NPARAMS) == 0.0f, "%s was lost (max diff %g)", what,
+		     (double)max_diff(pa, acked, NPARAMS));
+}
+
 /* ---- raw messages ------------------------------------------------------- */
 
 /* Send frames from a raw DEALER and return the reply's flags (-1: no reply). */
@@ -555,7 +591,7 @@ static void sync_step(wf_ps_client *c, const wf_ps_placement *pl, const float *g
 {
 	wf_err e = {0};
 	for (int k = 0; k < pl->nchunks; k++)
-		wf_ps_client_push_pull_async(c, k, g, step, 0, &e);
+		WF_CHECK_INT(wf_ps_client_push_pull_async(c, k, g, step, 0, &e), 0);
 	WF_CHECK_MSG(wf_ps_client_wait_all(c, &e) == 0, "%s", e.msg);
 }
 
@@ -737,9 +773,7 @@ static void test_register_learns_the_restart(void)
 	late_push lp = {.c = b, .pl = &pl, .g = g, .step = 5, .after = 2.5 * hb};
 	pthread_t t;
 	WF_CHECK_INT(pthread_create(&t, NULL, push_late, &lp), 0);
-	for (int k = 0; k < pl.nchunks; k++)
-		WF_CHECK_INT(wf_ps_client_push_pull_async(a, k, g, 5, 0, &e), 0);
-	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	sync_step(a, &pl, g, 5);
 	pthread_join(t, NULL);
 	WF_CHECK_MSG(lp.rc == 0, "%s", lp.msg);
 	WF_CHECK(max_diff(pa, pb, NPARAMS) == 0.0f);
@@ -855,14 +889,9 @@ static void test_init_waits_for_the_backup(void)
 	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_connect(sock, conn_ep[0]);
 	wf_err e = {0};
-	if (!a || wf_ps_client_register(a, NULL, NULL, &e) != 0)
+	if (seed_pair(a, p0, st0) != 0)
 		goto cleanup;
-	fill(p0, NPARAMS, 1);
-	fill(st0, 10, 2);
-	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, st0, 0, &e) == 0, "%s", e.msg);
-	for (int k = 0; k < pl.nchunks && k0 < 0; k++)
-		if (pl.chunks[k].server == 0)
-			k0 = k;
+	k0 = first_chunk_of(&pl, 0);
 	/* the chief inits group 0's chunk k0 and the state again, new values */
 	fill(p0 + pl.chunks[k0].offset, pl.chunks[k0].count, 3);
 	fill(st0, 10, 4);
@@ -922,18 +951,11 @@ static void test_join_of_a_restart_drops_the_old_backup(void)
 	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
 	zmq_connect(sock, conn_ep[0]);
 	wf_err e = {0};
-	if (!a || wf_ps_client_register(a, NULL, NULL, &e) != 0)
+	if (seed_pair(a, p0, st) != 0)
 		goto cleanup;
-	fill(p0, NPARAMS, 1);
-	fill(st, 10, 2);
-	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, st, 0, &e) == 0, "%s", e.msg);
-	for (int k = 0; k < pl.nchunks && k0 < 0; k++)
-		if (pl.chunks[k].server == 0)
-			k0 = k;
+	k0 = first_chunk_of(&pl, 0);
 	fill(g, NPARAMS, 5);
-	for (int k = 0; k < pl.nchunks; k++) /* a step of the running job */
-		WF_CHECK_INT(wf_ps_client_push_pull_async(a, k, g, 0, 0, &e), 0);
-	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	sync_step(a, &pl, g, 0); /* a step of the running job */
 	kill(children[1], SIGSTOP);
 	WF_CHECK_INT(wf_ps_client_push_pull_async(a, k0, g, 1, 0, &e), 0);
 	/* "ps 1", a new process, asks ps 0 to take over group 1 and joins it */
@@ -973,15 +995,11 @@ static void test_dropped_backup_joins_again(void)
 	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], acked[NPARAMS], g[NPARAMS], st[10];
 	wf_ps_client *a = failover_client(&pl, pa, st);
-	wf_err e = {0};
 	char log0[300], log1[300];
 	snprintf(log0, sizeof(log0), "%s/ps-0.log", tmpdir);
 	snprintf(log1, sizeof(log1), "%s/ps-1.log", tmpdir);
-	if (!a || wf_ps_client_register(a, NULL, NULL, &e) != 0)
+	if (seed_pair(a, p0, st) != 0)
 		goto cleanup;
-	fill(p0, NPARAMS, 1);
-	fill(st, 10, 2);
-	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, st, 0, &e) == 0, "%s", e.msg);
 	int dropped = file_count(log0, "backup ps 1 of group 0", "stopped answering");
 	int joins = file_count(log1, "joined group 0 as a backup", NULL);
 	kill(children[1], SIGSTOP);
@@ -991,17 +1009,10 @@ static void test_dropped_backup_joins_again(void)
 	WF_CHECK_MSG(wait_lines(log1, "joined group 0 as a backup", NULL, joins),
 		     "the dropped backup did not join group 0 again");
 	fill(g, NPARAMS, 5);
-	for (int k = 0; k < pl.nchunks; k++)
-		WF_CHECK_INT(wf_ps_client_push_pull_async(a, k, g, 0, 0, &e), 0);
-	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	sync_step(a, &pl, g, 0);
 	memcpy(acked, pa, sizeof(acked));
 	WF_CHECK(max_diff(acked, p0, NPARAMS) > 0.0f);
-	kill(children[0], SIGKILL);
-	memset(pa, 0, sizeof(pa));
-	WF_CHECK_MSG(wf_ps_client_pull(a, -1, NULL, &e) == 0, "%s", e.msg);
-	WF_CHECK_MSG(max_diff(pa, acked, NPARAMS) == 0.0f,
-		     "after the failover group 0 lost the acknowledged update (max diff %g)",
-		     (double)max_diff(pa, acked, NPARAMS));
+	acked_survives_kill(a, pa, acked, 0, "after the failover, the acknowledged update");
 cleanup:
 	wf_ps_client_free(a);
 	wf_ps_placement_free(&pl);
@@ -1021,36 +1032,23 @@ static void test_failed_over_group_goes_back(void)
 	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], acked[NPARAMS], g[NPARAMS], st[10];
 	wf_ps_client *a = failover_client(&pl, pa, st);
-	wf_err e = {0};
 	char log0[300];
 	snprintf(log0, sizeof(log0), "%s/ps-0.log", tmpdir);
-	if (!a || wf_ps_client_register(a, NULL, NULL, &e) != 0)
+	if (seed_pair(a, p0, st) != 0)
 		goto cleanup;
-	fill(p0, NPARAMS, 1);
-	fill(st, 10, 2);
-	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, st, 0, &e) == 0, "%s", e.msg);
 	kill(children[0], SIGKILL);
 	waitpid(children[0], NULL, 0);
 	children[0] = 0;
 	fill(g, NPARAMS, 5); /* group 0 fails over to ps 1 */
-	for (int k = 0; k < pl.nchunks; k++)
-		WF_CHECK_INT(wf_ps_client_push_pull_async(a, k, g, 0, 0, &e), 0);
-	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	sync_step(a, &pl, g, 0);
 	int back = file_count(log0, "primary of group 0", "ps 1 handed it back");
 	start_server(&sc[0]);
 	WF_CHECK_MSG(wait_lines(log0, "primary of group 0", "ps 1 handed it back", back),
 		     "ps 1 did not hand group 0 back to the restarted ps 0");
 	fill(g, NPARAMS, 6);
-	for (int k = 0; k < pl.nchunks; k++)
-		WF_CHECK_INT(wf_ps_client_push_pull_async(a, k, g, 1, 0, &e), 0);
-	WF_CHECK_MSG(wf_ps_client_wait_all(a, &e) == 0, "%s", e.msg);
+	sync_step(a, &pl, g, 1);
 	memcpy(acked, pa, sizeof(acked));
-	kill(children[1], SIGKILL);
-	memset(pa, 0, sizeof(pa));
-	WF_CHECK_MSG(wf_ps_client_pull(a, -1, NULL, &e) == 0, "%s", e.msg);
-	WF_CHECK_MSG(max_diff(pa, acked, NPARAMS) == 0.0f,
-		     "an update acknowledged after the handoff was lost (max diff %g)",
-		     (double)max_diff(pa, acked, NPARAMS));
+	acked_survives_kill(a, pa, acked, 1, "an update acknowledged after the handoff");
 cleanup:
 	wf_ps_client_free(a);
 	wf_ps_placement_free(&pl);
@@ -1079,15 +1077,10 @@ static void test_two_primaries_resolve(void)
 	char log0[300], log1[300];
 	snprintf(log0, sizeof(log0), "%s/ps-0.log", tmpdir);
 	snprintf(log1, sizeof(log1), "%s/ps-1.log", tmpdir);
-	if (!a || !b || wf_ps_client_register(a, NULL, NULL, &e) != 0)
+	if (!b || seed_pair(a, p0, st) != 0)
 		goto cleanup;
-	fill(p0, NPARAMS, 1);
-	fill(st, 10, 2);
-	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, st, 0, &e) == 0, "%s", e.msg);
 	WF_CHECK_MSG(wf_ps_client_register(b, NULL, NULL, &e) == 0, "%s", e.msg);
-	for (int k = 0; k < pl.nchunks && k0 < 0; k++)
-		if (pl.chunks[k].server == 0)
-			k0 = k;
+	k0 = first_chunk_of(&pl, 0);
 	fill(g, NPARAMS, 5);
 	int took = file_count(log1, "primary of group 0", "worker 1 failed over");
 	WF_CHECK_INT(wf_ps_client_push_pull_async(a, k0, g, 0, 0, &e), 0);
