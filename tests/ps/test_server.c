@@ -954,10 +954,15 @@ static void test_join_of_a_restart_drops_the_old_backup(void)
 	if (seed_pair(a, p0, st) != 0)
 		goto cleanup;
 	k0 = first_chunk_of(&pl, 0);
+	/* the running job: steps for a second, long enough for ps 0 to have
+	 * heard ps 1's incarnation in a heartbeat reply (every 0.25 s) since it
+	 * took group 0, which nothing outside the servers shows */
 	fill(g, NPARAMS, 5);
-	sync_step(a, &pl, g, 0); /* a step of the running job */
+	long step = 0;
+	for (double t = wf_now(); wf_now() - t < 1.0; step++)
+		sync_step(a, &pl, g, step);
 	kill(children[1], SIGSTOP);
-	WF_CHECK_INT(wf_ps_client_push_pull_async(a, k0, g, 1, 0, &e), 0);
+	WF_CHECK_INT(wf_ps_client_push_pull_async(a, k0, g, step, 0, &e), 0);
 	/* "ps 1", a new process, asks ps 0 to take over group 1 and joins it */
 	wf_ps_hdr h = {.op = WF_PS_OP_JOIN,
 		       .flags = WF_PS_FLAG_FAILOVER,
