@@ -1105,7 +1105,8 @@ static void test_two_primaries_resolve(void)
 		     "the step split between two primaries did not complete: %s", e.msg);
 	zmq_pollitem_t it = {.socket = sock, .events = ZMQ_POLLIN};
 	WF_CHECK_MSG(zmq_poll(&it, 1, 5000) == 1, "worker 1's push was not answered");
-	WF_CHECK(file_count(log0, "ps 1 is the primary of group 0 too", NULL) >= 1);
+	WF_CHECK_MSG(wait_lines(log0, "ps 1 is the primary of group 0 too", NULL, 0),
+		     "ps 0 did not yield group 0 to ps 1");
 cleanup:
 	zmq_close(sock);
 	zmq_ctx_term(ctx);
