@@ -272,6 +272,27 @@ static void acked_survives_kill(wf_ps_client *a, float *pa, const float *acked, 
 
 /* ---- raw messages ------------------------------------------------------- */
 
+/* A raw DEALER connected to server `server`, in a context of its own. */
+typedef struct raw_peer {
+	void *ctx, *sock;
+} raw_peer;
+
+static raw_peer raw_open(int server)
+{
+	raw_peer r = {zmq_ctx_new(), NULL};
+	int linger = 0;
+	r.sock = zmq_socket(r.ctx, ZMQ_DEALER);
+	zmq_setsockopt(r.sock, ZMQ_LINGER, &linger, sizeof(linger));
+	zmq_connect(r.sock, conn_ep[server]);
+	return r;
+}
+
+static void raw_close(raw_peer *r)
+{
+	zmq_close(r->sock);
+	zmq_ctx_term(r->ctx);
+}
+
 /* Send frames from a raw DEALER and return the reply's flags (-1: no reply). */
 static char last_text[2048]; /* payload of the last raw_exchange reply */
 
@@ -319,10 +340,8 @@ static void test_bad_messages_rejected_and_counted(void)
 	if (!chief || setup_job(chief, p0))
 		goto cleanup;
 
-	void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
-	int linger = 0;
-	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
-	zmq_connect(sock, conn_ep[0]);
+	raw_peer raw = raw_open(0);
+	void *sock = raw.sock;
 	float g[256];
 	fill(g, 256, 9);
 	size_t cb = pl.chunks[0].count * sizeof(float); /* 250 floats */
@@ -395,8 +414,7 @@ static void test_bad_messages_rejected_and_counted(void)
 	size_t many_sz[8] = {64, 4, 4, 4, 4, 4, 4, 4};
 	WF_CHECK(raw_exchange(sock, many, many_sz, 8) & WF_PS_FLAG_ERROR);
 	expect[WF_PS_REJECT_FRAMES]++;
-	zmq_close(sock);
-	zmq_ctx_term(ctx);
+	raw_close(&raw);
 
 	/* the values did not move, and every rejection is counted by reason */
 	memset(params, 0, sizeof(params));
@@ -884,10 +902,9 @@ static void test_init_waits_for_the_backup(void)
 	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], st[10], st0[10];
 	wf_ps_client *a = failover_client(&pl, pa, st);
-	void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
-	int linger = 0, k0 = -1;
-	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
-	zmq_connect(sock, conn_ep[0]);
+	raw_peer raw = raw_open(0);
+	void *sock = raw.sock;
+	int k0 = -1;
 	wf_err e = {0};
 	if (seed_pair(a, p0, st0) != 0)
 		goto cleanup;
@@ -926,8 +943,7 @@ static void test_init_waits_for_the_backup(void)
 	WF_CHECK(max_diff(pa, p0, NPARAMS) == 0.0f);
 	WF_CHECK(max_diff(st, st0, 10) == 0.0f);
 cleanup:
-	zmq_close(sock);
-	zmq_ctx_term(ctx);
+	raw_close(&raw);
 	wf_ps_client_free(a);
 	wf_ps_placement_free(&pl);
 	kill_children();
@@ -946,10 +962,9 @@ static void test_join_of_a_restart_drops_the_old_backup(void)
 	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], g[NPARAMS], st[10];
 	wf_ps_client *a = failover_client(&pl, pa, st);
-	void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
-	int linger = 0, k0 = -1;
-	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
-	zmq_connect(sock, conn_ep[0]);
+	raw_peer raw = raw_open(0);
+	void *sock = raw.sock;
+	int k0 = -1;
 	wf_err e = {0};
 	if (seed_pair(a, p0, st) != 0)
 		goto cleanup;
@@ -980,8 +995,7 @@ static void test_join_of_a_restart_drops_the_old_backup(void)
 cleanup:
 	if (nchildren > 1)
 		kill(children[1], SIGCONT);
-	zmq_close(sock);
-	zmq_ctx_term(ctx);
+	raw_close(&raw);
 	wf_ps_client_free(a);
 	wf_ps_placement_free(&pl);
 	kill_children();
@@ -1074,10 +1088,9 @@ static void test_two_primaries_resolve(void)
 	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], g[NPARAMS], st[10];
 	wf_ps_client *a = failover_client(&pl, pa, st);
 	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0);
-	void *ctx = zmq_ctx_new(), *sock = zmq_socket(ctx, ZMQ_DEALER);
-	int linger = 0, k0 = -1;
-	zmq_setsockopt(sock, ZMQ_LINGER, &linger, sizeof(linger));
-	zmq_connect(sock, conn_ep[1]);
+	raw_peer raw = raw_open(1);
+	void *sock = raw.sock;
+	int k0 = -1;
 	wf_err e = {0};
 	char log0[300], log1[300];
 	snprintf(log0, sizeof(log0), "%s/ps-0.log", tmpdir);
@@ -1108,8 +1121,7 @@ static void test_two_primaries_resolve(void)
 	WF_CHECK_MSG(wait_lines(log0, "ps 1 is the primary of group 0 too", NULL, 0),
 		     "ps 0 did not yield group 0 to ps 1");
 cleanup:
-	zmq_close(sock);
-	zmq_ctx_term(ctx);
+	raw_close(&raw);
 	wf_ps_client_free(a);
 	wf_ps_client_free(b);
 	wf_ps_placement_free(&pl);
