@@ -122,10 +122,11 @@ typedef struct schunk {
 /* Another server of a group this one belongs to: the replication connection
  * (a DEALER to its ROUTER) and what its heartbeat replies say. */
 typedef struct peer {
-	void *sock;	  /* NULL: no group in common */
-	double last_seen; /* seconds: last reply, 0 none */
-	uint32_t inc;	  /* its incarnation, 0 not known */
-	uint32_t claims;  /* its last heartbeat reply's chunk (wf_pss_repl_unbacked) */
+	void *sock;	   /* NULL: no group in common */
+	double last_seen;  /* seconds: last reply, 0 none */
+	uint32_t inc;	   /* its incarnation, 0 not known */
+	uint32_t join_inc; /* the incarnation its latest join named, 0 none */
+	uint32_t claims;   /* its last heartbeat reply's chunk (wf_pss_repl_unbacked) */
 } peer;
 
 /* This server's part in group g (it is a member). */

@@ -503,6 +503,8 @@ void wf_pss_op_join(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 		return;
 	}
 	group *gr = &s->groups[g];
+	peer *pe = &s->peers[from];
+	pe->join_inc = (uint32_t)h->step; /* the process now asking (join_default) */
 	int ready = group_ready(s, g);
 	if (gr->role == GRP_BACKUP && ready && (h->flags & WF_PS_FLAG_FAILOVER) &&
 	    gr->primary == from)
@@ -515,7 +517,6 @@ void wf_pss_op_join(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_m
 			/* a join from a new process: the one before is gone from
 			 * the other groups too (its heartbeat replies, which would
 			 * have said so, are not awaited) */
-			peer *pe = &s->peers[from];
 			int restarted = pe->inc && pe->inc != (uint32_t)h->step;
 			for (int q = 0; restarted && q < s->cfg->nservers; q++)
 				if (q != g && s->groups[q].member &&
@@ -682,8 +683,10 @@ static void join_default(server *s, int g)
 			int q = member(s, g, k);
 			gr->live[q] = 1; /* until one fails */
 			/* the process that answered counts, whichever incarnation
-			 * the heartbeats knew before: its next reply names it */
-			s->peers[q].inc = 0;
+			 * the heartbeats knew before: it is the one that asked to
+			 * join (it holds no state: it is joining too), or, if its
+			 * join has not come yet, the next heartbeat reply names it */
+			s->peers[q].inc = s->peers[q].join_inc;
 		}
 	} else {
 		gr->role = GRP_BACKUP;
