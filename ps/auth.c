@@ -1,4 +1,5 @@
-/* auth.c: CURVE key files, key generation and the servers' ZAP handler. */
+/* auth.c: CURVE key files, key generation, the servers' ZAP handler and
+ * socket monitors. */
 #include "ps/auth.h"
 
 #include "common/log.h"
@@ -384,4 +385,44 @@ void wf_ps_zap_stop(wf_ps_zap *z)
 	zmq_close(z->sock);
 	memset(z->client_key, 0, sizeof(z->client_key));
 	free(z);
+}
+
+void *wf_ps_monitor_open(void *zctx, void *sock, int events)
+{
+	char addr[64];
+	int linger = 0;
+	snprintf(addr, sizeof(addr), "inproc://wf-ps-monitor-%p", sock);
+	if (zmq_socket_monitor(sock, addr, events) != 0)
+		return NULL;
+	void *mon = zmq_socket(zctx, ZMQ_PAIR);
+	if (mon &&
+	    (zmq_setsockopt(mon, ZMQ_LINGER, &linger, sizeof(linger)) || zmq_connect(mon, addr))) {
+		zmq_close(mon);
+		mon = NULL;
+	}
+	if (!mon)
+		zmq_socket_monitor(sock, NULL, 0);
+	return mon;
+}
+
+int wf_ps_monitor_next(void *mon, uint16_t *event, uint32_t *value)
+{
+	zmq_msg_t ev, where;
+	int got = 0;
+	zmq_msg_init(&ev);
+	zmq_msg_init(&where);
+	/* two frames: u16 event and u32 value, then the endpoint */
+	while (!got && zmq_msg_recv(&ev, mon, ZMQ_DONTWAIT) >= 0) {
+		if (zmq_msg_more(&ev))
+			zmq_msg_recv(&where, mon, 0);
+		if (zmq_msg_size(&ev) < 6)
+			continue;
+		const uint8_t *b = zmq_msg_data(&ev);
+		memcpy(event, b, 2);
+		memcpy(value, b + 2, 4);
+		got = 1;
+	}
+	zmq_msg_close(&ev);
+	zmq_msg_close(&where);
+	return got;
 }

@@ -1,7 +1,6 @@
-/* auth.h: ZeroMQ CURVE keys of a parameter-server cluster and the server's
- * ZAP handler. A cluster has two key pairs, kept as files in one key
- * directory (a Kubernetes Secret, or what `weft keygen` / `weft launch`
- * write):
+/* auth.h: ZeroMQ CURVE keys of a parameter-server cluster, the server's
+ * ZAP handler, and the socket monitors that watch connections. A cluster has two key pairs, kept as
+ * files in one key directory (a Kubernetes Secret, or what `weft keygen` / `weft launch` write):
  *
  *   server.pub  server.key   the servers' key pair (every server)
  *   client.pub  client.key   the clients' key pair (chief, workers, tools)
@@ -64,5 +63,14 @@ void wf_ps_zap_stop(wf_ps_zap *z);
  * client socket (CURVE client of the cluster's servers). */
 int wf_ps_curve_server(void *sock, const wf_ps_keys *k, wf_err *err);
 int wf_ps_curve_client(void *sock, const wf_ps_keys *k, wf_err *err);
+
+/* Watch sock's connections (ZeroMQ's socket monitor for the ZMQ_EVENT_*
+ * bits of events): the PAIR socket their events are read from, NULL when
+ * ZeroMQ refuses. Before closing sock, call zmq_socket_monitor(sock, NULL,
+ * 0), then close both. */
+void *wf_ps_monitor_open(void *zctx, void *sock, int events);
+/* Read the next event waiting on mon: 1 with its ZMQ_EVENT_* number and
+ * value (a connection's fd, an error code), 0 when none waits. */
+int wf_ps_monitor_next(void *mon, uint16_t *event, uint32_t *value);
 
 #endif

@@ -36,9 +36,11 @@ typedef struct pending {
 	char msg[1024];	 /* error text of the reply */
 	long reply_step; /* step field of the reply */
 	int stale;
-	uint32_t aux; /* aux of the reply (backup workers: the next data unit + 1) */
-	int nunits;   /* units in the reply's unit list (in the client's ulist); 0 none */
-	uint32_t inc; /* the server's incarnation when sent (0: not known yet) */
+	uint32_t aux;	 /* aux of the reply (backup workers: the next data unit + 1) */
+	int nunits;	 /* units in the reply's unit list (in the client's ulist); 0 none */
+	uint32_t inc;	 /* the server's incarnation when sent (0: not known yet) */
+	uint32_t closed; /* its connections closed when sent (handshakes.closed,
+			  * one less when it was down then: it failed at once) */
 	/* replication: how to send it again */
 	const float *grads;    /* push: the gradient buffer */
 	int with_state;	       /* push: carries the state */
@@ -60,14 +62,18 @@ typedef struct sent_tok {
 
 enum { AGAIN_NO, AGAIN_REDIRECT, AGAIN_FAILOVER, AGAIN_SAME };
 
-/* What a server's connections said during a register: a security-mode
+/* What a server's connections said. During a register: a security-mode
  * mismatch or a refusal of the keys is a misconfiguration, not an absent
- * server, and fails register at once instead of after connect_timeout. */
+ * server, and fails register at once instead of after connect_timeout.
+ * Later: a connection the server closed (its process ended) loses the
+ * requests sent before it. */
 typedef struct handshakes {
-	int succeeded; /* a CURVE/NULL handshake completed */
-	int mechanism; /* the peer speaks another mechanism (CURVE vs plain TCP) */
-	int refused;   /* the server's authenticator refused our client key */
-	int dropped;   /* connected, then dropped before a handshake completed */
+	int succeeded;	 /* a CURVE/NULL handshake completed */
+	int mechanism;	 /* the peer speaks another mechanism (CURVE vs plain TCP) */
+	int refused;	 /* the server's authenticator refused our client key */
+	int dropped;	 /* connected, then dropped before a handshake completed */
+	uint32_t closed; /* connections that ended, any time */
+	int down;	 /* the last event was an ended connection */
 } handshakes;
 
 struct wf_ps_client {
@@ -316,7 +322,8 @@ static int send_req(wf_ps_client *c, int s, int slot, wf_ps_hdr *h, const void *
 		       .chunk = h->chunk,
 		       .step = (long)h->step,
 		       .reply_step = -1,
-		       .inc = c->inc ? atomic_load(&c->inc[s]) : 0};
+		       .inc = c->inc ? atomic_load(&c->inc[s]) : 0,
+		       .closed = c->hs[s].closed - (uint32_t)c->hs[s].down};
 	sent_tok *tok = NULL;
 	int push = h->op == WF_PS_OP_PUSH_PULL && slot < nchunks_of(c);
 	if (c->tok && push && zero_copy && nf > 0 &&
@@ -461,25 +468,30 @@ static void drain(wf_ps_client *c, int k)
 	}
 }
 
-/* With heartbeats on: fail the open requests of a server that restarted
- * (its incarnation changed since they were sent: their replies will never
- * come) or fell silent for server_timeout, naming it. */
+/* Fail the open requests of a server that restarted (with heartbeats on:
+ * its incarnation changed since they were sent, so their replies will
+ * never come) or fell silent for server_timeout, naming it. With replicas,
+ * a request whose connection closed since it was sent, or was closed then
+ * (the process ended: the kernel closed its sockets), goes to the group's
+ * next server at once, without waiting for a restart; a server-wide one
+ * waits for that. */
 static void check_servers(wf_ps_client *c)
 {
-	if (!c->hb_started)
-		return;
 	int64_t now = (int64_t)(wf_now() * 1000);
 	for (int i = 0; i < c->cap; i++) {
 		pending *p = &c->pend[i];
 		if (!p->used || p->done || p->held)
 			continue;
-		uint32_t inc = atomic_load(&c->inc[p->server]);
-		int64_t seen = atomic_load(&c->seen[p->server]);
+		uint32_t inc = c->hb_started ? atomic_load(&c->inc[p->server]) : 0;
+		int64_t seen = c->hb_started ? atomic_load(&c->seen[p->server]) : 0;
 		const char *why = NULL;
 		if (p->inc && inc && inc != p->inc)
 			why = "restarted";
 		else if (seen && (double)(now - seen) > 1000.0 * c->server_timeout)
 			why = "stopped answering heartbeats";
+		else if (c->replicas > 1 && c->hs[p->server].closed != p->closed &&
+			 p->op != WF_PS_OP_REGISTER)
+			why = "closed its connection";
 		if (!why)
 			continue;
 		if (c->replicas > 1 && p->op != WF_PS_OP_REGISTER) {
@@ -641,12 +653,15 @@ static int refused(wf_ps_client *c)
 static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_err *err)
 {
 	double deadline = wf_now() + timeout;
+	/* every socket, its monitor (a closed connection), the eventfd */
 	int nsock = c->cfg.nservers * c->nstripes;
-	zmq_pollitem_t items[nsock + 1];
-	for (int k = 0; k < nsock; k++)
+	zmq_pollitem_t items[2 * nsock + 1];
+	for (int k = 0; k < nsock; k++) {
 		items[k] = (zmq_pollitem_t){.socket = c->socks[k], .events = ZMQ_POLLIN};
-	items[nsock] = (zmq_pollitem_t){.fd = c->wake, .events = ZMQ_POLLIN};
-	int nitems = nsock + (c->wake >= 0);
+		items[nsock + k] = (zmq_pollitem_t){.socket = c->mons[k], .events = ZMQ_POLLIN};
+	}
+	items[2 * nsock] = (zmq_pollitem_t){.fd = c->wake, .events = ZMQ_POLLIN};
+	int nitems = 2 * nsock + (c->wake >= 0);
 	int rc = 0;
 	for (;;) {
 		int open = 0;
@@ -686,13 +701,18 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_e
 				     zmq_strerror(zmq_errno()));
 			break;
 		}
-		for (int k = 0; k < nsock; k++)
+		int events = 0;
+		for (int k = 0; k < nsock; k++) {
 			if (items[k].revents & ZMQ_POLLIN)
 				drain(c, k);
+			events |= items[nsock + k].revents & ZMQ_POLLIN;
+		}
+		if (events)
+			read_handshakes(c);
 		check_servers(c);
 		if (c->replicas > 1)
 			send_again(c);
-		if (nitems > nsock && (items[nsock].revents & ZMQ_POLLIN)) {
+		if (nitems > 2 * nsock && (items[2 * nsock].revents & ZMQ_POLLIN)) {
 			uint64_t n;
 			if (read(c->wake, &n, sizeof(n)) < 0) { /* EAGAIN: nothing to clear */
 			}
@@ -761,26 +781,6 @@ static int to_servers(wf_ps_client *c, int only, uint16_t op, long step, const c
 
 /* ---- handshakes --------------------------------------------------------- */
 
-/* Watch socket k's connections (ZeroMQ's socket monitor, read through a PAIR
- * socket; events name the handshake's outcome). */
-static int monitor_start(wf_ps_client *c, int k)
-{
-	char addr[96];
-	int linger = 0;
-	snprintf(addr, sizeof(addr), "inproc://wf-ps-client-%p-%d", (void *)c, k);
-	if (zmq_socket_monitor(c->socks[k], addr,
-			       ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
-				       ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
-				       ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
-				       ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-				       ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) != 0 ||
-	    !(c->mons[k] = zmq_socket(c->zctx, ZMQ_PAIR)) ||
-	    zmq_setsockopt(c->mons[k], ZMQ_LINGER, &linger, sizeof(linger)) ||
-	    zmq_connect(c->mons[k], addr))
-		return -1;
-	return 0;
-}
-
 /* Priority: a new connection fd to server s keeps at most
  * cfg.priority_bytes of pushes unsent in the kernel (TCP_NOTSENT_LOWAT:
  * ZeroMQ's I/O thread is told the socket is writable only below it, and
@@ -816,26 +816,18 @@ static void read_handshakes(wf_ps_client *c)
 {
 	for (int k = 0; c->mons && k < c->cfg.nservers * c->nstripes; k++) {
 		handshakes *h = &c->hs[k / c->nstripes];
-		zmq_msg_t ev, where;
-		zmq_msg_init(&ev);
-		zmq_msg_init(&where);
-		while (c->mons[k] && zmq_msg_recv(&ev, c->mons[k], ZMQ_DONTWAIT) >= 0) {
-			/* two frames: u16 event + u32 value, then the endpoint */
-			if (zmq_msg_more(&ev))
-				zmq_msg_recv(&where, c->mons[k], 0);
-			if (zmq_msg_size(&ev) < 6)
-				continue;
-			const uint8_t *b = zmq_msg_data(&ev);
-			uint16_t event;
-			uint32_t value;
-			memcpy(&event, b, 2);
-			memcpy(&value, b + 2, 4);
+		uint16_t event;
+		uint32_t value;
+		while (c->mons[k] && wf_ps_monitor_next(c->mons[k], &event, &value)) {
 			switch (event) {
 			case ZMQ_EVENT_CONNECTED:
 				if (c->queued)
 					limit_unsent(c, (int)value, k / c->nstripes);
 				break;
-			case ZMQ_EVENT_HANDSHAKE_SUCCEEDED: h->succeeded = 1; break;
+			case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+				h->succeeded = 1;
+				h->down = 0;
+				break;
 			case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
 				if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
 					h->mechanism = 1;
@@ -844,11 +836,13 @@ static void read_handshakes(wf_ps_client *c)
 				break;
 			case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: h->refused = 1; break;
 			case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: h->dropped++; break;
+			case ZMQ_EVENT_DISCONNECTED:
+				h->closed++;
+				h->down = 1;
+				break;
 			default: break;
 			}
 		}
-		zmq_msg_close(&ev);
-		zmq_msg_close(&where);
 	}
 }
 
@@ -1149,7 +1143,13 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 		    zmq_setsockopt(c->socks[k], ZMQ_LINGER, &linger, sizeof(linger)) ||
 		    zmq_setsockopt(c->socks[k], ZMQ_RECONNECT_IVL, &ivl, sizeof(ivl)) ||
 		    zmq_setsockopt(c->socks[k], ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof(ivl_max)) ||
-		    monitor_start(c, k) != 0 || zmq_connect(c->socks[k], cfg->endpoints[s])) {
+		    !(c->mons[k] = wf_ps_monitor_open(c->zctx, c->socks[k],
+						      ZMQ_EVENT_CONNECTED | ZMQ_EVENT_DISCONNECTED |
+							      ZMQ_EVENT_HANDSHAKE_SUCCEEDED |
+							      ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL |
+							      ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+							      ZMQ_EVENT_HANDSHAKE_FAILED_AUTH)) ||
+		    zmq_connect(c->socks[k], cfg->endpoints[s])) {
 			rc = wf_errf(err, WF_EINVAL,
 				     "ps client: cannot connect to ps %d at \"%s\": %s", s,
 				     cfg->endpoints[s], zmq_strerror(zmq_errno()));

@@ -717,7 +717,7 @@ int wf_ps_server_run(const wf_ps_server_cfg *cfg, wf_err *err)
 	if ((rc = wf_pss_repl_init(s, err)) != 0)
 		goto cleanup;
 	s->running = 1;
-	zmq_pollitem_t items[1 + WF_PS_MAX_PEERS];
+	zmq_pollitem_t items[1 + 2 * WF_PS_MAX_PEERS]; /* peers and their monitors */
 	int nitems = 1 + wf_pss_repl_poll_items(s, items + 1);
 	items[0] = (zmq_pollitem_t){.socket = s->sock, .events = ZMQ_POLLIN};
 	while (s->running) {

@@ -890,11 +890,28 @@ static void read_peer(server *s, int p)
 int wf_pss_repl_poll_items(server *s, zmq_pollitem_t *items)
 {
 	int n = 0;
-	for (int p = 0; s->peers && p < s->cfg->nservers; p++)
+	for (int p = 0; s->peers && p < s->cfg->nservers; p++) {
 		if (s->peers[p].sock)
 			items[n++] =
 				(zmq_pollitem_t){.socket = s->peers[p].sock, .events = ZMQ_POLLIN};
+		if (s->peers[p].mon)
+			items[n++] =
+				(zmq_pollitem_t){.socket = s->peers[p].mon, .events = ZMQ_POLLIN};
+	}
 	return n;
+}
+
+/* p is gone (why): it counts as a backup nowhere until it joins again, and
+ * its next heartbeat reply names the incarnation that answers. */
+static void peer_gone(server *s, int p, const char *why)
+{
+	peer *pe = &s->peers[p];
+	pe->last_seen = 0; /* once per silence */
+	pe->inc = 0;
+	pe->claims = 0;
+	for (int g = 0; g < s->cfg->nservers; g++)
+		if (s->groups[g].member && s->groups[g].role == GRP_PRIMARY)
+			backup_lost(s, g, p, why);
 }
 
 void wf_pss_repl_tick(server *s)
@@ -904,9 +921,17 @@ void wf_pss_repl_tick(server *s)
 	int n = s->cfg->nservers;
 	double now = wf_now(), timeout = s->cfg->peer_timeout > 0 ? s->cfg->peer_timeout
 								  : WF_PS_SERVER_TIMEOUT_DEFAULT;
-	for (int p = 0; p < n; p++)
+	for (int p = 0; p < n; p++) {
 		if (s->peers[p].sock)
 			read_peer(s, p);
+		/* a closed connection: the process ended (the kernel closed its
+		 * sockets), a restart or not; its backups' acks will not come */
+		uint16_t event;
+		uint32_t value;
+		while (s->peers[p].mon && wf_ps_monitor_next(s->peers[p].mon, &event, &value))
+			if (event == ZMQ_EVENT_DISCONNECTED)
+				peer_gone(s, p, "closed its connection");
+	}
 	if (now - s->last_peer_hb >= PEER_HEARTBEAT) {
 		s->last_peer_hb = now;
 		for (int p = 0; p < n; p++) {
@@ -918,14 +943,8 @@ void wf_pss_repl_tick(server *s)
 	}
 	for (int p = 0; p < n; p++) {
 		peer *pe = &s->peers[p];
-		if (!pe->sock || !pe->last_seen || now - pe->last_seen <= timeout)
-			continue;
-		pe->last_seen = 0; /* once per silence */
-		pe->inc = 0;
-		pe->claims = 0;
-		for (int g = 0; g < n; g++)
-			if (s->groups[g].member && s->groups[g].role == GRP_PRIMARY)
-				backup_lost(s, g, p, "stopped answering");
+		if (pe->sock && pe->last_seen && now - pe->last_seen > timeout)
+			peer_gone(s, p, "stopped answering");
 	}
 	for (int g = 0; g < n; g++) {
 		group *gr = &s->groups[g];
@@ -996,6 +1015,8 @@ int wf_pss_repl_init(server *s, wf_err *err)
 		       "ZMQ_RECONNECT_IVL");
 		if (cfg->keys && (rc = wf_ps_curve_client(sock, cfg->keys, err)) != 0)
 			goto cleanup;
+		s->peers[p].mon = wf_ps_monitor_open(s->zctx, sock, ZMQ_EVENT_DISCONNECTED);
+		ZCHECK(s->peers[p].mon ? 0 : -1, "zmq_socket_monitor");
 		ZCHECK(zmq_connect(sock, cfg->peers[p]), "connecting to a peer");
 	}
 	s->peer_lim = s->lim;
@@ -1006,9 +1027,14 @@ cleanup:
 
 void wf_pss_repl_free(server *s)
 {
-	for (int p = 0; s->peers && p < s->cfg->nservers; p++)
+	for (int p = 0; s->peers && p < s->cfg->nservers; p++) {
+		if (s->peers[p].mon) {
+			zmq_socket_monitor(s->peers[p].sock, NULL, 0);
+			zmq_close(s->peers[p].mon);
+		}
 		if (s->peers[p].sock)
 			zmq_close(s->peers[p].sock);
+	}
 	for (int g = 0; s->groups && g < s->cfg->nservers; g++) {
 		free(s->groups[g].live);
 		free(s->groups[g].asked);

@@ -998,6 +998,57 @@ cleanup:
 	kill_children();
 }
 
+/* A primary killed with kill -9 closes its connections: the worker's
+ * requests to it go to the group's backup at once and the backup, whose
+ * replication connection to it closed too, answers its own group without
+ * waiting for the dead copy's acks, though neither the worker's heartbeats
+ * nor the servers' silence timeout (30 s here) would notice before the
+ * worker's 10 s timeout. */
+static void test_closed_connection_fails_over(void)
+{
+	wf_ps_server_cfg sc[2];
+	start_pair(sc, 1, 0, 30);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], acked[NPARAMS], g[NPARAMS], st[10];
+	wf_ps_client_cfg cc = {.nservers = 2,
+			       .endpoints = endpoints(2),
+			       .job_id = JOB,
+			       .role = WF_PS_ROLE_WORKER,
+			       .pl = &pl,
+			       .params = pa,
+			       .state = st,
+			       .nstate = 10,
+			       .nslots = 1,
+			       .contributors = 1,
+			       .timeout = 10,
+			       .connect_timeout = 10,
+			       .heartbeat_interval = 0.1,
+			       .server_timeout = 30,
+			       .replicas = 2};
+	wf_ps_client *a = NULL;
+	wf_err e = {0};
+	WF_CHECK_MSG(wf_ps_client_create(&a, &cc, &e) == 0, "%s", e.msg);
+	if (seed_pair(a, p0, st) != 0)
+		goto cleanup;
+	fill(g, NPARAMS, 5);
+	sync_step(a, &pl, g, 0);
+	memcpy(acked, pa, sizeof(acked));
+	kill(children[0], SIGKILL);
+	double t0 = wf_now();
+	sync_step(a, &pl, g, 1);
+	WF_CHECK_MSG(wf_now() - t0 < 3, "the step after the kill took %.1f s", wf_now() - t0);
+	WF_CHECK(max_diff(pa, acked, NPARAMS) > 0.0f);
+	memcpy(acked, pa, sizeof(acked));
+	memset(pa, 0, sizeof(pa));
+	WF_CHECK_MSG(wf_ps_client_pull(a, -1, NULL, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(max_diff(pa, acked, NPARAMS) == 0.0f, "ps 1 does not hold the step's values");
+cleanup:
+	wf_ps_client_free(a);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
 /* With replicas, a backup that fell silent (SIGSTOP past ps.server_timeout)
  * is dropped by its primary, which goes on alone. Once it answers again it
  * must join again and take the group's state: an update the primary
@@ -1533,6 +1584,7 @@ int main(void)
 	WF_RUN(test_pull_unit_waits_for_the_backup);
 	WF_RUN(test_init_waits_for_the_backup);
 	WF_RUN(test_join_of_a_restart_drops_the_old_backup);
+	WF_RUN(test_closed_connection_fails_over);
 	WF_RUN(test_dropped_backup_joins_again);
 	WF_RUN(test_failed_over_group_goes_back);
 	WF_RUN(test_two_primaries_resolve);
