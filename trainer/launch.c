@@ -37,6 +37,7 @@
 #define MAX_PROCS      64
 #define LINE_MAX_BYTES 8192
 #define MAX_ARGS       256
+#define LATE_GRACE     2.0 /* seconds a worker may outlive the job's end (stop_late_workers) */
 
 /* KIND_SERVICE: elastic allreduce's membership service, kept like a server */
 typedef enum { KIND_PS, KIND_CHIEF, KIND_WORKER, KIND_SERVICE } kind;
@@ -56,6 +57,7 @@ typedef struct child {
 	int exited;  /* and will not be restarted */
 	int idle;    /* --elastic: a free worker slot SIGUSR1 may start */
 	int leaving; /* --elastic: SIGUSR2 told it to leave */
+	int late;    /* stopped once the chief had ended the job (run_loop) */
 	int code;    /* exit status as a shell reports it (128 + signal when killed) */
 } child;
 
@@ -70,6 +72,7 @@ typedef struct launcher {
 	int stopping;	    /* 0, or the signal we forwarded / are stopping with */
 	double stop_since;  /* wf_now() when stopping began */
 	double ps_grace;    /* when the trainers were all done */
+	double over_since;  /* when the chief had ended the job, the servers gone */
 	int ps_stop_logged; /* the servers were told to stop after the grace */
 	int fail_code;	    /* first permanent failure's status, 0 none */
 	int wound_down;	    /* servers that ended non-zero after the trainers had ended */
@@ -376,8 +379,9 @@ static void reap(launcher *l, child *c, int st)
 	 * waits for nobody) is neither restarted nor a failure of the job. */
 	int wind_down = is_server(c) && running(l, 1, 0) == 0;
 	/* --elastic: one SIGUSR2 stopped left, however it ended (a signal
-	 * that came before its handler was set, or a stop while loading) */
-	int left = c->leaving;
+	 * that came before its handler was set, or a stop while loading);
+	 * so did one stopped after the job was over */
+	int left = c->leaving || c->late;
 	int again =
 		!left && !l->stopping && !wind_down && transient && c->restarts < l->max_restarts;
 	wf_event("exited",
@@ -400,6 +404,7 @@ static void reap(launcher *l, child *c, int st)
 		  (int)(c - l->ch) != ci && ci >= 0 && l->ch[ci].pid > 0 && !l->stopping;
 	fprintf(stderr, "[launch] %s %s%s\n", c->name, how,
 		wind_down && code != 0 ? " (after the trainers ended)"
+		: c->late	       ? " (the job was over)"
 		: left		       ? " (it left; its slot is free)"
 				       : "");
 	l->wound_down += wind_down && code != 0;
@@ -426,6 +431,11 @@ static void elastic_signals(launcher *l)
 		for (int i = 0; i < l->n && !c; i++)
 			if (l->ch[i].idle && l->ch[i].pid == 0)
 				c = &l->ch[i];
+		if (ci >= 0 && l->ch[ci].exited) {
+			fprintf(stderr, "[launch] SIGUSR1: not starting a worker: the chief has "
+					"ended the job\n");
+			continue;
+		}
 		if (!c || l->stopping) {
 			fprintf(stderr, "[launch] SIGUSR1: no free worker slot: every one of the "
 					"--elastic maximum is running\n");
@@ -455,6 +465,45 @@ static void elastic_signals(launcher *l)
 		}
 		fprintf(stderr, "[launch] SIGUSR2: stopping %s (it leaves the job)\n", c->name);
 		c->leaving = 1;
+		kill(c->pid, SIGTERM);
+	}
+}
+
+/* The chief ended the job (exit 0) and no parameter server runs (the
+ * chief shut them down): a worker still running LATE_GRACE seconds later
+ * started or restarted too late to train anything (a join just before the
+ * end; alone it would wait 10 s for the servers before it concluded that
+ * the job is over). It is stopped (SIGTERM, SIGKILL LATE_GRACE seconds
+ * later), and its exit is not a failure. */
+static void stop_late_workers(launcher *l, double now)
+{
+	int ci = chief_index(l), ps = 0, late = 0;
+	for (int i = 0; i < l->n; i++) {
+		ps += l->ch[i].kind == KIND_PS && l->ch[i].pid > 0;
+		late += !is_server(&l->ch[i]) && l->ch[i].pid > 0;
+	}
+	if (ci < 0 || !l->ch[ci].exited || l->ch[ci].code != 0 || ps || !late || l->stopping) {
+		l->over_since = 0;
+		return;
+	}
+	if (l->over_since == 0)
+		l->over_since = now;
+	if (now - l->over_since < LATE_GRACE)
+		return;
+	for (int i = 0; i < l->n; i++) {
+		child *c = &l->ch[i];
+		if (is_server(c) || c->pid <= 0)
+			continue;
+		if (c->late) {
+			if (now - l->over_since >= 2 * LATE_GRACE)
+				kill(c->pid, SIGKILL);
+			continue;
+		}
+		fprintf(stderr,
+			"[launch] %s still running %.0f s after the chief ended the job: stopping "
+			"it (nothing is left to train)\n",
+			c->name, LATE_GRACE);
+		c->late = 1;
 		kill(c->pid, SIGTERM);
 	}
 }
@@ -523,6 +572,7 @@ static void run_loop(launcher *l)
 						now - l->ps_grace > 25 ? SIGKILL : SIGTERM);
 			}
 		}
+		stop_late_workers(l, now);
 		if (l->stopping && now - l->stop_since > 60 && trainers) {
 			fprintf(stderr, "[launch] trainers still running 60 s after the stop: "
 					"killing them\n");
@@ -619,7 +669,9 @@ static const wf_command_help launch_help = {
 	"line as \"[ps:0] ...\", \"[worker:1] ...\". A process that dies of a signal or\n"
 	"exits 138 is restarted with the same TF_CONFIG (a worker rejoins; a server\n"
 	"reloads the last complete checkpoint and the chief rolls every worker back\n"
-	"to it). A permanent failure (exit 1-127) stops them all. SIGINT/SIGTERM are\n"
+	"to it). A permanent failure (exit 1-127) stops them all. Once the chief has\n"
+	"ended the job, a worker still running 2 s later (one that joined or restarted\n"
+	"too late to train) is stopped, and that is no failure. SIGINT/SIGTERM are\n"
 	"forwarded: the trainers checkpoint and stop, then the servers. Exits with the\n"
 	"chief's status. Traffic is encrypted and authenticated with ZeroMQ CURVE keys\n"
 	"made for this run in a private temporary directory (removed at the end), or\n"
