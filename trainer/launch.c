@@ -477,12 +477,12 @@ static void elastic_signals(launcher *l)
  * later), and its exit is not a failure. */
 static void stop_late_workers(launcher *l, double now)
 {
-	int ci = chief_index(l), ps = 0, late = 0;
+	int ci = chief_index(l), ps = 0, workers = 0;
 	for (int i = 0; i < l->n; i++) {
 		ps += l->ch[i].kind == KIND_PS && l->ch[i].pid > 0;
-		late += !is_server(&l->ch[i]) && l->ch[i].pid > 0;
+		workers += !is_server(&l->ch[i]) && l->ch[i].pid > 0;
 	}
-	if (ci < 0 || !l->ch[ci].exited || l->ch[ci].code != 0 || ps || !late || l->stopping) {
+	if (ci < 0 || !l->ch[ci].exited || l->ch[ci].code != 0 || ps || !workers || l->stopping) {
 		l->over_since = 0;
 		return;
 	}
