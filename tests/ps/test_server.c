@@ -123,9 +123,10 @@ static void start_pair(wf_ps_server_cfg sc[2], int nworkers, int backup_workers,
 
 static int push_contributors = 4; /* workers' mean gradients one push sums */
 
-/* Worker 0 of the pair with heartbeats: a server silent for 0.5 s has
- * failed, and its groups go to their other copy. */
-static wf_ps_client *failover_client(const wf_ps_placement *pl, float *params, float *state)
+/* Worker 0 of the pair with heartbeats: a server silent for
+ * server_timeout seconds has failed, and its groups go to their other copy. */
+static wf_ps_client *silence_client(const wf_ps_placement *pl, float *params, float *state,
+				    double server_timeout)
 {
 	wf_ps_client_cfg cc = {.nservers = 2,
 			       .endpoints = endpoints(2),
@@ -140,13 +141,18 @@ static wf_ps_client *failover_client(const wf_ps_placement *pl, float *params, f
 			       .timeout = 10,
 			       .connect_timeout = 10,
 			       .heartbeat_interval = 0.1,
-			       .server_timeout = 0.5,
+			       .server_timeout = server_timeout,
 			       .replicas = 2};
 	wf_ps_client *c = NULL;
 	wf_err e = {0};
 	int rc = wf_ps_client_create(&c, &cc, &e);
 	WF_CHECK_MSG(rc == 0, "%s", e.msg);
 	return c;
+}
+
+static wf_ps_client *failover_client(const wf_ps_placement *pl, float *params, float *state)
+{
+	return silence_client(pl, params, state, 0.5);
 }
 
 static wf_ps_client *make_client(const wf_ps_placement *pl, float *params, float *state, int role,
@@ -1011,24 +1017,8 @@ static void test_closed_connection_fails_over(void)
 	wf_ps_placement pl;
 	wf_ps_place(&pl, NULL, 0, NPARAMS, 2, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], acked[NPARAMS], g[NPARAMS], st[10];
-	wf_ps_client_cfg cc = {.nservers = 2,
-			       .endpoints = endpoints(2),
-			       .job_id = JOB,
-			       .role = WF_PS_ROLE_WORKER,
-			       .pl = &pl,
-			       .params = pa,
-			       .state = st,
-			       .nstate = 10,
-			       .nslots = 1,
-			       .contributors = 1,
-			       .timeout = 10,
-			       .connect_timeout = 10,
-			       .heartbeat_interval = 0.1,
-			       .server_timeout = 30,
-			       .replicas = 2};
-	wf_ps_client *a = NULL;
+	wf_ps_client *a = silence_client(&pl, pa, st, 30);
 	wf_err e = {0};
-	WF_CHECK_MSG(wf_ps_client_create(&a, &cc, &e) == 0, "%s", e.msg);
 	if (seed_pair(a, p0, st) != 0)
 		goto cleanup;
 	fill(g, NPARAMS, 5);
