@@ -72,8 +72,9 @@ typedef struct handshakes {
 	int mechanism;	 /* the peer speaks another mechanism (CURVE vs plain TCP) */
 	int refused;	 /* the server's authenticator refused our client key */
 	int dropped;	 /* connected, then dropped before a handshake completed */
-	uint32_t closed; /* connections that ended, any time */
-	int down;	 /* the last event was an ended connection */
+	uint32_t closed; /* connections that ended after their handshake */
+	int down;	 /* the last such event was an ended connection */
+	unsigned up;	 /* bit k % nstripes: socket k's handshake completed */
 } handshakes;
 
 struct wf_ps_client {
@@ -695,13 +696,6 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_e
 				wf_warn("ps client: %s", err ? err->msg : "timeout");
 			break;
 		}
-		/* wake for the first request due again (a server still joining
-		 * is asked every 0.1 s), whatever else arrives */
-		for (int i = 0; i < c->cap; i++) {
-			const pending *p = &c->pend[i];
-			if (p->used && !p->done && p->again)
-				left = WF_MIN(left, WF_MAX(0.0, p->again_at - wf_now()));
-		}
 		long ms = (long)(left * 1000) + 1;
 		if (zmq_poll(items, nitems, ms > 1000 ? 1000 : ms) < 0 && zmq_errno() != EINTR) {
 			rc = wf_errf(err, WF_EINTERNAL, "ps client: zmq_poll: %s",
@@ -834,6 +828,7 @@ static void read_handshakes(wf_ps_client *c)
 			case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
 				h->succeeded = 1;
 				h->down = 0;
+				h->up |= 1u << (k % c->nstripes);
 				break;
 			case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
 				if (value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
@@ -844,8 +839,13 @@ static void read_handshakes(wf_ps_client *c)
 			case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH: h->refused = 1; break;
 			case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL: h->dropped++; break;
 			case ZMQ_EVENT_DISCONNECTED:
-				h->closed++;
-				h->down = 1;
+				/* one that never completed its handshake (a server
+				 * starting, a proxy) lost nothing */
+				if (h->up & (1u << (k % c->nstripes))) {
+					h->up &= ~(1u << (k % c->nstripes));
+					h->closed++;
+					h->down = 1;
+				}
 				break;
 			default: break;
 			}

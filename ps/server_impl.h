@@ -124,6 +124,7 @@ typedef struct schunk {
 typedef struct peer {
 	void *sock;	   /* NULL: no group in common */
 	void *mon;	   /* sock's monitor: a closed connection (the process ended) */
+	int up;		   /* sock's handshake completed, and it has not closed since */
 	double last_seen;  /* seconds: last reply, 0 none */
 	uint32_t inc;	   /* its incarnation, 0 not known */
 	uint32_t join_inc; /* the incarnation its latest join named, 0 none */

@@ -14,7 +14,6 @@
 
 #define PEER_HEARTBEAT 0.25 /* seconds between heartbeats to the peers */
 #define JOIN_RETRY     0.5  /* seconds between join requests */
-#define JOIN_SOON      0.05 /* ... after a primary that cannot reach this server yet */
 #define HANDOFF_AFTER  1.0  /* seconds a returned server backs its group before it gets it back */
 
 /* k-th member of group g (k = 0: the server placement gave it). */
@@ -731,13 +730,8 @@ static void join_reply(server *s, int p, const wf_ps_msg *m)
 			joined(s, g);
 		return;
 	}
-	if (!(h->flags & WF_PS_FLAG_REDIRECT)) {
-		/* asked again later; soon when the primary's connection to
-		 * this (restarted) server is still being made */
-		if (-(int)h->aux == WF_ETRANSIENT)
-			gr->last_ask = wf_now() - JOIN_RETRY + JOIN_SOON;
-		return;
-	}
+	if (!(h->flags & WF_PS_FLAG_REDIRECT))
+		return; /* asked again later */
 	int to = (int)h->step;
 	if (to == s->cfg->index) /* p holds the group and waits for this server: take over */
 		ask_join(s, g, p, 1);
@@ -934,9 +928,16 @@ void wf_pss_repl_tick(server *s)
 		 * sockets), a restart or not; its backups' acks will not come */
 		uint16_t event;
 		uint32_t value;
-		while (s->peers[p].mon && wf_ps_monitor_next(s->peers[p].mon, &event, &value))
-			if (event == ZMQ_EVENT_DISCONNECTED)
+		peer *pe = &s->peers[p];
+		while (pe->mon && wf_ps_monitor_next(pe->mon, &event, &value)) {
+			if (event == ZMQ_EVENT_HANDSHAKE_SUCCEEDED)
+				pe->up = 1;
+			else if (event == ZMQ_EVENT_DISCONNECTED && pe->up) {
+				pe->up =
+					0; /* one that never completed its handshake lost nothing */
 				peer_gone(s, p, "closed its connection");
+			}
+		}
 	}
 	if (now - s->last_peer_hb >= PEER_HEARTBEAT) {
 		s->last_peer_hb = now;
@@ -1021,7 +1022,8 @@ int wf_pss_repl_init(server *s, wf_err *err)
 		       "ZMQ_RECONNECT_IVL");
 		if (cfg->keys && (rc = wf_ps_curve_client(sock, cfg->keys, err)) != 0)
 			goto cleanup;
-		s->peers[p].mon = wf_ps_monitor_open(s->zctx, sock, ZMQ_EVENT_DISCONNECTED);
+		s->peers[p].mon = wf_ps_monitor_open(
+			s->zctx, sock, ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_DISCONNECTED);
 		ZCHECK(s->peers[p].mon ? 0 : -1, "zmq_socket_monitor");
 		ZCHECK(zmq_connect(sock, cfg->peers[p]), "connecting to a peer");
 	}
