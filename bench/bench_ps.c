@@ -178,7 +178,7 @@ static double bench_ps(int nservers, size_t n, const wf_ps_placement *pl, float 
 	wf_ps_client *c = NULL;
 	wf_err err = {0};
 	double t[64], med = -1;
-	if (wf_ps_client_create(&c, &cc, &err) || wf_ps_client_register(c, NULL, NULL, &err) ||
+	if (wf_ps_client_create(&c, &cc, &err) || wf_ps_client_register(c, 0, NULL, NULL, &err) ||
 	    wf_ps_client_init(c, params, NULL, NULL, 0, &err)) {
 		fprintf(stderr, "bench_ps: %s\n", err.msg);
 		goto done;

@@ -1270,7 +1270,7 @@ static void learn_incarnations(wf_ps_client *c)
 	clear_slots(c);
 }
 
-int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *err)
+int wf_ps_client_register(wf_ps_client *c, int joining, long *steps, long *min_step, wf_err *err)
 {
 	int n = c->cfg.nservers;
 	double limit =
@@ -1298,6 +1298,8 @@ int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *
 				continue;
 			wf_ps_hdr h;
 			req_hdr(c, &h, WF_PS_OP_REGISTER, 0, 0);
+			if (joining)
+				h.flags |= WF_PS_FLAG_JOINING;
 			const void *f[1] = {c->optim};
 			size_t sz[1] = {strlen(c->optim)};
 			int nf = sz[0] > 0;

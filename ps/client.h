@@ -102,8 +102,10 @@ void wf_ps_client_free(wf_ps_client *c); /* accepts NULL */
  * primary of no group and so does not tell the job's step); *min_step the
  * lowest of the others (-1 if any is uninitialized). Every
  * send is bounded (ZMQ_SNDTIMEO: a round here, the reply timeout
- * elsewhere). */
-int wf_ps_client_register(wf_ps_client *c, long *steps, long *min_step, wf_err *err);
+ * elsewhere). joining: this worker joins a running job and will not push
+ * until the servers agree on a step (an elastic job's servers then count it
+ * only from its first push; WF_PS_FLAG_JOINING). */
+int wf_ps_client_register(wf_ps_client *c, int joining, long *steps, long *min_step, wf_err *err);
 /* Change how long register keeps retrying (0: the default); returns the old value. */
 double wf_ps_client_set_connect_timeout(wf_ps_client *c, double seconds);
 /* Chief: seed every chunk with params (+ slots[k] [nparams] each, may be

@@ -112,7 +112,11 @@ enum {
 	 * to a worker's push_pull or pull of a chunk: a last frame with the
 	 * worker's unit list (strategy.elastic_batch global) */
 	WF_PS_FLAG_UNITS = 1u << 7,
-	WF_PS_FLAG__ALL = 0xff,
+	/* register: the sender is joining a running job and has not pushed
+	 * yet (it waits for the servers to agree on a step): a server does not
+	 * wait for it in a step until it pushed */
+	WF_PS_FLAG_JOINING = 1u << 8,
+	WF_PS_FLAG__ALL = 0x1ff,
 };
 
 /* A units frame: little-endian 64-bit signed integers, WF_PS_UNITS_HEADER

@@ -99,8 +99,14 @@ static int worker_message(server *s, const uint8_t *rid, size_t rid_len, const w
 	/* elastic: a worker that (re)joins while a step is under way here is
 	 * awaited only from its first push on. It waits for the servers to
 	 * agree on a step before it pushes (worker/exchange_ps.c): a server
-	 * that waited for it in the step under way would never get there. */
-	if (wk->alive != 1 || h->op == WF_PS_OP_REGISTER)
+	 * that waited for it in the step under way would never get there. One
+	 * that registers between steps is awaited in the next, unless it says
+	 * it is still waiting for the servers to agree (flag JOINING): then
+	 * this server's next step would wait for it while another server went
+	 * on without it, and the two would not agree again. */
+	if (h->op == WF_PS_OP_REGISTER && (h->flags & WF_PS_FLAG_JOINING))
+		wk->awaited = 0;
+	else if (wk->alive != 1 || h->op == WF_PS_OP_REGISTER)
 		wk->awaited = !step_under_way(s);
 	if (h->op == WF_PS_OP_PUSH_PULL)
 		wk->awaited = 1;

@@ -353,7 +353,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 		rc = wf_ps_client_create(&cl, &cc, err);
 	long min_step = -1;
 	if (rc == 0)
-		rc = wf_ps_client_register(cl, NULL, &min_step, err);
+		rc = wf_ps_client_register(cl, 0, NULL, &min_step, err);
 	if (rc == 0 && rank == 0)
 		rc = wf_ps_client_init(cl, params, NULL, NULL, 0, err);
 	for (double t0 = wf_now(); rc == 0 && rank != 0 && min_step < 0;) {
@@ -362,7 +362,7 @@ static int ps_work(const opts *o, const config *cf, const layout *l, int rank, w
 			break;
 		}
 		sleep_until(wf_now() + 0.02);
-		rc = wf_ps_client_register(cl, NULL, &min_step, err);
+		rc = wf_ps_client_register(cl, 0, NULL, &min_step, err);
 	}
 	if (rc == 0)
 		rc = wf_ps_client_barrier(cl, 0, err);

@@ -219,11 +219,14 @@ static int pull_all(ps_ctx *c, long *version, wf_err *err)
 
 /* Register with every server; 1 when all are initialised at one step
  * (*step; async/ssp: within one step, *step the lowest), 0 when they are
- * not (yet), or an error. */
-static int servers_agree(ps_ctx *c, long *step, long *lo, long *hi, wf_err *err)
+ * not (yet), or an error. joining: the last call found the servers seeded
+ * but at different steps; this worker waits for them without pushing, so
+ * it asks not to be waited for (a server of a sync elastic job that counted
+ * it in a step would hold that step, and the servers would never agree). */
+static int servers_agree(ps_ctx *c, int joining, long *step, long *lo, long *hi, wf_err *err)
 {
 	long min;
-	int rc = wf_ps_client_register(c->cl, c->steps, &min, err);
+	int rc = wf_ps_client_register(c->cl, joining, c->steps, &min, err);
 	if (rc != 0)
 		return rc;
 	/* only servers that hold chunks carry the job's step: one that holds none
@@ -296,7 +299,7 @@ static int resync(wf_exchange *x, const char *why, long *to, wf_err *err)
 	wf_warn("ps: worker %d, step %ld: %s: re-synchronising with the servers", x->rank, c->step,
 		why);
 	for (int tries = 0;; tries++) {
-		int ok = servers_agree(c, &step, &lo, &hi, err);
+		int ok = servers_agree(c, lo >= 0, &step, &lo, &hi, err);
 		if (ok < 0)
 			return ok;
 		if (ok)
@@ -459,7 +462,7 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 		x->is_chief ? " (chief)" : "", c->cfg.nservers, c->cfg.nservers == 1 ? "" : "s",
 		c->pl.nchunks, c->mode, c->cfg.priority_bytes ? ", priority by layer" : "");
 	if (x->is_chief) {
-		if ((rc = servers_agree(c, &step, &lo, &hi, err)) < 0)
+		if ((rc = servers_agree(c, 0, &step, &lo, &hi, err)) < 0)
 			return job_over(x, rc, start_step, err);
 		if (rc == 1 && (resume_dir ? step >= resume_step : resume_step < 0)) {
 			/* a restarted chief (asked to resume, with or without a
@@ -505,8 +508,8 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 		double limit = c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout
 							  : WF_PS_CONNECT_TIMEOUT_DEFAULT;
 		double deadline = wf_now() + limit;
-		for (;;) {
-			rc = servers_agree(c, &step, &lo, &hi, err);
+		for (lo = -1;;) {
+			rc = servers_agree(c, lo >= 0, &step, &lo, &hi, err);
 			if (rc < 0)
 				return job_over(x, rc, start_step, err);
 			if (rc)

@@ -112,7 +112,7 @@ static outcome try_register(const wf_ps_keys *keys, const char *key_origin)
 		double t0 = wf_now();
 		r.rc = wf_ps_client_create(&c, &cc, &e);
 		if (r.rc == 0)
-			r.rc = wf_ps_client_register(c, NULL, NULL, &e);
+			r.rc = wf_ps_client_register(c, 0, NULL, NULL, &e);
 		r.seconds = wf_now() - t0;
 		snprintf(r.msg, sizeof(r.msg), "%s", e.msg);
 		if (write(fd[1], &r, sizeof(r)) != (ssize_t)sizeof(r))

@@ -229,7 +229,7 @@ static int setup_job(wf_ps_client *chief, float *p0)
 {
 	wf_err e = {0};
 	long step = 0;
-	int rc = wf_ps_client_register(chief, NULL, &step, &e);
+	int rc = wf_ps_client_register(chief, 0, NULL, &step, &e);
 	WF_CHECK_MSG(rc == 0, "register: %s", e.msg);
 	WF_CHECK_INT(step, -1); /* fresh servers are not initialized */
 	fill(p0, NPARAMS, 1);
@@ -245,7 +245,7 @@ static int setup_job(wf_ps_client *chief, float *p0)
 static int seed_pair(wf_ps_client *a, float *p0, float *st)
 {
 	wf_err e = {0};
-	if (!a || wf_ps_client_register(a, NULL, NULL, &e) != 0)
+	if (!a || wf_ps_client_register(a, 0, NULL, NULL, &e) != 0)
 		return -1;
 	fill(p0, NPARAMS, 1);
 	fill(st, 10, 2);
@@ -474,7 +474,7 @@ static void test_sync_two_workers_equal_summed_step(void)
 	wf_ps_client *b = make_client(&pl, pb, sb, WF_PS_ROLE_WORKER, 1, 0.2);
 	wf_backend *be = NULL;
 	wf_err e = {0};
-	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
 		goto cleanup;
 	WF_CHECK_INT(wf_backend_create(&be, "ref", 0, &e), 0);
 	memcpy(ref, p0, sizeof(ref));
@@ -590,7 +590,7 @@ static void test_ssp_bounds_staleness(void)
 	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0);
 	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0);
 	wf_ps_client *tool = make_client(&pl, pt, NULL, WF_PS_ROLE_TOOL, 0, 0);
-	if (!a || !b || !tool || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+	if (!a || !b || !tool || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
 		goto cleanup;
 	fill(g, NPARAMS, 3);
 	/* step 0 is within the bound (slowest -1 + 1) */
@@ -667,7 +667,7 @@ static void test_checkpoint_kill9_restore(void)
 	start_server(&sc[1]);
 	w2 = make_client(&pl, after, NULL, WF_PS_ROLE_WORKER, 0, 0);
 	long steps[2] = {0, 0}, minstep = 0;
-	WF_CHECK_MSG(wf_ps_client_register(w2, steps, &minstep, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_register(w2, 0, steps, &minstep, &e) == 0, "%s", e.msg);
 	WF_CHECK_INT(steps[1], 2); /* the restarted server reports its step */
 	WF_CHECK_INT(steps[0], 4); /* the survivor went on */
 	/* the chief rolls the other servers back too */
@@ -709,7 +709,7 @@ static void test_refusal_ends_the_wait(void)
 	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0);
 	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0);
 	wf_err e = {0};
-	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
 		goto cleanup;
 	fill(g, NPARAMS, 7);
 	/* step 0: a pushes every chunk, b only chunk 0, which moves to step 1 */
@@ -724,7 +724,7 @@ static void test_refusal_ends_the_wait(void)
 	WF_CHECK_MSG(strstr(e.msg, "pushed step 1 but chunk") != NULL, "%s", e.msg);
 	/* b re-synchronises: register, then step 0 where it is owed (chunk 0
 	 * answers it as stale: b's gradient of step 0 is in it already) */
-	WF_CHECK_MSG(wf_ps_client_register(b, NULL, NULL, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_register(b, 0, NULL, NULL, &e) == 0, "%s", e.msg);
 	for (int k = 0; k < pl.nchunks; k++)
 		WF_CHECK_INT(wf_ps_client_push_pull_async(b, k, g, 0, 0, &e), 0);
 	WF_CHECK_MSG(wf_ps_client_wait_all(b, &e) == 0, "%s", e.msg);
@@ -786,7 +786,7 @@ static void test_register_learns_the_restart(void)
 	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, hb);
 	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0);
 	wf_err e = {0};
-	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
 		goto cleanup;
 	kill(children[0], SIGKILL);
 	waitpid(children[0], NULL, 0);
@@ -794,10 +794,10 @@ static void test_register_learns_the_restart(void)
 	nchildren = 0;
 	start_server(&sc);
 	long step = 0;
-	WF_CHECK_MSG(wf_ps_client_register(a, NULL, &step, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_register(a, 0, NULL, &step, &e) == 0, "%s", e.msg);
 	WF_CHECK_INT(step, -1); /* the new process holds nothing yet */
 	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, NULL, 5, &e) == 0, "%s", e.msg);
-	WF_CHECK_MSG(wf_ps_client_register(b, NULL, NULL, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_register(b, 0, NULL, NULL, &e) == 0, "%s", e.msg);
 	fill(g, NPARAMS, 8);
 	/* b pushes after a few heartbeats went by while a waits for it */
 	late_push lp = {.c = b, .pl = &pl, .g = g, .step = 5, .after = 2.5 * hb};
@@ -864,11 +864,11 @@ static void test_pull_unit_waits_for_the_backup(void)
 	cc.params = pb;
 	WF_CHECK_MSG(b == NULL && wf_ps_client_create(&b, &cc, &e) == 0, "%s", e.msg);
 	long step = 0;
-	if (!a || !b || wf_ps_client_register(a, NULL, &step, &e) != 0)
+	if (!a || !b || wf_ps_client_register(a, 0, NULL, &step, &e) != 0)
 		goto cleanup;
 	fill(p0, NPARAMS, 1);
 	WF_CHECK_MSG(wf_ps_client_init(a, p0, NULL, NULL, 0, &e) == 0, "%s", e.msg);
-	WF_CHECK_MSG(wf_ps_client_register(b, NULL, NULL, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_register(b, 0, NULL, NULL, &e) == 0, "%s", e.msg);
 	int last = pl.nchunks - 1, backup = (pl.chunks[last].server + 1) % 2;
 	kill(children[backup], SIGSTOP);
 	puller pb_ = {.c = b, .chunk = last};
@@ -1138,7 +1138,7 @@ static void test_two_primaries_resolve(void)
 	snprintf(log1, sizeof(log1), "%s/ps-1.log", tmpdir);
 	if (!b || seed_pair(a, p0, st) != 0)
 		goto cleanup;
-	WF_CHECK_MSG(wf_ps_client_register(b, NULL, NULL, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_ps_client_register(b, 0, NULL, NULL, &e) == 0, "%s", e.msg);
 	k0 = first_chunk_of(&pl, 0);
 	fill(g, NPARAMS, 5);
 	int took = file_count(log1, "primary of group 0", "worker 1 failed over");
@@ -1185,7 +1185,7 @@ static void test_dead_worker_leaves_count(void)
 	wf_err e = {0};
 	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
 	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0); /* no heartbeats */
-	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
 		goto cleanup;
 	fill(g, NPARAMS, 21);
 	double t0 = wf_now();
@@ -1202,7 +1202,7 @@ static void test_dead_worker_leaves_count(void)
 	wf_ps_client_push_pull_async(b, 0, g, 1, 0, &e);
 	WF_CHECK_INT(wf_ps_client_wait_all(b, &e), WF_ETRANSIENT);
 	WF_CHECK(strstr(e.msg, "register again") != NULL);
-	WF_CHECK_INT(wf_ps_client_register(b, NULL, NULL, &e), 0);
+	WF_CHECK_INT(wf_ps_client_register(b, 0, NULL, NULL, &e), 0);
 	for (int k = 0; k < pl.nchunks; k++) {
 		wf_ps_client_push_pull_async(a, k, g, 1, 0, &e);
 		wf_ps_client_push_pull_async(b, k, g, 1, 0, &e);
@@ -1268,7 +1268,7 @@ static void test_elastic_membership(void)
 	wf_ps_client *c = NULL; /* its heartbeats would make it a member: made when it joins */
 	char log[512];
 	snprintf(log, sizeof(log), "%s/ps-0.log", tmpdir);
-	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
 		goto cleanup;
 	fill(g, NPARAMS, 31);
 	/* step 0: workers 0 and 1; worker 2 was never seen */
@@ -1294,7 +1294,7 @@ static void test_elastic_membership(void)
 	c = make_client(&pl, pc, NULL, WF_PS_ROLE_WORKER, 2, 0.1);
 	if (!c)
 		goto cleanup;
-	WF_CHECK_INT(wf_ps_client_register(c, NULL, NULL, &e), 0);
+	WF_CHECK_INT(wf_ps_client_register(c, 0, NULL, NULL, &e), 0);
 	WF_CHECK(file_contains(log, "joined: worker 2", "2 of 3 alive"));
 	WF_CHECK_INT(wf_ps_client_pull(c, -1, NULL, &e), 0);
 	push_step(a, &pl, g, 1, &e);
@@ -1305,7 +1305,7 @@ static void test_elastic_membership(void)
 	WF_CHECK_MSG(max_diff(pc, want, NPARAMS) < 1e-6f, "%g", max_diff(pc, want, NPARAMS));
 	/* step 2: worker 1 comes back between steps: awaited at once, and the
 	 * step counts workers 0, 1 and 2 */
-	WF_CHECK_INT(wf_ps_client_register(b, NULL, NULL, &e), 0);
+	WF_CHECK_INT(wf_ps_client_register(b, 0, NULL, NULL, &e), 0);
 	push_step(a, &pl, g, 2, &e);
 	push_step(b, &pl, g, 2, &e);
 	push_step(c, &pl, g, 2, &e);
@@ -1359,7 +1359,7 @@ static void test_elastic_join_mid_step(void)
 	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
 	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0.1);
 	wf_ps_client *c = NULL;
-	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
 		goto cleanup;
 	fill(g, NPARAMS, 17);
 	/* step 0: worker 0 has pushed when worker 2 registers; worker 1's push
@@ -1370,7 +1370,7 @@ static void test_elastic_join_mid_step(void)
 	c = make_client(&pl, pc, NULL, WF_PS_ROLE_WORKER, 2, 0.1);
 	if (!c)
 		goto cleanup;
-	WF_CHECK_INT(wf_ps_client_register(c, NULL, NULL, &e), 0);
+	WF_CHECK_INT(wf_ps_client_register(c, 0, NULL, NULL, &e), 0);
 	double t0 = wf_now();
 	push_step(b, &pl, g, 0, &e);
 	WAIT_OK(a);
@@ -1386,6 +1386,70 @@ static void test_elastic_join_mid_step(void)
 		goto cleanup;
 	push_step(a, &pl, g, 1, &e);
 	push_step(b, &pl, g, 1, &e);
+	WAIT_OK(a);
+	WAIT_OK(b);
+	WAIT_OK(c);
+	elastic_sgd(want, g, 3);
+	WF_CHECK_MSG(max_diff(pc, want, NPARAMS) < 1e-6f, "%g", max_diff(pc, want, NPARAMS));
+	WF_CHECK(max_diff(pa, pc, NPARAMS) == 0.0f && max_diff(pb, pc, NPARAMS) == 0.0f);
+cleanup:
+	push_contributors = 4;
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_client_free(c);
+	wf_ps_placement_free(&pl);
+	kill_children();
+}
+
+/* Elastic: a worker that registers between steps but says it is still
+ * waiting for the servers to agree on a step (WF_PS_FLAG_JOINING: it saw
+ * them at different steps) is not awaited in the next step; with two
+ * servers, one holding a step for it while the other went on would keep
+ * them apart for as long as it kept asking. It counts once it pushed. */
+static void test_elastic_joiner_waiting_is_not_awaited(void)
+{
+	start_elastic_server(0);
+	wf_ps_placement pl;
+	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], pc[NPARAMS], g[NPARAMS], want[NPARAMS];
+	wf_err e = {0};
+	push_contributors = 1;
+	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
+	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0.1);
+	wf_ps_client *c = NULL;
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
+		goto cleanup;
+	fill(g, NPARAMS, 23);
+	push_step(a, &pl, g, 0, &e);
+	push_step(b, &pl, g, 0, &e);
+	WAIT_OK(a);
+	WAIT_OK(b);
+	/* between steps: worker 2 registers as a joiner still waiting */
+	c = make_client(&pl, pc, NULL, WF_PS_ROLE_WORKER, 2, 0.1);
+	if (!c)
+		goto cleanup;
+	long step = -1;
+	WF_CHECK_INT(wf_ps_client_register(c, 1, NULL, &step, &e), 0);
+	WF_CHECK_INT(step, 1);
+	double t0 = wf_now();
+	push_step(a, &pl, g, 1, &e);
+	push_step(b, &pl, g, 1, &e);
+	WAIT_OK(a);
+	WAIT_OK(b);
+	WF_CHECK_MSG(wf_now() - t0 < 5, "the step waited %.1f s for the joiner", wf_now() - t0);
+	memcpy(want, p0, sizeof(want));
+	elastic_sgd(want, g, 2);
+	elastic_sgd(want, g, 2);
+	WF_CHECK_MSG(max_diff(pa, want, NPARAMS) < 1e-6f, "%g", max_diff(pa, want, NPARAMS));
+	/* the servers agree: it pulls and pushes step 2 first, and counts */
+	WF_CHECK_INT(wf_ps_client_register(c, 1, NULL, &step, &e), 0);
+	WF_CHECK_INT(step, 2);
+	WF_CHECK_INT(wf_ps_client_pull(c, -1, NULL, &e), 0);
+	push_step(c, &pl, g, 2, &e);
+	if (!wait_pushes(&pl, (uint64_t)(5 * pl.nchunks)))
+		goto cleanup;
+	push_step(a, &pl, g, 2, &e);
+	push_step(b, &pl, g, 2, &e);
 	WAIT_OK(a);
 	WAIT_OK(b);
 	WAIT_OK(c);
@@ -1438,7 +1502,7 @@ static void test_elastic_global_batch_lists(void)
 	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
 	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0.1);
 	wf_ps_client *c = NULL;
-	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
 		goto cleanup;
 	fill(g, NPARAMS, 23);
 	/* worker 1's pull waits for worker 0's */
@@ -1468,7 +1532,7 @@ static void test_elastic_global_batch_lists(void)
 	c = make_client(&pl, pc, NULL, WF_PS_ROLE_WORKER, 2, 0.1);
 	if (!c)
 		goto cleanup;
-	WF_CHECK_INT(wf_ps_client_register(c, NULL, NULL, &e), 0);
+	WF_CHECK_INT(wf_ps_client_register(c, 0, NULL, NULL, &e), 0);
 	WF_CHECK_MSG(wf_ps_client_pull_aux(c, -1, 30, NULL, &e) == 0, "%s", e.msg);
 	WF_CHECK_MSG(!strcmp(unit_list(c, ref), "6"), "worker 2: %s", unit_list(c, ref));
 	/* step 1: 2 + 1 + 1 units, the update / 4 */
@@ -1507,7 +1571,7 @@ static void test_stalled_worker_is_named(void)
 	wf_err e = {0};
 	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
 	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0.1);
-	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, NULL, NULL, &e))
+	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
 		goto cleanup;
 	fill(g, NPARAMS, 31);
 	for (int k = 0; k < pl.nchunks; k++)
@@ -1549,7 +1613,7 @@ static void test_client_timeout_names_server(void)
 	wf_ps_client *c = NULL;
 	wf_err e = {0};
 	WF_CHECK_INT(wf_ps_client_create(&c, &cc, &e), 0);
-	WF_CHECK_INT(wf_ps_client_register(c, NULL, NULL, &e), WF_ETRANSIENT);
+	WF_CHECK_INT(wf_ps_client_register(c, 0, NULL, NULL, &e), WF_ETRANSIENT);
 	WF_CHECK_MSG(strstr(e.msg, "did not answer") != NULL, "%s", e.msg);
 	WF_CHECK_INT(wf_ps_client_pull(c, -1, NULL, &e), WF_ETRANSIENT);
 	WF_CHECK_MSG(strstr(e.msg, conn_ep[0]) != NULL, "%s", e.msg);
@@ -1584,6 +1648,7 @@ int main(void)
 	WF_RUN(test_dead_worker_leaves_count);
 	WF_RUN(test_elastic_membership);
 	WF_RUN(test_elastic_join_mid_step);
+	WF_RUN(test_elastic_joiner_waiting_is_not_awaited);
 	WF_RUN(test_elastic_global_batch_lists);
 	WF_RUN(test_stalled_worker_is_named);
 	WF_RUN(test_client_timeout_names_server);
