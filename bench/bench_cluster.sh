@@ -12,7 +12,9 @@
 # mpirun.
 #
 #   bench/bench_cluster.sh [BUILD_DIR]
-#   env: MODEL SCALE LINK COMPUTE STEPS WORKERS MODES ROUNDS OUT
+#   env: MODEL SCALE LINK COMPUTE STEPS WORKERS MODES ROUNDS OUT, and ARGS:
+#   more options for every run (ARGS="--mtu 9000 --queue-kb 32768": a
+#   lossless fabric with jumbo frames)
 set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "${1:-$SRC/build}" && pwd)
@@ -25,6 +27,7 @@ STEPS=${STEPS:-10}
 WORKERS=${WORKERS:-"1 2 4 8 16 32"}
 MODES=${MODES:-"sync allreduce ddp"}
 ROUNDS=${ROUNDS:-1}
+ARGS=${ARGS:-}
 OUT=${OUT:-$SRC/bench/cluster}
 [ -x "$WEFT" ] || { echo "no weft binary at $WEFT (build first, or pass the build dir)"; exit 1; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -36,13 +39,13 @@ if [[ " $MODES " == *" ddp "* ]]; then
 	}
 fi
 echo "== $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "== $MODEL x $SCALE, links $LINK, compute $COMPUTE ms, $STEPS steps, modes: $MODES"
+echo "== $MODEL x $SCALE, links $LINK $ARGS, compute $COMPUTE ms, $STEPS steps, modes: $MODES"
 : >"$OUT.jsonl"
 for w in $WORKERS; do
 	s=$(((w + 3) / 4))
 	for round in $(seq "$ROUNDS"); do
 		"$WEFT" bench cluster --model "$MODEL" --scale "$SCALE" --link "$LINK" \
-			--compute-ms "$COMPUTE" --steps "$STEPS" --workers "$w" --servers "$s" \
+			--compute-ms "$COMPUTE" --steps "$STEPS" --workers "$w" --servers "$s" $ARGS \
 			--mode "$(echo $MODES | tr ' ' ,)" ${PY:+--python "$PY"} 2>>"$OUT.log" |
 			sed "s/}\$/, \"round\": $round}/" | tee -a "$OUT.jsonl" ||
 			echo "$w workers, round $round: a configuration failed (see $OUT.log); going on" >&2
@@ -96,7 +99,10 @@ for a, t in zip(ax, ("images/s", "efficiency (bound / measured)")):
     a.grid(True, alpha=0.3)
     a.legend()
 r0 = rows[0]
-fig.suptitle(f'{r0["model"]} x {r0["scale"]}, {r0["link_bps"] / 1e6:.0f} Mbit/s links, '
+fabric = ""
+if r0.get("mtu", 1500) != 1500 or r0.get("queue_kb"):
+    fabric = f', MTU {r0.get("mtu", 1500)}, queues {r0.get("queue_kb") or "default"} KiB'
+fig.suptitle(f'{r0["model"]} x {r0["scale"]}, {r0["link_bps"] / 1e6:.0f} Mbit/s links{fabric}, '
              f'compute {r0["compute_ms"][0]:g}/{r0["compute_ms"][1]:g} ms')
 fig.tight_layout()
 fig.savefig(out + ".png", dpi=90)

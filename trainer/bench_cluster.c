@@ -932,7 +932,8 @@ static int run_config(const opts *o, const config *cf, const layout *l, double *
 	if (oc.staleness >= 0)
 		printf(", \"staleness_max\": %ld", oc.staleness);
 	printf(", \"cpu_ms_per_step\": %.1f", oc.cpu_ms / cf->workers);
-	printf(", \"gso\": %d", o->link.gso);
+	printf(", \"gso\": %d, \"mtu\": %d, \"queue_kb\": %d", o->link.gso,
+	       o->link.mtu > 0 ? o->link.mtu : 1500, o->link.queue_kb);
 	/* per step, over the whole run: [workers, servers] */
 	double steps = (double)(o->warmup + o->steps);
 	printf(", \"tcp_retrans_per_step\": [%.1f, %.1f], \"tcp_rto_per_step\": [%.2f, %.2f], "
@@ -1052,6 +1053,13 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		{"priority", WF_FLAG_STR, &priority, "KB[,KB...]",
 		 "parameter-server modes: priority by layer (ps.priority_kb: KiB of pushes in "
 		 "flight per server, the first layers' chunks first; 0: off), each in turn (0)"},
+		{"mtu", WF_FLAG_INT, &o.link.mtu, "BYTES",
+		 "every link's MTU (1500; 9000: jumbo frames, as many training clusters run): "
+		 "fewer packets for the emulation's two cores to carry"},
+		{"queue-kb", WF_FLAG_INT, &o.link.queue_kb, "KIB",
+		 "each link's queue, a switch port's buffer (20 ms of the rate, at least 256 "
+		 "KiB); one larger than a step sends through a port never drops, as a lossless "
+		 "fabric (InfiniBand, RoCE with PFC)"},
 		{"gso", WF_FLAG_BOOL, &o.link.gso, NULL,
 		 "let TCP's 64 KiB GSO packets through the shaped links whole (the emulation "
 		 "before 2026-11-28; default: wire-sized packets)"},
@@ -1104,11 +1112,12 @@ int wf_cmd_bench(int argc, char **argv, wf_err *err)
 		o.chunk_bytes = WF_MAX(4096L, (long)(WF_PS_CHUNK_BYTES_JOB_DEFAULT * o.scale));
 	if (o.scale <= 0 || o.scale > 1 || o.steps < 1 || o.warmup < 0 || o.batch < 1 ||
 	    o.fwd_ms < 0 || o.bwd_ms < 0 || o.bucket_mb <= 0 || o.chunk_bytes < 1024 ||
-	    o.timeout <= 0) {
+	    o.timeout <= 0 || (o.link.mtu && (o.link.mtu < 576 || o.link.mtu > 65000)) ||
+	    o.link.queue_kb < 0) {
 		rc = wf_errf(err, WF_EINVAL,
 			     "bench cluster: need 0 < --scale <= 1, --steps >= 1, --warmup >= 0, "
 			     "--batch >= 1, --compute-ms >= 0, --bucket-mb > 0, --chunk-bytes >= "
-			     "1024, --timeout > 0");
+			     "1024, --timeout > 0, --mtu 576..65000, --queue-kb >= 0");
 		goto cleanup;
 	}
 	if (o.timeline && o.layer_ready) {

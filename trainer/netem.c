@@ -133,9 +133,17 @@ void wf_netem_ns(const wf_netem *ne, int node, char *buf, size_t n)
 	snprintf(buf, n, "%s-%d", ne->tag, node);
 }
 
-/* The qdisc shaping one egress: tbf for a rate alone (its burst at least
- * 1 ms of the rate, so TCP's 64 KiB segments pass), netem when a delay or a
- * loss is asked too. */
+/* The qdisc shaping one egress: tbf for a rate alone, netem when a delay
+ * or a loss is asked too. tbf's burst is 1 ms of the rate, but at least a
+ * few wire frames (or, with GSO packets, one 64 KiB packet): a NIC sends at
+ * its rate, so 32 workers must not each throw a 64 KiB burst at once into
+ * the port of the server they all push to. Its queue (a switch port's
+ * buffer) is 20 ms of the rate, but at least QUEUE_MIN bytes, so that a slow
+ * emulated link still holds a few packets of each flow that converges on a
+ * server; or queue_kb (one larger than what a step sends through a port
+ * never drops: a lossless fabric, as InfiniBand or RoCE with PFC). */
+#define QUEUE_MIN 262144.0 /* bytes */
+
 static int shape(const char *where, const char *dev, const wf_netem_link *l, wf_err *err)
 {
 	char rate[64] = "", extra[128] = "";
@@ -144,9 +152,12 @@ static int shape(const char *where, const char *dev, const wf_netem_link *l, wf_
 	if (l->delay_ms <= 0 && l->loss <= 0) {
 		if (!rate[0])
 			return 0;
-		double burst = WF_MAX(65536.0, l->rate_bps / 8 / 1000);
-		return run(err, "tc %s qdisc add dev %s root tbf %s burst %.0f latency 20ms", where,
-			   dev, rate, burst);
+		double frame = (l->mtu > 0 ? l->mtu : 1500) + 14.0;
+		double burst = WF_MAX(l->gso ? 65536.0 : 4 * frame, l->rate_bps / 8 / 1000);
+		double queue = l->queue_kb > 0 ? l->queue_kb * 1024.0
+					       : WF_MAX(QUEUE_MIN, l->rate_bps / 8 * 0.020);
+		return run(err, "tc %s qdisc add dev %s root tbf %s burst %.0f limit %.0f", where,
+			   dev, rate, burst, queue);
 	}
 	if (l->delay_ms > 0)
 		snprintf(extra, sizeof(extra), "delay %.3fms ", l->delay_ms);
@@ -181,6 +192,9 @@ static int add_node(wf_netem *ne, int i, const wf_netem_link *link, wf_err *err)
 	    (rc = run(err, "ip -n %s link set lo up", ns)) ||
 	    (rc = run(err, "ip link set %s master %s", host, ne->bridge)) ||
 	    (rc = run(err, "ip link set %s up", host)))
+		return rc;
+	if (link->mtu > 0 && ((rc = run(err, "ip link set %s mtu %d", host, link->mtu)) ||
+			      (rc = run(err, "ip -n %s link set eth0 mtu %d", ns, link->mtu))))
 		return rc;
 	if (i >= ne->shaped)
 		return 0;

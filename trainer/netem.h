@@ -24,6 +24,9 @@ typedef struct wf_netem_link {
 	double loss;	 /* packet loss in [0, 1) on each egress; 0: none */
 	int gso;	 /* 1: let TCP's 64 KiB GSO packets through the qdiscs whole (as
 			  * before 2026-11-28); 0: wire-sized packets */
+	int mtu;	 /* every interface's MTU (jumbo frames: 9000); 0: 1500 */
+	int queue_kb;	 /* each shaped egress's queue (a switch port's buffer) in KiB;
+			  * 0: 20 ms of the rate, at least 256 KiB */
 } wf_netem_link;
 
 typedef struct wf_netem {

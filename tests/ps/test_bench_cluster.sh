@@ -67,13 +67,18 @@ assert len(t) == 4, len(t)
 for s in t:
     assert s["chunks"] and all(c[0] in (0, 1) and c[1] > 0 and c[3] >= c[2] for c in s["chunks"]), s' ||
 	fail "bad --replicas result: $(cat rep.jsonl)"
-# the next forward layer by layer as the chunks land (--layer-ready)
+# the next forward layer by layer as the chunks land (--layer-ready), on
+# a lossless fabric with jumbo frames (--mtu, --queue-kb)
 "$WEFT" bench cluster --model resnet20 --scale 1 --workers 2 --servers 1 --mode sync --layer-ready \
+	--mtu 9000 --queue-kb 4096 \
 	--link 200mbit --compute-ms 2/4 --steps 3 --warmup 1 --timeout 60 >lr.jsonl 2>lr.log ||
 	fail "weft bench cluster --layer-ready failed: $(tail -5 lr.log)"
 python3 -c 'import json; r=[json.loads(l) for l in open("lr.jsonl")]
-assert len(r) == 1 and r[0]["layer_ready"] == 1 and r[0]["step_ms"] > 0, r' ||
+assert len(r) == 1 and r[0]["layer_ready"] == 1 and r[0]["step_ms"] > 0, r
+assert r[0]["mtu"] == 9000 and r[0]["queue_kb"] == 4096, r' ||
 	fail "bad --layer-ready result: $(cat lr.jsonl)"
+"$WEFT" bench cluster --mtu 100 >/dev/null 2>mtu.log && fail "--mtu 100 was taken"
+grep -q -- "--mtu 576..65000" mtu.log || fail "--mtu 100: no clear error: $(cat mtu.log)"
 # top-k pushes against none in the same run: the servers take in a fraction
 # of the bytes (rank 0's init of the servers is counted too), and the topk
 # line carries its step time against none's
