@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 
 import torch
@@ -103,8 +104,10 @@ def main():
     dist.destroy_process_group()
     times.sort()
     p90 = times[int(0.9 * (len(times) - 1) + 0.5)]
-    print(f"weft-cluster-result rank={args.rank} median_ms={statistics.median(times):.3f} "
-          f"p90_ms={p90:.3f} steps={len(times)} cpu_ms={cpu_ms:.3f}", flush=True)
+    # one write, newline included: the ranks share one pipe
+    sys.stdout.write(f"weft-cluster-result rank={args.rank} median_ms={statistics.median(times):.3f} "
+                     f"p90_ms={p90:.3f} steps={len(times)} cpu_ms={cpu_ms:.3f}\n")
+    sys.stdout.flush()
 
 
 if __name__ == "__main__":

@@ -751,19 +751,28 @@ typedef struct outcome {
 	double push_bytes;	  /* into the servers per worker and step; 0: not reported */
 } outcome;
 
-/* A result line, where another process's output may precede it on the
- * same line (the children share one pipe); other lines go to stderr. */
-static void parse_line(const char *text, outcome *oc)
+/* A line of the children's output (they share one pipe): results, where
+ * another process's output may precede each on the same line, and two may
+ * share one (a child that wrote its line and its newline apart); other
+ * lines go to stderr. */
+static void parse_line(char *text, outcome *oc)
 {
 	double med, p90, cpu;
 	long st;
 	/* a child's own output without a newline (a peer's library) may come
 	 * first; what is not a result goes on to stderr */
-	const char *line = strstr(text, RESULT_TAG);
+	char *line = strstr(text, RESULT_TAG);
 	if (!line) {
 		if (*text)
 			fprintf(stderr, "%s\n", text);
-	} else if (sscanf(line, RESULT_TAG " server_cpu_ms=%lf", &cpu) == 1) {
+		return;
+	}
+	char *next = strstr(line + 1, RESULT_TAG);
+	if (next) {
+		parse_line(next, oc);
+		*next = '\0';
+	}
+	if (sscanf(line, RESULT_TAG " server_cpu_ms=%lf", &cpu) == 1) {
 		oc->server_cpu_ms = WF_MAX(oc->server_cpu_ms, cpu);
 	} else if (sscanf(line, RESULT_TAG " push_bytes=%lf", &cpu) == 1) {
 		oc->push_bytes = cpu;
