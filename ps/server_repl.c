@@ -14,6 +14,7 @@
 
 #define PEER_HEARTBEAT 0.25 /* seconds between heartbeats to the peers */
 #define JOIN_RETRY     0.5  /* seconds between join requests */
+#define JOIN_SOON      0.05 /* ... after a primary that cannot reach this server yet */
 #define HANDOFF_AFTER  1.0  /* seconds a returned server backs its group before it gets it back */
 
 /* k-th member of group g (k = 0: the server placement gave it). */
@@ -730,8 +731,13 @@ static void join_reply(server *s, int p, const wf_ps_msg *m)
 			joined(s, g);
 		return;
 	}
-	if (!(h->flags & WF_PS_FLAG_REDIRECT))
-		return; /* asked again later */
+	if (!(h->flags & WF_PS_FLAG_REDIRECT)) {
+		/* asked again later; soon when the primary's connection to
+		 * this (restarted) server is still being made */
+		if (-(int)h->aux == WF_ETRANSIENT)
+			gr->last_ask = wf_now() - JOIN_RETRY + JOIN_SOON;
+		return;
+	}
 	int to = (int)h->step;
 	if (to == s->cfg->index) /* p holds the group and waits for this server: take over */
 		ask_join(s, g, p, 1);

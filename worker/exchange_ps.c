@@ -217,18 +217,10 @@ static int pull_all(ps_ctx *c, long *version, wf_err *err)
 	return rc;
 }
 
-/* Register with every server; 1 when all are initialised at one step
- * (*step; async/ssp: within one step, *step the lowest), 0 when they are
- * not (yet), or an error. joining: the last call found the servers seeded
- * but at different steps; this worker waits for them without pushing, so
- * it asks not to be waited for (a server of a sync elastic job that counted
- * it in a step would hold that step, and the servers would never agree). */
-static int servers_agree(ps_ctx *c, int joining, long *step, long *lo, long *hi, wf_err *err)
+/* The lowest and highest step the servers that carry the job's step
+ * reported to the last register (c->steps). */
+static void servers_span(ps_ctx *c, long *lo, long *hi)
 {
-	long min;
-	int rc = wf_ps_client_register(c->cl, joining, c->steps, &min, err);
-	if (rc != 0)
-		return rc;
 	/* only servers that hold chunks carry the job's step: one that holds none
 	 * (a small model on several servers) must never hold up a join; with
 	 * replicas, register names them (WF_PS_STEP_BACKUP), as the primary of a
@@ -245,6 +237,37 @@ static int servers_agree(ps_ctx *c, int joining, long *step, long *lo, long *hi,
 	}
 	if (!any)
 		*lo = *hi = c->steps[0];
+}
+
+/* Register with every server; 1 when all are initialised at one step
+ * (*step; async/ssp: within one step, *step the lowest), 0 when they are
+ * not (yet), or an error. joining: the last call found the servers seeded
+ * but at different steps; this worker waits for them without pushing, so
+ * it asks not to be waited for (a server of a sync elastic job that counted
+ * it in a step would hold that step, and the servers would never agree). */
+static int servers_agree(ps_ctx *c, int joining, long *step, long *lo, long *hi, wf_err *err)
+{
+	long min;
+	double limit =
+		c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : WF_PS_CONNECT_TIMEOUT_DEFAULT;
+	for (double until = wf_now() + limit;;) {
+		int rc = wf_ps_client_register(c->cl, joining, c->steps, &min, err);
+		if (rc != 0)
+			return rc;
+		servers_span(c, lo, hi);
+		/* the job runs (a server serves a step) but some group of chunks
+		 * has no server serving it yet (with replicas: its servers are
+		 * still joining, for a moment): a pull would find it empty, and
+		 * the chief must neither repair nor seed a running job */
+		if (*lo < 0 || min >= 0)
+			break;
+		if (wf_now() > until)
+			return wf_errf(err, WF_ETRANSIENT,
+				       "ps: a part of the model had no parameter server serving it "
+				       "for %.0f s (its servers are still joining?)",
+				       limit);
+		sleep_s(0.1);
+	}
 	*step = *lo;
 	/* async and ssp: a chunk's version is the highest step applied + 1, so
 	 * while the fastest worker is between its chunks (or died there) one
