@@ -1255,20 +1255,42 @@ static void elastic_sgd(float *want, const float *g, int pushes)
 		want[i] -= 0.1f * ((float)pushes * g[i]) / 3;
 }
 
+/* The end of an elastic test: its clients and servers gone. */
+static void elastic_end(wf_ps_client *a, wf_ps_client *b, wf_ps_client *c, wf_ps_placement *pl)
+{
+	push_contributors = 4;
+	wf_ps_client_free(a);
+	wf_ps_client_free(b);
+	wf_ps_client_free(c);
+	wf_ps_placement_free(pl);
+	kill_children();
+}
+
+/* The start of an elastic test: one server (elastic_timeout et, 0: its
+ * default), workers 0 and 1 (a, b) registered, the job seeded with p0. 0 on
+ * success; the caller ends with elastic_end either way. */
+static int elastic_begin(double et, wf_ps_placement *pl, wf_ps_client **a, wf_ps_client **b,
+			 float *p0, float *pa, float *pb)
+{
+	wf_err e = {0};
+	start_elastic_server(et);
+	wf_ps_place(pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
+	push_contributors = 1; /* one worker's mean gradient per push, as weft's workers */
+	*a = make_client(pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
+	*b = make_client(pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0.1);
+	return !*a || !*b || setup_job(*a, p0) || wf_ps_client_register(*b, 0, NULL, NULL, &e);
+}
+
 static void test_elastic_membership(void)
 {
-	start_elastic_server(0.8);
-	wf_ps_placement pl;
-	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], pc[NPARAMS], g[NPARAMS], want[NPARAMS];
 	wf_err e = {0};
-	push_contributors = 1; /* one worker's mean gradient per push, as weft's workers */
-	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
-	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0.1);
-	wf_ps_client *c = NULL; /* its heartbeats would make it a member: made when it joins */
+	wf_ps_placement pl;
+	wf_ps_client *a, *b,
+		*c = NULL; /* its heartbeats would make it a member: made when it joins */
 	char log[512];
 	snprintf(log, sizeof(log), "%s/ps-0.log", tmpdir);
-	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
+	if (elastic_begin(0.8, &pl, &a, &b, p0, pa, pb))
 		goto cleanup;
 	fill(g, NPARAMS, 31);
 	/* step 0: workers 0 and 1; worker 2 was never seen */
@@ -1316,12 +1338,7 @@ static void test_elastic_membership(void)
 	WF_CHECK_MSG(max_diff(pb, want, NPARAMS) < 1e-6f, "%g", max_diff(pb, want, NPARAMS));
 	WF_CHECK(max_diff(pa, pb, NPARAMS) == 0.0f && max_diff(pc, pb, NPARAMS) == 0.0f);
 cleanup:
-	push_contributors = 4;
-	wf_ps_client_free(a);
-	wf_ps_client_free(b);
-	wf_ps_client_free(c);
-	wf_ps_placement_free(&pl);
-	kill_children();
+	elastic_end(a, b, c, &pl);
 }
 
 /* Wait (up to 10 s) until server 0 has received n pushes in all, as its
@@ -1344,22 +1361,38 @@ static int wait_pushes(const wf_ps_placement *pl, uint64_t n)
 	return ok;
 }
 
+/* Elastic: joiner c (its values in pc) pulls and pushes `step` first, after
+ * `before` pushes of every chunk reached server 0, then workers a and b:
+ * the step counts all three. */
+static void joiner_counts(wf_ps_client *a, wf_ps_client *b, wf_ps_client *c,
+			  const wf_ps_placement *pl, const float *g, long step, int before,
+			  float *want, const float *pc)
+{
+	wf_err e = {0};
+	WF_CHECK_INT(wf_ps_client_pull(c, -1, NULL, &e), 0);
+	push_step(c, pl, g, step, &e);
+	if (!wait_pushes(pl, (uint64_t)((before + 1) * pl->nchunks))) /* the joiner's first */
+		return;
+	push_step(a, pl, g, step, &e);
+	push_step(b, pl, g, step, &e);
+	WAIT_OK(a);
+	WAIT_OK(b);
+	WAIT_OK(c);
+	elastic_sgd(want, g, 3);
+	WF_CHECK_MSG(max_diff(pc, want, NPARAMS) < 1e-6f, "%g", max_diff(pc, want, NPARAMS));
+}
+
 /* Elastic: a worker that registers while a step is under way at a server is
  * not awaited in that step there (it waits for the servers to agree on a
  * step before it pushes; a server waiting for it would never get there),
  * and is awaited once it pushed. */
 static void test_elastic_join_mid_step(void)
 {
-	start_elastic_server(0);
-	wf_ps_placement pl;
-	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], pc[NPARAMS], g[NPARAMS], want[NPARAMS];
 	wf_err e = {0};
-	push_contributors = 1;
-	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
-	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0.1);
-	wf_ps_client *c = NULL;
-	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
+	wf_ps_placement pl;
+	wf_ps_client *a, *b, *c = NULL;
+	if (elastic_begin(0, &pl, &a, &b, p0, pa, pb))
 		goto cleanup;
 	fill(g, NPARAMS, 17);
 	/* step 0: worker 0 has pushed when worker 2 registers; worker 1's push
@@ -1380,25 +1413,10 @@ static void test_elastic_join_mid_step(void)
 	elastic_sgd(want, g, 2);
 	WF_CHECK_MSG(max_diff(pa, want, NPARAMS) < 1e-6f, "%g", max_diff(pa, want, NPARAMS));
 	/* step 1: the joiner pulls and pushes first; from then on it counts */
-	WF_CHECK_INT(wf_ps_client_pull(c, -1, NULL, &e), 0);
-	push_step(c, &pl, g, 1, &e);
-	if (!wait_pushes(&pl, (uint64_t)(3 * pl.nchunks))) /* the joiner's are in first */
-		goto cleanup;
-	push_step(a, &pl, g, 1, &e);
-	push_step(b, &pl, g, 1, &e);
-	WAIT_OK(a);
-	WAIT_OK(b);
-	WAIT_OK(c);
-	elastic_sgd(want, g, 3);
-	WF_CHECK_MSG(max_diff(pc, want, NPARAMS) < 1e-6f, "%g", max_diff(pc, want, NPARAMS));
+	joiner_counts(a, b, c, &pl, g, 1, 2, want, pc);
 	WF_CHECK(max_diff(pa, pc, NPARAMS) == 0.0f && max_diff(pb, pc, NPARAMS) == 0.0f);
 cleanup:
-	push_contributors = 4;
-	wf_ps_client_free(a);
-	wf_ps_client_free(b);
-	wf_ps_client_free(c);
-	wf_ps_placement_free(&pl);
-	kill_children();
+	elastic_end(a, b, c, &pl);
 }
 
 /* Elastic: a worker that registers between steps but says it is still
@@ -1408,16 +1426,11 @@ cleanup:
  * them apart for as long as it kept asking. It counts once it pushed. */
 static void test_elastic_joiner_waiting_is_not_awaited(void)
 {
-	start_elastic_server(0);
-	wf_ps_placement pl;
-	wf_ps_place(&pl, NULL, 0, NPARAMS, 1, CHUNKB, NULL);
 	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], pc[NPARAMS], g[NPARAMS], want[NPARAMS];
 	wf_err e = {0};
-	push_contributors = 1;
-	wf_ps_client *a = make_client(&pl, pa, NULL, WF_PS_ROLE_WORKER, 0, 0.1);
-	wf_ps_client *b = make_client(&pl, pb, NULL, WF_PS_ROLE_WORKER, 1, 0.1);
-	wf_ps_client *c = NULL;
-	if (!a || !b || setup_job(a, p0) || wf_ps_client_register(b, 0, NULL, NULL, &e))
+	wf_ps_placement pl;
+	wf_ps_client *a, *b, *c = NULL;
+	if (elastic_begin(0, &pl, &a, &b, p0, pa, pb))
 		goto cleanup;
 	fill(g, NPARAMS, 23);
 	push_step(a, &pl, g, 0, &e);
@@ -1444,25 +1457,10 @@ static void test_elastic_joiner_waiting_is_not_awaited(void)
 	/* the servers agree: it pulls and pushes step 2 first, and counts */
 	WF_CHECK_INT(wf_ps_client_register(c, 1, NULL, &step, &e), 0);
 	WF_CHECK_INT(step, 2);
-	WF_CHECK_INT(wf_ps_client_pull(c, -1, NULL, &e), 0);
-	push_step(c, &pl, g, 2, &e);
-	if (!wait_pushes(&pl, (uint64_t)(5 * pl.nchunks)))
-		goto cleanup;
-	push_step(a, &pl, g, 2, &e);
-	push_step(b, &pl, g, 2, &e);
-	WAIT_OK(a);
-	WAIT_OK(b);
-	WAIT_OK(c);
-	elastic_sgd(want, g, 3);
-	WF_CHECK_MSG(max_diff(pc, want, NPARAMS) < 1e-6f, "%g", max_diff(pc, want, NPARAMS));
+	joiner_counts(a, b, c, &pl, g, 2, 4, want, pc);
 	WF_CHECK(max_diff(pa, pc, NPARAMS) == 0.0f && max_diff(pb, pc, NPARAMS) == 0.0f);
 cleanup:
-	push_contributors = 4;
-	wf_ps_client_free(a);
-	wf_ps_client_free(b);
-	wf_ps_client_free(c);
-	wf_ps_placement_free(&pl);
-	kill_children();
+	elastic_end(a, b, c, &pl);
 }
 
 /* The units list of chunk k's last reply to c as a string ("3,4"; "" none). */
@@ -1550,12 +1548,7 @@ static void test_elastic_global_batch_lists(void)
 			     !strcmp(unit_list(c, ref), "9"),
 		     "%s / %s / %s", unit_list(a, ref), unit_list(b, ref), unit_list(c, ref));
 cleanup:
-	push_contributors = 4;
-	wf_ps_client_free(a);
-	wf_ps_client_free(b);
-	wf_ps_client_free(c);
-	wf_ps_placement_free(&pl);
-	kill_children();
+	elastic_end(a, b, c, &pl);
 }
 
 static void test_stalled_worker_is_named(void)
