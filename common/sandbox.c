@@ -19,6 +19,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/* AddressSanitizer builds (the ASan unit tier, the fuzz targets): gcc says so
+ * with __SANITIZE_ADDRESS__, clang with __has_feature */
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifdef SANITIZED
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #define CANCEL_POLL_MS 50 /* how often the wait looks at wf_cancel_requested */
 
 static int in_child;
@@ -94,6 +107,12 @@ static void child_main(int fd, const char *what, int (*fn)(void *, wf_err *), vo
 	const int sigs[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGALRM};
 	for (size_t i = 0; i < WF_ARRAY_LEN(sigs); i++)
 		signal(sigs[i], SIG_DFL);
+#ifdef SANITIZED
+	/* a sanitizer's report in here is the parser's crash, refused as a
+	 * signal would be; the death callback a fuzzer set (record the input
+	 * as a crash, print its statistics) is the parent's, not this child's */
+	__sanitizer_set_death_callback(NULL);
+#endif
 	alarm((unsigned)timeout_s + 2); /* should the parent miss the deadline */
 	size_t base = mem_bytes ? address_space() : 0;
 	if (base) {
