@@ -217,6 +217,12 @@ static int pull_all(ps_ctx *c, long *version, wf_err *err)
 	return rc;
 }
 
+/* How long a worker waits for the servers (ps.connect_timeout or its default). */
+static double connect_limit(const ps_ctx *c)
+{
+	return c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : WF_PS_CONNECT_TIMEOUT_DEFAULT;
+}
+
 /* The lowest and highest step the servers that carry the job's step
  * reported to the last register (c->steps). */
 static void servers_span(ps_ctx *c, long *lo, long *hi)
@@ -248,8 +254,7 @@ static void servers_span(ps_ctx *c, long *lo, long *hi)
 static int servers_agree(ps_ctx *c, int joining, long *step, long *lo, long *hi, wf_err *err)
 {
 	long min;
-	double limit =
-		c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : WF_PS_CONNECT_TIMEOUT_DEFAULT;
+	double limit = connect_limit(c);
 	for (double until = wf_now() + limit;;) {
 		int rc = wf_ps_client_register(c->cl, joining, c->steps, &min, err);
 		if (rc != 0)
@@ -315,8 +320,7 @@ static int chief_repair(ps_ctx *c, long lo, long hi, wf_err *err)
 static int resync(wf_exchange *x, const char *why, long *to, wf_err *err)
 {
 	ps_ctx *c = x->ctx;
-	double limit =
-		c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout : WF_PS_CONNECT_TIMEOUT_DEFAULT;
+	double limit = connect_limit(c);
 	double deadline = wf_now() + limit;
 	long step = -1, lo = -1, hi = -1, version;
 	wf_warn("ps: worker %d, step %ld: %s: re-synchronising with the servers", x->rank, c->step,
@@ -528,8 +532,7 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 			return wf_err_wrap(err, "seeding the parameter servers"), rc;
 	} else {
 		/* the servers are authoritative: a worker (re)joining takes their step */
-		double limit = c->cfg.connect_timeout > 0 ? c->cfg.connect_timeout
-							  : WF_PS_CONNECT_TIMEOUT_DEFAULT;
+		double limit = connect_limit(c);
 		double deadline = wf_now() + limit;
 		for (lo = -1;;) {
 			rc = servers_agree(c, lo >= 0, &step, &lo, &hi, err);
