@@ -128,6 +128,13 @@ void wf_netem_addr(int node, char *buf, size_t n)
 	snprintf(buf, n, "10.213.0.%d", node + 1);
 }
 
+/* A locally administered MAC per node, so that every node can be told every
+ * other's before any traffic (neighbours). */
+static void node_mac(int node, char *buf, size_t n)
+{
+	snprintf(buf, n, "02:77:66:00:%02x:%02x", (node >> 8) & 0xff, node & 0xff);
+}
+
 void wf_netem_ns(const wf_netem *ne, int node, char *buf, size_t n)
 {
 	snprintf(buf, n, "%s-%d", ne->tag, node);
@@ -174,8 +181,9 @@ static int shape(const char *where, const char *dev, const wf_netem_link *l, wf_
 
 static int add_node(wf_netem *ne, int i, const wf_netem_link *link, wf_err *err)
 {
-	char ns[64], host[24], peer[24], addr[32], where[80];
+	char ns[64], host[24], peer[24], addr[32], mac[24], where[80];
 	wf_netem_ns(ne, i, ns, sizeof(ns));
+	node_mac(i, mac, sizeof(mac));
 	snprintf(host, sizeof(host), "%sh%d", ne->tag, i);
 	snprintf(peer, sizeof(peer), "%sn%d", ne->tag, i);
 	wf_netem_addr(i, addr, sizeof(addr));
@@ -187,6 +195,7 @@ static int add_node(wf_netem *ne, int i, const wf_netem_link *link, wf_err *err)
 	if ((rc = run(err, "ip link add %s type veth peer name %s", host, peer)) ||
 	    (rc = run(err, "ip link set %s netns %s", peer, ns)) ||
 	    (rc = run(err, "ip -n %s link set %s name eth0", ns, peer)) ||
+	    (rc = run(err, "ip -n %s link set eth0 address %s", ns, mac)) ||
 	    (rc = run(err, "ip -n %s addr add %s/24 dev eth0", ns, addr)) ||
 	    (rc = run(err, "ip -n %s link set eth0 up", ns)) ||
 	    (rc = run(err, "ip -n %s link set lo up", ns)) ||
@@ -209,6 +218,38 @@ static int add_node(wf_netem *ne, int i, const wf_netem_link *link, wf_err *err)
 	return 0;
 }
 
+/* Every node knows every other's MAC from the start, as permanent neighbour
+ * entries. Learned (ARP) entries of all namespaces share one kernel table,
+ * capped host-wide by net.ipv4.neigh.default.gc_thresh3 (1024 by default):
+ * 32 workers talking to 32 servers need 2048, and a node whose entry cannot
+ * be made sends nothing (its connections stay in SYN-SENT, and the kernel
+ * logs "neighbor table overflow"). Permanent entries are outside that cap. */
+static int add_neighbours(wf_netem *ne, wf_err *err)
+{
+	char path[] = "/tmp/weft-netem-neigh.XXXXXX";
+	int fd = mkstemp(path);
+	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (!f) {
+		if (fd >= 0)
+			close(fd);
+		return wf_errf(err, WF_EIO, "%s: cannot write it: %s", path, strerror(errno));
+	}
+	for (int j = 0; j < ne->nodes; j++) {
+		char addr[32], mac[24];
+		wf_netem_addr(j, addr, sizeof(addr));
+		node_mac(j, mac, sizeof(mac));
+		fprintf(f, "neigh replace %s lladdr %s dev eth0 nud permanent\n", addr, mac);
+	}
+	int rc = fclose(f) != 0 ? wf_errf(err, WF_EIO, "%s: cannot write it", path) : 0;
+	for (int i = 0; rc == 0 && i < ne->nodes; i++) {
+		char ns[64];
+		wf_netem_ns(ne, i, ns, sizeof(ns));
+		rc = run(err, "ip -n %s -batch %s", ns, path);
+	}
+	unlink(path);
+	return rc;
+}
+
 int wf_netem_create(wf_netem *ne, int nodes, int shaped, const wf_netem_link *link, wf_err *err)
 {
 	memset(ne, 0, sizeof(*ne));
@@ -229,6 +270,8 @@ int wf_netem_create(wf_netem *ne, int nodes, int shaped, const wf_netem_link *li
 		rc = run(err, "ip link set %s up", ne->bridge);
 	for (int i = 0; rc == 0 && i < nodes; i++)
 		rc = add_node(ne, i, link, err);
+	if (rc == 0)
+		rc = add_neighbours(ne, err);
 	if (rc != 0) {
 		wf_err_wrap(err, "emulated network");
 		wf_netem_destroy(ne);

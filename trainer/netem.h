@@ -2,7 +2,9 @@
  * Linux network namespace with one interface (eth0, 10.213.0.<node+1>/24)
  * joined to the others through a bridge, its link shaped in both directions
  * by tc (tbf for a rate alone, netem when a delay or loss is asked) and
- * carrying MTU-sized packets, as a wire does (no GSO on its eth0). Nothing
+ * carrying MTU-sized packets, as a wire does (no GSO on its eth0). Every
+ * node knows every other's MAC from the start (no ARP table to outgrow at
+ * 64 nodes). Nothing
  * leaves the machine: the host has no address on the bridge. Needs root and
  * iproute2 (`ip`, `tc`).
  *
