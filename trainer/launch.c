@@ -105,28 +105,54 @@ static void on_signal(int sig)
 
 /* ---- ports and TF_CONFIG ----------------------------------------------------- */
 
-/* n free loopback TCP ports (held open together, so they differ). */
+/* The kernel's ephemeral range (net.ipv4.ip_local_port_range), from which
+ * every outgoing connection on the machine takes its source port. */
+static void ephemeral_range(int *lo, int *hi)
+{
+	*lo = 32768, *hi = 60999;
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+	if (f) {
+		int a, b;
+		if (fscanf(f, "%d %d", &a, &b) == 2 && a > 0 && b >= a && b < 65536)
+			*lo = a, *hi = b;
+		fclose(f);
+	}
+}
+
+/* n free loopback TCP ports (held open together, so they differ), outside
+ * the ephemeral range: a server restarted after a crash binds its port
+ * again, and a port from that range may meanwhile be the source port of any
+ * connection on the machine (the bind then fails for as long as that
+ * connection lives). Real clusters name fixed ports for the same reason. */
 static int free_ports(int *ports, int n, wf_err *err)
 {
-	int fds[MAX_PROCS], rc = 0, k = 0;
-	for (; k < n; k++) {
-		struct sockaddr_in a = {.sin_family = AF_INET};
-		socklen_t len = sizeof(a);
+	int fds[MAX_PROCS], lo, hi, k = 0;
+	ephemeral_range(&lo, &hi);
+	/* the ports above the range, then those below it down to 1024 */
+	int above = 65535 - hi, below = lo - 1024, span = WF_MAX(above, 0) + WF_MAX(below, 0);
+	unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)(wf_now() * 1e6);
+	for (int tries = 0; k < n && span > 0 && tries < 20 * span && tries < 100000; tries++) {
+		int r = (int)(rand_r(&seed) % (unsigned)span);
+		int port = r < above ? hi + 1 + r : 1024 + (r - above);
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
 		a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		fds[k] = socket(AF_INET, SOCK_STREAM, 0);
-		if (fds[k] < 0 || bind(fds[k], (struct sockaddr *)&a, sizeof(a)) != 0 ||
-		    getsockname(fds[k], (struct sockaddr *)&a, &len) != 0) {
-			rc = wf_errf(err, WF_ETRANSIENT, "launch: no free loopback port: %s",
-				     strerror(errno));
-			if (fds[k] >= 0)
-				close(fds[k]);
+		fds[k] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fds[k] < 0)
 			break;
+		if (bind(fds[k], (struct sockaddr *)&a, sizeof(a)) != 0) {
+			close(fds[k]); /* taken (or held by one of ours): another */
+			continue;
 		}
-		ports[k] = ntohs(a.sin_port);
+		ports[k++] = port;
 	}
 	for (int i = 0; i < k; i++)
 		close(fds[i]);
-	return rc;
+	if (k < n)
+		return wf_errf(err, WF_ETRANSIENT,
+			       "launch: found %d of %d free loopback ports outside the ephemeral "
+			       "range %d-%d (net.ipv4.ip_local_port_range)",
+			       k, n, lo, hi);
+	return 0;
 }
 
 /* Every child's TF_CONFIG: the same cluster, its own task. Child i listens

@@ -26,12 +26,25 @@ fail() {
 	exit 1
 }
 
-# free_ports N: N distinct free loopback ports on one line
+# free_ports N: N distinct free loopback ports on one line, outside the
+# ephemeral range (as weft launch picks them: a server restarted on its port
+# never finds it held as some connection's source port)
 free_ports() {
-	python3 -c 'import socket, sys
-s = [socket.socket() for _ in range(int(sys.argv[1]))]
-for x in s: x.bind(("127.0.0.1", 0))
-print(*[x.getsockname()[1] for x in s])' "$1"
+	python3 -c 'import random, socket, sys
+lo, hi = map(int, open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+pool = list(range(1024, lo)) + list(range(hi + 1, 65536))
+random.shuffle(pool)
+held = []
+for p in pool:
+    if len(held) == int(sys.argv[1]):
+        break
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", p))
+        held.append(s)
+    except OSError:
+        s.close()
+print(*[x.getsockname()[1] for x in held])' "$1"
 }
 
 # make_synth FILE COUNT SIZE SEED

@@ -4,7 +4,8 @@
 # rollback event, no "continues at step" resync), the restarted server joins
 # its groups again by state transfer while training runs, and the job ends
 # exactly where the unkilled run ends (sync: the final loss and eval
-# accuracy bitwise equal). Both servers are killed in turn (ps 0: the
+# accuracy bitwise equal), its port free again (launch picks ports outside
+# the ephemeral range). Both servers are killed in turn (ps 0: the
 # primary of group 0; ps 1: the primary of group 1 and the backup of 0).
 . "$WEFT_SRC/tests/ps/lib.sh"
 mkdir -p data
@@ -18,6 +19,12 @@ args=(--ps 2 --workers 2 --threads 2 --device cpu --config "$WEFT_SRC/configs/sy
 	fail "the unkilled run failed"
 last() { tail -1 "$1" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d["step"], d["loss"], d["eval_accuracy"])'; }
 want=$(last ref/logs/metrics.jsonl)
+# the servers' ports lie outside the ephemeral range, so that no connection
+# on the machine can hold a killed server's port when it restarts
+read -r lo hi </proc/sys/net/ipv4/ip_local_port_range
+for p in $(grep -oE 'listening on tcp://127.0.0.1:[0-9]+' ref.log | sed 's/.*://'); do
+	[ "$p" -lt "$lo" ] || [ "$p" -gt "$hi" ] || fail "ps port $p is in the ephemeral range $lo-$hi"
+done
 for victim in 0 1; do
 	name=kill$victim
 	export WEFT_EVENTS=$WORK/$name.events.jsonl
