@@ -128,7 +128,7 @@ static int free_ports(int *ports, int n, wf_err *err)
 {
 	int fds[MAX_PROCS], lo, hi, k = 0;
 	ephemeral_range(&lo, &hi);
-	/* the ports above the range, then those below it down to 1024 */
+	/* random picks among the ports above the range and those below it (to 1024) */
 	int above = 65535 - hi, below = lo - 1024, span = WF_MAX(above, 0) + WF_MAX(below, 0);
 	unsigned seed = (unsigned)getpid() * 2654435761u ^ (unsigned)(wf_now() * 1e6);
 	for (int tries = 0; k < n && span > 0 && tries < 20 * span && tries < 100000; tries++) {
