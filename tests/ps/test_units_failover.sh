@@ -55,6 +55,10 @@ twice = sorted(u for u, n in applied.items() if n > 1)
 assert not twice, f"applied more than once: {twice[:10]}"
 n = int(sys.argv[2])
 missing = [u for u in range(n // 30 * 30) if applied[u] != 1]  # the complete epochs
+if missing:  # what the workers said of them, and when the backup took over
+    for e in ev:
+        if e.get("unit") in missing[:3] or e.get("event") in ("ps_primary", "exited"):
+            print(json.dumps(e), file=sys.stderr)
 assert not missing, f"never applied: {missing[:10]}"
 assert sum(applied.values()) == n, sum(applied.values())
 PY
