@@ -6,7 +6,8 @@
 # workers' CPU time per step; the namespaces are gone afterwards; the same
 # with replicated servers. No timing is asserted (the machine is shared),
 # but each line carries the network's counters (retransmissions, timeouts,
-# queue drops); 32 workers with 32 servers reach each other. Skips (77) without root or network namespaces.
+# queue drops); 32 workers with 32 servers reach each other. Skips (77)
+# without root or network namespaces.
 . "$WEFT_SRC/tests/ps/lib.sh"
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null || ! command -v tc >/dev/null; then
 	echo "SKIP: needs root and iproute2 (ip, tc) for network namespaces"
