@@ -108,6 +108,7 @@ struct wf_ps_client {
 	atomic_int hb_stop;
 	_Atomic uint32_t *inc; /* [nservers] incarnation in the last heartbeat reply, 0 none */
 	_Atomic int64_t *seen; /* [nservers] ms (wf_now) of the last heartbeat reply, 0 none */
+	uint8_t *heard;	       /* [nservers] 1 once server s answered a request */
 	double server_timeout; /* seconds of heartbeat silence that make a server gone */
 	void **mons;	       /* [nservers * nstripes] PAIR: each socket's connection events */
 	handshakes *hs;	       /* [nservers] what register saw of each server's handshakes */
@@ -461,8 +462,10 @@ static void drain(wf_ps_client *c, int k)
 				p->rc = WF_EFORMAT;
 				snprintf(p->msg, sizeof(p->msg), "bad reply: %.1000s", e.msg);
 			}
-		} else if (mine) {
-			apply_reply(c, p, &m);
+		} else {
+			c->heard[s] = 1;
+			if (mine)
+				apply_reply(c, p, &m);
 		}
 		for (int i = 0; i < n; i++)
 			zmq_msg_close(&c->frames[i]);
@@ -631,19 +634,26 @@ static void release_held(wf_ps_client *c)
 	}
 }
 
-/* With fail_fast: 1 when a slot was refused; the open ones are dropped
- * (their late replies no longer match a used slot's tag). */
-static int refused(wf_ps_client *c)
+/* Drop the open slots: their late replies no longer match a used slot's
+ * tag, and the slots take new requests. */
+static void drop_open(wf_ps_client *c)
 {
-	int any = 0;
 	for (int i = 0; i < c->cap; i++)
-		any |= c->pend[i].used && c->pend[i].done && c->pend[i].rc;
-	for (int i = 0; any && i < c->cap; i++)
 		if (c->pend[i].used && !c->pend[i].done) {
 			c->pend[i].used = 0;
 			c->nheld -= c->pend[i].held;
 			c->pend[i].held = 0;
 		}
+}
+
+/* With fail_fast: 1 when a slot was refused; the open ones are dropped. */
+static int refused(wf_ps_client *c)
+{
+	int any = 0;
+	for (int i = 0; i < c->cap; i++)
+		any |= c->pend[i].used && c->pend[i].done && c->pend[i].rc;
+	if (any)
+		drop_open(c);
 	return any;
 }
 
@@ -723,10 +733,13 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_e
 		if (c->fail_fast && refused(c))
 			break;
 		/* a stop signal while the process starts: the servers it
-		 * registers with may never come */
+		 * registers with may never come (an elastic worker then leaves
+		 * through these slots) */
 		if (c->registering &&
-		    (rc = wf_cancel_check("register with the parameter servers", err)) != 0)
+		    (rc = wf_cancel_check("register with the parameter servers", err)) != 0) {
+			drop_open(c);
 			break;
+		}
 	}
 	/* a socket's monitor blocks its I/O thread once its queue of unread
 	 * events is full (reconnects of a long job): read them every wait */
@@ -759,14 +772,18 @@ static double timeout_of(const wf_ps_client *c)
 	return c->cfg.timeout > 0 ? c->cfg.timeout : WF_PS_TIMEOUT_DEFAULT;
 }
 
-/* One server-wide request (no payload unless text) to every server, or to
- * server only when only >= 0; waits for all replies. */
+enum { TO_ALL = -1, TO_HEARD = -2 };
+
+/* One server-wide request (no payload unless text) to every server
+ * (TO_ALL), to every server that ever answered this client (TO_HEARD), or
+ * to server only when only >= 0; waits for all replies. */
 static int to_servers(wf_ps_client *c, int only, uint16_t op, long step, const char *text,
 		      wf_err *err)
 {
 	int rc = 0;
 	for (int s = 0; s < c->cfg.nservers && !rc; s++) {
-		if (only >= 0 && s != only)
+		if ((only >= 0 && s != only) ||
+		    (only == TO_HEARD && !c->heard[s] && !atomic_load(&c->seen[s])))
 			continue;
 		wf_ps_hdr h;
 		req_hdr(c, &h, op, 0, step);
@@ -1089,6 +1106,7 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	c->floats = calloc((size_t)nc + 1, sizeof(*c->floats));
 	c->inc = calloc((size_t)cfg->nservers, sizeof(*c->inc));
 	c->seen = calloc((size_t)cfg->nservers, sizeof(*c->seen));
+	c->heard = calloc((size_t)cfg->nservers, 1);
 	c->mons = calloc((size_t)cfg->nservers * (size_t)c->nstripes, sizeof(*c->mons));
 	c->hs = calloc((size_t)cfg->nservers, sizeof(*c->hs));
 	c->route = calloc((size_t)cfg->nservers, sizeof(*c->route));
@@ -1107,7 +1125,7 @@ int wf_ps_client_create(wf_ps_client **out, const wf_ps_client_cfg *cfg, wf_err 
 	if (cfg->compression == WF_PS_COMPRESSION_BF16 && cfg->pl)
 		c->bf16 = malloc((cfg->pl->nparams ? cfg->pl->nparams : 1) * sizeof(*c->bf16));
 	if (!c->pend || !c->endpoints || !c->socks || !c->floats || !c->inc || !c->seen ||
-	    !c->mons || !c->hs || !c->route || !c->sent_at || !c->landed_at ||
+	    !c->heard || !c->mons || !c->hs || !c->route || !c->sent_at || !c->landed_at ||
 	    (cfg->priority_bytes > 0 && nc > 0 && (!c->queued || !c->tok)) ||
 	    (cfg->compression == WF_PS_COMPRESSION_BF16 && cfg->pl && !c->bf16) ||
 	    (cfg->compression == WF_PS_COMPRESSION_TOPK && cfg->pl && topk_plan(c) != 0))
@@ -1211,6 +1229,7 @@ void wf_ps_client_free(wf_ps_client *c)
 	free(c->frozen_bytes);
 	free((void *)c->inc);
 	free((void *)c->seen);
+	free(c->heard);
 	free(c->mons);
 	free(c->hs);
 	free(c->route);
@@ -1641,7 +1660,7 @@ int wf_ps_client_barrier(wf_ps_client *c, long step, wf_err *err)
 	/* one server's refusal (the job went back, a restart) decides it: the
 	 * others would hold this barrier until a step that never comes */
 	c->fail_fast = 1;
-	int rc = to_servers(c, -1, WF_PS_OP_BARRIER, step, NULL, err);
+	int rc = to_servers(c, TO_ALL, WF_PS_OP_BARRIER, step, NULL, err);
 	c->fail_fast = 0;
 	clear_slots(c);
 	return rc;
@@ -1649,14 +1668,14 @@ int wf_ps_client_barrier(wf_ps_client *c, long step, wf_err *err)
 
 int wf_ps_client_checkpoint(wf_ps_client *c, long step, wf_err *err)
 {
-	int rc = to_servers(c, -1, WF_PS_OP_CHECKPOINT, step, NULL, err);
+	int rc = to_servers(c, TO_ALL, WF_PS_OP_CHECKPOINT, step, NULL, err);
 	clear_slots(c);
 	return rc;
 }
 
 int wf_ps_client_restore(wf_ps_client *c, long step, long *restored, wf_err *err)
 {
-	int rc = to_servers(c, -1, WF_PS_OP_RESTORE, step, NULL, err);
+	int rc = to_servers(c, TO_ALL, WF_PS_OP_RESTORE, step, NULL, err);
 	long got = -2;
 	for (int s = 0; !rc && s < c->cfg.nservers; s++) {
 		long st = c->pend[slot_server(c, s)].reply_step;
@@ -1686,14 +1705,16 @@ int wf_ps_client_stats(wf_ps_client *c, int s, wf_ps_stats *out, wf_err *err)
 
 int wf_ps_client_leave(wf_ps_client *c, wf_err *err)
 {
-	int rc = to_servers(c, -1, WF_PS_OP_LEAVE, 0, NULL, err);
+	/* a server that never answered has not counted this worker, and may
+	 * not be there at all (a worker stopped while it waited for them) */
+	int rc = to_servers(c, TO_HEARD, WF_PS_OP_LEAVE, 0, NULL, err);
 	clear_slots(c);
 	return rc;
 }
 
 int wf_ps_client_shutdown(wf_ps_client *c, wf_err *err)
 {
-	int rc = to_servers(c, -1, WF_PS_OP_SHUTDOWN, 0, NULL, err);
+	int rc = to_servers(c, TO_ALL, WF_PS_OP_SHUTDOWN, 0, NULL, err);
 	clear_slots(c);
 	return rc;
 }

@@ -1046,13 +1046,25 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 	if (rc == 0 && r.x->is_chief)
 		rc = open_logs(&r, r.start > 0, err);
 	starting = 0;
-	if (rc == 0 && stop_requested) { /* a signal while starting: no step to save */
+	/* a signal while starting: no step to save. An elastic worker leaves
+	 * the job, also when the signal stopped its register or its wait for
+	 * the chief: else the servers would count it in every step until
+	 * ps.heartbeat_timeout declared it dead. */
+	if (stop_requested && r.x && (rc == 0 || rc == WF_ESTOPPED)) {
 		int left = 0;
-		if ((rc = wf_exchange_leave(r.x, &left, err)) == 0 && left) {
+		wf_err e = {0};
+		int lrc = wf_exchange_leave(r.x, &left, &e);
+		if (lrc == 0 && left) {
 			wf_info("left the job before its first step (elastic)");
+			wf_err_clear(err);
+			rc = 0;
 			goto done;
 		}
-		if (rc == 0)
+		if (lrc != 0 && rc == 0)
+			rc = wf_errf(err, lrc, "%s", e.msg);
+		else if (lrc != 0)
+			wf_warn("%s", e.msg);
+		else if (rc == 0)
 			rc = wf_errf(err, WF_ESTOPPED, "stopped before the first step");
 	}
 	if (rc != 0)

@@ -2,7 +2,9 @@
 # longer) there waits for them while it registers; SIGTERM then stops it at
 # once (exit 130, "stopped"), as Kubernetes deleting a pod that never found
 # its servers expects, instead of after the connect timeout (the chief and
-# a plain worker alike).
+# a plain worker alike). An elastic worker stopped while it waits for the
+# chief leaves the job: its server counts it out at once (worker_left), not
+# after ps.heartbeat_timeout (30 s here), and the chief trains without it.
 . "$WEFT_SRC/tests/ps/lib.sh"
 make_synth train.h5 64 16 3
 cat >c.json <<JSON
@@ -29,4 +31,33 @@ for index in 0 1; do
 	[ $rc = 130 ] || { cat w$index.log; fail "worker $index: exit $rc, want 130"; }
 	python3 -c "import sys; sys.exit(0 if $took < 10 else 1)" || fail "worker $index: took $took s to stop"
 done
+
+# elastic: worker 1 registers with a running server and waits for the chief
+read -r p1 p2 p3 < <(free_ports 3)
+sed -e 's/"mode": "sync"}/"mode": "sync", "min_workers": 1}/' \
+	-e 's/"checkpoint"/"ps": {"heartbeat_timeout": 30}, "checkpoint"/' c.json >e.json
+cluster="{\"ps\": [\"127.0.0.1:$p1\"], \"worker\": [\"127.0.0.1:$p2\", \"127.0.0.1:$p3\"]}"
+start() { # TYPE INDEX LOG: one task in the background, its pid in $!
+	TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"$1\", \"index\": $2}}" \
+		setsid "$WEFT" train --config e.json --insecure --threads 1 --no-progress-line >"$3" 2>&1 &
+	LAUNCH_PIDS+=("$!")
+}
+start ps 0 ps.log
+ps_pid=$!
+start worker 1 e1.log
+pid=$!
+events wait worker_joined 60 worker=1 >/dev/null || fail "worker 1 did not register with the server"
+kill -TERM $pid
+rc=0
+wait $pid || rc=$?
+echo "elastic worker 1: SIGTERM while waiting for the chief: exit $rc: $(tail -1 e1.log)"
+[ $rc = 0 ] || fail "elastic worker 1: exit $rc, want 0 (it left the job)"
+events wait worker_left 10 worker=1 >/dev/null ||
+	fail "the server did not count the stopped worker 1 out (no worker_left)"
+start worker 0 e0.log
+rc=0
+wait $! || rc=$?
+[ $rc = 0 ] || fail "the chief exited $rc"
+wait $ps_pid || fail "the server failed"
+! grep -q "declared dead" ps.log || fail "the server waited for the stopped worker to be declared dead"
 echo ok
