@@ -64,9 +64,9 @@ enum { AGAIN_NO, AGAIN_REDIRECT, AGAIN_FAILOVER, AGAIN_SAME };
 
 /* What a server's connections said. During a register: a security-mode
  * mismatch or a refusal of the keys is a misconfiguration, not an absent
- * server, and fails register at once instead of after connect_timeout.
- * Later: a connection the server closed (its process ended) loses the
- * requests sent before it. */
+ * server, and fails register at once instead of after connect_timeout
+ * (each register starts these counts again). Always: a connection the
+ * server closed (its process ended) loses the requests sent before it. */
 typedef struct handshakes {
 	int succeeded;	 /* a CURVE/NULL handshake completed */
 	int mechanism;	 /* the peer speaks another mechanism (CURVE vs plain TCP) */
@@ -1303,7 +1303,10 @@ int wf_ps_client_register(wf_ps_client *c, int joining, long *steps, long *min_s
 	/* only this register's handshakes count */
 	read_handshakes(c);
 	c->registering = 1;
-	memset(c->hs, 0, (size_t)n * sizeof(*c->hs));
+	for (int s = 0; s < n; s++) { /* which connections are up stays known */
+		handshakes *h = &c->hs[s];
+		h->succeeded = h->mechanism = h->refused = h->dropped = 0;
+	}
 	wf_err e = {0};
 	while (left > 0) {
 		double wait = WF_MIN(1.0 + tries, deadline - wf_now());

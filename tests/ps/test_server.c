@@ -1015,7 +1015,9 @@ cleanup:
  * replication connection to it closed too, answers its own group without
  * waiting for the dead copy's acks, though neither the worker's heartbeats
  * nor the servers' silence timeout (30 s here) would notice before the
- * worker's 10 s timeout. */
+ * worker's 10 s timeout. The worker registers again before the kill (as it
+ * does while the servers settle, or to re-synchronise): that must not make
+ * it forget which connections are up. */
 static void test_closed_connection_fails_over(void)
 {
 	wf_ps_server_cfg sc[2];
@@ -1029,6 +1031,8 @@ static void test_closed_connection_fails_over(void)
 	fill(g, NPARAMS, 5);
 	sync_step(a, &pl, g, 0);
 	memcpy(acked, pa, sizeof(acked));
+	wf_err e = {0};
+	WF_CHECK_MSG(wf_ps_client_register(a, 0, NULL, NULL, &e) == 0, "%s", e.msg);
 	kill(children[0], SIGKILL);
 	double t0 = wf_now();
 	sync_step(a, &pl, g, 1);
