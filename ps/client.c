@@ -706,6 +706,13 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_e
 				wf_warn("ps client: %s", err ? err->msg : "timeout");
 			break;
 		}
+		/* wake for the first request due again (a server still joining
+		 * is asked every 0.1 s), whatever else arrives */
+		for (int i = 0; i < c->cap; i++) {
+			const pending *p = &c->pend[i];
+			if (p->used && !p->done && p->again)
+				left = WF_MIN(left, WF_MAX(0.0, p->again_at - wf_now()));
+		}
 		long ms = (long)(left * 1000) + 1;
 		if (zmq_poll(items, nitems, ms > 1000 ? 1000 : ms) < 0 && zmq_errno() != EINTR) {
 			rc = wf_errf(err, WF_EINTERNAL, "ps client: zmq_poll: %s",
