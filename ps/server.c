@@ -48,12 +48,15 @@ static void membership_event(server *s, const char *what, int w, int joins)
 static void leave(server *s, const uint8_t *rid, size_t rid_len, const wf_ps_hdr *h, int w)
 {
 	worker *wk = &s->workers[w];
-	if (wk->alive == 1) {
+	int was = wk->alive;
+	if (was == 1)
 		forget_replies(s, w);
-		wk->alive = 0;
-		if (s->cfg->min_workers > 0)
-			membership_event(s, "worker_left", w, 0);
-	}
+	/* also when this server never saw it (it restarted since): the
+	 * leaver's heartbeats, which go on until its process ends, must not
+	 * make it a member again */
+	wk->alive = 0;
+	if (was == 1 && s->cfg->min_workers > 0)
+		membership_event(s, "worker_left", w, 0);
 	wf_pss_send_ok(s, rid, rid_len, h, wf_pss_server_step(s), 0);
 	wf_pss_membership_changed(s);
 }

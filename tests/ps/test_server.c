@@ -1386,6 +1386,50 @@ static void joiner_counts(wf_ps_client *a, wf_ps_client *b, wf_ps_client *c,
 	WF_CHECK_MSG(max_diff(pc, want, NPARAMS) < 1e-6f, "%g", max_diff(pc, want, NPARAMS));
 }
 
+/* Elastic: a leave is final also at a server that never saw the worker (it
+ * restarted since): the leaver's heartbeats, which go on until its process
+ * ends, must not make it a member again, else every step there would wait
+ * for it until ps.heartbeat_timeout (30 s here) declared it dead. */
+static void test_elastic_leave_unseen_is_final(void)
+{
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS], g[NPARAMS], want[NPARAMS];
+	wf_err e = {0};
+	wf_ps_placement pl;
+	wf_ps_client *a, *b;
+	raw_peer raw = {0};
+	if (elastic_begin(0, &pl, &a, &b, p0, pa, pb))
+		goto cleanup;
+	raw = raw_open(0);
+	wf_ps_hdr h = {.op = WF_PS_OP_LEAVE,
+		       .sender = WF_PS_SENDER(WF_PS_ROLE_WORKER, 2),
+		       .job_id = JOB,
+		       .tag = 1};
+	uint8_t hb[WF_PS_HEADER_BYTES];
+	wf_ps_hdr_encode(&h, hb, NULL, NULL, 0);
+	const void *f[1] = {hb};
+	size_t sz[1] = {sizeof(hb)};
+	WF_CHECK_INT(raw_exchange(raw.sock, f, sz, 1) & WF_PS_FLAG_ERROR, 0);
+	h.op = WF_PS_OP_HEARTBEAT;
+	h.tag = 2;
+	wf_ps_hdr_encode(&h, hb, NULL, NULL, 0);
+	raw_exchange(raw.sock, f, sz, 1);
+	fill(g, NPARAMS, 13);
+	double t0 = wf_now();
+	push_step(a, &pl, g, 0, &e);
+	push_step(b, &pl, g, 0, &e);
+	WAIT_OK(a);
+	WAIT_OK(b);
+	WF_CHECK_MSG(wf_now() - t0 < 10, "the step waited %.1f s for the worker that left",
+		     wf_now() - t0);
+	memcpy(want, p0, sizeof(want));
+	elastic_sgd(want, g, 2);
+	WF_CHECK_MSG(max_diff(pa, want, NPARAMS) < 1e-6f, "%g", max_diff(pa, want, NPARAMS));
+cleanup:
+	if (raw.ctx)
+		raw_close(&raw);
+	elastic_end(a, b, NULL, &pl);
+}
+
 /* Elastic: a worker that registers while a step is under way at a server is
  * not awaited in that step there (it waits for the servers to agree on a
  * step before it pushes; a server waiting for it would never get there),
@@ -1648,6 +1692,7 @@ int main(void)
 	WF_RUN(test_two_primaries_resolve);
 	WF_RUN(test_dead_worker_leaves_count);
 	WF_RUN(test_elastic_membership);
+	WF_RUN(test_elastic_leave_unseen_is_final);
 	WF_RUN(test_elastic_join_mid_step);
 	WF_RUN(test_elastic_joiner_waiting_is_not_awaited);
 	WF_RUN(test_elastic_global_batch_lists);
