@@ -14,7 +14,7 @@
 
 #define PEER_HEARTBEAT 0.25 /* seconds between heartbeats to the peers */
 #define JOIN_RETRY     0.5  /* seconds between join requests */
-#define JOIN_SOON      0.05 /* ... after a primary that cannot reach this server yet */
+#define JOIN_SOON      0.05 /* ... when either end had no connection to the other yet */
 #define HANDOFF_AFTER  1.0  /* seconds a returned server backs its group before it gets it back */
 
 /* k-th member of group g (k = 0: the server placement gave it). */
@@ -669,7 +669,10 @@ static void ask_join(server *s, int g, int p, int failover)
 	h.aux = s->groups[g].join_id;
 	if (failover)
 		h.flags |= WF_PS_FLAG_FAILOVER;
-	peer_send(s, p, &h, NULL, NULL, 0);
+	/* no connection to p yet (it is starting too): asked again soon, not
+	 * after JOIN_RETRY */
+	if (peer_send(s, p, &h, NULL, NULL, 0) != 0)
+		s->groups[g].last_ask = wf_now() - JOIN_RETRY + JOIN_SOON;
 }
 
 /* Nobody who answered holds the group (a new job, or every other member is
