@@ -1713,6 +1713,11 @@ int wf_ps_client_stats(wf_ps_client *c, int s, wf_ps_stats *out, wf_err *err)
 	return rc;
 }
 
+int wf_ps_client_server_of(const wf_ps_client *c, int chunk)
+{
+	return server_of(c, (uint32_t)chunk);
+}
+
 int wf_ps_client_leave(wf_ps_client *c, wf_err *err)
 {
 	/* a server that never answered has not counted this worker, and may

@@ -168,6 +168,9 @@ int wf_ps_client_checkpoint(wf_ps_client *c, long step, wf_err *err);
 int wf_ps_client_restore(wf_ps_client *c, long step, long *restored, wf_err *err);
 /* Statistics of server s; free with wf_ps_stats_free. */
 int wf_ps_client_stats(wf_ps_client *c, int s, wf_ps_stats *out, wf_err *err);
+/* The server chunk k's requests go to now: the one placement gave it, or
+ * with replicas its group's primary as far as this client knows. */
+int wf_ps_client_server_of(const wf_ps_client *c, int chunk);
 /* Elastic: tell every server this worker leaves the job for good (the
  * steps complete without it at once, rather than after the heartbeat
  * timeout). */

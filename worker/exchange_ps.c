@@ -441,7 +441,9 @@ static int ps_backup_stats(wf_exchange *x, wf_exchange_backup *out, wf_err *err)
 	if (c->have_st)
 		wf_ps_stats_free(&c->st);
 	c->have_st = 0;
-	int rc = wf_ps_client_stats(c->cl, c->pl.chunks[c->ref].server, &c->st, err);
+	/* the server that hands out the units now: with replicas, the group's
+	 * primary (its placement server may be restarting) */
+	int rc = wf_ps_client_stats(c->cl, wf_ps_client_server_of(c->cl, c->ref), &c->st, err);
 	if (rc != 0)
 		return rc;
 	c->have_st = 1;

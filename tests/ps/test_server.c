@@ -1037,6 +1037,8 @@ static void test_closed_connection_fails_over(void)
 	double t0 = wf_now();
 	sync_step(a, &pl, g, 1);
 	WF_CHECK_MSG(wf_now() - t0 < 3, "the step after the kill took %.1f s", wf_now() - t0);
+	/* the group's requests, the chief's statistics among them, go to ps 1 */
+	WF_CHECK_INT(wf_ps_client_server_of(a, first_chunk_of(&pl, 0)), 1);
 	WF_CHECK(max_diff(pa, acked, NPARAMS) > 0.0f);
 	memcpy(acked, pa, sizeof(acked));
 	reads_exactly(a, pa, acked, "the step after the kill");
