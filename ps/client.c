@@ -1721,9 +1721,21 @@ int wf_ps_client_server_of(const wf_ps_client *c, int chunk)
 int wf_ps_client_leave(wf_ps_client *c, wf_err *err)
 {
 	/* a server that never answered has not counted this worker, and may
-	 * not be there at all (a worker stopped while it waited for them) */
+	 * not be there at all (a worker stopped while it waited for them); one
+	 * that does not answer within WF_PS_LEAVE_WAIT (gone, restarting)
+	 * counts it out after ps.heartbeat_timeout all the same */
+	double was = c->cfg.timeout;
+	c->cfg.timeout = WF_MIN(timeout_of(c), WF_PS_LEAVE_WAIT);
 	int rc = to_servers(c, TO_HEARD, WF_PS_OP_LEAVE, 0, NULL, err);
+	c->cfg.timeout = was;
 	clear_slots(c);
+	if (rc == WF_ETRANSIENT) {
+		wf_warn("ps client: leave: %s: those servers count this worker out after "
+			"ps.heartbeat_timeout",
+			err ? err->msg : "no reply");
+		wf_err_clear(err);
+		rc = 0;
+	}
 	return rc;
 }
 

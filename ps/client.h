@@ -26,6 +26,7 @@ typedef struct wf_ps_client wf_ps_client;
 #define WF_PS_CONNECT_TIMEOUT_DEFAULT	 120.0 /* seconds to wait for the servers */
 #define WF_PS_HEARTBEAT_INTERVAL_DEFAULT 0.5   /* seconds between heartbeats */
 #define WF_PS_SERVER_TIMEOUT_DEFAULT	 5.0   /* seconds of silence: server gone */
+#define WF_PS_LEAVE_WAIT		 2.0   /* seconds a leave waits for the servers */
 #define WF_PS_STEP_BACKUP		 (-2)  /* register: the server serves no group */
 
 typedef struct wf_ps_client_cfg {

@@ -60,4 +60,23 @@ wait $! || rc=$?
 [ $rc = 0 ] || fail "the chief exited $rc"
 wait $ps_pid || fail "the server failed"
 ! grep -q "declared dead" ps.log || fail "the server waited for the stopped worker to be declared dead"
+
+# and when the server it registered with is gone by then (kill -9), its
+# leave waits 2 s for it, not ps.timeout (a new job: the last one's
+# final checkpoint would tell worker 1 that the job is over)
+rm -rf "$WEFT_EVENTS" run
+start ps 0 ps2.log
+ps_pid=$!
+start worker 1 e2.log
+pid=$!
+events wait worker_joined 60 worker=1 >/dev/null || fail "worker 1 did not register with the server"
+kill -9 $ps_pid
+t0=$(date +%s.%N)
+kill -TERM $pid
+rc=0
+wait $pid || rc=$?
+took=$(python3 -c "print(round($(date +%s.%N) - $t0, 1))")
+echo "elastic worker 1, its server gone: SIGTERM: exit $rc after $took s: $(tail -1 e2.log)"
+python3 -c "import sys; sys.exit(0 if $took < 10 else 1)" || fail "the stopped worker took $took s to leave a dead server"
+grep -q "left the job before its first step" e2.log || fail "worker 1 did not leave"
 echo ok
