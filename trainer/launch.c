@@ -37,7 +37,8 @@
 #define MAX_PROCS      64
 #define LINE_MAX_BYTES 8192
 #define MAX_ARGS       256
-#define LATE_GRACE     2.0 /* seconds a worker may outlive the job's end (stop_late_workers) */
+#define LATE_GRACE     2.0  /* seconds a process may outlive the job's end (stop_late_workers) */
+#define PS_GRACE       15.0 /* ... a server the trainers' end left running (a stop, a failure) */
 
 /* KIND_SERVICE: elastic allreduce's membership service, kept like a server */
 typedef enum { KIND_PS, KIND_CHIEF, KIND_WORKER, KIND_SERVICE } kind;
@@ -495,20 +496,19 @@ static void elastic_signals(launcher *l)
 	}
 }
 
-/* The chief ended the job (exit 0) and no parameter server runs (the
- * chief shut them down): a worker still running LATE_GRACE seconds later
- * started or restarted too late to train anything (a join just before the
- * end; alone it would wait 10 s for the servers before it concluded that
- * the job is over). It is stopped (SIGTERM, SIGKILL LATE_GRACE seconds
- * later), and its exit is not a failure. */
+/* The chief ended the job (exit 0: the final checkpoint is sealed, the
+ * servers told to shut down): a worker still running LATE_GRACE seconds
+ * later started or restarted too late to train anything (a join just
+ * before the end; alone it would wait 10 s for the servers before it
+ * concluded that the job is over, longer for a server restarted after the
+ * shutdown). It is stopped (SIGTERM, SIGKILL LATE_GRACE seconds later),
+ * and its exit is not a failure. */
 static void stop_late_workers(launcher *l, double now)
 {
-	int ci = chief_index(l), ps = 0, workers = 0;
-	for (int i = 0; i < l->n; i++) {
-		ps += l->ch[i].kind == KIND_PS && l->ch[i].pid > 0;
+	int ci = chief_index(l), workers = 0;
+	for (int i = 0; i < l->n; i++)
 		workers += !is_server(&l->ch[i]) && l->ch[i].pid > 0;
-	}
-	if (ci < 0 || !l->ch[ci].exited || l->ch[ci].code != 0 || ps || !workers || l->stopping) {
+	if (ci < 0 || !l->ch[ci].exited || l->ch[ci].code != 0 || !workers || l->stopping) {
 		l->over_since = 0;
 		return;
 	}
@@ -581,7 +581,15 @@ static void run_loop(launcher *l)
 		if (!trainers && !servers)
 			break;
 		if (!trainers && servers) {
-			/* the chief shut the servers down; a stopped or failed job tells them */
+			/* the chief shut the servers down; a stopped or failed job tells
+			 * them. Once the chief has ended the job (exit 0: the final
+			 * checkpoint is sealed), a server still running is one restarted
+			 * after the shutdown: it has nothing left to do */
+			int ci = chief_index(l);
+			double grace =
+				ci >= 0 && l->ch[ci].exited && l->ch[ci].code == 0 && !l->stopping
+					? LATE_GRACE
+					: PS_GRACE;
 			if (l->ps_grace == 0) {
 				l->ps_grace = now;
 				if (l->stopping || l->fail_code)
@@ -590,12 +598,14 @@ static void run_loop(launcher *l)
 				for (int i = 0; i < l->n; i++)
 					if (l->ch[i].kind == KIND_SERVICE && l->ch[i].pid > 0)
 						kill(l->ch[i].pid, SIGTERM);
-			} else if (now - l->ps_grace > 15) {
+			} else if (now - l->ps_grace > grace) {
 				if (!l->ps_stop_logged++)
-					fprintf(stderr, "[launch] servers still running 15 s after "
-							"the trainers ended: stopping them\n");
+					fprintf(stderr,
+						"[launch] servers still running %.0f s after the "
+						"trainers ended: stopping them\n",
+						grace);
 				signal_children(l, 0, 1,
-						now - l->ps_grace > 25 ? SIGKILL : SIGTERM);
+						now - l->ps_grace > grace + 10 ? SIGKILL : SIGTERM);
 			}
 		}
 		stop_late_workers(l, now);
@@ -696,8 +706,8 @@ static const wf_command_help launch_help = {
 	"exits 138 is restarted with the same TF_CONFIG (a worker rejoins; a server\n"
 	"reloads the last complete checkpoint and the chief rolls every worker back\n"
 	"to it). A permanent failure (exit 1-127) stops them all. Once the chief has\n"
-	"ended the job, a worker still running 2 s later (one that joined or restarted\n"
-	"too late to train) is stopped, and that is no failure. SIGINT/SIGTERM are\n"
+	"ended the job, a worker or server still running 2 s later (one that joined or\n"
+	"restarted too late) is stopped, and that is no failure. SIGINT/SIGTERM are\n"
 	"forwarded: the trainers checkpoint and stop, then the servers. Exits with the\n"
 	"chief's status. Traffic is encrypted and authenticated with ZeroMQ CURVE keys\n"
 	"made for this run in a private temporary directory (removed at the end), or\n"
