@@ -15,7 +15,9 @@
 # exactly once. Seeded: WEFT_CHAOS_SEED (1), WEFT_CHAOS_TRIALS (3 in CI; the
 # longer run: WEFT_CHAOS_TRIALS=50 bash this script with WEFT and
 # WEFT_SRC set; WEFT_CHAOS_SET="key=value ..." adds settings to every run,
-# e.g. strategy.elastic_batch=global). Each trial's line is printed.
+# e.g. strategy.elastic_batch=global). Each trial's line is printed; times
+# are against the median of the unchanged runs (one first, one more before
+# every 10th trial), and a last line sums them up.
 . "$WEFT_SRC/tests/ps/lib.sh"
 mkdir -p data
 make_synth data/train.h5 2000 16 1
@@ -31,11 +33,21 @@ args=(--ps 2 --workers 3 --elastic 2:4 --threads 2 --device cpu
 for kv in ${WEFT_CHAOS_SET:-}; do
 	args+=(--set "$kv")
 done
-t0=$(date +%s.%N)
-export WEFT_EVENTS=$WORK/ref.events.jsonl
-"$WEFT" launch "${args[@]}" --set checkpoint.dir=ref/ckpt --set log.dir=ref/logs >ref.log 2>&1 ||
-	fail "the unchanged elastic run failed"
-ref_time=$(python3 -c "import time; print(round(time.time() - $t0, 1))")
+# unchanged: one more run of the unchanged job; ref_time is the median of
+# those so far (a long run takes one before every 10th trial too: these
+# machines' speed drifts, and one fast or slow run would set every ratio)
+ref_times=()
+unchanged() {
+	local n=${#ref_times[@]} t0
+	t0=$(date +%s.%N)
+	export WEFT_EVENTS=$WORK/ref$n.events.jsonl
+	"$WEFT" launch "${args[@]}" --set checkpoint.dir=ref$n/ckpt --set log.dir=ref$n/logs \
+		>ref$n.log 2>&1 || fail "the unchanged elastic run failed"
+	ref_times+=("$(python3 -c "import time; print(round(time.time() - $t0, 1))")")
+	ref_time=$(python3 -c "import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))" \
+		"${ref_times[@]}")
+}
+unchanged
 # rejoined PS KILLED_AT: ps:PS has joined both its groups since KILLED_AT
 rejoined() {
 	python3 - "$WEFT_EVENTS" "$1" "$2" <<'PY'
@@ -48,9 +60,14 @@ groups = {e["group"] for e in ev
 sys.exit(0 if len(groups) >= 2 else 1)
 PY
 }
-ref_acc=$(eval_accuracy ref/logs/metrics.jsonl)
+ref_acc=$(eval_accuracy ref0/logs/metrics.jsonl)
 echo "unchanged: ${ref_time} s, eval accuracy ${ref_acc}"
+ratios=()
 for ((t = 0; t < trials; t++)); do
+	if [ $t -gt 0 ] && [ $((t % 10)) = 0 ]; then
+		unchanged
+		echo "unchanged again: ${ref_times[-1]} s (median of ${#ref_times[@]}: ${ref_time} s)"
+	fi
 	name=t$t
 	export WEFT_EVENTS=$WORK/$name.events.jsonl
 	t0=$(date +%s.%N)
@@ -104,7 +121,8 @@ for ((t = 0; t < trials; t++)); do
 	rollbacks=$(events count rollback)
 	joins=$(events count worker_joined server=0)
 	lefts=$(events count worker_left server=0)
-	echo "trial $t:$what: exit 0 in $took s ($(python3 -c "print(round($took / ${ref_time}, 2))")x), eval accuracy $acc, $rollbacks rollback(s), $joins join(s) and $lefts leave(s) seen by ps:0"
+	ratios+=("$(python3 -c "print(round($took / ${ref_time}, 2))")")
+	echo "trial $t:$what: exit 0 in $took s (${ratios[-1]}x), eval accuracy $acc, $rollbacks rollback(s), $joins join(s) and $lefts leave(s) seen by ps:0"
 	[ "$rollbacks" = 0 ] || [ $second = 1 ] || fail "trial $t ($what): $rollbacks rollback(s)"
 	python3 -c "import sys; sys.exit(0 if abs($acc - ${ref_acc}) <= 0.05 else 1)" ||
 		fail "trial $t ($what): eval accuracy $acc, unchanged ${ref_acc}"
@@ -116,4 +134,11 @@ for l in done:
     assert l["samples_applied"] == l["samples_per_epoch"], l
 PY
 done
+python3 - "${ratios[@]}" <<'PY'
+import statistics, sys
+r = sorted(map(float, sys.argv[1:]))
+print(f"time against the unchanged runs' median: median {statistics.median(r):.2f}x, "
+      f"90th percentile {r[max(0, -(-9 * len(r) // 10) - 1)]:.2f}x, largest {r[-1]:.2f}x, "
+      f"{sum(x <= 1.2 for x in r)} of {len(r)} within 1.2x")
+PY
 echo ok
