@@ -99,7 +99,8 @@ struct wf_ps_client {
 	pthread_t hb;
 	int hb_started;
 	int fail_fast;	  /* wait_slots stops at the first refusal (barriers) */
-	int registering;  /* wait_slots gives up on a stop signal (common/cancel.h) */
+	int cancelable;	  /* wait_slots gives up on a stop signal (common/cancel.h): in a
+			   * register, and where the caller asks (a worker's start) */
 	int flushing;	  /* wait_slots stops once no push is held (wf_ps_client_flush) */
 	wf_ps_keys keys;  /* when secure */
 	char *key_origin; /* cfg.key_origin, copied; NULL: none */
@@ -740,10 +741,10 @@ static int wait_slots(wf_ps_client *c, double timeout, int quiet, int only, wf_e
 		if (c->fail_fast && refused(c))
 			break;
 		/* a stop signal while the process starts: the servers it
-		 * registers with may never come (an elastic worker then leaves
+		 * waits for may never come (an elastic worker then leaves
 		 * through these slots) */
-		if (c->registering &&
-		    (rc = wf_cancel_check("register with the parameter servers", err)) != 0) {
+		if (c->cancelable &&
+		    (rc = wf_cancel_check("wait for the parameter servers", err)) != 0) {
 			drop_open(c);
 			break;
 		}
@@ -782,7 +783,8 @@ static double timeout_of(const wf_ps_client *c)
 enum { TO_ALL = -1, TO_HEARD = -2 };
 
 /* One server-wide request (no payload unless text) to every server
- * (TO_ALL), to every server that ever answered this client (TO_HEARD), or
+ * (TO_ALL), to every server that ever answered this client and whose
+ * connection did not close since (TO_HEARD), or
  * to server only when only >= 0; waits for all replies. */
 static int to_servers(wf_ps_client *c, int only, uint16_t op, long step, const char *text,
 		      wf_err *err)
@@ -790,7 +792,8 @@ static int to_servers(wf_ps_client *c, int only, uint16_t op, long step, const c
 	int rc = 0;
 	for (int s = 0; s < c->cfg.nservers && !rc; s++) {
 		if ((only >= 0 && s != only) ||
-		    (only == TO_HEARD && !c->heard[s] && !atomic_load(&c->seen[s])))
+		    (only == TO_HEARD &&
+		     ((!c->heard[s] && !atomic_load(&c->seen[s])) || c->hs[s].down)))
 			continue;
 		wf_ps_hdr h;
 		req_hdr(c, &h, op, 0, step);
@@ -1309,7 +1312,8 @@ int wf_ps_client_register(wf_ps_client *c, int joining, long *steps, long *min_s
 	uint32_t served = 0; /* replication: the groups some server is the primary of */
 	/* only this register's handshakes count */
 	read_handshakes(c);
-	c->registering = 1;
+	int was_cancelable = c->cancelable;
+	c->cancelable = 1;
 	for (int s = 0; s < n; s++) { /* which connections are up stays known */
 		handshakes *h = &c->hs[s];
 		h->succeeded = h->mechanism = h->refused = h->dropped = 0;
@@ -1382,7 +1386,7 @@ int wf_ps_client_register(wf_ps_client *c, int joining, long *steps, long *min_s
 		tries++;
 	}
 out:
-	c->registering = 0;
+	c->cancelable = was_cancelable;
 	set_send_timeout(c, timeout_of(c));
 	if (rc)
 		return rc;
@@ -1711,6 +1715,11 @@ int wf_ps_client_stats(wf_ps_client *c, int s, wf_ps_stats *out, wf_err *err)
 	c->stats_out = NULL;
 	clear_slots(c);
 	return rc;
+}
+
+void wf_ps_client_set_cancelable(wf_ps_client *c, int on)
+{
+	c->cancelable = on;
 }
 
 int wf_ps_client_server_of(const wf_ps_client *c, int chunk)

@@ -109,6 +109,9 @@ void wf_ps_client_free(wf_ps_client *c); /* accepts NULL */
 int wf_ps_client_register(wf_ps_client *c, int joining, long *steps, long *min_step, wf_err *err);
 /* Change how long register keeps retrying (0: the default); returns the old value. */
 double wf_ps_client_set_connect_timeout(wf_ps_client *c, double seconds);
+/* on: every wait gives up with WF_ESTOPPED on a stop signal (common/cancel.h),
+ * dropping its open requests, as register's always do (a worker's start). */
+void wf_ps_client_set_cancelable(wf_ps_client *c, int on);
 /* Chief: seed every chunk with params (+ slots[k] [nparams] each, may be
  * NULL: zeros) at version step, and the state (if nstate) on server 0. */
 int wf_ps_client_init(wf_ps_client *c, const float *params, const float *const *slots,

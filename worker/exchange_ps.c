@@ -479,6 +479,37 @@ static int job_over(wf_exchange *x, int rc, long *start_step, wf_err *err)
 	return 0;
 }
 
+/* A worker other than the chief (re)joining: wait until the servers agree
+ * on a step (*step), then pull the model of that step. */
+static int join_servers(wf_exchange *x, long *step, wf_err *err)
+{
+	ps_ctx *c = x->ctx;
+	double limit = connect_limit(c);
+	double deadline = wf_now() + limit;
+	long lo = -1, hi, version;
+	for (;;) {
+		int rc = servers_agree(c, lo >= 0, step, &lo, &hi, err);
+		if (rc < 0)
+			return rc;
+		if (rc)
+			break;
+		if (wf_now() > deadline)
+			return wf_errf(err, WF_ETRANSIENT,
+				       "ps: the servers were not seeded within %.0f s (steps "
+				       "%ld..%ld; -1: not yet): is the chief running?",
+				       limit, lo, hi);
+		sleep_s(0.1);
+	}
+	int rc = pull_all(c, &version, err);
+	if (rc != 0)
+		return rc;
+	if (*step > 0) {
+		wf_info("ps: worker %d joins at the servers' step %ld", x->rank, *step);
+		wf_event("join", json_pack("{s:I}", "step", (json_int_t)*step));
+	}
+	return 0;
+}
+
 static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, long *start_step,
 		    wf_err *err)
 {
@@ -533,29 +564,14 @@ static int ps_start(wf_exchange *x, const char *resume_dir, long resume_step, lo
 		if (rc != 0)
 			return wf_err_wrap(err, "seeding the parameter servers"), rc;
 	} else {
-		/* the servers are authoritative: a worker (re)joining takes their step */
-		double limit = connect_limit(c);
-		double deadline = wf_now() + limit;
-		for (lo = -1;;) {
-			rc = servers_agree(c, lo >= 0, &step, &lo, &hi, err);
-			if (rc < 0)
-				return job_over(x, rc, start_step, err);
-			if (rc)
-				break;
-			if (wf_now() > deadline)
-				return wf_errf(
-					err, WF_ETRANSIENT,
-					"ps: the servers were not seeded within %.0f s (steps "
-					"%ld..%ld; -1: not yet): is the chief running?",
-					limit, lo, hi);
-			sleep_s(0.1);
-		}
-		if ((rc = pull_all(c, &version, err)) != 0)
-			return rc;
-		if (step > 0) {
-			wf_info("ps: worker %d joins at the servers' step %ld", x->rank, step);
-			wf_event("join", json_pack("{s:I}", "step", (json_int_t)step));
-		}
+		/* the servers are authoritative: a worker (re)joining takes their
+		 * step. A stop signal ends its waits (servers restarting or gone:
+		 * it joined just before the end). */
+		wf_ps_client_set_cancelable(c->cl, 1);
+		rc = join_servers(x, &step, err);
+		wf_ps_client_set_cancelable(c->cl, 0);
+		if (rc != 0)
+			return job_over(x, rc, start_step, err);
 	}
 	c->step = step;
 	c->next = 0;
