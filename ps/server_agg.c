@@ -587,7 +587,9 @@ void wf_pss_barrier_try_release(server *s)
 			return;
 		arrived += s->workers[w].barrier.used;
 	}
-	if (!arrived || wf_pss_live(s) < s->cfg->min_workers)
+	/* no quorum of strategy.min_workers: the training is done, and workers
+	 * that ended or died at the end do not come back */
+	if (!arrived)
 		return;
 	for (int w = 0; w < s->nworkers; w++) {
 		held *h = &s->workers[w].barrier;

@@ -1432,6 +1432,26 @@ cleanup:
 	elastic_end(a, b, NULL, &pl);
 }
 
+/* Elastic: the final barrier waits for the workers alive, not for
+ * strategy.min_workers of them: the training is done, and the workers that
+ * finished and exited (no leave) or died at the end will not come back. A
+ * chief restarted after the final checkpoint waited elastic_timeout so. */
+static void test_elastic_final_barrier_without_quorum(void)
+{
+	static float p0[NPARAMS], pa[NPARAMS], pb[NPARAMS];
+	wf_err e = {0};
+	wf_ps_placement pl;
+	wf_ps_client *a, *b;
+	if (elastic_begin(0, &pl, &a, &b, p0, pa, pb))
+		goto cleanup;
+	WF_CHECK_MSG(wf_ps_client_leave(b, &e) == 0, "%s", e.msg);
+	double t0 = wf_now();
+	WF_CHECK_MSG(wf_ps_client_barrier(a, 0, &e) == 0, "%s", e.msg);
+	WF_CHECK_MSG(wf_now() - t0 < 5, "the barrier took %.1f s", wf_now() - t0);
+cleanup:
+	elastic_end(a, b, NULL, &pl);
+}
+
 /* Elastic: a worker that registers while a step is under way at a server is
  * not awaited in that step there (it waits for the servers to agree on a
  * step before it pushes; a server waiting for it would never get there),
@@ -1695,6 +1715,7 @@ int main(void)
 	WF_RUN(test_dead_worker_leaves_count);
 	WF_RUN(test_elastic_membership);
 	WF_RUN(test_elastic_leave_unseen_is_final);
+	WF_RUN(test_elastic_final_barrier_without_quorum);
 	WF_RUN(test_elastic_join_mid_step);
 	WF_RUN(test_elastic_joiner_waiting_is_not_awaited);
 	WF_RUN(test_elastic_global_batch_lists);
