@@ -14,6 +14,16 @@ cat >c.json <<JSON
  "strategy": {"name": "parameter_server", "mode": "sync"},
  "checkpoint": {"dir": "run/ckpt", "every_steps": 0}, "log": {"dir": "run/logs", "every_steps": 10}}
 JSON
+# term PID: SIGTERM it and wait; its exit status in $rc, the seconds it
+# took in $took
+term() {
+	local t0
+	t0=$(date +%s.%N)
+	kill -TERM "$1"
+	rc=0
+	wait "$1" || rc=$?
+	took=$(python3 -c "print(round($(date +%s.%N) - $t0, 1))")
+}
 # a port nobody listens on: bound by the kernel, then released
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 for index in 0 1; do
@@ -22,11 +32,7 @@ for index in 0 1; do
 	TF_CONFIG=$tf "$WEFT" train --config c.json --insecure --threads 1 >w$index.log 2>&1 &
 	pid=$!
 	wait_for w$index.log "ps: worker $index of 2" 60
-	t0=$(date +%s.%N)
-	kill -TERM $pid
-	rc=0
-	wait $pid || rc=$?
-	took=$(python3 -c "print(round($(date +%s.%N) - $t0, 1))")
+	term $pid
 	echo "worker $index: SIGTERM while registering: exit $rc after $took s: $(tail -1 w$index.log)"
 	[ $rc = 130 ] || { cat w$index.log; fail "worker $index: exit $rc, want 130"; }
 	python3 -c "import sys; sys.exit(0 if $took < 10 else 1)" || fail "worker $index: took $took s to stop"
@@ -47,10 +53,8 @@ ps_pid=$!
 start worker 1 e1.log
 pid=$!
 events wait worker_joined 60 worker=1 >/dev/null || fail "worker 1 did not register with the server"
-kill -TERM $pid
-rc=0
-wait $pid || rc=$?
-echo "elastic worker 1: SIGTERM while waiting for the chief: exit $rc: $(tail -1 e1.log)"
+term $pid
+echo "elastic worker 1: SIGTERM while waiting for the chief: exit $rc after $took s: $(tail -1 e1.log)"
 [ $rc = 0 ] || fail "elastic worker 1: exit $rc, want 0 (it left the job)"
 events wait worker_left 10 worker=1 >/dev/null ||
 	fail "the server did not count the stopped worker 1 out (no worker_left)"
@@ -61,9 +65,9 @@ wait $! || rc=$?
 wait $ps_pid || fail "the server failed"
 ! grep -q "declared dead" ps.log || fail "the server waited for the stopped worker to be declared dead"
 
-# and when the server it registered with is gone by then (kill -9), its
-# leave waits 2 s for it, not ps.timeout (a new job: the last one's
-# final checkpoint would tell worker 1 that the job is over)
+# and when the server it registered with is gone by then (kill -9), it
+# stops and leaves at once, without waiting for that server (a new job: the
+# last one's final checkpoint would tell worker 1 that the job is over)
 rm -rf "$WEFT_EVENTS" run
 start ps 0 ps2.log
 ps_pid=$!
@@ -71,11 +75,7 @@ start worker 1 e2.log
 pid=$!
 events wait worker_joined 60 worker=1 >/dev/null || fail "worker 1 did not register with the server"
 kill -9 $ps_pid
-t0=$(date +%s.%N)
-kill -TERM $pid
-rc=0
-wait $pid || rc=$?
-took=$(python3 -c "print(round($(date +%s.%N) - $t0, 1))")
+term $pid
 echo "elastic worker 1, its server gone: SIGTERM: exit $rc after $took s: $(tail -1 e2.log)"
 python3 -c "import sys; sys.exit(0 if $took < 10 else 1)" || fail "the stopped worker took $took s to leave a dead server"
 grep -q "left the job before its first step" e2.log || fail "worker 1 did not leave"
