@@ -112,7 +112,7 @@ struct wf_ps_client {
 	uint8_t *heard;	       /* [nservers] 1 once server s answered a request */
 	double server_timeout; /* seconds of heartbeat silence that make a server gone */
 	void **mons;	       /* [nservers * nstripes] PAIR: each socket's connection events */
-	handshakes *hs;	       /* [nservers] what register saw of each server's handshakes */
+	handshakes *hs;	       /* [nservers] what each server's connections said */
 	int *route;	       /* [nservers] group g's requests go to server route[g] */
 	struct {	       /* what wf_ps_client_init sends, while it runs */
 		const float *params, *const *slots, *state;
