@@ -44,7 +44,7 @@ unchanged() {
 	"$WEFT" launch "${args[@]}" --set checkpoint.dir=ref$n/ckpt --set log.dir=ref$n/logs \
 		>ref$n.log 2>&1 || fail "the unchanged elastic run failed"
 	ref_times+=("$(python3 -c "import time; print(round(time.time() - $t0, 1))")")
-	ref_time=$(python3 -c "import statistics, sys; print(statistics.median(map(float, sys.argv[1:])))" \
+	ref_time=$(python3 -c "import statistics, sys; print(round(statistics.median(map(float, sys.argv[1:])), 2))" \
 		"${ref_times[@]}")
 }
 unchanged
