@@ -1053,18 +1053,15 @@ int wf_train(const wf_config *cfg, const wf_train_opts *opts, wf_train_result *r
 	if (stop_requested && r.x && (rc == 0 || rc == WF_ESTOPPED)) {
 		int left = 0;
 		wf_err e = {0};
-		int lrc = wf_exchange_leave(r.x, &left, &e);
-		if (lrc == 0 && left) {
+		if (wf_exchange_leave(r.x, &left, &e) != 0)
+			wf_warn("%s", e.msg);
+		if (left) {
 			wf_info("left the job before its first step (elastic)");
 			wf_err_clear(err);
 			rc = 0;
 			goto done;
 		}
-		if (lrc != 0 && rc == 0)
-			rc = wf_errf(err, lrc, "%s", e.msg);
-		else if (lrc != 0)
-			wf_warn("%s", e.msg);
-		else if (rc == 0)
+		if (rc == 0)
 			rc = wf_errf(err, WF_ESTOPPED, "stopped before the first step");
 	}
 	if (rc != 0)
